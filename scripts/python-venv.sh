@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Creates .venv with the pinned Python tool chain (grpcio-tools for generation, pytest for tests)
+# and installs the generated Python package into it in editable mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements
+if ! cmp -s requirements-dev.txt "$stamp"; then
+  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+  cp requirements-dev.txt "$stamp"
+fi
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e gen/python

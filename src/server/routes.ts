@@ -1,0 +1,50 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import { createRegistry } from "@bufbuild/protobuf";
+import { ContextService, file_contextd_v1_context_service } from "../../gen/ts/contextd/v1/context_service_pb.js";
+import {
+  ConversationService,
+  file_contextd_v1_conversation_service,
+} from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import {
+  TelemetryService,
+  file_contextd_v1_telemetry_service,
+} from "../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { Health, file_grpc_health_v1_health } from "../../gen/ts/grpc/health/v1/health_pb.js";
+import * as reflectionV1 from "../../gen/ts/grpc/reflection/v1/reflection_pb.js";
+import * as reflectionV1alpha from "../../gen/ts/grpc/reflection/v1alpha/reflection_pb.js";
+import { HealthStatus, healthService } from "./health.js";
+import { registerReflection } from "./reflection.js";
+import { contextService } from "./services/context-service.js";
+import { conversationService } from "./services/conversation-service.js";
+import { telemetryService } from "./services/telemetry-service.js";
+
+/** The contextd services whose health follows the store. */
+export const contextdServiceNames = [ContextService.typeName, ConversationService.typeName, TelemetryService.typeName];
+
+/** Everything the routes depend on; built by `src/main.ts`, replaced by fakes in unit tests. */
+export interface RouteDependencies {
+  health: HealthStatus;
+}
+
+export function routes(dependencies: RouteDependencies) {
+  return (router: ConnectRouter) => {
+    router.service(ContextService, contextService());
+    router.service(ConversationService, conversationService());
+    router.service(TelemetryService, telemetryService());
+    router.service(Health, healthService(dependencies.health));
+    const registry = createRegistry(
+      file_contextd_v1_context_service,
+      file_contextd_v1_conversation_service,
+      file_contextd_v1_telemetry_service,
+      file_grpc_health_v1_health,
+      reflectionV1.file_grpc_reflection_v1_reflection,
+      reflectionV1alpha.file_grpc_reflection_v1alpha_reflection,
+    );
+    registerReflection(router, registry, [
+      ...contextdServiceNames,
+      Health.typeName,
+      reflectionV1.ServerReflection.typeName,
+      reflectionV1alpha.ServerReflection.typeName,
+    ]);
+  };
+}

@@ -1,0 +1,48 @@
+import * as grpc from "@grpc/grpc-js";
+import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+
+/**
+ * A foreign gRPC client: grpc-js with protobuf-es only for (de)serialisation, so the request goes
+ * through grpc-js's own HTTP/2 framing, not connect's.
+ */
+export function grpcJsClient(address: string) {
+  const client = new grpc.Client(address, grpc.credentials.createInsecure());
+  const path = (method: DescMethod) => `/${method.parent.typeName}/${method.name}`;
+  return {
+    raw: client,
+    unary<I extends DescMessage, O extends DescMessage>(
+      method: DescMethod & { input: I; output: O },
+      input: MessageInitShape<I>,
+      metadata = new grpc.Metadata(),
+      options: grpc.CallOptions = {},
+    ): Promise<MessageShape<O>> {
+      return new Promise((resolve, reject) => {
+        client.makeUnaryRequest(
+          path(method),
+          (message: MessageShape<I>) => Buffer.from(toBinary(method.input, message)),
+          (bytes: Buffer) => fromBinary(method.output, bytes) as MessageShape<O>,
+          create(method.input, input) as MessageShape<I>,
+          metadata,
+          options,
+          (error, response) => (error ? reject(error) : resolve(response!)),
+        );
+      });
+    },
+    serverStream<I extends DescMessage, O extends DescMessage>(
+      method: DescMethod & { input: I; output: O },
+      input: MessageInitShape<I>,
+      metadata = new grpc.Metadata(),
+      options: grpc.CallOptions = {},
+    ): grpc.ClientReadableStream<MessageShape<O>> {
+      return client.makeServerStreamRequest(
+        path(method),
+        (message: MessageShape<I>) => Buffer.from(toBinary(method.input, message)),
+        (bytes: Buffer) => fromBinary(method.output, bytes) as MessageShape<O>,
+        create(method.input, input) as MessageShape<I>,
+        metadata,
+        options,
+      );
+    },
+    close: () => client.close(),
+  };
+}

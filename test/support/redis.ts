@@ -1,0 +1,61 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** A real redis-server on a free loopback port, with persistence off, in a temporary directory. */
+export interface RedisProcess {
+  port: number;
+  url: string;
+  /** Stops the server (SIGTERM) and waits for it to exit. */
+  stop(): Promise<void>;
+  /** Starts it again on the same port (for outage tests). */
+  restart(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as { port: number };
+  server.close();
+  await once(server, "close");
+  return port;
+}
+
+export async function startRedis(): Promise<RedisProcess> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "contextd-redis-"));
+  let child: ChildProcess | undefined;
+  const launch = async () => {
+    child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${output}`)), 10_000);
+      child!.once("exit", (code) => reject(new Error(`redis-server exited with ${code}: ${output}`)));
+      child!.stdout!.on("data", (chunk: Buffer) => {
+        output += chunk;
+        if (output.includes("Ready to accept connections")) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    });
+  };
+  await launch();
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    async stop() {
+      if (!child || child.exitCode !== null) return;
+      const exited = once(child, "exit");
+      child.kill("SIGTERM");
+      await exited;
+    },
+    restart: launch,
+  };
+}

@@ -1,0 +1,57 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+const mainScript = fileURLToPath(new URL("../../dist/src/main.js", import.meta.url));
+
+/** A real contextd process, started from the built `dist/` on a port the OS picks. */
+export interface Sidecar {
+  port: number;
+  url: string;
+  process: ChildProcess;
+  /** Every line the process wrote to stdout so far (JSON logs). */
+  logs: string[];
+  /** SIGTERM, then wait for exit; returns the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<Sidecar> {
+  const child = spawn(process.execPath, [mainScript, "--port", "0", ...args], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const logs: string[] = [];
+  let stderr = "";
+  child.stderr!.on("data", (chunk) => (stderr += chunk));
+  const lines = createInterface({ input: child.stdout! });
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`sidecar did not start in 15 s: ${stderr}`)), 15_000);
+    child.once("exit", (code) => reject(new Error(`sidecar exited with ${code} before listening: ${stderr}`)));
+    lines.on("line", (line) => {
+      logs.push(line);
+      try {
+        const entry = JSON.parse(line) as { msg?: string; address?: string };
+        if (entry.msg === "contextd listening" && entry.address) {
+          clearTimeout(timer);
+          resolve(Number(entry.address.slice(entry.address.lastIndexOf(":") + 1)));
+        }
+      } catch {
+        // Not a JSON log line; kept in `logs` for the test to read.
+      }
+    });
+  });
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    process: child,
+    logs,
+    async stop(signal = "SIGTERM") {
+      if (child.exitCode !== null) return child.exitCode;
+      const exited = once(child, "exit");
+      child.kill(signal);
+      const [code] = (await exited) as [number | null];
+      return code;
+    },
+  };
+}

@@ -1,0 +1,51 @@
+import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+
+/** The outcome of a successful commit. */
+export interface CommitOutcome {
+  /** The version the batch produced. */
+  version: bigint;
+  /** The state after the batch. */
+  state: ConversationState;
+  /** True when an idempotency record answered a retry; nothing was applied again. */
+  replayed: boolean;
+}
+
+/** One page of `list`. */
+export interface ConversationPage {
+  conversations: ConversationSummary[];
+  /** Empty when there are no more pages. */
+  nextPageToken: string;
+}
+
+/**
+ * Where conversations live. Two implementations obey one contract (tested by one shared suite):
+ * `MemoryConversationStore`, the embedded default, and `RedisConversationStore`.
+ *
+ * Errors are `ConnectError`s with the gRPC code the caller should see: ABORTED for a stale
+ * `expectedVersion` (the message says the current version), INVALID_ARGUMENT for an invalid
+ * delta (naming its index and the rule), UNAVAILABLE when the backing store cannot be reached or
+ * holds a version without its payload.
+ */
+export interface ConversationStore {
+  /** The current state; a conversation never written is an empty state with version 0. */
+  load(conversationId: string): Promise<ConversationState>;
+  /**
+   * Applies `deltas` atomically as one new version. `expectedVersion` undefined = no check. A
+   * non-empty `idempotencyKey` already used with the same deltas returns the original outcome.
+   */
+  commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome>;
+  /** Empties the conversation and advances its version (a tombstone). */
+  clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
+  /** Conversations ordered by id. */
+  list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage>;
+  /**
+   * Every change with a version greater than `fromVersion`, in version order, then live changes
+   * until `signal` aborts. Idle periods yield nothing; the caller sends heartbeats.
+   */
+  watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
+  /** Resolves when the store is usable, rejects when it is not; drives health. */
+  ping(): Promise<void>;
+  /** Releases connections; pending watches end. */
+  close(): Promise<void>;
+}

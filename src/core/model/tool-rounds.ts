@@ -1,0 +1,241 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Role, type Message, type ToolCallPart, type ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+
+/**
+ * The rules of a valid tool round (semantics §1), as named in errors and repair records.
+ * - `tool_call_outside_assistant`: a tool_call part in a message whose role is not ASSISTANT.
+ * - `tool_call_without_id`: a call with an empty id.
+ * - `duplicate_tool_call_id`: a call id used twice in the sequence.
+ * - `tool_result_not_in_tool_message`: a message carrying tool_result parts whose role is not TOOL.
+ * - `tool_message_without_result`: a TOOL message without any tool_result part.
+ * - `tool_result_without_call`: a TOOL message that does not follow a tool round ("no calls").
+ * - `tool_result_empty_call_id`, `tool_result_unknown_call_id`, `tool_result_duplicate_call_id`:
+ *   a result whose call id is empty, not a call of its round, or already answered.
+ * - `incomplete_tool_round`: a round followed by another message before every call was answered.
+ * - `open_tool_round_not_last`: an open round (results still missing) in a sequence that does not
+ *   allow one at its tail.
+ */
+export type ToolRoundRule =
+  | "tool_call_outside_assistant"
+  | "tool_call_without_id"
+  | "duplicate_tool_call_id"
+  | "tool_result_not_in_tool_message"
+  | "tool_message_without_result"
+  | "tool_result_without_call"
+  | "tool_result_empty_call_id"
+  | "tool_result_unknown_call_id"
+  | "tool_result_duplicate_call_id"
+  | "incomplete_tool_round"
+  | "open_tool_round_not_last";
+
+/** One broken rule, located by message index (in the analysed sequence) and id. */
+export interface ToolRoundViolation {
+  rule: ToolRoundRule;
+  /** Index of the offending message in the analysed sequence. */
+  index: number;
+  /** Id of the offending message ("" when it has none yet). */
+  messageId: string;
+  /** What exactly is wrong, for the error message. */
+  detail: string;
+  /** Index into `ToolRoundAnalysis.units` of the unit containing the offending message. */
+  unitIndex: number;
+}
+
+/**
+ * A unit of history: the smallest run of messages that may be kept or dropped on its own. A plain
+ * message is a unit of one; a tool round (the ASSISTANT message with calls plus the TOOL messages
+ * directly after it) is one unit, so budgeting and removal never separate calls from results.
+ */
+export interface HistoryUnit {
+  /** Index of the first message (inclusive). */
+  start: number;
+  /** Index after the last message (exclusive). */
+  end: number;
+  /** Set when the unit is a tool round. */
+  round?: ToolRoundShape;
+}
+
+/** The calls of a tool round and which of them were answered. */
+export interface ToolRoundShape {
+  /** The call ids in the order the assistant made them (empty ids included as ""). */
+  callIds: string[];
+  /** Call names by id, for cancellation texts and repair. */
+  callNames: Map<string, string>;
+  /** Call ids without a result, in call order. */
+  missingCallIds: string[];
+  /** True when results are missing and the round is the last unit of the sequence. */
+  open: boolean;
+}
+
+/** The outcome of `analyzeToolRounds`. */
+export interface ToolRoundAnalysis {
+  units: HistoryUnit[];
+  /** Every broken rule, in message order. Empty when the sequence is valid. */
+  violations: ToolRoundViolation[];
+  /** The open round at the tail, if any (allowed only where the caller says so). */
+  openRound?: HistoryUnit & { round: ToolRoundShape };
+}
+
+/** The tool_call parts of a message, in order. */
+export function toolCallsOf(message: Message): ToolCallPart[] {
+  const calls: ToolCallPart[] = [];
+  for (const part of message.parts) if (part.kind.case === "toolCall") calls.push(part.kind.value);
+  return calls;
+}
+
+/** The tool_result parts of a message, in order. */
+export function toolResultsOf(message: Message): ToolResultPart[] {
+  const results: ToolResultPart[] = [];
+  for (const part of message.parts) if (part.kind.case === "toolResult") results.push(part.kind.value);
+  return results;
+}
+
+/** True for an ASSISTANT message with at least one tool call: the start of a tool round. */
+export function opensToolRound(message: Message): boolean {
+  return message.role === Role.ASSISTANT && message.parts.some((part) => part.kind.case === "toolCall");
+}
+
+function carriesToolResults(message: Message): boolean {
+  return message.role === Role.TOOL || message.parts.some((part) => part.kind.case === "toolResult");
+}
+
+/**
+ * Splits a message sequence (history, or history followed by pending) into units and checks every
+ * tool-round rule of semantics §1. Never throws: callers decide between rejecting
+ * (`assertValidToolRounds`) and repairing. An open round at the tail is reported in `openRound`,
+ * and as an `open_tool_round_not_last` violation only when `allowOpenTail` is false.
+ */
+export function analyzeToolRounds(messages: readonly Message[], options: { allowOpenTail: boolean }): ToolRoundAnalysis {
+  const units: HistoryUnit[] = [];
+  const violations: ToolRoundViolation[] = [];
+  const seenCallIds = new Set<string>();
+  let openRound: ToolRoundAnalysis["openRound"];
+  const report = (rule: ToolRoundRule, index: number, detail: string) =>
+    violations.push({ rule, index, messageId: messages[index]!.id, detail, unitIndex: units.length });
+
+  let index = 0;
+  while (index < messages.length) {
+    const message = messages[index]!;
+    if (message.role !== Role.ASSISTANT && message.parts.some((part) => part.kind.case === "toolCall")) {
+      report("tool_call_outside_assistant", index, `a ${Role[message.role] ?? message.role} message carries a tool_call part`);
+    }
+    if (!opensToolRound(message)) {
+      if (carriesToolResults(message)) {
+        report("tool_result_without_call", index, "a tool result that does not follow an assistant message with tool calls");
+      }
+      units.push({ start: index, end: index + 1 });
+      index++;
+      continue;
+    }
+
+    const callIds: string[] = [];
+    const callNames = new Map<string, string>();
+    for (const call of toolCallsOf(message)) {
+      if (call.id === "") report("tool_call_without_id", index, `tool call "${call.name}" has no id`);
+      else if (seenCallIds.has(call.id)) report("duplicate_tool_call_id", index, `tool call id "${call.id}" is used more than once`);
+      seenCallIds.add(call.id);
+      callIds.push(call.id);
+      callNames.set(call.id, call.name);
+    }
+    const expected = new Set(callIds.filter((id) => id !== ""));
+    const answered = new Set<string>();
+    let next = index + 1;
+    while (next < messages.length && carriesToolResults(messages[next]!) && !opensToolRound(messages[next]!)) {
+      const result = messages[next]!;
+      if (result.role !== Role.TOOL) {
+        report("tool_result_not_in_tool_message", next, `tool results must be in a TOOL message, not ${Role[result.role] ?? result.role}`);
+      }
+      const parts = toolResultsOf(result);
+      if (parts.length === 0) report("tool_message_without_result", next, "a TOOL message without a tool_result part");
+      for (const part of parts) {
+        if (part.toolCallId === "") report("tool_result_empty_call_id", next, "a tool result with an empty tool_call_id");
+        else if (!expected.has(part.toolCallId)) {
+          report("tool_result_unknown_call_id", next, `tool result for "${part.toolCallId}", which is not a call of the round opened by message ${index}`);
+        } else if (answered.has(part.toolCallId)) {
+          report("tool_result_duplicate_call_id", next, `tool call "${part.toolCallId}" is answered more than once`);
+        } else answered.add(part.toolCallId);
+      }
+      next++;
+    }
+    const missingCallIds = [...expected].filter((id) => !answered.has(id));
+    const atTail = next === messages.length;
+    const round: ToolRoundShape = { callIds, callNames, missingCallIds, open: missingCallIds.length > 0 && atTail };
+    if (missingCallIds.length > 0) {
+      if (!atTail) {
+        report("incomplete_tool_round", index, `tool calls ${quoteList(missingCallIds)} have no result before message ${next}`);
+      } else if (!options.allowOpenTail) {
+        report("open_tool_round_not_last", index, `tool calls ${quoteList(missingCallIds)} are still open`);
+      }
+    }
+    const unit = { start: index, end: next, round };
+    if (round.open) openRound = unit;
+    units.push(unit);
+    index = next;
+  }
+  return { units, violations, openRound };
+}
+
+/**
+ * Throws INVALID_ARGUMENT for the first broken tool-round rule, naming the rule, the field path with
+ * the index, and the message id: `invalid tool round (duplicate_tool_call_id) at history[3] (message
+ * "m4"): ...`. `fieldPath` names the analysed sequence, for example "history" or "deltas[2].messages".
+ */
+export function assertValidToolRounds(messages: readonly Message[], fieldPath: string, options: { allowOpenTail: boolean }): ToolRoundAnalysis {
+  const analysis = analyzeToolRounds(messages, options);
+  const violation = analysis.violations[0];
+  if (violation) throw toolRoundError(violation, fieldPath);
+  return analysis;
+}
+
+/** The INVALID_ARGUMENT error for one violation (shared by rejecting callers so wording is uniform). */
+export function toolRoundError(violation: ToolRoundViolation, fieldPath: string): ConnectError {
+  const id = violation.messageId === "" ? "" : ` (message "${violation.messageId}")`;
+  return new ConnectError(
+    `invalid tool round (${violation.rule}) at ${fieldPath}[${violation.index}]${id}: ${violation.detail}`,
+    Code.InvalidArgument,
+  );
+}
+
+/**
+ * Checks that `assistant` followed by `results` is one complete tool round (for
+ * `append_tool_round`): the assistant opens a round, every result message belongs to it, and every
+ * call is answered exactly once. Throws INVALID_ARGUMENT naming the rule.
+ */
+export function assertCompleteToolRound(assistant: Message, results: readonly Message[], fieldPath: string): void {
+  if (!opensToolRound(assistant)) {
+    throw new ConnectError(
+      `invalid tool round (tool_round_without_calls) at ${fieldPath}.assistant: an ASSISTANT message with at least one tool call is required`,
+      Code.InvalidArgument,
+    );
+  }
+  const analysis = assertValidToolRounds([assistant, ...results], fieldPath, { allowOpenTail: false });
+  if (analysis.units.length !== 1) {
+    const stray = analysis.units[1]!;
+    throw new ConnectError(
+      `invalid tool round (tool_result_without_call) at ${fieldPath}.results[${stray.start - 1}]: the message is not a result of this round`,
+      Code.InvalidArgument,
+    );
+  }
+}
+
+/**
+ * The open round at the end of `messages` (an ASSISTANT message whose calls are not all answered
+ * yet), or undefined. Used by `append_tool_result`, `append_user` and `cancel_tool_calls`.
+ */
+export function findOpenToolRound(messages: readonly Message[]): (HistoryUnit & { round: ToolRoundShape }) | undefined {
+  // Only the last unit can be open, so scan back to the last round start instead of the whole list.
+  let start = messages.length - 1;
+  while (start >= 0 && !opensToolRound(messages[start]!)) {
+    if (!carriesToolResults(messages[start]!)) return undefined;
+    start--;
+  }
+  if (start < 0) return undefined;
+  const analysis = analyzeToolRounds(messages.slice(start), { allowOpenTail: true });
+  const open = analysis.openRound;
+  if (!open || analysis.units.length !== 1) return undefined;
+  return { ...open, start: open.start + start, end: open.end + start };
+}
+
+function quoteList(ids: readonly string[]): string {
+  return ids.map((id) => `"${id}"`).join(", ");
+}

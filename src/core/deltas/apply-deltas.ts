@@ -1,0 +1,88 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ConversationStateSchema, type ConversationState, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { appendAssistant, appendToolResult, appendToolRound, appendUser, cancelToolCalls, truncateAssistant } from "./agent-mutations.js";
+import { mergeArtifact } from "./artifact-merge.js";
+import { compact } from "./compact.js";
+import type { DeltaContext } from "./delta-context.js";
+import { forget, remember } from "./experiences.js";
+import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
+import { setToolDefinitions } from "./tool-definitions.js";
+
+/**
+ * Applies a batch in order and returns the resulting state; the version is left as it was (the
+ * store assigns one new version per committed batch). The input state and deltas are never
+ * mutated, so a failed batch leaves nothing half-applied. An invalid delta is INVALID_ARGUMENT
+ * naming its index, its operation and the rule: `deltas[2].append_user: tool round still open, ...`.
+ */
+export function applyDeltas(state: ConversationState, deltas: readonly Delta[], context: DeltaContext): ConversationState {
+  let current = state;
+  deltas.forEach((delta, index) => {
+    try {
+      current = applyDelta(current, delta, context);
+    } catch (error) {
+      if (!(error instanceof ConnectError)) throw error;
+      const operation = delta.operation.case === undefined ? "" : `.${snakeCase(delta.operation.case)}`;
+      throw new ConnectError(`deltas[${index}]${operation}: ${error.rawMessage}`, error.code, error.metadata, undefined, error);
+    }
+  });
+  return current;
+}
+
+/** Applies one delta (see `applyDeltas`); errors name the rule but not the batch index. */
+export function applyDelta(state: ConversationState, delta: Delta, context: DeltaContext): ConversationState {
+  const operation = delta.operation;
+  switch (operation.case) {
+    case "appendMessages":
+      return appendMessages(state, operation.value, context);
+    case "replaceSegment":
+      return replaceSegment(state, operation.value, context);
+    case "removeMessages":
+      return removeMessages(state, operation.value);
+    case "clearSegment":
+      return clearSegment(state, operation.value);
+    case "clearState":
+      // Experience numbering survives a clear so an old exp_<n> never names a new fact.
+      return create(ConversationStateSchema, {
+        conversationId: state.conversationId,
+        version: state.version,
+        lastExperienceNumber: state.lastExperienceNumber,
+      });
+    case "upsertArtifact":
+      if (!operation.value.artifact) throw new ConnectError("artifact is required", Code.InvalidArgument);
+      return { ...state, artifacts: mergeArtifact(state.artifacts, operation.value.artifact) };
+    case "removeArtifacts": {
+      const ids = new Set(operation.value.ids);
+      return { ...state, artifacts: state.artifacts.filter((artifact) => !ids.has(artifact.id)) };
+    }
+    case "appendToolRound":
+      return appendToolRound(state, operation.value, context);
+    case "appendAssistant":
+      return appendAssistant(state, operation.value, context);
+    case "appendToolResult":
+      return appendToolResult(state, operation.value, context);
+    case "appendUser":
+      return appendUser(state, operation.value, context);
+    case "truncateAssistant":
+      return truncateAssistant(state, operation.value, context);
+    case "cancelToolCalls":
+      return cancelToolCalls(state, operation.value, context);
+    case "compact":
+      return compact(state, operation.value, context);
+    case "remember":
+      return remember(state, operation.value.text);
+    case "forget":
+      return forget(state, operation.value.experienceId);
+    case "appendProviderResponse":
+      // Wired to the providers' parseProviderResponse as soon as src/core/providers lands.
+      throw new ConnectError("append_provider_response is not available in this build yet", Code.Unimplemented);
+    case "setToolDefinitions":
+      return setToolDefinitions(state, operation.value);
+    case undefined:
+      throw new ConnectError("no operation set", Code.InvalidArgument);
+  }
+}
+
+function snakeCase(name: string): string {
+  return name.replace(/[A-Z]/g, (letter) => "_" + letter.toLowerCase());
+}

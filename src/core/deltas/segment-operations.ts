@@ -1,0 +1,67 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type {
+  AppendMessages,
+  ClearSegment,
+  ConversationState,
+  RemoveMessages,
+  ReplaceSegment,
+} from "../../../gen/ts/contextd/v1/state_pb.js";
+import { segmentField, type SegmentField } from "../model/segments.js";
+import { analyzeToolRounds, assertValidToolRounds } from "../model/tool-rounds.js";
+import type { DeltaContext } from "./delta-context.js";
+import { prepareMessages } from "./message-preparation.js";
+
+export function appendMessages(state: ConversationState, delta: AppendMessages, context: DeltaContext): ConversationState {
+  const field = segmentField(delta.segment, "segment");
+  const added = prepareMessages(state, delta.messages, context, "messages");
+  return withValidSegment(state, field, [...state[field], ...added]);
+}
+
+export function replaceSegment(state: ConversationState, delta: ReplaceSegment, context: DeltaContext): ConversationState {
+  const field = segmentField(delta.segment, "segment");
+  const replaced = new Set(state[field].map((message) => message.id));
+  const messages = prepareMessages(state, delta.messages, context, "messages", undefined, replaced);
+  return withValidSegment(state, field, messages);
+}
+
+/**
+ * Removes messages by id. A tool round is removed whole or not at all: taking out only some of its
+ * messages would leave calls without results (or results without their call).
+ */
+export function removeMessages(state: ConversationState, delta: RemoveMessages): ConversationState {
+  const field = segmentField(delta.segment, "segment");
+  const messages = state[field];
+  const ids = new Set(delta.ids);
+  const present = new Set(messages.map((message) => message.id));
+  delta.ids.forEach((id, index) => {
+    if (!present.has(id)) throw new ConnectError(`ids[${index}]: no message "${id}" in ${field}`, Code.InvalidArgument);
+  });
+  for (const unit of analyzeToolRounds(messages, { allowOpenTail: true }).units) {
+    if (!unit.round) continue;
+    const round = messages.slice(unit.start, unit.end);
+    const removed = round.filter((message) => ids.has(message.id));
+    if (removed.length > 0 && removed.length < round.length) {
+      const kept = round.filter((message) => !ids.has(message.id)).map((message) => `"${message.id}"`);
+      throw new ConnectError(
+        `removing ${removed.map((message) => `"${message.id}"`).join(", ")} would split the tool round at ${field}[${unit.start}]; ` +
+          `also remove ${kept.join(", ")} or none of them`,
+        Code.InvalidArgument,
+      );
+    }
+  }
+  return { ...state, [field]: messages.filter((message) => !ids.has(message.id)) };
+}
+
+export function clearSegment(state: ConversationState, delta: ClearSegment): ConversationState {
+  return { ...state, [segmentField(delta.segment, "segment")]: [] };
+}
+
+/**
+ * Every segment keeps its tool rounds whole; an open round is allowed only at the tail of history,
+ * where the agent is still waiting for results.
+ */
+export function withValidSegment(state: ConversationState, field: SegmentField, messages: Message[]): ConversationState {
+  assertValidToolRounds(messages, field, { allowOpenTail: field === "history" });
+  return { ...state, [field]: messages };
+}

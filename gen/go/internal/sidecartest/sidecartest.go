@@ -1,4 +1,4 @@
-// Package sidecartest starts a real contextd process for Go tests.
+// Package sidecartest starts real contextd and redis-server processes for Go tests.
 package sidecartest
 
 import (
@@ -93,4 +93,12 @@ func (s *Sidecar) Stop(t testing.TB) {
 		_ = s.cmd.Process.Kill()
 		t.Error("contextd did not exit within 10s of SIGTERM")
 	}
+}
+
+// StartWithRedis starts a redis-server and a contextd that stores conversations in it; both stop
+// when the test ends.
+func StartWithRedis(t testing.TB, args ...string) *Sidecar {
+	t.Helper()
+	redis := StartRedis(t)
+	return Start(t, append([]string{"--redis-url", redis.URL}, args...)...)
 }

@@ -1,0 +1,252 @@
+// Package contextd is the Go client of the contextd sidecar: the generated contextd.v1 API plus
+// what every agent needs around it — sensible dial defaults, per-call deadlines, retries on
+// UNAVAILABLE, compare-and-retry commits, typed errors, message builders and stream iterators.
+//
+// The unary methods of Client mirror the generated RPCs (same request and response messages), so
+// the proto documentation applies unchanged.
+package contextd
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultAddress is where a sidecar listens unless configured otherwise.
+const DefaultAddress = "127.0.0.1:7420"
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	callTimeout      time.Duration
+	retry            RetryPolicy
+	conflictAttempts int
+	connectClient    *http.Client
+	dialOptions      []grpc.DialOption
+}
+
+// WithCallTimeout bounds every unary call, retries included, unless the caller's context already
+// has an earlier deadline. 0 = no bound. The default is 30s. Streams are never bounded by it.
+func WithCallTimeout(timeout time.Duration) Option {
+	return func(o *options) { o.callTimeout = timeout }
+}
+
+// WithRetryPolicy replaces DefaultRetryPolicy.
+func WithRetryPolicy(policy RetryPolicy) Option {
+	return func(o *options) { o.retry = policy }
+}
+
+// WithConflictAttempts sets how many times CommitWithRetry tries before returning the version
+// conflict. The default is 10.
+func WithConflictAttempts(attempts int) Option {
+	return func(o *options) { o.conflictAttempts = attempts }
+}
+
+// WithConnectProtocol speaks the Connect protocol over httpClient (nil = a new http.Client)
+// instead of gRPC, for networks where only plain HTTP/1.1 gets through.
+func WithConnectProtocol(httpClient *http.Client) Option {
+	return func(o *options) {
+		if httpClient == nil {
+			httpClient = &http.Client{}
+		}
+		o.connectClient = httpClient
+	}
+}
+
+// WithGRPCDialOptions adds grpc-go dial options (TLS, interceptors, ...). The default is plain
+// HTTP/2 cleartext, which is right for a sidecar on loopback.
+func WithGRPCDialOptions(dialOptions ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, dialOptions...) }
+}
+
+// Client talks to one contextd sidecar. It is safe for concurrent use; close it when done.
+type Client struct {
+	transport        transport
+	callTimeout      time.Duration
+	retry            RetryPolicy
+	conflictAttempts int
+}
+
+// Dial creates a Client for the sidecar at address ("host:port"; "" = DefaultAddress). Like
+// grpc.NewClient it does not wait for the sidecar; use WaitReady for that.
+func Dial(address string, opts ...Option) (*Client, error) {
+	o := options{callTimeout: 30 * time.Second, retry: DefaultRetryPolicy, conflictAttempts: 10}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if address == "" {
+		address = DefaultAddress
+	}
+	client := &Client{callTimeout: o.callTimeout, retry: o.retry, conflictAttempts: max(o.conflictAttempts, 1)}
+	if o.connectClient != nil {
+		client.transport = newConnectTransport(o.connectClient, "http://"+address)
+		return client, nil
+	}
+	dialOptions := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.dialOptions...)
+	conn, err := grpc.NewClient(address, dialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("contextd: dial %s: %w", address, err)
+	}
+	client.transport = newGRPCTransport(conn)
+	return client, nil
+}
+
+// Close releases the connection.
+func (c *Client) Close() error {
+	return c.transport.close()
+}
+
+// WaitReady blocks until the sidecar reports SERVING (its store is usable) or ctx ends, polling
+// with the retry policy's backoff. Agents call it once at start, since the sidecar may start
+// after them.
+func (c *Client) WaitReady(ctx context.Context) error {
+	for retry := 1; ; retry++ {
+		response, err := c.transport.checkHealth(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && response.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("health is %s", response.GetStatus())
+		}
+		if sleepErr := c.retry.sleep(ctx, retry); sleepErr != nil {
+			return fmt.Errorf("contextd: sidecar not ready: %w (last: %v)", sleepErr, err)
+		}
+	}
+}
+
+// withCallTimeout bounds ctx by the client's call timeout, if any.
+func (c *Client) withCallTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.callTimeout > 0 {
+		return context.WithTimeout(ctx, c.callTimeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// unary runs one call under the client's deadline, retrying UNAVAILABLE when retryable.
+func unary[Res any](c *Client, ctx context.Context, retryable bool, call func(context.Context) (*Res, error)) (*Res, error) {
+	ctx, cancel := c.withCallTimeout(ctx)
+	defer cancel()
+	policy := c.retry
+	if !retryable {
+		policy.MaxAttempts = 1
+	}
+	var response *Res
+	err := policy.do(ctx, func() (err error) {
+		response, err = call(ctx)
+		return err
+	})
+	return response, err
+}
+
+// GetState reads a conversation; an unknown one is an empty state at version 0.
+func (c *Client) GetState(ctx context.Context, request *contextdv1.GetStateRequest) (*contextdv1.GetStateResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.GetStateResponse, error) {
+		return c.transport.getState(ctx, request)
+	})
+}
+
+// Commit applies a batch of deltas atomically. A request without an idempotency key is sent with
+// a random one (the caller's message is not modified), so that a retry after UNAVAILABLE can never
+// apply the batch twice. A stale expected version is a *VersionConflictError.
+func (c *Client) Commit(ctx context.Context, request *contextdv1.CommitRequest) (*contextdv1.CommitResponse, error) {
+	if request.GetIdempotencyKey() == "" {
+		request = proto.CloneOf(request)
+		request.IdempotencyKey = newIdempotencyKey()
+	}
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.CommitResponse, error) {
+		return c.transport.commit(ctx, request)
+	})
+}
+
+// CommitWithRetry reads the conversation, asks apply for the deltas to commit on top of that
+// state, and commits them with the state's version as the expected version. When another writer
+// got there first (a version conflict) it reloads and calls apply again, up to the client's
+// conflict attempts. apply must be safe to call more than once and return at least one delta; an
+// error from apply stops the loop and is returned wrapped.
+func (c *Client) CommitWithRetry(ctx context.Context, conversationID string, apply func(*contextdv1.ConversationState) ([]*contextdv1.Delta, error)) (*contextdv1.CommitResponse, error) {
+	var conflict error
+	for attempt := 1; attempt <= c.conflictAttempts; attempt++ {
+		if attempt > 1 {
+			if err := c.retry.sleep(ctx, attempt-1); err != nil {
+				return nil, fmt.Errorf("contextd: commit to %q: %w (after %v)", conversationID, err, conflict)
+			}
+		}
+		loaded, err := c.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: conversationID})
+		if err != nil {
+			return nil, fmt.Errorf("contextd: load %q for commit: %w", conversationID, err)
+		}
+		state := loaded.GetState()
+		deltas, err := apply(state)
+		if err != nil {
+			return nil, fmt.Errorf("contextd: prepare commit to %q at version %d: %w", conversationID, state.GetVersion(), err)
+		}
+		response, err := c.Commit(ctx, &contextdv1.CommitRequest{
+			ConversationId:  conversationID,
+			ExpectedVersion: proto.Int64(state.GetVersion()),
+			Deltas:          deltas,
+		})
+		if err == nil {
+			return response, nil
+		}
+		if !errors.Is(err, ErrVersionConflict) {
+			return nil, fmt.Errorf("contextd: commit to %q: %w", conversationID, err)
+		}
+		conflict = err
+	}
+	return nil, fmt.Errorf("contextd: commit to %q: still conflicting after %d attempts: %w", conversationID, c.conflictAttempts, conflict)
+}
+
+// Clear empties a conversation. It is not retried: it has no idempotency key, and clearing twice
+// would advance the version twice.
+func (c *Client) Clear(ctx context.Context, request *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error) {
+	return unary(c, ctx, false, func(ctx context.Context) (*contextdv1.ClearResponse, error) {
+		return c.transport.clear(ctx, request)
+	})
+}
+
+// ListConversations lists conversations, paged, ordered by id.
+func (c *Client) ListConversations(ctx context.Context, request *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.ListConversationsResponse, error) {
+		return c.transport.listConversations(ctx, request)
+	})
+}
+
+// Compile compiles a prompt. A compile that commits its writeback and has no idempotency key is
+// sent with a random one, as in Commit, so it too is safe to retry.
+func (c *Client) Compile(ctx context.Context, request *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error) {
+	if request.GetCommit() != nil && request.GetCommit().GetIdempotencyKey() == "" {
+		request = proto.CloneOf(request)
+		request.Commit.IdempotencyKey = newIdempotencyKey()
+	}
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.CompileResponse, error) {
+		return c.transport.compile(ctx, request)
+	})
+}
+
+// CountTokens counts the tokens of messages with an estimator.
+func (c *Client) CountTokens(ctx context.Context, request *contextdv1.CountTokensRequest) (*contextdv1.CountTokensResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.CountTokensResponse, error) {
+		return c.transport.countTokens(ctx, request)
+	})
+}
+
+// Render renders a view of a stored or inline snapshot.
+func (c *Client) Render(ctx context.Context, request *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.RenderResponse, error) {
+		return c.transport.render(ctx, request)
+	})
+}
+
+func newIdempotencyKey() string {
+	return "contextd-go-" + rand.Text()
+}

@@ -1,0 +1,54 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/**
+ * Reading a provider response body whose shape is not ours: every accessor takes the JSON path of
+ * the value ("choices[0].message.content") and a wrong shape is INVALID_ARGUMENT saying where.
+ */
+
+export type JsonObject = Record<string, unknown>;
+
+export function malformed(path: string, detail: string): ConnectError {
+  return new ConnectError(`malformed provider response at ${path}: ${detail}`, Code.InvalidArgument);
+}
+
+/** Decodes UTF-8 JSON text; the root must be an object. */
+export function parseJsonObject(json: Uint8Array, providerName: string): JsonObject {
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(json));
+  } catch (error) {
+    throw malformed("$", `not a ${providerName} response: ${(error as Error).message}`);
+  }
+  return expectObject(value, "$");
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  return `a ${typeof value}`;
+}
+
+export function expectObject(value: unknown, path: string): JsonObject {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw malformed(path, `expected an object, got ${describe(value)}`);
+  return value as JsonObject;
+}
+
+export function expectArray(value: unknown, path: string): unknown[] {
+  if (!Array.isArray(value)) throw malformed(path, `expected an array, got ${describe(value)}`);
+  return value;
+}
+
+export function expectString(value: unknown, path: string): string {
+  if (typeof value !== "string") throw malformed(path, `expected a string, got ${describe(value)}`);
+  return value;
+}
+
+/** A string, or "" when absent or null (providers send null for "no value"). */
+export function optionalString(value: unknown, path: string): string {
+  return value === undefined || value === null ? "" : expectString(value, path);
+}
+
+/** An array, or [] when absent or null. */
+export function optionalArray(value: unknown, path: string): unknown[] {
+  return value === undefined || value === null ? [] : expectArray(value, path);
+}

@@ -1,0 +1,49 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  RenderedRequestSchema,
+  type CompiledPayload,
+  type RenderedRequest,
+  type RenderOptions,
+  type Warning,
+} from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { renderOpenAIChat } from "./openai-chat/render.js";
+import { validateOpenAIChat } from "./openai-chat/validate.js";
+
+/** Receives non-fatal notices of a render (for the compile's `warnings`). */
+export type RenderWarningSink = (warning: Warning) => void;
+
+/**
+ * Renders the compiled payload as the request body parts contextd owns for one provider (system
+ * slot, messages/contents/input, tools), validates the body against that provider's rules, and
+ * returns it as UTF-8 JSON. A rule violation is FAILED_PRECONDITION naming the rule and the message
+ * id: a bad body is never returned.
+ */
+export function renderRequest(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink = () => {}): RenderedRequest {
+  const body = renderBody(payload, options, report);
+  return create(RenderedRequestSchema, {
+    provider: options.provider,
+    model: options.model,
+    json: new TextEncoder().encode(JSON.stringify(body)),
+  });
+}
+
+function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): unknown {
+  void report;
+  switch (options.provider) {
+    case Provider.OPENAI_CHAT: {
+      const { body, origins } = renderOpenAIChat(payload, options.model);
+      validateOpenAIChat(body, origins, payload);
+      return body;
+    }
+    case Provider.OPENAI_RESPONSES:
+    case Provider.ANTHROPIC_MESSAGES:
+    case Provider.GEMINI:
+      throw new ConnectError(`render.provider: rendering ${Provider[options.provider]} is not implemented yet`, Code.Unimplemented);
+    case Provider.UNSPECIFIED:
+      throw new ConnectError("render.provider: a provider is required to render", Code.InvalidArgument);
+    default:
+      throw new ConnectError(`render.provider: unknown provider ${options.provider}`, Code.InvalidArgument);
+  }
+}

@@ -1,0 +1,37 @@
+import type { ToolCallPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { atMessage, providerRuleViolation } from "./rule-violation.js";
+
+/**
+ * The call's arguments as the JSON text OpenAI sends them: `data` exactly as stored (opaque, byte
+ * for byte), else `text`, else "{}" (a call without arguments).
+ */
+export function toolArgumentsJson(call: ToolCallPart): string {
+  const args = call.arguments;
+  if (args?.data) return args.data;
+  if (args?.text) return args.text;
+  return "{}";
+}
+
+/**
+ * The call's arguments as a JSON object, for providers that take an object (Anthropic `input`,
+ * Gemini `args`). Arguments that are not a JSON object cannot be sent there: FAILED_PRECONDITION
+ * under `rule`, naming the message and call.
+ */
+export function toolArgumentsObject(call: ToolCallPart, messageId: string, rule: string): Record<string, unknown> {
+  const json = toolArgumentsJson(call);
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch {
+    throw providerRuleViolation(rule, atMessage(messageId), `arguments of tool call "${call.id}" are not valid JSON`);
+  }
+  if (!isJsonObject(value)) {
+    throw providerRuleViolation(rule, atMessage(messageId), `arguments of tool call "${call.id}" are not a JSON object`);
+  }
+  return value;
+}
+
+/** True for a plain JSON object (not null, not an array). */
+export function isJsonObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}

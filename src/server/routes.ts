@@ -17,6 +17,7 @@ import { registerReflection } from "./reflection.js";
 import { contextService } from "./services/context-service.js";
 import { conversationService } from "./services/conversation-service.js";
 import { telemetryService } from "./services/telemetry-service.js";
+import type { ConversationStore } from "../store/conversation-store.js";
 
 /** The contextd services whose health follows the store. */
 export const contextdServiceNames = [ContextService.typeName, ConversationService.typeName, TelemetryService.typeName];
@@ -24,12 +25,18 @@ export const contextdServiceNames = [ContextService.typeName, ConversationServic
 /** Everything the routes depend on; built by `src/main.ts`, replaced by fakes in unit tests. */
 export interface RouteDependencies {
   health: HealthStatus;
+  /** Where conversations live (memory or Redis). */
+  store: ConversationStore;
+  /** Aborted at shutdown: streaming RPCs end with UNAVAILABLE. */
+  shutdown: AbortSignal;
+  /** Idle time after which a ConversationService.Watch stream sends a heartbeat. */
+  watchHeartbeatMs: number;
 }
 
 export function routes(dependencies: RouteDependencies) {
   return (router: ConnectRouter) => {
     router.service(ContextService, contextService());
-    router.service(ConversationService, conversationService());
+    router.service(ConversationService, conversationService(dependencies));
     router.service(TelemetryService, telemetryService());
     router.service(Health, healthService(dependencies.health));
     const registry = createRegistry(

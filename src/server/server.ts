@@ -3,10 +3,14 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createDualProtocolServer } from "./listen.js";
 import { HealthStatus, ServingStatus } from "./health.js";
 import { contextdServiceNames, routes } from "./routes.js";
+import type { ConversationStore } from "../store/conversation-store.js";
 
 export interface ServerOptions {
   host: string;
   port: number;
+  store: ConversationStore;
+  /** Idle time after which a Watch stream sends a heartbeat; 15 s when not given. */
+  watchHeartbeatMs?: number;
 }
 
 export interface RunningServer {
@@ -20,7 +24,15 @@ export interface RunningServer {
 /** Starts the sidecar on one port serving gRPC, gRPC-Web and Connect. */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const health = new HealthStatus(new Set(contextdServiceNames));
-  const handler = connectNodeAdapter({ routes: routes({ health }) });
+  const shutdownSignal = new AbortController();
+  const handler = connectNodeAdapter({
+    routes: routes({
+      health,
+      store: options.store,
+      shutdown: shutdownSignal.signal,
+      watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
+    }),
+  });
   const { tcp, h2 } = createDualProtocolServer(handler);
   await new Promise<void>((resolve, reject) => {
     tcp.once("error", reject);
@@ -40,6 +52,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     health,
     async shutdown(graceMs = 5_000) {
       health.set(ServingStatus.NOT_SERVING);
+      shutdownSignal.abort();
       const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
       for (const session of sessions) session.close();
       const timer = setTimeout(() => {

@@ -26,6 +26,9 @@ export interface ConversationPage {
  * `expectedVersion` (the message says the current version), INVALID_ARGUMENT for an invalid
  * delta (naming its index and the rule), UNAVAILABLE when the backing store cannot be reached or
  * holds a version without its payload.
+ *
+ * States returned by `load` and `commit` may be shared with the store's cache: treat them as
+ * immutable (core functions never mutate their inputs).
  */
 export interface ConversationStore {
   /** The current state; a conversation never written is an empty state with version 0. */
@@ -35,13 +38,16 @@ export interface ConversationStore {
    * non-empty `idempotencyKey` already used with the same deltas returns the original outcome.
    */
   commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome>;
+  /** The current version alone (0 for a conversation never written); cheaper than `load`. */
+  currentVersion(conversationId: string): Promise<bigint>;
   /** Empties the conversation and advances its version (a tombstone). */
   clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
   /** Conversations ordered by id. */
   list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage>;
   /**
    * Every change with a version greater than `fromVersion`, in version order, then live changes
-   * until `signal` aborts. Idle periods yield nothing; the caller sends heartbeats.
+   * until `signal` aborts. Idle periods yield nothing; the caller sends heartbeats. Resuming from a
+   * version whose following changes were trimmed from the bounded change log is OUT_OF_RANGE.
    */
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
   /** Resolves when the store is usable, rejects when it is not; drives health. */

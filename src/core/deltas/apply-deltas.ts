@@ -6,6 +6,7 @@ import { mergeArtifact } from "./artifact-merge.js";
 import { compact } from "./compact.js";
 import type { DeltaContext } from "./delta-context.js";
 import { forget, remember } from "./experiences.js";
+import { appendProviderResponse } from "./provider-response.js";
 import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
 import { setToolDefinitions } from "./tool-definitions.js";
 
@@ -74,8 +75,7 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
     case "forget":
       return forget(state, operation.value.experienceId);
     case "appendProviderResponse":
-      // Wired to the providers' parseProviderResponse as soon as src/core/providers lands.
-      throw new ConnectError("append_provider_response is not available in this build yet", Code.Unimplemented);
+      return appendProviderResponse(state, operation.value, context);
     case "setToolDefinitions":
       return setToolDefinitions(state, operation.value);
     case undefined:

@@ -1,0 +1,57 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import { ChangeSchema, type Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { applyDeltas } from "../core/deltas/apply-deltas.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
+
+/** The state of a conversation never written (or unknown): empty, version 0. */
+export function emptyConversationState(conversationId: string): ConversationState {
+  return create(ConversationStateSchema, { conversationId });
+}
+
+/** What a commit writes: the next state (version + 1) and the change record published to Watch. */
+export interface CommitPlan {
+  state: ConversationState;
+  change: Change;
+}
+
+export interface CommitPlanOptions {
+  deltaContext: DeltaContext;
+  idempotencyKey: string;
+  /** Commit time in Unix milliseconds (the store's clock; core never reads one). */
+  committedAtUnixMs: bigint;
+  /** True for `Clear`, so watchers can tell a clear from a batch that happens to clear. */
+  cleared: boolean;
+}
+
+/** Both stores compute a commit the same way; they differ only in how they make it atomic. */
+export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
+  const applied = applyDeltas(base, deltas, options.deltaContext);
+  const version = base.version + 1n;
+  const state = { ...applied, conversationId: base.conversationId, version };
+  const change = create(ChangeSchema, {
+    conversationId: base.conversationId,
+    version,
+    deltas,
+    idempotencyKey: options.idempotencyKey,
+    committedAtUnixMs: options.committedAtUnixMs,
+    cleared: options.cleared,
+  });
+  return { state, change };
+}
+
+/**
+ * Identifies a batch for idempotency: a retry must carry the same deltas. Protobuf binary of the
+ * same field values is the same bytes whichever client language sent them, since the server
+ * re-encodes what it decoded.
+ */
+export function deltasFingerprint(deltas: readonly Delta[]): string {
+  const hash = createHash("sha256");
+  for (const delta of deltas) {
+    const bytes = toBinary(DeltaSchema, delta);
+    hash.update(String(bytes.length) + ":");
+    hash.update(bytes);
+  }
+  return hash.digest("hex");
+}

@@ -1,0 +1,16 @@
+import type { ConversationStore } from "./conversation-store.js";
+import { MemoryConversationStore } from "./memory-conversation-store.js";
+import { RedisConversationStore } from "./redis-conversation-store.js";
+
+/**
+ * The store for a configured Redis URL: empty = the embedded in-memory store, otherwise Redis.
+ * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
+ * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
+ * reconnecting in the background.
+ */
+export async function createConversationStore(redisUrl: string, connectTimeoutMs = 5_000): Promise<ConversationStore> {
+  if (redisUrl === "") return new MemoryConversationStore();
+  const store = new RedisConversationStore(redisUrl);
+  await store.connected(connectTimeoutMs);
+  return store;
+}

@@ -1,0 +1,160 @@
+import { create } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
+import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
+import { decodePageToken, encodePageToken } from "./page-token.js";
+import { changesNotRetained, idempotencyKeyReused, versionConflict } from "./store-errors.js";
+
+export interface MemoryStoreOptions {
+  /** Changes kept per conversation for Watch resumption (oldest dropped first). */
+  maxChangesPerConversation?: number;
+  /** How long an idempotency key is remembered. */
+  idempotencyTtlMs?: number;
+  /** Clock, in Unix milliseconds; injectable for tests. */
+  now?: () => number;
+  /** Ids for messages committed without one. */
+  deltaContext?: DeltaContext;
+}
+
+interface Conversation {
+  state: ConversationState;
+  changes: Change[];
+  idempotency: Map<string, { fingerprint: string; outcome: CommitOutcome; expiresAt: number }>;
+}
+
+export const defaultMaxChangesPerConversation = 10_000;
+export const defaultIdempotencyTtlMs = 24 * 60 * 60 * 1000;
+
+/**
+ * The embedded default store. A commit runs synchronously between awaits, so JavaScript's single
+ * thread makes compare, apply and publish atomic without locks. Nothing survives the process.
+ */
+export class MemoryConversationStore implements ConversationStore {
+  private readonly conversations = new Map<string, Conversation>();
+  private readonly listeners = new Map<string, Set<() => void>>();
+  private readonly maxChanges: number;
+  private readonly idempotencyTtlMs: number;
+  private readonly now: () => number;
+  private readonly deltaContext: DeltaContext;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
+    this.now = options.now ?? Date.now;
+    this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
+  }
+
+  async load(conversationId: string): Promise<ConversationState> {
+    return this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+  }
+
+  async currentVersion(conversationId: string): Promise<bigint> {
+    return this.conversations.get(conversationId)?.state.version ?? 0n;
+  }
+
+  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome> {
+    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false);
+  }
+
+  async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    const clearState = create(DeltaSchema, { operation: { case: "clearState", value: {} } });
+    return (await this.apply(conversationId, expectedVersion, [clearState], "", true)).version;
+  }
+
+  async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
+    const after = decodePageToken(pageToken);
+    const ids = [...this.conversations.keys()].filter((id) => id.startsWith(prefix) && id > after).sort();
+    const page = ids.slice(0, pageSize);
+    const conversations: ConversationSummary[] = page.map((id) =>
+      create(ConversationSummarySchema, { conversationId: id, version: this.conversations.get(id)!.state.version }),
+    );
+    return { conversations, nextPageToken: ids.length > pageSize ? encodePageToken(page[page.length - 1]!) : "" };
+  }
+
+  async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
+    let last = fromVersion;
+    let first = true;
+    while (!signal.aborted) {
+      const changes = this.conversations.get(conversationId)?.changes ?? [];
+      if (first && fromVersion > 0n) {
+        const current = this.conversations.get(conversationId)?.state.version ?? 0n;
+        const oldest = changes[0]?.version ?? current + 1n;
+        if (current > fromVersion && oldest > fromVersion + 1n) throw changesNotRetained(conversationId, fromVersion, oldest);
+      }
+      first = false;
+      const pending = changes.filter((change) => change.version > last);
+      for (const change of pending) {
+        if (signal.aborted) return;
+        yield change;
+        last = change.version;
+      }
+      if (pending.length === 0) await this.nextCommit(conversationId, signal);
+    }
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {
+    for (const callbacks of this.listeners.values()) for (const callback of callbacks) callback();
+  }
+
+  private async apply(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    cleared: boolean,
+  ): Promise<CommitOutcome> {
+    const conversation = this.conversations.get(conversationId);
+    const fingerprint = idempotencyKey === "" ? "" : deltasFingerprint(deltas);
+    if (conversation && idempotencyKey !== "") {
+      const record = conversation.idempotency.get(idempotencyKey);
+      if (record && record.expiresAt <= this.now()) conversation.idempotency.delete(idempotencyKey);
+      else if (record) {
+        if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
+        return { ...record.outcome, replayed: true };
+      }
+    }
+    const base = conversation?.state ?? emptyConversationState(conversationId);
+    if (expectedVersion !== undefined && expectedVersion !== base.version) {
+      throw versionConflict(conversationId, expectedVersion, base.version);
+    }
+    const plan = planCommit(base, deltas, {
+      deltaContext: this.deltaContext,
+      idempotencyKey,
+      committedAtUnixMs: BigInt(this.now()),
+      cleared,
+    });
+    const target: Conversation = conversation ?? { state: base, changes: [], idempotency: new Map() };
+    target.state = plan.state;
+    target.changes.push(plan.change);
+    if (target.changes.length > this.maxChanges) target.changes.splice(0, target.changes.length - this.maxChanges);
+    const outcome: CommitOutcome = { version: plan.state.version, state: plan.state, replayed: false };
+    if (idempotencyKey !== "") {
+      target.idempotency.set(idempotencyKey, { fingerprint, outcome, expiresAt: this.now() + this.idempotencyTtlMs });
+    }
+    this.conversations.set(conversationId, target);
+    for (const callback of this.listeners.get(conversationId) ?? []) callback();
+    return outcome;
+  }
+
+  /** Resolves at the next commit to `conversationId`, or when `signal` aborts or the store closes. */
+  private nextCommit(conversationId: string, signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      let callbacks = this.listeners.get(conversationId);
+      if (!callbacks) this.listeners.set(conversationId, (callbacks = new Set()));
+      const done = () => {
+        callbacks!.delete(done);
+        if (callbacks!.size === 0) this.listeners.delete(conversationId);
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      callbacks.add(done);
+      signal.addEventListener("abort", done, { once: true });
+    });
+  }
+}

@@ -1,0 +1,367 @@
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { randomUUID } from "node:crypto";
+import { Redis, type RedisOptions } from "ioredis";
+import {
+  ChangeSchema,
+  CommitResponseSchema,
+  ConversationSummarySchema,
+  type Change,
+} from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
+import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
+import { decodePageToken, encodePageToken } from "./page-token.js";
+import { commitScript, conversationIndexKey, conversationKeys, loadScript, type ConversationKeys } from "./redis-scripts.js";
+import { changesNotRetained, corruptConversation, idempotencyKeyReused, versionConflict } from "./store-errors.js";
+
+export interface RedisStoreOptions {
+  /** Prefix of every key; lets several deployments share one Redis. */
+  keyPrefix?: string;
+  /** Approximate number of changes kept per conversation stream (XADD MAXLEN ~). */
+  maxChangesPerConversation?: number;
+  idempotencyTtlMs?: number;
+  /** Decoded states kept in this process, validated against the stored version on every use. */
+  cacheSize?: number;
+  /** How long one blocking XREAD of a Watch waits before looping. */
+  watchBlockMs?: number;
+  /** Retries of a commit without expected version when another writer got there first. */
+  maxCommitAttempts?: number;
+  now?: () => number;
+  deltaContext?: DeltaContext;
+}
+
+/**
+ * Connection settings that make a Redis outage an immediate UNAVAILABLE instead of a hang: no
+ * offline queue, one retry per command, bounded connect and command times. ioredis keeps
+ * reconnecting in the background (backoff capped at 1 s), so the store recovers by itself.
+ */
+export const redisConnectionOptions: RedisOptions = {
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 1,
+  connectTimeout: 2_000,
+  commandTimeout: 2_000,
+  retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
+};
+
+interface ScriptedRedis extends Redis {
+  contextdLoadBuffer(...args: (string | Buffer)[]): Promise<(Buffer | null | number)[]>;
+  contextdCommitBuffer(...args: (string | Buffer | number)[]): Promise<(Buffer | null)[]>;
+}
+
+interface Loaded {
+  state: ConversationState;
+  /** The idempotency record of the key asked for, if one exists. */
+  record?: { fingerprint: string; response: Buffer };
+}
+
+/**
+ * The production store. A commit computes the next state from the state it read, then one Lua
+ * script compares the expected version, writes state + version, appends the change to the
+ * conversation's stream and records the idempotency key, all atomically. If the version moved in
+ * between, the script refuses and nothing is written (ABORTED, or an internal retry when the
+ * caller gave no expected version).
+ */
+export class RedisConversationStore implements ConversationStore {
+  private readonly redis: ScriptedRedis;
+  private readonly keyPrefix: string;
+  private readonly maxChanges: number;
+  private readonly idempotencyTtlSeconds: number;
+  private readonly cacheSize: number;
+  private readonly watchBlockMs: number;
+  private readonly maxCommitAttempts: number;
+  private readonly now: () => number;
+  private readonly deltaContext: DeltaContext;
+  private readonly cache = new Map<string, ConversationState>();
+  private readonly watchConnections = new Set<Redis>();
+  private lastError = "";
+
+  constructor(
+    private readonly url: string,
+    options: RedisStoreOptions = {},
+  ) {
+    this.keyPrefix = options.keyPrefix ?? "contextd";
+    this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
+    this.cacheSize = options.cacheSize ?? 1_000;
+    this.watchBlockMs = options.watchBlockMs ?? 1_000;
+    this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
+    this.now = options.now ?? Date.now;
+    this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
+    this.redis = new Redis(url, redisConnectionOptions) as ScriptedRedis;
+    // Without a listener ioredis reports connection errors as unhandled; they surface as
+    // UNAVAILABLE on the calls that need the connection instead.
+    this.redis.on("error", (error: Error) => (this.lastError = error.message));
+    this.redis.defineCommand("contextdLoad", { numberOfKeys: 3, lua: loadScript, readOnly: true });
+    this.redis.defineCommand("contextdCommit", { numberOfKeys: 4, lua: commitScript });
+  }
+
+  /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
+  async connected(timeoutMs = 5_000): Promise<boolean> {
+    if (this.redis.status === "ready") return true;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => finish(false), timeoutMs);
+      const finish = (ready: boolean) => {
+        clearTimeout(timer);
+        this.redis.off("ready", onReady);
+        resolve(ready);
+      };
+      const onReady = () => finish(true);
+      this.redis.on("ready", onReady);
+    });
+  }
+
+  async load(conversationId: string): Promise<ConversationState> {
+    return (await this.read(conversationId, "")).state;
+  }
+
+  async currentVersion(conversationId: string): Promise<bigint> {
+    const version = await this.call("reading the version", () => this.redis.get(this.keys(conversationId).version));
+    return BigInt(version ?? "0");
+  }
+
+  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome> {
+    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false);
+  }
+
+  async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    const clearState = create(DeltaSchema, { operation: { case: "clearState", value: {} } });
+    return (await this.apply(conversationId, expectedVersion, [clearState], "", true)).version;
+  }
+
+  async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
+    const after = decodePageToken(pageToken);
+    const index = conversationIndexKey(this.keyPrefix);
+    const lower = after !== "" && after >= prefix ? Buffer.from("(" + after) : Buffer.from("[" + prefix);
+    const upper = prefix === "" ? "+" : Buffer.concat([Buffer.from("[" + prefix), Buffer.from([0xff])]);
+    const ids = await this.call("listing conversations", () => this.redis.zrangebylex(index, lower, upper, "LIMIT", 0, pageSize + 1));
+    const page = ids.slice(0, pageSize);
+    const versions = await this.call("listing conversations", async () => {
+      const pipeline = this.redis.pipeline();
+      for (const id of page) pipeline.get(this.keys(id).version);
+      return (await pipeline.exec()) ?? [];
+    });
+    const conversations = page.flatMap((id, position) => {
+      const [error, version] = versions[position] ?? [];
+      if (error) throw this.unavailable("listing conversations", error);
+      // An index entry whose first commit never applied (the index is written beside the script).
+      if (version === null || version === undefined) return [];
+      return [create(ConversationSummarySchema, { conversationId: id, version: BigInt(version as string) })];
+    });
+    return { conversations, nextPageToken: ids.length > pageSize ? encodePageToken(page[page.length - 1]!) : "" };
+  }
+
+  async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
+    const keys = this.keys(conversationId);
+    let last = fromVersion;
+    const backlog = await this.call("reading changes", () => this.redis.xrangeBuffer(keys.changes, `${fromVersion + 1n}-0`, "+"));
+    if (fromVersion > 0n) {
+      const oldest = backlog.length > 0 ? decodeChange(backlog[0]![1]).version : undefined;
+      const current = oldest === undefined ? await this.currentVersion(conversationId) : oldest - 1n;
+      if (current > fromVersion && (oldest === undefined || oldest > fromVersion + 1n)) {
+        throw changesNotRetained(conversationId, fromVersion, oldest ?? current + 1n);
+      }
+    }
+    for (const [, fields] of backlog) {
+      const change = decodeChange(fields);
+      yield change;
+      last = change.version;
+    }
+    // A blocking XREAD holds its connection, so each watch gets its own.
+    const connection = this.redis.duplicate({ commandTimeout: this.watchBlockMs + 2_000 });
+    connection.on("error", (error: Error) => (this.lastError = error.message));
+    this.watchConnections.add(connection);
+    const stop = () => connection.disconnect();
+    signal.addEventListener("abort", stop, { once: true });
+    try {
+      while (!signal.aborted) {
+        let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
+        try {
+          reply = await connection.xreadBuffer("COUNT", 100, "BLOCK", this.watchBlockMs, "STREAMS", keys.changes, `${last}-0`);
+        } catch (error) {
+          if (signal.aborted) return;
+          throw this.unavailable("watching changes", error);
+        }
+        for (const [, entries] of reply ?? []) {
+          for (const [, fields] of entries) {
+            const change = decodeChange(fields);
+            if (change.version <= last) continue;
+            yield change;
+            last = change.version;
+          }
+        }
+      }
+    } finally {
+      signal.removeEventListener("abort", stop);
+      this.watchConnections.delete(connection);
+      connection.disconnect();
+    }
+  }
+
+  async ping(): Promise<void> {
+    await this.call("ping", () => this.redis.ping());
+  }
+
+  async close(): Promise<void> {
+    for (const connection of this.watchConnections) connection.disconnect();
+    this.redis.disconnect();
+  }
+
+  private keys(conversationId: string): ConversationKeys {
+    return conversationKeys(this.keyPrefix, conversationId);
+  }
+
+  /**
+   * Reads the state (from the cache when the stored version still matches it) and, for a non-empty
+   * key, the idempotency record, in one round trip.
+   */
+  private async read(conversationId: string, idempotencyKey: string): Promise<Loaded> {
+    const keys = this.keys(conversationId);
+    const cached = this.cache.get(conversationId);
+    const reply = await this.call("loading a conversation", () =>
+      this.redis.contextdLoadBuffer(
+        keys.version,
+        keys.state,
+        keys.idempotencyPrefix + idempotencyKey,
+        cached ? String(cached.version) : "",
+        idempotencyKey === "" ? "0" : "1",
+      ),
+    );
+    const [versionBytes, stateBytes, fingerprint, response, exists] = reply;
+    const version = BigInt(String(versionBytes));
+    const record = fingerprint && response ? { fingerprint: String(fingerprint), response: response as Buffer } : undefined;
+    if (version === 0n) {
+      if (exists === 1) throw corruptConversation(conversationId, "a state is stored without its version");
+      this.cache.delete(conversationId);
+      return { state: emptyConversationState(conversationId), record };
+    }
+    if (exists !== 1) throw corruptConversation(conversationId, `version ${version} is stored without its state`);
+    if (cached && cached.version === version) {
+      this.remember(cached);
+      return { state: cached, record };
+    }
+    let state: ConversationState;
+    try {
+      state = fromBinary(ConversationStateSchema, stateBytes as Buffer);
+    } catch (error) {
+      throw corruptConversation(conversationId, `the stored state does not decode: ${(error as Error).message}`);
+    }
+    if (state.version !== version || state.conversationId !== conversationId) {
+      throw corruptConversation(conversationId, `the stored state is version ${state.version} of "${state.conversationId}" but the version key says ${version}`);
+    }
+    this.remember(state);
+    return { state, record };
+  }
+
+  private async apply(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    cleared: boolean,
+  ): Promise<CommitOutcome> {
+    const keys = this.keys(conversationId);
+    const fingerprint = idempotencyKey === "" ? "" : deltasFingerprint(deltas);
+    for (let attempt = 1; ; attempt++) {
+      const { state: base, record } = await this.read(conversationId, idempotencyKey);
+      if (record) return replayed(conversationId, idempotencyKey, fingerprint, record);
+      if (expectedVersion !== undefined && expectedVersion !== base.version) {
+        throw versionConflict(conversationId, expectedVersion, base.version);
+      }
+      const plan = planCommit(base, deltas, {
+        deltaContext: this.deltaContext,
+        idempotencyKey,
+        committedAtUnixMs: BigInt(this.now()),
+        cleared,
+      });
+      const response = idempotencyKey === "" ? "" : Buffer.from(toBinary(CommitResponseSchema, create(CommitResponseSchema, { version: plan.state.version, state: plan.state })));
+      const [reply] = await this.call("committing", async () => {
+        // The index write rides in the same round trip; it is idempotent, and listing skips ids
+        // whose commit did not apply.
+        const pipeline = this.redis.pipeline();
+        (pipeline as unknown as ScriptedRedis).contextdCommitBuffer(
+          keys.version,
+          keys.state,
+          keys.changes,
+          keys.idempotencyPrefix + idempotencyKey,
+          String(base.version),
+          Buffer.from(toBinary(ConversationStateSchema, plan.state)),
+          Buffer.from(toBinary(ChangeSchema, plan.change)),
+          fingerprint,
+          response,
+          this.idempotencyTtlSeconds,
+          this.maxChanges,
+        );
+        pipeline.zadd(conversationIndexKey(this.keyPrefix), 0, conversationId);
+        const results = (await pipeline.exec()) ?? [];
+        for (const [error] of results) if (error) throw error;
+        return results.map(([, value]) => value as (Buffer | null)[]);
+      });
+      const outcome = String(reply![0]);
+      if (outcome === "ok") {
+        this.remember(plan.state);
+        return { version: plan.state.version, state: plan.state, replayed: false };
+      }
+      if (outcome === "replay") {
+        return replayed(conversationId, idempotencyKey, fingerprint, { fingerprint: String(reply![1]), response: reply![2] as Buffer });
+      }
+      if (outcome === "corrupt") throw corruptConversation(conversationId, `version ${String(reply![1])} is stored without its state`);
+      // Another writer committed between our read and our script.
+      this.cache.delete(conversationId);
+      const current = BigInt(String(reply![1]));
+      if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      if (attempt >= this.maxCommitAttempts) {
+        throw new ConnectError(
+          `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,
+          Code.Aborted,
+        );
+      }
+    }
+  }
+
+  /** Keeps `state` as the newest cached copy, evicting the least recently used beyond the limit. */
+  private remember(state: ConversationState): void {
+    this.cache.delete(state.conversationId);
+    this.cache.set(state.conversationId, state);
+    if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+  }
+
+  private async call<T>(what: string, run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (error) {
+      if (error instanceof ConnectError) throw error;
+      throw this.unavailable(what, error);
+    }
+  }
+
+  private unavailable(what: string, error: unknown): ConnectError {
+    const detail = error instanceof Error ? error.message : String(error);
+    const cause = this.lastError !== "" && this.lastError !== detail ? ` (last connection error: ${this.lastError})` : "";
+    return new ConnectError(`redis store unavailable while ${what} at ${redactUrl(this.url)}: ${detail}${cause}`, Code.Unavailable);
+  }
+}
+
+function replayed(conversationId: string, key: string, fingerprint: string, record: { fingerprint: string; response: Buffer }): CommitOutcome {
+  if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, key);
+  const response = fromBinary(CommitResponseSchema, record.response);
+  return { version: response.version, state: response.state ?? emptyConversationState(conversationId), replayed: true };
+}
+
+function decodeChange(fields: Buffer[]): Change {
+  // Stream entries are written as the single field pair ("change", bytes).
+  return fromBinary(ChangeSchema, fields[1]!);
+}
+
+/** The URL without a password, for error messages. */
+function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = "***";
+    return parsed.toString();
+  } catch {
+    return "(unparsable redis url)";
+  }
+}

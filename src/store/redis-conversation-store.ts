@@ -100,17 +100,7 @@ export class RedisConversationStore implements ConversationStore {
 
   /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
   async connected(timeoutMs = 5_000): Promise<boolean> {
-    if (this.redis.status === "ready") return true;
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => finish(false), timeoutMs);
-      const finish = (ready: boolean) => {
-        clearTimeout(timer);
-        this.redis.off("ready", onReady);
-        resolve(ready);
-      };
-      const onReady = () => finish(true);
-      this.redis.on("ready", onReady);
-    });
+    return whenReady(this.redis, timeoutMs);
   }
 
   async load(conversationId: string): Promise<ConversationState> {
@@ -176,6 +166,9 @@ export class RedisConversationStore implements ConversationStore {
     const stop = () => connection.disconnect();
     signal.addEventListener("abort", stop, { once: true });
     try {
+      if (!(await whenReady(connection, redisConnectionOptions.connectTimeout!)) && !signal.aborted) {
+        throw this.unavailable("watching changes", new Error(`no connection within ${redisConnectionOptions.connectTimeout} ms`));
+      }
       while (!signal.aborted) {
         let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
         try {
@@ -342,6 +335,24 @@ export class RedisConversationStore implements ConversationStore {
     const cause = this.lastError !== "" && this.lastError !== detail ? ` (last connection error: ${this.lastError})` : "";
     return new ConnectError(`redis store unavailable while ${what} at ${redactUrl(this.url)}: ${detail}${cause}`, Code.Unavailable);
   }
+}
+
+/** Resolves true once `redis` is ready, false after `timeoutMs` (commands fail fast until then). */
+function whenReady(redis: Redis, timeoutMs: number): Promise<boolean> {
+  if (redis.status === "ready") return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => finish(false), timeoutMs);
+    const onReady = () => finish(true);
+    const onEnd = () => finish(false);
+    const finish = (ready: boolean) => {
+      clearTimeout(timer);
+      redis.off("ready", onReady);
+      redis.off("end", onEnd);
+      resolve(ready);
+    };
+    redis.on("ready", onReady);
+    redis.on("end", onEnd);
+  });
 }
 
 function replayed(conversationId: string, key: string, fingerprint: string, record: { fingerprint: string; response: Buffer }): CommitOutcome {

@@ -1,0 +1,317 @@
+import { create, equals, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { ConversationStateSchema, Segment, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { ConversationStore } from "../../src/store/conversation-store.js";
+import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
+import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
+import { currentVersionTrailer } from "../../src/store/store-errors.js";
+import { startRedis, type RedisProcess } from "../support/redis.js";
+import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, textMessage } from "./fixtures.js";
+
+let redis: RedisProcess;
+beforeAll(async () => {
+  redis = await startRedis();
+});
+afterAll(async () => {
+  await redis?.stop();
+});
+
+let conversationCounter = 0;
+/** A fresh conversation id per test, so tests share one Redis without seeing each other. */
+const freshId = (label: string) => `${label}-${process.pid}-${++conversationCounter}`;
+
+async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
+  const error = await promise.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  );
+  expect(error, "expected a rejection").toBeInstanceOf(ConnectError);
+  return error as ConnectError;
+}
+
+const stores: [string, () => Promise<ConversationStore>][] = [
+  ["memory", async () => new MemoryConversationStore()],
+  [
+    "redis",
+    async () => {
+      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200 });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+];
+
+describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
+  let store: ConversationStore;
+  beforeAll(async () => {
+    store = await open();
+  });
+  afterAll(async () => {
+    await store?.close();
+  });
+
+  it("loads a conversation never written as an empty state with version 0", async () => {
+    const id = freshId("empty");
+    const state = await store.load(id);
+    expect(state.version).toBe(0n);
+    expect(state.conversationId).toBe(id);
+    expect(equals(ConversationStateSchema, state, create(ConversationStateSchema, { conversationId: id }))).toBe(true);
+    expect(await store.currentVersion(id)).toBe(0n);
+  });
+
+  it("advances the version by one per batch for append, replace, remove and clear_segment", async () => {
+    const id = freshId("ops");
+    const first = await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"), textMessage("a1", Role.ASSISTANT, "hello"))], "");
+    expect(first.version).toBe(1n);
+    expect(first.state.history.map((message) => message.id)).toEqual(["u1", "a1"]);
+    const second = await store.commit(id, 1n, [delta({ case: "replaceSegment", value: { segment: Segment.SYSTEM, messages: [textMessage("s1", Role.SYSTEM, "be brief")] } })], "");
+    expect(second.version).toBe(2n);
+    const third = await store.commit(id, 2n, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["a1"] } })], "");
+    expect(third.version).toBe(3n);
+    expect(third.state.history.map((message) => message.id)).toEqual(["u1"]);
+    const fourth = await store.commit(id, 3n, [delta({ case: "clearSegment", value: { segment: Segment.SYSTEM } })], "");
+    expect(fourth.version).toBe(4n);
+    const loaded = await store.load(id);
+    expect(loaded.version).toBe(4n);
+    expect(loaded.system).toEqual([]);
+    expect(loaded.history.map((message) => message.id)).toEqual(["u1"]);
+  });
+
+  it("gives messages without an id a unique id", async () => {
+    const id = freshId("ids");
+    const outcome = await store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "a"), textMessage("", Role.ASSISTANT, "b"))], "");
+    const ids = outcome.state.history.map((message) => message.id);
+    expect(ids.every((messageId) => messageId !== "")).toBe(true);
+    expect(new Set(ids).size).toBe(2);
+    expect((await store.load(id)).history.map((message) => message.id)).toEqual(ids);
+  });
+
+  it("rejects a stale commit and a stale clear with ABORTED carrying the current version, changing nothing", async () => {
+    const id = freshId("stale");
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+    await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
+    const before = toBinary(ConversationStateSchema, await store.load(id));
+
+    const stale = await rejection(store.commit(id, 1n, [appendHistory(textMessage("u3", Role.USER, "late"))], ""));
+    expect(stale.code).toBe(Code.Aborted);
+    expect(stale.rawMessage).toContain("current version is 2");
+    expect(stale.metadata.get(currentVersionTrailer)).toBe("2");
+
+    const staleClear = await rejection(store.clear(id, 0n));
+    expect(staleClear.code).toBe(Code.Aborted);
+    expect(staleClear.metadata.get(currentVersionTrailer)).toBe("2");
+
+    expect(toBinary(ConversationStateSchema, await store.load(id))).toEqual(before);
+  });
+
+  it("clears a missing conversation to version 1 and leaves a tombstone that never returns to version 0", async () => {
+    const missing = freshId("clear-missing");
+    expect(await store.clear(missing, undefined)).toBe(1n);
+    expect((await store.load(missing)).version).toBe(1n);
+
+    const id = freshId("tombstone");
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), delta({ case: "remember", value: { text: "likes tea" } })], "");
+    expect(await store.clear(id, 1n)).toBe(2n);
+    const cleared = await store.load(id);
+    expect(cleared.version).toBe(2n);
+    expect(cleared.history).toEqual([]);
+    expect(cleared.experiences).toEqual([]);
+    // A writer that last saw the empty conversation must not become valid again.
+    expect((await rejection(store.commit(id, 0n, [appendHistory(textMessage("u9", Role.USER, "stale"))], ""))).code).toBe(Code.Aborted);
+    // Experience ids are never reused, also across a clear.
+    const after = await store.commit(id, 2n, [delta({ case: "remember", value: { text: "likes coffee" } })], "");
+    expect(after.state.experiences.map((experience) => experience.id)).toEqual(["exp_2"]);
+    expect(await store.list(id, 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 3n }] });
+  });
+
+  it("round-trips every part kind, actor, source refs, origin, cache hint, provenance, extensions and artifacts byte-identically", async () => {
+    const id = freshId("roundtrip");
+    const deltas = [
+      appendHistory(everyFieldMessage("m1")),
+      everyFieldToolRound("round1"),
+      artifactDelta("doc-1"),
+      delta({ case: "setToolDefinitions", value: { toolDefinitions: [create(ToolDefinitionSchema, { name: "lookup", description: "find", parameters: '{"type":"object"}' })] } }),
+      delta({ case: "remember", value: { text: "  likes\n tea " } }),
+      delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [everyFieldMessage("m2")] } }),
+    ];
+    const outcome = await store.commit(id, 0n, deltas, "");
+    const loaded = await store.load(id);
+    expect(toBinary(ConversationStateSchema, loaded)).toEqual(toBinary(ConversationStateSchema, outcome.state));
+    expect(toBinary(MessageSchema, loaded.history[0]!)).toEqual(toBinary(MessageSchema, everyFieldMessage("m1")));
+    expect(equals(MessageSchema, loaded.memory[0]!, everyFieldMessage("m2"))).toBe(true);
+    expect(loaded.history.map((message) => message.id)).toEqual(["m1", "round1-a", "round1-r"]);
+    expect(loaded.experiences).toMatchObject([{ id: "exp_1", text: "likes tea" }]);
+    expect(loaded.artifacts[0]!.budget!.tokenLimit).toBe(100n);
+  });
+
+  it("applies nothing from a batch with one invalid delta, naming its index and rule", async () => {
+    const id = freshId("atomic");
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+    const before = toBinary(ConversationStateSchema, await store.load(id));
+    const error = await rejection(
+      store.commit(
+        id,
+        1n,
+        [
+          delta({ case: "remember", value: { text: "fact" } }),
+          delta({ case: "appendAssistant", value: { toolCalls: [{ id: "call_1", name: "search" }, { id: "call_2", name: "fetch" }] } }),
+          delta({ case: "appendUser", value: { message: textMessage("u2", Role.USER, "too early") } }),
+        ],
+        "",
+      ),
+    );
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toMatch(/^deltas\[2\]\.append_user: tool round still open, missing results for call_1, call_2/);
+    expect(toBinary(ConversationStateSchema, await store.load(id))).toEqual(before);
+    expect(await store.currentVersion(id)).toBe(1n);
+  });
+
+  it("answers a retried commit with the same idempotency key from the record, even after later commits", async () => {
+    const id = freshId("idempotent");
+    const batch = [appendHistory(textMessage("", Role.USER, "once"))];
+    const original = await store.commit(id, 0n, batch, "key-1");
+    expect(original.replayed).toBe(false);
+    await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "later"))], "");
+
+    const retry = await store.commit(id, 0n, batch, "key-1");
+    expect(retry.replayed).toBe(true);
+    expect(retry.version).toBe(1n);
+    expect(toBinary(ConversationStateSchema, retry.state)).toEqual(toBinary(ConversationStateSchema, original.state));
+    expect((await store.load(id)).history).toHaveLength(2);
+
+    const misuse = await rejection(store.commit(id, 2n, [appendHistory(textMessage("", Role.USER, "other"))], "key-1"));
+    expect(misuse.code).toBe(Code.InvalidArgument);
+    expect(misuse.rawMessage).toContain('"key-1"');
+    expect(await store.currentVersion(id)).toBe(2n);
+  });
+
+  it("lets exactly one of 32 concurrent writers with the same expected version win", async () => {
+    const id = freshId("race");
+    await store.commit(id, 0n, [appendHistory(textMessage("u0", Role.USER, "start"))], "");
+    const results = await Promise.allSettled(
+      Array.from({ length: 32 }, (_, writer) => store.commit(id, 1n, [appendHistory(textMessage(`w${writer}`, Role.USER, `writer ${writer}`))], "")),
+    );
+    const won = results.filter((result) => result.status === "fulfilled");
+    const lost = results.filter((result): result is PromiseRejectedResult => result.status === "rejected");
+    expect(won).toHaveLength(1);
+    expect(lost.every((result) => (result.reason as ConnectError).code === Code.Aborted)).toBe(true);
+    const state = await store.load(id);
+    expect(state.version).toBe(2n);
+    expect(state.history).toHaveLength(2);
+  });
+
+  it("applies all of 32 concurrent writers without an expected version, one version each", async () => {
+    const id = freshId("no-expected");
+    const outcomes = await Promise.all(
+      Array.from({ length: 32 }, (_, writer) => store.commit(id, undefined, [appendHistory(textMessage(`w${writer}`, Role.USER, "x"))], "")),
+    );
+    expect(outcomes.map((outcome) => outcome.version).sort((a, b) => Number(a - b))).toEqual(Array.from({ length: 32 }, (_, index) => BigInt(index + 1)));
+    const state = await store.load(id);
+    expect(state.version).toBe(32n);
+    expect(state.history.map((message) => message.id).sort()).toEqual(Array.from({ length: 32 }, (_, writer) => `w${writer}`).sort());
+  });
+
+  it("streams every change once, in version order, resumes from a version and follows live commits", async () => {
+    const id = freshId("watch");
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "1"))], "k1");
+    await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "2"))], "");
+    await store.clear(id, 2n);
+
+    const controller = new AbortController();
+    const seen: Change[] = [];
+    const done = (async () => {
+      for await (const change of store.watch(id, 0n, controller.signal)) {
+        seen.push(change);
+        if (seen.length === 5) controller.abort();
+      }
+    })();
+    await waitFor(() => seen.length >= 3);
+    await store.commit(id, 3n, [appendHistory(textMessage("u4", Role.USER, "4"))], "");
+    await store.commit(id, 4n, [appendHistory(textMessage("u5", Role.USER, "5"))], "");
+    await done;
+    expect(seen.map((change) => change.version)).toEqual([1n, 2n, 3n, 4n, 5n]);
+    expect(seen[0]!.idempotencyKey).toBe("k1");
+    expect(seen[2]!.cleared).toBe(true);
+    expect(seen[3]!.deltas[0]!.operation.case).toBe("appendMessages");
+
+    const resumed: bigint[] = [];
+    const resume = new AbortController();
+    for await (const change of store.watch(id, 3n, resume.signal)) {
+      resumed.push(change.version);
+      if (resumed.length === 2) resume.abort();
+    }
+    expect(resumed).toEqual([4n, 5n]);
+  });
+
+  it("lists conversations by id, paged and filtered by prefix", async () => {
+    const prefix = freshId("list") + "/";
+    for (const suffix of ["c", "a", "e", "b", "d"]) await store.commit(prefix + suffix, undefined, [delta({ case: "remember", value: { text: suffix } })], "");
+    const first = await store.list(prefix, 2, "");
+    expect(first.conversations.map((summary) => summary.conversationId)).toEqual([prefix + "a", prefix + "b"]);
+    const second = await store.list(prefix, 2, first.nextPageToken);
+    const third = await store.list(prefix, 2, second.nextPageToken);
+    expect([...second.conversations, ...third.conversations].map((summary) => summary.conversationId)).toEqual([prefix + "c", prefix + "d", prefix + "e"]);
+    expect(third.nextPageToken).toBe("");
+    expect(first.conversations[0]!.version).toBe(1n);
+    expect((await rejection(store.list(prefix, 2, "not a token!"))).code).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("RedisConversationStore specifics", () => {
+  it("reports a version stored without its state as UNAVAILABLE, never as an empty conversation", async () => {
+    const store = new RedisConversationStore(redis.url);
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      const id = freshId("corrupt");
+      await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+      await raw.del(`contextd:{${id}}:state`);
+      const error = await rejection(store.load(id));
+      expect(error.code).toBe(Code.Unavailable);
+      expect(error.rawMessage).toContain("version 1 is stored without its state");
+      expect((await rejection(store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "x"))], ""))).code).toBe(Code.Unavailable);
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
+  it("sees another process's writes through its cache (validated against the stored version)", async () => {
+    const first = new RedisConversationStore(redis.url);
+    const second = new RedisConversationStore(redis.url);
+    try {
+      await Promise.all([first.connected(), second.connected()]);
+      const id = freshId("cache");
+      await first.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+      expect((await second.load(id)).history).toHaveLength(1);
+      await first.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
+      expect((await second.load(id)).history.map((message) => message.id)).toEqual(["u1", "u2"]);
+      await second.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "third"))], "");
+      expect((await first.load(id)).version).toBe(3n);
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
+
+  it("answers UNAVAILABLE at once when Redis cannot be reached", async () => {
+    const store = new RedisConversationStore("redis://127.0.0.1:1");
+    try {
+      const error = await rejection(store.load("x"));
+      expect(error.code).toBe(Code.Unavailable);
+      expect(error.rawMessage).toContain("redis store unavailable while loading a conversation");
+      expect((await rejection(store.ping())).code).toBe(Code.Unavailable);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+async function waitFor(condition: () => boolean): Promise<void> {
+  for (let attempt = 0; attempt < 500 && !condition(); attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+  expect(condition()).toBe(true);
+}

@@ -1,0 +1,101 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { ArtifactKind, ArtifactLifecycle, ArtifactSchema, MergePolicy } from "../../gen/ts/contextd/v1/artifact_pb.js";
+import { ActorKind, CacheType, MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { DeltaSchema, Segment, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+
+/** A delta from its operation, e.g. `delta({ case: "remember", value: { text: "x" } })`. */
+export function delta(operation: NonNullable<MessageInitShape<typeof DeltaSchema>["operation"]>): Delta {
+  return create(DeltaSchema, { operation });
+}
+
+export function textMessage(id: string, role: Role, text: string): Message {
+  return create(MessageSchema, { id, role, parts: [{ kind: { case: "text", value: { text } } }] });
+}
+
+export function appendHistory(...messages: Message[]): Delta {
+  return delta({ case: "appendMessages", value: { segment: Segment.HISTORY, messages } });
+}
+
+/** A message using every part kind and every metadata field, for byte-identical round trips. */
+export function everyFieldMessage(id: string): Message {
+  return create(MessageSchema, {
+    id,
+    role: Role.USER,
+    actor: { kind: ActorKind.PEER_AGENT, id: "agent-7", displayName: "Planner", sourceRefs: [{ namespace: "crm", kind: "agent", id: "7" }] },
+    parts: [
+      { kind: { case: "text", value: { text: "héllo <|endoftext|> 👋" } } },
+      { kind: { case: "image", value: { data: new Uint8Array([0, 1, 2, 255]), mimeType: "image/png", detail: 3 } } },
+      { kind: { case: "image", value: { url: "https://example.com/a.png" } } },
+      { kind: { case: "reasoning", value: { text: "thinking", signature: "sig==", redactedData: "opaque", provider: Provider.ANTHROPIC_MESSAGES, itemId: "rs_1" } } },
+      { kind: { case: "file", value: { mimeType: "application/pdf", data: new Uint8Array([37, 80, 68, 70]), name: "a.pdf" } } },
+      { kind: { case: "file", value: { uri: "gs://bucket/a.pdf" } } },
+    ],
+    sourceRefs: [{ namespace: "slack", kind: "event", id: "E1", checkpointId: "c3", uri: "https://slack/E1" }],
+    origin: { templateId: "tpl", layerId: "tenant" },
+    cache: { type: CacheType.EPHEMERAL, ttl: "5m" },
+    provenance: { kind: { case: "host", value: { typeId: "acme.import/v1", payload: '{"row":1}' } } },
+    extensions: [{ typeId: "acme.routing/v1", payload: '{"queue":"a"}' }],
+    createdAtUnixMs: 1_700_000_000_123n,
+    senderName: "alice",
+  });
+}
+
+/** A complete tool round whose payloads use every ToolPayload field. */
+export function everyFieldToolRound(prefix: string): Delta {
+  return delta({
+    case: "appendToolRound",
+    value: {
+      assistant: create(MessageSchema, {
+        id: `${prefix}-a`,
+        role: Role.ASSISTANT,
+        parts: [{ kind: { case: "toolCall", value: { id: `${prefix}-call`, name: "lookup", arguments: { data: '{"q":1}' }, signature: "ts" } } }],
+      }),
+      results: [
+        create(MessageSchema, {
+          id: `${prefix}-r`,
+          role: Role.TOOL,
+          parts: [
+            {
+              kind: {
+                case: "toolResult",
+                value: {
+                  toolCallId: `${prefix}-call`,
+                  name: "lookup",
+                  isError: true,
+                  payload: {
+                    text: "t",
+                    data: "[1]",
+                    binary: { data: new Uint8Array([9]), mimeType: "application/octet-stream" },
+                    error: { code: "E", message: "m" },
+                    progress: { current: 1.5, total: 3, message: "half" },
+                    control: { action: "handoff", reason: "r" },
+                  },
+                  contentParts: [{ kind: { case: "image", value: { url: "https://example.com/r.png" } } }],
+                },
+              },
+            },
+          ],
+        }),
+      ],
+    },
+  });
+}
+
+export function artifactDelta(id: string): Delta {
+  return delta({
+    case: "upsertArtifact",
+    value: {
+      artifact: create(ArtifactSchema, {
+        id,
+        kind: ArtifactKind.RETRIEVAL_DOCUMENT,
+        typeId: "acme.doc/v2",
+        payload: { text: "doc" },
+        lifecycle: ArtifactLifecycle.PERSISTENT,
+        owner: { namespace: "kb", kind: "doc", id },
+        sourceRefs: [{ namespace: "kb", kind: "chunk", id: "1" }],
+        mergePolicy: MergePolicy.REPLACE_BY_ORIGIN,
+        budget: { group: "rag", tokenLimit: 100n },
+      }),
+    },
+  });
+}

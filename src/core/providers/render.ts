@@ -8,8 +8,14 @@ import {
   type Warning,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { renderAnthropic } from "./anthropic/render.js";
+import { validateAnthropic } from "./anthropic/validate.js";
+import { renderGemini } from "./gemini/render.js";
+import { validateGemini } from "./gemini/validate.js";
 import { renderOpenAIChat } from "./openai-chat/render.js";
 import { validateOpenAIChat } from "./openai-chat/validate.js";
+import { renderOpenAIResponses } from "./openai-responses/render.js";
+import { validateOpenAIResponses } from "./openai-responses/validate.js";
 
 /** Receives non-fatal notices of a render (for the compile's `warnings`). */
 export type RenderWarningSink = (warning: Warning) => void;
@@ -30,17 +36,27 @@ export function renderRequest(payload: CompiledPayload, options: RenderOptions, 
 }
 
 function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): unknown {
-  void report;
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
       const { body, origins } = renderOpenAIChat(payload, options.model);
       validateOpenAIChat(body, origins, payload);
       return body;
     }
-    case Provider.OPENAI_RESPONSES:
-    case Provider.ANTHROPIC_MESSAGES:
-    case Provider.GEMINI:
-      throw new ConnectError(`render.provider: rendering ${Provider[options.provider]} is not implemented yet`, Code.Unimplemented);
+    case Provider.OPENAI_RESPONSES: {
+      const { body, origins } = renderOpenAIResponses(payload, options.model);
+      validateOpenAIResponses(body, origins, payload);
+      return body;
+    }
+    case Provider.ANTHROPIC_MESSAGES: {
+      const { body, origins } = renderAnthropic(payload, options.model, report);
+      validateAnthropic(body, origins, payload);
+      return body;
+    }
+    case Provider.GEMINI: {
+      const { body, origins } = renderGemini(payload, options.model);
+      validateGemini(body, origins, payload);
+      return body;
+    }
     case Provider.UNSPECIFIED:
       throw new ConnectError("render.provider: a provider is required to render", Code.InvalidArgument);
     default:

@@ -1,0 +1,198 @@
+import { create } from "@bufbuild/protobuf";
+import { WarningSchema, type CompiledPayload, type Warning } from "../../../../gen/ts/contextd/v1/compile_pb.js";
+import { CacheType, Provider, Role, type FilePart, type ImagePart, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { toolPayloadText } from "../../model/payload-text.js";
+import type { BodyOrigin } from "../body-origin.js";
+import { base64, inlineImage } from "../media.js";
+import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
+import { atMessage, providerRuleViolation } from "../rule-violation.js";
+import { toolArgumentsObject } from "../tool-arguments.js";
+import { toolParametersSchema } from "../tool-definitions.js";
+import type {
+  AnthropicBlock,
+  AnthropicCacheControl,
+  AnthropicDocumentBlock,
+  AnthropicImageBlock,
+  AnthropicImageMediaType,
+  AnthropicMessage,
+  AnthropicMessagesBody,
+  AnthropicTextBlock,
+  AnthropicToolResultBlock,
+} from "./body.js";
+
+/** Anthropic allows at most this many `cache_control` breakpoints per request. */
+export const anthropicMaxCacheBreakpoints = 4;
+
+/** An Anthropic body and, for each of its messages, the first payload message merged into it. */
+export interface RenderedAnthropic {
+  body: AnthropicMessagesBody;
+  origins: BodyOrigin[];
+}
+
+const imageMediaTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"]);
+
+/**
+ * Renders the payload as Anthropic `system`, `messages` and `tools`.
+ * - SYSTEM and DEVELOPER messages of the system segment become `system` text blocks; instruction
+ *   messages elsewhere (memory, tools segment, scratch, mid-history notes) become user text in
+ *   place, because `messages` has no system role and hoisting them into `system` would change the
+ *   cached prefix on every request.
+ * - TOOL messages become user turns whose `tool_result` blocks come first; consecutive same-role
+ *   turns are merged (results stay in front of any text merged after them).
+ * - Reasoning is sent only when Anthropic produced it (`thinking` / `redacted_thinking`).
+ * - A message cache hint becomes `cache_control` on that message's last block that can carry one.
+ *   More than 4 hints: the last 4 are kept (they cover the longest prefixes) and a warning names
+ *   the messages whose hints were dropped.
+ */
+export function renderAnthropic(payload: CompiledPayload, model: string, report: (warning: Warning) => void): RenderedAnthropic {
+  const system: AnthropicTextBlock[] = [];
+  const messages: AnthropicMessage[] = [];
+  const origins: BodyOrigin[] = [];
+  // Per body message: how many leading tool_result blocks it has, so merged results stay first.
+  const leadingResults: number[] = [];
+  const breakpoints: { block: { cache_control?: AnthropicCacheControl }; messageId: string }[] = [];
+
+  for (const { message, segment } of messagesInRenderingOrder(payload)) {
+    if (segment === "system" && isInstructionRole(message.role)) {
+      const blocks = message.parts.flatMap((part, index): AnthropicTextBlock[] => {
+        if (part.kind.case === "text") return part.kind.value.text === "" ? [] : [{ type: "text", text: part.kind.value.text }];
+        throw providerRuleViolation("anthropic.system_slot", atMessage(message.id), `part ${index} (${part.kind.case ?? "empty"}) cannot go in the Anthropic system field, which takes text only`);
+      });
+      markCacheBreakpoint(message, blocks, breakpoints);
+      system.push(...blocks);
+      continue;
+    }
+    const role = message.role === Role.ASSISTANT ? "assistant" : "user";
+    const { results, rest } = contentBlocks(message);
+    markCacheBreakpoint(message, [...results, ...rest], breakpoints);
+    if (results.length + rest.length === 0) continue;
+    const last = messages[messages.length - 1];
+    if (last && last.role === role) {
+      const lead = leadingResults[messages.length - 1]!;
+      last.content.splice(lead, 0, ...results);
+      last.content.push(...rest);
+      leadingResults[messages.length - 1] = lead + results.length;
+    } else {
+      messages.push({ role, content: [...results, ...rest] });
+      origins.push({ messageId: message.id, role: message.role });
+      leadingResults.push(results.length);
+    }
+  }
+
+  if (breakpoints.length > anthropicMaxCacheBreakpoints) {
+    const dropped = breakpoints.slice(0, breakpoints.length - anthropicMaxCacheBreakpoints);
+    for (const { block } of dropped) delete block.cache_control;
+    report(
+      create(WarningSchema, {
+        code: "anthropic_cache_breakpoints_dropped",
+        message: `Anthropic allows ${anthropicMaxCacheBreakpoints} cache breakpoints; the request has ${breakpoints.length}, so the hints of messages ${dropped.map((entry) => `"${entry.messageId}"`).join(", ")} were not sent (the last ${anthropicMaxCacheBreakpoints} were kept)`,
+      }),
+    );
+  }
+
+  const body: AnthropicMessagesBody = { ...(model !== "" ? { model } : {}), ...(system.length > 0 ? { system } : {}), messages };
+  if (payload.toolDefinitions.length > 0) {
+    body.tools = payload.toolDefinitions.map((definition) => {
+      const schema = toolParametersSchema(definition, "anthropic");
+      return {
+        name: definition.name,
+        ...(definition.description !== "" ? { description: definition.description } : {}),
+        input_schema: { ...schema, type: "object" as const },
+      };
+    });
+  }
+  return { body, origins };
+}
+
+/** A message's blocks: its tool results (which must lead a user turn) and everything else. */
+function contentBlocks(message: Message): { results: AnthropicToolResultBlock[]; rest: AnthropicBlock[] } {
+  const results: AnthropicToolResultBlock[] = [];
+  const rest: AnthropicBlock[] = [];
+  message.parts.forEach((part, index) => {
+    const kind = part.kind;
+    switch (kind.case) {
+      case "text":
+        if (kind.value.text !== "") rest.push({ type: "text", text: kind.value.text });
+        return;
+      case "image":
+        rest.push(imageBlock(kind.value, message.id));
+        return;
+      case "file":
+        rest.push(documentBlock(kind.value, message.id, index));
+        return;
+      case "reasoning":
+        if (kind.value.provider !== Provider.ANTHROPIC_MESSAGES) return;
+        rest.push(
+          kind.value.redactedData !== ""
+            ? { type: "redacted_thinking", data: kind.value.redactedData }
+            : { type: "thinking", thinking: kind.value.text, signature: kind.value.signature },
+        );
+        return;
+      case "toolCall":
+        rest.push({ type: "tool_use", id: kind.value.id, name: kind.value.name, input: toolArgumentsObject(kind.value, message.id, "anthropic.tool_use_input") });
+        return;
+      case "toolResult": {
+        const result = kind.value;
+        const text = toolPayloadText(result.payload);
+        let content: AnthropicToolResultBlock["content"] = text;
+        if (result.contentParts.length > 0) {
+          content = text === "" ? [] : [{ type: "text", text }];
+          for (const inner of result.contentParts) content.push(...toolResultContent(inner, message.id));
+        }
+        results.push({ type: "tool_result", tool_use_id: result.toolCallId, content, ...(result.isError ? { is_error: true } : {}) });
+        return;
+      }
+      default:
+        throw providerRuleViolation("anthropic.content_type", atMessage(message.id), `part ${index} is empty`);
+    }
+  });
+  return { results, rest };
+}
+
+function toolResultContent(part: Part, messageId: string): Array<AnthropicTextBlock | AnthropicImageBlock> {
+  if (part.kind.case === "text") return part.kind.value.text === "" ? [] : [{ type: "text", text: part.kind.value.text }];
+  if (part.kind.case === "image") return [imageBlock(part.kind.value, messageId)];
+  throw providerRuleViolation("anthropic.content_type", atMessage(messageId), `a tool result's content part (${part.kind.case ?? "empty"}) must be text or an image`);
+}
+
+function imageBlock(image: ImagePart, messageId: string): AnthropicImageBlock {
+  const inline = inlineImage(image);
+  if (!inline) return { type: "image", source: { type: "url", url: image.url } };
+  if (!imageMediaTypes.has(inline.mimeType)) {
+    throw providerRuleViolation("anthropic.image_media_type", atMessage(messageId), `image type "${inline.mimeType}" is not one of ${[...imageMediaTypes].join(", ")}`);
+  }
+  return { type: "image", source: { type: "base64", media_type: inline.mimeType as AnthropicImageMediaType, data: inline.base64 } };
+}
+
+function documentBlock(file: FilePart, messageId: string, index: number): AnthropicDocumentBlock {
+  const title = file.name !== "" ? { title: file.name } : {};
+  if (file.uri !== "") {
+    if (/^https?:\/\//.test(file.uri)) return { type: "document", source: { type: "url", url: file.uri }, ...title };
+    throw providerRuleViolation("anthropic.document_source", atMessage(messageId), `part ${index}: file URI "${file.uri}" is not an http(s) URL`);
+  }
+  if (file.mimeType === "application/pdf") return { type: "document", source: { type: "base64", media_type: "application/pdf", data: base64(file.data) }, ...title };
+  if (file.mimeType === "text/plain") {
+    return { type: "document", source: { type: "text", media_type: "text/plain", data: new TextDecoder().decode(file.data) }, ...title };
+  }
+  throw providerRuleViolation("anthropic.document_source", atMessage(messageId), `part ${index}: file type "${file.mimeType}" is neither application/pdf nor text/plain`);
+}
+
+/** Puts the message's cache hint on its last block that can carry `cache_control`. */
+function markCacheBreakpoint(
+  message: Message,
+  blocks: readonly AnthropicBlock[],
+  breakpoints: { block: { cache_control?: AnthropicCacheControl }; messageId: string }[],
+): void {
+  if (!message.cache || message.cache.type !== CacheType.EPHEMERAL) return;
+  const ttl = message.cache.ttl;
+  if (ttl !== "" && ttl !== "5m" && ttl !== "1h") {
+    throw providerRuleViolation("anthropic.cache_ttl", atMessage(message.id), `cache ttl "${ttl}" is not "5m" or "1h"`);
+  }
+  for (let index = blocks.length - 1; index >= 0; index--) {
+    const block = blocks[index]!;
+    if (block.type === "thinking" || block.type === "redacted_thinking") continue;
+    block.cache_control = { type: "ephemeral", ...(ttl !== "" ? { ttl } : {}) };
+    breakpoints.push({ block, messageId: message.id });
+    return;
+  }
+}

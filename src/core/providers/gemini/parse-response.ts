@@ -1,0 +1,67 @@
+import { createHash } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { PartSchema, Provider, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { assistantMessage, reasoningPart, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
+import { expectArray, expectObject, expectString, malformed, optionalString, parseJsonObject } from "../json-reader.js";
+
+/**
+ * A Gemini `generateContent` response → one ASSISTANT message from its single candidate:
+ * - text parts; a thought part (`thought: true`) → reasoning (text + `thoughtSignature`);
+ * - a `thoughtSignature` on a non-thought text part → a reasoning part with only that signature,
+ *   directly before the text part (TextPart has no signature field; renderGemini puts it back
+ *   onto the text part);
+ * - `functionCall` → a tool call with its `thoughtSignature`. Gemini often omits call ids; a
+ *   missing id becomes "gemini_" + the first 24 hex digits of sha256(seed, body, part index), so
+ *   the same body appended twice needs a different `callIdSeed` to keep call ids unique;
+ * - `inlineData` → an image.
+ * A response without candidates (a blocked prompt) or with several is INVALID_ARGUMENT.
+ */
+export function parseGeminiResponse(json: Uint8Array, callIdSeed: string): Message[] {
+  const root = parseJsonObject(json, "Gemini generateContent");
+  if (root["candidates"] === undefined) {
+    const reason = typeof root["promptFeedback"] === "object" ? JSON.stringify(root["promptFeedback"]) : "none given";
+    throw malformed("candidates", `missing (prompt feedback: ${reason})`);
+  }
+  const candidates = expectArray(root["candidates"], "candidates");
+  if (candidates.length !== 1) throw malformed("candidates", `expected exactly one candidate, got ${candidates.length}`);
+  const candidate = expectObject(candidates[0], "candidates[0]");
+  if (candidate["content"] === undefined) return [];
+  const content = expectObject(candidate["content"], "candidates[0].content");
+  const role = optionalString(content["role"], "candidates[0].content.role");
+  if (role !== "model") throw malformed("candidates[0].content.role", `expected "model", got "${role}"`);
+
+  const parts: Part[] = [];
+  (content["parts"] === undefined ? [] : expectArray(content["parts"], "candidates[0].content.parts")).forEach((value, index) => {
+    const path = `candidates[0].content.parts[${index}]`;
+    const part = expectObject(value, path);
+    const signature = optionalString(part["thoughtSignature"], `${path}.thoughtSignature`);
+    if (part["functionCall"] !== undefined) {
+      const call = expectObject(part["functionCall"], `${path}.functionCall`);
+      const args = call["args"] === undefined ? {} : expectObject(call["args"], `${path}.functionCall.args`);
+      const id = optionalString(call["id"], `${path}.functionCall.id`) || syntheticCallId(callIdSeed, json, index);
+      parts.push(toolCallPart(id, expectString(call["name"], `${path}.functionCall.name`), toolArgumentsPayload(JSON.stringify(args)), signature));
+    } else if (part["text"] !== undefined) {
+      const text = expectString(part["text"], `${path}.text`);
+      if (part["thought"] === true) parts.push(reasoningPart(Provider.GEMINI, { text, signature }));
+      else {
+        if (signature !== "") parts.push(reasoningPart(Provider.GEMINI, { signature }));
+        parts.push(textPart(text));
+      }
+    } else if (part["inlineData"] !== undefined) {
+      const inline = expectObject(part["inlineData"], `${path}.inlineData`);
+      const data = Buffer.from(expectString(inline["data"], `${path}.inlineData.data`), "base64");
+      const mimeType = expectString(inline["mimeType"], `${path}.inlineData.mimeType`);
+      parts.push(create(PartSchema, { kind: { case: "image", value: { data, mimeType } } }));
+    } else if (signature !== "") {
+      parts.push(reasoningPart(Provider.GEMINI, { signature }));
+    } else {
+      throw malformed(path, `unknown part (fields: ${Object.keys(part).join(", ") || "none"})`);
+    }
+  });
+  return parts.length > 0 ? [assistantMessage(parts)] : [];
+}
+
+function syntheticCallId(seed: string, json: Uint8Array, index: number): string {
+  const hash = createHash("sha256").update(JSON.stringify([seed, index])).update(json).digest("hex");
+  return `gemini_${hash.slice(0, 24)}`;
+}

@@ -1,0 +1,165 @@
+import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider, Role, type Message, type Part, type ToolResultPart } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { toolPayloadText } from "../../model/payload-text.js";
+import type { BodyOrigin } from "../body-origin.js";
+import { base64, inlineImage } from "../media.js";
+import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
+import { atMessage, providerRuleViolation } from "../rule-violation.js";
+import { isJsonObject, toolArgumentsObject } from "../tool-arguments.js";
+import { toolParametersSchema } from "../tool-definitions.js";
+import type { GeminiBody, GeminiContent, GeminiPart } from "./body.js";
+
+/** A Gemini body and, for each content, the first payload message merged into it. */
+export interface RenderedGemini {
+  body: GeminiBody;
+  origins: BodyOrigin[];
+}
+
+/**
+ * Renders the payload as Gemini `systemInstruction`, `contents` and `tools`.
+ * - SYSTEM and DEVELOPER messages of the system segment become `systemInstruction`; instruction
+ *   messages elsewhere (memory, tools segment, scratch) become user text in place.
+ * - TOOL messages become a user content holding only `functionResponse` parts; images a tool
+ *   returned and any other parts of TOOL messages follow in a separate user content (Gemini never
+ *   mixes function responses with other user parts). Otherwise same-role turns merge.
+ * - Reasoning is sent only when Gemini produced it: a thought part (`thought: true`) with its
+ *   `thoughtSignature`; a reasoning part with a signature but no text, directly before a text part,
+ *   is that text part's signature (see parseGeminiResponse) and is rendered back onto it.
+ */
+export function renderGemini(payload: CompiledPayload, _model: string): RenderedGemini {
+  const systemParts: Array<{ text: string }> = [];
+  const contents: GeminiContent[] = [];
+  const origins: BodyOrigin[] = [];
+  // Which contents hold function responses: they merge only with each other.
+  const responseContents = new Set<GeminiContent>();
+  const append = (role: "user" | "model", parts: GeminiPart[], message: Message, functionResponses: boolean) => {
+    if (parts.length === 0) return;
+    const last = contents[contents.length - 1];
+    if (last && last.role === role && responseContents.has(last) === functionResponses) {
+      last.parts.push(...parts);
+      return;
+    }
+    const content: GeminiContent = { role, parts };
+    if (functionResponses) responseContents.add(content);
+    contents.push(content);
+    origins.push({ messageId: message.id, role: message.role });
+  };
+
+  for (const { message, segment } of messagesInRenderingOrder(payload)) {
+    if (segment === "system" && isInstructionRole(message.role)) {
+      message.parts.forEach((part, index) => {
+        if (part.kind.case !== "text") {
+          throw providerRuleViolation("gemini.system_slot", atMessage(message.id), `part ${index} (${part.kind.case ?? "empty"}) cannot go in systemInstruction, which takes text only`);
+        }
+        if (part.kind.value.text !== "") systemParts.push({ text: part.kind.value.text });
+      });
+      continue;
+    }
+    if (message.role === Role.TOOL) {
+      const responses: GeminiPart[] = [];
+      const followUp: GeminiPart[] = [];
+      message.parts.forEach((part, index) => {
+        if (part.kind.case === "toolResult") {
+          responses.push({ functionResponse: functionResponse(part.kind.value) });
+          for (const inner of part.kind.value.contentParts) followUp.push(...contentParts([inner], message, index));
+        } else {
+          followUp.push(...contentParts([part], message, index));
+        }
+      });
+      append("user", responses, message, true);
+      append("user", followUp, message, false);
+      continue;
+    }
+    append(message.role === Role.ASSISTANT ? "model" : "user", contentParts(message.parts, message, 0), message, false);
+  }
+
+  const body: GeminiBody = { ...(systemParts.length > 0 ? { systemInstruction: { parts: systemParts } } : {}), contents };
+  if (payload.toolDefinitions.length > 0) {
+    body.tools = [
+      {
+        functionDeclarations: payload.toolDefinitions.map((definition) => ({
+          name: definition.name,
+          ...(definition.description !== "" ? { description: definition.description } : {}),
+          parametersJsonSchema: toolParametersSchema(definition, "gemini"),
+        })),
+      },
+    ];
+  }
+  return { body, origins };
+}
+
+/**
+ * Gemini wants an object: JSON object data is sent as is; a failed tool is `{error: text}` and
+ * anything else `{output: value}`, the keys Gemini documents for function responses.
+ */
+function functionResponse(result: ToolResultPart): { id: string; name: string; response: Record<string, unknown> } {
+  const text = toolPayloadText(result.payload);
+  let response: Record<string, unknown>;
+  if (result.isError || (result.payload?.error && result.payload.text === "" && result.payload.data === "")) {
+    response = { error: text };
+  } else if (result.payload?.text === "" && result.payload.data !== "") {
+    let value: unknown = text;
+    try {
+      value = JSON.parse(result.payload.data);
+    } catch {
+      // Not JSON after all: send the text.
+    }
+    response = isJsonObject(value) ? value : { output: value };
+  } else {
+    response = { output: text };
+  }
+  return { id: result.toolCallId, name: result.name, response };
+}
+
+/** Parts of a user or model turn. `firstIndex` offsets part numbers in errors. */
+function contentParts(parts: readonly Part[], message: Message, firstIndex: number): GeminiPart[] {
+  const rendered: GeminiPart[] = [];
+  let pendingSignature: string | undefined;
+  parts.forEach((part, offset) => {
+    const index = firstIndex + offset;
+    const kind = part.kind;
+    const signature = pendingSignature;
+    pendingSignature = undefined;
+    if (signature !== undefined && kind.case !== "text") rendered.push({ text: "", thoughtSignature: signature });
+    switch (kind.case) {
+      case "text":
+        if (signature !== undefined) rendered.push({ text: kind.value.text, thoughtSignature: signature });
+        else if (kind.value.text !== "") rendered.push({ text: kind.value.text });
+        return;
+      case "image": {
+        const inline = inlineImage(kind.value);
+        rendered.push(
+          inline
+            ? { inlineData: { mimeType: inline.mimeType, data: inline.base64 } }
+            : { fileData: { fileUri: kind.value.url, ...(kind.value.mimeType !== "" ? { mimeType: kind.value.mimeType } : {}) } },
+        );
+        return;
+      }
+      case "file":
+        rendered.push(
+          kind.value.uri !== ""
+            ? { fileData: { fileUri: kind.value.uri, ...(kind.value.mimeType !== "" ? { mimeType: kind.value.mimeType } : {}) } }
+            : { inlineData: { mimeType: kind.value.mimeType, data: base64(kind.value.data) } },
+        );
+        return;
+      case "reasoning":
+        if (kind.value.provider !== Provider.GEMINI) return;
+        if (kind.value.text === "" && kind.value.signature !== "") {
+          pendingSignature = kind.value.signature;
+          return;
+        }
+        rendered.push({ text: kind.value.text, thought: true, ...(kind.value.signature !== "" ? { thoughtSignature: kind.value.signature } : {}) });
+        return;
+      case "toolCall":
+        rendered.push({
+          functionCall: { id: kind.value.id, name: kind.value.name, args: toolArgumentsObject(kind.value, message.id, "gemini.function_call_args") },
+          ...(kind.value.signature !== "" ? { thoughtSignature: kind.value.signature } : {}),
+        });
+        return;
+      default:
+        throw providerRuleViolation("gemini.content_type", atMessage(message.id), `part ${index} (${kind.case ?? "empty"}) cannot be sent in a Gemini ${message.role === Role.ASSISTANT ? "model" : "user"} turn`);
+    }
+  });
+  if (pendingSignature !== undefined) rendered.push({ text: "", thoughtSignature: pendingSignature });
+  return rendered;
+}

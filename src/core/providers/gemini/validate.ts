@@ -1,0 +1,95 @@
+import { Provider } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
+import type { BodyOrigin } from "../body-origin.js";
+import { checkOpaquePassthrough } from "../opaque-passthrough.js";
+import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
+import { atMessage, providerRuleViolation } from "../rule-violation.js";
+import { checkToolNames } from "../tool-definitions.js";
+import type { GeminiBody, GeminiContent } from "./body.js";
+
+/** Gemini function names: a letter or underscore, then letters, digits, `_ . : -`; at most 64. */
+export const geminiToolNamePattern = /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$/;
+
+/**
+ * Checks a Gemini body against providers.md. `origins[i]` is the first payload message merged into
+ * `body.contents[i]`. Throws FAILED_PRECONDITION naming the rule and the message id.
+ */
+export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
+  if (body.contents.length === 0) throw providerRuleViolation("gemini.contents_non_empty", "request", "there is no content to send");
+  const seenCallIds = new Set<string>();
+  const isResponses = (content: GeminiContent) => content.parts.some((part) => part.functionResponse !== undefined);
+
+  body.contents.forEach((content, index) => {
+    const where = atMessage(origins[index]!.messageId);
+    if (content.parts.length === 0) throw providerRuleViolation("gemini.empty_content", where, "a content without parts");
+    const responses = isResponses(content);
+    if (responses && content.parts.some((part) => part.functionResponse === undefined)) {
+      throw providerRuleViolation("gemini.function_response_content", where, "function responses are mixed with other parts in one content");
+    }
+    if (responses && content.role !== "user") throw providerRuleViolation("gemini.function_response_content", where, "function responses outside a user turn");
+    const previous = index > 0 ? body.contents[index - 1]! : undefined;
+    if (previous && previous.role === content.role && isResponses(previous) === responses) {
+      throw providerRuleViolation("gemini.role_alternation", where, `two consecutive "${content.role}" contents of the same kind; they must be merged`);
+    }
+    const calls = content.parts.flatMap((part) => (part.functionCall ? [part.functionCall] : []));
+    if (calls.length > 0 && content.role !== "model") throw providerRuleViolation("gemini.call_result_pairing", where, "function calls outside a model turn");
+    for (const call of calls) {
+      if (call.id !== undefined && (call.id === "" || seenCallIds.has(call.id))) {
+        throw providerRuleViolation("gemini.call_result_pairing", where, `function call id "${call.id}" is empty or used twice`);
+      }
+      if (call.id !== undefined) seenCallIds.add(call.id);
+    }
+
+    const previousCalls = previous?.parts.flatMap((part) => (part.functionCall ? [part.functionCall] : [])) ?? [];
+    if (responses) {
+      const answers = content.parts.map((part) => part.functionResponse!);
+      const unmatched = [...previousCalls];
+      for (const answer of answers) {
+        const at = unmatched.findIndex((call) => call.name === answer.name && call.id === answer.id);
+        if (at < 0) {
+          throw providerRuleViolation("gemini.call_result_pairing", where, `function response "${answer.name}" (id "${answer.id ?? ""}") does not answer a call of the previous model turn`);
+        }
+        unmatched.splice(at, 1);
+      }
+      if (unmatched.length > 0) {
+        throw providerRuleViolation("gemini.call_result_pairing", where, `calls ${unmatched.map((call) => `"${call.id ?? call.name}"`).join(", ")} of the previous model turn have no function response; as many responses as calls are required`);
+      }
+    } else if (previousCalls.length > 0) {
+      throw providerRuleViolation(
+        "gemini.open_call_position",
+        atMessage(origins[index - 1]!.messageId),
+        `function calls ${previousCalls.map((call) => `"${call.id ?? call.name}"`).join(", ")} are not answered by the next content; an open call may only be the last model turn`,
+      );
+    }
+  });
+
+  checkToolNames(body.tools?.flatMap((tool) => tool.functionDeclarations.map((declaration) => declaration.name)) ?? [], geminiToolNamePattern, "gemini");
+
+  const expectedSystem: string[] = [];
+  const expectedOpaque: string[] = [];
+  for (const { message, segment } of messagesInRenderingOrder(payload)) {
+    const inSystemSlot = segment === "system" && isInstructionRole(message.role);
+    for (const part of message.parts) {
+      const kind = part.kind;
+      if (kind.case === "text" && inSystemSlot && kind.value.text !== "") expectedSystem.push(kind.value.text);
+      if (kind.case === "toolCall") {
+        expectedOpaque.push(`call:${kind.value.id}`);
+        if (kind.value.signature !== "") expectedOpaque.push(`signature:${kind.value.signature}`);
+      }
+      if (kind.case === "reasoning" && kind.value.provider === Provider.GEMINI && kind.value.signature !== "") {
+        expectedOpaque.push(`signature:${kind.value.signature}`);
+      }
+    }
+  }
+  const actualSystem = body.systemInstruction?.parts.map((part) => part.text) ?? [];
+  if (actualSystem.join("\u0000") !== expectedSystem.join("\u0000")) {
+    throw providerRuleViolation("gemini.system_slot", "systemInstruction", "systemInstruction does not hold exactly the system segment's instructions");
+  }
+  const actualOpaque = body.contents.flatMap((content) =>
+    content.parts.flatMap((part) => [
+      ...(part.functionCall ? [`call:${part.functionCall.id ?? ""}`] : []),
+      ...(part.thoughtSignature !== undefined ? [`signature:${part.thoughtSignature}`] : []),
+    ]),
+  );
+  checkOpaquePassthrough("gemini", expectedOpaque, actualOpaque);
+}

@@ -5,7 +5,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-/** A real redis-server on a free loopback port, with persistence off, in a temporary directory. */
+/** A real redis-server on a free loopback port, in a temporary directory (persistence off unless asked for). */
 export interface RedisProcess {
   port: number;
   url: string;
@@ -25,12 +25,21 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startRedis(): Promise<RedisProcess> {
+export interface RedisOptions {
+  /**
+   * Append-only file with fsync on every write, so a stop/restart keeps every acknowledged write
+   * (for outage tests). Off by default: persistence only slows the other suites down.
+   */
+  appendOnly?: boolean;
+}
+
+export async function startRedis(options: RedisOptions = {}): Promise<RedisProcess> {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), "contextd-redis-"));
   let child: ChildProcess | undefined;
   const launch = async () => {
-    child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], {
+    const persistence = options.appendOnly ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"];
+    child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", ...persistence, "--dir", dir], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     let output = "";

@@ -51,7 +51,8 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
     }
     if (previousCalls.length > 0) {
       const missing = previousCalls.filter((id) => !answered.has(id));
-      if (missing.length > 0) {
+      // Results still missing are fine only in the last turn: the open round at the tail.
+      if (missing.length > 0 && index < body.messages.length - 1) {
         throw providerRuleViolation(
           "anthropic.open_call_position",
           atMessage(origins[index - 1]!.messageId),

@@ -1,4 +1,4 @@
-import { Provider } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { checkOpaquePassthrough } from "../opaque-passthrough.js";
@@ -51,8 +51,11 @@ export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[],
         }
         unmatched.splice(at, 1);
       }
-      if (unmatched.length > 0) {
-        throw providerRuleViolation("gemini.call_result_pairing", where, `calls ${unmatched.map((call) => `"${call.id ?? call.name}"`).join(", ")} of the previous model turn have no function response; as many responses as calls are required`);
+      // Responses still missing are fine only at the tail (the open round), where nothing but the
+      // round's own tool content follows.
+      const atTail = origins.slice(index + 1).every((origin) => origin.role === Role.TOOL);
+      if (unmatched.length > 0 && !atTail) {
+        throw providerRuleViolation("gemini.open_call_position", where, `calls ${unmatched.map((call) => `"${call.id ?? call.name}"`).join(", ")} of the previous model turn have no function response, and more content follows; an open call may only be the last model turn`);
       }
     } else if (previousCalls.length > 0) {
       throw providerRuleViolation(

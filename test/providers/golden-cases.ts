@@ -1,0 +1,185 @@
+import { create } from "@bufbuild/protobuf";
+import type { CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { ImageDetail, MessageSchema, Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import {
+  assistant,
+  call,
+  definition,
+  developer,
+  image,
+  message,
+  payload,
+  reasoning,
+  result,
+  system,
+  text,
+  tool,
+  user,
+} from "./build-messages.js";
+
+/** The conversations behind test/golden/providers/*.json (see its README). */
+export interface GoldenCase {
+  name: string;
+  description: string;
+  payload: CompiledPayload;
+  model: string;
+}
+
+const weather = definition("get_weather", "Current weather for a city", {
+  type: "object",
+  properties: { city: { type: "string" } },
+  required: ["city"],
+});
+const pixel = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+export const goldenCases: GoldenCase[] = [
+  {
+    name: "plain_chat",
+    description: "A system prompt and a short exchange ending in the user's turn.",
+    model: "test-model",
+    payload: payload({
+      system: [system("sys", "You are a concise assistant.")],
+      history: [user("u1", "Hi!"), assistant("a1", "Hello. How can I help?"), user("u2", "What is 2+2?")],
+    }),
+  },
+  {
+    name: "system_and_developer",
+    description: "SYSTEM and DEVELOPER messages in the system segment, a sender name on the user turn.",
+    model: "test-model",
+    payload: payload({
+      system: [system("sys", "You are a support agent for Acme."), developer("dev", "Answer in French.")],
+      history: [message("u1", Role.USER, [text("Where is my order?")], { senderName: "alice" })],
+    }),
+  },
+  {
+    name: "parallel_calls",
+    description: "Two parallel calls answered by two TOOL messages, then the final answer; tool definitions.",
+    model: "test-model",
+    payload: payload({
+      system: [system("sys", "Use tools when needed.")],
+      history: [
+        user("u1", "Weather in Paris and Oslo?"),
+        assistant("a1", "Checking both.", call("call_paris", "get_weather", '{"city":"Paris"}'), call("call_oslo", "get_weather", '{"city": "Oslo"}')),
+        tool("t1", result("call_paris", "get_weather", { data: '{"temp_c":18,"sky":"clear"}' })),
+        tool("t2", result("call_oslo", "get_weather", { text: "4C, rain" })),
+        assistant("a2", "Paris: 18C and clear. Oslo: 4C with rain."),
+      ],
+      toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "tool_error",
+    description: "A failed tool call (is_error with a structured error), then the user's next turn.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "Weather in Atlantis?"),
+        assistant("a1", call("call_1", "get_weather", '{"city":"Atlantis"}')),
+        tool("t1", result("call_1", "get_weather", { error: { code: "not_found", message: "unknown city: Atlantis" } }, { isError: true })),
+        assistant("a2", "I could not find Atlantis."),
+        user("u2", "Try Athens."),
+      ],
+      toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "images_in_user_and_tool_results",
+    description: "A user image by URL (high detail) and inline bytes, and a tool that returns an image.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "What is in these?", image({ url: "https://example.com/cat.jpg", detail: ImageDetail.HIGH }), image({ data: pixel, mimeType: "image/png" })),
+        assistant("a1", call("call_shot", "screenshot", '{"url":"https://example.com"}')),
+        tool("t1", result("call_shot", "screenshot", { text: "Screenshot taken." }, { contentParts: [image({ data: pixel, mimeType: "image/png" })] })),
+      ],
+      toolDefinitions: [definition("screenshot", "Screenshot of a web page", { type: "object", properties: { url: { type: "string" } } })],
+    }),
+  },
+  {
+    name: "thinking_with_signature",
+    description:
+      "Reasoning from three providers in one assistant turn: each provider receives only its own (Anthropic thinking + redacted_thinking, Responses reasoning item, Gemini thought and call signatures); OpenAI Chat receives none.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "Plan a trip."),
+        assistant(
+          "a1",
+          reasoning(Provider.ANTHROPIC_MESSAGES, { text: "The user wants a plan.", signature: "EqQBCkYIARgCIkD+anthropic/sig==" }),
+          reasoning(Provider.ANTHROPIC_MESSAGES, { redactedData: "EmwKAhgBEgy+redacted==" }),
+          reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_0123abcd", text: "Considering options.", redactedData: "gAAAAABo+encrypted==" }),
+          reasoning(Provider.GEMINI, { text: "Thinking about destinations.", signature: "CiQB+gemini/thought==" }),
+          call("call_1", "get_weather", '{"city":"Lisbon"}', "CiQB+gemini/call=="),
+        ),
+        tool("t1", result("call_1", "get_weather", { text: "22C, sunny" })),
+      ],
+      toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "cache_hints",
+    description:
+      "Five cache hints (system 1h, then 5m and default ones in history): Anthropic keeps the last 4 breakpoints and warns; other providers ignore hints.",
+    model: "test-model",
+    payload: payload({
+      system: [message("sys", Role.SYSTEM, [text("Long, stable instructions.")], { cacheTtl: "1h" })],
+      history: [
+        message("u1", Role.USER, [text("First question.")], { cacheTtl: "1h" }),
+        message("a1", Role.ASSISTANT, [text("First answer.")], { cacheTtl: "5m" }),
+        message("u2", Role.USER, [text("Second question.")], { cacheTtl: "" }),
+        message("a2", Role.ASSISTANT, [text("Second answer.")]),
+        message("u3", Role.USER, [text("Third question.")], { cacheTtl: "5m" }),
+      ],
+    }),
+  },
+  {
+    name: "summary_at_head",
+    description: "History starts with a SYSTEM summary of earlier turns (provenance summary), followed by the recent turns.",
+    model: "test-model",
+    payload: payload({
+      system: [system("sys", "You are a helpful assistant.")],
+      history: [
+        create(MessageSchema, {
+          id: "summary:1",
+          role: Role.SYSTEM,
+          parts: [text("Summary of earlier conversation: the user is planning a move to Oslo in May.")],
+          provenance: { kind: { case: "summary", value: { coveredMessageIds: ["u1", "a1", "u2", "a2"] } } },
+        }),
+        user("u3", "What should I pack?"),
+        assistant("a3", "Layers and a rain jacket."),
+        user("u4", "And shoes?"),
+      ],
+    }),
+  },
+  {
+    name: "prompt_safe_current_turn",
+    description:
+      "The current turn in its prompt-safe form at the end of history, then memory (a retrieved document) and scratch notes, which render after it.",
+    model: "test-model",
+    payload: payload({
+      system: [system("sys", "You help with billing.")],
+      history: [
+        user("u1", "Hello"),
+        assistant("a1", "Hi, how can I help?"),
+        user("event:current", "Please charge my card [REDACTED:card_number] for the renewal."),
+      ],
+      memory: [message("artifact:doc1", Role.USER, [text("<document>Renewal price: 120 EUR.</document>")])],
+      scratch: [system("scratch:time", "Current time: 2025-05-01T10:00:00Z")],
+    }),
+  },
+  {
+    name: "open_round_at_tail",
+    description:
+      "An open tool round at the tail (one of two results still missing): allowed as the last assistant turn; memory and scratch are placed before the round so it stays last.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "Weather in Paris and Oslo?"),
+        assistant("a1", call("call_paris", "get_weather", '{"city":"Paris"}'), call("call_oslo", "get_weather", '{"city":"Oslo"}')),
+        tool("t1", result("call_paris", "get_weather", { text: "18C" })),
+      ],
+      scratch: [system("scratch:cwd", "cwd=/home/agent")],
+      toolDefinitions: [weather],
+    }),
+  },
+];

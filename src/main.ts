@@ -1,28 +1,36 @@
-import { loadConfig } from "./server/config.js";
+import { loadConfig, printableConfig } from "./server/config.js";
+import { createLogger } from "./server/logger.js";
 import { startServer } from "./server/server.js";
 import { createConversationStore } from "./store/create-conversation-store.js";
 
-// Wiring only: read the configuration, start the server, stop it on SIGTERM/SIGINT.
-const config = loadConfig(process.argv.slice(2), process.env);
+// Wiring only: read the configuration, build the store, start the server, stop on SIGTERM/SIGINT.
+let config;
+try {
+  config = loadConfig(process.argv.slice(2), process.env);
+} catch (error) {
+  console.error(`contextd: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(2);
+}
+const logger = createLogger(config.logLevel);
 const store = await createConversationStore(config.redisUrl);
-const server = await startServer({ host: config.host, port: config.port, store });
-console.log(
-  JSON.stringify({
-    level: "info",
-    msg: "contextd listening",
-    address: `${server.address.address}:${server.address.port}`,
-    protocols: ["grpc", "grpc-web", "connect"],
-    config: { ...config, redisUrl: config.redisUrl ? "(set)" : "" },
-  }),
-);
+const server = await startServer({ ...config, store, logger });
+// The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it.
+logger.log("info", "contextd listening", {
+  address: `${server.address.address}:${server.address.port}`,
+  protocols: ["grpc", "grpc-web", "connect"],
+  metrics: config.metricsPath,
+  config: printableConfig(config),
+});
+
 let stopping = false;
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.on(signal, async () => {
     if (stopping) return;
     stopping = true;
+    logger.log("info", "contextd stopping", { signal, graceMs: config.shutdownGraceMs });
     await server.shutdown();
     await store.close();
-    console.log(JSON.stringify({ level: "info", msg: "contextd stopped", signal }));
+    logger.log("info", "contextd stopped", { signal });
     process.exit(0);
   });
 }

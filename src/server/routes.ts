@@ -17,6 +17,7 @@ import { registerReflection } from "./reflection.js";
 import { contextService } from "./services/context-service.js";
 import { conversationService } from "./services/conversation-service.js";
 import { telemetryService } from "./services/telemetry-service.js";
+import type { TelemetryHub } from "./telemetry-hub.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 
 /** The contextd services whose health follows the store. */
@@ -25,6 +26,8 @@ export const contextdServiceNames = [ContextService.typeName, ConversationServic
 /** Everything the routes depend on; built by `src/main.ts`, replaced by fakes in unit tests. */
 export interface RouteDependencies {
   health: HealthStatus;
+  /** Fan-out of compile observer events; services publish with `telemetry.publish`. */
+  telemetry: TelemetryHub;
   /** Where conversations live (memory or Redis). */
   store: ConversationStore;
   /** Aborted at shutdown: streaming RPCs end with UNAVAILABLE. */
@@ -37,7 +40,7 @@ export function routes(dependencies: RouteDependencies) {
   return (router: ConnectRouter) => {
     router.service(ContextService, contextService());
     router.service(ConversationService, conversationService(dependencies));
-    router.service(TelemetryService, telemetryService());
+    router.service(TelemetryService, telemetryService(dependencies.telemetry));
     router.service(Health, healthService(dependencies.health));
     const registry = createRegistry(
       file_contextd_v1_context_service,

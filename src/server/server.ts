@@ -1,14 +1,28 @@
+import { randomUUID } from "node:crypto";
+import type * as http from "node:http";
+import type * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { createDualProtocolServer } from "./listen.js";
-import { HealthStatus, ServingStatus } from "./health.js";
-import { contextdServiceNames, routes } from "./routes.js";
 import type { ConversationStore } from "../store/conversation-store.js";
+import { authenticate } from "./auth.js";
+import { requestIdKey } from "./call-context.js";
+import { defaultConfig, type Config } from "./config.js";
+import { HealthStatus, ServingStatus } from "./health.js";
+import { instrumentCalls } from "./instrumentation.js";
+import { limitMessagesPerRequest } from "./limits.js";
+import { createDualProtocolServer } from "./listen.js";
+import { createLogger, type Logger } from "./logger.js";
+import { Metrics } from "./metrics.js";
+import { preEncodeBinaryResponses } from "./pre-encoded-responses.js";
+import { contextdServiceNames, routes } from "./routes.js";
+import { pollStoreHealth } from "./store-health.js";
+import { guardStreams, StreamCounter } from "./stream-guard.js";
+import { TelemetryHub } from "./telemetry-hub.js";
 
-export interface ServerOptions {
-  host: string;
-  port: number;
+export interface ServerOptions extends Partial<Config> {
   store: ConversationStore;
+  logger?: Logger;
   /** Idle time after which a Watch stream sends a heartbeat; 15 s when not given. */
   watchHeartbeatMs?: number;
 }
@@ -17,49 +31,139 @@ export interface RunningServer {
   /** The bound address, with the real port when 0 was asked for. */
   address: AddressInfo;
   health: HealthStatus;
-  /** Stops accepting connections, ends streams and waits for unary calls, at most `graceMs`. */
+  telemetry: TelemetryHub;
+  metrics: Metrics;
+  /**
+   * Graceful stop: health NOT_SERVING, stop accepting, streams end with UNAVAILABLE, unary calls
+   * may finish for `graceMs` (default: the configured grace), then every connection is cut.
+   * Does not close the store: the caller owns it.
+   */
   shutdown(graceMs?: number): Promise<void>;
 }
 
-/** Starts the sidecar on one port serving gRPC, gRPC-Web and Connect. */
+// A caller's request id is echoed only if it is short and printable; otherwise a fresh one is used.
+const acceptableRequestId = /^[\x21-\x7e]{1,128}$/;
+
+/** Starts the sidecar on one port serving gRPC, gRPC-Web, Connect and the metrics path. */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  const config: Config = { ...defaultConfig, ...withoutUndefined(options) };
+  const logger = options.logger ?? createLogger(config.logLevel);
   const health = new HealthStatus(new Set(contextdServiceNames));
-  const shutdownSignal = new AbortController();
-  const handler = connectNodeAdapter({
+  const telemetry = new TelemetryHub(config.telemetryQueue);
+  const metrics = new Metrics();
+  const streams = new StreamCounter();
+  const shutdownController = new AbortController();
+  telemetry.listen(metrics.observe);
+
+  const requestIds = new WeakMap<object, string>();
+  const connectHandler = connectNodeAdapter({
     routes: routes({
       health,
       store: options.store,
-      shutdown: shutdownSignal.signal,
+      telemetry,
+      shutdown: shutdownController.signal,
       watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     }),
+    readMaxBytes: config.maxRequestBytes,
+    ...(config.maxDeadlineMs > 0 ? { maxTimeoutMs: config.maxDeadlineMs } : {}),
+    // Compressing a 400 KB response costs more than sending it to a sidecar neighbour; compressed
+    // requests are still accepted.
+    compressMinBytes: config.compressMinBytes === 0 ? 0xffffffff : config.compressMinBytes,
+    // Outermost first: every call is timed and logged, then authenticated, then checked.
+    interceptors: [
+      instrumentCalls(logger, metrics),
+      authenticate(config.authTokens),
+      limitMessagesPerRequest(config.maxMessages),
+      guardStreams(config.maxStreams, streams, shutdownController.signal),
+      preEncodeBinaryResponses(),
+    ],
+    contextValues: (request) => createContextValues().set(requestIdKey, requestIds.get(request) ?? ""),
   });
-  const { tcp, h2 } = createDualProtocolServer(handler);
+
+  let inFlight = 0;
+  let stopping = false;
+  let drained: (() => void) | undefined;
+  const handle = (
+    request: http.IncomingMessage | http2.Http2ServerRequest,
+    response: http.ServerResponse | http2.Http2ServerResponse,
+  ) => {
+    if (request.method === "GET" && (request.url ?? "").split("?")[0] === config.metricsPath) {
+      const body = metrics.render();
+      response.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+      response.end(body);
+      return;
+    }
+    const offered = request.headers["x-request-id"];
+    const requestId = typeof offered === "string" && acceptableRequestId.test(offered) ? offered : randomUUID();
+    requestIds.set(request, requestId);
+    response.setHeader("x-request-id", requestId);
+    // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
+    if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
+    inFlight++;
+    response.once("close", () => {
+      inFlight--;
+      if (inFlight === 0) drained?.();
+    });
+    connectHandler(request, response);
+  };
+
+  const { tcp, h2, sockets } = createDualProtocolServer(handle, { maxConcurrentStreams: config.maxStreams });
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+    if (stopping) session.close();
+  });
   await new Promise<void>((resolve, reject) => {
     tcp.once("error", reject);
-    tcp.listen(options.port, options.host, () => {
+    tcp.listen(config.port, config.host, () => {
       tcp.off("error", reject);
       resolve();
     });
   });
-  health.set(ServingStatus.SERVING);
-  const sessions = new Set<import("node:http2").Http2Session>();
-  h2.on("session", (session) => {
-    sessions.add(session);
-    session.once("close", () => sessions.delete(session));
-  });
+
+  const storeHealth = pollStoreHealth(options.store, health, config.healthIntervalMs, logger);
+  await storeHealth.firstCheck;
+  metrics.gauge("contextd_serving", "1 while health is SERVING.", () => (health.current === ServingStatus.SERVING ? 1 : 0));
+  metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => inFlight);
+  metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);
+  metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
+
+  let stopped: Promise<void> | undefined;
   return {
     address: tcp.address() as AddressInfo,
     health,
-    async shutdown(graceMs = 5_000) {
-      health.set(ServingStatus.NOT_SERVING);
-      shutdownSignal.abort();
-      const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
-      for (const session of sessions) session.close();
-      const timer = setTimeout(() => {
+    telemetry,
+    metrics,
+    shutdown(graceMs = config.shutdownGraceMs) {
+      stopped ??= (async () => {
+        stopping = true;
+        storeHealth.stop();
+        health.set(ServingStatus.NOT_SERVING);
+        // Let health watchers write NOT_SERVING before their streams are ended.
+        await new Promise((resolve) => setImmediate(resolve));
+        await new Promise((resolve) => setImmediate(resolve));
+        const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
+        shutdownController.abort();
+        for (const session of sessions) session.close();
+        if (inFlight > 0) {
+          let timer: NodeJS.Timeout | undefined;
+          await Promise.race([
+            new Promise<void>((resolve) => (drained = resolve)),
+            new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+          ]);
+          clearTimeout(timer);
+          if (inFlight > 0) logger.log("error", "shutdown grace period over: cutting connections", { inFlight, graceMs });
+        }
         for (const session of sessions) session.destroy();
-      }, graceMs);
-      await closed;
-      clearTimeout(timer);
+        for (const socket of sockets) socket.destroy();
+        await closed;
+      })();
+      return stopped;
     },
   };
+}
+
+function withoutUndefined<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, entry]) => entry !== undefined)) as Partial<T>;
 }

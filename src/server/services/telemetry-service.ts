@@ -1,7 +1,19 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { tenantKey } from "../call-context.js";
+import type { TelemetryHub } from "../telemetry-hub.js";
 
-/** TelemetryService: live observer events. Methods not listed answer UNIMPLEMENTED. */
-export function telemetryService(): Partial<ServiceImpl<typeof TelemetryService>> {
-  return {};
+/** TelemetryService: live observer events of every compile, per subscriber bounded. */
+export function telemetryService(hub: TelemetryHub): ServiceImpl<typeof TelemetryService> {
+  return {
+    async *watchEvents(request, context) {
+      // A tenant's token sees only its own conversations (the auth interceptor has already
+      // rejected a conversation id outside the tenant).
+      const tenant = context.values.get(tenantKey);
+      const filter = { conversationId: request.conversationId, conversationPrefix: tenant ? `${tenant}/` : "" };
+      for await (const { event, dropped } of hub.subscribe(filter, context.signal)) {
+        yield { event, dropped };
+      }
+    },
+  };
 }

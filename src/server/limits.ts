@@ -1,0 +1,79 @@
+import type { DescMessage, Message } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { MessageSchema } from "../../gen/ts/contextd/v1/message_pb.js";
+
+/**
+ * Rejects requests carrying more than `maxMessages` conversation messages (`contextd.v1.Message`,
+ * wherever they sit: segments, pending, scratch, deferred blocks, deltas) with RESOURCE_EXHAUSTED
+ * naming the fields that hold them. Streamed requests are checked message by message.
+ */
+export function limitMessagesPerRequest(maxMessages: number): Interceptor {
+  return (next) => async (request) => {
+    if (!request.stream) {
+      assertMessageCount(request.method.input, request.message, maxMessages);
+      return next(request);
+    }
+    const messages = request.message;
+    const input = request.method.input;
+    return next({
+      ...request,
+      message: (async function* () {
+        for await (const message of messages) {
+          assertMessageCount(input, message, maxMessages);
+          yield message;
+        }
+      })(),
+    });
+  };
+}
+
+export function assertMessageCount(schema: DescMessage, message: Message, maxMessages: number): void {
+  const perField = new Map<string, number>();
+  countMessages(schema, message, "", perField, 0);
+  let total = 0;
+  for (const count of perField.values()) total += count;
+  if (total <= maxMessages) return;
+  const largest = [...perField].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([path, count]) => `${path}: ${count}`);
+  throw new ConnectError(
+    `${schema.typeName} carries ${total} messages (${largest.join(", ")}), more than the limit of ${maxMessages} per request (--max-messages / CONTEXTD_MAX_MESSAGES)`,
+    Code.ResourceExhausted,
+  );
+}
+
+// Counts contextd.v1.Message values under `message`, keyed by the field path that holds them.
+// A Message is counted, not entered: messages do not nest messages.
+function countMessages(schema: DescMessage, message: Message, path: string, perField: Map<string, number>, depth: number): void {
+  if (depth > 32) return;
+  const record = message as unknown as Record<string, unknown>;
+  const add = (fieldPath: string, count: number) => perField.set(fieldPath, (perField.get(fieldPath) ?? 0) + count);
+  for (const member of schema.members) {
+    if (member.kind === "oneof") {
+      const selected = record[member.localName] as { case?: string; value?: unknown };
+      const field = member.fields.find((candidate) => candidate.localName === selected.case);
+      if (field?.fieldKind === "message") visit(field.message, selected.value as Message, join(path, field.name));
+      continue;
+    }
+    const value = record[member.localName];
+    const fieldPath = join(path, member.name);
+    if (member.fieldKind === "message" && value !== undefined) visit(member.message, value as Message, fieldPath);
+    else if (member.fieldKind === "list" && member.listKind === "message") {
+      const list = value as Message[];
+      if (member.message.typeName === MessageSchema.typeName) {
+        if (list.length > 0) add(fieldPath, list.length);
+      } else {
+        list.forEach((item) => visit(member.message, item, fieldPath));
+      }
+    } else if (member.fieldKind === "map" && member.mapKind === "message") {
+      for (const item of Object.values(value as Record<string, Message>)) visit(member.message, item, fieldPath);
+    }
+  }
+
+  function visit(childSchema: DescMessage, child: Message, childPath: string) {
+    if (childSchema.typeName === MessageSchema.typeName) add(childPath, 1);
+    else countMessages(childSchema, child, childPath, perField, depth + 1);
+  }
+}
+
+function join(path: string, name: string): string {
+  return path === "" ? name : `${path}.${name}`;
+}

@@ -1,0 +1,42 @@
+import { create, type DescMessage, type Message } from "@bufbuild/protobuf";
+import type { Interceptor } from "@connectrpc/connect";
+import { encodeTopLevelFields } from "./protobuf-encoder.js";
+
+/**
+ * Encodes binary responses with the fast single-buffer encoder (see `protobuf-encoder.ts`) and
+ * hands connect an empty message of the same type that carries those bytes as unknown fields.
+ * protobuf-es writes unknown fields verbatim, so connect's own `toBinary` then only copies them:
+ * the bytes on the wire are exactly what `toBinary` would have produced, at a fraction of the cost.
+ * JSON responses are left alone (unknown fields are not part of JSON). Must be the innermost
+ * interceptor: interceptors outside it see the carrier, not the fields.
+ */
+export function preEncodeBinaryResponses(): Interceptor {
+  return (next) => async (request) => {
+    const response = await next(request);
+    if (!isBinary(request.header.get("content-type"))) return response;
+    const schema = request.method.output;
+    if (!response.stream) return { ...response, message: preEncode(schema, response.message) };
+    const messages = response.message;
+    return {
+      ...response,
+      message: (async function* () {
+        for await (const message of messages) yield preEncode(schema, message);
+      })(),
+    };
+  };
+}
+
+function preEncode<T extends Message>(schema: DescMessage, message: T): T {
+  const fields = encodeTopLevelFields(schema, message as never);
+  const carrier = create(schema) as unknown as T;
+  carrier.$unknown = fields;
+  return carrier;
+}
+
+// gRPC ("application/grpc", "application/grpc+proto"), gRPC-Web and Connect ("application/proto",
+// "application/connect+proto") are binary unless the codec is JSON.
+function isBinary(contentType: string | null): boolean {
+  if (contentType === null) return false;
+  const type = contentType.split(";")[0]!.trim().toLowerCase();
+  return !type.endsWith("json");
+}

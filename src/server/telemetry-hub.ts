@@ -1,0 +1,92 @@
+import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { Observer } from "../core/observer.js";
+
+/** Which events a subscriber wants. */
+export interface EventFilter {
+  /** Only this conversation; empty = every conversation the subscriber may see. */
+  conversationId: string;
+  /** Only conversations whose id starts with this (tenant scoping); empty = no restriction. */
+  conversationPrefix: string;
+}
+
+/** One delivered event and how many were dropped for this subscriber just before it. */
+export interface DeliveredEvent {
+  event: ObserverEvent;
+  dropped: bigint;
+}
+
+interface Subscriber {
+  filter: EventFilter;
+  queue: ObserverEvent[];
+  dropped: bigint;
+  wake: (() => void) | undefined;
+}
+
+/**
+ * Fans the observer events of every compile out to `WatchEvents` subscribers. `publish` never
+ * blocks and never throws: each subscriber has a bounded queue, and when it is full the newest
+ * events are dropped and counted, so one slow reader cannot stall compiles or other readers.
+ */
+export class TelemetryHub {
+  private readonly subscribers = new Set<Subscriber>();
+  private readonly listeners = new Set<Observer>();
+
+  constructor(private readonly queueSize: number) {}
+
+  /** The compile pipeline's observer: hand this to the services as their `publish` dependency. */
+  readonly publish: Observer = (event) => {
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch {
+        // Telemetry never fails a compile.
+      }
+    }
+    for (const subscriber of this.subscribers) {
+      if (!matches(subscriber.filter, event)) continue;
+      if (subscriber.queue.length >= this.queueSize) {
+        subscriber.dropped++;
+        continue;
+      }
+      subscriber.queue.push(event);
+      subscriber.wake?.();
+    }
+  };
+
+  /** Synchronous listeners (metrics) that see every event; they must be cheap. */
+  listen(listener: Observer): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  get subscriberCount(): number {
+    return this.subscribers.size;
+  }
+
+  /** Events matching `filter` from now until `signal` aborts. */
+  async *subscribe(filter: EventFilter, signal: AbortSignal): AsyncGenerator<DeliveredEvent> {
+    const subscriber: Subscriber = { filter, queue: [], dropped: 0n, wake: undefined };
+    this.subscribers.add(subscriber);
+    const aborted = new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+    try {
+      while (!signal.aborted) {
+        if (subscriber.queue.length === 0) {
+          await Promise.race([new Promise<void>((resolve) => (subscriber.wake = resolve)), aborted]);
+          subscriber.wake = undefined;
+          continue;
+        }
+        const event = subscriber.queue.shift()!;
+        const dropped = subscriber.dropped;
+        subscriber.dropped = 0n;
+        yield { event, dropped };
+      }
+    } finally {
+      this.subscribers.delete(subscriber);
+    }
+  }
+}
+
+function matches(filter: EventFilter, event: ObserverEvent): boolean {
+  if (filter.conversationId !== "" && event.conversationId !== filter.conversationId) return false;
+  return filter.conversationPrefix === "" || event.conversationId.startsWith(filter.conversationPrefix);
+}

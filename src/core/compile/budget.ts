@@ -1,0 +1,296 @@
+import { create, equals } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  BudgetStrategy,
+  IntroducedMessageSchema,
+  TransformationAction,
+  TransformationReason,
+} from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { SummarizeRequestSchema } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { analyzeToolRounds } from "../model/tool-rounds.js";
+import type { CompileContext } from "./compile-context.js";
+import { costUnits, selectAllUnprotected, selectUnitsToDrop, type CostedUnit } from "./history-trimming.js";
+import { assertWellFormedMessage } from "./message-validation.js";
+import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
+
+/** Token figures of the budgeted payload; the usage block and events are built from it. */
+export interface BudgetReport {
+  system: number;
+  history: number;
+  historyBeforeTrim: number;
+  memory: number;
+  tools: number;
+  toolDefinitions: number;
+  pending: number;
+  scratch: number;
+  /** The provider's per-request framing (TOKENIZER), part of reserved. */
+  perRequest: number;
+  reserved: number;
+  limit: number;
+  total: number;
+  /** Ids dropped by the budget, with the reason, in history order. */
+  dropped: { id: string; reason: TransformationReason }[];
+  summary?: { tokens: number; replacedTokens: number };
+}
+
+interface Limit {
+  tokens: number;
+  /** True when derived from context_window - output_reserve (auto_compact / "context full" apply). */
+  fromWindow: boolean;
+}
+
+function resolveLimit(work: CompileWork): Limit {
+  const budget = work.request.budget;
+  if (!budget) return { tokens: 0, fromWindow: false };
+  const check = (value: bigint, name: string) => {
+    if (value < 0n) throw new ConnectError(`budget.${name} must not be negative, got ${value}`, Code.InvalidArgument);
+  };
+  check(budget.maxTokens, "max_tokens");
+  check(budget.contextWindow, "context_window");
+  check(budget.outputReserve, "output_reserve");
+  check(budget.minMessages, "min_messages");
+  if (BudgetStrategy[budget.strategy] === undefined) {
+    throw new ConnectError(`budget.strategy: unknown strategy ${budget.strategy}`, Code.InvalidArgument);
+  }
+  budget.protectedRoles.forEach((role, index) => {
+    if (Role[role] === undefined || role === Role.UNSPECIFIED) {
+      throw new ConnectError(`budget.protected_roles[${index}]: a known role is required`, Code.InvalidArgument);
+    }
+  });
+  if (budget.maxTokens > 0n) return { tokens: Number(budget.maxTokens), fromWindow: false };
+  if (budget.contextWindow > 0n) {
+    if (budget.outputReserve >= budget.contextWindow) {
+      throw new ConnectError(
+        `budget.output_reserve (${budget.outputReserve}) must be smaller than budget.context_window (${budget.contextWindow})`,
+        Code.InvalidArgument,
+      );
+    }
+    return { tokens: Number(budget.contextWindow - budget.outputReserve), fromWindow: true };
+  }
+  return { tokens: 0, fromWindow: false };
+}
+
+function sum(counts: readonly number[]): number {
+  let total = 0;
+  for (const count of counts) total += count;
+  return total;
+}
+
+/**
+ * Stage 9: one whole-request estimate; only history is trimmed, to `limit - reserved`, by the
+ * strategy, tool rounds as whole units, pending and the current turn protected and appended after
+ * history. The final payload is re-estimated; a compile is never silently over budget.
+ */
+export async function applyBudget(work: CompileWork, scratch: readonly Message[], context: CompileContext): Promise<BudgetReport> {
+  const { estimator } = work;
+  const cache = context.tokenCounts;
+  const limit = resolveLimit(work);
+  const budget = work.request.budget;
+  const turn = work.currentTurn;
+  const turnMessage = turn ? (turn.promptSafe ?? turn.raw)! : undefined;
+
+  const system = sum(cache.countAll(estimator, work.segments.system));
+  const memory = sum(cache.countAll(estimator, work.segments.memory));
+  const tools = sum(cache.countAll(estimator, work.segments.tools));
+  const toolDefinitions = cache.countToolDefinitions(estimator, work.toolDefinitions);
+  const pending = sum(cache.countAll(estimator, work.pending)) + (turnMessage ? cache.count(estimator, turnMessage) : 0);
+  const scratchTokens = sum(cache.countAll(estimator, scratch));
+  const perRequest = estimator.perRequest;
+  const reserved = system + memory + tools + toolDefinitions + pending + scratchTokens + perRequest;
+
+  let history = work.segments.history;
+  let historyCounts = cache.countAll(estimator, history);
+  const historyBeforeTrim = sum(historyCounts);
+  const dropped: BudgetReport["dropped"] = [];
+  let summary: BudgetReport["summary"];
+
+  if (limit.tokens > 0) {
+    const figures = `system ${system}, memory ${memory}, tools ${tools}, tool definitions ${toolDefinitions}, pending and current turn ${pending}, scratch ${scratchTokens}, framing ${perRequest}`;
+    if (pending + perRequest > limit.tokens) {
+      throw new ConnectError(
+        `pending exceeds budget: pending messages and the current turn need ${pending + perRequest} tokens, the limit is ${limit.tokens}`,
+        Code.ResourceExhausted,
+      );
+    }
+    if (reserved > limit.tokens) {
+      throw new ConnectError(
+        `budget exceeded: ${reserved} tokens are reserved before any history (${figures}), the limit is ${limit.tokens}`,
+        Code.ResourceExhausted,
+      );
+    }
+    const available = limit.tokens - reserved;
+    if (historyBeforeTrim > available) {
+      const strategy = budget?.strategy ?? BudgetStrategy.UNSPECIFIED;
+      if (limit.fromWindow && !budget!.autoCompact) {
+        throw new ConnectError(
+          `context full: the request needs ${reserved + historyBeforeTrim} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`,
+          Code.ResourceExhausted,
+        );
+      }
+      if (strategy === BudgetStrategy.STRICT) {
+        throw new ConnectError(
+          `budget exceeded (STRICT): history needs ${historyBeforeTrim} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`,
+          Code.ResourceExhausted,
+        );
+      }
+      const protectedRoles = new Set(budget?.protectedRoles ?? []);
+      const retained = new Set(budget?.retainedIds ?? []);
+      const analysis = analyzeToolRounds(history, { allowOpenTail: true });
+      const units = costUnits(analysis.units, historyCounts, (unit) => {
+        if (unit.round?.open) return true;
+        for (let index = unit.start; index < unit.end; index++) {
+          const message = history[index]!;
+          if (protectedRoles.has(message.role) || retained.has(message.id)) return true;
+        }
+        return false;
+      });
+
+      let summarize = strategy === BudgetStrategy.SUMMARIZE || (limit.fromWindow && budget!.autoCompact);
+      if (summarize && !context.summarize) {
+        addWarning(work, "summarize_fallback", "no summarizer is connected (use CompileSession); history was trimmed with DROP_HEAD instead");
+        summarize = false;
+      }
+      let drop: Set<number>;
+      let reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
+      let action = TransformationAction.TRUNCATED;
+      if (strategy === BudgetStrategy.DROP) {
+        drop = selectAllUnprotected(units);
+        action = TransformationAction.EVICTED;
+      } else if (strategy === BudgetStrategy.DROP_TAIL) {
+        drop = selectUnitsToDrop(units, available, "tail");
+      } else {
+        drop = selectUnitsToDrop(units, available, "head");
+        const minMessages = Number(budget?.minMessages ?? 0n);
+        if (!summarize && minMessages > 0 && drop.size > 0) {
+          const remaining = units.reduce((count, unit, index) => (drop.has(index) ? count : count + unit.end - unit.start), 0);
+          if (remaining < minMessages) drop = selectAllUnprotected(units);
+        }
+      }
+
+      const kept: Message[] = [];
+      const keptCounts: number[] = [];
+      const droppedMessages: Message[] = [];
+      units.forEach((unit, index) => {
+        for (let at = unit.start; at < unit.end; at++) {
+          if (drop.has(index)) droppedMessages.push(history[at]!);
+          else {
+            kept.push(history[at]!);
+            keptCounts.push(historyCounts[at]!);
+          }
+        }
+      });
+      if (summarize && droppedMessages.length > 0) {
+        const summaryMessage = await requestSummary(work, context, droppedMessages, available - sum(keptCounts), strategy === BudgetStrategy.SUMMARIZE ? "summarize_strategy" : "auto_compact");
+        const summaryTokens = cache.count(estimator, summaryMessage);
+        summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, drop) };
+        kept.unshift(summaryMessage);
+        keptCounts.unshift(summaryTokens);
+        reason = TransformationReason.SUMMARIZED;
+      }
+      for (const message of droppedMessages) {
+        setRecord(work, message.id, action, reason, Segment.HISTORY);
+        dropped.push({ id: message.id, reason });
+      }
+      history = kept;
+      historyCounts = keptCounts;
+    }
+  }
+
+  const historyTokens = sum(historyCounts);
+  const total = reserved + historyTokens;
+  if (limit.tokens > 0 && total > limit.tokens) {
+    throw new ConnectError(
+      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
+      Code.ResourceExhausted,
+    );
+  }
+
+  // Pending and the current turn go after history, untouched by every earlier stage.
+  for (const message of work.pending) setRecord(work, message.id, TransformationAction.PASSED, TransformationReason.PROTECTED_PENDING, Segment.HISTORY);
+  const appended = [...work.pending];
+  if (turn && turnMessage) {
+    appended.push(turnMessage);
+    const projected = turn.promptSafe !== undefined && turn.raw !== undefined && !sameContent(turn.raw, turn.promptSafe);
+    setRecord(
+      work,
+      turnMessage.id,
+      projected ? TransformationAction.FORMATTED : TransformationAction.PASSED,
+      projected ? TransformationReason.CURRENT_TURN_PROJECTION : TransformationReason.UNCHANGED,
+      Segment.HISTORY,
+    );
+  }
+  work.segments = { ...work.segments, history: appended.length === 0 ? history : [...history, ...appended] };
+
+  return {
+    system,
+    history: historyTokens,
+    historyBeforeTrim,
+    memory,
+    tools,
+    toolDefinitions,
+    pending,
+    scratch: scratchTokens,
+    perRequest,
+    reserved,
+    limit: limit.tokens,
+    total,
+    dropped,
+    summary,
+  };
+}
+
+function unitsTokens(units: readonly CostedUnit[], selected: ReadonlySet<number>): number {
+  let total = 0;
+  selected.forEach((index) => (total += units[index]!.tokens));
+  return total;
+}
+
+function sameContent(a: Message, b: Message): boolean {
+  return equals(MessageSchema, a, b);
+}
+
+/**
+ * Asks the connected summarizer for a summary of the dropped units and returns it as the new head
+ * of history: provenance summary covering every dropped id plus whatever an earlier summary
+ * covered, introduced and persisted (it replaces the dropped prefix in storage).
+ */
+async function requestSummary(
+  work: CompileWork,
+  context: CompileContext,
+  droppedMessages: Message[],
+  targetTokens: number,
+  reason: string,
+): Promise<Message> {
+  const previous = droppedMessages[0]!.provenance?.kind.case === "summary" ? droppedMessages[0] : undefined;
+  const response = await context.summarize!(
+    create(SummarizeRequestSchema, {
+      requestId: context.randomId(),
+      messages: droppedMessages,
+      targetTokens: BigInt(Math.max(1, targetTokens)),
+      previousSummary: previous,
+      reason,
+    }),
+  );
+  if (!response.summary) throw new ConnectError("summarize_response.summary is required", Code.InvalidArgument);
+  const covered: string[] = [];
+  for (const message of droppedMessages) {
+    if (message.provenance?.kind.case === "summary") covered.push(...message.provenance.kind.value.coveredMessageIds);
+    covered.push(message.id);
+  }
+  const summary: Message = {
+    ...response.summary,
+    role: response.summary.role === Role.UNSPECIFIED ? Role.ASSISTANT : response.summary.role,
+    id: response.summary.id === "" ? `summary:${context.randomId()}` : response.summary.id,
+    provenance: {
+      $typeName: "contextd.v1.Provenance",
+      kind: { case: "summary", value: { $typeName: "contextd.v1.Provenance.Summary", coveredMessageIds: covered } },
+    },
+  };
+  assertWellFormedMessage(summary, "summarize_response.summary");
+  work.introduced.push(create(IntroducedMessageSchema, { segment: Segment.HISTORY, message: summary }));
+  work.persistedIntroducedIds.add(summary.id);
+  recordPassed(work, [summary], Segment.HISTORY);
+  return summary;
+}

@@ -1,0 +1,28 @@
+import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import type { Observer } from "../observer.js";
+import type { TokenCountCache } from "../tokens/token-count-cache.js";
+
+/**
+ * Asks the caller for a summary of a history prefix (SUMMARIZE strategy, auto-compaction). Supplied
+ * by `CompileSession`; a compile without it falls back to DROP_HEAD with a warning.
+ */
+export type Summarizer = (request: SummarizeRequest) => Promise<SummarizeResponse>;
+
+/** Everything a compile needs from outside the pure core. */
+export interface CompileContext {
+  /** The stored state of a stateful compile; request segments override it by presence. */
+  stored?: ConversationState;
+  /** Receives observer events as they happen; failures are swallowed. */
+  observer?: Observer;
+  /** A fresh random message id ("msg_" + 32 hex); also used for the compile id. */
+  randomId: () => string;
+  /** Wall-clock Unix milliseconds, for event timestamps only. */
+  now: () => number;
+  /** A monotonic clock in nanoseconds, for stage timings. */
+  monotonicNs: () => bigint;
+  /** Per-message token counts shared across compiles. */
+  tokenCounts: TokenCountCache;
+  /** See `Summarizer`. */
+  summarize?: Summarizer;
+}

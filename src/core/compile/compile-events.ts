@@ -1,0 +1,57 @@
+import { create } from "@bufbuild/protobuf";
+import { StageTimingSchema, type StageTiming } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { ObserverEventSchema, type ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { CompileContext } from "./compile-context.js";
+
+type EventBody = ObserverEvent["event"];
+
+/**
+ * Emits the observer events of one compile and times its stages. The observer is telemetry: an
+ * exception it throws is swallowed so it can never change or fail a compile.
+ */
+export class CompileEvents {
+  readonly compileId: string;
+  readonly timings: StageTiming[] = [];
+  private readonly started: bigint;
+  private stageStarted: bigint;
+
+  constructor(
+    private readonly context: CompileContext,
+    private readonly conversationId: string,
+  ) {
+    this.compileId = context.observer ? context.randomId() : "";
+    this.started = context.monotonicNs();
+    this.stageStarted = this.started;
+  }
+
+  emit(event: EventBody): void {
+    const observer = this.context.observer;
+    if (!observer) return;
+    try {
+      observer(
+        create(ObserverEventSchema, {
+          conversationId: this.conversationId,
+          compileId: this.compileId,
+          timestampUnixMs: BigInt(this.context.now()),
+          event,
+        }),
+      );
+    } catch {
+      // Telemetry never changes results.
+    }
+  }
+
+  /** Closes the running stage under `stage` and starts the next one. */
+  stageDone(stage: string): void {
+    const now = this.context.monotonicNs();
+    const timing = create(StageTimingSchema, { stage, durationNs: now - this.stageStarted });
+    this.stageStarted = now;
+    this.timings.push(timing);
+    this.emit({ case: "stageTiming", value: timing });
+  }
+
+  /** Nanoseconds since the compile started. */
+  elapsedNs(): bigint {
+    return this.context.monotonicNs() - this.started;
+  }
+}

@@ -1,0 +1,165 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  CompiledPayloadSchema,
+  CompileResultSchema,
+  CompileSourceSchema,
+  CurrentTurnSchema,
+  SnapshotSchema,
+  UsageSchema,
+  WritebackSchema,
+  type CompileRequest,
+  type CompileResult,
+} from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { renderRequest } from "../providers/render.js";
+import { createEstimator } from "../tokens/estimator.js";
+import { applyArtifacts, applyExperiences } from "./artifacts.js";
+import { applyBudget } from "./budget.js";
+import type { CompileContext } from "./compile-context.js";
+import { CompileEvents } from "./compile-events.js";
+import { applyDeferredBlocks } from "./deferred-blocks.js";
+import { normalize } from "./normalize.js";
+import { persistenceProjection, writebackSnapshot } from "./persistence.js";
+import { prefixFingerprint } from "./prefix-fingerprint.js";
+import { applyHooks } from "./redaction.js";
+import { resolveCompileInputs } from "./request-inputs.js";
+import { applyRoleProjection } from "./role-projection.js";
+import { scratchMessages } from "./scratch.js";
+import { applySegmentFormatters } from "./segment-formatters.js";
+import { computeTargets, validateTargets } from "./targets.js";
+import { applyTextReplacements } from "./text-replacements.js";
+import { validateAndRepairToolRounds } from "./tool-round-repair.js";
+
+/**
+ * Compiles a request into a provider-ready payload (semantics §3), stages in order. Pure apart from
+ * what `context` supplies; errors are `ConnectError`s with the gRPC code of semantics §5, and
+ * nothing is returned unless every stage succeeded.
+ */
+export async function compile(request: CompileRequest, context: CompileContext): Promise<CompileResult> {
+  const events = new CompileEvents(context, request.conversationId);
+  validateTargets(request.targets);
+  const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
+  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator");
+
+  // 1. Normalize + identity, tool-round validation and repair.
+  const inputs = resolveCompileInputs(request, context.stored);
+  const { work, extras } = normalize(request, inputs, estimator, context.randomId);
+  const normalizedSegments = work.segments;
+  validateAndRepairToolRounds(work, request.repair, context.randomId);
+  const repairedSegments = work.segments;
+  events.stageDone("normalize");
+
+  // 2. Freeze source. Messages are never mutated by later stages, so sharing them is a frozen copy.
+  const source = create(CompileSourceSchema, {
+    snapshot: create(SnapshotSchema, { ...normalizedSegments, artifacts: work.artifacts }),
+    pending: work.pending,
+    currentTurn: work.currentTurn && create(CurrentTurnSchema, work.currentTurn),
+  });
+  const normalizedSnapshot = create(SnapshotSchema, { ...repairedSegments, artifacts: work.artifacts });
+  const writeback = create(WritebackSchema, {
+    messages: work.writebackMessages,
+    snapshot: writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn),
+  });
+  events.stageDone("freeze_source");
+
+  // 3. Artifacts and the experiences block.
+  applyArtifacts(work, context.tokenCounts);
+  applyExperiences(work);
+  events.stageDone("artifacts");
+
+  // 4. Deferred blocks; what stands after them is the baseline persistence saves.
+  applyDeferredBlocks(work, extras.deferredBlocks);
+  work.baseline = work.segments;
+  events.stageDone("deferred_blocks");
+
+  // 5.–8. Presentation: hooks, role projection, formatters, text replacements.
+  applyHooks(work);
+  events.stageDone("hooks");
+  applyRoleProjection(work);
+  events.stageDone("role_projection");
+  applySegmentFormatters(work, request.formatters, "formatters");
+  events.stageDone("segment_formatters");
+  applyTextReplacements(work);
+  events.stageDone("text_replacements");
+
+  // 9. Budget (appends pending and the current turn). 10. Scratch goes last in the payload but is
+  // prepared first: the budget reserves its tokens.
+  const scratch = scratchMessages(work, extras.scratch);
+  const budget = await applyBudget(work, scratch, context);
+  events.stageDone("budget");
+
+  // 11. Payload and provider render.
+  const payload = create(CompiledPayloadSchema, { ...work.segments, scratch, toolDefinitions: work.toolDefinitions });
+  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!, (warning) => work.warnings.push(warning)) : undefined;
+  events.stageDone("render");
+
+  // 12. Targets.
+  const projections = await computeTargets(request, { ...work, segments: repairedSegments }, extras, context);
+  events.stageDone("targets");
+
+  // 13. Result.
+  const summary = budget.summary ? work.segments.history[0] : undefined;
+  const usage = create(UsageSchema, {
+    system: BigInt(budget.system + budget.scratch),
+    history: BigInt(budget.history),
+    memory: BigInt(budget.memory),
+    tools: BigInt(budget.tools),
+    toolDefinitions: BigInt(budget.toolDefinitions),
+    pending: BigInt(budget.pending),
+    reserved: BigInt(budget.reserved),
+    limit: BigInt(budget.limit),
+    total: BigInt(budget.total),
+    estimator: estimator.kind,
+    historyBeforeTrim: BigInt(budget.historyBeforeTrim),
+  });
+  const result = create(CompileResultSchema, {
+    payload,
+    rendered,
+    source,
+    normalizedSnapshot,
+    writeback,
+    introduced: work.introduced,
+    transformations: Object.fromEntries(work.records),
+    projections,
+    persistence: persistenceProjection(work, summary),
+    usage,
+    warnings: work.warnings,
+    prefixFingerprint: prefixFingerprint(payload),
+    version: inputs.version,
+  });
+  events.stageDone("result");
+  result.stageTimings = events.timings;
+
+  emitSummaryEvents(events, budget);
+  events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
+  return result;
+}
+
+function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>): void {
+  const blocks: [string, number][] = [
+    ["system", budget.system],
+    ["history", budget.history],
+    ["memory", budget.memory],
+    ["tools", budget.tools],
+    ["tool_definitions", budget.toolDefinitions],
+    ["pending", budget.pending],
+    ["scratch", budget.scratch],
+  ];
+  for (const [block, count] of blocks) events.emit({ case: "tokensEstimated", value: { $typeName: "contextd.v1.TokensEstimated", block, count: BigInt(count) } });
+  for (const { id, reason } of budget.dropped) events.emit({ case: "nodeEvicted", value: { $typeName: "contextd.v1.NodeEvicted", nodeId: id, reason } });
+  if (budget.summary) {
+    const ratio = budget.summary.replacedTokens > 0 ? budget.summary.tokens / budget.summary.replacedTokens : 0;
+    events.emit({ case: "contextSummarized", value: { $typeName: "contextd.v1.ContextSummarized", ratio } });
+  }
+  // Headroom: what the next turn may add before the request overflows.
+  events.emit({
+    case: "budgetPressure",
+    value: {
+      $typeName: "contextd.v1.BudgetPressure",
+      total: BigInt(budget.total),
+      limit: BigInt(budget.limit),
+      ratio: budget.limit > 0 ? budget.total / budget.limit : 0,
+      headroom: BigInt(budget.limit > 0 ? budget.limit - budget.total : 0),
+    },
+  });
+}

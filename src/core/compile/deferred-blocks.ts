@@ -1,0 +1,106 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { MergePolicy } from "../../../gen/ts/contextd/v1/artifact_pb.js";
+import { IntroducedMessageSchema, TransformationAction, TransformationReason, type DeferredBlock } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { segmentField } from "../model/segments.js";
+import { mapTextParts } from "../model/message-text.js";
+import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
+
+const variablePattern = /\{\{([A-Za-z_][A-Za-z0-9_.-]*)\}\}/g;
+
+/**
+ * Resolves `{{name}}` placeholders in every text part from `variables`. Unknown names stay as
+ * written and are passed to `onUnknown` (once per occurrence).
+ */
+export function resolveVariables(message: Message, variables: Record<string, string>, onUnknown: (name: string) => void): Message {
+  return mapTextParts(message, (text) =>
+    text.includes("{{")
+      ? text.replace(variablePattern, (placeholder, name: string) => {
+          if (Object.hasOwn(variables, name)) return variables[name]!;
+          onUnknown(name);
+          return placeholder;
+        })
+      : text,
+  );
+}
+
+/**
+ * Stage 4: deferred blocks in order, each merged into its segment (ids already assigned by stage 1).
+ * APPEND appends; REPLACE_BY_ORIGIN first drops existing messages whose `origin.template_id` is one
+ * an incoming message carries; DEDUPLICATE_BY_LAYER replaces, in place, an existing message with the
+ * same template_id + layer_id. Dropped messages are `formatted/replaced_by_deferred`; incoming ones
+ * are introduced (in their resolved, pre-hook form) and persisted. An incoming id already present
+ * anywhere in the compile is INVALID_ARGUMENT.
+ */
+export function applyDeferredBlocks(work: CompileWork, blocks: readonly DeferredBlock[]): void {
+  if (blocks.length === 0) return;
+  const liveIds = new Map<string, string>();
+  for (const field of ["system", "history", "memory", "tools"] as const) {
+    work.segments[field].forEach((message, index) => liveIds.set(message.id, `${field}[${index}]`));
+  }
+  work.pending.forEach((message, index) => liveIds.set(message.id, `pending[${index}]`));
+  const turnMessage = work.currentTurn?.promptSafe ?? work.currentTurn?.raw;
+  if (turnMessage) liveIds.set(turnMessage.id, "current_turn");
+  work.request.scratch.forEach((message, index) => message.id !== "" && liveIds.set(message.id, `scratch[${index}]`));
+
+  blocks.forEach((block, blockIndex) => {
+    if (MergePolicy[block.mergePolicy] === undefined) {
+      throw new ConnectError(`deferred_blocks[${blockIndex}].merge_policy: unknown merge policy ${block.mergePolicy}`, Code.InvalidArgument);
+    }
+    const field = segmentField(block.segment, `deferred_blocks[${blockIndex}].segment`);
+    const incoming = block.messages.map((message, index) =>
+      resolveVariables(message, work.request.resolveVars, (name) =>
+        addWarning(work, "unknown_variable", `deferred_blocks[${blockIndex}].messages[${index}] (message "${message.id}"): unknown variable {{${name}}} left as written`),
+      ),
+    );
+    let existing = work.segments[field];
+    const removed: Message[] = [];
+    const toAppend: Message[] = [];
+    if (block.mergePolicy === MergePolicy.REPLACE_BY_ORIGIN) {
+      const templates = new Set(incoming.map((message) => message.origin?.templateId ?? "").filter((id) => id !== ""));
+      existing = existing.filter((message) => {
+        const replaced = templates.has(message.origin?.templateId ?? "");
+        if (replaced) removed.push(message);
+        return !replaced;
+      });
+      toAppend.push(...incoming);
+    } else if (block.mergePolicy === MergePolicy.DEDUPLICATE_BY_LAYER) {
+      existing = [...existing];
+      for (const message of incoming) {
+        const key = layerKey(message);
+        const at = key === undefined ? -1 : existing.findIndex((candidate) => layerKey(candidate) === key);
+        if (at < 0) toAppend.push(message);
+        else {
+          removed.push(existing[at]!);
+          existing[at] = message;
+        }
+      }
+    } else {
+      toAppend.push(...incoming);
+    }
+    for (const message of removed) {
+      liveIds.delete(message.id);
+      setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.REPLACED_BY_DEFERRED, block.segment);
+    }
+    incoming.forEach((message, index) => {
+      const earlier = liveIds.get(message.id);
+      if (earlier !== undefined) {
+        throw new ConnectError(
+          `duplicate message id "${message.id}" at deferred_blocks[${blockIndex}].messages[${index}] (also at ${earlier})`,
+          Code.InvalidArgument,
+        );
+      }
+      liveIds.set(message.id, `deferred_blocks[${blockIndex}].messages[${index}]`);
+      work.introduced.push(create(IntroducedMessageSchema, { segment: block.segment, message }));
+      work.persistedIntroducedIds.add(message.id);
+    });
+    work.segments = { ...work.segments, [field]: [...existing, ...toAppend] };
+    recordPassed(work, incoming, block.segment);
+  });
+}
+
+function layerKey(message: Message): string | undefined {
+  if (!message.origin || (message.origin.templateId === "" && message.origin.layerId === "")) return undefined;
+  return `${message.origin.templateId}\u0000${message.origin.layerId}`;
+}

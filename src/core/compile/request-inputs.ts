@@ -1,0 +1,45 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
+import type { CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ConversationState, Experience, ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { mergeArtifact } from "../deltas/artifact-merge.js";
+import type { SegmentHolder } from "../model/segments.js";
+
+/** What a compile starts from: request segments over the stored state, by presence. */
+export interface CompileInputs {
+  segments: SegmentHolder;
+  toolDefinitions: ToolDefinition[];
+  experiences: Experience[];
+  /** Stored artifacts with the request's merged over them by their merge policy. */
+  artifacts: Artifact[];
+  /** The stored version compiled; 0 for stateless compiles. */
+  version: bigint;
+}
+
+/**
+ * Resolves the inputs of a compile. A present request list overrides the stored one even when it
+ * is empty (clearing it for this compile); an absent one inherits. Stateless compiles have no
+ * stored state, so absent means empty.
+ */
+export function resolveCompileInputs(request: CompileRequest, stored: ConversationState | undefined): CompileInputs {
+  const pick = (override: { messages: Message[] } | undefined, inherited: Message[] | undefined) =>
+    override ? override.messages : (inherited ?? []);
+  let artifacts: Artifact[] = stored ? stored.artifacts : [];
+  request.artifacts.forEach((artifact, index) => {
+    if (artifact.id === "") throw new ConnectError(`artifacts[${index}].id is required`, Code.InvalidArgument);
+    artifacts = mergeArtifact(artifacts, artifact);
+  });
+  return {
+    segments: {
+      system: pick(request.system, stored?.system),
+      history: pick(request.history, stored?.history),
+      memory: pick(request.memory, stored?.memory),
+      tools: pick(request.tools, stored?.tools),
+    },
+    toolDefinitions: request.toolDefinitions ? request.toolDefinitions.toolDefinitions : (stored?.toolDefinitions ?? []),
+    experiences: request.experiences ? request.experiences.experiences : (stored?.experiences ?? []),
+    artifacts,
+    version: stored?.version ?? 0n,
+  };
+}

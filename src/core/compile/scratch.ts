@@ -1,0 +1,13 @@
+import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { recordPassed, type CompileWork } from "./working-set.js";
+
+/**
+ * Stage 10: per-request notes go last, as SYSTEM, whatever role they came with. They are counted in
+ * the budget's reserved tokens and never persisted.
+ */
+export function scratchMessages(work: CompileWork, scratch: readonly Message[]): Message[] {
+  const messages = scratch.map((message) => (message.role === Role.SYSTEM ? message : { ...message, role: Role.SYSTEM }));
+  recordPassed(work, messages, Segment.SYSTEM);
+  return messages;
+}

@@ -1,0 +1,98 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  IntroducedMessageSchema,
+  TransformationAction,
+  TransformationReason,
+  type SegmentFormatter,
+} from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { MessageSchema, PartSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { hasTextPart, mapTextParts, messageText } from "../model/message-text.js";
+import { segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
+import { recordPassed, setRecord, type CompileWork } from "./working-set.js";
+
+const xmlName = /^[A-Za-z_][A-Za-z0-9._-]*$/;
+
+/**
+ * Applies built-in formatters in order to `segments` and records the outcome in `work` (stage 7;
+ * targets call it with their own formatters and records). In-place changes (xml_tag, prefix,
+ * template) are `formatted/segment_formatter`; join replaces the segment by one message, its
+ * inputs `formatted/replaced_by_formatter`. Only text parts are formatted; join refuses segments
+ * with non-text parts (tool calls cannot be joined into prose).
+ */
+export function applySegmentFormatters(work: CompileWork, formatters: readonly SegmentFormatter[], fieldPath: string): void {
+  formatters.forEach((formatter, index) => {
+    const path = `${fieldPath}[${index}]`;
+    const field = segmentField(formatter.segment, `${path}.segment`);
+    const messages = work.segments[field];
+    const formatted = formatSegment(work, formatter, messages, path);
+    work.segments = { ...work.segments, [field]: formatted } as SegmentHolder;
+  });
+}
+
+function formatSegment(work: CompileWork, formatter: SegmentFormatter, messages: Message[], path: string): Message[] {
+  const segment = formatter.segment;
+  const kind = formatter.kind;
+  switch (kind.case) {
+    case "xmlTag": {
+      if (!xmlName.test(kind.value.tag) || /^xml/i.test(kind.value.tag)) {
+        throw new ConnectError(`${path}.xml_tag.tag: "${kind.value.tag}" is not a valid XML name`, Code.InvalidArgument);
+      }
+      return formatInPlace(work, messages, segment, (text) => `<${kind.value.tag}>${text}</${kind.value.tag}>`);
+    }
+    case "prefix":
+      return formatInPlace(work, messages, segment, (text) => kind.value.text + text);
+    case "template":
+      if (!kind.value.template.includes("{{content}}")) {
+        throw new ConnectError(`${path}.template.template must contain {{content}}`, Code.InvalidArgument);
+      }
+      return formatInPlace(work, messages, segment, (text) => kind.value.template.replaceAll("{{content}}", text));
+    case "join":
+      return join(work, messages, segment, kind.value, path);
+    default:
+      throw new ConnectError(`${path}: no formatter variant set`, Code.InvalidArgument);
+  }
+}
+
+function formatInPlace(work: CompileWork, messages: Message[], segment: Segment, format: (text: string) => string): Message[] {
+  return messages.map((message) => {
+    // Each text part is formatted separately, so a message keeps its part structure.
+    const formatted = mapTextParts(message, format);
+    if (formatted !== message) setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.SEGMENT_FORMATTER, segment);
+    return formatted;
+  });
+}
+
+function join(
+  work: CompileWork,
+  messages: Message[],
+  segment: Segment,
+  options: { separator: string; role: Role; id: string },
+  path: string,
+): Message[] {
+  if (messages.length === 0) return messages;
+  if (options.role !== Role.UNSPECIFIED && Role[options.role] === undefined) {
+    throw new ConnectError(`${path}.join.role: unknown role ${options.role}`, Code.InvalidArgument);
+  }
+  const withOtherParts = messages.find((message) => message.parts.some((part) => part.kind.case !== "text"));
+  if (withOtherParts) {
+    throw new ConnectError(
+      `${path}.join: message "${withOtherParts.id}" in ${segmentName(segment)} has non-text parts, which cannot be joined`,
+      Code.InvalidArgument,
+    );
+  }
+  const text = messages.filter(hasTextPart).map(messageText).join(options.separator === "" ? "\n\n" : options.separator);
+  const joined = create(MessageSchema, {
+    id: options.id === "" ? `joined:${segmentName(segment)}` : options.id,
+    role: options.role === Role.UNSPECIFIED ? messages[0]!.role : options.role,
+    parts: [create(PartSchema, { kind: { case: "text", value: { text } } })],
+  });
+  for (const message of messages) {
+    if (message.id === joined.id) continue;
+    setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.REPLACED_BY_FORMATTER, segment);
+  }
+  work.introduced.push(create(IntroducedMessageSchema, { segment, message: joined }));
+  recordPassed(work, [joined], segment);
+  return [joined];
+}

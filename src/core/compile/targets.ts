@@ -1,0 +1,163 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  CompiledPayloadSchema,
+  ProjectionSchema,
+  TransformationAction,
+  TransformationReason,
+  UsageSchema,
+  type CompileRequest,
+  type Projection,
+  type Target,
+} from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { renderRequest } from "../providers/render.js";
+import { segmentField, segmentRenderingOrder } from "../model/segments.js";
+import { createEstimator } from "../tokens/estimator.js";
+import { renderView } from "../views/views.js";
+import { applyArtifacts, applyExperiences } from "./artifacts.js";
+import { applyBudget } from "./budget.js";
+import type { CompileContext } from "./compile-context.js";
+import { applyDeferredBlocks } from "./deferred-blocks.js";
+import type { NormalizedExtras } from "./normalize.js";
+import { applyHooks } from "./redaction.js";
+import { applyRoleProjection } from "./role-projection.js";
+import { applySegmentFormatters } from "./segment-formatters.js";
+import { applyTextReplacements } from "./text-replacements.js";
+import { recordPassed, type CompileWork } from "./working-set.js";
+
+/**
+ * Target validation (stage 12): names required and unique, views known and not combined with
+ * segments, budget, formatters or render, segments known. Runs before any stage so a bad target
+ * fails fast.
+ */
+export function validateTargets(targets: readonly Target[]): void {
+  const names = new Set<string>();
+  targets.forEach((target, index) => {
+    const path = `targets[${index}]`;
+    if (target.name === "") throw new ConnectError(`${path}.name is required`, Code.InvalidArgument);
+    if (names.has(target.name)) throw new ConnectError(`${path}.name: duplicate target name "${target.name}"`, Code.InvalidArgument);
+    names.add(target.name);
+    if (target.view !== "") {
+      renderView(target.view, [], `${path}.view`);
+      const combined = [
+        target.segments.length > 0 && "segments",
+        target.budget && "budget",
+        target.formatters.length > 0 && "formatters",
+        target.render && target.render.provider !== Provider.UNSPECIFIED && "render",
+      ].filter(Boolean);
+      if (combined.length > 0) {
+        throw new ConnectError(`${path}: view "${target.view}" cannot be combined with ${combined.join(", ")}`, Code.InvalidArgument);
+      }
+    }
+    target.segments.forEach((segment, segmentIndex) => segmentField(segment, `${path}.segments[${segmentIndex}]`));
+  });
+}
+
+/**
+ * Computes every target from the same normalised input as the main payload, with records of its
+ * own. A view renders the normalised segments (never the current turn or pending). A segment
+ * projection runs artifacts, experiences, deferred blocks, hooks, role projection, its own
+ * formatters, text replacements and its own budget over the chosen segments.
+ */
+export async function computeTargets(
+  request: CompileRequest,
+  normalized: CompileWork,
+  extras: NormalizedExtras,
+  context: CompileContext,
+): Promise<Projection[]> {
+  const projections: Projection[] = [];
+  for (const [index, target] of request.targets.entries()) {
+    const path = `targets[${index}]`;
+    if (target.view !== "") {
+      const messages = [];
+      const transformations: Projection["transformations"] = {};
+      for (const segment of segmentRenderingOrder) {
+        for (const message of normalized.segments[segmentField(segment, "segment")]) {
+          messages.push(message);
+          transformations[message.id] = {
+            $typeName: "contextd.v1.Transformation",
+            action: TransformationAction.PASSED,
+            reason: TransformationReason.UNCHANGED,
+            segment,
+          };
+        }
+      }
+      projections.push(create(ProjectionSchema, { name: target.name, text: renderView(target.view, messages, `${path}.view`), transformations }));
+      continue;
+    }
+    projections.push(await segmentProjection(request, target, path, normalized, extras, context));
+  }
+  return projections;
+}
+
+async function segmentProjection(
+  request: CompileRequest,
+  target: Target,
+  path: string,
+  normalized: CompileWork,
+  extras: NormalizedExtras,
+  context: CompileContext,
+): Promise<Projection> {
+  const included = new Set(target.segments.length === 0 ? segmentRenderingOrder : target.segments);
+  const pick = (segment: Segment) => (included.has(segment) ? normalized.segments[segmentField(segment, "segment")] : []);
+  const targetRequest: CompileRequest = {
+    ...request,
+    budget: target.budget,
+    formatters: target.formatters,
+    pending: [],
+    currentTurn: undefined,
+    scratch: [],
+    textReplacements: request.textReplacements.filter((replacement) => included.has(replacement.segment)),
+  };
+  const renderProvider = target.render?.provider ?? Provider.UNSPECIFIED;
+  const estimator = await createEstimator(target.budget?.estimator, renderProvider, `${path}.budget.estimator`);
+  const work: CompileWork = {
+    request: targetRequest,
+    estimator,
+    segments: { system: pick(Segment.SYSTEM), history: pick(Segment.HISTORY), memory: pick(Segment.MEMORY), tools: pick(Segment.TOOLS) },
+    pending: [],
+    artifacts: included.has(Segment.MEMORY) ? normalized.artifacts : [],
+    experiences: included.has(Segment.SYSTEM) ? normalized.experiences : [],
+    toolDefinitions: normalized.toolDefinitions,
+    records: new Map(),
+    introduced: [],
+    persistedIntroducedIds: new Set(),
+    visibleArtifactIds: [],
+    warnings: [],
+    writebackMessages: [],
+  };
+  for (const segment of included) recordPassed(work, work.segments[segmentField(segment, "segment")], segment);
+  applyArtifacts(work, context.tokenCounts);
+  applyExperiences(work);
+  applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  applyHooks(work);
+  applyRoleProjection(work);
+  applySegmentFormatters(work, target.formatters, `${path}.formatters`);
+  applyTextReplacements(work);
+  const report = await applyBudget(work, [], context);
+  const messages = segmentRenderingOrder.flatMap((segment) => work.segments[segmentField(segment, "segment")]);
+  const transformations: Projection["transformations"] = {};
+  for (const [id, record] of work.records) transformations[id] = record;
+  const payload = create(CompiledPayloadSchema, { ...work.segments, toolDefinitions: work.toolDefinitions });
+  return create(ProjectionSchema, {
+    name: target.name,
+    messages,
+    transformations,
+    artifactIds: work.visibleArtifactIds,
+    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!) : undefined,
+    usage: create(UsageSchema, {
+      system: BigInt(report.system),
+      history: BigInt(report.history),
+      memory: BigInt(report.memory),
+      tools: BigInt(report.tools),
+      toolDefinitions: BigInt(report.toolDefinitions),
+      reserved: BigInt(report.reserved),
+      limit: BigInt(report.limit),
+      total: BigInt(report.total),
+      estimator: estimator.kind,
+      historyBeforeTrim: BigInt(report.historyBeforeTrim),
+    }),
+  });
+}

@@ -1,0 +1,78 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  CurrentTurnPersistence,
+  TransformationAction,
+  TransformationReason,
+  TransformationSchema,
+  WarningSchema,
+  type CompileRequest,
+  type IntroducedMessage,
+  type Transformation,
+  type Warning,
+  type WritebackMessage,
+} from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Segment, type Experience, type ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { SegmentHolder } from "../model/segments.js";
+import type { TokenEstimator } from "../tokens/estimator.js";
+
+/** The current turn after normalisation: both forms share one id. */
+export interface NormalizedCurrentTurn {
+  raw?: Message;
+  promptSafe?: Message;
+  persistence: CurrentTurnPersistence;
+}
+
+/**
+ * The state a compile carries from stage to stage. Messages are never mutated: a stage that
+ * changes one puts a new object in its place, so the frozen `source` can share the originals.
+ */
+export interface CompileWork {
+  readonly request: CompileRequest;
+  readonly estimator: TokenEstimator;
+  /** The payload segments as the stages shape them. History gains pending and the current turn in the budget stage. */
+  segments: SegmentHolder;
+  pending: Message[];
+  currentTurn?: NormalizedCurrentTurn;
+  /** Request artifacts merged over stored ones. */
+  artifacts: Artifact[];
+  experiences: Experience[];
+  toolDefinitions: ToolDefinition[];
+  /** Message id → final record. Later stages overwrite earlier records of the same id. */
+  records: Map<string, Transformation>;
+  introduced: IntroducedMessage[];
+  /** Ids of payload-born messages that the host should persist (deferred messages, summaries, repairs). */
+  persistedIntroducedIds: Set<string>;
+  /** Segments right after the deferred stage: the originals the persistence projection saves. */
+  baseline?: SegmentHolder;
+  /** Ids visible artifacts were rendered for. */
+  visibleArtifactIds: string[];
+  warnings: Warning[];
+  writebackMessages: WritebackMessage[];
+}
+
+export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {
+  work.records.set(id, create(TransformationSchema, { action, reason, segment }));
+}
+
+export function recordPassed(work: CompileWork, messages: readonly Message[], segment: Segment): void {
+  for (const message of messages) setRecord(work, message.id, TransformationAction.PASSED, TransformationReason.UNCHANGED, segment);
+}
+
+export function addWarning(work: CompileWork, code: string, message: string): void {
+  work.warnings.push(create(WarningSchema, { code, message }));
+}
+
+/** True when the record says the message left the payload (dropped, evicted or replaced). */
+export function isRemovedRecord(record: Transformation | undefined): boolean {
+  if (!record) return false;
+  return (
+    record.action === TransformationAction.TRUNCATED ||
+    record.action === TransformationAction.EVICTED ||
+    record.reason === TransformationReason.REPLACED_BY_DEFERRED ||
+    record.reason === TransformationReason.REPLACED_BY_HOOK ||
+    record.reason === TransformationReason.REPLACED_BY_FORMATTER ||
+    record.reason === TransformationReason.SUMMARIZED
+  );
+}

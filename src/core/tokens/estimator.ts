@@ -1,0 +1,231 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { EstimatorKind, TokenizerEncoding, type Estimator } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { toolPayloadText } from "../model/payload-text.js";
+import { imageTokens, providerFraming } from "./framing.js";
+import { runeCount, utf8ByteCount } from "./text-measures.js";
+import { loadEncoding, type TextTokenCounter } from "./encodings.js";
+
+/**
+ * Counts tokens of messages and tool definitions under one estimator configuration (semantics §4).
+ * `countMessage` always does the work; callers go through `TokenCountCache` so a conversation is
+ * counted once, not at every compile.
+ */
+export interface TokenEstimator {
+  readonly kind: EstimatorKind;
+  /** Equal for two estimators exactly when they count every message the same; the cache key. */
+  readonly cacheKey: string;
+  /** Tokens added once per request (TOKENIZER: the provider's reply priming; else 0). */
+  readonly perRequest: number;
+  countMessage(message: Message): number;
+  countToolDefinitions(definitions: readonly ToolDefinition[]): number;
+}
+
+/**
+ * Builds the estimator a request asks for. `renderProvider` picks the TOKENIZER framing when the
+ * estimator names no provider. Loads BPE ranks lazily on first use of an encoding, hence async.
+ * INVALID_ARGUMENT for negative or non-finite chars_per_token, unknown kinds or encodings.
+ */
+export async function createEstimator(options: Estimator | undefined, renderProvider: Provider, fieldPath: string): Promise<TokenEstimator> {
+  const kind = options?.kind ?? EstimatorKind.UNSPECIFIED;
+  switch (kind) {
+    case EstimatorKind.UNSPECIFIED:
+    case EstimatorKind.CHAR_FALLBACK: {
+      const charsPerToken = options?.charsPerToken ?? 0;
+      if (!Number.isFinite(charsPerToken) || charsPerToken < 0) {
+        throw new ConnectError(`${fieldPath}.chars_per_token must be a positive number (0 = 4), got ${charsPerToken}`, Code.InvalidArgument);
+      }
+      return charFallbackEstimator(charsPerToken === 0 ? 4 : charsPerToken);
+    }
+    case EstimatorKind.CHARS:
+      return charsEstimator;
+    case EstimatorKind.FIXED: {
+      const perMessage = Number(options!.fixedPerMessage);
+      const perPart = Number(options!.fixedPerPart);
+      const perToolCall = Number(options!.fixedPerToolCall);
+      if (perMessage < 0 || perPart < 0 || perToolCall < 0) {
+        throw new ConnectError(`${fieldPath}: FIXED costs must not be negative`, Code.InvalidArgument);
+      }
+      return fixedEstimator(perMessage, perPart, perToolCall);
+    }
+    case EstimatorKind.TOKENIZER: {
+      const encoding = options!.encoding;
+      if (TokenizerEncoding[encoding] === undefined) {
+        throw new ConnectError(`${fieldPath}.encoding: unknown tokenizer encoding ${encoding}`, Code.InvalidArgument);
+      }
+      const provider = options!.provider !== Provider.UNSPECIFIED ? options!.provider : renderProvider;
+      if (Provider[provider] === undefined) {
+        throw new ConnectError(`${fieldPath}.provider: unknown provider ${provider}`, Code.InvalidArgument);
+      }
+      return tokenizerEstimator(await loadEncoding(encoding), encoding, provider);
+    }
+    default:
+      throw new ConnectError(`${fieldPath}.kind: unknown estimator kind ${kind}`, Code.InvalidArgument);
+  }
+}
+
+/** Every text an estimator reads from a message, in part order (tool results include nested parts). */
+function forEachText(parts: readonly Part[], visit: (text: string) => void): void {
+  for (const part of parts) {
+    const kind = part.kind;
+    switch (kind.case) {
+      case "text":
+        visit(kind.value.text);
+        break;
+      case "reasoning":
+        visit(kind.value.text);
+        break;
+      case "toolCall":
+        visit(kind.value.name);
+        visit(toolPayloadText(kind.value.arguments));
+        break;
+      case "toolResult":
+        visit(toolPayloadText(kind.value.payload));
+        forEachText(kind.value.contentParts, visit);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+function countParts(parts: readonly Part[], kind: "toolCall" | "image"): number {
+  let count = 0;
+  for (const part of parts) {
+    if (part.kind.case === kind) count++;
+    else if (part.kind.case === "toolResult") count += countParts(part.kind.value.contentParts, kind);
+  }
+  return count;
+}
+
+function definitionTexts(definition: ToolDefinition): string[] {
+  return [definition.name, definition.description, definition.parameters];
+}
+
+/** CHARS: runes of text plus UTF-8 bytes of tool names, ids, arguments and results. */
+const charsEstimator: TokenEstimator = {
+  kind: EstimatorKind.CHARS,
+  cacheKey: "chars",
+  perRequest: 0,
+  countMessage(message) {
+    let total = 0;
+    const visitParts = (parts: readonly Part[]) => {
+      for (const part of parts) {
+        const kind = part.kind;
+        switch (kind.case) {
+          case "text":
+          case "reasoning":
+            total += runeCount(kind.value.text);
+            break;
+          case "toolCall":
+            total += utf8ByteCount(kind.value.id) + utf8ByteCount(kind.value.name) + utf8ByteCount(toolPayloadText(kind.value.arguments));
+            break;
+          case "toolResult":
+            total += utf8ByteCount(kind.value.toolCallId) + utf8ByteCount(kind.value.name) + utf8ByteCount(toolPayloadText(kind.value.payload));
+            visitParts(kind.value.contentParts);
+            break;
+          default:
+            break;
+        }
+      }
+    };
+    visitParts(message.parts);
+    return total;
+  },
+  countToolDefinitions(definitions) {
+    let total = 0;
+    for (const definition of definitions) for (const text of definitionTexts(definition)) total += utf8ByteCount(text);
+    return total;
+  },
+};
+
+/** CHAR_FALLBACK: ceil(runes / chars_per_token) + 20 per tool call + 85 per image. */
+function charFallbackEstimator(charsPerToken: number): TokenEstimator {
+  return {
+    kind: EstimatorKind.CHAR_FALLBACK,
+    cacheKey: `char_fallback:${charsPerToken}`,
+    perRequest: 0,
+    countMessage(message) {
+      let runes = 0;
+      forEachText(message.parts, (text) => (runes += runeCount(text)));
+      return Math.ceil(runes / charsPerToken) + 20 * countParts(message.parts, "toolCall") + 85 * countParts(message.parts, "image");
+    },
+    countToolDefinitions(definitions) {
+      let total = 0;
+      for (const definition of definitions) {
+        let runes = 0;
+        for (const text of definitionTexts(definition)) runes += runeCount(text);
+        total += Math.ceil(runes / charsPerToken);
+      }
+      return total;
+    },
+  };
+}
+
+/** FIXED: per message + per part + per tool call; a tool definition costs one part. */
+function fixedEstimator(perMessage: number, perPart: number, perToolCall: number): TokenEstimator {
+  return {
+    kind: EstimatorKind.FIXED,
+    cacheKey: `fixed:${perMessage}:${perPart}:${perToolCall}`,
+    perRequest: 0,
+    countMessage(message) {
+      return perMessage + perPart * message.parts.length + perToolCall * countParts(message.parts, "toolCall");
+    },
+    countToolDefinitions(definitions) {
+      return perPart * definitions.length;
+    },
+  };
+}
+
+/** TOKENIZER: BPE counts of every text plus the provider framing documented in `framing.ts`. */
+function tokenizerEstimator(count: TextTokenCounter, encoding: TokenizerEncoding, provider: Provider): TokenEstimator {
+  const framing = providerFraming(provider);
+  const countPartsTokens = (parts: readonly Part[]): number => {
+    let total = 0;
+    for (const part of parts) {
+      const kind = part.kind;
+      switch (kind.case) {
+        case "text":
+          total += count(kind.value.text);
+          break;
+        case "reasoning":
+          total += count(kind.value.text);
+          break;
+        case "toolCall":
+          total += framing.perToolCall + count(kind.value.name) + count(toolPayloadText(kind.value.arguments));
+          break;
+        case "toolResult":
+          total += framing.perToolResult + count(kind.value.name) + count(toolPayloadText(kind.value.payload));
+          total += countPartsTokens(kind.value.contentParts);
+          break;
+        case "image":
+          total += imageTokens(framing, kind.value.detail);
+          break;
+        case "file":
+          total += framing.perFile;
+          break;
+        default:
+          break;
+      }
+    }
+    return total;
+  };
+  return {
+    kind: EstimatorKind.TOKENIZER,
+    cacheKey: `tokenizer:${encoding}:${provider}`,
+    perRequest: framing.perRequest,
+    countMessage(message) {
+      return framing.perMessage + (message.senderName !== "" ? framing.perName : 0) + countPartsTokens(message.parts);
+    },
+    countToolDefinitions(definitions) {
+      if (definitions.length === 0) return 0;
+      let total = framing.toolsPreamble;
+      for (const definition of definitions) {
+        total += framing.perToolDefinition;
+        for (const text of definitionTexts(definition)) total += count(text);
+      }
+      return total;
+    },
+  };
+}

@@ -16,6 +16,7 @@ import (
 
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
@@ -92,7 +93,15 @@ func Dial(address string, opts ...Option) (*Client, error) {
 		client.transport = newConnectTransport(o.connectClient, "http://"+address)
 		return client, nil
 	}
-	dialOptions := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.dialOptions...)
+	dialOptions := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Reconnect quickly: the sidecar is on loopback, and an agent often starts before it (or
+		// outlives a restart). grpc-go's default backoff grows from 1s to 120s.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}, o.dialOptions...)
 	conn, err := grpc.NewClient(address, dialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("contextd: dial %s: %w", address, err)

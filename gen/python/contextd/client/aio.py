@@ -1,0 +1,230 @@
+"""The asyncio client, over grpc.aio."""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, Type, TypeVar
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from contextd.client._common import DEFAULT_ADDRESS, Deadline, keyed_commit, keyed_compile
+from contextd.client.errors import ContextdError, DeadlineExceeded, Unavailable, VersionConflict, from_rpc_error
+from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from contextd.v1 import (
+    compile_pb2,
+    context_service_pb2,
+    context_service_pb2_grpc,
+    conversation_service_pb2 as conversation_pb2,
+    conversation_service_pb2_grpc,
+    state_pb2,
+    telemetry_pb2,
+    telemetry_service_pb2,
+    telemetry_service_pb2_grpc,
+)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+class AsyncClient:
+    """The asyncio twin of `contextd.client.Client`: the same methods, awaitable, and async
+    iterators for the streams. Use it as an async context manager, or await `close()`."""
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout: Optional[float] = 30.0,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        conflict_attempts: int = 10,
+        channel: Optional[grpc.aio.Channel] = None,
+    ) -> None:
+        """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
+        `channel`. Create it inside the event loop that will use it."""
+        self._channel = channel if channel is not None else grpc.aio.insecure_channel(address)
+        self._timeout = timeout
+        self._retry = retry
+        self._conflict_attempts = max(conflict_attempts, 1)
+        self._conversations = conversation_service_pb2_grpc.ConversationServiceStub(self._channel)
+        self._contexts = context_service_pb2_grpc.ContextServiceStub(self._channel)
+        self._telemetry = telemetry_service_pb2_grpc.TelemetryServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    async def close(self) -> None:
+        """Closes the channel; streams still open end with CANCELLED."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """As `Client.wait_ready`."""
+        deadline = Deadline(timeout)
+        retry = 0
+        while True:
+            try:
+                response = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+            except grpc.RpcError as error:
+                last = str(from_rpc_error(error))
+            retry += 1
+            pause = self._retry.backoff(retry)
+            if not deadline.allows(pause):
+                raise DeadlineExceeded(f"sidecar not ready after {timeout}s (last: {last})")
+            await asyncio.sleep(pause)
+
+    async def get_state(
+        self, request: conversation_pb2.GetStateRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.GetStateResponse:
+        """As `Client.get_state`."""
+        return await self._unary(self._conversations.GetState, request, True, timeout)
+
+    async def commit(
+        self, request: conversation_pb2.CommitRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.CommitResponse:
+        """As `Client.commit`."""
+        return await self._unary(self._conversations.Commit, keyed_commit(request), True, timeout)
+
+    async def commit_with_retry(
+        self,
+        conversation_id: str,
+        apply: Callable[[state_pb2.ConversationState], Sequence[state_pb2.Delta]],
+        *,
+        timeout: Optional[float] = None,
+    ) -> conversation_pb2.CommitResponse:
+        """As `Client.commit_with_retry`; `apply` is a plain (not async) function."""
+        conflict: Optional[VersionConflict] = None
+        for attempt in range(1, self._conflict_attempts + 1):
+            if conflict is not None:
+                await asyncio.sleep(self._retry.backoff(attempt - 1))
+            loaded = await self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout)
+            request = conversation_pb2.CommitRequest(
+                conversation_id=conversation_id, expected_version=loaded.state.version, deltas=apply(loaded.state)
+            )
+            try:
+                return await self.commit(request, timeout=timeout)
+            except VersionConflict as error:
+                conflict = error
+        assert conflict is not None
+        raise conflict
+
+    async def clear(
+        self, request: conversation_pb2.ClearRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ClearResponse:
+        """As `Client.clear` (not retried)."""
+        return await self._unary(self._conversations.Clear, request, False, timeout)
+
+    async def list_conversations(
+        self, request: conversation_pb2.ListConversationsRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ListConversationsResponse:
+        """As `Client.list_conversations`."""
+        return await self._unary(self._conversations.ListConversations, request, True, timeout)
+
+    async def compile(
+        self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.CompileResponse:
+        """As `Client.compile`."""
+        return await self._unary(self._contexts.Compile, keyed_compile(request), True, timeout)
+
+    async def count_tokens(
+        self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.CountTokensResponse:
+        """As `Client.count_tokens`."""
+        return await self._unary(self._contexts.CountTokens, request, True, timeout)
+
+    async def render(
+        self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.RenderResponse:
+        """As `Client.render`."""
+        return await self._unary(self._contexts.Render, request, True, timeout)
+
+    async def compile_stream(
+        self,
+        request: context_service_pb2.CompileStreamRequest,
+        on_event: Optional[Callable[[telemetry_pb2.ObserverEvent], None]] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.compile_stream`."""
+        call = self._contexts.CompileStream(request, timeout=self._timeout if timeout is None else timeout)
+        try:
+            async for response in call:
+                if response.HasField("result"):
+                    return response.result
+                if on_event is not None:
+                    on_event(response.event)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+        raise ContextdError("compile stream ended without a result")
+
+    async def watch(self, request: conversation_pb2.WatchRequest) -> AsyncIterator[conversation_pb2.Change]:
+        """As `Client.watch`: resumes after the last change on UNAVAILABLE."""
+        from_version = request.from_version
+        failures = 0
+        while True:
+            call = self._conversations.Watch(
+                conversation_pb2.WatchRequest(conversation_id=request.conversation_id, from_version=from_version)
+            )
+            try:
+                async for response in call:
+                    if response.HasField("change"):
+                        failures = 0
+                        from_version = response.change.version
+                        yield response.change
+                return
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                failures += 1
+                if not isinstance(failure, Unavailable) or failures >= self._retry.max_attempts:
+                    raise failure from error
+            finally:
+                call.cancel()
+            await asyncio.sleep(self._retry.backoff(failures))
+
+    async def watch_events(
+        self, request: telemetry_service_pb2.WatchEventsRequest
+    ) -> AsyncIterator[telemetry_service_pb2.WatchEventsResponse]:
+        """As `Client.watch_events`."""
+        call = self._telemetry.WatchEvents(request)
+        try:
+            async for response in call:
+                yield response
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+
+    async def _unary(
+        self,
+        method: Callable[..., Awaitable[Response]],
+        request: Request,
+        retryable: bool,
+        timeout: Optional[float],
+    ) -> Response:
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1) if retryable else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                pause = self._retry.backoff(attempt)
+                if not isinstance(failure, Unavailable) or attempt == attempts or not deadline.allows(pause):
+                    raise failure from error
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")

@@ -1,0 +1,155 @@
+"""Exceptions for failed contextd calls, one class per gRPC status code the API uses."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional, Tuple, Union
+
+import grpc
+
+#: The trailer in which the server reports the stored version of a version conflict.
+CURRENT_VERSION_TRAILER = "contextd-current-version"
+
+# For servers (or proxies) that drop trailers: "expected version 3, current version 5".
+_CURRENT_VERSION_IN_MESSAGE = re.compile(r"current version\D{0,4}(\d+)")
+
+Metadata = Iterable[Tuple[str, Union[str, bytes]]]
+
+
+class ContextdError(Exception):
+    """A failed contextd call. `message` says what was wrong and where."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{self.code.name}: {message}")
+        self.message = message
+
+
+class InvalidArgument(ContextdError):
+    """Malformed request, duplicate ids, invalid tool round, unknown enum, bad target."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class FailedPrecondition(ContextdError):
+    """Missing identity policy or a provider rule violated."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ResourceExhausted(ContextdError):
+    """Over the token budget or a size limit."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class VersionConflict(ContextdError):
+    """The conversation is no longer at the expected version (ABORTED).
+
+    `current_version` is the stored version when the server rejected the call, or None when the
+    server did not say.
+    """
+
+    code = grpc.StatusCode.ABORTED
+
+    def __init__(self, message: str, current_version: Optional[int]) -> None:
+        super().__init__(message)
+        self.current_version = current_version
+
+
+class NotFound(ContextdError):
+    """Unknown conversation where one is required."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class Unavailable(ContextdError):
+    """The sidecar is starting or stopping, or its store is unreachable; safe calls are retried."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(ContextdError):
+    """The call's deadline passed."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class Cancelled(ContextdError):
+    """The call was cancelled."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
+class Unauthenticated(ContextdError):
+    """Missing or wrong bearer token."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ContextdError):
+    """Not allowed, for example a conversation of another tenant."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unimplemented(ContextdError):
+    """The sidecar does not implement this RPC."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class Internal(ContextdError):
+    """Any other code: a bug in the sidecar or the transport. `grpc_code` is the real code."""
+
+    code = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str, grpc_code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.grpc_code = grpc_code
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        FailedPrecondition,
+        ResourceExhausted,
+        NotFound,
+        Unavailable,
+        DeadlineExceeded,
+        Cancelled,
+        Unauthenticated,
+        PermissionDenied,
+        Unimplemented,
+    )
+}
+
+
+def from_status(code: grpc.StatusCode, message: str, trailer: Optional[Metadata]) -> ContextdError:
+    """The exception for a call that ended with `code`, `message` and trailing metadata."""
+    if code == grpc.StatusCode.ABORTED:
+        return VersionConflict(message, _current_version(trailer or (), message))
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return Internal(message, code)
+    return cls(message)
+
+
+def from_rpc_error(error: grpc.RpcError) -> ContextdError:
+    """Converts the error grpcio raised (sync or aio) into a ContextdError."""
+    call = error if isinstance(error, (grpc.Call, grpc.aio.AioRpcError)) else None
+    if call is None:
+        return Internal(str(error), grpc.StatusCode.UNKNOWN)
+    return from_status(call.code(), call.details() or "", call.trailing_metadata())
+
+
+def _current_version(trailer: Metadata, message: str) -> Optional[int]:
+    for key, value in trailer:
+        if key == CURRENT_VERSION_TRAILER:
+            text = value.decode() if isinstance(value, bytes) else value
+            if text.isdigit():
+                return int(text)
+    match = _CURRENT_VERSION_IN_MESSAGE.search(message)
+    return int(match.group(1)) if match else None

@@ -1,7 +1,151 @@
-import type { ServiceImpl } from "@connectrpc/connect";
-import type { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import { randomBytes } from "node:crypto";
+import { create, equals } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { ArtifactSchema } from "../../../gen/ts/contextd/v1/artifact_pb.js";
+import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import { MessageSchema, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Segment, type ConversationState, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import { compile } from "../../core/compile/compile.js";
+import type { CompileContext } from "../../core/compile/compile-context.js";
+import { segmentEnumerationOrder, segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
+import type { Observer } from "../../core/observer.js";
+import { createEstimator } from "../../core/tokens/estimator.js";
+import { TokenCountCache } from "../../core/tokens/token-count-cache.js";
+import { renderView } from "../../core/views/views.js";
+import type { ConversationStore } from "../../store/conversation-store.js";
 
-/** ContextService: compile, count, render. Methods not listed answer UNIMPLEMENTED. */
-export function contextService(): Partial<ServiceImpl<typeof ContextService>> {
-  return {};
+export interface ContextServiceDependencies {
+  store: ConversationStore;
+  /** Every compile's observer events go here too (TelemetryService fan-out). */
+  publish: Observer;
+}
+
+/**
+ * ContextService: Compile (stateless or stateful, optionally committing the writeback in the same
+ * call), CompileStream (observer events, then the result), CountTokens and Render.
+ */
+export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
+  const { store, publish } = dependencies;
+  // One cache per server: a conversation is tokenized once, whichever RPC counts it.
+  const tokenCounts = new TokenCountCache();
+  const compileContext = (observer: Observer): Omit<CompileContext, "stored"> => ({
+    randomId: () => `msg_${randomBytes(16).toString("hex")}`,
+    now: () => Date.now(),
+    monotonicNs: () => process.hrtime.bigint(),
+    tokenCounts,
+    observer,
+  });
+
+  async function compileAndCommit(request: CompileRequest, observer: Observer): Promise<CompileResult> {
+    if (request.conversationId === "") {
+      if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
+      return compile(request, compileContext(observer));
+    }
+    const stored = await store.load(request.conversationId);
+    if (request.commit) {
+      if (stored.version === 0n) {
+        throw new ConnectError(
+          `conversation "${request.conversationId}" not found: a compile can commit only to an existing conversation (create it with ConversationService.Commit)`,
+          Code.NotFound,
+        );
+      }
+      if (stored.version !== request.commit.expectedVersion) {
+        throw new ConnectError(
+          `version conflict on "${request.conversationId}": commit.expected_version is ${request.commit.expectedVersion}, the current version is ${stored.version}`,
+          Code.Aborted,
+        );
+      }
+    }
+    const result = await compile(request, { ...compileContext(observer), stored });
+    if (request.commit) {
+      const deltas = writebackDeltas(stored, result);
+      if (deltas.length > 0) {
+        const outcome = await store.commit(request.conversationId, request.commit.expectedVersion, deltas, request.commit.idempotencyKey);
+        result.committedVersion = outcome.version;
+      }
+    }
+    return result;
+  }
+
+  const fanOut = (extra?: Observer): Observer => (event) => {
+    publish(event);
+    extra?.(event);
+  };
+
+  return {
+    async compile(request) {
+      return { result: await compileAndCommit(request, fanOut()) };
+    },
+
+    async *compileStream(request) {
+      if (!request.request) throw new ConnectError("request is required", Code.InvalidArgument);
+      // The pipeline is CPU-bound and emits synchronously; events are sent in order, then the result.
+      const events: ObserverEvent[] = [];
+      const result = await compileAndCommit(request.request, fanOut((event) => events.push(event)));
+      for (const event of events) yield { kind: { case: "event", value: event } };
+      yield { kind: { case: "result", value: result } };
+    },
+
+    async countTokens(request) {
+      const estimator = await createEstimator(request.estimator, 0, "estimator");
+      const perMessage = tokenCounts.countAll(estimator, request.messages).map(BigInt);
+      const toolDefinitions = BigInt(tokenCounts.countToolDefinitions(estimator, request.toolDefinitions));
+      const total = perMessage.reduce((sum, count) => sum + count, toolDefinitions);
+      return { total, perMessage, toolDefinitions };
+    },
+
+    async render(request) {
+      if ((request.conversationId === "") === (request.snapshot === undefined)) {
+        throw new ConnectError("render: set exactly one of conversation_id and snapshot", Code.InvalidArgument);
+      }
+      renderView(request.view, [], "view");
+      request.segments.forEach((segment, index) => segmentField(segment, `segments[${index}]`));
+      const source = request.snapshot ?? (await store.load(request.conversationId));
+      const wanted = request.segments.length === 0 ? segmentRenderingOrder : segmentRenderingOrder.filter((segment) => request.segments.includes(segment));
+      const messages = wanted.flatMap((segment) => source[segmentField(segment, "segment")]);
+      return { text: renderView(request.view, messages, "view") };
+    },
+  };
+}
+
+/**
+ * The deltas that make the stored state equal the compile's writeback snapshot, as one batch:
+ * replace_segment for each segment that changed, and for each persistent artifact that is new or
+ * different, remove_artifacts + upsert_artifact (the writeback holds the merged artifact, so it must
+ * replace, not merge again).
+ */
+function writebackDeltas(stored: ConversationState, result: CompileResult): Delta[] {
+  const snapshot = result.writeback!.snapshot!;
+  const deltas: Delta[] = [];
+  for (const segment of segmentEnumerationOrder) {
+    const field = segmentField(segment, "segment");
+    if (sameMessages(stored[field], snapshot[field])) continue;
+    deltas.push({
+      $typeName: "contextd.v1.Delta",
+      operation: { case: "replaceSegment", value: { $typeName: "contextd.v1.ReplaceSegment", segment: segment as Segment, messages: snapshot[field] } },
+    });
+  }
+  for (const artifact of snapshot.artifacts) {
+    const existing = stored.artifacts.find((candidate) => candidate.id === artifact.id);
+    if (existing && equals(ArtifactSchema, existing, artifact)) continue;
+    if (existing) {
+      deltas.push({ $typeName: "contextd.v1.Delta", operation: { case: "removeArtifacts", value: { $typeName: "contextd.v1.RemoveArtifacts", ids: [artifact.id] } } });
+    }
+    deltas.push({
+      $typeName: "contextd.v1.Delta",
+      operation: { case: "upsertArtifact", value: { $typeName: "contextd.v1.UpsertArtifact", artifact: create(ArtifactSchema, artifact) } },
+    });
+  }
+  return deltas;
+}
+
+/** The compile passes stored messages through as the same objects, so identity is the fast path. */
+function sameMessages(a: readonly Message[], b: readonly Message[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let index = 0; index < a.length; index++) {
+    if (a[index] !== b[index] && !equals(MessageSchema, a[index]!, b[index]!)) return false;
+  }
+  return true;
 }

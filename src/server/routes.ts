@@ -38,7 +38,7 @@ export interface RouteDependencies {
 
 export function routes(dependencies: RouteDependencies) {
   return (router: ConnectRouter) => {
-    router.service(ContextService, contextService());
+    router.service(ContextService, contextService({ store: dependencies.store, publish: dependencies.telemetry.publish }));
     router.service(ConversationService, conversationService(dependencies));
     router.service(TelemetryService, telemetryService(dependencies.telemetry));
     router.service(Health, healthService(dependencies.health));

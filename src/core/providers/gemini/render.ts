@@ -45,7 +45,17 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
     origins.push({ messageId: message.id, role: message.role });
   };
 
+  // Images and other parts of TOOL messages follow the whole run of function responses, so the
+  // responses of one round stay in one content.
+  let toolFollowUp: { parts: GeminiPart[]; origin: Message } | undefined;
+  const flushToolFollowUp = () => {
+    if (toolFollowUp) append("user", toolFollowUp.parts, toolFollowUp.origin, false);
+    toolFollowUp = undefined;
+  };
+  // functionResponse needs the function name; a result that does not carry one takes its call's.
+  const callNames = new Map<string, string>();
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
+    for (const part of message.parts) if (part.kind.case === "toolCall") callNames.set(part.kind.value.id, part.kind.value.name);
     if (segment === "system" && isInstructionRole(message.role)) {
       message.parts.forEach((part, index) => {
         if (part.kind.case !== "text") {
@@ -55,23 +65,26 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
       });
       continue;
     }
+    if (message.role !== Role.TOOL) flushToolFollowUp();
     if (message.role === Role.TOOL) {
       const responses: GeminiPart[] = [];
-      const followUp: GeminiPart[] = [];
+      toolFollowUp ??= { parts: [], origin: message };
+      const followUp = toolFollowUp.parts;
       message.parts.forEach((part, index) => {
         if (part.kind.case === "toolResult") {
-          responses.push({ functionResponse: functionResponse(part.kind.value) });
+          responses.push({ functionResponse: functionResponse(part.kind.value, callNames) });
           for (const inner of part.kind.value.contentParts) followUp.push(...contentParts([inner], message, index));
         } else {
           followUp.push(...contentParts([part], message, index));
         }
       });
       append("user", responses, message, true);
-      append("user", followUp, message, false);
       continue;
     }
     append(message.role === Role.ASSISTANT ? "model" : "user", contentParts(message.parts, message, 0), message, false);
   }
+
+  flushToolFollowUp();
 
   const body: GeminiBody = { ...(systemParts.length > 0 ? { systemInstruction: { parts: systemParts } } : {}), contents };
   if (payload.toolDefinitions.length > 0) {
@@ -92,7 +105,7 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
  * Gemini wants an object: JSON object data is sent as is; a failed tool is `{error: text}` and
  * anything else `{output: value}`, the keys Gemini documents for function responses.
  */
-function functionResponse(result: ToolResultPart): { id: string; name: string; response: Record<string, unknown> } {
+function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string, string>): { id: string; name: string; response: Record<string, unknown> } {
   const text = toolPayloadText(result.payload);
   let response: Record<string, unknown>;
   if (result.isError || (result.payload?.error && result.payload.text === "" && result.payload.data === "")) {
@@ -108,7 +121,7 @@ function functionResponse(result: ToolResultPart): { id: string; name: string; r
   } else {
     response = { output: text };
   }
-  return { id: result.toolCallId, name: result.name, response };
+  return { id: result.toolCallId, name: result.name || (callNames.get(result.toolCallId) ?? ""), response };
 }
 
 /** Parts of a user or model turn. `firstIndex` offsets part numbers in errors. */

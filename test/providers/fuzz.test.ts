@@ -1,0 +1,134 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { RenderOptionsSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { ImageDetail, Provider, Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
+import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
+import { renderRequest } from "../../src/core/providers/render.js";
+import { assistant, call, definition, developer, image, message, payload, reasoning, result, system, text, tool, user } from "./build-messages.js";
+
+/** mulberry32: a tiny seeded PRNG, so every failure reproduces from its seed. */
+function prng(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const providers = [Provider.OPENAI_CHAT, Provider.OPENAI_RESPONSES, Provider.ANTHROPIC_MESSAGES, Provider.GEMINI];
+const reasoningProviders = [Provider.OPENAI_RESPONSES, Provider.ANTHROPIC_MESSAGES, Provider.GEMINI];
+const tools = ["search", "read_file", "get_weather"];
+
+/** A random valid conversation: parallel calls, images, reasoning, errors, trimming, open tails. */
+function randomPayload(random: () => number, seed: number): CompiledPayload {
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+  let counter = 0;
+  const id = (prefix: string) => `${prefix}${seed}_${counter++}`;
+  const history: Message[] = [];
+  const turns = 1 + Math.floor(random() * 8);
+  for (let turn = 0; turn < turns; turn++) {
+    const userParts: Part[] = [text(`question ${turn} <|endoftext|>`)];
+    if (random() < 0.2) userParts.push(image({ url: "https://example.com/a.png", detail: ImageDetail.LOW }));
+    history.push(user(id("u"), ...userParts));
+    const rounds = Math.floor(random() * 3);
+    for (let round = 0; round < rounds; round++) {
+      const calls = 1 + Math.floor(random() * 3);
+      const parts: Part[] = [];
+      if (random() < 0.5) {
+        const provider = pick(reasoningProviders);
+        parts.push(reasoning(provider, { text: "thinking", signature: id("sig"), itemId: id("rs_"), redactedData: random() < 0.3 ? id("enc") : "" }));
+      }
+      if (random() < 0.4) parts.push(text("let me check"));
+      const callIds: string[] = [];
+      const names = new Map<string, string>();
+      for (let index = 0; index < calls; index++) {
+        const callId = id("call_");
+        callIds.push(callId);
+        names.set(callId, pick(tools));
+        parts.push(call(callId, names.get(callId)!, JSON.stringify({ q: `x${index}` }), random() < 0.3 ? id("gsig") : ""));
+      }
+      history.push(assistant(id("a"), ...parts));
+      // Results in one TOOL message or one per call, in a random order.
+      const results = callIds
+        .map((callId) =>
+          result(
+            callId,
+            // Hosts often leave the result's name empty; Gemini then takes the call's.
+            random() < 0.5 ? names.get(callId)! : "",
+            random() < 0.5 ? { text: "ok" } : { data: '{"value": 1}' },
+            { isError: random() < 0.2, contentParts: random() < 0.2 ? [image({ data: new Uint8Array([1, 2, 3]), mimeType: "image/png" })] : [] },
+          ),
+        )
+        .sort(() => random() - 0.5);
+      if (random() < 0.5) history.push(tool(id("t"), ...results));
+      else for (const part of results) history.push(tool(id("t"), part));
+    }
+    if (random() < 0.7) history.push(assistant(id("a"), `answer ${turn}`));
+  }
+  // Trimmed history: drop a prefix of whole units, as the budget does.
+  const units = analyzeToolRounds(history, { allowOpenTail: true }).units;
+  const kept = random() < 0.4 ? history.slice(units[Math.floor(random() * units.length)]!.start) : history;
+  // Open round at the tail: a new round with some results still missing.
+  if (random() < 0.3) {
+    const first = id("call_");
+    const second = id("call_");
+    kept.push(assistant(id("a"), call(first, "search"), call(second, "search")));
+    if (random() < 0.5) kept.push(tool(id("t"), result(first, "search", { text: "partial" })));
+  }
+  return payload({
+    system: random() < 0.8 ? [message(id("s"), Role.SYSTEM, [text("system prompt")], random() < 0.5 ? { cacheTtl: "5m" } : {}), ...(random() < 0.5 ? [developer(id("d"), "dev")] : [])] : [],
+    history: kept,
+    memory: random() < 0.4 ? [system(id("m"), "memory note")] : [],
+    scratch: random() < 0.4 ? [system(id("x"), "time: now")] : [],
+    toolDefinitions: tools.map((name) => definition(name, `${name} tool`, { type: "object", properties: {} })),
+  });
+}
+
+function render(p: CompiledPayload, provider: Provider): string {
+  return new TextDecoder().decode(renderRequest(p, create(RenderOptionsSchema, { provider, model: "m" })).json);
+}
+
+describe("fuzzed conversations", () => {
+  it("always render to valid bodies for every provider", () => {
+    for (let seed = 1; seed <= 300; seed++) {
+      const p = randomPayload(prng(seed), seed);
+      if (p.history.length === 0) continue;
+      for (const provider of providers) {
+        let body: string;
+        try {
+          body = render(p, provider);
+        } catch (error) {
+          throw new Error(`seed ${seed}, ${Provider[provider]}: ${(error as Error).message}`);
+        }
+        // Every call id reaches the body (opaque ids byte for byte).
+        for (const m of p.history) for (const part of m.parts) if (part.kind.case === "toolCall") expect(body).toContain(JSON.stringify(part.kind.value.id));
+      }
+    }
+  });
+
+  it("reject the same conversations with a tool round broken (its assistant message removed)", () => {
+    let broken = 0;
+    for (let seed = 1; seed <= 150; seed++) {
+      const p = randomPayload(prng(seed), seed);
+      const roundStart = p.history.findIndex((m) => m.role === Role.ASSISTANT && m.parts.some((part) => part.kind.case === "toolCall") && p.history[p.history.indexOf(m) + 1]?.role === Role.TOOL);
+      if (roundStart < 0) continue;
+      broken++;
+      const damaged = { ...p, history: p.history.filter((_, index) => index !== roundStart) };
+      for (const provider of providers) {
+        let error: ConnectError | undefined;
+        try {
+          render(damaged, provider);
+        } catch (caught) {
+          error = ConnectError.from(caught);
+        }
+        expect(error?.code, `seed ${seed}, ${Provider[provider]}`).toBe(Code.FailedPrecondition);
+        expect(error?.rawMessage).toMatch(/provider rule \w+\.(call_result_pairing|tool_result_first) violated at message "/);
+      }
+    }
+    expect(broken).toBeGreaterThan(20);
+  });
+});

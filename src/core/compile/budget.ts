@@ -153,13 +153,16 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         summarize = false;
       }
       let drop: Set<number>;
-      let reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
+      const reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
       let action = TransformationAction.TRUNCATED;
       if (strategy === BudgetStrategy.DROP) {
         drop = selectAllUnprotected(units);
         action = TransformationAction.EVICTED;
       } else if (strategy === BudgetStrategy.DROP_TAIL) {
         drop = selectUnitsToDrop(units, available, "tail");
+      } else if (summarize) {
+        // Keep a quarter of the available tokens free for the summary that replaces the prefix.
+        drop = selectUnitsToDrop(units, available - summaryReserve(available), "head");
       } else {
         drop = selectUnitsToDrop(units, available, "head");
         const minMessages = Number(budget?.minMessages ?? 0n);
@@ -185,9 +188,30 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         const summaryMessage = await requestSummary(work, context, droppedMessages, available - sum(keptCounts), strategy === BudgetStrategy.SUMMARIZE ? "summarize_strategy" : "auto_compact");
         const summaryTokens = cache.count(estimator, summaryMessage);
         summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, drop) };
+        for (const message of droppedMessages) {
+          setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);
+          dropped.push({ id: message.id, reason: TransformationReason.SUMMARIZED });
+        }
+        droppedMessages.length = 0;
+        // A summary longer than asked for pushes out more of the oldest kept units (not summarised).
+        const remaining = units.filter((_, index) => !drop.has(index));
+        const overflow = selectUnitsToDrop(remaining, available - summaryTokens, "head");
+        if (overflow.size > 0) {
+          addWarning(work, "summary_over_target", `the summary has ${summaryTokens} tokens; ${overflow.size} more history unit(s) were dropped to fit`);
+          kept.length = 0;
+          keptCounts.length = 0;
+          remaining.forEach((unit, index) => {
+            for (let at = unit.start; at < unit.end; at++) {
+              if (overflow.has(index)) droppedMessages.push(history[at]!);
+              else {
+                kept.push(history[at]!);
+                keptCounts.push(historyCounts[at]!);
+              }
+            }
+          });
+        }
         kept.unshift(summaryMessage);
         keptCounts.unshift(summaryTokens);
-        reason = TransformationReason.SUMMARIZED;
       }
       for (const message of droppedMessages) {
         setRecord(work, message.id, action, reason, Segment.HISTORY);
@@ -239,6 +263,11 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     dropped,
     summary,
   };
+}
+
+/** Tokens kept free for a requested summary: a quarter of what history may use, at least one. */
+function summaryReserve(available: number): number {
+  return Math.max(1, Math.floor(available / 4));
 }
 
 function unitsTokens(units: readonly CostedUnit[], selected: ReadonlySet<number>): number {

@@ -4,7 +4,7 @@ import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { SegmentHolder } from "../model/segments.js";
 import { isArtifactPersisted } from "./artifacts.js";
-import { isRemovedRecord, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
+import { isRemovedFromPersistence, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
 
 /** The current turn in the form its persistence policy stores, if any. */
 export function persistedCurrentTurn(turn: NormalizedCurrentTurn | undefined): Message | undefined {
@@ -42,7 +42,7 @@ export function persistenceProjection(work: CompileWork, summary: Message | unde
   const baseline = work.baseline!;
   const derived = new Set<string>(work.visibleArtifactIds.map((id) => `artifact:${id}`));
   derived.add("experiences");
-  const keep = (messages: Message[]) => messages.filter((message) => !derived.has(message.id) && !isRemovedRecord(work.records.get(message.id)));
+  const keep = (messages: Message[]) => messages.filter((message) => !derived.has(message.id) && !isRemovedFromPersistence(work.records.get(message.id)));
   const history = keep(baseline.history);
   if (summary) history.unshift(summary);
   const current = persistedCurrentTurn(work.currentTurn);

@@ -64,15 +64,17 @@ export function addWarning(work: CompileWork, code: string, message: string): vo
   work.warnings.push(create(WarningSchema, { code, message }));
 }
 
-/** True when the record says the message left the payload (dropped, evicted or replaced). */
-export function isRemovedRecord(record: Transformation | undefined): boolean {
+/**
+ * True when the record says the message must not be persisted: dropped by the budget or a repair,
+ * replaced by a deferred block, or summarised. Presentation (hooks, formatters, role projection,
+ * text replacements) never changes what is stored, so those records do not count.
+ */
+export function isRemovedFromPersistence(record: Transformation | undefined): boolean {
   if (!record) return false;
   return (
     record.action === TransformationAction.TRUNCATED ||
     record.action === TransformationAction.EVICTED ||
     record.reason === TransformationReason.REPLACED_BY_DEFERRED ||
-    record.reason === TransformationReason.REPLACED_BY_HOOK ||
-    record.reason === TransformationReason.REPLACED_BY_FORMATTER ||
     record.reason === TransformationReason.SUMMARIZED
   );
 }

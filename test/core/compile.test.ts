@@ -1,0 +1,382 @@
+import { clone, create, equals } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { ArtifactLifecycle, MergePolicy } from "../../gen/ts/contextd/v1/artifact_pb.js";
+import {
+  BudgetStrategy,
+  CompileRequestSchema,
+  CurrentTurnPersistence,
+  EstimatorKind,
+  IdentityPolicy,
+  RedactionPattern,
+  ToolRoundRepair,
+  TransformationAction,
+  TransformationReason,
+  type CompileRequest,
+} from "../../gen/ts/contextd/v1/compile_pb.js";
+import { SummarizeResponseSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
+import { ActorKind, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { compile } from "../../src/core/compile/compile.js";
+import { messageText } from "../../src/core/model/message-text.js";
+import { testContext } from "./compile-context.js";
+import { assistant, call, message, result as toolResult, system, toolRound, user } from "./messages.js";
+
+type Init = Parameters<typeof create<typeof CompileRequestSchema>>[1];
+const request = (init: Init) => create(CompileRequestSchema, init);
+/** FIXED estimator: every message costs exactly 10 tokens, so budgets read as message counts. */
+const tenPerMessage = { kind: EstimatorKind.FIXED, fixedPerMessage: 10n };
+const ids = (messages: readonly Message[]) => messages.map((m) => m.id);
+
+async function rejects(promise: Promise<unknown>, code: Code, pattern: RegExp): Promise<void> {
+  const error = await promise.then(() => undefined, (thrown: unknown) => thrown);
+  expect(error).toBeInstanceOf(ConnectError);
+  expect(Code[(error as ConnectError).code]).toBe(Code[code]);
+  expect((error as ConnectError).rawMessage).toMatch(pattern);
+}
+
+const history = (count: number) => Array.from({ length: count }, (_, i) => (i % 2 === 0 ? user(`h${i}`, `question ${i}`) : assistant(`h${i}`, `answer ${i}`)));
+
+describe("budget", () => {
+  it("never evicts pending and appends it, then the current turn, after history", async () => {
+    const result = await compile(
+      request({
+        history: { messages: history(6) },
+        pending: [user("p1", "pending one"), assistant("p2", "pending two")],
+        currentTurn: { raw: user("now", "current") },
+        budget: { maxTokens: 60n, estimator: tenPerMessage },
+      }),
+      testContext(),
+    );
+    expect(ids(result.payload!.history)).toEqual(["h3", "h4", "h5", "p1", "p2", "now"]);
+    expect(result.transformations["p1"]).toMatchObject({ action: TransformationAction.PASSED, reason: TransformationReason.PROTECTED_PENDING });
+    expect(result.transformations["h0"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED, segment: Segment.HISTORY });
+    expect(result.usage).toMatchObject({ history: 30n, pending: 30n, reserved: 30n, limit: 60n, total: 60n, historyBeforeTrim: 60n });
+  });
+
+  it("tells 'pending exceeds budget' from 'budget exceeded'", async () => {
+    await rejects(
+      compile(request({ pending: [user("p1", "a"), user("p2", "b")], currentTurn: { raw: user("now", "c") }, budget: { maxTokens: 25n, estimator: tenPerMessage } }), testContext()),
+      Code.ResourceExhausted,
+      /^pending exceeds budget: .*30 tokens, the limit is 25/,
+    );
+    await rejects(
+      compile(request({ system: { messages: [system("s1", "a"), system("s2", "b")] }, currentTurn: { raw: user("now", "c") }, budget: { maxTokens: 25n, estimator: tenPerMessage } }), testContext()),
+      Code.ResourceExhausted,
+      /^budget exceeded: 30 tokens are reserved before any history \(system 20,.*limit is 25/,
+    );
+  });
+
+  it("shrinks history when a formatter grows the system prompt", async () => {
+    const base = {
+      system: { messages: [system("s", "x".repeat(40))] },
+      history: { messages: history(10) },
+      budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.CHAR_FALLBACK, charsPerToken: 1 } },
+    };
+    const plain = await compile(request(base), testContext());
+    const wrapped = await compile(
+      request({ ...base, formatters: [{ segment: Segment.SYSTEM, kind: { case: "template", value: { template: "=".repeat(30) + "{{content}}" } } }] }),
+      testContext(),
+    );
+    expect(plain.usage!.system).toBe(40n);
+    expect(wrapped.usage!.system).toBe(70n);
+    expect(wrapped.payload!.history.length).toBeLessThan(plain.payload!.history.length);
+    expect(wrapped.transformations["s"]).toMatchObject({ action: TransformationAction.FORMATTED, reason: TransformationReason.SEGMENT_FORMATTER });
+    expect(wrapped.usage!.total).toBeLessThanOrEqual(100n);
+  });
+
+  it("keeps tool rounds with parallel calls whole and protects an open round at the tail", async () => {
+    const messages = [user("u0", "go"), ...toolRound("r1", ["a", "b", "c"]), user("u1", "again"), ...toolRound("r2", ["d", "e"], ["d"])];
+    // 8 messages at 10 tokens; the round r1 is 4 of them. A limit of 50 cannot keep a partial round.
+    const result = await compile(request({ history: { messages }, budget: { maxTokens: 50n, estimator: tenPerMessage } }), testContext());
+    expect(ids(result.payload!.history)).toEqual(["u1", "r2-a", "r2-r-d"]);
+    for (const id of ["r1-a", "r1-r-a", "r1-r-b", "r1-r-c"]) expect(result.transformations[id]!.action).toBe(TransformationAction.TRUNCATED);
+    const tail = await compile(
+      request({ history: { messages }, budget: { maxTokens: 20n, strategy: BudgetStrategy.DROP_TAIL, estimator: tenPerMessage } }),
+      testContext(),
+    );
+    expect(ids(tail.payload!.history)).toEqual(["r2-a", "r2-r-d"]);
+  });
+
+  it("implements DROP_HEAD with min_messages, protected roles and retained ids", async () => {
+    const messages = [system("pinned", "rules"), ...history(6)];
+    const result = await compile(
+      request({ history: { messages }, budget: { maxTokens: 40n, estimator: tenPerMessage, protectedRoles: [Role.SYSTEM], retainedIds: ["h1"] } }),
+      testContext(),
+    );
+    expect(ids(result.payload!.history)).toEqual(["pinned", "h1", "h4", "h5"]);
+    const block = await compile(request({ history: { messages: history(6) }, budget: { maxTokens: 40n, estimator: tenPerMessage, minMessages: 5n } }), testContext());
+    expect(block.payload!.history).toEqual([]);
+  });
+
+  it("implements DROP (all or nothing, EVICTED) and STRICT", async () => {
+    const drop = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.DROP, estimator: tenPerMessage } }), testContext());
+    expect(drop.payload!.history).toEqual([]);
+    expect(drop.transformations["h0"]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
+    const fits = await compile(request({ history: { messages: history(3) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.DROP, estimator: tenPerMessage } }), testContext());
+    expect(fits.payload!.history).toHaveLength(3);
+    await rejects(
+      compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.STRICT, estimator: tenPerMessage } }), testContext()),
+      Code.ResourceExhausted,
+      /budget exceeded \(STRICT\): history needs 40 tokens, 30 are left/,
+    );
+  });
+
+  it("falls back from SUMMARIZE to DROP_HEAD without a session, and uses a summarizer when given", async () => {
+    const base = { history: { messages: history(6) }, budget: { maxTokens: 40n, strategy: BudgetStrategy.SUMMARIZE, estimator: tenPerMessage } };
+    const fallback = await compile(request(base), testContext());
+    expect(ids(fallback.payload!.history)).toEqual(["h2", "h3", "h4", "h5"]);
+    expect(fallback.warnings.map((w) => w.code)).toEqual(["summarize_fallback"]);
+
+    let asked: string[] = [];
+    const context = testContext({
+      summarize: async (summarizeRequest) => {
+        asked = ids(summarizeRequest.messages);
+        return create(SummarizeResponseSchema, { requestId: summarizeRequest.requestId, summary: assistant("", "they talked") });
+      },
+    });
+    const summarized = await compile(request(base), context);
+    // A quarter of the 40 available tokens is kept free for the summary.
+    expect(asked).toEqual(["h0", "h1", "h2"]);
+    expect(ids(summarized.payload!.history).slice(1)).toEqual(["h3", "h4", "h5"]);
+    const head = summarized.payload!.history[0]!;
+    expect(head.provenance?.kind).toMatchObject({ case: "summary", value: { coveredMessageIds: ["h0", "h1", "h2"] } });
+    expect(summarized.transformations["h0"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.SUMMARIZED });
+    expect(ids(summarized.persistence!.history)[0]).toBe(head.id);
+    expect(context.events.some((e) => e.event.case === "contextSummarized")).toBe(true);
+  });
+
+  it("reports a full context window unless auto_compact is on", async () => {
+    const window = { contextWindow: 50n, outputReserve: 20n, estimator: tenPerMessage };
+    await rejects(compile(request({ history: { messages: history(4) }, budget: window }), testContext()), Code.ResourceExhausted, /^context full: .*40 tokens.*leaves 30/);
+    const compacted = await compile(request({ history: { messages: history(4) }, budget: { ...window, autoCompact: true } }), testContext());
+    expect(compacted.payload!.history).toHaveLength(3);
+    expect(compacted.warnings[0]!.code).toBe("summarize_fallback");
+  });
+
+  it("emits observer events and stage timings in pipeline order", async () => {
+    const context = testContext();
+    const result = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, estimator: tenPerMessage } }), context);
+    const kinds = context.events.map((e) => e.event.case);
+    expect(kinds.filter((k) => k === "nodeEvicted")).toHaveLength(1);
+    expect(kinds.at(-1)).toBe("pipelineCompiled");
+    expect(kinds).toContain("tokensEstimated");
+    expect(kinds).toContain("budgetPressure");
+    expect(result.stageTimings.map((t) => t.stage)).toEqual([
+      "normalize", "freeze_source", "artifacts", "deferred_blocks", "hooks", "role_projection", "segment_formatters", "text_replacements", "budget", "render", "targets", "result",
+    ]);
+    const throwing = testContext({ observer: () => { throw new Error("telemetry down"); } });
+    await expect(compile(request({ history: { messages: history(2) } }), throwing)).resolves.toBeDefined();
+  });
+});
+
+describe("identity", () => {
+  it("rejects duplicate ids between history and pending, and from a deferred block", async () => {
+    await rejects(compile(request({ history: { messages: [user("x", "a")] }, pending: [user("x", "b")] }), testContext()), Code.InvalidArgument, /duplicate message id "x" at pending\[0\] \(also at history\[0\]\)/);
+    await rejects(
+      compile(request({ history: { messages: [user("x", "a")] }, deferredBlocks: [{ segment: Segment.MEMORY, messages: [system("x", "note")] }] }), testContext()),
+      Code.InvalidArgument,
+      /duplicate message id "x" at deferred_blocks\[0\]\.messages\[0\] \(also at history\[0\]\)/,
+    );
+  });
+
+  it("needs a policy when require_durable is set and lists assigned ids in the writeback", async () => {
+    await rejects(compile(request({ history: { messages: [user("", "a")] }, identity: { requireDurable: true } }), testContext()), Code.FailedPrecondition, /^missing identity policy: history\[0\]/);
+    const result = await compile(request({ history: { messages: [user("k", "a"), user("", "b")] }, identity: { policy: IdentityPolicy.RANDOM } }), testContext());
+    expect(result.writeback!.messages).toEqual([expect.objectContaining({ segment: Segment.HISTORY, index: 1n, id: result.payload!.history[1]!.id })]);
+    expect(result.payload!.history[1]!.id).toMatch(/^msg_[0-9a-f]{32}$/);
+  });
+
+  it("gives STABLE ids that repeat across compiles and survive trimming older history", async () => {
+    const stable = { policy: IdentityPolicy.STABLE, prefix: "conv-1" };
+    const turn = { raw: user("", "hello"), persistence: CurrentTurnPersistence.PERSIST_RAW };
+    const messages = [user("", "one"), assistant("", "two"), user("", "same"), user("", "same")];
+    const first = await compile(request({ history: { messages }, identity: stable, turnId: "t1", currentTurn: turn, pending: [assistant("", "p")] }), testContext());
+    const second = await compile(request({ history: { messages }, identity: stable, turnId: "t1", currentTurn: turn, pending: [assistant("", "p")] }), testContext());
+    expect(ids(first.payload!.history)).toEqual(ids(second.payload!.history));
+    const [one, two, same1, same2, pending, current] = ids(first.payload!.history);
+    expect(same1).not.toBe(same2);
+    expect(current).toMatch(/^event:[0-9a-f]{64}$/);
+    expect(pending).toMatch(/^event:/);
+    const trimmed = await compile(request({ history: { messages: messages.slice(2) }, identity: stable }), testContext());
+    expect(ids(trimmed.payload!.history)).toEqual([same1, same2]);
+    expect([one, two]).not.toContain(same1);
+    await rejects(compile(request({ identity: stable, currentTurn: turn }), testContext()), Code.InvalidArgument, /turn_id is required/);
+  });
+
+  it("gives raw and prompt-safe current turn one id and rejects two different ones", async () => {
+    await rejects(compile(request({ currentTurn: { raw: user("a", "x"), promptSafe: user("b", "y") } }), testContext()), Code.InvalidArgument, /share one id, got "a" and "b"/);
+  });
+});
+
+describe("current turn persistence", () => {
+  for (const [policy, expected] of [
+    [CurrentTurnPersistence.UNSPECIFIED, "raw secret 4111"],
+    [CurrentTurnPersistence.PERSIST_RAW, "raw secret 4111"],
+    [CurrentTurnPersistence.PERSIST_PROMPT_SAFE, "safe"],
+    [CurrentTurnPersistence.PERSIST_NONE, undefined],
+  ] as const) {
+    it(`sends the prompt-safe form and persists ${CurrentTurnPersistence[policy]}`, async () => {
+      const result = await compile(request({ history: { messages: [user("h", "before")] }, currentTurn: { raw: user("t", "raw secret 4111"), promptSafe: user("", "safe"), persistence: policy } }), testContext());
+      expect(messageText(result.payload!.history.at(-1)!)).toBe("safe");
+      expect(result.transformations["t"]).toMatchObject({ action: TransformationAction.FORMATTED, reason: TransformationReason.CURRENT_TURN_PROJECTION });
+      const persisted = result.persistence!.history.map(messageText);
+      const written = result.writeback!.snapshot!.history.map(messageText);
+      expect(persisted).toEqual(expected === undefined ? ["before"] : ["before", expected]);
+      expect(written).toEqual(persisted);
+    });
+  }
+});
+
+describe("tool-round validation and repair", () => {
+  const broken = [user("u", "go"), ...toolRound("r", ["a", "b"], ["a"]), user("u2", "next")];
+  it("rejects an invalid round naming the rule", async () => {
+    await rejects(compile(request({ history: { messages: broken } }), testContext()), Code.InvalidArgument, /invalid tool round \(incomplete_tool_round\) at history\[1\] \(message "r-a"\)/);
+  });
+  it("drops incomplete rounds with DROP_INCOMPLETE", async () => {
+    const result = await compile(request({ history: { messages: broken }, repair: ToolRoundRepair.DROP_INCOMPLETE }), testContext());
+    expect(ids(result.payload!.history)).toEqual(["u", "u2"]);
+    expect(result.transformations["r-a"]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOOL_ROUND_REPAIR });
+    expect(ids(result.persistence!.history)).toEqual(["u", "u2"]);
+  });
+  it("closes missing results with CLOSE_AS_CANCELLED", async () => {
+    const result = await compile(request({ history: { messages: broken }, repair: ToolRoundRepair.CLOSE_AS_CANCELLED }), testContext());
+    const closing = result.payload!.history[3]!;
+    expect(closing.role).toBe(Role.TOOL);
+    expect(closing.parts[0]!.kind).toMatchObject({ case: "toolResult", value: { toolCallId: "b", isError: true } });
+    expect(result.transformations["r-a"]).toMatchObject({ action: TransformationAction.FORMATTED, reason: TransformationReason.TOOL_ROUND_REPAIR });
+    expect(result.source!.snapshot!.history).toHaveLength(broken.length);
+  });
+  it("accepts an open round at the tail of history followed by its results in pending", async () => {
+    const open = toolRound("r", ["a", "b"], []);
+    const result = await compile(request({ history: { messages: [user("u", "go"), ...open] }, pending: [message(Role.TOOL, "ra", toolResult("a", "A")), message(Role.TOOL, "rb", toolResult("b", "B"))] }), testContext());
+    expect(ids(result.payload!.history)).toEqual(["u", "r-a", "ra", "rb"]);
+    await rejects(compile(request({ pending: [message(Role.TOOL, "x", toolResult("zz", "A"))] }), testContext()), Code.InvalidArgument, /tool_result_without_call\) at pending\[0\]/);
+  });
+});
+
+describe("presentation stages", () => {
+  it("redacts the payload but never the source, writeback or persistence", async () => {
+    const secret = user("u", "mail me at jane.doe@example.com or call +1 415 555 0100, card 4111 1111 1111 1111");
+    const result = await compile(request({ history: { messages: [secret] }, hooks: [{ kind: { case: "redaction", value: { patterns: [RedactionPattern.EMAIL, RedactionPattern.PHONE, RedactionPattern.CARD_NUMBER] } } }] }), testContext());
+    expect(messageText(result.payload!.history[0]!)).toBe("mail me at [REDACTED:email] or call [REDACTED:phone], card [REDACTED:card_number]");
+    expect(result.transformations["u"]).toMatchObject({ action: TransformationAction.FORMATTED, reason: TransformationReason.TRANSFORM_HOOK });
+    for (const kept of [result.persistence!.history[0]!, result.source!.snapshot!.history[0]!, result.writeback!.snapshot!.history[0]!]) {
+      expect(messageText(kept)).toBe(messageText(secret));
+    }
+    await rejects(
+      compile(request({ hooks: [{ kind: { case: "redaction", value: { customPatterns: [{ name: "bad", regex: "(" }] } } }] }), testContext()),
+      Code.InvalidArgument,
+      /hooks\[0\]\.redaction\.custom_patterns\[0\]\.regex is not a valid regular expression/,
+    );
+  });
+
+  it("merges deferred blocks by REPLACE_BY_ORIGIN and DEDUPLICATE_BY_LAYER, resolving variables", async () => {
+    const origin = (templateId: string, layerId = "") => ({ templateId, layerId });
+    const memory = [
+      { ...system("m1", "old persona"), origin: create(OriginSchemaHolder.schema, origin("persona")) },
+      { ...system("m2", "tenant layer"), origin: create(OriginSchemaHolder.schema, origin("rules", "tenant")) },
+      system("m3", "plain"),
+    ];
+    const result = await compile(
+      request({
+        memory: { messages: memory },
+        resolveVars: { name: "Ada" },
+        deferredBlocks: [
+          { mergePolicy: MergePolicy.REPLACE_BY_ORIGIN, messages: [{ ...system("d1", "persona for {{name}} {{missing}}"), origin: create(OriginSchemaHolder.schema, origin("persona")) }] },
+          { mergePolicy: MergePolicy.DEDUPLICATE_BY_LAYER, messages: [{ ...system("d2", "new tenant layer"), origin: create(OriginSchemaHolder.schema, origin("rules", "tenant")) }] },
+        ],
+      }),
+      testContext(),
+    );
+    expect(ids(result.payload!.memory)).toEqual(["d2", "m3", "d1"]);
+    expect(messageText(result.payload!.memory[2]!)).toBe("persona for Ada {{missing}}");
+    expect(result.warnings.map((w) => w.code)).toEqual(["unknown_variable"]);
+    expect(result.transformations["m1"]).toMatchObject({ action: TransformationAction.FORMATTED, reason: TransformationReason.REPLACED_BY_DEFERRED });
+    expect(result.transformations["m2"]!.reason).toBe(TransformationReason.REPLACED_BY_DEFERRED);
+    expect(ids(result.introduced.map((i) => i.message!))).toEqual(["d1", "d2"]);
+    expect(ids(result.persistence!.memory)).toEqual(["d2", "m3", "d1"]);
+  });
+
+  it("applies role projection, join formatters and text replacements to the payload only", async () => {
+    const peer = { ...user("peer", "hi from bot"), role: Role.ASSISTANT, actor: create(ActorSchemaHolder.schema, { kind: ActorKind.PEER_AGENT }) };
+    const result = await compile(
+      request({
+        history: { messages: [peer, user("u", "long text")] },
+        memory: { messages: [system("a", "A"), system("b", "B")] },
+        roleProjection: { rules: [{ actorKind: ActorKind.PEER_AGENT, role: Role.USER }] },
+        formatters: [{ segment: Segment.MEMORY, kind: { case: "join", value: { separator: " | " } } }],
+        textReplacements: [{ segment: Segment.HISTORY, messageId: "u", text: "short" }],
+      }),
+      testContext(),
+    );
+    expect(result.payload!.history.map((m) => [m.id, m.role, messageText(m)])).toEqual([["peer", Role.USER, "hi from bot"], ["u", Role.USER, "short"]]);
+    expect(result.payload!.memory.map(messageText)).toEqual(["A | B"]);
+    expect(result.transformations["a"]!.reason).toBe(TransformationReason.REPLACED_BY_FORMATTER);
+    expect(result.transformations["peer"]!.reason).toBe(TransformationReason.ROLE_PROJECTION);
+    expect(result.transformations["u"]!.reason).toBe(TransformationReason.TEXT_REPLACEMENT);
+    expect(result.persistence!.history.map((m) => [m.role, messageText(m)])).toEqual([[Role.ASSISTANT, "hi from bot"], [Role.USER, "long text"]]);
+    expect(ids(result.persistence!.memory)).toEqual(["a", "b"]);
+    await rejects(compile(request({ textReplacements: [{ segment: Segment.HISTORY, messageId: "nope", text: "x" }] }), testContext()), Code.InvalidArgument, /text_replacements\[0\]\.message_id: no message "nope" in segment history/);
+  });
+
+  it("shows artifacts only for their turn and experiences as one system block", async () => {
+    const artifacts = [
+      { id: "doc", payload: { text: "retrieved" }, lifecycle: ArtifactLifecycle.TURN_BOUND, boundTurnId: "t1" },
+      { id: "mem", payload: { text: "always" } },
+      { id: "big", payload: { text: "x".repeat(400) }, budget: { tokenLimit: 10n } },
+    ];
+    const turn1 = await compile(request({ artifacts, turnId: "t1", experiences: { experiences: [{ id: "exp_1", text: "likes tea" }] } }), testContext());
+    expect(ids(turn1.payload!.memory)).toEqual(["artifact:doc", "artifact:mem"]);
+    expect(messageText(turn1.payload!.system[0]!)).toBe("<experience>\n- [exp_1] likes tea");
+    expect(turn1.warnings.map((w) => w.code)).toEqual(["artifact_over_budget"]);
+    expect(turn1.persistence!.memory).toEqual([]);
+    const turn2 = await compile(request({ artifacts, turnId: "t2" }), testContext());
+    expect(ids(turn2.payload!.memory)).toEqual(["artifact:mem"]);
+  });
+});
+
+describe("targets and views", () => {
+  it("validates targets", async () => {
+    const cases: [CompileRequest["targets"], RegExp][] = [
+      [[{ name: "a", view: "llm_xml" }, { name: "a", view: "llm_xml" }] as never, /targets\[1\]\.name: duplicate target name "a"/],
+      [[{ name: "a", view: "nope" }] as never, /targets\[0\]\.view: unknown view "nope"/],
+      [[{ name: "a", view: "llm_xml", segments: [Segment.HISTORY] }] as never, /cannot be combined with segments/],
+      [[{ name: "a", segments: [7] }] as never, /targets\[0\]\.segments\[0\]: unknown segment 7/],
+      [[{ name: "" }] as never, /targets\[0\]\.name is required/],
+    ];
+    for (const [targets, pattern] of cases) await rejects(compile(request({ targets }), testContext()), Code.InvalidArgument, pattern);
+  });
+
+  it("renders views without the current turn and without mutating the input", async () => {
+    const input = request({
+      history: { messages: [user("u", "a < b & c"), message(Role.ASSISTANT, "a", "calling", call("c1", "search")), message(Role.TOOL, "t", toolResult("c1", "found"))] },
+      currentTurn: { raw: user("now", "secret now") },
+      targets: [{ name: "xml", view: "llm_xml" }, { name: "flat", view: "flat_classifier" }, { name: "recent", segments: [Segment.HISTORY], budget: { maxTokens: 10n, estimator: tenPerMessage } }],
+    });
+    const before = clone(CompileRequestSchema, input);
+    const result = await compile(input, testContext());
+    expect(equals(CompileRequestSchema, input, before)).toBe(true);
+    expect(result.projections[0]!.text).toBe("<user>a &lt; b &amp; c</user>\n<assistant>calling\n[tool_call:search]</assistant>\n<tool>[tool_result:found]</tool>\n");
+    expect(result.projections[1]!.text).toBe("user: a < b & c\nassistant: calling\n[tool_call:search]\ntool: [tool_result:found]\n");
+    expect(ids(result.projections[2]!.messages)).toEqual([]);
+    expect(result.projections[2]!.transformations["u"]!.action).toBe(TransformationAction.TRUNCATED);
+    expect(result.transformations["u"]!.action).toBe(TransformationAction.PASSED);
+  });
+});
+
+describe("stateful inputs", () => {
+  it("inherits absent segments and clears present empty ones", async () => {
+    const stored = { $typeName: "contextd.v1.ConversationState" as const, conversationId: "c", version: 3n, system: [system("s", "sys")], history: [user("h", "hist")], memory: [system("m", "mem")], tools: [], artifacts: [], experiences: [], toolDefinitions: [], lastExperienceNumber: 0n };
+    const result = await compile(request({ conversationId: "c", memory: { messages: [] } }), testContext({ stored }));
+    expect(ids(result.payload!.system)).toEqual(["s"]);
+    expect(ids(result.payload!.history)).toEqual(["h"]);
+    expect(result.payload!.memory).toEqual([]);
+    expect(result.version).toBe(3n);
+  });
+});
+
+// Origin/Actor schemas, imported lazily to keep the builders above short.
+import { ActorSchema, OriginSchema } from "../../gen/ts/contextd/v1/message_pb.js";
+const OriginSchemaHolder = { schema: OriginSchema };
+const ActorSchemaHolder = { schema: ActorSchema };

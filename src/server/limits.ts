@@ -77,3 +77,27 @@ function countMessages(schema: DescMessage, message: Message, path: string, perF
 function join(path: string, name: string): string {
   return path === "" ? name : `${path}.${name}`;
 }
+
+/**
+ * Deadlines hold even for handlers that never look at their signal: a call whose deadline has
+ * already passed (a timeout of 0) never reaches the handler, and a unary call still running when its
+ * deadline passes is answered DEADLINE_EXCEEDED at once (the handler's late result is discarded).
+ * Deadlines above the configured maximum are rejected by connect itself (`maxTimeoutMs`).
+ */
+export function enforceDeadlines(): Interceptor {
+  return (next) => async (request) => {
+    const { signal } = request;
+    if (signal.aborted) throw ConnectError.from(signal.reason, Code.DeadlineExceeded);
+    if (request.stream) return next(request);
+    let onAbort: (() => void) | undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      onAbort = () => reject(ConnectError.from(signal.reason, Code.DeadlineExceeded));
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([next(request), aborted]);
+    } finally {
+      signal.removeEventListener("abort", onAbort!);
+    }
+  };
+}

@@ -9,8 +9,9 @@ import { authenticate } from "./auth.js";
 import { requestIdKey } from "./call-context.js";
 import { defaultConfig, type Config } from "./config.js";
 import { HealthStatus, ServingStatus } from "./health.js";
+import { encodeGrpcMessagesMinimally } from "./grpc-message-encoding.js";
 import { instrumentCalls } from "./instrumentation.js";
-import { limitMessagesPerRequest } from "./limits.js";
+import { enforceDeadlines, limitMessagesPerRequest } from "./limits.js";
 import { createDualProtocolServer } from "./listen.js";
 import { createLogger, type Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
@@ -40,6 +41,10 @@ export interface RunningServer {
    */
   shutdown(graceMs?: number): Promise<void>;
 }
+
+// HTTP/2 streams per connection beyond --max-streams, so unary calls still get through while the
+// streaming limit is reached (streaming calls beyond it get RESOURCE_EXHAUSTED, not a refused stream).
+const unaryStreamSlots = 128;
 
 // A caller's request id is echoed only if it is short and printable; otherwise a fresh one is used.
 const acceptableRequestId = /^[\x21-\x7e]{1,128}$/;
@@ -72,6 +77,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // Outermost first: every call is timed and logged, then authenticated, then checked.
     interceptors: [
       instrumentCalls(logger, metrics),
+      enforceDeadlines(),
       authenticate(config.authTokens),
       limitMessagesPerRequest(config.maxMessages),
       guardStreams(config.maxStreams, streams, shutdownController.signal),
@@ -99,6 +105,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     response.setHeader("x-request-id", requestId);
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
+    if (/^application\/grpc(\+|;|$)/.test(request.headers["content-type"] ?? "")) encodeGrpcMessagesMinimally(response);
     inFlight++;
     response.once("close", () => {
       inFlight--;
@@ -107,7 +114,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     connectHandler(request, response);
   };
 
-  const { tcp, h2, sockets } = createDualProtocolServer(handle, { maxConcurrentStreams: config.maxStreams });
+  const { tcp, h2, sockets } = createDualProtocolServer(handle, { maxConcurrentStreams: config.maxStreams + unaryStreamSlots });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
     sessions.add(session);

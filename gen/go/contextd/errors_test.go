@@ -46,8 +46,8 @@ func TestVersionConflictPrefersTheTrailer(t *testing.T) {
 func TestVersionConflictFallsBackToTheMessage(t *testing.T) {
 	for message, want := range map[string]int64{
 		"version conflict: expected version 3, current version 11": 11,
-		"expected 3 but the current version is 7":                 7,
-		"stale write":                                             -1,
+		"expected 3 but the current version is 7":                  7,
+		"stale write": -1,
 	} {
 		var conflict *VersionConflictError
 		if err := newError(status.Error(codes.Aborted, message), nil); !errors.As(err, &conflict) || conflict.CurrentVersion != want {

@@ -163,7 +163,9 @@ func connectUnary[Req, Res any](ctx context.Context, stub func(context.Context, 
 
 // connectReceiver adapts connect-go's Receive/Msg/Err stream to Recv, ending with io.EOF like
 // grpc-go.
-type connectReceiver[T any] struct{ stream *connect.ServerStreamForClient[T] }
+type connectReceiver[T any] struct {
+	stream *connect.ServerStreamForClient[T]
+}
 
 func (r connectReceiver[T]) Recv() (*T, error) {
 	if r.stream.Receive() {

@@ -29,7 +29,8 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
     stopping = true;
     logger.log("info", "contextd stopping", { signal, graceMs: config.shutdownGraceMs });
     await server.shutdown();
-    await store.close();
+    // A store that cannot close (Redis unreachable) must not keep the process alive.
+    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
     logger.log("info", "contextd stopped", { signal });
     process.exit(0);
   });

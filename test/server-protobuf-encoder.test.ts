@@ -1,7 +1,7 @@
 import { ScalarType, create, fromBinary, toBinary, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import { reflect, type ReflectMessage } from "@bufbuild/protobuf/reflect";
 import { describe, expect, it } from "vitest";
-import { file_contextd_v1_context_service, CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { file_contextd_v1_context_service, CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { file_contextd_v1_conversation_service } from "../gen/ts/contextd/v1/conversation_service_pb.js";
 import { file_contextd_v1_telemetry_service } from "../gen/ts/contextd/v1/telemetry_service_pb.js";
 import { encodeMessage, encodeTopLevelFields } from "../src/server/protobuf-encoder.js";
@@ -119,11 +119,12 @@ describe("protobuf encoder", () => {
   it("splits top-level fields into pieces that toBinary writes back as the same bytes", () => {
     const random = randomSource(7);
     for (let round = 0; round < 50; round++) {
-      const message = reflect(CompileResponseSchema);
-      fill(message, random, 0);
-      const expected = toBinary(CompileResponseSchema, message.message);
+      const reflected = reflect(CompileResponseSchema);
+      fill(reflected, random, 0);
+      const message = reflected.message as CompileResponse;
+      const expected = toBinary(CompileResponseSchema, message);
       const carrier = create(CompileResponseSchema);
-      carrier.$unknown = encodeTopLevelFields(CompileResponseSchema, message.message);
+      carrier.$unknown = encodeTopLevelFields(CompileResponseSchema, message);
       const actual = toBinary(CompileResponseSchema, carrier);
       expect(Buffer.from(actual).equals(Buffer.from(expected))).toBe(true);
       expect(fromBinary(CompileResponseSchema, actual)).toEqual(fromBinary(CompileResponseSchema, expected));
@@ -133,7 +134,7 @@ describe("protobuf encoder", () => {
   it("grows its buffer for a large message", () => {
     const text = "y".repeat(400);
     const message = create(CompileResponseSchema, {
-      result: { payload: { history: Array.from({ length: 2000 }, (_, i) => ({ id: `m${i}`, parts: [{ kind: { case: "text", value: { text } } }] })) } },
+      result: { payload: { history: Array.from({ length: 2000 }, (_, i) => ({ id: `m${i}`, parts: [{ kind: { case: "text" as const, value: { text } } }] })) } },
     });
     const bytes = encodeMessage(CompileResponseSchema, message);
     expect(bytes.length).toBeGreaterThan(800_000);

@@ -93,6 +93,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     request: http.IncomingMessage | http2.Http2ServerRequest,
     response: http.ServerResponse | http2.Http2ServerResponse,
   ) => {
+    // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
+    if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
     if (request.method === "GET" && (request.url ?? "").split("?")[0] === config.metricsPath) {
       const body = metrics.render();
       response.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
@@ -103,8 +105,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const requestId = typeof offered === "string" && acceptableRequestId.test(offered) ? offered : randomUUID();
     requestIds.set(request, requestId);
     response.setHeader("x-request-id", requestId);
-    // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
-    if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
     if (/^application\/grpc(\+|;|$)/.test(request.headers["content-type"] ?? "")) encodeGrpcMessagesMinimally(response);
     inFlight++;
     response.once("close", () => {

@@ -17,7 +17,9 @@ export interface DeliveredEvent {
 
 interface Subscriber {
   filter: EventFilter;
-  queue: ObserverEvent[];
+  /** Each event with the number dropped right before it, so a gap is reported where it happened. */
+  queue: DeliveredEvent[];
+  /** Dropped since the last queued event. */
   dropped: bigint;
   wake: (() => void) | undefined;
 }
@@ -48,7 +50,8 @@ export class TelemetryHub {
         subscriber.dropped++;
         continue;
       }
-      subscriber.queue.push(event);
+      subscriber.queue.push({ event, dropped: subscriber.dropped });
+      subscriber.dropped = 0n;
       subscriber.wake?.();
     }
   };
@@ -75,10 +78,7 @@ export class TelemetryHub {
           subscriber.wake = undefined;
           continue;
         }
-        const event = subscriber.queue.shift()!;
-        const dropped = subscriber.dropped;
-        subscriber.dropped = 0n;
-        yield { event, dropped };
+        yield subscriber.queue.shift()!;
       }
     } finally {
       this.subscribers.delete(subscriber);

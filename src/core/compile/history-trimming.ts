@@ -33,5 +33,11 @@ export function selectAllUnprotected(units: readonly CostedUnit[]): Set<number> 
 export function costUnits(units: readonly HistoryUnit[], counts: readonly number[], isProtected: (unit: HistoryUnit) => boolean): CostedUnit[] {
   const prefix = new Float64Array(counts.length + 1);
   for (let index = 0; index < counts.length; index++) prefix[index + 1] = prefix[index]! + counts[index]!;
-  return units.map((unit) => ({ ...unit, tokens: prefix[unit.end]! - prefix[unit.start]!, protected: isProtected(unit) }));
+  return units.map((unit) => ({
+    start: unit.start,
+    end: unit.end,
+    round: unit.round,
+    tokens: prefix[unit.end]! - prefix[unit.start]!,
+    protected: isProtected(unit),
+  }));
 }

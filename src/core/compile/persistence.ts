@@ -1,7 +1,7 @@
-import { create } from "@bufbuild/protobuf";
-import { CurrentTurnPersistence, PersistenceSchema, SnapshotSchema, type Persistence, type Snapshot } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CurrentTurnPersistence, type CompiledPayload, type Persistence, type Snapshot } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SegmentHolder } from "../model/segments.js";
 import { isArtifactPersisted } from "./artifacts.js";
 import { isRemovedFromPersistence, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
@@ -22,13 +22,7 @@ export function persistedCurrentTurn(turn: NormalizedCurrentTurn | undefined): M
 /** The writeback snapshot: normalised segments, the current turn by its policy, persistent artifacts. */
 export function writebackSnapshot(normalized: SegmentHolder, artifacts: readonly Artifact[], turn: NormalizedCurrentTurn | undefined): Snapshot {
   const current = persistedCurrentTurn(turn);
-  return create(SnapshotSchema, {
-    system: normalized.system,
-    history: current ? [...normalized.history, current] : normalized.history,
-    memory: normalized.memory,
-    tools: normalized.tools,
-    artifacts: artifacts.filter(isArtifactPersisted),
-  });
+  return snapshotOf({ ...normalized, history: current ? [...normalized.history, current] : normalized.history }, artifacts.filter(isArtifactPersisted));
 }
 
 /**
@@ -47,11 +41,33 @@ export function persistenceProjection(work: CompileWork, summary: Message | unde
   if (summary) history.unshift(summary);
   const current = persistedCurrentTurn(work.currentTurn);
   if (current) history.push(current);
-  return create(PersistenceSchema, {
+  return {
+    $typeName: "contextd.v1.Persistence",
     system: keep(baseline.system),
     history,
     memory: keep(baseline.memory),
     tools: keep(baseline.tools),
     artifacts: work.artifacts.filter(isArtifactPersisted),
-  });
+  };
+}
+
+/**
+ * A Snapshot of segments and artifacts. A literal with every field set equals `create(SnapshotSchema,
+ * ...)` and skips its reflective walk over thousands of messages.
+ */
+export function snapshotOf(segments: SegmentHolder, artifacts: Artifact[]): Snapshot {
+  return { $typeName: "contextd.v1.Snapshot", system: segments.system, history: segments.history, memory: segments.memory, tools: segments.tools, artifacts };
+}
+
+/** The compiled payload (a literal, as `snapshotOf`). */
+export function payloadOf(segments: SegmentHolder, scratch: Message[], toolDefinitions: ToolDefinition[]): CompiledPayload {
+  return {
+    $typeName: "contextd.v1.CompiledPayload",
+    system: segments.system,
+    history: segments.history,
+    tools: segments.tools,
+    memory: segments.memory,
+    scratch,
+    toolDefinitions,
+  };
 }

@@ -1,7 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
-  CompiledPayloadSchema,
   ProjectionSchema,
   TransformationAction,
   TransformationReason,
@@ -18,6 +17,7 @@ import { createEstimator } from "../tokens/estimator.js";
 import { renderView } from "../views/views.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applyBudget } from "./budget.js";
+import { payloadOf } from "./persistence.js";
 import type { CompileContext } from "./compile-context.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
 import type { NormalizedExtras } from "./normalize.js";
@@ -140,7 +140,7 @@ async function segmentProjection(
   const messages = segmentRenderingOrder.flatMap((segment) => work.segments[segmentField(segment, "segment")]);
   const transformations: Projection["transformations"] = {};
   for (const [id, record] of work.records) transformations[id] = record;
-  const payload = create(CompiledPayloadSchema, { ...work.segments, toolDefinitions: work.toolDefinitions });
+  const payload = payloadOf(work.segments, [], work.toolDefinitions);
   return create(ProjectionSchema, {
     name: target.name,
     messages,

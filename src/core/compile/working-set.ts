@@ -3,7 +3,6 @@ import {
   CurrentTurnPersistence,
   TransformationAction,
   TransformationReason,
-  TransformationSchema,
   WarningSchema,
   type CompileRequest,
   type IntroducedMessage,
@@ -53,7 +52,9 @@ export interface CompileWork {
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {
-  work.records.set(id, create(TransformationSchema, { action, reason, segment }));
+  // A literal with every field set equals create(TransformationSchema, ...) and skips reflection,
+  // which matters at one record per message per compile.
+  work.records.set(id, { $typeName: "contextd.v1.Transformation", action, reason, segment });
 }
 
 export function recordPassed(work: CompileWork, messages: readonly Message[], segment: Segment): void {

@@ -17,12 +17,18 @@ export class TokenCountCache {
 
   /** The count of `message` under `estimator`, computed at most once per distinct content. */
   count(estimator: TokenEstimator, message: Message): number {
-    let byContent = this.counts.get(estimator.cacheKey);
+    // Most messages are a single text part: key those by the text itself, in a map per estimator
+    // and role. Decoded strings are flat, so V8 hashes them without the copy a concatenated key
+    // costs. Everything else is keyed by its full content key.
+    const only = message.parts.length === 1 && message.senderName === "" ? message.parts[0]!.kind : undefined;
+    const textOnly = only?.case === "text";
+    const mapKey = textOnly ? `${estimator.cacheKey}\u0000text:${message.role}` : estimator.cacheKey;
+    let byContent = this.counts.get(mapKey);
     if (!byContent) {
       byContent = new Map();
-      this.counts.set(estimator.cacheKey, byContent);
+      this.counts.set(mapKey, byContent);
     }
-    const key = messageContentKey(message);
+    const key = textOnly ? (only.value as { text: string }).text : messageContentKey(message);
     const cached = byContent.get(key);
     if (cached !== undefined) return cached;
     const count = estimator.countMessage(message);

@@ -3,6 +3,13 @@ import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { messageContentKey } from "../model/content-hash.js";
 import type { TokenEstimator } from "./estimator.js";
 
+interface EstimatorMaps {
+  /** Single-text-part messages by role, keyed by their text. */
+  byText: Map<string, number>[];
+  /** Everything else, keyed by `messageContentKey`. */
+  byContent: Map<string, number>;
+}
+
 /**
  * Per-message token counts keyed by (estimator configuration, message content). A conversation is
  * tokenized once; later compiles, including those whose messages arrive freshly decoded from the
@@ -10,38 +17,53 @@ import type { TokenEstimator } from "./estimator.js";
  * (Map iteration order is insertion order).
  */
 export class TokenCountCache {
-  private readonly counts = new Map<string, Map<string, number>>();
+  private readonly byEstimator = new Map<string, EstimatorMaps>();
   private size = 0;
 
   constructor(private readonly maxEntries = 200_000) {}
 
   /** The count of `message` under `estimator`, computed at most once per distinct content. */
   count(estimator: TokenEstimator, message: Message): number {
-    // Most messages are a single text part: key those by the text itself, in a map per estimator
-    // and role. Decoded strings are flat, so V8 hashes them without the copy a concatenated key
-    // costs. Everything else is keyed by its full content key.
-    const only = message.parts.length === 1 && message.senderName === "" ? message.parts[0]!.kind : undefined;
-    const textOnly = only?.case === "text";
-    const mapKey = textOnly ? `${estimator.cacheKey}\u0000text:${message.role}` : estimator.cacheKey;
-    let byContent = this.counts.get(mapKey);
-    if (!byContent) {
-      byContent = new Map();
-      this.counts.set(mapKey, byContent);
-    }
-    const key = textOnly ? (only.value as { text: string }).text : messageContentKey(message);
-    const cached = byContent.get(key);
-    if (cached !== undefined) return cached;
-    const count = estimator.countMessage(message);
-    byContent.set(key, count);
-    if (++this.size > this.maxEntries) this.evictOldest();
-    return count;
+    return this.countIn(this.mapsOf(estimator), estimator, message);
   }
 
   /** Counts of `messages` in order. */
   countAll(estimator: TokenEstimator, messages: readonly Message[]): number[] {
+    const maps = this.mapsOf(estimator);
     const counts = new Array<number>(messages.length);
-    for (let index = 0; index < messages.length; index++) counts[index] = this.count(estimator, messages[index]!);
+    for (let index = 0; index < messages.length; index++) counts[index] = this.countIn(maps, estimator, messages[index]!);
     return counts;
+  }
+
+  private mapsOf(estimator: TokenEstimator): EstimatorMaps {
+    let maps = this.byEstimator.get(estimator.cacheKey);
+    if (!maps) {
+      maps = { byText: [], byContent: new Map() };
+      this.byEstimator.set(estimator.cacheKey, maps);
+    }
+    return maps;
+  }
+
+  private countIn(maps: EstimatorMaps, estimator: TokenEstimator, message: Message): number {
+    // Most messages are a single text part: key those by the text itself, in a map per role.
+    // Decoded strings are flat, so V8 hashes them without the copy a concatenated key costs.
+    // Everything else is keyed by its full content key.
+    const only = message.parts.length === 1 && message.senderName === "" ? message.parts[0]!.kind : undefined;
+    let map: Map<string, number>;
+    let key: string;
+    if (only?.case === "text") {
+      map = maps.byText[message.role] ??= new Map();
+      key = only.value.text;
+    } else {
+      map = maps.byContent;
+      key = messageContentKey(message);
+    }
+    const cached = map.get(key);
+    if (cached !== undefined) return cached;
+    const count = estimator.countMessage(message);
+    map.set(key, count);
+    if (++this.size > this.maxEntries) this.evictOldest();
+    return count;
   }
 
   /** Tokens of tool definitions under `estimator`, cached by their exact text. */
@@ -49,11 +71,7 @@ export class TokenCountCache {
     if (definitions.length === 0) return 0;
     let key = "\u0000tools";
     for (const definition of definitions) key += `\u0001${definition.name}\u0002${definition.description}\u0002${definition.parameters}`;
-    let byContent = this.counts.get(estimator.cacheKey);
-    if (!byContent) {
-      byContent = new Map();
-      this.counts.set(estimator.cacheKey, byContent);
-    }
+    const byContent = this.mapsOf(estimator).byContent;
     const cached = byContent.get(key);
     if (cached !== undefined) return cached;
     const count = estimator.countToolDefinitions(definitions);
@@ -64,18 +82,20 @@ export class TokenCountCache {
 
   /** Forgets everything (benchmarks measure cold compiles with this). */
   clear(): void {
-    this.counts.clear();
+    this.byEstimator.clear();
     this.size = 0;
   }
 
   private evictOldest(): void {
     // Evict a tenth at once so a full cache does not pay an eviction on every insert.
     let toEvict = Math.ceil(this.maxEntries / 10);
-    for (const byContent of this.counts.values()) {
-      for (const key of byContent.keys()) {
-        byContent.delete(key);
-        this.size--;
-        if (--toEvict === 0) return;
+    for (const maps of this.byEstimator.values()) {
+      for (const map of [...maps.byText.filter(Boolean), maps.byContent]) {
+        for (const key of map.keys()) {
+          map.delete(key);
+          this.size--;
+          if (--toEvict === 0) return;
+        }
       }
     }
   }

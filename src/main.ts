@@ -15,7 +15,7 @@ const logger = createLogger(config.logLevel);
 const store = await createConversationStore(config.redisUrl);
 const server = await startServer({ ...config, store, logger });
 // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it.
-logger.log("info", "contextd listening", {
+logger.announce("contextd listening", {
   address: `${server.address.address}:${server.address.port}`,
   protocols: ["grpc", "grpc-web", "connect"],
   metrics: config.metricsPath,
@@ -27,11 +27,11 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.on(signal, async () => {
     if (stopping) return;
     stopping = true;
-    logger.log("info", "contextd stopping", { signal, graceMs: config.shutdownGraceMs });
+    logger.announce("contextd stopping", { signal, graceMs: config.shutdownGraceMs });
     await server.shutdown();
     // A store that cannot close (Redis unreachable) must not keep the process alive.
     await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
-    logger.log("info", "contextd stopped", { signal });
+    logger.announce("contextd stopped", { signal });
     process.exit(0);
   });
 }

@@ -8,6 +8,8 @@ const rank: Record<LogLevel, number> = { debug: 0, info: 1, error: 2 };
 export interface Logger {
   enabled(level: LogLevel): boolean;
   log(level: LogLevel, msg: string, fields?: Record<string, unknown>): void;
+  /** Lifecycle lines ("contextd listening", "contextd stopped"), printed at every level: launchers wait for them. */
+  announce(msg: string, fields?: Record<string, unknown>): void;
 }
 
 export function createLogger(level: LogLevel, write: (line: string) => void = (line) => process.stdout.write(line + "\n")): Logger {
@@ -16,6 +18,9 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (l
     log(wanted, msg, fields = {}) {
       if (rank[wanted] < rank[level]) return;
       write(JSON.stringify({ level: wanted, time: new Date().toISOString(), msg, ...fields }, jsonSafe));
+    },
+    announce(msg, fields = {}) {
+      write(JSON.stringify({ level: "info", time: new Date().toISOString(), msg, ...fields }, jsonSafe));
     },
   };
 }

@@ -1,0 +1,167 @@
+/**
+ * `npm run bench:rpc`: Compile over gRPC for 10, 100 and 1,000 history messages against the real
+ * sidecar (a child process started from dist/), beside a bare grpc-js server (another child
+ * process) that answers with the very same response bytes without doing any work. One grpc-js
+ * client drives both with pre-encoded requests and does not decode responses, so the comparison
+ * is the servers' request-to-response path. Prints p50/p99 latency and requests/s at concurrency
+ * 1 and 16. Everything shares this machine's cores: read the numbers side by side, not absolutely.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { create, toBinary } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { Role } from "../gen/ts/contextd/v1/message_pb.js";
+
+const compilePath = "/contextd.v1.ContextService/Compile";
+const sizes = [10, 100, 1000];
+const concurrencies = [1, 16];
+const secondsPerRun = Number(process.env.BENCH_SECONDS ?? 2);
+const thisFile = fileURLToPath(import.meta.url);
+
+if (process.argv[2] === "--serve-bare") {
+  await serveBare(process.argv[3]!);
+} else {
+  await main();
+}
+
+/** A history of `count` user/assistant turns of ~90 characters each. */
+function compileRequest(count: number): Uint8Array {
+  const sentence = "The quick brown fox jumps over the lazy dog while the agent plans its next tool call. ";
+  const history = Array.from({ length: count }, (_, i) => ({
+    id: `m${i}`,
+    role: i % 2 === 0 ? Role.USER : Role.ASSISTANT,
+    parts: [{ kind: { case: "text" as const, value: { text: `${i}: ${sentence}` } } }],
+  }));
+  return toBinary(
+    CompileRequestSchema,
+    create(CompileRequestSchema, {
+      system: { messages: [{ id: "sys", role: Role.SYSTEM, parts: [{ kind: { case: "text", value: { text: "You are a helpful agent." } } }] }] },
+      history: { messages: history },
+    }),
+  );
+}
+
+async function main() {
+  const contextd = await startChild(process.execPath, [join(thisFile, "../../src/main.js"), "--port", "0", "--log-level", "error", "--max-messages", "100000"], "contextd listening");
+  const client = new grpc.Client(contextd.address, grpc.credentials.createInsecure(), { "grpc.max_receive_message_length": -1 });
+  const directory = mkdtempSync(join(tmpdir(), "contextd-bench-"));
+  const requests = new Map<number, Buffer>();
+  const responseBytes = new Map<number, number>();
+  for (const size of sizes) {
+    const request = Buffer.from(compileRequest(size));
+    const response = await call(client, request);
+    requests.set(size, request);
+    responseBytes.set(size, response.length);
+    // The bare server answers a request of this length with these bytes.
+    writeFileSync(join(directory, `${request.length}.bin`), response);
+  }
+  const bare = await startChild(process.execPath, [thisFile, "--serve-bare", directory], "bare listening");
+  const bareClient = new grpc.Client(bare.address, grpc.credentials.createInsecure(), { "grpc.max_receive_message_length": -1 });
+
+  console.log(`Compile over gRPC (grpc-js client, ${secondsPerRun} s per cell, ${(await import("node:os")).cpus().length} cores shared by client and servers)`);
+  console.log("messages  response   conc | contextd p50    p99     req/s | bare grpc-js p50  p99    req/s | p50 ratio");
+  for (const size of sizes) {
+    for (const concurrency of concurrencies) {
+      const request = requests.get(size)!;
+      await run(client, request, 1, 0.3); // warm-up
+      await run(bareClient, request, 1, 0.3);
+      const ours = await run(client, request, concurrency, secondsPerRun);
+      const theirs = await run(bareClient, request, concurrency, secondsPerRun);
+      console.log(
+        [
+          String(size).padStart(8),
+          `${(responseBytes.get(size)! / 1024).toFixed(0)} KB`.padStart(9),
+          String(concurrency).padStart(6),
+          " |",
+          `${ours.p50.toFixed(2)} ms`.padStart(12),
+          `${ours.p99.toFixed(2)} ms`.padStart(9),
+          ours.perSecond.toFixed(0).padStart(8),
+          " |",
+          `${theirs.p50.toFixed(2)} ms`.padStart(14),
+          `${theirs.p99.toFixed(2)} ms`.padStart(9),
+          theirs.perSecond.toFixed(0).padStart(7),
+          " |",
+          `${(ours.p50 / theirs.p50).toFixed(2)}x`.padStart(8),
+        ].join(""),
+      );
+    }
+  }
+  client.close();
+  bareClient.close();
+  contextd.child.kill("SIGTERM");
+  bare.child.kill("SIGTERM");
+}
+
+function call(client: grpc.Client, request: Buffer): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    client.makeUnaryRequest(
+      compilePath,
+      (bytes: Buffer) => bytes,
+      (bytes: Buffer) => bytes,
+      request,
+      (error, response) => (error ? reject(error) : resolve(response!)),
+    );
+  });
+}
+
+async function run(client: grpc.Client, request: Buffer, concurrency: number, seconds: number) {
+  const latencies: number[] = [];
+  const until = performance.now() + seconds * 1000;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < until) {
+        const before = performance.now();
+        await call(client, request);
+        latencies.push(performance.now() - before);
+      }
+    }),
+  );
+  const elapsed = (performance.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  const at = (quantile: number) => latencies[Math.min(latencies.length - 1, Math.floor(quantile * latencies.length))]!;
+  return { p50: at(0.5), p99: at(0.99), perSecond: latencies.length / elapsed };
+}
+
+async function startChild(command: string, args: string[], readyMessage: string): Promise<{ child: ChildProcess; address: string }> {
+  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout! });
+  const address = await new Promise<string>((resolve, reject) => {
+    child.once("exit", (code) => reject(new Error(`${args[0]} exited with ${code}`)));
+    lines.on("line", (line) => {
+      try {
+        const entry = JSON.parse(line) as { msg?: string; address?: string };
+        if (entry.msg === readyMessage && entry.address) resolve(entry.address);
+      } catch {
+        // not a log line
+      }
+    });
+  });
+  process.on("exit", () => child.kill("SIGKILL"));
+  return { child, address };
+}
+
+/** The reference: grpc-js answering each request with bytes read from disk beforehand. */
+async function serveBare(directory: string) {
+  const { readdirSync } = await import("node:fs");
+  const answers = new Map<number, Buffer>();
+  for (const name of readdirSync(directory)) answers.set(Number(name.replace(".bin", "")), readFileSync(join(directory, name)));
+  const server = new grpc.Server({ "grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1 });
+  server.register(
+    compilePath,
+    (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => callback(null, answers.get(call.request.length)!),
+    (bytes: Buffer) => bytes,
+    (bytes: Buffer) => bytes,
+    "unary",
+  );
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
+  );
+  console.log(JSON.stringify({ msg: "bare listening", address: `127.0.0.1:${port}` }));
+  process.on("SIGTERM", () => server.forceShutdown());
+}

@@ -1,4 +1,5 @@
-import type { Message, Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { PartSchema, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
 
 /**
  * The text a message says: its text parts joined by "\n". Formatters, redaction, text
@@ -27,10 +28,7 @@ export function hasTextPart(message: Message): boolean {
  * Messages are never mutated in the pipeline, so copies share unchanged parts safely.
  */
 export function withMessageText(message: Message, text: string): Message {
-  const textPart: Part = {
-    $typeName: "contextd.v1.Part",
-    kind: { case: "text", value: { $typeName: "contextd.v1.TextPart", text } },
-  };
+  const textPart = create(PartSchema, { kind: { case: "text", value: { text } } });
   const parts: Part[] = [];
   let placed = false;
   for (const part of message.parts) {

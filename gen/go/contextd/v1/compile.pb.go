@@ -1751,6 +1751,7 @@ func (x *Target) GetRender() *RenderOptions {
 type CommitOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version the compile must see; a different stored version is ABORTED with the current one.
+	// 0 on a conversation never written creates it.
 	ExpectedVersion int64 `protobuf:"varint,1,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
 	// Optional idempotency key: a retried compile-commit with the same key returns the original result.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
@@ -2130,7 +2131,8 @@ type WritebackMessage struct {
 	Index int64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	// The assigned id.
 	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
-	// "pending" or "current_turn" for messages outside segments; empty otherwise.
+	// Where the message came from when it is not a stored segment message: "pending",
+	// "current_turn" or "deferred_blocks[i]" (i = index of the block in the request); empty otherwise.
 	Origin        string `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2550,7 +2552,10 @@ type RenderedRequest struct {
 	// The model named in the request.
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// The body parts contextd owns (system slot, messages/contents/input, tools) as UTF-8 JSON.
-	Json          []byte `protobuf:"bytes,3,opt,name=json,proto3" json:"json,omitempty"`
+	Json []byte `protobuf:"bytes,3,opt,name=json,proto3" json:"json,omitempty"`
+	// Non-fatal notices of this render (for example Anthropic cache breakpoints beyond 4 dropped).
+	// Also copied into `CompileResult.warnings` for the main render.
+	Warnings      []*Warning `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2602,6 +2607,13 @@ func (x *RenderedRequest) GetModel() string {
 func (x *RenderedRequest) GetJson() []byte {
 	if x != nil {
 		return x.Json
+	}
+	return nil
+}
+
+func (x *RenderedRequest) GetWarnings() []*Warning {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -3625,11 +3637,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x05tools\x18\x03 \x03(\v2\x14.contextd.v1.MessageR\x05tools\x12,\n" +
 	"\x06memory\x18\x04 \x03(\v2\x14.contextd.v1.MessageR\x06memory\x12.\n" +
 	"\ascratch\x18\x05 \x03(\v2\x14.contextd.v1.MessageR\ascratch\x12F\n" +
-	"\x10tool_definitions\x18\x06 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\"n\n" +
+	"\x10tool_definitions\x18\x06 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\"\xa0\x01\n" +
 	"\x0fRenderedRequest\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x12\n" +
-	"\x04json\x18\x03 \x01(\fR\x04json\"\xa6\x03\n" +
+	"\x04json\x18\x03 \x01(\fR\x04json\x120\n" +
+	"\bwarnings\x18\x04 \x03(\v2\x14.contextd.v1.WarningR\bwarnings\"\xa6\x03\n" +
 	"\n" +
 	"Projection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3904,38 +3917,39 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	49,  // 74: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
 	50,  // 75: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
 	52,  // 76: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	49,  // 77: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	47,  // 78: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	34,  // 79: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	37,  // 80: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	49,  // 81: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	49,  // 82: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	49,  // 83: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	49,  // 84: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	56,  // 85: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	4,   // 86: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	33,  // 87: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	34,  // 88: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	32,  // 89: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	29,  // 90: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	30,  // 91: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	31,  // 92: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	48,  // 93: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	35,  // 94: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	36,  // 95: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	37,  // 96: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	38,  // 97: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	39,  // 98: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	53,  // 99: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	57,  // 100: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	53,  // 101: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	27,  // 102: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	27,  // 103: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	104, // [104:104] is the sub-list for method output_type
-	104, // [104:104] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	38,  // 77: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	49,  // 78: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	47,  // 79: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	34,  // 80: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	37,  // 81: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	49,  // 82: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	49,  // 83: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	49,  // 84: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	49,  // 85: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	56,  // 86: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	4,   // 87: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	33,  // 88: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	34,  // 89: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	32,  // 90: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	29,  // 91: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	30,  // 92: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	31,  // 93: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	48,  // 94: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	35,  // 95: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	36,  // 96: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	37,  // 97: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	38,  // 98: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	39,  // 99: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	53,  // 100: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	57,  // 101: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	53,  // 102: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	27,  // 103: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	27,  // 104: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	105, // [105:105] is the sub-list for method output_type
+	105, // [105:105] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }

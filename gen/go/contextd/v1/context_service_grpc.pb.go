@@ -34,7 +34,8 @@ const (
 type ContextServiceClient interface {
 	// Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
 	// bad targets), FAILED_PRECONDITION (identity or provider rules), RESOURCE_EXHAUSTED (budget),
-	// ABORTED (commit version conflict), NOT_FOUND (unknown conversation with a commit).
+	// ABORTED (commit version conflict). A conversation never written compiles as an empty state
+	// (version 0), like `GetState`.
 	Compile(ctx context.Context, in *CompileRequest, opts ...grpc.CallOption) (*CompileResponse, error)
 	// Compile and stream the observer events as they happen, then the result as the last message.
 	CompileStream(ctx context.Context, in *CompileStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompileStreamResponse], error)
@@ -126,7 +127,8 @@ type ContextService_CompileSessionClient = grpc.BidiStreamingClient[CompileSessi
 type ContextServiceServer interface {
 	// Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
 	// bad targets), FAILED_PRECONDITION (identity or provider rules), RESOURCE_EXHAUSTED (budget),
-	// ABORTED (commit version conflict), NOT_FOUND (unknown conversation with a commit).
+	// ABORTED (commit version conflict). A conversation never written compiles as an empty state
+	// (version 0), like `GetState`.
 	Compile(context.Context, *CompileRequest) (*CompileResponse, error)
 	// Compile and stream the observer events as they happen, then the result as the last message.
 	CompileStream(*CompileStreamRequest, grpc.ServerStreamingServer[CompileStreamResponse]) error

@@ -1065,7 +1065,10 @@ type TextPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The text. Any characters are allowed, including strings that look like special tokens
 	// (`<|endoftext|>`); they are counted and sent as plain text.
-	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Opaque provider signature attached to this text (Gemini `thoughtSignature` on a text part),
+	// returned byte for byte and only to the provider that produced it.
+	Signature     string `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1103,6 +1106,13 @@ func (*TextPart) Descriptor() ([]byte, []int) {
 func (x *TextPart) GetText() string {
 	if x != nil {
 		return x.Text
+	}
+	return ""
+}
+
+func (x *TextPart) GetSignature() string {
+	if x != nil {
+		return x.Signature
 	}
 	return ""
 }
@@ -1190,7 +1200,10 @@ type ToolCallPart struct {
 	// The arguments. Normally `data` (JSON text of an object); sent to providers unchanged.
 	Arguments *ToolPayload `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// Opaque provider signature for this call (Gemini `thoughtSignature`), returned byte for byte.
-	Signature     string `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	Signature string `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	// Opaque provider item id of the call (OpenAI Responses `function_call` item `id`, "fc_..."),
+	// returned byte for byte next to its reasoning item.
+	ItemId        string `protobuf:"bytes,5,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1249,6 +1262,13 @@ func (x *ToolCallPart) GetArguments() *ToolPayload {
 func (x *ToolCallPart) GetSignature() string {
 	if x != nil {
 		return x.Signature
+	}
+	return ""
+}
+
+func (x *ToolCallPart) GetItemId() string {
+	if x != nil {
+		return x.ItemId
 	}
 	return ""
 }
@@ -2090,19 +2110,21 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"toolResult\x12:\n" +
 	"\treasoning\x18\x05 \x01(\v2\x1a.contextd.v1.ReasoningPartH\x00R\treasoning\x12+\n" +
 	"\x04file\x18\x06 \x01(\v2\x15.contextd.v1.FilePartH\x00R\x04fileB\x06\n" +
-	"\x04kind\"\x1e\n" +
+	"\x04kind\"<\n" +
 	"\bTextPart\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\x80\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\tR\tsignature\"\x80\x01\n" +
 	"\tImagePart\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1b\n" +
 	"\tmime_type\x18\x03 \x01(\tR\bmimeType\x120\n" +
-	"\x06detail\x18\x04 \x01(\x0e2\x18.contextd.v1.ImageDetailR\x06detail\"\x88\x01\n" +
+	"\x06detail\x18\x04 \x01(\x0e2\x18.contextd.v1.ImageDetailR\x06detail\"\xa1\x01\n" +
 	"\fToolCallPart\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x126\n" +
 	"\targuments\x18\x03 \x01(\v2\x18.contextd.v1.ToolPayloadR\targuments\x12\x1c\n" +
-	"\tsignature\x18\x04 \x01(\tR\tsignature\"\xcd\x01\n" +
+	"\tsignature\x18\x04 \x01(\tR\tsignature\x12\x17\n" +
+	"\aitem_id\x18\x05 \x01(\tR\x06itemId\"\xcd\x01\n" +
 	"\x0eToolResultPart\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x12\n" +

@@ -484,14 +484,16 @@ class CompiledPayload(_message.Message):
     def __init__(self, system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[_state_pb2.ToolDefinition, _Mapping]]] = ...) -> None: ...
 
 class RenderedRequest(_message.Message):
-    __slots__ = ("provider", "model", "json")
+    __slots__ = ("provider", "model", "json", "warnings")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     JSON_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
     json: bytes
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., json: _Optional[bytes] = ...) -> None: ...
+    warnings: _containers.RepeatedCompositeFieldContainer[Warning]
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., json: _Optional[bytes] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
 
 class Projection(_message.Message):
     __slots__ = ("name", "text", "messages", "transformations", "artifact_ids", "rendered", "usage")

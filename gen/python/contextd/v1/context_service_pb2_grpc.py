@@ -70,7 +70,8 @@ class ContextServiceServicer(object):
     def Compile(self, request, context):
         """Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
         bad targets), FAILED_PRECONDITION (identity or provider rules), RESOURCE_EXHAUSTED (budget),
-        ABORTED (commit version conflict), NOT_FOUND (unknown conversation with a commit).
+        ABORTED (commit version conflict). A conversation never written compiles as an empty state
+        (version 0), like `GetState`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

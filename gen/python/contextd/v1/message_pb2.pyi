@@ -197,10 +197,12 @@ class Part(_message.Message):
     def __init__(self, text: _Optional[_Union[TextPart, _Mapping]] = ..., image: _Optional[_Union[ImagePart, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallPart, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultPart, _Mapping]] = ..., reasoning: _Optional[_Union[ReasoningPart, _Mapping]] = ..., file: _Optional[_Union[FilePart, _Mapping]] = ...) -> None: ...
 
 class TextPart(_message.Message):
-    __slots__ = ("text",)
+    __slots__ = ("text", "signature")
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     text: str
-    def __init__(self, text: _Optional[str] = ...) -> None: ...
+    signature: str
+    def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class ImagePart(_message.Message):
     __slots__ = ("url", "data", "mime_type", "detail")
@@ -215,16 +217,18 @@ class ImagePart(_message.Message):
     def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ..., mime_type: _Optional[str] = ..., detail: _Optional[_Union[ImageDetail, str]] = ...) -> None: ...
 
 class ToolCallPart(_message.Message):
-    __slots__ = ("id", "name", "arguments", "signature")
+    __slots__ = ("id", "name", "arguments", "signature", "item_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     arguments: ToolPayload
     signature: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[_Union[ToolPayload, _Mapping]] = ..., signature: _Optional[str] = ...) -> None: ...
+    item_id: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[_Union[ToolPayload, _Mapping]] = ..., signature: _Optional[str] = ..., item_id: _Optional[str] = ...) -> None: ...
 
 class ToolResultPart(_message.Message):
     __slots__ = ("tool_call_id", "name", "payload", "is_error", "content_parts")

@@ -407,7 +407,8 @@ export const ContextService: GenService<{
   /**
    * Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
    * bad targets), FAILED_PRECONDITION (identity or provider rules), RESOURCE_EXHAUSTED (budget),
-   * ABORTED (commit version conflict), NOT_FOUND (unknown conversation with a commit).
+   * ABORTED (commit version conflict). A conversation never written compiles as an empty state
+   * (version 0), like `GetState`.
    *
    * @generated from rpc contextd.v1.ContextService.Compile
    */

@@ -52,7 +52,8 @@ const (
 type ContextServiceClient interface {
 	// Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
 	// bad targets), FAILED_PRECONDITION (identity or provider rules), RESOURCE_EXHAUSTED (budget),
-	// ABORTED (commit version conflict), NOT_FOUND (unknown conversation with a commit).
+	// ABORTED (commit version conflict). A conversation never written compiles as an empty state
+	// (version 0), like `GetState`.
 	Compile(context.Context, *connect.Request[v1.CompileRequest]) (*connect.Response[v1.CompileResponse], error)
 	// Compile and stream the observer events as they happen, then the result as the last message.
 	CompileStream(context.Context, *connect.Request[v1.CompileStreamRequest]) (*connect.ServerStreamForClient[v1.CompileStreamResponse], error)
@@ -148,7 +149,8 @@ func (c *contextServiceClient) CompileSession(ctx context.Context) *connect.Bidi
 type ContextServiceHandler interface {
 	// Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
 	// bad targets), FAILED_PRECONDITION (identity or provider rules), RESOURCE_EXHAUSTED (budget),
-	// ABORTED (commit version conflict), NOT_FOUND (unknown conversation with a commit).
+	// ABORTED (commit version conflict). A conversation never written compiles as an empty state
+	// (version 0), like `GetState`.
 	Compile(context.Context, *connect.Request[v1.CompileRequest]) (*connect.Response[v1.CompileResponse], error)
 	// Compile and stream the observer events as they happen, then the result as the last message.
 	CompileStream(context.Context, *connect.Request[v1.CompileStreamRequest], *connect.ServerStream[v1.CompileStreamResponse]) error

@@ -15,6 +15,7 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { commitScript, conversationIndexKey, conversationKeys, loadScript, type ConversationKeys } from "./redis-scripts.js";
+import { encodeCommitResponse, encodeConversationState } from "./state-encoding.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -257,19 +258,39 @@ export class RedisConversationStore implements ConversationStore {
   ): Promise<CommitOutcome> {
     const keys = this.keys(conversationId);
     const fingerprint = idempotencyKey === "" ? "" : deltasFingerprint(deltas);
+    // The first attempt may start from the cached state without reading: the script compares its
+    // version with the stored one, so a stale cache costs a retry, never a lost update. Anything
+    // the cached state cannot decide (another expected version, a delta it rejects) is re-read.
+    let trustCache = true;
     for (let attempt = 1; ; attempt++) {
-      const { state: base, record } = await this.read(conversationId, idempotencyKey);
-      if (record) return replayed(conversationId, idempotencyKey, fingerprint, record);
-      if (expectedVersion !== undefined && expectedVersion !== base.version) {
-        throw versionConflict(conversationId, expectedVersion, base.version);
+      const cached = trustCache ? this.cache.get(conversationId) : undefined;
+      trustCache = false;
+      let base: ConversationState;
+      if (cached && (expectedVersion === undefined || expectedVersion === cached.version)) {
+        base = cached;
+      } else {
+        const loaded = await this.read(conversationId, idempotencyKey);
+        if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record);
+        base = loaded.state;
+        if (expectedVersion !== undefined && expectedVersion !== base.version) {
+          throw versionConflict(conversationId, expectedVersion, base.version);
+        }
       }
-      const plan = planCommit(base, deltas, {
-        deltaContext: this.deltaContext,
-        idempotencyKey,
-        committedAtUnixMs: BigInt(this.now()),
-        cleared,
-      });
-      const response = idempotencyKey === "" ? "" : Buffer.from(toBinary(CommitResponseSchema, create(CommitResponseSchema, { version: plan.state.version, state: plan.state })));
+      let plan: ReturnType<typeof planCommit>;
+      try {
+        plan = planCommit(base, deltas, {
+          deltaContext: this.deltaContext,
+          idempotencyKey,
+          committedAtUnixMs: BigInt(this.now()),
+          cleared,
+        });
+      } catch (error) {
+        if (base !== cached) throw error;
+        attempt--;
+        continue;
+      }
+      const stateBytes = encodeConversationState(plan.state);
+      const response = idempotencyKey === "" ? "" : Buffer.from(encodeCommitResponse(plan.state.version, stateBytes));
       const [reply] = await this.call("committing", async () => {
         // The index write rides in the same round trip; it is idempotent, and listing skips ids
         // whose commit did not apply.
@@ -280,7 +301,7 @@ export class RedisConversationStore implements ConversationStore {
           keys.changes,
           keys.idempotencyPrefix + idempotencyKey,
           String(base.version),
-          Buffer.from(toBinary(ConversationStateSchema, plan.state)),
+          Buffer.from(stateBytes),
           Buffer.from(toBinary(ChangeSchema, plan.change)),
           fingerprint,
           response,

@@ -4,7 +4,9 @@
  * process) that answers with the very same response bytes without doing any work. One grpc-js
  * client drives both with pre-encoded requests and does not decode responses, so the comparison
  * is the servers' request-to-response path. Prints p50/p99 latency and requests/s at concurrency
- * 1 and 16. Everything shares this machine's cores: read the numbers side by side, not absolutely.
+ * 1 and 16, and each server's CPU time per request (from /proc, so other load on the machine
+ * inflates it less than it inflates latency). Everything shares this machine's cores: read the
+ * numbers side by side, not absolutely.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -64,14 +66,14 @@ async function main() {
   const bareClient = new grpc.Client(bare.address, grpc.credentials.createInsecure(), { "grpc.max_receive_message_length": -1 });
 
   console.log(`Compile over gRPC (grpc-js client, ${secondsPerRun} s per cell, ${(await import("node:os")).cpus().length} cores shared by client and servers)`);
-  console.log("messages  response   conc | contextd p50    p99     req/s | bare grpc-js p50  p99    req/s | p50 ratio");
+  console.log("messages  response   conc | contextd p50    p99   req/s  CPU/req | bare grpc-js p50   p99   req/s  CPU/req | p50 ratio  CPU ratio");
   for (const size of sizes) {
     for (const concurrency of concurrencies) {
       const request = requests.get(size)!;
       await run(client, request, 1, 0.3); // warm-up
       await run(bareClient, request, 1, 0.3);
-      const ours = await run(client, request, concurrency, secondsPerRun);
-      const theirs = await run(bareClient, request, concurrency, secondsPerRun);
+      const ours = await run(client, request, concurrency, secondsPerRun, contextd.child.pid!);
+      const theirs = await run(bareClient, request, concurrency, secondsPerRun, bare.child.pid!);
       console.log(
         [
           String(size).padStart(8),
@@ -81,12 +83,15 @@ async function main() {
           `${ours.p50.toFixed(2)} ms`.padStart(12),
           `${ours.p99.toFixed(2)} ms`.padStart(9),
           ours.perSecond.toFixed(0).padStart(8),
+          `${ours.cpuMs.toFixed(2)} ms`.padStart(9),
           " |",
           `${theirs.p50.toFixed(2)} ms`.padStart(14),
           `${theirs.p99.toFixed(2)} ms`.padStart(9),
           theirs.perSecond.toFixed(0).padStart(7),
+          `${theirs.cpuMs.toFixed(2)} ms`.padStart(9),
           " |",
           `${(ours.p50 / theirs.p50).toFixed(2)}x`.padStart(8),
+          `${(ours.cpuMs / theirs.cpuMs).toFixed(2)}x`.padStart(10),
         ].join(""),
       );
     }
@@ -109,8 +114,15 @@ function call(client: grpc.Client, request: Buffer): Promise<Buffer> {
   });
 }
 
-async function run(client: grpc.Client, request: Buffer, concurrency: number, seconds: number) {
+/** User + system CPU time of a process so far, in milliseconds (Linux /proc, 100 ticks per second). */
+function cpuMsOf(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+async function run(client: grpc.Client, request: Buffer, concurrency: number, seconds: number, serverPid?: number) {
   const latencies: number[] = [];
+  const cpuBefore = serverPid ? cpuMsOf(serverPid) : 0;
   const until = performance.now() + seconds * 1000;
   const started = performance.now();
   await Promise.all(
@@ -125,7 +137,8 @@ async function run(client: grpc.Client, request: Buffer, concurrency: number, se
   const elapsed = (performance.now() - started) / 1000;
   latencies.sort((a, b) => a - b);
   const at = (quantile: number) => latencies[Math.min(latencies.length - 1, Math.floor(quantile * latencies.length))]!;
-  return { p50: at(0.5), p99: at(0.99), perSecond: latencies.length / elapsed };
+  const cpuMs = serverPid ? (cpuMsOf(serverPid) - cpuBefore) / latencies.length : 0;
+  return { p50: at(0.5), p99: at(0.99), perSecond: latencies.length / elapsed, cpuMs };
 }
 
 async function startChild(command: string, args: string[], readyMessage: string): Promise<{ child: ChildProcess; address: string }> {

@@ -1,5 +1,5 @@
-import { ScalarType, protoInt64, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
-import { reflect, type ReflectMessage } from "@bufbuild/protobuf/reflect";
+import { ScalarType, protoInt64, toBinary, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { isScalarZeroValue } from "@bufbuild/protobuf/reflect";
 import { WireType } from "@bufbuild/protobuf/wire";
 
 /**
@@ -12,26 +12,24 @@ import { WireType } from "@bufbuild/protobuf/wire";
  * second pass or a copy, and strings go straight into the buffer as UTF-8.
  */
 export function encodeMessage<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): Uint8Array {
-  const writer = new BackwardWriter(4096);
-  writeMessage(writer, reflect(schema, message));
+  // Wrapper, Struct and Value fields have a different in-memory shape (unboxed / JSON); they are
+  // not in the contextd contract, but if a schema ever reaches them, protobuf-es encodes it.
+  if (reachesSpecialType(schema)) return toBinary(schema, message);
+  // Below 4 KB, Buffer.allocUnsafe takes a slice of its shared pool instead of a fresh allocation.
+  const writer = new BackwardWriter(2048);
+  writeMessage(writer, schema, message as unknown as Fields);
   return writer.finish();
 }
 
-/** Encodes each set top-level field on its own (tag included): the pieces `toBinary` would join. */
+/**
+ * The message's encoding cut into its top-level fields (field number, wire type, payload after the
+ * tag): the shape of `$unknown`, which `toBinary` writes back verbatim as tag + payload.
+ */
 export function encodeTopLevelFields<Desc extends DescMessage>(
   schema: Desc,
   message: MessageShape<Desc>,
 ): { no: number; wireType: WireType; data: Uint8Array }[] {
-  const reflected = reflect(schema, message);
-  const pieces: { no: number; wireType: WireType; data: Uint8Array }[] = [];
-  for (const field of reflected.sortedFields) {
-    if (!reflected.isSet(field)) continue;
-    const writer = new BackwardWriter(1024);
-    writeField(writer, reflected, field);
-    pieces.push(...splitTags(writer.finish()));
-  }
-  for (const unknown of reflected.getUnknown() ?? []) pieces.push(unknown);
-  return pieces;
+  return splitTags(encodeMessage(schema, message));
 }
 
 // Splits "tag + payload" sequences back into (field number, wire type, payload) for `$unknown`,
@@ -81,62 +79,119 @@ function splitTags(bytes: Uint8Array): { no: number; wireType: WireType; data: U
   return pieces;
 }
 
-function writeMessage(writer: BackwardWriter, message: ReflectMessage): void {
-  const unknown = message.getUnknown();
+type Fields = Record<string, unknown> & { $unknown?: { no: number; wireType: WireType; data: Uint8Array }[] };
+
+// Field numbers ascending, as toBinary writes them.
+const sortedFieldsCache = new WeakMap<DescMessage, readonly DescField[]>();
+function sortedFields(schema: DescMessage): readonly DescField[] {
+  let fields = sortedFieldsCache.get(schema);
+  if (!fields) {
+    fields = [...schema.fields].sort((a, b) => a.number - b.number);
+    sortedFieldsCache.set(schema, fields);
+  }
+  return fields;
+}
+
+const specialTypes = new Set([
+  "google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue",
+  "google.protobuf.DoubleValue", "google.protobuf.FloatValue", "google.protobuf.Int64Value", "google.protobuf.UInt64Value",
+  "google.protobuf.Int32Value", "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.StringValue",
+  "google.protobuf.BytesValue",
+]);
+const reachesSpecialCache = new WeakMap<DescMessage, boolean>();
+function reachesSpecialType(schema: DescMessage, visiting = new Set<DescMessage>()): boolean {
+  const cached = reachesSpecialCache.get(schema);
+  if (cached !== undefined) return cached;
+  if (visiting.has(schema)) return false;
+  visiting.add(schema);
+  const reaches = schema.fields.some((field) => {
+    const child = field.message;
+    return child !== undefined && (specialTypes.has(child.typeName) || reachesSpecialType(child, visiting));
+  });
+  visiting.delete(schema);
+  if (visiting.size === 0) reachesSpecialCache.set(schema, reaches);
+  return reaches;
+}
+
+// Mirrors protobuf-es's unsafeIsSet, on the plain message object.
+const IMPLICIT = 2;
+function isSet(message: Fields, field: DescField): boolean {
+  if (field.oneof) return (message[field.oneof.localName] as { case?: string }).case === field.localName;
+  const value = message[field.localName];
+  if (field.presence !== IMPLICIT) return value !== undefined && Object.prototype.hasOwnProperty.call(message, field.localName);
+  switch (field.fieldKind) {
+    case "list":
+      return (value as unknown[]).length > 0;
+    case "map":
+      return Object.keys(value as object).length > 0;
+    case "scalar":
+      return !isScalarZeroValue(field.scalar, value);
+    case "enum":
+      return value !== field.enum.values[0]!.number;
+    default:
+      return value !== undefined;
+  }
+}
+
+function valueOf(message: Fields, field: DescField): unknown {
+  return field.oneof ? (message[field.oneof.localName] as { value: unknown }).value : message[field.localName];
+}
+
+function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
+  const unknown = message.$unknown;
   if (unknown) {
     for (let i = unknown.length - 1; i >= 0; i--) {
       writer.bytes(unknown[i]!.data);
       writer.tag(unknown[i]!.no, unknown[i]!.wireType);
     }
   }
-  const fields = message.sortedFields;
+  const fields = sortedFields(schema);
   for (let i = fields.length - 1; i >= 0; i--) {
     const field = fields[i]!;
-    if (message.isSet(field)) writeField(writer, message, field);
+    if (isSet(message, field)) writeField(writer, field, valueOf(message, field));
   }
 }
 
-function writeField(writer: BackwardWriter, message: ReflectMessage, field: DescField): void {
+function writeField(writer: BackwardWriter, field: DescField, value: unknown): void {
   switch (field.fieldKind) {
     case "scalar":
     case "enum":
-      writeScalar(writer, field.scalar ?? ScalarType.INT32, field.number, message.get(field));
+      writeScalar(writer, field.scalar ?? ScalarType.INT32, field.number, value);
       return;
     case "message":
-      writeNested(writer, field, message.get(field) as ReflectMessage);
+      writeNested(writer, field, field.message, value as Fields);
       return;
     case "list": {
-      const list = message.get(field);
+      const list = value as unknown[];
       if (field.listKind === "message") {
-        for (let i = list.size - 1; i >= 0; i--) writeNested(writer, field, list.get(i) as ReflectMessage);
+        for (let i = list.length - 1; i >= 0; i--) writeNested(writer, field, field.message, list[i] as Fields);
         return;
       }
       const scalar = field.scalar ?? ScalarType.INT32;
       if (field.packed) {
-        if (list.size === 0) return;
         const end = writer.length;
-        for (let i = list.size - 1; i >= 0; i--) writeScalarValue(writer, scalar, list.get(i));
+        for (let i = list.length - 1; i >= 0; i--) writeScalarValue(writer, scalar, list[i]);
         writer.uint32(writer.length - end);
         writer.tag(field.number, WireType.LengthDelimited);
         return;
       }
-      for (let i = list.size - 1; i >= 0; i--) writeScalar(writer, scalar, field.number, list.get(i));
+      for (let i = list.length - 1; i >= 0; i--) writeScalar(writer, scalar, field.number, list[i]);
       return;
     }
     case "map": {
-      const entries = [...message.get(field)];
+      const entries = Object.entries(value as Record<string, unknown>);
       for (let i = entries.length - 1; i >= 0; i--) {
-        const [key, value] = entries[i]!;
+        const [key, entry] = entries[i]!;
         const end = writer.length;
         if (field.mapKind === "message") {
           const valueEnd = writer.length;
-          writeMessage(writer, value as ReflectMessage);
+          writeMessage(writer, field.message, entry as Fields);
           writer.uint32(writer.length - valueEnd);
           writer.tag(2, WireType.LengthDelimited);
         } else {
-          writeScalar(writer, field.scalar ?? ScalarType.INT32, 2, value);
+          writeScalar(writer, field.scalar ?? ScalarType.INT32, 2, entry);
         }
-        writeScalar(writer, field.mapKey, 1, key);
+        writeScalar(writer, field.mapKey, 1, mapKey(field.mapKey, key));
         writer.uint32(writer.length - end);
         writer.tag(field.number, WireType.LengthDelimited);
       }
@@ -145,16 +200,34 @@ function writeField(writer: BackwardWriter, message: ReflectMessage, field: Desc
   }
 }
 
-function writeNested(writer: BackwardWriter, field: DescField, message: ReflectMessage): void {
+// Map keys live as object property names (strings); turn them back into their scalar type.
+function mapKey(type: ScalarType, key: string): unknown {
+  switch (type) {
+    case ScalarType.STRING:
+      return key;
+    case ScalarType.BOOL:
+      return key === "true";
+    case ScalarType.INT64:
+    case ScalarType.UINT64:
+    case ScalarType.SINT64:
+    case ScalarType.FIXED64:
+    case ScalarType.SFIXED64:
+      return key;
+    default:
+      return Number(key);
+  }
+}
+
+function writeNested(writer: BackwardWriter, field: DescField, schema: DescMessage, message: Fields): void {
   // Group (delimited) encoding only exists for editions contracts; handled so the output stays exact.
   if ((field as { delimitedEncoding?: boolean }).delimitedEncoding) {
     writer.tag(field.number, WireType.EndGroup);
-    writeMessage(writer, message);
+    writeMessage(writer, schema, message);
     writer.tag(field.number, WireType.StartGroup);
     return;
   }
   const end = writer.length;
-  writeMessage(writer, message);
+  writeMessage(writer, schema, message);
   writer.uint32(writer.length - end);
   writer.tag(field.number, WireType.LengthDelimited);
 }

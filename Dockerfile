@@ -1,0 +1,30 @@
+# contextd: the context-engine sidecar. One port (7420) serves gRPC, gRPC-Web, Connect and /metrics.
+#   docker build -t contextd .
+#   docker run --rm -p 7420:7420 -e CONTEXTD_REDIS_URL=redis://redis:6379 contextd
+
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY gen/ts ./gen/ts
+COPY src ./src
+RUN npx tsc -p tsconfig.json \
+ && npm prune --omit=dev --no-audit --no-fund
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production \
+    CONTEXTD_HOST=0.0.0.0 \
+    CONTEXTD_PORT=7420
+WORKDIR /app
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+# The image's "node" user (uid 1000); nothing in /app is writable by it.
+USER node
+EXPOSE 7420
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 CMD ["node", "dist/src/healthcheck.js"]
+# node is PID 1: contextd handles SIGTERM/SIGINT itself (graceful shutdown, exit 0) and starts no
+# child processes, so there are no zombies to reap. Stop with a timeout above --shutdown-grace-ms
+# (default 10 s), e.g. `docker stop -t 15`.
+ENTRYPOINT ["node", "dist/src/main.js"]

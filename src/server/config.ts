@@ -23,6 +23,8 @@ export interface Config {
   maxDeadlineMs: number;
   /** Most `contextd.v1.Message`s one request may carry (RESOURCE_EXHAUSTED above). */
   maxMessages: number;
+  /** How long a CompileSession waits for each summarize_response before DEADLINE_EXCEEDED, in milliseconds. */
+  summarizeTimeoutMs: number;
   /** Most streaming calls open at once over the whole server, and HTTP/2 streams per connection. */
   maxStreams: number;
   /** Responses at least this large are compressed when the caller accepts it; 0 = never compress. */
@@ -47,6 +49,7 @@ export const defaultConfig: Config = {
   maxRequestBytes: 16 * 1024 * 1024,
   maxDeadlineMs: 300_000,
   maxMessages: 10_000,
+  summarizeTimeoutMs: 120_000,
   maxStreams: 1_000,
   compressMinBytes: 0,
   shutdownGraceMs: 10_000,
@@ -72,6 +75,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       "max-request-bytes": { type: "string" },
       "max-deadline-ms": { type: "string" },
       "max-messages": { type: "string" },
+      "summarize-timeout-ms": { type: "string" },
       "max-streams": { type: "string" },
       "compress-min-bytes": { type: "string" },
       "shutdown-grace-ms": { type: "string" },
@@ -112,6 +116,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
     maxDeadlineMs: integer("max-deadline-ms", defaultConfig.maxDeadlineMs, 0),
     maxMessages: integer("max-messages", defaultConfig.maxMessages, 1),
+    summarizeTimeoutMs: integer("summarize-timeout-ms", defaultConfig.summarizeTimeoutMs, 1),
     maxStreams: integer("max-streams", defaultConfig.maxStreams, 1, 0xffffffff),
     compressMinBytes: integer("compress-min-bytes", defaultConfig.compressMinBytes, 0, 0xffffffff),
     shutdownGraceMs: integer("shutdown-grace-ms", defaultConfig.shutdownGraceMs, 0),

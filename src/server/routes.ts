@@ -34,11 +34,13 @@ export interface RouteDependencies {
   shutdown: AbortSignal;
   /** Idle time after which a ConversationService.Watch stream sends a heartbeat. */
   watchHeartbeatMs: number;
+  /** How long a CompileSession waits for each summarize_response. */
+  summarizeTimeoutMs: number;
 }
 
 export function routes(dependencies: RouteDependencies) {
   return (router: ConnectRouter) => {
-    router.service(ContextService, contextService({ store: dependencies.store, publish: dependencies.telemetry.publish }));
+    router.service(ContextService, contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs }));
     router.service(ConversationService, conversationService(dependencies));
     router.service(TelemetryService, telemetryService(dependencies.telemetry));
     router.service(Health, healthService(dependencies.health));

@@ -68,6 +68,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       telemetry,
       shutdown: shutdownController.signal,
       watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
+      summarizeTimeoutMs: config.summarizeTimeoutMs,
     }),
     readMaxBytes: config.maxRequestBytes,
     ...(config.maxDeadlineMs > 0 ? { maxTimeoutMs: config.maxDeadlineMs } : {}),

@@ -9,6 +9,7 @@ import {
 import { SummarizeRequestSchema } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
 import { costUnits, selectAllUnprotected, selectUnitsToDrop, type CostedUnit } from "./history-trimming.js";
@@ -152,32 +153,41 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         addWarning(work, "summarize_fallback", "no summarizer is connected (use CompileSession); history was trimmed with DROP_HEAD instead");
         summarize = false;
       }
-      let drop: Set<number>;
+      // A summary (SUMMARIZE, or auto_compact over the window) replaces the oldest prefix whatever
+      // the strategy; without one the strategy trims.
       const reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
       let action = TransformationAction.TRUNCATED;
-      if (strategy === BudgetStrategy.DROP) {
-        drop = selectAllUnprotected(units);
-        action = TransformationAction.EVICTED;
-      } else if (strategy === BudgetStrategy.DROP_TAIL) {
-        drop = selectUnitsToDrop(units, available, "tail");
-      } else if (summarize) {
-        // Keep a quarter of the available tokens free for the summary that replaces the prefix.
-        drop = selectUnitsToDrop(units, available - summaryReserve(available), "head");
-      } else {
-        drop = selectUnitsToDrop(units, available, "head");
-        const minMessages = Number(budget?.minMessages ?? 0n);
-        if (!summarize && minMessages > 0 && drop.size > 0) {
-          const remaining = units.reduce((count, unit, index) => (drop.has(index) ? count : count + unit.end - unit.start), 0);
-          if (remaining < minMessages) drop = selectAllUnprotected(units);
+      // Keep a quarter of the available tokens free for the summary that replaces the prefix.
+      let drop = summarize ? selectUnitsToDrop(summarizablePrefix(units), available - summaryReserve(available), "head") : undefined;
+      if (drop?.size === 0) {
+        // A protected unit at the very head leaves nothing to summarise: the strategy trims instead.
+        summarize = false;
+        drop = undefined;
+      }
+      if (drop === undefined) {
+        if (strategy === BudgetStrategy.DROP) {
+          drop = selectAllUnprotected(units);
+          action = TransformationAction.EVICTED;
+        } else if (strategy === BudgetStrategy.DROP_TAIL) {
+          drop = selectUnitsToDrop(units, available, "tail");
+        } else {
+          drop = selectUnitsToDrop(units, available, "head");
+          const minMessages = Number(budget?.minMessages ?? 0n);
+          const headDrop = drop;
+          if (minMessages > 0 && headDrop.size > 0) {
+            const remaining = units.reduce((count, unit, index) => (headDrop.has(index) ? count : count + unit.end - unit.start), 0);
+            if (remaining < minMessages) drop = selectAllUnprotected(units);
+          }
         }
       }
+      const dropSet: Set<number> = drop;
 
       const kept: Message[] = [];
       const keptCounts: number[] = [];
       const droppedMessages: Message[] = [];
       units.forEach((unit, index) => {
         for (let at = unit.start; at < unit.end; at++) {
-          if (drop.has(index)) droppedMessages.push(history[at]!);
+          if (dropSet.has(index)) droppedMessages.push(history[at]!);
           else {
             kept.push(history[at]!);
             keptCounts.push(historyCounts[at]!);
@@ -187,14 +197,14 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       if (summarize && droppedMessages.length > 0) {
         const summaryMessage = await requestSummary(work, context, droppedMessages, available - sum(keptCounts), strategy === BudgetStrategy.SUMMARIZE ? "summarize_strategy" : "auto_compact");
         const summaryTokens = cache.count(estimator, summaryMessage);
-        summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, drop) };
+        summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, dropSet) };
         for (const message of droppedMessages) {
           setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);
           dropped.push({ id: message.id, reason: TransformationReason.SUMMARIZED });
         }
         droppedMessages.length = 0;
         // A summary longer than asked for pushes out more of the oldest kept units (not summarised).
-        const remaining = units.filter((_, index) => !drop.has(index));
+        const remaining = units.filter((_, index) => !dropSet.has(index));
         const overflow = selectUnitsToDrop(remaining, available - summaryTokens, "head");
         if (overflow.size > 0) {
           addWarning(work, "summary_over_target", `the summary has ${summaryTokens} tokens; ${overflow.size} more history unit(s) were dropped to fit`);
@@ -265,6 +275,17 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   };
 }
 
+/**
+ * The units a summary may stand in for: the run before the first protected unit, the rest marked
+ * protected. A summary sits at the head of history, so it can only replace a contiguous prefix
+ * (the stored `compact` delta covers exactly that prefix); an open round is always protected.
+ */
+function summarizablePrefix(units: readonly CostedUnit[]): CostedUnit[] {
+  const firstProtected = units.findIndex((unit) => unit.protected);
+  if (firstProtected < 0) return [...units];
+  return units.map((unit, index) => (index < firstProtected ? unit : { ...unit, protected: true }));
+}
+
 /** Tokens kept free for a requested summary: a quarter of what history may use, at least one. */
 function summaryReserve(available: number): number {
   return Math.max(1, Math.floor(available / 4));
@@ -303,11 +324,8 @@ async function requestSummary(
     }),
   );
   if (!response.summary) throw new ConnectError("summarize_response.summary is required", Code.InvalidArgument);
-  const covered: string[] = [];
-  for (const message of droppedMessages) {
-    if (message.provenance?.kind.case === "summary") covered.push(...message.provenance.kind.value.coveredMessageIds);
-    covered.push(message.id);
-  }
+  assertSummaryContent(response.summary, "summarize_response.summary");
+  const covered = coveredIds(droppedMessages);
   const summary: Message = {
     ...response.summary,
     role: response.summary.role === Role.UNSPECIFIED ? Role.ASSISTANT : response.summary.role,
@@ -318,6 +336,9 @@ async function requestSummary(
     },
   };
   assertWellFormedMessage(summary, "summarize_response.summary");
+  if (work.records.has(summary.id)) {
+    throw new ConnectError(`summarize_response.summary.id: "${summary.id}" is already the id of a message in this compile`, Code.InvalidArgument);
+  }
   work.introduced.push(create(IntroducedMessageSchema, { segment: Segment.HISTORY, message: summary }));
   work.persistedIntroducedIds.add(summary.id);
   recordPassed(work, [summary], Segment.HISTORY);

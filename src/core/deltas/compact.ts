@@ -17,9 +17,7 @@ import { withValidSegment } from "./segment-operations.js";
  */
 export function compact(state: ConversationState, delta: Compact, context: DeltaContext): ConversationState {
   if (!delta.summary) throw new ConnectError("summary is required", Code.InvalidArgument);
-  if (delta.summary.parts.some((part) => part.kind.case === "toolCall" || part.kind.case === "toolResult")) {
-    throw new ConnectError("summary: a summary may not carry tool calls or tool results", Code.InvalidArgument);
-  }
+  assertSummaryContent(delta.summary, "summary");
   const history = state.history;
   const { units, openRound } = analyzeToolRounds(history, { allowOpenTail: true });
   let end: number;
@@ -63,8 +61,15 @@ export function compact(state: ConversationState, delta: Compact, context: Delta
   return next;
 }
 
+/** A summary stands in for whole units, so it may not itself open or answer a tool round. */
+export function assertSummaryContent(summary: Message, where: string): void {
+  if (summary.parts.some((part) => part.kind.case === "toolCall" || part.kind.case === "toolResult")) {
+    throw new ConnectError(`${where}: a summary may not carry tool calls or tool results`, Code.InvalidArgument);
+  }
+}
+
 /** Covered ids in history order; an earlier summary contributes what it covered, then itself. */
-function coveredIds(covered: readonly Message[]): string[] {
+export function coveredIds(covered: readonly Message[]): string[] {
   const ids: string[] = [];
   const seen = new Set<string>();
   const add = (id: string) => {

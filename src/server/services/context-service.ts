@@ -8,6 +8,7 @@ import { MessageSchema, type Message } from "../../../gen/ts/contextd/v1/message
 import { Segment, type ConversationState, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { compile } from "../../core/compile/compile.js";
+import { summaryCompaction } from "../../core/compile/summary-compaction.js";
 import type { CompileContext } from "../../core/compile/compile-context.js";
 import { segmentEnumerationOrder, segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
@@ -15,33 +16,39 @@ import { createEstimator } from "../../core/tokens/estimator.js";
 import { TokenCountCache } from "../../core/tokens/token-count-cache.js";
 import { renderView } from "../../core/views/views.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
+import { runCompileSession, type SessionCompile } from "./compile-session.js";
 
 export interface ContextServiceDependencies {
   store: ConversationStore;
   /** Every compile's observer events go here too (TelemetryService fan-out). */
   publish: Observer;
+  /** How long a CompileSession waits for each summarize_response (the call's deadline also holds). */
+  summarizeTimeoutMs: number;
 }
 
 /**
  * ContextService: Compile (stateless or stateful, optionally committing the writeback in the same
- * call), CompileStream (observer events, then the result), CountTokens and Render.
+ * call), CompileStream (observer events, then the result), CompileSession (the caller writes the
+ * summaries the budget asks for), CountTokens and Render.
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish } = dependencies;
+  const { store, publish, summarizeTimeoutMs } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const tokenCounts = new TokenCountCache();
-  const compileContext = (observer: Observer): Omit<CompileContext, "stored"> => ({
+  const compileContext = (observer: Observer, session?: SessionCompile): Omit<CompileContext, "stored"> => ({
     randomId: () => `msg_${randomBytes(16).toString("hex")}`,
     now: () => Date.now(),
     monotonicNs: () => process.hrtime.bigint(),
     tokenCounts,
     observer,
+    summarize: session?.summarize,
   });
 
-  async function compileAndCommit(request: CompileRequest, observer: Observer): Promise<CompileResult> {
+  /** `session` connects a CompileSession's summarizer; its summary is committed as a `compact` delta. */
+  async function compileAndCommit(request: CompileRequest, observer: Observer, session?: SessionCompile): Promise<CompileResult> {
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
-      return compile(request, compileContext(observer));
+      return compile(request, compileContext(observer, session));
     }
     const stored = await store.load(request.conversationId);
     if (request.commit) {
@@ -58,9 +65,12 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
         );
       }
     }
-    const result = await compile(request, { ...compileContext(observer), stored });
+    const result = await compile(request, { ...compileContext(observer, session), stored });
     if (request.commit) {
       const deltas = writebackDeltas(stored, result);
+      // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
+      const compaction = summaryCompaction(result, session?.remembered ?? []);
+      if (compaction) deltas.push(compaction);
       if (deltas.length > 0) {
         const outcome = await store.commit(request.conversationId, request.commit.expectedVersion, deltas, request.commit.idempotencyKey);
         result.committedVersion = outcome.version;
@@ -86,6 +96,12 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       const result = await compileAndCommit(request.request, fanOut((event) => events.push(event)));
       for (const event of events) yield { kind: { case: "event", value: event } };
       yield { kind: { case: "result", value: result } };
+    },
+
+    compileSession(requests, context) {
+      return runCompileSession(requests, context.signal, summarizeTimeoutMs, (session) =>
+        compileAndCommit(session.request, fanOut(session.observer), session),
+      );
     },
 
     async countTokens(request) {

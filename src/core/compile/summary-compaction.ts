@@ -1,0 +1,35 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { TransformationReason, type CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Segment, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+
+/**
+ * The `compact` delta that stores a compile's summary (SUMMARIZE / auto_compact over
+ * `CompileSession`) after its writeback: the summarised messages are a prefix of the written-back
+ * history, so the delta compacts through the last of them and the stored summary covers exactly
+ * what the compiled one did (previous summaries included). `remember` carries the caller's facts.
+ * Undefined when the compile produced no summary.
+ */
+export function summaryCompaction(result: CompileResult, remember: readonly string[]): Delta | undefined {
+  const summary = result.introduced.find((introduced) => introduced.segment === Segment.HISTORY && introduced.message?.provenance?.kind.case === "summary")?.message;
+  if (!summary) return undefined;
+  const history = result.writeback!.snapshot!.history;
+  const summarised = (id: string) => result.transformations[id]?.reason === TransformationReason.SUMMARIZED;
+  let through = -1;
+  history.forEach((message, index) => summarised(message.id) && (through = index));
+  const gap = history.slice(0, through + 1).find((message) => !summarised(message.id));
+  if (through < 0 || gap) {
+    // Only presentation stages that restructure history (formatters joining it, deferred blocks
+    // replacing in it) can make the summarised messages differ from a stored prefix.
+    throw new ConnectError(
+      `commit: the summary "${summary.id}" does not stand for a prefix of the stored history${gap ? ` ("${gap.id}" sits among the summarised messages unsummarised)` : ""}; compile without history formatters or deferred history blocks to commit a summary`,
+      Code.FailedPrecondition,
+    );
+  }
+  return {
+    $typeName: "contextd.v1.Delta",
+    operation: {
+      case: "compact",
+      value: { $typeName: "contextd.v1.Compact", summary, throughMessageId: history[through]!.id, remember: [...remember] },
+    },
+  };
+}

@@ -1,0 +1,101 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { CompileSessionRequest, CompileSessionResponse, SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import type { Summarizer } from "../../core/compile/compile-context.js";
+import type { Observer } from "../../core/observer.js";
+
+/** What a session hands the compile: a summarizer talking to the caller, and the events sink. */
+export interface SessionCompile {
+  request: CompileRequest;
+  summarize: Summarizer;
+  observer: Observer;
+  /** Facts the caller asked to remember in its summarize responses, in order. */
+  remembered: string[];
+}
+
+/**
+ * Runs one `CompileSession`: reads the caller's `compile`, runs `run` with a summarizer that sends
+ * a `summarize_request` and waits for the matching `summarize_response` (at most `timeoutMs`, and
+ * never past the call's own deadline), streams observer events as they happen and the result last.
+ * A caller that never answers ends the call with DEADLINE_EXCEEDED before anything is committed,
+ * because `run` commits only after its compile returned.
+ */
+export async function* runCompileSession(
+  requests: AsyncIterable<CompileSessionRequest>,
+  signal: AbortSignal,
+  timeoutMs: number,
+  run: (session: SessionCompile) => Promise<CompileResult>,
+): AsyncGenerator<CompileSessionResponse> {
+  const inbound = requests[Symbol.asyncIterator]();
+  const first = await inbound.next();
+  if (first.done || first.value.kind.case !== "compile") {
+    throw new ConnectError(`CompileSession: the first message must be a compile, got ${first.done ? "end of stream" : (first.value.kind.case ?? "an empty message")}`, Code.InvalidArgument);
+  }
+
+  const outbox: CompileSessionResponse[] = [];
+  let wake: (() => void) | undefined;
+  const send = (kind: CompileSessionResponse["kind"]) => {
+    outbox.push({ $typeName: "contextd.v1.CompileSessionResponse", kind });
+    wake?.();
+  };
+  const remembered: string[] = [];
+  const summarize = async (request: SummarizeRequest): Promise<SummarizeResponse> => {
+    send({ case: "summarizeRequest", value: request });
+    const answer = await withinDeadline(inbound.next(), timeoutMs, signal, request.requestId);
+    if (answer.done) {
+      throw new ConnectError(`CompileSession: the caller ended its stream without answering summarize_request "${request.requestId}"`, Code.InvalidArgument);
+    }
+    if (answer.value.kind.case !== "summarizeResponse") {
+      throw new ConnectError(`CompileSession: expected a summarize_response to "${request.requestId}", got ${answer.value.kind.case ?? "an empty message"}`, Code.InvalidArgument);
+    }
+    const response = answer.value.kind.value;
+    if (response.requestId !== request.requestId) {
+      throw new ConnectError(`summarize_response.request_id: "${response.requestId}" does not answer the open summarize_request "${request.requestId}"`, Code.InvalidArgument);
+    }
+    remembered.push(...response.remember);
+    return response;
+  };
+
+  let outcome: { result: CompileResult } | { error: unknown } | undefined;
+  void run({ request: first.value.kind.value, summarize, observer: (event) => send({ case: "event", value: event }), remembered }).then(
+    (result) => {
+      outcome = { result };
+      wake?.();
+    },
+    (error: unknown) => {
+      outcome = { error };
+      wake?.();
+    },
+  );
+  for (;;) {
+    while (outbox.length > 0) yield outbox.shift()!;
+    if (outcome) {
+      if ("error" in outcome) throw outcome.error;
+      yield { $typeName: "contextd.v1.CompileSessionResponse", kind: { case: "result", value: outcome.result } };
+      return;
+    }
+    await new Promise<void>((resolve) => (wake = resolve));
+    wake = undefined;
+  }
+}
+
+/** The caller's next message, or DEADLINE_EXCEEDED after `timeoutMs` or when the call's signal ends. */
+async function withinDeadline<T>(next: Promise<T>, timeoutMs: number, signal: AbortSignal, requestId: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new ConnectError(`CompileSession: no summarize_response to "${requestId}" within ${timeoutMs} ms (--summarize-timeout-ms / CONTEXTD_SUMMARIZE_TIMEOUT_MS)`, Code.DeadlineExceeded)),
+      timeoutMs,
+    );
+    onAbort = () => reject(ConnectError.from(signal.reason, Code.DeadlineExceeded));
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([next, expired]);
+  } finally {
+    clearTimeout(timer);
+    signal.removeEventListener("abort", onAbort!);
+  }
+}

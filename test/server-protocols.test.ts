@@ -4,7 +4,11 @@ import * as grpc from "@grpc/grpc-js";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { create, equals, fromBinary, fromJson, toBinary, toJsonString, type JsonValue } from "@bufbuild/protobuf";
+import { CompiledPayloadSchema, CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
+import { Role } from "../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/ts/grpc/health/v1/health_pb.js";
 import { grpcJsClient } from "./support/grpc-js.js";
@@ -85,6 +89,35 @@ describe("one port, every protocol", () => {
         break;
       }
     }
+  });
+
+  it("answers a Compile with canonical protobuf bytes over gRPC and the same result as Connect JSON", async () => {
+    const request = create(CompileRequestSchema, {
+      history: {
+        messages: Array.from({ length: 50 }, (_, i) => ({ id: `h${i}`, role: i % 2 ? Role.ASSISTANT : Role.USER, parts: [{ kind: { case: "text" as const, value: { text: `turn ${i} ✓` } } }] })),
+      },
+    });
+    const raw = new grpc.Client(`127.0.0.1:${sidecar.port}`, grpc.credentials.createInsecure());
+    const bytes = await new Promise<Buffer>((resolve, reject) =>
+      raw.makeUnaryRequest(
+        "/contextd.v1.ContextService/Compile",
+        () => Buffer.from(toBinary(CompileRequestSchema, request)),
+        (response: Buffer) => response,
+        request,
+        (error, response) => (error ? reject(error) : resolve(response!)),
+      ),
+    );
+    raw.close();
+    const overGrpc = fromBinary(CompileResponseSchema, bytes);
+    expect(Buffer.from(toBinary(CompileResponseSchema, overGrpc)).equals(bytes)).toBe(true);
+    const overJson = await fetch(`${sidecar.url}/contextd.v1.ContextService/Compile`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: toJsonString(CompileRequestSchema, request),
+    });
+    const viaJson = fromJson(CompileResponseSchema, (await overJson.json()) as JsonValue);
+    expect(overGrpc.result?.payload?.history.map((message) => message.id)).toEqual(request.history!.messages.map((message) => message.id));
+    expect(equals(CompiledPayloadSchema, overGrpc.result!.payload!, viaJson.result!.payload!)).toBe(true);
   });
 
   it("logs one JSON line per RPC at debug, with method, code and request id", async () => {

@@ -15,13 +15,13 @@ import { ToolDefinitionSchema, type ToolDefinition } from "../../gen/ts/contextd
 
 /** Compact builders for test conversations (generated types, nothing hand-rolled). */
 
-export const text = (value: string): Part => create(PartSchema, { kind: { case: "text", value: { text: value } } });
+export const text = (value: string, signature = ""): Part => create(PartSchema, { kind: { case: "text", value: { text: value, signature } } });
 
 export const image = (fields: Partial<Pick<ImagePart, "url" | "data" | "mimeType" | "detail">>): Part =>
   create(PartSchema, { kind: { case: "image", value: fields } });
 
-export const call = (id: string, name: string, data = "{}", signature = ""): Part =>
-  create(PartSchema, { kind: { case: "toolCall", value: { id, name, arguments: { data }, signature } } });
+export const call = (id: string, name: string, data = "{}", opaque: { signature?: string; itemId?: string } = {}): Part =>
+  create(PartSchema, { kind: { case: "toolCall", value: { id, name, arguments: { data }, ...opaque } } });
 
 export const result = (
   toolCallId: string,

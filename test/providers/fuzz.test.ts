@@ -42,14 +42,19 @@ function randomPayload(random: () => number, seed: number): CompiledPayload {
         const provider = pick(reasoningProviders);
         parts.push(reasoning(provider, { text: "thinking", signature: id("sig"), itemId: id("rs_"), redactedData: random() < 0.3 ? id("enc") : "" }));
       }
-      if (random() < 0.4) parts.push(text("let me check"));
+      if (random() < 0.4) parts.push(text("let me check", random() < 0.3 ? id("tsig") : ""));
       const callIds: string[] = [];
       const names = new Map<string, string>();
       for (let index = 0; index < calls; index++) {
         const callId = id("call_");
         callIds.push(callId);
         names.set(callId, pick(tools));
-        parts.push(call(callId, names.get(callId)!, JSON.stringify({ q: `x${index}` }), random() < 0.3 ? id("gsig") : ""));
+        parts.push(
+          call(callId, names.get(callId)!, JSON.stringify({ q: `x${index}` }), {
+            signature: random() < 0.3 ? id("gsig") : "",
+            itemId: random() < 0.5 ? id("fc_") : "",
+          }),
+        );
       }
       history.push(assistant(id("a"), ...parts));
       // Results in one TOOL message or one per call, in a random order.
@@ -104,8 +109,18 @@ describe("fuzzed conversations", () => {
         } catch (error) {
           throw new Error(`seed ${seed}, ${Provider[provider]}: ${(error as Error).message}`);
         }
-        // Every call id reaches the body (opaque ids byte for byte).
-        for (const m of p.history) for (const part of m.parts) if (part.kind.case === "toolCall") expect(body).toContain(JSON.stringify(part.kind.value.id));
+        // Every call id reaches the body (opaque ids byte for byte); text signatures only Gemini's,
+        // call item ids only the Responses body.
+        for (const m of p.history) {
+          for (const part of m.parts) {
+            const kind = part.kind;
+            if (kind.case === "toolCall") {
+              expect(body).toContain(JSON.stringify(kind.value.id));
+              if (kind.value.itemId !== "") expect(body.includes(JSON.stringify(kind.value.itemId))).toBe(provider === Provider.OPENAI_RESPONSES);
+            }
+            if (kind.case === "text" && kind.value.signature !== "") expect(body.includes(JSON.stringify(kind.value.signature))).toBe(provider === Provider.GEMINI);
+          }
+        }
       }
     }
   });

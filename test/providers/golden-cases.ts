@@ -98,7 +98,7 @@ export const goldenCases: GoldenCase[] = [
   {
     name: "thinking_with_signature",
     description:
-      "Reasoning from three providers in one assistant turn: each provider receives only its own (Anthropic thinking + redacted_thinking, Responses reasoning item, Gemini thought and call signatures); OpenAI Chat receives none.",
+      "Reasoning from three providers in one assistant turn: each provider receives only its own (Anthropic thinking + redacted_thinking, Responses reasoning item and the function_call item id, Gemini thought, text and call signatures); OpenAI Chat receives none.",
     model: "test-model",
     payload: payload({
       history: [
@@ -109,7 +109,8 @@ export const goldenCases: GoldenCase[] = [
           reasoning(Provider.ANTHROPIC_MESSAGES, { redactedData: "EmwKAhgBEgy+redacted==" }),
           reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_0123abcd", text: "Considering options.", redactedData: "gAAAAABo+encrypted==" }),
           reasoning(Provider.GEMINI, { text: "Thinking about destinations.", signature: "CiQB+gemini/thought==" }),
-          call("call_1", "get_weather", '{"city":"Lisbon"}', "CiQB+gemini/call=="),
+          text("Checking the weather first.", "CiQB+gemini/text=="),
+          call("call_1", "get_weather", '{"city":"Lisbon"}', { signature: "CiQB+gemini/call==", itemId: "fc_0123abcd" }),
         ),
         tool("t1", result("call_1", "get_weather", { text: "22C, sunny" })),
       ],

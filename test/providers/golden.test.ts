@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompiledPayloadSchema, RenderOptionsSchema, type Warning } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompiledPayloadSchema, RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { goldenCases } from "./golden-cases.js";
@@ -26,13 +26,8 @@ interface GoldenFile {
 }
 
 function render(input: JsonValue, model: string, provider: (typeof providers)[number]): { body: string; warnings: string[] } {
-  const warnings: Warning[] = [];
-  const rendered = renderRequest(
-    fromJson(CompiledPayloadSchema, input),
-    create(RenderOptionsSchema, { provider: Provider[provider], model }),
-    (warning) => warnings.push(warning),
-  );
-  return { body: new TextDecoder().decode(rendered.json), warnings: warnings.map((warning) => warning.code) };
+  const rendered = renderRequest(fromJson(CompiledPayloadSchema, input), create(RenderOptionsSchema, { provider: Provider[provider], model }));
+  return { body: new TextDecoder().decode(rendered.json), warnings: rendered.warnings.map((warning) => warning.code) };
 }
 
 if (process.env["UPDATE_GOLDEN"] === "1") {

@@ -38,7 +38,7 @@ describe("OpenAI Responses ingestion", () => {
     ],
   };
 
-  it("parses reasoning (id, summary, encrypted content), text and calls in order, and renders them back byte for byte", () => {
+  it("parses reasoning (id, summary, encrypted content), text and calls (with item ids) in order, and renders them back byte for byte", () => {
     const [parsed] = parseProviderResponse(Provider.OPENAI_RESPONSES, encode(body));
     expect(parsed!.role).toBe(Role.ASSISTANT);
     expect(parsed!.parts.map((part) => part.kind.case)).toEqual(["reasoning", "text", "toolCall"]);
@@ -49,12 +49,21 @@ describe("OpenAI Responses ingestion", () => {
       "gAAA+enc==",
       Provider.OPENAI_RESPONSES,
     ]);
+    const call = parsed!.parts[2]!.kind;
+    expect(call.case === "toolCall" && [call.value.id, call.value.itemId]).toEqual(["call_9", "fc_1"]);
     const rendered = renderBack(Provider.OPENAI_RESPONSES, parsed!) as { input: unknown[] };
     expect(rendered.input.slice(1, 4)).toEqual([
       { type: "reasoning", id: "rs_abc", summary: [{ type: "summary_text", text: "Step one.\n\nStep two." }], encrypted_content: "gAAA+enc==" },
       { type: "message", role: "assistant", content: "Let me look." },
-      { type: "function_call", call_id: "call_9", name: "search", arguments: '{"q":"x"}' },
+      { type: "function_call", id: "fc_1", call_id: "call_9", name: "search", arguments: '{"q":"x"}' },
     ]);
+  });
+
+  it("sends the function_call item id back to Responses only", () => {
+    const [parsed] = parseProviderResponse(Provider.OPENAI_RESPONSES, encode(body));
+    for (const provider of [Provider.OPENAI_CHAT, Provider.ANTHROPIC_MESSAGES, Provider.GEMINI]) {
+      expect(JSON.stringify(renderBack(provider, parsed!)), Provider[provider]).not.toContain("fc_1");
+    }
   });
 
   it("rejects an unknown output item type with its path", () => {
@@ -120,8 +129,10 @@ describe("Gemini ingestion", () => {
 
   it("parses thoughts, a signed text part and a call without id, and renders them back with every signature", () => {
     const [parsed] = parseProviderResponse(Provider.GEMINI, encode(body), { callIdSeed: "conv-1:v7" });
-    expect(parsed!.parts.map((part) => part.kind.case)).toEqual(["reasoning", "reasoning", "text", "toolCall"]);
-    const call = parsed!.parts[3]!.kind;
+    expect(parsed!.parts.map((part) => part.kind.case)).toEqual(["reasoning", "text", "toolCall"]);
+    const signed = parsed!.parts[1]!.kind;
+    expect(signed.case === "text" && [signed.value.text, signed.value.signature]).toEqual(["Here is the answer.", "CiQB+text=="]);
+    const call = parsed!.parts[2]!.kind;
     expect(call.case === "toolCall" && call.value.id).toMatch(/^gemini_[0-9a-f]{24}$/);
     const callId = call.case === "toolCall" ? call.value.id : "";
     const rendered = renderBack(Provider.GEMINI, parsed!) as { contents: Array<{ parts: unknown }> };
@@ -132,9 +143,18 @@ describe("Gemini ingestion", () => {
     ]);
   });
 
+  it("sends text signatures back to Gemini only, and an empty signed text part too", () => {
+    const [parsed] = parseProviderResponse(Provider.GEMINI, encode({ candidates: [{ content: { role: "model", parts: [{ text: "Done." }, { text: "", thoughtSignature: "CiQB+tail==" }] } }] }));
+    const gemini = renderBack(Provider.GEMINI, parsed!) as { contents: Array<{ parts: unknown }> };
+    expect(gemini.contents[1]!.parts).toEqual([{ text: "Done." }, { text: "", thoughtSignature: "CiQB+tail==" }]);
+    for (const provider of [Provider.OPENAI_CHAT, Provider.OPENAI_RESPONSES, Provider.ANTHROPIC_MESSAGES]) {
+      expect(JSON.stringify(renderBack(provider, parsed!)), Provider[provider]).not.toContain("CiQB+tail==");
+    }
+  });
+
   it("gives the same body different call ids under different seeds", () => {
     const idOf = (seed: string) => {
-      const kind = parseProviderResponse(Provider.GEMINI, encode(body), { callIdSeed: seed })[0]!.parts[3]!.kind;
+      const kind = parseProviderResponse(Provider.GEMINI, encode(body), { callIdSeed: seed })[0]!.parts[2]!.kind;
       return kind.case === "toolCall" ? kind.value.id : "";
     };
     expect(idOf("a")).not.toBe(idOf("b"));

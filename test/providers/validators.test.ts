@@ -8,7 +8,7 @@ import type { GeminiBody } from "../../src/core/providers/gemini/body.js";
 import { validateOpenAIResponses } from "../../src/core/providers/openai-responses/validate.js";
 import type { OpenAIResponsesBody } from "../../src/core/providers/openai-responses/body.js";
 import { validateOpenAIChat } from "../../src/core/providers/openai-chat/validate.js";
-import { payload } from "./build-messages.js";
+import { assistant, call, payload, text, user } from "./build-messages.js";
 
 /**
  * Each rule fed a body that breaks it (bodies the renderers never produce, so the validators are
@@ -89,6 +89,36 @@ describe("Gemini validator", () => {
     expect(check({ contents: [{ role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }, { role: "user", parts: [{ text: "next" }] }] })).toBe(
       'gemini.open_call_position @ message "m0"',
     );
+  });
+});
+
+describe("opaque passthrough", () => {
+  const signedTurn = payload({ history: [user("u1", "hi"), assistant("a1", text("Hello.", "CiQB+text=="), call("c1", "f", "{}", { itemId: "fc_1" }))] });
+
+  it("catches a Gemini text part that lost or changed its signature", () => {
+    const body = (thoughtSignature?: string): GeminiBody => ({
+      contents: [
+        { role: "user", parts: [{ text: "hi" }] },
+        { role: "model", parts: [{ text: "Hello.", ...(thoughtSignature !== undefined ? { thoughtSignature } : {}) }, { functionCall: { id: "c1", name: "f", args: {} } }] },
+      ],
+    });
+    const origins = [origin("u1"), origin("a1", Role.ASSISTANT)];
+    expect(ruleOf(() => validateGemini(body("CiQB+text=="), origins, signedTurn))).toBe("no error");
+    expect(ruleOf(() => validateGemini(body(), origins, signedTurn))).toBe("gemini.opaque_passthrough @ opaque value 0");
+    expect(ruleOf(() => validateGemini(body("CiQB+text="), origins, signedTurn))).toBe("gemini.opaque_passthrough @ opaque value 0");
+  });
+
+  it("catches a Responses function_call that lost its item id", () => {
+    const body = (id?: string): OpenAIResponsesBody => ({
+      input: [
+        { type: "message", role: "user", content: "hi" },
+        { type: "message", role: "assistant", content: "Hello." },
+        { type: "function_call", ...(id !== undefined ? { id } : {}), call_id: "c1", name: "f", arguments: "{}" },
+      ],
+    });
+    const origins = [origin("u1"), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT)];
+    expect(ruleOf(() => validateOpenAIResponses(body("fc_1"), origins, signedTurn))).toBe("no error");
+    expect(ruleOf(() => validateOpenAIResponses(body(), origins, signedTurn))).toBe("openai_responses.opaque_passthrough @ opaque value 0");
   });
 });
 

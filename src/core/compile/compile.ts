@@ -91,7 +91,8 @@ export async function compile(request: CompileRequest, context: CompileContext):
 
   // 11. Payload and provider render.
   const payload = payloadOf(work.segments, scratch, work.toolDefinitions);
-  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!, (warning) => work.warnings.push(warning)) : undefined;
+  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!) : undefined;
+  if (rendered) work.warnings.push(...rendered.warnings);
   events.stageDone("render");
 
   // 12. Targets.

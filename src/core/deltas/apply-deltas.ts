@@ -20,7 +20,7 @@ export function applyDeltas(state: ConversationState, deltas: readonly Delta[], 
   let current = state;
   deltas.forEach((delta, index) => {
     try {
-      current = applyDelta(current, delta, context);
+      current = applyDelta(current, delta, context, index);
     } catch (error) {
       if (!(error instanceof ConnectError)) throw error;
       const operation = delta.operation.case === undefined ? "" : `.${snakeCase(delta.operation.case)}`;
@@ -30,8 +30,11 @@ export function applyDeltas(state: ConversationState, deltas: readonly Delta[], 
   return current;
 }
 
-/** Applies one delta (see `applyDeltas`); errors name the rule but not the batch index. */
-export function applyDelta(state: ConversationState, delta: Delta, context: DeltaContext): ConversationState {
+/**
+ * Applies one delta (see `applyDeltas`), the `index`-th of its batch; errors name the rule but not
+ * the batch index.
+ */
+export function applyDelta(state: ConversationState, delta: Delta, context: DeltaContext, index: number): ConversationState {
   const operation = delta.operation;
   switch (operation.case) {
     case "appendMessages":
@@ -75,7 +78,7 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
     case "forget":
       return forget(state, operation.value.experienceId);
     case "appendProviderResponse":
-      return appendProviderResponse(state, operation.value, context);
+      return appendProviderResponse(state, operation.value, context, index);
     case "setToolDefinitions":
       return setToolDefinitions(state, operation.value);
     case undefined:

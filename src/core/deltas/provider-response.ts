@@ -5,11 +5,24 @@ import { prepareMessages } from "./message-preparation.js";
 import { withValidSegment } from "./segment-operations.js";
 import { assertNoOpenRound } from "./agent-mutations.js";
 
-/** Parses a provider's response body into ASSISTANT messages and appends them to history. */
-export function appendProviderResponse(state: ConversationState, delta: AppendProviderResponse, context: DeltaContext): ConversationState {
-  const parsed = parseProviderResponse(delta.provider, delta.json);
+/**
+ * Parses a provider's response body into ASSISTANT messages and appends them to history.
+ * `deltaIndex` is the delta's place in its batch.
+ */
+export function appendProviderResponse(state: ConversationState, delta: AppendProviderResponse, context: DeltaContext, deltaIndex: number): ConversationState {
+  const parsed = parseProviderResponse(delta.provider, delta.json, { callIdSeed: callIdSeed(state, deltaIndex) });
   if (parsed.length === 0) return state;
   assertNoOpenRound(state.history, "a provider response");
   const messages = prepareMessages(state, parsed, context, "parsed");
   return withValidSegment(state, "history", [...state.history, ...messages]);
+}
+
+/**
+ * Gemini may omit call ids, and the ids put in their place hash this seed with the body, so the
+ * seed must differ for every append of a conversation: conversation id, the version the batch
+ * writes (versions only go up, also across clears) and the delta's place in the batch. Retrying a
+ * failed commit may give new ids, which is harmless since nothing was stored.
+ */
+function callIdSeed(state: ConversationState, deltaIndex: number): string {
+  return JSON.stringify([state.conversationId, String(state.version + 1n), deltaIndex]);
 }

@@ -19,12 +19,12 @@ export function assistantMessage(parts: Part[]): Message {
   return create(MessageSchema, { role: Role.ASSISTANT, parts });
 }
 
-export function textPart(text: string): Part {
-  return create(PartSchema, { kind: { case: "text", value: { text } } });
+export function textPart(text: string, signature = ""): Part {
+  return create(PartSchema, { kind: { case: "text", value: { text, signature } } });
 }
 
-export function toolCallPart(id: string, name: string, args: ToolPayload, signature = ""): Part {
-  return create(PartSchema, { kind: { case: "toolCall", value: { id, name, arguments: args, signature } } });
+export function toolCallPart(id: string, name: string, args: ToolPayload, opaque: { signature?: string; itemId?: string } = {}): Part {
+  return create(PartSchema, { kind: { case: "toolCall", value: { id, name, arguments: args, ...opaque } } });
 }
 
 export function reasoningPart(provider: Provider, fields: { text?: string; signature?: string; redactedData?: string; itemId?: string }): Part {

@@ -17,21 +17,24 @@ import { validateOpenAIChat } from "./openai-chat/validate.js";
 import { renderOpenAIResponses } from "./openai-responses/render.js";
 import { validateOpenAIResponses } from "./openai-responses/validate.js";
 
-/** Receives non-fatal notices of a render (for the compile's `warnings`). */
-export type RenderWarningSink = (warning: Warning) => void;
+/** Receives non-fatal notices of a render; they end up in `RenderedRequest.warnings`. */
+type RenderWarningSink = (warning: Warning) => void;
 
 /**
  * Renders the compiled payload as the request body parts contextd owns for one provider (system
  * slot, messages/contents/input, tools), validates the body against that provider's rules, and
- * returns it as UTF-8 JSON. A rule violation is FAILED_PRECONDITION naming the rule and the message
- * id: a bad body is never returned.
+ * returns it as UTF-8 JSON with the render's warnings (for example Anthropic cache breakpoints
+ * beyond 4). A rule violation is FAILED_PRECONDITION naming the rule and the message id: a bad body
+ * is never returned.
  */
-export function renderRequest(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink = () => {}): RenderedRequest {
-  const body = renderBody(payload, options, report);
+export function renderRequest(payload: CompiledPayload, options: RenderOptions): RenderedRequest {
+  const warnings: Warning[] = [];
+  const body = renderBody(payload, options, (warning) => warnings.push(warning));
   return create(RenderedRequestSchema, {
     provider: options.provider,
     model: options.model,
     json: new TextEncoder().encode(JSON.stringify(body)),
+    warnings,
   });
 }
 

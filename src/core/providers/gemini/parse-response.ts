@@ -6,10 +6,9 @@ import { expectArray, expectObject, expectString, malformed, optionalString, par
 
 /**
  * A Gemini `generateContent` response → one ASSISTANT message from its single candidate:
- * - text parts; a thought part (`thought: true`) → reasoning (text + `thoughtSignature`);
- * - a `thoughtSignature` on a non-thought text part → a reasoning part with only that signature,
- *   directly before the text part (TextPart has no signature field; renderGemini puts it back
- *   onto the text part);
+ * - a text part → text with its `thoughtSignature` (`TextPart.signature`); a thought part
+ *   (`thought: true`) → reasoning (text + `thoughtSignature`); a part carrying nothing but a
+ *   `thoughtSignature` → reasoning with only that signature;
  * - `functionCall` → a tool call with its `thoughtSignature`. Gemini often omits call ids; a
  *   missing id becomes "gemini_" + the first 24 hex digits of sha256(seed, body, part index), so
  *   the same body appended twice needs a different `callIdSeed` to keep call ids unique;
@@ -39,14 +38,10 @@ export function parseGeminiResponse(json: Uint8Array, callIdSeed: string): Messa
       const call = expectObject(part["functionCall"], `${path}.functionCall`);
       const args = call["args"] === undefined ? {} : expectObject(call["args"], `${path}.functionCall.args`);
       const id = optionalString(call["id"], `${path}.functionCall.id`) || syntheticCallId(callIdSeed, json, index);
-      parts.push(toolCallPart(id, expectString(call["name"], `${path}.functionCall.name`), toolArgumentsPayload(JSON.stringify(args)), signature));
+      parts.push(toolCallPart(id, expectString(call["name"], `${path}.functionCall.name`), toolArgumentsPayload(JSON.stringify(args)), { signature }));
     } else if (part["text"] !== undefined) {
       const text = expectString(part["text"], `${path}.text`);
-      if (part["thought"] === true) parts.push(reasoningPart(Provider.GEMINI, { text, signature }));
-      else {
-        if (signature !== "") parts.push(reasoningPart(Provider.GEMINI, { signature }));
-        parts.push(textPart(text));
-      }
+      parts.push(part["thought"] === true ? reasoningPart(Provider.GEMINI, { text, signature }) : textPart(text, signature));
     } else if (part["inlineData"] !== undefined) {
       const inline = expectObject(part["inlineData"], `${path}.inlineData`);
       const data = Buffer.from(expectString(inline["data"], `${path}.inlineData.data`), "base64");

@@ -23,8 +23,9 @@ export interface RenderedGemini {
  *   returned and any other parts of TOOL messages follow in a separate user content (Gemini never
  *   mixes function responses with other user parts). Otherwise same-role turns merge.
  * - Reasoning is sent only when Gemini produced it: a thought part (`thought: true`) with its
- *   `thoughtSignature`; a reasoning part with a signature but no text, directly before a text part,
- *   is that text part's signature (see parseGeminiResponse) and is rendered back onto it.
+ *   `thoughtSignature`. A text part's `signature` goes back as that part's `thoughtSignature`
+ *   (other providers never see it); a text part that is empty but signed is still sent, since the
+ *   signature is what Gemini needs.
  */
 export function renderGemini(payload: CompiledPayload, _model: string): RenderedGemini {
   const systemParts: Array<{ text: string }> = [];
@@ -127,16 +128,12 @@ function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string,
 /** Parts of a user or model turn. `firstIndex` offsets part numbers in errors. */
 function contentParts(parts: readonly Part[], message: Message, firstIndex: number): GeminiPart[] {
   const rendered: GeminiPart[] = [];
-  let pendingSignature: string | undefined;
   parts.forEach((part, offset) => {
     const index = firstIndex + offset;
     const kind = part.kind;
-    const signature = pendingSignature;
-    pendingSignature = undefined;
-    if (signature !== undefined && kind.case !== "text") rendered.push({ text: "", thoughtSignature: signature });
     switch (kind.case) {
       case "text":
-        if (signature !== undefined) rendered.push({ text: kind.value.text, thoughtSignature: signature });
+        if (kind.value.signature !== "") rendered.push({ text: kind.value.text, thoughtSignature: kind.value.signature });
         else if (kind.value.text !== "") rendered.push({ text: kind.value.text });
         return;
       case "image": {
@@ -157,10 +154,6 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         return;
       case "reasoning":
         if (kind.value.provider !== Provider.GEMINI) return;
-        if (kind.value.text === "" && kind.value.signature !== "") {
-          pendingSignature = kind.value.signature;
-          return;
-        }
         rendered.push({ text: kind.value.text, thought: true, ...(kind.value.signature !== "" ? { thoughtSignature: kind.value.signature } : {}) });
         return;
       case "toolCall":
@@ -173,6 +166,5 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         throw providerRuleViolation("gemini.content_type", atMessage(message.id), `part ${index} (${kind.case ?? "empty"}) cannot be sent in a Gemini ${message.role === Role.ASSISTANT ? "model" : "user"} turn`);
     }
   });
-  if (pendingSignature !== undefined) rendered.push({ text: "", thoughtSignature: pendingSignature });
   return rendered;
 }

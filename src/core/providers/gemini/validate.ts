@@ -1,4 +1,4 @@
-import { Provider, Role } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { checkOpaquePassthrough } from "../opaque-passthrough.js";
@@ -71,18 +71,12 @@ export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[],
   const expectedSystem: string[] = [];
   const expectedOpaque: string[] = [];
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
-    const inSystemSlot = segment === "system" && isInstructionRole(message.role);
-    for (const part of message.parts) {
-      const kind = part.kind;
-      if (kind.case === "text" && inSystemSlot && kind.value.text !== "") expectedSystem.push(kind.value.text);
-      if (kind.case === "toolCall") {
-        expectedOpaque.push(`call:${kind.value.id}`);
-        if (kind.value.signature !== "") expectedOpaque.push(`signature:${kind.value.signature}`);
-      }
-      if (kind.case === "reasoning" && kind.value.provider === Provider.GEMINI && kind.value.signature !== "") {
-        expectedOpaque.push(`signature:${kind.value.signature}`);
-      }
+    if (segment === "system" && isInstructionRole(message.role)) {
+      // systemInstruction takes plain text: a signature there has no model turn to go back to.
+      for (const part of message.parts) if (part.kind.case === "text" && part.kind.value.text !== "") expectedSystem.push(part.kind.value.text);
+      continue;
     }
+    for (const part of message.parts) expectedOpaque.push(...opaqueValuesOf(part));
   }
   const actualSystem = body.systemInstruction?.parts.map((part) => part.text) ?? [];
   if (actualSystem.join("\u0000") !== expectedSystem.join("\u0000")) {
@@ -95,4 +89,25 @@ export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[],
     ]),
   );
   checkOpaquePassthrough("gemini", expectedOpaque, actualOpaque);
+}
+
+/**
+ * The opaque values renderGemini must emit for a part outside the system slot, in body order:
+ * call ids, and the signatures of calls, text and Gemini reasoning, also inside tool results'
+ * content (rendered in the user content after the function responses).
+ */
+function opaqueValuesOf(part: Part): string[] {
+  const kind = part.kind;
+  switch (kind.case) {
+    case "toolCall":
+      return [`call:${kind.value.id}`, ...(kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [])];
+    case "text":
+      return kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [];
+    case "reasoning":
+      return kind.value.provider === Provider.GEMINI && kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [];
+    case "toolResult":
+      return kind.value.contentParts.flatMap(opaqueValuesOf);
+    default:
+      return [];
+  }
 }

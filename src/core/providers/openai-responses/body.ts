@@ -39,6 +39,8 @@ export interface ResponsesAssistantMessage {
 
 export interface ResponsesFunctionCall {
   type: "function_call";
+  /** The item id ("fc_...") the call was received with; absent for calls from elsewhere. */
+  id?: string;
   call_id: string;
   name: string;
   arguments: string;

@@ -8,7 +8,8 @@ export const reasoningSummarySeparator = "\n\n";
 /**
  * An OpenAI Responses response (`object: "response"`) → one ASSISTANT message with its output items
  * in order: `message` text (output_text and refusal), `reasoning` (item id, summary text and
- * encrypted content byte for byte), `function_call` (call_id, name, arguments). Other item types
+ * encrypted content byte for byte), `function_call` (call_id, name, arguments, and its item `id` as
+ * `ToolCallPart.item_id`, which renderOpenAIResponses sends back). Other item types
  * (built-in tools) are INVALID_ARGUMENT.
  */
 export function parseOpenAIResponsesResponse(json: Uint8Array): Message[] {
@@ -54,6 +55,7 @@ export function parseOpenAIResponsesResponse(json: Uint8Array): Message[] {
             expectString(item["call_id"], `${path}.call_id`),
             expectString(item["name"], `${path}.name`),
             toolArgumentsPayload(expectString(item["arguments"], `${path}.arguments`)),
+            { itemId: optionalString(item["id"], `${path}.id`) },
           ),
         );
         return;

@@ -25,7 +25,9 @@ export const instructionsSeparator = "\n\n";
  *   messages and instruction messages of other segments (scratch last) stay in `input` as
  *   developer/system messages, in place.
  * - An assistant message becomes items in part order: `reasoning` (only Responses reasoning, with
- *   its id, summary and encrypted content byte for byte), assistant text, `function_call`.
+ *   its id, summary and encrypted content byte for byte), assistant text, `function_call` (with its
+ *   item `id` when it came from a Responses response: the API recognises the items a reasoning
+ *   item produced by their ids, and rejects reasoning sent back without them).
  * - A tool result becomes `function_call_output`; images a tool returned go in the output list.
  * - Function tools are sent with `strict: false`: contextd does not know whether a schema meets
  *   strict mode's rules, and the API's default (true) would reject those that do not.
@@ -77,7 +79,16 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
               );
               return;
             case "toolCall":
-              push({ type: "function_call", call_id: kind.value.id, name: kind.value.name, arguments: toolArgumentsJson(kind.value) }, message);
+              push(
+                {
+                  type: "function_call",
+                  ...(kind.value.itemId !== "" ? { id: kind.value.itemId } : {}),
+                  call_id: kind.value.id,
+                  name: kind.value.name,
+                  arguments: toolArgumentsJson(kind.value),
+                },
+                message,
+              );
               return;
             default:
               throw providerRuleViolation("openai_responses.content_type", atMessage(message.id), `part ${index} (${kind.case ?? "empty"}) cannot be sent in an assistant message`);

@@ -82,7 +82,7 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
       if (part.kind.case === "reasoning" && part.kind.value.provider === Provider.OPENAI_RESPONSES) {
         expectedOpaque.push(`reasoning:${part.kind.value.itemId}:${part.kind.value.redactedData}`);
       }
-      if (part.kind.case === "toolCall") expectedOpaque.push(`call:${part.kind.value.id}`);
+      if (part.kind.case === "toolCall") expectedOpaque.push(`call:${part.kind.value.id}:${part.kind.value.itemId}`);
     }
     for (const result of toolResultsOf(message)) expectedOpaque.push(`output:${result.toolCallId}`);
   }
@@ -91,7 +91,7 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
   }
   const actualOpaque = body.input.flatMap((item) => {
     if (item.type === "reasoning") return [`reasoning:${item.id}:${item.encrypted_content ?? ""}`];
-    if (item.type === "function_call") return [`call:${item.call_id}`];
+    if (item.type === "function_call") return [`call:${item.call_id}:${item.id ?? ""}`];
     if (item.type === "function_call_output") return [`output:${item.call_id}`];
     return [];
   });

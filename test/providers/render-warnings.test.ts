@@ -1,0 +1,38 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { CompileRequestSchema, RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { compile } from "../../src/core/compile/compile.js";
+import { renderRequest } from "../../src/core/providers/render.js";
+import { testContext } from "../core/compile-context.js";
+import { message, payload, text } from "./build-messages.js";
+
+/** Five cache hints: one more breakpoint than Anthropic accepts. */
+const cachedHistory = ["u1", "a1", "u2", "a2", "u3"].map((id, index) => message(id, index % 2 === 0 ? Role.USER : Role.ASSISTANT, [text(`turn ${id}`)], { cacheTtl: "" }));
+const anthropic = create(RenderOptionsSchema, { provider: Provider.ANTHROPIC_MESSAGES, model: "m" });
+const codes = (warnings: ReadonlyArray<{ code: string }> | undefined) => (warnings ?? []).map((warning) => warning.code);
+
+describe("render warnings", () => {
+  it("are returned on the RenderedRequest, and a render without notices has none", () => {
+    expect(codes(renderRequest(payload({ history: cachedHistory }), anthropic).warnings)).toEqual(["anthropic_cache_breakpoints_dropped"]);
+    expect(codes(renderRequest(payload({ history: cachedHistory.slice(0, 4) }), anthropic).warnings)).toEqual([]);
+    const gemini = create(RenderOptionsSchema, { provider: Provider.GEMINI, model: "m" });
+    expect(codes(renderRequest(payload({ history: cachedHistory }), gemini).warnings)).toEqual([]);
+  });
+
+  it("reach the main render, the compile's warnings and a target's render", async () => {
+    const result = await compile(
+      create(CompileRequestSchema, {
+        history: { messages: cachedHistory },
+        render: anthropic,
+        targets: [{ name: "history_only", segments: [Segment.HISTORY], render: anthropic }],
+      }),
+      testContext(),
+    );
+    expect(codes(result.rendered?.warnings)).toEqual(["anthropic_cache_breakpoints_dropped"]);
+    // Copied once, from the main render; a target's notices stay on its projection.
+    expect(codes(result.warnings).filter((code) => code === "anthropic_cache_breakpoints_dropped")).toHaveLength(1);
+    expect(codes(result.projections[0]?.rendered?.warnings)).toEqual(["anthropic_cache_breakpoints_dropped"]);
+  });
+});

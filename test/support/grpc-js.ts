@@ -43,6 +43,19 @@ export function grpcJsClient(address: string) {
         options,
       );
     },
+    bidiStream<I extends DescMessage, O extends DescMessage>(
+      method: DescMethod & { input: I; output: O },
+      metadata = new grpc.Metadata(),
+      options: grpc.CallOptions = {},
+    ): grpc.ClientDuplexStream<MessageShape<I>, MessageShape<O>> {
+      return client.makeBidiStreamRequest(
+        path(method),
+        (message: MessageShape<I>) => Buffer.from(toBinary(method.input, create(method.input, message as MessageInitShape<I>))),
+        (bytes: Buffer) => fromBinary(method.output, bytes) as MessageShape<O>,
+        metadata,
+        options,
+      );
+    },
     close: () => client.close(),
   };
 }

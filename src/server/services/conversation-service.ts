@@ -33,7 +33,7 @@ export function conversationService(dependencies: ConversationServiceDependencie
       requireConversationId(request.conversationId);
       if (request.deltas.length === 0) throw new ConnectError("deltas: a commit needs at least one delta", Code.InvalidArgument);
       const outcome = await store.commit(request.conversationId, request.expectedVersion, request.deltas, request.idempotencyKey);
-      return { version: outcome.version, replayed: outcome.replayed, state: outcome.state };
+      return { version: outcome.version, replayed: outcome.replayed, state: request.omitState ? undefined : outcome.state };
     },
 
     async clear(request) {

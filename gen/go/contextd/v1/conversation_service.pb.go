@@ -125,8 +125,11 @@ type CommitRequest struct {
 	// Optional key: a retry with the same key and the same deltas returns the original result instead
 	// of applying twice; the same key with different deltas is INVALID_ARGUMENT.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Leave `CommitResponse.state` empty. A long conversation's state is megabytes; writers that only
+	// need the new version save encoding and transfer time by setting this.
+	OmitState     bool `protobuf:"varint,5,opt,name=omit_state,json=omitState,proto3" json:"omit_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitRequest) Reset() {
@@ -187,6 +190,13 @@ func (x *CommitRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *CommitRequest) GetOmitState() bool {
+	if x != nil {
+		return x.OmitState
+	}
+	return false
+}
+
 // The response of `Commit`.
 type CommitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -194,7 +204,7 @@ type CommitResponse struct {
 	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// True when this was a retry answered from the idempotency record.
 	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	// The state after the commit.
+	// The state after the commit; empty when the request set `omit_state`.
 	State         *ConversationState `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -358,7 +368,8 @@ type WatchRequest struct {
 	// The conversation.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Deliver changes with a version greater than this; 0 = from the beginning of the retained
-	// stream.
+	// stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
+	// older than that is OUT_OF_RANGE (reload with GetState, then watch from its version).
 	FromVersion   int64 `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -814,12 +825,14 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x0fGetStateRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\"H\n" +
 	"\x10GetStateResponse\x124\n" +
-	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xd2\x01\n" +
+	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xf1\x01\n" +
 	"\rCommitRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12.\n" +
 	"\x10expected_version\x18\x02 \x01(\x03H\x00R\x0fexpectedVersion\x88\x01\x01\x12*\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKeyB\x13\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1d\n" +
+	"\n" +
+	"omit_state\x18\x05 \x01(\bR\tomitStateB\x13\n" +
 	"\x11_expected_version\"|\n" +
 	"\x0eCommitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1a\n" +

@@ -29,6 +29,7 @@ type transport interface {
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
 	compile(context.Context, *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error)
 	compileStream(context.Context, *contextdv1.CompileStreamRequest) (receiver[contextdv1.CompileStreamResponse], error)
+	compileSession(context.Context) (sessionStream, error)
 	countTokens(context.Context, *contextdv1.CountTokensRequest) (*contextdv1.CountTokensResponse, error)
 	render(context.Context, *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error)
 	watchEvents(context.Context, *contextdv1.WatchEventsRequest) (receiver[contextdv1.WatchEventsResponse], error)

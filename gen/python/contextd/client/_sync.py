@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import time
 from types import TracebackType
 from typing import Callable, Iterator, Optional, Sequence, Type, TypeVar
@@ -9,7 +10,7 @@ from typing import Callable, Iterator, Optional, Sequence, Type, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from contextd.client._common import DEFAULT_ADDRESS, Deadline, keyed_commit, keyed_compile
+from contextd.client._common import DEFAULT_ADDRESS, Deadline, Summarize, keyed_commit, keyed_compile, session_answer
 from contextd.client.errors import ContextdError, DeadlineExceeded, Unavailable, VersionConflict, from_rpc_error
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import (
@@ -186,6 +187,49 @@ class Client:
         finally:
             call.cancel()
         raise ContextdError("compile stream ended without a result")
+
+    def compile_session(
+        self,
+        request: compile_pb2.CompileRequest,
+        summarize: Summarize,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """Compiles over ContextService.CompileSession: whenever the budget asks for a summary
+        (strategy SUMMARIZE, or `budget.auto_compact` when the conversation exceeds the window) it
+        calls `summarize(messages, target_tokens)` and sends its answer (a summary message, or a
+        `(summary, facts_to_remember)` tuple) back, then returns the result. With `commit` the
+        summary is stored as a compact delta, and the facts as experiences, in the same atomic
+        commit as the writeback (a random idempotency key is added when there is none).
+
+        Not retried; `timeout` (seconds) bounds the whole session, and the client's default timeout
+        does not apply, since summaries take as long as the model takes. The sidecar stops waiting
+        for an answer after its --summarize-timeout-ms (DeadlineExceeded, nothing committed). An
+        exception from `summarize` cancels the session and propagates."""
+        answers: "queue.Queue[Optional[context_service_pb2.CompileSessionRequest]]" = queue.Queue()
+
+        def requests() -> Iterator[context_service_pb2.CompileSessionRequest]:
+            yield context_service_pb2.CompileSessionRequest(compile=keyed_compile(request))
+            while True:
+                answer = answers.get()
+                if answer is None:
+                    return
+                yield answer
+
+        call = self._contexts.CompileSession(requests(), timeout=timeout)
+        try:
+            for response in call:
+                if response.HasField("summarize_request"):
+                    asked = response.summarize_request
+                    answers.put(session_answer(asked, summarize(list(asked.messages), asked.target_tokens)))
+                elif response.HasField("result"):
+                    return response.result
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            answers.put(None)
+            call.cancel()
+        raise ContextdError("compile session ended without a result")
 
     def watch(self, request: conversation_pb2.WatchRequest) -> Iterator[conversation_pb2.Change]:
         """Yields the committed changes of a conversation after `request.from_version`, in version

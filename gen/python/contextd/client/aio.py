@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from types import TracebackType
-from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, Type, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, Type, TypeVar, Union
 
 import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from contextd.client._common import DEFAULT_ADDRESS, Deadline, keyed_commit, keyed_compile
+from contextd.client._common import DEFAULT_ADDRESS, Deadline, SummaryAnswer, keyed_commit, keyed_compile, session_answer
 from contextd.client.errors import ContextdError, DeadlineExceeded, Unavailable, VersionConflict, from_rpc_error
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import (
@@ -19,11 +20,17 @@ from contextd.v1 import (
     context_service_pb2_grpc,
     conversation_service_pb2 as conversation_pb2,
     conversation_service_pb2_grpc,
+    message_pb2,
     state_pb2,
     telemetry_pb2,
     telemetry_service_pb2,
     telemetry_service_pb2_grpc,
 )
+
+#: As `contextd.client.Client.compile_session`'s summarize, and it may be a coroutine function.
+AsyncSummarize = Callable[
+    [Sequence[message_pb2.Message], int], Union[SummaryAnswer, Awaitable[SummaryAnswer]]
+]
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -171,6 +178,36 @@ class AsyncClient:
         finally:
             call.cancel()
         raise ContextdError("compile stream ended without a result")
+
+    async def compile_session(
+        self,
+        request: compile_pb2.CompileRequest,
+        summarize: AsyncSummarize,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.compile_session`; `summarize` may be a plain or a coroutine function."""
+        call = self._contexts.CompileSession(timeout=timeout)
+        try:
+            await call.write(context_service_pb2.CompileSessionRequest(compile=keyed_compile(request)))
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    break
+                if response.HasField("summarize_request"):
+                    asked = response.summarize_request
+                    answer = summarize(list(asked.messages), asked.target_tokens)
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                    await call.write(session_answer(asked, answer))
+                elif response.HasField("result"):
+                    await call.done_writing()
+                    return response.result
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+        raise ContextdError("compile session ended without a result")
 
     async def watch(self, request: conversation_pb2.WatchRequest) -> AsyncIterator[conversation_pb2.Change]:
         """As `Client.watch`: resumes after the last change on UNAVAILABLE."""

@@ -1,0 +1,137 @@
+"""Client.compile_session and AsyncClient.compile_session against a real sidecar on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import List, Sequence
+
+import pytest
+
+from contextd.client import (
+    AsyncClient,
+    Client,
+    ToolRound,
+    append_assistant,
+    append_user,
+    assistant_text,
+    text_payload,
+    tool_call,
+    user_text,
+)
+from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
+
+TEN = compile_pb2.Estimator(kind=compile_pb2.ESTIMATOR_KIND_FIXED, fixed_per_message=10)
+
+
+@pytest.fixture()
+def client(sidecar) -> Client:
+    with Client(sidecar.address) as connected:
+        yield connected
+
+
+def store_eight_messages(client: Client, conversation_id: str) -> state_pb2.ConversationState:
+    """user, a tool round with two calls (3 messages), user, assistant, user, assistant."""
+    round_ = (
+        ToolRound("", tool_call("c1", "search", '{"q":"a"}'), tool_call("c2", "search", '{"q":"b"}'))
+        .answer("c1", text_payload("a"))
+        .answer("c2", text_payload("b"))
+    )
+    response = client.commit(
+        conversation_pb2.CommitRequest(
+            conversation_id=conversation_id,
+            deltas=[
+                append_user(user_text("look up a and b")),
+                round_.delta(),
+                append_user(user_text("thanks")),
+                append_assistant("you're welcome"),
+                append_user(user_text("one more")),
+                append_assistant("sure"),
+            ],
+        )
+    )
+    return response.state
+
+
+def ids(messages: Sequence[message_pb2.Message]) -> List[str]:
+    return [message.id for message in messages]
+
+
+def test_compile_session_stores_the_summary_and_remembers_facts(client: Client):
+    stored = store_eight_messages(client, "py-session")
+    history = ids(stored.history)
+    asked: List[List[str]] = []
+
+    def summarize(messages: Sequence[message_pb2.Message], target_tokens: int):
+        asked.append(ids(messages))
+        assert target_tokens == 20
+        return assistant_text("The user looked up a and b."), ["the user likes short answers"]
+
+    result = client.compile_session(
+        compile_pb2.CompileRequest(
+            conversation_id="py-session",
+            budget=compile_pb2.Budget(max_tokens=50, strategy=compile_pb2.BUDGET_STRATEGY_SUMMARIZE, estimator=TEN),
+            commit=compile_pb2.CommitOptions(expected_version=stored.version),
+        ),
+        summarize,
+    )
+    # 50 available, 12 kept free for the summary: whole units go from the head until 38 remain.
+    assert asked == [history[:5]]
+    head = result.payload.history[0]
+    assert list(head.provenance.summary.covered_message_ids) == history[:5]
+    assert ids(result.payload.history[1:]) == history[5:]
+    assert result.committed_version == stored.version + 1
+
+    state = client.get_state(conversation_pb2.GetStateRequest(conversation_id="py-session")).state
+    assert ids(state.history) == [head.id, *history[5:]]
+    assert [experience.text for experience in state.experiences] == ["the user likes short answers"]
+    system = client.compile(compile_pb2.CompileRequest(conversation_id="py-session")).result.payload.system
+    assert [message.parts[0].text.text for message in system] == ["<experience>\n- [exp_1] the user likes short answers"]
+
+
+def test_a_failing_summarize_cancels_the_session_and_commits_nothing(client: Client):
+    stored = store_eight_messages(client, "py-session-error")
+
+    def summarize(messages: Sequence[message_pb2.Message], target_tokens: int):
+        raise RuntimeError("model unavailable")
+
+    with pytest.raises(RuntimeError, match="model unavailable"):
+        client.compile_session(
+            compile_pb2.CompileRequest(
+                conversation_id="py-session-error",
+                budget=compile_pb2.Budget(context_window=70, output_reserve=20, auto_compact=True, estimator=TEN),
+                commit=compile_pb2.CommitOptions(expected_version=stored.version),
+            ),
+            summarize,
+        )
+    state = client.get_state(conversation_pb2.GetStateRequest(conversation_id="py-session-error")).state
+    assert state.version == stored.version
+
+
+def test_async_compile_session_with_a_coroutine_summarizer(sidecar, client: Client):
+    stored = store_eight_messages(client, "py-session-async")
+    history = ids(stored.history)
+
+    async def summarize(messages: Sequence[message_pb2.Message], target_tokens: int) -> message_pb2.Message:
+        await asyncio.sleep(0)
+        return assistant_text(f"{len(messages)} messages about a and b")
+
+    async def main() -> compile_pb2.CompileResult:
+        async with AsyncClient(sidecar.address) as aclient:
+            return await aclient.compile_session(
+                compile_pb2.CompileRequest(
+                    conversation_id="py-session-async",
+                    current_turn=compile_pb2.CurrentTurn(raw=user_text("and now?")),
+                    budget=compile_pb2.Budget(context_window=70, output_reserve=20, auto_compact=True, estimator=TEN),
+                    commit=compile_pb2.CommitOptions(expected_version=stored.version),
+                ),
+                summarize,
+            )
+
+    result = asyncio.run(main())
+    # 50 tokens minus the current turn's 10 leave 40 for history; 10 kept free for the summary.
+    head, *rest = result.payload.history
+    assert list(head.provenance.summary.covered_message_ids) == history[:5]
+    assert head.parts[0].text.text == "5 messages about a and b"
+    assert ids(rest[:-1]) == history[5:] and rest[-1].parts[0].text.text == "and now?"
+    state = client.get_state(conversation_pb2.GetStateRequest(conversation_id="py-session-async")).state
+    assert ids(state.history)[0] == head.id and state.history[-1].parts[0].text.text == "and now?"

@@ -108,10 +108,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     response.setHeader("x-request-id", requestId);
     if (/^application\/grpc(\+|;|$)/.test(request.headers["content-type"] ?? "")) encodeGrpcMessagesMinimally(response);
     inFlight++;
-    response.once("close", () => {
+    let done = false;
+    const settle = () => {
+      if (done) return;
+      done = true;
       inFlight--;
       if (inFlight === 0) drained?.();
-    });
+    };
+    // HTTP/2 compat responses emit "finish" only once the whole stream closes, which a client that
+    // got an early error (a message over --max-request-bytes) may never do; the stream's own
+    // "finish" marks the end of our side, and that is when the call is over for us.
+    const sent = "stream" in response ? response.stream : response;
+    sent.once("finish", settle);
+    response.once("close", settle);
     connectHandler(request, response);
   };
 

@@ -22,7 +22,7 @@ type DeltaInit = MessageInitShape<typeof DeltaSchema>;
 
 const text = (id: string, role: Role, body: string) => create(MessageSchema, { id, role, parts: [{ kind: { case: "text", value: { text: body } } }] });
 const call = (id: string, callIds: string[]) =>
-  create(MessageSchema, { id, role: Role.ASSISTANT, parts: callIds.map((callId) => ({ kind: { case: "toolCall", value: { id: callId, name: "search", arguments: { data: `{"q":"${callId}"}` } } } })) });
+  create(MessageSchema, { id, role: Role.ASSISTANT, parts: callIds.map((callId) => ({ kind: { case: "toolCall" as const, value: { id: callId, name: "search", arguments: { data: `{"q":"${callId}"}` } } } })) });
 const result = (id: string, callId: string) =>
   create(MessageSchema, { id, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "search", payload: { text: `found ${callId}` } } } }] });
 const ids = (messages: readonly Message[]) => messages.map((message) => message.id);

@@ -81,17 +81,6 @@ function splitTags(bytes: Uint8Array): { no: number; wireType: WireType; data: U
 
 type Fields = Record<string, unknown> & { $unknown?: { no: number; wireType: WireType; data: Uint8Array }[] };
 
-// Field numbers ascending, as toBinary writes them.
-const sortedFieldsCache = new WeakMap<DescMessage, readonly DescField[]>();
-function sortedFields(schema: DescMessage): readonly DescField[] {
-  let fields = sortedFieldsCache.get(schema);
-  if (!fields) {
-    fields = [...schema.fields].sort((a, b) => a.number - b.number);
-    sortedFieldsCache.set(schema, fields);
-  }
-  return fields;
-}
-
 const specialTypes = new Set([
   "google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue",
   "google.protobuf.DoubleValue", "google.protobuf.FloatValue", "google.protobuf.Int64Value", "google.protobuf.UInt64Value",
@@ -113,28 +102,58 @@ function reachesSpecialType(schema: DescMessage, visiting = new Set<DescMessage>
   return reaches;
 }
 
-// Mirrors protobuf-es's unsafeIsSet, on the plain message object.
+// How to test presence of one field and read its value, precomputed per message type in
+// descending field-number order (the encoder writes back to front). Mirrors protobuf-es's
+// unsafeIsSet on the plain message object.
 const IMPLICIT = 2;
-function isSet(message: Fields, field: DescField): boolean {
-  if (field.oneof) return (message[field.oneof.localName] as { case?: string }).case === field.localName;
-  const value = message[field.localName];
-  if (field.presence !== IMPLICIT) return value !== undefined && Object.prototype.hasOwnProperty.call(message, field.localName);
-  switch (field.fieldKind) {
-    case "list":
-      return (value as unknown[]).length > 0;
-    case "map":
-      return Object.keys(value as object).length > 0;
-    case "scalar":
-      return !isScalarZeroValue(field.scalar, value);
-    case "enum":
-      return value !== field.enum.values[0]!.number;
-    default:
-      return value !== undefined;
-  }
+const enum Presence {
+  Oneof,
+  Explicit,
+  String,
+  Enum,
+  Scalar,
+  List,
+  Map,
+}
+interface FieldPlan {
+  field: DescField;
+  name: string;
+  oneof: string;
+  presence: Presence;
+  enumZero: number;
+}
+const planCache = new WeakMap<DescMessage, FieldPlan[]>();
+function planOf(schema: DescMessage): FieldPlan[] {
+  let plan = planCache.get(schema);
+  if (plan) return plan;
+  plan = [...schema.fields]
+    .sort((a, b) => b.number - a.number)
+    .map((field) => ({
+      field,
+      name: field.localName,
+      oneof: field.oneof?.localName ?? "",
+      presence: field.oneof
+        ? Presence.Oneof
+        : field.presence !== IMPLICIT
+          ? Presence.Explicit
+          : field.fieldKind === "list"
+            ? Presence.List
+            : field.fieldKind === "map"
+              ? Presence.Map
+              : field.fieldKind === "enum"
+                ? Presence.Enum
+                : field.fieldKind === "scalar" && field.scalar === ScalarType.STRING
+                  ? Presence.String
+                  : Presence.Scalar,
+      enumZero: field.fieldKind === "enum" ? field.enum.values[0]!.number : 0,
+    }));
+  planCache.set(schema, plan);
+  return plan;
 }
 
-function valueOf(message: Fields, field: DescField): unknown {
-  return field.oneof ? (message[field.oneof.localName] as { value: unknown }).value : message[field.localName];
+function hasEntries(map: object): boolean {
+  for (const _ in map) return true;
+  return false;
 }
 
 function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
@@ -145,10 +164,41 @@ function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fiel
       writer.tag(unknown[i]!.no, unknown[i]!.wireType);
     }
   }
-  const fields = sortedFields(schema);
-  for (let i = fields.length - 1; i >= 0; i--) {
-    const field = fields[i]!;
-    if (isSet(message, field)) writeField(writer, field, valueOf(message, field));
+  for (const entry of planOf(schema)) {
+    let value: unknown;
+    switch (entry.presence) {
+      case Presence.Oneof: {
+        const selected = message[entry.oneof] as { case?: string; value?: unknown };
+        if (selected.case !== entry.name) continue;
+        value = selected.value;
+        break;
+      }
+      case Presence.Explicit:
+        value = message[entry.name];
+        if (value === undefined || !Object.prototype.hasOwnProperty.call(message, entry.name)) continue;
+        break;
+      case Presence.String:
+        value = message[entry.name];
+        if ((value as string).length === 0) continue;
+        break;
+      case Presence.Enum:
+        value = message[entry.name];
+        if (value === entry.enumZero) continue;
+        break;
+      case Presence.Scalar:
+        value = message[entry.name];
+        if (isScalarZeroValue(entry.field.scalar!, value)) continue;
+        break;
+      case Presence.List:
+        value = message[entry.name];
+        if ((value as unknown[]).length === 0) continue;
+        break;
+      case Presence.Map:
+        value = message[entry.name];
+        if (!hasEntries(value as object)) continue;
+        break;
+    }
+    writeField(writer, entry.field, value);
   }
 }
 

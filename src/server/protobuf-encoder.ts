@@ -15,10 +15,12 @@ export function encodeMessage<Desc extends DescMessage>(schema: Desc, message: M
   // Wrapper, Struct and Value fields have a different in-memory shape (unboxed / JSON); they are
   // not in the contextd contract, but if a schema ever reaches them, protobuf-es encodes it.
   if (reachesSpecialType(schema)) return toBinary(schema, message);
-  // Below 4 KB, Buffer.allocUnsafe takes a slice of its shared pool instead of a fresh allocation.
-  const writer = new BackwardWriter(2048);
+  // Start from the size of the last message of this type, so a big result rarely grows (and copies).
+  const writer = new BackwardWriter(sizeHints.get(schema) ?? 2048);
   writeMessage(writer, schema, message as unknown as Fields);
-  return writer.finish();
+  const bytes = writer.finish();
+  sizeHints.set(schema, Math.max(2048, Math.ceil(bytes.length * 1.25)));
+  return bytes;
 }
 
 /**
@@ -78,6 +80,8 @@ function splitTags(bytes: Uint8Array): { no: number; wireType: WireType; data: U
   }
   return pieces;
 }
+
+const sizeHints = new WeakMap<DescMessage, number>();
 
 type Fields = Record<string, unknown> & { $unknown?: { no: number; wireType: WireType; data: Uint8Array }[] };
 
@@ -449,10 +453,26 @@ class BackwardWriter {
 
   /** Writes the UTF-8 bytes of `text`, then its length before them. */
   string(text: string): void {
-    const size = text.length < 64 && isAscii(text) ? text.length : Buffer.byteLength(text, "utf8");
+    // Short ASCII strings (ids, names, enums as text) are copied by hand: cheaper than a native call.
+    if (text.length < 64) {
+      this.reserve(text.length);
+      const start = this.position - text.length;
+      let i = 0;
+      for (; i < text.length; i++) {
+        const code = text.charCodeAt(i);
+        if (code > 0x7f) break;
+        this.buffer[start + i] = code;
+      }
+      if (i === text.length) {
+        this.position = start;
+        this.uint32(text.length);
+        return;
+      }
+    }
+    const size = Buffer.byteLength(text, "utf8");
     this.reserve(size);
     this.position -= size;
-    if (size > 0) this.buffer.write(text, this.position, size, "utf8");
+    this.buffer.write(text, this.position, size, "utf8");
     this.uint32(size);
   }
 
@@ -464,9 +484,4 @@ class BackwardWriter {
     this.buffer = next;
     this.position = next.length - used;
   }
-}
-
-function isAscii(text: string): boolean {
-  for (let i = 0; i < text.length; i++) if (text.charCodeAt(i) > 0x7f) return false;
-  return true;
 }

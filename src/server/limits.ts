@@ -88,7 +88,8 @@ export function enforceDeadlines(): Interceptor {
   return (next) => async (request) => {
     const { signal } = request;
     if (signal.aborted) throw ConnectError.from(signal.reason, Code.DeadlineExceeded);
-    if (request.stream) return next(request);
+    // Only calls with a deadline need the race; other aborts (the caller cancelling) connect handles.
+    if (request.stream || !(request.header.has("grpc-timeout") || request.header.has("connect-timeout-ms"))) return next(request);
     let onAbort: (() => void) | undefined;
     const aborted = new Promise<never>((_, reject) => {
       onAbort = () => reject(ConnectError.from(signal.reason, Code.DeadlineExceeded));

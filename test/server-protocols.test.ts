@@ -46,6 +46,28 @@ describe("one port, every protocol", () => {
     }
   });
 
+  it("echoes x-request-id in gRPC response metadata", async () => {
+    const client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+    try {
+      const metadata = new grpc.Metadata();
+      metadata.set("x-request-id", "grpc-caller-id-7");
+      const headers = await new Promise<grpc.Metadata>((resolve, reject) => {
+        const call = client.raw.makeUnaryRequest(
+          "/grpc.health.v1.Health/Check",
+          () => Buffer.alloc(0),
+          (bytes: Buffer) => bytes,
+          {},
+          metadata,
+          (error) => error && reject(error),
+        );
+        call.on("metadata", resolve);
+      });
+      expect(headers.get("x-request-id")).toEqual(["grpc-caller-id-7"]);
+    } finally {
+      client.close();
+    }
+  });
+
   it("serves buf curl over the Connect protocol and over gRPC, using reflection", async () => {
     const connect = await run("npx", ["buf", "curl", "--protocol", "connect", "--data", '{"service":""}', `${sidecar.url}/grpc.health.v1.Health/Check`]);
     expect(JSON.parse(connect.stdout)).toEqual({ status: "SERVING" });

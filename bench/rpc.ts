@@ -70,8 +70,9 @@ async function main() {
   for (const size of sizes) {
     for (const concurrency of concurrencies) {
       const request = requests.get(size)!;
-      await run(client, request, 1, 0.3); // warm-up
-      await run(bareClient, request, 1, 0.3);
+      // Warm-up, so both servers are measured with their hot paths compiled by the JIT.
+      await run(client, request, concurrency, 1);
+      await run(bareClient, request, concurrency, 1);
       const ours = await run(client, request, concurrency, secondsPerRun, contextd.child.pid!);
       const theirs = await run(bareClient, request, concurrency, secondsPerRun, bare.child.pid!);
       console.log(

@@ -138,7 +138,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       }
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
-      const analysis = analyzeToolRounds(history, { allowOpenTail: true });
+      const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {
         if (unit.round?.open) return true;
         for (let index = unit.start; index < unit.end; index++) {
@@ -336,7 +336,7 @@ async function requestSummary(
     },
   };
   assertWellFormedMessage(summary, "summarize_response.summary");
-  if (work.records.has(summary.id)) {
+  if (summary.id in work.records) {
     throw new ConnectError(`summarize_response.summary.id: "${summary.id}" is already the id of a message in this compile`, Code.InvalidArgument);
   }
   work.introduced.push(create(IntroducedMessageSchema, { segment: Segment.HISTORY, message: summary }));

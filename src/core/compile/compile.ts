@@ -37,7 +37,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const events = new CompileEvents(context, request.conversationId);
   validateTargets(request.targets);
   const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator");
+  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts);
 
   // 1. Normalize + identity, tool-round validation and repair.
   const inputs = resolveCompileInputs(request, context.stored);
@@ -123,7 +123,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.normalizedSnapshot = normalizedSnapshot;
   result.writeback = writeback;
   result.introduced = work.introduced;
-  result.transformations = Object.fromEntries(work.records);
+  result.transformations = work.records;
   result.projections = projections;
   result.persistence = persistenceProjection(work, summary);
   result.usage = usage;

@@ -19,6 +19,13 @@ export function assertWellFormedMessage(message: Message, path: string): void {
   }
 }
 
+/** True when `assertWellFormedMessage` would pass; the cheap check callers make before building a path. */
+export function isWellFormedMessage(message: Message): boolean {
+  if (message.role === Role.UNSPECIFIED || Role[message.role] === undefined) return false;
+  for (let index = 0; index < message.parts.length; index++) if (message.parts[index]!.kind.case === undefined) return false;
+  return true;
+}
+
 function idSuffix(message: Message): string {
   return message.id === "" ? "" : ` (message "${message.id}")`;
 }

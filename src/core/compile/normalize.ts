@@ -5,9 +5,9 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { segmentEnumerationOrder, segmentField, segmentName } from "../model/segments.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { IdentityAssigner } from "./identity.js";
-import { assertWellFormedMessage } from "./message-validation.js";
+import { assertWellFormedMessage, isWellFormedMessage } from "./message-validation.js";
 import type { CompileInputs } from "./request-inputs.js";
-import { recordPassed, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
+import { newRecords, recordPassed, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
 
 /** Deferred blocks and scratch with ids assigned; consumed by their own stages. */
 export interface NormalizedExtras {
@@ -27,24 +27,18 @@ export function normalize(
   randomId: () => string,
 ): { work: CompileWork; extras: NormalizedExtras } {
   const identity = new IdentityAssigner(request, randomId);
-  const seen = new Map<string, string>();
-  const claim = (message: Message, path: string) => {
-    const earlier = seen.get(message.id);
-    if (earlier !== undefined) {
-      throw new ConnectError(`duplicate message id "${message.id}" at ${path} (also at ${earlier})`, Code.InvalidArgument);
-    }
-    seen.set(message.id, path);
-  };
+  const claims = new IdClaims();
 
   const segments = { ...inputs.segments };
   for (const segment of segmentEnumerationOrder) {
     const field = segmentField(segment, "segment");
     const name = segmentName(segment);
     segments[field] = mapIfChanged(inputs.segments[field], (message, index) => {
-      const path = `${name}[${index}]`;
-      assertWellFormedMessage(message, path);
-      const withId = identity.ensureId(message, { kind: "segment", segment, scope: name, index }, path);
-      claim(withId, path);
+      // Paths are built only when something is wrong: a thousand template strings per compile
+      // would cost more than the checks themselves.
+      if (!isWellFormedMessage(message)) assertWellFormedMessage(message, `${name}[${index}]`);
+      const withId = message.id !== "" ? message : identity.ensureId(message, { kind: "segment", segment, scope: name, index }, `${name}[${index}]`);
+      claims.claim(withId.id, name, index);
       return withId;
     });
   }
@@ -53,12 +47,12 @@ export function normalize(
     const path = `pending[${index}]`;
     assertWellFormedMessage(message, path);
     const withId = identity.ensureId(message, { kind: "pending", index }, path);
-    claim(withId, path);
+    claims.claim(withId.id, "pending", index);
     return withId;
   });
 
   const currentTurn = normalizeCurrentTurn(request, identity);
-  if (currentTurn) claim((currentTurn.promptSafe ?? currentTurn.raw)!, "current_turn");
+  if (currentTurn) claims.claim((currentTurn.promptSafe ?? currentTurn.raw)!.id, "current_turn");
 
   const deferredBlocks = request.deferredBlocks.map((block, blockIndex) => {
     const segment = block.segment === Segment.UNSPECIFIED ? Segment.MEMORY : block.segment;
@@ -76,7 +70,7 @@ export function normalize(
     assertWellFormedMessage(message, path);
     // Scratch is never persisted, so its ids only need to be unique within this compile.
     const withId = message.id === "" ? { ...message, id: `scratch:${index}` } : message;
-    claim(withId, path);
+    claims.claim(withId.id, "scratch", index);
     return withId;
   });
 
@@ -89,7 +83,7 @@ export function normalize(
     artifacts: inputs.artifacts,
     experiences: inputs.experiences,
     toolDefinitions: inputs.toolDefinitions,
-    records: new Map(),
+    records: newRecords(),
     introduced: [],
     persistedIntroducedIds: new Set(),
     visibleArtifactIds: [],
@@ -122,6 +116,33 @@ function normalizeCurrentTurn(request: CompileRequest, identity: IdentityAssigne
     promptSafe: turn.promptSafe && { ...turn.promptSafe, id },
     persistence: turn.persistence,
   };
+}
+
+/**
+ * Rejects duplicate ids across segments, pending, the current turn and scratch. Locations are
+ * kept as small integers (scope number and index) and spelled out only for the error.
+ */
+class IdClaims {
+  private readonly seen = new Map<string, number>();
+  private readonly scopes: string[] = [];
+
+  claim(id: string, scope: string, index?: number): void {
+    let scopeNumber = this.scopes.indexOf(scope);
+    if (scopeNumber < 0) scopeNumber = this.scopes.push(scope) - 1;
+    // Below 2^31 for any realistic index, so the map holds small integers, not boxed numbers.
+    const location = scopeNumber * 100_000_000 + (index ?? -1) + 1;
+    const earlier = this.seen.get(id);
+    if (earlier !== undefined) {
+      throw new ConnectError(`duplicate message id "${id}" at ${this.path(location)} (also at ${this.path(earlier)})`, Code.InvalidArgument);
+    }
+    this.seen.set(id, location);
+  }
+
+  private path(location: number): string {
+    const scope = this.scopes[Math.floor(location / 100_000_000)]!;
+    const index = (location % 100_000_000) - 1;
+    return index < 0 ? scope : `${scope}[${index}]`;
+  }
 }
 
 /** `messages.map(transform)`, returning the input array itself when nothing changed. */

@@ -25,7 +25,7 @@ import { applyHooks } from "./redaction.js";
 import { applyRoleProjection } from "./role-projection.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
 import { applyTextReplacements } from "./text-replacements.js";
-import { recordPassed, type CompileWork } from "./working-set.js";
+import { newRecords, recordPassed, type CompileWork } from "./working-set.js";
 
 /**
  * Target validation (stage 12): names required and unique, views known and not combined with
@@ -112,7 +112,7 @@ async function segmentProjection(
     textReplacements: request.textReplacements.filter((replacement) => included.has(replacement.segment)),
   };
   const renderProvider = target.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(target.budget?.estimator, renderProvider, `${path}.budget.estimator`);
+  const estimator = await createEstimator(target.budget?.estimator, renderProvider, `${path}.budget.estimator`, context.tokenCounts);
   const work: CompileWork = {
     request: targetRequest,
     estimator,
@@ -121,7 +121,7 @@ async function segmentProjection(
     artifacts: included.has(Segment.MEMORY) ? normalized.artifacts : [],
     experiences: included.has(Segment.SYSTEM) ? normalized.experiences : [],
     toolDefinitions: normalized.toolDefinitions,
-    records: new Map(),
+    records: newRecords(),
     introduced: [],
     persistedIntroducedIds: new Set(),
     visibleArtifactIds: [],
@@ -138,8 +138,7 @@ async function segmentProjection(
   applyTextReplacements(work);
   const report = await applyBudget(work, [], context);
   const messages = segmentRenderingOrder.flatMap((segment) => work.segments[segmentField(segment, "segment")]);
-  const transformations: Projection["transformations"] = {};
-  for (const [id, record] of work.records) transformations[id] = record;
+  const transformations: Projection["transformations"] = work.records;
   const payload = payloadOf(work.segments, [], work.toolDefinitions);
   return create(ProjectionSchema, {
     name: target.name,

@@ -22,7 +22,10 @@ export function validateAndRepairToolRounds(work: CompileWork, repair: ToolRound
   const history = work.segments.history;
   const sequence = work.pending.length === 0 ? history : [...history, ...work.pending];
   const analysis = analyzeToolRounds(sequence, { allowOpenTail: true });
-  if (analysis.violations.length === 0) return;
+  if (analysis.violations.length === 0) {
+    if (sequence === history) work.historyRounds = { history, analysis };
+    return;
+  }
 
   const located = (violation: ToolRoundViolation) =>
     violation.index < history.length

@@ -14,6 +14,7 @@ import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type Experience, type ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SegmentHolder } from "../model/segments.js";
+import type { ToolRoundAnalysis } from "../model/tool-rounds.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 
 /** The current turn after normalisation: both forms share one id. */
@@ -38,8 +39,11 @@ export interface CompileWork {
   artifacts: Artifact[];
   experiences: Experience[];
   toolDefinitions: ToolDefinition[];
-  /** Message id → final record. Later stages overwrite earlier records of the same id. */
-  records: Map<string, Transformation>;
+  /**
+   * Message id → final record. Later stages overwrite earlier records of the same id. A
+   * prototype-less object (see `newRecords`) that becomes `CompileResult.transformations` as is.
+   */
+  records: Record<string, Transformation>;
   introduced: IntroducedMessage[];
   /** Ids of payload-born messages that the host should persist (deferred messages, summaries, repairs). */
   persistedIntroducedIds: Set<string>;
@@ -49,16 +53,33 @@ export interface CompileWork {
   visibleArtifactIds: string[];
   warnings: Warning[];
   writebackMessages: WritebackMessage[];
+  /**
+   * The tool-round analysis stage 1 made of `history` (when pending was empty and it found nothing
+   * to repair). The budget reuses it while history is still that array instead of analysing again.
+   */
+  historyRounds?: { history: readonly Message[]; analysis: ToolRoundAnalysis };
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {
   // A literal with every field set equals create(TransformationSchema, ...) and skips reflection,
   // which matters at one record per message per compile.
-  work.records.set(id, { $typeName: "contextd.v1.Transformation", action, reason, segment });
+  work.records[id] = { $typeName: "contextd.v1.Transformation", action, reason, segment };
+}
+
+/**
+ * An empty record table. Without a prototype, any id (even "__proto__") is an own key, and the
+ * object is a hash table from the start: building a Map and converting it with
+ * `Object.fromEntries` cost a millisecond per thousand messages.
+ */
+export function newRecords(): Record<string, Transformation> {
+  return Object.create(null) as Record<string, Transformation>;
 }
 
 export function recordPassed(work: CompileWork, messages: readonly Message[], segment: Segment): void {
-  for (const message of messages) setRecord(work, message.id, TransformationAction.PASSED, TransformationReason.UNCHANGED, segment);
+  // One record object serves every unchanged message of the segment: records are replaced, never
+  // mutated, and a thousand identical objects per compile are garbage to collect.
+  const passed: Transformation = { $typeName: "contextd.v1.Transformation", action: TransformationAction.PASSED, reason: TransformationReason.UNCHANGED, segment };
+  for (const message of messages) work.records[message.id] = passed;
 }
 
 export function addWarning(work: CompileWork, code: string, message: string): void {

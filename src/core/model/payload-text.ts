@@ -22,11 +22,26 @@ export function toolPayloadText(payload: ToolPayload | undefined): string {
  * rather than rejected: the payload is host data, not ours to validate here.
  */
 function compactJson(data: string): string {
-  // Without whitespace there is nothing to compact; skip the parse on this common path.
-  if (!/\s/.test(data)) return data;
+  // Without whitespace between tokens there is nothing to compact; skip the parse on this common
+  // path (arguments whose strings hold prose would otherwise be re-parsed at every count).
+  if (!hasWhitespaceOutsideStrings(data)) return data;
   try {
     return JSON.stringify(JSON.parse(data));
   } catch {
     return data;
   }
+}
+
+/** True when JSON-like text has whitespace outside its string literals. */
+function hasWhitespaceOutsideStrings(data: string): boolean {
+  let inString = false;
+  for (let index = 0; index < data.length; index++) {
+    const unit = data.charCodeAt(index);
+    if (inString) {
+      if (unit === 0x5c /* \\ */) index++;
+      else if (unit === 0x22 /* " */) inString = false;
+    } else if (unit === 0x22) inString = true;
+    else if (unit === 0x20 || unit === 0x0a || unit === 0x0d || unit === 0x09) return true;
+  }
+  return false;
 }

@@ -6,11 +6,13 @@ import { toolPayloadText } from "../model/payload-text.js";
 import { imageTokens, providerFraming } from "./framing.js";
 import { runeCount, utf8ByteCount } from "./text-measures.js";
 import { loadEncoding, type TextTokenCounter } from "./encodings.js";
+import type { TokenCountCache } from "./token-count-cache.js";
 
 /**
  * Counts tokens of messages and tool definitions under one estimator configuration (semantics §4).
- * `countMessage` always does the work; callers go through `TokenCountCache` so a conversation is
- * counted once, not at every compile.
+ * `countMessage` counts the message again (TOKENIZER: through the text counts of the cache it was
+ * built with); callers go through `TokenCountCache` so a conversation is counted once, not at
+ * every compile.
  */
 export interface TokenEstimator {
   readonly kind: EstimatorKind;
@@ -25,9 +27,15 @@ export interface TokenEstimator {
 /**
  * Builds the estimator a request asks for. `renderProvider` picks the TOKENIZER framing when the
  * estimator names no provider. Loads BPE ranks lazily on first use of an encoding, hence async.
- * INVALID_ARGUMENT for negative or non-finite chars_per_token, unknown kinds or encodings.
+ * With `cache`, TOKENIZER counts each distinct text once across requests. INVALID_ARGUMENT for
+ * negative or non-finite chars_per_token, unknown kinds or encodings.
  */
-export async function createEstimator(options: Estimator | undefined, renderProvider: Provider, fieldPath: string): Promise<TokenEstimator> {
+export async function createEstimator(
+  options: Estimator | undefined,
+  renderProvider: Provider,
+  fieldPath: string,
+  cache?: TokenCountCache,
+): Promise<TokenEstimator> {
   const kind = options?.kind ?? EstimatorKind.UNSPECIFIED;
   switch (kind) {
     case EstimatorKind.UNSPECIFIED:
@@ -58,7 +66,10 @@ export async function createEstimator(options: Estimator | undefined, renderProv
       if (Provider[provider] === undefined) {
         throw new ConnectError(`${fieldPath}.provider: unknown provider ${provider}`, Code.InvalidArgument);
       }
-      return tokenizerEstimator(await loadEncoding(encoding), encoding, provider);
+      const count = await loadEncoding(encoding);
+      // UNSPECIFIED is o200k_base: one text cache for both spellings.
+      const textKey = encoding === TokenizerEncoding.UNSPECIFIED ? TokenizerEncoding.O200K_BASE : encoding;
+      return tokenizerEstimator(cache ? cache.textCounter(textKey, count) : count, encoding, provider);
     }
     default:
       throw new ConnectError(`${fieldPath}.kind: unknown estimator kind ${kind}`, Code.InvalidArgument);

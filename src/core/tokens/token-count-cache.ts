@@ -1,101 +1,109 @@
+import type { TokenizerEncoding } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
-import { messageContentKey } from "../model/content-hash.js";
+import type { TextTokenCounter } from "./encodings.js";
 import type { TokenEstimator } from "./estimator.js";
 
-interface EstimatorMaps {
-  /** Single-text-part messages by role, keyed by their text. */
-  byText: Map<string, number>[];
-  /** Everything else, keyed by `messageContentKey`. */
-  byContent: Map<string, number>;
-}
-
 /**
- * Per-message token counts keyed by (estimator configuration, message content). A conversation is
- * tokenized once; later compiles, including those whose messages arrive freshly decoded from the
- * wire, look counts up by content. Bounded: past `maxEntries` the oldest entries are evicted
- * (Map iteration order is insertion order).
+ * Token counts shared across compiles (semantics §4: a conversation is tokenized once), at two
+ * levels:
+ * - per message list object, one WeakMap per estimator configuration: a segment of a stored state
+ *   the store hands out again unchanged (its decoded-state cache) costs one identity lookup for
+ *   all its messages. Lists and messages are immutable (core never mutates either, stores share
+ *   theirs read-only), which makes identity a sound key;
+ * - per text, for the TOKENIZER estimator only (`textCounter`): a freshly decoded message is
+ *   counted by looking up each of its texts, so BPE runs once per distinct text. Keys are the texts
+ *   themselves: V8 hashes a flat decoded string natively, with no key to build and no collisions.
+ * There is no per-message identity level: a WeakMap entry for every freshly decoded message costs
+ * more in insertion and garbage collection than counting it through the text level. The other
+ * estimators are linear scans that cost no more than hashing their text, so only lists are cached
+ * for them. The text level is bounded: past `maxTexts` the oldest tenth is evicted.
  */
 export class TokenCountCache {
-  private readonly byEstimator = new Map<string, EstimatorMaps>();
-  private size = 0;
+  private readonly byList = new Map<string, WeakMap<readonly Message[], readonly number[]>>();
+  private readonly textCounters = new Map<TokenizerEncoding, TextTokenCounter>();
+  private readonly texts = new Map<TokenizerEncoding, Map<string, number>>();
+  private readonly toolDefinitionCounts = new Map<string, number>();
+  private textCount = 0;
 
-  constructor(private readonly maxEntries = 200_000) {}
+  constructor(private readonly maxTexts = 200_000) {}
 
-  /** The count of `message` under `estimator`, computed at most once per distinct content. */
+  /** The count of `message` under `estimator`. */
   count(estimator: TokenEstimator, message: Message): number {
-    return this.countIn(this.mapsOf(estimator), estimator, message);
+    return estimator.countMessage(message);
   }
 
-  /** Counts of `messages` in order. */
-  countAll(estimator: TokenEstimator, messages: readonly Message[]): number[] {
-    const maps = this.mapsOf(estimator);
-    const counts = new Array<number>(messages.length);
-    for (let index = 0; index < messages.length; index++) counts[index] = this.countIn(maps, estimator, messages[index]!);
+  /** Counts of `messages` in order; shared with later calls for the same list, so never mutate it. */
+  countAll(estimator: TokenEstimator, messages: readonly Message[]): readonly number[] {
+    if (messages.length === 0) return [];
+    let known = this.byList.get(estimator.cacheKey);
+    if (!known) {
+      known = new WeakMap();
+      this.byList.set(estimator.cacheKey, known);
+    }
+    let counts = known.get(messages);
+    if (!counts) {
+      const computed = new Array<number>(messages.length);
+      for (let index = 0; index < messages.length; index++) computed[index] = estimator.countMessage(messages[index]!);
+      known.set(messages, computed);
+      counts = computed;
+    }
     return counts;
   }
 
-  private mapsOf(estimator: TokenEstimator): EstimatorMaps {
-    let maps = this.byEstimator.get(estimator.cacheKey);
-    if (!maps) {
-      maps = { byText: [], byContent: new Map() };
-      this.byEstimator.set(estimator.cacheKey, maps);
+  /**
+   * `count` memoised per text for `encoding`, for the TOKENIZER estimator to count with. One
+   * wrapper per encoding, so estimators built per request share it.
+   */
+  textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter {
+    let counter = this.textCounters.get(encoding);
+    if (!counter) {
+      const texts = new Map<string, number>();
+      this.texts.set(encoding, texts);
+      counter = (text) => {
+        const cached = texts.get(text);
+        if (cached !== undefined) return cached;
+        const tokens = count(text);
+        texts.set(text, tokens);
+        if (++this.textCount > this.maxTexts) this.evictOldestTexts();
+        return tokens;
+      };
+      this.textCounters.set(encoding, counter);
     }
-    return maps;
-  }
-
-  private countIn(maps: EstimatorMaps, estimator: TokenEstimator, message: Message): number {
-    // Most messages are a single text part: key those by the text itself, in a map per role.
-    // Decoded strings are flat, so V8 hashes them without the copy a concatenated key costs.
-    // Everything else is keyed by its full content key.
-    const only = message.parts.length === 1 && message.senderName === "" ? message.parts[0]!.kind : undefined;
-    let map: Map<string, number>;
-    let key: string;
-    if (only?.case === "text") {
-      map = maps.byText[message.role] ??= new Map();
-      key = only.value.text;
-    } else {
-      map = maps.byContent;
-      key = messageContentKey(message);
-    }
-    const cached = map.get(key);
-    if (cached !== undefined) return cached;
-    const count = estimator.countMessage(message);
-    map.set(key, count);
-    if (++this.size > this.maxEntries) this.evictOldest();
-    return count;
+    return counter;
   }
 
   /** Tokens of tool definitions under `estimator`, cached by their exact text. */
   countToolDefinitions(estimator: TokenEstimator, definitions: readonly ToolDefinition[]): number {
     if (definitions.length === 0) return 0;
-    let key = "\u0000tools";
+    let key = estimator.cacheKey;
     for (const definition of definitions) key += `\u0001${definition.name}\u0002${definition.description}\u0002${definition.parameters}`;
-    const byContent = this.mapsOf(estimator).byContent;
-    const cached = byContent.get(key);
+    const cached = this.toolDefinitionCounts.get(key);
     if (cached !== undefined) return cached;
     const count = estimator.countToolDefinitions(definitions);
-    byContent.set(key, count);
-    if (++this.size > this.maxEntries) this.evictOldest();
+    // Definitions change rarely; a small bound keeps a stream of distinct sets from growing it.
+    if (this.toolDefinitionCounts.size >= 1_000) this.toolDefinitionCounts.clear();
+    this.toolDefinitionCounts.set(key, count);
     return count;
   }
 
   /** Forgets everything (benchmarks measure cold compiles with this). */
   clear(): void {
-    this.byEstimator.clear();
-    this.size = 0;
+    this.byList.clear();
+    for (const texts of this.texts.values()) texts.clear();
+    this.toolDefinitionCounts.clear();
+    this.textCount = 0;
   }
 
-  private evictOldest(): void {
-    // Evict a tenth at once so a full cache does not pay an eviction on every insert.
-    let toEvict = Math.ceil(this.maxEntries / 10);
-    for (const maps of this.byEstimator.values()) {
-      for (const map of [...maps.byText.filter(Boolean), maps.byContent]) {
-        for (const key of map.keys()) {
-          map.delete(key);
-          this.size--;
-          if (--toEvict === 0) return;
-        }
+  private evictOldestTexts(): void {
+    // A tenth at once, so a full cache does not pay an eviction on every insert. Map iteration
+    // order is insertion order.
+    let toEvict = Math.ceil(this.maxTexts / 10);
+    for (const texts of this.texts.values()) {
+      for (const text of texts.keys()) {
+        texts.delete(text);
+        this.textCount--;
+        if (--toEvict === 0) return;
       }
     }
   }

@@ -105,7 +105,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
     },
 
     async countTokens(request) {
-      const estimator = await createEstimator(request.estimator, 0, "estimator");
+      const estimator = await createEstimator(request.estimator, 0, "estimator", tokenCounts);
       const perMessage = tokenCounts.countAll(estimator, request.messages).map(BigInt);
       const toolDefinitions = BigInt(tokenCounts.countToolDefinitions(estimator, request.toolDefinitions));
       const total = perMessage.reduce((sum, count) => sum + count, toolDefinitions);

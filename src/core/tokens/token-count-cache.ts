@@ -3,6 +3,7 @@ import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { TextTokenCounter } from "./encodings.js";
 import type { TokenEstimator } from "./estimator.js";
+import { TextCountTable } from "./text-count-table.js";
 
 /**
  * Token counts shared across compiles (semantics §4: a conversation is tokenized once), at two
@@ -13,7 +14,7 @@ import type { TokenEstimator } from "./estimator.js";
  *   theirs read-only), which makes identity a sound key;
  * - per text, for the TOKENIZER estimator only (`textCounter`): a freshly decoded message is
  *   counted by looking up each of its texts, so BPE runs once per distinct text. Keys are the texts
- *   themselves: V8 hashes a flat decoded string natively, with no key to build and no collisions.
+ *   themselves, looked up by a sampled hash and confirmed by equality (see `TextCountTable`).
  * There is no per-message identity level: a WeakMap entry for every freshly decoded message costs
  * more in insertion and garbage collection than counting it through the text level. The other
  * estimators are linear scans that cost no more than hashing their text, so only lists are cached
@@ -22,7 +23,7 @@ import type { TokenEstimator } from "./estimator.js";
 export class TokenCountCache {
   private readonly byList = new Map<string, WeakMap<readonly Message[], readonly number[]>>();
   private readonly textCounters = new Map<TokenizerEncoding, TextTokenCounter>();
-  private readonly texts = new Map<TokenizerEncoding, Map<string, number>>();
+  private readonly texts = new Map<TokenizerEncoding, TextCountTable>();
   private readonly toolDefinitionCounts = new Map<string, number>();
   private textCount = 0;
 
@@ -58,7 +59,7 @@ export class TokenCountCache {
   textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter {
     let counter = this.textCounters.get(encoding);
     if (!counter) {
-      const texts = new Map<string, number>();
+      const texts = new TextCountTable();
       this.texts.set(encoding, texts);
       counter = (text) => {
         const cached = texts.get(text);
@@ -96,15 +97,13 @@ export class TokenCountCache {
   }
 
   private evictOldestTexts(): void {
-    // A tenth at once, so a full cache does not pay an eviction on every insert. Map iteration
-    // order is insertion order.
+    // A tenth at once, so a full cache does not pay an eviction on every insert.
     let toEvict = Math.ceil(this.maxTexts / 10);
     for (const texts of this.texts.values()) {
-      for (const text of texts.keys()) {
-        texts.delete(text);
-        this.textCount--;
-        if (--toEvict === 0) return;
-      }
+      const evicted = texts.evict(toEvict);
+      this.textCount -= evicted;
+      toEvict -= evicted;
+      if (toEvict <= 0) return;
     }
   }
 }

@@ -47,7 +47,12 @@ func stubModel(body []byte) (reply, error) {
 			contextd.ToolCall("call_"+rand.Text()[:8], "clock", `{"zone":"Europe/Oslo"}`),
 		}}, nil
 	case last.Role == "tool":
-		return reply{Text: fmt.Sprintf("Here is what I found: %v", last.Content)}, nil
+		// The results of the last round are the tool messages at the end of the request.
+		var results []string
+		for i := len(request.Messages) - 1; i >= 0 && request.Messages[i].Role == "tool"; i-- {
+			results = append([]string{fmt.Sprint(request.Messages[i].Content)}, results...)
+		}
+		return reply{Text: "Here is what I found: " + strings.Join(results, "; ")}, nil
 	default:
 		return reply{Text: fmt.Sprintf("You said: %v", last.Content)}, nil
 	}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test suite (vitest, go test, pytest) against real processes and prints one summary
-# line, "N passed, N failed", summed over all suites. Installs what it needs on a fresh machine:
-# redis-server (apt), npm packages, the Go code generators, the Python venv, Go modules.
+# line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
+# `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
+# what it needs on a fresh machine: redis-server (apt), npm packages, the Go code generators, the
+# Python venv, Go modules.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,16 +33,15 @@ failed=0
 log "generated code is up to date"
 gen_ok=1
 bash scripts/generate.sh >.test-results/generate.log 2>&1 || gen_ok=0
-generated=(gen/ts gen/go/contextd/v1 gen/python/contextd)
-if [ "$gen_ok" = 1 ] && [ -z "$(git status --porcelain --untracked-files=all -- "${generated[@]}" | grep -v -e egg-info -e __pycache__)" ]; then
-  passed=$((passed + 1))
-else
+generated=(gen/ts gen/go/contextd/v1 gen/python/contextd/v1 gen/python/contextd/__init__.py)
+changed=$(git status --porcelain --untracked-files=all -- "${generated[@]}" | grep -v __pycache__)
+if [ "$gen_ok" != 1 ] || [ -n "$changed" ]; then
   echo "FAIL: gen/ differs from a fresh 'buf generate' (see .test-results/generate.log and git status gen/)" >&2
   failed=$((failed + 1))
 fi
 
 log "typecheck (tsc --strict, including tests)"
-if npx tsc -p tsconfig.test.json; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+npx tsc -p tsconfig.test.json || failed=$((failed + 1))
 
 log "vitest"
 rm -f .test-results/vitest.json

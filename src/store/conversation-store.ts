@@ -35,9 +35,11 @@ export interface ConversationStore {
   load(conversationId: string): Promise<ConversationState>;
   /**
    * Applies `deltas` atomically as one new version. `expectedVersion` undefined = no check. A
-   * non-empty `idempotencyKey` already used with the same deltas returns the original outcome.
+   * non-empty `idempotencyKey` already used with the same deltas returns the original outcome,
+   * before any version check. `requestFingerprint`, when given, identifies the batch for that
+   * instead of the deltas (a compile-commit: its deltas depend on the state it read).
    */
-  commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome>;
+  commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome>;
   /** The current version alone (0 for a conversation never written); cheaper than `load`. */
   currentVersion(conversationId: string): Promise<bigint>;
   /** Empties the conversation and advances its version (a tombstone). */

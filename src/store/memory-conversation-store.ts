@@ -56,8 +56,8 @@ export class MemoryConversationStore implements ConversationStore {
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
-  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome> {
-    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false);
+  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
+    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
   }
 
   async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
@@ -108,9 +108,10 @@ export class MemoryConversationStore implements ConversationStore {
     deltas: Delta[],
     idempotencyKey: string,
     cleared: boolean,
+    requestFingerprint?: string,
   ): Promise<CommitOutcome> {
     const conversation = this.conversations.get(conversationId);
-    const fingerprint = idempotencyKey === "" ? "" : deltasFingerprint(deltas);
+    const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     if (conversation && idempotencyKey !== "") {
       const record = conversation.idempotency.get(idempotencyKey);
       if (record && record.expiresAt <= this.now()) conversation.idempotency.delete(idempotencyKey);

@@ -113,8 +113,8 @@ export class RedisConversationStore implements ConversationStore {
     return BigInt(version ?? "0");
   }
 
-  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string): Promise<CommitOutcome> {
-    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false);
+  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
+    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
   }
 
   async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
@@ -255,9 +255,10 @@ export class RedisConversationStore implements ConversationStore {
     deltas: Delta[],
     idempotencyKey: string,
     cleared: boolean,
+    requestFingerprint?: string,
   ): Promise<CommitOutcome> {
     const keys = this.keys(conversationId);
-    const fingerprint = idempotencyKey === "" ? "" : deltasFingerprint(deltas);
+    const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // The first attempt may start from the cached state without reading: the script compares its
     // version with the stored one, so a stale cache costs a retry, never a lost update. Anything
     // the cached state cannot decide (another expected version, a delta it rejects) is re-read.

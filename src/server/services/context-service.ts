@@ -16,6 +16,8 @@ import { createEstimator } from "../../core/tokens/estimator.js";
 import { TokenCountCache } from "../../core/tokens/token-count-cache.js";
 import { renderView } from "../../core/views/views.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
+import { versionConflict } from "../../store/store-errors.js";
+import { compileRequestFingerprint, replayedCompileResult } from "./compile-commit.js";
 import { runCompileSession, type SessionCompile } from "./compile-session.js";
 
 export interface ContextServiceDependencies {
@@ -50,20 +52,20 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
       return compile(request, compileContext(observer, session));
     }
+    // A conversation never written loads as an empty state at version 0: compiling it compiles
+    // nothing stored, and a commit expecting version 0 creates it.
     const stored = await store.load(request.conversationId);
-    if (request.commit) {
-      if (stored.version === 0n) {
-        throw new ConnectError(
-          `conversation "${request.conversationId}" not found: a compile can commit only to an existing conversation (create it with ConversationService.Commit)`,
-          Code.NotFound,
-        );
+    const commit = request.commit;
+    const fingerprint = commit && commit.idempotencyKey !== "" ? compileRequestFingerprint(request) : undefined;
+    if (commit && stored.version !== commit.expectedVersion) {
+      if (fingerprint !== undefined && stored.version > commit.expectedVersion) {
+        // Perhaps a retry whose first attempt committed: the store answers from the key's record
+        // before comparing versions, and with ABORTED when there is none (the version only grows,
+        // so this empty batch can never apply).
+        const outcome = await store.commit(request.conversationId, commit.expectedVersion, [], commit.idempotencyKey, fingerprint);
+        return replayedCompileResult(request, outcome);
       }
-      if (stored.version !== request.commit.expectedVersion) {
-        throw new ConnectError(
-          `version conflict on "${request.conversationId}": commit.expected_version is ${request.commit.expectedVersion}, the current version is ${stored.version}`,
-          Code.Aborted,
-        );
-      }
+      throw versionConflict(request.conversationId, commit.expectedVersion, stored.version);
     }
     const result = await compile(request, { ...compileContext(observer, session), stored });
     if (request.commit) {
@@ -72,7 +74,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       const compaction = summaryCompaction(result, session?.remembered ?? []);
       if (compaction) deltas.push(compaction);
       if (deltas.length > 0) {
-        const outcome = await store.commit(request.conversationId, request.commit.expectedVersion, deltas, request.commit.idempotencyKey);
+        const outcome = await store.commit(request.conversationId, request.commit.expectedVersion, deltas, request.commit.idempotencyKey, fingerprint);
         result.committedVersion = outcome.version;
       }
     }

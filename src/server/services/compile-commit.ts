@@ -1,0 +1,33 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { CommitOutcome } from "../../store/conversation-store.js";
+
+/**
+ * What identifies a compile-commit for its idempotency key. The deltas a compile commits depend on
+ * the state it read, and a retry reads the state its first attempt wrote, so the record is keyed by
+ * the request instead: the same key with the same request is a retry, with another request a
+ * reuse (INVALID_ARGUMENT). The prefix keeps it apart from delta fingerprints of plain commits.
+ */
+export function compileRequestFingerprint(request: CompileRequest): string {
+  return "compile:" + createHash("sha256").update(toBinary(CompileRequestSchema, request)).digest("hex");
+}
+
+/**
+ * The answer to a retried compile-commit whose first attempt committed: the compile is not run
+ * again (its input state is gone), so the result carries only `version` (the expected version the
+ * original compiled), `committed_version` (the version it wrote) and an `idempotent_replay`
+ * warning. A caller that lost the original result compiles the committed state again.
+ */
+export function replayedCompileResult(request: CompileRequest, outcome: CommitOutcome): CompileResult {
+  return create(CompileResultSchema, {
+    version: request.commit!.expectedVersion,
+    committedVersion: outcome.version,
+    warnings: [
+      create(WarningSchema, {
+        code: "idempotent_replay",
+        message: `commit.idempotency_key "${request.commit!.idempotencyKey}" already committed version ${outcome.version} of "${request.conversationId}"; the compile was not run again (compile the conversation without commit for a payload)`,
+      }),
+    ],
+  });
+}

@@ -1,0 +1,133 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { EstimatorKind, EstimatorSchema, TokenizerEncoding } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { ImageDetail, MessageSchema, PartSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { createEstimator } from "../../src/core/tokens/estimator.js";
+import { TextCountTable, sampleHash } from "../../src/core/tokens/text-count-table.js";
+import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";
+import { assistant, call, message, result, user } from "./messages.js";
+
+const tokenizer = (provider: Provider, encoding = TokenizerEncoding.O200K_BASE, cache?: TokenCountCache) =>
+  createEstimator(create(EstimatorSchema, { kind: EstimatorKind.TOKENIZER, provider, encoding }), Provider.UNSPECIFIED, "estimator", cache);
+
+const image = (detail: ImageDetail) => create(PartSchema, { kind: { case: "image", value: { url: "https://example.com/a.png", detail } } });
+const file = create(PartSchema, { kind: { case: "file", value: { mimeType: "application/pdf", uri: "gs://bucket/a.pdf" } } });
+const named = (name: string, text: string): Message => create(MessageSchema, { id: "n", role: Role.USER, senderName: name, parts: [{ kind: { case: "text", value: { text } } }] });
+const weatherTool = create(ToolDefinitionSchema, { name: "get_weather", description: "Weather for a city", parameters: '{"type":"object"}' });
+
+// o200k_base: "hello world" 2, "get_weather" 2, '{"city":"Paris"}' 5, "sunny" 2, "Weather for a city" 4,
+// '{"type":"object"}' 5 tokens.
+describe("TOKENIZER framing per provider (framing.ts formula)", () => {
+  // [provider, per name, low image, high image, file]
+  const cases: [string, Provider, number, number, number, number][] = [
+    ["openai chat", Provider.OPENAI_CHAT, 1, 85, 765, 85],
+    ["openai responses", Provider.OPENAI_RESPONSES, 1, 85, 765, 85],
+    ["anthropic messages", Provider.ANTHROPIC_MESSAGES, 0, 1_600, 1_600, 1_600],
+    ["gemini", Provider.GEMINI, 0, 258, 258, 258],
+  ];
+  it.each(cases)("%s: exact counts of small known messages", async (_name, provider, perName, low, high, perFile) => {
+    const estimator = await tokenizer(provider);
+    expect(estimator.perRequest).toBe(3);
+    // 3 per message + text.
+    expect(estimator.countMessage(user("u", "hello world"))).toBe(5);
+    expect(estimator.countMessage(named("ann", "hello world"))).toBe(5 + perName);
+    // Tool call: 3 + (3 + name 2 + arguments 5); tool result: 3 + (3 + name 2 + plain text 2).
+    expect(estimator.countMessage(message(Role.ASSISTANT, "a", call("c1", "get_weather", '{"city":"Paris"}')))).toBe(13);
+    expect(estimator.countMessage(message(Role.TOOL, "t", result("c1", "sunny", "get_weather")))).toBe(10);
+    // Images by detail (AUTO and UNSPECIFIED count as high), files flat.
+    expect(estimator.countMessage(message(Role.USER, "i1", image(ImageDetail.LOW)))).toBe(3 + low);
+    expect(estimator.countMessage(message(Role.USER, "i2", image(ImageDetail.HIGH)))).toBe(3 + high);
+    expect(estimator.countMessage(message(Role.USER, "i3", image(ImageDetail.AUTO)))).toBe(3 + high);
+    expect(estimator.countMessage(message(Role.USER, "f", file))).toBe(3 + perFile);
+    expect(estimator.countMessage(message(Role.USER, "m", "hello world", image(ImageDetail.LOW)))).toBe(3 + 2 + low);
+    // Tool definitions: 12 once + per definition 8 + name 2 + description 4 + parameters 5.
+    expect(estimator.countToolDefinitions([weatherTool])).toBe(31);
+    expect(estimator.countToolDefinitions([weatherTool, weatherTool])).toBe(12 + 2 * 19);
+    expect(estimator.countToolDefinitions([])).toBe(0);
+  });
+
+  it("takes the render provider's framing when the estimator names none, else OpenAI Chat's", async () => {
+    const options = create(EstimatorSchema, { kind: EstimatorKind.TOKENIZER });
+    const anthropic = await createEstimator(options, Provider.ANTHROPIC_MESSAGES, "estimator");
+    const unspecified = await createEstimator(options, Provider.UNSPECIFIED, "estimator");
+    expect(anthropic.countMessage(message(Role.USER, "i", image(ImageDetail.LOW)))).toBe(1_603);
+    expect(unspecified.countMessage(message(Role.USER, "i", image(ImageDetail.LOW)))).toBe(88);
+    expect(unspecified.countMessage(named("ann", "hello world"))).toBe(6);
+  });
+});
+
+describe("special-token text", () => {
+  const encodings: [string, TokenizerEncoding, number, number][] = [
+    // [name, encoding, tokens of "<|endoftext|>", of "a <|endoftext|> b <|im_start|>"]
+    ["o200k_base", TokenizerEncoding.O200K_BASE, 7, 15],
+    ["cl100k_base", TokenizerEncoding.CL100K_BASE, 7, 13],
+    ["o200k_harmony", TokenizerEncoding.O200K_HARMONY, 7, 15],
+    ["unspecified (o200k_base)", TokenizerEncoding.UNSPECIFIED, 7, 15],
+  ];
+  it.each(encodings)("%s counts special-token strings as plain text, never throwing", async (_name, encoding, endOfText, mixed) => {
+    // A special token would be one token; as plain text each is several.
+    const cache = new TokenCountCache();
+    for (const estimator of [await tokenizer(Provider.OPENAI_CHAT, encoding), await tokenizer(Provider.OPENAI_CHAT, encoding, cache)]) {
+      expect(estimator.countMessage(user("u", "<|endoftext|>"))).toBe(3 + endOfText);
+      expect(estimator.countMessage(user("u", "<|im_start|>"))).toBe(3 + 6);
+      expect(estimator.countMessage(user("u", "a <|endoftext|> b <|im_start|>"))).toBe(3 + mixed);
+      expect(estimator.countMessage(message(Role.TOOL, "t", result("c", "<|endoftext|>")))).toBe(3 + 3 + 1 + endOfText);
+    }
+  });
+
+  it("counts special-token text with every other estimator too", async () => {
+    for (const kind of [EstimatorKind.CHARS, EstimatorKind.CHAR_FALLBACK, EstimatorKind.FIXED]) {
+      const estimator = await createEstimator(create(EstimatorSchema, { kind, fixedPerMessage: 1n }), Provider.UNSPECIFIED, "estimator");
+      expect(() => estimator.countMessage(user("u", "<|endoftext|><|im_start|>"))).not.toThrow();
+    }
+  });
+});
+
+describe("TokenCountCache", () => {
+  it("gives the counts of the estimator, across freshly built messages and lists", async () => {
+    const cache = new TokenCountCache();
+    const plain = await tokenizer(Provider.OPENAI_CHAT);
+    const cached = await tokenizer(Provider.OPENAI_CHAT, TokenizerEncoding.O200K_BASE, cache);
+    const build = () => [user("u", "hello world"), assistant("a", "sunny and warm"), message(Role.ASSISTANT, "c", call("c1", "get_weather", '{"city": "Paris"}'))];
+    const expected = build().map((one) => plain.countMessage(one));
+    expect(cache.countAll(cached, build())).toEqual(expected);
+    expect(cache.countAll(cached, build())).toEqual(expected);
+    const list = build();
+    expect(cache.countAll(cached, list)).toBe(cache.countAll(cached, list));
+    // Pretty-printed arguments count like compact ones.
+    expect(expected[2]).toBe(13);
+  });
+
+  it("stays exact when its text table evicts", async () => {
+    const cache = new TokenCountCache(20);
+    const plain = await tokenizer(Provider.OPENAI_CHAT);
+    const cached = await tokenizer(Provider.OPENAI_CHAT, TokenizerEncoding.O200K_BASE, cache);
+    const messages = Array.from({ length: 100 }, (_, index) => user(`u${index}`, `message ${index}: ${"word ".repeat(index % 7)}`));
+    for (let round = 0; round < 2; round++) {
+      expect(messages.map((one) => cached.countMessage(one))).toEqual(messages.map((one) => plain.countMessage(one)));
+    }
+  });
+});
+
+describe("TextCountTable", () => {
+  it("tells apart texts that differ only between sampled characters, beyond a bucket's chain", () => {
+    // 1,000 characters: the sample reads 0-31, 968-999 and every 29th from 32; index 33 is not read.
+    const base = "x".repeat(1_000);
+    const texts = Array.from({ length: 20 }, (_, index) => base.slice(0, 33) + String.fromCharCode(65 + index) + base.slice(34));
+    expect(new Set(texts.map(sampleHash)).size).toBe(1);
+    const table = new TextCountTable();
+    texts.forEach((text, index) => table.set(text, index));
+    expect(table.size).toBe(20);
+    texts.forEach((text, index) => expect(table.get(text)).toBe(index));
+    expect(table.get(base)).toBeUndefined();
+    // Freshly built equal strings are found by content.
+    expect(table.get([...texts[19]!].join(""))).toBe(19);
+    expect(table.evict(5)).toBeGreaterThanOrEqual(5);
+  });
+
+  it("hashes short texts in full", () => {
+    expect(sampleHash("abc")).not.toBe(sampleHash("abd"));
+    expect(sampleHash("a".repeat(64))).not.toBe(sampleHash("a".repeat(63) + "b"));
+  });
+});

@@ -4,6 +4,9 @@ import { describe, expect, it } from "vitest";
 import { file_contextd_v1_context_service, CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { file_contextd_v1_conversation_service } from "../gen/ts/contextd/v1/conversation_service_pb.js";
 import { file_contextd_v1_telemetry_service } from "../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { IntroducedMessageSchema, TransformationSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { MessageSchema, PartSchema } from "../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
 import { encodeMessage, encodeTopLevelFields } from "../src/server/protobuf-encoder.js";
 
 // A small deterministic generator, so a failure reproduces.
@@ -139,5 +142,42 @@ describe("protobuf encoder", () => {
     const bytes = encodeMessage(CompileResponseSchema, message);
     expect(bytes.length).toBeGreaterThan(800_000);
     expect(Buffer.from(bytes).equals(Buffer.from(toBinary(CompileResponseSchema, message)))).toBe(true);
+  });
+
+  it("encodes message objects that occur many times (shared sub-messages) exactly as toBinary does", () => {
+    const parts = Array.from({ length: 5 }, (_, i) => create(PartSchema, { kind: { case: "text", value: { text: `part ${i} ${"é".repeat(i * 40)}` } } }));
+    const transformation = create(TransformationSchema, { segment: Segment.HISTORY });
+    const build = (count: number) => {
+      const messages = Array.from({ length: count }, (_, i) =>
+        create(MessageSchema, { id: `m${i}`, parts: [parts[i % parts.length]!, parts[(i + 1) % parts.length]!] }),
+      );
+      // Share part objects between messages too, not only whole messages.
+      for (let i = 1; i < messages.length; i += 2) messages[i]!.parts[0] = messages[i - 1]!.parts[1]!;
+      // `create` copies what it is given, so the sharing is wired in afterwards.
+      const response = create(CompileResponseSchema, {
+        result: { payload: {}, source: {}, normalizedSnapshot: {}, writeback: { snapshot: {} }, persistence: {} },
+      });
+      const result = response.result!;
+      result.payload!.history = messages;
+      result.payload!.system = messages.slice(0, 3);
+      result.source!.history = messages;
+      result.normalizedSnapshot!.history = messages;
+      result.writeback!.snapshot = result.normalizedSnapshot;
+      result.persistence!.history = messages;
+      result.persistence!.system = [messages[0]!, messages[0]!];
+      result.introduced = messages.slice(0, 4).map((message) => create(IntroducedMessageSchema, { segment: Segment.HISTORY, message }));
+      result.introduced.forEach((introduced, i) => (introduced.message = messages[i]));
+      result.transformations = Object.fromEntries(messages.slice(0, 3).map((message) => [message.id, transformation]));
+      return response;
+    };
+    // A small one first, so the big one outgrows its buffer after its first messages are written.
+    for (const count of [4, 40, 4000]) {
+      const message = build(count);
+      // The test is about shared objects: make sure they are shared.
+      expect(message.result!.source!.history[1]).toBe(message.result!.payload!.history[1]);
+      expect(message.result!.payload!.history[1]!.parts[0]).toBe(message.result!.payload!.history[0]!.parts[1]);
+      const expected = toBinary(CompileResponseSchema, message);
+      expect(Buffer.from(encodeMessage(CompileResponseSchema, message)).equals(Buffer.from(expected)), `${count} messages`).toBe(true);
+    }
   });
 });

@@ -10,6 +10,10 @@ import { WireType } from "@bufbuild/protobuf/wire";
  * (six levels deep) took ~13 ms to encode, more than the whole RPC should. This encoder writes
  * back to front: a nested message is written before its length, so the length is known without a
  * second pass or a copy, and strings go straight into the buffer as UTF-8.
+ *
+ * A compile result holds the same message objects several times over (payload, source, snapshots,
+ * persistence, introduced), so each distinct message object is encoded once per call and every
+ * further occurrence copies its bytes (see `BackwardWriter.encoded`).
  */
 export function encodeMessage<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): Uint8Array {
   // Wrapper, Struct and Value fields have a different in-memory shape (unboxed / JSON); they are
@@ -161,6 +165,13 @@ function hasEntries(map: object): boolean {
 }
 
 function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
+  if (writer.copyEncoded(message)) return;
+  const end = writer.length;
+  writeFields(writer, schema, message);
+  writer.encoded.set(message, { start: writer.length, end });
+}
+
+function writeFields(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
   const unknown = message.$unknown;
   if (unknown) {
     for (let i = unknown.length - 1; i >= 0; i--) {
@@ -371,10 +382,24 @@ function wireTypeOf(type: ScalarType): WireType {
   }
 }
 
+/**
+ * Where a message's encoding (without tag and length) already sits in the buffer, as distances
+ * from the buffer's end: those stay valid when the buffer grows, because growing keeps the tail.
+ */
+interface Encoded {
+  start: number;
+  end: number;
+}
+
 /** Writes from the end of a buffer towards its start; grows by doubling, copying the tail once. */
 class BackwardWriter {
   private buffer: Buffer;
   private position: number;
+  /**
+   * Message objects encoded by this writer. A message's bytes depend only on the object (its type
+   * is fixed), so a second occurrence is a copy; objects are not mutated while being encoded.
+   */
+  readonly encoded = new Map<object, Encoded>();
 
   constructor(initialSize: number) {
     this.buffer = Buffer.allocUnsafe(initialSize);
@@ -449,6 +474,18 @@ class BackwardWriter {
     this.reserve(bytes.byteLength);
     this.position -= bytes.byteLength;
     this.buffer.set(bytes, this.position);
+  }
+
+  /** Writes again the bytes of a message encoded earlier by this writer; false if it was not. */
+  copyEncoded(message: object): boolean {
+    const earlier = this.encoded.get(message);
+    if (earlier === undefined) return false;
+    const size = earlier.start - earlier.end;
+    this.reserve(size);
+    const tail = this.buffer.length;
+    this.buffer.copyWithin(this.position - size, tail - earlier.start, tail - earlier.end);
+    this.position -= size;
+    return true;
   }
 
   /** Writes the UTF-8 bytes of `text`, then its length before them. */

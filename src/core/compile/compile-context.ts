@@ -25,4 +25,10 @@ export interface CompileContext {
   tokenCounts: TokenCountCache;
   /** See `Summarizer`. */
   summarize?: Summarizer;
+  /**
+   * Awaited after each stage, once that stage's events went to `observer`. The stages are
+   * CPU-bound, so a streaming caller passes a yield to its event loop here and its events leave
+   * while the compile runs instead of all at the end.
+   */
+  stageBoundary?: () => Promise<void>;
 }

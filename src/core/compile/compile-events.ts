@@ -41,13 +41,20 @@ export class CompileEvents {
     }
   }
 
-  /** Closes the running stage under `stage` and starts the next one. */
-  stageDone(stage: string): void {
+  /**
+   * Closes the running stage under `stage` and starts the next one; returns the context's
+   * `stageBoundary` wait (the caller awaits it) so a stream can send the events so far.
+   */
+  stageDone(stage: string): Promise<void> | undefined {
     const now = this.context.monotonicNs();
     const timing: StageTiming = { $typeName: "contextd.v1.StageTiming", stage, durationNs: now - this.stageStarted };
     this.stageStarted = now;
     this.timings.push(timing);
     this.emit({ case: "stageTiming", value: timing });
+    const boundary = this.context.stageBoundary?.();
+    // The wait is not part of the next stage's time.
+    if (boundary) return boundary.then(() => void (this.stageStarted = this.context.monotonicNs()));
+    return undefined;
   }
 
   /** Nanoseconds since the compile started. */

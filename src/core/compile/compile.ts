@@ -45,7 +45,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const normalizedSegments = work.segments;
   validateAndRepairToolRounds(work, request.repair, context.randomId);
   const repairedSegments = work.segments;
-  events.stageDone("normalize");
+  await events.stageDone("normalize");
 
   // 2. Freeze source. Messages are never mutated by later stages, so sharing them is a frozen copy.
   // Literals with every field set: equal to `create(...)` without its reflective walk of 1,000s of messages.
@@ -61,43 +61,43 @@ export async function compile(request: CompileRequest, context: CompileContext):
     messages: work.writebackMessages,
     snapshot: writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn),
   };
-  events.stageDone("freeze_source");
+  await events.stageDone("freeze_source");
 
   // 3. Artifacts and the experiences block.
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
-  events.stageDone("artifacts");
+  await events.stageDone("artifacts");
 
   // 4. Deferred blocks; what stands after them is the baseline persistence saves.
   applyDeferredBlocks(work, extras.deferredBlocks);
   work.baseline = work.segments;
-  events.stageDone("deferred_blocks");
+  await events.stageDone("deferred_blocks");
 
   // 5.–8. Presentation: hooks, role projection, formatters, text replacements.
   applyHooks(work);
-  events.stageDone("hooks");
+  await events.stageDone("hooks");
   applyRoleProjection(work);
-  events.stageDone("role_projection");
+  await events.stageDone("role_projection");
   applySegmentFormatters(work, request.formatters, "formatters");
-  events.stageDone("segment_formatters");
+  await events.stageDone("segment_formatters");
   applyTextReplacements(work);
-  events.stageDone("text_replacements");
+  await events.stageDone("text_replacements");
 
   // 9. Budget (appends pending and the current turn). 10. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);
   const budget = await applyBudget(work, scratch, context);
-  events.stageDone("budget");
+  await events.stageDone("budget");
 
   // 11. Payload and provider render.
   const payload = payloadOf(work.segments, scratch, work.toolDefinitions);
   const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!) : undefined;
   if (rendered) work.warnings.push(...rendered.warnings);
-  events.stageDone("render");
+  await events.stageDone("render");
 
   // 12. Targets.
   const projections = await computeTargets(request, { ...work, segments: repairedSegments }, extras, context);
-  events.stageDone("targets");
+  await events.stageDone("targets");
 
   // 13. Result.
   const summary = budget.summary ? work.segments.history[0] : undefined;
@@ -130,7 +130,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.warnings = work.warnings;
   result.prefixFingerprint = prefixFingerprint(payload);
   result.version = inputs.version;
-  events.stageDone("result");
+  await events.stageDone("result");
   result.stageTimings = events.timings;
 
   emitSummaryEvents(events, budget);

@@ -18,6 +18,7 @@ import { renderView } from "../../core/views/views.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
 import { versionConflict } from "../../store/store-errors.js";
 import { compileRequestFingerprint, replayedCompileResult } from "./compile-commit.js";
+import { whileRunning, yieldToEventLoop } from "./live-stream.js";
 import { runCompileSession, type SessionCompile } from "./compile-session.js";
 
 export interface ContextServiceDependencies {
@@ -37,20 +38,21 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   const { store, publish, summarizeTimeoutMs } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const tokenCounts = new TokenCountCache();
-  const compileContext = (observer: Observer, session?: SessionCompile): Omit<CompileContext, "stored"> => ({
+  const compileContext = (observer: Observer, session?: SessionCompile, stageBoundary?: () => Promise<void>): Omit<CompileContext, "stored"> => ({
     randomId: () => `msg_${randomBytes(16).toString("hex")}`,
     now: () => Date.now(),
     monotonicNs: () => process.hrtime.bigint(),
     tokenCounts,
     observer,
     summarize: session?.summarize,
+    stageBoundary,
   });
 
   /** `session` connects a CompileSession's summarizer; its summary is committed as a `compact` delta. */
-  async function compileAndCommit(request: CompileRequest, observer: Observer, session?: SessionCompile): Promise<CompileResult> {
+  async function compileAndCommit(request: CompileRequest, observer: Observer, session?: SessionCompile, stageBoundary?: () => Promise<void>): Promise<CompileResult> {
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
-      return compile(request, compileContext(observer, session));
+      return compile(request, compileContext(observer, session, stageBoundary));
     }
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
@@ -67,7 +69,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       }
       throw versionConflict(request.conversationId, commit.expectedVersion, stored.version);
     }
-    const result = await compile(request, { ...compileContext(observer, session), stored });
+    const result = await compile(request, { ...compileContext(observer, session, stageBoundary), stored });
     if (request.commit) {
       const deltas = writebackDeltas(stored, result);
       // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
@@ -93,11 +95,12 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
     async *compileStream(request) {
       if (!request.request) throw new ConnectError("request is required", Code.InvalidArgument);
-      // The pipeline is CPU-bound and emits synchronously; events are sent in order, then the result.
-      const events: ObserverEvent[] = [];
-      const result = await compileAndCommit(request.request, fanOut((event) => events.push(event)));
-      for (const event of events) yield { kind: { case: "event", value: event } };
-      yield { kind: { case: "result", value: result } };
+      // Events leave as the stages emit them: the pipeline yields to the event loop between stages.
+      const compileRequest = request.request;
+      const items = whileRunning<ObserverEvent, CompileResult>((send) => compileAndCommit(compileRequest, fanOut(send), undefined, yieldToEventLoop));
+      for await (const item of items) {
+        yield "sent" in item ? { kind: { case: "event", value: item.sent } } : { kind: { case: "result", value: item.result } };
+      }
     },
 
     compileSession(requests, context) {

@@ -10,7 +10,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -65,7 +65,8 @@ async function main() {
   const bare = await startChild(process.execPath, [thisFile, "--serve-bare", directory], "bare listening");
   const bareClient = new grpc.Client(bare.address, grpc.credentials.createInsecure(), { "grpc.max_receive_message_length": -1 });
 
-  console.log(`Compile over gRPC (grpc-js client, ${secondsPerRun} s per cell, ${(await import("node:os")).cpus().length} cores shared by client and servers)`);
+  console.log(`Compile over gRPC (grpc-js client, ${secondsPerRun} s per cell, ${cpus().length} cores shared by client and servers)`);
+  console.log(`load average at start: ${formatLoad()} (1/5/15 min; above the core count, other work competes for the CPU)`);
   console.log("messages  response   conc | contextd p50    p99   req/s  CPU/req | bare grpc-js p50   p99   req/s  CPU/req | p50 ratio  CPU ratio");
   for (const size of sizes) {
     for (const concurrency of concurrencies) {
@@ -97,10 +98,15 @@ async function main() {
       );
     }
   }
+  console.log(`load average at end: ${formatLoad()}`);
   client.close();
   bareClient.close();
   contextd.child.kill("SIGTERM");
   bare.child.kill("SIGTERM");
+}
+
+function formatLoad(): string {
+  return loadavg().map((value) => value.toFixed(2)).join(" / ");
 }
 
 function call(client: grpc.Client, request: Buffer): Promise<Buffer> {

@@ -1,23 +1,31 @@
 // Commit latency and throughput of the Redis store through the real sidecar's RPC, beside a bare
-// ioredis EVALSHA of the same commit script in the same run, then a stateful Compile of a stored
-// 1,000-message conversation. Run with `npm run bench:store`.
+// ioredis EVALSHA of the same commit script with the same payload sizes in the same run, then a
+// stateful Compile of a stored 1,000-message conversation. Run with `npm run bench:store`.
+// Everything (client, sidecar, Redis) shares this machine's cores: compare the lines of one run,
+// and read them with the load average printed beside them.
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Redis } from "ioredis";
 import { ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { ChangeSchema, ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role } from "../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
 import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
 import { startRedis } from "../test/support/redis.js";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { loadavg } from "node:os";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 const commitsPerWorker = { 1: 2_000, 32: 100 } as const;
+/**
+ * Each worker starts a new conversation every this many commits, so every line measures the cost
+ * of one commit on a short conversation, not the growth of one long state.
+ */
+const commitsPerConversation = 50;
 
 function appendDelta(id: string, text: string): Delta {
   const message = create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] });
@@ -49,12 +57,12 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
-function report(label: string, result: Result): { p50: number } {
+function report(label: string, result: Result, unit = "commits"): { p50: number } {
   const sorted = [...result.latenciesMs].sort((a, b) => a - b);
   const p50 = percentile(sorted, 50);
   console.log(
     `${label.padEnd(44)} p50 ${p50.toFixed(3)} ms  p99 ${percentile(sorted, 99).toFixed(3)} ms  ` +
-      `${Math.round(result.latenciesMs.length / result.seconds)} commits/s  (n=${result.latenciesMs.length})`,
+      `${Math.round(result.latenciesMs.length / result.seconds)} ${unit}/s  (n=${result.latenciesMs.length})`,
   );
   return { p50 };
 }
@@ -79,6 +87,22 @@ async function startBuiltSidecar(redisUrl: string) {
   };
 }
 
+/** The state and change bytes a commit at each version writes: version v holds v + 1 messages. */
+function bareCommitPayloads(): { state: Buffer; change: Buffer }[] {
+  const messages: Message[] = [];
+  return Array.from({ length: commitsPerConversation }, (_, version) => {
+    const delta = appendDelta(`m${version}`, "hello world");
+    if (delta.operation.case === "appendMessages") messages.push(...delta.operation.value.messages);
+    const state = create(ConversationStateSchema, { conversationId: "bench", version: BigInt(version + 1), history: messages });
+    const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
+    return { state: Buffer.from(toBinary(ConversationStateSchema, state)), change: Buffer.from(toBinary(ChangeSchema, change)) };
+  });
+}
+
+function formatLoad(): string {
+  return loadavg().map((value) => value.toFixed(2)).join(" / ");
+}
+
 const redis = await startRedis();
 const sidecar = await startBuiltSidecar(redis.url);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
@@ -90,51 +114,34 @@ const run = Date.now();
 
 try {
   console.log(`contextd store benchmark (redis ${redis.url}, sidecar ${sidecar.url}, node ${process.version})`);
+  console.log(`load average at start: ${formatLoad()} (1/5/15 min; the cores are shared with other work)`);
+  console.log(`commits: conversations of up to ${commitsPerConversation} messages, one append of one message each`);
   const ratios: string[] = [];
   for (const concurrency of [1, 32] as const) {
     const count = commitsPerWorker[concurrency];
-    // Bare script: the same Lua commit with a payload of the size the RPC writes (a small state).
-    const versions = new Array<bigint>(concurrency).fill(0n);
-    const delta = appendDelta("m", "hello world");
-    const bareResult = await measure(concurrency, count, async (worker) => {
-      const keys = conversationKeys("bench-bare", `${run}-c${concurrency}-w${worker}`);
-      const version = versions[worker]!;
-      const state = create(ConversationStateSchema, { conversationId: keys.state, version: version + 1n });
-      const change = create(ChangeSchema, { version: version + 1n, deltas: [delta] });
-      await bare.benchCommit(
-        keys.version, keys.state, keys.changes, keys.idempotencyPrefix,
-        String(version), Buffer.from(toBinary(ConversationStateSchema, state)), Buffer.from(toBinary(ChangeSchema, change)),
-        "", "", 86_400, 10_000,
-      );
-      versions[worker] = version + 1n;
+    // Bare script: the same Lua commit writing, at each version, a state and a change of the size
+    // the store writes for the RPC's commit at that version, encoded before timing starts.
+    const payloads = bareCommitPayloads();
+    const bareResult = await measure(concurrency, count, async (worker, iteration) => {
+      const version = iteration % commitsPerConversation;
+      const keys = conversationKeys("bench-bare", `${run}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`);
+      const { state, change } = payloads[version]!;
+      await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, String(version), state, change, "", "", 86_400, 10_000);
     });
     const bareStats = report(`bare EVALSHA commit, concurrency ${concurrency}`, bareResult);
 
-    const expected = new Array<bigint>(concurrency).fill(0n);
     const rpcResult = await measure(concurrency, count, async (worker, iteration) => {
-      const response = await conversations.commit({
-        conversationId: `bench-rpc-${run}-c${concurrency}-w${worker}`,
-        expectedVersion: expected[worker]!,
+      const version = iteration % commitsPerConversation;
+      await conversations.commit({
+        conversationId: `bench-rpc-${run}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`,
+        expectedVersion: BigInt(version),
         deltas: [appendDelta(`m${iteration}`, "hello world")],
+        omitState: true,
       });
-      expected[worker] = response.version;
     });
-    const rpcStats = report(`Commit RPC (grpc, Redis store), concurrency ${concurrency}`, rpcResult);
+    const rpcStats = report(`Commit RPC (grpc, omit_state), concurrency ${concurrency}`, rpcResult);
     ratios.push(`concurrency ${concurrency}: RPC p50 / bare p50 = ${(rpcStats.p50 / bareStats.p50).toFixed(2)}x`);
   }
-  // The Commit response carries the whole state, so its cost grows with the conversation; the same
-  // workload on conversations kept at 50 messages isolates the per-commit cost.
-  let shortExpected = 0n;
-  const shortResult = await measure(1, 2_000, async (_worker, iteration) => {
-    if (iteration % 50 === 0) shortExpected = 0n;
-    const response = await conversations.commit({
-      conversationId: `bench-short-${run}-${Math.floor(iteration / 50)}`,
-      expectedVersion: shortExpected,
-      deltas: [appendDelta(`m${iteration}`, "hello world")],
-    });
-    shortExpected = response.version;
-  });
-  report("Commit RPC, conversations of <= 50 messages, c1", shortResult);
   for (const ratio of ratios) console.log(ratio);
 
   // Stateful compile of a stored 1,000-message conversation (needs ContextService.Compile with
@@ -155,10 +162,11 @@ try {
     const compileResult = await measure(1, 300, async () => {
       await context.compile({ conversationId });
     });
-    report("stateful Compile, 1,000 stored messages (warm)", compileResult);
+    report("stateful Compile, 1,000 stored messages (warm)", compileResult, "compiles");
   } catch (error) {
     console.log(`stateful Compile, 1,000 stored messages: not measured, Compile failed: ${(error as Error).message}`);
   }
+  console.log(`load average at end: ${formatLoad()}`);
 } finally {
   bare.disconnect();
   await sidecar.stop();

@@ -223,7 +223,10 @@ describe("Watch heartbeats and shutdown", () => {
       const ended = new Promise<grpc.ServiceError>((resolve) => stream.on("error", resolve));
       await new Promise<void>((resolve) => stream.once("data", () => resolve()));
       const exit = sidecar.stop();
-      expect((await ended).code).toBe(grpc.status.UNAVAILABLE);
+      const error = await ended;
+      expect(error.code).toBe(grpc.status.UNAVAILABLE);
+      // The server's own status, not a dropped connection (which grpc-js also reports as UNAVAILABLE).
+      expect(error.details).toContain("shutting down");
       expect(await exit).toBe(0);
     } finally {
       client.close();

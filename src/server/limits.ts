@@ -1,4 +1,4 @@
-import type { DescMessage, Message } from "@bufbuild/protobuf";
+import type { DescField, DescMessage, DescOneof, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { MessageSchema } from "../../gen/ts/contextd/v1/message_pb.js";
 
@@ -41,14 +41,17 @@ export function assertMessageCount(schema: DescMessage, message: Message, maxMes
 }
 
 // Counts contextd.v1.Message values under `message`, keyed by the field path that holds them.
-// A Message is counted, not entered: messages do not nest messages.
+// A Message is counted, not entered: messages do not nest messages. Only members that can hold a
+// Message are visited (see `countingPlan`): most of a request (budget, render options, scalars)
+// cannot, and every call pays for this walk.
 function countMessages(schema: DescMessage, message: Message, path: string, perField: Map<string, number>, depth: number): void {
   if (depth > 32) return;
   const record = message as unknown as Record<string, unknown>;
   const add = (fieldPath: string, count: number) => perField.set(fieldPath, (perField.get(fieldPath) ?? 0) + count);
-  for (const member of schema.members) {
+  for (const member of countingPlan(schema)) {
     if (member.kind === "oneof") {
       const selected = record[member.localName] as { case?: string; value?: unknown };
+      if (selected.case === undefined) continue;
       const field = member.fields.find((candidate) => candidate.localName === selected.case);
       if (field?.fieldKind === "message") visit(field.message, selected.value as Message, join(path, field.name));
       continue;
@@ -72,6 +75,37 @@ function countMessages(schema: DescMessage, message: Message, path: string, perF
     if (childSchema.typeName === MessageSchema.typeName) add(childPath, 1);
     else countMessages(childSchema, child, childPath, perField, depth + 1);
   }
+}
+
+const plans = new WeakMap<DescMessage, (DescField | DescOneof)[]>();
+
+/** The members of `schema` through which a contextd.v1.Message can be reached. */
+function countingPlan(schema: DescMessage): (DescField | DescOneof)[] {
+  let plan = plans.get(schema);
+  if (plan === undefined) {
+    plan = schema.members.filter((member) =>
+      member.kind === "oneof" ? member.fields.some((field) => canHoldMessages(field.message)) : canHoldMessages(member.message),
+    );
+    plans.set(schema, plan);
+  }
+  return plan;
+}
+
+const holdsMessages = new WeakMap<DescMessage, boolean>();
+
+// Whether a value of this type is, or can contain, a contextd.v1.Message (recursive types resolved
+// by assuming "no" while a type is being looked at, which only its own members could contradict).
+function canHoldMessages(schema: DescMessage | undefined, visiting = new Set<DescMessage>()): boolean {
+  if (schema === undefined) return false;
+  if (schema.typeName === MessageSchema.typeName) return true;
+  const known = holdsMessages.get(schema);
+  if (known !== undefined) return known;
+  if (visiting.has(schema)) return false;
+  visiting.add(schema);
+  const holds = schema.fields.some((field) => canHoldMessages(field.message, visiting));
+  visiting.delete(schema);
+  if (holds || visiting.size === 0) holdsMessages.set(schema, holds);
+  return holds;
 }
 
 function join(path: string, name: string): string {

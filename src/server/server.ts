@@ -46,6 +46,9 @@ export interface RunningServer {
 // streaming limit is reached (streaming calls beyond it get RESOURCE_EXHAUSTED, not a refused stream).
 const unaryStreamSlots = 128;
 
+// How long a shutdown waits for closing HTTP/2 sessions to deliver what was written to them.
+const sessionFlushMs = 1_000;
+
 // A caller's request id is echoed only if it is short and printable; otherwise a fresh one is used.
 const acceptableRequestId = /^[\x21-\x7e]{1,128}$/;
 
@@ -172,6 +175,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           clearTimeout(timer);
           if (inFlight > 0) logger.log("error", "shutdown grace period over: cutting connections", { inFlight, graceMs });
         }
+        // A call is over for us when its stream finished, which can be before its trailers (the
+        // status of a stream ended by the shutdown) left the socket. A closing session closes once
+        // its peer has them all, so the sessions get a moment to do that before they are cut.
+        await sessionsClosed(sessions, Math.min(graceMs, sessionFlushMs));
         for (const session of sessions) session.destroy();
         for (const socket of sockets) socket.destroy();
         await closed;
@@ -179,6 +186,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       return stopped;
     },
   };
+}
+
+/** Resolves once every session has closed, or after `timeoutMs`. */
+async function sessionsClosed(sessions: Set<http2.ServerHttp2Session>, timeoutMs: number): Promise<void> {
+  if (sessions.size === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.all([...sessions].map((session) => (session.destroyed ? undefined : new Promise((resolve) => session.once("close", resolve))))),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
+  ]);
+  clearTimeout(timer);
 }
 
 function withoutUndefined<T extends object>(value: T): Partial<T> {

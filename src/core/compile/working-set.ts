@@ -61,9 +61,26 @@ export interface CompileWork {
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {
-  // A literal with every field set equals create(TransformationSchema, ...) and skips reflection,
-  // which matters at one record per message per compile.
-  work.records[id] = { $typeName: "contextd.v1.Transformation", action, reason, segment };
+  work.records[id] = sharedRecord(action, reason, segment);
+}
+
+const sharedRecords = new Map<number, Transformation>();
+
+/**
+ * The one record object for (action, reason, segment). Records are replaced, never mutated, so
+ * messages with the same outcome share one, across compiles: a thousand identical objects per
+ * compile would only be garbage to collect. A literal with every field set equals create(TransformationSchema, ...)
+ * without its reflection.
+ */
+function sharedRecord(action: TransformationAction, reason: TransformationReason, segment: Segment): Transformation {
+  const key = (action * 1_000 + reason) * 1_000 + segment;
+  let record = sharedRecords.get(key);
+  if (!record) {
+    // Frozen: a consumer mutating a shared record would change every compile's results.
+    record = Object.freeze<Transformation>({ $typeName: "contextd.v1.Transformation", action, reason, segment });
+    sharedRecords.set(key, record);
+  }
+  return record;
 }
 
 /**
@@ -76,9 +93,7 @@ export function newRecords(): Record<string, Transformation> {
 }
 
 export function recordPassed(work: CompileWork, messages: readonly Message[], segment: Segment): void {
-  // One record object serves every unchanged message of the segment: records are replaced, never
-  // mutated, and a thousand identical objects per compile are garbage to collect.
-  const passed: Transformation = { $typeName: "contextd.v1.Transformation", action: TransformationAction.PASSED, reason: TransformationReason.UNCHANGED, segment };
+  const passed = sharedRecord(TransformationAction.PASSED, TransformationReason.UNCHANGED, segment);
   for (const message of messages) work.records[message.id] = passed;
 }
 

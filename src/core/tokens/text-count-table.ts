@@ -72,7 +72,10 @@ export class TextCountTable {
   }
 }
 
-/** A 32-bit hash of the length and a fixed sample of characters (the whole text up to 64 of them). */
+/**
+ * A 30-bit hash of the length and a fixed sample of characters (the whole text up to 64 of them).
+ * 30 bits keep it a small integer for V8, so a Map keyed by it boxes nothing.
+ */
 export function sampleHash(text: string): number {
   const length = text.length;
   let hash = length;
@@ -85,5 +88,5 @@ export function sampleHash(text: string): number {
     const step = Math.max(1, Math.floor(middle / 32));
     for (let index = head; index < tailStart; index += step) hash = Math.imul(hash ^ text.charCodeAt(index), 0xc2b2ae35);
   }
-  return hash ^ (hash >>> 15);
+  return (hash ^ (hash >>> 15)) & 0x3fffffff;
 }

@@ -3,12 +3,19 @@
 // stateful Compile of a stored 1,000-message conversation. Run with `npm run bench:store`.
 // Everything (client, sidecar, Redis) shares this machine's cores: compare the lines of one run,
 // and read them with the load average printed beside them.
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Redis } from "ioredis";
 import { ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { ChangeSchema, ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
+import * as grpc from "@grpc/grpc-js";
+import {
+  ChangeSchema,
+  CommitRequestSchema,
+  CommitResponseSchema,
+  ConversationService,
+  type CommitResponse,
+} from "../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
 import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
@@ -110,6 +117,18 @@ bare.defineCommand("benchCommit", { numberOfKeys: 4, lua: commitScript });
 if (bare.status !== "ready") await once(bare, "ready");
 const transport = createGrpcTransport({ baseUrl: sidecar.url });
 const conversations = createClient(ConversationService, transport);
+const grpcJs = new grpc.Client(new URL(sidecar.url).host, grpc.credentials.createInsecure());
+const connectCommit = (request: MessageInitShape<typeof CommitRequestSchema>) => conversations.commit(request);
+const grpcJsCommit = (request: MessageInitShape<typeof CommitRequestSchema>) =>
+  new Promise<CommitResponse>((resolve, reject) =>
+    grpcJs.makeUnaryRequest(
+      `/${ConversationService.typeName}/${ConversationService.method.commit.name}`,
+      (message: MessageInitShape<typeof CommitRequestSchema>) => Buffer.from(toBinary(CommitRequestSchema, create(CommitRequestSchema, message))),
+      (bytes: Buffer) => fromBinary(CommitResponseSchema, bytes),
+      request,
+      (error, response) => (error ? reject(error) : resolve(response!)),
+    ),
+  );
 const run = Date.now();
 
 try {
@@ -130,17 +149,21 @@ try {
     });
     const bareStats = report(`bare EVALSHA commit, concurrency ${concurrency}`, bareResult);
 
-    const rpcResult = await measure(concurrency, count, async (worker, iteration) => {
-      const version = iteration % commitsPerConversation;
-      await conversations.commit({
-        conversationId: `bench-rpc-${run}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`,
-        expectedVersion: BigInt(version),
-        deltas: [appendDelta(`m${iteration}`, "hello world")],
-        omitState: true,
+    // The same commits through two clients: grpc-js (as bench:rpc uses) and connect-node, whose
+    // own per-call cost is part of what a connect-node caller sees.
+    for (const [client, commit] of [["grpc-js", grpcJsCommit], ["connect-node", connectCommit]] as const) {
+      const rpcResult = await measure(concurrency, count, async (worker, iteration) => {
+        const version = iteration % commitsPerConversation;
+        await commit({
+          conversationId: `bench-rpc-${run}-${client}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`,
+          expectedVersion: BigInt(version),
+          deltas: [appendDelta(`m${iteration}`, "hello world")],
+          omitState: true,
+        });
       });
-    });
-    const rpcStats = report(`Commit RPC (grpc, omit_state), concurrency ${concurrency}`, rpcResult);
-    ratios.push(`concurrency ${concurrency}: RPC p50 / bare p50 = ${(rpcStats.p50 / bareStats.p50).toFixed(2)}x`);
+      const rpcStats = report(`Commit RPC (${client} client), concurrency ${concurrency}`, rpcResult);
+      ratios.push(`concurrency ${concurrency}, ${client} client: RPC p50 / bare p50 = ${(rpcStats.p50 / bareStats.p50).toFixed(2)}x`);
+    }
   }
   for (const ratio of ratios) console.log(ratio);
 
@@ -168,6 +191,7 @@ try {
   }
   console.log(`load average at end: ${formatLoad()}`);
 } finally {
+  grpcJs.close();
   bare.disconnect();
   await sidecar.stop();
   await redis.stop();

@@ -155,12 +155,12 @@ describe("protobuf encoder", () => {
       for (let i = 1; i < messages.length; i += 2) messages[i]!.parts[0] = messages[i - 1]!.parts[1]!;
       // `create` copies what it is given, so the sharing is wired in afterwards.
       const response = create(CompileResponseSchema, {
-        result: { payload: {}, source: {}, normalizedSnapshot: {}, writeback: { snapshot: {} }, persistence: {} },
+        result: { payload: {}, source: { snapshot: {} }, normalizedSnapshot: {}, writeback: { snapshot: {} }, persistence: {} },
       });
       const result = response.result!;
       result.payload!.history = messages;
       result.payload!.system = messages.slice(0, 3);
-      result.source!.history = messages;
+      result.source!.snapshot!.history = messages;
       result.normalizedSnapshot!.history = messages;
       result.writeback!.snapshot = result.normalizedSnapshot;
       result.persistence!.history = messages;
@@ -174,7 +174,7 @@ describe("protobuf encoder", () => {
     for (const count of [4, 40, 4000]) {
       const message = build(count);
       // The test is about shared objects: make sure they are shared.
-      expect(message.result!.source!.history[1]).toBe(message.result!.payload!.history[1]);
+      expect(message.result!.source!.snapshot!.history[1]).toBe(message.result!.payload!.history[1]);
       expect(message.result!.payload!.history[1]!.parts[0]).toBe(message.result!.payload!.history[0]!.parts[1]);
       const expected = toBinary(CompileResponseSchema, message);
       expect(Buffer.from(encodeMessage(CompileResponseSchema, message)).equals(Buffer.from(expected)), `${count} messages`).toBe(true);

@@ -107,7 +107,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
     compileSession(requests, context) {
       return runCompileSession(requests, context.signal, summarizeTimeoutMs, (session) =>
-        compileAndCommit(session.request, fanOut(session.observer), session),
+        compileAndCommit(session.request, fanOut(session.observer), session, yieldToEventLoop),
       );
     },
 

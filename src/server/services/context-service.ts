@@ -82,7 +82,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
         result.committedVersion = outcome.version;
       }
     }
-    return result;
+    return request.omitSnapshots ? withoutSnapshots(result) : result;
   }
 
   const fanOut = (extra?: Observer): Observer => (event) => {
@@ -171,4 +171,13 @@ function sameMessages(a: readonly Message[], b: readonly Message[]): boolean {
     if (a[index] !== b[index] && !equals(MessageSchema, a[index]!, b[index]!)) return false;
   }
   return true;
+}
+
+/** The result without its copies of the input (`CompileRequest.omit_snapshots`). */
+function withoutSnapshots(result: CompileResult): CompileResult {
+  result.source = undefined;
+  result.normalizedSnapshot = undefined;
+  result.persistence = undefined;
+  if (result.writeback) result.writeback.snapshot = undefined;
+  return result;
 }

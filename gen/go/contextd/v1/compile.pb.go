@@ -201,8 +201,9 @@ const (
 	BudgetStrategy_BUDGET_STRATEGY_DROP BudgetStrategy = 3
 	// Never drop; over budget is RESOURCE_EXHAUSTED.
 	BudgetStrategy_BUDGET_STRATEGY_STRICT BudgetStrategy = 4
-	// Ask the caller for a summary of the dropped prefix over `CompileSession`. Without a session,
-	// falls back to DROP_HEAD with a warning.
+	// Ask the caller for a summary over `CompileSession`. The summary replaces a contiguous prefix of
+	// history that ends before the first protected unit (open round, protected role, retained id)
+	// and sits at the head of history. Without a session, falls back to DROP_HEAD with a warning.
 	BudgetStrategy_BUDGET_STRATEGY_SUMMARIZE BudgetStrategy = 5
 )
 
@@ -1753,7 +1754,10 @@ type CommitOptions struct {
 	// The version the compile must see; a different stored version is ABORTED with the current one.
 	// 0 on a conversation never written creates it.
 	ExpectedVersion int64 `protobuf:"varint,1,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	// Optional idempotency key: a retried compile-commit with the same key returns the original result.
+	// Optional idempotency key. A retried compile-commit with the same key whose first attempt
+	// committed is not compiled again: it returns a result carrying `version` = the expected version,
+	// the original `committed_version` and an "idempotent_replay" warning (no payload: the state it
+	// compiled from has moved on). The same key with a different request is INVALID_ARGUMENT.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1855,7 +1859,12 @@ type CompileRequest struct {
 	// Provider rendering.
 	Render *RenderOptions `protobuf:"bytes,23,opt,name=render,proto3" json:"render,omitempty"`
 	// Commit the writeback (stateful only).
-	Commit        *CommitOptions `protobuf:"bytes,24,opt,name=commit,proto3" json:"commit,omitempty"`
+	Commit *CommitOptions `protobuf:"bytes,24,opt,name=commit,proto3" json:"commit,omitempty"`
+	// Leave the copies of the input out of the result: `source`, `normalized_snapshot`,
+	// `writeback.snapshot` and `persistence` (`writeback.messages` stays). A compiled conversation
+	// repeats itself about five times in the result; a caller that lets contextd persist (`commit`)
+	// or does not persist at all needs only the payload, the render and the records.
+	OmitSnapshots bool `protobuf:"varint,25,opt,name=omit_snapshots,json=omitSnapshots,proto3" json:"omit_snapshots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2056,6 +2065,13 @@ func (x *CompileRequest) GetCommit() *CommitOptions {
 		return x.Commit
 	}
 	return nil
+}
+
+func (x *CompileRequest) GetOmitSnapshots() bool {
+	if x != nil {
+		return x.OmitSnapshots
+	}
+	return false
 }
 
 // The final record of one message in a compile.
@@ -3573,8 +3589,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x06render\x18\x06 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\"c\n" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
-	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xfa\n" +
-	"\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xa1\v\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -3602,7 +3617,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\atargets\x18\x15 \x03(\v2\x13.contextd.v1.TargetR\atargets\x12.\n" +
 	"\ascratch\x18\x16 \x03(\v2\x14.contextd.v1.MessageR\ascratch\x122\n" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
-	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x1a>\n" +
+	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12%\n" +
+	"\x0eomit_snapshots\x18\x19 \x01(\bR\romitSnapshots\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x01\n" +

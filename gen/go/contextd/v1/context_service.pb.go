@@ -452,7 +452,8 @@ type SummarizeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Echo this in the response.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// The exact messages to summarise: whole tool rounds, never an open round or the current turn.
+	// The exact messages to summarise: a contiguous prefix of history in whole tool rounds, never an
+	// open round, pending messages or the current turn.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// The summary should have about this many tokens.
 	TargetTokens int64 `protobuf:"varint,3,opt,name=target_tokens,json=targetTokens,proto3" json:"target_tokens,omitempty"`
@@ -536,7 +537,8 @@ type SummarizeResponse struct {
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The summary message.
 	Summary *Message `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
-	// Facts to remember.
+	// Facts to remember. With `commit` they are stored as experiences in the same atomic batch and
+	// appear in the system prompt from the next compile.
 	Remember      []string `protobuf:"bytes,3,rep,name=remember,proto3" json:"remember,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

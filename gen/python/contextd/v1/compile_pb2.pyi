@@ -347,7 +347,7 @@ class CommitOptions(_message.Message):
     def __init__(self, expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CompileRequest(_message.Message):
-    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit")
+    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "omit_snapshots")
     class ResolveVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +379,7 @@ class CompileRequest(_message.Message):
     SCRATCH_FIELD_NUMBER: _ClassVar[int]
     RENDER_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
+    OMIT_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     system: MessageList
     history: MessageList
@@ -403,7 +404,8 @@ class CompileRequest(_message.Message):
     scratch: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     render: RenderOptions
     commit: CommitOptions
-    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ...) -> None: ...
+    omit_snapshots: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., omit_snapshots: bool = ...) -> None: ...
 
 class Transformation(_message.Message):
     __slots__ = ("action", "reason", "segment")

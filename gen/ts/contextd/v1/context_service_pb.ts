@@ -246,7 +246,8 @@ export type SummarizeRequest = Message<"contextd.v1.SummarizeRequest"> & {
   requestId: string;
 
   /**
-   * The exact messages to summarise: whole tool rounds, never an open round or the current turn.
+   * The exact messages to summarise: a contiguous prefix of history in whole tool rounds, never an
+   * open round, pending messages or the current turn.
    *
    * @generated from field: repeated contextd.v1.Message messages = 2;
    */
@@ -302,7 +303,8 @@ export type SummarizeResponse = Message<"contextd.v1.SummarizeResponse"> & {
   summary?: Message$1 | undefined;
 
   /**
-   * Facts to remember.
+   * Facts to remember. With `commit` they are stored as experiences in the same atomic batch and
+   * appear in the system prompt from the next compile.
    *
    * @generated from field: repeated string remember = 3;
    */

@@ -182,25 +182,30 @@ try {
   }
   // Through grpc-js with the response left undecoded (as bench:rpc does): decoding a 1,000-message
   // result is the caller's cost (with the connect-node client this line read 42-69 ms, here ~8 ms).
-  const compileRequest = Buffer.from(toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId })));
-  const compileBytes = () =>
+  const compileBytes = (request: Buffer) =>
     new Promise<Buffer>((resolve, reject) =>
       grpcJs.makeUnaryRequest(
         `/${ContextService.typeName}/${ContextService.method.compile.name}`,
         (bytes: Buffer) => bytes,
         (bytes: Buffer) => bytes,
-        compileRequest,
+        request,
         (error, response) => (error ? reject(error) : resolve(response!)),
       ),
     );
-  try {
-    for (let warm = 0; warm < 50; warm++) await compileBytes();
-    const compileResult = await measure(1, 300, async () => {
-      await compileBytes();
-    });
-    report("stateful Compile, 1,000 stored messages (warm)", compileResult, "compiles");
-  } catch (error) {
-    console.log(`stateful Compile, 1,000 stored messages: not measured, Compile failed: ${(error as Error).message}`);
+  // The full result, then with omit_snapshots (payload and records only: no source,
+  // normalized_snapshot, writeback.snapshot or persistence copies of the conversation).
+  for (const [label, omitSnapshots] of [["", false], [", omit_snapshots", true]] as const) {
+    const request = Buffer.from(toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId, omitSnapshots })));
+    try {
+      for (let warm = 0; warm < 50; warm++) await compileBytes(request);
+      const responseBytes = (await compileBytes(request)).length;
+      const compileResult = await measure(1, 300, async () => {
+        await compileBytes(request);
+      });
+      report(`stateful Compile, 1,000 stored messages (warm${label}, ${Math.round(responseBytes / 1024)} KB)`, compileResult, "compiles");
+    } catch (error) {
+      console.log(`stateful Compile, 1,000 stored messages${label}: not measured, Compile failed: ${(error as Error).message}`);
+    }
   }
   console.log(`load average at end: ${formatLoad()}`);
 } finally {

@@ -1,5 +1,5 @@
 import type { ConnectRouter } from "@connectrpc/connect";
-import { createRegistry } from "@bufbuild/protobuf";
+import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { ContextService, file_contextd_v1_context_service } from "../../gen/ts/contextd/v1/context_service_pb.js";
 import {
   ConversationService,
@@ -38,11 +38,21 @@ export interface RouteDependencies {
   summarizeTimeoutMs: number;
 }
 
+type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
+
+/**
+ * The implementations are built once; the returned function may register them on several routers.
+ * `serviceDescriptor` lets the binary adapter register the contextd services with its own request
+ * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
+ */
 export function routes(dependencies: RouteDependencies) {
-  return (router: ConnectRouter) => {
-    router.service(ContextService, contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs }));
-    router.service(ConversationService, conversationService(dependencies));
-    router.service(TelemetryService, telemetryService(dependencies.telemetry));
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs });
+  const conversation = conversationService(dependencies);
+  const telemetry = telemetryService(dependencies.telemetry);
+  return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {
+    router.service(serviceDescriptor(ContextService), context);
+    router.service(serviceDescriptor(ConversationService), conversation);
+    router.service(serviceDescriptor(TelemetryService), telemetry);
     router.service(Health, healthService(dependencies.health));
     const registry = createRegistry(
       file_contextd_v1_context_service,

@@ -6,6 +6,7 @@ import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { authenticate } from "./auth.js";
+import { carriesBinaryRequest, decodeOpaqueRequests, withOpaqueRequests } from "./binary-requests.js";
 import { requestIdKey } from "./call-context.js";
 import { defaultConfig, type Config } from "./config.js";
 import { HealthStatus, ServingStatus } from "./health.js";
@@ -64,30 +65,40 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   telemetry.listen(metrics.observe);
 
   const requestIds = new WeakMap<object, string>();
-  const connectHandler = connectNodeAdapter({
-    routes: routes({
-      health,
-      store: options.store,
-      telemetry,
-      shutdown: shutdownController.signal,
-      watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
-      summarizeTimeoutMs: config.summarizeTimeoutMs,
-    }),
+  const routeDependencies = {
+    health,
+    store: options.store,
+    telemetry,
+    shutdown: shutdownController.signal,
+    watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
+    summarizeTimeoutMs: config.summarizeTimeoutMs,
+  };
+  // Outermost first: every call is timed and logged, then authenticated, then checked.
+  const interceptors = [
+    instrumentCalls(logger, metrics),
+    enforceDeadlines(),
+    authenticate(config.authTokens),
+    limitMessagesPerRequest(config.maxMessages),
+    guardStreams(config.maxStreams, streams, shutdownController.signal),
+    preEncodeBinaryResponses(),
+  ];
+  const adapterOptions = {
     readMaxBytes: config.maxRequestBytes,
     ...(config.maxDeadlineMs > 0 ? { maxTimeoutMs: config.maxDeadlineMs } : {}),
     // Compressing a 400 KB response costs more than sending it to a sidecar neighbour; compressed
     // requests are still accepted.
     compressMinBytes: config.compressMinBytes === 0 ? 0xffffffff : config.compressMinBytes,
-    // Outermost first: every call is timed and logged, then authenticated, then checked.
-    interceptors: [
-      instrumentCalls(logger, metrics),
-      enforceDeadlines(),
-      authenticate(config.authTokens),
-      limitMessagesPerRequest(config.maxMessages),
-      guardStreams(config.maxStreams, streams, shutdownController.signal),
-      preEncodeBinaryResponses(),
-    ],
-    contextValues: (request) => createContextValues().set(requestIdKey, requestIds.get(request) ?? ""),
+    contextValues: (request: http.IncomingMessage | http2.Http2ServerRequest) =>
+      createContextValues().set(requestIdKey, requestIds.get(request) ?? ""),
+  };
+  // Two adapters over the same services: binary requests are decoded by our own decoder (see
+  // binary-requests.ts), JSON requests, GETs and everything else by connect as usual.
+  const registerServices = routes(routeDependencies);
+  const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors });
+  const binaryHandler = connectNodeAdapter({
+    ...adapterOptions,
+    routes: (router) => registerServices(router, withOpaqueRequests),
+    interceptors: [decodeOpaqueRequests(), ...interceptors],
   });
 
   let inFlight = 0;
@@ -124,7 +135,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const sent = "stream" in response ? response.stream : response;
     sent.once("finish", settle);
     response.once("close", settle);
-    connectHandler(request, response);
+    const binary = request.method === "POST" && carriesBinaryRequest(request.headers["content-type"]);
+    (binary ? binaryHandler : connectHandler)(request, response);
   };
 
   const { tcp, h2, sockets } = createDualProtocolServer(handle, { maxConcurrentStreams: config.maxStreams + unaryStreamSlots });

@@ -6,7 +6,7 @@ import { ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
 import { createEstimator } from "../../src/core/tokens/estimator.js";
 import { TextCountTable, sampleHash } from "../../src/core/tokens/text-count-table.js";
 import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";
-import { assistant, call, message, result, user } from "./messages.js";
+import { assistant, call, message, result, text, user } from "./messages.js";
 
 const tokenizer = (provider: Provider, encoding = TokenizerEncoding.O200K_BASE, cache?: TokenCountCache) =>
   createEstimator(create(EstimatorSchema, { kind: EstimatorKind.TOKENIZER, provider, encoding }), Provider.UNSPECIFIED, "estimator", cache);
@@ -97,6 +97,39 @@ describe("TokenCountCache", () => {
     expect(cache.countAll(cached, list)).toBe(cache.countAll(cached, list));
     // Pretty-printed arguments count like compact ones.
     expect(expected[2]).toBe(13);
+  });
+
+  it("reuses the counts of a re-sent list only where the count inputs are unchanged", async () => {
+    const estimators = [
+      await tokenizer(Provider.OPENAI_CHAT, TokenizerEncoding.O200K_BASE, new TokenCountCache()),
+      await createEstimator(create(EstimatorSchema, { kind: EstimatorKind.CHARS }), Provider.UNSPECIFIED, "estimator"),
+      await createEstimator(create(EstimatorSchema, { kind: EstimatorKind.FIXED, fixedPerMessage: 3n, fixedPerPart: 5n, fixedPerToolCall: 7n }), Provider.UNSPECIFIED, "estimator"),
+    ];
+    const withPayload = (payload: object) =>
+      message(Role.TOOL, "t2", create(PartSchema, { kind: { case: "toolResult", value: { toolCallId: "c1", name: "lookup", payload } } }));
+    // Fresh objects per list, as after decoding; ids stay the same, count inputs change one at a time.
+    const first = () => [user("u", "hello world"), named("a", "sunny"), message(Role.ASSISTANT, "c", call("c1", "get_weather", '{"city":"Paris"}')), message(Role.TOOL, "t", result("c1", "rain")), withPayload({ text: "x" })];
+    const second = () => [
+      user("u", "hello world, again"),
+      named("ab", "sunny"),
+      message(Role.ASSISTANT, "c", call("c10", "get_weather", '{"city": "Paris, France"}'), image(ImageDetail.LOW)),
+      message(Role.TOOL, "t", create(PartSchema, { kind: { case: "toolResult", value: { toolCallId: "c1", name: "lookup", payload: { text: "rain" }, contentParts: [text("more")] } } })),
+      withPayload({ text: "x", error: { code: "E", message: "failed" } }),
+      user("u2", "one more"),
+    ];
+    for (const estimator of estimators) {
+      const cache = new TokenCountCache();
+      expect(cache.countAll(estimator, first())).toEqual(first().map((one) => estimator.countMessage(one)));
+      expect(cache.countAll(estimator, first())).toEqual(first().map((one) => estimator.countMessage(one)));
+      const expected = second().map((one) => estimator.countMessage(one));
+      expect(cache.countAll(estimator, second())).toEqual(expected);
+      // A shorter list with the same start reuses the prefix it shares.
+      expect(cache.countAll(estimator, first().slice(0, 2))).toEqual(first().slice(0, 2).map((one) => estimator.countMessage(one)));
+    }
+    // Two estimators never share counts, even for lists with the same first id.
+    const cache = new TokenCountCache();
+    expect(cache.countAll(estimators[1]!, first())).toEqual(first().map((one) => estimators[1]!.countMessage(one)));
+    expect(cache.countAll(estimators[2]!, first())).toEqual(first().map((one) => estimators[2]!.countMessage(one)));
   });
 
   it("stays exact when its text table evicts", async () => {

@@ -3,6 +3,7 @@ import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { TextTokenCounter } from "./encodings.js";
 import type { TokenEstimator } from "./estimator.js";
+import { sameCountInputs } from "./same-count-inputs.js";
 import { TextCountTable } from "./text-count-table.js";
 
 /**
@@ -15,16 +16,24 @@ import { TextCountTable } from "./text-count-table.js";
  * - per text, for the TOKENIZER estimator only (`textCounter`): a freshly decoded message is
  *   counted by looking up each of its texts, so BPE runs once per distinct text. Keys are the texts
  *   themselves, looked up by a sampled hash and confirmed by equality (see `TextCountTable`).
+ * - per conversation, the last list counted under each first message id (`recentLists`): a request
+ *   decoded afresh but re-sending (a prefix of) the previous list is matched message by message
+ *   with `sameCountInputs`, string compares instead of hashing every text for the text level.
  * There is no per-message identity level: a WeakMap entry for every freshly decoded message costs
  * more in insertion and garbage collection than counting it through the text level. The other
  * estimators are linear scans that cost no more than hashing their text, so only lists are cached
  * for them. The text level is bounded: past `maxTexts` the oldest tenth is evicted.
  */
+/** Conversations whose last list `countAll` keeps for the next request (each holds one list alive). */
+const maxRecentLists = 64;
+
 export class TokenCountCache {
   private readonly byList = new Map<string, WeakMap<readonly Message[], readonly number[]>>();
   private readonly textCounters = new Map<TokenizerEncoding, TextTokenCounter>();
   private readonly texts = new Map<TokenizerEncoding, TextCountTable>();
   private readonly toolDefinitionCounts = new Map<string, number>();
+  /** Estimator cache key + first message id → the last list counted with that start and its counts. */
+  private readonly recentLists = new Map<string, { messages: readonly Message[]; counts: readonly number[] }>();
   private textCount = 0;
 
   constructor(private readonly maxTexts = 200_000) {}
@@ -44,11 +53,32 @@ export class TokenCountCache {
     }
     let counts = known.get(messages);
     if (!counts) {
-      const computed = new Array<number>(messages.length);
-      for (let index = 0; index < messages.length; index++) computed[index] = estimator.countMessage(messages[index]!);
-      known.set(messages, computed);
-      counts = computed;
+      counts = this.countAgainstRecent(estimator, messages);
+      known.set(messages, counts);
     }
+    return counts;
+  }
+
+  /**
+   * Counts `messages`, reusing the counts of the last list that started with the same message id
+   * wherever the message at the same index has the same count inputs; then remembers this list
+   * for the next request of the conversation.
+   */
+  private countAgainstRecent(estimator: TokenEstimator, messages: readonly Message[]): number[] {
+    const key = estimator.cacheKey + "\u0000" + messages[0]!.id;
+    const recent = this.recentLists.get(key);
+    const counts = new Array<number>(messages.length);
+    const reusable = recent ? Math.min(recent.messages.length, messages.length) : 0;
+    let index = 0;
+    for (; index < reusable; index++) {
+      const message = messages[index]!;
+      counts[index] = sameCountInputs(message, recent!.messages[index]!) ? recent!.counts[index]! : estimator.countMessage(message);
+    }
+    for (; index < messages.length; index++) counts[index] = estimator.countMessage(messages[index]!);
+    // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
+    this.recentLists.delete(key);
+    this.recentLists.set(key, { messages, counts });
+    if (this.recentLists.size > maxRecentLists) this.recentLists.delete(this.recentLists.keys().next().value!);
     return counts;
   }
 
@@ -91,6 +121,7 @@ export class TokenCountCache {
   /** Forgets everything (benchmarks measure cold compiles with this). */
   clear(): void {
     this.byList.clear();
+    this.recentLists.clear();
     for (const texts of this.texts.values()) texts.clear();
     this.toolDefinitionCounts.clear();
     this.textCount = 0;

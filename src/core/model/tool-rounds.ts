@@ -92,11 +92,19 @@ export function toolResultsOf(message: Message): ToolResultPart[] {
 
 /** True for an ASSISTANT message with at least one tool call: the start of a tool round. */
 export function opensToolRound(message: Message): boolean {
-  return message.role === Role.ASSISTANT && message.parts.some((part) => part.kind.case === "toolCall");
+  return message.role === Role.ASSISTANT && hasPartOfKind(message, "toolCall");
 }
 
 function carriesToolResults(message: Message): boolean {
-  return message.role === Role.TOOL || message.parts.some((part) => part.kind.case === "toolResult");
+  return message.role === Role.TOOL || hasPartOfKind(message, "toolResult");
+}
+
+// A plain loop: `parts.some(callback)` allocates a closure per call, and the analysis asks this
+// several times for every message of a history at every compile.
+function hasPartOfKind(message: Message, kind: "toolCall" | "toolResult"): boolean {
+  const parts = message.parts;
+  for (let index = 0; index < parts.length; index++) if (parts[index]!.kind.case === kind) return true;
+  return false;
 }
 
 /**
@@ -116,10 +124,11 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
   let index = 0;
   while (index < messages.length) {
     const message = messages[index]!;
-    if (message.role !== Role.ASSISTANT && message.parts.some((part) => part.kind.case === "toolCall")) {
+    const hasCalls = hasPartOfKind(message, "toolCall");
+    if (message.role !== Role.ASSISTANT && hasCalls) {
       report("tool_call_outside_assistant", index, `a ${Role[message.role] ?? message.role} message carries a tool_call part`);
     }
-    if (!opensToolRound(message)) {
+    if (message.role !== Role.ASSISTANT || !hasCalls) {
       if (carriesToolResults(message)) {
         report("tool_result_without_call", index, "a tool result that does not follow an assistant message with tool calls");
       }
@@ -130,14 +139,18 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
 
     const callIds: string[] = [];
     const callNames = new Map<string, string>();
-    for (const call of toolCallsOf(message)) {
+    // The non-empty call ids, in first-call order.
+    const expected = new Set<string>();
+    for (const part of message.parts) {
+      if (part.kind.case !== "toolCall") continue;
+      const call = part.kind.value;
       if (call.id === "") report("tool_call_without_id", index, `tool call "${call.name}" has no id`);
       else if (seenCallIds.has(call.id)) report("duplicate_tool_call_id", index, `tool call id "${call.id}" is used more than once`);
       seenCallIds.add(call.id);
       callIds.push(call.id);
       callNames.set(call.id, call.name);
+      if (call.id !== "") expected.add(call.id);
     }
-    const expected = new Set(callIds.filter((id) => id !== ""));
     const answered = new Set<string>();
     let next = index + 1;
     while (next < messages.length && carriesToolResults(messages[next]!) && !opensToolRound(messages[next]!)) {
@@ -145,9 +158,11 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
       if (result.role !== Role.TOOL) {
         report("tool_result_not_in_tool_message", next, `tool results must be in a TOOL message, not ${Role[result.role] ?? result.role}`);
       }
-      const parts = toolResultsOf(result);
-      if (parts.length === 0) report("tool_message_without_result", next, "a TOOL message without a tool_result part");
-      for (const part of parts) {
+      let results = 0;
+      for (const resultPart of result.parts) {
+        if (resultPart.kind.case !== "toolResult") continue;
+        results++;
+        const part = resultPart.kind.value;
         if (part.toolCallId === "") report("tool_result_empty_call_id", next, "a tool result with an empty tool_call_id");
         else if (!expected.has(part.toolCallId)) {
           report("tool_result_unknown_call_id", next, `tool result for "${part.toolCallId}", which is not a call of the round opened by message ${index}`);
@@ -155,9 +170,11 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
           report("tool_result_duplicate_call_id", next, `tool call "${part.toolCallId}" is answered more than once`);
         } else answered.add(part.toolCallId);
       }
+      if (results === 0) report("tool_message_without_result", next, "a TOOL message without a tool_result part");
       next++;
     }
-    const missingCallIds = [...expected].filter((id) => !answered.has(id));
+    const missingCallIds: string[] = [];
+    for (const id of expected) if (!answered.has(id)) missingCallIds.push(id);
     const atTail = next === messages.length;
     const round: ToolRoundShape = { callIds, callNames, missingCallIds, open: missingCallIds.length > 0 && atTail };
     if (missingCallIds.length > 0) {

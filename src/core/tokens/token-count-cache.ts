@@ -7,7 +7,13 @@ import { sameCountInputs } from "./same-count-inputs.js";
 import { TextCountTable } from "./text-count-table.js";
 
 /**
- * Token counts shared across compiles (semantics §4: a conversation is tokenized once), at two
+ * How many lists (segments of conversations, told apart by their first id) `countAll` keeps for
+ * the next request; each entry holds its list alive.
+ */
+const maxRecentLists = 64;
+
+/**
+ * Token counts shared across compiles (semantics §4: a conversation is tokenized once), at three
  * levels:
  * - per message list object, one WeakMap per estimator configuration: a segment of a stored state
  *   the store hands out again unchanged (its decoded-state cache) costs one identity lookup for
@@ -24,9 +30,6 @@ import { TextCountTable } from "./text-count-table.js";
  * estimators are linear scans that cost no more than hashing their text, so only lists are cached
  * for them. The text level is bounded: past `maxTexts` the oldest tenth is evicted.
  */
-/** Conversations whose last list `countAll` keeps for the next request (each holds one list alive). */
-const maxRecentLists = 64;
-
 export class TokenCountCache {
   private readonly byList = new Map<string, WeakMap<readonly Message[], readonly number[]>>();
   private readonly textCounters = new Map<TokenizerEncoding, TextTokenCounter>();

@@ -3,6 +3,7 @@ import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/
 import type { CompileSessionRequest, CompileSessionResponse, SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { Summarizer } from "../../core/compile/compile-context.js";
 import type { Observer } from "../../core/observer.js";
+import { whileRunning } from "./live-stream.js";
 
 /** What a session hands the compile: a summarizer talking to the caller, and the events sink. */
 export interface SessionCompile {
@@ -32,13 +33,10 @@ export async function* runCompileSession(
     throw new ConnectError(`CompileSession: the first message must be a compile, got ${first.done ? "end of stream" : (first.value.kind.case ?? "an empty message")}`, Code.InvalidArgument);
   }
 
-  const outbox: CompileSessionResponse[] = [];
-  let wake: (() => void) | undefined;
-  const send = (kind: CompileSessionResponse["kind"]) => {
-    outbox.push({ $typeName: "contextd.v1.CompileSessionResponse", kind });
-    wake?.();
-  };
+  const compileRequest = first.value.kind.value;
   const remembered: string[] = [];
+  // Set when the run starts below: what the session sends the caller ahead of the result.
+  let send: (kind: CompileSessionResponse["kind"]) => void = () => {};
   const summarize = async (request: SummarizeRequest): Promise<SummarizeResponse> => {
     send({ case: "summarizeRequest", value: request });
     const answer = await withinDeadline(inbound.next(), timeoutMs, signal, request.requestId);
@@ -56,26 +54,13 @@ export async function* runCompileSession(
     return response;
   };
 
-  let outcome: { result: CompileResult } | { error: unknown } | undefined;
-  void run({ request: first.value.kind.value, summarize, observer: (event) => send({ case: "event", value: event }), remembered }).then(
-    (result) => {
-      outcome = { result };
-      wake?.();
-    },
-    (error: unknown) => {
-      outcome = { error };
-      wake?.();
-    },
-  );
-  for (;;) {
-    while (outbox.length > 0) yield outbox.shift()!;
-    if (outcome) {
-      if ("error" in outcome) throw outcome.error;
-      yield { $typeName: "contextd.v1.CompileSessionResponse", kind: { case: "result", value: outcome.result } };
-      return;
-    }
-    await new Promise<void>((resolve) => (wake = resolve));
-    wake = undefined;
+  const items = whileRunning<CompileSessionResponse["kind"], CompileResult>((sendItem) => {
+    send = sendItem;
+    return run({ request: compileRequest, summarize, observer: (event) => send({ case: "event", value: event }), remembered });
+  });
+  for await (const item of items) {
+    const kind: CompileSessionResponse["kind"] = "sent" in item ? item.sent : { case: "result", value: item.result };
+    yield { $typeName: "contextd.v1.CompileSessionResponse", kind };
   }
 }
 

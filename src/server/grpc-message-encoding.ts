@@ -31,9 +31,14 @@ function reencode(headers: Record<string, unknown>): void {
   } catch {
     return;
   }
+  headers["grpc-message"] = encodeGrpcMessage(text);
+}
+
+/** `grpc-message` as the gRPC spec encodes it: bytes outside printable ASCII, and "%", escaped. */
+export function encodeGrpcMessage(text: string): string {
   let encoded = "";
   for (const byte of Buffer.from(text, "utf8")) {
     encoded += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
-  headers["grpc-message"] = encoded;
+  return encoded;
 }

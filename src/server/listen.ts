@@ -31,16 +31,28 @@ export interface DualProtocolServer {
  * module offers HTTP/1.1 fallback only over TLS, so the first bytes of each connection decide which
  * server gets it: gRPC needs HTTP/2, while Connect and gRPC-Web also work over HTTP/1.1.
  */
-export function createDualProtocolServer(handler: Handler, options: { maxConcurrentStreams: number }): DualProtocolServer {
+/**
+ * Serves an HTTP/2 stream directly and returns true, or returns false to leave it to `Handler`
+ * through node's compatibility API (see grpc-unary.ts for why some streams skip it).
+ */
+export type StreamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => boolean;
+
+export function createDualProtocolServer(
+  handler: Handler,
+  options: { maxConcurrentStreams: number; streamHandler?: StreamHandler },
+): DualProtocolServer {
   // Streams over HTTP/1.1 (Connect server streaming) live as long as the caller wants: no request timeout.
   const h1 = http.createServer({ requestTimeout: 0, keepAliveTimeout: 65_000 }, handler);
-  const h2 = http2.createServer(
-    {
-      settings: { initialWindowSize: streamWindowBytes, maxConcurrentStreams: options.maxConcurrentStreams },
-      maxSessionMemory: 64,
-    },
-    handler,
-  );
+  // No request listener: node would then wrap every stream in a request/response pair before we
+  // could look at it. Streams the stream handler declines are wrapped here, as node does.
+  const h2 = http2.createServer({
+    settings: { initialWindowSize: streamWindowBytes, maxConcurrentStreams: options.maxConcurrentStreams },
+    maxSessionMemory: 64,
+  });
+  h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+    if (options.streamHandler?.(stream, headers)) return;
+    handleCompatibly(handler, stream, headers, rawHeaders);
+  });
   h2.on("session", (session) => {
     session.once("localSettings", () => session.setLocalWindowSize(sessionWindowBytes));
   });
@@ -65,4 +77,24 @@ export function createDualProtocolServer(handler: Handler, options: { maxConcurr
     socket.on("error", () => socket.destroy());
   });
   return { tcp, h1, h2, sockets };
+}
+
+// What node's HTTP/2 server does for a stream when it has a request listener.
+function handleCompatibly(handler: Handler, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
+  const request = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
+  const response = new http2.Http2ServerResponse(stream);
+  if (headers[":method"] === "CONNECT") {
+    response.statusCode = 405;
+    response.end();
+    return;
+  }
+  if (headers.expect !== undefined) {
+    if (headers.expect !== "100-continue") {
+      response.statusCode = 417;
+      response.end();
+      return;
+    }
+    response.writeContinue();
+  }
+  handler(request, response);
 }

@@ -11,6 +11,7 @@ import { requestIdKey } from "./call-context.js";
 import { defaultConfig, type Config } from "./config.js";
 import { HealthStatus, ServingStatus } from "./health.js";
 import { encodeGrpcMessagesMinimally } from "./grpc-message-encoding.js";
+import { recordUnaryMethods, serveUnaryCall, takesStream } from "./grpc-unary.js";
 import { instrumentCalls } from "./instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest } from "./limits.js";
 import { createDualProtocolServer } from "./listen.js";
@@ -80,7 +81,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     authenticate(config.authTokens),
     limitMessagesPerRequest(config.maxMessages),
     guardStreams(config.maxStreams, streams, shutdownController.signal),
-    preEncodeBinaryResponses(),
   ];
   const adapterOptions = {
     readMaxBytes: config.maxRequestBytes,
@@ -94,16 +94,36 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // Two adapters over the same services: binary requests are decoded by our own decoder (see
   // binary-requests.ts), JSON requests, GETs and everything else by connect as usual.
   const registerServices = routes(routeDependencies);
-  const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors });
+  const connectInterceptors = [...interceptors, preEncodeBinaryResponses()];
+  const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors: connectInterceptors });
   const binaryHandler = connectNodeAdapter({
     ...adapterOptions,
     routes: (router) => registerServices(router, withOpaqueRequests),
-    interceptors: [decodeOpaqueRequests(), ...interceptors],
+    interceptors: [decodeOpaqueRequests(), ...connectInterceptors],
   });
+  // Unary binary gRPC skips connect's adapter (see grpc-unary.ts); same services, same interceptors.
+  const unaryGrpc = {
+    methods: recordUnaryMethods((router) => registerServices(router)),
+    interceptors,
+    maxRequestBytes: config.maxRequestBytes,
+    maxTimeoutMs: config.maxDeadlineMs > 0 ? config.maxDeadlineMs : Number.POSITIVE_INFINITY,
+  };
 
   let inFlight = 0;
   let stopping = false;
   let drained: (() => void) | undefined;
+  const track = () => {
+    inFlight++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      inFlight--;
+      if (inFlight === 0) drained?.();
+    };
+  };
+  const requestIdOf = (offered: string | string[] | undefined) =>
+    typeof offered === "string" && acceptableRequestId.test(offered) ? offered : randomUUID();
   const handle = (
     request: http.IncomingMessage | http2.Http2ServerRequest,
     response: http.ServerResponse | http2.Http2ServerResponse,
@@ -116,19 +136,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       response.end(body);
       return;
     }
-    const offered = request.headers["x-request-id"];
-    const requestId = typeof offered === "string" && acceptableRequestId.test(offered) ? offered : randomUUID();
+    const requestId = requestIdOf(request.headers["x-request-id"]);
     requestIds.set(request, requestId);
     response.setHeader("x-request-id", requestId);
     if (/^application\/grpc(\+|;|$)/.test(request.headers["content-type"] ?? "")) encodeGrpcMessagesMinimally(response);
-    inFlight++;
-    let done = false;
-    const settle = () => {
-      if (done) return;
-      done = true;
-      inFlight--;
-      if (inFlight === 0) drained?.();
-    };
+    const settle = track();
     // HTTP/2 compat responses emit "finish" only once the whole stream closes, which a client that
     // got an early error (a message over --max-request-bytes) may never do; the stream's own
     // "finish" marks the end of our side, and that is when the call is over for us.
@@ -139,7 +151,21 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     (binary ? binaryHandler : connectHandler)(request, response);
   };
 
-  const { tcp, h2, sockets } = createDualProtocolServer(handle, { maxConcurrentStreams: config.maxStreams + unaryStreamSlots });
+  const serveStream = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
+    const spec = takesStream(unaryGrpc.methods, headers);
+    if (spec === undefined) return false;
+    const requestId = requestIdOf(headers["x-request-id"]);
+    // Our side is done at "finish"; "close" also covers a stream reset before that.
+    const settle = track();
+    stream.once("finish", settle);
+    stream.once("close", settle);
+    serveUnaryCall(stream, headers, spec, unaryGrpc, createContextValues().set(requestIdKey, requestId), { "x-request-id": requestId });
+    return true;
+  };
+  const { tcp, h2, sockets } = createDualProtocolServer(handle, {
+    maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
+    streamHandler: serveStream,
+  });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
     sessions.add(session);

@@ -1,0 +1,177 @@
+import * as http2 from "node:http2";
+import { gzipSync } from "node:zlib";
+import { create, fromBinary, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
+import {
+  CommitRequestSchema,
+  CommitResponseSchema,
+  GetStateRequestSchema,
+  GetStateResponseSchema,
+} from "../gen/ts/contextd/v1/conversation_service_pb.js";
+import { Role } from "../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
+import { takesStream } from "../src/server/grpc-unary.js";
+import { startSidecar, type Sidecar } from "./support/sidecar.js";
+
+// Unary binary gRPC is served by src/server/grpc-unary.ts, everything else by connect. These tests
+// speak raw HTTP/2 so that every header, trailer and byte the direct path produces is checked.
+
+interface RawResponse {
+  headers: http2.IncomingHttpHeaders;
+  trailers: http2.IncomingHttpHeaders;
+  body: Buffer;
+}
+
+function envelope(payload: Uint8Array, flags = 0): Buffer {
+  const bytes = Buffer.alloc(5 + payload.length);
+  bytes[0] = flags;
+  bytes.writeUInt32BE(payload.length, 1);
+  bytes.set(payload, 5);
+  return bytes;
+}
+
+function grpcStatus(response: RawResponse): { code: number; message: string } {
+  const source = response.trailers["grpc-status"] !== undefined ? response.trailers : response.headers;
+  return { code: Number(source["grpc-status"]), message: String(source["grpc-message"] ?? "") };
+}
+
+function payloadOf<Desc extends DescMessage>(schema: Desc, response: RawResponse): MessageShape<Desc> {
+  expect(response.body[0]).toBe(0);
+  const length = response.body.readUInt32BE(1);
+  expect(response.body.length).toBe(5 + length);
+  return fromBinary(schema, response.body.subarray(5));
+}
+
+describe("unary gRPC served from the HTTP/2 stream", () => {
+  let sidecar: Sidecar;
+  let session: http2.ClientHttp2Session;
+  const call = (path: string, body: Buffer, headers: http2.OutgoingHttpHeaders = {}): Promise<RawResponse> =>
+    new Promise((resolve, reject) => {
+      const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+      const chunks: Buffer[] = [];
+      let responseHeaders: http2.IncomingHttpHeaders = {};
+      let trailers: http2.IncomingHttpHeaders = {};
+      stream.on("response", (received) => (responseHeaders = received));
+      stream.on("trailers", (received) => (trailers = received));
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("error", reject);
+      stream.on("end", () => resolve({ headers: responseHeaders, trailers, body: Buffer.concat(chunks) }));
+      stream.end(body);
+    });
+  const getState = "/contextd.v1.ConversationService/GetState";
+  const commit = "/contextd.v1.ConversationService/Commit";
+  const compile = "/contextd.v1.ContextService/Compile";
+  const getStateRequest = (conversationId: string) => envelope(toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId })));
+
+  beforeAll(async () => {
+    sidecar = await startSidecar(["--max-deadline-ms", "60000"]);
+    session = http2.connect(sidecar.url);
+  });
+  afterAll(async () => {
+    session?.close();
+    await sidecar?.stop();
+  });
+
+  it("answers with headers, one enveloped message and grpc-status 0, echoing the caller's request id", async () => {
+    const request = create(CompileRequestSchema, {
+      history: { messages: [{ id: "u1", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "hello <|endoftext|>" } } }] }] },
+    });
+    const response = await call(compile, envelope(toBinary(CompileRequestSchema, request)), { "x-request-id": "trace-42" });
+    expect(response.headers[":status"]).toBe(200);
+    expect(response.headers["content-type"]).toBe("application/grpc+proto");
+    expect(response.headers["x-request-id"]).toBe("trace-42");
+    expect(response.trailers["grpc-status"]).toBe("0");
+    const result = payloadOf(CompileResponseSchema, response).result!;
+    expect(result.payload!.history.map((message) => message.id)).toEqual(["u1"]);
+
+    // The same call through connect (Connect protocol, JSON) gives the same result.
+    const viaConnect = await fetch(`${sidecar.url}${compile}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ history: { messages: [{ id: "u1", role: "ROLE_USER", parts: [{ text: { text: "hello <|endoftext|>" } }] }] } }),
+    });
+    const json = ((await viaConnect.json()) as { result: { payload: { history: { id: string }[] }; usage: { total: string } } }).result;
+    expect(json.payload.history.map((message) => message.id)).toEqual(["u1"]);
+    expect(json.usage.total).toBe(String(result.usage!.total));
+  });
+
+  it("carries error metadata in the trailers and encodes grpc-message as the gRPC spec does", async () => {
+    const id = `unary/conflict-${Date.now()}`;
+    const append = (expectedVersion: bigint) =>
+      envelope(
+        toBinary(
+          CommitRequestSchema,
+          create(CommitRequestSchema, {
+            conversationId: id,
+            expectedVersion,
+            deltas: [{ operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [{ id: `m${expectedVersion}`, role: Role.USER, parts: [{ kind: { case: "text", value: { text: "hi" } } }] }] } } }],
+          }),
+        ),
+      );
+    const first = await call(commit, append(0n));
+    expect(payloadOf(CommitResponseSchema, first).version).toBe(1n);
+    const stale = await call(commit, append(0n));
+    expect(stale.headers[":status"]).toBe(200);
+    expect(stale.body.length).toBe(0);
+    expect(grpcStatus(stale).code).toBe(10); // ABORTED
+    expect(stale.trailers["contextd-current-version"]).toBe("1");
+    // "/" and ":" stay as they are; only bytes outside printable ASCII and "%" are escaped.
+    expect(grpcStatus(stale).message).toContain(id);
+    expect(grpcStatus(stale).message).not.toContain("%2F");
+  });
+
+  it("rejects malformed envelopes with connect's codes and keeps serving", async () => {
+    const payload = toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId: "unary/bad" }));
+    expect(grpcStatus(await call(getState, Buffer.alloc(0)))).toMatchObject({ code: 12, message: expect.stringContaining("missing input message") });
+    expect(grpcStatus(await call(getState, Buffer.concat([envelope(payload), envelope(payload)])))).toMatchObject({
+      code: 12,
+      message: expect.stringContaining("extra input message"),
+    });
+    // The compressed flag without a grpc-encoding header.
+    expect(grpcStatus(await call(getState, envelope(payload, 1)))).toMatchObject({ code: 13, message: expect.stringContaining("compressed") });
+    expect(grpcStatus(await call(getState, envelope(Buffer.from([0x0a, 0xff]))))).toMatchObject({ code: 13, message: expect.stringContaining("parse binary") });
+    expect(grpcStatus(await call(getState, getStateRequest("unary/fine"))).code).toBe(0);
+  });
+
+  it("parses grpc-timeout: past deadlines are DEADLINE_EXCEEDED, malformed or too long ones INVALID_ARGUMENT", async () => {
+    expect(grpcStatus(await call(getState, getStateRequest("unary/deadline"), { "grpc-timeout": "0m" })).code).toBe(4);
+    expect(grpcStatus(await call(getState, getStateRequest("unary/deadline"), { "grpc-timeout": "soon" }))).toMatchObject({
+      code: 3,
+      message: expect.stringContaining("invalid grpc timeout"),
+    });
+    expect(grpcStatus(await call(getState, getStateRequest("unary/deadline"), { "grpc-timeout": "2M" }))).toMatchObject({
+      code: 3,
+      message: expect.stringContaining("60000"),
+    });
+    const inTime = await call(getState, getStateRequest("unary/deadline"), { "grpc-timeout": "5S" });
+    expect(grpcStatus(inTime).code).toBe(0);
+    expect(payloadOf(GetStateResponseSchema, inTime).state!.conversationId).toBe("unary/deadline");
+  });
+
+  it("leaves compressed requests, the JSON codec and unknown methods to connect", async () => {
+    const payload = toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId: "unary/gzip" }));
+    const gzipped = await call(getState, envelope(gzipSync(payload), 1), { "grpc-encoding": "gzip" });
+    expect(grpcStatus(gzipped).code).toBe(0);
+    const json = await call(getState, envelope(Buffer.from(JSON.stringify({ conversationId: "unary/json" }))), { "content-type": "application/grpc+json" });
+    expect(grpcStatus(json).code).toBe(0);
+    expect(JSON.parse(json.body.subarray(5).toString())).toMatchObject({ state: { conversationId: "unary/json" } });
+    // connect's router answers paths it does not know with HTTP 404, which gRPC clients read as UNIMPLEMENTED.
+    expect((await call("/contextd.v1.ConversationService/NoSuchMethod", getStateRequest("x"))).headers[":status"]).toBe(404);
+  });
+
+  it("takes only POSTed binary gRPC requests for unary methods without compression", () => {
+    const methods = new Map([["/contextd.v1.ConversationService/GetState", { kind: "unary" } as never]]);
+    const base = { ":method": "POST", ":path": getState, "content-type": "application/grpc" };
+    expect(takesStream(methods, base)).toBeDefined();
+    expect(takesStream(methods, { ...base, "content-type": "application/grpc+proto" })).toBeDefined();
+    expect(takesStream(methods, { ...base, "grpc-encoding": "identity" })).toBeDefined();
+    expect(takesStream(methods, { ...base, "grpc-encoding": "gzip" })).toBeUndefined();
+    expect(takesStream(methods, { ...base, "content-type": "application/grpc+json" })).toBeUndefined();
+    expect(takesStream(methods, { ...base, "content-type": "application/grpc-web+proto" })).toBeUndefined();
+    expect(takesStream(methods, { ...base, "content-type": "application/proto" })).toBeUndefined();
+    expect(takesStream(methods, { ...base, ":method": "GET" })).toBeUndefined();
+    expect(takesStream(methods, { ...base, ":path": "/contextd.v1.ConversationService/Watch" })).toBeUndefined();
+  });
+});

@@ -1,6 +1,7 @@
 import { ScalarType, protoInt64, toBinary, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { isScalarZeroValue } from "@bufbuild/protobuf/reflect";
 import { WireType } from "@bufbuild/protobuf/wire";
+import { listEncodingFor, retainedEncodings, type ListEncoding, type RetainedList } from "./retained-encodings.js";
 
 /**
  * Protobuf binary encoding into one buffer, byte for byte what `toBinary` produces.
@@ -13,7 +14,9 @@ import { WireType } from "@bufbuild/protobuf/wire";
  *
  * A compile result holds the same message objects several times over (payload, source, snapshots,
  * persistence, introduced), so each distinct message object is encoded once per call and every
- * further occurrence copies its bytes (see `BackwardWriter.encoded`).
+ * further occurrence copies its bytes (see `BackwardWriter.encoded`); the same holds for a list
+ * object sent again as the same repeated field. Messages and lists of a stored conversation state
+ * are immutable, so their bytes are also kept from one call to the next (`retained-encodings.ts`).
  */
 export function encodeMessage<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): Uint8Array {
   // Wrapper, Struct and Value fields have a different in-memory shape (unboxed / JSON); they are
@@ -159,16 +162,90 @@ function planOf(schema: DescMessage): FieldPlan[] {
   return plan;
 }
 
-function hasEntries(map: object): boolean {
-  for (const _ in map) return true;
-  return false;
-}
-
 function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
   if (writer.copyEncoded(message)) return;
   const end = writer.length;
-  writeFields(writer, schema, message);
+  const retained = retainedEncodings.message(message);
+  if (retained?.encoding !== undefined) {
+    writer.bytes(retained.encoding);
+  } else {
+    writeFields(writer, schema, message);
+    if (retained) retainedEncodings.keepMessage(retained, writer.writtenSince(end));
+  }
   writer.encoded.set(message, { start: writer.length, end });
+}
+
+/**
+ * A repeated message field. A list object sent again as the same field number is a copy; a stored
+ * (retained) list is copied from its kept encoding; any other list is cut into runs of consecutive
+ * elements of one stored list (a trimmed history, the persistence projection), each run copied
+ * from that list's kept encoding.
+ */
+function writeMessageList(writer: BackwardWriter, field: DescField, schema: DescMessage, list: Fields[]): void {
+  // Group (delimited) encoding only exists for editions contracts: no reuse, just the plain path.
+  if ((field as { delimitedEncoding?: boolean }).delimitedEncoding) {
+    for (let i = list.length - 1; i >= 0; i--) writeNested(writer, field, schema, list[i]!);
+    return;
+  }
+  if (writer.copyEncodedList(list, field.number)) return;
+  const end = writer.length;
+  const retained = retainedEncodings.list(list);
+  if (retained) writer.bytes(retainedListEncoding(retained, field, schema).bytes);
+  else writeRuns(writer, field, schema, list);
+  writer.rememberList(list, field.number, end);
+}
+
+/** Runs of at least this many elements make a stored list worth encoding whole (once) to copy them from. */
+const minimumRun = 32;
+
+function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage, list: Fields[]): void {
+  let i = list.length - 1;
+  while (i >= 0) {
+    const retained = retainedEncodings.message(list[i]!);
+    if (retained === undefined) {
+      writeNested(writer, field, schema, list[i]!);
+      i--;
+      continue;
+    }
+    // list[first..i] is home[from..from + i - first], compared by identity, so a copy of those
+    // bytes is exactly what encoding the elements would write.
+    const home = retained.home.list;
+    let first = i;
+    let from = retained.index;
+    while (first > 0 && from > 0 && list[first - 1] === home[from - 1]) {
+      first--;
+      from--;
+    }
+    const length = i - first + 1;
+    const kept = length >= minimumRun ? retainedListEncoding(retained.home, field, schema) : listEncodingFor(retained.home, field.number);
+    if (kept === undefined) {
+      writeNested(writer, field, schema, list[i]!);
+      i--;
+      continue;
+    }
+    writer.bytes(kept.bytes.subarray(kept.offsets[from]!, kept.offsets[from + length]!));
+    i = first - 1;
+  }
+}
+
+/** The kept encoding of a stored list as `field`, encoded (in a writer of its own) and kept the first time. */
+function retainedListEncoding(retained: RetainedList, field: DescField, schema: DescMessage): ListEncoding {
+  const kept = listEncodingFor(retained, field.number);
+  if (kept !== undefined) return kept;
+  const list = retained.list as Fields[];
+  const writer = new BackwardWriter(Math.max(256, list.length * 128));
+  // After writing element i (back to front), the length is where it starts counted from the end.
+  const starts = new Uint32Array(list.length + 1);
+  for (let i = list.length - 1; i >= 0; i--) {
+    writeNested(writer, field, schema, list[i]!);
+    starts[i] = writer.length;
+  }
+  const total = writer.length;
+  for (let i = 0; i < list.length; i++) starts[i] = total - starts[i]!;
+  starts[list.length] = total;
+  const bytes = writer.finish();
+  retainedEncodings.keepList(retained, field.number, bytes, starts);
+  return { fieldNumber: field.number, bytes, offsets: starts, next: undefined };
 }
 
 function writeFields(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
@@ -209,8 +286,9 @@ function writeFields(writer: BackwardWriter, schema: DescMessage, message: Field
         if ((value as unknown[]).length === 0) continue;
         break;
       case Presence.Map:
+        // An empty map writes nothing; testing for entries first would list the keys twice
+        // (for-in over a dictionary-mode object enumerates all of them).
         value = message[entry.name];
-        if (!hasEntries(value as object)) continue;
         break;
     }
     writeField(writer, entry.field, value);
@@ -229,7 +307,7 @@ function writeField(writer: BackwardWriter, field: DescField, value: unknown): v
     case "list": {
       const list = value as unknown[];
       if (field.listKind === "message") {
-        for (let i = list.length - 1; i >= 0; i--) writeNested(writer, field, field.message, list[i] as Fields);
+        writeMessageList(writer, field, field.message, list as Fields[]);
         return;
       }
       const scalar = field.scalar ?? ScalarType.INT32;
@@ -244,9 +322,13 @@ function writeField(writer: BackwardWriter, field: DescField, value: unknown): v
       return;
     }
     case "map": {
-      const entries = Object.entries(value as Record<string, unknown>);
-      for (let i = entries.length - 1; i >= 0; i--) {
-        const [key, entry] = entries[i]!;
+      // Keys, not entries: one array instead of a pair per entry (maps like `transformations` hold
+      // one entry per message).
+      const map = value as Record<string, unknown>;
+      const keys = Object.keys(map);
+      for (let i = keys.length - 1; i >= 0; i--) {
+        const key = keys[i]!;
+        const entry = map[key];
         const end = writer.length;
         if (field.mapKind === "message") {
           const valueEnd = writer.length;
@@ -391,6 +473,18 @@ interface Encoded {
   end: number;
 }
 
+/**
+ * Where a list's encoding as one repeated field sits. Its bytes depend on the field number only
+ * (payload, snapshot and persistence all send history as field 2), and a list may be sent as several.
+ */
+interface EncodedList extends Encoded {
+  fieldNumber: number;
+  next: EncodedList | undefined;
+}
+
+/** Up to this many bytes, copies are made by hand rather than by a native call. */
+const shortCopy = 32;
+
 /** Writes from the end of a buffer towards its start; grows by doubling, copying the tail once. */
 class BackwardWriter {
   private buffer: Buffer;
@@ -400,6 +494,8 @@ class BackwardWriter {
    * is fixed), so a second occurrence is a copy; objects are not mutated while being encoded.
    */
   readonly encoded = new Map<object, Encoded>();
+  /** Message lists encoded by this writer, as whole repeated fields (tags and lengths included). */
+  private readonly encodedLists = new Map<object, EncodedList>();
 
   constructor(initialSize: number) {
     this.buffer = Buffer.allocUnsafe(initialSize);
@@ -480,12 +576,44 @@ class BackwardWriter {
   copyEncoded(message: object): boolean {
     const earlier = this.encoded.get(message);
     if (earlier === undefined) return false;
+    this.copyWritten(earlier);
+    return true;
+  }
+
+  /** Writes again the bytes of a list encoded earlier by this writer as the same field number; false if it was not. */
+  copyEncodedList(list: object, fieldNumber: number): boolean {
+    for (let earlier = this.encodedLists.get(list); earlier !== undefined; earlier = earlier.next) {
+      if (earlier.fieldNumber !== fieldNumber) continue;
+      this.copyWritten(earlier);
+      return true;
+    }
+    return false;
+  }
+
+  /** Records that everything written since `end` is `list` encoded as repeated field `fieldNumber`. */
+  rememberList(list: object, fieldNumber: number, end: number): void {
+    this.encodedLists.set(list, { start: this.length, end, fieldNumber, next: this.encodedLists.get(list) });
+  }
+
+  /** A view of the bytes written since the length was `end`; valid until the next write. */
+  writtenSince(end: number): Uint8Array {
+    return this.buffer.subarray(this.position, this.buffer.length - end);
+  }
+
+  private copyWritten(earlier: Encoded): void {
     const size = earlier.start - earlier.end;
     this.reserve(size);
     const tail = this.buffer.length;
-    this.buffer.copyWithin(this.position - size, tail - earlier.start, tail - earlier.end);
-    this.position -= size;
-    return true;
+    const target = this.position - size;
+    if (size <= shortCopy) {
+      // Small messages (a map's shared value, a short part) repeat by the thousand: a loop is
+      // cheaper than the native call.
+      const source = tail - earlier.start;
+      for (let i = 0; i < size; i++) this.buffer[target + i] = this.buffer[source + i]!;
+    } else {
+      this.buffer.copyWithin(target, tail - earlier.start, tail - earlier.end);
+    }
+    this.position = target;
   }
 
   /** Writes the UTF-8 bytes of `text`, then its length before them. */

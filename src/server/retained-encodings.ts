@@ -1,0 +1,135 @@
+import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+
+/**
+ * Encodings that `protobuf-encoder.ts` keeps from one call to the next, for objects that can no
+ * longer change: the message lists of a stored conversation state and their elements.
+ *
+ * Why it exists: a stateful compile answers with the stored messages themselves (the engine passes
+ * unchanged messages, and unchanged lists, through as the same objects), so the bytes of a
+ * 1,000-message conversation were re-encoded on every call although they cannot differ. States
+ * returned by the store are read-only by contract (`conversation-store.ts`), so an encoding keyed
+ * by such an object's identity stays exact for as long as the object lives.
+ *
+ * Only objects marked through `retainStoredState` are kept: anything else (a request's messages, a
+ * list the engine builds) may change between calls and is encoded afresh every time. Keys are weak,
+ * so encodings die with the state they came from; their total is bounded by `maxBytes`, beyond
+ * which every mark and encoding is dropped at once, and states are marked again when next loaded
+ * (the count cannot see what the garbage collector reclaimed, so it resets early, never late).
+ */
+export class RetainedEncodings {
+  private messages = new WeakMap<object, RetainedMessage>();
+  private lists = new WeakMap<object, RetainedList>();
+  private states = new WeakSet<ConversationState>();
+  private bytes = 0;
+
+  constructor(readonly maxBytes: number) {}
+
+  /** Marks the message lists of `state` and their elements as immutable; cheap for a state seen before. */
+  retainStoredState(state: ConversationState): void {
+    if (this.states.has(state)) return;
+    this.states.add(state);
+    for (const name of stateListNames) {
+      const list = state[name] as object[];
+      if (list.length === 0) continue;
+      let home = this.lists.get(list);
+      if (home === undefined) this.lists.set(list, (home = { list, encodings: undefined }));
+      for (let index = 0; index < list.length; index++) {
+        const element = list[index]!;
+        const mark = this.messages.get(element);
+        if (mark === undefined) {
+          this.messages.set(element, { encoding: undefined, home, index });
+        } else {
+          // The newest list holding a message is the one responses are cut from; older ones may go.
+          mark.home = home;
+          mark.index = index;
+        }
+      }
+    }
+  }
+
+  /** The mark of an immutable message, undefined for any other object. */
+  message(message: object): RetainedMessage | undefined {
+    return this.messages.get(message);
+  }
+
+  /** The mark of an immutable list, undefined for any other object. */
+  list(list: object): RetainedList | undefined {
+    return this.lists.get(list);
+  }
+
+  /** Keeps a copy of the message's encoding (without tag and length). */
+  keepMessage(mark: RetainedMessage, encoding: Uint8Array): void {
+    mark.encoding = this.take(encoding);
+  }
+
+  /** Keeps a copy of the list's encoding as repeated field `fieldNumber`. */
+  keepList(mark: RetainedList, fieldNumber: number, encoding: Uint8Array, offsets: Uint32Array): void {
+    mark.encodings = { fieldNumber, bytes: this.take(encoding), offsets, next: mark.encodings };
+    this.bytes += offsets.byteLength;
+  }
+
+  /** Bytes kept since the last reset (including encodings of objects already collected). */
+  get keptBytes(): number {
+    return this.bytes;
+  }
+
+  private take(encoding: Uint8Array): Uint8Array {
+    this.bytes += encoding.byteLength;
+    if (this.bytes > this.maxBytes) {
+      // Encodings already handed to marks of the old generation die with them.
+      this.messages = new WeakMap();
+      this.lists = new WeakMap();
+      this.states = new WeakSet();
+      this.bytes = encoding.byteLength;
+    }
+    // A copy, since the encoder's buffer is handed out as the call's result; Buffer.from takes
+    // small copies from a shared pool instead of allocating one ArrayBuffer each.
+    return Buffer.from(encoding);
+  }
+}
+
+/** An element of a stored list. */
+export interface RetainedMessage {
+  /** The message's encoding without tag and length, once encoded. */
+  encoding: Uint8Array | undefined;
+  /** The newest stored list holding the message, and where; runs of a response list are cut from it. */
+  home: RetainedList;
+  index: number;
+}
+
+/** A message list of a stored state. */
+export interface RetainedList {
+  list: readonly object[];
+  encodings: ListEncoding | undefined;
+}
+
+/** The list encoded as one repeated field (tags and lengths included, so per field number). */
+export interface ListEncoding {
+  fieldNumber: number;
+  bytes: Uint8Array;
+  /** Where each element's tag starts in `bytes`, and the length of `bytes` at the end (list length + 1 entries). */
+  offsets: Uint32Array;
+  next: ListEncoding | undefined;
+}
+
+export function listEncodingFor(mark: RetainedList, fieldNumber: number): ListEncoding | undefined {
+  for (let encoding = mark.encodings; encoding !== undefined; encoding = encoding.next) {
+    if (encoding.fieldNumber === fieldNumber) return encoding;
+  }
+  return undefined;
+}
+
+const stateListNames = ConversationStateSchema.fields
+  .filter((field) => field.fieldKind === "list" && field.listKind === "message")
+  .map((field) => field.localName as keyof ConversationState);
+
+/**
+ * The one instance the encoder consults. 64 MiB holds the encodings of a couple of hundred hot
+ * 1,000-message conversations (each message once, each list once per field number it is sent as).
+ */
+export const retainedEncodings = new RetainedEncodings(64 * 1024 * 1024);
+
+/** Lets the encoder keep the bytes of `state`'s messages across calls; see `RetainedEncodings`. */
+export function retainStoredState(state: ConversationState): void {
+  retainedEncodings.retainStoredState(state);
+}

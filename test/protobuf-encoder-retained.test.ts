@@ -1,0 +1,191 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { reflect } from "@bufbuild/protobuf/reflect";
+import { describe, expect, it } from "vitest";
+import {
+  CompileRequestSchema,
+  CompileResultSchema,
+  IntroducedMessageSchema,
+  TransformationSchema,
+  type CompileResult,
+} from "../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+import { encodeMessage } from "../src/server/protobuf-encoder.js";
+import { RetainedEncodings, retainedEncodings, retainStoredState } from "../src/server/retained-encodings.js";
+import { contextService } from "../src/server/services/context-service.js";
+import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
+import { message as buildMessage, toolRound } from "./core/messages.js";
+import { fill, randomSource } from "./support/random-messages.js";
+
+const same = (actual: Uint8Array, expected: Uint8Array) => Buffer.from(actual).equals(Buffer.from(expected));
+
+function randomMessage(random: () => number): Message {
+  const reflected = reflect(MessageSchema);
+  fill(reflected, random, 0);
+  return reflected.message as Message;
+}
+
+/** A stored state of random messages; with `previous`, the next version sharing some of its messages. */
+function randomState(random: () => number, previous?: ConversationState): ConversationState {
+  const pick = (count: number) => Array.from({ length: count }, () => randomMessage(random));
+  const evolve = (list: Message[]) => {
+    // New arrays, as the store builds them: kept runs, dropped messages, new ones in between.
+    const next: Message[] = [];
+    for (const message of list) {
+      const roll = random();
+      if (roll < 0.1) continue;
+      if (roll < 0.2) next.push(randomMessage(random));
+      next.push(message);
+    }
+    return [...next, ...pick(Math.floor(random() * 5))];
+  };
+  const state = create(ConversationStateSchema, { conversationId: "c", version: (previous?.version ?? 0n) + 1n });
+  state.system = previous ? evolve(previous.system) : pick(3);
+  state.history = previous ? evolve(previous.history) : pick(80);
+  state.memory = previous ? previous.memory : pick(2);
+  return state;
+}
+
+/** A compile result cut from `state` the ways the engine cuts them, with `foreign` (unretained) messages mixed in. */
+function resultFrom(state: ConversationState, foreign: Message[], random: () => number): CompileResponse {
+  const result = create(CompileResultSchema);
+  const history = state.history;
+  const suffix = history.slice(Math.floor(random() * history.length));
+  const filtered = history.filter(() => random() < 0.8);
+  const mixed = [...history.slice(0, 10), ...foreign, ...history.slice(10)];
+  result.payload = { $typeName: "contextd.v1.CompiledPayload", system: state.system, history: suffix, tools: [], memory: state.memory, scratch: foreign, toolDefinitions: [] };
+  result.source = { $typeName: "contextd.v1.CompileSource", snapshot: { $typeName: "contextd.v1.Snapshot", system: state.system, history, memory: [], tools: mixed, artifacts: [] }, pending: foreign };
+  result.normalizedSnapshot = { $typeName: "contextd.v1.Snapshot", system: state.system, history: mixed, memory: state.memory, tools: [], artifacts: [] };
+  result.persistence = { $typeName: "contextd.v1.Persistence", system: [...state.system].reverse(), history: filtered, memory: [history[0]!, history[0]!], tools: [], artifacts: [] };
+  result.introduced = history.slice(0, 3).map((message) => create(IntroducedMessageSchema, { segment: Segment.HISTORY }));
+  result.introduced.forEach((introduced, index) => (introduced.message = history[index]));
+  const passed = create(TransformationSchema, { segment: Segment.HISTORY });
+  result.transformations = Object.fromEntries(history.map((message, index) => [`${message.id}#${index}`, passed]));
+  return create(CompileResponseSchema, { result });
+}
+
+describe("protobuf encoder with retained encodings", () => {
+  it("encodes responses cut from stored states exactly as toBinary does, on every call and every version", () => {
+    const random = randomSource(11);
+    for (let conversation = 0; conversation < 4; conversation++) {
+      let state = randomState(random);
+      for (let version = 0; version < 6; version++) {
+        retainStoredState(state);
+        for (let call = 0; call < 3; call++) {
+          const foreign = [randomMessage(random), randomMessage(random)];
+          const response = resultFrom(state, foreign, random);
+          const expected = toBinary(CompileResponseSchema, response);
+          expect(same(encodeMessage(CompileResponseSchema, response), expected), `conversation ${conversation} version ${version} call ${call}`).toBe(true);
+        }
+        state = randomState(random, state);
+      }
+    }
+  });
+
+  it("serves the kept bytes of stored messages on the next call instead of encoding them again", () => {
+    const state = randomState(randomSource(5));
+    retainStoredState(state);
+    // The same seed cuts the same lists from the state.
+    const cuts = () => randomSource(77);
+    const response = resultFrom(state, [], cuts());
+    const before = toBinary(CompileResponseSchema, response);
+    expect(same(encodeMessage(CompileResponseSchema, response), before)).toBe(true);
+    const kept = retainedEncodings.keptBytes;
+    expect(kept).toBeGreaterThan(0);
+    // Only to observe the cache: stored states are read-only, so changing a stored message breaks
+    // the contract, and the encoder still answers with what it kept.
+    state.history[40]!.senderName = "changed behind the encoder's back";
+    state.system[1]!.senderName = "changed too";
+    const again = resultFrom(state, [], cuts());
+    expect(same(toBinary(CompileResponseSchema, again), before)).toBe(false);
+    expect(same(encodeMessage(CompileResponseSchema, again), before)).toBe(true);
+    expect(retainedEncodings.keptBytes).toBe(kept);
+  });
+
+  it("encodes messages that are not from a stored state afresh, so changing them between calls is seen", () => {
+    const foreign = buildMessage(Role.USER, "m1", "hello");
+    const list = [foreign, foreign];
+    const response = create(CompileResponseSchema, { result: {} });
+    response.result!.payload = { $typeName: "contextd.v1.CompiledPayload", system: [], history: list, tools: [], memory: [], scratch: [], toolDefinitions: [] };
+    response.result!.persistence = { $typeName: "contextd.v1.Persistence", system: [], history: list, memory: [], tools: [], artifacts: [] };
+    expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
+    foreign.id = "m2";
+    list.push(buildMessage(Role.ASSISTANT, "m3", "hi"));
+    const changed = encodeMessage(CompileResponseSchema, response);
+    expect(same(changed, toBinary(CompileResponseSchema, response))).toBe(true);
+    expect(Buffer.from(changed).includes("m2")).toBe(true);
+  });
+
+  it("drops every kept encoding and mark once the bound is exceeded, and marks states again when asked", () => {
+    const random = randomSource(3);
+    const encodings = new RetainedEncodings(2_000);
+    const state = randomState(random);
+    encodings.retainStoredState(state);
+    const first = encodings.message(state.history[0]!)!;
+    expect(first).toBeDefined();
+    expect(encodings.list(state.history)).toBeDefined();
+    expect(encodings.message(randomMessage(random))).toBeUndefined();
+    encodings.keepMessage(first, new Uint8Array(1_500));
+    expect(encodings.keptBytes).toBe(1_500);
+    encodings.keepMessage(encodings.message(state.history[1]!)!, new Uint8Array(1_000));
+    expect(encodings.keptBytes).toBeLessThanOrEqual(2_000);
+    expect(encodings.message(state.history[0]!)).toBeUndefined();
+    expect(encodings.list(state.history)).toBeUndefined();
+    encodings.retainStoredState(state);
+    expect(encodings.message(state.history[0]!)?.encoding).toBeUndefined();
+    expect(encodings.list(state.history)).toBeDefined();
+  });
+});
+
+/** Freezes a stored state all the way down: the compile must never write to it. */
+function deepFreeze<T>(value: T): T {
+  if (value === null || typeof value !== "object" || Object.isFrozen(value) || ArrayBuffer.isView(value)) return value;
+  for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key]);
+  return Object.freeze(value);
+}
+
+function appendDelta(segment: Segment, messages: Message[]): Delta {
+  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment, messages } } });
+}
+
+describe("stateful compile responses", () => {
+  it("encode exactly as toBinary across commits, budgets and omit_snapshots, with the stored state frozen", async () => {
+    const random = randomSource(29);
+    const store = new MemoryConversationStore();
+    const frozenStore: typeof store = Object.create(store);
+    frozenStore.load = async (conversationId) => deepFreeze(await store.load(conversationId));
+    const service = contextService({ store: frozenStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
+    const words = ["alpha", "beta gamma", "δέλτα", "emoji 🎉", "lorem ipsum dolor sit amet ".repeat(6)];
+    let next = 0;
+    const turn = (): Message[] => {
+      const id = `m${next++}`;
+      if (random() < 0.2) return toolRound(id, [`${id}-call`]);
+      return [buildMessage(random() < 0.5 ? Role.USER : Role.ASSISTANT, id, words[Math.floor(random() * words.length)]!)];
+    };
+    await store.commit("c", undefined, [appendDelta(Segment.SYSTEM, [buildMessage(Role.SYSTEM, "s", "be brief")])], "");
+    let compiled = 0;
+    let trimmed = 0;
+    for (let version = 0; version < 12; version++) {
+      await store.commit("c", undefined, [appendDelta(Segment.HISTORY, Array.from({ length: 1 + Math.floor(random() * 20) }, turn).flat())], "");
+      for (let call = 0; call < 3; call++) {
+        const request = create(CompileRequestSchema, {
+          conversationId: "c",
+          omitSnapshots: random() < 0.3,
+          budget: random() < 0.5 ? { maxTokens: BigInt(50 + Math.floor(random() * 400)) } : undefined,
+          pending: random() < 0.3 ? [buildMessage(Role.USER, `p${next++}`, "pending question")] : [],
+        });
+        const response = create(CompileResponseSchema);
+        response.result = (await service.compile!(request, undefined as never)).result as CompileResult;
+        expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `version ${version} call ${call}`).toBe(true);
+        const stored = await store.load("c");
+        if (response.result.payload!.history.length < stored.history.length) trimmed++;
+        compiled++;
+      }
+    }
+    expect(compiled).toBe(36);
+    // Both shapes occurred: whole stored lists, and trimmed histories cut from them.
+    expect(trimmed).toBeGreaterThan(3);
+    expect(trimmed).toBeLessThan(compiled);
+  });
+});

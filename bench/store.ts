@@ -21,6 +21,11 @@ import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message
 import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
 import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
+import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { encodeMessage } from "../src/server/protobuf-encoder.js";
+import { contextService } from "../src/server/services/context-service.js";
+import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
+import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 import { startRedis } from "../test/support/redis.js";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
@@ -180,32 +185,59 @@ try {
       }),
     });
   }
-  // Through grpc-js with the response left undecoded (as bench:rpc does): decoding a 1,000-message
+  // Through grpc-js with the response left undecoded (as bench:rpc did): decoding a 1,000-message
   // result is the caller's cost (with the connect-node client this line read 42-69 ms, here ~8 ms).
-  const compileBytes = (request: Buffer) =>
+  // grpc-js itself costs ~0.5 ms of CPU per call on these shared cores, so the same calls are also
+  // made with the minimal HTTP/2 client bench:rpc uses.
+  const compilePath = `/${ContextService.typeName}/${ContextService.method.compile.name}`;
+  const grpcJsCompile = (request: Buffer) =>
     new Promise<Buffer>((resolve, reject) =>
       grpcJs.makeUnaryRequest(
-        `/${ContextService.typeName}/${ContextService.method.compile.name}`,
+        compilePath,
         (bytes: Buffer) => bytes,
         (bytes: Buffer) => bytes,
         request,
         (error, response) => (error ? reject(error) : resolve(response!)),
       ),
     );
+  const minimalClient = new MinimalGrpcClient(new URL(sidecar.url).host);
+  const minimalCompile = (request: Buffer) => minimalClient.call(compilePath, request);
+  // The sidecar's own work without any transport: the same store code over the same Redis (load,
+  // validated against the stored version, then the process's cached decoded state), the compile,
+  // and the encoding of the response, in this process.
+  const inProcessStore = new RedisConversationStore(redis.url);
+  await inProcessStore.connected();
+  const inProcessService = contextService({ store: inProcessStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
+  const compileInProcess = async (request: Buffer) => {
+    const response = await inProcessService.compile!(fromBinary(CompileRequestSchema, request), undefined as never);
+    return encodeMessage(CompileResponseSchema, create(CompileResponseSchema, response as MessageInitShape<typeof CompileResponseSchema>));
+  };
   // The full result, then with omit_snapshots (payload and records only: no source,
   // normalized_snapshot, writeback.snapshot or persistence copies of the conversation).
-  for (const [label, omitSnapshots] of [["", false], [", omit_snapshots", true]] as const) {
-    const request = Buffer.from(toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId, omitSnapshots })));
-    try {
-      for (let warm = 0; warm < 50; warm++) await compileBytes(request);
-      const responseBytes = (await compileBytes(request)).length;
-      const compileResult = await measure(1, 300, async () => {
-        await compileBytes(request);
-      });
-      report(`stateful Compile, 1,000 stored messages (warm${label}, ${Math.round(responseBytes / 1024)} KB)`, compileResult, "compiles");
-    } catch (error) {
-      console.log(`stateful Compile, 1,000 stored messages${label}: not measured, Compile failed: ${(error as Error).message}`);
+  try {
+    for (const [label, omitSnapshots] of [["", false], [", omit_snapshots", true]] as const) {
+      const request = Buffer.from(toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId, omitSnapshots })));
+      const cases = [
+        ["grpc-js client", grpcJsCompile],
+        ["minimal HTTP/2 client", minimalCompile],
+        ["in-process load + compile + encode", compileInProcess],
+      ] as const;
+      for (const [how, compileOnce] of cases) {
+        try {
+          for (let warm = 0; warm < 50; warm++) await compileOnce(request);
+          const responseBytes = (await compileOnce(request)).length;
+          const compileResult = await measure(1, 300, async () => {
+            await compileOnce(request);
+          });
+          report(`stateful Compile, 1,000 stored (warm${label}, ${Math.round(responseBytes / 1024)} KB), ${how}`, compileResult, "compiles");
+        } catch (error) {
+          console.log(`stateful Compile, 1,000 stored messages${label}, ${how}: not measured, Compile failed: ${(error as Error).message}`);
+        }
+      }
     }
+  } finally {
+    minimalClient.close();
+    await inProcessStore.close();
   }
   console.log(`load average at end: ${formatLoad()}`);
 } finally {

@@ -11,12 +11,12 @@ import {
 import { CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
-import { encodeMessage } from "../src/server/protobuf-encoder.js";
+import { encodeEnvelopedMessage, encodeMessage } from "../src/server/protobuf-encoder.js";
 import { RetainedEncodings, retainedEncodings, retainStoredState } from "../src/server/retained-encodings.js";
 import { contextService } from "../src/server/services/context-service.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 import { message as buildMessage, toolRound } from "./core/messages.js";
-import { fill, randomSource } from "./support/random-messages.js";
+import { contractSchemas, fill, randomSource } from "./support/random-messages.js";
 
 const same = (actual: Uint8Array, expected: Uint8Array) => Buffer.from(actual).equals(Buffer.from(expected));
 
@@ -135,6 +135,30 @@ describe("protobuf encoder with retained encodings", () => {
     encodings.retainStoredState(state);
     expect(encodings.message(state.history[0]!)?.encoding).toBeUndefined();
     expect(encodings.list(state.history)).toBeDefined();
+  });
+});
+
+describe("enveloped encoding", () => {
+  it("is the gRPC envelope (flags 0, big-endian length) followed by exactly the bytes of toBinary", () => {
+    const random = randomSource(17);
+    const envelope = (bytes: Uint8Array) => {
+      const header = Buffer.alloc(5);
+      header.writeUInt32BE(bytes.length, 1);
+      return Buffer.concat([header, bytes]);
+    };
+    for (const schema of contractSchemas) {
+      for (let round = 0; round < 5; round++) {
+        const message = reflect(schema);
+        fill(message, random, 0);
+        expect(Buffer.from(encodeEnvelopedMessage(schema, message.message)).equals(envelope(toBinary(schema, message.message))), schema.typeName).toBe(true);
+      }
+    }
+    const state = randomState(random);
+    retainStoredState(state);
+    for (let call = 0; call < 2; call++) {
+      const response = resultFrom(state, [randomMessage(random)], random);
+      expect(Buffer.from(encodeEnvelopedMessage(CompileResponseSchema, response)).equals(envelope(toBinary(CompileResponseSchema, response)))).toBe(true);
+    }
   });
 });
 

@@ -22,12 +22,38 @@ export function encodeMessage<Desc extends DescMessage>(schema: Desc, message: M
   // Wrapper, Struct and Value fields have a different in-memory shape (unboxed / JSON); they are
   // not in the contextd contract, but if a schema ever reaches them, protobuf-es encodes it.
   if (reachesSpecialType(schema)) return toBinary(schema, message);
+  return writeTopLevel(schema, message, 0).finish();
+}
+
+/** Bytes of the prefix gRPC, gRPC-Web and Connect streaming put before each message: flags, then the length. */
+export const envelopeHeaderBytes = 5;
+
+/**
+ * The message as one uncompressed envelope: flags 0, the length (big-endian uint32), then what
+ * `encodeMessage` returns. Written into the same buffer, in front of the message, because a
+ * transport framing `encodeMessage`'s result would allocate and fill a second buffer of the same
+ * size (700 KB for a stateful compile of 1,000 messages).
+ */
+export function encodeEnvelopedMessage<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): Uint8Array {
+  if (reachesSpecialType(schema)) {
+    const bytes = toBinary(schema, message);
+    const envelope = Buffer.allocUnsafe(envelopeHeaderBytes + bytes.length);
+    envelope[0] = 0;
+    envelope.writeUInt32BE(bytes.length, 1);
+    envelope.set(bytes, envelopeHeaderBytes);
+    return envelope;
+  }
+  const writer = writeTopLevel(schema, message, envelopeHeaderBytes);
+  writer.envelopeHeader(writer.length);
+  return writer.finish();
+}
+
+function writeTopLevel(schema: DescMessage, message: unknown, headroom: number): BackwardWriter {
   // Start from the size of the last message of this type, so a big result rarely grows (and copies).
-  const writer = new BackwardWriter(sizeHints.get(schema) ?? 2048);
-  writeMessage(writer, schema, message as unknown as Fields);
-  const bytes = writer.finish();
-  sizeHints.set(schema, Math.max(2048, Math.ceil(bytes.length * 1.25)));
-  return bytes;
+  const writer = new BackwardWriter((sizeHints.get(schema) ?? 2048) + headroom);
+  writeMessage(writer, schema, message as Fields);
+  sizeHints.set(schema, Math.max(2048, Math.ceil(writer.length * 1.25)));
+  return writer;
 }
 
 /**
@@ -539,6 +565,14 @@ class BackwardWriter {
     this.reserve(bytes.length);
     this.position -= bytes.length;
     for (let i = 0; i < bytes.length; i++) this.buffer[this.position + i] = bytes[i]!;
+  }
+
+  /** Writes the envelope prefix of an uncompressed message of `length` bytes. */
+  envelopeHeader(length: number): void {
+    this.reserve(envelopeHeaderBytes);
+    this.position -= envelopeHeaderBytes;
+    this.buffer[this.position] = 0;
+    this.buffer.writeUInt32BE(length, this.position + 1);
   }
 
   fixed32(value: number): void {

@@ -352,15 +352,28 @@ function writeField(writer: BackwardWriter, field: DescField, value: unknown): v
       // one entry per message).
       const map = value as Record<string, unknown>;
       const keys = Object.keys(map);
+      // The value field (tag, length, message) of the entry written last: many entries share one
+      // value object (every PASSED record is the same object), and copying its bytes is cheaper
+      // than finding the object among the encoded ones.
+      let previous: unknown;
+      let previousStart = 0;
+      let previousEnd = 0;
       for (let i = keys.length - 1; i >= 0; i--) {
         const key = keys[i]!;
         const entry = map[key];
         const end = writer.length;
         if (field.mapKind === "message") {
-          const valueEnd = writer.length;
-          writeMessage(writer, field.message, entry as Fields);
-          writer.uint32(writer.length - valueEnd);
-          writer.tag(2, WireType.LengthDelimited);
+          if (entry === previous) {
+            writer.copyRange(previousStart, previousEnd);
+          } else {
+            const valueEnd = writer.length;
+            writeMessage(writer, field.message, entry as Fields);
+            writer.uint32(writer.length - valueEnd);
+            writer.tag(2, WireType.LengthDelimited);
+            previous = entry;
+            previousStart = writer.length;
+            previousEnd = end;
+          }
         } else {
           writeScalar(writer, field.scalar ?? ScalarType.INT32, 2, entry);
         }
@@ -610,7 +623,7 @@ class BackwardWriter {
   copyEncoded(message: object): boolean {
     const earlier = this.encoded.get(message);
     if (earlier === undefined) return false;
-    this.copyWritten(earlier);
+    this.copyRange(earlier.start, earlier.end);
     return true;
   }
 
@@ -618,7 +631,7 @@ class BackwardWriter {
   copyEncodedList(list: object, fieldNumber: number): boolean {
     for (let earlier = this.encodedLists.get(list); earlier !== undefined; earlier = earlier.next) {
       if (earlier.fieldNumber !== fieldNumber) continue;
-      this.copyWritten(earlier);
+      this.copyRange(earlier.start, earlier.end);
       return true;
     }
     return false;
@@ -634,18 +647,19 @@ class BackwardWriter {
     return this.buffer.subarray(this.position, this.buffer.length - end);
   }
 
-  private copyWritten(earlier: Encoded): void {
-    const size = earlier.start - earlier.end;
+  /** Writes again the bytes written between distances `start` and `end` from the end. */
+  copyRange(start: number, end: number): void {
+    const size = start - end;
     this.reserve(size);
     const tail = this.buffer.length;
     const target = this.position - size;
     if (size <= shortCopy) {
       // Small messages (a map's shared value, a short part) repeat by the thousand: a loop is
       // cheaper than the native call.
-      const source = tail - earlier.start;
+      const source = tail - start;
       for (let i = 0; i < size; i++) this.buffer[target + i] = this.buffer[source + i]!;
     } else {
-      this.buffer.copyWithin(target, tail - earlier.start, tail - earlier.end);
+      this.buffer.copyWithin(target, tail - start, tail - end);
     }
     this.position = target;
   }

@@ -15,7 +15,7 @@ import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import { decodeMessage } from "./protobuf-decoder.js";
-import { encodeMessage } from "./protobuf-encoder.js";
+import { encodeEnvelopedMessage, envelopeHeaderBytes } from "./protobuf-encoder.js";
 
 /**
  * Unary gRPC calls served straight from the HTTP/2 stream, without connect-node's adapter.
@@ -74,7 +74,6 @@ export interface UnaryGrpcOptions {
 
 // Binary gRPC only: "application/grpc+json" and friends go to connect.
 const grpcProtoContentTypes = new Set(["application/grpc", "application/grpc+proto"]);
-const envelopeHeaderBytes = 5;
 
 /** Whether this path serves the stream: a unary method, binary gRPC, an uncompressed request. */
 export function takesStream(methods: UnaryMethods, headers: http2.IncomingHttpHeaders): UnaryMethodSpec | undefined {
@@ -167,12 +166,8 @@ async function answer(
     };
     const input = parseRequest(spec, body);
     const output = await invokeUnaryImplementation(spec, context, input as never, options.interceptors);
-    const payload = encodeMessage(spec.method.output, output as never);
+    const frame = encodeEnvelopedMessage(spec.method.output, output as never);
     if (stream.closed || stream.destroyed) return;
-    const frame = Buffer.allocUnsafe(envelopeHeaderBytes + payload.length);
-    frame[0] = 0;
-    frame.writeUInt32BE(payload.length, 1);
-    frame.set(payload, envelopeHeaderBytes);
     stream.respond(toHeaderBlock(responseHeader, { ":status": 200 }), { waitForTrailers: true });
     stream.once("wantTrailers", () => stream.sendTrailers(toHeaderBlock(responseTrailer, { "grpc-status": "0" })));
     stream.end(frame);

@@ -1,6 +1,8 @@
 import { ScalarType, fromBinary, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { scalarZeroValue } from "@bufbuild/protobuf/reflect";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
+import { RecentMessages } from "./recent-messages.js";
+import { ShortStringCache } from "./short-string-cache.js";
 
 /**
  * Protobuf binary decoding that yields exactly what `fromBinary(schema, bytes)` yields: the same
@@ -156,8 +158,16 @@ function readMessage(plan: DecodePlan, reader: Reader, message: Fields, length: 
   if (unknown !== undefined && unknown.length > 0) message.$unknown = unknown;
 }
 
-// BinaryReader.tag() without the [fieldNo, wireType] array per field; same checks, same errors.
+// Shared by every decode: ids repeat from one request of a conversation to the next.
+const shortStrings = new ShortStringCache();
+
 class Reader extends BinaryReader {
+  /** The whole buffer being read (protected in BinaryReader). */
+  get wholeBuffer(): Uint8Array {
+    return this.buf;
+  }
+
+  // BinaryReader.tag() without the [fieldNo, wireType] array per field; same checks, same errors.
   tagNumber(): number {
     const start = this.pos;
     const tag = this.uint32();
@@ -170,12 +180,54 @@ class Reader extends BinaryReader {
     if (fieldNo <= 0 || wireType > 5) throw new Error("illegal tag: field no " + fieldNo + " wire type " + wireType);
     return tag;
   }
+
+  // BinaryReader.string(), except that a short ASCII string decoded recently is the same string
+  // object again (see ShortStringCache); anything else, errors included, goes through string().
+  cachedString(strict: boolean): string {
+    const lengthAt = this.pos;
+    const length = this.uint32();
+    const start = this.pos;
+    const end = start + length;
+    if (end <= this.len) {
+      const cached = shortStrings.lookup(this.buf, start, end);
+      if (cached !== undefined) {
+        this.pos = end;
+        return cached;
+      }
+    }
+    this.pos = lengthAt;
+    const text = this.string(strict);
+    if (end <= this.len) shortStrings.store(this.buf, start, end, text);
+    return text;
+  }
 }
 
 // A length-delimited sub-message into `target` (a zero message, or the one being merged into).
 function readSubMessage(plan: DecodePlan, reader: Reader, target: Fields, depth: number): Fields {
   readMessage(plan, reader, target, reader.uint32(), depth + 1);
   return target;
+}
+
+// Conversation messages repeat from one request to the next (see RecentMessages), in lists.
+const conversationMessageTypeName = "contextd.v1.Message";
+const recentMessages = new RecentMessages<Fields>(32 * 1024 * 1024);
+
+// A list element of type contextd.v1.Message: the object decoded from the same bytes before, if
+// any; a message that cannot be read is read the usual way, which throws the usual error.
+function readRecentMessage(plan: DecodePlan, reader: Reader, depth: number): Fields {
+  const length = reader.uint32();
+  const start = reader.pos;
+  const end = start + length;
+  if (end <= reader.len) {
+    const recent = recentMessages.lookup(reader.wholeBuffer, start, end);
+    if (recent !== undefined) {
+      reader.pos = end;
+      return recent;
+    }
+  }
+  const message = plan.zero();
+  readMessage(plan, reader, message, length, depth + 1);
+  return recentMessages.store(reader.wholeBuffer, start, end, message);
 }
 
 type ScalarReader = (reader: Reader) => unknown;
@@ -190,7 +242,7 @@ function scalarReader(type: ScalarType, utf8Validation: boolean, longAsString: b
 function plainScalarReader(type: ScalarType, utf8Validation: boolean): ScalarReader {
   switch (type) {
     case ScalarType.STRING:
-      return (reader) => reader.string(utf8Validation);
+      return (reader) => reader.cachedString(utf8Validation);
     case ScalarType.BOOL:
       return (reader) => reader.bool();
     case ScalarType.DOUBLE:
@@ -268,6 +320,12 @@ function fieldReader(field: DescField): FieldReader {
       if (field.listKind === "message") {
         const childSchema = field.message;
         let child: DecodePlan | undefined;
+        if (childSchema.typeName === conversationMessageTypeName) {
+          return (reader, message, _wireType, depth) => {
+            child ??= planFor(childSchema)!;
+            (message[name] as unknown[]).push(readRecentMessage(child, reader, depth));
+          };
+        }
         return (reader, message, _wireType, depth) => {
           child ??= planFor(childSchema)!;
           (message[name] as unknown[]).push(readSubMessage(child, reader, child.zero(), depth));

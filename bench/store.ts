@@ -135,6 +135,16 @@ const grpcJsCommit = (request: MessageInitShape<typeof CommitRequestSchema>) =>
       (error, response) => (error ? reject(error) : resolve(response!)),
     ),
   );
+// The minimal HTTP/2 gRPC client of bench:rpc: grpc-js's client alone costs ~0.5 ms of CPU per call.
+const minimalCommitClient = new MinimalGrpcClient(new URL(sidecar.url).host);
+const minimalCommit = async (request: MessageInitShape<typeof CommitRequestSchema>) =>
+  fromBinary(
+    CommitResponseSchema,
+    await minimalCommitClient.call(
+      `/${ConversationService.typeName}/${ConversationService.method.commit.name}`,
+      Buffer.from(toBinary(CommitRequestSchema, create(CommitRequestSchema, request))),
+    ),
+  );
 const run = Date.now();
 
 try {
@@ -155,13 +165,14 @@ try {
     });
     const bareStats = report(`bare EVALSHA commit, concurrency ${concurrency}`, bareResult);
 
-    // The same commits through two clients: grpc-js (as bench:rpc uses) and connect-node, whose
-    // own per-call cost is part of what a connect-node caller sees.
-    for (const [client, commit] of [["grpc-js", grpcJsCommit], ["connect-node", connectCommit]] as const) {
+    // The same commits through three clients: the minimal one (the server's own cost), grpc-js and
+    // connect-node, whose per-call costs are part of what their callers see.
+    const clients = [["minimal HTTP/2", minimalCommit], ["grpc-js", grpcJsCommit], ["connect-node", connectCommit]] as const;
+    for (const [client, commit] of clients) {
       const rpcResult = await measure(concurrency, count, async (worker, iteration) => {
         const version = iteration % commitsPerConversation;
         await commit({
-          conversationId: `bench-rpc-${run}-${client}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`,
+          conversationId: `bench-rpc-${run}-${client.replace(/\W/g, "")}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`,
           expectedVersion: BigInt(version),
           deltas: [appendDelta(`m${iteration}`, "hello world")],
           omitState: true,
@@ -237,6 +248,7 @@ try {
     }
   } finally {
     minimalClient.close();
+    minimalCommitClient.close();
     await inProcessStore.close();
   }
   console.log(`load average at end: ${formatLoad()}`);

@@ -1,0 +1,89 @@
+/**
+ * Conversation messages (`contextd.v1.Message`) decoded recently, handed out again when a request
+ * carries the very same bytes.
+ *
+ * Why it exists: an agent resends its whole history with every compile, so a 1,000-message request
+ * differs from the previous one by a message or two. Decoding the rest again costs time and
+ * garbage, and gives the engine fresh objects and fresh strings, on which nothing learnt in the
+ * previous call can be found by identity (token counts, interned ids, encodings). Returning the
+ * object decoded last time makes the unchanged part of a request nearly free downstream.
+ *
+ * Safety: the same object may now be seen by many calls, so every object handed out is frozen,
+ * deeply: code that tried to change a request message would throw instead of changing a later
+ * request. A hit is confirmed by comparing all bytes, so a hash collision can only cost a decode.
+ * Memory is bounded by `maxBytes` of kept encodings (the objects cost a small multiple of that);
+ * past it everything is forgotten at once, as in `RetainedEncodings`.
+ */
+export class RecentMessages<T extends object> {
+  private entries = new Map<number, Entry<T>[]>();
+  private bytes = 0;
+
+  constructor(readonly maxBytes: number) {}
+
+  /** The message decoded earlier from exactly `bytes[start, end)`, if it is still kept. */
+  lookup(bytes: Uint8Array, start: number, end: number): T | undefined {
+    const bucket = this.entries.get(sampleHash(bytes, start, end));
+    if (bucket === undefined) return undefined;
+    for (const entry of bucket) {
+      if (sameBytes(entry.bytes, bytes, start, end)) return entry.message;
+    }
+    return undefined;
+  }
+
+  /** Keeps `message` as the decoding of `bytes[start, end)` and freezes it; returns it. */
+  store(bytes: Uint8Array, start: number, end: number, message: T): T {
+    const length = end - start;
+    if (length > this.maxBytes) return message;
+    if (this.bytes + length > this.maxBytes) {
+      this.entries = new Map();
+      this.bytes = 0;
+    }
+    deepFreeze(message);
+    const hash = sampleHash(bytes, start, end);
+    // A copy: a Buffer's slice() would share (and keep alive) the whole request.
+    const entry = { bytes: Uint8Array.prototype.slice.call(bytes, start, end), message };
+    const bucket = this.entries.get(hash);
+    if (bucket === undefined) this.entries.set(hash, [entry]);
+    else bucket.push(entry);
+    this.bytes += length;
+    return message;
+  }
+
+  /** Encoded bytes kept (for metrics and tests). */
+  get keptBytes(): number {
+    return this.bytes;
+  }
+}
+
+interface Entry<T> {
+  bytes: Uint8Array;
+  message: T;
+}
+
+// FNV-1a over the length and at most 64 bytes spread evenly over the run: messages of one
+// conversation share prefixes (ids "m1", "m2"…) and differ anywhere, so the samples cover it all;
+// the full comparison in `lookup` decides.
+function sampleHash(bytes: Uint8Array, start: number, end: number): number {
+  const length = end - start;
+  let hash = Math.imul(0x811c9dc5 ^ length, 0x01000193);
+  const step = length <= 64 ? 1 : Math.floor(length / 64);
+  for (let index = start; index < end; index += step) hash = Math.imul(hash ^ bytes[index]!, 0x01000193);
+  // The last bytes too, where a step would skip them.
+  if (length > 0) hash = Math.imul(hash ^ bytes[end - 1]!, 0x01000193);
+  return hash;
+}
+
+function sameBytes(kept: Uint8Array, bytes: Uint8Array, start: number, end: number): boolean {
+  if (kept.length !== end - start) return false;
+  return Buffer.compare(kept, bytes.subarray(start, end)) === 0;
+}
+
+// Typed arrays (bytes fields) cannot be frozen while they have elements; they are left as they are.
+function deepFreeze(value: object): void {
+  if (Object.isFrozen(value) || ArrayBuffer.isView(value)) return;
+  Object.freeze(value);
+  for (const key of Object.keys(value)) {
+    const child = (value as Record<string, unknown>)[key];
+    if (typeof child === "object" && child !== null) deepFreeze(child);
+  }
+}

@@ -161,6 +161,22 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
     expect((await call("/contextd.v1.ConversationService/NoSuchMethod", getStateRequest("x"))).headers[":status"]).toBe(404);
   });
 
+  it("survives callers resetting their streams with any error code, before or after the request ends", async () => {
+    const codes = [http2.constants.NGHTTP2_CANCEL, http2.constants.NGHTTP2_INTERNAL_ERROR, http2.constants.NGHTTP2_PROTOCOL_ERROR];
+    for (const code of codes) {
+      for (const requestEnded of [false, true]) {
+        const stream = session.request({ ":method": "POST", ":path": getState, "content-type": "application/grpc", te: "trailers" });
+        stream.on("error", () => undefined);
+        const closed = new Promise((resolve) => stream.once("close", resolve));
+        if (requestEnded) stream.end(getStateRequest("unary/reset"));
+        else stream.write(getStateRequest("unary/reset").subarray(0, 3));
+        stream.close(code);
+        await closed;
+      }
+    }
+    expect(grpcStatus(await call(getState, getStateRequest("unary/after-resets"))).code).toBe(0);
+  });
+
   it("takes only POSTed binary gRPC requests for unary methods without compression", () => {
     const methods = new Map([["/contextd.v1.ConversationService/GetState", { kind: "unary" } as never]]);
     const base = { ":method": "POST", ":path": getState, "content-type": "application/grpc" };

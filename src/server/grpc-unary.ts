@@ -98,6 +98,9 @@ export function serveUnaryCall(
   contextValues: ContextValues = createContextValues(),
   responseHeaders: Record<string, string> = {},
 ): void {
+  // A caller resetting the stream with an error code makes node emit "error"; unhandled, that
+  // would end the process. The call is over either way: "close" follows and aborts it.
+  stream.on("error", ignoreStreamError);
   const chunks: Buffer[] = [];
   let received = 0;
   let rejected = false;
@@ -208,6 +211,8 @@ function respondError(stream: http2.ServerHttp2Stream, header: Headers, error: C
   // Whatever the caller is still sending is not wanted.
   stream.resume();
 }
+
+function ignoreStreamError(): void {}
 
 function toHeaders(headers: http2.IncomingHttpHeaders): Headers {
   const result = new Headers();

@@ -9,7 +9,7 @@ const request = (texts: string[]) =>
   toBinary(
     CompileRequestSchema,
     create(CompileRequestSchema, {
-      history: { messages: texts.map((text, index) => ({ id: `m${index}`, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] })) },
+      history: { messages: texts.map((text, index) => ({ id: `m${index}`, role: Role.USER, parts: [{ kind: { case: "text" as const, value: { text } } }] })) },
     }),
   );
 

@@ -6,12 +6,14 @@ import {
   CompileResultSchema,
   IntroducedMessageSchema,
   TransformationSchema,
+  type CompileRequest,
   type CompileResult,
 } from "../gen/ts/contextd/v1/compile_pb.js";
 import { CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
-import { encodeEnvelopedMessage, encodeMessage } from "../src/server/protobuf-encoder.js";
+import { decodeMessage } from "../src/server/protobuf-decoder.js";
+import { encodeEnvelopedMessage, encodeEnvelopedMessageChunks, encodeMessage } from "../src/server/protobuf-encoder.js";
 import { RetainedEncodings, retainedEncodings, retainStoredState } from "../src/server/retained-encodings.js";
 import { contextService } from "../src/server/services/context-service.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
@@ -27,7 +29,7 @@ function randomMessage(random: () => number): Message {
 }
 
 /** A stored state of random messages; with `previous`, the next version sharing some of its messages. */
-function randomState(random: () => number, previous?: ConversationState): ConversationState {
+function randomState(random: () => number, previous?: ConversationState, historyLength = 80): ConversationState {
   const pick = (count: number) => Array.from({ length: count }, () => randomMessage(random));
   const evolve = (list: Message[]) => {
     // New arrays, as the store builds them: kept runs, dropped messages, new ones in between.
@@ -42,7 +44,7 @@ function randomState(random: () => number, previous?: ConversationState): Conver
   };
   const state = create(ConversationStateSchema, { conversationId: "c", version: (previous?.version ?? 0n) + 1n });
   state.system = previous ? evolve(previous.system) : pick(3);
-  state.history = previous ? evolve(previous.history) : pick(80);
+  state.history = previous ? evolve(previous.history) : pick(historyLength);
   state.memory = previous ? previous.memory : pick(2);
   return state;
 }
@@ -58,6 +60,8 @@ function resultFrom(state: ConversationState, foreign: Message[], random: () => 
   result.source = { $typeName: "contextd.v1.CompileSource", snapshot: { $typeName: "contextd.v1.Snapshot", system: state.system, history, memory: [], tools: mixed, artifacts: [] }, pending: foreign };
   result.normalizedSnapshot = { $typeName: "contextd.v1.Snapshot", system: state.system, history: mixed, memory: state.memory, tools: [], artifacts: [] };
   result.persistence = { $typeName: "contextd.v1.Persistence", system: [...state.system].reverse(), history: filtered, memory: [history[0]!, history[0]!], tools: [], artifacts: [] };
+  // One message object twice: its second occurrence is a copy of bytes that include stored lists.
+  result.writeback = { $typeName: "contextd.v1.Writeback", messages: [], snapshot: result.normalizedSnapshot };
   result.introduced = history.slice(0, 3).map((message) => create(IntroducedMessageSchema, { segment: Segment.HISTORY }));
   result.introduced.forEach((introduced, index) => (introduced.message = history[index]));
   const passed = create(TransformationSchema, { segment: Segment.HISTORY });
@@ -160,6 +164,95 @@ describe("enveloped encoding", () => {
       expect(Buffer.from(encodeEnvelopedMessage(CompileResponseSchema, response)).equals(envelope(toBinary(CompileResponseSchema, response)))).toBe(true);
     }
   });
+
+  it("as chunks, concatenates to the same bytes, referencing long kept encodings instead of copying them", () => {
+    const random = randomSource(23);
+    const envelope = (bytes: Uint8Array) => {
+      const header = Buffer.alloc(5);
+      header.writeUInt32BE(bytes.length, 1);
+      return Buffer.concat([header, bytes]);
+    };
+    let referenced = 0;
+    for (let conversation = 0; conversation < 3; conversation++) {
+      // Long enough histories that their encodings (and runs of them) are chunks of their own.
+      let state = randomState(random, undefined, 400);
+      for (let version = 0; version < 4; version++) {
+        retainStoredState(state);
+        const keptHistory = new Set<ArrayBufferLike>();
+        for (let call = 0; call < 3; call++) {
+          const response = resultFrom(state, [randomMessage(random)], random);
+          const chunks = encodeEnvelopedMessageChunks(CompileResponseSchema, response);
+          expect(Buffer.concat(chunks).equals(envelope(toBinary(CompileResponseSchema, response))), `conversation ${conversation} version ${version} call ${call}`).toBe(true);
+          // From the second call on, the stored history's bytes come from the same kept buffer.
+          const large = chunks.filter((chunk) => chunk.byteLength >= 16 * 1024);
+          if (call > 0 && large.some((chunk) => keptHistory.has(chunk.buffer))) referenced++;
+          for (const chunk of large) keptHistory.add(chunk.buffer);
+        }
+        state = randomState(random, state);
+      }
+    }
+    expect(referenced).toBeGreaterThan(10);
+  });
+});
+
+describe("frozen conversation messages (as the request decoder hands them out)", () => {
+  // Random messages often hold bytes fields, which keep them from counting as immutable.
+  let serial = 0;
+  const words = ["alpha", "beta gamma", "δέλτα", "emoji 🎉", "x".repeat(200)];
+  const frozenMessage = (random: () => number) =>
+    deepFreeze(buildMessage(random() < 0.5 ? Role.USER : Role.ASSISTANT, `f${serial++}`, words[Math.floor(random() * words.length)]!, `${random()}`));
+  const payloadResponse = (history: Message[]) => {
+    const response = create(CompileResponseSchema, { result: {} });
+    const result = response.result!;
+    result.payload = { $typeName: "contextd.v1.CompiledPayload", system: [], history, tools: [], memory: [], scratch: [], toolDefinitions: [] };
+    result.persistence = { $typeName: "contextd.v1.Persistence", system: [], history: history.filter((_, index) => index % 7 !== 3), memory: [], tools: [], artifacts: [] };
+    return response;
+  };
+
+  it("are encoded once, and lists of them resent as new arrays are copied from an adopted home", () => {
+    const random = randomSource(31);
+    const history = Array.from({ length: 120 }, () => frozenMessage(random));
+    const kept: number[] = [];
+    for (let call = 0; call < 4; call++) {
+      const response = payloadResponse([...history]);
+      expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
+      kept.push(retainedEncodings.keptBytes);
+    }
+    // The first call keeps the messages, the second the adopted list's encoding; then nothing new.
+    expect(kept[1]).toBeGreaterThan(kept[0]!);
+    expect(kept[3]).toBe(kept[1]);
+  });
+
+  it("stay exact while a resent history grows, is edited and trimmed", () => {
+    const random = randomSource(37);
+    let history = Array.from({ length: 40 }, () => (random() < 0.9 ? frozenMessage(random) : randomMessage(random)));
+    for (let call = 0; call < 60; call++) {
+      const roll = random();
+      if (roll < 0.6) history = [...history, frozenMessage(random), frozenMessage(random)];
+      else if (roll < 0.8) history = history.map((message, index) => (index === Math.floor(random() * history.length) ? frozenMessage(random) : message));
+      else history = history.slice(Math.floor(random() * 10));
+      const response = payloadResponse([...history]);
+      expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
+      const chunks = encodeEnvelopedMessageChunks(CompileResponseSchema, response);
+      expect(Buffer.concat(chunks).subarray(5).equals(Buffer.from(toBinary(CompileResponseSchema, response))), `chunks, call ${call}`).toBe(true);
+    }
+  });
+
+  it("are not kept when something inside can still change", () => {
+    // Frozen on the outside only: the part's text can change.
+    const shallow = Object.freeze(buildMessage(Role.USER, "shallow", "before"));
+    // Frozen all the way down, but a bytes field's contents cannot be frozen.
+    const image = create(MessageSchema, { id: "image", role: Role.USER, parts: [{ kind: { case: "image", value: { data: new Uint8Array([1, 2, 3]) } } }] });
+    deepFreeze(image);
+    const history = Array.from({ length: 40 }, (_, index) => (index % 2 === 0 ? shallow : image));
+    for (let call = 0; call < 3; call++) {
+      const response = payloadResponse([...history]);
+      expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
+      const part = shallow.parts[0]!.kind.value as { text: string };
+      part.text = `after ${call}`;
+      (image.parts[0]!.kind.value as { data: Uint8Array }).data[0] = call + 10;
+    }
+  });
 });
 
 /** Freezes a stored state all the way down: the compile must never write to it. */
@@ -172,6 +265,39 @@ function deepFreeze<T>(value: T): T {
 function appendDelta(segment: Segment, messages: Message[]): Delta {
   return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment, messages } } });
 }
+
+describe("stateless compile responses", () => {
+  it("encode exactly as toBinary while the decoder hands out the same frozen messages for a growing history", async () => {
+    const random = randomSource(41);
+    const service = contextService({ store: new MemoryConversationStore(), publish: () => {}, summarizeTimeoutMs: 1_000 });
+    const history: Message[] = [];
+    let next = 0;
+    const words = ["alpha", "beta gamma", "δέλτα", "emoji 🎉", "lorem ipsum dolor sit amet ".repeat(6)];
+    let reused = 0;
+    let previous: CompileRequest | undefined;
+    for (let call = 0; call < 30; call++) {
+      for (let added = Math.floor(random() * 4); added > 0; added--) {
+        const id = next++;
+        if (random() < 0.2) history.push(...toolRound(`t${id}`, [`c${id}`]));
+        else history.push(buildMessage(random() < 0.5 ? Role.USER : Role.ASSISTANT, `m${id}`, words[Math.floor(random() * words.length)]!));
+      }
+      const bytes = toBinary(CompileRequestSchema, create(CompileRequestSchema, {
+        history: { messages: history },
+        budget: random() < 0.4 ? { maxTokens: BigInt(100 + Math.floor(random() * 500)) } : undefined,
+      }));
+      const request = decodeMessage(CompileRequestSchema, bytes);
+      if (previous && request.history!.messages[0] === previous.history!.messages[0]) reused++;
+      previous = request;
+      const response = create(CompileResponseSchema);
+      response.result = (await service.compile!(request, undefined as never)).result as CompileResult;
+      const expected = toBinary(CompileResponseSchema, response);
+      expect(same(encodeMessage(CompileResponseSchema, response), expected), `call ${call}`).toBe(true);
+      expect(Buffer.concat(encodeEnvelopedMessageChunks(CompileResponseSchema, response)).subarray(5).equals(Buffer.from(expected)), `chunks, call ${call}`).toBe(true);
+    }
+    // The premise: the decoder did hand out the same objects again.
+    expect(reused).toBeGreaterThan(20);
+  });
+});
 
 describe("stateful compile responses", () => {
   it("encode exactly as toBinary across commits, budgets and omit_snapshots, with the stored state frozen", async () => {

@@ -1,7 +1,7 @@
 import { ScalarType, protoInt64, toBinary, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { isScalarZeroValue } from "@bufbuild/protobuf/reflect";
 import { WireType } from "@bufbuild/protobuf/wire";
-import { listEncodingFor, retainedEncodings, type ListEncoding, type RetainedList } from "./retained-encodings.js";
+import { listEncodingFor, retainedEncodings, type ListEncoding, type RetainedList, type RetainedMessage } from "./retained-encodings.js";
 
 /**
  * Protobuf binary encoding into one buffer, byte for byte what `toBinary` produces.
@@ -48,11 +48,26 @@ export function encodeEnvelopedMessage<Desc extends DescMessage>(schema: Desc, m
   return writer.finish();
 }
 
-function writeTopLevel(schema: DescMessage, message: unknown, headroom: number): BackwardWriter {
+/**
+ * What `encodeEnvelopedMessage` returns, as chunks to be sent in order: long runs of kept
+ * encodings (a stored conversation's lists, `retained-encodings.ts`) are referenced rather than
+ * copied, so a stateful compile's response needs no fresh buffer of its size (filling a fresh
+ * 700 KB buffer costs more than writing the response). The chunks may be shared with later calls:
+ * never modify them.
+ */
+export function encodeEnvelopedMessageChunks<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): Uint8Array[] {
+  if (reachesSpecialType(schema)) return [encodeEnvelopedMessage(schema, message)];
+  const writer = writeTopLevel(schema, message, envelopeHeaderBytes, true);
+  writer.envelopeHeader(writer.length);
+  return writer.chunks();
+}
+
+function writeTopLevel(schema: DescMessage, message: unknown, headroom: number, chunked = false): BackwardWriter {
   // Start from the size of the last message of this type, so a big result rarely grows (and copies).
-  const writer = new BackwardWriter((sizeHints.get(schema) ?? 2048) + headroom);
+  const hints = chunked ? chunkedSizeHints : sizeHints;
+  const writer = new BackwardWriter((hints.get(schema) ?? 2048) + headroom, chunked);
   writeMessage(writer, schema, message as Fields);
-  sizeHints.set(schema, Math.max(2048, Math.ceil(writer.length * 1.25)));
+  hints.set(schema, Math.max(2048, Math.ceil(writer.bufferedLength * 1.25)));
   return writer;
 }
 
@@ -115,6 +130,7 @@ function splitTags(bytes: Uint8Array): { no: number; wireType: WireType; data: U
 }
 
 const sizeHints = new WeakMap<DescMessage, number>();
+const chunkedSizeHints = new WeakMap<DescMessage, number>();
 
 type Fields = Record<string, unknown> & { $unknown?: { no: number; wireType: WireType; data: Uint8Array }[] };
 
@@ -191,9 +207,9 @@ function planOf(schema: DescMessage): FieldPlan[] {
 function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fields): void {
   if (writer.copyEncoded(message)) return;
   const end = writer.length;
-  const retained = retainedEncodings.message(message);
+  const retained = retainedMark(schema, message);
   if (retained?.encoding !== undefined) {
-    writer.bytes(retained.encoding);
+    writer.immutableBytes(retained.encoding);
   } else {
     writeFields(writer, schema, message);
     if (retained) retainedEncodings.keepMessage(retained, writer.writtenSince(end));
@@ -216,7 +232,7 @@ function writeMessageList(writer: BackwardWriter, field: DescField, schema: Desc
   if (writer.copyEncodedList(list, field.number)) return;
   const end = writer.length;
   const retained = retainedEncodings.list(list);
-  if (retained) writer.bytes(retainedListEncoding(retained, field, schema).bytes);
+  if (retained) writer.immutableBytes(retainedListEncoding(retained, field, schema).bytes);
   else writeRuns(writer, field, schema, list);
   writer.rememberList(list, field.number, end);
 }
@@ -225,10 +241,15 @@ function writeMessageList(writer: BackwardWriter, field: DescField, schema: Desc
 const minimumRun = 32;
 
 function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage, list: Fields[]): void {
+  // Immutable elements without a home (written one by one), and whether every element is immutable.
+  let unhomed = 0;
+  let immutable = true;
   let i = list.length - 1;
   while (i >= 0) {
-    const retained = retainedEncodings.message(list[i]!);
-    if (retained === undefined) {
+    const retained = retainedMark(schema, list[i]!);
+    if (retained === undefined) immutable = false;
+    if (retained?.home === undefined) {
+      if (retained !== undefined) unhomed++;
       writeNested(writer, field, schema, list[i]!);
       i--;
       continue;
@@ -249,9 +270,21 @@ function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage
       i--;
       continue;
     }
-    writer.bytes(kept.bytes.subarray(kept.offsets[from]!, kept.offsets[from + length]!));
+    writer.immutableBytes(kept.bytes.subarray(kept.offsets[from]!, kept.offsets[from + length]!));
     i = first - 1;
   }
+  // A request's history comes back next call as a new array with (mostly) the same frozen
+  // messages: once enough of them were written one by one, this list becomes their home.
+  if (immutable && unhomed >= minimumRun) retainedEncodings.adoptList(list);
+}
+
+/** Only conversation messages are kept for being frozen: the request decoder freezes (and reuses) those. */
+const frozenKeptTypeName = "contextd.v1.Message";
+
+function retainedMark(schema: DescMessage, message: object): RetainedMessage | undefined {
+  const mark = retainedEncodings.message(message);
+  if (mark !== undefined || schema.typeName !== frozenKeptTypeName) return mark;
+  return retainedEncodings.frozenMessage(message);
 }
 
 /** The kept encoding of a stored list as `field`, encoded (in a writer of its own) and kept the first time. */
@@ -524,10 +557,35 @@ interface EncodedList extends Encoded {
 /** Up to this many bytes, copies are made by hand rather than by a native call. */
 const shortCopy = 32;
 
-/** Writes from the end of a buffer towards its start; grows by doubling, copying the tail once. */
+/** In a chunked writer, kept encodings and copies of at least this many bytes become chunks of their own. */
+const chunkMinimum = 16 * 1024;
+
+/** Bytes of the output that are not in the writer's buffer: a kept encoding, or a finished stretch of a buffer. */
+interface Piece {
+  bytes: Uint8Array;
+  /** Distance of its last byte's end from the output's end. */
+  end: number;
+}
+
+/**
+ * Writes from the end of a buffer towards its start; grows by doubling, copying the tail once.
+ *
+ * A chunked writer produces the output as a list of chunks: long runs of bytes it already holds
+ * (kept encodings of stored lists, repeats of them) are referenced, not copied, so a response made
+ * mostly of a stored conversation needs no fresh buffer of its size. Everything written after such
+ * a piece goes into the buffer in front of it (the "segment").
+ */
 class BackwardWriter {
   private buffer: Buffer;
   private position: number;
+  /** The end of the bytes in `buffer` that are still the output's front (the rest became pieces). */
+  private segmentEnd: number;
+  /** `length + position`: the output's length from `position` without adding up pieces on every call. */
+  private base: number;
+  /** Pieces, back to front (the output's last bytes first). */
+  private readonly pieces: Piece[] = [];
+  /** Bytes of the pieces that were referenced rather than written here. */
+  private referenced = 0;
   /**
    * Message objects encoded by this writer. A message's bytes depend only on the object (its type
    * is fixed), so a second occurrence is a copy; objects are not mutated while being encoded.
@@ -536,18 +594,36 @@ class BackwardWriter {
   /** Message lists encoded by this writer, as whole repeated fields (tags and lengths included). */
   private readonly encodedLists = new Map<object, EncodedList>();
 
-  constructor(initialSize: number) {
+  constructor(
+    initialSize: number,
+    private readonly chunked = false,
+  ) {
     this.buffer = Buffer.allocUnsafe(initialSize);
-    this.position = initialSize;
+    this.position = this.segmentEnd = this.base = initialSize;
   }
 
   /** Bytes written so far. */
   get length(): number {
-    return this.buffer.length - this.position;
+    return this.base - this.position;
   }
 
+  /** Bytes written into buffers rather than referenced (what the next writer of this type should allocate). */
+  get bufferedLength(): number {
+    return this.length - this.referenced;
+  }
+
+  /** The output as one array (a copy when the writer is chunked and made pieces). */
   finish(): Uint8Array {
-    return this.buffer.subarray(this.position);
+    if (this.pieces.length === 0) return this.buffer.subarray(this.position, this.segmentEnd);
+    return Buffer.concat(this.chunks());
+  }
+
+  /** The output as chunks in order; pieces may be kept encodings, shared and never to be modified. */
+  chunks(): Uint8Array[] {
+    const chunks: Uint8Array[] = [];
+    if (this.segmentEnd > this.position) chunks.push(this.buffer.subarray(this.position, this.segmentEnd));
+    for (let i = this.pieces.length - 1; i >= 0; i--) chunks.push(this.pieces[i]!.bytes);
+    return chunks;
   }
 
   tag(fieldNumber: number, wireType: WireType): void {
@@ -619,6 +695,26 @@ class BackwardWriter {
     this.buffer.set(bytes, this.position);
   }
 
+  /** Writes bytes that never change (a kept encoding): a chunked writer references long ones. */
+  immutableBytes(bytes: Uint8Array): void {
+    if (!this.chunked || bytes.byteLength < chunkMinimum) return this.bytes(bytes);
+    this.endSegment();
+    this.addPiece(bytes);
+  }
+
+  /** Turns the segment into a piece, so what follows can be a referenced piece. */
+  private endSegment(): void {
+    if (this.segmentEnd === this.position) return;
+    this.pieces.push({ bytes: this.buffer.subarray(this.position, this.segmentEnd), end: this.base - this.segmentEnd });
+    this.segmentEnd = this.position;
+  }
+
+  private addPiece(bytes: Uint8Array): void {
+    this.pieces.push({ bytes, end: this.length });
+    this.base += bytes.byteLength;
+    this.referenced += bytes.byteLength;
+  }
+
   /** Writes again the bytes of a message encoded earlier by this writer; false if it was not. */
   copyEncoded(message: object): boolean {
     const earlier = this.encoded.get(message);
@@ -642,26 +738,70 @@ class BackwardWriter {
     this.encodedLists.set(list, { start: this.length, end, fieldNumber, next: this.encodedLists.get(list) });
   }
 
-  /** A view of the bytes written since the length was `end`; valid until the next write. */
+  /** The bytes written since the length was `end`; a view valid until the next write unless pieces intervene. */
   writtenSince(end: number): Uint8Array {
-    return this.buffer.subarray(this.position, this.buffer.length - end);
+    if (end >= this.base - this.segmentEnd) return this.buffer.subarray(this.position, this.base - end);
+    const bytes = Buffer.allocUnsafe(this.length - end);
+    this.gather(this.length, end, bytes, 0);
+    return bytes;
   }
 
-  /** Writes again the bytes written between distances `start` and `end` from the end. */
+  /** Writes again the bytes written between distances `start` and `end` from the output's end. */
   copyRange(start: number, end: number): void {
     const size = start - end;
+    if (end < this.base - this.segmentEnd) {
+      // Reaches into pieces: reference them when long, else copy them into the segment.
+      if (this.chunked && size >= chunkMinimum) return this.referenceRange(start, end);
+      this.reserve(size);
+      this.position -= size;
+      this.gather(start, end, this.buffer, this.position);
+      return;
+    }
     this.reserve(size);
-    const tail = this.buffer.length;
     const target = this.position - size;
     if (size <= shortCopy) {
       // Small messages (a map's shared value, a short part) repeat by the thousand: a loop is
       // cheaper than the native call.
-      const source = tail - start;
+      const source = this.base - start;
       for (let i = 0; i < size; i++) this.buffer[target + i] = this.buffer[source + i]!;
     } else {
-      this.buffer.copyWithin(target, tail - start, tail - end);
+      this.buffer.copyWithin(target, this.base - start, this.base - end);
     }
     this.position = target;
+  }
+
+  /** Adds the bytes between distances `start` and `end` as pieces, back to front. */
+  private referenceRange(start: number, end: number): void {
+    this.endSegment();
+    // Collected first: the pieces list grows while they are added.
+    const parts: Uint8Array[] = [];
+    for (const piece of this.pieces) {
+      const pieceStart = piece.end + piece.bytes.byteLength;
+      if (pieceStart <= end || piece.end >= start) continue;
+      const from = Math.max(0, pieceStart - start);
+      const to = piece.bytes.byteLength - Math.max(0, end - piece.end);
+      parts.push(piece.bytes.subarray(from, to));
+    }
+    for (const part of parts) this.addPiece(part);
+  }
+
+  /** Copies the bytes between distances `start` and `end` into `target` at `offset`, wherever they are. */
+  private gather(start: number, end: number, target: Uint8Array, offset: number): void {
+    const segmentFrom = this.base - this.segmentEnd;
+    // Front to back: the segment's part first (it is the output's front), then pieces by falling distance.
+    if (start > segmentFrom) {
+      const from = Math.max(end, segmentFrom);
+      target.set(this.buffer.subarray(this.base - start, this.base - from), offset);
+      offset += start - from;
+    }
+    for (let i = this.pieces.length - 1; i >= 0; i--) {
+      const piece = this.pieces[i]!;
+      const pieceStart = piece.end + piece.bytes.byteLength;
+      if (pieceStart <= end || piece.end >= start) continue;
+      const part = piece.bytes.subarray(Math.max(0, pieceStart - start), piece.bytes.byteLength - Math.max(0, end - piece.end));
+      target.set(part, offset);
+      offset += part.byteLength;
+    }
   }
 
   /** Writes the UTF-8 bytes of `text`, then its length before them. */
@@ -691,10 +831,13 @@ class BackwardWriter {
 
   private reserve(size: number): void {
     if (this.position >= size) return;
-    const used = this.length;
+    // Only the segment moves; pieces cut from the old buffer stay valid views of it.
+    const used = this.segmentEnd - this.position;
     const next = Buffer.allocUnsafe(Math.max(this.buffer.length * 2, used + size + 1024));
-    this.buffer.copy(next, next.length - used, this.position);
+    this.buffer.copy(next, next.length - used, this.position, this.segmentEnd);
+    this.base += next.length - this.segmentEnd;
     this.buffer = next;
+    this.segmentEnd = next.length;
     this.position = next.length - used;
   }
 }

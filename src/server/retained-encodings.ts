@@ -10,8 +10,13 @@ import { ConversationStateSchema, type ConversationState } from "../../gen/ts/co
  * returned by the store are read-only by contract (`conversation-store.ts`), so an encoding keyed
  * by such an object's identity stays exact for as long as the object lives.
  *
- * Only objects marked through `retainStoredState` are kept: anything else (a request's messages, a
- * list the engine builds) may change between calls and is encoded afresh every time. Keys are weak,
+ * Only objects that cannot change are kept: those marked through `retainStoredState`, and
+ * conversation messages frozen all the way down (the request decoder hands out the same frozen
+ * object for the same bytes, so a stateless compile resends them call after call). Anything else
+ * (a list the engine builds, a message it edits) may change between calls and is encoded afresh
+ * every time. A list of such messages that keeps coming back as fresh arrays (a stateless
+ * request's history) is adopted: a frozen copy becomes its elements' home, so the next calls copy
+ * runs of it like runs of a stored list. Keys are weak,
  * so encodings die with the state they came from; their total is bounded by `maxBytes`, beyond
  * which every mark and encoding is dropped at once, and states are marked again when next loaded
  * (the count cannot see what the garbage collector reclaimed, so it resets early, never late).
@@ -20,6 +25,8 @@ export class RetainedEncodings {
   private messages = new WeakMap<object, RetainedMessage>();
   private lists = new WeakMap<object, RetainedList>();
   private states = new WeakSet<ConversationState>();
+  /** Frozen objects found to hold something mutable (a non-empty bytes field, an unfrozen child). */
+  private mutable = new WeakSet<object>();
   private bytes = 0;
 
   constructor(readonly maxBytes: number) {}
@@ -52,6 +59,40 @@ export class RetainedEncodings {
     return this.messages.get(message);
   }
 
+  /** The mark of a message frozen all the way down, made on first sight; undefined for any other object. */
+  frozenMessage(message: object): RetainedMessage | undefined {
+    const known = this.messages.get(message);
+    if (known !== undefined || !Object.isFrozen(message) || this.mutable.has(message)) return known;
+    if (!isDeeplyFrozen(message)) {
+      this.mutable.add(message);
+      return undefined;
+    }
+    const mark: RetainedMessage = { encoding: undefined, home: undefined, index: 0 };
+    this.messages.set(message, mark);
+    return mark;
+  }
+
+  /**
+   * Makes a frozen copy of `list`, whose elements must all be marked, their home: later lists
+   * holding runs of the same elements are then cut from its encoding.
+   */
+  adoptList(list: readonly object[]): void {
+    const marks: RetainedMessage[] = [];
+    for (const element of list) {
+      const mark = this.messages.get(element);
+      // Gone when the bound dropped every mark since the caller looked.
+      if (mark === undefined) return;
+      marks.push(mark);
+    }
+    const home: RetainedList = { list: Object.freeze([...list]), encodings: undefined };
+    this.lists.set(home.list, home);
+    marks.forEach((mark, index) => {
+      mark.home = home;
+      mark.index = index;
+    });
+    this.count(list.length * 8);
+  }
+
   /** The mark of an immutable list, undefined for any other object. */
   list(list: object): RetainedList | undefined {
     return this.lists.get(list);
@@ -74,17 +115,21 @@ export class RetainedEncodings {
   }
 
   private take(encoding: Uint8Array): Uint8Array {
-    this.bytes += encoding.byteLength;
-    if (this.bytes > this.maxBytes) {
-      // Encodings already handed to marks of the old generation die with them.
-      this.messages = new WeakMap();
-      this.lists = new WeakMap();
-      this.states = new WeakSet();
-      this.bytes = encoding.byteLength;
-    }
+    this.count(encoding.byteLength);
     // A copy, since the encoder's buffer is handed out as the call's result; Buffer.from takes
     // small copies from a shared pool instead of allocating one ArrayBuffer each.
     return Buffer.from(encoding);
+  }
+
+  private count(bytes: number): void {
+    this.bytes += bytes;
+    if (this.bytes <= this.maxBytes) return;
+    // Encodings already handed to marks of the old generation die with them.
+    this.messages = new WeakMap();
+    this.lists = new WeakMap();
+    this.states = new WeakSet();
+    this.mutable = new WeakSet();
+    this.bytes = bytes;
   }
 }
 
@@ -92,8 +137,8 @@ export class RetainedEncodings {
 export interface RetainedMessage {
   /** The message's encoding without tag and length, once encoded. */
   encoding: Uint8Array | undefined;
-  /** The newest stored list holding the message, and where; runs of a response list are cut from it. */
-  home: RetainedList;
+  /** The newest stored (or adopted) list holding the message, and where; runs of a response list are cut from it. */
+  home: RetainedList | undefined;
   index: number;
 }
 
@@ -117,6 +162,20 @@ export function listEncodingFor(mark: RetainedList, fieldNumber: number): ListEn
     if (encoding.fieldNumber === fieldNumber) return encoding;
   }
   return undefined;
+}
+
+/**
+ * True when nothing reachable from `value` can change. Typed arrays cannot be frozen, so a message
+ * holding a non-empty bytes field is never kept (an image part could be overwritten in place).
+ */
+function isDeeplyFrozen(value: object): boolean {
+  if (ArrayBuffer.isView(value)) return value.byteLength === 0;
+  if (!Object.isFrozen(value)) return false;
+  for (const key of Object.keys(value)) {
+    const child = (value as Record<string, unknown>)[key];
+    if (typeof child === "object" && child !== null && !isDeeplyFrozen(child)) return false;
+  }
+  return true;
 }
 
 const stateListNames = ConversationStateSchema.fields

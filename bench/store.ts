@@ -22,7 +22,7 @@ import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../ge
 import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
 import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { encodeMessage } from "../src/server/protobuf-encoder.js";
+import { encodeEnvelopedMessage, encodeEnvelopedMessageChunks } from "../src/server/protobuf-encoder.js";
 import { contextService } from "../src/server/services/context-service.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
@@ -219,9 +219,12 @@ try {
   const inProcessStore = new RedisConversationStore(redis.url);
   await inProcessStore.connected();
   const inProcessService = contextService({ store: inProcessStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
-  const compileInProcess = async (request: Buffer) => {
+  // The response is encoded as the unary gRPC path sends it (one enveloped buffer), and as chunks
+  // that reference the kept encodings of the stored history instead of copying them.
+  const compileInProcess = (encode: typeof encodeEnvelopedMessage | typeof encodeEnvelopedMessageChunks) => async (request: Buffer) => {
     const response = await inProcessService.compile!(fromBinary(CompileRequestSchema, request), undefined as never);
-    return encodeMessage(CompileResponseSchema, create(CompileResponseSchema, response as MessageInitShape<typeof CompileResponseSchema>));
+    const encoded = encode(CompileResponseSchema, create(CompileResponseSchema, response as MessageInitShape<typeof CompileResponseSchema>));
+    return { length: Array.isArray(encoded) ? encoded.reduce((sum, chunk) => sum + chunk.length, 0) : encoded.length };
   };
   // The full result, then with omit_snapshots (payload and records only: no source,
   // normalized_snapshot, writeback.snapshot or persistence copies of the conversation).
@@ -231,7 +234,8 @@ try {
       const cases = [
         ["grpc-js client", grpcJsCompile],
         ["minimal HTTP/2 client", minimalCompile],
-        ["in-process load + compile + encode", compileInProcess],
+        ["in-process load + compile + encode", compileInProcess(encodeEnvelopedMessage)],
+        ["in-process, encoded as chunks", compileInProcess(encodeEnvelopedMessageChunks)],
       ] as const;
       for (const [how, compileOnce] of cases) {
         try {

@@ -1,13 +1,13 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { CurrentTurnPersistence, type CompileRequest, type DeferredBlock } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CurrentTurnPersistence, type CompileRequest, type DeferredBlock, type Transformation } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
-import { segmentEnumerationOrder, segmentField, segmentName } from "../model/segments.js";
+import { segmentEnumerationOrder, segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { IdentityAssigner } from "./identity.js";
 import { assertWellFormedMessage, isWellFormedMessage } from "./message-validation.js";
 import type { CompileInputs } from "./request-inputs.js";
-import { newRecords, recordPassed, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
+import { newRecords, passedRecord, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
 
 /** Deferred blocks and scratch with ids assigned; consumed by their own stages. */
 export interface NormalizedExtras {
@@ -27,21 +27,37 @@ export function normalize(
   randomId: () => string,
 ): { work: CompileWork; extras: NormalizedExtras } {
   const identity = new IdentityAssigner(request, randomId);
-  const claims = new IdClaims();
-
+  // Segment messages start PASSED; the record table doubles as the set of ids claimed so far, so
+  // each id is hashed into one table, not two.
+  const records = newRecords();
   const segments = { ...inputs.segments };
   for (const segment of segmentEnumerationOrder) {
     const field = segmentField(segment, "segment");
     const name = segmentName(segment);
-    segments[field] = mapIfChanged(inputs.segments[field], (message, index) => {
+    const passed = passedRecord(segment);
+    const input = inputs.segments[field];
+    // A copy only once a message gets an id; until then the input list is the output.
+    let output: Message[] | undefined;
+    for (let index = 0; index < input.length; index++) {
+      const message = input[index]!;
       // Paths are built only when something is wrong: a thousand template strings per compile
       // would cost more than the checks themselves.
       if (!isWellFormedMessage(message)) assertWellFormedMessage(message, `${name}[${index}]`);
-      const withId = message.id !== "" ? message : identity.ensureId(message, { kind: "segment", segment, scope: name, index }, `${name}[${index}]`);
-      claims.claim(withId.id, name, index);
-      return withId;
-    });
+      let withId = message;
+      if (message.id === "") {
+        withId = identity.ensureId(message, { kind: "segment", segment, scope: name, index }, `${name}[${index}]`);
+        output ??= input.slice(0, index);
+      }
+      if (records[withId.id] !== undefined) {
+        segments[field] = (output ?? input).slice(0, index);
+        throw duplicateId(withId.id, `${name}[${index}]`, segmentClaimPath(segments, withId.id, segment));
+      }
+      records[withId.id] = passed;
+      output?.push(withId);
+    }
+    if (output) segments[field] = output;
   }
+  const claims = new IdClaims(records, segments);
 
   const pending = mapIfChanged(request.pending, (message, index) => {
     const path = `pending[${index}]`;
@@ -83,14 +99,13 @@ export function normalize(
     artifacts: inputs.artifacts,
     experiences: inputs.experiences,
     toolDefinitions: inputs.toolDefinitions,
-    records: newRecords(),
+    records,
     introduced: [],
     persistedIntroducedIds: new Set(),
     visibleArtifactIds: [],
     warnings: [],
     writebackMessages: identity.assigned,
   };
-  for (const segment of segmentEnumerationOrder) recordPassed(work, segments[segmentField(segment, "segment")], segment);
   return { work, extras: { deferredBlocks, scratch } };
 }
 
@@ -119,12 +134,18 @@ function normalizeCurrentTurn(request: CompileRequest, identity: IdentityAssigne
 }
 
 /**
- * Rejects duplicate ids across segments, pending, the current turn and scratch. Locations are
- * kept as small integers (scope number and index) and spelled out only for the error.
+ * Rejects duplicate ids of pending, the current turn and scratch, among themselves and against the
+ * segments (whose ids are the keys of `segmentRecords`). Locations are kept as small integers
+ * (scope number and index) and spelled out only for the error.
  */
 class IdClaims {
   private readonly seen = new Map<string, number>();
   private readonly scopes: string[] = [];
+
+  constructor(
+    private readonly segmentRecords: Readonly<Record<string, Transformation>>,
+    private readonly segments: SegmentHolder,
+  ) {}
 
   claim(id: string, scope: string, index?: number): void {
     let scopeNumber = this.scopes.indexOf(scope);
@@ -132,9 +153,8 @@ class IdClaims {
     // Below 2^31 for any realistic index, so the map holds small integers, not boxed numbers.
     const location = scopeNumber * 100_000_000 + (index ?? -1) + 1;
     const earlier = this.seen.get(id);
-    if (earlier !== undefined) {
-      throw new ConnectError(`duplicate message id "${id}" at ${this.path(location)} (also at ${this.path(earlier)})`, Code.InvalidArgument);
-    }
+    if (earlier !== undefined) throw duplicateId(id, this.path(location), this.path(earlier));
+    if (this.segmentRecords[id] !== undefined) throw duplicateId(id, this.path(location), segmentClaimPath(this.segments, id));
     this.seen.set(id, location);
   }
 
@@ -143,6 +163,20 @@ class IdClaims {
     const index = (location % 100_000_000) - 1;
     return index < 0 ? scope : `${scope}[${index}]`;
   }
+}
+
+/** Where `id` first occurs in `segments`, in enumeration order, looking no further than `last`. */
+function segmentClaimPath(segments: SegmentHolder, id: string, last?: Segment): string {
+  for (const segment of segmentEnumerationOrder) {
+    const index = segments[segmentField(segment, "segment")].findIndex((message) => message.id === id);
+    if (index >= 0) return `${segmentName(segment)}[${index}]`;
+    if (segment === last) break;
+  }
+  throw new Error(`segmentClaimPath: "${id}" is not in the segments`);
+}
+
+function duplicateId(id: string, path: string, earlierPath: string): ConnectError {
+  return new ConnectError(`duplicate message id "${id}" at ${path} (also at ${earlierPath})`, Code.InvalidArgument);
 }
 
 /** `messages.map(transform)`, returning the input array itself when nothing changed. */

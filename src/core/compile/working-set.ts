@@ -92,8 +92,13 @@ export function newRecords(): Record<string, Transformation> {
   return Object.create(null) as Record<string, Transformation>;
 }
 
+/** The record of a message that passed `segment` unchanged. */
+export function passedRecord(segment: Segment): Transformation {
+  return sharedRecord(TransformationAction.PASSED, TransformationReason.UNCHANGED, segment);
+}
+
 export function recordPassed(work: CompileWork, messages: readonly Message[], segment: Segment): void {
-  const passed = sharedRecord(TransformationAction.PASSED, TransformationReason.UNCHANGED, segment);
+  const passed = passedRecord(segment);
   for (const message of messages) work.records[message.id] = passed;
 }
 

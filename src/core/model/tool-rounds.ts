@@ -58,9 +58,9 @@ export interface HistoryUnit {
 /** The calls of a tool round and which of them were answered. */
 export interface ToolRoundShape {
   /** The call ids in the order the assistant made them (empty ids included as ""). */
-  callIds: string[];
-  /** Call names by id, for cancellation texts and repair. */
-  callNames: Map<string, string>;
+  readonly callIds: readonly string[];
+  /** Call names by id (the last call with an id names it), for cancellation texts and repair. */
+  readonly callNames: ReadonlyMap<string, string>;
   /** Call ids without a result, in call order. */
   missingCallIds: string[];
   /** True when results are missing and the round is the last unit of the sequence. */
@@ -137,21 +137,15 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
       continue;
     }
 
-    const callIds: string[] = [];
-    const callNames = new Map<string, string>();
-    // The non-empty call ids, in first-call order.
-    const expected = new Set<string>();
+    const calls = new RoundCalls();
     for (const part of message.parts) {
       if (part.kind.case !== "toolCall") continue;
       const call = part.kind.value;
       if (call.id === "") report("tool_call_without_id", index, `tool call "${call.name}" has no id`);
       else if (seenCallIds.has(call.id)) report("duplicate_tool_call_id", index, `tool call id "${call.id}" is used more than once`);
       seenCallIds.add(call.id);
-      callIds.push(call.id);
-      callNames.set(call.id, call.name);
-      if (call.id !== "") expected.add(call.id);
+      calls.add(call.id, call.name);
     }
-    const answered = new Set<string>();
     let next = index + 1;
     while (next < messages.length && carriesToolResults(messages[next]!) && !opensToolRound(messages[next]!)) {
       const result = messages[next]!;
@@ -163,20 +157,20 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
         if (resultPart.kind.case !== "toolResult") continue;
         results++;
         const part = resultPart.kind.value;
+        const call = part.toolCallId === "" ? -1 : calls.indexOf(part.toolCallId);
         if (part.toolCallId === "") report("tool_result_empty_call_id", next, "a tool result with an empty tool_call_id");
-        else if (!expected.has(part.toolCallId)) {
+        else if (call < 0) {
           report("tool_result_unknown_call_id", next, `tool result for "${part.toolCallId}", which is not a call of the round opened by message ${index}`);
-        } else if (answered.has(part.toolCallId)) {
+        } else if (!calls.answer(call)) {
           report("tool_result_duplicate_call_id", next, `tool call "${part.toolCallId}" is answered more than once`);
-        } else answered.add(part.toolCallId);
+        }
       }
       if (results === 0) report("tool_message_without_result", next, "a TOOL message without a tool_result part");
       next++;
     }
-    const missingCallIds: string[] = [];
-    for (const id of expected) if (!answered.has(id)) missingCallIds.push(id);
+    const missingCallIds = calls.unanswered();
     const atTail = next === messages.length;
-    const round: ToolRoundShape = { callIds, callNames, missingCallIds, open: missingCallIds.length > 0 && atTail };
+    const round: ToolRoundShape = new RoundShape(calls, missingCallIds, missingCallIds.length > 0 && atTail);
     if (missingCallIds.length > 0) {
       if (!atTail) {
         report("incomplete_tool_round", index, `tool calls ${quoteList(missingCallIds)} have no result before message ${next}`);
@@ -251,6 +245,80 @@ export function findOpenToolRound(messages: readonly Message[]): (HistoryUnit & 
   const open = analysis.openRound;
   if (!open || analysis.units.length !== 1) return undefined;
   return { ...open, start: open.start + start, end: open.end + start };
+}
+
+/**
+ * The calls of one round: ids and names in call order, which of them were answered, and lookup of
+ * the first call with an id. Rounds have a handful of calls, so lookup scans the ids until there
+ * are many; per round that is cheaper than the Sets and Map it replaces, and a 1,000-message
+ * history has hundreds of rounds.
+ */
+class RoundCalls {
+  /** Past this many calls, lookup goes through a Map. */
+  private static readonly scanLimit = 16;
+  readonly ids: string[] = [];
+  readonly names: string[] = [];
+  /** Per call index; only first calls with an id are ever marked. */
+  private readonly answered: boolean[] = [];
+  private byId?: Map<string, number>;
+
+  add(id: string, name: string): void {
+    const index = this.ids.push(id) - 1;
+    this.names.push(name);
+    this.answered.push(false);
+    if (this.byId) {
+      if (!this.byId.has(id)) this.byId.set(id, index);
+    } else if (this.ids.length > RoundCalls.scanLimit) {
+      this.byId = new Map();
+      // Backwards, so the first call of an id is what the map keeps.
+      for (let at = this.ids.length - 1; at >= 0; at--) this.byId.set(this.ids[at]!, at);
+    }
+  }
+
+  /** Index of the first call with `id` (non-empty), or -1. */
+  indexOf(id: string): number {
+    if (this.byId) return this.byId.get(id) ?? -1;
+    return this.ids.indexOf(id);
+  }
+
+  /** Marks call `index` answered; false when it already was. */
+  answer(index: number): boolean {
+    if (this.answered[index]) return false;
+    this.answered[index] = true;
+    return true;
+  }
+
+  /** The non-empty ids without a result, each once, in first-call order. */
+  unanswered(): string[] {
+    const missing: string[] = [];
+    for (let index = 0; index < this.ids.length; index++) {
+      const id = this.ids[index]!;
+      if (id !== "" && !this.answered[index] && this.indexOf(id) === index) missing.push(id);
+    }
+    return missing;
+  }
+}
+
+// The names map is built on first use: only repair and the open-round mutations ask for it.
+class RoundShape implements ToolRoundShape {
+  readonly callIds: readonly string[];
+  private names?: Map<string, string>;
+
+  constructor(
+    private readonly calls: RoundCalls,
+    readonly missingCallIds: string[],
+    readonly open: boolean,
+  ) {
+    this.callIds = calls.ids;
+  }
+
+  get callNames(): ReadonlyMap<string, string> {
+    if (!this.names) {
+      this.names = new Map();
+      for (let index = 0; index < this.calls.ids.length; index++) this.names.set(this.calls.ids[index]!, this.calls.names[index]!);
+    }
+    return this.names;
+  }
 }
 
 function quoteList(ids: readonly string[]): string {

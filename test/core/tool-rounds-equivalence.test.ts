@@ -1,0 +1,107 @@
+import { describe, expect, it } from "vitest";
+import { Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
+import { analyzeToolRounds, type HistoryUnit, type ToolRoundAnalysis } from "../../src/core/model/tool-rounds.js";
+import { call, message, result, text } from "./messages.js";
+
+/**
+ * The round bookkeeping as it was written before the per-round Sets and Map were replaced
+ * (call ids, names, expected and answered calls, missing calls): the reference the analysis must
+ * keep matching.
+ */
+function referenceRound(messages: readonly Message[], index: number) {
+  const opening = messages[index]!;
+  const callIds: string[] = [];
+  const callNames = new Map<string, string>();
+  const expected = new Set<string>();
+  for (const part of opening.parts) {
+    if (part.kind.case !== "toolCall") continue;
+    callIds.push(part.kind.value.id);
+    callNames.set(part.kind.value.id, part.kind.value.name);
+    if (part.kind.value.id !== "") expected.add(part.kind.value.id);
+  }
+  const outcomes: string[] = [];
+  const answered = new Set<string>();
+  let next = index + 1;
+  const carriesResults = (m: Message) => m.role === Role.TOOL || m.parts.some((p) => p.kind.case === "toolResult");
+  const opensRound = (m: Message) => m.role === Role.ASSISTANT && m.parts.some((p) => p.kind.case === "toolCall");
+  while (next < messages.length && carriesResults(messages[next]!) && !opensRound(messages[next]!)) {
+    for (const part of messages[next]!.parts) {
+      if (part.kind.case !== "toolResult") continue;
+      const id = part.kind.value.toolCallId;
+      if (id === "") outcomes.push(`${next}:empty`);
+      else if (!expected.has(id)) outcomes.push(`${next}:unknown ${id}`);
+      else if (answered.has(id)) outcomes.push(`${next}:duplicate ${id}`);
+      else answered.add(id);
+    }
+    next++;
+  }
+  const missingCallIds = [...expected].filter((id) => !answered.has(id));
+  return { end: next, callIds, callNames: [...callNames], missingCallIds, outcomes };
+}
+
+// The same outcomes read back from the analysis, for comparison with the reference.
+function analysedRound(analysis: ToolRoundAnalysis, unit: HistoryUnit) {
+  const outcomes = analysis.violations
+    .filter((violation) => violation.index > unit.start && violation.index < unit.end && violation.rule.startsWith("tool_result_") && violation.rule !== "tool_result_not_in_tool_message")
+    .map((violation) => {
+      const id = /"([^"]*)"/.exec(violation.detail)?.[1];
+      if (violation.rule === "tool_result_empty_call_id") return `${violation.index}:empty`;
+      if (violation.rule === "tool_result_unknown_call_id") return `${violation.index}:unknown ${id}`;
+      return `${violation.index}:duplicate ${id}`;
+    });
+  return { end: unit.end, callIds: [...unit.round!.callIds], callNames: [...unit.round!.callNames], missingCallIds: unit.round!.missingCallIds, outcomes };
+}
+
+function randomSequence(random: () => number): Message[] {
+  const pool = ["", "c1", "c2", "c3", "c4"];
+  const pickId = (wide: boolean) => (wide ? `w${Math.floor(random() * 30)}` : pool[Math.floor(random() * pool.length)]!);
+  const messages: Message[] = [];
+  const length = 1 + Math.floor(random() * 12);
+  for (let index = 0; index < length; index++) {
+    const roll = random();
+    if (roll < 0.35) {
+      // A round opener: usually a few calls, sometimes many (past the lookup's scan limit).
+      const wide = random() < 0.2;
+      const count = wide ? 10 + Math.floor(random() * 30) : 1 + Math.floor(random() * 4);
+      const parts: Part[] = [];
+      if (random() < 0.3) parts.push(text("thinking"));
+      for (let c = 0; c < count; c++) parts.push(call(pickId(wide), `tool${Math.floor(random() * 3)}`));
+      messages.push(message(Role.ASSISTANT, `m${index}`, ...parts));
+    } else if (roll < 0.8) {
+      const wide = random() < 0.3;
+      const count = random() < 0.1 ? 0 : 1 + Math.floor(random() * (wide ? 20 : 3));
+      const parts: Part[] = [];
+      for (let r = 0; r < count; r++) parts.push(result(pickId(wide), "out"));
+      if (count === 0 || random() < 0.1) parts.push(text("note"));
+      messages.push(message(random() < 0.9 ? Role.TOOL : Role.USER, `m${index}`, ...parts));
+    } else {
+      messages.push(message(random() < 0.7 ? Role.USER : Role.ASSISTANT, `m${index}`, "plain"));
+    }
+  }
+  return messages;
+}
+
+describe("analyzeToolRounds", () => {
+  it("keeps the reference bookkeeping of calls, results and missing calls on random sequences", () => {
+    let state = 11;
+    const random = () => ((state = (state * 1103515245 + 12345) >>> 0) / 2 ** 32);
+    let rounds = 0;
+    let wideRounds = 0;
+    let withViolations = 0;
+    for (let sample = 0; sample < 3_000; sample++) {
+      const messages = randomSequence(random);
+      const analysis = analyzeToolRounds(messages, { allowOpenTail: random() < 0.5 });
+      if (analysis.violations.length > 0) withViolations++;
+      for (const unit of analysis.units) {
+        if (!unit.round) continue;
+        rounds++;
+        if (unit.round.callIds.length > 16) wideRounds++;
+        expect(analysedRound(analysis, unit), `sample ${sample} unit at ${unit.start}`).toEqual(referenceRound(messages, unit.start));
+        expect(unit.round.open).toBe(unit.round.missingCallIds.length > 0 && unit.end === messages.length);
+      }
+    }
+    expect(rounds).toBeGreaterThan(2_000);
+    expect(wideRounds).toBeGreaterThan(100);
+    expect(withViolations).toBeGreaterThan(500);
+  });
+});

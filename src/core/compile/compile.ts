@@ -2,10 +2,10 @@ import { create } from "@bufbuild/protobuf";
 import {
   CompileResultSchema,
   CurrentTurnSchema,
-  UsageSchema,
   type CompileRequest,
   type CompileResult,
   type CompileSource,
+  type Usage,
   type Writeback,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -101,7 +101,10 @@ export async function compile(request: CompileRequest, context: CompileContext):
 
   // 13. Result.
   const summary = budget.summary ? work.segments.history[0] : undefined;
-  const usage = create(UsageSchema, {
+  // A literal with every field set, in declaration order: equal to `create(UsageSchema, ...)`
+  // without its reflective walk, which is a noticeable part of a small compile.
+  const usage: Usage = {
+    $typeName: "contextd.v1.Usage",
     system: BigInt(budget.system + budget.scratch),
     history: BigInt(budget.history),
     memory: BigInt(budget.memory),
@@ -113,7 +116,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     total: BigInt(budget.total),
     estimator: estimator.kind,
     historyBeforeTrim: BigInt(budget.historyBeforeTrim),
-  });
+  };
   // Big containers are filled by assignment: `create` with an init object walks every field
   // reflectively, which costs milliseconds at a thousand messages.
   const result = create(CompileResultSchema);

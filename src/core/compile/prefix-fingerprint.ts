@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import type { CompiledPayload } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { messageContentKey } from "../model/content-hash.js";
 
@@ -8,14 +8,17 @@ import { messageContentKey } from "../model/content-hash.js";
  * provider). Computed on the neutral payload so it is the same with or without a render.
  */
 export function prefixFingerprint(payload: CompiledPayload): string {
-  const hash = createHash("sha256");
+  // One string and a one-shot digest instead of a Hash object fed piece by piece: each piece
+  // starts with a control character, so no surrogate pair can form across pieces and the UTF-8
+  // of the whole is the UTF-8 of the pieces in a row — the same digest.
+  let text = "";
   for (const [name, messages] of [["system", payload.system], ["tools", payload.tools], ["memory", payload.memory]] as const) {
-    hash.update(`\u0000${name}`);
-    for (const message of messages) hash.update(`\u0001${messageContentKey(message)}`);
+    text += `\u0000${name}`;
+    for (const message of messages) text += `\u0001${messageContentKey(message)}`;
   }
-  hash.update("\u0000tool_definitions");
+  text += "\u0000tool_definitions";
   for (const definition of payload.toolDefinitions) {
-    hash.update(`\u0001${definition.name}\u0002${definition.description}\u0002${definition.parameters}`);
+    text += `\u0001${definition.name}\u0002${definition.description}\u0002${definition.parameters}`;
   }
-  return hash.digest("hex");
+  return hash("sha256", text, "hex");
 }

@@ -138,9 +138,11 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       }
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
+      const protectsMessages = protectedRoles.size > 0 || retained.size > 0;
       const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {
         if (unit.round?.open) return true;
+        if (!protectsMessages) return false;
         for (let index = unit.start; index < unit.end; index++) {
           const message = history[index]!;
           if (protectedRoles.has(message.role) || retained.has(message.id)) return true;

@@ -64,6 +64,7 @@ export function encodeEnvelopedMessageChunks<Desc extends DescMessage>(schema: D
 
 function writeTopLevel(schema: DescMessage, message: unknown, headroom: number, chunked = false): BackwardWriter {
   // Start from the size of the last message of this type, so a big result rarely grows (and copies).
+  retainedEncodings.beginCall();
   const hints = chunked ? chunkedSizeHints : sizeHints;
   const writer = new BackwardWriter((hints.get(schema) ?? 2048) + headroom, chunked);
   writeMessage(writer, schema, message as Fields);

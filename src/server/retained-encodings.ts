@@ -27,6 +27,9 @@ export class RetainedEncodings {
   private states = new WeakSet<ConversationState>();
   /** Frozen objects found to hold something mutable (a non-empty bytes field, an unfrozen child). */
   private mutable = new WeakSet<object>();
+  /** Frozen messages seen once, with the encoding call that saw them (see `frozenMessage`). */
+  private seen = new WeakMap<object, number>();
+  private call = 0;
   private bytes = 0;
 
   constructor(readonly maxBytes: number) {}
@@ -59,10 +62,22 @@ export class RetainedEncodings {
     return this.messages.get(message);
   }
 
-  /** The mark of a message frozen all the way down, made on first sight; undefined for any other object. */
+  /** Called by the encoder once per response: tells a message that comes back from one seen before. */
+  beginCall(): void {
+    this.call++;
+  }
+
+  /**
+   * The mark of a message frozen all the way down, made when it comes back in a later response;
+   * undefined for any other object. Keeping a message's bytes costs a copy, which only pays when
+   * the object is sent again: requests whose messages never repeat must not pay for it.
+   */
   frozenMessage(message: object): RetainedMessage | undefined {
     const known = this.messages.get(message);
     if (known !== undefined || !Object.isFrozen(message) || this.mutable.has(message)) return known;
+    const seenIn = this.seen.get(message);
+    if (seenIn === undefined) this.seen.set(message, this.call);
+    if (seenIn === undefined || seenIn === this.call) return undefined;
     if (!isDeeplyFrozen(message)) {
       this.mutable.add(message);
       return undefined;
@@ -129,6 +144,7 @@ export class RetainedEncodings {
     this.lists = new WeakMap();
     this.states = new WeakSet();
     this.mutable = new WeakSet();
+    this.seen = new WeakMap();
     this.bytes = bytes;
   }
 }

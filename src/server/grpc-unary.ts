@@ -15,7 +15,7 @@ import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import { decodeMessage } from "./protobuf-decoder.js";
-import { encodeEnvelopedMessage, envelopeHeaderBytes } from "./protobuf-encoder.js";
+import { encodeEnvelopedMessageChunks, envelopeHeaderBytes } from "./protobuf-encoder.js";
 
 /**
  * Unary gRPC calls served straight from the HTTP/2 stream, without connect-node's adapter.
@@ -169,11 +169,15 @@ async function answer(
     };
     const input = parseRequest(spec, body);
     const output = await invokeUnaryImplementation(spec, context, input as never, options.interceptors);
-    const frame = encodeEnvelopedMessage(spec.method.output, output as never);
+    // Chunks: long encodings kept from earlier calls (a stored history) are sent, not copied.
+    const chunks = encodeEnvelopedMessageChunks(spec.method.output, output as never);
     if (stream.closed || stream.destroyed) return;
     stream.respond(toHeaderBlock(responseHeader, { ":status": 200 }), { waitForTrailers: true });
     stream.once("wantTrailers", () => stream.sendTrailers(toHeaderBlock(responseTrailer, { "grpc-status": "0" })));
-    stream.end(frame);
+    // Corked, so the chunks leave as one write; end() uncorks.
+    stream.cork();
+    for (const chunk of chunks) stream.write(chunk);
+    stream.end();
   } catch (error) {
     respondError(stream, responseHeader, error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error), responseTrailer);
   } finally {

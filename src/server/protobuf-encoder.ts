@@ -220,9 +220,9 @@ function writeMessage(writer: BackwardWriter, schema: DescMessage, message: Fiel
 
 /**
  * A repeated message field. A list object sent again as the same field number is a copy; a stored
- * (retained) list is copied from its kept encoding; any other list is cut into runs of consecutive
- * elements of one stored list (a trimmed history, the persistence projection), each run copied
- * from that list's kept encoding.
+ * list is copied from its kept encoding; any other list is cut into runs of consecutive elements
+ * of one stored or adopted list (a trimmed history, the persistence projection, a resent request
+ * history), each run copied from that list's kept encoding.
  */
 function writeMessageList(writer: BackwardWriter, field: DescField, schema: DescMessage, list: Fields[]): void {
   // Group (delimited) encoding only exists for editions contracts: no reuse, just the plain path.
@@ -288,7 +288,7 @@ function retainedMark(schema: DescMessage, message: object): RetainedMessage | u
   return retainedEncodings.frozenMessage(message);
 }
 
-/** The kept encoding of a stored list as `field`, encoded (in a writer of its own) and kept the first time. */
+/** The kept encoding of a stored or adopted list as `field`, encoded (in a writer of its own) and kept the first time. */
 function retainedListEncoding(retained: RetainedList, field: DescField, schema: DescMessage): ListEncoding {
   const kept = listEncodingFor(retained, field.number);
   if (kept !== undefined) return kept;

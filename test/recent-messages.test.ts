@@ -31,7 +31,7 @@ describe("RecentMessages", () => {
 
   it("confirms a hit by every byte, not by the sampled hash", () => {
     const recent = new RecentMessages<object>(1 << 20);
-    // 640 bytes sample every 10th byte: these two runs differ only between samples.
+    // 640 bytes are sampled every 20th byte: these two runs differ only between samples.
     const first = new Uint8Array(640).fill(7);
     const second = first.slice();
     second[5] = 8;

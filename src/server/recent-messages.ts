@@ -60,22 +60,29 @@ interface Entry<T> {
   message: T;
 }
 
-// FNV-1a over the length and at most 64 bytes spread evenly over the run: messages of one
-// conversation share prefixes (ids "m1", "m2"…) and differ anywhere, so the samples cover it all;
-// the full comparison in `lookup` decides.
+// FNV-1a over the length and at most 32 bytes spread evenly over the run (plus the last byte):
+// messages of one conversation share prefixes (ids "m1", "m2"…) and differ anywhere, so the
+// samples cover it all; the full comparison in `lookup` decides.
 function sampleHash(bytes: Uint8Array, start: number, end: number): number {
   const length = end - start;
   let hash = Math.imul(0x811c9dc5 ^ length, 0x01000193);
-  const step = length <= 64 ? 1 : Math.floor(length / 64);
+  const step = length <= 32 ? 1 : Math.floor(length / 32);
   for (let index = start; index < end; index += step) hash = Math.imul(hash ^ bytes[index]!, 0x01000193);
-  // The last bytes too, where a step would skip them.
   if (length > 0) hash = Math.imul(hash ^ bytes[end - 1]!, 0x01000193);
-  return hash;
+  // 30 bits: a small integer to V8, so the Map key is neither boxed nor hashed as a double.
+  return hash & 0x3fffffff;
 }
 
+// Conversation messages are mostly a few hundred bytes: a plain loop beats a native call plus
+// the view it needs; long runs go to Buffer.compare.
+const nativeCompareFrom = 512;
+
 function sameBytes(kept: Uint8Array, bytes: Uint8Array, start: number, end: number): boolean {
-  if (kept.length !== end - start) return false;
-  return Buffer.compare(kept, bytes.subarray(start, end)) === 0;
+  const length = end - start;
+  if (kept.length !== length) return false;
+  if (length >= nativeCompareFrom) return Buffer.compare(kept, bytes.subarray(start, end)) === 0;
+  for (let index = 0; index < length; index++) if (kept[index] !== bytes[start + index]) return false;
+  return true;
 }
 
 // Typed arrays (bytes fields) cannot be frozen while they have elements; they are left as they are.

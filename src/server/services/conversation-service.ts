@@ -7,6 +7,7 @@ import {
 } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
+import { retainStoredState } from "../retained-encodings.js";
 
 export interface ConversationServiceDependencies {
   store: ConversationStore;
@@ -26,14 +27,19 @@ export function conversationService(dependencies: ConversationServiceDependencie
   return {
     async getState(request) {
       requireConversationId(request.conversationId);
-      return { state: await store.load(request.conversationId) };
+      const state = await store.load(request.conversationId);
+      // Stored states are read-only: their encodings are kept for the next call (and compiles).
+      retainStoredState(state);
+      return { state };
     },
 
     async commit(request) {
       requireConversationId(request.conversationId);
       if (request.deltas.length === 0) throw new ConnectError("deltas: a commit needs at least one delta", Code.InvalidArgument);
       const outcome = await store.commit(request.conversationId, request.expectedVersion, request.deltas, request.idempotencyKey);
-      return { version: outcome.version, replayed: outcome.replayed, state: request.omitState ? undefined : outcome.state };
+      if (request.omitState) return { version: outcome.version, replayed: outcome.replayed };
+      retainStoredState(outcome.state);
+      return { version: outcome.version, replayed: outcome.replayed, state: outcome.state };
     },
 
     async clear(request) {

@@ -1,12 +1,12 @@
 /**
  * Strings recently decoded from short ASCII byte runs, handed out again for the same bytes.
  *
- * Why it exists: a compile keys its transformation record by message id, and V8 has to
- * internalize every freshly decoded string used as a property key (hash it, look it up in the
- * string table, copy it to old space). For a 1,000-message request that was most of a warm
- * compile's normalisation. A client resends the same history with every request, so returning the
- * string object decoded last time (already internalized by the previous compile) avoids that, and
- * the decode itself.
+ * Why it exists: a compile keys its transformation records by message id, and V8 internalizes
+ * every freshly decoded string used as a property key (hashes it, finds or adds it in the string
+ * table, and turns the fresh string into a reference to the table's copy). For a 1,000-message
+ * request that was most of a warm compile's normalisation. A client resends the same history with
+ * every request, so returning the string object decoded last time (internalized by the previous
+ * compile already) avoids that, and the decode itself.
  *
  * Only ASCII is cached: its bytes are its UTF-8 and its UTF-16 code units at once, so a hit is
  * confirmed by comparing the string's characters with the bytes, and it is valid UTF-8 for any

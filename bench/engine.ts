@@ -2,9 +2,10 @@
 // cached, request freshly decoded each time as over RPC) and cold (empty count cache), beside
 // LangChain.js `trimMessages` doing the same trim with the same gpt-tokenizer counter, in one run.
 // Requests are decoded with the server's own decoder (`decodeMessage`, what every binary RPC goes
-// through): it hands out the same string objects for ids a previous request carried, which a
-// compile keys its records by. The warm figure with protobuf-es `fromBinary` (fresh strings every
-// time, as a JSON request or another embedding would see) is printed beside it.
+// through): for bytes a previous request carried it hands out the same objects again — short
+// strings such as the ids a compile keys its records by, and whole conversation messages
+// (`RecentMessages`). The warm figure with protobuf-es `fromBinary` (fresh objects every time, as
+// a JSON request or another embedding would see) is printed beside it.
 // Run with `npm run bench:engine`.
 import { execFileSync } from "node:child_process";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";

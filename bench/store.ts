@@ -183,6 +183,12 @@ try {
     }
   }
   for (const ratio of ratios) console.log(ratio);
+  // The floor under any commit RPC here: a round trip that does no work (health check, same client).
+  const healthCheck = Buffer.alloc(0);
+  const floor = await measure(1, commitsPerWorker[1], async () => {
+    await minimalCommitClient.call("/grpc.health.v1.Health/Check", healthCheck);
+  });
+  report("floor: Health.Check RPC (minimal client), concurrency 1", floor, "calls");
 
   // Stateful compile of a stored 1,000-message conversation (needs ContextService.Compile with
   // conversation_id from the engine).

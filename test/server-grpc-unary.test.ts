@@ -161,6 +161,38 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
     expect((await call("/contextd.v1.ConversationService/NoSuchMethod", getStateRequest("x"))).headers[":status"]).toBe(404);
   });
 
+  it("assembles a request that arrives in many small writes, and never buffers past one envelope", async () => {
+    const history = Array.from({ length: 2_000 }, (_, index) => ({
+      id: `big${index}`,
+      role: Role.USER,
+      parts: [{ kind: { case: "text" as const, value: { text: `message ${index} `.repeat(20) } } }],
+    }));
+    const body = envelope(toBinary(CompileRequestSchema, create(CompileRequestSchema, { history: { messages: history } })));
+    expect(body.length).toBeGreaterThan(400_000);
+    const response = await new Promise<RawResponse>((resolve, reject) => {
+      const stream = session.request({ ":method": "POST", ":path": compile, "content-type": "application/grpc", te: "trailers" });
+      const chunks: Buffer[] = [];
+      let trailers: http2.IncomingHttpHeaders = {};
+      let headers: http2.IncomingHttpHeaders = {};
+      stream.on("response", (received) => (headers = received));
+      stream.on("trailers", (received) => (trailers = received));
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("error", reject);
+      stream.on("end", () => resolve({ headers, trailers, body: Buffer.concat(chunks) }));
+      for (let offset = 0; offset < body.length; offset += 1_000) stream.write(body.subarray(offset, offset + 1_000));
+      stream.end();
+    });
+    expect(grpcStatus(response).code).toBe(0);
+    expect(payloadOf(CompileResponseSchema, response).result!.payload!.history.length).toBe(2_000);
+
+    // Declares 10 bytes, then keeps sending: refused at once, not read to the end.
+    const liar = Buffer.alloc(5 + 10 + 200_000);
+    liar.writeUInt32BE(10, 1);
+    const refused = await call(getState, liar);
+    expect(grpcStatus(refused)).toMatchObject({ code: 12, message: expect.stringContaining("extra input message") });
+    expect(grpcStatus(await call(getState, getStateRequest("unary/after-liar"))).code).toBe(0);
+  });
+
   it("survives callers resetting their streams with any error code, before or after the request ends", async () => {
     const codes = [http2.constants.NGHTTP2_CANCEL, http2.constants.NGHTTP2_INTERNAL_ERROR, http2.constants.NGHTTP2_PROTOCOL_ERROR];
     for (const code of codes) {

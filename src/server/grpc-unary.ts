@@ -103,21 +103,29 @@ export function serveUnaryCall(
   stream.on("error", ignoreStreamError);
   const chunks: Buffer[] = [];
   let received = 0;
+  let declared: number | undefined;
   let rejected = false;
+  const reject = (error: ConnectError) => {
+    rejected = true;
+    chunks.length = 0;
+    respondError(stream, new Headers(responseHeaders), error);
+  };
   stream.on("data", (chunk: Buffer) => {
     if (rejected) return;
     chunks.push(chunk);
     received += chunk.length;
     // The declared length is known from the first five bytes: an oversized message is refused
-    // before it is read, as connect does.
-    if (received >= envelopeHeaderBytes) {
-      const head = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      const declared = head.readUInt32BE(1);
+    // before it is read, as connect does, and nothing beyond one envelope is ever buffered.
+    if (declared === undefined && received >= envelopeHeaderBytes) {
+      if (chunks.length > 1) chunks.splice(0, chunks.length, Buffer.concat(chunks));
+      declared = chunks[0]!.readUInt32BE(1);
       if (declared > options.maxRequestBytes) {
-        rejected = true;
-        chunks.length = 0;
-        respondError(stream, new Headers(responseHeaders), new ConnectError(`message size ${declared} is larger than configured readMaxBytes ${options.maxRequestBytes}`, Code.ResourceExhausted));
+        reject(new ConnectError(`message size ${declared} is larger than configured readMaxBytes ${options.maxRequestBytes}`, Code.ResourceExhausted));
+        return;
       }
+    }
+    if (declared !== undefined && received > envelopeHeaderBytes + declared) {
+      reject(new ConnectError("protocol error: received extra input message for unary method", Code.Unimplemented));
     }
   });
   stream.once("end", () => {

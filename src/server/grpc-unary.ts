@@ -75,7 +75,10 @@ export interface UnaryGrpcOptions {
 // Binary gRPC only: "application/grpc+json" and friends go to connect.
 const grpcProtoContentTypes = new Set(["application/grpc", "application/grpc+proto"]);
 
-/** Whether this path serves the stream: a unary method, binary gRPC, an uncompressed request. */
+/**
+ * The method to serve the stream with on this path — a unary method, binary gRPC, an uncompressed
+ * request — or undefined to leave the stream to connect.
+ */
 export function takesStream(methods: UnaryMethods, headers: http2.IncomingHttpHeaders): UnaryMethodSpec | undefined {
   if (headers[":method"] !== "POST") return undefined;
   const contentType = headers["content-type"];

@@ -1,16 +1,15 @@
 /**
  * `npm run bench:rpc`: Compile over gRPC for 10, 100 and 1,000 history messages against the real
  * sidecar (a child process started from dist/), beside a bare grpc-js server (another child
- * process) that answers with the very same response bytes without doing any work. One minimal
- * gRPC client on node's HTTP/2 drives both with pre-encoded requests over one connection and only
- * checks the status and the response length: grpc-js's own client costs ~0.5 ms of CPU per call,
- * which on two shared cores would cap both servers near 2,000 calls/s and measure the client. So
- * the comparison is the servers' request-to-response path. Prints p50/p99 latency and requests/s at concurrency
- * 1 and 16, and each server's CPU time per request (from /proc, so other load on the machine
- * inflates it less than it inflates latency). Everything shares this machine's cores: read the
- * numbers side by side, not absolutely.
+ * process) that answers with the very same response bytes without doing any work. Both are driven
+ * by the same load generator, `bench/loadgen` (grpc-go over one connection, pre-encoded requests,
+ * responses not decoded): a Node client costs 0.15–0.5 ms of CPU per call (grpc-js the most), which
+ * on two shared cores caps both servers and measures the client. Prints p50/p99 latency and
+ * requests/s at concurrency 1 and 16, and each server's CPU time per request (from /proc, so other
+ * load on the machine inflates it less than it inflates latency). Everything shares this machine's
+ * cores: read the numbers side by side, not absolutely.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -60,20 +59,21 @@ async function main() {
     // The bare server answers a request of this length with these bytes.
     writeFileSync(join(directory, `${request.length}.bin`), response);
   }
+  client.close();
   const bare = await startChild(process.execPath, [thisFile, "--serve-bare", directory], "bare listening");
-  const bareClient = new MinimalGrpcClient(bare.address);
+  const loadgen = buildLoadgen(directory);
 
-  console.log(`Compile over gRPC (minimal HTTP/2 gRPC client, ${secondsPerRun} s per cell, ${cpus().length} cores shared by client and servers)`);
+  console.log(`Compile over gRPC (grpc-go load generator, ${secondsPerRun} s per cell, ${cpus().length} cores shared by client and servers)`);
   console.log(`load average at start: ${formatLoad()} (1/5/15 min; above the core count, other work competes for the CPU)`);
   console.log("messages  response   conc | contextd p50    p99   req/s  CPU/req | bare grpc-js p50   p99   req/s  CPU/req | p50 ratio  CPU ratio");
   for (const size of sizes) {
     for (const concurrency of concurrencies) {
-      const request = requests.get(size)!;
-      // Warm-up, so both servers are measured with their hot paths compiled by the JIT.
-      await run(client, request, concurrency, 1);
-      await run(bareClient, request, concurrency, 1);
-      const ours = await run(client, request, concurrency, secondsPerRun, contextd.child.pid!);
-      const theirs = await run(bareClient, request, concurrency, secondsPerRun, bare.child.pid!);
+      const requestFile = join(directory, `request-${size}.bin`);
+      writeFileSync(requestFile, requests.get(size)!);
+      // Each run warms up for a second first, so both servers are measured with their hot paths
+      // compiled by the JIT.
+      const ours = run(loadgen, contextd.address, requestFile, concurrency, contextd.child.pid!);
+      const theirs = run(loadgen, bare.address, requestFile, concurrency, bare.child.pid!);
       console.log(
         [
           String(size).padStart(8),
@@ -97,8 +97,6 @@ async function main() {
     }
   }
   console.log(`load average at end: ${formatLoad()}`);
-  client.close();
-  bareClient.close();
   contextd.child.kill("SIGTERM");
   bare.child.kill("SIGTERM");
 }
@@ -117,28 +115,33 @@ function cpuMsOf(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
-async function run(client: MinimalGrpcClient, request: Buffer, concurrency: number, seconds: number, serverPid?: number) {
-  const latencies: number[] = [];
-  const cpuBefore = serverPid ? cpuMsOf(serverPid) : 0;
-  const envelope = Buffer.alloc(5 + request.length);
-  envelope.writeUInt32BE(request.length, 1);
-  request.copy(envelope, 5);
-  const until = performance.now() + seconds * 1000;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < until) {
-        const before = performance.now();
-        await client.callEnveloped(compilePath, envelope);
-        latencies.push(performance.now() - before);
-      }
-    }),
-  );
-  const elapsed = (performance.now() - started) / 1000;
-  latencies.sort((a, b) => a - b);
-  const at = (quantile: number) => latencies[Math.min(latencies.length - 1, Math.floor(quantile * latencies.length))]!;
-  const cpuMs = serverPid ? (cpuMsOf(serverPid) - cpuBefore) / latencies.length : 0;
-  return { p50: at(0.5), p99: at(0.99), perSecond: latencies.length / elapsed, cpuMs };
+/** Builds bench/loadgen (Go) into `directory`; the Go toolchain is part of this project's setup. */
+function buildLoadgen(directory: string): string {
+  const output = join(directory, "loadgen");
+  execFileSync("go", ["build", "-o", output, "."], { cwd: join(thisFile, "../../../bench/loadgen"), stdio: "inherit" });
+  return output;
+}
+
+/** One cell: the load generator's latencies and rate, and the server's CPU time per call meanwhile. */
+function run(loadgen: string, address: string, requestFile: string, concurrency: number, serverPid: number) {
+  const cpuBefore = cpuMsOf(serverPid);
+  const output = execFileSync(loadgen, [
+    "-address", address,
+    "-method", compilePath,
+    "-request", requestFile,
+    "-concurrency", String(concurrency),
+    "-duration", `${secondsPerRun}s`,
+    "-warmup", "1s",
+  ]).toString();
+  const cpuMs = cpuMsOf(serverPid) - cpuBefore;
+  const result = JSON.parse(output) as { calls: number; warmupCalls: number; seconds: number; p50Ms: number; p99Ms: number };
+  return {
+    p50: result.p50Ms,
+    p99: result.p99Ms,
+    perSecond: result.calls / result.seconds,
+    // The server worked through the warm-up calls too.
+    cpuMs: cpuMs / (result.calls + result.warmupCalls),
+  };
 }
 
 async function startChild(command: string, args: string[], readyMessage: string): Promise<{ child: ChildProcess; address: string }> {

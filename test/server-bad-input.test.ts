@@ -1,4 +1,3 @@
-import * as http2 from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import { toBinary, create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,47 +5,8 @@ import { CommitRequestSchema, ConversationService, GetStateRequestSchema } from 
 import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/ts/grpc/health/v1/health_pb.js";
 import { grpcJsClient } from "./support/grpc-js.js";
+import { grpcEnvelope, grpcStatus, rawHttp2 } from "./support/raw-http2.js";
 import { startSidecar, type Sidecar } from "./support/sidecar.js";
-
-interface RawResponse {
-  status: number;
-  headers: http2.IncomingHttpHeaders;
-  trailers: http2.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-/** One raw HTTP/2 request, frames built by hand: what a buggy or hostile client sends. */
-function rawHttp2(url: string, path: string, headers: http2.OutgoingHttpHeaders, body: Buffer): Promise<RawResponse> {
-  return new Promise((resolve, reject) => {
-    const session = http2.connect(url);
-    session.on("error", reject);
-    const stream = session.request({ ":method": "POST", ":path": path, ...headers });
-    const chunks: Buffer[] = [];
-    let responseHeaders: http2.IncomingHttpHeaders = {};
-    let trailers: http2.IncomingHttpHeaders = {};
-    stream.on("response", (received) => (responseHeaders = received));
-    stream.on("trailers", (received) => (trailers = received));
-    stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-    stream.on("error", reject);
-    stream.on("end", () => {
-      session.close();
-      resolve({ status: Number(responseHeaders[":status"]), headers: responseHeaders, trailers, body: Buffer.concat(chunks) });
-    });
-    stream.end(body);
-  });
-}
-
-function grpcFrame(payload: Uint8Array, declaredLength = payload.length): Buffer {
-  const header = Buffer.alloc(5);
-  header.writeUInt32BE(declaredLength, 1);
-  return Buffer.concat([header, Buffer.from(payload)]);
-}
-
-/** The gRPC status of a response: trailers, or headers for a trailers-only response. */
-function grpcStatus(response: RawResponse): { code: number; message: string } {
-  const source = response.trailers["grpc-status"] !== undefined ? response.trailers : response.headers;
-  return { code: Number(source["grpc-status"]), message: decodeURIComponent(String(source["grpc-message"] ?? "")) };
-}
 
 describe("bad input gets the right code and the server keeps serving", () => {
   let sidecar: Sidecar;
@@ -66,7 +26,7 @@ describe("bad input gets the right code and the server keeps serving", () => {
   const getState = "/contextd.v1.ConversationService/GetState";
 
   it("malformed protobuf bytes: INTERNAL from the protobuf decoder (connect's and grpc-go's choice)", async () => {
-    const response = await rawHttp2(sidecar.url, getState, grpcHeaders, grpcFrame(Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f])));
+    const response = await rawHttp2(sidecar.url, getState, grpcHeaders, grpcEnvelope(Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f])));
     const status = grpcStatus(response);
     expect(status.code).toBe(grpc.status.INTERNAL);
     expect(status.message).toContain("parse binary");
@@ -83,7 +43,7 @@ describe("bad input gets the right code and the server keeps serving", () => {
 
   it("truncated frame: the declared length is longer than the body", async () => {
     const payload = toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId: "bad/truncated" }));
-    const response = await rawHttp2(sidecar.url, getState, grpcHeaders, grpcFrame(payload, payload.length + 100));
+    const response = await rawHttp2(sidecar.url, getState, grpcHeaders, grpcEnvelope(payload, { declaredLength: payload.length + 100 }));
     expect(grpcStatus(response).code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(grpcStatus(response).message).toContain("incomplete envelope");
     const cutHeader = await rawHttp2(sidecar.url, getState, grpcHeaders, Buffer.from([0, 0, 0]));
@@ -136,9 +96,9 @@ describe("bad input gets the right code and the server keeps serving", () => {
   });
 
   it("deadline 0 is DEADLINE_EXCEEDED; a deadline above --max-deadline-ms is INVALID_ARGUMENT", async () => {
-    const expired = await rawHttp2(sidecar.url, getState, { ...grpcHeaders, "grpc-timeout": "0m" }, grpcFrame(new Uint8Array()));
+    const expired = await rawHttp2(sidecar.url, getState, { ...grpcHeaders, "grpc-timeout": "0m" }, grpcEnvelope(new Uint8Array()));
     expect(grpcStatus(expired).code).toBe(grpc.status.DEADLINE_EXCEEDED);
-    const tooLong = await rawHttp2(sidecar.url, getState, { ...grpcHeaders, "grpc-timeout": "2M" }, grpcFrame(new Uint8Array()));
+    const tooLong = await rawHttp2(sidecar.url, getState, { ...grpcHeaders, "grpc-timeout": "2M" }, grpcEnvelope(new Uint8Array()));
     expect(grpcStatus(tooLong)).toMatchObject({ code: grpc.status.INVALID_ARGUMENT, message: expect.stringContaining("60000") });
     await stillServing();
   });

@@ -13,29 +13,11 @@ import {
 import { Role } from "../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
 import { takesStream } from "../src/server/grpc-unary.js";
+import { grpcEnvelope, grpcStatus, rawHttp2Request, type RawResponse } from "./support/raw-http2.js";
 import { startSidecar, type Sidecar } from "./support/sidecar.js";
 
 // Unary binary gRPC is served by src/server/grpc-unary.ts, everything else by connect. These tests
 // speak raw HTTP/2 so that every header, trailer and byte the direct path produces is checked.
-
-interface RawResponse {
-  headers: http2.IncomingHttpHeaders;
-  trailers: http2.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-function envelope(payload: Uint8Array, flags = 0): Buffer {
-  const bytes = Buffer.alloc(5 + payload.length);
-  bytes[0] = flags;
-  bytes.writeUInt32BE(payload.length, 1);
-  bytes.set(payload, 5);
-  return bytes;
-}
-
-function grpcStatus(response: RawResponse): { code: number; message: string } {
-  const source = response.trailers["grpc-status"] !== undefined ? response.trailers : response.headers;
-  return { code: Number(source["grpc-status"]), message: String(source["grpc-message"] ?? "") };
-}
 
 function payloadOf<Desc extends DescMessage>(schema: Desc, response: RawResponse): MessageShape<Desc> {
   expect(response.body[0]).toBe(0);
@@ -47,23 +29,12 @@ function payloadOf<Desc extends DescMessage>(schema: Desc, response: RawResponse
 describe("unary gRPC served from the HTTP/2 stream", () => {
   let sidecar: Sidecar;
   let session: http2.ClientHttp2Session;
-  const call = (path: string, body: Buffer, headers: http2.OutgoingHttpHeaders = {}): Promise<RawResponse> =>
-    new Promise((resolve, reject) => {
-      const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
-      const chunks: Buffer[] = [];
-      let responseHeaders: http2.IncomingHttpHeaders = {};
-      let trailers: http2.IncomingHttpHeaders = {};
-      stream.on("response", (received) => (responseHeaders = received));
-      stream.on("trailers", (received) => (trailers = received));
-      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-      stream.on("error", reject);
-      stream.on("end", () => resolve({ headers: responseHeaders, trailers, body: Buffer.concat(chunks) }));
-      stream.end(body);
-    });
+  const call = (path: string, body: Uint8Array | Uint8Array[], headers: http2.OutgoingHttpHeaders = {}): Promise<RawResponse> =>
+    rawHttp2Request(session, path, { "content-type": "application/grpc", te: "trailers", ...headers }, body);
   const getState = "/contextd.v1.ConversationService/GetState";
   const commit = "/contextd.v1.ConversationService/Commit";
   const compile = "/contextd.v1.ContextService/Compile";
-  const getStateRequest = (conversationId: string) => envelope(toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId })));
+  const getStateRequest = (conversationId: string) => grpcEnvelope(toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId })));
 
   beforeAll(async () => {
     sidecar = await startSidecar(["--max-deadline-ms", "60000"]);
@@ -78,7 +49,7 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
     const request = create(CompileRequestSchema, {
       history: { messages: [{ id: "u1", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "hello <|endoftext|>" } } }] }] },
     });
-    const response = await call(compile, envelope(toBinary(CompileRequestSchema, request)), { "x-request-id": "trace-42" });
+    const response = await call(compile, grpcEnvelope(toBinary(CompileRequestSchema, request)), { "x-request-id": "trace-42" });
     expect(response.headers[":status"]).toBe(200);
     expect(response.headers["content-type"]).toBe("application/grpc+proto");
     expect(response.headers["x-request-id"]).toBe("trace-42");
@@ -100,7 +71,7 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
   it("carries error metadata in the trailers and encodes grpc-message as the gRPC spec does", async () => {
     const id = `unary/conflict-${Date.now()}`;
     const append = (expectedVersion: bigint) =>
-      envelope(
+      grpcEnvelope(
         toBinary(
           CommitRequestSchema,
           create(CommitRequestSchema, {
@@ -118,20 +89,20 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
     expect(grpcStatus(stale).code).toBe(10); // ABORTED
     expect(stale.trailers["contextd-current-version"]).toBe("1");
     // "/" and ":" stay as they are; only bytes outside printable ASCII and "%" are escaped.
-    expect(grpcStatus(stale).message).toContain(id);
-    expect(grpcStatus(stale).message).not.toContain("%2F");
+    expect(grpcStatus(stale).rawMessage).toContain(id);
+    expect(grpcStatus(stale).rawMessage).not.toContain("%2F");
   });
 
   it("rejects malformed envelopes with connect's codes and keeps serving", async () => {
     const payload = toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId: "unary/bad" }));
     expect(grpcStatus(await call(getState, Buffer.alloc(0)))).toMatchObject({ code: 12, message: expect.stringContaining("missing input message") });
-    expect(grpcStatus(await call(getState, Buffer.concat([envelope(payload), envelope(payload)])))).toMatchObject({
+    expect(grpcStatus(await call(getState, Buffer.concat([grpcEnvelope(payload), grpcEnvelope(payload)])))).toMatchObject({
       code: 12,
       message: expect.stringContaining("extra input message"),
     });
     // The compressed flag without a grpc-encoding header.
-    expect(grpcStatus(await call(getState, envelope(payload, 1)))).toMatchObject({ code: 13, message: expect.stringContaining("compressed") });
-    expect(grpcStatus(await call(getState, envelope(Buffer.from([0x0a, 0xff]))))).toMatchObject({ code: 13, message: expect.stringContaining("parse binary") });
+    expect(grpcStatus(await call(getState, grpcEnvelope(payload, { flags: 1 })))).toMatchObject({ code: 13, message: expect.stringContaining("compressed") });
+    expect(grpcStatus(await call(getState, grpcEnvelope(Buffer.from([0x0a, 0xff]))))).toMatchObject({ code: 13, message: expect.stringContaining("parse binary") });
     expect(grpcStatus(await call(getState, getStateRequest("unary/fine"))).code).toBe(0);
   });
 
@@ -152,9 +123,9 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
 
   it("leaves compressed requests, the JSON codec and unknown methods to connect", async () => {
     const payload = toBinary(GetStateRequestSchema, create(GetStateRequestSchema, { conversationId: "unary/gzip" }));
-    const gzipped = await call(getState, envelope(gzipSync(payload), 1), { "grpc-encoding": "gzip" });
+    const gzipped = await call(getState, grpcEnvelope(gzipSync(payload), { flags: 1 }), { "grpc-encoding": "gzip" });
     expect(grpcStatus(gzipped).code).toBe(0);
-    const json = await call(getState, envelope(Buffer.from(JSON.stringify({ conversationId: "unary/json" }))), { "content-type": "application/grpc+json" });
+    const json = await call(getState, grpcEnvelope(Buffer.from(JSON.stringify({ conversationId: "unary/json" }))), { "content-type": "application/grpc+json" });
     expect(grpcStatus(json).code).toBe(0);
     expect(JSON.parse(json.body.subarray(5).toString())).toMatchObject({ state: { conversationId: "unary/json" } });
     // connect's router answers paths it does not know with HTTP 404, which gRPC clients read as UNIMPLEMENTED.
@@ -167,21 +138,11 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
       role: Role.USER,
       parts: [{ kind: { case: "text" as const, value: { text: `message ${index} `.repeat(20) } } }],
     }));
-    const body = envelope(toBinary(CompileRequestSchema, create(CompileRequestSchema, { history: { messages: history } })));
+    const body = grpcEnvelope(toBinary(CompileRequestSchema, create(CompileRequestSchema, { history: { messages: history } })));
     expect(body.length).toBeGreaterThan(400_000);
-    const response = await new Promise<RawResponse>((resolve, reject) => {
-      const stream = session.request({ ":method": "POST", ":path": compile, "content-type": "application/grpc", te: "trailers" });
-      const chunks: Buffer[] = [];
-      let trailers: http2.IncomingHttpHeaders = {};
-      let headers: http2.IncomingHttpHeaders = {};
-      stream.on("response", (received) => (headers = received));
-      stream.on("trailers", (received) => (trailers = received));
-      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-      stream.on("error", reject);
-      stream.on("end", () => resolve({ headers, trailers, body: Buffer.concat(chunks) }));
-      for (let offset = 0; offset < body.length; offset += 1_000) stream.write(body.subarray(offset, offset + 1_000));
-      stream.end();
-    });
+    const pieces: Buffer[] = [];
+    for (let offset = 0; offset < body.length; offset += 1_000) pieces.push(body.subarray(offset, offset + 1_000));
+    const response = await call(compile, pieces);
     expect(grpcStatus(response).code).toBe(0);
     expect(payloadOf(CompileResponseSchema, response).result!.payload!.history.length).toBe(2_000);
 

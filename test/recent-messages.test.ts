@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
 import { Role } from "../gen/ts/contextd/v1/message_pb.js";
 import { decodeMessage } from "../src/server/protobuf-decoder.js";
-import { RecentMessages } from "../src/server/recent-messages.js";
+import { entryOverheadBytes, RecentMessages } from "../src/server/recent-messages.js";
 
 const request = (texts: string[]) =>
   toBinary(
@@ -15,7 +15,7 @@ const request = (texts: string[]) =>
 
 describe("RecentMessages", () => {
   it("hands out the object decoded from the same bytes, frozen, and nothing for other bytes", () => {
-    const recent = new RecentMessages<object>(1024);
+    const recent = new RecentMessages<object>(1 << 20);
     const bytes = new Uint8Array([9, 1, 2, 3, 4, 5, 9]);
     const message = { parts: [{ text: "a" }], raw: new Uint8Array([1, 2]) };
     expect(recent.store(bytes, 1, 6, message)).toBe(message);
@@ -42,7 +42,7 @@ describe("RecentMessages", () => {
   });
 
   it("keeps a copy of the bytes, not a view of the caller's buffer", () => {
-    const recent = new RecentMessages<object>(1024);
+    const recent = new RecentMessages<object>(1 << 20);
     const buffer = Buffer.from([1, 2, 3]);
     const message = {};
     recent.store(buffer, 0, 3, message);
@@ -50,19 +50,21 @@ describe("RecentMessages", () => {
     expect(recent.lookup(new Uint8Array([1, 2, 3]), 0, 3)).toBe(message);
   });
 
-  it("forgets everything once more than maxBytes are kept", () => {
-    const recent = new RecentMessages<object>(8);
+  it("forgets everything once more than maxBytes are kept, counting each entry's objects too", () => {
+    // Room for one five-byte entry, not two.
+    const recent = new RecentMessages<object>(2 * (5 + entryOverheadBytes) - 1);
     const a = {};
     const b = {};
     recent.store(new Uint8Array([1, 1, 1, 1, 1]), 0, 5, a);
-    expect(recent.keptBytes).toBe(5);
+    expect(recent.keptBytes).toBe(5 + entryOverheadBytes);
     recent.store(new Uint8Array([2, 2, 2, 2, 2]), 0, 5, b);
-    expect(recent.keptBytes).toBe(5);
+    expect(recent.keptBytes).toBe(5 + entryOverheadBytes);
     expect(recent.lookup(new Uint8Array([1, 1, 1, 1, 1]), 0, 5)).toBeUndefined();
     expect(recent.lookup(new Uint8Array([2, 2, 2, 2, 2]), 0, 5)).toBe(b);
     // A run larger than the whole budget is never kept.
-    recent.store(new Uint8Array(9), 0, 9, {});
-    expect(recent.lookup(new Uint8Array(9), 0, 9)).toBeUndefined();
+    const huge = new Uint8Array(2 * entryOverheadBytes);
+    recent.store(huge, 0, huge.length, {});
+    expect(recent.lookup(huge, 0, huge.length)).toBeUndefined();
   });
 });
 

@@ -210,7 +210,9 @@ function readSubMessage(plan: DecodePlan, reader: Reader, target: Fields, depth:
 
 // Conversation messages repeat from one request to the next (see RecentMessages), in lists.
 const conversationMessageTypeName = "contextd.v1.Message";
-const recentMessages = new RecentMessages<Fields>(32 * 1024 * 1024);
+// 64 MiB counted as encodings plus per-entry overhead: ~60,000 short messages, e.g. sixty agents
+// resending 1,000-message conversations.
+const recentMessages = new RecentMessages<Fields>(64 * 1024 * 1024);
 
 // A list element of type contextd.v1.Message: the object decoded from the same bytes before, if
 // any; a message that cannot be read is read the usual way, which throws the usual error.

@@ -11,7 +11,9 @@
  * Safety: the same object may now be seen by many calls, so every object handed out is frozen,
  * deeply: code that tried to change a request message would throw instead of changing a later
  * request. A hit is confirmed by comparing all bytes, so a hash collision can only cost a decode.
- * Memory is bounded by `maxBytes` of kept encodings (the objects cost a small multiple of that);
+ * Memory is bounded by `maxBytes`, counting each entry as its encoding plus `entryOverheadBytes`
+ * for the decoded object graph and the bookkeeping (a short message's objects weigh several times
+ * its encoding: counting bytes alone let a soak of a million distinct messages reach ~1 GB RSS);
  * past it everything is forgotten at once, as in `RetainedEncodings`.
  */
 export class RecentMessages<T extends object> {
@@ -33,8 +35,9 @@ export class RecentMessages<T extends object> {
   /** Keeps `message` as the decoding of `bytes[start, end)` and freezes it; returns it. */
   store(bytes: Uint8Array, start: number, end: number, message: T): T {
     const length = end - start;
-    if (length > this.maxBytes) return message;
-    if (this.bytes + length > this.maxBytes) {
+    const cost = length + entryOverheadBytes;
+    if (cost > this.maxBytes) return message;
+    if (this.bytes + cost > this.maxBytes) {
       this.entries = new Map();
       this.bytes = 0;
     }
@@ -46,7 +49,7 @@ export class RecentMessages<T extends object> {
     const bucket = this.entries.get(hash);
     if (bucket === undefined) this.entries.set(hash, [entry]);
     else bucket.push(entry);
-    this.bytes += length;
+    this.bytes += cost;
     return message;
   }
 
@@ -62,11 +65,18 @@ export class RecentMessages<T extends object> {
     return this.lastView!;
   }
 
-  /** Encoded bytes kept (for metrics and tests). */
+  /** What the kept entries are counted as, in bytes (for metrics and tests). */
   get keptBytes(): number {
     return this.bytes;
   }
 }
+
+/**
+ * Heap per entry beyond its encoding: the decoded message's objects (message, parts, oneof
+ * wrappers, strings), the kept copy's ArrayBuffer and DataView, the entry and its bucket. Measured
+ * for short text messages; long ones are dominated by their encoding anyway.
+ */
+export const entryOverheadBytes = 1024;
 
 interface Entry<T> {
   bytes: Uint8Array;

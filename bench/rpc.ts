@@ -9,7 +9,7 @@
  * load on the machine inflates it less than it inflates latency). Everything shares this machine's
  * cores: read the numbers side by side, not absolutely.
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,6 +19,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
 import { Role } from "../gen/ts/contextd/v1/message_pb.js";
+import { buildLoadGenerator, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 
 const compilePath = "/contextd.v1.ContextService/Compile";
@@ -61,7 +62,7 @@ async function main() {
   }
   client.close();
   const bare = await startChild(process.execPath, [thisFile, "--serve-bare", directory], "bare listening");
-  const loadgen = buildLoadgen(directory);
+  const loadgen = buildLoadGenerator(directory);
 
   console.log(`Compile over gRPC (grpc-go load generator, ${secondsPerRun} s per cell, ${cpus().length} cores shared by client and servers)`);
   console.log(`load average at start: ${formatLoad()} (1/5/15 min; above the core count, other work competes for the CPU)`);
@@ -115,26 +116,11 @@ function cpuMsOf(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
-/** Builds bench/loadgen (Go) into `directory`; the Go toolchain is part of this project's setup. */
-function buildLoadgen(directory: string): string {
-  const output = join(directory, "loadgen");
-  execFileSync("go", ["build", "-o", output, "."], { cwd: join(thisFile, "../../../bench/loadgen"), stdio: "inherit" });
-  return output;
-}
-
 /** One cell: the load generator's latencies and rate, and the server's CPU time per call meanwhile. */
 function run(loadgen: string, address: string, requestFile: string, concurrency: number, serverPid: number) {
   const cpuBefore = cpuMsOf(serverPid);
-  const output = execFileSync(loadgen, [
-    "-address", address,
-    "-method", compilePath,
-    "-request", requestFile,
-    "-concurrency", String(concurrency),
-    "-duration", `${secondsPerRun}s`,
-    "-warmup", "1s",
-  ]).toString();
+  const result = runLoadGenerator(loadgen, { address, method: compilePath, requestFile, concurrency, seconds: secondsPerRun, warmupSeconds: 1 });
   const cpuMs = cpuMsOf(serverPid) - cpuBefore;
-  const result = JSON.parse(output) as { calls: number; warmupCalls: number; seconds: number; p50Ms: number; p99Ms: number };
   return {
     p50: result.p50Ms,
     p99: result.p99Ms,

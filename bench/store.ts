@@ -25,11 +25,14 @@ import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.
 import { encodeEnvelopedMessage, encodeEnvelopedMessageChunks } from "../src/server/protobuf-encoder.js";
 import { contextService } from "../src/server/services/context-service.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
+import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 import { startRedis } from "../test/support/redis.js";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { loadavg } from "node:os";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
@@ -183,6 +186,39 @@ try {
     }
   }
   for (const ratio of ratios) console.log(ratio);
+  // The same commits from the grpc-go load generator (what bench:rpc uses): a Go agent's view, with
+  // the least client CPU on these shared cores. Its requests are fixed up front, so they carry no
+  // expected version (concurrent workers could otherwise send version n + 1 before n); the store
+  // then compares against its cached version, the same script either way.
+  const directory = mkdtempSync(join(tmpdir(), "contextd-bench-store-"));
+  const loadgen = buildLoadGenerator(directory);
+  for (const concurrency of [1, 32]) {
+    const conversationsPerRun = 400;
+    const commitRequests = Array.from({ length: 20_000 }, (_, index) =>
+      toBinary(
+        CommitRequestSchema,
+        create(CommitRequestSchema, {
+          conversationId: `bench-go-${run}-c${concurrency}-${index % conversationsPerRun}`,
+          deltas: [appendDelta(`m${index}`, "hello world")],
+          omitState: true,
+        }),
+      ),
+    );
+    const requestsFile = join(directory, `commits-${concurrency}.bin`);
+    writeFileSync(requestsFile, lengthPrefixed(commitRequests));
+    const result = runLoadGenerator(loadgen, {
+      address: new URL(sidecar.url).host,
+      method: `/${ConversationService.typeName}/${ConversationService.method.commit.name}`,
+      requestsFile,
+      concurrency,
+      seconds: 2,
+      warmupSeconds: 0.5,
+    });
+    console.log(
+      `${`Commit RPC (grpc-go load generator), concurrency ${concurrency}`.padEnd(44)} p50 ${result.p50Ms.toFixed(3)} ms  p99 ${result.p99Ms.toFixed(3)} ms  ` +
+        `${Math.round(result.calls / result.seconds)} commits/s  (n=${result.calls})`,
+    );
+  }
   // The floor under any commit RPC here: a round trip that does no work (health check, same client).
   const healthCheck = Buffer.alloc(0);
   const floor = await measure(1, commitsPerWorker[1], async () => {

@@ -7,12 +7,14 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,11 +46,12 @@ func main() {
 	address := flag.String("address", "", "host:port")
 	method := flag.String("method", "", "full method path, /package.Service/Method")
 	requestFile := flag.String("request", "", "file holding the request message bytes")
+	requestsFile := flag.String("requests", "", "instead of -request: a file of requests, each a 4-byte big-endian length and the message; each call sends the next one, and running out is an error")
 	concurrency := flag.Int("concurrency", 1, "calls in flight")
 	duration := flag.Duration("duration", 2*time.Second, "how long to measure")
 	warmup := flag.Duration("warmup", time.Second, "how long to call before measuring")
 	flag.Parse()
-	request, err := os.ReadFile(*requestFile)
+	next, err := requestSource(*requestFile, *requestsFile)
 	if err != nil {
 		fail(err)
 	}
@@ -62,8 +65,12 @@ func main() {
 	}
 	defer connection.Close()
 	call := func() (int, error) {
+		request, err := next()
+		if err != nil {
+			return 0, err
+		}
 		response := []byte(nil)
-		err := connection.Invoke(context.Background(), *method, &request, &response)
+		err = connection.Invoke(context.Background(), *method, &request, &response)
 		return len(response), err
 	}
 	responseBytes, err := call()
@@ -82,6 +89,36 @@ func main() {
 	}
 	out, _ := json.Marshal(result{Calls: len(latencies), WarmupCalls: len(warm) + 1, Seconds: elapsed.Seconds(), P50Ms: at(0.5), P99Ms: at(0.99), ResponseBytes: responseBytes})
 	fmt.Println(string(out))
+}
+
+// requestSource hands out the request of every call: always the same one, or the next of a list
+// (requests that must not repeat, such as commits with an expected version).
+func requestSource(single, list string) (func() ([]byte, error), error) {
+	if list == "" {
+		request, err := os.ReadFile(single)
+		return func() ([]byte, error) { return request, nil }, err
+	}
+	data, err := os.ReadFile(list)
+	if err != nil {
+		return nil, err
+	}
+	var requests [][]byte
+	for len(data) >= 4 {
+		length := int(binary.BigEndian.Uint32(data))
+		if len(data) < 4+length {
+			return nil, fmt.Errorf("%s: a request is cut short", list)
+		}
+		requests = append(requests, data[4:4+length])
+		data = data[4+length:]
+	}
+	var taken atomic.Int64
+	return func() ([]byte, error) {
+		index := taken.Add(1) - 1
+		if index >= int64(len(requests)) {
+			return nil, fmt.Errorf("%s: all %d requests sent", list, len(requests))
+		}
+		return requests[index], nil
+	}, nil
 }
 
 // run calls from `concurrency` goroutines until `duration` is over; every call must succeed.

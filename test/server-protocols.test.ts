@@ -6,7 +6,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, equals, fromBinary, fromJson, toBinary, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { CompiledPayloadSchema, CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { CompileResponseSchema, ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Role } from "../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
@@ -156,6 +156,8 @@ describe("one port, every protocol", () => {
   it("serves Prometheus metrics on GET /metrics of the same port", async () => {
     const client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
     await expect(client.unary(ConversationService.method.getState, { conversationId: "" })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT });
+    const history = { messages: [{ id: "metrics-1", role: Role.USER, parts: [{ kind: { case: "text" as const, value: { text: "count me" } } }] }] };
+    await client.unary(ContextService.method.compile, { history });
     client.close();
     const response = await fetch(`${sidecar.url}/metrics`);
     expect(response.status).toBe(200);
@@ -166,5 +168,8 @@ describe("one port, every protocol", () => {
     expect(text).toMatch(/contextd_rpc_duration_seconds_bucket\{method="contextd.v1.ConversationService\/Commit",le="\+Inf"\} 1\n/);
     expect(text).toContain("contextd_serving 1\n");
     expect(text).toContain("# TYPE contextd_compile_tokens_total counter");
+    // The compile's request message is kept for reuse; the gauges show the caches' sizes.
+    expect(Number(/contextd_recent_messages_bytes (\d+)/.exec(text)?.[1])).toBeGreaterThan(0);
+    expect(text).toMatch(/contextd_retained_encoding_bytes \d+\n/);
   });
 });

@@ -214,6 +214,11 @@ const conversationMessageTypeName = "contextd.v1.Message";
 // resending 1,000-message conversations.
 const recentMessages = new RecentMessages<Fields>(64 * 1024 * 1024);
 
+/** What the kept request messages count as, in bytes (the /metrics gauge). */
+export function recentMessagesKeptBytes(): number {
+  return recentMessages.keptBytes;
+}
+
 // A list element of type contextd.v1.Message: the object decoded from the same bytes before, if
 // any; a message that cannot be read is read the usual way, which throws the usual error.
 function readRecentMessage(plan: DecodePlan, reader: Reader, depth: number): Fields {

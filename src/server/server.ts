@@ -18,6 +18,8 @@ import { createDualProtocolServer } from "./listen.js";
 import { createLogger, type Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
 import { preEncodeBinaryResponses } from "./pre-encoded-responses.js";
+import { recentMessagesKeptBytes } from "./protobuf-decoder.js";
+import { retainedEncodings } from "./retained-encodings.js";
 import { contextdServiceNames, routes } from "./routes.js";
 import { pollStoreHealth } from "./store-health.js";
 import { guardStreams, StreamCounter } from "./stream-guard.js";
@@ -186,6 +188,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => inFlight);
   metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);
   metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
+  metrics.gauge(
+    "contextd_recent_messages_bytes",
+    "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded, 64 MiB).",
+    recentMessagesKeptBytes,
+  );
+  metrics.gauge("contextd_retained_encoding_bytes", "Encodings of immutable messages kept across calls (bounded, 64 MiB).", () => retainedEncodings.keptBytes);
 
   let stopped: Promise<void> | undefined;
   return {

@@ -1,11 +1,12 @@
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ArtifactLifecycle, ArtifactSchema, MergePolicy } from "../gen/ts/contextd/v1/artifact_pb.js";
 import { Provider, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, Segment, type ConversationState, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
 import { applyDeltas } from "../src/core/deltas/apply-deltas.js";
 import { appendHistory, delta, textMessage } from "./store/fixtures.js";
+import { thrownConnectError } from "./support/thrown.js";
 
 function counterIds() {
   let next = 0;
@@ -16,15 +17,6 @@ function apply(deltas: Delta[], state: ConversationState = create(ConversationSt
   return applyDeltas(state, deltas, counterIds());
 }
 
-function failure(run: () => unknown): ConnectError {
-  try {
-    run();
-  } catch (error) {
-    expect(error).toBeInstanceOf(ConnectError);
-    return error as ConnectError;
-  }
-  throw new Error("expected an error");
-}
 
 const texts = (messages: Message[]) =>
   messages.map((message) => message.parts.map((part) => (part.kind.case === "text" ? part.kind.value.text : part.kind.case === "toolResult" ? part.kind.value.payload?.text : part.kind.case)).join("|"));
@@ -68,13 +60,13 @@ describe("applyDeltas", () => {
   });
 
   it("rejects a user message while a round is open, naming the delta index and the missing calls", () => {
-    const error = failure(() => apply([appendHistory(textMessage("u1", Role.USER, "hi")), openTwoCalls, delta({ case: "appendUser", value: { message: textMessage("", Role.UNSPECIFIED, "and?") } })]));
+    const error = thrownConnectError(() => apply([appendHistory(textMessage("u1", Role.USER, "hi")), openTwoCalls, delta({ case: "appendUser", value: { message: textMessage("", Role.UNSPECIFIED, "and?") } })]));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toMatch(/^deltas\[2\]\.append_user: tool round still open, missing results for call_1, call_2/);
   });
 
   it("rejects a tool result that answers no open call", () => {
-    const error = failure(() => apply([openTwoCalls, delta({ case: "appendToolResult", value: { toolCallId: "call_9", payload: { text: "?" } } })]));
+    const error = thrownConnectError(() => apply([openTwoCalls, delta({ case: "appendToolResult", value: { toolCallId: "call_9", payload: { text: "?" } } })]));
     expect(error.rawMessage).toContain('deltas[1].append_tool_result: tool call "call_9" is not an open call of the last assistant message (open calls: "call_1", "call_2")');
   });
 
@@ -98,10 +90,10 @@ describe("applyDeltas", () => {
     });
     const state = apply([round]);
     expect(state.history.map((message) => message.role)).toEqual([Role.ASSISTANT, Role.TOOL]);
-    const split = failure(() => apply([delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["r1"] } })], state));
+    const split = thrownConnectError(() => apply([delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["r1"] } })], state));
     expect(split.rawMessage).toContain("deltas[0].remove_messages: removing \"r1\" would split the tool round at history[0]");
     expect(apply([delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["r1", "a1"] } })], state).history).toEqual([]);
-    const incomplete = failure(() => apply([delta({ case: "appendToolRound", value: { assistant: { id: "a2", parts: [{ kind: { case: "toolCall", value: { id: "c2", name: "t" } } }] } } })]));
+    const incomplete = thrownConnectError(() => apply([delta({ case: "appendToolRound", value: { assistant: { id: "a2", parts: [{ kind: { case: "toolCall", value: { id: "c2", name: "t" } } }] } } })]));
     expect(incomplete.rawMessage).toContain("deltas[0].append_tool_round: invalid tool round (open_tool_round_not_last)");
   });
 
@@ -120,7 +112,7 @@ describe("applyDeltas", () => {
     const rolled = state.history[0]!.provenance!.kind;
     expect(rolled.case === "summary" && rolled.value.coveredMessageIds).toEqual(["u1", "a1", "s1", "u2"]);
 
-    const open = failure(() => apply([delta({ case: "compact", value: { summary: textMessage("s3", Role.SYSTEM, "x"), throughMessageId: "gen_1" } })], state));
+    const open = thrownConnectError(() => apply([delta({ case: "compact", value: { summary: textMessage("s3", Role.SYSTEM, "x"), throughMessageId: "gen_1" } })], state));
     expect(open.rawMessage).toContain("deltas[0].compact: through_message_id: \"gen_1\" is in the open tool round");
   });
 
@@ -135,7 +127,7 @@ describe("applyDeltas", () => {
     ]);
     expect(state.experiences.map((experience) => [experience.id, experience.text])).toEqual([["exp_1", "a b"], ["exp_3", "d"]]);
     expect(state.lastExperienceNumber).toBe(3n);
-    expect(failure(() => apply([delta({ case: "remember", value: { text: " \n " } })])).rawMessage).toBe("deltas[0].remember: text is empty after normalising whitespace");
+    expect(thrownConnectError(() => apply([delta({ case: "remember", value: { text: " \n " } })])).rawMessage).toBe("deltas[0].remember: text is empty after normalising whitespace");
   });
 
   it("merges artifacts: APPEND joins texts, REPLACE_BY_ORIGIN drops same-origin others, DEDUPLICATE_BY_LAYER keeps on a shared ref, EPHEMERAL replaces", () => {
@@ -157,10 +149,10 @@ describe("applyDeltas", () => {
 
   it("rejects duplicate message ids across segments and an unset segment, applying nothing", () => {
     const state = apply([appendHistory(textMessage("m1", Role.USER, "hi"))]);
-    expect(failure(() => apply([delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [textMessage("m1", Role.USER, "again")] } })], state)).rawMessage).toBe(
+    expect(thrownConnectError(() => apply([delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [textMessage("m1", Role.USER, "again")] } })], state)).rawMessage).toBe(
       'deltas[0].append_messages: messages[0]: duplicate message id "m1"',
     );
-    expect(failure(() => apply([delta({ case: "clearSegment", value: {} })])).rawMessage).toBe("deltas[0].clear_segment: segment: a segment is required");
-    expect(failure(() => apply([delta({ case: "setToolDefinitions", value: { toolDefinitions: [{ name: "t", parameters: "[]" }] } })])).rawMessage).toContain("must be a JSON object");
+    expect(thrownConnectError(() => apply([delta({ case: "clearSegment", value: {} })])).rawMessage).toBe("deltas[0].clear_segment: segment: a segment is required");
+    expect(thrownConnectError(() => apply([delta({ case: "setToolDefinitions", value: { toolDefinitions: [{ name: "t", parameters: "[]" }] } })])).rawMessage).toContain("must be a JSON object");
   });
 });

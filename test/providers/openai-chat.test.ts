@@ -1,23 +1,16 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { parseProviderResponse } from "../../src/core/providers/parse-response.js";
 import { assistant, call, definition, image, message, payload, reasoning, result, system, tool, user } from "./build-messages.js";
+import { thrownConnectError } from "../support/thrown.js";
 
 const chat = create(RenderOptionsSchema, { provider: Provider.OPENAI_CHAT, model: "gpt-4.1" });
 const renderJson = (p: Parameters<typeof renderRequest>[0]) => JSON.parse(new TextDecoder().decode(renderRequest(p, chat).json));
 
-function failure(action: () => unknown): ConnectError {
-  try {
-    action();
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected an error");
-}
 
 describe("OpenAI Chat rendering", () => {
   it("renders a tool round with parallel calls, images returned by a tool, and scratch last", () => {
@@ -75,14 +68,14 @@ describe("OpenAI Chat rendering", () => {
   });
 
   it("rejects a result without its call, naming the rule and the message id", () => {
-    const error = failure(() => renderRequest(payload({ history: [user("u1", "hi"), tool("t9", result("c9", "run", { text: "x" }))] }), chat));
+    const error = thrownConnectError(() => renderRequest(payload({ history: [user("u1", "hi"), tool("t9", result("c9", "run", { text: "x" }))] }), chat));
     expect(error.code).toBe(Code.FailedPrecondition);
     expect(error.rawMessage).toContain("openai_chat.call_result_pairing");
     expect(error.rawMessage).toContain('"t9"');
   });
 
   it("rejects an open call that is not the last assistant turn", () => {
-    const error = failure(() =>
+    const error = thrownConnectError(() =>
       renderRequest(payload({ history: [assistant("a1", call("c1", "run")), user("u2", "and?"), assistant("a2", "done")] }), chat),
     );
     expect(error.code).toBe(Code.FailedPrecondition);
@@ -91,7 +84,7 @@ describe("OpenAI Chat rendering", () => {
   });
 
   it("rejects an image in a system message", () => {
-    const error = failure(() => renderRequest(payload({ system: [message("s1", Role.SYSTEM, [image({ url: "https://x/a.png" })])] }), chat));
+    const error = thrownConnectError(() => renderRequest(payload({ system: [message("s1", Role.SYSTEM, [image({ url: "https://x/a.png" })])] }), chat));
     expect(error.rawMessage).toContain("openai_chat.content_type");
     expect(error.rawMessage).toContain('"s1"');
   });
@@ -125,7 +118,7 @@ describe("OpenAI Chat ingestion", () => {
   });
 
   it("rejects a malformed body with the JSON path", () => {
-    const error = failure(() => parseProviderResponse(Provider.OPENAI_CHAT, encode({ choices: [{ message: { role: "assistant", tool_calls: [{ id: "x", type: "function", function: { name: 3 } }] } }] })));
+    const error = thrownConnectError(() => parseProviderResponse(Provider.OPENAI_CHAT, encode({ choices: [{ message: { role: "assistant", tool_calls: [{ id: "x", type: "function", function: { name: 3 } }] } }] })));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toContain("choices[0].message.tool_calls[0].function.name");
   });

@@ -1,22 +1,15 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { parseProviderResponse } from "../../src/core/providers/parse-response.js";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { payload, tool, result, user } from "./build-messages.js";
+import { thrownConnectError } from "../support/thrown.js";
 
 const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
 
-function failure(action: () => unknown): ConnectError {
-  try {
-    action();
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected an error");
-}
 
 /** Renders `[user, parsed assistant, results for its calls]` back to the same provider. */
 function renderBack(provider: Provider, parsed: Message): unknown {
@@ -67,7 +60,7 @@ describe("OpenAI Responses ingestion", () => {
   });
 
   it("rejects an unknown output item type with its path", () => {
-    const error = failure(() => parseProviderResponse(Provider.OPENAI_RESPONSES, encode({ ...body, output: [{ type: "web_search_call", id: "ws" }] })));
+    const error = thrownConnectError(() => parseProviderResponse(Provider.OPENAI_RESPONSES, encode({ ...body, output: [{ type: "web_search_call", id: "ws" }] })));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toContain("output[0].type");
   });
@@ -98,13 +91,13 @@ describe("Anthropic ingestion", () => {
   });
 
   it("rejects a tool_use without an object input", () => {
-    const error = failure(() => parseProviderResponse(Provider.ANTHROPIC_MESSAGES, encode({ ...body, content: [{ type: "tool_use", id: "t", name: "n", input: "x" }] })));
+    const error = thrownConnectError(() => parseProviderResponse(Provider.ANTHROPIC_MESSAGES, encode({ ...body, content: [{ type: "tool_use", id: "t", name: "n", input: "x" }] })));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toContain("content[0].input");
   });
 
   it("rejects bytes that are not JSON", () => {
-    const error = failure(() => parseProviderResponse(Provider.ANTHROPIC_MESSAGES, new TextEncoder().encode("{not json")));
+    const error = thrownConnectError(() => parseProviderResponse(Provider.ANTHROPIC_MESSAGES, new TextEncoder().encode("{not json")));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toContain("at $");
   });
@@ -162,16 +155,16 @@ describe("Gemini ingestion", () => {
   });
 
   it("rejects a blocked prompt (no candidates) and unknown parts with their paths", () => {
-    const blocked = failure(() => parseProviderResponse(Provider.GEMINI, encode({ promptFeedback: { blockReason: "SAFETY" } })));
+    const blocked = thrownConnectError(() => parseProviderResponse(Provider.GEMINI, encode({ promptFeedback: { blockReason: "SAFETY" } })));
     expect(blocked.code).toBe(Code.InvalidArgument);
     expect(blocked.rawMessage).toContain("SAFETY");
-    const unknown = failure(() => parseProviderResponse(Provider.GEMINI, encode({ candidates: [{ content: { role: "model", parts: [{ executableCode: {} }] } }] })));
+    const unknown = thrownConnectError(() => parseProviderResponse(Provider.GEMINI, encode({ candidates: [{ content: { role: "model", parts: [{ executableCode: {} }] } }] })));
     expect(unknown.rawMessage).toContain("candidates[0].content.parts[0]");
   });
 });
 
 describe("provider selection", () => {
   it("rejects an unspecified provider", () => {
-    expect(failure(() => parseProviderResponse(Provider.UNSPECIFIED, encode({}))).code).toBe(Code.InvalidArgument);
+    expect(thrownConnectError(() => parseProviderResponse(Provider.UNSPECIFIED, encode({}))).code).toBe(Code.InvalidArgument);
   });
 });

@@ -25,6 +25,9 @@ export interface CommitPlanOptions {
   cleared: boolean;
 }
 
+/** The batch a `Clear` commits (with `cleared` set, so watchers can tell it from a batch that clears). */
+export const clearStateDeltas: readonly Delta[] = [create(DeltaSchema, { operation: { case: "clearState", value: {} } })];
+
 /** Both stores compute a commit the same way; they differ only in how they make it atomic. */
 export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
   const applied = applyDeltas(base, deltas, options.deltaContext);

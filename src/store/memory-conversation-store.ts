@@ -2,9 +2,9 @@ import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
-import { deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesNotRetained, idempotencyKeyReused, versionConflict } from "./store-errors.js";
@@ -61,8 +61,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
-    const clearState = create(DeltaSchema, { operation: { case: "clearState", value: {} } });
-    return (await this.apply(conversationId, expectedVersion, [clearState], "", true)).version;
+    return (await this.apply(conversationId, expectedVersion, [...clearStateDeltas], "", true)).version;
   }
 
   async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {

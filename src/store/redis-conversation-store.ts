@@ -8,9 +8,9 @@ import {
   ConversationSummarySchema,
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
-import { deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -121,8 +121,7 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
-    const clearState = create(DeltaSchema, { operation: { case: "clearState", value: {} } });
-    return (await this.apply(conversationId, expectedVersion, [clearState], "", true)).version;
+    return (await this.apply(conversationId, expectedVersion, [...clearStateDeltas], "", true)).version;
   }
 
   async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {

@@ -298,6 +298,51 @@ describe("RedisConversationStore specifics", () => {
     }
   });
 
+  it("writes a conversation's index entry with its first commit, and again once Redis has lost the conversation", async () => {
+    const keyPrefix = freshId("index");
+    const store = new RedisConversationStore(redis.url, { keyPrefix });
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      const id = freshId("indexed");
+      const indexKey = `${keyPrefix}:conversations`;
+      await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+      expect(await raw.zrange(indexKey, 0, -1)).toEqual([id]);
+      // Later commits of this process do not write the entry again.
+      await raw.zrem(indexKey, id);
+      await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
+      expect(await raw.zrange(indexKey, 0, -1)).toEqual([]);
+      // Redis loses everything (a restart without persistence): the next commit finds version 0
+      // behind its cached copy, starts over and indexes the conversation again.
+      await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:state`, `${keyPrefix}:{${id}}:changes`);
+      expect((await store.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "after loss"))], "")).version).toBe(1n);
+      expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
+  it("does not fail a commit that applied when its index write fails, and retries the entry on the next commit", async () => {
+    const keyPrefix = freshId("index-failure");
+    const store = new RedisConversationStore(redis.url, { keyPrefix });
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      const id = freshId("unindexed");
+      const indexKey = `${keyPrefix}:conversations`;
+      await raw.set(indexKey, "not a sorted set"); // ZADD now fails with WRONGTYPE
+      expect((await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "")).version).toBe(1n);
+      expect((await store.load(id)).history.map((message) => message.id)).toEqual(["u1"]);
+      await raw.del(indexKey);
+      await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
+      expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 2n }] });
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
   it("answers UNAVAILABLE at once when Redis cannot be reached", async () => {
     const store = new RedisConversationStore("redis://127.0.0.1:1");
     try {

@@ -307,7 +307,7 @@ export class RedisConversationStore implements ConversationStore {
         continue;
       }
       const stateBytes = encodeConversationState(plan.state);
-      const response = idempotencyKey === "" ? "" : Buffer.from(encodeCommitResponse(plan.state.version, stateBytes));
+      const response = idempotencyKey === "" ? "" : bufferOf(encodeCommitResponse(plan.state.version, stateBytes));
       const committing = this.call("committing", () =>
         this.redis.contextdCommitBuffer(
           keys.version,
@@ -315,8 +315,8 @@ export class RedisConversationStore implements ConversationStore {
           keys.changes,
           keys.idempotencyPrefix + idempotencyKey,
           String(base.version),
-          Buffer.from(stateBytes),
-          Buffer.from(toBinary(ChangeSchema, plan.change)),
+          stateBytes,
+          bufferOf(toBinary(ChangeSchema, plan.change)),
           fingerprint,
           response,
           this.idempotencyTtlSeconds,
@@ -431,6 +431,11 @@ function replayed(conversationId: string, key: string, fingerprint: string, reco
   if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, key);
   const response = fromBinary(CommitResponseSchema, record.response);
   return { version: response.version, state: response.state ?? emptyConversationState(conversationId), replayed: true };
+}
+
+/** The bytes as a Buffer (what ioredis sends as binary), without copying them. */
+function bufferOf(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 function decodeChange(fields: Buffer[]): Change {

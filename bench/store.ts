@@ -148,6 +148,8 @@ const minimalCommit = async (request: MessageInitShape<typeof CommitRequestSchem
       Buffer.from(toBinary(CommitRequestSchema, create(CommitRequestSchema, request))),
     ),
   );
+const inProcessCommitStore = new RedisConversationStore(redis.url);
+await inProcessCommitStore.connected();
 const run = Date.now();
 
 try {
@@ -167,6 +169,18 @@ try {
       await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, String(version), state, change, "", "", 86_400, 10_000);
     });
     const bareStats = report(`bare EVALSHA commit, concurrency ${concurrency}`, bareResult);
+
+    // The store itself in this process, no RPC: what a commit adds to the bare script (the read of
+    // the cached state, applying the deltas, encoding state and change, the index entry).
+    const storeCpuBefore = process.cpuUsage();
+    const storeResult = await measure(concurrency, count, async (worker, iteration) => {
+      const version = iteration % commitsPerConversation;
+      const id = `bench-store-${run}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`;
+      await inProcessCommitStore.commit(id, BigInt(version), [appendDelta(`m${iteration}`, "hello world")], "");
+    });
+    const storeCpu = process.cpuUsage(storeCpuBefore);
+    report(`RedisConversationStore.commit in-process, concurrency ${concurrency}`, storeResult);
+    console.log(`  (this process's CPU per in-process commit: ${((storeCpu.user + storeCpu.system) / 1000 / storeResult.latenciesMs.length).toFixed(3)} ms)`);
 
     // The same commits through three clients: the minimal one (the server's own cost), grpc-js and
     // connect-node, whose per-call costs are part of what their callers see.
@@ -301,6 +315,7 @@ try {
 } finally {
   grpcJs.close();
   bare.disconnect();
+  await inProcessCommitStore.close();
   await sidecar.stop();
   await redis.stop();
 }

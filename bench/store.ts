@@ -115,6 +115,14 @@ function bareCommitPayloads(): { state: Buffer; change: Buffer }[] {
   });
 }
 
+/** bench/do-nothing-grpc-responder.ts in a child process (the generator blocks this one's event loop). */
+async function startDoNothingResponder(): Promise<{ address: string; stop: () => void }> {
+  const script = fileURLToPath(new URL("./do-nothing-grpc-responder.js", import.meta.url));
+  const child = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
+  const [line] = (await once(createInterface({ input: child.stdout! }), "line")) as [string];
+  return { address: `127.0.0.1:${line}`, stop: () => child.kill("SIGTERM") };
+}
+
 function formatLoad(): string {
   return loadavg().map((value) => value.toFixed(2)).join(" / ");
 }
@@ -157,6 +165,7 @@ try {
   console.log(`load average at start: ${formatLoad()} (1/5/15 min; the cores are shared with other work)`);
   console.log(`commits: conversations of up to ${commitsPerConversation} messages, one append of one message each`);
   const ratios: string[] = [];
+  let bareP50AtConcurrency1 = Number.NaN;
   for (const concurrency of [1, 32] as const) {
     const count = commitsPerWorker[concurrency];
     // Bare script: the same Lua commit writing, at each version, a state and a change of the size
@@ -169,6 +178,7 @@ try {
       await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, String(version), state, change, "", "", 86_400, 10_000);
     });
     const bareStats = report(`bare EVALSHA commit, concurrency ${concurrency}`, bareResult);
+    if (concurrency === 1) bareP50AtConcurrency1 = bareStats.p50;
 
     // The store itself in this process, no RPC: what a commit adds to the bare script (the read of
     // the cached state, applying the deltas, encoding state and change, the index entry).
@@ -206,6 +216,7 @@ try {
   // then compares against its cached version, the same script either way.
   const directory = mkdtempSync(join(tmpdir(), "contextd-bench-store-"));
   const loadgen = buildLoadGenerator(directory);
+  let goCommitP50 = Number.NaN;
   for (const concurrency of [1, 32]) {
     const conversationsPerRun = 400;
     const commitRequests = Array.from({ length: 20_000 }, (_, index) =>
@@ -232,13 +243,35 @@ try {
       `${`Commit RPC (grpc-go load generator), concurrency ${concurrency}`.padEnd(44)} p50 ${result.p50Ms.toFixed(3)} ms  p99 ${result.p99Ms.toFixed(3)} ms  ` +
         `${Math.round(result.calls / result.seconds)} commits/s  (n=${result.calls})`,
     );
+    if (concurrency === 1) goCommitP50 = result.p50Ms;
   }
-  // The floor under any commit RPC here: a round trip that does no work (health check, same client).
+  // The floor under any commit RPC here, from the same generator: a round trip that does no work,
+  // on the sidecar (health check) and on node:http2 with no library at all.
+  const emptyRequest = join(directory, "empty.bin");
+  writeFileSync(emptyRequest, Buffer.alloc(0));
+  const responder = await startDoNothingResponder();
+  const floors: [string, string, string][] = [
+    ["sidecar Health.Check", new URL(sidecar.url).host, "/grpc.health.v1.Health/Check"],
+    ["do-nothing node:http2 responder", responder.address, "/grpc.health.v1.Health/Check"],
+  ];
+  const floorP50: number[] = [];
+  for (const [what, address, method] of floors) {
+    const result = runLoadGenerator(loadgen, { address, method, requestFile: emptyRequest, concurrency: 1, seconds: 2, warmupSeconds: 0.5 });
+    console.log(`${`floor: ${what} (grpc-go), concurrency 1`.padEnd(44)} p50 ${result.p50Ms.toFixed(3)} ms  p99 ${result.p99Ms.toFixed(3)} ms  (n=${result.calls})`);
+    floorP50.push(result.p50Ms);
+  }
+  responder.stop();
+  console.log(
+    `concurrency 1, grpc-go client: Commit RPC p50 / bare p50 = ${(goCommitP50 / bareP50AtConcurrency1).toFixed(2)}x; ` +
+      `do-nothing node:http2 round trip + bare script = ${(floorP50[1]! + bareP50AtConcurrency1).toFixed(3)} ms ` +
+      `(${((floorP50[1]! + bareP50AtConcurrency1) / bareP50AtConcurrency1).toFixed(2)}x bare), the least any Node sidecar's commit could take here`,
+  );
+  // The same floor from a Node client, for the Node-client lines above.
   const healthCheck = Buffer.alloc(0);
   const floor = await measure(1, commitsPerWorker[1], async () => {
     await minimalCommitClient.call("/grpc.health.v1.Health/Check", healthCheck);
   });
-  report("floor: Health.Check RPC (minimal client), concurrency 1", floor, "calls");
+  report("floor: sidecar Health.Check (minimal Node client), concurrency 1", floor, "calls");
 
   // Stateful compile of a stored 1,000-message conversation (needs ContextService.Compile with
   // conversation_id from the engine).

@@ -152,6 +152,24 @@ describe("applyDeltas", () => {
     expect(thrownConnectError(() => apply([delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [textMessage("m1", Role.USER, "again")] } })], state)).rawMessage).toBe(
       'deltas[0].append_messages: messages[0]: duplicate message id "m1"',
     );
+    // Small batches look ids up in place, batches of more than 8 index them: both answer alike.
+    for (const size of [1, 2, 8, 9, 40]) {
+      const fresh = Array.from({ length: size - 1 }, (_, index) => textMessage(`new${index}`, Role.USER, "x"));
+      const batch = (last: Message) => [appendHistory(...fresh, last)];
+      expect(thrownConnectError(() => apply(batch(textMessage("m1", Role.USER, "taken")), state)).rawMessage).toBe(
+        `deltas[0].append_messages: messages[${size - 1}]: duplicate message id "m1"`,
+      );
+      if (size > 1) {
+        expect(thrownConnectError(() => apply(batch(textMessage("new0", Role.USER, "twice")), state)).rawMessage).toBe(
+          `deltas[0].append_messages: messages[${size - 1}]: duplicate message id "new0"`,
+        );
+      }
+      expect(apply(batch(textMessage("free", Role.USER, "ok")), state).history).toHaveLength(size + 1);
+      // replace_segment frees the ids of the messages it replaces, in that segment only.
+      const replace = (segment: Segment) => [delta({ case: "replaceSegment", value: { segment, messages: [...fresh, textMessage("m1", Role.USER, "again")] } })];
+      expect(apply(replace(Segment.HISTORY), state).history.map((message) => message.id)).toEqual([...fresh.map((message) => message.id), "m1"]);
+      expect(thrownConnectError(() => apply(replace(Segment.MEMORY), state)).rawMessage).toContain('duplicate message id "m1"');
+    }
     expect(thrownConnectError(() => apply([delta({ case: "clearSegment", value: {} })])).rawMessage).toBe("deltas[0].clear_segment: segment: a segment is required");
     expect(thrownConnectError(() => apply([delta({ case: "setToolDefinitions", value: { toolDefinitions: [{ name: "t", parameters: "[]" }] } })])).rawMessage).toContain("must be a JSON object");
   });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
-import { analyzeToolRounds, type HistoryUnit, type ToolRoundAnalysis } from "../../src/core/model/tool-rounds.js";
+import { analyzeToolRounds, assertValidExtension, assertValidToolRounds, type HistoryUnit, type ToolRoundAnalysis } from "../../src/core/model/tool-rounds.js";
 import { call, message, result, text } from "./messages.js";
 
 /**
@@ -103,5 +103,82 @@ describe("analyzeToolRounds", () => {
     expect(rounds).toBeGreaterThan(2_000);
     expect(wideRounds).toBeGreaterThan(100);
     expect(withViolations).toBeGreaterThan(500);
+  });
+});
+
+/** A sequence that passes the check: plain messages and complete rounds, maybe an open round last. */
+function randomValidSequence(random: () => number, allowOpenTail: boolean, callIds: string[]): Message[] {
+  const messages: Message[] = [];
+  const units = Math.floor(random() * 8);
+  for (let unit = 0; unit < units; unit++) {
+    if (random() < 0.5) {
+      messages.push(message(random() < 0.5 ? Role.USER : Role.ASSISTANT, `v${messages.length}`, "plain"));
+      continue;
+    }
+    const ids = Array.from({ length: 1 + Math.floor(random() * 3) }, () => `p${callIds.push("") - 1}`);
+    ids.forEach((id, index) => (callIds[callIds.length - ids.length + index] = id));
+    messages.push(message(Role.ASSISTANT, `v${messages.length}`, ...ids.map((id) => call(id))));
+    const open = allowOpenTail && unit === units - 1 && random() < 0.5;
+    const answered = open ? ids.slice(0, Math.floor(random() * ids.length)) : ids;
+    // One TOOL message per result, or all results in one.
+    if (random() < 0.5) for (const id of answered) messages.push(message(Role.TOOL, `v${messages.length}`, result(id, "out")));
+    else if (answered.length > 0) messages.push(message(Role.TOOL, `v${messages.length}`, ...answered.map((id) => result(id, "out"))));
+  }
+  return messages;
+}
+
+/** Messages to append: results (some for the prefix's calls), new rounds reusing call ids, plain ones. */
+function randomAddition(random: () => number, callIds: string[]): Message[] {
+  // A quarter of additions are a plain message or a fresh complete round, which usually pass.
+  if (random() < 0.25) {
+    if (random() < 0.5) return [message(Role.USER, "a0", "plain")];
+    return [message(Role.ASSISTANT, "a0", call("fresh1"), call("fresh2")), message(Role.TOOL, "a1", result("fresh1", "out"), result("fresh2", "out"))];
+  }
+  const pickId = () => (callIds.length > 0 && random() < 0.5 ? callIds[Math.floor(random() * callIds.length)]! : `n${Math.floor(random() * 4)}`);
+  return Array.from({ length: 1 + Math.floor(random() * 4) }, (_, index) => {
+    const roll = random();
+    if (roll < 0.3) return message(Role.ASSISTANT, `a${index}`, ...Array.from({ length: 1 + Math.floor(random() * 2) }, () => call(pickId())));
+    if (roll < 0.75) return message(random() < 0.9 ? Role.TOOL : Role.USER, `a${index}`, ...Array.from({ length: 1 + Math.floor(random() * 2) }, () => result(pickId(), "out")));
+    return message(random() < 0.5 ? Role.USER : Role.ASSISTANT, `a${index}`, "plain");
+  });
+}
+
+function thrownMessage(check: () => void): string | undefined {
+  try {
+    check();
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
+describe("assertValidExtension", () => {
+  it("answers as the full check of the whole sequence, for random valid prefixes and random additions", () => {
+    let state = 29;
+    const random = () => ((state = (state * 1103515245 + 12345) >>> 0) / 2 ** 32);
+    let rejected = 0;
+    let accepted = 0;
+    for (let sample = 0; sample < 5_000; sample++) {
+      const allowOpenTail = random() < 0.5;
+      const callIds: string[] = [];
+      const prefix = randomValidSequence(random, allowOpenTail, callIds);
+      // Checked once in full (as a segment is when first written), which lets later appends to it
+      // take the short path; the empty prefix always takes it.
+      assertValidExtension([], prefix, "history", { allowOpenTail });
+      const messages = [...prefix, ...randomAddition(random, callIds)];
+      const expected = thrownMessage(() => assertValidToolRounds(messages, "history", { allowOpenTail }));
+      expect(thrownMessage(() => assertValidExtension(prefix, messages, "history", { allowOpenTail })), `sample ${sample}`).toBe(expected);
+      if (expected === undefined) accepted++;
+      else rejected++;
+    }
+    expect(accepted).toBeGreaterThan(500);
+    expect(rejected).toBeGreaterThan(2_000);
+  });
+
+  it("checks the whole sequence when the prefix was never checked", () => {
+    const invalidPrefix = [message(Role.TOOL, "t1", result("c1", "out"))];
+    expect(() => assertValidExtension(invalidPrefix, [...invalidPrefix, message(Role.USER, "u1", "hi")], "history", { allowOpenTail: true })).toThrow(
+      /tool_result_without_call\) at history\[0\]/,
+    );
   });
 });

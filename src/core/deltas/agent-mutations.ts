@@ -21,7 +21,7 @@ import type {
 import { assertCompleteToolRound, findOpenToolRound, type HistoryUnit, type ToolRoundShape } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";
-import { withValidSegment } from "./segment-operations.js";
+import { withAppendedMessages } from "./segment-operations.js";
 
 // The agent mutations of the Python agent framework (semantics §2). Every one appends to history
 // and keeps tool rounds whole; the texts of truncation and cancellation must match exactly.
@@ -33,7 +33,7 @@ export function appendToolRound(state: ConversationState, delta: AppendToolRound
   const results = prepareMessages(withAssistant, delta.results, context, "results", Role.TOOL);
   assertCompleteToolRound(assistant!, results, "append_tool_round");
   assertNoOpenRound(state.history, "a new tool round");
-  return withValidSegment(state, "history", [...state.history, assistant!, ...results]);
+  return withAppendedMessages(state, "history", [assistant!, ...results]);
 }
 
 /** Appends nothing when there is neither text nor a call; reasoning alone is not a turn. */
@@ -75,7 +75,7 @@ export function appendUser(state: ConversationState, delta: AppendUser, context:
   if (!delta.message) throw new ConnectError("message is required", Code.InvalidArgument);
   assertNoOpenRound(state.history, "a user message");
   const [message] = prepareMessages(state, [delta.message], context, "message", Role.USER);
-  return withValidSegment(state, "history", [...state.history, message!]);
+  return withAppendedMessages(state, "history", [message!]);
 }
 
 export function truncateAssistant(state: ConversationState, delta: TruncateAssistant, context: DeltaContext): ConversationState {
@@ -118,12 +118,12 @@ export function cancelToolCalls(state: ConversationState, delta: CancelToolCalls
       return create(MessageSchema, { role: Role.TOOL, parts: [create(PartSchema, { kind: { case: "toolResult", value: result } })] });
     });
   const prepared = prepareMessages(state, closing, context, "cancelled");
-  return withValidSegment(state, "history", [...state.history, ...prepared]);
+  return withAppendedMessages(state, "history", prepared);
 }
 
 function appendToHistory(state: ConversationState, message: Message, context: DeltaContext): ConversationState {
   const [prepared] = prepareMessages(state, [message], context, "message");
-  return withValidSegment(state, "history", [...state.history, prepared!]);
+  return withAppendedMessages(state, "history", [prepared!]);
 }
 
 /** Rejects appending `what` after an open round, listing the calls still waiting for results. */

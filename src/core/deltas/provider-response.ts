@@ -2,7 +2,7 @@ import type { AppendProviderResponse, ConversationState } from "../../../gen/ts/
 import { parseProviderResponse } from "../providers/parse-response.js";
 import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";
-import { withValidSegment } from "./segment-operations.js";
+import { withAppendedMessages } from "./segment-operations.js";
 import { assertNoOpenRound } from "./agent-mutations.js";
 
 /**
@@ -14,7 +14,7 @@ export function appendProviderResponse(state: ConversationState, delta: AppendPr
   if (parsed.length === 0) return state;
   assertNoOpenRound(state.history, "a provider response");
   const messages = prepareMessages(state, parsed, context, "parsed");
-  return withValidSegment(state, "history", [...state.history, ...messages]);
+  return withAppendedMessages(state, "history", messages);
 }
 
 /**

@@ -8,14 +8,14 @@ import type {
   ReplaceSegment,
 } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { segmentField, type SegmentField } from "../model/segments.js";
-import { analyzeToolRounds, assertValidToolRounds } from "../model/tool-rounds.js";
+import { analyzeToolRounds, assertValidExtension } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";
 
 export function appendMessages(state: ConversationState, delta: AppendMessages, context: DeltaContext): ConversationState {
   const field = segmentField(delta.segment, "segment");
   const added = prepareMessages(state, delta.messages, context, "messages");
-  return withValidSegment(state, field, [...state[field], ...added]);
+  return withAppendedMessages(state, field, added);
 }
 
 export function replaceSegment(state: ConversationState, delta: ReplaceSegment, context: DeltaContext): ConversationState {
@@ -62,6 +62,13 @@ export function clearSegment(state: ConversationState, delta: ClearSegment): Con
  * where the agent is still waiting for results.
  */
 export function withValidSegment(state: ConversationState, field: SegmentField, messages: Message[]): ConversationState {
-  assertValidToolRounds(messages, field, { allowOpenTail: field === "history" });
+  assertValidExtension([], messages, field, { allowOpenTail: field === "history" });
+  return { ...state, [field]: messages };
+}
+
+/** `withValidSegment` with `added` after the segment's messages; checks only what they can change. */
+export function withAppendedMessages(state: ConversationState, field: SegmentField, added: readonly Message[]): ConversationState {
+  const messages = [...state[field], ...added];
+  assertValidExtension(state[field], messages, field, { allowOpenTail: field === "history" });
   return { ...state, [field]: messages };
 }

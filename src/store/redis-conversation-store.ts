@@ -306,7 +306,7 @@ export class RedisConversationStore implements ConversationStore {
         attempt--;
         continue;
       }
-      const stateBytes = encodeConversationState(plan.state);
+      const stateBytes = encodeConversationState(plan.state, base);
       const response = idempotencyKey === "" ? "" : bufferOf(encodeCommitResponse(plan.state.version, stateBytes));
       const committing = this.call("committing", () =>
         this.redis.contextdCommitBuffer(

@@ -20,15 +20,33 @@ describe("encodeConversationState", () => {
       [delta({ case: "removeMessages", value: { segment: 2, ids: ["m1"] } }), appendHistory(textMessage("u2", Role.USER, "x"))],
     ];
     for (const deltas of batches) {
+      const previous = state;
       state = planCommit(state, deltas, { deltaContext: { newMessageId: () => "id" }, idempotencyKey: "", committedAtUnixMs: 0n, cleared: false }).state;
-      const decoded = fromBinary(ConversationStateSchema, encodeConversationState(state));
-      expect(equals(ConversationStateSchema, decoded, state)).toBe(true);
-      expect(toBinary(ConversationStateSchema, decoded)).toEqual(toBinary(ConversationStateSchema, state));
+      // Extending the previous state's list encodings (appends) or not (removal), and from scratch.
+      for (const bytes of [encodeConversationState(state, previous), encodeConversationState(state)]) {
+        const decoded = fromBinary(ConversationStateSchema, bytes);
+        expect(equals(ConversationStateSchema, decoded, state)).toBe(true);
+        expect(toBinary(ConversationStateSchema, decoded)).toEqual(toBinary(ConversationStateSchema, state));
+      }
       const response = fromBinary(CommitResponseSchema, encodeCommitResponse(state.version, encodeConversationState(state)));
       expect(response.version).toBe(state.version);
       expect(equals(ConversationStateSchema, response.state!, state)).toBe(true);
     }
     expect(state.version).toBe(3n);
+    // A long history built one append at a time, each state encoded from the one before.
+    let long = state;
+    for (let index = 0; index < 200; index++) {
+      const next = planCommit(long, [appendHistory(textMessage(`h${index}`, Role.USER, `message ${index}`))], {
+        deltaContext: { newMessageId: () => "id" },
+        idempotencyKey: "",
+        committedAtUnixMs: 0n,
+        cleared: false,
+      }).state;
+      const decoded = fromBinary(ConversationStateSchema, encodeConversationState(next, long));
+      expect(decoded.history.map((message) => message.id)).toEqual(next.history.map((message) => message.id));
+      long = next;
+    }
+    expect(equals(ConversationStateSchema, fromBinary(ConversationStateSchema, encodeConversationState(long)), long)).toBe(true);
     expect([state.history.length, state.system.length, state.artifacts.length, state.experiences.length, state.toolDefinitions.length]).toEqual([3, 1, 1, 1, 1]);
   });
 });

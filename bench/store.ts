@@ -43,9 +43,12 @@ const commitsPerWorker = { 1: 2_000, 32: 100 } as const;
  */
 const commitsPerConversation = 50;
 
+function appendedMessage(id: string, text: string): Message {
+  return create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] });
+}
+
 function appendDelta(id: string, text: string): Delta {
-  const message = create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] });
-  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [message] } } });
+  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [appendedMessage(id, text)] } } });
 }
 
 interface Result {
@@ -245,6 +248,49 @@ try {
     );
     if (concurrency === 1) goCommitP50 = result.p50Ms;
   }
+  // The same commit on long conversations: 20 conversations of 1,000 messages, committed to in
+  // turn (each grows by ~100 during the run), beside the bare script writing a state of that size.
+  const longConversations = 20;
+  const longStart = 1_000;
+  for (let conversation = 0; conversation < longConversations; conversation++) {
+    for (let batch = 0; batch < longStart / 100; batch++) {
+      await conversations.commit({
+        conversationId: `bench-long-${run}-${conversation}`,
+        deltas: [create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: Array.from({ length: 100 }, (_, index) => appendedMessage(`l${batch * 100 + index}`, "hello world")) } } })],
+        omitState: true,
+      });
+    }
+  }
+  const longState = Buffer.from(
+    toBinary(
+      ConversationStateSchema,
+      create(ConversationStateSchema, { conversationId: "bench", version: 1n, history: Array.from({ length: longStart }, (_, index) => appendedMessage(`l${index}`, "hello world")) }),
+    ),
+  );
+  const longChange = bareCommitPayloads()[0]!.change;
+  const bareLong = await measure(1, commitsPerWorker[1], async (_, iteration) => {
+    const keys = conversationKeys("bench-bare-long", `${run}-${iteration}`);
+    await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, "0", longState, longChange, "", "", 86_400, 10_000);
+  });
+  const bareLongStats = report(`bare EVALSHA commit, ${longStart.toLocaleString("en-US")}-message state (${Math.round(longState.length / 1024)} KB), concurrency 1`, bareLong);
+  const longRequests = Array.from({ length: 20_000 }, (_, index) =>
+    toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")], omitState: true })),
+  );
+  const longRequestsFile = join(directory, "commits-long.bin");
+  writeFileSync(longRequestsFile, lengthPrefixed(longRequests));
+  const long = runLoadGenerator(loadgen, {
+    address: new URL(sidecar.url).host,
+    method: `/${ConversationService.typeName}/${ConversationService.method.commit.name}`,
+    requestsFile: longRequestsFile,
+    concurrency: 1,
+    seconds: 2,
+    warmupSeconds: 0.5,
+  });
+  console.log(
+    `${`Commit RPC (grpc-go), ${longStart.toLocaleString("en-US")}+-message conversations, concurrency 1`.padEnd(44)} p50 ${long.p50Ms.toFixed(3)} ms  p99 ${long.p99Ms.toFixed(3)} ms  ` +
+      `${Math.round(long.calls / long.seconds)} commits/s  (n=${long.calls}; ${(long.p50Ms / bareLongStats.p50).toFixed(2)}x bare)`,
+  );
+
   // The floor under any commit RPC here, from the same generator: a round trip that does no work,
   // on the sidecar (health check) and on node:http2 with no library at all.
   const emptyRequest = join(directory, "empty.bin");

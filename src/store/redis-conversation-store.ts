@@ -324,9 +324,9 @@ export class RedisConversationStore implements ConversationStore {
         ),
       );
       // The index entry is written beside the script, not in it (the index key is in another
-      // Cluster slot). Auto-pipelined (see redisConnectionOptions), both leave in one write. A failed
-      // index write does not fail a commit that applied: the entry is retried on the next commit,
-      // and listing skips ids whose commit did not apply.
+      // Cluster slot); issued in the same event-loop iteration (see `call`), both leave in one
+      // write. A failed index write does not fail a commit that applied: the entry is retried on
+      // the next commit, and listing skips ids whose commit did not apply.
       const indexing = this.indexedConversations.has(conversationId) ? undefined : this.writeIndexEntry(conversationId);
       const reply = await committing;
       await indexing;

@@ -11,6 +11,8 @@ export interface RedisProcess {
   url: string;
   /** Stops the server (SIGTERM) and waits for it to exit. */
   stop(): Promise<void>;
+  /** Kills the server (SIGKILL: no goodbye to clients, replies in flight lost) and waits for it to exit. */
+  kill(): Promise<void>;
   /** Starts it again on the same port (for outage tests). */
   restart(): Promise<void>;
 }
@@ -55,16 +57,18 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisProce
       });
     });
   };
+  const end = async (signal: NodeJS.Signals) => {
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, "exit");
+    child.kill(signal);
+    await exited;
+  };
   await launch();
   return {
     port,
     url: `redis://127.0.0.1:${port}`,
-    async stop() {
-      if (!child || child.exitCode !== null) return;
-      const exited = once(child, "exit");
-      child.kill("SIGTERM");
-      await exited;
-    },
+    stop: () => end("SIGTERM"),
+    kill: () => end("SIGKILL"),
     restart: launch,
   };
 }

@@ -184,3 +184,61 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
     expect(takesStream(methods, { ...base, ":path": "/contextd.v1.ConversationService/Watch" })).toBeUndefined();
   });
 });
+
+describe("request bytes held by unary calls in progress", () => {
+  let sidecar: Sidecar;
+  let session: http2.ClientHttp2Session;
+  const compile = "/contextd.v1.ContextService/Compile";
+  // A compile of one message carrying about `length` characters: valid at any size.
+  const compileOfSize = (length: number) =>
+    grpcEnvelope(
+      toBinary(
+        CompileRequestSchema,
+        create(CompileRequestSchema, { history: { messages: [{ id: "big", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "x".repeat(length) } } }] }] } }),
+      ),
+    );
+  const call = (body: Uint8Array) => rawHttp2Request(session, compile, { "content-type": "application/grpc", te: "trailers" }, body);
+  const heldBytes = async () => {
+    const text = await (await fetch(`${sidecar.url}/metrics`)).text();
+    return Number(/^contextd_buffered_request_bytes (\d+)$/m.exec(text)![1]);
+  };
+
+  beforeAll(async () => {
+    sidecar = await startSidecar(["--max-buffered-request-bytes", "300000", "--max-request-bytes", "1000000"]);
+    session = http2.connect(sidecar.url);
+  });
+  afterAll(async () => {
+    session?.close();
+    await sidecar?.stop();
+  });
+
+  it("refuses a call that would take them past --max-buffered-request-bytes before reading it, and admits it once they are released", async () => {
+    // A caller that declares 200,000 bytes and sends only the first 1,000 holds the declared size.
+    const slow = session.request({ ":method": "POST", ":path": compile, "content-type": "application/grpc", te: "trailers" });
+    slow.on("error", () => undefined);
+    const slowRequest = compileOfSize(200_000);
+    slow.write(slowRequest.subarray(0, 1_000));
+    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== slowRequest.length; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await heldBytes()).toBe(slowRequest.length);
+
+    // Small calls still fit beside it; one that does not is refused without being read.
+    expect(grpcStatus(await call(compileOfSize(10))).code).toBe(0);
+    const tooMuch = compileOfSize(150_000);
+    const refused = await call(tooMuch);
+    expect(grpcStatus(refused)).toMatchObject({
+      code: 8,
+      message: `request of ${tooMuch.length} bytes refused: calls in progress already hold ${slowRequest.length} bytes of requests (limit 300000, --max-buffered-request-bytes); retry later`,
+    });
+
+    // The slow caller goes away: its bytes are released and the same call is admitted.
+    const closed = new Promise((resolve) => slow.once("close", resolve));
+    slow.close(http2.constants.NGHTTP2_CANCEL);
+    await closed;
+    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== 0; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await heldBytes()).toBe(0);
+    expect(grpcStatus(await call(tooMuch)).code).toBe(0);
+    // Alone, a call larger than the whole budget (but within --max-request-bytes) is admitted too.
+    expect(grpcStatus(await call(compileOfSize(500_000))).code).toBe(0);
+    expect(await heldBytes()).toBe(0);
+  });
+});

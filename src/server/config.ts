@@ -19,6 +19,8 @@ export interface Config {
   logLevel: "debug" | "info" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
   maxRequestBytes: number;
+  /** Request bytes all unary gRPC calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
+  maxBufferedRequestBytes: number;
   /** Largest deadline a caller may ask for, in milliseconds (INVALID_ARGUMENT above); 0 = no limit. */
   maxDeadlineMs: number;
   /** Most `contextd.v1.Message`s one request may carry (RESOURCE_EXHAUSTED above). */
@@ -47,6 +49,7 @@ export const defaultConfig: Config = {
   redisUrl: "",
   logLevel: "info",
   maxRequestBytes: 16 * 1024 * 1024,
+  maxBufferedRequestBytes: 256 * 1024 * 1024,
   maxDeadlineMs: 300_000,
   maxMessages: 10_000,
   summarizeTimeoutMs: 120_000,
@@ -73,6 +76,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       "redis-url": { type: "string" },
       "log-level": { type: "string" },
       "max-request-bytes": { type: "string" },
+      "max-buffered-request-bytes": { type: "string" },
       "max-deadline-ms": { type: "string" },
       "max-messages": { type: "string" },
       "summarize-timeout-ms": { type: "string" },
@@ -114,6 +118,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     redisUrl: string("redis-url", defaultConfig.redisUrl),
     logLevel: parseLogLevel(string("log-level", defaultConfig.logLevel)),
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
+    maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
     maxDeadlineMs: integer("max-deadline-ms", defaultConfig.maxDeadlineMs, 0),
     maxMessages: integer("max-messages", defaultConfig.maxMessages, 1),
     summarizeTimeoutMs: integer("summarize-timeout-ms", defaultConfig.summarizeTimeoutMs, 1),

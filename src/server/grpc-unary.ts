@@ -16,6 +16,7 @@ import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grp
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import { decodeMessage } from "./protobuf-decoder.js";
 import { encodeEnvelopedMessageChunks, envelopeHeaderBytes } from "./protobuf-encoder.js";
+import type { RequestMemoryBudget } from "./request-memory.js";
 
 /**
  * Unary gRPC calls served straight from the HTTP/2 stream, without connect-node's adapter.
@@ -70,6 +71,8 @@ export interface UnaryGrpcOptions {
   maxRequestBytes: number;
   /** Longest deadline accepted (connect's `maxTimeoutMs`); `Infinity` for no limit. */
   maxTimeoutMs: number;
+  /** Shared by all calls: each holds its request's size until it ends. */
+  requestMemory: RequestMemoryBudget;
 }
 
 // Binary gRPC only: "application/grpc+json" and friends go to connect.
@@ -126,6 +129,12 @@ export function serveUnaryCall(
         reject(new ConnectError(`message size ${declared} is larger than configured readMaxBytes ${options.maxRequestBytes}`, Code.ResourceExhausted));
         return;
       }
+      const release = options.requestMemory.tryHold(envelopeHeaderBytes + declared);
+      if (release === undefined) {
+        reject(options.requestMemory.refusal(envelopeHeaderBytes + declared));
+        return;
+      }
+      stream.once("close", release);
     }
     if (declared !== undefined && received > envelopeHeaderBytes + declared) {
       reject(new ConnectError("protocol error: received extra input message for unary method", Code.Unimplemented));

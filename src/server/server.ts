@@ -19,6 +19,7 @@ import { createLogger, type Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
 import { preEncodeBinaryResponses } from "./pre-encoded-responses.js";
 import { recentMessagesKeptBytes } from "./protobuf-decoder.js";
+import { RequestMemoryBudget } from "./request-memory.js";
 import { retainedEncodings } from "./retained-encodings.js";
 import { contextdServiceNames, routes } from "./routes.js";
 import { pollStoreHealth } from "./store-health.js";
@@ -108,6 +109,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     methods: recordUnaryMethods((router) => registerServices(router)),
     interceptors,
     maxRequestBytes: config.maxRequestBytes,
+    requestMemory: new RequestMemoryBudget(config.maxBufferedRequestBytes),
     maxTimeoutMs: config.maxDeadlineMs > 0 ? config.maxDeadlineMs : Number.POSITIVE_INFINITY,
   };
 
@@ -192,6 +194,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     "contextd_recent_messages_bytes",
     "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded, 64 MiB).",
     recentMessagesKeptBytes,
+  );
+  metrics.gauge(
+    "contextd_buffered_request_bytes",
+    "Request bytes held by unary gRPC calls in progress (bounded by --max-buffered-request-bytes).",
+    () => unaryGrpc.requestMemory.heldBytes,
   );
   metrics.gauge("contextd_retained_encoding_bytes", "Encodings of immutable messages kept across calls (bounded, 64 MiB).", () => retainedEncodings.keptBytes);
 

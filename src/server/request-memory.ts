@@ -1,0 +1,44 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/**
+ * The request bytes all unary gRPC calls together may hold in memory, bounded by
+ * `--max-buffered-request-bytes`.
+ *
+ * Why: a unary call's request is read whole before it is served, each may be up to
+ * `--max-request-bytes`, and a client may open `--max-streams` streams on every connection; without
+ * a shared bound a few clients sending large requests at once could make the sidecar hold
+ * gigabytes. A call holds its declared size from the moment the size is known (the envelope's first
+ * five bytes) until the call ends; a call that does not fit is answered RESOURCE_EXHAUSTED before its
+ * body is read, and may be retried. One call is always admitted when nothing is held, so a limit
+ * below `--max-request-bytes` still lets every request through one at a time.
+ */
+export class RequestMemoryBudget {
+  private held = 0;
+
+  constructor(readonly limitBytes: number) {}
+
+  get heldBytes(): number {
+    return this.held;
+  }
+
+  /** Holds `bytes` and returns their release (idempotent), or undefined when they do not fit. */
+  tryHold(bytes: number): (() => void) | undefined {
+    if (this.held > 0 && this.held + bytes > this.limitBytes) return undefined;
+    this.held += bytes;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.held -= bytes;
+    };
+  }
+
+  /** The error for a call of `bytes` that did not fit. */
+  refusal(bytes: number): ConnectError {
+    return new ConnectError(
+      `request of ${bytes} bytes refused: calls in progress already hold ${this.held} bytes of requests ` +
+        `(limit ${this.limitBytes}, --max-buffered-request-bytes); retry later`,
+      Code.ResourceExhausted,
+    );
+  }
+}

@@ -59,7 +59,8 @@ export function clearSegment(state: ConversationState, delta: ClearSegment): Con
 
 /**
  * Every segment keeps its tool rounds whole; an open round is allowed only at the tail of history,
- * where the agent is still waiting for results.
+ * where the agent is still waiting for results. The whole segment is checked (as the extension of
+ * an empty one), and remembered as valid, so appending to it later checks only the new part.
  */
 export function withValidSegment(state: ConversationState, field: SegmentField, messages: Message[]): ConversationState {
   assertValidExtension([], messages, field, { allowOpenTail: field === "history" });

@@ -1,6 +1,7 @@
 import * as http2 from "node:http2";
 import { gzipSync } from "node:zlib";
-import { create, fromBinary, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, toJsonString, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
 import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
@@ -185,7 +186,7 @@ describe("unary gRPC served from the HTTP/2 stream", () => {
   });
 });
 
-describe("request bytes held by unary calls in progress", () => {
+describe("request bytes held by calls in progress", () => {
   let sidecar: Sidecar;
   let session: http2.ClientHttp2Session;
   const compile = "/contextd.v1.ContextService/Compile";
@@ -212,33 +213,89 @@ describe("request bytes held by unary calls in progress", () => {
     await sidecar?.stop();
   });
 
-  it("refuses a call that would take them past --max-buffered-request-bytes before reading it, and admits it once they are released", async () => {
-    // A caller that declares 200,000 bytes and sends only the first 1,000 holds the declared size.
-    const slow = session.request({ ":method": "POST", ":path": compile, "content-type": "application/grpc", te: "trailers" });
-    slow.on("error", () => undefined);
-    const slowRequest = compileOfSize(200_000);
-    slow.write(slowRequest.subarray(0, 1_000));
-    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== slowRequest.length; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
-    expect(await heldBytes()).toBe(slowRequest.length);
+  /** A caller that declares a 200,000-character compile and sends only its first 1,000 bytes: it holds the declared size. */
+  const stallCaller = async () => {
+    const stalled = session.request({ ":method": "POST", ":path": compile, "content-type": "application/grpc", te: "trailers" });
+    stalled.on("error", () => undefined);
+    const request = compileOfSize(200_000);
+    stalled.write(request.subarray(0, 1_000));
+    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== request.length; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await heldBytes()).toBe(request.length);
+    return {
+      heldBytes: request.length,
+      goAway: async () => {
+        const closed = new Promise((resolve) => stalled.once("close", resolve));
+        stalled.close(http2.constants.NGHTTP2_CANCEL);
+        await closed;
+        for (let attempt = 0; attempt < 200 && (await heldBytes()) !== 0; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await heldBytes()).toBe(0);
+      },
+    };
+  };
 
+  it("refuses a call that would take them past --max-buffered-request-bytes before reading it, and admits it once they are released", async () => {
+    const stalled = await stallCaller();
     // Small calls still fit beside it; one that does not is refused without being read.
     expect(grpcStatus(await call(compileOfSize(10))).code).toBe(0);
     const tooMuch = compileOfSize(150_000);
     const refused = await call(tooMuch);
     expect(grpcStatus(refused)).toMatchObject({
       code: 8,
-      message: `request of ${tooMuch.length} bytes refused: calls in progress already hold ${slowRequest.length} bytes of requests (limit 300000, --max-buffered-request-bytes); retry later`,
+      message: `request of ${tooMuch.length} bytes refused: calls in progress already hold ${stalled.heldBytes} bytes of requests (limit 300000, --max-buffered-request-bytes); retry later`,
     });
-
-    // The slow caller goes away: its bytes are released and the same call is admitted.
-    const closed = new Promise((resolve) => slow.once("close", resolve));
-    slow.close(http2.constants.NGHTTP2_CANCEL);
-    await closed;
-    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== 0; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
-    expect(await heldBytes()).toBe(0);
+    // The stalled caller goes away: its bytes are released and the same call is admitted.
+    await stalled.goAway();
     expect(grpcStatus(await call(tooMuch)).code).toBe(0);
     // Alone, a call larger than the whole budget (but within --max-request-bytes) is admitted too.
     expect(grpcStatus(await call(compileOfSize(500_000))).code).toBe(0);
+    expect(await heldBytes()).toBe(0);
+  });
+
+  it("refuses Connect, Connect streaming and gRPC-Web requests by their content-length, each in its own protocol", async () => {
+    const stalled = await stallCaller();
+    const post = (path: string, contentType: string, body: Uint8Array | string) =>
+      fetch(`${sidecar.url}${path}`, { method: "POST", headers: { "content-type": contentType }, body });
+    const compileJson = (length: number) =>
+      toJsonString(
+        CompileRequestSchema,
+        create(CompileRequestSchema, { history: { messages: [{ id: "json", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "x".repeat(length) } } }] }] } }),
+      );
+    const refusal = expect.stringMatching(/^request of \d+ bytes refused: calls in progress already hold \d+ bytes of requests \(limit 300000, --max-buffered-request-bytes\); retry later$/);
+
+    const connectUnary = await post(compile, "application/json", compileJson(150_000));
+    expect(connectUnary.status).toBe(429);
+    expect(await connectUnary.json()).toEqual({ code: "resource_exhausted", message: refusal });
+
+    const grpcWeb = await post(compile, "application/grpc-web+proto", compileOfSize(150_000));
+    expect(grpcWeb.status).toBe(200);
+    const trailerFrame = Buffer.from(await grpcWeb.arrayBuffer());
+    expect(trailerFrame[0]).toBe(0x80);
+    const trailer = trailerParse(trailerFrame.subarray(5));
+    expect(trailer.get("grpc-status")).toBe("8");
+    expect(decodeURIComponent(trailer.get("grpc-message")!)).toEqual(refusal);
+
+    const watchRequest = Buffer.from(JSON.stringify({ conversationId: "x".repeat(150_000) }));
+    const connectStream = await post("/contextd.v1.ConversationService/Watch", "application/connect+json", grpcEnvelope(watchRequest));
+    expect(connectStream.status).toBe(200);
+    const endStream = Buffer.from(await connectStream.arrayBuffer());
+    expect(endStream[0]).toBe(2);
+    expect(JSON.parse(endStream.subarray(5).toString())).toEqual({ error: { code: "resource_exhausted", message: refusal } });
+
+    // gRPC with the JSON codec is served by connect too; with a content-length it is held like the others.
+    const grpcJsonRequest = grpcEnvelope(Buffer.from(compileJson(150_000)));
+    const grpcJson = await rawHttp2Request(
+      session,
+      compile,
+      { "content-type": "application/grpc+json", te: "trailers", "content-length": String(grpcJsonRequest.length) },
+      grpcJsonRequest,
+    );
+    expect(grpcStatus(grpcJson)).toEqual({ code: 8, message: refusal, rawMessage: expect.any(String) });
+
+    // Small requests fit beside the stalled one; the large ones fit once it is gone.
+    expect((await post(compile, "application/json", compileJson(10))).status).toBe(200);
+    await stalled.goAway();
+    expect((await post(compile, "application/json", compileJson(150_000))).status).toBe(200);
+    expect((await post(compile, "application/grpc-web+proto", compileOfSize(150_000))).status).toBe(200);
     expect(await heldBytes()).toBe(0);
   });
 });

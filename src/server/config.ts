@@ -19,7 +19,7 @@ export interface Config {
   logLevel: "debug" | "info" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
   maxRequestBytes: number;
-  /** Request bytes all unary gRPC calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
+  /** Request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
   maxBufferedRequestBytes: number;
   /** Largest deadline a caller may ask for, in milliseconds (INVALID_ARGUMENT above); 0 = no limit. */
   maxDeadlineMs: number;

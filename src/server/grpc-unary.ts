@@ -71,7 +71,7 @@ export interface UnaryGrpcOptions {
   maxRequestBytes: number;
   /** Longest deadline accepted (connect's `maxTimeoutMs`); `Infinity` for no limit. */
   maxTimeoutMs: number;
-  /** Shared by all calls: each holds its request's size until it ends. */
+  /** Shared by all calls (also those connect serves): each holds its request's size until it ends. */
   requestMemory: RequestMemoryBudget;
 }
 

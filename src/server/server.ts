@@ -9,6 +9,7 @@ import { authenticate } from "./auth.js";
 import { carriesBinaryRequest, decodeOpaqueRequests, withOpaqueRequests } from "./binary-requests.js";
 import { requestIdKey } from "./call-context.js";
 import { defaultConfig, type Config } from "./config.js";
+import { respondWithError } from "./error-responses.js";
 import { HealthStatus, ServingStatus } from "./health.js";
 import { encodeGrpcMessagesMinimally } from "./grpc-message-encoding.js";
 import { recordUnaryMethods, serveUnaryCall, takesStream } from "./grpc-unary.js";
@@ -104,12 +105,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     routes: (router) => registerServices(router, withOpaqueRequests),
     interceptors: [decodeOpaqueRequests(), ...connectInterceptors],
   });
+  const requestMemory = new RequestMemoryBudget(config.maxBufferedRequestBytes);
   // Unary binary gRPC skips connect's adapter (see grpc-unary.ts); same services, same interceptors.
   const unaryGrpc = {
     methods: recordUnaryMethods((router) => registerServices(router)),
     interceptors,
     maxRequestBytes: config.maxRequestBytes,
-    requestMemory: new RequestMemoryBudget(config.maxBufferedRequestBytes),
+    requestMemory,
     maxTimeoutMs: config.maxDeadlineMs > 0 ? config.maxDeadlineMs : Number.POSITIVE_INFINITY,
   };
 
@@ -151,6 +153,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const sent = "stream" in response ? response.stream : response;
     sent.once("finish", settle);
     response.once("close", settle);
+    // A body of known size holds it until the call is over (see request-memory.ts).
+    const declared = request.method === "POST" ? Number(request.headers["content-length"] ?? 0) : 0;
+    if (declared > 0) {
+      const release = requestMemory.tryHold(declared);
+      if (release === undefined && respondWithError(request, response, requestMemory.refusal(declared))) return;
+      if (release !== undefined) {
+        sent.once("finish", release);
+        response.once("close", release);
+      }
+    }
     const binary = request.method === "POST" && carriesBinaryRequest(request.headers["content-type"]);
     (binary ? binaryHandler : connectHandler)(request, response);
   };
@@ -197,8 +209,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   );
   metrics.gauge(
     "contextd_buffered_request_bytes",
-    "Request bytes held by unary gRPC calls in progress (bounded by --max-buffered-request-bytes).",
-    () => unaryGrpc.requestMemory.heldBytes,
+    "Request bytes held by calls in progress (bounded by --max-buffered-request-bytes).",
+    () => requestMemory.heldBytes,
   );
   metrics.gauge("contextd_retained_encoding_bytes", "Encodings of immutable messages kept across calls (bounded, 64 MiB).", () => retainedEncodings.keptBytes);
 

@@ -11,6 +11,7 @@ import {
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -26,6 +27,8 @@ export interface RedisStoreOptions {
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
+  /** Bound on the encoded size of the states kept (decoded they take several times as much). */
+  cacheEncodedBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -50,6 +53,9 @@ export const redisConnectionOptions: RedisOptions = {
   commandTimeout: 2_000,
   retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
 };
+
+/** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
+const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 
 /** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
 const indexedConversationsLimit = 100_000;
@@ -77,12 +83,11 @@ export class RedisConversationStore implements ConversationStore {
   private readonly keyPrefix: string;
   private readonly maxChanges: number;
   private readonly idempotencyTtlSeconds: number;
-  private readonly cacheSize: number;
   private readonly watchBlockMs: number;
   private readonly maxCommitAttempts: number;
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
-  private readonly cache = new Map<string, ConversationState>();
+  private readonly cache: DecodedStateCache;
   /**
    * Conversations whose entry in the listing index this process wrote and Redis acknowledged.
    * Entries are never removed from the index, so later commits skip the write (a second command
@@ -102,7 +107,7 @@ export class RedisConversationStore implements ConversationStore {
     this.keyPrefix = options.keyPrefix ?? "contextd";
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
-    this.cacheSize = options.cacheSize ?? 1_000;
+    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes);
     this.watchBlockMs = options.watchBlockMs ?? 1_000;
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;
@@ -249,7 +254,7 @@ export class RedisConversationStore implements ConversationStore {
     }
     if (exists !== 1) throw corruptConversation(conversationId, `version ${version} is stored without its state`);
     if (cached && cached.version === version) {
-      this.remember(cached);
+      this.cache.touch(conversationId);
       return { state: cached, record };
     }
     let state: ConversationState;
@@ -261,7 +266,7 @@ export class RedisConversationStore implements ConversationStore {
     if (state.version !== version || state.conversationId !== conversationId) {
       throw corruptConversation(conversationId, `the stored state is version ${state.version} of "${state.conversationId}" but the version key says ${version}`);
     }
-    this.remember(state);
+    this.cache.remember(state, (stateBytes as Buffer).length);
     return { state, record };
   }
 
@@ -332,7 +337,7 @@ export class RedisConversationStore implements ConversationStore {
       await indexing;
       const outcome = String(reply![0]);
       if (outcome === "ok") {
-        this.remember(plan.state);
+        this.cache.remember(plan.state, stateBytes.length);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       if (outcome === "replay") {
@@ -363,13 +368,6 @@ export class RedisConversationStore implements ConversationStore {
     if (this.indexedConversations.size > indexedConversationsLimit) {
       this.indexedConversations.delete(this.indexedConversations.values().next().value!);
     }
-  }
-
-  /** Keeps `state` as the newest cached copy, evicting the least recently used beyond the limit. */
-  private remember(state: ConversationState): void {
-    this.cache.delete(state.conversationId);
-    this.cache.set(state.conversationId, state);
-    if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
   }
 
   /**

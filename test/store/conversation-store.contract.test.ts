@@ -343,6 +343,29 @@ describe("RedisConversationStore specifics", () => {
     }
   });
 
+  it("reads a state again once its cached copy was let go for the byte bound", async () => {
+    // A bound of one byte keeps only the newest state.
+    const store = new RedisConversationStore(redis.url, { cacheEncodedBytes: 1 });
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      const [first, second] = [freshId("evicted"), freshId("kept")];
+      await store.commit(first, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+      await store.commit(second, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+      // The same version with other contents, as only a reader of Redis would notice.
+      for (const id of [first, second]) {
+        const replaced = create(ConversationStateSchema, { conversationId: id, version: 1n, history: [textMessage("other", Role.USER, "other")] });
+        await raw.set(`contextd:{${id}}:state`, Buffer.from(toBinary(ConversationStateSchema, replaced)));
+      }
+      // The newest is served from the cache (its version did not move); the other is read again.
+      expect((await store.load(second)).history.map((message) => message.id)).toEqual(["u1"]);
+      expect((await store.load(first)).history.map((message) => message.id)).toEqual(["other"]);
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
   it("answers UNAVAILABLE at once when Redis cannot be reached", async () => {
     const store = new RedisConversationStore("redis://127.0.0.1:1");
     try {

@@ -19,7 +19,7 @@ import {
 } from "../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
-import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
+import { commitScript, conversationKeys, type ConversationKeys } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
 import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
 import { encodeEnvelopedMessage, encodeEnvelopedMessageChunks } from "../src/server/protobuf-encoder.js";
@@ -107,7 +107,7 @@ async function startBuiltSidecar(redisUrl: string) {
 }
 
 /** The state and change bytes a commit at each version writes: version v holds v + 1 messages. */
-function bareCommitPayloads(): { state: Buffer; change: Buffer }[] {
+const bareCommitPayloads: { state: Buffer; change: Buffer }[] = (() => {
   const messages: Message[] = [];
   return Array.from({ length: commitsPerConversation }, (_, version) => {
     const delta = appendDelta(`m${version}`, "hello world");
@@ -116,7 +116,7 @@ function bareCommitPayloads(): { state: Buffer; change: Buffer }[] {
     const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
     return { state: Buffer.from(toBinary(ConversationStateSchema, state)), change: Buffer.from(toBinary(ChangeSchema, change)) };
   });
-}
+})();
 
 /** bench/do-nothing-grpc-responder.ts in a child process (the generator blocks this one's event loop). */
 async function startDoNothingResponder(): Promise<{ address: string; stop: () => void }> {
@@ -135,6 +135,19 @@ const sidecar = await startBuiltSidecar(redis.url);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
 bare.defineCommand("benchCommit", { numberOfKeys: 4, lua: commitScript });
 if (bare.status !== "ready") await once(bare, "ready");
+const run = Date.now();
+/** The commit script, bare: writes version `expected` + 1 of the conversation under `keys`. */
+const bareCommit = async (keys: ConversationKeys, expected: number, payload: { state: Buffer; change: Buffer }) => {
+  await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, String(expected), payload.state, payload.change, "", "", 86_400, 10_000);
+};
+/**
+ * The `iteration`th bare commit of a worker labelled `label`: a new conversation every
+ * `commitsPerConversation` commits, written at the sizes the store writes for the RPC's commits.
+ */
+const bareCommitAt = async (label: string, iteration: number) => {
+  const version = iteration % commitsPerConversation;
+  await bareCommit(conversationKeys("bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`), version, bareCommitPayloads[version]!);
+};
 const transport = createGrpcTransport({ baseUrl: sidecar.url });
 const conversations = createClient(ConversationService, transport);
 const grpcJs = new grpc.Client(new URL(sidecar.url).host, grpc.credentials.createInsecure());
@@ -161,7 +174,6 @@ const minimalCommit = async (request: MessageInitShape<typeof CommitRequestSchem
   );
 const inProcessCommitStore = new RedisConversationStore(redis.url);
 await inProcessCommitStore.connected();
-const run = Date.now();
 
 try {
   console.log(`contextd store benchmark (redis ${redis.url}, sidecar ${sidecar.url}, node ${process.version})`);
@@ -172,13 +184,7 @@ try {
     const count = commitsPerWorker[concurrency];
     // Bare script: the same Lua commit writing, at each version, a state and a change of the size
     // the store writes for the RPC's commit at that version, encoded before timing starts.
-    const payloads = bareCommitPayloads();
-    const bareResult = await measure(concurrency, count, async (worker, iteration) => {
-      const version = iteration % commitsPerConversation;
-      const keys = conversationKeys("bench-bare", `${run}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`);
-      const { state, change } = payloads[version]!;
-      await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, String(version), state, change, "", "", 86_400, 10_000);
-    });
+    const bareResult = await measure(concurrency, count, (worker, iteration) => bareCommitAt(`c${concurrency}-w${worker}`, iteration));
     const bareStats = report(`bare EVALSHA commit, concurrency ${concurrency}`, bareResult);
 
     // The store itself in this process, no RPC: what a commit adds to the bare script (the read of
@@ -244,15 +250,9 @@ try {
   }
   // The issue's ratio at concurrency 1, read robustly on noisy shared cores: three rounds of the
   // bare script and the RPC in turn, the median of each.
-  const payloads = bareCommitPayloads();
   const rounds: { bare: number; rpc: number }[] = [];
   for (let round = 0; round < 3; round++) {
-    const bareRound = await measure(1, 1_000, async (_, iteration) => {
-      const version = iteration % commitsPerConversation;
-      const keys = conversationKeys("bench-bare", `${run}-round${round}-${Math.floor(iteration / commitsPerConversation)}`);
-      const { state, change } = payloads[version]!;
-      await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, String(version), state, change, "", "", 86_400, 10_000);
-    });
+    const bareRound = await measure(1, 1_000, (_, iteration) => bareCommitAt(`round${round}`, iteration));
     const sorted = [...bareRound.latenciesMs].sort((a, b) => a - b);
     rounds.push({ bare: percentile(sorted, 50), rpc: goCommits(`round${round}`, 1, 1.5).p50Ms });
   }
@@ -282,11 +282,9 @@ try {
       create(ConversationStateSchema, { conversationId: "bench", version: 1n, history: Array.from({ length: longStart }, (_, index) => appendedMessage(`l${index}`, "hello world")) }),
     ),
   );
-  const longChange = bareCommitPayloads()[0]!.change;
-  const bareLong = await measure(1, commitsPerWorker[1], async (_, iteration) => {
-    const keys = conversationKeys("bench-bare-long", `${run}-${iteration}`);
-    await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotencyPrefix, "0", longState, longChange, "", "", 86_400, 10_000);
-  });
+  const bareLong = await measure(1, commitsPerWorker[1], (_, iteration) =>
+    bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, { state: longState, change: bareCommitPayloads[0]!.change }),
+  );
   const bareLongStats = report(`bare EVALSHA commit, ${longStart.toLocaleString("en-US")}-message state (${Math.round(longState.length / 1024)} KB), concurrency 1`, bareLong);
   const longRequests = Array.from({ length: 20_000 }, (_, index) =>
     toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")], omitState: true })),

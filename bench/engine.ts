@@ -1,7 +1,7 @@
 // Compile latency of the engine core with the TOKENIZER estimator (o200k_base), warm (counts
 // cached, request freshly decoded each time as over RPC) and cold (empty count cache), beside
 // LangChain.js `trimMessages` doing the same trim with the same gpt-tokenizer counter, in one run.
-// Requests are decoded with the server's own decoder (`decodeMessage`, what every binary RPC goes
+// Requests are decoded with the server's own codec (`Codec.decode`, what every binary RPC goes
 // through): for bytes a previous request carried it hands out the same objects again — short
 // strings such as the ids a compile keys its records by, and whole conversation messages
 // (`RecentMessages`). The warm figure with protobuf-es `fromBinary` (fresh objects every time, as
@@ -15,7 +15,7 @@ import { CompileRequestSchema, EstimatorKind, type CompileRequest } from "../gen
 import { MessageSchema, PartSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { compile } from "../src/core/compile/compile.js";
 import { TokenCountCache } from "../src/core/tokens/token-count-cache.js";
-import { decodeMessage } from "../src/server/protobuf-decoder.js";
+import { Codec } from "../src/codec/codec.js";
 
 const words = "the quick brown fox jumps over a lazy dog while agents call tools and read long documents about context windows".split(" ");
 
@@ -124,7 +124,8 @@ for (const size of [10, 100, 1_000]) {
     budget: { maxTokens: BigInt(Math.floor(limit)), estimator: { kind: EstimatorKind.TOKENIZER } },
   });
   const bytes = toBinary(CompileRequestSchema, request);
-  const decode = () => decodeMessage(CompileRequestSchema, bytes);
+  const codec = new Codec();
+  const decode = () => codec.decode(CompileRequestSchema, bytes);
   const decodeWithFromBinary = () => fromBinary(CompileRequestSchema, bytes);
   let fresh = decode();
   const warmIterations = size === 1_000 ? 300 : 1_000;

@@ -22,7 +22,7 @@ import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../ge
 import { commitScript, conversationKeys, type ConversationKeys } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
 import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { encodeEnvelopedMessage, encodeEnvelopedMessageChunks } from "../src/server/protobuf-encoder.js";
+import { Codec } from "../src/codec/codec.js";
 import { contextService } from "../src/server/services/context-service.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
@@ -363,15 +363,17 @@ try {
   // The sidecar's own work without any transport: the same store code over the same Redis (load,
   // validated against the stored version, then the process's cached decoded state), the compile,
   // and the encoding of the response, in this process.
-  const inProcessStore = new RedisConversationStore(redis.url);
+  const inProcessCodec = new Codec();
+  const inProcessStore = new RedisConversationStore(redis.url, { codec: inProcessCodec });
   await inProcessStore.connected();
   const inProcessService = contextService({ store: inProcessStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
   // The response is encoded as the unary gRPC path sends it (one enveloped buffer), and as chunks
   // that reference the kept encodings of the stored history instead of copying them.
-  const compileInProcess = (encode: typeof encodeEnvelopedMessage | typeof encodeEnvelopedMessageChunks) => async (request: Buffer) => {
+  const compileInProcess = (chunked: boolean) => async (request: Buffer) => {
     const response = await inProcessService.compile!(fromBinary(CompileRequestSchema, request), undefined as never);
-    const encoded = encode(CompileResponseSchema, create(CompileResponseSchema, response as MessageInitShape<typeof CompileResponseSchema>));
-    return { length: Array.isArray(encoded) ? encoded.reduce((sum, chunk) => sum + chunk.length, 0) : encoded.length };
+    const message = create(CompileResponseSchema, response as MessageInitShape<typeof CompileResponseSchema>);
+    const encoded = chunked ? inProcessCodec.encodeEnvelopedChunks(CompileResponseSchema, message) : [inProcessCodec.encode(CompileResponseSchema, message)];
+    return { length: encoded.reduce((sum, chunk) => sum + chunk.length, 0) };
   };
   // The full result, then with omit_snapshots (payload and records only: no source,
   // normalized_snapshot, writeback.snapshot or persistence copies of the conversation).
@@ -381,8 +383,8 @@ try {
       const cases = [
         ["grpc-js client", grpcJsCompile],
         ["minimal HTTP/2 client", minimalCompile],
-        ["in-process load + compile + encode", compileInProcess(encodeEnvelopedMessage)],
-        ["in-process, encoded as chunks", compileInProcess(encodeEnvelopedMessageChunks)],
+        ["in-process load + compile + encode", compileInProcess(false)],
+        ["in-process, encoded as chunks", compileInProcess(true)],
       ] as const;
       for (const [how, compileOnce] of cases) {
         try {

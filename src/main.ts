@@ -1,3 +1,4 @@
+import { Codec } from "./codec/codec.js";
 import { loadConfig, printableConfig } from "./server/config.js";
 import { createLogger } from "./server/logger.js";
 import { startServer } from "./server/server.js";
@@ -12,8 +13,11 @@ try {
   process.exit(2);
 }
 const logger = createLogger(config.logLevel);
-const store = await createConversationStore(config.redisUrl);
-const server = await startServer({ ...config, store, logger });
+// One codec for the store and the server: the encodings of the states the store hands out are
+// reused by the responses that carry them.
+const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
+const store = await createConversationStore(config.redisUrl, codec);
+const server = await startServer({ ...config, store, codec, logger });
 // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it.
 logger.announce("contextd listening", {
   address: `${server.address.address}:${server.address.port}`,

@@ -1,7 +1,7 @@
 import type { DescMessage, DescMethod, DescService, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { WireType } from "@bufbuild/protobuf/wire";
-import { decodeMessage } from "./protobuf-decoder.js";
+import type { Codec } from "../codec/codec.js";
 
 /**
  * Binary requests decoded by `protobuf-decoder.ts` instead of connect's `fromBinary`.
@@ -67,15 +67,15 @@ function opaqueMessage(message: DescMessage): DescMessage {
  * interceptor: before it, the request is an empty carrier of the wrong type. Being outermost also
  * keeps malformed requests where connect's own decoding put them, before any other interceptor.
  */
-export function decodeOpaqueRequests(): Interceptor {
+export function decodeOpaqueRequests(codec: Codec): Interceptor {
   return (next) => async (request) => {
     const method = realMethods.get(request.method);
     if (method === undefined) return next(request);
     const schema = method.input;
-    if (!request.stream) return next({ ...request, method, service: method.parent, message: decodeCarrier(schema, request.message) } as typeof request);
+    if (!request.stream) return next({ ...request, method, service: method.parent, message: decodeCarrier(codec, schema, request.message) } as typeof request);
     const carriers = request.message;
     const messages = (async function* () {
-      for await (const carrier of carriers) yield decodeCarrier(schema, carrier);
+      for await (const carrier of carriers) yield decodeCarrier(codec, schema, carrier);
     })();
     return next({ ...request, method, service: method.parent, message: messages } as typeof request);
   };
@@ -85,7 +85,7 @@ type UnknownField = { no: number; wireType: WireType; data: Uint8Array };
 
 // The carrier holds the request's fields as (field number, wire type, payload after the tag), in
 // wire order; writing each tag back in front of its payload gives the request's bytes again.
-function decodeCarrier(schema: DescMessage, carrier: Message): Message {
+function decodeCarrier(codec: Codec, schema: DescMessage, carrier: Message): Message {
   const fields = (carrier as Message & { $unknown?: UnknownField[] }).$unknown ?? [];
   let length = 0;
   for (const field of fields) length += varintLength(tagOf(field)) + field.data.length;
@@ -97,7 +97,7 @@ function decodeCarrier(schema: DescMessage, carrier: Message): Message {
     offset += field.data.length;
   }
   try {
-    return decodeMessage(schema, bytes);
+    return codec.decode(schema, bytes);
   } catch (error) {
     // What connect's binary serialization reports when fromBinary fails, so clients see no change.
     throw new ConnectError(`parse binary: ${error instanceof Error ? error.message : String(error)}`, Code.Internal);

@@ -41,6 +41,10 @@ export interface Config {
   metricsPath: string;
   /** Accepted bearer tokens; empty = no authentication. */
   authTokens: AuthToken[];
+  /** Bytes of request messages the codec keeps to hand out again (each counted as encoding + 1 KiB); 0 = none. */
+  recentMessageBytes: number;
+  /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
+  retainedEncodingBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -60,6 +64,8 @@ export const defaultConfig: Config = {
   telemetryQueue: 1_024,
   metricsPath: "/metrics",
   authTokens: [],
+  recentMessageBytes: 64 * 1024 * 1024,
+  retainedEncodingBytes: 64 * 1024 * 1024,
 };
 
 /**
@@ -87,6 +93,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       "telemetry-queue": { type: "string" },
       "metrics-path": { type: "string" },
       "auth-tokens-file": { type: "string" },
+      "recent-message-bytes": { type: "string" },
+      "retained-encoding-bytes": { type: "string" },
     },
     strict: true,
   });
@@ -129,6 +137,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     telemetryQueue: integer("telemetry-queue", defaultConfig.telemetryQueue, 1),
     metricsPath,
     authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
+    recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
+    retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
   };
 }
 

@@ -14,8 +14,8 @@ import {
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
-import { decodeMessage } from "./protobuf-decoder.js";
-import { encodeEnvelopedMessageChunks, envelopeHeaderBytes } from "./protobuf-encoder.js";
+import type { Codec } from "../codec/codec.js";
+import { envelopeHeaderBytes } from "../codec/protobuf-encoder.js";
 import type { RequestMemoryBudget } from "./request-memory.js";
 
 /**
@@ -73,6 +73,8 @@ export interface UnaryGrpcOptions {
   maxTimeoutMs: number;
   /** Shared by all calls (also those connect serves): each holds its request's size until it ends. */
   requestMemory: RequestMemoryBudget;
+  /** The server's codec: decodes requests, encodes responses. */
+  codec: Codec;
 }
 
 // Binary gRPC only: "application/grpc+json" and friends go to connect.
@@ -187,10 +189,10 @@ async function answer(
       values: contextValues,
       url: `http://${headers[":authority"] ?? "localhost"}${headers[":path"]}`,
     };
-    const input = parseRequest(spec, body);
+    const input = parseRequest(options.codec, spec, body);
     const output = await invokeUnaryImplementation(spec, context, input as never, options.interceptors);
     // Chunks: long encodings kept from earlier calls (a stored history) are sent, not copied.
-    const chunks = encodeEnvelopedMessageChunks(spec.method.output, output as never);
+    const chunks = options.codec.encodeEnvelopedChunks(spec.method.output, output as never);
     if (stream.closed || stream.destroyed) return;
     stream.respond(toHeaderBlock(responseHeader, { ":status": 200 }), { waitForTrailers: true });
     stream.once("wantTrailers", () => stream.sendTrailers(toHeaderBlock(responseTrailer, { "grpc-status": "0" })));
@@ -207,7 +209,7 @@ async function answer(
 }
 
 // The request body must be exactly one uncompressed envelope; the errors are connect's.
-function parseRequest(spec: UnaryMethodSpec, body: Buffer): unknown {
+function parseRequest(codec: Codec, spec: UnaryMethodSpec, body: Buffer): unknown {
   if (body.length === 0) throw new ConnectError("protocol error: missing input message for unary method", Code.Unimplemented);
   if (body.length < envelopeHeaderBytes) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
   const declared = body.readUInt32BE(1);
@@ -216,7 +218,7 @@ function parseRequest(spec: UnaryMethodSpec, body: Buffer): unknown {
   if (body.length > end) throw new ConnectError("protocol error: received extra input message for unary method", Code.Unimplemented);
   if ((body[0]! & 0b1) !== 0) throw new ConnectError("protocol error: received compressed message without grpc-encoding", Code.Internal);
   try {
-    return decodeMessage(spec.method.input, body.subarray(envelopeHeaderBytes, end));
+    return codec.decode(spec.method.input, body.subarray(envelopeHeaderBytes, end));
   } catch (error) {
     throw new ConnectError(`parse binary: ${(error as Error).message}`, Code.Internal);
   }

@@ -1,6 +1,6 @@
 import { create, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
-import { encodeTopLevelFields } from "./protobuf-encoder.js";
+import type { Codec } from "../codec/codec.js";
 
 /**
  * Encodes binary responses with the fast single-buffer encoder (see `protobuf-encoder.ts`) and
@@ -10,24 +10,24 @@ import { encodeTopLevelFields } from "./protobuf-encoder.js";
  * JSON responses are left alone (unknown fields are not part of JSON). Must be the innermost
  * interceptor: interceptors outside it see the carrier, not the fields.
  */
-export function preEncodeBinaryResponses(): Interceptor {
+export function preEncodeBinaryResponses(codec: Codec): Interceptor {
   return (next) => async (request) => {
     const response = await next(request);
     if (!isBinary(request.header.get("content-type"))) return response;
     const schema = request.method.output;
-    if (!response.stream) return { ...response, message: preEncode(schema, response.message) };
+    if (!response.stream) return { ...response, message: preEncode(codec, schema, response.message) };
     const messages = response.message;
     return {
       ...response,
       message: (async function* () {
-        for await (const message of messages) yield preEncode(schema, message);
+        for await (const message of messages) yield preEncode(codec, schema, message);
       })(),
     };
   };
 }
 
-function preEncode<T extends Message>(schema: DescMessage, message: T): T {
-  const fields = encodeTopLevelFields(schema, message as never);
+function preEncode<T extends Message>(codec: Codec, schema: DescMessage, message: T): T {
+  const fields = codec.encodeTopLevelFields(schema, message as never);
   const carrier = create(schema) as unknown as T;
   carrier.$unknown = fields;
   return carrier;

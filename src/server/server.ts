@@ -4,6 +4,7 @@ import type * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { authenticate } from "./auth.js";
 import { carriesBinaryRequest, decodeOpaqueRequests, withOpaqueRequests } from "./binary-requests.js";
@@ -19,9 +20,7 @@ import { createDualProtocolServer } from "./listen.js";
 import { createLogger, type Logger } from "./logger.js";
 import { Metrics } from "./metrics.js";
 import { preEncodeBinaryResponses } from "./pre-encoded-responses.js";
-import { recentMessagesKeptBytes } from "./protobuf-decoder.js";
 import { RequestMemoryBudget } from "./request-memory.js";
-import { retainedEncodings } from "./retained-encodings.js";
 import { contextdServiceNames, routes } from "./routes.js";
 import { pollStoreHealth } from "./store-health.js";
 import { guardStreams, StreamCounter } from "./stream-guard.js";
@@ -29,6 +28,11 @@ import { TelemetryHub } from "./telemetry-hub.js";
 
 export interface ServerOptions extends Partial<Config> {
   store: ConversationStore;
+  /**
+   * Decodes requests and encodes responses; give the store the same one, so responses reuse the
+   * encodings of the states it hands out. A new one bounded by the configuration otherwise.
+   */
+  codec?: Codec;
   logger?: Logger;
   /** Idle time after which a Watch stream sends a heartbeat; 15 s when not given. */
   watchHeartbeatMs?: number;
@@ -65,6 +69,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const health = new HealthStatus(new Set(contextdServiceNames));
   const telemetry = new TelemetryHub(config.telemetryQueue);
   const metrics = new Metrics();
+  const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
   const streams = new StreamCounter();
   const shutdownController = new AbortController();
   telemetry.listen(metrics.observe);
@@ -98,12 +103,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // Two adapters over the same services: binary requests are decoded by our own decoder (see
   // binary-requests.ts), JSON requests, GETs and everything else by connect as usual.
   const registerServices = routes(routeDependencies);
-  const connectInterceptors = [...interceptors, preEncodeBinaryResponses()];
+  const connectInterceptors = [...interceptors, preEncodeBinaryResponses(codec)];
   const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors: connectInterceptors });
   const binaryHandler = connectNodeAdapter({
     ...adapterOptions,
     routes: (router) => registerServices(router, withOpaqueRequests),
-    interceptors: [decodeOpaqueRequests(), ...connectInterceptors],
+    interceptors: [decodeOpaqueRequests(codec), ...connectInterceptors],
   });
   const requestMemory = new RequestMemoryBudget(config.maxBufferedRequestBytes);
   // Unary binary gRPC skips connect's adapter (see grpc-unary.ts); same services, same interceptors.
@@ -112,6 +117,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     interceptors,
     maxRequestBytes: config.maxRequestBytes,
     requestMemory,
+    codec,
     maxTimeoutMs: config.maxDeadlineMs > 0 ? config.maxDeadlineMs : Number.POSITIVE_INFINITY,
   };
 
@@ -204,15 +210,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
   metrics.gauge(
     "contextd_recent_messages_bytes",
-    "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded, 64 MiB).",
-    recentMessagesKeptBytes,
+    "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded by --recent-message-bytes).",
+    () => codec.stats.recentMessageBytes,
   );
   metrics.gauge(
     "contextd_buffered_request_bytes",
     "Request bytes held by calls in progress (bounded by --max-buffered-request-bytes).",
     () => requestMemory.heldBytes,
   );
-  metrics.gauge("contextd_retained_encoding_bytes", "Encodings of immutable messages kept across calls (bounded, 64 MiB).", () => retainedEncodings.keptBytes);
+  metrics.gauge(
+    "contextd_retained_encoding_bytes",
+    "Encodings of immutable messages kept across calls (bounded by --retained-encoding-bytes).",
+    () => codec.stats.retainedEncodingBytes,
+  );
 
   let stopped: Promise<void> | undefined;
   return {

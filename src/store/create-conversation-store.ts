@@ -1,3 +1,4 @@
+import type { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "./conversation-store.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
@@ -8,9 +9,9 @@ import { RedisConversationStore } from "./redis-conversation-store.js";
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
  */
-export async function createConversationStore(redisUrl: string, connectTimeoutMs = 5_000): Promise<ConversationStore> {
-  if (redisUrl === "") return new MemoryConversationStore();
-  const store = new RedisConversationStore(redisUrl);
+export async function createConversationStore(redisUrl: string, codec: Codec, connectTimeoutMs = 5_000): Promise<ConversationStore> {
+  if (redisUrl === "") return new MemoryConversationStore({ codec });
+  const store = new RedisConversationStore(redisUrl, { codec });
   await store.connected(connectTimeoutMs);
   return store;
 }

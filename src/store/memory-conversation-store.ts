@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
@@ -18,6 +19,8 @@ export interface MemoryStoreOptions {
   now?: () => number;
   /** Ids for messages committed without one. */
   deltaContext?: DeltaContext;
+  /** The server's codec, told which states are immutable (see `Codec.retainState`); a private one otherwise. */
+  codec?: Codec;
 }
 
 interface Conversation {
@@ -40,8 +43,10 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly idempotencyTtlMs: number;
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
+  private readonly codec: Codec;
 
   constructor(options: MemoryStoreOptions = {}) {
+    this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
     this.now = options.now ?? Date.now;
@@ -49,7 +54,9 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async load(conversationId: string): Promise<ConversationState> {
-    return this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+    const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+    this.codec.retainState(state);
+    return state;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -57,7 +64,9 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
-    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
+    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
+    this.codec.retainState(outcome.state);
+    return outcome;
   }
 
   async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {

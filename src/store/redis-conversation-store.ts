@@ -9,6 +9,8 @@ import {
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { Codec } from "../codec/codec.js";
+import { encodeCommitResponse } from "../codec/state-encoding.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
@@ -16,7 +18,6 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { commitScript, conversationIndexKey, conversationKeys, loadScript, type ConversationKeys } from "./redis-scripts.js";
-import { encodeCommitResponse, encodeConversationState } from "./state-encoding.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -35,6 +36,8 @@ export interface RedisStoreOptions {
   maxCommitAttempts?: number;
   now?: () => number;
   deltaContext?: DeltaContext;
+  /** The server's codec: encodes states for storage and is told which are immutable; a private one otherwise. */
+  codec?: Codec;
 }
 
 /**
@@ -99,11 +102,13 @@ export class RedisConversationStore implements ConversationStore {
   private lastError = "";
   /** The socket corked for this event-loop iteration, if any (see `call`). */
   private corkedSocket: Redis["stream"] | undefined;
+  private readonly codec: Codec;
 
   constructor(
     private readonly url: string,
     options: RedisStoreOptions = {},
   ) {
+    this.codec = options.codec ?? new Codec();
     this.keyPrefix = options.keyPrefix ?? "contextd";
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
@@ -126,7 +131,9 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   async load(conversationId: string): Promise<ConversationState> {
-    return (await this.read(conversationId, "")).state;
+    const { state } = await this.read(conversationId, "");
+    this.codec.retainState(state);
+    return state;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -135,7 +142,9 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
-    return this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
+    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
+    this.codec.retainState(outcome.state);
+    return outcome;
   }
 
   async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
@@ -311,7 +320,7 @@ export class RedisConversationStore implements ConversationStore {
         attempt--;
         continue;
       }
-      const stateBytes = encodeConversationState(plan.state, base);
+      const stateBytes = this.codec.encodeState(plan.state, base);
       const response = idempotencyKey === "" ? "" : bufferOf(encodeCommitResponse(plan.state.version, stateBytes));
       const committing = this.call("committing", () =>
         this.redis.contextdCommitBuffer(

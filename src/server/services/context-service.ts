@@ -17,7 +17,6 @@ import { TokenCountCache } from "../../core/tokens/token-count-cache.js";
 import { renderView } from "../../core/views/views.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
 import { versionConflict } from "../../store/store-errors.js";
-import { retainStoredState } from "../retained-encodings.js";
 import { compileRequestFingerprint, replayedCompileResult } from "./compile-commit.js";
 import { whileRunning, yieldToEventLoop } from "./live-stream.js";
 import { runCompileSession, type SessionCompile } from "./compile-session.js";
@@ -60,8 +59,6 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
     const stored = await store.load(request.conversationId);
-    // The result passes stored messages through as the same objects: their bytes can be kept.
-    retainStoredState(stored);
     const commit = request.commit;
     const fingerprint = commit && commit.idempotencyKey !== "" ? compileRequestFingerprint(request) : undefined;
     if (commit && stored.version !== commit.expectedVersion) {

@@ -7,7 +7,6 @@ import {
 } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
-import { retainStoredState } from "../retained-encodings.js";
 
 export interface ConversationServiceDependencies {
   store: ConversationStore;
@@ -28,8 +27,6 @@ export function conversationService(dependencies: ConversationServiceDependencie
     async getState(request) {
       requireConversationId(request.conversationId);
       const state = await store.load(request.conversationId);
-      // Stored states are read-only: their encodings are kept for the next call (and compiles).
-      retainStoredState(state);
       return { state };
     },
 
@@ -38,7 +35,6 @@ export function conversationService(dependencies: ConversationServiceDependencie
       if (request.deltas.length === 0) throw new ConnectError("deltas: a commit needs at least one delta", Code.InvalidArgument);
       const outcome = await store.commit(request.conversationId, request.expectedVersion, request.deltas, request.idempotencyKey);
       if (request.omitState) return { version: outcome.version, replayed: outcome.replayed };
-      retainStoredState(outcome.state);
       return { version: outcome.version, replayed: outcome.replayed, state: outcome.state };
     },
 

@@ -1,3 +1,5 @@
+import { randomBytes } from "node:crypto";
+
 /**
  * Conversation messages (`contextd.v1.Message`) decoded recently, handed out again when a request
  * carries the very same bytes.
@@ -15,16 +17,27 @@
  * for the decoded object graph and the bookkeeping (a short message's objects weigh several times
  * its encoding: counting bytes alone let a soak of a million distinct messages reach ~1 GB RSS);
  * past it everything is forgotten at once, as in `RetainedEncodings`.
+ *
+ * Cost per lookup is linear in the message whatever a caller sends: the hash covers every byte
+ * and is seeded per instance, so a caller cannot aim messages at one bucket, and a bucket holds at
+ * most `bucketEntries` entries anyway (a hash sampling 33 bytes let 6,000 crafted messages of one
+ * 6 MB request cost ~19 s of compares before any validation).
  */
 export class RecentMessages<T extends object> {
   private entries = new Map<number, Entry<T>[]>();
   private bytes = 0;
+  private readonly seed: number;
 
-  constructor(readonly maxBytes: number) {}
+  constructor(
+    readonly maxBytes: number,
+    seed = randomBytes(4).readUInt32LE(0),
+  ) {
+    this.seed = seed | 0;
+  }
 
   /** The message decoded earlier from exactly `bytes[start, end)`, if it is still kept. */
   lookup(bytes: Uint8Array, start: number, end: number): T | undefined {
-    const bucket = this.entries.get(sampleHash(bytes, start, end));
+    const bucket = this.entries.get(contentHash(this.seed, this.viewOf(bytes), start, end));
     if (bucket === undefined) return undefined;
     for (const entry of bucket) {
       if (sameBytes(entry, this.viewOf(bytes), start, end)) return entry.message;
@@ -42,13 +55,14 @@ export class RecentMessages<T extends object> {
       this.bytes = 0;
     }
     deepFreeze(message);
-    const hash = sampleHash(bytes, start, end);
+    const hash = contentHash(this.seed, this.viewOf(bytes), start, end);
     // A copy: a Buffer's slice() would share (and keep alive) the whole request.
     const kept = Uint8Array.prototype.slice.call(bytes, start, end);
     const entry = { bytes: kept, view: new DataView(kept.buffer, kept.byteOffset, kept.byteLength), message };
     const bucket = this.entries.get(hash);
     if (bucket === undefined) this.entries.set(hash, [entry]);
-    else bucket.push(entry);
+    else if (bucket.length < bucketEntries) bucket.push(entry);
+    else return message;
     this.bytes += cost;
     return message;
   }
@@ -85,17 +99,33 @@ interface Entry<T> {
   message: T;
 }
 
-// FNV-1a over the length and at most 32 bytes spread evenly over the run (plus the last byte):
-// messages of one conversation share prefixes (ids "m1", "m2"…) and differ anywhere, so the
-// samples cover it all; the full comparison in `lookup` decides.
-function sampleHash(bytes: Uint8Array, start: number, end: number): number {
-  const length = end - start;
-  let hash = Math.imul(0x811c9dc5 ^ length, 0x01000193);
-  const step = length <= 32 ? 1 : Math.floor(length / 32);
-  for (let index = start; index < end; index += step) hash = Math.imul(hash ^ bytes[index]!, 0x01000193);
-  if (length > 0) hash = Math.imul(hash ^ bytes[end - 1]!, 0x01000193);
+/** Entries sharing one hash value; a full bucket takes no more (the message is decoded, not kept). */
+export const bucketEntries = 4;
+
+// Every byte, four at a time, mixed as in MurmurHash3's body and finalizer, from a per-instance
+// seed: messages of one conversation share prefixes (ids "m1", "m2"…) and differ anywhere.
+function contentHash(seed: number, view: DataView, start: number, end: number): number {
+  let hash = seed ^ (end - start);
+  let index = start;
+  for (; index + 4 <= end; index += 4) hash = mix(hash, view.getUint32(index, true));
+  let tail = 0;
+  for (let shift = 0; index < end; index++, shift += 8) tail |= view.getUint8(index) << shift;
+  hash = mix(hash, tail);
+  hash ^= hash >>> 16;
+  hash = Math.imul(hash, 0x85ebca6b);
+  hash ^= hash >>> 13;
+  hash = Math.imul(hash, 0xc2b2ae35);
+  hash ^= hash >>> 16;
   // 30 bits: a small integer to V8, so the Map key is neither boxed nor hashed as a double.
   return hash & 0x3fffffff;
+}
+
+function mix(hash: number, word: number): number {
+  let k = Math.imul(word, 0xcc9e2d51);
+  k = (k << 15) | (k >>> 17);
+  hash ^= Math.imul(k, 0x1b873593);
+  hash = (hash << 13) | (hash >>> 19);
+  return (Math.imul(hash, 5) + 0xe6546b64) | 0;
 }
 
 // Four bytes per step: a byte loop cost ~4 ns a byte, and a native compare needs a view object

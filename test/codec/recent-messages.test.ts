@@ -1,9 +1,12 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { decodeMessage } from "../src/server/protobuf-decoder.js";
-import { entryOverheadBytes, RecentMessages } from "../src/server/recent-messages.js";
+import { CompileRequestSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { entryOverheadBytes, RecentMessages } from "../../src/codec/recent-messages.js";
+import { Codec } from "../../src/codec/codec.js";
+
+// One codec for this file, as one server has one.
+const codec = new Codec();
 
 const request = (texts: string[]) =>
   toBinary(
@@ -72,8 +75,8 @@ describe("the request decoder reuses conversation messages across requests", () 
   it("returns the same frozen message objects for unchanged messages, equal to fromBinary", () => {
     const first = request(["hello", "world"]);
     const second = request(["hello", "world", "again"]);
-    const one = decodeMessage(CompileRequestSchema, first);
-    const two = decodeMessage(CompileRequestSchema, second);
+    const one = codec.decode(CompileRequestSchema, first);
+    const two = codec.decode(CompileRequestSchema, second);
     expect(two.history!.messages[0]).toBe(one.history!.messages[0]);
     expect(two.history!.messages[1]).toBe(one.history!.messages[1]);
     expect(two.history!.messages).not.toBe(one.history!.messages);

@@ -1,12 +1,15 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { describe, expect, it } from "vitest";
-import { CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { IntroducedMessageSchema, TransformationSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema } from "../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
-import { encodeMessage, encodeTopLevelFields } from "../src/server/protobuf-encoder.js";
-import { contractSchemas as schemas, fill, randomSource } from "./support/random-messages.js";
+import { CompileResponseSchema, type CompileResponse } from "../../gen/ts/contextd/v1/context_service_pb.js";
+import { IntroducedMessageSchema, TransformationSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { MessageSchema, PartSchema } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { contractSchemas as schemas, fill, randomSource } from "../support/random-messages.js";
+import { Codec } from "../../src/codec/codec.js";
+
+// One codec for this file, as one server has one.
+const codec = new Codec();
 
 describe("protobuf encoder", () => {
   it("produces exactly the bytes of toBinary for random messages of every contract type", () => {
@@ -17,7 +20,7 @@ describe("protobuf encoder", () => {
         const message = reflect(schema);
         fill(message, random, 0);
         const expected = toBinary(schema, message.message);
-        expect(Buffer.from(encodeMessage(schema, message.message)).equals(Buffer.from(expected)), `${schema.typeName} round ${round}`).toBe(true);
+        expect(Buffer.from(codec.encode(schema, message.message)).equals(Buffer.from(expected)), `${schema.typeName} round ${round}`).toBe(true);
         checked++;
       }
     }
@@ -32,7 +35,7 @@ describe("protobuf encoder", () => {
       const message = reflected.message as CompileResponse;
       const expected = toBinary(CompileResponseSchema, message);
       const carrier = create(CompileResponseSchema);
-      carrier.$unknown = encodeTopLevelFields(CompileResponseSchema, message);
+      carrier.$unknown = codec.encodeTopLevelFields(CompileResponseSchema, message);
       const actual = toBinary(CompileResponseSchema, carrier);
       expect(Buffer.from(actual).equals(Buffer.from(expected))).toBe(true);
       expect(fromBinary(CompileResponseSchema, actual)).toEqual(fromBinary(CompileResponseSchema, expected));
@@ -44,7 +47,7 @@ describe("protobuf encoder", () => {
     const message = create(CompileResponseSchema, {
       result: { payload: { history: Array.from({ length: 2000 }, (_, i) => ({ id: `m${i}`, parts: [{ kind: { case: "text" as const, value: { text } } }] })) } },
     });
-    const bytes = encodeMessage(CompileResponseSchema, message);
+    const bytes = codec.encode(CompileResponseSchema, message);
     expect(bytes.length).toBeGreaterThan(800_000);
     expect(Buffer.from(bytes).equals(Buffer.from(toBinary(CompileResponseSchema, message)))).toBe(true);
   });
@@ -82,7 +85,7 @@ describe("protobuf encoder", () => {
       expect(message.result!.source!.snapshot!.history[1]).toBe(message.result!.payload!.history[1]);
       expect(message.result!.payload!.history[1]!.parts[0]).toBe(message.result!.payload!.history[0]!.parts[1]);
       const expected = toBinary(CompileResponseSchema, message);
-      expect(Buffer.from(encodeMessage(CompileResponseSchema, message)).equals(Buffer.from(expected)), `${count} messages`).toBe(true);
+      expect(Buffer.from(codec.encode(CompileResponseSchema, message)).equals(Buffer.from(expected)), `${count} messages`).toBe(true);
     }
   });
 });

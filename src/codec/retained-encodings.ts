@@ -10,7 +10,7 @@ import { ConversationStateSchema, type ConversationState } from "../../gen/ts/co
  * returned by the store are read-only by contract (`conversation-store.ts`), so an encoding keyed
  * by such an object's identity stays exact for as long as the object lives.
  *
- * Only objects that cannot change are kept: those marked through `retainStoredState`, and
+ * Only objects that cannot change are kept: those of states a store declared (`Codec.retainState`), and
  * conversation messages frozen all the way down (the request decoder hands out the same frozen
  * object for the same bytes, so a stateless compile resends them call after call). Anything else
  * (a list the engine builds, a message it edits) may change between calls and is encoded afresh
@@ -197,14 +197,3 @@ function isDeeplyFrozen(value: object): boolean {
 const stateListNames = ConversationStateSchema.fields
   .filter((field) => field.fieldKind === "list" && field.listKind === "message")
   .map((field) => field.localName as keyof ConversationState);
-
-/**
- * The one instance the encoder consults. 64 MiB holds the encodings of a couple of hundred hot
- * 1,000-message conversations (each message once, each list once per field number it is sent as).
- */
-export const retainedEncodings = new RetainedEncodings(64 * 1024 * 1024);
-
-/** Lets the encoder keep the bytes of `state`'s messages across calls; see `RetainedEncodings`. */
-export function retainStoredState(state: ConversationState): void {
-  retainedEncodings.retainStoredState(state);
-}

@@ -8,17 +8,19 @@ import {
   TransformationSchema,
   type CompileRequest,
   type CompileResult,
-} from "../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema, type CompileResponse } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
-import { decodeMessage } from "../src/server/protobuf-decoder.js";
-import { encodeEnvelopedMessage, encodeEnvelopedMessageChunks, encodeMessage } from "../src/server/protobuf-encoder.js";
-import { RetainedEncodings, retainedEncodings, retainStoredState } from "../src/server/retained-encodings.js";
-import { contextService } from "../src/server/services/context-service.js";
-import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
-import { message as buildMessage, toolRound } from "./core/messages.js";
-import { contractSchemas, fill, randomSource } from "./support/random-messages.js";
+} from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResponseSchema, type CompileResponse } from "../../gen/ts/contextd/v1/context_service_pb.js";
+import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { RetainedEncodings } from "../../src/codec/retained-encodings.js";
+import { contextService } from "../../src/server/services/context-service.js";
+import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
+import { message as buildMessage, toolRound } from "../core/messages.js";
+import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
+import { Codec } from "../../src/codec/codec.js";
+
+// One codec for this file, as one server has one.
+const codec = new Codec();
 
 const same = (actual: Uint8Array, expected: Uint8Array) => Buffer.from(actual).equals(Buffer.from(expected));
 
@@ -75,12 +77,12 @@ describe("protobuf encoder with retained encodings", () => {
     for (let conversation = 0; conversation < 4; conversation++) {
       let state = randomState(random);
       for (let version = 0; version < 6; version++) {
-        retainStoredState(state);
+        codec.retainState(state);
         for (let call = 0; call < 3; call++) {
           const foreign = [randomMessage(random), randomMessage(random)];
           const response = resultFrom(state, foreign, random);
           const expected = toBinary(CompileResponseSchema, response);
-          expect(same(encodeMessage(CompileResponseSchema, response), expected), `conversation ${conversation} version ${version} call ${call}`).toBe(true);
+          expect(same(codec.encode(CompileResponseSchema, response), expected), `conversation ${conversation} version ${version} call ${call}`).toBe(true);
         }
         state = randomState(random, state);
       }
@@ -89,13 +91,13 @@ describe("protobuf encoder with retained encodings", () => {
 
   it("serves the kept bytes of stored messages on the next call instead of encoding them again", () => {
     const state = randomState(randomSource(5));
-    retainStoredState(state);
+    codec.retainState(state);
     // The same seed cuts the same lists from the state.
     const cuts = () => randomSource(77);
     const response = resultFrom(state, [], cuts());
     const before = toBinary(CompileResponseSchema, response);
-    expect(same(encodeMessage(CompileResponseSchema, response), before)).toBe(true);
-    const kept = retainedEncodings.keptBytes;
+    expect(same(codec.encode(CompileResponseSchema, response), before)).toBe(true);
+    const kept = codec.stats.retainedEncodingBytes;
     expect(kept).toBeGreaterThan(0);
     // Only to observe the cache: stored states are read-only, so changing a stored message breaks
     // the contract, and the encoder still answers with what it kept.
@@ -103,8 +105,8 @@ describe("protobuf encoder with retained encodings", () => {
     state.system[1]!.senderName = "changed too";
     const again = resultFrom(state, [], cuts());
     expect(same(toBinary(CompileResponseSchema, again), before)).toBe(false);
-    expect(same(encodeMessage(CompileResponseSchema, again), before)).toBe(true);
-    expect(retainedEncodings.keptBytes).toBe(kept);
+    expect(same(codec.encode(CompileResponseSchema, again), before)).toBe(true);
+    expect(codec.stats.retainedEncodingBytes).toBe(kept);
   });
 
   it("encodes messages that are not from a stored state afresh, so changing them between calls is seen", () => {
@@ -113,10 +115,10 @@ describe("protobuf encoder with retained encodings", () => {
     const response = create(CompileResponseSchema, { result: {} });
     response.result!.payload = { $typeName: "contextd.v1.CompiledPayload", system: [], history: list, tools: [], memory: [], scratch: [], toolDefinitions: [] };
     response.result!.persistence = { $typeName: "contextd.v1.Persistence", system: [], history: list, memory: [], tools: [], artifacts: [] };
-    expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
+    expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
     foreign.id = "m2";
     list.push(buildMessage(Role.ASSISTANT, "m3", "hi"));
-    const changed = encodeMessage(CompileResponseSchema, response);
+    const changed = codec.encode(CompileResponseSchema, response);
     expect(same(changed, toBinary(CompileResponseSchema, response))).toBe(true);
     expect(Buffer.from(changed).includes("m2")).toBe(true);
   });
@@ -154,14 +156,14 @@ describe("enveloped encoding", () => {
       for (let round = 0; round < 5; round++) {
         const message = reflect(schema);
         fill(message, random, 0);
-        expect(Buffer.from(encodeEnvelopedMessage(schema, message.message)).equals(envelope(toBinary(schema, message.message))), schema.typeName).toBe(true);
+        expect(Buffer.from(codec.encodeEnveloped(schema, message.message)).equals(envelope(toBinary(schema, message.message))), schema.typeName).toBe(true);
       }
     }
     const state = randomState(random);
-    retainStoredState(state);
+    codec.retainState(state);
     for (let call = 0; call < 2; call++) {
       const response = resultFrom(state, [randomMessage(random)], random);
-      expect(Buffer.from(encodeEnvelopedMessage(CompileResponseSchema, response)).equals(envelope(toBinary(CompileResponseSchema, response)))).toBe(true);
+      expect(Buffer.from(codec.encodeEnveloped(CompileResponseSchema, response)).equals(envelope(toBinary(CompileResponseSchema, response)))).toBe(true);
     }
   });
 
@@ -177,11 +179,11 @@ describe("enveloped encoding", () => {
       // Long enough histories that their encodings (and runs of them) are chunks of their own.
       let state = randomState(random, undefined, 400);
       for (let version = 0; version < 4; version++) {
-        retainStoredState(state);
+        codec.retainState(state);
         const keptHistory = new Set<ArrayBufferLike>();
         for (let call = 0; call < 3; call++) {
           const response = resultFrom(state, [randomMessage(random)], random);
-          const chunks = encodeEnvelopedMessageChunks(CompileResponseSchema, response);
+          const chunks = codec.encodeEnvelopedChunks(CompileResponseSchema, response);
           expect(Buffer.concat(chunks).equals(envelope(toBinary(CompileResponseSchema, response))), `conversation ${conversation} version ${version} call ${call}`).toBe(true);
           // From the second call on, the stored history's bytes come from the same kept buffer.
           const large = chunks.filter((chunk) => chunk.byteLength >= 16 * 1024);
@@ -212,11 +214,11 @@ describe("frozen conversation messages (as the request decoder hands them out)",
   it("are encoded once, and lists of them resent as new arrays are copied from an adopted home", () => {
     const random = randomSource(31);
     const history = Array.from({ length: 120 }, () => frozenMessage(random));
-    const kept = [retainedEncodings.keptBytes];
+    const kept = [codec.stats.retainedEncodingBytes];
     for (let call = 0; call < 5; call++) {
       const response = payloadResponse([...history]);
-      expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
-      kept.push(retainedEncodings.keptBytes);
+      expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
+      kept.push(codec.stats.retainedEncodingBytes);
     }
     // Seen once, nothing is kept; when they come back, the messages are; the call after, the
     // adopted list's encoding; then nothing new.
@@ -235,8 +237,8 @@ describe("frozen conversation messages (as the request decoder hands them out)",
       else if (roll < 0.8) history = history.map((message, index) => (index === Math.floor(random() * history.length) ? frozenMessage(random) : message));
       else history = history.slice(Math.floor(random() * 10));
       const response = payloadResponse([...history]);
-      expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
-      const chunks = encodeEnvelopedMessageChunks(CompileResponseSchema, response);
+      expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
+      const chunks = codec.encodeEnvelopedChunks(CompileResponseSchema, response);
       expect(Buffer.concat(chunks).subarray(5).equals(Buffer.from(toBinary(CompileResponseSchema, response))), `chunks, call ${call}`).toBe(true);
     }
   });
@@ -250,7 +252,7 @@ describe("frozen conversation messages (as the request decoder hands them out)",
     const history = Array.from({ length: 40 }, (_, index) => (index % 2 === 0 ? shallow : image));
     for (let call = 0; call < 3; call++) {
       const response = payloadResponse([...history]);
-      expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
+      expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `call ${call}`).toBe(true);
       const part = shallow.parts[0]!.kind.value as { text: string };
       part.text = `after ${call}`;
       (image.parts[0]!.kind.value as { data: Uint8Array }).data[0] = call + 10;
@@ -272,7 +274,7 @@ function appendDelta(segment: Segment, messages: Message[]): Delta {
 describe("stateless compile responses", () => {
   it("encode exactly as toBinary while the decoder hands out the same frozen messages for a growing history", async () => {
     const random = randomSource(41);
-    const service = contextService({ store: new MemoryConversationStore(), publish: () => {}, summarizeTimeoutMs: 1_000 });
+    const service = contextService({ store: new MemoryConversationStore({ codec }), publish: () => {}, summarizeTimeoutMs: 1_000 });
     const history: Message[] = [];
     let next = 0;
     const words = ["alpha", "beta gamma", "δέλτα", "emoji 🎉", "lorem ipsum dolor sit amet ".repeat(6)];
@@ -288,14 +290,14 @@ describe("stateless compile responses", () => {
         history: { messages: history },
         budget: random() < 0.4 ? { maxTokens: BigInt(100 + Math.floor(random() * 500)) } : undefined,
       }));
-      const request = decodeMessage(CompileRequestSchema, bytes);
+      const request = codec.decode(CompileRequestSchema, bytes);
       if (previous && request.history!.messages[0] === previous.history!.messages[0]) reused++;
       previous = request;
       const response = create(CompileResponseSchema);
       response.result = (await service.compile!(request, undefined as never)).result as CompileResult;
       const expected = toBinary(CompileResponseSchema, response);
-      expect(same(encodeMessage(CompileResponseSchema, response), expected), `call ${call}`).toBe(true);
-      expect(Buffer.concat(encodeEnvelopedMessageChunks(CompileResponseSchema, response)).subarray(5).equals(Buffer.from(expected)), `chunks, call ${call}`).toBe(true);
+      expect(same(codec.encode(CompileResponseSchema, response), expected), `call ${call}`).toBe(true);
+      expect(Buffer.concat(codec.encodeEnvelopedChunks(CompileResponseSchema, response)).subarray(5).equals(Buffer.from(expected)), `chunks, call ${call}`).toBe(true);
     }
     // The premise: the decoder did hand out the same objects again.
     expect(reused).toBeGreaterThan(20);
@@ -305,7 +307,7 @@ describe("stateless compile responses", () => {
 describe("stateful compile responses", () => {
   it("encode exactly as toBinary across commits, budgets and omit_snapshots, with the stored state frozen", async () => {
     const random = randomSource(29);
-    const store = new MemoryConversationStore();
+    const store = new MemoryConversationStore({ codec });
     const frozenStore: typeof store = Object.create(store);
     frozenStore.load = async (conversationId) => deepFreeze(await store.load(conversationId));
     const service = contextService({ store: frozenStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
@@ -330,7 +332,7 @@ describe("stateful compile responses", () => {
         });
         const response = create(CompileResponseSchema);
         response.result = (await service.compile!(request, undefined as never)).result as CompileResult;
-        expect(same(encodeMessage(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `version ${version} call ${call}`).toBe(true);
+        expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `version ${version} call ${call}`).toBe(true);
         const stored = await store.load("c");
         if (response.result.payload!.history.length < stored.history.length) trimmed++;
         compiled++;

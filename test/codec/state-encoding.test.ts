@@ -4,10 +4,12 @@ import { CommitResponseSchema } from "../../gen/ts/contextd/v1/conversation_serv
 import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
 import { planCommit } from "../../src/store/commit-plan.js";
-import { encodeCommitResponse, encodeConversationState } from "../../src/store/state-encoding.js";
-import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, textMessage } from "./fixtures.js";
+import { encodeCommitResponse, StateEncoder } from "../../src/codec/state-encoding.js";
+import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, textMessage } from "../store/fixtures.js";
 
-describe("encodeConversationState", () => {
+const stateEncoder = new StateEncoder();
+
+describe("StateEncoder", () => {
   it("decodes to the same state as toBinary, across commits that share messages", () => {
     let state = create(ConversationStateSchema, { conversationId: "enc" });
     const batches = [
@@ -23,12 +25,12 @@ describe("encodeConversationState", () => {
       const previous = state;
       state = planCommit(state, deltas, { deltaContext: { newMessageId: () => "id" }, idempotencyKey: "", committedAtUnixMs: 0n, cleared: false }).state;
       // Extending the previous state's list encodings (appends) or not (removal), and from scratch.
-      for (const bytes of [encodeConversationState(state, previous), encodeConversationState(state)]) {
+      for (const bytes of [stateEncoder.encode(state, previous), stateEncoder.encode(state)]) {
         const decoded = fromBinary(ConversationStateSchema, bytes);
         expect(equals(ConversationStateSchema, decoded, state)).toBe(true);
         expect(toBinary(ConversationStateSchema, decoded)).toEqual(toBinary(ConversationStateSchema, state));
       }
-      const response = fromBinary(CommitResponseSchema, encodeCommitResponse(state.version, encodeConversationState(state)));
+      const response = fromBinary(CommitResponseSchema, encodeCommitResponse(state.version, stateEncoder.encode(state)));
       expect(response.version).toBe(state.version);
       expect(equals(ConversationStateSchema, response.state!, state)).toBe(true);
     }
@@ -42,11 +44,11 @@ describe("encodeConversationState", () => {
         committedAtUnixMs: 0n,
         cleared: false,
       }).state;
-      const decoded = fromBinary(ConversationStateSchema, encodeConversationState(next, long));
+      const decoded = fromBinary(ConversationStateSchema, stateEncoder.encode(next, long));
       expect(decoded.history.map((message) => message.id)).toEqual(next.history.map((message) => message.id));
       long = next;
     }
-    expect(equals(ConversationStateSchema, fromBinary(ConversationStateSchema, encodeConversationState(long)), long)).toBe(true);
+    expect(equals(ConversationStateSchema, fromBinary(ConversationStateSchema, stateEncoder.encode(long)), long)).toBe(true);
     expect([state.history.length, state.system.length, state.artifacts.length, state.experiences.length, state.toolDefinitions.length]).toEqual([3, 1, 1, 1, 1]);
   });
 });

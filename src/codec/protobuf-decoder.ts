@@ -2,36 +2,46 @@ import { ScalarType, fromBinary, type DescField, type DescMessage, type MessageS
 import { scalarZeroValue } from "@bufbuild/protobuf/reflect";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { RecentMessages } from "./recent-messages.js";
-import { ShortStringCache } from "./short-string-cache.js";
 
 /**
  * Protobuf binary decoding that yields exactly what `fromBinary(schema, bytes)` yields: the same
  * plain message objects (property for property, `$unknown` included) and an error wherever
  * `fromBinary` throws.
  *
- * Why it exists: `fromBinary` wraps every decoded message in a reflection object whose field
- * lookup builds a fresh Map per message and creates the zero message by walking the descriptor;
- * a 1,000-message compile request spent most of its ~7.6 ms decode there and in the garbage it
- * leaves. Here each message type gets a plan once (field number → reader function, zero-message
- * template), and decoding writes straight into plain objects.
+ * Why it exists: it can hand out the object decoded last time for a `contextd.v1.Message` list
+ * element whose bytes it saw before (`RecentMessages`), which `fromBinary` cannot. Raw decoding no
+ * longer wins: since @bufbuild/protobuf 2.14 `fromBinary` is as fast (bench:codec, 2.17: fresh
+ * 1,000-message request 0.7 ms with `fromBinary`, 2.7 ms here, where every message is also
+ * hashed, copied and frozen to be kept). The win is on resent history: 0.22 ms instead of 0.73 ms,
+ * and a warm 1,000-message compile of 0.19 ms instead of 0.43–0.65 ms on fresh objects
+ * (bench:engine), since token counts and encodings are found again by identity.
  *
  * The reading itself is protobuf-es's: the same `BinaryReader` (varints, bounds checks, strict
  * UTF-8) and the same loop structure as `readMessage` / `readField` / `readMapEntry` in
  * protobuf-es's from-binary.ts, quirks included (wire types of known fields are not checked; map
  * entries do not skip unexpected fields), so edge cases cannot diverge.
  */
-export function decodeMessage<Desc extends DescMessage>(schema: Desc, bytes: Uint8Array): MessageShape<Desc> {
+export function decodeMessage<Desc extends DescMessage>(schema: Desc, bytes: Uint8Array, reuse?: DecodedObjectReuse): MessageShape<Desc> {
   const plan = planFor(schema);
   // Types whose in-memory shape protobuf-es special-cases are left to protobuf-es (see `supported`).
   if (plan === undefined) return fromBinary(schema, bytes);
-  const reader = new Reader(bytes);
+  const reader = new Reader(bytes, reuse);
   const message = plan.zero();
   readMessage(plan, reader, message, bytes.byteLength, 1);
   return message as MessageShape<Desc>;
 }
 
 type UnknownField = { no: number; wireType: WireType; data: Uint8Array };
-type Fields = Record<string, unknown> & { $unknown?: UnknownField[] };
+export type Fields = Record<string, unknown> & { $unknown?: UnknownField[] };
+
+/**
+ * What a decode may hand out again instead of decoding afresh: conversation messages decoded from
+ * the same bytes before. Owned by the codec (one per server, bounded by its configuration); a
+ * decode without it builds every object new.
+ */
+export interface DecodedObjectReuse {
+  recentMessages: RecentMessages<Fields>;
+}
 type FieldReader = (reader: Reader, message: Fields, wireType: WireType, depth: number) => void;
 
 interface DecodePlan {
@@ -44,6 +54,8 @@ interface DecodePlan {
 
 // protobuf-es's defaults for `fromBinary` (makeReadContext): same limit, same message.
 const recursionLimit = 100;
+// Plans are derived from descriptors only, never from decoded data, so one table serves every
+// codec instance: like protobuf-es's own per-descriptor caches, it is code, not a data cache.
 // FeatureSet_FieldPresence.IMPLICIT: the field has no presence and is always set on a zero message.
 const IMPLICIT = 2;
 const EDITION_PROTO3 = 999;
@@ -158,13 +170,13 @@ function readMessage(plan: DecodePlan, reader: Reader, message: Fields, length: 
   if (unknown !== undefined && unknown.length > 0) message.$unknown = unknown;
 }
 
-// Shared by every decode: ids repeat from one request of a conversation to the next.
-const shortStrings = new ShortStringCache();
-
 class Reader extends BinaryReader {
-  /** The whole buffer being read (protected in BinaryReader). */
-  get wholeBuffer(): Uint8Array {
-    return this.buf;
+  constructor(
+    /** The whole buffer being read (private in BinaryReader). */
+    readonly wholeBuffer: Uint8Array,
+    readonly reuse: DecodedObjectReuse | undefined,
+  ) {
+    super(wholeBuffer);
   }
 
   // BinaryReader.tag() without the [fieldNo, wireType] array per field; same checks, same errors.
@@ -172,33 +184,13 @@ class Reader extends BinaryReader {
     const start = this.pos;
     const tag = this.uint32();
     const bytesRead = this.pos - start;
-    if (bytesRead > 5 || (bytesRead === 5 && this.buf[this.pos - 1]! > 0x0f)) {
+    if (bytesRead > 5 || (bytesRead === 5 && this.wholeBuffer[this.pos - 1]! > 0x0f)) {
       throw new Error("illegal tag: varint overflows uint32");
     }
     const fieldNo = tag >>> 3;
     const wireType = tag & 7;
     if (fieldNo <= 0 || wireType > 5) throw new Error("illegal tag: field no " + fieldNo + " wire type " + wireType);
     return tag;
-  }
-
-  // BinaryReader.string(), except that a short ASCII string decoded recently is the same string
-  // object again (see ShortStringCache); anything else, errors included, goes through string().
-  cachedString(strict: boolean): string {
-    const lengthAt = this.pos;
-    const length = this.uint32();
-    const start = this.pos;
-    const end = start + length;
-    if (end <= this.len) {
-      const cached = shortStrings.lookup(this.buf, start, end);
-      if (cached !== undefined) {
-        this.pos = end;
-        return cached;
-      }
-    }
-    this.pos = lengthAt;
-    const text = this.string(strict);
-    if (end <= this.len) shortStrings.store(this.buf, start, end, text);
-    return text;
   }
 }
 
@@ -210,18 +202,12 @@ function readSubMessage(plan: DecodePlan, reader: Reader, target: Fields, depth:
 
 // Conversation messages repeat from one request to the next (see RecentMessages), in lists.
 const conversationMessageTypeName = "contextd.v1.Message";
-// 64 MiB counted as encodings plus per-entry overhead: ~60,000 short messages, e.g. sixty agents
-// resending 1,000-message conversations.
-const recentMessages = new RecentMessages<Fields>(64 * 1024 * 1024);
-
-/** What the kept request messages count as, in bytes (the /metrics gauge). */
-export function recentMessagesKeptBytes(): number {
-  return recentMessages.keptBytes;
-}
 
 // A list element of type contextd.v1.Message: the object decoded from the same bytes before, if
 // any; a message that cannot be read is read the usual way, which throws the usual error.
 function readRecentMessage(plan: DecodePlan, reader: Reader, depth: number): Fields {
+  const recentMessages = reader.reuse?.recentMessages;
+  if (recentMessages === undefined) return readSubMessage(plan, reader, plan.zero(), depth);
   const length = reader.uint32();
   const start = reader.pos;
   const end = start + length;
@@ -249,7 +235,7 @@ function scalarReader(type: ScalarType, utf8Validation: boolean, longAsString: b
 function plainScalarReader(type: ScalarType, utf8Validation: boolean): ScalarReader {
   switch (type) {
     case ScalarType.STRING:
-      return (reader) => reader.cachedString(utf8Validation);
+      return (reader) => reader.string(utf8Validation);
     case ScalarType.BOOL:
       return (reader) => reader.bool();
     case ScalarType.DOUBLE:

@@ -16,8 +16,70 @@ import { ConversationStateSchema, type ConversationState } from "../../gen/ts/co
  * their entries appear, so writing the other fields first and the lists after decodes to the same
  * state (field order differs from `toBinary`'s, the decoded value does not).
  */
-const encodedElements = new WeakMap<object, Uint8Array>();
-const encodedLists = new WeakMap<readonly object[], Buffer>();
+export class StateEncoder {
+  private readonly encodedElements = new WeakMap<object, Uint8Array>();
+  private readonly encodedLists = new WeakMap<readonly object[], Buffer>();
+
+  /** `previous`: the state this one was computed from, whose list encodings may be extended. */
+  encode(state: ConversationState, previous?: ConversationState): Buffer {
+    const rest = toBinary(ConversationStateSchema, { ...state, ...emptyLists } as ConversationState);
+    const lists: Buffer[] = [];
+    let length = rest.length;
+    for (const field of listFields) {
+      const list = listOf(state, field);
+      if (list.length === 0) continue;
+      const entries = this.listEntries(field, list, previous && listOf(previous, field));
+      lists.push(entries);
+      length += entries.length;
+    }
+    const output = Buffer.allocUnsafe(length);
+    output.set(rest, 0);
+    let offset = rest.length;
+    for (const entries of lists) {
+      output.set(entries, offset);
+      offset += entries.length;
+    }
+    return output;
+  }
+
+  private listEntries(field: ListField, list: readonly object[], previousList: readonly object[] | undefined): Buffer {
+    let entries = this.encodedLists.get(list);
+    if (entries) return entries;
+    const previousEntries = previousList && this.encodedLists.get(previousList);
+    const extendsPrevious = previousEntries !== undefined && startsWith(list, previousList!);
+    const from = extendsPrevious ? previousList!.length : 0;
+    const encodings: Uint8Array[] = [];
+    let length = extendsPrevious ? previousEntries.length : 0;
+    for (let index = from; index < list.length; index++) {
+      const bytes = this.element(field.schema, list[index]!);
+      encodings.push(bytes);
+      length += varintLength(field.tag) + varintLength(bytes.length) + bytes.length;
+    }
+    entries = Buffer.allocUnsafe(length);
+    let offset = 0;
+    if (extendsPrevious) {
+      entries.set(previousEntries, 0);
+      offset = previousEntries.length;
+    }
+    for (const bytes of encodings) {
+      offset = writeVarint(entries, offset, field.tag);
+      offset = writeVarint(entries, offset, bytes.length);
+      entries.set(bytes, offset);
+      offset += bytes.length;
+    }
+    this.encodedLists.set(list, entries);
+    return entries;
+  }
+
+  private element(schema: ListField["schema"], element: object): Uint8Array {
+    let bytes = this.encodedElements.get(element);
+    if (!bytes) {
+      bytes = toBinary(schema, element as Parameters<typeof toBinary>[1]);
+      this.encodedElements.set(element, bytes);
+    }
+    return bytes;
+  }
+}
 
 /** The repeated message fields of `ConversationState`: segments, artifacts, experiences, tool definitions. */
 const listFields = ConversationStateSchema.fields.flatMap((field) =>
@@ -28,74 +90,14 @@ type ListField = (typeof listFields)[number];
 /** Spread over a state, empties its lists: what is left (the scalars, and any field added later) goes to `toBinary`. */
 const emptyLists = Object.fromEntries(listFields.map((field) => [field.localName, Object.freeze([])]));
 
-/** `previous`: the state this one was computed from, whose list encodings may be extended. */
-export function encodeConversationState(state: ConversationState, previous?: ConversationState): Buffer {
-  const rest = toBinary(ConversationStateSchema, { ...state, ...emptyLists } as ConversationState);
-  const lists: Buffer[] = [];
-  let length = rest.length;
-  for (const field of listFields) {
-    const list = listOf(state, field);
-    if (list.length === 0) continue;
-    const entries = encodedListEntries(field, list, previous && listOf(previous, field));
-    lists.push(entries);
-    length += entries.length;
-  }
-  const output = Buffer.allocUnsafe(length);
-  output.set(rest, 0);
-  let offset = rest.length;
-  for (const entries of lists) {
-    output.set(entries, offset);
-    offset += entries.length;
-  }
-  return output;
-}
-
 function listOf(state: ConversationState, field: ListField): readonly object[] {
   return state[field.localName as keyof ConversationState] as readonly object[];
-}
-
-function encodedListEntries(field: ListField, list: readonly object[], previousList: readonly object[] | undefined): Buffer {
-  let entries = encodedLists.get(list);
-  if (entries) return entries;
-  const previousEntries = previousList && encodedLists.get(previousList);
-  const extendsPrevious = previousEntries !== undefined && startsWith(list, previousList!);
-  const from = extendsPrevious ? previousList!.length : 0;
-  const encodings: Uint8Array[] = [];
-  let length = extendsPrevious ? previousEntries.length : 0;
-  for (let index = from; index < list.length; index++) {
-    const bytes = encodedElement(field.schema, list[index]!);
-    encodings.push(bytes);
-    length += varintLength(field.tag) + varintLength(bytes.length) + bytes.length;
-  }
-  entries = Buffer.allocUnsafe(length);
-  let offset = 0;
-  if (extendsPrevious) {
-    entries.set(previousEntries, 0);
-    offset = previousEntries.length;
-  }
-  for (const bytes of encodings) {
-    offset = writeVarint(entries, offset, field.tag);
-    offset = writeVarint(entries, offset, bytes.length);
-    entries.set(bytes, offset);
-    offset += bytes.length;
-  }
-  encodedLists.set(list, entries);
-  return entries;
 }
 
 function startsWith(list: readonly object[], prefix: readonly object[]): boolean {
   if (prefix.length > list.length) return false;
   for (let index = 0; index < prefix.length; index++) if (list[index] !== prefix[index]) return false;
   return true;
-}
-
-function encodedElement(schema: ListField["schema"], element: object): Uint8Array {
-  let bytes = encodedElements.get(element);
-  if (!bytes) {
-    bytes = toBinary(schema, element as Parameters<typeof toBinary>[1]);
-    encodedElements.set(element, bytes);
-  }
-  return bytes;
 }
 
 function varintLength(value: number): number {

@@ -2,11 +2,14 @@ import { create, equals, fromBinary, toBinary, type DescMessage } from "@bufbuil
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { CommitRequestSchema } from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { decodeMessage } from "../src/server/protobuf-decoder.js";
-import { contractSchemas, fill, randomSource } from "./support/random-messages.js";
+import { CompileRequestSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CommitRequestSchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
+import { Codec } from "../../src/codec/codec.js";
+
+// One codec for this file, as one server has one.
+const codec = new Codec();
 
 /**
  * Everything observable about a decoded value, in property order: `toStrictEqual` ignores key
@@ -35,10 +38,10 @@ function expectSameDecoding(schema: DescMessage, bytes: Uint8Array, label: strin
     expectedError = error;
   }
   if (expectedError !== undefined) {
-    expect(() => decodeMessage(schema, bytes), `${label}: fromBinary threw ${String(expectedError)}`).toThrow();
+    expect(() => codec.decode(schema, bytes), `${label}: fromBinary threw ${String(expectedError)}`).toThrow();
     return "threw";
   }
-  const actual = decodeMessage(schema, bytes);
+  const actual = codec.decode(schema, bytes);
   // `equals` is false for NaN fields even between two fromBinary results, so it is held to that.
   const selfEqual = equals(schema, expected as never, fromBinary(schema, bytes));
   expect(equals(schema, actual, expected as never), label).toBe(selfEqual);
@@ -91,16 +94,16 @@ describe("protobuf decoder", () => {
       .find((schema) => schema.fields.some((field) => field.name === "per_message"));
     expect(tokensSchema).toBeDefined();
     expect(expectSameDecoding(tokensSchema!, bytes, "packed and unpacked")).toBe("decoded");
-    const decoded = decodeMessage(tokensSchema!, bytes) as unknown as { perMessage: bigint[]; $unknown: { no: number }[] };
+    const decoded = codec.decode(tokensSchema!, bytes) as unknown as { perMessage: bigint[]; $unknown: { no: number }[] };
     expect(decoded.perMessage).toEqual([-7n, 1n, 2n, 9n]);
     expect(decoded.$unknown.map((field) => field.no)).toEqual([50, 51, 52]);
   });
 
   it("sets proto3 optional fields only when present", () => {
-    const absent = decodeMessage(CommitRequestSchema, toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: "c" })));
+    const absent = codec.decode(CommitRequestSchema, toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: "c" })));
     expect("expectedVersion" in absent).toBe(false);
     expectSameDecoding(CommitRequestSchema, toBinary(CommitRequestSchema, create(CommitRequestSchema, { expectedVersion: 0n })), "optional zero");
-    expect(decodeMessage(CommitRequestSchema, toBinary(CommitRequestSchema, create(CommitRequestSchema, { expectedVersion: 0n }))).expectedVersion).toBe(0n);
+    expect(codec.decode(CommitRequestSchema, toBinary(CommitRequestSchema, create(CommitRequestSchema, { expectedVersion: 0n }))).expectedVersion).toBe(0n);
   });
 
   it("fails where fromBinary fails: truncation, bad wire types, bad tags, invalid UTF-8", () => {
@@ -128,7 +131,7 @@ describe("protobuf decoder", () => {
     }
     // id = "\xff" (field 1 of Message, a string).
     expect(expectSameDecoding(MessageSchema, new Uint8Array([0x0a, 0x01, 0xff]), "invalid UTF-8")).toBe("threw");
-    expect(() => decodeMessage(MessageSchema, new Uint8Array([0x0a, 0x02, 0xc3, 0x28]))).toThrow();
+    expect(() => codec.decode(MessageSchema, new Uint8Array([0x0a, 0x02, 0xc3, 0x28]))).toThrow();
   });
 
   it("agrees with fromBinary on randomly corrupted bytes", () => {

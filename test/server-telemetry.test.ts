@@ -5,7 +5,7 @@ import { TransformationReason } from "../gen/ts/contextd/v1/compile_pb.js";
 import { ObserverEventSchema, type ObserverEvent } from "../gen/ts/contextd/v1/telemetry_pb.js";
 import { TelemetryService, type WatchEventsResponse } from "../gen/ts/contextd/v1/telemetry_service_pb.js";
 import { startServer, type RunningServer } from "../src/server/server.js";
-import { TelemetryHub } from "../src/server/telemetry-hub.js";
+import { TelemetryHub } from "../src/application/telemetry-hub.js";
 import { createLogger } from "../src/server/logger.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 import { grpcJsClient } from "./support/grpc-js.js";

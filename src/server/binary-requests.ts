@@ -12,24 +12,8 @@ import type { Codec } from "../codec/codec.js";
  * a few slices. The outermost interceptor (`decodeOpaqueRequests`) puts the real request type back
  * on the call and decodes those bytes with the fast decoder, so every later interceptor and the
  * service implementation see exactly what they would have seen. JSON requests must not take this
- * path (unknown fields are not part of JSON): `server.ts` routes on the content type.
+ * path (unknown fields are not part of JSON): `server.ts` routes on `classifyContentType`.
  */
-
-/** Content types whose request bodies are protobuf binary, per protocol (gRPC, gRPC-Web, Connect). */
-const binaryContentTypes = new Set([
-  "application/grpc",
-  "application/grpc+proto",
-  "application/grpc-web",
-  "application/grpc-web+proto",
-  "application/proto",
-  "application/connect+proto",
-]);
-
-/** Whether a request with this content type goes to the binary adapter. */
-export function carriesBinaryRequest(contentType: string | undefined): boolean {
-  if (contentType === undefined) return false;
-  return binaryContentTypes.has(contentType.split(";")[0]!.trim().toLowerCase());
-}
 
 // Opaque method → real method, for the interceptor; opaque services cached so each is built once.
 const realMethods = new WeakMap<DescMethod, DescMethod>();

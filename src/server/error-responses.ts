@@ -1,9 +1,17 @@
 import type * as http from "node:http";
 import type * as http2 from "node:http2";
 import type { ConnectError } from "@connectrpc/connect";
-import * as connectProtocol from "@connectrpc/connect/protocol-connect";
-import * as grpcProtocol from "@connectrpc/connect/protocol-grpc";
-import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
+import {
+  codeToHttpStatus,
+  contentTypeUnaryJson,
+  endStreamFlag,
+  endStreamToJson,
+  errorToJsonBytes,
+  setTrailerStatus,
+  trailerFlag,
+  trailerSerialize,
+} from "./connect-internals.js";
+import { classifyContentType } from "./content-type.js";
 
 /**
  * Answers `request` with `error` in the request's own protocol, as connect would, for a request that
@@ -23,27 +31,23 @@ export function respondWithError(
     if (trailers) response.addTrailers(Object.fromEntries(trailers));
     response.end(body);
   };
-  if (grpcWebProtocol.parseContentType(contentType) !== undefined) {
+  const kind = classifyContentType(contentType);
+  if (kind === undefined) return false;
+  if (kind.protocol === "grpc-web") {
     // gRPC-Web sends the status as a trailer frame at the end of the body.
     const trailer = new Headers();
-    grpcProtocol.setTrailerStatus(trailer, error);
-    answer(200, contentType!, envelope(grpcWebProtocol.trailerFlag, grpcWebProtocol.trailerSerialize(trailer)));
-    return true;
-  }
-  if (grpcProtocol.parseContentType(contentType) !== undefined) {
+    setTrailerStatus(trailer, error);
+    answer(200, contentType!, envelope(trailerFlag, trailerSerialize(trailer)));
+  } else if (kind.protocol === "grpc") {
     const trailer = new Headers();
-    grpcProtocol.setTrailerStatus(trailer, error);
+    setTrailerStatus(trailer, error);
     answer(200, contentType!, new Uint8Array(0), trailer);
-    return true;
-  }
-  const connect = connectProtocol.parseContentType(contentType);
-  if (connect === undefined) return false;
-  if (connect.stream) {
-    // A streaming call ends with an end-of-stream message carrying the error.
-    const endStream = JSON.stringify(connectProtocol.endStreamToJson(new Headers(), error, undefined));
-    answer(200, contentType!, envelope(connectProtocol.endStreamFlag, new TextEncoder().encode(endStream)));
+  } else if (kind.stream) {
+    // A streaming Connect call ends with an end-of-stream message carrying the error.
+    const endStream = JSON.stringify(endStreamToJson(new Headers(), error, undefined));
+    answer(200, contentType!, envelope(endStreamFlag, new TextEncoder().encode(endStream)));
   } else {
-    answer(connectProtocol.codeToHttpStatus(error.code), connectProtocol.contentTypeUnaryJson, connectProtocol.errorToJsonBytes(error, {}));
+    answer(codeToHttpStatus(error.code), contentTypeUnaryJson, errorToJsonBytes(error, {}));
   }
   return true;
 }

@@ -11,8 +11,8 @@ import {
   type Interceptor,
   type MethodImplSpec,
 } from "@connectrpc/connect";
-import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
-import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { invokeUnaryImplementation, parseTimeout, setTrailerStatus } from "./connect-internals.js";
+import { classifyContentType } from "./content-type.js";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import type { Codec } from "../codec/codec.js";
 import { envelopeHeaderBytes } from "../codec/protobuf-encoder.js";
@@ -77,17 +77,15 @@ export interface UnaryGrpcOptions {
   codec: Codec;
 }
 
-// Binary gRPC only: "application/grpc+json" and friends go to connect.
-const grpcProtoContentTypes = new Set(["application/grpc", "application/grpc+proto"]);
-
 /**
  * The method to serve the stream with on this path — a unary method, binary gRPC, an uncompressed
  * request — or undefined to leave the stream to connect.
  */
 export function takesStream(methods: UnaryMethods, headers: http2.IncomingHttpHeaders): UnaryMethodSpec | undefined {
   if (headers[":method"] !== "POST") return undefined;
-  const contentType = headers["content-type"];
-  if (contentType === undefined || !grpcProtoContentTypes.has(contentType.toLowerCase())) return undefined;
+  // Binary gRPC only: "application/grpc+json" goes to connect.
+  const kind = classifyContentType(headers["content-type"]);
+  if (kind?.protocol !== "grpc" || !kind.binary) return undefined;
   const encoding = headers["grpc-encoding"];
   if (encoding !== undefined && encoding !== "identity") return undefined;
   return methods.get(headers[":path"] ?? "");

@@ -1,6 +1,7 @@
 import { create, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
 import type { Codec } from "../codec/codec.js";
+import { classifyContentType } from "./content-type.js";
 
 /**
  * Encodes binary responses with the fast single-buffer encoder (see `protobuf-encoder.ts`) and
@@ -13,7 +14,7 @@ import type { Codec } from "../codec/codec.js";
 export function preEncodeBinaryResponses(codec: Codec): Interceptor {
   return (next) => async (request) => {
     const response = await next(request);
-    if (!isBinary(request.header.get("content-type"))) return response;
+    if (classifyContentType(request.header.get("content-type"))?.binary !== true) return response;
     const schema = request.method.output;
     if (!response.stream) return { ...response, message: preEncode(codec, schema, response.message) };
     const messages = response.message;
@@ -31,12 +32,4 @@ function preEncode<T extends Message>(codec: Codec, schema: DescMessage, message
   const carrier = create(schema) as unknown as T;
   carrier.$unknown = fields;
   return carrier;
-}
-
-// gRPC ("application/grpc", "application/grpc+proto"), gRPC-Web and Connect ("application/proto",
-// "application/connect+proto") are binary unless the codec is JSON.
-function isBinary(contentType: string | null): boolean {
-  if (contentType === null) return false;
-  const type = contentType.split(";")[0]!.trim().toLowerCase();
-  return !type.endsWith("json");
 }

@@ -17,7 +17,7 @@ import { registerReflection } from "./reflection.js";
 import { contextService } from "./services/context-service.js";
 import { conversationService } from "./services/conversation-service.js";
 import { telemetryService } from "./services/telemetry-service.js";
-import type { TelemetryHub } from "./telemetry-hub.js";
+import type { TelemetryHub } from "../application/telemetry-hub.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 
 /** The contextd services whose health follows the store. */

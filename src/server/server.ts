@@ -7,7 +7,8 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { authenticate } from "./auth.js";
-import { carriesBinaryRequest, decodeOpaqueRequests, withOpaqueRequests } from "./binary-requests.js";
+import { decodeOpaqueRequests, withOpaqueRequests } from "./binary-requests.js";
+import { classifyContentType } from "./content-type.js";
 import { requestIdKey } from "./call-context.js";
 import { defaultConfig, type Config } from "./config.js";
 import { respondWithError } from "./error-responses.js";
@@ -24,7 +25,7 @@ import { RequestMemoryBudget } from "./request-memory.js";
 import { contextdServiceNames, routes } from "./routes.js";
 import { pollStoreHealth } from "./store-health.js";
 import { guardStreams, StreamCounter } from "./stream-guard.js";
-import { TelemetryHub } from "./telemetry-hub.js";
+import { TelemetryHub } from "../application/telemetry-hub.js";
 
 export interface ServerOptions extends Partial<Config> {
   store: ConversationStore;
@@ -151,7 +152,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const requestId = requestIdOf(request.headers["x-request-id"]);
     requestIds.set(request, requestId);
     response.setHeader("x-request-id", requestId);
-    if (/^application\/grpc(\+|;|$)/.test(request.headers["content-type"] ?? "")) encodeGrpcMessagesMinimally(response);
+    const kind = classifyContentType(request.headers["content-type"]);
+    if (kind?.protocol === "grpc") encodeGrpcMessagesMinimally(response);
     const settle = track();
     // HTTP/2 compat responses emit "finish" only once the whole stream closes, which a client that
     // got an early error (a message over --max-request-bytes) may never do; the stream's own
@@ -169,8 +171,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         response.once("close", release);
       }
     }
-    const binary = request.method === "POST" && carriesBinaryRequest(request.headers["content-type"]);
-    (binary ? binaryHandler : connectHandler)(request, response);
+    (request.method === "POST" && kind?.binary ? binaryHandler : connectHandler)(request, response);
   };
 
   const serveStream = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {

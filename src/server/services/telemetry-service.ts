@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
 import { tenantKey } from "../call-context.js";
-import type { TelemetryHub } from "../telemetry-hub.js";
+import type { TelemetryHub } from "../../application/telemetry-hub.js";
 
 /** TelemetryService: live observer events of every compile, per subscriber bounded. */
 export function telemetryService(hub: TelemetryHub): ServiceImpl<typeof TelemetryService> {

@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
-import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { CommitOutcome } from "../../store/conversation-store.js";
+import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
+import type { CommitOutcome } from "../store/conversation-store.js";
 
 /**
  * What identifies a compile-commit for its idempotency key. The deltas a compile commits depend on

@@ -1,0 +1,98 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+
+// The layers of src/, lowest first: a module may import its own layer and the layers below it,
+// never one above (docs/architecture.md draws them). Generated code (gen/) and packages are open
+// to every layer, except where `packages` narrows them.
+const layers = ["core", "codec", "store", "application", "server", "entry"] as const;
+type Layer = (typeof layers)[number];
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const source = join(root, "src");
+
+function layerOf(file: string): Layer {
+  const top = relative(source, file).split("/")[0]!;
+  if (top === "main.ts" || top === "healthcheck.ts") return "entry";
+  if (!(layers as readonly string[]).includes(top)) throw new Error(`${relative(root, file)}: src/${top} is in no layer; add it to test/architecture.test.ts and docs/architecture.md`);
+  return top as Layer;
+}
+
+// Packages a layer may import; undefined = any. The engine is pure: protobuf messages, connect's
+// error type (codes the caller sees), the tokenizer, and node:crypto for hashes and ids.
+const packages: Partial<Record<Layer, (name: string) => boolean>> = {
+  core: (name) => ["@bufbuild/protobuf", "@connectrpc/connect", "gpt-tokenizer", "node:crypto"].some((allowed) => name === allowed || name.startsWith(`${allowed}/`)),
+  codec: (name) => name.startsWith("@bufbuild/protobuf") || name === "node:crypto",
+};
+
+function sourceFiles(directory: string): string[] {
+  return readdirSync(directory, { withFileTypes: true }).flatMap((entry) =>
+    entry.isDirectory() ? sourceFiles(join(directory, entry.name)) : entry.name.endsWith(".ts") ? [join(directory, entry.name)] : [],
+  );
+}
+
+function importsOf(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  return [...text.matchAll(/(?:^|\n)\s*(?:import|export)\s[^;]*?from\s+"([^"]+)"|import\("([^"]+)"\)/g)].map((match) => (match[1] ?? match[2])!);
+}
+
+describe("architecture", () => {
+  const files = sourceFiles(source);
+
+  it("finds the source tree", () => {
+    expect(files.length).toBeGreaterThan(50);
+    for (const layer of layers.filter((layer) => layer !== "entry")) expect(files.some((file) => layerOf(file) === layer), layer).toBe(true);
+  });
+
+  it("imports only downward: core imports no store, codec, application or server; no layer imports one above it", () => {
+    const violations: string[] = [];
+    for (const file of files) {
+      const from = layerOf(file);
+      for (const specifier of importsOf(file)) {
+        if (specifier.startsWith(".")) {
+          const target = resolve(dirname(file), specifier);
+          if (!target.startsWith(source + "/")) continue; // gen/ts
+          const to = layerOf(target);
+          if (layers.indexOf(to) > layers.indexOf(from)) violations.push(`${relative(root, file)} (${from}) imports ${specifier} (${to})`);
+        } else {
+          const allowed = packages[from];
+          if (allowed && !allowed(specifier)) violations.push(`${relative(root, file)} (${from}) imports package ${specifier}`);
+        }
+      }
+    }
+    expect(violations).toEqual([]);
+  });
+
+  it("keeps connect's unversioned protocol internals in one file", () => {
+    const users = files.filter((file) => importsOf(file).some((specifier) => specifier.startsWith("@connectrpc/connect/protocol")));
+    expect(users.map((file) => relative(root, file))).toEqual(["src/server/connect-internals.ts"]);
+  });
+
+  it("keeps no module-level data caches in codec, store, application or server", () => {
+    // A Map, WeakMap, Set or cache object created empty at module level would be shared by every
+    // server in the process and bounded by nobody; caches belong to an instance the server owns.
+    // (Sets and Maps built from a literal list are constants, not caches.)
+    const offenders: string[] = [];
+    for (const file of files.filter((file) => ["codec", "store", "application", "server"].includes(layerOf(file)))) {
+      const text = readFileSync(file, "utf8");
+      for (const match of text.matchAll(/^(?:export )?const (\w+)\s*=\s*new (Map|WeakMap|Set|WeakSet|RecentMessages|RetainedEncodings|StateEncoder)\b(?!(?:<[^>]*>)?\(\[)/gm)) {
+        offenders.push(`${relative(root, file)}: ${match[1]} = new ${match[2]}`);
+      }
+    }
+    expect(offenders).toEqual(descriptorTables);
+  });
+});
+
+// Tables keyed by schema descriptors (code derived from the contract, never from request data),
+// like protobuf-es's own per-descriptor caches.
+const descriptorTables = [
+  "src/codec/protobuf-decoder.ts: plans = new WeakMap",
+  "src/codec/protobuf-encoder.ts: reachesSpecialCache = new WeakMap",
+  "src/codec/protobuf-encoder.ts: planCache = new WeakMap",
+  "src/server/binary-requests.ts: realMethods = new WeakMap",
+  "src/server/binary-requests.ts: opaqueServices = new WeakMap",
+  "src/server/limits.ts: plans = new WeakMap",
+  "src/server/limits.ts: holdsMessages = new WeakMap",
+  "src/server/reflection.ts: serializedFiles = new WeakMap",
+];

@@ -17,11 +17,11 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { commitScript, conversationIndexKey, conversationKeys, loadScript, type ConversationKeys } from "./redis-scripts.js";
-import { changesNotRetained, corruptConversation, idempotencyKeyReused, versionConflict } from "./store-errors.js";
+import { commitScript, conversationIndexKey, conversationKeys, loadScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
-  /** Prefix of every key; lets several deployments share one Redis. */
+  /** Prefix of every key; lets several deployments share one Redis. Must not hold `{` or `}` (it would take the hash tag). */
   keyPrefix?: string;
   /** Approximate number of changes kept per conversation stream (XADD MAXLEN ~). */
   maxChangesPerConversation?: number;
@@ -66,6 +66,7 @@ const indexedConversationsLimit = 100_000;
 interface ScriptedRedis extends Redis {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<(Buffer | null | number)[]>;
   contextdCommitBuffer(...args: (string | Buffer | number)[]): Promise<(Buffer | null)[]>;
+  contextdWriteProbe(): Promise<unknown>;
 }
 
 interface Loaded {
@@ -110,6 +111,7 @@ export class RedisConversationStore implements ConversationStore {
   ) {
     this.codec = options.codec ?? new Codec();
     this.keyPrefix = options.keyPrefix ?? "contextd";
+    if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
     this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes);
@@ -123,6 +125,7 @@ export class RedisConversationStore implements ConversationStore {
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 3, lua: loadScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: 4, lua: commitScript });
+    this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
   }
 
   /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
@@ -137,8 +140,8 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
-    const version = await this.call("reading the version", () => this.redis.get(this.keys(conversationId).version));
-    return BigInt(version ?? "0");
+    const version = await this.call("reading the version", () => this.redis.get(this.keys(conversationId).version), conversationId);
+    return version === null ? 0n : storedVersion(conversationId, version);
   }
 
   async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
@@ -152,6 +155,7 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
+    requireStorableText("prefix", prefix);
     const after = decodePageToken(pageToken);
     const index = conversationIndexKey(this.keyPrefix);
     const lower = after !== "" && after >= prefix ? Buffer.from("(" + after) : Buffer.from("[" + prefix);
@@ -165,9 +169,16 @@ export class RedisConversationStore implements ConversationStore {
     });
     const conversations = page.flatMap((id, position) => {
       const [error, version] = versions[position] ?? [];
-      if (error) throw this.unavailable("listing conversations", error);
+      // A conversation whose version key is of the wrong type or holds no version is left out of
+      // the listing, so one corrupt conversation does not break every page; reading it answers
+      // DATA_LOSS naming it.
+      if (error) {
+        if (isWrongType(error)) return [];
+        throw this.failure("listing conversations", error);
+      }
       // An index entry whose first commit never applied (the index is written beside the script).
       if (version === null || version === undefined) return [];
+      if (!isVersionText(version as string)) return [];
       return [create(ConversationSummarySchema, { conversationId: id, version: BigInt(version as string) })];
     });
     return { conversations, nextPageToken: ids.length > pageSize ? encodePageToken(page[page.length - 1]!) : "" };
@@ -176,16 +187,16 @@ export class RedisConversationStore implements ConversationStore {
   async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
     const keys = this.keys(conversationId);
     let last = fromVersion;
-    const backlog = await this.call("reading changes", () => this.redis.xrangeBuffer(keys.changes, `${fromVersion + 1n}-0`, "+"));
+    const backlog = await this.call("reading changes", () => this.redis.xrangeBuffer(keys.changes, `${fromVersion + 1n}-0`, "+"), conversationId);
     if (fromVersion > 0n) {
-      const oldest = backlog.length > 0 ? decodeChange(backlog[0]![1]).version : undefined;
+      const oldest = backlog.length > 0 ? decodeChange(conversationId, backlog[0]!).version : undefined;
       const current = oldest === undefined ? await this.currentVersion(conversationId) : oldest - 1n;
       if (current > fromVersion && (oldest === undefined || oldest > fromVersion + 1n)) {
         throw changesNotRetained(conversationId, fromVersion, oldest ?? current + 1n);
       }
     }
-    for (const [, fields] of backlog) {
-      const change = decodeChange(fields);
+    for (const entry of backlog) {
+      const change = decodeChange(conversationId, entry);
       yield change;
       last = change.version;
     }
@@ -205,11 +216,12 @@ export class RedisConversationStore implements ConversationStore {
           reply = await connection.xreadBuffer("COUNT", 100, "BLOCK", this.watchBlockMs, "STREAMS", keys.changes, `${last}-0`);
         } catch (error) {
           if (signal.aborted) return;
-          throw this.unavailable("watching changes", error);
+          if (isWrongType(error)) throw corruptConversation(conversationId, `the change stream ${keys.changes} is not a stream (${(error as Error).message})`);
+          throw this.failure("watching changes", error);
         }
         for (const [, entries] of reply ?? []) {
-          for (const [, fields] of entries) {
-            const change = decodeChange(fields);
+          for (const entry of entries) {
+            const change = decodeChange(conversationId, entry);
             if (change.version <= last) continue;
             yield change;
             last = change.version;
@@ -223,8 +235,13 @@ export class RedisConversationStore implements ConversationStore {
     }
   }
 
+  /**
+   * Runs the write probe, not PING: a Redis at `maxmemory` (noeviction) or a read-only replica
+   * answers PING but refuses every commit, and health should say so (RESOURCE_EXHAUSTED or
+   * UNAVAILABLE here makes it NOT_SERVING).
+   */
   async ping(): Promise<void> {
-    await this.call("ping", () => this.redis.ping());
+    await this.call("checking that Redis takes writes", () => this.redis.contextdWriteProbe());
   }
 
   async close(): Promise<void> {
@@ -233,6 +250,7 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   private keys(conversationId: string): ConversationKeys {
+    requireStorableText("conversation_id", conversationId);
     return conversationKeys(this.keyPrefix, conversationId);
   }
 
@@ -243,17 +261,21 @@ export class RedisConversationStore implements ConversationStore {
   private async read(conversationId: string, idempotencyKey: string): Promise<Loaded> {
     const keys = this.keys(conversationId);
     const cached = this.cache.get(conversationId);
-    const reply = await this.call("loading a conversation", () =>
-      this.redis.contextdLoadBuffer(
-        keys.version,
-        keys.state,
-        keys.idempotencyPrefix + idempotencyKey,
-        cached ? String(cached.version) : "",
-        idempotencyKey === "" ? "0" : "1",
-      ),
+    const reply = await this.call(
+      "loading a conversation",
+      () =>
+        this.redis.contextdLoadBuffer(
+          keys.version,
+          keys.state,
+          keys.idempotency(idempotencyKey),
+          cached ? String(cached.version) : "",
+          idempotencyKey === "" ? "0" : "1",
+        ),
+      conversationId,
     );
-    const [versionBytes, stateBytes, fingerprint, response, exists] = reply;
-    const version = BigInt(String(versionBytes));
+    if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    const [, versionBytes, stateBytes, fingerprint, response, exists] = reply;
+    const version = versionBytes === null ? 0n : storedVersion(conversationId, String(versionBytes));
     const record = fingerprint && response ? { fingerprint: String(fingerprint), response: response as Buffer } : undefined;
     if (version === 0n) {
       if (exists === 1) throw corruptConversation(conversationId, "a state is stored without its version");
@@ -288,6 +310,7 @@ export class RedisConversationStore implements ConversationStore {
     requestFingerprint?: string,
   ): Promise<CommitOutcome> {
     const keys = this.keys(conversationId);
+    requireStorableText("idempotency_key", idempotencyKey);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // The first attempt may start from the cached state without reading: the script compares its
     // version with the stored one, so a stale cache costs a retry, never a lost update. Anything
@@ -327,7 +350,7 @@ export class RedisConversationStore implements ConversationStore {
           keys.version,
           keys.state,
           keys.changes,
-          keys.idempotencyPrefix + idempotencyKey,
+          keys.idempotency(idempotencyKey),
           String(base.version),
           stateBytes,
           bufferOf(toBinary(ChangeSchema, plan.change)),
@@ -352,10 +375,11 @@ export class RedisConversationStore implements ConversationStore {
       if (outcome === "replay") {
         return replayed(conversationId, idempotencyKey, fingerprint, { fingerprint: String(reply![1]), response: reply![2] as Buffer });
       }
-      if (outcome === "corrupt") throw corruptConversation(conversationId, `version ${String(reply![1])} is stored without its state`);
+      if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply![1]));
+      if (outcome === "invalid") throw new ConnectError(`redis store: the commit script refused its arguments: ${String(reply![1])}`, Code.Internal);
       // Another writer committed between our read and our script.
       this.cache.delete(conversationId);
-      const current = BigInt(String(reply![1]));
+      const current = storedVersion(conversationId, String(reply![1]));
       if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
@@ -384,14 +408,24 @@ export class RedisConversationStore implements ConversationStore {
    * same event-loop iteration (concurrent commits and loads) leave in one socket write: at
    * concurrency 32 a write per command was a fifth of the sidecar's CPU.
    */
-  private async call<T>(what: string, run: () => Promise<T>): Promise<T> {
+  private async call<T>(what: string, run: () => Promise<T>, conversationId?: string): Promise<T> {
     this.batchWritesUntilNextIteration();
     try {
       return await run();
     } catch (error) {
       if (error instanceof ConnectError) throw error;
-      throw this.unavailable(what, error);
+      if (conversationId !== undefined && isWrongType(error)) {
+        throw corruptConversation(conversationId, `a key has the wrong type while ${what} (${(error as Error).message})`);
+      }
+      throw this.failure(what, error);
     }
+  }
+
+  /** RESOURCE_EXHAUSTED for a Redis refusing writes at maxmemory, UNAVAILABLE for anything else. */
+  private failure(what: string, error: unknown): ConnectError {
+    const reply = redisReplyError(error);
+    if (reply?.startsWith("OOM ")) return storeOutOfMemory(what, reply);
+    return this.unavailable(what, error);
   }
 
   /**
@@ -436,8 +470,33 @@ function whenReady(redis: Redis, timeoutMs: number): Promise<boolean> {
 
 function replayed(conversationId: string, key: string, fingerprint: string, record: { fingerprint: string; response: Buffer }): CommitOutcome {
   if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, key);
-  const response = fromBinary(CommitResponseSchema, record.response);
+  let response;
+  try {
+    response = fromBinary(CommitResponseSchema, record.response);
+  } catch (error) {
+    throw corruptConversation(conversationId, `the idempotency record of key "${key}" does not decode: ${(error as Error).message}`);
+  }
   return { version: response.version, state: response.state ?? emptyConversationState(conversationId), replayed: true };
+}
+
+/** What the commit script writes as a version: "0" or digits without a leading zero. */
+function isVersionText(text: string): boolean {
+  return /^(0|[1-9][0-9]{0,17})$/.test(text);
+}
+
+/** A stored version, or DATA_LOSS naming the conversation (BigInt of "abc" used to be INTERNAL). */
+function storedVersion(conversationId: string, text: string): bigint {
+  if (!isVersionText(text)) throw corruptConversation(conversationId, `the version key holds "${text.slice(0, 40)}", not a version`);
+  return BigInt(text);
+}
+
+/** The message of an error reply from Redis (ioredis types its ReplyError class as `any`). */
+function redisReplyError(error: unknown): string | undefined {
+  return error instanceof Error && error.name === "ReplyError" ? error.message : undefined;
+}
+
+function isWrongType(error: unknown): boolean {
+  return redisReplyError(error)?.startsWith("WRONGTYPE") ?? false;
 }
 
 /** The bytes as a Buffer (what ioredis sends as binary), without copying them. */
@@ -445,9 +504,20 @@ function bufferOf(bytes: Uint8Array): Buffer {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
-function decodeChange(fields: Buffer[]): Change {
-  // Stream entries are written as the single field pair ("change", bytes).
-  return fromBinary(ChangeSchema, fields[1]!);
+/** A stream entry as the commit script writes it: id `<version>-0`, the single field pair ("change", bytes). */
+function decodeChange(conversationId: string, [id, fields]: [Buffer | string, Buffer[]]): Change {
+  const malformed = (detail: string) => corruptConversation(conversationId, `change stream entry ${String(id)} ${detail}`);
+  if (fields.length !== 2 || String(fields[0]) !== "change") throw malformed(`has fields ${fields.filter((_, index) => index % 2 === 0).map(String).join(", ") || "(none)"}, not one "change"`);
+  let change: Change;
+  try {
+    change = fromBinary(ChangeSchema, fields[1]!);
+  } catch (error) {
+    throw malformed(`does not decode: ${(error as Error).message}`);
+  }
+  if (`${change.version}-0` !== String(id) || change.conversationId !== conversationId) {
+    throw malformed(`holds version ${change.version} of "${change.conversationId}"`);
+  }
+  return change;
 }
 
 /** The URL without a password, for error messages. */

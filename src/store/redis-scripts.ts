@@ -2,22 +2,45 @@
 // `#!lua` shebang (Redis ≥ 7) makes Redis refuse a write script up front when it is over
 // `maxmemory`, instead of failing between two writes and leaving a half-applied commit.
 
-/** The keys of one conversation. The `{id}` hash tag puts them in one Redis Cluster slot. */
+/**
+ * The keys of one conversation: `<prefix>:{<id>}:version|state|changes|idempotency:<key>`, with
+ * the id and the idempotency key escaped by `escapeKeyPart`. The `{id}` hash tag puts them in one
+ * Redis Cluster slot; an escaped id holds no `{` or `}`, so no id can end the tag early or open
+ * another one, and none holds `:`, so no id can reach another's keys (`a}:x` used to share keys
+ * with `a`'s hash tag and name parts).
+ */
 export interface ConversationKeys {
   version: string;
   state: string;
   changes: string;
-  idempotencyPrefix: string;
+  /** The record of one idempotency key. */
+  idempotency(key: string): string;
 }
 
 export function conversationKeys(keyPrefix: string, conversationId: string): ConversationKeys {
-  const base = `${keyPrefix}:{${conversationId}}`;
+  const base = `${keyPrefix}:{${escapeKeyPart(conversationId)}}`;
+  const idempotencyPrefix = `${base}:idempotency:`;
   return {
     version: `${base}:version`,
     state: `${base}:state`,
     changes: `${base}:changes`,
-    idempotencyPrefix: `${base}:idempotency:`,
+    idempotency: (key) => idempotencyPrefix + escapeKeyPart(key),
   };
+}
+
+/** The characters `escapeKeyPart` replaces: its own escape character and the key syntax. */
+const keySyntax = /[%{}:]/g;
+
+/**
+ * `%`, `{`, `}` and `:` as `%25`, `%7B`, `%7D`, `%3A`; everything else unchanged, so the common
+ * id (`tenant/conv-42`) reads the same in Redis as in the API. Injective: `%` only ever starts an
+ * escape. Ids with lone surrogates never get here (`requireStorableText`): they would all encode
+ * to the same UTF-8 replacement character.
+ */
+export function escapeKeyPart(text: string): string {
+  keySyntax.lastIndex = 0;
+  if (!keySyntax.test(text)) return text;
+  return text.replace(keySyntax, (character) => "%" + character.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0"));
 }
 
 /** The lexicographic index of conversation ids (a sorted set, all scores 0) for listing. */
@@ -26,26 +49,47 @@ export function conversationIndexKey(keyPrefix: string): string {
 }
 
 /**
+ * Shared by the scripts: the type of a key (`none` when absent), and a reply naming what is
+ * corrupt. A key of the wrong type (or holding a non-version) is answered as corrupt before the
+ * first write, never as a Redis error between two writes.
+ */
+const scriptPrelude = `
+local function kind(key) return redis.call('TYPE', key)['ok'] end
+local function corrupt(detail) return {'corrupt', detail} end
+local function wrongType(what, key, expected)
+  local actual = kind(key)
+  if actual ~= 'none' and actual ~= expected then return corrupt(what .. ' key ' .. key .. ' is a ' .. actual .. ', not a ' .. expected) end
+  return false
+end
+`;
+
+/**
  * Reads a conversation, skipping the payload when the caller's cached copy is current.
  * KEYS: version, state, idempotency record. ARGV: cached version ("" = none), "1" to also read the
  * idempotency record.
- * Returns {version, state or false, fingerprint or false, response or false, state exists}.
+ * Returns {'ok', version or false, state or false, fingerprint or false, response or false, state
+ * exists} | {'corrupt', detail}. The version is returned as stored; the caller checks it is one.
  */
 export const loadScript = `#!lua flags=no-writes
-local version = redis.call('GET', KEYS[1])
+${scriptPrelude}
+local bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string')
+if bad then return bad end
 local fingerprint, response = false, false
 if ARGV[2] == '1' then
+  bad = wrongType('the idempotency record', KEYS[3], 'hash')
+  if bad then return bad end
   local record = redis.call('HMGET', KEYS[3], 'fingerprint', 'response')
   fingerprint, response = record[1], record[2]
+  if (fingerprint and not response) or (response and not fingerprint) then
+    return corrupt('the idempotency record ' .. KEYS[3] .. ' lacks its fingerprint or its response')
+  end
 end
+local version = redis.call('GET', KEYS[1])
 local exists = redis.call('EXISTS', KEYS[2])
-if not version then
-  return {'0', false, fingerprint, response, exists}
+if not version or version == ARGV[1] then
+  return {'ok', version, false, fingerprint, response, exists}
 end
-if version == ARGV[1] then
-  return {version, false, fingerprint, response, exists}
-end
-return {version, redis.call('GET', KEYS[2]), fingerprint, response, exists}
+return {'ok', version, redis.call('GET', KEYS[2]), fingerprint, response, exists}
 `;
 
 /**
@@ -54,24 +98,64 @@ return {version, redis.call('GET', KEYS[2]), fingerprint, response, exists}
  * ARGV: expected version, new state, change record, idempotency fingerprint ("" = no key),
  * commit response (for replays), idempotency TTL seconds, change stream MAXLEN (approximate).
  * Returns {'ok', version} | {'conflict', current version} | {'replay', fingerprint, response} |
- * {'corrupt', version}.
+ * {'corrupt', detail} | {'invalid', detail}.
+ *
+ * Everything that could fail is checked before the first write (arguments, the type of every key,
+ * the stored version), and the first write is the XADD, the one command a consistent-looking
+ * stream can still refuse (its last id at or past the new version); it runs under pcall and writes
+ * nothing when it fails. What follows (SET, SET, HSET, EXPIRE on keys of checked types) cannot
+ * fail, so a commit applies whole or not at all. Redis does not roll a script back: before, a
+ * wrong-type change stream failed the XADD after version and state were written.
  * The idempotency record is checked first, so a retry of a commit that already applied is answered
  * from the record even though the version has since moved.
  */
 export const commitScript = `#!lua
+${scriptPrelude}
+-- Versions stay below 2^53 (15 digits), so Lua's numbers (doubles) add 1 to them exactly.
+local function isVersion(text) return text == '0' or (string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15) end
+local function isCount(text) return string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15 end
+if #KEYS ~= 4 or #ARGV ~= 7 then return {'invalid', 'the commit script takes 4 keys and 7 arguments'} end
+if not isVersion(ARGV[1]) then return {'invalid', 'expected version "' .. ARGV[1] .. '" is not a version'} end
+if ARGV[3] == '' then return {'invalid', 'the change record is empty'} end
+if ARGV[4] ~= '' and ARGV[5] == '' then return {'invalid', 'an idempotency fingerprint without a response'} end
+if not isCount(ARGV[6]) then return {'invalid', 'idempotency TTL "' .. ARGV[6] .. '" is not a positive number of seconds'} end
+if not isCount(ARGV[7]) then return {'invalid', 'change stream MAXLEN "' .. ARGV[7] .. '" is not a positive count'} end
+local bad = false
 if ARGV[4] ~= '' then
+  bad = wrongType('the idempotency record', KEYS[4], 'hash')
+  if bad then return bad end
   local record = redis.call('HMGET', KEYS[4], 'fingerprint', 'response')
-  if record[1] then return {'replay', record[1], record[2]} end
+  if record[1] and record[2] then return {'replay', record[1], record[2]} end
+  if record[1] or record[2] then return corrupt('the idempotency record ' .. KEYS[4] .. ' lacks its fingerprint or its response') end
 end
+bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string') or wrongType('the change stream', KEYS[3], 'stream')
+if bad then return bad end
 local current = redis.call('GET', KEYS[1]) or '0'
+if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
 if current ~= ARGV[1] then return {'conflict', current} end
-if current ~= '0' and redis.call('EXISTS', KEYS[2]) == 0 then return {'corrupt', current} end
-local version = redis.call('INCR', KEYS[1])
+local stateExists = redis.call('EXISTS', KEYS[2]) == 1
+if current ~= '0' and not stateExists then return corrupt('version ' .. current .. ' is stored without its state') end
+if current == '0' and stateExists then return corrupt('a state is stored without its version') end
+local version = string.format('%d', tonumber(current) + 1)
+local added = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], version .. '-0', 'change', ARGV[3])
+if type(added) == 'table' and added.err then
+  return corrupt('the change stream ' .. KEYS[3] .. ' does not take version ' .. version .. ' (' .. added.err .. ')')
+end
+redis.call('SET', KEYS[1], version)
 redis.call('SET', KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], version .. '-0', 'change', ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'response', ARGV[5])
   redis.call('EXPIRE', KEYS[4], ARGV[6])
 end
-return {'ok', tostring(version)}
+return {'ok', version}
+`;
+
+/**
+ * Writes nothing, but is a write script (no `no-writes` flag): Redis refuses it exactly when it
+ * would refuse a commit for memory (over `maxmemory` with `noeviction`) or because it is a
+ * read-only replica, which a PING does not show. `ping` runs it, so health reports a Redis that
+ * answers but refuses every commit.
+ */
+export const writeProbeScript = `#!lua
+return 1
 `;

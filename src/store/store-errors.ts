@@ -32,7 +32,45 @@ export function changesNotRetained(conversationId: string, fromVersion: bigint, 
   );
 }
 
-/** Stored data that cannot be trusted; never answered as an empty conversation. */
+/**
+ * Stored data that cannot be trusted: a state that does not decode, a version key that holds no
+ * version, a key of the wrong type, a malformed change. DATA_LOSS, not UNAVAILABLE: retrying cannot
+ * help until an operator repairs or deletes the conversation's keys. Never answered as an empty
+ * conversation.
+ */
 export function corruptConversation(conversationId: string, detail: string): ConnectError {
-  return new ConnectError(`conversation "${conversationId}" is corrupt in the store: ${detail}`, Code.Unavailable);
+  return new ConnectError(`conversation "${conversationId}" is corrupt in the store: ${detail}`, Code.DataLoss);
+}
+
+/** A conversation id or idempotency key the store cannot name a key by (see `requireStorableText`). */
+export function unstorableText(field: string, index: number): ConnectError {
+  return new ConnectError(
+    `${field} has a lone UTF-16 surrogate at index ${index}: it is not valid Unicode and cannot be stored (it would encode like other ids)`,
+    Code.InvalidArgument,
+  );
+}
+
+/** Lone surrogates: only they match a surrogate code point in a `u` regex (pairs match as one astral code point). */
+const loneSurrogate = /[\uD800-\uDFFF]/u;
+
+/**
+ * Refuses text with lone surrogates (which JSON can carry as `\ud800`): stored as UTF-8 every one
+ * of them becomes U+FFFD, so two different ids would share keys. Both stores refuse alike.
+ */
+export function requireStorableText(field: string, text: string): void {
+  const match = loneSurrogate.exec(text);
+  if (match) throw unstorableText(field, match.index);
+}
+
+/**
+ * Redis over `maxmemory` with `noeviction` refuses writes ("OOM command not allowed"). That is not
+ * an outage (reads work, and a retry at once fails alike) but a full store: RESOURCE_EXHAUSTED,
+ * with what to do about it. Health goes NOT_SERVING meanwhile (see `RedisConversationStore.ping`).
+ */
+export function storeOutOfMemory(what: string, redisMessage: string): ConnectError {
+  return new ConnectError(
+    `redis store is full while ${what}: Redis refuses writes at its maxmemory limit (${redisMessage.trim()}); ` +
+      `reads still work; free memory or raise maxmemory, then retry`,
+    Code.ResourceExhausted,
+  );
 }

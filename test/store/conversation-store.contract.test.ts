@@ -262,7 +262,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
 });
 
 describe("RedisConversationStore specifics", () => {
-  it("reports a version stored without its state as UNAVAILABLE, never as an empty conversation", async () => {
+  it("reports a version stored without its state as DATA_LOSS, never as an empty conversation", async () => {
     const store = new RedisConversationStore(redis.url);
     const raw = new Redis(redis.url);
     try {
@@ -271,9 +271,9 @@ describe("RedisConversationStore specifics", () => {
       await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
       await raw.del(`contextd:{${id}}:state`);
       const error = await rejection(store.load(id));
-      expect(error.code).toBe(Code.Unavailable);
-      expect(error.rawMessage).toContain("version 1 is stored without its state");
-      expect((await rejection(store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "x"))], ""))).code).toBe(Code.Unavailable);
+      expect(error.code).toBe(Code.DataLoss);
+      expect(error.rawMessage).toContain(`conversation "${id}" is corrupt in the store: version 1 is stored without its state`);
+      expect((await rejection(store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "x"))], ""))).code).toBe(Code.DataLoss);
     } finally {
       raw.disconnect();
       await store.close();

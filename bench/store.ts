@@ -138,7 +138,7 @@ if (bare.status !== "ready") await once(bare, "ready");
 const run = Date.now();
 /** The commit script, bare: writes version `expected` + 1 of the conversation under `keys`. */
 const bareCommit = async (keys: ConversationKeys, expected: number, payload: { state: Buffer; change: Buffer }) => {
-  await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotency(""), String(expected), payload.state, payload.change, "", "", 86_400, 10_000);
+  await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotency(""), String(expected), payload.state, payload.change, "", 86_400, 10_000);
 };
 /**
  * The `iteration`th bare commit of a worker labelled `label`: a new conversation every

@@ -1,5 +1,5 @@
 import { toBinary } from "@bufbuild/protobuf";
-import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { WireType } from "@bufbuild/protobuf/wire";
 import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 
 /**
@@ -116,9 +116,4 @@ function writeVarint(output: Buffer, offset: number, value: number): number {
   }
   output[offset++] = value;
   return offset;
-}
-
-/** A `CommitResponse` (version, state) around already encoded state bytes, for idempotency records. */
-export function encodeCommitResponse(version: bigint, stateBytes: Uint8Array): Uint8Array {
-  return new BinaryWriter().tag(1, WireType.Varint).int64(version).tag(3, WireType.LengthDelimited).bytes(stateBytes).finish();
 }

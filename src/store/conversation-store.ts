@@ -5,8 +5,11 @@ import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb
 export interface CommitOutcome {
   /** The version the batch produced. */
   version: bigint;
-  /** The state after the batch. */
-  state: ConversationState;
+  /**
+   * The state after the batch. On a replay, present only while the conversation is still at
+   * `version` (idempotency records keep the version, not a copy of the state).
+   */
+  state: ConversationState | undefined;
   /** True when an idempotency record answered a retry; nothing was applied again. */
   replayed: boolean;
 }
@@ -24,8 +27,10 @@ export interface ConversationPage {
  *
  * Errors are `ConnectError`s with the gRPC code the caller should see: ABORTED for a stale
  * `expectedVersion` (the message says the current version), INVALID_ARGUMENT for an invalid
- * delta (naming its index and the rule), UNAVAILABLE when the backing store cannot be reached or
- * holds a version without its payload.
+ * delta (naming its index and the rule) or an id/key with a lone surrogate, UNAVAILABLE when the
+ * backing store cannot be reached, DATA_LOSS (naming the conversation) when what it holds for the
+ * conversation cannot be trusted (a version without its payload, an undecodable state or change, a
+ * key of the wrong type), RESOURCE_EXHAUSTED when it refuses writes for memory.
  *
  * States returned by `load` and `commit` may be shared with the store's cache: treat them as
  * immutable (core functions never mutate their inputs).
@@ -35,9 +40,10 @@ export interface ConversationStore {
   load(conversationId: string): Promise<ConversationState>;
   /**
    * Applies `deltas` atomically as one new version. `expectedVersion` undefined = no check. A
-   * non-empty `idempotencyKey` already used with the same deltas returns the original outcome,
-   * before any version check. `requestFingerprint`, when given, identifies the batch for that
-   * instead of the deltas (a compile-commit: its deltas depend on the state it read).
+   * non-empty `idempotencyKey` already used with the same deltas returns the original outcome's
+   * version (and its state while current), before any version check. `requestFingerprint`, when
+   * given, identifies the batch for that instead of the deltas (a compile-commit: its deltas depend
+   * on the state it read).
    */
   commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome>;
   /** The current version alone (0 for a conversation never written); cheaper than `load`. */

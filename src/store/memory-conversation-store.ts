@@ -7,14 +7,19 @@ import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
+import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { changesNotRetained, idempotencyKeyReused, versionConflict } from "./store-errors.js";
+import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
 export interface MemoryStoreOptions {
   /** Changes kept per conversation for Watch resumption (oldest dropped first). */
   maxChangesPerConversation?: number;
   /** How long an idempotency key is remembered. */
   idempotencyTtlMs?: number;
+  /** Idempotency records kept (all conversations together); the oldest is forgotten first. */
+  maxIdempotencyRecords?: number;
+  /** Bytes of idempotency records kept (ids, keys, fingerprints); past it the oldest is forgotten first. */
+  maxIdempotencyBytes?: number;
   /** Clock, in Unix milliseconds; injectable for tests. */
   now?: () => number;
   /** Ids for messages committed without one. */
@@ -26,7 +31,6 @@ export interface MemoryStoreOptions {
 interface Conversation {
   state: ConversationState;
   changes: Change[];
-  idempotency: Map<string, { fingerprint: string; outcome: CommitOutcome; expiresAt: number }>;
 }
 
 export const defaultMaxChangesPerConversation = 10_000;
@@ -40,7 +44,7 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly conversations = new Map<string, Conversation>();
   private readonly listeners = new Map<string, Set<() => void>>();
   private readonly maxChanges: number;
-  private readonly idempotencyTtlMs: number;
+  private readonly idempotency: IdempotencyRecords;
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly codec: Codec;
@@ -48,24 +52,30 @@ export class MemoryConversationStore implements ConversationStore {
   constructor(options: MemoryStoreOptions = {}) {
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
-    this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
+    this.idempotency = new IdempotencyRecords({
+      ttlMs: options.idempotencyTtlMs ?? defaultIdempotencyTtlMs,
+      maxRecords: options.maxIdempotencyRecords ?? defaultMaxIdempotencyRecords,
+      maxBytes: options.maxIdempotencyBytes ?? defaultMaxIdempotencyBytes,
+    });
     this.now = options.now ?? Date.now;
     this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
   }
 
   async load(conversationId: string): Promise<ConversationState> {
+    requireStorableText("conversation_id", conversationId);
     const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
     this.codec.retainState(state);
     return state;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
+    requireStorableText("conversation_id", conversationId);
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
   async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
     const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
-    this.codec.retainState(outcome.state);
+    if (outcome.state) this.codec.retainState(outcome.state);
     return outcome;
   }
 
@@ -74,6 +84,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
+    requireStorableText("prefix", prefix);
     const after = decodePageToken(pageToken);
     const ids = [...this.conversations.keys()].filter((id) => id.startsWith(prefix) && id > after).sort();
     const page = ids.slice(0, pageSize);
@@ -84,6 +95,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
+    requireStorableText("conversation_id", conversationId);
     let last = fromVersion;
     let first = true;
     while (!signal.aborted) {
@@ -118,14 +130,15 @@ export class MemoryConversationStore implements ConversationStore {
     cleared: boolean,
     requestFingerprint?: string,
   ): Promise<CommitOutcome> {
+    requireStorableText("conversation_id", conversationId);
+    requireStorableText("idempotency_key", idempotencyKey);
     const conversation = this.conversations.get(conversationId);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
-    if (conversation && idempotencyKey !== "") {
-      const record = conversation.idempotency.get(idempotencyKey);
-      if (record && record.expiresAt <= this.now()) conversation.idempotency.delete(idempotencyKey);
-      else if (record) {
+    if (idempotencyKey !== "") {
+      const record = this.idempotency.get(conversationId, idempotencyKey, this.now());
+      if (record) {
         if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
-        return { ...record.outcome, replayed: true };
+        return this.replay(conversation, record);
       }
     }
     const base = conversation?.state ?? emptyConversationState(conversationId);
@@ -138,17 +151,21 @@ export class MemoryConversationStore implements ConversationStore {
       committedAtUnixMs: BigInt(this.now()),
       cleared,
     });
-    const target: Conversation = conversation ?? { state: base, changes: [], idempotency: new Map() };
+    const target: Conversation = conversation ?? { state: base, changes: [] };
     target.state = plan.state;
     target.changes.push(plan.change);
     if (target.changes.length > this.maxChanges) target.changes.splice(0, target.changes.length - this.maxChanges);
     const outcome: CommitOutcome = { version: plan.state.version, state: plan.state, replayed: false };
-    if (idempotencyKey !== "") {
-      target.idempotency.set(idempotencyKey, { fingerprint, outcome, expiresAt: this.now() + this.idempotencyTtlMs });
-    }
+    if (idempotencyKey !== "") this.idempotency.add(conversationId, idempotencyKey, fingerprint, plan.state.version, this.now());
     this.conversations.set(conversationId, target);
     for (const callback of this.listeners.get(conversationId) ?? []) callback();
     return outcome;
+  }
+
+  /** A retried commit's outcome: its version, and its state while that is still the current one. */
+  private replay(conversation: Conversation | undefined, record: IdempotencyRecord): CommitOutcome {
+    const current = conversation?.state;
+    return { version: record.version, state: current?.version === record.version ? current : undefined, replayed: true };
   }
 
   /** Resolves at the next commit to `conversationId`, or when `signal` aborts or the store closes. */

@@ -4,13 +4,11 @@ import { randomUUID } from "node:crypto";
 import { Redis, type RedisOptions } from "ioredis";
 import {
   ChangeSchema,
-  CommitResponseSchema,
   ConversationSummarySchema,
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
-import { encodeCommitResponse } from "../codec/state-encoding.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
@@ -69,10 +67,16 @@ interface ScriptedRedis extends Redis {
   contextdWriteProbe(): Promise<unknown>;
 }
 
+/** What the commit script records per idempotency key: the commit's response without its state. */
+interface IdempotencyRecord {
+  fingerprint: string;
+  version: bigint;
+}
+
 interface Loaded {
   state: ConversationState;
   /** The idempotency record of the key asked for, if one exists. */
-  record?: { fingerprint: string; response: Buffer };
+  record?: IdempotencyRecord;
 }
 
 /**
@@ -146,7 +150,7 @@ export class RedisConversationStore implements ConversationStore {
 
   async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
     const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
-    this.codec.retainState(outcome.state);
+    if (outcome.state) this.codec.retainState(outcome.state);
     return outcome;
   }
 
@@ -274,9 +278,9 @@ export class RedisConversationStore implements ConversationStore {
       conversationId,
     );
     if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
-    const [, versionBytes, stateBytes, fingerprint, response, exists] = reply;
+    const [, versionBytes, stateBytes, fingerprint, recorded, exists] = reply;
     const version = versionBytes === null ? 0n : storedVersion(conversationId, String(versionBytes));
-    const record = fingerprint && response ? { fingerprint: String(fingerprint), response: response as Buffer } : undefined;
+    const record = fingerprint && recorded ? { fingerprint: String(fingerprint), version: storedVersion(conversationId, String(recorded)) } : undefined;
     if (version === 0n) {
       if (exists === 1) throw corruptConversation(conversationId, "a state is stored without its version");
       this.cache.delete(conversationId);
@@ -288,17 +292,22 @@ export class RedisConversationStore implements ConversationStore {
       this.cache.touch(conversationId);
       return { state: cached, record };
     }
+    return { state: this.decodeState(conversationId, version, stateBytes as Buffer), record };
+  }
+
+  /** A stored state, checked against the version key and remembered; DATA_LOSS if it cannot be trusted. */
+  private decodeState(conversationId: string, version: bigint, bytes: Buffer): ConversationState {
     let state: ConversationState;
     try {
-      state = fromBinary(ConversationStateSchema, stateBytes as Buffer);
+      state = fromBinary(ConversationStateSchema, bytes);
     } catch (error) {
       throw corruptConversation(conversationId, `the stored state does not decode: ${(error as Error).message}`);
     }
     if (state.version !== version || state.conversationId !== conversationId) {
       throw corruptConversation(conversationId, `the stored state is version ${state.version} of "${state.conversationId}" but the version key says ${version}`);
     }
-    this.cache.remember(state, (stateBytes as Buffer).length);
-    return { state, record };
+    this.cache.remember(state, bytes.length);
+    return state;
   }
 
   private async apply(
@@ -324,7 +333,7 @@ export class RedisConversationStore implements ConversationStore {
         base = cached;
       } else {
         const loaded = await this.read(conversationId, idempotencyKey);
-        if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record);
+        if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
         base = loaded.state;
         if (expectedVersion !== undefined && expectedVersion !== base.version) {
           throw versionConflict(conversationId, expectedVersion, base.version);
@@ -344,8 +353,9 @@ export class RedisConversationStore implements ConversationStore {
         continue;
       }
       const stateBytes = this.codec.encodeState(plan.state, base);
-      const response = idempotencyKey === "" ? "" : bufferOf(encodeCommitResponse(plan.state.version, stateBytes));
-      const committing = this.call("committing", () =>
+      const committing = this.call(
+        "committing",
+        () =>
         this.redis.contextdCommitBuffer(
           keys.version,
           keys.state,
@@ -355,10 +365,10 @@ export class RedisConversationStore implements ConversationStore {
           stateBytes,
           bufferOf(toBinary(ChangeSchema, plan.change)),
           fingerprint,
-          response,
           this.idempotencyTtlSeconds,
           this.maxChanges,
         ),
+        conversationId,
       );
       // The index entry is written beside the script, not in it (the index key is in another
       // Cluster slot); issued in the same event-loop iteration (see `call`), both leave in one
@@ -373,7 +383,12 @@ export class RedisConversationStore implements ConversationStore {
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       if (outcome === "replay") {
-        return replayed(conversationId, idempotencyKey, fingerprint, { fingerprint: String(reply![1]), response: reply![2] as Buffer });
+        const record = { fingerprint: String(reply![1]), version: storedVersion(conversationId, String(reply![2])) };
+        // The script sends the state only while the conversation is still at the recorded version.
+        const stored = reply![3];
+        const cachedNow = this.cache.get(conversationId);
+        const state = !stored ? undefined : cachedNow?.version === record.version ? cachedNow : this.decodeState(conversationId, record.version, stored);
+        return replayed(conversationId, idempotencyKey, fingerprint, record, state);
       }
       if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply![1]));
       if (outcome === "invalid") throw new ConnectError(`redis store: the commit script refused its arguments: ${String(reply![1])}`, Code.Internal);
@@ -468,15 +483,10 @@ function whenReady(redis: Redis, timeoutMs: number): Promise<boolean> {
   });
 }
 
-function replayed(conversationId: string, key: string, fingerprint: string, record: { fingerprint: string; response: Buffer }): CommitOutcome {
+/** A retried commit's outcome: the recorded version, and the state only if it is that version's. */
+function replayed(conversationId: string, key: string, fingerprint: string, record: IdempotencyRecord, current: ConversationState | undefined): CommitOutcome {
   if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, key);
-  let response;
-  try {
-    response = fromBinary(CommitResponseSchema, record.response);
-  } catch (error) {
-    throw corruptConversation(conversationId, `the idempotency record of key "${key}" does not decode: ${(error as Error).message}`);
-  }
-  return { version: response.version, state: response.state ?? emptyConversationState(conversationId), replayed: true };
+  return { version: record.version, state: current?.version === record.version ? current : undefined, replayed: true };
 }
 
 /** What the commit script writes as a version: "0" or digits without a leading zero. */

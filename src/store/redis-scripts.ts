@@ -67,85 +67,93 @@ end
  * Reads a conversation, skipping the payload when the caller's cached copy is current.
  * KEYS: version, state, idempotency record. ARGV: cached version ("" = none), "1" to also read the
  * idempotency record.
- * Returns {'ok', version or false, state or false, fingerprint or false, response or false, state
- * exists} | {'corrupt', detail}. The version is returned as stored; the caller checks it is one.
+ * Returns {'ok', version or false, state or false, record fingerprint or false, record version or
+ * false, state exists} | {'corrupt', detail}. Versions are returned as stored; the caller checks
+ * they are versions.
  */
 export const loadScript = `#!lua flags=no-writes
 ${scriptPrelude}
 local bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string')
+if not bad and ARGV[2] == '1' then bad = wrongType('the idempotency record', KEYS[3], 'hash') end
 if bad then return bad end
-local fingerprint, response = false, false
+local fingerprint, recorded = false, false
 if ARGV[2] == '1' then
-  bad = wrongType('the idempotency record', KEYS[3], 'hash')
-  if bad then return bad end
-  local record = redis.call('HMGET', KEYS[3], 'fingerprint', 'response')
-  fingerprint, response = record[1], record[2]
-  if (fingerprint and not response) or (response and not fingerprint) then
-    return corrupt('the idempotency record ' .. KEYS[3] .. ' lacks its fingerprint or its response')
+  local record = redis.call('HMGET', KEYS[3], 'fingerprint', 'version')
+  fingerprint, recorded = record[1], record[2]
+  if (fingerprint and not recorded) or (recorded and not fingerprint) then
+    return corrupt('the idempotency record ' .. KEYS[3] .. ' lacks its fingerprint or its version')
   end
 end
 local version = redis.call('GET', KEYS[1])
 local exists = redis.call('EXISTS', KEYS[2])
 if not version or version == ARGV[1] then
-  return {'ok', version, false, fingerprint, response, exists}
+  return {'ok', version, false, fingerprint, recorded, exists}
 end
-return {'ok', version, redis.call('GET', KEYS[2]), fingerprint, response, exists}
+return {'ok', version, redis.call('GET', KEYS[2]), fingerprint, recorded, exists}
 `;
 
 /**
  * Commits one batch computed by the client from the state at the expected version.
  * KEYS: version, state, changes stream, idempotency record.
  * ARGV: expected version, new state, change record, idempotency fingerprint ("" = no key),
- * commit response (for replays), idempotency TTL seconds, change stream MAXLEN (approximate).
- * Returns {'ok', version} | {'conflict', current version} | {'replay', fingerprint, response} |
- * {'corrupt', detail} | {'invalid', detail}.
+ * idempotency TTL seconds, change stream MAXLEN (approximate).
+ * Returns {'ok', version} | {'conflict', current version} | {'replay', fingerprint, recorded
+ * version, state or false} | {'corrupt', detail} | {'invalid', detail}.
  *
  * Everything that could fail is checked before the first write (arguments, the type of every key,
- * the stored version), and the first write is the XADD, the one command a consistent-looking
- * stream can still refuse (its last id at or past the new version); it runs under pcall and writes
- * nothing when it fails. What follows (SET, SET, HSET, EXPIRE on keys of checked types) cannot
- * fail, so a commit applies whole or not at all. Redis does not roll a script back: before, a
- * wrong-type change stream failed the XADD after version and state were written.
- * The idempotency record is checked first, so a retry of a commit that already applied is answered
- * from the record even though the version has since moved.
+ * the stored version, a state beside every version), and the first write is the XADD, the one
+ * command a consistent-looking stream can still refuse (its last id at or past the new version);
+ * it runs under pcall and writes nothing when it fails. What follows (SET, SET, HSET, EXPIRE on
+ * keys of checked types) cannot fail, so a commit applies whole or not at all. Redis does not roll
+ * a script back: before, a wrong-type change stream failed the XADD after version and state were
+ * written.
+ *
+ * The idempotency record (fingerprint and the version the commit produced: the response without
+ * a copy of the state) is checked before the version, so a retry of a commit that already applied
+ * is answered from it even though the version has since moved; the replay carries the state only
+ * while the conversation is still at that version.
  */
 export const commitScript = `#!lua
 ${scriptPrelude}
 -- Versions stay below 2^53 (15 digits), so Lua's numbers (doubles) add 1 to them exactly.
 local function isVersion(text) return text == '0' or (string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15) end
 local function isCount(text) return string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15 end
-if #KEYS ~= 4 or #ARGV ~= 7 then return {'invalid', 'the commit script takes 4 keys and 7 arguments'} end
+if #KEYS ~= 4 or #ARGV ~= 6 then return {'invalid', 'the commit script takes 4 keys and 6 arguments'} end
 if not isVersion(ARGV[1]) then return {'invalid', 'expected version "' .. ARGV[1] .. '" is not a version'} end
 if ARGV[3] == '' then return {'invalid', 'the change record is empty'} end
-if ARGV[4] ~= '' and ARGV[5] == '' then return {'invalid', 'an idempotency fingerprint without a response'} end
-if not isCount(ARGV[6]) then return {'invalid', 'idempotency TTL "' .. ARGV[6] .. '" is not a positive number of seconds'} end
-if not isCount(ARGV[7]) then return {'invalid', 'change stream MAXLEN "' .. ARGV[7] .. '" is not a positive count'} end
-local bad = false
-if ARGV[4] ~= '' then
-  bad = wrongType('the idempotency record', KEYS[4], 'hash')
-  if bad then return bad end
-  local record = redis.call('HMGET', KEYS[4], 'fingerprint', 'response')
-  if record[1] and record[2] then return {'replay', record[1], record[2]} end
-  if record[1] or record[2] then return corrupt('the idempotency record ' .. KEYS[4] .. ' lacks its fingerprint or its response') end
-end
-bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string') or wrongType('the change stream', KEYS[3], 'stream')
+if not isCount(ARGV[5]) then return {'invalid', 'idempotency TTL "' .. ARGV[5] .. '" is not a positive number of seconds'} end
+if not isCount(ARGV[6]) then return {'invalid', 'change stream MAXLEN "' .. ARGV[6] .. '" is not a positive count'} end
+local keyed = ARGV[4] ~= ''
+local bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string') or wrongType('the change stream', KEYS[3], 'stream')
+if not bad and keyed then bad = wrongType('the idempotency record', KEYS[4], 'hash') end
 if bad then return bad end
 local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
-if current ~= ARGV[1] then return {'conflict', current} end
 local stateExists = redis.call('EXISTS', KEYS[2]) == 1
 if current ~= '0' and not stateExists then return corrupt('version ' .. current .. ' is stored without its state') end
 if current == '0' and stateExists then return corrupt('a state is stored without its version') end
+if keyed then
+  local record = redis.call('HMGET', KEYS[4], 'fingerprint', 'version')
+  if record[1] or record[2] then
+    if not (record[1] and record[2] and isVersion(record[2])) then
+      return corrupt('the idempotency record ' .. KEYS[4] .. ' lacks its fingerprint or its version')
+    end
+    local state = false
+    if record[2] == current then state = redis.call('GET', KEYS[2]) end
+    return {'replay', record[1], record[2], state}
+  end
+end
+if current ~= ARGV[1] then return {'conflict', current} end
 local version = string.format('%d', tonumber(current) + 1)
-local added = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], version .. '-0', 'change', ARGV[3])
+local added = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], version .. '-0', 'change', ARGV[3])
 if type(added) == 'table' and added.err then
   return corrupt('the change stream ' .. KEYS[3] .. ' does not take version ' .. version .. ' (' .. added.err .. ')')
 end
 redis.call('SET', KEYS[1], version)
 redis.call('SET', KEYS[2], ARGV[2])
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'response', ARGV[5])
-  redis.call('EXPIRE', KEYS[4], ARGV[6])
+if keyed then
+  redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'version', version)
+  redis.call('EXPIRE', KEYS[4], ARGV[5])
 end
 return {'ok', version}
 `;

@@ -67,12 +67,12 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     const id = freshId("ops");
     const first = await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"), textMessage("a1", Role.ASSISTANT, "hello"))], "");
     expect(first.version).toBe(1n);
-    expect(first.state.history.map((message) => message.id)).toEqual(["u1", "a1"]);
+    expect(first.state!.history.map((message) => message.id)).toEqual(["u1", "a1"]);
     const second = await store.commit(id, 1n, [delta({ case: "replaceSegment", value: { segment: Segment.SYSTEM, messages: [textMessage("s1", Role.SYSTEM, "be brief")] } })], "");
     expect(second.version).toBe(2n);
     const third = await store.commit(id, 2n, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["a1"] } })], "");
     expect(third.version).toBe(3n);
-    expect(third.state.history.map((message) => message.id)).toEqual(["u1"]);
+    expect(third.state!.history.map((message) => message.id)).toEqual(["u1"]);
     const fourth = await store.commit(id, 3n, [delta({ case: "clearSegment", value: { segment: Segment.SYSTEM } })], "");
     expect(fourth.version).toBe(4n);
     const loaded = await store.load(id);
@@ -84,7 +84,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
   it("gives messages without an id a unique id", async () => {
     const id = freshId("ids");
     const outcome = await store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "a"), textMessage("", Role.ASSISTANT, "b"))], "");
-    const ids = outcome.state.history.map((message) => message.id);
+    const ids = outcome.state!.history.map((message) => message.id);
     expect(ids.every((messageId) => messageId !== "")).toBe(true);
     expect(new Set(ids).size).toBe(2);
     expect((await store.load(id)).history.map((message) => message.id)).toEqual(ids);
@@ -124,7 +124,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await rejection(store.commit(id, 0n, [appendHistory(textMessage("u9", Role.USER, "stale"))], ""))).code).toBe(Code.Aborted);
     // Experience ids are never reused, also across a clear.
     const after = await store.commit(id, 2n, [delta({ case: "remember", value: { text: "likes coffee" } })], "");
-    expect(after.state.experiences.map((experience) => experience.id)).toEqual(["exp_2"]);
+    expect(after.state!.experiences.map((experience) => experience.id)).toEqual(["exp_2"]);
     expect(await store.list(id, 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 3n }] });
   });
 
@@ -140,7 +140,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     ];
     const outcome = await store.commit(id, 0n, deltas, "");
     const loaded = await store.load(id);
-    expect(toBinary(ConversationStateSchema, loaded)).toEqual(toBinary(ConversationStateSchema, outcome.state));
+    expect(toBinary(ConversationStateSchema, loaded)).toEqual(toBinary(ConversationStateSchema, outcome.state!));
     expect(toBinary(MessageSchema, loaded.history[0]!)).toEqual(toBinary(MessageSchema, everyFieldMessage("m1")));
     expect(equals(MessageSchema, loaded.memory[0]!, everyFieldMessage("m2"))).toBe(true);
     expect(loaded.history.map((message) => message.id)).toEqual(["m1", "round1-a", "round1-r"]);
@@ -170,23 +170,65 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(await store.currentVersion(id)).toBe(1n);
   });
 
-  it("answers a retried commit with the same idempotency key from the record, even after later commits", async () => {
+  it("answers a retried commit with the same idempotency key from the record: its version always, its state while current", async () => {
     const id = freshId("idempotent");
     const batch = [appendHistory(textMessage("", Role.USER, "once"))];
     const original = await store.commit(id, 0n, batch, "key-1");
     expect(original.replayed).toBe(false);
-    await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "later"))], "");
+    const atOnce = await store.commit(id, 0n, batch, "key-1");
+    expect(atOnce).toMatchObject({ replayed: true, version: 1n });
+    expect(toBinary(ConversationStateSchema, atOnce.state!)).toEqual(toBinary(ConversationStateSchema, original.state!));
 
+    await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "later"))], "");
+    // The record keeps the version, not a copy of the state; the state has moved on.
     const retry = await store.commit(id, 0n, batch, "key-1");
-    expect(retry.replayed).toBe(true);
-    expect(retry.version).toBe(1n);
-    expect(toBinary(ConversationStateSchema, retry.state)).toEqual(toBinary(ConversationStateSchema, original.state));
+    expect(retry).toMatchObject({ replayed: true, version: 1n, state: undefined });
     expect((await store.load(id)).history).toHaveLength(2);
 
     const misuse = await rejection(store.commit(id, 2n, [appendHistory(textMessage("", Role.USER, "other"))], "key-1"));
     expect(misuse.code).toBe(Code.InvalidArgument);
     expect(misuse.rawMessage).toContain('"key-1"');
     expect(await store.currentVersion(id)).toBe(2n);
+  });
+
+  it("keeps conversations whose ids differ only in {, }, : or % apart, and their idempotency keys", async () => {
+    const base = freshId("escape");
+    // Look-alikes of each other's key names: unescaped, "a}:idempotency:x"'s version key was the
+    // record of "a"'s idempotency key "x}:version", so one conversation's commit wrote the other's.
+    const ids = ["a", "a}:idempotency:x", "a}", "{a}", "a:b", "a%7D", "a%", "t/a}b", "t/a"].map((suffix) => `${base}/${suffix}`);
+    for (const [index, id] of ids.entries()) {
+      const outcome = await store.commit(id, 0n, [appendHistory(textMessage(`m${index}`, Role.USER, id))], "k}:");
+      expect(outcome).toMatchObject({ version: 1n, replayed: false });
+    }
+    const id = ids[0]!;
+    for (const key of ["x}:version", "x}:state", "x}:changes", "k", "k}", "k:", ":k", "k%3A"]) {
+      expect((await store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, key))], key)).replayed).toBe(false);
+    }
+    expect(await store.currentVersion(id)).toBe(9n);
+    for (const [index, other] of ids.slice(1).entries()) {
+      const state = await store.load(other);
+      expect(state.version).toBe(1n);
+      expect(state.history.map((message) => message.id)).toEqual([`m${index + 1}`]);
+      expect((await store.commit(other, 1n, [appendHistory(textMessage("", Role.USER, "second"))], "x}:version")).version).toBe(2n);
+    }
+    const listed = await store.list(`${base}/`, 100, "");
+    expect(listed.conversations.map((summary) => [summary.conversationId, summary.version])).toEqual(
+      [...ids].sort().map((listedId) => [listedId, listedId === id ? 9n : 2n]),
+    );
+  });
+
+  it("refuses ids, keys and prefixes with a lone surrogate as INVALID_ARGUMENT (their UTF-8 would be another id's)", async () => {
+    const id = freshId("surrogate");
+    const lone = await rejection(store.commit(`${id}\ud800`, undefined, [appendHistory(textMessage("", Role.USER, "x"))], ""));
+    expect(lone.code).toBe(Code.InvalidArgument);
+    expect(lone.rawMessage).toBe(`conversation_id has a lone UTF-16 surrogate at index ${id.length}: it is not valid Unicode and cannot be stored (it would encode like other ids)`);
+    expect((await rejection(store.load(`${id}\udfff`))).code).toBe(Code.InvalidArgument);
+    const key = await rejection(store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k\udc00"));
+    expect(key.rawMessage).toMatch(/^idempotency_key has a lone UTF-16 surrogate at index 1/);
+    expect((await rejection(store.list("\ud800", 10, ""))).rawMessage).toMatch(/^prefix /);
+    // A well-formed pair is an ordinary character.
+    expect((await store.commit(`${id}😀`, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k😀")).version).toBe(1n);
+    expect(await store.currentVersion(id)).toBe(0n);
   });
 
   it("lets exactly one of 32 concurrent writers with the same expected version win", async () => {
@@ -258,6 +300,44 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(third.nextPageToken).toBe("");
     expect(first.conversations[0]!.version).toBe(1n);
     expect((await rejection(store.list(prefix, 2, "not a token!"))).code).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("MemoryConversationStore specifics", () => {
+  const once = (text: string) => [appendHistory(textMessage("", Role.USER, text))];
+
+  it("forgets the oldest idempotency record past maxIdempotencyRecords; a retry of it with its expected version is then ABORTED", async () => {
+    const store = new MemoryConversationStore({ maxIdempotencyRecords: 3 });
+    for (const key of ["k1", "k2", "k3", "k4"]) await store.commit(`count-${key}`, 0n, once(key), key);
+    const forgotten = await rejection(store.commit("count-k1", 0n, once("k1"), "k1"));
+    expect(forgotten.code).toBe(Code.Aborted);
+    for (const key of ["k2", "k3", "k4"]) expect(await store.commit(`count-${key}`, 0n, once(key), key)).toMatchObject({ replayed: true, version: 1n });
+  });
+
+  it("forgets the oldest idempotency records past maxIdempotencyBytes, keeping the newest even when it alone is over", async () => {
+    // Keys of 1,000 characters: about 2.3 KB each as counted; 5 KB holds the newest two.
+    const store = new MemoryConversationStore({ maxIdempotencyBytes: 5_000 });
+    const keys = ["a", "b", "c"].map((letter) => letter.repeat(1_000));
+    for (const key of keys) await store.commit("bytes", undefined, once(key[0]!), key);
+    expect((await store.commit("bytes", undefined, once("a"), keys[0]!)).replayed).toBe(false);
+    expect(await store.currentVersion("bytes")).toBe(4n);
+    const tiny = new MemoryConversationStore({ maxIdempotencyBytes: 1 });
+    await tiny.commit("tiny", undefined, once("x"), "x");
+    expect(await tiny.commit("tiny", undefined, once("x"), "x")).toMatchObject({ replayed: true, version: 1n });
+  });
+
+  it("forgets a record after idempotencyTtlMs", async () => {
+    let now = 1_000_000;
+    const store = new MemoryConversationStore({ idempotencyTtlMs: 1_000, now: () => now });
+    await store.commit("ttl", undefined, once("x"), "k");
+    now += 999;
+    expect((await store.commit("ttl", undefined, once("x"), "k")).replayed).toBe(true);
+    now += 1;
+    expect(await store.commit("ttl", undefined, once("x"), "k")).toMatchObject({ replayed: false, version: 2n });
+  });
+
+  it("refuses idempotency bounds that are not positive", () => {
+    expect(() => new MemoryConversationStore({ maxIdempotencyRecords: 0 })).toThrow(/idempotency bounds must be positive/);
   });
 });
 

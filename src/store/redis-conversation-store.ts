@@ -105,6 +105,12 @@ export class RedisConversationStore implements ConversationStore {
   private readonly indexedConversations = new Set<string>();
   private readonly watchConnections = new Set<Redis>();
   private lastError = "";
+  /**
+   * Set when Redis refused a commit for memory: the bytes that commit sent. Redis counts a
+   * command's own arguments against `maxmemory`, so it can refuse a commit of a long state while
+   * small writes (and the write probe) still pass; `ping` fails until the refused size fits again.
+   */
+  private refusedForMemory: { bytes: number; message: string } | undefined;
   /** The socket corked for this event-loop iteration, if any (see `call`). */
   private corkedSocket: Redis["stream"] | undefined;
   private readonly codec: Codec;
@@ -240,12 +246,26 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   /**
-   * Runs the write probe, not PING: a Redis at `maxmemory` (noeviction) or a read-only replica
-   * answers PING but refuses every commit, and health should say so (RESOURCE_EXHAUSTED or
-   * UNAVAILABLE here makes it NOT_SERVING).
+   * Runs the write probe, not PING: a Redis over `maxmemory` (noeviction) or a read-only replica
+   * answers PING but refuses every commit. After a commit was refused for memory, also fails while
+   * Redis's `used_memory` plus that commit's size is over `maxmemory` (Redis counts a command's
+   * arguments too, so it refuses long commits while small writes still pass). Health polls this:
+   * RESOURCE_EXHAUSTED or UNAVAILABLE here makes it NOT_SERVING, and logs why.
    */
   async ping(): Promise<void> {
     await this.call("checking that Redis takes writes", () => this.redis.contextdWriteProbe());
+    const refused = this.refusedForMemory;
+    if (refused === undefined) return;
+    const info = await this.call("checking Redis's memory", () => this.redis.info("memory"));
+    const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(info)?.[1] ?? 0);
+    const [used, max] = [field("used_memory"), field("maxmemory")];
+    if (max > 0 && used + refused.bytes > max) {
+      throw new ConnectError(
+        `${refused.message} (used_memory ${used} + the refused commit's ${refused.bytes} bytes > maxmemory ${max})`,
+        Code.ResourceExhausted,
+      );
+    }
+    this.refusedForMemory = undefined;
   }
 
   async close(): Promise<void> {
@@ -353,23 +373,29 @@ export class RedisConversationStore implements ConversationStore {
         continue;
       }
       const stateBytes = this.codec.encodeState(plan.state, base);
+      const changeBytes = bufferOf(toBinary(ChangeSchema, plan.change));
       const committing = this.call(
         "committing",
         () =>
-        this.redis.contextdCommitBuffer(
-          keys.version,
-          keys.state,
-          keys.changes,
-          keys.idempotency(idempotencyKey),
-          String(base.version),
-          stateBytes,
-          bufferOf(toBinary(ChangeSchema, plan.change)),
-          fingerprint,
-          this.idempotencyTtlSeconds,
-          this.maxChanges,
-        ),
+          this.redis.contextdCommitBuffer(
+            keys.version,
+            keys.state,
+            keys.changes,
+            keys.idempotency(idempotencyKey),
+            String(base.version),
+            stateBytes,
+            changeBytes,
+            fingerprint,
+            this.idempotencyTtlSeconds,
+            this.maxChanges,
+          ),
         conversationId,
-      );
+      ).catch((error: unknown) => {
+        if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
+          this.refusedForMemory = { bytes: stateBytes.length + changeBytes.length, message: error.rawMessage };
+        }
+        throw error;
+      });
       // The index entry is written beside the script, not in it (the index key is in another
       // Cluster slot); issued in the same event-loop iteration (see `call`), both leave in one
       // write. A failed index write does not fail a commit that applied: the entry is retried on

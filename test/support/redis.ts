@@ -33,6 +33,8 @@ export interface RedisOptions {
    * (for outage tests). Off by default: persistence only slows the other suites down.
    */
   appendOnly?: boolean;
+  /** More redis-server arguments, e.g. `["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]`. */
+  args?: string[];
 }
 
 export async function startRedis(options: RedisOptions = {}): Promise<RedisProcess> {
@@ -41,7 +43,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisProce
   let child: ChildProcess | undefined;
   const launch = async () => {
     const persistence = options.appendOnly ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"];
-    child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", ...persistence, "--dir", dir], {
+    child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", ...persistence, "--dir", dir, ...(options.args ?? [])], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     let output = "";

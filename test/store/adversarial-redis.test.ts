@@ -1,0 +1,288 @@
+// Issue 15, items 4-6 (the store's part), tried as an attacker or an unlucky operator would,
+// against a real sidecar process and a real redis-server: ids that look like key syntax, key types
+// and values changed behind the sidecar's back, and a Redis at its maxmemory limit.
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
+import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { escapeKeyPart } from "../../src/store/redis-scripts.js";
+import { startRedis, type RedisProcess } from "../support/redis.js";
+import { startSidecar, type Sidecar } from "../support/sidecar.js";
+import { appendHistory, textMessage } from "./fixtures.js";
+
+/** Every call gets this deadline: a call that hangs fails the test instead of the suite's timeout. */
+const callOptions = { timeoutMs: 3_000 };
+
+interface Deployment {
+  redis: RedisProcess;
+  sidecar: Sidecar;
+  raw: Redis;
+  conversations: Client<typeof ConversationService>;
+  health: Client<typeof Health>;
+}
+
+async function deploy(redisArgs: string[] = []): Promise<Deployment> {
+  const redis = await startRedis({ args: redisArgs });
+  const sidecar = await startSidecar(["--redis-url", redis.url, "--health-interval-ms", "100"]);
+  const transport = createGrpcTransport({ baseUrl: sidecar.url });
+  return {
+    redis,
+    sidecar,
+    raw: new Redis(redis.url),
+    conversations: createClient(ConversationService, transport),
+    health: createClient(Health, transport),
+  };
+}
+
+async function undeploy(deployment: Deployment | undefined): Promise<void> {
+  deployment?.raw.disconnect();
+  await deployment?.sidecar.stop();
+  await deployment?.redis.stop();
+}
+
+async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
+  const error = await promise.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  );
+  expect(error, "expected a rejection").toBeInstanceOf(ConnectError);
+  return error as ConnectError;
+}
+
+const say = (text: string) => [appendHistory(textMessage("", Role.USER, text))];
+const keysOf = (id: string) => {
+  const base = `contextd:{${escapeKeyPart(id)}}`;
+  return { version: `${base}:version`, state: `${base}:state`, changes: `${base}:changes`, record: (key: string) => `${base}:idempotency:${escapeKeyPart(key)}` };
+};
+
+describe("adversarial Redis store (real sidecar, real redis-server)", () => {
+  let deployment: Deployment;
+  beforeAll(async () => {
+    deployment = await deploy();
+  });
+  afterAll(async () => {
+    await undeploy(deployment);
+  });
+
+  const serving = async () => (await deployment.health.check({ service: "" }, callOptions)).status;
+  /** Every key of the conversation, with its values, to show that a refused call wrote nothing. */
+  const snapshot = async (id: string, key: string) => {
+    const keys = keysOf(id);
+    const pipeline = deployment.raw.pipeline();
+    pipeline.type(keys.version).getBuffer(keys.version).type(keys.state).type(keys.changes).exists(keys.record(key));
+    const values = (await pipeline.exec())!.map(([error, value]) => (error ? String(error) : value));
+    const state = (await deployment.raw.type(keys.state)) === "string" ? await deployment.raw.getBuffer(keys.state) : null;
+    const changes = (await deployment.raw.type(keys.changes)) === "stream" ? await deployment.raw.xrange(keys.changes, "-", "+") : null;
+    return { values, state, changes };
+  };
+
+  it("keeps ids with }, { and : apart, all keys of one conversation under one hash tag that no id can end", async () => {
+    const { conversations, raw } = deployment;
+    // Unescaped, B's version key was A's idempotency record for key "x}:version" (and likewise for
+    // state and changes): A's keyed commit wrote into B, and B's commits failed with WRONGTYPE.
+    const a = "tenant/a";
+    const b = "tenant/a}:idempotency:x";
+    const c = "tenant/{a}";
+    await conversations.commit({ conversationId: b, deltas: say("b1"), idempotencyKey: "k" }, callOptions);
+    for (const key of ["x}:version", "x}:state", "x}:changes"]) {
+      await conversations.commit({ conversationId: a, deltas: say(key), idempotencyKey: key }, callOptions);
+    }
+    await conversations.commit({ conversationId: c, deltas: say("c1") }, callOptions);
+    expect((await conversations.commit({ conversationId: b, expectedVersion: 1n, deltas: say("b2"), idempotencyKey: "x}:version" }, callOptions)).version).toBe(2n);
+
+    const history = async (id: string) => (await conversations.getState({ conversationId: id }, callOptions)).state!.history.map((message) => message.parts[0]!.kind.value);
+    expect((await history(a)).map((part) => (part as { text: string }).text)).toEqual(["x}:version", "x}:state", "x}:changes"]);
+    expect((await history(b)).map((part) => (part as { text: string }).text)).toEqual(["b1", "b2"]);
+    expect((await history(c)).map((part) => (part as { text: string }).text)).toEqual(["c1"]);
+
+    // Redis Cluster hashes the text between the first "{" and the next "}": for every key that is
+    // the escaped id, so a conversation's keys share a slot and no id reaches another's slot.
+    const stored = (await raw.keys("contextd:{*")).sort();
+    const tagOf = (key: string) => key.slice(key.indexOf("{") + 1, key.indexOf("}", key.indexOf("{")));
+    const ids = new Map([a, b, c].map((id) => [escapeKeyPart(id), id]));
+    for (const key of stored) {
+      const id = ids.get(tagOf(key));
+      expect(id, `key ${key} is under the tag of a conversation`).toBeDefined();
+      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|state|changes|idempotency:[^{}:]*)$/);
+    }
+    expect(stored).toContain("contextd:{tenant/a%7D%3Aidempotency%3Ax}:version");
+    expect(stored).toContain("contextd:{tenant/a}:idempotency:x%7D%3Aversion");
+  });
+
+  it("refuses a commit onto a wrong-type change stream with DATA_LOSS naming the id, writing nothing; the retry does the same until repaired, then applies once", async () => {
+    const { conversations, raw } = deployment;
+    const id = "tenant/wrong-type-stream";
+    await conversations.commit({ conversationId: id, deltas: say("first") }, callOptions);
+    await raw.del(keysOf(id).changes);
+    await raw.set(keysOf(id).changes, "not a stream");
+    const before = await snapshot(id, "retry-1");
+
+    const commit = () => conversations.commit({ conversationId: id, expectedVersion: 1n, deltas: say("second"), idempotencyKey: "retry-1" }, callOptions);
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const error = await rejection(commit());
+      expect(error.code).toBe(Code.DataLoss);
+      expect(error.rawMessage).toBe(`conversation "${id}" is corrupt in the store: the change stream key ${keysOf(id).changes} is a string, not a stream`);
+      expect(await snapshot(id, "retry-1")).toEqual(before);
+    }
+    // Watch says so at once, instead of UNAVAILABLE for the client to retry forever.
+    const watchError = await rejection((async () => {
+      for await (const response of conversations.watch({ conversationId: id, fromVersion: 0n }, callOptions)) void response;
+    })());
+    expect(watchError.code).toBe(Code.DataLoss);
+    expect(watchError.rawMessage).toContain(`conversation "${id}" is corrupt in the store`);
+    expect(await serving()).toBe(ServingStatus.SERVING);
+
+    await raw.del(keysOf(id).changes);
+    expect(await commit()).toMatchObject({ version: 2n, replayed: false });
+    expect(await commit()).toMatchObject({ version: 2n, replayed: true });
+    expect((await conversations.getState({ conversationId: id }, callOptions)).state!.history).toHaveLength(2);
+  });
+
+  it("refuses a commit onto a hand-corrupted change stream (an id past the version, a malformed entry) with DATA_LOSS, writing nothing", async () => {
+    const { conversations, raw } = deployment;
+    const id = "tenant/corrupt-stream";
+    await conversations.commit({ conversationId: id, deltas: say("first") }, callOptions);
+    await raw.xadd(keysOf(id).changes, "2-0", "junk", "x");
+    const before = await snapshot(id, "k");
+    const error = await rejection(conversations.commit({ conversationId: id, expectedVersion: 1n, deltas: say("second"), idempotencyKey: "k" }, callOptions));
+    expect(error.code).toBe(Code.DataLoss);
+    expect(error.rawMessage).toMatch(new RegExp(`^conversation "${id}" is corrupt in the store: the change stream \\S+ does not take version 2 \\(ERR The ID specified in XADD is equal or smaller`));
+    expect(await snapshot(id, "k")).toEqual(before);
+
+    const watchError = await rejection((async () => {
+      for await (const response of conversations.watch({ conversationId: id, fromVersion: 0n }, callOptions)) void response;
+    })());
+    expect(watchError.code).toBe(Code.DataLoss);
+    expect(watchError.rawMessage).toBe(`conversation "${id}" is corrupt in the store: change stream entry 2-0 has fields junk, not one "change"`);
+  });
+
+  it("answers corrupted state and version keys with DATA_LOSS naming the id, never INTERNAL or UNAVAILABLE", async () => {
+    const { conversations, raw } = deployment;
+    const undecodable = "tenant/undecodable";
+    await conversations.commit({ conversationId: undecodable, deltas: say("first") }, callOptions);
+    // Another writer's version 2 whose state bytes are garbage (the sidecar's cached copy is version 1).
+    await raw.set(keysOf(undecodable).version, "2");
+    await raw.set(keysOf(undecodable).state, Buffer.from([0xff, 0xff, 0xff, 0xff]));
+    const garbage = await rejection(conversations.getState({ conversationId: undecodable }, callOptions));
+    expect(garbage.code).toBe(Code.DataLoss);
+    expect(garbage.rawMessage).toMatch(new RegExp(`^conversation "${undecodable}" is corrupt in the store: the stored state does not decode`));
+
+    const nonNumeric = "tenant/non-numeric";
+    await conversations.commit({ conversationId: nonNumeric, deltas: say("first") }, callOptions);
+    await raw.set(keysOf(nonNumeric).version, "abc");
+    for (const call of [
+      () => conversations.getState({ conversationId: nonNumeric }, callOptions),
+      () => conversations.commit({ conversationId: nonNumeric, deltas: say("x") }, callOptions),
+      () => conversations.commit({ conversationId: nonNumeric, expectedVersion: 1n, deltas: say("x"), idempotencyKey: "k" }, callOptions),
+    ]) {
+      const error = await rejection(call());
+      expect(error.code).toBe(Code.DataLoss);
+      expect(error.rawMessage).toMatch(new RegExp(`^conversation "${nonNumeric}" is corrupt in the store: the version key .*holds "abc", not a version$`));
+    }
+    expect(await raw.get(keysOf(nonNumeric).version)).toBe("abc");
+
+    const wrongType = "tenant/wrong-type-version";
+    await conversations.commit({ conversationId: wrongType, deltas: say("first") }, callOptions);
+    await raw.del(keysOf(wrongType).version);
+    await raw.hset(keysOf(wrongType).version, "v", "1");
+    const typed = await rejection(conversations.getState({ conversationId: wrongType }, callOptions));
+    expect(typed.code).toBe(Code.DataLoss);
+    expect(typed.rawMessage).toBe(`conversation "${wrongType}" is corrupt in the store: the version key ${keysOf(wrongType).version} is a hash, not a string`);
+
+    const wrongRecord = "tenant/wrong-type-record";
+    await conversations.commit({ conversationId: wrongRecord, deltas: say("first") }, callOptions);
+    await raw.set(keysOf(wrongRecord).record("k"), "not a hash");
+    const record = await rejection(conversations.commit({ conversationId: wrongRecord, deltas: say("x"), idempotencyKey: "k" }, callOptions));
+    expect(record.code).toBe(Code.DataLoss);
+    expect(record.rawMessage).toContain(`the idempotency record key ${keysOf(wrongRecord).record("k")} is a string, not a hash`);
+    expect(await raw.get(keysOf(wrongRecord).version)).toBe("1");
+    expect(await serving()).toBe(ServingStatus.SERVING);
+  });
+
+  it("lists past corrupt conversations, leaving them out of the page", async () => {
+    const { conversations, raw } = deployment;
+    const ids = ["1", "2", "3", "4", "5"].map((suffix) => `listing/${suffix}`);
+    for (const id of ids) await conversations.commit({ conversationId: id, deltas: say(id) }, callOptions);
+    await raw.set(keysOf(ids[1]!).version, "not a version");
+    await raw.del(keysOf(ids[3]!).version);
+    await raw.rpush(keysOf(ids[3]!).version, "a list");
+    const listed: [string, bigint][] = [];
+    let pageToken = "";
+    do {
+      const page = await conversations.listConversations({ prefix: "listing/", pageSize: 2, pageToken }, callOptions);
+      listed.push(...page.conversations.map((summary): [string, bigint] => [summary.conversationId, summary.version]));
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    expect(listed).toEqual([
+      ["listing/1", 1n],
+      ["listing/3", 1n],
+      ["listing/5", 1n],
+    ]);
+    expect((await rejection(conversations.getState({ conversationId: ids[3]! }, callOptions))).code).toBe(Code.DataLoss);
+  });
+});
+
+describe("a Redis at maxmemory with noeviction (real sidecar, real redis-server)", () => {
+  let deployment: Deployment;
+  beforeAll(async () => {
+    deployment = await deploy(["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+  });
+  afterAll(async () => {
+    await undeploy(deployment);
+  });
+
+  it("answers commits RESOURCE_EXHAUSTED writing nothing, keeps reads working, and is NOT_SERVING until memory is freed", async () => {
+    const { conversations, health, raw, sidecar } = deployment;
+    const status = async () => (await health.check({ service: "" }, callOptions)).status;
+    const id = "tenant/full";
+    await conversations.commit({ conversationId: id, deltas: say("before") }, callOptions);
+    await expect.poll(status).toBe(ServingStatus.SERVING);
+
+    // Fill Redis until it refuses 4 KiB writes (it counts a command's arguments against maxmemory).
+    let filled = 0;
+    for (const size of [256 * 1024, 64 * 1024, 16 * 1024, 4 * 1024]) {
+      const filler = Buffer.alloc(size, 1);
+      for (let refused = false; !refused && filled < 1_000; ) {
+        refused = await raw.set(`filler:${filled}`, filler).then(
+          () => false,
+          (error: Error) => error.message.startsWith("OOM"),
+        );
+        if (!refused) filled++;
+      }
+    }
+    expect(filled).toBeLessThan(1_000);
+
+    const before = await raw.get(keysOf(id).version);
+    // A commit of 16 KiB, past what Redis takes now.
+    const deltas = say("x".repeat(16 * 1024));
+    const error = await rejection(conversations.commit({ conversationId: id, expectedVersion: 1n, deltas, idempotencyKey: "k" }, callOptions));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.rawMessage).toMatch(/^redis store is full while committing: Redis refuses writes at its maxmemory limit \(OOM command not allowed when used memory > 'maxmemory'\.\); reads still work/);
+    expect(await raw.get(keysOf(id).version)).toBe(before);
+    expect(await raw.exists(keysOf(id).record("k"))).toBe(0);
+    expect((await conversations.getState({ conversationId: id }, callOptions)).state!.version).toBe(1n);
+    await expect.poll(status, { timeout: 5_000 }).toBe(ServingStatus.NOT_SERVING);
+    expect(sidecar.logs.some((line) => line.includes("NOT_SERVING") && line.includes("Redis refuses writes at its maxmemory limit"))).toBe(true);
+
+    await raw.del(...Array.from({ length: filled }, (_, index) => `filler:${index}`));
+    await expect.poll(status, { timeout: 5_000 }).toBe(ServingStatus.SERVING);
+    expect(await conversations.commit({ conversationId: id, expectedVersion: 1n, deltas, idempotencyKey: "k" }, callOptions)).toMatchObject({ version: 2n, replayed: false });
+  });
+
+  it("is NOT_SERVING while Redis is over maxmemory, before any commit was refused", async () => {
+    const { health, raw } = deployment;
+    const status = async () => (await health.check({ service: "" }, callOptions)).status;
+    await expect.poll(status).toBe(ServingStatus.SERVING);
+    // An operator lowers maxmemory below what Redis holds: every write is refused, small ones too.
+    await raw.config("SET", "maxmemory", "1");
+    try {
+      await expect.poll(status, { timeout: 5_000 }).toBe(ServingStatus.NOT_SERVING);
+    } finally {
+      await raw.config("SET", "maxmemory", "4mb");
+    }
+    await expect.poll(status, { timeout: 5_000 }).toBe(ServingStatus.SERVING);
+  });
+});

@@ -515,9 +515,9 @@ function replayed(conversationId: string, key: string, fingerprint: string, reco
   return { version: record.version, state: current?.version === record.version ? current : undefined, replayed: true };
 }
 
-/** What the commit script writes as a version: "0" or digits without a leading zero. */
+/** What the commit script writes as a version: "0" or up to 15 digits without a leading zero (its Lua adds exactly below 2^53). */
 function isVersionText(text: string): boolean {
-  return /^(0|[1-9][0-9]{0,17})$/.test(text);
+  return /^(0|[1-9][0-9]{0,14})$/.test(text);
 }
 
 /** A stored version, or DATA_LOSS naming the conversation (BigInt of "abc" used to be INTERNAL). */

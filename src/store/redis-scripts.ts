@@ -54,12 +54,12 @@ export function conversationIndexKey(keyPrefix: string): string {
  * first write, never as a Redis error between two writes.
  */
 const scriptPrelude = `
-local function kind(key) return redis.call('TYPE', key)['ok'] end
 local function corrupt(detail) return {'corrupt', detail} end
-local function wrongType(what, key, expected)
-  local actual = kind(key)
-  if actual ~= 'none' and actual ~= expected then return corrupt(what .. ' key ' .. key .. ' is a ' .. actual .. ', not a ' .. expected) end
-  return false
+-- The key's type, 'none' when absent; or, as the second result, the reply for a wrong one.
+local function typed(what, key, expected)
+  local actual = redis.call('TYPE', key)['ok']
+  if actual ~= 'none' and actual ~= expected then return actual, corrupt(what .. ' key ' .. key .. ' is a ' .. actual .. ', not a ' .. expected) end
+  return actual, false
 end
 `;
 
@@ -73,9 +73,14 @@ end
  */
 export const loadScript = `#!lua flags=no-writes
 ${scriptPrelude}
-local bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string')
-if not bad and ARGV[2] == '1' then bad = wrongType('the idempotency record', KEYS[3], 'hash') end
+local _, bad = typed('the version', KEYS[1], 'string')
 if bad then return bad end
+local stateType, bad = typed('the state', KEYS[2], 'string')
+if bad then return bad end
+if ARGV[2] == '1' then
+  _, bad = typed('the idempotency record', KEYS[3], 'hash')
+  if bad then return bad end
+end
 local fingerprint, recorded = false, false
 if ARGV[2] == '1' then
   local record = redis.call('HMGET', KEYS[3], 'fingerprint', 'version')
@@ -85,7 +90,7 @@ if ARGV[2] == '1' then
   end
 end
 local version = redis.call('GET', KEYS[1])
-local exists = redis.call('EXISTS', KEYS[2])
+local exists = stateType == 'none' and 0 or 1
 if not version or version == ARGV[1] then
   return {'ok', version, false, fingerprint, recorded, exists}
 end
@@ -124,12 +129,19 @@ if ARGV[3] == '' then return {'invalid', 'the change record is empty'} end
 if not isCount(ARGV[5]) then return {'invalid', 'idempotency TTL "' .. ARGV[5] .. '" is not a positive number of seconds'} end
 if not isCount(ARGV[6]) then return {'invalid', 'change stream MAXLEN "' .. ARGV[6] .. '" is not a positive count'} end
 local keyed = ARGV[4] ~= ''
-local bad = wrongType('the version', KEYS[1], 'string') or wrongType('the state', KEYS[2], 'string') or wrongType('the change stream', KEYS[3], 'stream')
-if not bad and keyed then bad = wrongType('the idempotency record', KEYS[4], 'hash') end
+local _, bad = typed('the version', KEYS[1], 'string')
 if bad then return bad end
+local stateType, bad = typed('the state', KEYS[2], 'string')
+if bad then return bad end
+_, bad = typed('the change stream', KEYS[3], 'stream')
+if bad then return bad end
+if keyed then
+  _, bad = typed('the idempotency record', KEYS[4], 'hash')
+  if bad then return bad end
+end
 local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
-local stateExists = redis.call('EXISTS', KEYS[2]) == 1
+local stateExists = stateType ~= 'none'
 if current ~= '0' and not stateExists then return corrupt('version ' .. current .. ' is stored without its state') end
 if current == '0' and stateExists then return corrupt('a state is stored without its version') end
 if keyed then

@@ -360,6 +360,24 @@ describe("RedisConversationStore specifics", () => {
     }
   });
 
+  it("records an idempotency key as its fingerprint and version, not a copy of the state, under the key's TTL", async () => {
+    const store = new RedisConversationStore(redis.url, { idempotencyTtlMs: 60_000 });
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      const id = freshId("record");
+      await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "x".repeat(10_000)))], "key:1");
+      const record = `contextd:{${id}}:idempotency:key%3A1`;
+      expect(Object.keys(await raw.hgetall(record)).sort()).toEqual(["fingerprint", "version"]);
+      expect(await raw.hget(record, "version")).toBe("1");
+      expect(await raw.memory("USAGE", record)).toBeLessThan(1_000);
+      expect(await raw.ttl(record)).toBeGreaterThan(55);
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
   it("sees another process's writes through its cache (validated against the stored version)", async () => {
     const first = new RedisConversationStore(redis.url);
     const second = new RedisConversationStore(redis.url);

@@ -122,8 +122,10 @@ type CommitRequest struct {
 	ExpectedVersion *int64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
 	// The deltas, applied in order; empty is INVALID_ARGUMENT.
 	Deltas []*Delta `protobuf:"bytes,3,rep,name=deltas,proto3" json:"deltas,omitempty"`
-	// Optional key: a retry with the same key and the same deltas returns the original result instead
-	// of applying twice; the same key with different deltas is INVALID_ARGUMENT.
+	// Optional key: a retry with the same key and the same deltas is answered from the key's record
+	// instead of applying twice (`replayed`, the version the original produced, and the state only
+	// while the conversation is still at that version); the same key with different deltas is
+	// INVALID_ARGUMENT.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Leave `CommitResponse.state` empty. A long conversation's state is megabytes; writers that only
 	// need the new version save encoding and transfer time by setting this.
@@ -204,7 +206,8 @@ type CommitResponse struct {
 	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// True when this was a retry answered from the idempotency record.
 	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	// The state after the commit; empty when the request set `omit_state`.
+	// The state after the commit; empty when the request set `omit_state`, and on a replay once
+	// later commits have followed.
 	State         *ConversationState `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

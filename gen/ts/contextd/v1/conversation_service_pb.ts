@@ -84,8 +84,10 @@ export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
   deltas: Delta[];
 
   /**
-   * Optional key: a retry with the same key and the same deltas returns the original result instead
-   * of applying twice; the same key with different deltas is INVALID_ARGUMENT.
+   * Optional key: a retry with the same key and the same deltas is answered from the key's record
+   * instead of applying twice (`replayed`, the version the original produced, and the state only
+   * while the conversation is still at that version); the same key with different deltas is
+   * INVALID_ARGUMENT.
    *
    * @generated from field: string idempotency_key = 4;
    */
@@ -128,7 +130,8 @@ export type CommitResponse = Message<"contextd.v1.CommitResponse"> & {
   replayed: boolean;
 
   /**
-   * The state after the commit; empty when the request set `omit_state`.
+   * The state after the commit; empty when the request set `omit_state`, and on a replay once
+   * later commits have followed.
    *
    * @generated from field: contextd.v1.ConversationState state = 3;
    */

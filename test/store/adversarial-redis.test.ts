@@ -177,6 +177,7 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
       () => conversations.getState({ conversationId: nonNumeric }, callOptions),
       () => conversations.commit({ conversationId: nonNumeric, deltas: say("x") }, callOptions),
       () => conversations.commit({ conversationId: nonNumeric, expectedVersion: 1n, deltas: say("x"), idempotencyKey: "k" }, callOptions),
+      () => conversations.clear({ conversationId: nonNumeric }, callOptions),
     ]) {
       const error = await rejection(call());
       expect(error.code).toBe(Code.DataLoss);
@@ -209,6 +210,9 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     await raw.set(keysOf(ids[1]!).version, "not a version");
     await raw.del(keysOf(ids[3]!).version);
     await raw.rpush(keysOf(ids[3]!).version, "a list");
+    // Listing reads versions only: a corrupt state is listed, and answered DATA_LOSS when read.
+    await raw.set(keysOf(ids[4]!).version, "2");
+    await raw.set(keysOf(ids[4]!).state, Buffer.from([0xff, 0xff]));
     const listed: [string, bigint][] = [];
     let pageToken = "";
     do {
@@ -219,9 +223,11 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     expect(listed).toEqual([
       ["listing/1", 1n],
       ["listing/3", 1n],
-      ["listing/5", 1n],
+      ["listing/5", 2n],
     ]);
-    expect((await rejection(conversations.getState({ conversationId: ids[3]! }, callOptions))).code).toBe(Code.DataLoss);
+    for (const id of [ids[1]!, ids[3]!, ids[4]!]) {
+      expect((await rejection(conversations.getState({ conversationId: id }, callOptions))).code).toBe(Code.DataLoss);
+    }
   });
 });
 

@@ -2,7 +2,7 @@
 #   docker build -t contextd .
 #   docker run --rm -p 7420:7420 -e CONTEXTD_REDIS_URL=redis://redis:6379 contextd
 
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -12,7 +12,7 @@ COPY src ./src
 RUN npx tsc -p tsconfig.json \
  && npm prune --omit=dev --no-audit --no-fund
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 ENV NODE_ENV=production \
     CONTEXTD_HOST=0.0.0.0 \
     CONTEXTD_PORT=7420

@@ -18,6 +18,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 set -e
+# The suites run on the Node.js LTS the Docker image uses, installed from the npm registry (the
+# machine's own Node may be older); every `node` the suites start (vitest, pytest, go test) is it.
+log "Node.js (scripts/install-node.sh)"
+PATH="$(bash scripts/install-node.sh):$PATH"
+export PATH
+node --version
 log "npm ci"
 npm ci --no-audit --no-fund --loglevel=error
 log "tool chain (Go plugins, Python venv)"

@@ -2,6 +2,7 @@ import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   BudgetStrategy,
+  HistoryStart,
   IntroducedMessageSchema,
   TransformationAction,
   TransformationReason,
@@ -12,7 +13,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
-import { costUnits, selectAllUnprotected, selectUnitsToDrop, type CostedUnit } from "./history-trimming.js";
+import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type CostedUnit } from "./history-trimming.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
 
@@ -139,9 +140,18 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
       const protectsMessages = protectedRoles.size > 0 || retained.size > 0;
+      // Without a current turn, the latest user message of history is the one being answered.
+      const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
+      if (latestUser >= 0 && historyCounts[latestUser]! > available) {
+        throw new ConnectError(
+          `budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`,
+          Code.ResourceExhausted,
+        );
+      }
       const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {
         if (unit.round?.open) return true;
+        if (unit.start === latestUser) return true;
         if (!protectsMessages) return false;
         for (let index = unit.start; index < unit.end; index++) {
           const message = history[index]!;
@@ -149,6 +159,16 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
         return false;
       });
+      const aligns = (budget?.historyStart ?? HistoryStart.UNSPECIFIED) !== HistoryStart.ANY;
+      // Units dropped only so that history starts on a user turn; recorded apart from the budget's.
+      const alignmentDrops = new Set<number>();
+      let unaligned: number | undefined;
+      const align = (selected: Set<number>, candidates: readonly CostedUnit[]) => {
+        if (!aligns || selected.size === 0) return;
+        const alignment = alignToUserTurn(candidates, history, selected);
+        for (const index of alignment.drops) selected.add(index);
+        return alignment;
+      };
 
       let summarize = strategy === BudgetStrategy.SUMMARIZE || (limit.fromWindow && budget!.autoCompact);
       if (summarize && !context.summarize) {
@@ -166,7 +186,10 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         summarize = false;
         drop = undefined;
       }
-      if (drop === undefined) {
+      if (drop !== undefined) {
+        // The summary covers the prefix up to the next user turn, so no orphaned answer follows it.
+        align(drop, units);
+      } else {
         if (strategy === BudgetStrategy.DROP) {
           drop = selectAllUnprotected(units);
           action = TransformationAction.EVICTED;
@@ -174,22 +197,32 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
           drop = selectUnitsToDrop(units, available, "head");
-          const minMessages = Number(budget?.minMessages ?? 0n);
-          const headDrop = drop;
-          if (minMessages > 0 && headDrop.size > 0) {
-            const remaining = units.reduce((count, unit, index) => (headDrop.has(index) ? count : count + unit.end - unit.start), 0);
-            if (remaining < minMessages) drop = selectAllUnprotected(units);
+        }
+        let budgetDrops = new Set(drop);
+        unaligned = align(drop, units)?.blockedBy;
+        const minMessages = Number(budget?.minMessages ?? 0n);
+        const selected = drop;
+        if (strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL && minMessages > 0 && selected.size > 0) {
+          const remaining = units.reduce((count, unit, index) => (selected.has(index) ? count : count + unit.end - unit.start), 0);
+          if (remaining < minMessages) {
+            // All of history goes for the budget's own rule; nothing is left to align.
+            drop = selectAllUnprotected(units);
+            budgetDrops = drop;
+            unaligned = undefined;
           }
         }
+        for (const index of drop) if (!budgetDrops.has(index)) alignmentDrops.add(index);
       }
       const dropSet: Set<number> = drop;
 
       const kept: Message[] = [];
       const keptCounts: number[] = [];
       const droppedMessages: Message[] = [];
+      const alignedMessages: Message[] = [];
       units.forEach((unit, index) => {
         for (let at = unit.start; at < unit.end; at++) {
-          if (dropSet.has(index)) droppedMessages.push(history[at]!);
+          if (alignmentDrops.has(index)) alignedMessages.push(history[at]!);
+          else if (dropSet.has(index)) droppedMessages.push(history[at]!);
           else {
             kept.push(history[at]!);
             keptCounts.push(historyCounts[at]!);
@@ -210,11 +243,14 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         const overflow = selectUnitsToDrop(remaining, available - summaryTokens, "head");
         if (overflow.size > 0) {
           addWarning(work, "summary_over_target", `the summary has ${summaryTokens} tokens; ${overflow.size} more history unit(s) were dropped to fit`);
+          const budgetOverflow = new Set(overflow);
+          unaligned = align(overflow, remaining)?.blockedBy;
           kept.length = 0;
           keptCounts.length = 0;
           remaining.forEach((unit, index) => {
             for (let at = unit.start; at < unit.end; at++) {
-              if (overflow.has(index)) droppedMessages.push(history[at]!);
+              if (budgetOverflow.has(index)) droppedMessages.push(history[at]!);
+              else if (overflow.has(index)) alignedMessages.push(history[at]!);
               else {
                 kept.push(history[at]!);
                 keptCounts.push(historyCounts[at]!);
@@ -229,6 +265,22 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         setRecord(work, message.id, action, reason, Segment.HISTORY);
         dropped.push({ id: message.id, reason });
       }
+      if (alignedMessages.length > 0) {
+        for (const message of alignedMessages) {
+          setRecord(work, message.id, TransformationAction.TRUNCATED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
+          dropped.push({ id: message.id, reason: TransformationReason.HISTORY_ALIGNMENT });
+        }
+        const next = kept.find((message) => message.provenance?.kind.case !== "summary");
+        addWarning(
+          work,
+          "history_aligned",
+          `after trimming, history must start on a user turn: ${alignedMessages.length} more message(s) were dropped (${quoteIds(alignedMessages)})${next ? `, so it continues at message "${next.id}"` : ", which left no history"}; set budget.history_start to HISTORY_START_ANY to keep them`,
+        );
+      }
+      if (unaligned !== undefined) {
+        const first = history[units[unaligned]!.start]!;
+        addWarning(work, "history_unaligned", `after trimming, history starts with the protected message "${first.id}" (${Role[first.role]}), not a user turn: protected messages are never dropped for alignment`);
+      }
       history = kept;
       historyCounts = keptCounts;
     }
@@ -238,7 +290,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const total = reserved + historyTokens;
   if (limit.tokens > 0 && total > limit.tokens) {
     throw new ConnectError(
-      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
+      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round, latest user message${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
       Code.ResourceExhausted,
     );
   }
@@ -345,4 +397,16 @@ async function requestSummary(
   work.persistedIntroducedIds.add(summary.id);
   recordPassed(work, [summary], Segment.HISTORY);
   return summary;
+}
+
+/** Index of the last USER message of history, or -1. */
+function lastUserMessageIndex(history: readonly Message[]): number {
+  for (let index = history.length - 1; index >= 0; index--) if (history[index]!.role === Role.USER) return index;
+  return -1;
+}
+
+/** Message ids for a warning: all of them up to 10, then how many more. */
+function quoteIds(messages: readonly Message[]): string {
+  const shown = messages.slice(0, 10).map((message) => `"${message.id}"`).join(", ");
+  return messages.length > 10 ? `${shown} and ${messages.length - 10} more` : shown;
 }

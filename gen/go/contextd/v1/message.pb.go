@@ -1197,7 +1197,11 @@ type ToolCallPart struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The tool's name, as in `ToolDefinition.name`.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// The arguments. Normally `data` (JSON text of an object); sent to providers unchanged.
+	// The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
+	// empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is
+	// INVALID_ARGUMENT at commit (naming the delta, the message and the path), when a provider
+	// response is appended, and in compile requests; stored calls from before that check are
+	// rendered by `CompileRequest.tool_arguments_repair`.
 	Arguments *ToolPayload `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// Opaque provider signature for this call (Gemini `thoughtSignature`), returned byte for byte.
 	Signature string `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`

@@ -600,7 +600,11 @@ export type ToolCallPart = Message$1<"contextd.v1.ToolCallPart"> & {
   name: string;
 
   /**
-   * The arguments. Normally `data` (JSON text of an object); sent to providers unchanged.
+   * The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
+   * empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is
+   * INVALID_ARGUMENT at commit (naming the delta, the message and the path), when a provider
+   * response is appended, and in compile requests; stored calls from before that check are
+   * rendered by `CompileRequest.tool_arguments_repair`.
    *
    * @generated from field: contextd.v1.ToolPayload arguments = 3;
    */

@@ -37,7 +37,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const events = new CompileEvents(context, request.conversationId);
   validateTargets(request.targets);
   const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts);
+  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "");
 
   // 1. Normalize + identity, tool-round validation and repair.
   const inputs = resolveCompileInputs(request, context.stored);

@@ -27,6 +27,7 @@ import { applyHooks } from "./redaction.js";
 import { applyRoleProjection } from "./role-projection.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
 import { applyTextReplacements } from "./text-replacements.js";
+import { showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { newRecords, recordPassed, type CompileWork } from "./working-set.js";
 
 /**
@@ -131,11 +132,13 @@ async function segmentProjection(
     visibleArtifactIds: [],
     warnings: [],
     writebackMessages: [],
+    argumentsShownAsString: normalized.argumentsShownAsString,
   };
   for (const segment of included) recordPassed(work, work.segments[segmentField(segment, "segment")], segment);
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
   applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  showToolArgumentsAsString(work);
   applyHooks(work);
   applyRoleProjection(work);
   applySegmentFormatters(work, target.formatters, `${path}.formatters`);

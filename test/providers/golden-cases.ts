@@ -125,7 +125,7 @@ export const goldenCases: GoldenCase[] = [
   {
     name: "cache_hints",
     description:
-      "Five cache hints (system 1h, then 5m and default ones in history): Anthropic keeps the last 4 breakpoints and warns; other providers ignore hints.",
+      "Five cache hints (system 1h, then 5m and default ones in history): Anthropic keeps the first (the system prompt's) and the last 3 breakpoints and warns; other providers ignore hints.",
     model: "test-model",
     payload: payload({
       system: [message("sys", Role.SYSTEM, [text("Long, stable instructions.")], { cacheTtl: "1h" })],

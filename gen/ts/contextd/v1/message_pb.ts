@@ -136,7 +136,10 @@ export const OriginSchema: GenMessage<Origin> = /*@__PURE__*/
 
 /**
  * A provider cache hint attached to a message. Anthropic renders it as `cache_control` on the
- * message's last block (at most 4 breakpoints per request); other providers ignore it.
+ * message's last block; other providers ignore it. Anthropic takes at most 4 breakpoints per
+ * request: with more, contextd keeps the first (the most stable prefix, usually the system
+ * prompt's) and the last 3 (the longest prefixes), drops those in between, and says which in an
+ * "anthropic_cache_breakpoints_dropped" warning.
  *
  * @generated from message contextd.v1.CacheHint
  */

@@ -84,6 +84,19 @@ describe("history alignment after trimming", () => {
     expect(covered.at(-1)!.startsWith("a")).toBe(true);
   });
 
+  it("leaves an untrimmed history as given, and counts min_messages after alignment", async () => {
+    const greeting = [assistant("hello", "Hi, I am the bot."), ...exchange(2)];
+    const untouched = await compile(request({ history: { messages: greeting }, currentTurn: { raw: user("now", "x") }, budget: { maxTokens: 100n, estimator: ten } }), testContext());
+    expect(ids(untouched.payload!.history)).toEqual(["hello", "q0", "a0", "q1", "a1", "now"]);
+    expect(untouched.warnings).toEqual([]);
+    // The budget keeps a3 q4 a4 (3 messages); alignment leaves q4 a4 (2), under min_messages 3.
+    const base = { history: { messages: exchange(5) }, currentTurn: { raw: user("now", "x") } };
+    const fewer = await compile(request({ ...base, budget: { maxTokens: 40n, estimator: ten, minMessages: 3n } }), testContext());
+    expect(ids(fewer.payload!.history)).toEqual(["now"]);
+    const enough = await compile(request({ ...base, budget: { maxTokens: 40n, estimator: ten, minMessages: 2n } }), testContext());
+    expect(ids(enough.payload!.history)).toEqual(["q4", "a4", "now"]);
+  });
+
   it("never drops a protected unit for alignment, and warns that history starts with it", async () => {
     // q0 a0 q1 a1 go for the budget; the retained note then heads history.
     const messages = [...exchange(2), assistant("pinned", "Remember: metric units."), user("q9", "late question"), assistant("a9", "late answer")];

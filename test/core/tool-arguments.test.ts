@@ -148,6 +148,8 @@ describe("the estimator picked from the render model", () => {
     expect(unknown.usage!.estimator).toBe(EstimatorKind.CHAR_FALLBACK);
     const chosen = await compile(request({ history, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, budget: { estimator: { kind: EstimatorKind.CHAR_FALLBACK } } }), testContext());
     expect(chosen.usage!.estimator).toBe(EstimatorKind.CHAR_FALLBACK);
+    const ratio = await compile(request({ history, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, budget: { estimator: { charsPerToken: 2 } } }), testContext());
+    expect(ratio.usage!.estimator).toBe(EstimatorKind.CHAR_FALLBACK);
     // A target picks from its own render model.
     const targets = await compile(request({ history, targets: [{ name: "gpt", render: { provider: Provider.OPENAI_CHAT, model: "gpt-4.1-mini" } }, { name: "gemini", render: { provider: Provider.GEMINI, model: "gemini-2.5-pro" } }] }), testContext());
     expect(targets.projections.map((projection) => projection.usage!.estimator)).toEqual([EstimatorKind.TOKENIZER, EstimatorKind.CHAR_FALLBACK]);

@@ -27,8 +27,8 @@ export interface TokenEstimator {
 
 /**
  * Builds the estimator a request asks for. `renderProvider` picks the TOKENIZER framing when the
- * estimator names no provider. Without an estimator kind, `renderModel` picks TOKENIZER when its
- * encoding is known (`encodingOfModel`), else CHAR_FALLBACK. Loads BPE ranks lazily on first use
+ * estimator names no provider. Without an estimator kind (and without chars_per_token),
+ * `renderModel` picks TOKENIZER when its encoding is known (`encodingOfModel`), else CHAR_FALLBACK. Loads BPE ranks lazily on first use
  * of an encoding, hence async. With `cache`, TOKENIZER counts each distinct text once across
  * requests. INVALID_ARGUMENT for negative or non-finite chars_per_token, unknown kinds or encodings.
  */
@@ -40,7 +40,8 @@ export async function createEstimator(
   renderModel = "",
 ): Promise<TokenEstimator> {
   const kind = options?.kind ?? EstimatorKind.UNSPECIFIED;
-  if (kind === EstimatorKind.UNSPECIFIED) {
+  // chars_per_token without a kind asks for CHAR_FALLBACK at that ratio, whatever the model.
+  if (kind === EstimatorKind.UNSPECIFIED && !options?.charsPerToken) {
     const modelEncoding = encodingOfModel(renderModel);
     if (modelEncoding !== undefined) {
       if (Provider[renderProvider] === undefined) {

@@ -1100,9 +1100,9 @@ type Budget struct {
 	MaxTokens int64 `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// The trimming strategy.
 	Strategy BudgetStrategy `protobuf:"varint,2,opt,name=strategy,proto3,enum=contextd.v1.BudgetStrategy" json:"strategy,omitempty"`
-	// The estimator. Absent (or kind UNSPECIFIED): when `render.model` names a model whose tokenizer
-	// contextd has, TOKENIZER with that encoding and the render provider's framing; otherwise
-	// CHAR_FALLBACK with 4 characters per token. Known models, by name prefix: "gpt-4o", "gpt-4.1",
+	// The estimator. Absent (or kind UNSPECIFIED without chars_per_token): when `render.model` names
+	// a model whose tokenizer contextd has, TOKENIZER with that encoding and the render provider's
+	// framing; otherwise CHAR_FALLBACK with 4 characters per token (or chars_per_token when set). Known models, by name prefix: "gpt-4o", "gpt-4.1",
 	// "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o" → o200k_base; "gpt-oss" → o200k_harmony;
 	// "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada-002" → cl100k_base. Other models
 	// (Claude, Gemini) have no public tokenizer here. `Usage.estimator` names the one used.

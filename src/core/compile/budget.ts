@@ -13,7 +13,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
-import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type CostedUnit } from "./history-trimming.js";
+import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
 
@@ -161,10 +161,11 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       });
       const aligns = (budget?.historyStart ?? HistoryStart.UNSPECIFIED) !== HistoryStart.ANY;
       // Units dropped only so that history starts on a user turn; recorded apart from the budget's.
-      const alignmentDrops = new Set<number>();
+      let alignmentDrops: ReadonlySet<number> = new Set<number>();
       let unaligned: number | undefined;
-      const align = (selected: Set<number>, candidates: readonly CostedUnit[]) => {
-        if (!aligns || selected.size === 0) return;
+      /** Adds the alignment's units to `selected`; returns them (a few) apart from the budget's. */
+      const align = (selected: Set<number>, candidates: readonly CostedUnit[]): Alignment => {
+        if (!aligns || selected.size === 0) return { drops: [] };
         const alignment = alignToUserTurn(candidates, history, selected);
         for (const index of alignment.drops) selected.add(index);
         return alignment;
@@ -198,8 +199,9 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         } else {
           drop = selectUnitsToDrop(units, available, "head");
         }
-        let budgetDrops = new Set(drop);
-        unaligned = align(drop, units)?.blockedBy;
+        const alignment = align(drop, units);
+        unaligned = alignment.blockedBy;
+        alignmentDrops = new Set(alignment.drops);
         const minMessages = Number(budget?.minMessages ?? 0n);
         const selected = drop;
         if (strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL && minMessages > 0 && selected.size > 0) {
@@ -207,11 +209,10 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
           if (remaining < minMessages) {
             // All of history goes for the budget's own rule; nothing is left to align.
             drop = selectAllUnprotected(units);
-            budgetDrops = drop;
+            alignmentDrops = new Set();
             unaligned = undefined;
           }
         }
-        for (const index of drop) if (!budgetDrops.has(index)) alignmentDrops.add(index);
       }
       const dropSet: Set<number> = drop;
 
@@ -243,14 +244,15 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         const overflow = selectUnitsToDrop(remaining, available - summaryTokens, "head");
         if (overflow.size > 0) {
           addWarning(work, "summary_over_target", `the summary has ${summaryTokens} tokens; ${overflow.size} more history unit(s) were dropped to fit`);
-          const budgetOverflow = new Set(overflow);
-          unaligned = align(overflow, remaining)?.blockedBy;
+          const overflowAlignment = align(overflow, remaining);
+          unaligned = overflowAlignment.blockedBy;
+          const alignedOverflow = new Set(overflowAlignment.drops);
           kept.length = 0;
           keptCounts.length = 0;
           remaining.forEach((unit, index) => {
             for (let at = unit.start; at < unit.end; at++) {
-              if (budgetOverflow.has(index)) droppedMessages.push(history[at]!);
-              else if (overflow.has(index)) alignedMessages.push(history[at]!);
+              if (alignedOverflow.has(index)) alignedMessages.push(history[at]!);
+              else if (overflow.has(index)) droppedMessages.push(history[at]!);
               else {
                 kept.push(history[at]!);
                 keptCounts.push(historyCounts[at]!);

@@ -37,8 +37,10 @@ export function checkToolArguments(work: CompileWork, inputs: CompileInputs, ext
     const stored = inputs.storedSegments.has(field);
     for (let index = 0; index < messages.length; index++) {
       const message = messages[index]!;
+      // Paths are built only for a message that fails: one per message would cost more than the check.
+      if (!firstInvalidToolCall(message)) continue;
       if (!stored) assertToolArgumentsAreObjects(message, `${segmentName(segment)}[${index}]`);
-      else if (firstInvalidToolCall(message)) storedInvalid.push({ field, index });
+      storedInvalid.push({ field, index });
     }
   }
   work.pending.forEach((message, index) => assertToolArgumentsAreObjects(message, `pending[${index}]`));

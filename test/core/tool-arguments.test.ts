@@ -118,6 +118,8 @@ describe("stored tool-call arguments that are not a JSON object", () => {
     for (const id of ["a1", "t1"]) expect(result.transformations[id]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOOL_ARGUMENTS_REPAIR });
     expect(result.warnings.find((w) => w.code === "tool_arguments_repaired")!.message).toContain("dropped 2 message(s) of its round");
     expect(body(result.rendered!.json).messages.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
+    // A removal, like tool-round repair: the persistence projection leaves the round out too.
+    expect(ids(result.persistence!.history)).toEqual(["u1", "a2", "u2"]);
   });
 
   it("apply to targets too", async () => {

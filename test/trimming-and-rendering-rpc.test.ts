@@ -159,6 +159,14 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     const gemini = await compile({ conversationId, render: { provider: Provider.GEMINI, model: "gemini-2.5-pro" } });
     const contents = (json(gemini.rendered!.json) as { contents: { parts: { functionCall?: { args: unknown } }[] }[] }).contents;
     expect(contents[1]!.parts[0]!.functionCall!.args).toEqual({ raw_arguments: "city=Oslo" });
+
+    // A compile-commit writes the stored history back with the new turn: the old call goes with it.
+    const committed = await compile({ conversationId, currentTurn: { raw: textMessage("u3", Role.USER, "And tomorrow?") }, render: anthropic, commit: { expectedVersion: 1n } });
+    expect(committed.committedVersion).toBe(2n);
+    const stored = (await client.unary(ConversationService.method.getState, { conversationId })).state!;
+    expect(stored.history.map((m) => m.id)).toEqual(["u1", "a1", "t1", "a2", "u2", "u3"]);
+    const storedCall = stored.history[1]!.parts[0]!.kind;
+    expect(storedCall.case === "toolCall" && storedCall.value.arguments!.data).toBe("city=Oslo");
   });
 
   it("holds a target without a budget of its own to the main budget", async () => {

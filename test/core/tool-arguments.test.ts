@@ -11,7 +11,7 @@ import {
   type CompileRequest,
 } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { encodingOfModel } from "../../src/core/tokens/model-encodings.js";
@@ -64,6 +64,20 @@ describe("tool-call arguments at the door", () => {
     // Objects, whitespace around them and no arguments at all pass.
     const ok = applyDeltas(state, [appendHistory(user("u", "hi"), message(Role.ASSISTANT, "a", call("k1", "weather", ' {"city":"Oslo"} '), call("k2", "weather", "")))], context);
     expect(ok.history).toHaveLength(2);
+  });
+
+  it("stored before the check may be stored again as they are, by replace_segment", () => {
+    const state = legacy();
+    const context = { newMessageId: () => "new" };
+    const replace = (messages: Message[]) => delta({ case: "replaceSegment", value: { segment: Segment.HISTORY, messages } });
+    // A compile-commit's writeback re-sends the stored history with the new turn.
+    const next = applyDeltas(state, [replace([...state.history, user("u3", "And tomorrow?")])], context);
+    expect(ids(next.history)).toEqual(["u1", "a1", "t1", "a2", "u2", "u3"]);
+    // A changed invalid call, or one under a new id, is new input and refused.
+    const changed = message(Role.ASSISTANT, "a1", call("k1", "weather", "city=Bergen"));
+    expect(thrown(() => applyDeltas(state, [replace([state.history[0]!, changed, ...state.history.slice(2)])], context)).rawMessage).toContain('got "city=Bergen" (not valid JSON) (message "a1")');
+    const renamed = message(Role.ASSISTANT, "a9", call("k1", "weather", "city=Oslo"));
+    expect(thrown(() => applyDeltas(state, [replace([state.history[0]!, renamed, ...state.history.slice(2)])], context)).rawMessage).toContain('(message "a9")');
   });
 
   it("are refused when a provider response is appended", () => {

@@ -69,6 +69,24 @@ export function assertToolArgumentsAreObjects(message: Message, path: string, me
   );
 }
 
+/**
+ * True when every invalid call of `message` is stored as it is in the message with the same id
+ * among `stored`: re-storing what a conversation already holds (a compile-commit's writeback, a
+ * replace_segment that rewrites other messages) must not fail on calls stored before the check,
+ * or such a conversation could never be written again. Only consulted for a failing message.
+ */
+export function keepsStoredInvalidCalls(message: Message, stored: readonly Message[]): boolean {
+  const earlier = stored.find((candidate) => candidate.id === message.id);
+  if (!earlier) return false;
+  for (const part of message.parts) {
+    if (part.kind.case !== "toolCall" || toolArgumentsProblem(part.kind.value) === undefined) continue;
+    const call = part.kind.value;
+    const same = earlier.parts.some((old) => old.kind.case === "toolCall" && old.kind.value.id === call.id && toolArgumentsText(old.kind.value) === toolArgumentsText(call));
+    if (!same) return false;
+  }
+  return true;
+}
+
 /** The text quoted for an error, cut at 60 characters. */
 function preview(text: string): string {
   return JSON.stringify(text.length > 60 ? `${text.slice(0, 60)}…` : text);

@@ -1203,8 +1203,9 @@ type ToolCallPart struct {
 	// The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
 	// empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is
 	// INVALID_ARGUMENT at commit (naming the delta, the message and the path), when a provider
-	// response is appended, and in compile requests; stored calls from before that check are
-	// rendered by `CompileRequest.tool_arguments_repair`.
+	// response is appended, and in compile requests. Calls stored before that check are rendered by
+	// `CompileRequest.tool_arguments_repair`, and a replace_segment (such as a compile-commit's
+	// writeback) may store them again unchanged under the same message id.
 	Arguments *ToolPayload `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// Opaque provider signature for this call (Gemini `thoughtSignature`), returned byte for byte.
 	Signature string `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`

@@ -606,8 +606,9 @@ export type ToolCallPart = Message$1<"contextd.v1.ToolCallPart"> & {
    * The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
    * empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is
    * INVALID_ARGUMENT at commit (naming the delta, the message and the path), when a provider
-   * response is appended, and in compile requests; stored calls from before that check are
-   * rendered by `CompileRequest.tool_arguments_repair`.
+   * response is appended, and in compile requests. Calls stored before that check are rendered by
+   * `CompileRequest.tool_arguments_repair`, and a replace_segment (such as a compile-commit's
+   * writeback) may store them again unchanged under the same message id.
    *
    * @generated from field: contextd.v1.ToolPayload arguments = 3;
    */

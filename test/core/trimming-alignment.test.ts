@@ -97,6 +97,24 @@ describe("history alignment after trimming", () => {
     expect(ids(enough.payload!.history)).toEqual(["q4", "a4", "now"]);
   });
 
+  it("aligns what a summary longer than asked for leaves after it", async () => {
+    // One token per character: six 10-token messages, 40 tokens left after the current turn.
+    const tens = (prefix: string) => "x".repeat(10 - prefix.length) + prefix;
+    const messages = exchange(3).map((m) => message(m.role, m.id, tens(m.id)));
+    const context = testContext({
+      summarize: async (summarizeRequest) => create(SummarizeResponseSchema, { requestId: summarizeRequest.requestId, summary: assistant("", "s".repeat(25)) }),
+    });
+    const result = await compile(
+      request({ history: { messages }, currentTurn: { raw: user("now", tens("now")) }, budget: { maxTokens: 50n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.CHAR_FALLBACK, charsPerToken: 1 } } }),
+      context,
+    );
+    // Summarised q0..a1; the 25-token summary pushes out q2, and a2 then goes for alignment.
+    expect(result.payload!.history.map((m) => m.provenance?.kind.case ?? m.id)).toEqual(["summary", "now"]);
+    expect(result.transformations["q2"]!.reason).toBe(TransformationReason.TOKEN_BUDGET_EXCEEDED);
+    expect(result.transformations["a2"]!.reason).toBe(TransformationReason.HISTORY_ALIGNMENT);
+    expect(result.warnings.map((w) => w.code)).toEqual(["summary_over_target", "history_aligned"]);
+  });
+
   it("never drops a protected unit for alignment, and warns that history starts with it", async () => {
     // q0 a0 q1 a1 go for the budget; the retained note then heads history.
     const messages = [...exchange(2), assistant("pinned", "Remember: metric units."), user("q9", "late question"), assistant("a9", "late answer")];

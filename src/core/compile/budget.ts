@@ -32,7 +32,7 @@ export interface BudgetReport {
   reserved: number;
   limit: number;
   total: number;
-  /** Ids dropped by the budget, with the reason, in history order. */
+  /** Ids dropped by the budget, with the reason: the budget's own in history order, then alignment's. */
   dropped: { id: string; reason: TransformationReason }[];
   summary?: { tokens: number; replacedTokens: number };
 }
@@ -162,12 +162,14 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const aligns = (budget?.historyStart ?? HistoryStart.UNSPECIFIED) !== HistoryStart.ANY;
       // Units dropped only so that history starts on a user turn; recorded apart from the budget's.
       let alignmentDrops: ReadonlySet<number> = new Set<number>();
-      let unaligned: number | undefined;
+      // The protected message history starts with instead of a user turn, when one is in the way.
+      let unaligned: Message | undefined;
       /** Adds the alignment's units to `selected`; returns them (a few) apart from the budget's. */
       const align = (selected: Set<number>, candidates: readonly CostedUnit[]): Alignment => {
         if (!aligns || selected.size === 0) return { drops: [] };
         const alignment = alignToUserTurn(candidates, history, selected);
         for (const index of alignment.drops) selected.add(index);
+        unaligned = alignment.blockedBy === undefined ? undefined : history[candidates[alignment.blockedBy]!.start];
         return alignment;
       };
 
@@ -199,9 +201,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         } else {
           drop = selectUnitsToDrop(units, available, "head");
         }
-        const alignment = align(drop, units);
-        unaligned = alignment.blockedBy;
-        alignmentDrops = new Set(alignment.drops);
+        alignmentDrops = new Set(align(drop, units).drops);
         const minMessages = Number(budget?.minMessages ?? 0n);
         const selected = drop;
         if (strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL && minMessages > 0 && selected.size > 0) {
@@ -244,9 +244,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         const overflow = selectUnitsToDrop(remaining, available - summaryTokens, "head");
         if (overflow.size > 0) {
           addWarning(work, "summary_over_target", `the summary has ${summaryTokens} tokens; ${overflow.size} more history unit(s) were dropped to fit`);
-          const overflowAlignment = align(overflow, remaining);
-          unaligned = overflowAlignment.blockedBy;
-          const alignedOverflow = new Set(overflowAlignment.drops);
+          const alignedOverflow = new Set(align(overflow, remaining).drops);
           kept.length = 0;
           keptCounts.length = 0;
           remaining.forEach((unit, index) => {
@@ -262,6 +260,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
         kept.unshift(summaryMessage);
         keptCounts.unshift(summaryTokens);
+        // History starts on the summary, whatever protected unit follows it.
+        unaligned = undefined;
       }
       for (const message of droppedMessages) {
         setRecord(work, message.id, action, reason, Segment.HISTORY);
@@ -280,8 +280,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         );
       }
       if (unaligned !== undefined) {
-        const first = history[units[unaligned]!.start]!;
-        addWarning(work, "history_unaligned", `after trimming, history starts with the protected message "${first.id}" (${Role[first.role]}), not a user turn: protected messages are never dropped for alignment`);
+        addWarning(work, "history_unaligned", `after trimming, history starts with the protected message "${unaligned.id}" (${Role[unaligned.role]}), not a user turn: protected messages are never dropped for alignment`);
       }
       history = kept;
       historyCounts = keptCounts;

@@ -43,7 +43,8 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
     expect(received.at(-1)!.kind.case).toBe("result");
     const events = received.slice(0, -1).map((item) => (item.kind.case === "event" ? item.kind.value.event.case : "?"));
     expect(events).toContain("stageTiming");
-    expect(events.filter((kind) => kind === "nodeEvicted")).toHaveLength(3);
+    // h0..h2 for the budget, h3 (the answer to h2) so that history starts on a user turn.
+    expect(events.filter((kind) => kind === "nodeEvicted")).toHaveLength(4);
     expect(events.at(-1)).toBe("pipelineCompiled");
   });
 

@@ -127,7 +127,8 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
     const budget = { maxTokens: 50n, strategy: BudgetStrategy.SUMMARIZE, estimator: ten };
     const first = await session({ conversationId: id, budget, commit: { expectedVersion: version } }, (request) => ({ ...summaryOf(request), remember: ["the user is called Ada"] }));
     const firstSummary = first.result.payload!.history[0]!;
-    expect(coveredBy(firstSummary)).toEqual(["m0", "m1", "m2", "m3", "m4"]);
+    // The budget leaves m5..m7; m5 answers m4, so the summary covers it too and m6 (a user turn) follows.
+    expect(coveredBy(firstSummary)).toEqual(["m0", "m1", "m2", "m3", "m4", "m5"]);
 
     await commit(id, [{ operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [text("m8", Role.USER, "more"), text("m9", Role.ASSISTANT, "and more")] } } }]);
     const current = await state(id);
@@ -137,7 +138,7 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
     const [request] = second.asked;
     expect(request!.previousSummary?.id).toBe(firstSummary.id);
     expect(request!.messages[0]!.id).toBe(firstSummary.id);
-    const covered = ["m0", "m1", "m2", "m3", "m4", firstSummary.id, ...ids(request!.messages.slice(1))];
+    const covered = ["m0", "m1", "m2", "m3", "m4", "m5", firstSummary.id, ...ids(request!.messages.slice(1))];
     expect(coveredBy(second.result.payload!.history[0])).toEqual(covered);
     // The experiences block counts: it took history's room (the budget left less for it).
     expect(second.result.payload!.system.map((message) => message.id)).toEqual(["experiences"]);
@@ -169,8 +170,9 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
     const history = { messages: Array.from({ length: 6 }, (_, i) => text(`f${i}`, i % 2 ? Role.ASSISTANT : Role.USER, `turn ${i}`)) };
     for (const budget of [{ maxTokens: 30n, strategy: BudgetStrategy.SUMMARIZE, estimator: ten }, { contextWindow: 50n, outputReserve: 20n, autoCompact: true, estimator: ten }]) {
       const { result: compiled } = await client.unary(ContextService.method.compile, { history, budget });
-      expect(compiled!.warnings.map((warning) => warning.code)).toEqual(["summarize_fallback"]);
-      expect(ids(compiled!.payload!.history)).toEqual(["f3", "f4", "f5"]);
+      // DROP_HEAD keeps f3..f5; f3 answers the dropped f2, so alignment drops it as well.
+      expect(compiled!.warnings.map((warning) => warning.code)).toEqual(["summarize_fallback", "history_aligned"]);
+      expect(ids(compiled!.payload!.history)).toEqual(["f4", "f5"]);
     }
     await expect(client.unary(ContextService.method.compile, { history, budget: { contextWindow: 50n, outputReserve: 20n, estimator: ten } })).rejects.toMatchObject({
       code: grpc.status.RESOURCE_EXHAUSTED,

@@ -48,10 +48,12 @@ describe("budget", () => {
       }),
       testContext(),
     );
-    expect(ids(result.payload!.history)).toEqual(["h3", "h4", "h5", "p1", "p2", "now"]);
+    // The budget keeps h3..h5; h3 answers a dropped question, so alignment drops it too.
+    expect(ids(result.payload!.history)).toEqual(["h4", "h5", "p1", "p2", "now"]);
     expect(result.transformations["p1"]).toMatchObject({ action: TransformationAction.PASSED, reason: TransformationReason.PROTECTED_PENDING });
     expect(result.transformations["h0"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED, segment: Segment.HISTORY });
-    expect(result.usage).toMatchObject({ history: 30n, pending: 30n, reserved: 30n, limit: 60n, total: 60n, historyBeforeTrim: 60n });
+    expect(result.transformations["h3"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.HISTORY_ALIGNMENT, segment: Segment.HISTORY });
+    expect(result.usage).toMatchObject({ history: 20n, pending: 30n, reserved: 30n, limit: 60n, total: 50n, historyBeforeTrim: 60n });
   });
 
   it("tells 'pending exceeds budget' from 'budget exceeded'", async () => {
@@ -91,11 +93,13 @@ describe("budget", () => {
     const result = await compile(request({ history: { messages }, budget: { maxTokens: 50n, estimator: tenPerMessage } }), testContext());
     expect(ids(result.payload!.history)).toEqual(["u1", "r2-a", "r2-r-d"]);
     for (const id of ["r1-a", "r1-r-a", "r1-r-b", "r1-r-c"]) expect(result.transformations[id]!.action).toBe(TransformationAction.TRUNCATED);
+    // The open round alone fits 20 only once the latest user message may go too.
     const tail = await compile(
-      request({ history: { messages }, budget: { maxTokens: 20n, strategy: BudgetStrategy.DROP_TAIL, estimator: tenPerMessage } }),
+      request({ history: { messages }, budget: { maxTokens: 20n, strategy: BudgetStrategy.DROP_TAIL, estimator: tenPerMessage, trimLatestUserMessage: true } }),
       testContext(),
     );
     expect(ids(tail.payload!.history)).toEqual(["r2-a", "r2-r-d"]);
+    expect(tail.warnings.map((warning) => warning.code)).toEqual(["history_unaligned"]);
   });
 
   it("implements DROP_HEAD with min_messages, protected roles and retained ids", async () => {
@@ -105,13 +109,16 @@ describe("budget", () => {
       testContext(),
     );
     expect(ids(result.payload!.history)).toEqual(["pinned", "h1", "h4", "h5"]);
+    // The pinned note is protected, so history may start with it rather than a user turn.
+    expect(result.warnings.map((warning) => warning.code)).toEqual(["history_unaligned"]);
     const block = await compile(request({ history: { messages: history(6) }, budget: { maxTokens: 40n, estimator: tenPerMessage, minMessages: 5n } }), testContext());
-    expect(block.payload!.history).toEqual([]);
+    // All of history goes but the latest user message, protected without a current turn.
+    expect(ids(block.payload!.history)).toEqual(["h4"]);
   });
 
   it("implements DROP (all or nothing, EVICTED) and STRICT", async () => {
     const drop = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.DROP, estimator: tenPerMessage } }), testContext());
-    expect(drop.payload!.history).toEqual([]);
+    expect(ids(drop.payload!.history)).toEqual(["h2"]);
     expect(drop.transformations["h0"]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
     const fits = await compile(request({ history: { messages: history(3) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.DROP, estimator: tenPerMessage } }), testContext());
     expect(fits.payload!.history).toHaveLength(3);
@@ -136,11 +143,12 @@ describe("budget", () => {
       },
     });
     const summarized = await compile(request(base), context);
-    // A quarter of the 40 available tokens is kept free for the summary.
-    expect(asked).toEqual(["h0", "h1", "h2"]);
-    expect(ids(summarized.payload!.history).slice(1)).toEqual(["h3", "h4", "h5"]);
+    // A quarter of the 40 available tokens is kept free for the summary; the summary also covers
+    // h3, the answer to h2, so that a user turn follows it.
+    expect(asked).toEqual(["h0", "h1", "h2", "h3"]);
+    expect(ids(summarized.payload!.history).slice(1)).toEqual(["h4", "h5"]);
     const head = summarized.payload!.history[0]!;
-    expect(head.provenance?.kind).toMatchObject({ case: "summary", value: { coveredMessageIds: ["h0", "h1", "h2"] } });
+    expect(head.provenance?.kind).toMatchObject({ case: "summary", value: { coveredMessageIds: ["h0", "h1", "h2", "h3"] } });
     expect(summarized.transformations["h0"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.SUMMARIZED });
     expect(ids(summarized.persistence!.history)[0]).toBe(head.id);
     expect(context.events.some((e) => e.event.case === "contextSummarized")).toBe(true);
@@ -150,7 +158,7 @@ describe("budget", () => {
     const window = { contextWindow: 50n, outputReserve: 20n, estimator: tenPerMessage };
     await rejects(compile(request({ history: { messages: history(4) }, budget: window }), testContext()), Code.ResourceExhausted, /^context full: .*40 tokens.*leaves 30/);
     const compacted = await compile(request({ history: { messages: history(4) }, budget: { ...window, autoCompact: true } }), testContext());
-    expect(compacted.payload!.history).toHaveLength(3);
+    expect(ids(compacted.payload!.history)).toEqual(["h2", "h3"]);
     expect(compacted.warnings[0]!.code).toBe("summarize_fallback");
   });
 
@@ -158,7 +166,8 @@ describe("budget", () => {
     const context = testContext();
     const result = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, estimator: tenPerMessage } }), context);
     const kinds = context.events.map((e) => e.event.case);
-    expect(kinds.filter((k) => k === "nodeEvicted")).toHaveLength(1);
+    // h0 for the budget, h1 (its answer) for alignment.
+    expect(kinds.filter((k) => k === "nodeEvicted")).toHaveLength(2);
     expect(kinds.at(-1)).toBe("pipelineCompiled");
     expect(kinds).toContain("tokensEstimated");
     expect(kinds).toContain("budgetPressure");
@@ -359,9 +368,10 @@ describe("targets and views", () => {
     expect(equals(CompileRequestSchema, input, before)).toBe(true);
     expect(result.projections[0]!.text).toBe("<user>a &lt; b &amp; c</user>\n<assistant>calling\n[tool_call:search]</assistant>\n<tool>[tool_result:found]</tool>\n");
     expect(result.projections[1]!.text).toBe("user: a < b & c\nassistant: calling\n[tool_call:search]\ntool: [tool_result:found]\n");
-    expect(ids(result.projections[2]!.messages)).toEqual([]);
-    expect(result.projections[2]!.transformations["u"]!.action).toBe(TransformationAction.TRUNCATED);
-    expect(result.transformations["u"]!.action).toBe(TransformationAction.PASSED);
+    // A target has no current turn, so its latest user message is protected; the round goes.
+    expect(ids(result.projections[2]!.messages)).toEqual(["u"]);
+    expect(result.projections[2]!.transformations["a"]!.action).toBe(TransformationAction.TRUNCATED);
+    expect(result.transformations["a"]!.action).toBe(TransformationAction.PASSED);
   });
 });
 

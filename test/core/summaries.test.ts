@@ -72,7 +72,7 @@ describe("summaries", () => {
     const request = create(CompileRequestSchema, {
       history: { messages: long },
       formatters: [{ segment: Segment.HISTORY, kind: { case: "join", value: { separator: "\n", role: Role.USER, id: "joined" } } }],
-      budget: { maxTokens: 40n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.CHAR_FALLBACK } },
+      budget: { maxTokens: 40n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.CHAR_FALLBACK }, trimLatestUserMessage: true },
     });
     const result = await compile(request, context);
     expect(result.transformations["joined"]!.reason).toBe(TransformationReason.SUMMARIZED);

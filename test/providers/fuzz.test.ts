@@ -1,10 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { BudgetStrategy, CompileRequestSchema, EstimatorKind, RenderOptionsSchema, type CompiledPayload, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { SummarizeResponseSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
 import { ImageDetail, Provider, Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
 import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
+import { compile } from "../../src/core/compile/compile.js";
 import { renderRequest } from "../../src/core/providers/render.js";
+import { testContext } from "../core/compile-context.js";
 import { assistant, call, definition, developer, image, message, payload, reasoning, result, system, text, tool, user } from "./build-messages.js";
 
 /** mulberry32: a tiny seeded PRNG, so every failure reproduces from its seed. */
@@ -146,4 +149,90 @@ describe("fuzzed conversations", () => {
     }
     expect(broken).toBeGreaterThan(20);
   });
+
+  it("trimmed by the budget at every limit, render valid bodies that start on a user turn or a summary", async () => {
+    const strategies = [BudgetStrategy.DROP_HEAD, BudgetStrategy.DROP_TAIL, BudgetStrategy.DROP, BudgetStrategy.SUMMARIZE];
+    let rendered = 0;
+    let trimmed = 0;
+    let refused = 0;
+    for (let seed = 1; seed <= 60; seed++) {
+      const random = prng(seed);
+      const p = randomPayload(random, seed);
+      // Whole conversations: from the first user turn (randomPayload may cut a prefix).
+      const firstUser = p.history.findIndex((m) => m.role === Role.USER);
+      if (firstUser < 0) continue;
+      const history = p.history.slice(firstUser);
+      const openTail = analyzeToolRounds(history, { allowOpenTail: true }).openRound !== undefined;
+      // After an open round only its results may follow, so only a closed conversation gets a turn.
+      const currentTurn = !openTail && random() < 0.5 ? { raw: user(`now${seed}`, "the next question") } : undefined;
+      const messages = history.length + (currentTurn ? 1 : 0) + p.system.length + p.memory.length + p.scratch.length;
+      for (const strategy of strategies) {
+        for (let limit = 10; limit <= messages * 10; limit += 10) {
+          const context = testContext({
+            summarize: async (summarizeRequest) => create(SummarizeResponseSchema, { requestId: summarizeRequest.requestId, summary: assistant("", "summary of earlier turns") }),
+          });
+          let result: CompileResult;
+          try {
+            result = await compile(
+              create(CompileRequestSchema, {
+                system: { messages: p.system },
+                history: { messages: history },
+                memory: { messages: p.memory },
+                scratch: p.scratch,
+                toolDefinitions: { toolDefinitions: p.toolDefinitions },
+                currentTurn,
+                budget: { maxTokens: BigInt(limit), strategy, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
+              }),
+              context,
+            );
+          } catch (caught) {
+            // Only "the protected part alone does not fit" may refuse a compile.
+            const error = ConnectError.from(caught);
+            expect(error.code, `seed ${seed}, limit ${limit}: ${error.rawMessage}`).toBe(Code.ResourceExhausted);
+            expect(error.rawMessage).toMatch(/^(budget exceeded|pending exceeds budget)/);
+            refused++;
+            continue;
+          }
+          const where = `seed ${seed}, ${BudgetStrategy[strategy]}, limit ${limit}`;
+          expect(result.usage!.total, where).toBeLessThanOrEqual(BigInt(limit));
+          const kept = result.payload!.history;
+          if (kept.length < history.length + (currentTurn ? 1 : 0)) trimmed++;
+          expect(kept.length, where).toBeGreaterThan(0);
+          const first = kept[0]!;
+          if (first.role !== Role.USER && first.provenance?.kind.case !== "summary") {
+            throw new Error(`${where}: history starts with ${Role[first.role]} "${first.id}"; kept ${kept.map((m) => m.id).join(" ")}; warnings: ${result.warnings.map((w) => w.message).join("; ")}`);
+          }
+          for (const provider of providers) {
+            let body: string;
+            try {
+              body = new TextDecoder().decode(renderRequest(result.payload!, create(RenderOptionsSchema, { provider, model: "m" })).json);
+            } catch (error) {
+              throw new Error(`${where}, ${Provider[provider]}: ${(error as Error).message}`);
+            }
+            rendered++;
+            // The first turn of the conversation proper is the user's (a summary may be either role).
+            if (first.role === Role.USER) expect(firstTurnRole(body, provider), `${where}, ${Provider[provider]}`).toBe("user");
+          }
+        }
+      }
+    }
+    expect(trimmed).toBeGreaterThan(1000);
+    expect(rendered).toBeGreaterThan(4000);
+    expect(refused).toBeGreaterThan(0);
+  });
 });
+
+/** The role of the first non-system turn of a rendered body. */
+function firstTurnRole(body: string, provider: Provider): string | undefined {
+  const parsed = JSON.parse(body) as { messages?: { role: string }[]; input?: { role?: string; type?: string }[]; contents?: { role: string }[] };
+  switch (provider) {
+    case Provider.OPENAI_CHAT:
+      return parsed.messages!.find((m) => m.role !== "system" && m.role !== "developer")?.role;
+    case Provider.OPENAI_RESPONSES:
+      return parsed.input!.find((item) => item.role !== "system" && item.role !== "developer")?.role;
+    case Provider.ANTHROPIC_MESSAGES:
+      return parsed.messages![0]?.role;
+    default:
+      return parsed.contents![0]?.role;
+  }
+}

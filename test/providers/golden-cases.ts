@@ -23,6 +23,11 @@ export interface GoldenCase {
   description: string;
   payload: CompiledPayload;
   model: string;
+  /**
+   * Through the Compile RPC, send the history message with this id (the last) as the current turn
+   * instead: the only way a compile puts a message after an open round of history.
+   */
+  currentTurnId?: string;
 }
 
 const weather = definition("get_weather", "Current weather for a city", {
@@ -120,7 +125,7 @@ export const goldenCases: GoldenCase[] = [
   {
     name: "cache_hints",
     description:
-      "Five cache hints (system 1h, then 5m and default ones in history): Anthropic keeps the last 4 breakpoints and warns; other providers ignore hints.",
+      "Five cache hints (system 1h, then 5m and default ones in history): Anthropic keeps the first (the system prompt's) and the last 3 breakpoints and warns; other providers ignore hints.",
     model: "test-model",
     payload: payload({
       system: [message("sys", Role.SYSTEM, [text("Long, stable instructions.")], { cacheTtl: "1h" })],
@@ -181,6 +186,38 @@ export const goldenCases: GoldenCase[] = [
       ],
       scratch: [system("scratch:cwd", "cwd=/home/agent")],
       toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "open_round_before_user_turn",
+    description:
+      "An assistant call without a result followed by the user's next turn: every provider refuses it with <provider>.open_call_position naming the assistant message (expected_errors).",
+    model: "test-model",
+    currentTurnId: "u2",
+    payload: payload({
+      history: [user("u1", "Weather in Oslo?"), assistant("a1", call("oc1", "get_weather", '{"city":"Oslo"}')), user("u2", "Never mind, what time is it?")],
+      toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "tool_media_then_next_turn",
+    description:
+      "A tool returns two inline images and text; the answer and the user's next turn follow. Gemini gets the images inside the functionResponse (parts[].inlineData), so contents alternate user, model, user, model, user.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "Show me the two charts."),
+        assistant("a1", call("call_charts", "render_charts", '{"ids":[1,2]}')),
+        tool(
+          "t1",
+          result("call_charts", "render_charts", { text: "Rendered 2 charts." }, {
+            contentParts: [image({ data: pixel, mimeType: "image/png" }), image({ url: "data:image/jpeg;base64,/9j/4AAQ" })],
+          }),
+        ),
+        assistant("a2", "Chart 1 rises, chart 2 falls."),
+        user("u2", "Why does chart 2 fall?"),
+      ],
+      toolDefinitions: [definition("render_charts", "Render charts as images", { type: "object", properties: { ids: { type: "array", items: { type: "integer" } } } })],
     }),
   },
 ];

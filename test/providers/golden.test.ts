@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { CompiledPayloadSchema, RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
@@ -21,8 +22,31 @@ interface GoldenFile {
   description: string;
   input: JsonValue;
   render: { model: string };
-  expected: Record<(typeof providers)[number], unknown>;
-  expected_warnings: Record<(typeof providers)[number], string[]>;
+  /** Compile RPC clients send this history message (the last) as `current_turn` instead. */
+  current_turn_id?: string;
+  expected: Partial<Record<(typeof providers)[number], unknown>>;
+  expected_warnings: Partial<Record<(typeof providers)[number], string[]>>;
+  /** Providers that refuse the payload: the gRPC code, the rule and the message id it names. */
+  expected_errors?: Partial<Record<(typeof providers)[number], ExpectedError>>;
+}
+
+interface ExpectedError {
+  code: string;
+  rule: string;
+  message_id: string;
+}
+
+/** The render's refusal as a golden error: `provider rule <rule> violated at message "<id>": ...`. */
+function refusal(input: JsonValue, model: string, provider: (typeof providers)[number]): ExpectedError | undefined {
+  try {
+    render(input, model, provider);
+    return undefined;
+  } catch (error) {
+    if (!(error instanceof ConnectError)) throw error;
+    const match = /^provider rule (\S+) violated at message "([^"]*)"/.exec(error.rawMessage);
+    if (!match) throw error;
+    return { code: Code[error.code]!.replace(/[A-Z]/g, (letter, at: number) => (at > 0 ? "_" : "") + letter).toUpperCase(), rule: match[1]!, message_id: match[2]! };
+  }
 }
 
 function render(input: JsonValue, model: string, provider: (typeof providers)[number]): { body: string; warnings: string[] } {
@@ -38,10 +62,16 @@ if (process.env["UPDATE_GOLDEN"] === "1") {
       description: goldenCase.description,
       input,
       render: { model: goldenCase.model },
+      ...(goldenCase.currentTurnId ? { current_turn_id: goldenCase.currentTurnId } : {}),
       expected: {} as GoldenFile["expected"],
       expected_warnings: {} as GoldenFile["expected_warnings"],
     };
     for (const provider of providers) {
+      const error = refusal(input, goldenCase.model, provider);
+      if (error) {
+        (file.expected_errors ??= {})[provider] = error;
+        continue;
+      }
       const { body, warnings } = render(input, goldenCase.model, provider);
       file.expected[provider] = JSON.parse(body);
       file.expected_warnings[provider] = warnings;
@@ -61,6 +91,13 @@ describe("golden provider vectors", () => {
   for (const name of files) {
     const file = JSON.parse(readFileSync(`${folder}${name}`, "utf8")) as GoldenFile;
     for (const provider of providers) {
+      const expectedError = file.expected_errors?.[provider];
+      if (expectedError) {
+        it(`${file.name} is refused by ${provider} with ${expectedError.rule}`, () => {
+          expect(refusal(file.input, file.render.model, provider)).toEqual(expectedError);
+        });
+        continue;
+      }
       it(`${file.name} renders ${provider} byte for byte`, () => {
         const { body, warnings } = render(file.input, file.render.model, provider);
         // Exact bytes: same keys, same order, same values as the compact form of the expected body.

@@ -35,4 +35,16 @@ describe("render warnings", () => {
     expect(codes(result.warnings).filter((code) => code === "anthropic_cache_breakpoints_dropped")).toHaveLength(1);
     expect(codes(result.projections[0]?.rendered?.warnings)).toEqual(["anthropic_cache_breakpoints_dropped"]);
   });
+
+  it("keep the system prompt's hint and the last three when there are too many", () => {
+    const system = message("sys", Role.SYSTEM, [text("stable instructions")], { cacheTtl: "1h" });
+    const rendered = renderRequest(payload({ system: [system], history: cachedHistory }), anthropic);
+    const body = JSON.parse(new TextDecoder().decode(rendered.json)) as { system: { cache_control?: object }[]; messages: { content: { text: string; cache_control?: object }[] }[] };
+    expect(body.system[0]!.cache_control).toEqual({ type: "ephemeral", ttl: "1h" });
+    const marked = body.messages.map((turn) => turn.content.some((block) => block.cache_control !== undefined));
+    expect(marked).toEqual([false, false, true, true, true]);
+    expect(rendered.warnings[0]!.message).toBe(
+      'Anthropic allows 4 cache breakpoints; the request has 6, so the hints of messages "u1", "a1" were not sent (the first and the last 3 were kept)',
+    );
+  });
 });

@@ -178,11 +178,13 @@ def test_compile_under_budget_keeps_the_round_whole_and_protects_the_current_tur
         raw=user_text("Book it on card 4111 1111 1111 1111."), prompt_safe=user_text("Book it on the card on file.")
     )
 
-    def compile_with(max_tokens: int) -> compile_pb2.CompileResult:
+    # HISTORY_START_ANY: what the strategy keeps, so the round can be seen kept whole on its own
+    # (by default, history after trimming must start on a user turn; checked below).
+    def compile_with(max_tokens: int, start: int = compile_pb2.HISTORY_START_ANY) -> compile_pb2.CompileResult:
         request = compile_pb2.CompileRequest(
             conversation_id=conversation_id,
             current_turn=current_turn,
-            budget=compile_pb2.Budget(max_tokens=max_tokens, estimator=CHARS),
+            budget=compile_pb2.Budget(max_tokens=max_tokens, estimator=CHARS, history_start=start),
         )
         return client.compile(request).result
 
@@ -196,6 +198,11 @@ def test_compile_under_budget_keeps_the_round_whole_and_protects_the_current_tur
     assert [m.id for m in tight.payload.history[:-1]] == [answer.id]
     for message in round_:
         assert tight.transformations[message.id].action == compile_pb2.TRANSFORMATION_ACTION_TRUNCATED
+
+    # By default the answer left at the head without its question goes too.
+    aligned = compile_with(reserved + answer_tokens + round_tokens // 2, compile_pb2.HISTORY_START_UNSPECIFIED)
+    assert len(aligned.payload.history) == 1
+    assert aligned.transformations[answer.id].reason == compile_pb2.TRANSFORMATION_REASON_HISTORY_ALIGNMENT
 
     roomy = compile_with(reserved + answer_tokens + round_tokens)
     assert [m.id for m in roomy.payload.history[:-1]] == [m.id for m in round_] + [answer.id]

@@ -63,7 +63,7 @@ def test_compile_session_stores_the_summary_and_remembers_facts(client: Client):
 
     def summarize(messages: Sequence[message_pb2.Message], target_tokens: int):
         asked.append(ids(messages))
-        assert target_tokens == 20
+        assert target_tokens == 30
         return assistant_text("The user looked up a and b."), ["the user likes short answers"]
 
     result = client.compile_session(
@@ -74,15 +74,16 @@ def test_compile_session_stores_the_summary_and_remembers_facts(client: Client):
         ),
         summarize,
     )
-    # 50 available, 12 kept free for the summary: whole units go from the head until 38 remain.
-    assert asked == [history[:5]]
+    # 50 available, 12 kept free for the summary: whole units go from the head until 38 remain,
+    # and the answer after them too, so that a user turn follows the summary.
+    assert asked == [history[:6]]
     head = result.payload.history[0]
-    assert list(head.provenance.summary.covered_message_ids) == history[:5]
-    assert ids(result.payload.history[1:]) == history[5:]
+    assert list(head.provenance.summary.covered_message_ids) == history[:6]
+    assert ids(result.payload.history[1:]) == history[6:]
     assert result.committed_version == stored.version + 1
 
     state = client.get_state(conversation_pb2.GetStateRequest(conversation_id="py-session")).state
-    assert ids(state.history) == [head.id, *history[5:]]
+    assert ids(state.history) == [head.id, *history[6:]]
     assert [experience.text for experience in state.experiences] == ["the user likes short answers"]
     system = client.compile(compile_pb2.CompileRequest(conversation_id="py-session")).result.payload.system
     assert [message.parts[0].text.text for message in system] == ["<experience>\n- [exp_1] the user likes short answers"]
@@ -129,9 +130,10 @@ def test_async_compile_session_with_a_coroutine_summarizer(sidecar, client: Clie
 
     result = asyncio.run(main())
     # 50 tokens minus the current turn's 10 leave 40 for history; 10 kept free for the summary.
+    # The summary also covers the answer after the dropped units, so a user turn follows it.
     head, *rest = result.payload.history
-    assert list(head.provenance.summary.covered_message_ids) == history[:5]
-    assert head.parts[0].text.text == "5 messages about a and b"
-    assert ids(rest[:-1]) == history[5:] and rest[-1].parts[0].text.text == "and now?"
+    assert list(head.provenance.summary.covered_message_ids) == history[:6]
+    assert head.parts[0].text.text == "6 messages about a and b"
+    assert ids(rest[:-1]) == history[6:] and rest[-1].parts[0].text.text == "and now?"
     state = client.get_state(conversation_pb2.GetStateRequest(conversation_id="py-session-async")).state
     assert ids(state.history)[0] == head.id and state.history[-1].parts[0].text.text == "and now?"

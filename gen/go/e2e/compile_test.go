@@ -63,13 +63,18 @@ func TestCompileUnderBudgetKeepsRoundsWholeAndProtectsTheCurrentTurn(t *testing.
 		Raw:        contextd.UserText("Book it on card 4111 1111 1111 1111."),
 		PromptSafe: contextd.UserText("Book it on the card on file."),
 	}
-	compile := func(maxTokens int64) (*contextdv1.CompileResult, error) {
+	// HISTORY_START_ANY: what the strategy keeps, so the round can be seen kept whole on its own
+	// (by default, history after trimming must start on a user turn; see the end of the test).
+	compileFrom := func(maxTokens int64, start contextdv1.HistoryStart) (*contextdv1.CompileResult, error) {
 		response, err := client.Compile(ctx, &contextdv1.CompileRequest{
 			ConversationId: id,
 			CurrentTurn:    currentTurn,
-			Budget:         &contextdv1.Budget{MaxTokens: maxTokens, Estimator: charsEstimator},
+			Budget:         &contextdv1.Budget{MaxTokens: maxTokens, Estimator: charsEstimator, HistoryStart: start},
 		})
 		return response.GetResult(), err
+	}
+	compile := func(maxTokens int64) (*contextdv1.CompileResult, error) {
+		return compileFrom(maxTokens, contextdv1.HistoryStart_HISTORY_START_ANY)
 	}
 	unlimited, err := compile(0)
 	if err != nil {
@@ -91,6 +96,15 @@ func TestCompileUnderBudgetKeepsRoundsWholeAndProtectsTheCurrentTurn(t *testing.
 		if record.GetAction() != contextdv1.TransformationAction_TRANSFORMATION_ACTION_TRUNCATED {
 			t.Errorf("round message %s: %v, want TRUNCATED with its round", message.GetId(), record)
 		}
+	}
+
+	// By default the answer left at the head without its question goes too.
+	aligned, err := compileFrom(reserved+answerTokens+roundTokens/2, contextdv1.HistoryStart_HISTORY_START_UNSPECIFIED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := historyIDs(aligned); len(got) != 1 || aligned.GetTransformations()[answer.GetId()].GetReason() != contextdv1.TransformationReason_TRANSFORMATION_REASON_HISTORY_ALIGNMENT {
+		t.Fatalf("default budget kept %v (answer: %v), want only the current turn, the answer dropped for alignment", got, aligned.GetTransformations()[answer.GetId()])
 	}
 
 	// Room for the answer and the whole round: the round stays, whole, and older turns go.

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/contextd-dev/contextd/gen/go/contextd"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -14,10 +17,21 @@ import (
 
 // goldenFile is one provider golden vector (format in test/golden/providers/README.md).
 type goldenFile struct {
-	Name     string                     `json:"name"`
-	Input    json.RawMessage            `json:"input"`
-	Render   struct{ Model string }     `json:"render"`
-	Expected map[string]json.RawMessage `json:"expected"`
+	Name   string                 `json:"name"`
+	Input  json.RawMessage        `json:"input"`
+	Render struct{ Model string } `json:"render"`
+	// Sent as the current turn (the last history message) instead of in history, when set.
+	CurrentTurnID string                     `json:"current_turn_id"`
+	Expected      map[string]json.RawMessage `json:"expected"`
+	// Providers that refuse the payload, with the rule and the message it names.
+	ExpectedErrors map[string]goldenError `json:"expected_errors"`
+}
+
+// goldenError is a provider's refusal of a golden payload.
+type goldenError struct {
+	Code      string `json:"code"`
+	Rule      string `json:"rule"`
+	MessageID string `json:"message_id"`
 }
 
 // TestGoldenProviderBodies compiles each golden payload statelessly with a render option and
@@ -43,20 +57,42 @@ func TestGoldenProviderBodies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		history := payload.GetHistory()
+		var currentTurn *contextdv1.CurrentTurn
+		if last := len(history) - 1; golden.CurrentTurnID != "" && last >= 0 && history[last].GetId() == golden.CurrentTurnID {
+			currentTurn = &contextdv1.CurrentTurn{Raw: history[last]}
+			history = history[:last]
+		}
+		request := func(providerName string) *contextdv1.CompileRequest {
+			return &contextdv1.CompileRequest{
+				System:          &contextdv1.MessageList{Messages: payload.GetSystem()},
+				History:         &contextdv1.MessageList{Messages: history},
+				CurrentTurn:     currentTurn,
+				Memory:          &contextdv1.MessageList{Messages: payload.GetMemory()},
+				Tools:           &contextdv1.MessageList{Messages: payload.GetTools()},
+				Scratch:         payload.GetScratch(),
+				ToolDefinitions: &contextdv1.ToolDefinitionList{ToolDefinitions: payload.GetToolDefinitions()},
+				Render: &contextdv1.RenderOptions{
+					Provider: contextdv1.Provider(contextdv1.Provider_value["PROVIDER_"+providerName]),
+					Model:    golden.Render.Model,
+				},
+			}
+		}
+		for providerName, expected := range golden.ExpectedErrors {
+			t.Run(golden.Name+"/"+providerName+"/refused", func(t *testing.T) {
+				_, err := client.Compile(ctx, request(providerName))
+				var typed *contextd.Error
+				if !errors.As(err, &typed) || typed.Code.String() != goGRPCCodeName(expected.Code) {
+					t.Fatalf("want %s, got %v", expected.Code, err)
+				}
+				if want := "provider rule " + expected.Rule + " violated at message \"" + expected.MessageID + "\""; !strings.HasPrefix(typed.Message, want) {
+					t.Fatalf("message %q does not start with %q", typed.Message, want)
+				}
+			})
+		}
 		for providerName, expected := range golden.Expected {
 			t.Run(golden.Name+"/"+providerName, func(t *testing.T) {
-				response, err := client.Compile(ctx, &contextdv1.CompileRequest{
-					System:          &contextdv1.MessageList{Messages: payload.GetSystem()},
-					History:         &contextdv1.MessageList{Messages: payload.GetHistory()},
-					Memory:          &contextdv1.MessageList{Messages: payload.GetMemory()},
-					Tools:           &contextdv1.MessageList{Messages: payload.GetTools()},
-					Scratch:         payload.GetScratch(),
-					ToolDefinitions: &contextdv1.ToolDefinitionList{ToolDefinitions: payload.GetToolDefinitions()},
-					Render: &contextdv1.RenderOptions{
-						Provider: contextdv1.Provider(contextdv1.Provider_value["PROVIDER_"+providerName]),
-						Model:    golden.Render.Model,
-					},
-				})
+				response, err := client.Compile(ctx, request(providerName))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -73,4 +109,16 @@ func TestGoldenProviderBodies(t *testing.T) {
 			})
 		}
 	}
+}
+
+// goGRPCCodeName spells a gRPC code name ("FAILED_PRECONDITION") as codes.Code.String does
+// ("FailedPrecondition").
+func goGRPCCodeName(name string) string {
+	words := strings.Split(strings.ToLower(name), "_")
+	for index, word := range words {
+		if word != "" {
+			words[index] = strings.ToUpper(word[:1]) + word[1:]
+		}
+	}
+	return strings.Join(words, "")
 }

@@ -65,18 +65,19 @@ func TestCompileWithSummariesStoresTheSummaryAndRemembersFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 50 available, 12 kept free for the summary: drop whole units from the head until 38 remain.
-	if want := history[:5]; !slices.Equal(asked, want) {
-		t.Fatalf("asked to summarise %v, want the first three units, the round whole: %v", asked, want)
+	// 50 available, 12 kept free for the summary: drop whole units from the head until 38 remain,
+	// and the answer after them too, so that the summary is followed by a user turn.
+	if want := history[:6]; !slices.Equal(asked, want) {
+		t.Fatalf("asked to summarise %v, want the first three units, the round whole, and the answer of the third: %v", asked, want)
 	}
-	if target != 20 {
-		t.Errorf("target tokens %d, want the 20 left beside the kept history", target)
+	if target != 30 {
+		t.Errorf("target tokens %d, want the 30 left beside the kept history", target)
 	}
 	head := result.GetPayload().GetHistory()[0]
 	if covered := head.GetProvenance().GetSummary().GetCoveredMessageIds(); !slices.Equal(covered, asked) {
 		t.Errorf("summary covers %v, want %v", covered, asked)
 	}
-	if got, want := ids(result.GetPayload().GetHistory()[1:]), history[5:]; !slices.Equal(got, want) {
+	if got, want := ids(result.GetPayload().GetHistory()[1:]), history[6:]; !slices.Equal(got, want) {
 		t.Errorf("kept %v, want %v after the summary", got, want)
 	}
 

@@ -2,6 +2,7 @@ import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   BudgetStrategy,
+  HistoryStart,
   IntroducedMessageSchema,
   TransformationAction,
   TransformationReason,
@@ -12,7 +13,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
-import { costUnits, selectAllUnprotected, selectUnitsToDrop, type CostedUnit } from "./history-trimming.js";
+import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
 
@@ -31,7 +32,7 @@ export interface BudgetReport {
   reserved: number;
   limit: number;
   total: number;
-  /** Ids dropped by the budget, with the reason, in history order. */
+  /** Ids dropped by the budget, with the reason: the budget's own in history order, then alignment's. */
   dropped: { id: string; reason: TransformationReason }[];
   summary?: { tokens: number; replacedTokens: number };
 }
@@ -139,9 +140,18 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
       const protectsMessages = protectedRoles.size > 0 || retained.size > 0;
+      // Without a current turn, the latest user message of history is the one being answered.
+      const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
+      if (latestUser >= 0 && historyCounts[latestUser]! > available) {
+        throw new ConnectError(
+          `budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`,
+          Code.ResourceExhausted,
+        );
+      }
       const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {
         if (unit.round?.open) return true;
+        if (unit.start === latestUser) return true;
         if (!protectsMessages) return false;
         for (let index = unit.start; index < unit.end; index++) {
           const message = history[index]!;
@@ -149,6 +159,19 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
         return false;
       });
+      const aligns = (budget?.historyStart ?? HistoryStart.UNSPECIFIED) !== HistoryStart.ANY;
+      // Units dropped only so that history starts on a user turn; recorded apart from the budget's.
+      let alignmentDrops: ReadonlySet<number> = new Set<number>();
+      // The protected message history starts with instead of a user turn, when one is in the way.
+      let unaligned: Message | undefined;
+      /** Adds the alignment's units to `selected`; returns them (a few) apart from the budget's. */
+      const align = (selected: Set<number>, candidates: readonly CostedUnit[]): Alignment => {
+        if (!aligns || selected.size === 0) return { drops: [] };
+        const alignment = alignToUserTurn(candidates, history, selected);
+        for (const index of alignment.drops) selected.add(index);
+        unaligned = alignment.blockedBy === undefined ? undefined : history[candidates[alignment.blockedBy]!.start];
+        return alignment;
+      };
 
       let summarize = strategy === BudgetStrategy.SUMMARIZE || (limit.fromWindow && budget!.autoCompact);
       if (summarize && !context.summarize) {
@@ -166,7 +189,10 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         summarize = false;
         drop = undefined;
       }
-      if (drop === undefined) {
+      if (drop !== undefined) {
+        // The summary covers the prefix up to the next user turn, so no orphaned answer follows it.
+        align(drop, units);
+      } else {
         if (strategy === BudgetStrategy.DROP) {
           drop = selectAllUnprotected(units);
           action = TransformationAction.EVICTED;
@@ -174,11 +200,17 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
           drop = selectUnitsToDrop(units, available, "head");
-          const minMessages = Number(budget?.minMessages ?? 0n);
-          const headDrop = drop;
-          if (minMessages > 0 && headDrop.size > 0) {
-            const remaining = units.reduce((count, unit, index) => (headDrop.has(index) ? count : count + unit.end - unit.start), 0);
-            if (remaining < minMessages) drop = selectAllUnprotected(units);
+        }
+        alignmentDrops = new Set(align(drop, units).drops);
+        const minMessages = Number(budget?.minMessages ?? 0n);
+        const selected = drop;
+        if (strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL && minMessages > 0 && selected.size > 0) {
+          const remaining = units.reduce((count, unit, index) => (selected.has(index) ? count : count + unit.end - unit.start), 0);
+          if (remaining < minMessages) {
+            // All of history goes for the budget's own rule; nothing is left to align.
+            drop = selectAllUnprotected(units);
+            alignmentDrops = new Set();
+            unaligned = undefined;
           }
         }
       }
@@ -187,9 +219,11 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const kept: Message[] = [];
       const keptCounts: number[] = [];
       const droppedMessages: Message[] = [];
+      const alignedMessages: Message[] = [];
       units.forEach((unit, index) => {
         for (let at = unit.start; at < unit.end; at++) {
-          if (dropSet.has(index)) droppedMessages.push(history[at]!);
+          if (alignmentDrops.has(index)) alignedMessages.push(history[at]!);
+          else if (dropSet.has(index)) droppedMessages.push(history[at]!);
           else {
             kept.push(history[at]!);
             keptCounts.push(historyCounts[at]!);
@@ -210,11 +244,13 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         const overflow = selectUnitsToDrop(remaining, available - summaryTokens, "head");
         if (overflow.size > 0) {
           addWarning(work, "summary_over_target", `the summary has ${summaryTokens} tokens; ${overflow.size} more history unit(s) were dropped to fit`);
+          const alignedOverflow = new Set(align(overflow, remaining).drops);
           kept.length = 0;
           keptCounts.length = 0;
           remaining.forEach((unit, index) => {
             for (let at = unit.start; at < unit.end; at++) {
-              if (overflow.has(index)) droppedMessages.push(history[at]!);
+              if (alignedOverflow.has(index)) alignedMessages.push(history[at]!);
+              else if (overflow.has(index)) droppedMessages.push(history[at]!);
               else {
                 kept.push(history[at]!);
                 keptCounts.push(historyCounts[at]!);
@@ -224,10 +260,27 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
         kept.unshift(summaryMessage);
         keptCounts.unshift(summaryTokens);
+        // History starts on the summary, whatever protected unit follows it.
+        unaligned = undefined;
       }
       for (const message of droppedMessages) {
         setRecord(work, message.id, action, reason, Segment.HISTORY);
         dropped.push({ id: message.id, reason });
+      }
+      if (alignedMessages.length > 0) {
+        for (const message of alignedMessages) {
+          setRecord(work, message.id, TransformationAction.TRUNCATED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
+          dropped.push({ id: message.id, reason: TransformationReason.HISTORY_ALIGNMENT });
+        }
+        const next = kept.find((message) => message.provenance?.kind.case !== "summary");
+        addWarning(
+          work,
+          "history_aligned",
+          `after trimming, history must start on a user turn: ${alignedMessages.length} more message(s) were dropped (${quoteIds(alignedMessages)})${next ? `, so it continues at message "${next.id}"` : ", which left no history"}; set budget.history_start to HISTORY_START_ANY to keep them`,
+        );
+      }
+      if (unaligned !== undefined) {
+        addWarning(work, "history_unaligned", `after trimming, history starts with the protected message "${unaligned.id}" (${Role[unaligned.role]}), not a user turn: protected messages are never dropped for alignment`);
       }
       history = kept;
       historyCounts = keptCounts;
@@ -238,7 +291,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const total = reserved + historyTokens;
   if (limit.tokens > 0 && total > limit.tokens) {
     throw new ConnectError(
-      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
+      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round, latest user message${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
       Code.ResourceExhausted,
     );
   }
@@ -345,4 +398,16 @@ async function requestSummary(
   work.persistedIntroducedIds.add(summary.id);
   recordPassed(work, [summary], Segment.HISTORY);
   return summary;
+}
+
+/** Index of the last USER message of history, or -1. */
+function lastUserMessageIndex(history: readonly Message[]): number {
+  for (let index = history.length - 1; index >= 0; index--) if (history[index]!.role === Role.USER) return index;
+  return -1;
+}
+
+/** Message ids for a warning: all of them up to 10, then how many more. */
+function quoteIds(messages: readonly Message[]): string {
+  const shown = messages.slice(0, 10).map((message) => `"${message.id}"`).join(", ");
+  return messages.length > 10 ? `${shown} and ${messages.length - 10} more` : shown;
 }

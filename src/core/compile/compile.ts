@@ -26,6 +26,7 @@ import { scratchMessages } from "./scratch.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
 import { computeTargets, validateTargets } from "./targets.js";
 import { applyTextReplacements } from "./text-replacements.js";
+import { checkToolArguments, showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { validateAndRepairToolRounds } from "./tool-round-repair.js";
 
 /**
@@ -37,12 +38,13 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const events = new CompileEvents(context, request.conversationId);
   validateTargets(request.targets);
   const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts);
+  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "");
 
-  // 1. Normalize + identity, tool-round validation and repair.
+  // 1. Normalize + identity, tool-argument and tool-round validation and repair.
   const inputs = resolveCompileInputs(request, context.stored);
   const { work, extras } = normalize(request, inputs, estimator, context.randomId);
   const normalizedSegments = work.segments;
+  checkToolArguments(work, inputs, extras, request.toolArgumentsRepair);
   validateAndRepairToolRounds(work, request.repair, context.randomId);
   const repairedSegments = work.segments;
   await events.stageDone("normalize");
@@ -73,7 +75,9 @@ export async function compile(request: CompileRequest, context: CompileContext):
   work.baseline = work.segments;
   await events.stageDone("deferred_blocks");
 
-  // 5.–8. Presentation: hooks, role projection, formatters, text replacements.
+  // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
+  // formatters, text replacements.
+  showToolArgumentsAsString(work);
   applyHooks(work);
   await events.stageDone("hooks");
   applyRoleProjection(work);

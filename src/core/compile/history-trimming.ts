@@ -1,3 +1,4 @@
+import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { HistoryUnit } from "../model/tool-rounds.js";
 
 /** History units with their token costs, from prefix sums over per-message counts. */
@@ -43,4 +44,39 @@ export function costUnits(units: readonly HistoryUnit[], counts: readonly number
     costed[index] = { start: unit.start, end: unit.end, round: unit.round, tokens, protected: isProtected(unit) };
   }
   return costed;
+}
+
+/** What aligning kept history to a user turn adds to the units already dropped. */
+export interface Alignment {
+  /** Indices of further units to drop, in history order. */
+  drops: number[];
+  /** The protected unit history starts with instead of a user turn, when one stood in the way. */
+  blockedBy?: number;
+}
+
+/**
+ * The units to drop after `dropped` so that kept history starts where every provider and a model
+ * can start: a USER message, or a summary. Trimming by units keeps rounds whole but not exchanges:
+ * dropping the oldest units one at a time can leave an answer whose question is gone, or a tool
+ * round, at the head (the OpenAI body then goes system → assistant, the Anthropic and Gemini ones
+ * start on assistant / model). The scan stops at the first unit that may start history, or at a
+ * protected unit (never dropped for alignment), and reads each unit at most once.
+ */
+export function alignToUserTurn(units: readonly CostedUnit[], history: readonly Message[], dropped: ReadonlySet<number>): Alignment {
+  const drops: number[] = [];
+  for (let index = 0; index < units.length; index++) {
+    if (dropped.has(index)) continue;
+    const unit = units[index]!;
+    if (mayStartHistory(unit, history)) return { drops };
+    if (unit.protected) return { drops, blockedBy: index };
+    drops.push(index);
+  }
+  return { drops };
+}
+
+/** A USER message or a summary (a stored `compact`, or one the compile asked for). */
+export function mayStartHistory(unit: HistoryUnit, history: readonly Message[]): boolean {
+  if (unit.round) return false;
+  const message = history[unit.start]!;
+  return message.role === Role.USER || message.provenance?.kind.case === "summary";
 }

@@ -4,7 +4,7 @@ import type { CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState, Experience, ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { mergeArtifact } from "../deltas/artifact-merge.js";
-import type { SegmentHolder } from "../model/segments.js";
+import type { SegmentField, SegmentHolder } from "../model/segments.js";
 
 /** What a compile starts from: request segments over the stored state, by presence. */
 export interface CompileInputs {
@@ -15,6 +15,8 @@ export interface CompileInputs {
   artifacts: Artifact[];
   /** The stored version compiled; 0 for stateless compiles. */
   version: bigint;
+  /** The segments inherited from the stored state (not given in the request). */
+  storedSegments: ReadonlySet<SegmentField>;
 }
 
 /**
@@ -30,7 +32,10 @@ export function resolveCompileInputs(request: CompileRequest, stored: Conversati
     if (artifact.id === "") throw new ConnectError(`artifacts[${index}].id is required`, Code.InvalidArgument);
     artifacts = mergeArtifact(artifacts, artifact);
   });
+  const storedSegments = new Set<SegmentField>();
+  if (stored) for (const field of ["system", "history", "memory", "tools"] as const) if (!request[field]) storedSegments.add(field);
   return {
+    storedSegments,
     segments: {
       system: pick(request.system, stored?.system),
       history: pick(request.history, stored?.history),

@@ -1,10 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
+  BudgetStrategy,
   ProjectionSchema,
   TransformationAction,
   TransformationReason,
   UsageSchema,
+  type Budget,
   type CompileRequest,
   type Projection,
   type Target,
@@ -25,6 +27,7 @@ import { applyHooks } from "./redaction.js";
 import { applyRoleProjection } from "./role-projection.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
 import { applyTextReplacements } from "./text-replacements.js";
+import { showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { newRecords, recordPassed, type CompileWork } from "./working-set.js";
 
 /**
@@ -102,9 +105,10 @@ async function segmentProjection(
 ): Promise<Projection> {
   const included = new Set(target.segments.length === 0 ? segmentRenderingOrder : target.segments);
   const pick = (segment: Segment) => (included.has(segment) ? normalized.segments[segmentField(segment, "segment")] : []);
+  const budget = target.budget ?? inheritedBudget(request.budget);
   const targetRequest: CompileRequest = {
     ...request,
-    budget: target.budget,
+    budget,
     formatters: target.formatters,
     pending: [],
     currentTurn: undefined,
@@ -112,7 +116,8 @@ async function segmentProjection(
     textReplacements: request.textReplacements.filter((replacement) => included.has(replacement.segment)),
   };
   const renderProvider = target.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(target.budget?.estimator, renderProvider, `${path}.budget.estimator`, context.tokenCounts);
+  const estimatorPath = target.budget ? `${path}.budget.estimator` : "budget.estimator";
+  const estimator = await createEstimator(budget?.estimator, renderProvider, estimatorPath, context.tokenCounts, target.render?.model ?? "");
   const work: CompileWork = {
     request: targetRequest,
     estimator,
@@ -127,11 +132,13 @@ async function segmentProjection(
     visibleArtifactIds: [],
     warnings: [],
     writebackMessages: [],
+    argumentsShownAsString: normalized.argumentsShownAsString,
   };
   for (const segment of included) recordPassed(work, work.segments[segmentField(segment, "segment")], segment);
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
   applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  showToolArgumentsAsString(work);
   applyHooks(work);
   applyRoleProjection(work);
   applySegmentFormatters(work, target.formatters, `${path}.formatters`);
@@ -159,4 +166,19 @@ async function segmentProjection(
       historyBeforeTrim: BigInt(report.historyBeforeTrim),
     }),
   });
+}
+
+/**
+ * The budget of a target that sets none: the main one, so a target rendered for another provider
+ * is held to the same limit as the main payload (it used to be unlimited, and an Anthropic target
+ * rendered 5,775 tokens against a 2,500 limit). A target never asks for a summary of its own (the
+ * session has one summarizer round per compile, for the main payload), so SUMMARIZE and
+ * auto_compact trim with DROP_HEAD to the same limit.
+ */
+function inheritedBudget(main: Budget | undefined): Budget | undefined {
+  if (!main) return undefined;
+  const summarizes = main.strategy === BudgetStrategy.SUMMARIZE || (main.autoCompact && main.maxTokens === 0n && main.contextWindow > 0n);
+  if (!summarizes) return main;
+  const limit = main.maxTokens > 0n ? main.maxTokens : main.contextWindow > 0n ? main.contextWindow - main.outputReserve : 0n;
+  return { ...main, strategy: BudgetStrategy.DROP_HEAD, autoCompact: false, maxTokens: limit, contextWindow: 0n, outputReserve: 0n };
 }

@@ -58,6 +58,8 @@ export interface CompileWork {
    * to repair). The budget reuses it while history is still that array instead of analysing again.
    */
   historyRounds?: { history: readonly Message[]; analysis: ToolRoundAnalysis };
+  /** Ids of stored messages whose tool-call arguments the presentation shows as a string (AS_STRING). */
+  argumentsShownAsString?: ReadonlySet<string>;
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {

@@ -1,14 +1,19 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { assertToolArgumentsAreObjects, firstInvalidToolCall, keepsStoredInvalidCalls } from "../model/tool-call-arguments.js";
 import type { DeltaContext } from "./delta-context.js";
 
 /**
  * Readies messages a delta brings into the state: every message needs a role and parts whose
- * variant is set, messages without an id get one from the injected id source, and ids must stay
- * unique across all segments of the conversation (a compile of the state would reject duplicates).
+ * variant is set, tool-call arguments must be JSON objects (what providers take; a call stored
+ * otherwise could never be rendered), messages without an id get one from the injected id source,
+ * and ids must stay unique across all segments of the conversation (a compile of the state would
+ * reject duplicates).
  * `where` names the field the messages came from, for error messages ("messages", "results").
  * `defaultRole` fills an unset role where the operation implies one (append_user → USER).
+ * `replacedMessages` (replace_segment: the segment being replaced) may be stored again with the
+ * invalid tool-call arguments they already had.
  */
 export function prepareMessages(
   state: ConversationState,
@@ -17,6 +22,7 @@ export function prepareMessages(
   where: string,
   defaultRole?: Role,
   removedIds: ReadonlySet<string> = new Set(),
+  replacedMessages: readonly Message[] = [],
 ): Message[] {
   const inConversation = conversationHasId(state, removedIds, messages.length);
   const inBatch = new Set<string>();
@@ -35,6 +41,7 @@ export function prepareMessages(
       }
     });
     const id = message.id === "" ? context.newMessageId() : message.id;
+    if (firstInvalidToolCall(message) && !keepsStoredInvalidCalls(message, replacedMessages)) assertToolArgumentsAreObjects(message, path, id);
     if (inBatch.has(id) || inConversation(id)) throw new ConnectError(`${path}: duplicate message id "${id}"`, Code.InvalidArgument);
     inBatch.add(id);
     return id === message.id && role === message.role ? message : { ...message, id, role };

@@ -21,7 +21,7 @@ export function appendMessages(state: ConversationState, delta: AppendMessages, 
 export function replaceSegment(state: ConversationState, delta: ReplaceSegment, context: DeltaContext): ConversationState {
   const field = segmentField(delta.segment, "segment");
   const replaced = new Set(state[field].map((message) => message.id));
-  const messages = prepareMessages(state, delta.messages, context, "messages", undefined, replaced);
+  const messages = prepareMessages(state, delta.messages, context, "messages", undefined, replaced, state[field]);
   return withValidSegment(state, field, messages);
 }
 

@@ -8,6 +8,7 @@ import {
   type Warning,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { analyzeToolRounds } from "../model/tool-rounds.js";
 import { renderAnthropic } from "./anthropic/render.js";
 import { validateAnthropic } from "./anthropic/validate.js";
 import { renderGemini } from "./gemini/render.js";
@@ -16,6 +17,35 @@ import { renderOpenAIChat } from "./openai-chat/render.js";
 import { validateOpenAIChat } from "./openai-chat/validate.js";
 import { renderOpenAIResponses } from "./openai-responses/render.js";
 import { validateOpenAIResponses } from "./openai-responses/validate.js";
+import { atMessage, providerRuleViolation } from "./rule-violation.js";
+
+/** The first part of every rule name of a provider ("anthropic.open_call_position"). */
+const ruleNamePrefixes: Partial<Record<Provider, string>> = {
+  [Provider.OPENAI_CHAT]: "openai_chat",
+  [Provider.OPENAI_RESPONSES]: "openai_responses",
+  [Provider.ANTHROPIC_MESSAGES]: "anthropic",
+  [Provider.GEMINI]: "gemini",
+};
+
+/**
+ * One definition of an open round for every provider: an assistant message whose calls are not
+ * all answered may only be the last unit of history (after it come only its own results). Each
+ * body validator has its own view of this, and merging turns hid it from some: Anthropic merged
+ * the current turn into the user turn after an unanswered tool_use and sent a body Anthropic
+ * rejects. Checked on the payload, before rendering, so all four name the same rule and message.
+ */
+function assertOpenRoundLast(payload: CompiledPayload, rulePrefix: string): void {
+  const analysis = analyzeToolRounds(payload.history, { allowOpenTail: true });
+  const incomplete = analysis.violations.find((violation) => violation.rule === "incomplete_tool_round");
+  if (!incomplete) return;
+  const unit = analysis.units[incomplete.unitIndex]!;
+  const missing = unit.round!.missingCallIds.map((id) => `"${id}"`).join(", ");
+  throw providerRuleViolation(
+    `${rulePrefix}.open_call_position`,
+    atMessage(incomplete.messageId),
+    `tool calls ${missing} have no result, and message "${payload.history[unit.end]!.id}" follows; an open call may only be the last assistant turn`,
+  );
+}
 
 /** Receives non-fatal notices of a render; they end up in `RenderedRequest.warnings`. */
 type RenderWarningSink = (warning: Warning) => void;
@@ -39,6 +69,8 @@ export function renderRequest(payload: CompiledPayload, options: RenderOptions):
 }
 
 function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): unknown {
+  const rulePrefix = ruleNamePrefixes[options.provider];
+  if (rulePrefix !== undefined) assertOpenRoundLast(payload, rulePrefix);
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
       const { body, origins } = renderOpenAIChat(payload, options.model);

@@ -1,4 +1,5 @@
 import type { ToolCallPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { toolArgumentsText } from "../model/tool-call-arguments.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
 
 /**
@@ -6,10 +7,7 @@ import { atMessage, providerRuleViolation } from "./rule-violation.js";
  * for byte), else `text`, else "{}" (a call without arguments).
  */
 export function toolArgumentsJson(call: ToolCallPart): string {
-  const args = call.arguments;
-  if (args?.data) return args.data;
-  if (args?.text) return args.text;
-  return "{}";
+  return toolArgumentsText(call) || "{}";
 }
 
 /**

@@ -6,6 +6,7 @@ import { toolPayloadText } from "../model/payload-text.js";
 import { imageTokens, providerFraming } from "./framing.js";
 import { runeCount, utf8ByteCount } from "./text-measures.js";
 import { loadEncoding, type TextTokenCounter } from "./encodings.js";
+import { encodingOfModel } from "./model-encodings.js";
 import type { TokenCountCache } from "./token-count-cache.js";
 
 /**
@@ -26,17 +27,30 @@ export interface TokenEstimator {
 
 /**
  * Builds the estimator a request asks for. `renderProvider` picks the TOKENIZER framing when the
- * estimator names no provider. Loads BPE ranks lazily on first use of an encoding, hence async.
- * With `cache`, TOKENIZER counts each distinct text once across requests. INVALID_ARGUMENT for
- * negative or non-finite chars_per_token, unknown kinds or encodings.
+ * estimator names no provider. Without an estimator kind (and without chars_per_token),
+ * `renderModel` picks TOKENIZER when its encoding is known (`encodingOfModel`), else CHAR_FALLBACK. Loads BPE ranks lazily on first use
+ * of an encoding, hence async. With `cache`, TOKENIZER counts each distinct text once across
+ * requests. INVALID_ARGUMENT for negative or non-finite chars_per_token, unknown kinds or encodings.
  */
 export async function createEstimator(
   options: Estimator | undefined,
   renderProvider: Provider,
   fieldPath: string,
   cache?: TokenCountCache,
+  renderModel = "",
 ): Promise<TokenEstimator> {
   const kind = options?.kind ?? EstimatorKind.UNSPECIFIED;
+  // chars_per_token without a kind asks for CHAR_FALLBACK at that ratio, whatever the model.
+  if (kind === EstimatorKind.UNSPECIFIED && !options?.charsPerToken) {
+    const modelEncoding = encodingOfModel(renderModel);
+    if (modelEncoding !== undefined) {
+      if (Provider[renderProvider] === undefined) {
+        throw new ConnectError(`render.provider: unknown provider ${renderProvider}`, Code.InvalidArgument);
+      }
+      const count = await loadEncoding(modelEncoding);
+      return tokenizerEstimator(cache ? cache.textCounter(modelEncoding, count) : count, modelEncoding, renderProvider);
+    }
+  }
   switch (kind) {
     case EstimatorKind.UNSPECIFIED:
     case EstimatorKind.CHAR_FALLBACK: {

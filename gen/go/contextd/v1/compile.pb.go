@@ -187,6 +187,124 @@ func (ToolRoundRepair) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{2}
 }
 
+// What to do with a stored tool call whose arguments are not a JSON object (for example
+// "city=Oslo", stored before contextd checked arguments at commit). Such a call cannot be sent to
+// Anthropic (`input`) or Gemini (`args`), which take an object. Request messages (stateless
+// compiles, request segment overrides, pending, the current turn) are never repaired: invalid
+// arguments there are INVALID_ARGUMENT naming the path and the message.
+type ToolArgumentsRepair int32
+
+const (
+	// Not set; treated as AS_STRING, so a stored conversation always stays renderable.
+	ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_UNSPECIFIED ToolArgumentsRepair = 0
+	// Send the arguments as one string argument: `{"raw_arguments": "<the stored text>"}` (FORMATTED,
+	// reason TOOL_ARGUMENTS_REPAIR, and a "tool_arguments_repaired" warning). Stored state is not
+	// changed.
+	ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_AS_STRING ToolArgumentsRepair = 1
+	// Leave the whole tool round out of the prompt: the call's message and its results (EVICTED,
+	// reason TOOL_ARGUMENTS_REPAIR, and a "tool_arguments_repaired" warning).
+	ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_DROP_ROUND ToolArgumentsRepair = 2
+)
+
+// Enum value maps for ToolArgumentsRepair.
+var (
+	ToolArgumentsRepair_name = map[int32]string{
+		0: "TOOL_ARGUMENTS_REPAIR_UNSPECIFIED",
+		1: "TOOL_ARGUMENTS_REPAIR_AS_STRING",
+		2: "TOOL_ARGUMENTS_REPAIR_DROP_ROUND",
+	}
+	ToolArgumentsRepair_value = map[string]int32{
+		"TOOL_ARGUMENTS_REPAIR_UNSPECIFIED": 0,
+		"TOOL_ARGUMENTS_REPAIR_AS_STRING":   1,
+		"TOOL_ARGUMENTS_REPAIR_DROP_ROUND":  2,
+	}
+)
+
+func (x ToolArgumentsRepair) Enum() *ToolArgumentsRepair {
+	p := new(ToolArgumentsRepair)
+	*p = x
+	return p
+}
+
+func (x ToolArgumentsRepair) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolArgumentsRepair) Descriptor() protoreflect.EnumDescriptor {
+	return file_contextd_v1_compile_proto_enumTypes[3].Descriptor()
+}
+
+func (ToolArgumentsRepair) Type() protoreflect.EnumType {
+	return &file_contextd_v1_compile_proto_enumTypes[3]
+}
+
+func (x ToolArgumentsRepair) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolArgumentsRepair.Descriptor instead.
+func (ToolArgumentsRepair) EnumDescriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{3}
+}
+
+// Where history may start after the budget dropped some of it.
+type HistoryStart int32
+
+const (
+	// Not set; treated as USER_TURN.
+	HistoryStart_HISTORY_START_UNSPECIFIED HistoryStart = 0
+	// After any trimming, kept history starts on a USER message or on a summary: leading units that
+	// are neither (an answer whose question was dropped, a tool round, a note) are dropped too
+	// (TRUNCATED, reason HISTORY_ALIGNMENT) and a "history_aligned" warning names them. Every
+	// provider accepts such a start, and the model never sees an answer without its question. A
+	// protected unit is never dropped for alignment; if one stands before the first user turn,
+	// history starts with it and a "history_unaligned" warning says so.
+	HistoryStart_HISTORY_START_USER_TURN HistoryStart = 1
+	// Keep whatever the strategy kept, even if history then starts with an assistant or tool message.
+	HistoryStart_HISTORY_START_ANY HistoryStart = 2
+)
+
+// Enum value maps for HistoryStart.
+var (
+	HistoryStart_name = map[int32]string{
+		0: "HISTORY_START_UNSPECIFIED",
+		1: "HISTORY_START_USER_TURN",
+		2: "HISTORY_START_ANY",
+	}
+	HistoryStart_value = map[string]int32{
+		"HISTORY_START_UNSPECIFIED": 0,
+		"HISTORY_START_USER_TURN":   1,
+		"HISTORY_START_ANY":         2,
+	}
+)
+
+func (x HistoryStart) Enum() *HistoryStart {
+	p := new(HistoryStart)
+	*p = x
+	return p
+}
+
+func (x HistoryStart) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HistoryStart) Descriptor() protoreflect.EnumDescriptor {
+	return file_contextd_v1_compile_proto_enumTypes[4].Descriptor()
+}
+
+func (HistoryStart) Type() protoreflect.EnumType {
+	return &file_contextd_v1_compile_proto_enumTypes[4]
+}
+
+func (x HistoryStart) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HistoryStart.Descriptor instead.
+func (HistoryStart) EnumDescriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{4}
+}
+
 // How history is trimmed when the request is over budget.
 type BudgetStrategy int32
 
@@ -238,11 +356,11 @@ func (x BudgetStrategy) String() string {
 }
 
 func (BudgetStrategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[3].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[5].Descriptor()
 }
 
 func (BudgetStrategy) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[3]
+	return &file_contextd_v1_compile_proto_enumTypes[5]
 }
 
 func (x BudgetStrategy) Number() protoreflect.EnumNumber {
@@ -251,14 +369,15 @@ func (x BudgetStrategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetStrategy.Descriptor instead.
 func (BudgetStrategy) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{5}
 }
 
 // How tokens are estimated.
 type EstimatorKind int32
 
 const (
-	// Not set; treated as CHAR_FALLBACK.
+	// Not set: TOKENIZER when the render model's encoding is known (see `Budget.estimator`), else
+	// CHAR_FALLBACK.
 	EstimatorKind_ESTIMATOR_KIND_UNSPECIFIED EstimatorKind = 0
 	// Runes of text plus bytes of tool names, ids, arguments and results.
 	EstimatorKind_ESTIMATOR_KIND_CHARS EstimatorKind = 1
@@ -299,11 +418,11 @@ func (x EstimatorKind) String() string {
 }
 
 func (EstimatorKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[4].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[6].Descriptor()
 }
 
 func (EstimatorKind) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[4]
+	return &file_contextd_v1_compile_proto_enumTypes[6]
 }
 
 func (x EstimatorKind) Number() protoreflect.EnumNumber {
@@ -312,7 +431,7 @@ func (x EstimatorKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EstimatorKind.Descriptor instead.
 func (EstimatorKind) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{6}
 }
 
 // The BPE encoding used by the TOKENIZER estimator.
@@ -356,11 +475,11 @@ func (x TokenizerEncoding) String() string {
 }
 
 func (TokenizerEncoding) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[5].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[7].Descriptor()
 }
 
 func (TokenizerEncoding) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[5]
+	return &file_contextd_v1_compile_proto_enumTypes[7]
 }
 
 func (x TokenizerEncoding) Number() protoreflect.EnumNumber {
@@ -369,7 +488,7 @@ func (x TokenizerEncoding) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TokenizerEncoding.Descriptor instead.
 func (TokenizerEncoding) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{7}
 }
 
 // A built-in kind of sensitive data the redaction hook recognises.
@@ -421,11 +540,11 @@ func (x RedactionPattern) String() string {
 }
 
 func (RedactionPattern) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[6].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[8].Descriptor()
 }
 
 func (RedactionPattern) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[6]
+	return &file_contextd_v1_compile_proto_enumTypes[8]
 }
 
 func (x RedactionPattern) Number() protoreflect.EnumNumber {
@@ -434,7 +553,7 @@ func (x RedactionPattern) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RedactionPattern.Descriptor instead.
 func (RedactionPattern) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{8}
 }
 
 // What happened to a message.
@@ -482,11 +601,11 @@ func (x TransformationAction) String() string {
 }
 
 func (TransformationAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[7].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[9].Descriptor()
 }
 
 func (TransformationAction) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[7]
+	return &file_contextd_v1_compile_proto_enumTypes[9]
 }
 
 func (x TransformationAction) Number() protoreflect.EnumNumber {
@@ -495,7 +614,7 @@ func (x TransformationAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransformationAction.Descriptor instead.
 func (TransformationAction) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{9}
 }
 
 // Why it happened.
@@ -530,6 +649,10 @@ const (
 	TransformationReason_TRANSFORMATION_REASON_SUMMARIZED TransformationReason = 12
 	// Sent unchanged.
 	TransformationReason_TRANSFORMATION_REASON_UNCHANGED TransformationReason = 13
+	// A stored tool call's arguments were not a JSON object (see `ToolArgumentsRepair`).
+	TransformationReason_TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR TransformationReason = 14
+	// Dropped after trimming so that history starts on a user turn (see `Budget.history_start`).
+	TransformationReason_TRANSFORMATION_REASON_HISTORY_ALIGNMENT TransformationReason = 15
 )
 
 // Enum value maps for TransformationReason.
@@ -549,6 +672,8 @@ var (
 		11: "TRANSFORMATION_REASON_TEXT_REPLACEMENT",
 		12: "TRANSFORMATION_REASON_SUMMARIZED",
 		13: "TRANSFORMATION_REASON_UNCHANGED",
+		14: "TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR",
+		15: "TRANSFORMATION_REASON_HISTORY_ALIGNMENT",
 	}
 	TransformationReason_value = map[string]int32{
 		"TRANSFORMATION_REASON_UNSPECIFIED":             0,
@@ -565,6 +690,8 @@ var (
 		"TRANSFORMATION_REASON_TEXT_REPLACEMENT":        11,
 		"TRANSFORMATION_REASON_SUMMARIZED":              12,
 		"TRANSFORMATION_REASON_UNCHANGED":               13,
+		"TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR":   14,
+		"TRANSFORMATION_REASON_HISTORY_ALIGNMENT":       15,
 	}
 )
 
@@ -579,11 +706,11 @@ func (x TransformationReason) String() string {
 }
 
 func (TransformationReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[8].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[10].Descriptor()
 }
 
 func (TransformationReason) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[8]
+	return &file_contextd_v1_compile_proto_enumTypes[10]
 }
 
 func (x TransformationReason) Number() protoreflect.EnumNumber {
@@ -592,7 +719,7 @@ func (x TransformationReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransformationReason.Descriptor instead.
 func (TransformationReason) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{10}
 }
 
 // A list of messages. As a field of `CompileRequest`, presence matters: an absent list inherits the
@@ -973,9 +1100,15 @@ type Budget struct {
 	MaxTokens int64 `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// The trimming strategy.
 	Strategy BudgetStrategy `protobuf:"varint,2,opt,name=strategy,proto3,enum=contextd.v1.BudgetStrategy" json:"strategy,omitempty"`
-	// The estimator; absent = CHAR_FALLBACK with 4 characters per token.
+	// The estimator. Absent (or kind UNSPECIFIED without chars_per_token): when `render.model` names
+	// a model whose tokenizer contextd has, TOKENIZER with that encoding and the render provider's
+	// framing; otherwise CHAR_FALLBACK with 4 characters per token (or chars_per_token when set). Known models, by name prefix: "gpt-4o", "gpt-4.1",
+	// "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o" → o200k_base; "gpt-oss" → o200k_harmony;
+	// "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada-002" → cl100k_base. Other models
+	// (Claude, Gemini) have no public tokenizer here. `Usage.estimator` names the one used.
 	Estimator *Estimator `protobuf:"bytes,3,opt,name=estimator,proto3" json:"estimator,omitempty"`
-	// DROP_HEAD: when fewer than this many history messages would remain, drop all of history.
+	// DROP_HEAD: when fewer than this many history messages would remain (after alignment, see
+	// `history_start`), drop all of history.
 	MinMessages int64 `protobuf:"varint,4,opt,name=min_messages,json=minMessages,proto3" json:"min_messages,omitempty"`
 	// Roles whose history messages are never dropped (their whole tool round is kept).
 	ProtectedRoles []Role `protobuf:"varint,5,rep,packed,name=protected_roles,json=protectedRoles,proto3,enum=contextd.v1.Role" json:"protected_roles,omitempty"`
@@ -987,9 +1120,18 @@ type Budget struct {
 	OutputReserve int64 `protobuf:"varint,8,opt,name=output_reserve,json=outputReserve,proto3" json:"output_reserve,omitempty"`
 	// When the request exceeds `context_window - output_reserve`, ask the caller for a summary (as
 	// SUMMARIZE). Off: exceeding it is RESOURCE_EXHAUSTED "context full".
-	AutoCompact   bool `protobuf:"varint,9,opt,name=auto_compact,json=autoCompact,proto3" json:"auto_compact,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AutoCompact bool `protobuf:"varint,9,opt,name=auto_compact,json=autoCompact,proto3" json:"auto_compact,omitempty"`
+	// Where history may start once trimming dropped part of it; UNSPECIFIED = USER_TURN. Trimming
+	// keeps tool rounds whole whatever this says.
+	HistoryStart HistoryStart `protobuf:"varint,10,opt,name=history_start,json=historyStart,proto3,enum=contextd.v1.HistoryStart" json:"history_start,omitempty"`
+	// By default, when the compile has no current turn, the latest USER message of history is the
+	// message being answered (the flow "commit the user message, then compile") and is protected
+	// like the current turn: never trimmed, and when it alone does not fit the budget the compile is
+	// RESOURCE_EXHAUSTED naming it and the figures. Set this to let the budget trim it like any other
+	// message. With a current turn, the current turn is what is protected.
+	TrimLatestUserMessage bool `protobuf:"varint,11,opt,name=trim_latest_user_message,json=trimLatestUserMessage,proto3" json:"trim_latest_user_message,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -1081,6 +1223,20 @@ func (x *Budget) GetOutputReserve() int64 {
 func (x *Budget) GetAutoCompact() bool {
 	if x != nil {
 		return x.AutoCompact
+	}
+	return false
+}
+
+func (x *Budget) GetHistoryStart() HistoryStart {
+	if x != nil {
+		return x.HistoryStart
+	}
+	return HistoryStart_HISTORY_START_UNSPECIFIED
+}
+
+func (x *Budget) GetTrimLatestUserMessage() bool {
+	if x != nil {
+		return x.TrimLatestUserMessage
 	}
 	return false
 }
@@ -1666,7 +1822,10 @@ type Target struct {
 	View string `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
 	// Segments to include; empty = all.
 	Segments []Segment `protobuf:"varint,3,rep,packed,name=segments,proto3,enum=contextd.v1.Segment" json:"segments,omitempty"`
-	// Its own budget (trims its history only).
+	// Its own budget (trims its history only). Absent: the target inherits the main `budget`: the
+	// same limit (max_tokens, or context_window - output_reserve), strategy, estimator and
+	// protection options, except that SUMMARIZE and auto_compact trim with DROP_HEAD (a target never
+	// asks for a summary of its own). A target without a main budget either has no limit.
 	Budget *Budget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
 	// Its own formatters.
 	Formatters []*SegmentFormatter `protobuf:"bytes,5,rep,name=formatters,proto3" json:"formatters,omitempty"`
@@ -1865,8 +2024,10 @@ type CompileRequest struct {
 	// repeats itself about five times in the result; a caller that lets contextd persist (`commit`)
 	// or does not persist at all needs only the payload, the render and the records.
 	OmitSnapshots bool `protobuf:"varint,25,opt,name=omit_snapshots,json=omitSnapshots,proto3" json:"omit_snapshots,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Stored tool calls whose arguments are not a JSON object: how to render them (default AS_STRING).
+	ToolArgumentsRepair ToolArgumentsRepair `protobuf:"varint,26,opt,name=tool_arguments_repair,json=toolArgumentsRepair,proto3,enum=contextd.v1.ToolArgumentsRepair" json:"tool_arguments_repair,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CompileRequest) Reset() {
@@ -2072,6 +2233,13 @@ func (x *CompileRequest) GetOmitSnapshots() bool {
 		return x.OmitSnapshots
 	}
 	return false
+}
+
+func (x *CompileRequest) GetToolArgumentsRepair() ToolArgumentsRepair {
+	if x != nil {
+		return x.ToolArgumentsRepair
+	}
+	return ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_UNSPECIFIED
 }
 
 // The final record of one message in a compile.
@@ -3519,7 +3687,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0efixed_per_part\x18\x04 \x01(\x03R\ffixedPerPart\x12-\n" +
 	"\x13fixed_per_tool_call\x18\x05 \x01(\x03R\x10fixedPerToolCall\x12:\n" +
 	"\bencoding\x18\x06 \x01(\x0e2\x1e.contextd.v1.TokenizerEncodingR\bencoding\x121\n" +
-	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\x89\x03\n" +
+	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\x82\x04\n" +
 	"\x06Budget\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x03R\tmaxTokens\x127\n" +
@@ -3530,7 +3698,10 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\fretained_ids\x18\x06 \x03(\tR\vretainedIds\x12%\n" +
 	"\x0econtext_window\x18\a \x01(\x03R\rcontextWindow\x12%\n" +
 	"\x0eoutput_reserve\x18\b \x01(\x03R\routputReserve\x12!\n" +
-	"\fauto_compact\x18\t \x01(\bR\vautoCompact\"\xae\x01\n" +
+	"\fauto_compact\x18\t \x01(\bR\vautoCompact\x12>\n" +
+	"\rhistory_start\x18\n" +
+	" \x01(\x0e2\x19.contextd.v1.HistoryStartR\fhistoryStart\x127\n" +
+	"\x18trim_latest_user_message\x18\v \x01(\bR\x15trimLatestUserMessage\"\xae\x01\n" +
 	"\rDeferredBlock\x12.\n" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.contextd.v1.MessageR\bmessages\x12;\n" +
@@ -3589,7 +3760,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x06render\x18\x06 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\"c\n" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
-	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xa1\v\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xf7\v\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -3618,7 +3789,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\ascratch\x18\x16 \x03(\v2\x14.contextd.v1.MessageR\ascratch\x122\n" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
 	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12%\n" +
-	"\x0eomit_snapshots\x18\x19 \x01(\bR\romitSnapshots\x1a>\n" +
+	"\x0eomit_snapshots\x18\x19 \x01(\bR\romitSnapshots\x12T\n" +
+	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x01\n" +
@@ -3731,7 +3903,15 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0fToolRoundRepair\x12!\n" +
 	"\x1dTOOL_ROUND_REPAIR_UNSPECIFIED\x10\x00\x12%\n" +
 	"!TOOL_ROUND_REPAIR_DROP_INCOMPLETE\x10\x01\x12(\n" +
-	"$TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED\x10\x02*\xc4\x01\n" +
+	"$TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED\x10\x02*\x87\x01\n" +
+	"\x13ToolArgumentsRepair\x12%\n" +
+	"!TOOL_ARGUMENTS_REPAIR_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fTOOL_ARGUMENTS_REPAIR_AS_STRING\x10\x01\x12$\n" +
+	" TOOL_ARGUMENTS_REPAIR_DROP_ROUND\x10\x02*a\n" +
+	"\fHistoryStart\x12\x1d\n" +
+	"\x19HISTORY_START_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17HISTORY_START_USER_TURN\x10\x01\x12\x15\n" +
+	"\x11HISTORY_START_ANY\x10\x02*\xc4\x01\n" +
 	"\x0eBudgetStrategy\x12\x1f\n" +
 	"\x1bBUDGET_STRATEGY_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19BUDGET_STRATEGY_DROP_HEAD\x10\x01\x12\x1d\n" +
@@ -3762,7 +3942,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
 	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12#\n" +
 	"\x1fTRANSFORMATION_ACTION_TRUNCATED\x10\x03\x12!\n" +
-	"\x1dTRANSFORMATION_ACTION_EVICTED\x10\x04*\x81\x05\n" +
+	"\x1dTRANSFORMATION_ACTION_EVICTED\x10\x04*\xdf\x05\n" +
 	"\x14TransformationReason\x12%\n" +
 	"!TRANSFORMATION_REASON_UNSPECIFIED\x10\x00\x12+\n" +
 	"'TRANSFORMATION_REASON_PROTECTED_PENDING\x10\x01\x12.\n" +
@@ -3778,7 +3958,9 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x12*\n" +
 	"&TRANSFORMATION_REASON_TEXT_REPLACEMENT\x10\v\x12$\n" +
 	" TRANSFORMATION_REASON_SUMMARIZED\x10\f\x12#\n" +
-	"\x1fTRANSFORMATION_REASON_UNCHANGED\x10\rB\xac\x01\n" +
+	"\x1fTRANSFORMATION_REASON_UNCHANGED\x10\r\x12/\n" +
+	"+TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR\x10\x0e\x12+\n" +
+	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0fB\xac\x01\n" +
 	"\x0fcom.contextd.v1B\fCompileProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -3793,179 +3975,183 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_compile_proto_rawDescData
 }
 
-var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
 var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
 	(ToolRoundRepair)(0),              // 2: contextd.v1.ToolRoundRepair
-	(BudgetStrategy)(0),               // 3: contextd.v1.BudgetStrategy
-	(EstimatorKind)(0),                // 4: contextd.v1.EstimatorKind
-	(TokenizerEncoding)(0),            // 5: contextd.v1.TokenizerEncoding
-	(RedactionPattern)(0),             // 6: contextd.v1.RedactionPattern
-	(TransformationAction)(0),         // 7: contextd.v1.TransformationAction
-	(TransformationReason)(0),         // 8: contextd.v1.TransformationReason
-	(*MessageList)(nil),               // 9: contextd.v1.MessageList
-	(*ToolDefinitionList)(nil),        // 10: contextd.v1.ToolDefinitionList
-	(*ExperienceList)(nil),            // 11: contextd.v1.ExperienceList
-	(*CurrentTurn)(nil),               // 12: contextd.v1.CurrentTurn
-	(*IdentityOptions)(nil),           // 13: contextd.v1.IdentityOptions
-	(*Estimator)(nil),                 // 14: contextd.v1.Estimator
-	(*Budget)(nil),                    // 15: contextd.v1.Budget
-	(*DeferredBlock)(nil),             // 16: contextd.v1.DeferredBlock
-	(*CustomRedactionPattern)(nil),    // 17: contextd.v1.CustomRedactionPattern
-	(*RedactionHook)(nil),             // 18: contextd.v1.RedactionHook
-	(*Hook)(nil),                      // 19: contextd.v1.Hook
-	(*SegmentFormatter)(nil),          // 20: contextd.v1.SegmentFormatter
-	(*RoleProjection)(nil),            // 21: contextd.v1.RoleProjection
-	(*TextReplacement)(nil),           // 22: contextd.v1.TextReplacement
-	(*RenderOptions)(nil),             // 23: contextd.v1.RenderOptions
-	(*Target)(nil),                    // 24: contextd.v1.Target
-	(*CommitOptions)(nil),             // 25: contextd.v1.CommitOptions
-	(*CompileRequest)(nil),            // 26: contextd.v1.CompileRequest
-	(*Transformation)(nil),            // 27: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 28: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 29: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 30: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 31: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 32: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 33: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 34: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 35: contextd.v1.Projection
-	(*Persistence)(nil),               // 36: contextd.v1.Persistence
-	(*Usage)(nil),                     // 37: contextd.v1.Usage
-	(*Warning)(nil),                   // 38: contextd.v1.Warning
-	(*StageTiming)(nil),               // 39: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 40: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 41: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 42: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 43: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 44: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 45: contextd.v1.RoleProjection.Rule
-	nil,                               // 46: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 47: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 48: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 49: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 50: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 51: contextd.v1.Experience
-	(Provider)(0),                     // 52: contextd.v1.Provider
-	(Role)(0),                         // 53: contextd.v1.Role
-	(Segment)(0),                      // 54: contextd.v1.Segment
-	(MergePolicy)(0),                  // 55: contextd.v1.MergePolicy
-	(*Artifact)(nil),                  // 56: contextd.v1.Artifact
-	(ActorKind)(0),                    // 57: contextd.v1.ActorKind
+	(ToolArgumentsRepair)(0),          // 3: contextd.v1.ToolArgumentsRepair
+	(HistoryStart)(0),                 // 4: contextd.v1.HistoryStart
+	(BudgetStrategy)(0),               // 5: contextd.v1.BudgetStrategy
+	(EstimatorKind)(0),                // 6: contextd.v1.EstimatorKind
+	(TokenizerEncoding)(0),            // 7: contextd.v1.TokenizerEncoding
+	(RedactionPattern)(0),             // 8: contextd.v1.RedactionPattern
+	(TransformationAction)(0),         // 9: contextd.v1.TransformationAction
+	(TransformationReason)(0),         // 10: contextd.v1.TransformationReason
+	(*MessageList)(nil),               // 11: contextd.v1.MessageList
+	(*ToolDefinitionList)(nil),        // 12: contextd.v1.ToolDefinitionList
+	(*ExperienceList)(nil),            // 13: contextd.v1.ExperienceList
+	(*CurrentTurn)(nil),               // 14: contextd.v1.CurrentTurn
+	(*IdentityOptions)(nil),           // 15: contextd.v1.IdentityOptions
+	(*Estimator)(nil),                 // 16: contextd.v1.Estimator
+	(*Budget)(nil),                    // 17: contextd.v1.Budget
+	(*DeferredBlock)(nil),             // 18: contextd.v1.DeferredBlock
+	(*CustomRedactionPattern)(nil),    // 19: contextd.v1.CustomRedactionPattern
+	(*RedactionHook)(nil),             // 20: contextd.v1.RedactionHook
+	(*Hook)(nil),                      // 21: contextd.v1.Hook
+	(*SegmentFormatter)(nil),          // 22: contextd.v1.SegmentFormatter
+	(*RoleProjection)(nil),            // 23: contextd.v1.RoleProjection
+	(*TextReplacement)(nil),           // 24: contextd.v1.TextReplacement
+	(*RenderOptions)(nil),             // 25: contextd.v1.RenderOptions
+	(*Target)(nil),                    // 26: contextd.v1.Target
+	(*CommitOptions)(nil),             // 27: contextd.v1.CommitOptions
+	(*CompileRequest)(nil),            // 28: contextd.v1.CompileRequest
+	(*Transformation)(nil),            // 29: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 30: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 31: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 32: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 33: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 34: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 35: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 36: contextd.v1.RenderedRequest
+	(*Projection)(nil),                // 37: contextd.v1.Projection
+	(*Persistence)(nil),               // 38: contextd.v1.Persistence
+	(*Usage)(nil),                     // 39: contextd.v1.Usage
+	(*Warning)(nil),                   // 40: contextd.v1.Warning
+	(*StageTiming)(nil),               // 41: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 42: contextd.v1.CompileResult
+	(*SegmentFormatter_XmlTag)(nil),   // 43: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 44: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 45: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 46: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 47: contextd.v1.RoleProjection.Rule
+	nil,                               // 48: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 49: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 50: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 51: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 52: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 53: contextd.v1.Experience
+	(Provider)(0),                     // 54: contextd.v1.Provider
+	(Role)(0),                         // 55: contextd.v1.Role
+	(Segment)(0),                      // 56: contextd.v1.Segment
+	(MergePolicy)(0),                  // 57: contextd.v1.MergePolicy
+	(*Artifact)(nil),                  // 58: contextd.v1.Artifact
+	(ActorKind)(0),                    // 59: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	49,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	50,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	51,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	49,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	49,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	51,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	52,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	53,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	51,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	51,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
-	4,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
-	5,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	52,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
-	3,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
-	14,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	53,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
-	54,  // 13: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	49,  // 14: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	55,  // 15: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
-	6,   // 16: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
-	17,  // 17: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	54,  // 18: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
-	18,  // 19: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	54,  // 20: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	41,  // 21: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	42,  // 22: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	43,  // 23: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	44,  // 24: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	45,  // 25: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	54,  // 26: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	52,  // 27: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	54,  // 28: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
-	15,  // 29: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
-	20,  // 30: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
-	23,  // 31: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	9,   // 32: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
-	9,   // 33: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
-	9,   // 34: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
-	9,   // 35: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
-	10,  // 36: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
-	11,  // 37: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
-	12,  // 38: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	49,  // 39: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	56,  // 40: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
-	13,  // 41: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
-	2,   // 42: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
-	15,  // 43: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
-	16,  // 44: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	46,  // 45: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
-	19,  // 46: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
-	20,  // 47: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
-	21,  // 48: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
-	22,  // 49: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
-	24,  // 50: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	49,  // 51: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
-	23,  // 52: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
-	25,  // 53: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
-	7,   // 54: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
-	8,   // 55: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	54,  // 56: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	54,  // 57: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	49,  // 58: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	49,  // 59: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	49,  // 60: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	49,  // 61: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	56,  // 62: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	28,  // 63: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	29,  // 64: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	54,  // 65: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	49,  // 66: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	29,  // 67: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	49,  // 68: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	12,  // 69: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	49,  // 70: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	49,  // 71: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	49,  // 72: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	49,  // 73: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	49,  // 74: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	50,  // 75: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	52,  // 76: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	38,  // 77: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	49,  // 78: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	47,  // 79: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	34,  // 80: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	37,  // 81: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	49,  // 82: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	49,  // 83: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	49,  // 84: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	49,  // 85: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	56,  // 86: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	4,   // 87: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	33,  // 88: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	34,  // 89: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	32,  // 90: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	29,  // 91: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	30,  // 92: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	31,  // 93: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	48,  // 94: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	35,  // 95: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	36,  // 96: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	37,  // 97: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	38,  // 98: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	39,  // 99: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	53,  // 100: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	57,  // 101: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	53,  // 102: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	27,  // 103: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	27,  // 104: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	105, // [105:105] is the sub-list for method output_type
-	105, // [105:105] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
+	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
+	54,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
+	16,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
+	55,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
+	56,  // 14: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	51,  // 15: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	57,  // 16: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	8,   // 17: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
+	19,  // 18: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
+	56,  // 19: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	20,  // 20: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
+	56,  // 21: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	43,  // 22: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	44,  // 23: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	45,  // 24: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	46,  // 25: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	47,  // 26: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	56,  // 27: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	54,  // 28: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	56,  // 29: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	17,  // 30: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
+	22,  // 31: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
+	25,  // 32: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
+	11,  // 33: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
+	11,  // 34: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
+	11,  // 35: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
+	11,  // 36: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
+	12,  // 37: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
+	13,  // 38: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
+	14,  // 39: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
+	51,  // 40: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	58,  // 41: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	15,  // 42: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
+	2,   // 43: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
+	17,  // 44: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
+	18,  // 45: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
+	48,  // 46: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	21,  // 47: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
+	22,  // 48: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
+	23,  // 49: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
+	24,  // 50: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
+	26,  // 51: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
+	51,  // 52: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	25,  // 53: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
+	27,  // 54: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
+	3,   // 55: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
+	9,   // 56: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
+	10,  // 57: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
+	56,  // 58: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	56,  // 59: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	51,  // 60: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	51,  // 61: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	51,  // 62: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	51,  // 63: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	58,  // 64: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	30,  // 65: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	31,  // 66: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	56,  // 67: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	51,  // 68: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	31,  // 69: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	51,  // 70: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	14,  // 71: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	51,  // 72: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	51,  // 73: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	51,  // 74: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	51,  // 75: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	51,  // 76: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	52,  // 77: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	54,  // 78: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	40,  // 79: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	51,  // 80: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	49,  // 81: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	36,  // 82: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	39,  // 83: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	51,  // 84: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	51,  // 85: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	51,  // 86: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	51,  // 87: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	58,  // 88: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 89: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	35,  // 90: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	36,  // 91: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	34,  // 92: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	31,  // 93: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	32,  // 94: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	33,  // 95: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	50,  // 96: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	37,  // 97: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	38,  // 98: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	39,  // 99: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	40,  // 100: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	41,  // 101: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	55,  // 102: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	59,  // 103: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	55,  // 104: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	29,  // 105: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	29,  // 106: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	107, // [107:107] is the sub-list for method output_type
+	107, // [107:107] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -3990,7 +4176,7 @@ func file_contextd_v1_compile_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
-			NumEnums:      9,
+			NumEnums:      11,
 			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,

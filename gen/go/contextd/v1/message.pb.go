@@ -534,7 +534,10 @@ func (x *Origin) GetLayerId() string {
 }
 
 // A provider cache hint attached to a message. Anthropic renders it as `cache_control` on the
-// message's last block (at most 4 breakpoints per request); other providers ignore it.
+// message's last block; other providers ignore it. Anthropic takes at most 4 breakpoints per
+// request: with more, contextd keeps the first (the most stable prefix, usually the system
+// prompt's) and the last 3 (the longest prefixes), drops those in between, and says which in an
+// "anthropic_cache_breakpoints_dropped" warning.
 type CacheHint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The breakpoint type.
@@ -1197,7 +1200,12 @@ type ToolCallPart struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The tool's name, as in `ToolDefinition.name`.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// The arguments. Normally `data` (JSON text of an object); sent to providers unchanged.
+	// The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
+	// empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is
+	// INVALID_ARGUMENT at commit (naming the delta, the message and the path), when a provider
+	// response is appended, and in compile requests. Calls stored before that check are rendered by
+	// `CompileRequest.tool_arguments_repair`, and a replace_segment (such as a compile-commit's
+	// writeback) may store them again unchanged under the same message id.
 	Arguments *ToolPayload `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// Opaque provider signature for this call (Gemini `thoughtSignature`), returned byte for byte.
 	Signature string `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`

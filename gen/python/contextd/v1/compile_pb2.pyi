@@ -29,6 +29,18 @@ class ToolRoundRepair(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_ROUND_REPAIR_DROP_INCOMPLETE: _ClassVar[ToolRoundRepair]
     TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED: _ClassVar[ToolRoundRepair]
 
+class ToolArgumentsRepair(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_ARGUMENTS_REPAIR_UNSPECIFIED: _ClassVar[ToolArgumentsRepair]
+    TOOL_ARGUMENTS_REPAIR_AS_STRING: _ClassVar[ToolArgumentsRepair]
+    TOOL_ARGUMENTS_REPAIR_DROP_ROUND: _ClassVar[ToolArgumentsRepair]
+
+class HistoryStart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HISTORY_START_UNSPECIFIED: _ClassVar[HistoryStart]
+    HISTORY_START_USER_TURN: _ClassVar[HistoryStart]
+    HISTORY_START_ANY: _ClassVar[HistoryStart]
+
 class BudgetStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BUDGET_STRATEGY_UNSPECIFIED: _ClassVar[BudgetStrategy]
@@ -86,6 +98,8 @@ class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_REASON_TEXT_REPLACEMENT: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_SUMMARIZED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_UNCHANGED: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_HISTORY_ALIGNMENT: _ClassVar[TransformationReason]
 CURRENT_TURN_PERSISTENCE_UNSPECIFIED: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_RAW: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_PROMPT_SAFE: CurrentTurnPersistence
@@ -96,6 +110,12 @@ IDENTITY_POLICY_STABLE: IdentityPolicy
 TOOL_ROUND_REPAIR_UNSPECIFIED: ToolRoundRepair
 TOOL_ROUND_REPAIR_DROP_INCOMPLETE: ToolRoundRepair
 TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED: ToolRoundRepair
+TOOL_ARGUMENTS_REPAIR_UNSPECIFIED: ToolArgumentsRepair
+TOOL_ARGUMENTS_REPAIR_AS_STRING: ToolArgumentsRepair
+TOOL_ARGUMENTS_REPAIR_DROP_ROUND: ToolArgumentsRepair
+HISTORY_START_UNSPECIFIED: HistoryStart
+HISTORY_START_USER_TURN: HistoryStart
+HISTORY_START_ANY: HistoryStart
 BUDGET_STRATEGY_UNSPECIFIED: BudgetStrategy
 BUDGET_STRATEGY_DROP_HEAD: BudgetStrategy
 BUDGET_STRATEGY_DROP_TAIL: BudgetStrategy
@@ -136,6 +156,8 @@ TRANSFORMATION_REASON_ROLE_PROJECTION: TransformationReason
 TRANSFORMATION_REASON_TEXT_REPLACEMENT: TransformationReason
 TRANSFORMATION_REASON_SUMMARIZED: TransformationReason
 TRANSFORMATION_REASON_UNCHANGED: TransformationReason
+TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: TransformationReason
+TRANSFORMATION_REASON_HISTORY_ALIGNMENT: TransformationReason
 
 class MessageList(_message.Message):
     __slots__ = ("messages",)
@@ -194,7 +216,7 @@ class Estimator(_message.Message):
     def __init__(self, kind: _Optional[_Union[EstimatorKind, str]] = ..., chars_per_token: _Optional[float] = ..., fixed_per_message: _Optional[int] = ..., fixed_per_part: _Optional[int] = ..., fixed_per_tool_call: _Optional[int] = ..., encoding: _Optional[_Union[TokenizerEncoding, str]] = ..., provider: _Optional[_Union[_message_pb2.Provider, str]] = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact")
+    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +226,8 @@ class Budget(_message.Message):
     CONTEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_RESERVE_FIELD_NUMBER: _ClassVar[int]
     AUTO_COMPACT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_START_FIELD_NUMBER: _ClassVar[int]
+    TRIM_LATEST_USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     strategy: BudgetStrategy
     estimator: Estimator
@@ -213,7 +237,9 @@ class Budget(_message.Message):
     context_window: int
     output_reserve: int
     auto_compact: bool
-    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ...) -> None: ...
+    history_start: HistoryStart
+    trim_latest_user_message: bool
+    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ...) -> None: ...
 
 class DeferredBlock(_message.Message):
     __slots__ = ("segment", "messages", "merge_policy")
@@ -347,7 +373,7 @@ class CommitOptions(_message.Message):
     def __init__(self, expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CompileRequest(_message.Message):
-    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "omit_snapshots")
+    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "omit_snapshots", "tool_arguments_repair")
     class ResolveVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -380,6 +406,7 @@ class CompileRequest(_message.Message):
     RENDER_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     OMIT_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_ARGUMENTS_REPAIR_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     system: MessageList
     history: MessageList
@@ -405,7 +432,8 @@ class CompileRequest(_message.Message):
     render: RenderOptions
     commit: CommitOptions
     omit_snapshots: bool
-    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., omit_snapshots: bool = ...) -> None: ...
+    tool_arguments_repair: ToolArgumentsRepair
+    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., omit_snapshots: bool = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ...) -> None: ...
 
 class Transformation(_message.Message):
     __slots__ = ("action", "reason", "segment")

@@ -136,7 +136,10 @@ export const OriginSchema: GenMessage<Origin> = /*@__PURE__*/
 
 /**
  * A provider cache hint attached to a message. Anthropic renders it as `cache_control` on the
- * message's last block (at most 4 breakpoints per request); other providers ignore it.
+ * message's last block; other providers ignore it. Anthropic takes at most 4 breakpoints per
+ * request: with more, contextd keeps the first (the most stable prefix, usually the system
+ * prompt's) and the last 3 (the longest prefixes), drops those in between, and says which in an
+ * "anthropic_cache_breakpoints_dropped" warning.
  *
  * @generated from message contextd.v1.CacheHint
  */
@@ -600,7 +603,12 @@ export type ToolCallPart = Message$1<"contextd.v1.ToolCallPart"> & {
   name: string;
 
   /**
-   * The arguments. Normally `data` (JSON text of an object); sent to providers unchanged.
+   * The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
+   * empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is
+   * INVALID_ARGUMENT at commit (naming the delta, the message and the path), when a provider
+   * response is appended, and in compile requests. Calls stored before that check are rendered by
+   * `CompileRequest.tool_arguments_repair`, and a replace_segment (such as a compile-commit's
+   * writeback) may store them again unchanged under the same message id.
    *
    * @generated from field: contextd.v1.ToolPayload arguments = 3;
    */

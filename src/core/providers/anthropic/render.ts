@@ -41,8 +41,8 @@ const imageMediaTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png",
  *   turns are merged (results stay in front of any text merged after them).
  * - Reasoning is sent only when Anthropic produced it (`thinking` / `redacted_thinking`).
  * - A message cache hint becomes `cache_control` on that message's last block that can carry one.
- *   More than 4 hints: the last 4 are kept (they cover the longest prefixes) and a warning names
- *   the messages whose hints were dropped.
+ *   More than 4 hints: see `breakpointsToDrop`; a warning names the messages whose hints were
+ *   dropped.
  */
 export function renderAnthropic(payload: CompiledPayload, model: string, report: (warning: Warning) => void): RenderedAnthropic {
   const system: AnthropicTextBlock[] = [];
@@ -80,12 +80,12 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
   }
 
   if (breakpoints.length > anthropicMaxCacheBreakpoints) {
-    const dropped = breakpoints.slice(0, breakpoints.length - anthropicMaxCacheBreakpoints);
+    const dropped = breakpointsToDrop(breakpoints);
     for (const { block } of dropped) delete block.cache_control;
     report(
       create(WarningSchema, {
         code: "anthropic_cache_breakpoints_dropped",
-        message: `Anthropic allows ${anthropicMaxCacheBreakpoints} cache breakpoints; the request has ${breakpoints.length}, so the hints of messages ${dropped.map((entry) => `"${entry.messageId}"`).join(", ")} were not sent (the last ${anthropicMaxCacheBreakpoints} were kept)`,
+        message: `Anthropic allows ${anthropicMaxCacheBreakpoints} cache breakpoints; the request has ${breakpoints.length}, so the hints of messages ${dropped.map((entry) => `"${entry.messageId}"`).join(", ")} were not sent (the first and the last ${anthropicMaxCacheBreakpoints - 1} were kept)`,
       }),
     );
   }
@@ -102,6 +102,18 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
     });
   }
   return { body, origins };
+}
+
+/**
+ * Which hints to drop when there are more than Anthropic's 4: the ones between the first and the
+ * last 3. The first marks the most stable prefix (in practice the system prompt and tools, shared
+ * by every request of the conversation and often by other conversations, and usually the 1h
+ * entry); the last ones mark the longest prefixes, which save the most on the next request of this
+ * conversation. Dropping the earliest ones, as contextd did, threw away the system prompt's hint
+ * first. The kept hints keep their order, so a valid TTL order (1h before 5m) stays valid.
+ */
+function breakpointsToDrop<T>(breakpoints: readonly T[]): T[] {
+  return breakpoints.slice(1, breakpoints.length - (anthropicMaxCacheBreakpoints - 1));
 }
 
 /** A message's blocks: its tool results (which must lead a user turn) and everything else. */

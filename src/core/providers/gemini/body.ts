@@ -11,7 +11,18 @@ export interface GeminiPart {
   inlineData?: { mimeType: string; data: string };
   fileData?: { fileUri: string; mimeType?: string };
   functionCall?: { id?: string; name: string; args: Record<string, unknown> };
-  functionResponse?: { id?: string; name: string; response: Record<string, unknown> };
+  functionResponse?: GeminiFunctionResponse;
+}
+
+/**
+ * A function response. Media a tool returned inline go in `parts` (Gemini's multimodal function
+ * responses: `FunctionResponsePart.inlineData`), so they stay with the response they belong to.
+ */
+export interface GeminiFunctionResponse {
+  id?: string;
+  name: string;
+  response: Record<string, unknown>;
+  parts?: Array<{ inlineData: { mimeType: string; data: string } }>;
 }
 
 export interface GeminiContent {

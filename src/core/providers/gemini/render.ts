@@ -2,12 +2,12 @@ import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.
 import { Provider, Role, type Message, type Part, type ToolResultPart } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
-import { base64, inlineImage } from "../media.js";
+import { base64, inlineImage, type InlineMedia } from "../media.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { isJsonObject, toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
-import type { GeminiBody, GeminiContent, GeminiPart } from "./body.js";
+import type { GeminiBody, GeminiContent, GeminiFunctionResponse, GeminiPart } from "./body.js";
 
 /** A Gemini body and, for each content, the first payload message merged into it. */
 export interface RenderedGemini {
@@ -19,9 +19,12 @@ export interface RenderedGemini {
  * Renders the payload as Gemini `systemInstruction`, `contents` and `tools`.
  * - SYSTEM and DEVELOPER messages of the system segment become `systemInstruction`; instruction
  *   messages elsewhere (memory, tools segment, scratch) become user text in place.
- * - TOOL messages become a user content holding only `functionResponse` parts; images a tool
- *   returned and any other parts of TOOL messages follow in a separate user content (Gemini never
- *   mixes function responses with other user parts). Otherwise same-role turns merge.
+ * - TOOL messages become a user content holding only `functionResponse` parts. Inline media a tool
+ *   returned (images, and files of the types Gemini takes there) go inside their function response
+ *   as `parts[].inlineData`, Gemini's form for multimodal function responses. What cannot go
+ *   there (text content parts, media by URL, other parts of TOOL messages) follows in a separate
+ *   user content, since Gemini never mixes function responses with other user parts. Otherwise
+ *   same-role turns merge.
  * - Reasoning is sent only when Gemini produced it: a thought part (`thought: true`) with its
  *   `thoughtSignature`. A text part's `signature` goes back as that part's `thoughtSignature`
  *   (other providers never see it); a text part that is empty but signed is still sent, since the
@@ -73,8 +76,13 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
       const followUp = toolFollowUp.parts;
       message.parts.forEach((part, index) => {
         if (part.kind.case === "toolResult") {
-          responses.push({ functionResponse: functionResponse(part.kind.value, callNames) });
-          for (const inner of part.kind.value.contentParts) followUp.push(...contentParts([inner], message, index));
+          const response = functionResponse(part.kind.value, callNames);
+          for (const inner of part.kind.value.contentParts) {
+            const media = functionResponseMedia(inner);
+            if (media) (response.parts ??= []).push({ inlineData: media });
+            else followUp.push(...contentParts([inner], message, index));
+          }
+          responses.push({ functionResponse: response });
         } else {
           followUp.push(...contentParts([part], message, index));
         }
@@ -106,7 +114,7 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
  * Gemini wants an object: JSON object data is sent as is; a failed tool is `{error: text}` and
  * anything else `{output: value}`, the keys Gemini documents for function responses.
  */
-function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string, string>): { id: string; name: string; response: Record<string, unknown> } {
+function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string, string>): GeminiFunctionResponse {
   const text = toolPayloadText(result.payload);
   let response: Record<string, unknown>;
   if (result.isError || (result.payload?.error && result.payload.text === "" && result.payload.data === "")) {
@@ -123,6 +131,19 @@ function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string,
     response = { output: text };
   }
   return { id: result.toolCallId, name: result.name || (callNames.get(result.toolCallId) ?? ""), response };
+}
+
+/** The media types Gemini documents for inline data in function responses. */
+const functionResponseMediaTypes: ReadonlySet<string> = new Set(["image/png", "image/jpeg", "image/webp", "application/pdf", "text/plain"]);
+
+/** A tool result's content part as inline function-response media, or undefined when it cannot be one. */
+function functionResponseMedia(part: Part): { mimeType: string; data: string } | undefined {
+  const kind = part.kind;
+  let media: InlineMedia | undefined;
+  if (kind.case === "image") media = inlineImage(kind.value);
+  else if (kind.case === "file" && kind.value.uri === "") media = { mimeType: kind.value.mimeType, base64: base64(kind.value.data) };
+  if (!media || !functionResponseMediaTypes.has(media.mimeType)) return undefined;
+  return { mimeType: media.mimeType, data: media.base64 };
 }
 
 /** Parts of a user or model turn. `firstIndex` offsets part numbers in errors. */

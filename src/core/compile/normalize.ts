@@ -5,6 +5,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { segmentEnumerationOrder, segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { IdentityAssigner } from "./identity.js";
+import { assertMessageJsonDepth } from "../model/json-depth.js";
 import { assertWellFormedMessage, isWellFormedMessage } from "./message-validation.js";
 import type { CompileInputs } from "./request-inputs.js";
 import { newRecords, passedRecord, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
@@ -36,6 +37,8 @@ export function normalize(
     const name = segmentName(segment);
     const passed = passedRecord(segment);
     const input = inputs.segments[field];
+    // Stored messages had their JSON measured when they were committed.
+    const fromRequest = request[field] !== undefined;
     // A copy only once a message gets an id; until then the input list is the output.
     let output: Message[] | undefined;
     for (let index = 0; index < input.length; index++) {
@@ -43,6 +46,7 @@ export function normalize(
       // Paths are built only when something is wrong: a thousand template strings per compile
       // would cost more than the checks themselves.
       if (!isWellFormedMessage(message)) assertWellFormedMessage(message, `${name}[${index}]`);
+      else if (fromRequest) assertMessageJsonDepth(message, `${name}[${index}]`);
       let withId = message;
       if (message.id === "") {
         withId = identity.ensureId(message, { kind: "segment", segment, scope: name, index }, `${name}[${index}]`);

@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { assertMessageJsonDepth } from "../model/json-depth.js";
 import type { DeltaContext } from "./delta-context.js";
 
 /**
@@ -34,6 +35,8 @@ export function prepareMessages(
         throw new ConnectError(`${path}.parts[${partIndex}]: no content variant set`, Code.InvalidArgument);
       }
     });
+    // Nothing stored may be too deep to render later.
+    assertMessageJsonDepth(message, path);
     const id = message.id === "" ? context.newMessageId() : message.id;
     if (inBatch.has(id) || inConversation(id)) throw new ConnectError(`${path}: duplicate message id "${id}"`, Code.InvalidArgument);
     inBatch.add(id);

@@ -26,6 +26,7 @@ export function normalize(
   inputs: CompileInputs,
   estimator: TokenEstimator,
   randomId: () => string,
+  limits: Pick<CompileWork, "textAllowance" | "deadline">,
 ): { work: CompileWork; extras: NormalizedExtras } {
   const identity = new IdentityAssigner(request, randomId);
   // Segment messages start PASSED; the record table doubles as the set of ids claimed so far, so
@@ -47,6 +48,7 @@ export function normalize(
       // would cost more than the checks themselves.
       if (!isWellFormedMessage(message)) assertWellFormedMessage(message, `${name}[${index}]`);
       else if (fromRequest) assertMessageJsonDepth(message, `${name}[${index}]`);
+      limits.deadline.check("normalize");
       let withId = message;
       if (message.id === "") {
         withId = identity.ensureId(message, { kind: "segment", segment, scope: name, index }, `${name}[${index}]`);
@@ -97,6 +99,8 @@ export function normalize(
   const work: CompileWork = {
     request,
     estimator,
+    textAllowance: limits.textAllowance,
+    deadline: limits.deadline,
     segments,
     pending,
     currentTurn,

@@ -112,10 +112,12 @@ async function segmentProjection(
     textReplacements: request.textReplacements.filter((replacement) => included.has(replacement.segment)),
   };
   const renderProvider = target.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(target.budget?.estimator, renderProvider, `${path}.budget.estimator`, context.tokenCounts);
+  const estimator = await createEstimator(target.budget?.estimator, renderProvider, `${path}.budget.estimator`, context.tokenCounts, normalized.deadline);
   const work: CompileWork = {
     request: targetRequest,
     estimator,
+    textAllowance: normalized.textAllowance,
+    deadline: normalized.deadline,
     segments: { system: pick(Segment.SYSTEM), history: pick(Segment.HISTORY), memory: pick(Segment.MEMORY), tools: pick(Segment.TOOLS) },
     pending: [],
     artifacts: included.has(Segment.MEMORY) ? normalized.artifacts : [],
@@ -145,7 +147,7 @@ async function segmentProjection(
     messages,
     transformations,
     artifactIds: work.visibleArtifactIds,
-    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!) : undefined,
+    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!, normalized.deadline) : undefined,
     usage: create(UsageSchema, {
       system: BigInt(report.system),
       history: BigInt(report.history),

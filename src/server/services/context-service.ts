@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { create, equals } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { ArtifactSchema } from "../../../gen/ts/contextd/v1/artifact_pb.js";
 import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
@@ -10,6 +10,7 @@ import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js"
 import { compile } from "../../core/compile/compile.js";
 import { summaryCompaction } from "../../core/compile/summary-compaction.js";
 import type { CompileContext } from "../../core/compile/compile-context.js";
+import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentEnumerationOrder, segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
 import { createEstimator } from "../../core/tokens/estimator.js";
@@ -28,6 +29,8 @@ export interface ContextServiceDependencies {
   publish: Observer;
   /** How long a CompileSession waits for each summarize_response (the call's deadline also holds). */
   summarizeTimeoutMs: number;
+  /** Most text one compile may produce; the core's default when absent. */
+  maxCompileTextBytes?: number;
 }
 
 /**
@@ -36,10 +39,12 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens and Render.
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish, summarizeTimeoutMs } = dependencies;
+  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const tokenCounts = new TokenCountCache();
-  const compileContext = (observer: Observer, session?: SessionCompile, stageBoundary?: () => Promise<void>): Omit<CompileContext, "stored"> => ({
+  // `call` lends the compile its deadline and abort signal: the stages are synchronous, so only
+  // they can notice that the call is over.
+  const compileContext = (call: HandlerContext, observer: Observer, session?: SessionCompile, stageBoundary?: () => Promise<void>): Omit<CompileContext, "stored"> => ({
     // 32 hex digits; randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system
     // call per id (measured ~20 µs per compile under load).
     randomId: () => `msg_${randomUUID().replaceAll("-", "")}`,
@@ -49,13 +54,15 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
     observer,
     summarize: session?.summarize,
     stageBoundary,
+    deadline: callDeadline(call),
+    maxCompileTextBytes,
   });
 
   /** `session` connects a CompileSession's summarizer; its summary is committed as a `compact` delta. */
-  async function compileAndCommit(request: CompileRequest, observer: Observer, session?: SessionCompile, stageBoundary?: () => Promise<void>): Promise<CompileResult> {
+  async function compileAndCommit(call: HandlerContext, request: CompileRequest, observer: Observer, session?: SessionCompile, stageBoundary?: () => Promise<void>): Promise<CompileResult> {
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
-      return compile(request, compileContext(observer, session, stageBoundary));
+      return compile(request, compileContext(call, observer, session, stageBoundary));
     }
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
@@ -74,7 +81,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       }
       throw versionConflict(request.conversationId, commit.expectedVersion, stored.version);
     }
-    const result = await compile(request, { ...compileContext(observer, session, stageBoundary), stored });
+    const result = await compile(request, { ...compileContext(call, observer, session, stageBoundary), stored });
     if (request.commit) {
       const deltas = writebackDeltas(stored, result);
       // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
@@ -94,15 +101,15 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   };
 
   return {
-    async compile(request) {
-      return { result: await compileAndCommit(request, fanOut()) };
+    async compile(request, call) {
+      return { result: await compileAndCommit(call, request, fanOut()) };
     },
 
-    async *compileStream(request) {
+    async *compileStream(request, call) {
       if (!request.request) throw new ConnectError("request is required", Code.InvalidArgument);
       // Events leave as the stages emit them: the pipeline yields to the event loop between stages.
       const compileRequest = request.request;
-      const items = whileRunning<ObserverEvent, CompileResult>((send) => compileAndCommit(compileRequest, fanOut(send), undefined, yieldToEventLoop));
+      const items = whileRunning<ObserverEvent, CompileResult>((send) => compileAndCommit(call, compileRequest, fanOut(send), undefined, yieldToEventLoop));
       for await (const item of items) {
         yield "sent" in item ? { kind: { case: "event", value: item.sent } } : { kind: { case: "result", value: item.result } };
       }
@@ -110,12 +117,12 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
     compileSession(requests, context) {
       return runCompileSession(requests, context.signal, summarizeTimeoutMs, (session) =>
-        compileAndCommit(session.request, fanOut(session.observer), session, yieldToEventLoop),
+        compileAndCommit(context, session.request, fanOut(session.observer), session, yieldToEventLoop),
       );
     },
 
-    async countTokens(request) {
-      const estimator = await createEstimator(request.estimator, 0, "estimator", tokenCounts);
+    async countTokens(request, call) {
+      const estimator = await createEstimator(request.estimator, 0, "estimator", tokenCounts, new DeadlineCheck(callDeadline(call), Date.now));
       const perMessage = tokenCounts.countAll(estimator, request.messages).map(BigInt);
       const toolDefinitions = BigInt(tokenCounts.countToolDefinitions(estimator, request.toolDefinitions));
       const total = perMessage.reduce((sum, count) => sum + count, toolDefinitions);
@@ -134,6 +141,12 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       return { text: renderView(request.view, messages, "view") };
     },
   };
+}
+
+/** The call's abort signal and, when it has one, the wall-clock time of its deadline. */
+function callDeadline(call: HandlerContext): CallDeadline {
+  const remainingMs = call.timeoutMs();
+  return { signal: call.signal, atMs: remainingMs === undefined ? undefined : Date.now() + remainingMs };
 }
 
 /**

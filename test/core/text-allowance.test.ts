@@ -45,12 +45,13 @@ describe("the text a compile may produce", () => {
     expect(messageText(result.payload!.system[0]!)).toBe("<rules>be brief</rules>\n---\n<rules>be brief</rules>");
   });
 
+  // Refused as soon as the length so far passes the limit (checked every 1,024 placeholders).
   it("refuses resolve_vars that would repeat a value a million times, before substituting", async () => {
     const block = { segment: Segment.MEMORY, messages: [user("d1", "{{v}}".repeat(1_000_000))] };
     await rejectsWith(
       compile(request({ deferredBlocks: [block], resolveVars: { v: "y".repeat(400) } }), testContext()),
       Code.ResourceExhausted,
-      /^deferred_blocks\[0\]\.messages\[0\] \(message "d1"\): resolve_vars: the compile's text would grow to 400000000 characters, over its limit of/,
+      /^deferred_blocks\[0\]\.messages\[0\] \(message "d1"\): resolve_vars: the compile's text would grow to 414\d{5} characters, over its limit of 41048576 /,
     );
   });
 

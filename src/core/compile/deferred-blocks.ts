@@ -12,18 +12,23 @@ const variablePattern = /\{\{([A-Za-z_][A-Za-z0-9_.-]*)\}\}/g;
 /**
  * Resolves `{{name}}` placeholders in every text part from `variables`. Unknown names stay as
  * written and are passed to `onUnknown` (once per occurrence). `beforeBuilding` gets the length the
- * resolved texts will have, before they are built, and may throw.
+ * resolved texts will have (`final`), and before that the length so far every 1,024 placeholders,
+ * before anything is built; it may throw to refuse.
  */
 export function resolveVariables(
   message: Message,
   variables: Record<string, string>,
   onUnknown: (name: string) => void,
-  beforeBuilding?: (length: number) => void,
+  beforeBuilding?: (length: number, final: boolean) => void,
 ): Message {
   if (beforeBuilding) {
     let length = 0;
-    for (const part of message.parts) if (part.kind.case === "text") length += resolvedLength(part.kind.value.text, variables);
-    beforeBuilding(length);
+    for (const part of message.parts) {
+      if (part.kind.case !== "text") continue;
+      const before = length;
+      length += resolvedLength(part.kind.value.text, variables, (partLength) => beforeBuilding(before + partLength, false));
+    }
+    beforeBuilding(length, true);
   }
   return mapTextParts(message, (text) =>
     text.includes("{{")
@@ -36,13 +41,18 @@ export function resolveVariables(
   );
 }
 
-/** The length of `text` once its known `{{name}}`s are replaced, without building it. */
-function resolvedLength(text: string, variables: Record<string, string>): number {
+/**
+ * The length of `text` once its known `{{name}}`s are replaced, without building it; `progress`
+ * gets the length so far every 1,024 placeholders, so a refusal can come early.
+ */
+function resolvedLength(text: string, variables: Record<string, string>, progress: (length: number) => void): number {
   if (!text.includes("{{")) return text.length;
   let length = text.length;
+  let seen = 0;
   for (const match of text.matchAll(variablePattern)) {
     const name = match[1]!;
     if (Object.hasOwn(variables, name)) length += variables[name]!.length - match[0].length;
+    if ((++seen & 1023) === 0) progress(length);
   }
   return length;
 }
@@ -78,7 +88,11 @@ export function applyDeferredBlocks(work: CompileWork, blocks: readonly Deferred
         message,
         work.request.resolveVars,
         (name) => addWarning(work, "unknown_variable", `${where}: unknown variable {{${name}}} left as written`),
-        (length) => work.textAllowance.charge(length, `${where}: resolve_vars`),
+        (length, final) => {
+          if (final) return work.textAllowance.charge(length, `${where}: resolve_vars`);
+          work.textAllowance.assertFits(length, `${where}: resolve_vars`);
+          work.deadline.check("deferred_blocks", 8);
+        },
       );
     });
     let existing = work.segments[field];

@@ -23,7 +23,8 @@ interface Redactor {
 }
 
 /**
- * A built-in pattern on the JavaScript engine (backtracking, ~10× faster than re2js here). Each is
+ * A built-in pattern on the JavaScript engine (backtracking, and far faster than re2js: all five
+ * over 16 MiB of hex take 124 ms, one re2js pattern over 16 MiB 2.6 s). Each is
  * linear: every repetition is bounded or its match can start only where the run it scans starts
  * (the lookbehinds), and what follows an unbounded repetition cannot be matched by it, so a failed
  * start costs at most its run once. test/core/redaction-linear.test.ts runs each over 400 KB of

@@ -13,6 +13,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(fromFlags).toMatchObject({ port: 9001, maxMessages: 60 });
   });
 
+  it("reads the compile text limit from --max-compile-text-bytes or CONTEXTD_MAX_COMPILE_TEXT_BYTES, at most what a string can hold", () => {
+    expect(defaultConfig.maxCompileTextBytes).toBe(64 * 1024 * 1024);
+    expect(loadConfig([], { CONTEXTD_MAX_COMPILE_TEXT_BYTES: "4096" }).maxCompileTextBytes).toBe(4096);
+    expect(loadConfig(["--max-compile-text-bytes", "8192"], { CONTEXTD_MAX_COMPILE_TEXT_BYTES: "4096" }).maxCompileTextBytes).toBe(8192);
+    expect(() => loadConfig(["--max-compile-text-bytes", String(2 ** 29)], {})).toThrow(/--max-compile-text-bytes or CONTEXTD_MAX_COMPILE_TEXT_BYTES "536870912": want an integer from 1 to 536870888/);
+  });
+
   it("rejects invalid values naming the flag and the variable", () => {
     expect(() => loadConfig(["--port", "70000"], {})).toThrow(/--port or CONTEXTD_PORT "70000"/);
     expect(() => loadConfig([], { CONTEXTD_MAX_STREAMS: "0" })).toThrow(/--max-streams or CONTEXTD_MAX_STREAMS/);

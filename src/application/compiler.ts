@@ -7,6 +7,7 @@ import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb
 import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../core/compile/compile.js";
 import type { CompileContext, Summarizer } from "../core/compile/compile-context.js";
+import type { CallDeadline } from "../core/compile/deadline.js";
 import { summaryCompaction } from "../core/compile/summary-compaction.js";
 import { segmentEnumerationOrder, segmentField } from "../core/model/segments.js";
 import type { Observer } from "../core/observer.js";
@@ -19,6 +20,8 @@ export interface CompilerDependencies {
   store: ConversationStore;
   /** Per-message token counts shared by every compile and count of this server. */
   tokenCounts: TokenCountCache;
+  /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
+  maxCompileTextBytes?: number;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -29,6 +32,8 @@ export interface CompileRun {
   remembered?: readonly string[];
   /** Awaited between stages (a streaming call yields to its event loop there). */
   stageBoundary?: () => Promise<void>;
+  /** The call's deadline and abort signal: the stages are synchronous, so only they can notice the call is over. */
+  deadline?: CallDeadline;
 }
 
 /**
@@ -89,6 +94,8 @@ export class Compiler {
       observer: run.observer,
       summarize: run.summarize,
       stageBoundary: run.stageBoundary,
+      deadline: run.deadline,
+      maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
     };
   }
 }

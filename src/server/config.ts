@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { defaultMaxCompileTextBytes } from "../core/compile/text-allowance.js";
 
 /** One accepted bearer token; `tenant` empty = the token sees every conversation. */
 export interface AuthToken {
@@ -25,6 +26,8 @@ export interface Config {
   maxDeadlineMs: number;
   /** Most `contextd.v1.Message`s one request may carry (RESOURCE_EXHAUSTED above). */
   maxMessages: number;
+  /** Most text one compile may produce, whatever its request (RESOURCE_EXHAUSTED above; see docs/limits.md). */
+  maxCompileTextBytes: number;
   /** How long a CompileSession waits for each summarize_response before DEADLINE_EXCEEDED, in milliseconds. */
   summarizeTimeoutMs: number;
   /** Most streaming calls open at once over the whole server, and HTTP/2 streams per connection. */
@@ -56,6 +59,7 @@ export const defaultConfig: Config = {
   maxBufferedRequestBytes: 256 * 1024 * 1024,
   maxDeadlineMs: 300_000,
   maxMessages: 10_000,
+  maxCompileTextBytes: defaultMaxCompileTextBytes,
   summarizeTimeoutMs: 120_000,
   maxStreams: 1_000,
   compressMinBytes: 0,
@@ -85,6 +89,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       "max-buffered-request-bytes": { type: "string" },
       "max-deadline-ms": { type: "string" },
       "max-messages": { type: "string" },
+      "max-compile-text-bytes": { type: "string" },
       "summarize-timeout-ms": { type: "string" },
       "max-streams": { type: "string" },
       "compress-min-bytes": { type: "string" },
@@ -129,6 +134,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
     maxDeadlineMs: integer("max-deadline-ms", defaultConfig.maxDeadlineMs, 0),
     maxMessages: integer("max-messages", defaultConfig.maxMessages, 1),
+    // V8 strings end at 2^29 - 24 code units.
+    maxCompileTextBytes: integer("max-compile-text-bytes", defaultConfig.maxCompileTextBytes, 1, 2 ** 29 - 24),
     summarizeTimeoutMs: integer("summarize-timeout-ms", defaultConfig.summarizeTimeoutMs, 1),
     maxStreams: integer("max-streams", defaultConfig.maxStreams, 1, 0xffffffff),
     compressMinBytes: integer("compress-min-bytes", defaultConfig.compressMinBytes, 0, 0xffffffff),

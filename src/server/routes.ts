@@ -36,6 +36,8 @@ export interface RouteDependencies {
   watchHeartbeatMs: number;
   /** How long a CompileSession waits for each summarize_response. */
   summarizeTimeoutMs: number;
+  /** Most text one compile may produce (`--max-compile-text-bytes`). */
+  maxCompileTextBytes?: number;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -46,7 +48,7 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs });
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

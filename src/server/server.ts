@@ -83,6 +83,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     shutdown: shutdownController.signal,
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
+    maxCompileTextBytes: config.maxCompileTextBytes,
   };
   // Outermost first: every call is timed and logged, then authenticated, then checked.
   const interceptors = [

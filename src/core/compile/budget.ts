@@ -43,11 +43,19 @@ interface Limit {
   fromWindow: boolean;
 }
 
+/**
+ * The largest token figure a budget may name: 2^53 - 1, the largest integer a double holds exactly.
+ * Counts are doubles; `max_tokens = 2^63-1` used to round to 2^63, fail int64 encoding and answer INTERNAL.
+ */
+export const maxBudgetTokens = Number.MAX_SAFE_INTEGER;
+
 function resolveLimit(work: CompileWork): Limit {
   const budget = work.request.budget;
   if (!budget) return { tokens: 0, fromWindow: false };
   const check = (value: bigint, name: string) => {
-    if (value < 0n) throw new ConnectError(`budget.${name} must not be negative, got ${value}`, Code.InvalidArgument);
+    if (value < 0n || value > BigInt(maxBudgetTokens)) {
+      throw new ConnectError(`budget.${name} must be from 0 to ${maxBudgetTokens}, got ${value}`, Code.InvalidArgument);
+    }
   };
   check(budget.maxTokens, "max_tokens");
   check(budget.contextWindow, "context_window");

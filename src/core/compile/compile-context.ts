@@ -2,6 +2,7 @@ import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js"
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { Observer } from "../observer.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
+import type { CallDeadline } from "./deadline.js";
 
 /**
  * Asks the caller for a summary of a history prefix (SUMMARIZE strategy, auto-compaction). Supplied
@@ -31,4 +32,11 @@ export interface CompileContext {
    * while the compile runs instead of all at the end.
    */
   stageBoundary?: () => Promise<void>;
+  /**
+   * The call's deadline and abort signal. Long stages check it (through `now`) as they go and give
+   * up with DEADLINE_EXCEEDED; without it a compile runs to the end.
+   */
+  deadline?: CallDeadline;
+  /** Most text one compile may produce (`TextAllowance`); default `defaultMaxCompileTextBytes`. */
+  maxCompileTextBytes?: number;
 }

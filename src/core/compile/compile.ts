@@ -28,6 +28,9 @@ import { computeTargets, validateTargets } from "./targets.js";
 import { applyTextReplacements } from "./text-replacements.js";
 import { checkToolArguments, showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { validateAndRepairToolRounds } from "./tool-round-repair.js";
+import { DeadlineCheck } from "./deadline.js";
+import { TextAllowance, textCharacters } from "./text-allowance.js";
+import type { CompileInputs } from "./request-inputs.js";
 
 /**
  * Compiles a request into a provider-ready payload (semantics §3), stages in order. Pure apart from
@@ -38,15 +41,18 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const events = new CompileEvents(context, request.conversationId);
   validateTargets(request.targets);
   const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
-  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "");
+  const deadline = context.deadline ? new DeadlineCheck(context.deadline, context.now) : DeadlineCheck.none;
+  const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
 
   // 1. Normalize + identity, tool-argument and tool-round validation and repair.
   const inputs = resolveCompileInputs(request, context.stored);
-  const { work, extras } = normalize(request, inputs, estimator, context.randomId);
+  const textAllowance = new TextAllowance(requestTextCharacters(request, inputs), context.maxCompileTextBytes);
+  const { work, extras } = normalize(request, inputs, estimator, context.randomId, { textAllowance, deadline });
   const normalizedSegments = work.segments;
   checkToolArguments(work, inputs, extras, request.toolArgumentsRepair);
   validateAndRepairToolRounds(work, request.repair, context.randomId);
   const repairedSegments = work.segments;
+  deadline.checkNow("normalize");
   await events.stageDone("normalize");
 
   // 2. Freeze source. Messages are never mutated by later stages, so sharing them is a frozen copy.
@@ -63,44 +69,54 @@ export async function compile(request: CompileRequest, context: CompileContext):
     messages: work.writebackMessages,
     snapshot: writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn),
   };
+  deadline.checkNow("freeze_source");
   await events.stageDone("freeze_source");
 
   // 3. Artifacts and the experiences block.
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
+  deadline.checkNow("artifacts");
   await events.stageDone("artifacts");
 
   // 4. Deferred blocks; what stands after them is the baseline persistence saves.
   applyDeferredBlocks(work, extras.deferredBlocks);
   work.baseline = work.segments;
+  deadline.checkNow("deferred_blocks");
   await events.stageDone("deferred_blocks");
 
   // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
   // formatters, text replacements.
   showToolArgumentsAsString(work);
   applyHooks(work);
+  deadline.checkNow("hooks");
   await events.stageDone("hooks");
   applyRoleProjection(work);
+  deadline.checkNow("role_projection");
   await events.stageDone("role_projection");
   applySegmentFormatters(work, request.formatters, "formatters");
+  deadline.checkNow("segment_formatters");
   await events.stageDone("segment_formatters");
   applyTextReplacements(work);
+  deadline.checkNow("text_replacements");
   await events.stageDone("text_replacements");
 
   // 9. Budget (appends pending and the current turn). 10. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);
   const budget = await applyBudget(work, scratch, context);
+  deadline.checkNow("budget");
   await events.stageDone("budget");
 
   // 11. Payload and provider render.
   const payload = payloadOf(work.segments, scratch, work.toolDefinitions);
-  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!) : undefined;
+  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!, deadline) : undefined;
   if (rendered) work.warnings.push(...rendered.warnings);
+  deadline.checkNow("render");
   await events.stageDone("render");
 
   // 12. Targets.
   const projections = await computeTargets(request, { ...work, segments: repairedSegments }, extras, context);
+  deadline.checkNow("targets");
   await events.stageDone("targets");
 
   // 13. Result.
@@ -143,6 +159,17 @@ export async function compile(request: CompileRequest, context: CompileContext):
   emitSummaryEvents(events, budget);
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
+}
+
+/** The text a compile starts from, which its text allowance is relative to. */
+function requestTextCharacters(request: CompileRequest, inputs: CompileInputs): number {
+  const { system, history, memory, tools } = inputs.segments;
+  let total = textCharacters(system) + textCharacters(history) + textCharacters(memory) + textCharacters(tools) + textCharacters(request.pending) + textCharacters(request.scratch);
+  for (const block of request.deferredBlocks) total += textCharacters(block.messages);
+  const turn = request.currentTurn;
+  if (turn?.raw) total += textCharacters([turn.raw]);
+  if (turn?.promptSafe) total += textCharacters([turn.promptSafe]);
+  return total;
 }
 
 function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>): void {

@@ -11,9 +11,25 @@ const variablePattern = /\{\{([A-Za-z_][A-Za-z0-9_.-]*)\}\}/g;
 
 /**
  * Resolves `{{name}}` placeholders in every text part from `variables`. Unknown names stay as
- * written and are passed to `onUnknown` (once per occurrence).
+ * written and are passed to `onUnknown` (once per occurrence). `beforeBuilding` gets the length the
+ * resolved texts will have (`final`), and before that the length so far every 1,024 placeholders,
+ * before anything is built; it may throw to refuse.
  */
-export function resolveVariables(message: Message, variables: Record<string, string>, onUnknown: (name: string) => void): Message {
+export function resolveVariables(
+  message: Message,
+  variables: Record<string, string>,
+  onUnknown: (name: string) => void,
+  beforeBuilding?: (length: number, final: boolean) => void,
+): Message {
+  if (beforeBuilding) {
+    let length = 0;
+    for (const part of message.parts) {
+      if (part.kind.case !== "text") continue;
+      const before = length;
+      length += resolvedLength(part.kind.value.text, variables, (partLength) => beforeBuilding(before + partLength, false));
+    }
+    beforeBuilding(length, true);
+  }
   return mapTextParts(message, (text) =>
     text.includes("{{")
       ? text.replace(variablePattern, (placeholder, name: string) => {
@@ -23,6 +39,22 @@ export function resolveVariables(message: Message, variables: Record<string, str
         })
       : text,
   );
+}
+
+/**
+ * The length of `text` once its known `{{name}}`s are replaced, without building it; `progress`
+ * gets the length so far every 1,024 placeholders, so a refusal can come early.
+ */
+function resolvedLength(text: string, variables: Record<string, string>, progress: (length: number) => void): number {
+  if (!text.includes("{{")) return text.length;
+  let length = text.length;
+  let seen = 0;
+  for (const match of text.matchAll(variablePattern)) {
+    const name = match[1]!;
+    if (Object.hasOwn(variables, name)) length += variables[name]!.length - match[0].length;
+    if ((++seen & 1023) === 0) progress(length);
+  }
+  return length;
 }
 
 /**
@@ -49,11 +81,20 @@ export function applyDeferredBlocks(work: CompileWork, blocks: readonly Deferred
       throw new ConnectError(`deferred_blocks[${blockIndex}].merge_policy: unknown merge policy ${block.mergePolicy}`, Code.InvalidArgument);
     }
     const field = segmentField(block.segment, `deferred_blocks[${blockIndex}].segment`);
-    const incoming = block.messages.map((message, index) =>
-      resolveVariables(message, work.request.resolveVars, (name) =>
-        addWarning(work, "unknown_variable", `deferred_blocks[${blockIndex}].messages[${index}] (message "${message.id}"): unknown variable {{${name}}} left as written`),
-      ),
-    );
+    const incoming = block.messages.map((message, index) => {
+      const where = `deferred_blocks[${blockIndex}].messages[${index}] (message "${message.id}")`;
+      work.deadline.check("deferred_blocks");
+      return resolveVariables(
+        message,
+        work.request.resolveVars,
+        (name) => addWarning(work, "unknown_variable", `${where}: unknown variable {{${name}}} left as written`),
+        (length, final) => {
+          if (final) return work.textAllowance.charge(length, `${where}: resolve_vars`);
+          work.textAllowance.assertFits(length, `${where}: resolve_vars`);
+          work.deadline.check("deferred_blocks", 8);
+        },
+      );
+    });
     let existing = work.segments[field];
     const removed: Message[] = [];
     const toAppend: Message[] = [];

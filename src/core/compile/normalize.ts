@@ -5,6 +5,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { segmentEnumerationOrder, segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { IdentityAssigner } from "./identity.js";
+import { assertMessageJsonDepth } from "../model/json-depth.js";
 import { assertWellFormedMessage, isWellFormedMessage } from "./message-validation.js";
 import type { CompileInputs } from "./request-inputs.js";
 import { newRecords, passedRecord, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";
@@ -25,6 +26,7 @@ export function normalize(
   inputs: CompileInputs,
   estimator: TokenEstimator,
   randomId: () => string,
+  limits: Pick<CompileWork, "textAllowance" | "deadline">,
 ): { work: CompileWork; extras: NormalizedExtras } {
   const identity = new IdentityAssigner(request, randomId);
   // Segment messages start PASSED; the record table doubles as the set of ids claimed so far, so
@@ -36,6 +38,8 @@ export function normalize(
     const name = segmentName(segment);
     const passed = passedRecord(segment);
     const input = inputs.segments[field];
+    // Stored messages had their JSON measured when they were committed.
+    const fromRequest = request[field] !== undefined;
     // A copy only once a message gets an id; until then the input list is the output.
     let output: Message[] | undefined;
     for (let index = 0; index < input.length; index++) {
@@ -43,6 +47,8 @@ export function normalize(
       // Paths are built only when something is wrong: a thousand template strings per compile
       // would cost more than the checks themselves.
       if (!isWellFormedMessage(message)) assertWellFormedMessage(message, `${name}[${index}]`);
+      else if (fromRequest) assertMessageJsonDepth(message, `${name}[${index}]`);
+      limits.deadline.check("normalize");
       let withId = message;
       if (message.id === "") {
         withId = identity.ensureId(message, { kind: "segment", segment, scope: name, index }, `${name}[${index}]`);
@@ -93,6 +99,8 @@ export function normalize(
   const work: CompileWork = {
     request,
     estimator,
+    textAllowance: limits.textAllowance,
+    deadline: limits.deadline,
     segments,
     pending,
     currentTurn,

@@ -10,6 +10,7 @@ import { MessageSchema, PartSchema, Role, type Message } from "../../../gen/ts/c
 import type { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { hasTextPart, mapTextParts, messageText } from "../model/message-text.js";
 import { segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
+import { occurrences } from "./text-allowance.js";
 import { recordPassed, setRecord, type CompileWork } from "./working-set.js";
 
 const xmlName = /^[A-Za-z_][A-Za-z0-9._-]*$/;
@@ -19,7 +20,8 @@ const xmlName = /^[A-Za-z_][A-Za-z0-9._-]*$/;
  * targets call it with their own formatters and records). In-place changes (xml_tag, prefix,
  * template) are `formatted/segment_formatter`; join replaces the segment by one message, its
  * inputs `formatted/replaced_by_formatter`. Only text parts are formatted; join refuses segments
- * with non-text parts (tool calls cannot be joined into prose).
+ * with non-text parts (tool calls cannot be joined into prose). The length of every output is
+ * charged to the compile's text allowance before it is built.
  */
 export function applySegmentFormatters(work: CompileWork, formatters: readonly SegmentFormatter[], fieldPath: string): void {
   formatters.forEach((formatter, index) => {
@@ -39,15 +41,20 @@ function formatSegment(work: CompileWork, formatter: SegmentFormatter, messages:
       if (!xmlName.test(kind.value.tag) || /^xml/i.test(kind.value.tag)) {
         throw new ConnectError(`${path}.xml_tag.tag: "${kind.value.tag}" is not a valid XML name`, Code.InvalidArgument);
       }
-      return formatInPlace(work, messages, segment, (text) => `<${kind.value.tag}>${text}</${kind.value.tag}>`);
+      const added = 2 * kind.value.tag.length + 5;
+      return formatInPlace(work, messages, segment, path, (length) => length + added, (text) => `<${kind.value.tag}>${text}</${kind.value.tag}>`);
     }
     case "prefix":
-      return formatInPlace(work, messages, segment, (text) => kind.value.text + text);
-    case "template":
-      if (!kind.value.template.includes("{{content}}")) {
+      return formatInPlace(work, messages, segment, path, (length) => length + kind.value.text.length, (text) => kind.value.text + text);
+    case "template": {
+      const template = kind.value.template;
+      if (!template.includes("{{content}}")) {
         throw new ConnectError(`${path}.template.template must contain {{content}}`, Code.InvalidArgument);
       }
-      return formatInPlace(work, messages, segment, (text) => kind.value.template.replaceAll("{{content}}", text));
+      const copies = occurrences(template, "{{content}}");
+      const fixed = template.length - copies * "{{content}}".length;
+      return formatInPlace(work, messages, segment, path, (length) => fixed + copies * length, (text) => template.replaceAll("{{content}}", text));
+    }
     case "join":
       return join(work, messages, segment, kind.value, path);
     default:
@@ -55,8 +62,24 @@ function formatSegment(work: CompileWork, formatter: SegmentFormatter, messages:
   }
 }
 
-function formatInPlace(work: CompileWork, messages: Message[], segment: Segment, format: (text: string) => string): Message[] {
+function formatInPlace(
+  work: CompileWork,
+  messages: Message[],
+  segment: Segment,
+  path: string,
+  formattedLength: (length: number) => number,
+  format: (text: string) => string,
+): Message[] {
   return messages.map((message) => {
+    let length = 0;
+    let textLength = 0;
+    for (const part of message.parts) {
+      if (part.kind.case !== "text") continue;
+      length += formattedLength(part.kind.value.text.length);
+      textLength += part.kind.value.text.length;
+    }
+    work.textAllowance.charge(length, `${path} (message "${message.id}")`);
+    work.deadline.check("segment_formatters", 1 + (textLength >> 10));
     // Each text part is formatted separately, so a message keeps its part structure.
     const formatted = mapTextParts(message, format);
     if (formatted !== message) setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.SEGMENT_FORMATTER, segment);
@@ -82,7 +105,16 @@ function join(
       Code.InvalidArgument,
     );
   }
-  const text = messages.filter(hasTextPart).map(messageText).join(options.separator === "" ? "\n\n" : options.separator);
+  const separator = options.separator === "" ? "\n\n" : options.separator;
+  const texts = messages.filter(hasTextPart);
+  let length = Math.max(0, texts.length - 1) * separator.length;
+  for (const message of texts) {
+    let parts = 0;
+    for (const part of message.parts) if (part.kind.case === "text") length += (parts++ > 0 ? 1 : 0) + part.kind.value.text.length;
+  }
+  work.textAllowance.charge(length, `${path}.join (segment ${segmentName(segment)})`);
+  work.deadline.checkNow("segment_formatters");
+  const text = texts.map(messageText).join(separator);
   const joined = create(MessageSchema, {
     id: options.id === "" ? `joined:${segmentName(segment)}` : options.id,
     role: options.role === Role.UNSPECIFIED ? messages[0]!.role : options.role,

@@ -117,10 +117,12 @@ async function segmentProjection(
   };
   const renderProvider = target.render?.provider ?? Provider.UNSPECIFIED;
   const estimatorPath = target.budget ? `${path}.budget.estimator` : "budget.estimator";
-  const estimator = await createEstimator(budget?.estimator, renderProvider, estimatorPath, context.tokenCounts, target.render?.model ?? "");
+  const estimator = await createEstimator(budget?.estimator, renderProvider, estimatorPath, context.tokenCounts, target.render?.model ?? "", normalized.deadline);
   const work: CompileWork = {
     request: targetRequest,
     estimator,
+    textAllowance: normalized.textAllowance,
+    deadline: normalized.deadline,
     segments: { system: pick(Segment.SYSTEM), history: pick(Segment.HISTORY), memory: pick(Segment.MEMORY), tools: pick(Segment.TOOLS) },
     pending: [],
     artifacts: included.has(Segment.MEMORY) ? normalized.artifacts : [],
@@ -152,7 +154,7 @@ async function segmentProjection(
     messages,
     transformations,
     artifactIds: work.visibleArtifactIds,
-    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!) : undefined,
+    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!, normalized.deadline) : undefined,
     usage: create(UsageSchema, {
       system: BigInt(report.system),
       history: BigInt(report.history),

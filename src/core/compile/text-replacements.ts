@@ -20,6 +20,8 @@ export function applyTextReplacements(work: CompileWork): void {
         Code.InvalidArgument,
       );
     }
+    work.textAllowance.charge(replacement.text.length, `${path} (message "${replacement.messageId}")`);
+    work.deadline.check("text_replacements");
     const next = [...messages];
     next[at] = withMessageText(messages[at]!, replacement.text);
     work.segments = { ...work.segments, [field]: next };

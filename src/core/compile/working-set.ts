@@ -16,6 +16,8 @@ import { Segment, type Experience, type ToolDefinition } from "../../../gen/ts/c
 import type { SegmentHolder } from "../model/segments.js";
 import type { ToolRoundAnalysis } from "../model/tool-rounds.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
+import type { DeadlineCheck } from "./deadline.js";
+import type { TextAllowance } from "./text-allowance.js";
 
 /** The current turn after normalisation: both forms share one id. */
 export interface NormalizedCurrentTurn {
@@ -31,6 +33,9 @@ export interface NormalizedCurrentTurn {
 export interface CompileWork {
   readonly request: CompileRequest;
   readonly estimator: TokenEstimator;
+  /** What text the stages may still produce; shared by the main payload and every target. */
+  readonly textAllowance: TextAllowance;
+  readonly deadline: DeadlineCheck;
   /** The payload segments as the stages shape them. History gains pending and the current turn in the budget stage. */
   segments: SegmentHolder;
   pending: Message[];
@@ -104,7 +109,9 @@ export function recordPassed(work: CompileWork, messages: readonly Message[], se
   for (const message of messages) work.records[message.id] = passed;
 }
 
+/** Warnings are text the compile produces too: one per `{{name}}` occurrence could be millions. */
 export function addWarning(work: CompileWork, code: string, message: string): void {
+  work.textAllowance.charge(message.length, `warnings (${code})`);
   work.warnings.push(create(WarningSchema, { code, message }));
 }
 

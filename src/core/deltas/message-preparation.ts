@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { assertMessageJsonDepth } from "../model/json-depth.js";
 import { assertToolArgumentsAreObjects, firstInvalidToolCall, keepsStoredInvalidCalls } from "../model/tool-call-arguments.js";
 import type { DeltaContext } from "./delta-context.js";
 
@@ -40,6 +41,8 @@ export function prepareMessages(
         throw new ConnectError(`${path}.parts[${partIndex}]: no content variant set`, Code.InvalidArgument);
       }
     });
+    // Nothing stored may be too deep to render later.
+    assertMessageJsonDepth(message, path);
     const id = message.id === "" ? context.newMessageId() : message.id;
     if (firstInvalidToolCall(message) && !keepsStoredInvalidCalls(message, replacedMessages)) assertToolArgumentsAreObjects(message, path, id);
     if (inBatch.has(id) || inConversation(id)) throw new ConnectError(`${path}: duplicate message id "${id}"`, Code.InvalidArgument);

@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ConversationState, SetToolDefinitions } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { assertJsonDepth } from "../model/json-depth.js";
 
 /**
  * Replaces the tool definitions. Names must be present and unique (calls refer to tools by name),
@@ -13,6 +14,7 @@ export function setToolDefinitions(state: ConversationState, delta: SetToolDefin
     if (definition.name === "") throw new ConnectError(`${path}.name is required`, Code.InvalidArgument);
     if (names.has(definition.name)) throw new ConnectError(`${path}.name: duplicate tool name "${definition.name}"`, Code.InvalidArgument);
     names.add(definition.name);
+    assertJsonDepth(definition.parameters, `${path}.parameters`);
     if (definition.parameters !== "" && !isJsonObject(definition.parameters)) {
       throw new ConnectError(`${path}.parameters: tool "${definition.name}" parameters must be a JSON object (a JSON Schema)`, Code.InvalidArgument);
     }

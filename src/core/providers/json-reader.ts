@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
 
 /**
  * Reading a provider response body whose shape is not ours: every accessor takes the JSON path of
@@ -11,11 +12,22 @@ export function malformed(path: string, detail: string): ConnectError {
   return new ConnectError(`malformed provider response at ${path}: ${detail}`, Code.InvalidArgument);
 }
 
-/** Decodes UTF-8 JSON text; the root must be an object. */
+/**
+ * Decodes UTF-8 JSON text; the root must be an object, nested no deeper than `maxJsonDepth` (what
+ * is parsed here is stored, then serialized again by every render).
+ */
 export function parseJsonObject(json: Uint8Array, providerName: string): JsonObject {
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(json);
+  } catch (error) {
+    throw malformed("$", `not a ${providerName} response: ${(error as Error).message}`);
+  }
+  const tooDeep = jsonDepthExcess(text);
+  if (tooDeep !== undefined) throw malformed(tooDeep, `JSON nested deeper than ${maxJsonDepth} levels`);
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(json));
+    value = JSON.parse(text);
   } catch (error) {
     throw malformed("$", `not a ${providerName} response: ${(error as Error).message}`);
   }

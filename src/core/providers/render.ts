@@ -17,6 +17,7 @@ import { renderOpenAIChat } from "./openai-chat/render.js";
 import { validateOpenAIChat } from "./openai-chat/validate.js";
 import { renderOpenAIResponses } from "./openai-responses/render.js";
 import { validateOpenAIResponses } from "./openai-responses/validate.js";
+import type { DeadlineCheck } from "../compile/deadline.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
 
 /** The first part of every rule name of a provider ("anthropic.open_call_position"). */
@@ -55,11 +56,13 @@ type RenderWarningSink = (warning: Warning) => void;
  * slot, messages/contents/input, tools), validates the body against that provider's rules, and
  * returns it as UTF-8 JSON with the render's warnings (for example Anthropic cache breakpoints
  * beyond 4). A rule violation is FAILED_PRECONDITION naming the rule and the message id: a bad body
- * is never returned.
+ * is never returned. With `deadline`, gives up with DEADLINE_EXCEEDED between rendering, checking
+ * and serializing once the call is over.
  */
-export function renderRequest(payload: CompiledPayload, options: RenderOptions): RenderedRequest {
+export function renderRequest(payload: CompiledPayload, options: RenderOptions, deadline?: DeadlineCheck): RenderedRequest {
   const warnings: Warning[] = [];
-  const body = renderBody(payload, options, (warning) => warnings.push(warning));
+  const body = renderBody(payload, options, (warning) => warnings.push(warning), deadline);
+  deadline?.checkNow("render");
   return create(RenderedRequestSchema, {
     provider: options.provider,
     model: options.model,
@@ -68,27 +71,31 @@ export function renderRequest(payload: CompiledPayload, options: RenderOptions):
   });
 }
 
-function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): unknown {
+function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink, deadline: DeadlineCheck | undefined): unknown {
   const rulePrefix = ruleNamePrefixes[options.provider];
   if (rulePrefix !== undefined) assertOpenRoundLast(payload, rulePrefix);
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
       const { body, origins } = renderOpenAIChat(payload, options.model);
+      deadline?.checkNow("render");
       validateOpenAIChat(body, origins, payload);
       return body;
     }
     case Provider.OPENAI_RESPONSES: {
       const { body, origins } = renderOpenAIResponses(payload, options.model);
+      deadline?.checkNow("render");
       validateOpenAIResponses(body, origins, payload);
       return body;
     }
     case Provider.ANTHROPIC_MESSAGES: {
       const { body, origins } = renderAnthropic(payload, options.model, report);
+      deadline?.checkNow("render");
       validateAnthropic(body, origins, payload);
       return body;
     }
     case Provider.GEMINI: {
       const { body, origins } = renderGemini(payload, options.model);
+      deadline?.checkNow("render");
       validateGemini(body, origins, payload);
       return body;
     }

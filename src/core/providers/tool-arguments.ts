@@ -1,4 +1,5 @@
 import type { ToolCallPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
 import { toolArgumentsText } from "../model/tool-call-arguments.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
 
@@ -17,6 +18,11 @@ export function toolArgumentsJson(call: ToolCallPart): string {
  */
 export function toolArgumentsObject(call: ToolCallPart, messageId: string, rule: string): Record<string, unknown> {
   const json = toolArgumentsJson(call);
+  // Stored before depth was limited: serializing it again would overflow the stack.
+  const tooDeep = jsonDepthExcess(json);
+  if (tooDeep !== undefined) {
+    throw providerRuleViolation(rule, atMessage(messageId), `arguments of tool call "${call.id}" nest deeper than ${maxJsonDepth} levels at ${tooDeep}`);
+  }
   let value: unknown;
   try {
     value = JSON.parse(json);

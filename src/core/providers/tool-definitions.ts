@@ -1,4 +1,5 @@
 import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
 import { atToolDefinition, providerRuleViolation } from "./rule-violation.js";
 import { isJsonObject } from "./tool-arguments.js";
 
@@ -13,6 +14,11 @@ function emptyParameters(): Record<string, unknown> {
  */
 export function toolParametersSchema(definition: ToolDefinition, provider: string): Record<string, unknown> {
   if (definition.parameters === "") return emptyParameters();
+  // Serializing the body again would overflow the stack.
+  const tooDeep = jsonDepthExcess(definition.parameters);
+  if (tooDeep !== undefined) {
+    throw providerRuleViolation(`${provider}.tool_parameters`, atToolDefinition(definition.name), `parameters nest deeper than ${maxJsonDepth} levels at ${tooDeep}`);
+  }
   let value: unknown;
   try {
     value = JSON.parse(definition.parameters);

@@ -1,8 +1,12 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { TokenizerEncoding } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { countInChunks } from "./long-runs.js";
 
-/** Counts the BPE tokens of a text. Never throws on special-token strings. */
-export type TextTokenCounter = (text: string) => number;
+/**
+ * Counts the BPE tokens of a text. Never throws on special-token strings. A long text is counted in
+ * chunks, and `betweenChunks` (which may throw, to give up) is called after each.
+ */
+export type TextTokenCounter = (text: string, betweenChunks?: () => void) => number;
 
 interface EncodingModule {
   countTokens(text: string, options?: { disallowedSpecial?: Set<string> }): number;
@@ -22,8 +26,9 @@ const loaded = new Map<number, Promise<TextTokenCounter>>();
 const plainText = { disallowedSpecial: new Set<string>() };
 
 /**
- * The token counter of an encoding. Rank tables are megabytes, so each is imported on first use
- * and shared afterwards.
+ * The token counter of an encoding, linear in the text (`countInChunks`; exact but for stretches
+ * longer than `longestPiece` without a space). Rank tables are megabytes, so each is imported on
+ * first use and shared afterwards.
  */
 export function loadEncoding(encoding: TokenizerEncoding): Promise<TextTokenCounter> {
   const key = encoding === TokenizerEncoding.UNSPECIFIED ? TokenizerEncoding.O200K_BASE : encoding;
@@ -31,7 +36,10 @@ export function loadEncoding(encoding: TokenizerEncoding): Promise<TextTokenCoun
   if (!counter) {
     const loader = loaders[key];
     if (!loader) return Promise.reject(new ConnectError(`unknown tokenizer encoding ${encoding}`, Code.InvalidArgument));
-    counter = loader().then((module) => (text: string) => (text === "" ? 0 : module.countTokens(text, plainText)));
+    counter = loader().then((module) => {
+      const countPlain = (text: string) => module.countTokens(text, plainText);
+      return (text: string, betweenChunks?: () => void) => (text === "" ? 0 : countInChunks(text, countPlain, betweenChunks));
+    });
     loaded.set(key, counter);
   }
   return counter;

@@ -8,6 +8,7 @@ import { runeCount, utf8ByteCount } from "./text-measures.js";
 import { loadEncoding, type TextTokenCounter } from "./encodings.js";
 import { encodingOfModel } from "./model-encodings.js";
 import type { TokenCountCache } from "./token-count-cache.js";
+import type { DeadlineCheck } from "../compile/deadline.js";
 
 /**
  * Counts tokens of messages and tool definitions under one estimator configuration (semantics §4).
@@ -28,9 +29,12 @@ export interface TokenEstimator {
 /**
  * Builds the estimator a request asks for. `renderProvider` picks the TOKENIZER framing when the
  * estimator names no provider. Without an estimator kind (and without chars_per_token),
- * `renderModel` picks TOKENIZER when its encoding is known (`encodingOfModel`), else CHAR_FALLBACK. Loads BPE ranks lazily on first use
- * of an encoding, hence async. With `cache`, TOKENIZER counts each distinct text once across
- * requests. INVALID_ARGUMENT for negative or non-finite chars_per_token, unknown kinds or encodings.
+ * `renderModel` picks TOKENIZER when its encoding is known (`encodingOfModel`), else
+ * CHAR_FALLBACK. Loads BPE ranks lazily on first use of an encoding, hence async. With `cache`,
+ * TOKENIZER counts each distinct text once across requests; with `deadline`, counting gives up
+ * with DEADLINE_EXCEEDED once the call is over. INVALID_ARGUMENT naming the field for numbers
+ * outside what the counts can represent (see `minCharsPerToken`, `maxFixedCost`), unknown kinds
+ * or encodings.
  */
 export async function createEstimator(
   options: Estimator | undefined,
@@ -38,6 +42,43 @@ export async function createEstimator(
   fieldPath: string,
   cache?: TokenCountCache,
   renderModel = "",
+  deadline?: DeadlineCheck,
+): Promise<TokenEstimator> {
+  const estimator = await configuredEstimator(options, renderProvider, fieldPath, cache, renderModel, deadline);
+  if (!deadline || estimator.kind === EstimatorKind.TOKENIZER) return estimator;
+  return {
+    ...estimator,
+    countMessage(message) {
+      deadline.check("token counting");
+      return estimator.countMessage(message);
+    },
+  };
+}
+
+/**
+ * The smallest non-zero chars_per_token: below it a 16 MiB text would count more tokens than
+ * int64 and a double can hold exactly (1e-300 gave Infinity and INTERNAL).
+ */
+export const minCharsPerToken = 0.001;
+/** The largest FIXED cost; 10,000 messages of 1,000 parts at this cost still count exactly. */
+export const maxFixedCost = 1_000_000_000;
+
+/** A text counter that gives up at the deadline, checked per text and between chunks of a long one. */
+function deadlineBound(counter: TextTokenCounter, deadline: DeadlineCheck | undefined): TextTokenCounter {
+  if (!deadline) return counter;
+  // About one clock reading per 32 KiB of text counted (a chunk of 256 to 16,384 characters
+  // weighs 8 units): pathological text counts at ~0.2 µs per character.
+  const betweenChunks = () => deadline.check("token counting", 8);
+  return (text: string) => (deadline.check("token counting"), counter(text, betweenChunks));
+}
+
+async function configuredEstimator(
+  options: Estimator | undefined,
+  renderProvider: Provider,
+  fieldPath: string,
+  cache: TokenCountCache | undefined,
+  renderModel: string,
+  deadline: DeadlineCheck | undefined,
 ): Promise<TokenEstimator> {
   const kind = options?.kind ?? EstimatorKind.UNSPECIFIED;
   // chars_per_token without a kind asks for CHAR_FALLBACK at that ratio, whatever the model.
@@ -48,28 +89,35 @@ export async function createEstimator(
         throw new ConnectError(`render.provider: unknown provider ${renderProvider}`, Code.InvalidArgument);
       }
       const count = await loadEncoding(modelEncoding);
-      return tokenizerEstimator(cache ? cache.textCounter(modelEncoding, count) : count, modelEncoding, renderProvider);
+      return tokenizerEstimator(deadlineBound(cache ? cache.textCounter(modelEncoding, count) : count, deadline), modelEncoding, renderProvider);
     }
   }
   switch (kind) {
     case EstimatorKind.UNSPECIFIED:
     case EstimatorKind.CHAR_FALLBACK: {
       const charsPerToken = options?.charsPerToken ?? 0;
-      if (!Number.isFinite(charsPerToken) || charsPerToken < 0) {
-        throw new ConnectError(`${fieldPath}.chars_per_token must be a positive number (0 = 4), got ${charsPerToken}`, Code.InvalidArgument);
+      if (!Number.isFinite(charsPerToken) || charsPerToken < 0 || (charsPerToken > 0 && charsPerToken < minCharsPerToken)) {
+        throw new ConnectError(
+          `${fieldPath}.chars_per_token must be 0 (= 4) or a finite number of at least ${minCharsPerToken}, got ${charsPerToken}`,
+          Code.InvalidArgument,
+        );
       }
       return charFallbackEstimator(charsPerToken === 0 ? 4 : charsPerToken);
     }
     case EstimatorKind.CHARS:
       return charsEstimator;
     case EstimatorKind.FIXED: {
-      const perMessage = Number(options!.fixedPerMessage);
-      const perPart = Number(options!.fixedPerPart);
-      const perToolCall = Number(options!.fixedPerToolCall);
-      if (perMessage < 0 || perPart < 0 || perToolCall < 0) {
-        throw new ConnectError(`${fieldPath}: FIXED costs must not be negative`, Code.InvalidArgument);
-      }
-      return fixedEstimator(perMessage, perPart, perToolCall);
+      const cost = (value: bigint, name: string) => {
+        if (value < 0n || value > BigInt(maxFixedCost)) {
+          throw new ConnectError(`${fieldPath}.${name} must be from 0 to ${maxFixedCost}, got ${value}`, Code.InvalidArgument);
+        }
+        return Number(value);
+      };
+      return fixedEstimator(
+        cost(options!.fixedPerMessage, "fixed_per_message"),
+        cost(options!.fixedPerPart, "fixed_per_part"),
+        cost(options!.fixedPerToolCall, "fixed_per_tool_call"),
+      );
     }
     case EstimatorKind.TOKENIZER: {
       const encoding = options!.encoding;
@@ -83,7 +131,8 @@ export async function createEstimator(
       const count = await loadEncoding(encoding);
       // UNSPECIFIED is o200k_base: one text cache for both spellings.
       const textKey = encoding === TokenizerEncoding.UNSPECIFIED ? TokenizerEncoding.O200K_BASE : encoding;
-      return tokenizerEstimator(cache ? cache.textCounter(textKey, count) : count, encoding, provider);
+      const cached = cache ? cache.textCounter(textKey, count) : count;
+      return tokenizerEstimator(deadlineBound(cached, deadline), encoding, provider);
     }
     default:
       throw new ConnectError(`${fieldPath}.kind: unknown estimator kind ${kind}`, Code.InvalidArgument);

@@ -94,10 +94,10 @@ export class TokenCountCache {
     if (!counter) {
       const texts = new TextCountTable();
       this.texts.set(encoding, texts);
-      counter = (text) => {
+      counter = (text, betweenChunks) => {
         const cached = texts.get(text);
         if (cached !== undefined) return cached;
-        const tokens = count(text);
+        const tokens = count(text, betweenChunks);
         texts.set(text, tokens);
         if (++this.textCount > this.maxTexts) this.evictOldestTexts();
         return tokens;

@@ -1,8 +1,9 @@
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
+import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
 import { createEstimator } from "../../core/tokens/estimator.js";
@@ -18,6 +19,8 @@ export interface ContextServiceDependencies {
   publish: Observer;
   /** How long a CompileSession waits for each summarize_response (the call's deadline also holds). */
   summarizeTimeoutMs: number;
+  /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
+  maxCompileTextBytes?: number;
 }
 
 /**
@@ -26,9 +29,9 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens and Render.
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish, summarizeTimeoutMs } = dependencies;
+  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
-  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache() });
+  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache(), maxCompileTextBytes });
   const { tokenCounts } = compiler;
 
   const fanOut = (extra?: Observer): Observer => (event) => {
@@ -37,16 +40,16 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   };
 
   return {
-    async compile(request) {
-      return { result: await compiler.compileAndCommit(request, { observer: fanOut() }) };
+    async compile(request, call) {
+      return { result: await compiler.compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call) }) };
     },
 
-    async *compileStream(request) {
+    async *compileStream(request, call) {
       if (!request.request) throw new ConnectError("request is required", Code.InvalidArgument);
       // Events leave as the stages emit them: the pipeline yields to the event loop between stages.
       const compileRequest = request.request;
       const items = whileRunning<ObserverEvent, CompileResult>((send) =>
-        compiler.compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop }),
+        compiler.compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call) }),
       );
       for await (const item of items) {
         yield "sent" in item ? { kind: { case: "event", value: item.sent } } : { kind: { case: "result", value: item.result } };
@@ -60,12 +63,13 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
           summarize: session.summarize,
           remembered: session.remembered,
           stageBoundary: yieldToEventLoop,
+          deadline: callDeadline(context),
         }),
       );
     },
 
-    async countTokens(request) {
-      const estimator = await createEstimator(request.estimator, 0, "estimator", tokenCounts);
+    async countTokens(request, call) {
+      const estimator = await createEstimator(request.estimator, 0, "estimator", tokenCounts, "", new DeadlineCheck(callDeadline(call), Date.now));
       const perMessage = tokenCounts.countAll(estimator, request.messages).map(BigInt);
       const toolDefinitions = BigInt(tokenCounts.countToolDefinitions(estimator, request.toolDefinitions));
       const total = perMessage.reduce((sum, count) => sum + count, toolDefinitions);
@@ -84,4 +88,10 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       return { text: renderView(request.view, messages, "view") };
     },
   };
+}
+
+/** The call's abort signal and, when it has one, the wall-clock time of its deadline. */
+function callDeadline(call: HandlerContext): CallDeadline {
+  const remainingMs = call.timeoutMs();
+  return { signal: call.signal, atMs: remainingMs === undefined ? undefined : Date.now() + remainingMs };
 }

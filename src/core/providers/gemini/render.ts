@@ -1,3 +1,4 @@
+import { jsonDepthExcess } from "../../model/json-depth.js";
 import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role, type Message, type Part, type ToolResultPart } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import { toolPayloadText } from "../../model/payload-text.js";
@@ -122,7 +123,8 @@ function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string,
   } else if (result.payload?.text === "" && result.payload.data !== "") {
     let value: unknown = text;
     try {
-      value = JSON.parse(result.payload.data);
+      // Too deep to serialize again (stored before depth was limited): sent as text.
+      if (jsonDepthExcess(result.payload.data) === undefined) value = JSON.parse(result.payload.data);
     } catch {
       // Not JSON after all: send the text.
     }

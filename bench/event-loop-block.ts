@@ -1,0 +1,130 @@
+// How long one compile or count at the documented limits (16 MiB request, 10,000 messages) holds
+// the event loop, without a deadline and with a 100 ms one. The stages run synchronously between
+// their awaits (which never reach the event loop in a unary call), so the wall time of the call is
+// the time the loop is blocked. Run with `npm run bench:event-loop`.
+import { create } from "@bufbuild/protobuf";
+import { ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
+import { CompileRequestSchema, EstimatorKind, RedactionPattern, type CompileRequest } from "../gen/ts/contextd/v1/compile_pb.js";
+import { MessageSchema, Provider, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../gen/ts/contextd/v1/state_pb.js";
+import { compile } from "../src/core/compile/compile.js";
+import type { CompileContext } from "../src/core/compile/compile-context.js";
+import { DeadlineCheck } from "../src/core/compile/deadline.js";
+import { createEstimator } from "../src/core/tokens/estimator.js";
+import { TokenCountCache } from "../src/core/tokens/token-count-cache.js";
+
+const limit = 16 * 1024 * 1024;
+let counter = 0;
+const message = (role: Role, text: string, id = `m${++counter}`): Message => create(MessageSchema, { id, role, parts: [{ kind: { case: "text", value: { text } } }] });
+const user = (text: string) => message(Role.USER, text);
+
+function letters(length: number, seed: number): string {
+  const bytes = Buffer.alloc(length);
+  let state = seed;
+  for (let index = 0; index < length; index++) bytes[index] = 97 + (((state = (Math.imul(state, 1103515245) + 12345) >>> 0) >>> 8) % 26);
+  return bytes.toString("latin1");
+}
+const hex = (length: number) => Buffer.from(Buffer.alloc(length / 2).map((_, index) => (index * 37 + 11) & 0xff)).toString("hex");
+const prose = (length: number, seed: number) => {
+  const words = ["the", "agent", "called", "a", "tool", "and", "read", "context", "windows", "of", "long", "documents"];
+  let state = seed;
+  const out: string[] = [];
+  let size = 0;
+  while (size < length) {
+    const word = words[(state = (Math.imul(state, 1103515245) + 12345) >>> 0) % words.length]!;
+    out.push(word);
+    size += word.length + 1;
+  }
+  return out.join(" ");
+};
+const history = (messages: Message[]) => ({ messages });
+const tokenizer = { kind: EstimatorKind.TOKENIZER };
+
+type Case = { name: string; run: (context: CompileContext) => Promise<unknown> };
+const compileCase = (name: string, request: () => CompileRequest): Case => {
+  let built: CompileRequest | undefined;
+  return { name, run: (context) => compile((built ??= request()), context) };
+};
+const cases: Case[] = [
+  compileCase("28 doubling templates over 1 KB", () =>
+    create(CompileRequestSchema, {
+      system: history([message(Role.SYSTEM, "x".repeat(1_000))]),
+      formatters: Array.from({ length: 28 }, () => ({ segment: Segment.SYSTEM, kind: { case: "template" as const, value: { template: "{{content}}{{content}}" } } })),
+    }),
+  ),
+  compileCase("{{v}} x 3.3M, 400-char value", () =>
+    create(CompileRequestSchema, { deferredBlocks: [{ segment: Segment.MEMORY, messages: [user("{{v}}".repeat(limit / 5))] }], resolveVars: { v: "y".repeat(400) } }),
+  ),
+  compileCase("{{v}} x 3.3M, 1-char value", () => create(CompileRequestSchema, { deferredBlocks: [{ segment: Segment.MEMORY, messages: [user("{{v}}".repeat(limit / 5))] }], resolveVars: { v: "y" } })),
+  compileCase("custom (a+)+$ over 16 MiB of a", () =>
+    create(CompileRequestSchema, { history: history([user("a".repeat(limit))]), hooks: [{ kind: { case: "redaction", value: { customPatterns: [{ name: "x", regex: "(a+)+$" }] } } }] }),
+  ),
+  compileCase("5 built-ins over 16 MiB of hex", () =>
+    create(CompileRequestSchema, {
+      history: history([user(hex(limit))]),
+      hooks: [{ kind: { case: "redaction", value: { patterns: [RedactionPattern.API_KEY, RedactionPattern.EMAIL, RedactionPattern.CARD_NUMBER, RedactionPattern.IP_ADDRESS, RedactionPattern.PHONE] } } }],
+    }),
+  ),
+  compileCase("5 built-ins, 10,000 x 1.6 KB prose", () =>
+    create(CompileRequestSchema, {
+      history: history(Array.from({ length: 10_000 }, (_, index) => user(prose(1_600, index + 1)))),
+      hooks: [{ kind: { case: "redaction", value: { patterns: [RedactionPattern.API_KEY, RedactionPattern.EMAIL, RedactionPattern.CARD_NUMBER, RedactionPattern.IP_ADDRESS, RedactionPattern.PHONE] } } }],
+    }),
+  ),
+  compileCase("TOKENIZER, 16 MiB of =", () => create(CompileRequestSchema, { history: history([user("=".repeat(limit))]), budget: { estimator: tokenizer } })),
+  compileCase("TOKENIZER, 16 MiB of random letters", () => create(CompileRequestSchema, { history: history([user(letters(limit, 3))]), budget: { estimator: tokenizer } })),
+  compileCase("TOKENIZER, 10,000 x 1.6 KB prose", () =>
+    create(CompileRequestSchema, { history: history(Array.from({ length: 10_000 }, (_, index) => user(prose(1_600, index + 7)))), budget: { estimator: tokenizer } }),
+  ),
+  compileCase("xml_tag + OpenAI render, 10,000 x 1.6 KB", () =>
+    create(CompileRequestSchema, {
+      history: history(Array.from({ length: 10_000 }, (_, index) => user(prose(1_600, index + 11)))),
+      formatters: [{ segment: Segment.HISTORY, kind: { case: "xmlTag", value: { tag: "turn" } } }],
+      render: { provider: Provider.OPENAI_CHAT, model: "m" },
+    }),
+  ),
+  compileCase("tool arguments 8M deep", () =>
+    create(CompileRequestSchema, {
+      history: history([create(MessageSchema, { id: "a1", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c1", name: "f", arguments: { data: "[".repeat(limit / 2) + "]".repeat(limit / 2) } } } }] })]),
+    }),
+  ),
+  {
+    name: "CountTokens, 16 MiB of random letters",
+    async run(context) {
+      const estimator = await createEstimator(create(CompileRequestSchema, { budget: { estimator: tokenizer } }).budget!.estimator, Provider.UNSPECIFIED, "estimator", context.tokenCounts, "", context.deadline ? new DeadlineCheck(context.deadline, context.now) : undefined);
+      return estimator.countMessage(user(letters(limit, 5)));
+    },
+  },
+];
+
+function context(deadlineMs?: number): CompileContext {
+  return {
+    randomId: () => `msg_${(++counter).toString(16).padStart(32, "0")}`,
+    now: Date.now,
+    monotonicNs: () => process.hrtime.bigint(),
+    // A fresh cache: nothing is counted from an earlier run.
+    tokenCounts: new TokenCountCache(),
+    deadline: deadlineMs === undefined ? undefined : { atMs: Date.now() + deadlineMs },
+  };
+}
+
+async function timed(run: () => Promise<unknown>): Promise<{ ms: number; outcome: string }> {
+  const started = process.hrtime.bigint();
+  let outcome = "ok";
+  try {
+    await run();
+  } catch (error) {
+    outcome = error instanceof ConnectError ? Code[error.code] : String(error);
+  }
+  return { ms: Number(process.hrtime.bigint() - started) / 1e6, outcome };
+}
+
+console.log(`${"case".padEnd(42)}${"no deadline".padStart(14)}  ${"outcome".padEnd(20)}${"100 ms deadline".padStart(16)}  outcome`);
+for (const item of cases) {
+  // Built (and the encodings loaded) before timing: building a 16 MiB request is the caller's time.
+  await timed(() => item.run(context(0))).catch(() => undefined);
+  const free = await timed(() => item.run(context()));
+  const bounded = await timed(() => item.run(context(100)));
+  console.log(`${item.name.padEnd(42)}${`${free.ms.toFixed(0)} ms`.padStart(14)}  ${free.outcome.padEnd(20)}${`${bounded.ms.toFixed(0)} ms`.padStart(16)}  ${bounded.outcome}`);
+}

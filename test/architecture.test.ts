@@ -20,9 +20,10 @@ function layerOf(file: string): Layer {
 }
 
 // Packages a layer may import; undefined = any. The engine is pure: protobuf messages, connect's
-// error type (codes the caller sees), the tokenizer, and node:crypto for hashes and ids.
+// error type (codes the caller sees), the tokenizer, the linear-time regex engine for patterns
+// from requests, and node:crypto for hashes and ids.
 const packages: Partial<Record<Layer, (name: string) => boolean>> = {
-  core: (name) => ["@bufbuild/protobuf", "@connectrpc/connect", "gpt-tokenizer", "node:crypto"].some((allowed) => name === allowed || name.startsWith(`${allowed}/`)),
+  core: (name) => ["@bufbuild/protobuf", "@connectrpc/connect", "gpt-tokenizer", "re2js", "node:crypto"].some((allowed) => name === allowed || name.startsWith(`${allowed}/`)),
   codec: (name) => name.startsWith("@bufbuild/protobuf") || name === "node:crypto",
 };
 

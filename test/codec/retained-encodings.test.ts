@@ -1,3 +1,4 @@
+import type { HandlerContext } from "@connectrpc/connect";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { describe, expect, it } from "vitest";
@@ -18,6 +19,9 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { message as buildMessage, toolRound } from "../core/messages.js";
 import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
 import { Codec } from "../../src/codec/codec.js";
+
+// What an RPC hands a service implementation, reduced to what ContextService reads: no deadline.
+const callWithoutDeadline = { signal: new AbortController().signal, timeoutMs: () => undefined } as unknown as HandlerContext;
 
 // One codec for this file, as one server has one.
 const codec = new Codec();
@@ -294,7 +298,7 @@ describe("stateless compile responses", () => {
       if (previous && request.history!.messages[0] === previous.history!.messages[0]) reused++;
       previous = request;
       const response = create(CompileResponseSchema);
-      response.result = (await service.compile!(request, undefined as never)).result as CompileResult;
+      response.result = (await service.compile!(request, callWithoutDeadline)).result as CompileResult;
       const expected = toBinary(CompileResponseSchema, response);
       expect(same(codec.encode(CompileResponseSchema, response), expected), `call ${call}`).toBe(true);
       expect(Buffer.concat(codec.encodeEnvelopedChunks(CompileResponseSchema, response)).subarray(5).equals(Buffer.from(expected)), `chunks, call ${call}`).toBe(true);
@@ -331,7 +335,7 @@ describe("stateful compile responses", () => {
           pending: random() < 0.3 ? [buildMessage(Role.USER, `p${next++}`, "pending question")] : [],
         });
         const response = create(CompileResponseSchema);
-        response.result = (await service.compile!(request, undefined as never)).result as CompileResult;
+        response.result = (await service.compile!(request, callWithoutDeadline)).result as CompileResult;
         expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response)), `version ${version} call ${call}`).toBe(true);
         const stored = await store.load("c");
         if (response.result.payload!.history.length < stored.history.length) trimmed++;

@@ -1,4 +1,4 @@
-import { loadConfig } from "./server/config.js";
+import { loadConfig } from "./server/operations/config.js";
 
 /**
  * The container HEALTHCHECK: asks the local sidecar's grpc.health.v1 Check over Connect JSON

@@ -1,6 +1,6 @@
 import { Codec } from "./codec/codec.js";
-import { loadConfig, printableConfig } from "./server/config.js";
-import { createLogger } from "./server/logger.js";
+import { loadConfig, printableConfig } from "./server/operations/config.js";
+import { createLogger } from "./server/operations/logger.js";
 import { startServer } from "./server/server.js";
 import { createConversationStore } from "./store/create-conversation-store.js";
 

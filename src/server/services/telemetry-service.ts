@@ -1,6 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { tenantKey } from "../call-context.js";
+import { tenantKey } from "../policy/call-context.js";
 import type { TelemetryHub } from "../../application/telemetry-hub.js";
 
 /** TelemetryService: live observer events of every compile, per subscriber bounded. */

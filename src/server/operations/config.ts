@@ -1,0 +1,187 @@
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
+
+/** One accepted bearer token; `tenant` empty = the token sees every conversation. */
+export interface AuthToken {
+  token: string;
+  tenant: string;
+}
+
+/** Everything the sidecar can be configured with. Flags win over `CONTEXTD_*` environment variables. */
+export interface Config {
+  /** Interface to bind; loopback by default, "0.0.0.0" in a container. */
+  host: string;
+  /** The one port serving gRPC, gRPC-Web, Connect and the metrics path; 0 picks a free port. */
+  port: number;
+  /** Redis URL for the production store; empty = the embedded in-memory store. */
+  redisUrl: string;
+  /** Log level: "debug" logs one line per RPC, "info" start/stop and errors, "error" only errors. */
+  logLevel: "debug" | "info" | "error";
+  /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
+  maxRequestBytes: number;
+  /** Request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
+  maxBufferedRequestBytes: number;
+  /** Largest deadline a caller may ask for, in milliseconds (INVALID_ARGUMENT above); 0 = no limit. */
+  maxDeadlineMs: number;
+  /** Most `contextd.v1.Message`s one request may carry (RESOURCE_EXHAUSTED above). */
+  maxMessages: number;
+  /** Most text one compile may produce, whatever its request (RESOURCE_EXHAUSTED above; see docs/limits.md). */
+  maxCompileTextBytes: number;
+  /** How long a CompileSession waits for each summarize_response before DEADLINE_EXCEEDED, in milliseconds. */
+  summarizeTimeoutMs: number;
+  /** Most streaming calls open at once over the whole server, and HTTP/2 streams per connection. */
+  maxStreams: number;
+  /** Responses at least this large are compressed when the caller accepts it; 0 = never compress. */
+  compressMinBytes: number;
+  /** How long unary calls may run on after SIGTERM before connections are cut, in milliseconds. */
+  shutdownGraceMs: number;
+  /** How often the store is pinged to drive health, in milliseconds. */
+  healthIntervalMs: number;
+  /** Events buffered per `WatchEvents` subscriber before new ones are dropped. */
+  telemetryQueue: number;
+  /** HTTP path serving Prometheus text metrics on the same port (GET). */
+  metricsPath: string;
+  /** Accepted bearer tokens; empty = no authentication. */
+  authTokens: AuthToken[];
+  /** Bytes of request messages the codec keeps to hand out again (each counted as encoding + 1 KiB); 0 = none. */
+  recentMessageBytes: number;
+  /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
+  retainedEncodingBytes: number;
+}
+
+export const defaultConfig: Config = {
+  host: "127.0.0.1",
+  port: 7420,
+  redisUrl: "",
+  logLevel: "info",
+  maxRequestBytes: 16 * 1024 * 1024,
+  maxBufferedRequestBytes: 256 * 1024 * 1024,
+  maxDeadlineMs: 300_000,
+  maxMessages: 10_000,
+  maxCompileTextBytes: defaultMaxCompileTextBytes,
+  summarizeTimeoutMs: 120_000,
+  maxStreams: 1_000,
+  compressMinBytes: 0,
+  shutdownGraceMs: 10_000,
+  healthIntervalMs: 1_000,
+  telemetryQueue: 1_024,
+  metricsPath: "/metrics",
+  authTokens: [],
+  recentMessageBytes: 64 * 1024 * 1024,
+  retainedEncodingBytes: 64 * 1024 * 1024,
+};
+
+/**
+ * Reads flags (`--max-messages 100`) and environment (`CONTEXTD_MAX_MESSAGES=100`). Tokens come
+ * from `CONTEXTD_AUTH_TOKENS` or the file named by `--auth-tokens-file`, never from a flag value,
+ * so they do not show up in process listings. Invalid values throw, naming the flag and variable.
+ */
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      host: { type: "string" },
+      port: { type: "string" },
+      "redis-url": { type: "string" },
+      "log-level": { type: "string" },
+      "max-request-bytes": { type: "string" },
+      "max-buffered-request-bytes": { type: "string" },
+      "max-deadline-ms": { type: "string" },
+      "max-messages": { type: "string" },
+      "max-compile-text-bytes": { type: "string" },
+      "summarize-timeout-ms": { type: "string" },
+      "max-streams": { type: "string" },
+      "compress-min-bytes": { type: "string" },
+      "shutdown-grace-ms": { type: "string" },
+      "health-interval-ms": { type: "string" },
+      "telemetry-queue": { type: "string" },
+      "metrics-path": { type: "string" },
+      "auth-tokens-file": { type: "string" },
+      "recent-message-bytes": { type: "string" },
+      "retained-encoding-bytes": { type: "string" },
+    },
+    strict: true,
+  });
+  const pick = (flag: keyof typeof values) => {
+    const variable = `CONTEXTD_${flag.toUpperCase().replaceAll("-", "_")}`;
+    const text = (values[flag] as string | undefined) ?? env[variable];
+    return { text, where: `--${flag} or ${variable}` };
+  };
+  const integer = (flag: keyof typeof values, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    const { text, where } = pick(flag);
+    if (text === undefined) return fallback;
+    const value = Number(text);
+    if (text.trim() === "" || !Number.isInteger(value) || value < min || value > max) {
+      throw new Error(`invalid ${where} "${text}": want an integer from ${min} to ${max}`);
+    }
+    return value;
+  };
+  const string = (flag: keyof typeof values, fallback: string) => pick(flag).text ?? fallback;
+
+  const metricsPath = string("metrics-path", defaultConfig.metricsPath);
+  if (!metricsPath.startsWith("/")) {
+    throw new Error(`invalid --metrics-path or CONTEXTD_METRICS_PATH "${metricsPath}": want a path starting with "/"`);
+  }
+  const tokensFile = pick("auth-tokens-file").text;
+  const tokensText = tokensFile ? readFileSync(tokensFile, "utf8") : env.CONTEXTD_AUTH_TOKENS ?? "";
+  return {
+    host: string("host", defaultConfig.host),
+    port: integer("port", defaultConfig.port, 0, 65535),
+    redisUrl: string("redis-url", defaultConfig.redisUrl),
+    logLevel: parseLogLevel(string("log-level", defaultConfig.logLevel)),
+    maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
+    maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
+    maxDeadlineMs: integer("max-deadline-ms", defaultConfig.maxDeadlineMs, 0),
+    maxMessages: integer("max-messages", defaultConfig.maxMessages, 1),
+    // V8 strings end at 2^29 - 24 code units.
+    maxCompileTextBytes: integer("max-compile-text-bytes", defaultConfig.maxCompileTextBytes, 1, 2 ** 29 - 24),
+    summarizeTimeoutMs: integer("summarize-timeout-ms", defaultConfig.summarizeTimeoutMs, 1),
+    maxStreams: integer("max-streams", defaultConfig.maxStreams, 1, 0xffffffff),
+    compressMinBytes: integer("compress-min-bytes", defaultConfig.compressMinBytes, 0, 0xffffffff),
+    shutdownGraceMs: integer("shutdown-grace-ms", defaultConfig.shutdownGraceMs, 0),
+    healthIntervalMs: integer("health-interval-ms", defaultConfig.healthIntervalMs, 10),
+    telemetryQueue: integer("telemetry-queue", defaultConfig.telemetryQueue, 1),
+    metricsPath,
+    authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
+    recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
+    retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
+  };
+}
+
+/** The configuration as printed at start: secrets replaced by what is safe to show. */
+export function printableConfig(config: Config) {
+  const tenants = [...new Set(config.authTokens.map((token) => token.tenant).filter(Boolean))].sort();
+  return {
+    ...config,
+    redisUrl: config.redisUrl ? config.redisUrl.replace(/\/\/[^@/]*@/, "//(credentials)@") : "",
+    authTokens: config.authTokens.length,
+    tenants,
+  };
+}
+
+/**
+ * Tokens separated by commas or newlines; `token=tenant` scopes a token to conversation ids that
+ * start with `tenant/`. Lines starting with `#` are comments.
+ */
+export function parseAuthTokens(text: string, where: string): AuthToken[] {
+  const tokens: AuthToken[] = [];
+  for (const raw of text.split(/[,\n]/)) {
+    const entry = raw.trim();
+    if (entry === "" || entry.startsWith("#")) continue;
+    const equals = entry.indexOf("=");
+    const token = equals < 0 ? entry : entry.slice(0, equals).trim();
+    const tenant = equals < 0 ? "" : entry.slice(equals + 1).trim();
+    if (token.length < 16) throw new Error(`invalid token in ${where}: tokens must have at least 16 characters`);
+    if (equals >= 0 && !/^[A-Za-z0-9._-]+$/.test(tenant)) {
+      throw new Error(`invalid tenant "${tenant}" in ${where}: want letters, digits, ".", "_" or "-"`);
+    }
+    tokens.push({ token, tenant });
+  }
+  return tokens;
+}
+
+function parseLogLevel(text: string): Config["logLevel"] {
+  if (text === "debug" || text === "info" || text === "error") return text;
+  throw new Error(`invalid log level "${text}": want debug, info or error (--log-level or CONTEXTD_LOG_LEVEL)`);
+}

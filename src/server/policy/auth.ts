@@ -1,0 +1,92 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Message } from "@bufbuild/protobuf";
+import type { AuthToken } from "../operations/config.js";
+import { tenantKey } from "./call-context.js";
+
+/** Services anyone may call: probes and tooling must work without credentials. */
+const openServices = new Set(["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]);
+
+/**
+ * Bearer-token authentication and tenant scoping. With no tokens configured every call passes.
+ * Tokens are compared as SHA-256 digests with `timingSafeEqual`, against every configured token,
+ * so neither the length nor the position of a match leaks through timing.
+ */
+export function authenticate(tokens: AuthToken[]): Interceptor {
+  const known = tokens.map((entry) => ({ digest: digest(entry.token), tenant: entry.tenant }));
+  return (next) => async (request) => {
+    if (known.length === 0 || openServices.has(request.service.typeName)) return next(request);
+    const header = request.header.get("authorization") ?? "";
+    const match = /^Bearer\s+(.+)$/i.exec(header);
+    if (!match) {
+      throw new ConnectError(`${request.method.parent.typeName}/${request.method.name}: missing "authorization: Bearer <token>" header`, Code.Unauthenticated);
+    }
+    const presented = digest(match[1]!.trim());
+    let tenant: string | undefined;
+    for (const entry of known) {
+      if (timingSafeEqual(presented, entry.digest) && tenant === undefined) tenant = entry.tenant;
+    }
+    if (tenant === undefined) {
+      throw new ConnectError(`${request.method.parent.typeName}/${request.method.name}: unknown bearer token`, Code.Unauthenticated);
+    }
+    request.contextValues.set(tenantKey, tenant);
+    if (tenant === "") return next(request);
+    if (!request.stream) {
+      assertTenantScope(tenant, request.message);
+      return next(request);
+    }
+    // Client and bidi streams: check every message as it arrives.
+    const messages = request.message;
+    return next({
+      ...request,
+      message: (async function* () {
+        for await (const message of messages) {
+          assertTenantScope(tenant, message);
+          yield message;
+        }
+      })(),
+    });
+  };
+}
+
+/**
+ * A tenant's token may only name conversations whose id starts with `<tenant>/` (and list with such
+ * a prefix). Stateless compiles (no conversation id) are allowed.
+ */
+export function assertTenantScope(tenant: string, message: Message): void {
+  const prefix = `${tenant}/`;
+  for (const { path, id, required } of conversationReferences(message)) {
+    if ((id !== "" || required) && !id.startsWith(prefix)) {
+      throw new ConnectError(
+        `${message.$typeName}.${path} "${id}" is outside tenant "${tenant}": ids must start with "${prefix}"`,
+        Code.PermissionDenied,
+      );
+    }
+  }
+}
+
+// Where request messages name conversations. `required` = an empty value would reach beyond the
+// tenant (an empty list prefix lists everything).
+function conversationReferences(message: Message): { path: string; id: string; required: boolean }[] {
+  const fields = message as unknown as Record<string, unknown>;
+  const references: { path: string; id: string; required: boolean }[] = [];
+  if (typeof fields.conversationId === "string") references.push({ path: "conversation_id", id: fields.conversationId, required: false });
+  if (message.$typeName === "contextd.v1.ListConversationsRequest") {
+    references.push({ path: "prefix", id: String(fields.prefix ?? ""), required: true });
+  }
+  // CompileStreamRequest.request and CompileSessionRequest.compile wrap a CompileRequest.
+  const wrapped = message.$typeName === "contextd.v1.CompileStreamRequest"
+    ? (fields.request as { conversationId?: string } | undefined)
+    : message.$typeName === "contextd.v1.CompileSessionRequest" && (fields.kind as { case?: string }).case === "compile"
+      ? ((fields.kind as { value: { conversationId?: string } }).value)
+      : undefined;
+  if (wrapped?.conversationId !== undefined) {
+    const path = message.$typeName === "contextd.v1.CompileStreamRequest" ? "request.conversation_id" : "compile.conversation_id";
+    references.push({ path, id: wrapped.conversationId, required: false });
+  }
+  return references;
+}
+
+function digest(token: string): Buffer {
+  return createHash("sha256").update(token).digest();
+}

@@ -1,0 +1,62 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { requestIdKey } from "./call-context.js";
+import type { Logger } from "../operations/logger.js";
+import type { Metrics } from "../operations/metrics.js";
+
+/**
+ * One log line and one metrics record per RPC. Calls are timed from the handler's start to the
+ * last response message, so a stream's duration is its lifetime. Successful calls are logged at
+ * debug, failed ones always (level "error"), with the request id the caller can quote.
+ */
+export function instrumentCalls(logger: Logger, metrics: Metrics): Interceptor {
+  return (next) => async (request) => {
+    const method = `${request.method.parent.typeName}/${request.method.name}`;
+    const started = performance.now();
+    const finish = (error: unknown) => {
+      const code = error === undefined ? "ok" : codeName(ConnectError.from(error).code);
+      const seconds = (performance.now() - started) / 1000;
+      metrics.recordRpc(method, code, seconds);
+      const level = error === undefined ? "debug" : "error";
+      if (!logger.enabled(level)) return;
+      logger.log(level, "rpc", {
+        method,
+        code,
+        ms: Math.round(seconds * 1e6) / 1e3,
+        requestId: request.contextValues.get(requestIdKey),
+        protocol: request.header.get("content-type") ?? "",
+        ...(error === undefined ? {} : { error: ConnectError.from(error).rawMessage }),
+      });
+    };
+    let response;
+    try {
+      response = await next(request);
+    } catch (error) {
+      finish(error);
+      throw error;
+    }
+    if (!response.stream) {
+      finish(undefined);
+      return response;
+    }
+    const messages = response.message;
+    return {
+      ...response,
+      message: (async function* () {
+        let failure: unknown;
+        try {
+          yield* messages;
+        } catch (error) {
+          failure = error;
+          throw error;
+        } finally {
+          finish(failure);
+        }
+      })(),
+    };
+  };
+}
+
+/** "not_found" for Code.NotFound: the names gRPC and Connect use on the wire. */
+export function codeName(code: Code): string {
+  return Code[code]!.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
+}

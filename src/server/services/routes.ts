@@ -1,0 +1,74 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import { createRegistry, type DescService } from "@bufbuild/protobuf";
+import { ContextService, file_contextd_v1_context_service } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import {
+  ConversationService,
+  file_contextd_v1_conversation_service,
+} from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import {
+  TelemetryService,
+  file_contextd_v1_telemetry_service,
+} from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { Health, file_grpc_health_v1_health } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import * as reflectionV1 from "../../../gen/ts/grpc/reflection/v1/reflection_pb.js";
+import * as reflectionV1alpha from "../../../gen/ts/grpc/reflection/v1alpha/reflection_pb.js";
+import { HealthStatus, healthService } from "../operations/health.js";
+import { registerReflection } from "./reflection.js";
+import { contextService } from "./context-service.js";
+import { conversationService } from "./conversation-service.js";
+import { telemetryService } from "./telemetry-service.js";
+import type { TelemetryHub } from "../../application/telemetry-hub.js";
+import type { ConversationStore } from "../../store/conversation-store.js";
+
+/** The contextd services whose health follows the store. */
+export const contextdServiceNames = [ContextService.typeName, ConversationService.typeName, TelemetryService.typeName];
+
+/** Everything the routes depend on; built by `src/main.ts`, replaced by fakes in unit tests. */
+export interface RouteDependencies {
+  health: HealthStatus;
+  /** Fan-out of compile observer events; services publish with `telemetry.publish`. */
+  telemetry: TelemetryHub;
+  /** Where conversations live (memory or Redis). */
+  store: ConversationStore;
+  /** Aborted at shutdown: streaming RPCs end with UNAVAILABLE. */
+  shutdown: AbortSignal;
+  /** Idle time after which a ConversationService.Watch stream sends a heartbeat. */
+  watchHeartbeatMs: number;
+  /** How long a CompileSession waits for each summarize_response. */
+  summarizeTimeoutMs: number;
+  /** Most text one compile may produce (`--max-compile-text-bytes`). */
+  maxCompileTextBytes?: number;
+}
+
+type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
+
+/**
+ * The implementations are built once; the returned function may register them on several routers.
+ * `serviceDescriptor` lets the binary adapter register the contextd services with its own request
+ * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
+ */
+export function routes(dependencies: RouteDependencies) {
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes });
+  const conversation = conversationService(dependencies);
+  const telemetry = telemetryService(dependencies.telemetry);
+  return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {
+    router.service(serviceDescriptor(ContextService), context);
+    router.service(serviceDescriptor(ConversationService), conversation);
+    router.service(serviceDescriptor(TelemetryService), telemetry);
+    router.service(Health, healthService(dependencies.health));
+    const registry = createRegistry(
+      file_contextd_v1_context_service,
+      file_contextd_v1_conversation_service,
+      file_contextd_v1_telemetry_service,
+      file_grpc_health_v1_health,
+      reflectionV1.file_grpc_reflection_v1_reflection,
+      reflectionV1alpha.file_grpc_reflection_v1alpha_reflection,
+    );
+    registerReflection(router, registry, [
+      ...contextdServiceNames,
+      Health.typeName,
+      reflectionV1.ServerReflection.typeName,
+      reflectionV1alpha.ServerReflection.typeName,
+    ]);
+  };
+}

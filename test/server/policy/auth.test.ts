@@ -1,0 +1,82 @@
+import * as grpc from "@grpc/grpc-js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { grpcJsClient } from "../../support/grpc-js.js";
+import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+
+const adminToken = "admin-token-0123456789abcdef";
+const acmeToken = "acme-token-0123456789abcdef";
+
+function bearer(token: string): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  metadata.set("authorization", `Bearer ${token}`);
+  return metadata;
+}
+
+describe("bearer tokens and tenant scoping", () => {
+  let sidecar: Sidecar;
+  let client: ReturnType<typeof grpcJsClient>;
+  beforeAll(async () => {
+    sidecar = await startSidecar([], { CONTEXTD_AUTH_TOKENS: `${adminToken},${acmeToken}=acme` });
+    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+  });
+  afterAll(async () => {
+    client?.close();
+    await sidecar?.stop();
+  });
+
+  it("never prints the tokens", () => {
+    const start = sidecar.logs.find((line) => line.includes("contextd listening"))!;
+    expect(start).not.toContain(adminToken);
+    expect(JSON.parse(start).config).toMatchObject({ authTokens: 2, tenants: ["acme"] });
+  });
+
+  it("rejects a missing or unknown token with UNAUTHENTICATED; health and reflection stay open", async () => {
+    await expect(client.unary(ConversationService.method.getState, { conversationId: "acme/a" })).rejects.toMatchObject({
+      code: grpc.status.UNAUTHENTICATED,
+      details: expect.stringContaining("authorization: Bearer"),
+    });
+    await expect(client.unary(ConversationService.method.getState, { conversationId: "acme/a" }, bearer(adminToken + "x"))).rejects.toMatchObject({
+      code: grpc.status.UNAUTHENTICATED,
+      details: expect.stringContaining("unknown bearer token"),
+    });
+    expect((await client.unary(Health.method.check, { service: "" })).status).toBe(ServingStatus.SERVING);
+    const viaConnect = await fetch(`${sidecar.url}/contextd.v1.ConversationService/GetState`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ conversationId: "acme/a" }),
+    });
+    expect(viaConnect.status).toBe(401);
+  });
+
+  it("an unscoped token sees every conversation", async () => {
+    const response = await client.unary(ConversationService.method.getState, { conversationId: "other/a" }, bearer(adminToken));
+    expect(response.state?.conversationId).toBe("other/a");
+  });
+
+  it("a tenant token sees only ids under its tenant: PERMISSION_DENIED otherwise, also for listings", async () => {
+    const own = await client.unary(ConversationService.method.getState, { conversationId: "acme/a" }, bearer(acmeToken));
+    expect(own.state?.conversationId).toBe("acme/a");
+    await expect(client.unary(ConversationService.method.getState, { conversationId: "other/a" }, bearer(acmeToken))).rejects.toMatchObject({
+      code: grpc.status.PERMISSION_DENIED,
+      details: expect.stringContaining('must start with "acme/"'),
+    });
+    await expect(client.unary(ConversationService.method.getState, { conversationId: "acme" }, bearer(acmeToken))).rejects.toMatchObject({
+      code: grpc.status.PERMISSION_DENIED,
+    });
+    await expect(client.unary(ConversationService.method.listConversations, {}, bearer(acmeToken))).rejects.toMatchObject({
+      code: grpc.status.PERMISSION_DENIED,
+      details: expect.stringContaining("prefix"),
+    });
+    const listed = await client.unary(ConversationService.method.listConversations, { prefix: "acme/" }, bearer(acmeToken));
+    expect(listed.conversations.every((conversation) => conversation.conversationId.startsWith("acme/"))).toBe(true);
+  });
+
+  it("checks streaming requests too", async () => {
+    const stream = client.serverStream(TelemetryService.method.watchEvents, { conversationId: "other/a" }, bearer(acmeToken));
+    const error = await new Promise<grpc.ServiceError>((resolve) => stream.on("error", resolve));
+    expect(error.code).toBe(grpc.status.PERMISSION_DENIED);
+  });
+});

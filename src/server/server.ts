@@ -1,18 +1,22 @@
-import { randomUUID } from "node:crypto";
 import type * as http from "node:http";
-import type * as http2 from "node:http2";
+import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
-import { authenticate } from "./policy/auth.js";
+import { Admission } from "./policy/admission.js";
+import { authenticate, BearerTokens } from "./policy/auth.js";
 import { decodeOpaqueRequests, withOpaqueRequests } from "./transport/binary-requests.js";
 import { classifyContentType } from "./transport/content-type.js";
 import { requestIdKey } from "./policy/call-context.js";
 import { defaultConfig, type Config } from "./operations/config.js";
 import { respondWithError } from "./transport/error-responses.js";
-import { HealthStatus, ServingStatus } from "./operations/health.js";
+import { CallTracker } from "./operations/call-tracker.js";
+import { HealthStatus } from "./operations/health.js";
+import { serveMetrics } from "./operations/metrics-route.js";
+import { registerServerGauges } from "./operations/server-gauges.js";
+import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
 import { recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
@@ -21,6 +25,7 @@ import { createDualProtocolServer } from "./transport/listen.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
 import { preEncodeBinaryResponses } from "./transport/pre-encoded-responses.js";
+import { requestIdOf } from "./transport/request-ids.js";
 import { RequestMemoryBudget } from "./policy/request-memory.js";
 import { contextdServiceNames, routes } from "./services/routes.js";
 import { pollStoreHealth } from "./operations/store-health.js";
@@ -57,13 +62,13 @@ export interface RunningServer {
 // streaming limit is reached (streaming calls beyond it get RESOURCE_EXHAUSTED, not a refused stream).
 const unaryStreamSlots = 128;
 
-// How long a shutdown waits for closing HTTP/2 sessions to deliver what was written to them.
-const sessionFlushMs = 1_000;
-
-// A caller's request id is echoed only if it is short and printable; otherwise a fresh one is used.
-const acceptableRequestId = /^[\x21-\x7e]{1,128}$/;
-
-/** Starts the sidecar on one port serving gRPC, gRPC-Web, Connect and the metrics path. */
+/**
+ * Starts the sidecar on one port serving gRPC, gRPC-Web, Connect and the metrics path. This
+ * function only composes: each concern has one owner — listening (transport/listen.ts),
+ * admission before a body is read (policy/admission.ts), the policy interceptors every call runs
+ * through (the one list below), request ids (transport/request-ids.ts), the metrics route,
+ * call tracking and the bounded shutdown (operations/).
+ */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const config: Config = { ...defaultConfig, ...withoutUndefined(options) };
   const logger = options.logger ?? createLogger(config.logLevel);
@@ -72,11 +77,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const metrics = new Metrics();
   const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
   const streams = new StreamCounter();
+  const calls = new CallTracker();
   const shutdownController = new AbortController();
+  const tokens = new BearerTokens(config.authTokens);
+  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs);
   telemetry.listen(metrics.observe);
 
-  const requestIds = new WeakMap<object, string>();
-  const routeDependencies = {
+  const registerServices = routes({
     health,
     store: options.store,
     telemetry,
@@ -84,15 +91,20 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
-  };
-  // Outermost first: every call is timed and logged, then authenticated, then checked.
-  const interceptors = [
+  });
+  // The one list of policy interceptors, outermost first: every call, on every path, is timed and
+  // logged, then given its deadline, authenticated, and checked.
+  const policy = [
     instrumentCalls(logger, metrics),
     enforceDeadlines(),
-    authenticate(config.authTokens),
+    authenticate(tokens),
     limitMessagesPerRequest(config.maxMessages),
     guardStreams(config.maxStreams, streams, shutdownController.signal),
   ];
+  // Three ways bytes become messages, one policy (docs/architecture.md, "One request path"):
+  // unary binary gRPC straight from the HTTP/2 stream; other binary requests through connect with
+  // the codec decoding and encoding; JSON and the rest through connect as it is.
+  const requestIds = new WeakMap<object, string>();
   const adapterOptions = {
     readMaxBytes: config.maxRequestBytes,
     ...(config.maxDeadlineMs > 0 ? { maxTimeoutMs: config.maxDeadlineMs } : {}),
@@ -102,77 +114,75 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     contextValues: (request: http.IncomingMessage | http2.Http2ServerRequest) =>
       createContextValues().set(requestIdKey, requestIds.get(request) ?? ""),
   };
-  // Two adapters over the same services: binary requests are decoded by our own decoder (see
-  // binary-requests.ts), JSON requests, GETs and everything else by connect as usual.
-  const registerServices = routes(routeDependencies);
-  const connectInterceptors = [...interceptors, preEncodeBinaryResponses(codec)];
-  const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors: connectInterceptors });
+  const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors: [...policy, preEncodeBinaryResponses(codec)] });
   const binaryHandler = connectNodeAdapter({
     ...adapterOptions,
     routes: (router) => registerServices(router, withOpaqueRequests),
-    interceptors: [decodeOpaqueRequests(codec), ...connectInterceptors],
+    interceptors: [decodeOpaqueRequests(codec), ...policy, preEncodeBinaryResponses(codec)],
   });
-  const requestMemory = new RequestMemoryBudget(config.maxBufferedRequestBytes);
-  // Unary binary gRPC skips connect's adapter (see grpc-unary.ts); same services, same interceptors.
   const unaryGrpc = {
     methods: recordUnaryMethods((router) => registerServices(router)),
-    interceptors,
+    interceptors: policy,
     maxRequestBytes: config.maxRequestBytes,
-    requestMemory,
+    admission,
     codec,
     maxTimeoutMs: config.maxDeadlineMs > 0 ? config.maxDeadlineMs : Number.POSITIVE_INFINITY,
   };
 
-  let inFlight = 0;
   let stopping = false;
-  let drained: (() => void) | undefined;
-  const track = () => {
-    inFlight++;
-    let done = false;
-    return () => {
-      if (done) return;
-      done = true;
-      inFlight--;
-      if (inFlight === 0) drained?.();
-    };
-  };
-  const requestIdOf = (offered: string | string[] | undefined) =>
-    typeof offered === "string" && acceptableRequestId.test(offered) ? offered : randomUUID();
   const handle = (
     request: http.IncomingMessage | http2.Http2ServerRequest,
     response: http.ServerResponse | http2.Http2ServerResponse,
   ) => {
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
-    if (request.method === "GET" && (request.url ?? "").split("?")[0] === config.metricsPath) {
-      const body = metrics.render();
-      response.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
-      response.end(body);
-      return;
-    }
+    if (serveMetrics(request, response, metrics, config.metricsPath)) return;
     const requestId = requestIdOf(request.headers["x-request-id"]);
     requestIds.set(request, requestId);
     response.setHeader("x-request-id", requestId);
     const kind = classifyContentType(request.headers["content-type"]);
     if (kind?.protocol === "grpc") encodeGrpcMessagesMinimally(response);
-    const settle = track();
+    const settle = calls.track();
     // HTTP/2 compat responses emit "finish" only once the whole stream closes, which a client that
     // got an early error (a message over --max-request-bytes) may never do; the stream's own
     // "finish" marks the end of our side, and that is when the call is over for us.
     const sent = "stream" in response ? response.stream : response;
     sent.once("finish", settle);
     response.once("close", settle);
-    // A body of known size holds it until the call is over (see request-memory.ts).
-    const declared = request.method === "POST" ? Number(request.headers["content-length"] ?? 0) : 0;
+    if (request.method === "POST" && !admit(request, response, sent)) return;
+    (request.method === "POST" && kind?.binary ? binaryHandler : connectHandler)(request, response);
+  };
+  // Admission for what connect serves: auth on the headers, a body of known size held up front,
+  // and a body that stalls reset once --request-body-timeout-ms has passed (connect is reading it
+  // by then, so the stream is reset rather than answered).
+  const admit = (
+    request: http.IncomingMessage | http2.Http2ServerRequest,
+    response: http.ServerResponse | http2.Http2ServerResponse,
+    sent: NodeJS.EventEmitter,
+  ): boolean => {
+    const path = request.url ?? "";
+    const refusal = admission.refusalByHeaders(path, request.headers.authorization);
+    if (refusal !== undefined && respondWithError(request, response, refusal)) return false;
+    const declared = Number(request.headers["content-length"] ?? 0);
     if (declared > 0) {
-      const release = requestMemory.tryHold(declared);
-      if (release === undefined && respondWithError(request, response, requestMemory.refusal(declared))) return;
+      const release = admission.tryHold(path, declared);
+      if (release === undefined && respondWithError(request, response, admission.memory.refusal(declared))) return false;
       if (release !== undefined) {
         sent.once("finish", release);
         response.once("close", release);
       }
     }
-    (request.method === "POST" && kind?.binary ? binaryHandler : connectHandler)(request, response);
+    if (!request.readableEnded) {
+      const timer = setTimeout(() => {
+        if (request.readableEnded) return;
+        logger.log("error", "request body timed out: connection reset", { path, timeoutMs: admission.bodyTimeoutMs });
+        if ("stream" in response) response.stream.close(http2.constants.NGHTTP2_CANCEL);
+        else request.socket.destroy();
+      }, admission.bodyTimeoutMs);
+      request.once("end", () => clearTimeout(timer));
+      response.once("close", () => clearTimeout(timer));
+    }
+    return true;
   };
 
   const serveStream = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
@@ -180,7 +190,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     if (spec === undefined) return false;
     const requestId = requestIdOf(headers["x-request-id"]);
     // Our side is done at "finish"; "close" also covers a stream reset before that.
-    const settle = track();
+    const settle = calls.track();
     stream.once("finish", settle);
     stream.once("close", settle);
     serveUnaryCall(stream, headers, spec, unaryGrpc, createContextValues().set(requestIdKey, requestId), { "x-request-id": requestId });
@@ -206,25 +216,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
   const storeHealth = pollStoreHealth(options.store, health, config.healthIntervalMs, logger);
   await storeHealth.firstCheck;
-  metrics.gauge("contextd_serving", "1 while health is SERVING.", () => (health.current === ServingStatus.SERVING ? 1 : 0));
-  metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => inFlight);
-  metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);
-  metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
-  metrics.gauge(
-    "contextd_recent_messages_bytes",
-    "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded by --recent-message-bytes).",
-    () => codec.stats.recentMessageBytes,
-  );
-  metrics.gauge(
-    "contextd_buffered_request_bytes",
-    "Request bytes held by calls in progress (bounded by --max-buffered-request-bytes).",
-    () => requestMemory.heldBytes,
-  );
-  metrics.gauge(
-    "contextd_retained_encoding_bytes",
-    "Encodings of immutable messages kept across calls (bounded by --retained-encoding-bytes).",
-    () => codec.stats.retainedEncodingBytes,
-  );
+  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory });
 
   let stopped: Promise<void> | undefined;
   return {
@@ -233,47 +225,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     telemetry,
     metrics,
     shutdown(graceMs = config.shutdownGraceMs) {
-      stopped ??= (async () => {
-        stopping = true;
-        storeHealth.stop();
-        health.set(ServingStatus.NOT_SERVING);
-        // Let health watchers write NOT_SERVING before their streams are ended.
-        await new Promise((resolve) => setImmediate(resolve));
-        await new Promise((resolve) => setImmediate(resolve));
-        const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
-        shutdownController.abort();
-        for (const session of sessions) session.close();
-        if (inFlight > 0) {
-          let timer: NodeJS.Timeout | undefined;
-          await Promise.race([
-            new Promise<void>((resolve) => (drained = resolve)),
-            new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
-          ]);
-          clearTimeout(timer);
-          if (inFlight > 0) logger.log("error", "shutdown grace period over: cutting connections", { inFlight, graceMs });
-        }
-        // A call is over for us when its stream finished, which can be before its trailers (the
-        // status of a stream ended by the shutdown) left the socket. A closing session closes once
-        // its peer has them all, so the sessions get a moment to do that before they are cut.
-        await sessionsClosed(sessions, Math.min(graceMs, sessionFlushMs));
-        for (const session of sessions) session.destroy();
-        for (const socket of sockets) socket.destroy();
-        await closed;
-      })();
+      stopping = true;
+      stopped ??= shutDown(
+        { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
+        graceMs,
+      );
       return stopped;
     },
   };
-}
-
-/** Resolves once every session has closed, or after `timeoutMs`. */
-async function sessionsClosed(sessions: Set<http2.ServerHttp2Session>, timeoutMs: number): Promise<void> {
-  if (sessions.size === 0) return;
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    Promise.all([...sessions].map((session) => (session.destroyed ? undefined : new Promise((resolve) => session.once("close", resolve))))),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
-  ]);
-  clearTimeout(timer);
 }
 
 function withoutUndefined<T extends object>(value: T): Partial<T> {

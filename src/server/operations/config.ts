@@ -22,6 +22,8 @@ export interface Config {
   maxRequestBytes: number;
   /** Request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
   maxBufferedRequestBytes: number;
+  /** How long a request body may take to arrive after its headers, in milliseconds (DEADLINE_EXCEEDED, or a reset stream, beyond). */
+  requestBodyTimeoutMs: number;
   /** Largest deadline a caller may ask for, in milliseconds (INVALID_ARGUMENT above); 0 = no limit. */
   maxDeadlineMs: number;
   /** Most `contextd.v1.Message`s one request may carry (RESOURCE_EXHAUSTED above). */
@@ -57,6 +59,7 @@ export const defaultConfig: Config = {
   logLevel: "info",
   maxRequestBytes: 16 * 1024 * 1024,
   maxBufferedRequestBytes: 256 * 1024 * 1024,
+  requestBodyTimeoutMs: 30_000,
   maxDeadlineMs: 300_000,
   maxMessages: 10_000,
   maxCompileTextBytes: defaultMaxCompileTextBytes,
@@ -87,6 +90,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       "log-level": { type: "string" },
       "max-request-bytes": { type: "string" },
       "max-buffered-request-bytes": { type: "string" },
+      "request-body-timeout-ms": { type: "string" },
       "max-deadline-ms": { type: "string" },
       "max-messages": { type: "string" },
       "max-compile-text-bytes": { type: "string" },
@@ -132,6 +136,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     logLevel: parseLogLevel(string("log-level", defaultConfig.logLevel)),
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
     maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
+    requestBodyTimeoutMs: integer("request-body-timeout-ms", defaultConfig.requestBodyTimeoutMs, 1, 2 ** 31 - 1),
     maxDeadlineMs: integer("max-deadline-ms", defaultConfig.maxDeadlineMs, 0),
     maxMessages: integer("max-messages", defaultConfig.maxMessages, 1),
     // V8 strings end at 2^29 - 24 code units.

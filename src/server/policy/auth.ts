@@ -8,27 +8,42 @@ import { tenantKey } from "./call-context.js";
 const openServices = new Set(["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]);
 
 /**
- * Bearer-token authentication and tenant scoping. With no tokens configured every call passes.
- * Tokens are compared as SHA-256 digests with `timingSafeEqual`, against every configured token,
- * so neither the length nor the position of a match leaks through timing.
+ * The configured bearer tokens. Tokens are compared as SHA-256 digests with `timingSafeEqual`,
+ * against every configured token, so neither the length nor the position of a match leaks through
+ * timing. Used twice per call: by admission on the headers alone, before any of the body is held
+ * in memory, and by the interceptor, which also scopes the call to the token's tenant.
  */
-export function authenticate(tokens: AuthToken[]): Interceptor {
-  const known = tokens.map((entry) => ({ digest: digest(entry.token), tenant: entry.tenant }));
-  return (next) => async (request) => {
-    if (known.length === 0 || openServices.has(request.service.typeName)) return next(request);
-    const header = request.header.get("authorization") ?? "";
-    const match = /^Bearer\s+(.+)$/i.exec(header);
-    if (!match) {
-      throw new ConnectError(`${request.method.parent.typeName}/${request.method.name}: missing "authorization: Bearer <token>" header`, Code.Unauthenticated);
-    }
+export class BearerTokens {
+  private readonly known: { digest: Buffer; tenant: string }[];
+
+  constructor(tokens: AuthToken[]) {
+    this.known = tokens.map((entry) => ({ digest: digest(entry.token), tenant: entry.tenant }));
+  }
+
+  /**
+   * The tenant of the caller presenting `authorization` for `service`/`method` ("" = every
+   * conversation), or undefined when no identity is needed (no tokens configured, or an open
+   * service: health, reflection). UNAUTHENTICATED for a missing or unknown token.
+   */
+  identify(service: string, method: string, authorization: string | null | undefined): string | undefined {
+    if (this.known.length === 0 || openServices.has(service)) return undefined;
+    const match = /^Bearer\s+(.+)$/i.exec(authorization ?? "");
+    if (!match) throw new ConnectError(`${service}/${method}: missing "authorization: Bearer <token>" header`, Code.Unauthenticated);
     const presented = digest(match[1]!.trim());
     let tenant: string | undefined;
-    for (const entry of known) {
+    for (const entry of this.known) {
       if (timingSafeEqual(presented, entry.digest) && tenant === undefined) tenant = entry.tenant;
     }
-    if (tenant === undefined) {
-      throw new ConnectError(`${request.method.parent.typeName}/${request.method.name}: unknown bearer token`, Code.Unauthenticated);
-    }
+    if (tenant === undefined) throw new ConnectError(`${service}/${method}: unknown bearer token`, Code.Unauthenticated);
+    return tenant;
+  }
+}
+
+/** Bearer-token authentication and tenant scoping. With no tokens configured every call passes. */
+export function authenticate(tokens: BearerTokens): Interceptor {
+  return (next) => async (request) => {
+    const tenant = tokens.identify(request.service.typeName, request.method.name, request.header.get("authorization"));
+    if (tenant === undefined) return next(request);
     request.contextValues.set(tenantKey, tenant);
     if (tenant === "") return next(request);
     if (!request.stream) {

@@ -1,4 +1,4 @@
-import type * as http2 from "node:http2";
+import * as http2 from "node:http2";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import {
   Code,
@@ -16,7 +16,7 @@ import { classifyContentType } from "./content-type.js";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import type { Codec } from "../../codec/codec.js";
 import { envelopeHeaderBytes } from "../../codec/protobuf-encoder.js";
-import type { RequestMemoryBudget } from "../policy/request-memory.js";
+import type { Admission } from "../policy/admission.js";
 
 /**
  * Unary gRPC calls served straight from the HTTP/2 stream, without connect-node's adapter.
@@ -71,8 +71,8 @@ export interface UnaryGrpcOptions {
   maxRequestBytes: number;
   /** Longest deadline accepted (connect's `maxTimeoutMs`); `Infinity` for no limit. */
   maxTimeoutMs: number;
-  /** Shared by all calls (also those connect serves): each holds its request's size until it ends. */
-  requestMemory: RequestMemoryBudget;
+  /** Auth on the headers, the shared request-memory budget and the body timeout (also for what connect serves). */
+  admission: Admission;
   /** The server's codec: decodes requests, encodes responses. */
   codec: Codec;
 }
@@ -107,13 +107,26 @@ export function serveUnaryCall(
   // A caller resetting the stream with an error code makes node emit "error"; unhandled, that
   // would end the process. The call is over either way: "close" follows and aborts it.
   stream.on("error", ignoreStreamError);
+  const { admission } = options;
+  const path = headers[":path"] ?? "";
+  const refusal = admission.refusalByHeaders(path, headers.authorization);
+  if (refusal !== undefined) {
+    respondError(stream, new Headers(responseHeaders), refusal);
+    return;
+  }
   const chunks: Buffer[] = [];
   let received = 0;
   let declared: number | undefined;
   let rejected = false;
+  // What the call holds is what has arrived, given back when the call is over.
+  const holding = admission.open(path);
+  stream.once("close", holding.release);
+  const bodyTimer = setTimeout(() => reject(admission.bodyTimeout(received)), admission.bodyTimeoutMs);
   const reject = (error: ConnectError) => {
     rejected = true;
+    clearTimeout(bodyTimer);
     chunks.length = 0;
+    holding.release();
     respondError(stream, new Headers(responseHeaders), error);
   };
   stream.on("data", (chunk: Buffer) => {
@@ -126,21 +139,20 @@ export function serveUnaryCall(
       if (chunks.length > 1) chunks.splice(0, chunks.length, Buffer.concat(chunks));
       declared = chunks[0]!.readUInt32BE(1);
       if (declared > options.maxRequestBytes) {
-        reject(new ConnectError(`message size ${declared} is larger than configured readMaxBytes ${options.maxRequestBytes}`, Code.ResourceExhausted));
+        reject(new ConnectError(`request message of ${declared} bytes is over the limit of ${options.maxRequestBytes} bytes (--max-request-bytes)`, Code.ResourceExhausted));
         return;
       }
-      const release = options.requestMemory.tryHold(envelopeHeaderBytes + declared);
-      if (release === undefined) {
-        reject(options.requestMemory.refusal(envelopeHeaderBytes + declared));
-        return;
-      }
-      stream.once("close", release);
+    }
+    if (!holding.grow(chunk.length)) {
+      reject(holding.refusal(declared === undefined ? received : envelopeHeaderBytes + declared));
+      return;
     }
     if (declared !== undefined && received > envelopeHeaderBytes + declared) {
       reject(new ConnectError("protocol error: received extra input message for unary method", Code.Unimplemented));
     }
   });
   stream.once("end", () => {
+    clearTimeout(bodyTimer);
     if (rejected) return;
     const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
     void answer(stream, headers, spec, options, contextValues, new Headers(responseHeaders), body);
@@ -230,13 +242,22 @@ function respondError(stream: http2.ServerHttp2Stream, header: Headers, error: C
   trailer.set("grpc-message", encodeGrpcMessage(error.rawMessage));
   if (!header.has("content-type")) header.set("content-type", "application/grpc+proto");
   stream.respond(toHeaderBlock(header, { ":status": 200 }), { waitForTrailers: true });
-  stream.once("wantTrailers", () => stream.sendTrailers(toHeaderBlock(trailer, {})));
+  stream.once("wantTrailers", () => {
+    stream.sendTrailers(toHeaderBlock(trailer, {}));
+    // A caller refused before its body ended (auth, memory, body timeout) may never end it; the
+    // stream is reset after the status, as gRPC servers do, so it holds no stream slot either. Not
+    // at once: nghttp2 would send the reset ahead of the final frames and the status be lost.
+    if (!stream.readableEnded) setTimeout(() => stream.closed || stream.close(http2.constants.NGHTTP2_NO_ERROR), statusFlushMs).unref();
+  });
   stream.end();
   // Whatever the caller is still sending is not wanted.
   stream.resume();
 }
 
 function ignoreStreamError(): void {}
+
+// How long the status of a refused call gets to leave before its stream is reset.
+const statusFlushMs = 200;
 
 function toHeaders(headers: http2.IncomingHttpHeaders): Headers {
   const result = new Headers();

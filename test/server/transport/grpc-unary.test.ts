@@ -213,16 +213,20 @@ describe("request bytes held by calls in progress", () => {
     await sidecar?.stop();
   });
 
-  /** A caller that declares a 200,000-character compile and sends only its first 1,000 bytes: it holds the declared size. */
+  /**
+   * A caller that sends a 200,000-character compile but its last 10 bytes, and waits: it holds what
+   * arrived (a caller that only announces a size holds nothing; see "admission" below).
+   */
   const stallCaller = async () => {
     const stalled = session.request({ ":method": "POST", ":path": compile, "content-type": "application/grpc", te: "trailers" });
     stalled.on("error", () => undefined);
     const request = compileOfSize(200_000);
-    stalled.write(request.subarray(0, 1_000));
-    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== request.length; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
-    expect(await heldBytes()).toBe(request.length);
+    const sent = request.length - 10;
+    stalled.write(request.subarray(0, sent));
+    for (let attempt = 0; attempt < 200 && (await heldBytes()) !== sent; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await heldBytes()).toBe(sent);
     return {
-      heldBytes: request.length,
+      heldBytes: sent,
       goAway: async () => {
         const closed = new Promise((resolve) => stalled.once("close", resolve));
         stalled.close(http2.constants.NGHTTP2_CANCEL);

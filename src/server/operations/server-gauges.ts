@@ -1,0 +1,40 @@
+import type { TelemetryHub } from "../../application/telemetry-hub.js";
+import type { Codec } from "../../codec/codec.js";
+import type { RequestMemoryBudget } from "../policy/request-memory.js";
+import type { StreamCounter } from "../policy/stream-guard.js";
+import type { CallTracker } from "./call-tracker.js";
+import { type HealthStatus, ServingStatus } from "./health.js";
+import type { Metrics } from "./metrics.js";
+
+/** The owners whose state `/metrics` shows as gauges, read at every scrape. */
+export interface GaugeSources {
+  health: HealthStatus;
+  calls: CallTracker;
+  streams: StreamCounter;
+  telemetry: TelemetryHub;
+  codec: Codec;
+  requestMemory: RequestMemoryBudget;
+}
+
+export function registerServerGauges(metrics: Metrics, sources: GaugeSources): void {
+  const { health, calls, streams, telemetry, codec, requestMemory } = sources;
+  metrics.gauge("contextd_serving", "1 while health is SERVING.", () => (health.current === ServingStatus.SERVING ? 1 : 0));
+  metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => calls.inFlight);
+  metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);
+  metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
+  metrics.gauge(
+    "contextd_recent_messages_bytes",
+    "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded by --recent-message-bytes).",
+    () => codec.stats.recentMessageBytes,
+  );
+  metrics.gauge(
+    "contextd_buffered_request_bytes",
+    "Request bytes held by calls in progress (bounded by --max-buffered-request-bytes).",
+    () => requestMemory.heldBytes,
+  );
+  metrics.gauge(
+    "contextd_retained_encoding_bytes",
+    "Encodings of immutable messages kept across calls (bounded by --retained-encoding-bytes).",
+    () => codec.stats.retainedEncodingBytes,
+  );
+}

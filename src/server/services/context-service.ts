@@ -90,8 +90,12 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   };
 }
 
-/** The call's abort signal and, when it has one, the wall-clock time of its deadline. */
-function callDeadline(call: HandlerContext): CallDeadline {
+/**
+ * The call's abort signal and, when it has one, the wall-clock time of its deadline. The service
+ * called directly, without a call (tests do), has none.
+ */
+function callDeadline(call: HandlerContext | undefined): CallDeadline | undefined {
+  if (!call) return undefined;
   const remainingMs = call.timeoutMs();
   return { signal: call.signal, atMs: remainingMs === undefined ? undefined : Date.now() + remainingMs };
 }

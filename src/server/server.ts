@@ -15,7 +15,7 @@ import { respondWithError } from "./transport/error-responses.js";
 import { CallTracker } from "./operations/call-tracker.js";
 import { HealthStatus } from "./operations/health.js";
 import { serveMetrics } from "./operations/metrics-route.js";
-import { registerServerGauges } from "./operations/server-gauges.js";
+import { registerServerGauges } from "./server-gauges.js";
 import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
 import { recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";

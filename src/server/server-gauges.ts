@@ -1,10 +1,10 @@
-import type { TelemetryHub } from "../../application/telemetry-hub.js";
-import type { Codec } from "../../codec/codec.js";
-import type { RequestMemoryBudget } from "../policy/request-memory.js";
-import type { StreamCounter } from "../policy/stream-guard.js";
-import type { CallTracker } from "./call-tracker.js";
-import { type HealthStatus, ServingStatus } from "./health.js";
-import type { Metrics } from "./metrics.js";
+import type { TelemetryHub } from "../application/telemetry-hub.js";
+import type { Codec } from "../codec/codec.js";
+import type { RequestMemoryBudget } from "./policy/request-memory.js";
+import type { StreamCounter } from "./policy/stream-guard.js";
+import type { CallTracker } from "./operations/call-tracker.js";
+import { type HealthStatus, ServingStatus } from "./operations/health.js";
+import type { Metrics } from "./operations/metrics.js";
 
 /** The owners whose state `/metrics` shows as gauges, read at every scrape. */
 export interface GaugeSources {

@@ -198,7 +198,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   };
   const { tcp, h2, sockets } = createDualProtocolServer(handle, {
     maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
-    streamHandler: serveStream,
+    streamHandler: config.directUnaryGrpc ? serveStream : undefined,
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {

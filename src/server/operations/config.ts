@@ -24,6 +24,13 @@ export interface Config {
   maxBufferedRequestBytes: number;
   /** How long a request body may take to arrive after its headers, in milliseconds (DEADLINE_EXCEEDED, or a reset stream, beyond). */
   requestBodyTimeoutMs: number;
+  /**
+   * Serve unary binary gRPC straight from the HTTP/2 stream (transport/grpc-unary.ts) instead of
+   * through connect-node's adapter. The one switch for that path: same services, interceptors,
+   * codes and bytes either way (test/server/transport/parity.test.ts); on by default because it
+   * costs less CPU per call (docs/benchmarks.md).
+   */
+  directUnaryGrpc: boolean;
   /** Largest deadline a caller may ask for, in milliseconds (INVALID_ARGUMENT above); 0 = no limit. */
   maxDeadlineMs: number;
   /** Most `contextd.v1.Message`s one request may carry (RESOURCE_EXHAUSTED above). */
@@ -60,6 +67,7 @@ export const defaultConfig: Config = {
   maxRequestBytes: 16 * 1024 * 1024,
   maxBufferedRequestBytes: 256 * 1024 * 1024,
   requestBodyTimeoutMs: 30_000,
+  directUnaryGrpc: true,
   maxDeadlineMs: 300_000,
   maxMessages: 10_000,
   maxCompileTextBytes: defaultMaxCompileTextBytes,
@@ -91,6 +99,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       "max-request-bytes": { type: "string" },
       "max-buffered-request-bytes": { type: "string" },
       "request-body-timeout-ms": { type: "string" },
+      "direct-unary-grpc": { type: "string" },
       "max-deadline-ms": { type: "string" },
       "max-messages": { type: "string" },
       "max-compile-text-bytes": { type: "string" },
@@ -122,6 +131,12 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     return value;
   };
   const string = (flag: keyof typeof values, fallback: string) => pick(flag).text ?? fallback;
+  const boolean = (flag: keyof typeof values, fallback: boolean) => {
+    const { text, where } = pick(flag);
+    if (text === undefined) return fallback;
+    if (text === "true" || text === "false") return text === "true";
+    throw new Error(`invalid ${where} "${text}": want true or false`);
+  };
 
   const metricsPath = string("metrics-path", defaultConfig.metricsPath);
   if (!metricsPath.startsWith("/")) {
@@ -137,6 +152,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
     maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
     requestBodyTimeoutMs: integer("request-body-timeout-ms", defaultConfig.requestBodyTimeoutMs, 1, 2 ** 31 - 1),
+    directUnaryGrpc: boolean("direct-unary-grpc", defaultConfig.directUnaryGrpc),
     maxDeadlineMs: integer("max-deadline-ms", defaultConfig.maxDeadlineMs, 0),
     maxMessages: integer("max-messages", defaultConfig.maxMessages, 1),
     // V8 strings end at 2^29 - 24 code units.

@@ -2,7 +2,8 @@
  * `npm run bench:rpc`: Compile over gRPC for 10, 100 and 1,000 history messages against the real
  * sidecar (a child process started from dist/), beside a bare grpc-js server (another child
  * process) that answers with the very same response bytes without doing any work. Both are driven
- * by the same load generator, `bench/loadgen` (grpc-go over one connection, pre-encoded requests,
+ * by the same load generator, and beside the same sidecar with `--direct-unary-grpc false` (connect-node's
+ * adapter serving unary gRPC too), `bench/loadgen` (grpc-go over one connection, pre-encoded requests,
  * responses not decoded): a Node client costs 0.15–0.5 ms of CPU per call (grpc-js the most), which
  * on two shared cores caps both servers and measures the client. Prints p50/p99 latency and
  * requests/s at concurrency 1 and 16, and each server's CPU time per request (from /proc, so other
@@ -62,11 +63,19 @@ async function main() {
   }
   client.close();
   const bare = await startChild(process.execPath, [thisFile, "--serve-bare", directory], "bare listening");
+  // The same sidecar with the direct unary gRPC path switched off: what that path still wins.
+  const throughConnect = await startChild(
+    process.execPath,
+    [join(thisFile, "../../src/main.js"), "--port", "0", "--log-level", "error", "--max-messages", "100000", "--direct-unary-grpc", "false"],
+    "contextd listening",
+  );
   const loadgen = buildLoadGenerator(directory);
 
   console.log(`Compile over gRPC (grpc-go load generator, ${secondsPerRun} s per cell, ${cpus().length} cores shared by client and servers)`);
   console.log(`load average at start: ${formatLoad()} (1/5/15 min; above the core count, other work competes for the CPU)`);
-  console.log("messages  response   conc | contextd p50    p99   req/s  CPU/req | bare grpc-js p50   p99   req/s  CPU/req | p50 ratio  CPU ratio");
+  console.log(
+    "messages  response   conc | contextd p50    p99   req/s  CPU/req | bare grpc-js p50   p99   req/s  CPU/req | p50 ratio  CPU ratio | through connect p50  req/s  CPU/req",
+  );
   for (const size of sizes) {
     for (const concurrency of concurrencies) {
       const requestFile = join(directory, `request-${size}.bin`);
@@ -75,6 +84,7 @@ async function main() {
       // compiled by the JIT.
       const ours = run(loadgen, contextd.address, requestFile, concurrency, contextd.child.pid!);
       const theirs = run(loadgen, bare.address, requestFile, concurrency, bare.child.pid!);
+      const adapter = run(loadgen, throughConnect.address, requestFile, concurrency, throughConnect.child.pid!);
       console.log(
         [
           String(size).padStart(8),
@@ -93,6 +103,10 @@ async function main() {
           " |",
           `${(ours.p50 / theirs.p50).toFixed(2)}x`.padStart(8),
           `${(ours.cpuMs / theirs.cpuMs).toFixed(2)}x`.padStart(10),
+          " |",
+          `${adapter.p50.toFixed(2)} ms`.padStart(20),
+          adapter.perSecond.toFixed(0).padStart(7),
+          `${adapter.cpuMs.toFixed(2)} ms`.padStart(9),
         ].join(""),
       );
     }
@@ -100,6 +114,7 @@ async function main() {
   console.log(`load average at end: ${formatLoad()}`);
   contextd.child.kill("SIGTERM");
   bare.child.kill("SIGTERM");
+  throughConnect.child.kill("SIGTERM");
 }
 
 function formatLoad(): string {

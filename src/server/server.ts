@@ -18,7 +18,7 @@ import { serveMetrics } from "./operations/metrics-route.js";
 import { registerServerGauges } from "./server-gauges.js";
 import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
-import { recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
+import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
 import { createDualProtocolServer } from "./transport/listen.js";
@@ -122,7 +122,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   const unaryGrpc = {
     methods: recordUnaryMethods((router) => registerServices(router)),
-    interceptors: policy,
+    interceptors: [...policy, encodeUnaryResponses(codec)],
     maxRequestBytes: config.maxRequestBytes,
     admission,
     codec,

@@ -3,6 +3,7 @@ import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
+  createContextKey,
   createContextValues,
   createServiceImplSpec,
   type ConnectRouter,
@@ -63,9 +64,30 @@ export function recordUnaryMethods(register: (router: ConnectRouter) => void): U
   return methods;
 }
 
+// Where `encodeUnaryResponses` leaves a call's encoded response for `answer` to send.
+const encodedResponseKey = createContextKey<Uint8Array[]>([], { description: "contextd encoded unary response" });
+
+/**
+ * The innermost interceptor of the direct path: encodes the response with the codec inside the
+ * interceptor chain, so a response that cannot be encoded is a failed call to the interceptors
+ * outside it — logged and counted under INTERNAL — and not a call counted "ok" whose caller then
+ * got INTERNAL. Chunks: long encodings kept from earlier calls (a stored history) are sent, not
+ * copied.
+ */
+export function encodeUnaryResponses(codec: Codec): Interceptor {
+  return (next) => async (request) => {
+    const response = await next(request);
+    if (response.stream) return response;
+    const chunks = codec.encodeEnvelopedChunks(request.method.output, response.message as never);
+    const target = request.contextValues.get(encodedResponseKey);
+    for (const chunk of chunks) target.push(chunk);
+    return response;
+  };
+}
+
 export interface UnaryGrpcOptions {
   methods: UnaryMethods;
-  /** Outermost first, as for connect. */
+  /** Outermost first, as for connect; the last must be `encodeUnaryResponses`. */
   interceptors: Interceptor[];
   /** Largest request message accepted, in bytes (connect's `readMaxBytes`). */
   maxRequestBytes: number;
@@ -200,9 +222,9 @@ async function answer(
       url: `http://${headers[":authority"] ?? "localhost"}${headers[":path"]}`,
     };
     const input = parseRequest(options.codec, spec, body);
-    const output = await invokeUnaryImplementation(spec, context, input as never, options.interceptors);
-    // Chunks: long encodings kept from earlier calls (a stored history) are sent, not copied.
-    const chunks = options.codec.encodeEnvelopedChunks(spec.method.output, output as never);
+    const chunks: Uint8Array[] = [];
+    contextValues.set(encodedResponseKey, chunks);
+    await invokeUnaryImplementation(spec, context, input as never, options.interceptors);
     if (stream.closed || stream.destroyed) return;
     stream.respond(toHeaderBlock(responseHeader, { ":status": 200 }), { waitForTrailers: true });
     stream.once("wantTrailers", () => stream.sendTrailers(toHeaderBlock(responseTrailer, { "grpc-status": "0" })));

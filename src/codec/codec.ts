@@ -1,6 +1,7 @@
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import type { WireType } from "@bufbuild/protobuf/wire";
 import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { freezeConversationMessages } from "./immutability.js";
 import { decodeMessage, type DecodedObjectReuse, type Fields } from "./protobuf-decoder.js";
 import { ProtobufEncoder } from "./protobuf-encoder.js";
 import { RecentMessages } from "./recent-messages.js";
@@ -42,7 +43,7 @@ export interface CodecStats {
  *   stored or resent history costs ~0.1 ms instead of ~3.6 ms at 1,000 messages.
  *
  * The immutability rule: an object may be shared across calls only if it cannot change. Request
- * messages handed out again are frozen all the way down; a stored state's lists are immutable
+ * messages are frozen all the way down (`immutability.ts`; JSON requests too, by the server); a stored state's lists are immutable
  * because the store says so (`retainState`, called by the stores for every state they hand out —
  * arrays are not frozen, since V8 copies frozen arrays ~10x slower). Nothing else is kept.
  */
@@ -61,9 +62,14 @@ export class Codec {
     this.encoder = new ProtobufEncoder(this.retained);
   }
 
-  /** Decodes `bytes` exactly as `fromBinary` would (same objects, same errors), reusing what it can. */
+  /**
+   * Decodes `bytes` exactly as `fromBinary` would (same values, same errors), reusing what it can;
+   * every conversation message in the result is frozen all the way down (the immutability rule).
+   */
   decode<Desc extends DescMessage>(schema: Desc, bytes: Uint8Array): MessageShape<Desc> {
-    return decodeMessage(schema, bytes, this.reuse);
+    const message = decodeMessage(schema, bytes, this.reuse);
+    freezeConversationMessages(message);
+    return message;
   }
 
   /** Byte for byte what `toBinary` produces. */

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { deepFreeze } from "./immutability.js";
 
 /**
  * Conversation messages (`contextd.v1.Message`) decoded recently, handed out again when a request
@@ -49,12 +50,13 @@ export class RecentMessages<T extends object> {
   store(bytes: Uint8Array, start: number, end: number, message: T): T {
     const length = end - start;
     const cost = length + entryOverheadBytes;
+    // Frozen whether kept or not: whoever gets it must not see it change (codec/immutability.ts).
+    deepFreeze(message);
     if (cost > this.maxBytes) return message;
     if (this.bytes + cost > this.maxBytes) {
       this.entries = new Map();
       this.bytes = 0;
     }
-    deepFreeze(message);
     const hash = contentHash(this.seed, this.viewOf(bytes), start, end);
     // A copy: a Buffer's slice() would share (and keep alive) the whole request.
     const kept = Uint8Array.prototype.slice.call(bytes, start, end);
@@ -138,14 +140,4 @@ function sameBytes(entry: Entry<unknown>, view: DataView, start: number, end: nu
   for (; index + 4 <= length; index += 4) if (kept.getUint32(index) !== view.getUint32(start + index)) return false;
   for (; index < length; index++) if (kept.getUint8(index) !== view.getUint8(start + index)) return false;
   return true;
-}
-
-// Typed arrays (bytes fields) cannot be frozen while they have elements; they are left as they are.
-function deepFreeze(value: object): void {
-  if (Object.isFrozen(value) || ArrayBuffer.isView(value)) return;
-  Object.freeze(value);
-  for (const key of Object.keys(value)) {
-    const child = (value as Record<string, unknown>)[key];
-    if (typeof child === "object" && child !== null) deepFreeze(child);
-  }
 }

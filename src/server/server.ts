@@ -24,6 +24,7 @@ import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
 import { createDualProtocolServer } from "./transport/listen.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
+import { freezeJsonRequests } from "./transport/json-requests.js";
 import { preEncodeBinaryResponses } from "./transport/pre-encoded-responses.js";
 import { requestIdOf } from "./transport/request-ids.js";
 import { RequestMemoryBudget } from "./policy/request-memory.js";
@@ -107,6 +108,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const requestIds = new WeakMap<object, string>();
   const adapterOptions = {
     readMaxBytes: config.maxRequestBytes,
+    // Standard protobuf JSON: an unknown field or enum name is INVALID_ARGUMENT naming it, not
+    // silently dropped (connect ignores unknown fields by default, so a misspelled "appendUsr"
+    // came back as "deltas[0]: no operation set").
+    jsonOptions: { ignoreUnknownFields: false },
     ...(config.maxDeadlineMs > 0 ? { maxTimeoutMs: config.maxDeadlineMs } : {}),
     // Compressing a 400 KB response costs more than sending it to a sidecar neighbour; compressed
     // requests are still accepted.
@@ -114,7 +119,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     contextValues: (request: http.IncomingMessage | http2.Http2ServerRequest) =>
       createContextValues().set(requestIdKey, requestIds.get(request) ?? ""),
   };
-  const connectHandler = connectNodeAdapter({ ...adapterOptions, routes: (router) => registerServices(router), interceptors: [...policy, preEncodeBinaryResponses(codec)] });
+  const connectHandler = connectNodeAdapter({
+    ...adapterOptions,
+    routes: (router) => registerServices(router),
+    interceptors: [...policy, freezeJsonRequests(), preEncodeBinaryResponses(codec)],
+  });
   const binaryHandler = connectNodeAdapter({
     ...adapterOptions,
     routes: (router) => registerServices(router, withOpaqueRequests),

@@ -172,4 +172,21 @@ describe("one port, every protocol", () => {
     expect(Number(/contextd_recent_messages_bytes (\d+)/.exec(text)?.[1])).toBeGreaterThan(0);
     expect(text).toMatch(/contextd_retained_encoding_bytes \d+\n/);
   });
+
+  it("refuses Connect JSON with unknown fields or enum names, naming them, instead of dropping them", async () => {
+    const commit = (body: string) =>
+      fetch(`${sidecar.url}/contextd.v1.ConversationService/Commit`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const cases: [string, string][] = [
+      ['{"conversationId":"protocols/json","deltas":[{"appendUsr":{}}]}', 'cannot decode message contextd.v1.Delta from JSON: key "appendUsr" is unknown'],
+      ['{"conversationId":"protocols/json","deltas":[{"appendMessages":{"segment":"history","messages":[]}}]}', 'cannot decode enum contextd.v1.Segment from JSON: "history"'],
+      ['{"conversationId":"protocols/json","history":{"messages":[]}}', 'cannot decode message contextd.v1.CommitRequest from JSON: key "history" is unknown'],
+    ];
+    for (const [body, message] of cases) {
+      const response = await commit(body);
+      expect(response.status, body).toBe(400);
+      expect(await response.json()).toEqual({ code: "invalid_argument", message });
+    }
+    const valid = await commit('{"conversationId":"protocols/json","deltas":[{"appendMessages":{"segment":"SEGMENT_HISTORY","messages":[{"id":"u1","role":"ROLE_USER","parts":[{"text":{"text":"hi"}}]}]}}]}');
+    expect(valid.status).toBe(200);
+  });
 });

@@ -1,6 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
-import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult, type Warning } from "../../gen/ts/contextd/v1/compile_pb.js";
 import type { CommitOutcome } from "../store/conversation-store.js";
 
 /**
@@ -14,20 +14,26 @@ export function compileRequestFingerprint(request: CompileRequest): string {
 }
 
 /**
- * The answer to a retried compile-commit whose first attempt committed: the compile is not run
- * again (its input state is gone), so the result carries only `version` (the expected version the
- * original compiled), `committed_version` (the version it wrote) and an `idempotent_replay`
+ * The answer to a retried compile-commit whose first attempt committed, when the compile is not
+ * run again (its input state is gone): the result carries only `version` (the expected version
+ * the original compiled), `committed_version` (the version it wrote) and an `idempotent_replay`
  * warning. A caller that lost the original result compiles the committed state again.
  */
 export function replayedCompileResult(request: CompileRequest, outcome: CommitOutcome): CompileResult {
   return create(CompileResultSchema, {
     version: request.commit!.expectedVersion,
     committedVersion: outcome.version,
-    warnings: [
-      create(WarningSchema, {
-        code: "idempotent_replay",
-        message: `commit.idempotency_key "${request.commit!.idempotencyKey}" already committed version ${outcome.version} of "${request.conversationId}"; the compile was not run again (compile the conversation without commit for a payload)`,
-      }),
-    ],
+    warnings: [replayWarning(request, outcome, false)],
+  });
+}
+
+/** Says that a retry applied nothing again, and whether its result is a fresh compile of what the first attempt committed. */
+export function replayWarning(request: CompileRequest, outcome: CommitOutcome, recompiled: boolean): Warning {
+  const what = recompiled
+    ? `this result compiles that version again`
+    : `the compile was not run again (compile the conversation without commit for a payload)`;
+  return create(WarningSchema, {
+    code: "idempotent_replay",
+    message: `commit.idempotency_key "${request.commit!.idempotencyKey}" already committed version ${outcome.version} of "${request.conversationId}"; ${what}`,
   });
 }

@@ -7,10 +7,13 @@ import type { CommitOutcome } from "../store/conversation-store.js";
  * What identifies a compile-commit for its idempotency key. The deltas a compile commits depend on
  * the state it read, and a retry reads the state its first attempt wrote, so the record is keyed by
  * the request instead: the same key with the same request is a retry, with another request a
- * reuse (INVALID_ARGUMENT). The prefix keeps it apart from delta fingerprints of plain commits.
+ * reuse (INVALID_ARGUMENT). `include` only shapes the answer, so it is left out: a client whose
+ * answer was over its receive limit retries asking for less. The prefix keeps it apart from delta
+ * fingerprints of plain commits.
  */
 export function compileRequestFingerprint(request: CompileRequest): string {
-  return "compile:" + createHash("sha256").update(toBinary(CompileRequestSchema, request)).digest("hex");
+  const committed = request.include.length === 0 ? request : { ...request, include: [] };
+  return "compile:" + createHash("sha256").update(toBinary(CompileRequestSchema, committed)).digest("hex");
 }
 
 /**

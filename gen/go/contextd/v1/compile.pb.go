@@ -1989,18 +1989,21 @@ type CommitOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version the conversation must be at before `deltas` are applied; a different stored
 	// version is ABORTED with the current one. 0 on a conversation never written creates it. The
-	// compile sees version `expected_version + 1` when the batch is not empty (`committed_version`),
-	// else `expected_version`.
+	// result's `version` is `expected_version + 1` when `deltas` is not empty (the state they
+	// produce), else `expected_version`; `committed_version` is `expected_version + 1` whenever
+	// anything was committed.
 	ExpectedVersion int64 `protobuf:"varint,1,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	// Optional idempotency key, identifying the whole request. A retry with the same key whose first
-	// attempt committed applies nothing again and carries `committed_version` = the version the first
-	// attempt wrote and an "idempotent_replay" warning. When the request writes nothing but `deltas`
-	// (no current_turn, pending, deferred_blocks or artifacts, and no summary was asked for) and the
-	// conversation is still at that version, the retry compiles that state again and returns a full
-	// result, so a turn whose answer was lost costs one retry. Otherwise the compile is not run again
-	// and the result has no payload (the state the first attempt compiled has moved on). The same
-	// key with a different request is INVALID_ARGUMENT. The Go and Python clients add a random key
-	// to every compile with `commit` that has none and retry unknown outcomes with it.
+	// Optional idempotency key, identifying the whole request except `include` (which only shapes
+	// the answer, so a retry may ask for less). A retry with the same key whose first attempt
+	// committed applies nothing again; its result carries `committed_version` = the version the first
+	// attempt wrote and an "idempotent_replay" warning. When the request brings no messages of its
+	// own for the writeback (no current_turn, pending, deferred_blocks, artifacts or segment
+	// overrides: a turn whose messages are all in `deltas`) and the conversation is still at that
+	// version, the retry compiles that version again and returns a full result, so a turn whose
+	// answer was lost costs one retry. Otherwise the compile is not run again and the result has no
+	// payload (`version` is then the expected version). The same key with a different request is
+	// INVALID_ARGUMENT. The Go and Python clients add a random key to every compile with `commit`
+	// that has none and retry unknown outcomes with it.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Deltas applied, in order, before the compile reads the conversation, with exactly the rules of
 	// `CommitRequest.deltas` (an invalid delta is INVALID_ARGUMENT naming its index; messages

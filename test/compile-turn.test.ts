@@ -161,6 +161,29 @@ describe.each(stores)("Compile with commit.deltas: one RPC per agent turn (real 
     expect((await state(conversationId)).history).toHaveLength(4);
   });
 
+  it("takes a turn and the include list over Connect JSON", async () => {
+    const conversationId = newId();
+    await seed(conversationId);
+    const post = async (path: string, body: unknown) => {
+      const response = await fetch(`http://127.0.0.1:${sidecar.port}/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      expect(response.status, await response.clone().text()).toBe(200);
+      return (await response.json()) as Record<string, any>;
+    };
+    const { result } = await post("contextd.v1.ContextService/Compile", {
+      conversationId,
+      commit: { expectedVersion: "1", deltas: [{ appendAssistant: { text: "Hi!" } }, { appendUser: { message: { parts: [{ text: { text: "Over JSON?" } }] } } }] },
+      include: ["COMPILE_RESULT_PART_SOURCE"],
+    });
+    expect(result.committedVersion).toBe("2");
+    expect(result.source.snapshot.history).toHaveLength(3);
+    expect(result.normalizedSnapshot).toBeUndefined();
+    expect(result.payload.history.at(-1).parts[0].text.text).toBe("Over JSON?");
+    const committed = await post("contextd.v1.ConversationService/Commit", { conversationId, deltas: [{ appendAssistant: { text: "Yes." } }], includeState: true });
+    expect(committed.version).toBe("3");
+    expect(committed.state.history).toHaveLength(4);
+    expect((await post("contextd.v1.ConversationService/Commit", { conversationId, deltas: [{ remember: { text: "likes JSON" } }] })).state).toBeUndefined();
+  });
+
   it("sends the heavy parts only when included, and rejects an unset part", async () => {
     const conversationId = newId();
     await seed(conversationId);

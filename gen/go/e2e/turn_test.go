@@ -57,6 +57,11 @@ func TestTurnIsOneRPCPerModelCall(t *testing.T) {
 				t.Fatalf("rendered body lacks the turn's messages: %s", result.GetRendered().GetJson())
 			}
 
+			// The user's message goes in the deltas; a current turn would be compiled twice by a replay.
+			withCurrentTurn := &contextdv1.CompileRequest{ConversationId: request.GetConversationId(), CurrentTurn: &contextdv1.CurrentTurn{Raw: contextd.UserText("?")}}
+			if _, err := client.Turn(ctx, withCurrentTurn, result.GetCommittedVersion()); err == nil || !containsAll(err.Error(), "AppendUser") {
+				t.Fatalf("Turn with a current turn = %v, want a refusal naming AppendUser", err)
+			}
 			// A stale version is a conflict, and nothing of that turn is stored.
 			if _, err := client.Turn(ctx, request, 1, contextd.AppendAssistant("late")); !errors.Is(err, contextd.ErrVersionConflict) {
 				t.Fatalf("stale turn = %v, want a version conflict", err)

@@ -4,7 +4,7 @@ until their outcome is known, one-RPC agent turns, compare-and-retry commits, ex
 status code, builders and stream iterators. `Client` blocks; `AsyncClient` runs on grpc.aio.
 """
 
-from contextd.client._common import DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES
+from contextd.client._common import DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, channel_options
 from contextd.client._sync import Client
 from contextd.client.aio import AsyncClient
 from contextd.client.builders import (
@@ -71,6 +71,7 @@ __all__ = [
     "append_tool_result",
     "append_user",
     "assistant_text",
+    "channel_options",
     "error_payload",
     "json_payload",
     "remember",

@@ -75,8 +75,8 @@ class Client:
         """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
         `channel` (for TLS or interceptors). `conflict_attempts` bounds commit_with_retry.
         `max_receive_bytes` and `max_send_bytes` (default: the sidecar's 16 MiB plus the frame
-        header) bound the messages of a channel the client creates; set the same grpcio options
-        (`contextd.client._common.channel_options`) on a channel you pass."""
+        header) bound the messages of a channel the client creates; create a channel you pass with
+        `options=contextd.client.channel_options(max_receive_bytes, max_send_bytes)`."""
         self._channel = (
             channel
             if channel is not None

@@ -4,6 +4,8 @@ contextd.client against a real sidecar backed by a real Redis."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 
 import pytest
 
@@ -89,6 +91,97 @@ def test_a_commit_whose_answer_is_lost_is_applied_once(sidecar):
         state = reader.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id)).state
         assert state.version == 3
         assert shape(state.history) == "USER:text ASSISTANT:text USER:text ASSISTANT:text"
+
+
+class AnswerCutter:
+    """A TCP proxy in front of the sidecar that, on its first connection, cuts both sides when the
+    first HTTP/2 HEADERS frame of a stream leaves the sidecar: the sidecar has then applied the
+    call, and the client sees a broken connection for a commit that happened. Later connections
+    pass through untouched."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self.cut = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            cut_this, self.cut = not self.cut, True
+            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._until_answer if cut_this else self._pipe, args=(server, client), daemon=True).start()
+
+    @staticmethod
+    def _drop(*connections: socket.socket) -> None:
+        # shutdown, not just close: another thread may be blocked reading the socket, and close
+        # alone then sends no FIN.
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            connection.close()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            AnswerCutter._drop(sink)
+
+    @staticmethod
+    def _until_answer(server: socket.socket, client: socket.socket) -> None:
+        def read(count: int) -> bytes:
+            data = b""
+            while len(data) < count:
+                chunk = server.recv(count - len(data))
+                if not chunk:
+                    raise OSError("closed")
+                data += chunk
+            return data
+
+        try:
+            while True:
+                header = read(9)
+                length, frame_type = int.from_bytes(header[:3], "big"), header[3]
+                stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+                if frame_type == 0x1 and stream != 0:  # HEADERS of a response
+                    return
+                client.sendall(header + read(length))
+        except OSError:
+            pass
+        finally:
+            AnswerCutter._drop(client, server)
+
+
+def test_a_commit_whose_connection_is_cut_after_it_applied_is_applied_once(sidecar):
+    cutter = AnswerCutter(sidecar.address)
+    try:
+        with Client(cutter.address) as client:
+            response = client.commit(
+                conversation_pb2.CommitRequest(
+                    conversation_id="py-cut", expected_version=0, deltas=[append_user(user_text("asked once"))]
+                )
+            )
+        assert cutter.cut and response.replayed and response.version == 1
+    finally:
+        cutter.close()
+    with Client(sidecar.address) as reader:
+        state = reader.get_state(conversation_pb2.GetStateRequest(conversation_id="py-cut")).state
+    assert state.version == 1 and shape(state.history) == "USER:text"
 
 
 def test_an_agent_loop_needs_one_rpc_per_model_call(sidecar):

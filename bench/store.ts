@@ -8,7 +8,7 @@ import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/p
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Redis } from "ioredis";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultPart } from "../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
 import * as grpc from "@grpc/grpc-js";
 import {
@@ -213,7 +213,6 @@ try {
           conversationId: `bench-rpc-${run}-${client.replace(/\W/g, "")}-c${concurrency}-w${worker}-${Math.floor(iteration / commitsPerConversation)}`,
           expectedVersion: BigInt(version),
           deltas: [appendDelta(`m${iteration}`, "hello world")],
-          omitState: true,
         });
       });
       const rpcStats = report(`Commit RPC (${client} client), concurrency ${concurrency}`, rpcResult);
@@ -236,7 +235,6 @@ try {
         create(CommitRequestSchema, {
           conversationId: `bench-go-${run}-${label}-${index % conversationsPerRun}`,
           deltas: [appendDelta(`m${index}`, "hello world")],
-          omitState: true,
         }),
       ),
     );
@@ -276,7 +274,6 @@ try {
       await conversations.commit({
         conversationId: `bench-long-${run}-${conversation}`,
         deltas: [create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: Array.from({ length: 100 }, (_, index) => appendedMessage(`l${batch * 100 + index}`, "hello world")) } } })],
-        omitState: true,
       });
     }
   }
@@ -291,7 +288,7 @@ try {
   );
   const bareLongStats = report(`bare EVALSHA commit, ${longStart.toLocaleString("en-US")}-message state (${Math.round(longState.length / 1024)} KB), concurrency 1`, bareLong);
   const longRequests = Array.from({ length: 20_000 }, (_, index) =>
-    toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")], omitState: true })),
+    toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")] })),
   );
   const longRequestsFile = join(directory, "commits-long.bin");
   writeFileSync(longRequestsFile, lengthPrefixed(longRequests));
@@ -379,11 +376,12 @@ try {
     const encoded = chunked ? inProcessCodec.encodeEnvelopedChunks(CompileResponseSchema, message) : [inProcessCodec.encode(CompileResponseSchema, message)];
     return { length: encoded.reduce((sum, chunk) => sum + chunk.length, 0) };
   };
-  // The full result, then with omit_snapshots (payload and records only: no source,
-  // normalized_snapshot, writeback.snapshot or persistence copies of the conversation).
+  // The default (lean) result, then with every heavy part included (source, normalized_snapshot,
+  // writeback.snapshot, persistence and every per-message record: what the default used to be).
+  const everyPart = [CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS];
   try {
-    for (const [label, omitSnapshots] of [["", false], [", omit_snapshots", true]] as const) {
-      const request = Buffer.from(toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId, omitSnapshots })));
+    for (const [label, include] of [["", []], [", every part included", everyPart]] as const) {
+      const request = Buffer.from(toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId, include: [...include] })));
       const cases = [
         ["grpc-js client", grpcJsCompile],
         ["minimal HTTP/2 client", minimalCompile],

@@ -2,19 +2,27 @@ import { randomUUID } from "node:crypto";
 import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ArtifactSchema } from "../../gen/ts/contextd/v1/artifact_pb.js";
-import type { CompileRequest, CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
+import {
+  CompileResultPart,
+  TransformationAction,
+  TransformationReason,
+  type CompileRequest,
+  type CompileResult,
+  type Transformation,
+} from "../../gen/ts/contextd/v1/compile_pb.js";
 import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../core/compile/compile.js";
 import type { CompileContext, Summarizer } from "../core/compile/compile-context.js";
 import type { CallDeadline } from "../core/compile/deadline.js";
 import { summaryCompaction } from "../core/compile/summary-compaction.js";
+import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import { segmentEnumerationOrder, segmentField } from "../core/model/segments.js";
 import type { Observer } from "../core/observer.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
-import type { ConversationStore } from "../store/conversation-store.js";
+import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
-import { compileRequestFingerprint, replayedCompileResult } from "./compile-commit.js";
+import { compileRequestFingerprint, replayedCompileResult, replayWarning } from "./compile-commit.js";
 
 export interface CompilerDependencies {
   store: ConversationStore;
@@ -50,9 +58,10 @@ export class Compiler {
 
   async compileAndCommit(request: CompileRequest, run: CompileRun): Promise<CompileResult> {
     const { store } = this.dependencies;
+    const parts = requestedParts(request.include);
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
-      return compile(request, this.context(run));
+      return leanResult(await compile(request, this.context(run)), parts);
     }
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
@@ -65,22 +74,45 @@ export class Compiler {
         // before comparing versions, and with ABORTED when there is none (the version only grows,
         // so this empty batch can never apply).
         const outcome = await store.commit(request.conversationId, commit.expectedVersion, [], commit.idempotencyKey, fingerprint);
-        return replayedCompileResult(request, outcome);
+        return this.replay(request, outcome, run, parts);
       }
       throw versionConflict(request.conversationId, commit.expectedVersion, stored.version);
     }
-    const result = await compile(request, { ...this.context(run), stored });
-    if (request.commit) {
-      const deltas = writebackDeltas(stored, result);
+    // The compile runs on the state the deltas produce before anything is stored, so a compile
+    // that fails commits nothing; the ids the deltas give messages are recorded and handed to the
+    // store, which draws them in the same order from the same base, so what was compiled is what
+    // is stored.
+    const messageIds: string[] = [];
+    const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds) : stored;
+    const result = await compile(request, { ...this.context(run), stored: base });
+    if (commit) {
+      const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
       // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
       const compaction = summaryCompaction(result, [...(run.remembered ?? [])]);
       if (compaction) deltas.push(compaction);
       if (deltas.length > 0) {
-        const outcome = await store.commit(request.conversationId, request.commit.expectedVersion, deltas, request.commit.idempotencyKey, fingerprint);
+        const outcome = await store.commit(request.conversationId, commit.expectedVersion, deltas, commit.idempotencyKey, fingerprint, messageIds);
         result.committedVersion = outcome.version;
       }
     }
-    return request.omitSnapshots ? withoutSnapshots(result) : result;
+    return leanResult(result, parts);
+  }
+
+  /**
+   * The answer to a retry whose first attempt committed. When the conversation is still at the
+   * version that attempt wrote, and compiling that state with the same request writes nothing back
+   * (the request committed only its deltas, which the state now holds), that compile is exactly
+   * the lost answer and is returned. Otherwise (a current turn or pending messages are stored now
+   * and would be compiled twice, or the conversation moved on) only the versions are.
+   */
+  private async replay(request: CompileRequest, outcome: CommitOutcome, run: CompileRun, parts: ReadonlySet<CompileResultPart>): Promise<CompileResult> {
+    const replayed = replayedCompileResult(request, outcome);
+    if (!outcome.state || !writesOnlyItsDeltas(request)) return replayed;
+    const result = await compile(request, { ...this.context(run), stored: outcome.state });
+    if (writebackDeltas(outcome.state, result).length > 0 || summaryCompaction(result, []) !== undefined) return replayed;
+    result.committedVersion = outcome.version;
+    result.warnings.push(replayWarning(request, outcome, true));
+    return leanResult(result, parts);
   }
 
   private context(run: CompileRun): Omit<CompileContext, "stored"> {
@@ -140,11 +172,72 @@ function sameMessages(a: readonly Message[], b: readonly Message[]): boolean {
   return true;
 }
 
-/** The result without its copies of the input (`CompileRequest.omit_snapshots`). */
-function withoutSnapshots(result: CompileResult): CompileResult {
-  result.source = undefined;
-  result.normalizedSnapshot = undefined;
-  result.persistence = undefined;
-  if (result.writeback) result.writeback.snapshot = undefined;
+/** Whether the request brings no messages of its own that its writeback would store. */
+function writesOnlyItsDeltas(request: CompileRequest): boolean {
+  return (
+    request.currentTurn === undefined &&
+    request.pending.length === 0 &&
+    request.deferredBlocks.length === 0 &&
+    request.artifacts.length === 0 &&
+    request.system === undefined &&
+    request.history === undefined &&
+    request.memory === undefined &&
+    request.tools === undefined
+  );
+}
+
+/**
+ * `commit.deltas` applied to the stored state as the store will apply them, at the version they
+ * will produce; the ids drawn for messages without one are pushed to `drawn`.
+ */
+function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], drawn: string[]): ConversationState {
+  const applied = applyDeltas(stored, deltas, {
+    newMessageId: () => {
+      const id = randomUUID();
+      drawn.push(id);
+      return id;
+    },
+  });
+  return { ...applied, conversationId: stored.conversationId, version: stored.version + 1n };
+}
+
+/** `CompileRequest.include` as a set; unset and unknown values are INVALID_ARGUMENT. */
+function requestedParts(include: readonly CompileResultPart[]): ReadonlySet<CompileResultPart> {
+  include.forEach((part, index) => {
+    if (part === CompileResultPart.UNSPECIFIED || CompileResultPart[part] === undefined) {
+      throw new ConnectError(`include[${index}]: ${part === CompileResultPart.UNSPECIFIED ? "COMPILE_RESULT_PART_UNSPECIFIED is not a part" : `unknown part ${part}`} (valid: SOURCE, NORMALIZED_SNAPSHOT, WRITEBACK_SNAPSHOT, PERSISTENCE, ALL_TRANSFORMATIONS)`, Code.InvalidArgument);
+    }
+  });
+  return new Set(include);
+}
+
+/**
+ * The result as the caller asked for it: the heavy parts (each a copy of the conversation, or a
+ * record per message of it) only when `include` names them. A 825 KB conversation used to answer
+ * with 2.8 MB, five copies of the history; by default the answer now follows the prompt.
+ */
+function leanResult(result: CompileResult, parts: ReadonlySet<CompileResultPart>): CompileResult {
+  let budgetDropped = 0n;
+  for (const id in result.transformations) if (result.transformations[id]!.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) budgetDropped++;
+  result.budgetDroppedMessages = budgetDropped;
+  if (!parts.has(CompileResultPart.SOURCE)) result.source = undefined;
+  if (!parts.has(CompileResultPart.NORMALIZED_SNAPSHOT)) result.normalizedSnapshot = undefined;
+  if (!parts.has(CompileResultPart.PERSISTENCE)) result.persistence = undefined;
+  if (!parts.has(CompileResultPart.WRITEBACK_SNAPSHOT) && result.writeback) result.writeback.snapshot = undefined;
+  if (!parts.has(CompileResultPart.ALL_TRANSFORMATIONS)) {
+    result.transformations = notableRecords(result.transformations);
+    for (const projection of result.projections) projection.transformations = notableRecords(projection.transformations);
+  }
   return result;
+}
+
+/** The records of messages that were changed or removed for a reason other than the budget. */
+function notableRecords(records: { [id: string]: Transformation }): { [id: string]: Transformation } {
+  const kept: { [id: string]: Transformation } = {};
+  for (const id in records) {
+    const record = records[id]!;
+    if (record.action === TransformationAction.PASSED || record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) continue;
+    kept[id] = record;
+  }
+  return kept;
 }

@@ -45,6 +45,15 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
 }
 
 /**
+ * An id source that hands out `ids` in order, then falls back to `fallback`. A store makes one per
+ * plan, so a plan retried on a re-read base of the same version draws the same ids again.
+ */
+export function presetMessageIds(ids: readonly string[], fallback: DeltaContext): DeltaContext {
+  let next = 0;
+  return { newMessageId: () => (next < ids.length ? ids[next++]! : fallback.newMessageId()) };
+}
+
+/**
  * Identifies a batch for idempotency: a retry must carry the same deltas. Protobuf binary of the
  * same field values is the same bytes whichever client language sent them, since the server
  * re-encodes what it decoded.

@@ -43,9 +43,19 @@ export interface ConversationStore {
    * non-empty `idempotencyKey` already used with the same deltas returns the original outcome's
    * version (and its state while current), before any version check. `requestFingerprint`, when
    * given, identifies the batch for that instead of the deltas (a compile-commit: its deltas depend
-   * on the state it read).
+   * on the state it read). `messageIds`, when given, are the ids for the messages the batch brings
+   * without one, in the order the batch creates them (a compile that applied the same deltas to
+   * the same version beforehand, so the ids it compiled are the ids stored); past its end, ids
+   * are random as usual.
    */
-  commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome>;
+  commit(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    requestFingerprint?: string,
+    messageIds?: readonly string[],
+  ): Promise<CommitOutcome>;
   /** The current version alone (0 for a conversation never written); cheaper than `load`. */
   currentVersion(conversationId: string): Promise<bigint>;
   /** Empties the conversation and advances its version (a tombstone). */

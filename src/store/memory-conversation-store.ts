@@ -5,7 +5,7 @@ import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation
 import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
-import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -73,8 +73,15 @@ export class MemoryConversationStore implements ConversationStore {
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
-  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
-    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
+  async commit(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    requestFingerprint?: string,
+    messageIds?: readonly string[],
+  ): Promise<CommitOutcome> {
+    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
     if (outcome.state) this.codec.retainState(outcome.state);
     return outcome;
   }
@@ -129,6 +136,7 @@ export class MemoryConversationStore implements ConversationStore {
     idempotencyKey: string,
     cleared: boolean,
     requestFingerprint?: string,
+    messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     requireStorableText("conversation_id", conversationId);
     requireStorableText("idempotency_key", idempotencyKey);
@@ -146,7 +154,7 @@ export class MemoryConversationStore implements ConversationStore {
       throw versionConflict(conversationId, expectedVersion, base.version);
     }
     const plan = planCommit(base, deltas, {
-      deltaContext: this.deltaContext,
+      deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
       idempotencyKey,
       committedAtUnixMs: BigInt(this.now()),
       cleared,

@@ -10,7 +10,7 @@ import {
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
-import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
@@ -154,8 +154,15 @@ export class RedisConversationStore implements ConversationStore {
     return version === null ? 0n : storedVersion(conversationId, version);
   }
 
-  async commit(conversationId: string, expectedVersion: bigint | undefined, deltas: Delta[], idempotencyKey: string, requestFingerprint?: string): Promise<CommitOutcome> {
-    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint);
+  async commit(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    requestFingerprint?: string,
+    messageIds?: readonly string[],
+  ): Promise<CommitOutcome> {
+    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
     if (outcome.state) this.codec.retainState(outcome.state);
     return outcome;
   }
@@ -337,6 +344,7 @@ export class RedisConversationStore implements ConversationStore {
     idempotencyKey: string,
     cleared: boolean,
     requestFingerprint?: string,
+    messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const keys = this.keys(conversationId);
     requireStorableText("idempotency_key", idempotencyKey);
@@ -362,7 +370,7 @@ export class RedisConversationStore implements ConversationStore {
       let plan: ReturnType<typeof planCommit>;
       try {
         plan = planCommit(base, deltas, {
-          deltaContext: this.deltaContext,
+          deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
           idempotencyKey,
           committedAtUnixMs: BigInt(this.now()),
           cleared,

@@ -7,7 +7,7 @@ import { freezeConversationMessages } from "../../src/codec/immutability.js";
 
 const request = create(CompileRequestSchema, {
   history: { messages: [{ id: "u1", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "hi" } } }] }] },
-  currentTurn: { message: { id: "u2", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "now" } } }] } },
+  currentTurn: { raw: { id: "u2", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "now" } } }] } },
   budget: { maxTokens: 100n },
 });
 const bytes = toBinary(CompileRequestSchema, request);
@@ -20,7 +20,7 @@ describe("the immutability rule", () => {
       expect(Object.isFrozen(history)).toBe(true);
       expect(Object.isFrozen(history.parts)).toBe(true);
       expect(Object.isFrozen(history.parts[0]!.kind.value)).toBe(true);
-      expect(Object.isFrozen(decoded.currentTurn!.message)).toBe(true);
+      expect(Object.isFrozen(decoded.currentTurn!.raw)).toBe(true);
       // The request and its lists stay as they were: only messages are shared.
       expect(Object.isFrozen(decoded)).toBe(false);
       expect(Object.isFrozen(decoded.history!.messages)).toBe(false);

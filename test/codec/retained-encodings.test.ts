@@ -4,6 +4,7 @@ import { reflect } from "@bufbuild/protobuf/reflect";
 import { describe, expect, it } from "vitest";
 import {
   CompileRequestSchema,
+  CompileResultPart,
   CompileResultSchema,
   IntroducedMessageSchema,
   TransformationSchema,
@@ -309,7 +310,7 @@ describe("stateless compile responses", () => {
 });
 
 describe("stateful compile responses", () => {
-  it("encode exactly as toBinary across commits, budgets and omit_snapshots, with the stored state frozen", async () => {
+  it("encode exactly as toBinary across commits, budgets and included parts, with the stored state frozen", async () => {
     const random = randomSource(29);
     const store = new MemoryConversationStore({ codec });
     const frozenStore: typeof store = Object.create(store);
@@ -330,7 +331,7 @@ describe("stateful compile responses", () => {
       for (let call = 0; call < 3; call++) {
         const request = create(CompileRequestSchema, {
           conversationId: "c",
-          omitSnapshots: random() < 0.3,
+          include: random() < 0.7 ? [CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS] : [],
           budget: random() < 0.5 ? { maxTokens: BigInt(50 + Math.floor(random() * 400)) } : undefined,
           pending: random() < 0.3 ? [buildMessage(Role.USER, `p${next++}`, "pending question")] : [],
         });

@@ -69,6 +69,7 @@ def store_trip_planning(client: Client, conversation_id: str) -> Tuple[List[mess
                 round_.delta(),
                 append_assistant("Take the 07:25 train and pack a raincoat. " + FILLER),
             ],
+            include_state=True,
         )
     )
     history = list(response.state.history)
@@ -129,7 +130,9 @@ def test_commit_with_retry_resolves_a_conflict(sidecar, client: Client):
 
     response = client.commit_with_retry(conversation_id, apply)
     assert seen == [1, 2]
-    assert response.version == 3 and len(response.state.experiences) == 1 and len(response.state.history) == 2
+    assert response.version == 3 and not response.HasField("state")  # the state only when asked for
+    state = client.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id)).state
+    assert len(state.experiences) == 1 and len(state.history) == 2
 
     with pytest.raises(VersionConflict) as conflict:
         client.commit(
@@ -185,6 +188,8 @@ def test_compile_under_budget_keeps_the_round_whole_and_protects_the_current_tur
             conversation_id=conversation_id,
             current_turn=current_turn,
             budget=compile_pb2.Budget(max_tokens=max_tokens, estimator=CHARS, history_start=start),
+            # The records of the messages the budget dropped are not in the default answer.
+            include=[compile_pb2.COMPILE_RESULT_PART_ALL_TRANSFORMATIONS],
         )
         return client.compile(request).result
 

@@ -57,3 +57,18 @@ def test_backoff_grows_to_the_cap():
     policy = RetryPolicy(max_attempts=10, initial_backoff=0.1, max_backoff=1.0, multiplier=2.0)
     assert [policy.backoff_bound(n) for n in range(1, 7)] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
     assert all(0 <= policy.backoff(3) <= 0.4 for _ in range(100))
+
+
+def test_outcome_unknown_tells_the_clients_refusal_from_the_sidecars():
+    from contextd.client.errors import outcome_unknown
+
+    def failure(code, message):
+        return from_status(code, message, None)
+
+    assert outcome_unknown(failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "CLIENT: Received message larger than max (6684 vs. 2048)"))
+    assert outcome_unknown(failure(grpc.StatusCode.UNAVAILABLE, "connection reset"))
+    assert outcome_unknown(failure(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+    # The sidecar refusing a request, or a budget, applied nothing.
+    assert not outcome_unknown(failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "message size 17000000 is larger than configured readMaxBytes 16777216"))
+    assert not outcome_unknown(failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "pending exceeds budget"))
+    assert not outcome_unknown(failure(grpc.StatusCode.INVALID_ARGUMENT, "deltas: empty"))

@@ -47,6 +47,7 @@ def store_eight_messages(client: Client, conversation_id: str) -> state_pb2.Conv
                 append_user(user_text("one more")),
                 append_assistant("sure"),
             ],
+            include_state=True,
         )
     )
     return response.state

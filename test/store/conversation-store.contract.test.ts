@@ -90,6 +90,17 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await store.load(id)).history.map((message) => message.id)).toEqual(ids);
   });
 
+  it("gives messages without an id the ids it is handed, in order, then random ones", async () => {
+    const id = freshId("preset-ids");
+    const batch = [appendHistory(textMessage("", Role.USER, "a"), textMessage("kept", Role.ASSISTANT, "b"), textMessage("", Role.USER, "c")), appendHistory(textMessage("", Role.ASSISTANT, "d"))];
+    const outcome = await store.commit(id, 0n, batch, "", undefined, ["first", "second"]);
+    const ids = outcome.state!.history.map((message) => message.id);
+    expect(ids.slice(0, 3)).toEqual(["first", "kept", "second"]);
+    expect(ids[3]).not.toBe("");
+    expect(new Set(ids).size).toBe(4);
+    expect((await store.load(id)).history.map((message) => message.id)).toEqual(ids);
+  });
+
   it("rejects a stale commit and a stale clear with ABORTED carrying the current version, changing nothing", async () => {
     const id = freshId("stale");
     await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");

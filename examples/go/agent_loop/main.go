@@ -81,32 +81,30 @@ func run() error {
 		return err
 	}
 	id := "example-" + rand.Text()[:8]
-	commit := func(deltas ...*contextdv1.Delta) error {
-		_, err := client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: id, Deltas: deltas})
-		return err
+	request := &contextdv1.CompileRequest{
+		ConversationId: id,
+		Budget:         &contextdv1.Budget{MaxTokens: 8000},
+		Render:         &contextdv1.RenderOptions{Provider: contextdv1.Provider_PROVIDER_OPENAI_CHAT, Model: "stub"},
 	}
+	// One RPC per model call: each Turn commits what happened since the last call (the previous
+	// answer, a tool round, the next user message) and returns the context for the next one.
+	version := int64(0)
+	var produced []*contextdv1.Delta
 	for _, text := range []string{"Hi!", "What's the weather in Oslo right now?"} {
-		if err := commit(contextd.AppendUser(contextd.UserText(text))); err != nil {
-			return err
-		}
+		produced = append(produced, contextd.AppendUser(contextd.UserText(text)))
 		for {
-			compiled, err := client.Compile(ctx, &contextdv1.CompileRequest{
-				ConversationId: id,
-				Budget:         &contextdv1.Budget{MaxTokens: 8000},
-				Render:         &contextdv1.RenderOptions{Provider: contextdv1.Provider_PROVIDER_OPENAI_CHAT, Model: "stub"},
-			})
+			compiled, err := client.Turn(ctx, request, version, produced...)
 			if err != nil {
 				return err
 			}
-			answer, err := stubModel(compiled.GetResult().GetRendered().GetJson())
+			version = compiled.GetCommittedVersion()
+			answer, err := stubModel(compiled.GetRendered().GetJson())
 			if err != nil {
 				return err
 			}
 			if len(answer.Calls) == 0 {
 				fmt.Printf("user: %s\nassistant: %s\n", text, answer.Text)
-				if err := commit(contextd.AppendAssistant(answer.Text)); err != nil {
-					return err
-				}
+				produced = []*contextdv1.Delta{contextd.AppendAssistant(answer.Text)}
 				break
 			}
 			round := contextd.NewToolRound("", answer.Calls...)
@@ -117,10 +115,10 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			if err := commit(delta); err != nil {
-				return err
-			}
+			produced = []*contextdv1.Delta{delta}
 		}
 	}
-	return nil
+	// The last answer has no next model call to travel with.
+	_, err = client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: id, ExpectedVersion: &version, Deltas: produced})
+	return err
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"time"
 
+	"connectrpc.com/connect"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -25,6 +26,13 @@ import (
 // DefaultAddress is where a sidecar listens unless configured otherwise.
 const DefaultAddress = "127.0.0.1:7420"
 
+// DefaultMaxMessageBytes is the largest message a Client sends or receives unless configured
+// otherwise: the sidecar's default --max-request-bytes (16 MiB) plus the 5-byte frame header of
+// gRPC and Connect. grpc-go's own default receive limit, 4 MiB, is smaller than a sidecar answers
+// for a long conversation, and a commit whose answer is refused for its size has still been
+// applied.
+const DefaultMaxMessageBytes = 16<<20 + 5
+
 // Option configures Dial.
 type Option func(*options)
 
@@ -34,6 +42,8 @@ type options struct {
 	conflictAttempts int
 	connectClient    *http.Client
 	dialOptions      []grpc.DialOption
+	maxReceiveBytes  int
+	maxSendBytes     int
 }
 
 // WithCallTimeout bounds every unary call, retries included, unless the caller's context already
@@ -51,6 +61,20 @@ func WithRetryPolicy(policy RetryPolicy) Option {
 // conflict. The default is 10.
 func WithConflictAttempts(attempts int) Option {
 	return func(o *options) { o.conflictAttempts = attempts }
+}
+
+// WithMaxReceiveBytes sets the largest response message the Client accepts; the default is
+// DefaultMaxMessageBytes. A commit whose answer is over it is retried with its idempotency key,
+// asking for the version only (see Commit).
+func WithMaxReceiveBytes(bytes int) Option {
+	return func(o *options) { o.maxReceiveBytes = bytes }
+}
+
+// WithMaxSendBytes sets the largest request message the Client sends; the default is
+// DefaultMaxMessageBytes (the sidecar refuses larger ones unless started with a larger
+// --max-request-bytes).
+func WithMaxSendBytes(bytes int) Option {
+	return func(o *options) { o.maxSendBytes = bytes }
 }
 
 // WithConnectProtocol speaks the Connect protocol over httpClient (nil = a new http.Client)
@@ -81,7 +105,10 @@ type Client struct {
 // Dial creates a Client for the sidecar at address ("host:port"; "" = DefaultAddress). Like
 // grpc.NewClient it does not wait for the sidecar; use WaitReady for that.
 func Dial(address string, opts ...Option) (*Client, error) {
-	o := options{callTimeout: 30 * time.Second, retry: DefaultRetryPolicy, conflictAttempts: 10}
+	o := options{
+		callTimeout: 30 * time.Second, retry: DefaultRetryPolicy, conflictAttempts: 10,
+		maxReceiveBytes: DefaultMaxMessageBytes, maxSendBytes: DefaultMaxMessageBytes,
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -90,7 +117,8 @@ func Dial(address string, opts ...Option) (*Client, error) {
 	}
 	client := &Client{callTimeout: o.callTimeout, retry: o.retry, conflictAttempts: max(o.conflictAttempts, 1)}
 	if o.connectClient != nil {
-		client.transport = newConnectTransport(o.connectClient, "http://"+address)
+		client.transport = newConnectTransport(o.connectClient, "http://"+address,
+			connect.WithReadMaxBytes(o.maxReceiveBytes), connect.WithSendMaxBytes(o.maxSendBytes))
 		return client, nil
 	}
 	dialOptions := append([]grpc.DialOption{
@@ -101,6 +129,7 @@ func Dial(address string, opts ...Option) (*Client, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxReceiveBytes), grpc.MaxCallSendMsgSize(o.maxSendBytes)),
 	}, o.dialOptions...)
 	conn, err := grpc.NewClient(address, dialOptions...)
 	if err != nil {
@@ -164,15 +193,25 @@ func (c *Client) GetState(ctx context.Context, request *contextdv1.GetStateReque
 	})
 }
 
-// Commit applies a batch of deltas atomically. A request without an idempotency key is sent with
-// a random one (the caller's message is not modified), so that a retry after UNAVAILABLE can never
-// apply the batch twice. A stale expected version is a *VersionConflictError.
+// Commit applies a batch of deltas atomically. The response carries the new version; the state
+// too only when request.IncludeState is set. A stale expected version is a *VersionConflictError.
+//
+// A commit is never reported as failed when it may have applied. A request without an idempotency
+// key is sent with a random one (the caller's message is not modified), and a commit whose outcome
+// is unknown — UNAVAILABLE, DEADLINE_EXCEEDED, or an answer over the receive limit — is sent again
+// with the same key, so it applies at most once; the sidecar answers a repeat from the key's record
+// (Replayed). A retry after an answer over the receive limit asks for the version only. When the
+// retries run out, the error is an *OutcomeUnknownError naming the key to retry with.
 func (c *Client) Commit(ctx context.Context, request *contextdv1.CommitRequest) (*contextdv1.CommitResponse, error) {
 	if request.GetIdempotencyKey() == "" {
 		request = proto.CloneOf(request)
 		request.IdempotencyKey = newIdempotencyKey()
 	}
-	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.CommitResponse, error) {
+	return keyedWrite(c, ctx, request.GetIdempotencyKey(), func(ctx context.Context, lean bool) (*contextdv1.CommitResponse, error) {
+		if lean && request.GetIncludeState() {
+			request = proto.CloneOf(request)
+			request.IncludeState = false
+		}
 		return c.transport.commit(ctx, request)
 	})
 }
@@ -230,14 +269,25 @@ func (c *Client) ListConversations(ctx context.Context, request *contextdv1.List
 	})
 }
 
-// Compile compiles a prompt. A compile that commits its writeback and has no idempotency key is
-// sent with a random one, as in Commit, so it too is safe to retry.
+// Compile compiles a prompt. A compile that commits (request.Commit) is a write and is treated as
+// Commit is: it gets a random idempotency key when it has none, and an unknown outcome is retried
+// with the same key (after an answer over the receive limit, without request.Include). A compile
+// that commits nothing is a read and is retried on UNAVAILABLE.
 func (c *Client) Compile(ctx context.Context, request *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error) {
-	if request.GetCommit() != nil && request.GetCommit().GetIdempotencyKey() == "" {
+	if request.GetCommit() == nil {
+		return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.CompileResponse, error) {
+			return c.transport.compile(ctx, request)
+		})
+	}
+	if request.GetCommit().GetIdempotencyKey() == "" {
 		request = proto.CloneOf(request)
 		request.Commit.IdempotencyKey = newIdempotencyKey()
 	}
-	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.CompileResponse, error) {
+	return keyedWrite(c, ctx, request.GetCommit().GetIdempotencyKey(), func(ctx context.Context, lean bool) (*contextdv1.CompileResponse, error) {
+		if lean && len(request.GetInclude()) > 0 {
+			request = proto.CloneOf(request)
+			request.Include = nil
+		}
 		return c.transport.compile(ctx, request)
 	})
 }

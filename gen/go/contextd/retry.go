@@ -9,7 +9,9 @@ import (
 
 // RetryPolicy says how a Client retries calls that failed with UNAVAILABLE (the sidecar is
 // starting, shutting down, or its store is unreachable). Only calls that are safe to repeat are
-// retried: reads, compiles that do not commit, and writes with an idempotency key.
+// retried: reads, compiles that do not commit, and writes with an idempotency key; the keyed
+// writes (Commit, Compile with Commit, Turn) are also retried after DEADLINE_EXCEEDED and after
+// an answer over the receive limit, since they may have applied.
 type RetryPolicy struct {
 	// MaxAttempts counts the first try; 1 disables retries.
 	MaxAttempts int

@@ -142,15 +142,15 @@ type connectTransport struct {
 	health        *connect.Client[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse]
 }
 
-func newConnectTransport(httpClient *http.Client, baseURL string) *connectTransport {
+func newConnectTransport(httpClient *http.Client, baseURL string, options ...connect.ClientOption) *connectTransport {
 	return &connectTransport{
 		httpClient:    httpClient,
-		conversations: contextdv1connect.NewConversationServiceClient(httpClient, baseURL),
-		contexts:      contextdv1connect.NewContextServiceClient(httpClient, baseURL),
-		telemetry:     contextdv1connect.NewTelemetryServiceClient(httpClient, baseURL),
+		conversations: contextdv1connect.NewConversationServiceClient(httpClient, baseURL, options...),
+		contexts:      contextdv1connect.NewContextServiceClient(httpClient, baseURL, options...),
+		telemetry:     contextdv1connect.NewTelemetryServiceClient(httpClient, baseURL, options...),
 		// grpc-go ships no connect-go health client; the generic client speaks to the same route.
 		health: connect.NewClient[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse](
-			httpClient, baseURL+"/grpc.health.v1.Health/Check"),
+			httpClient, baseURL+"/grpc.health.v1.Health/Check", options...),
 	}
 }
 

@@ -36,7 +36,7 @@ func storeTripPlanning(t *testing.T, client *contextd.Client, id string) (round 
 		contextd.AppendUser(contextd.UserText("How is the weather, and which trains go there? " + filler)),
 		toolRound,
 		contextd.AppendAssistant("Take the 07:25 train and pack a raincoat. " + filler),
-	}})
+	}, IncludeState: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +70,9 @@ func TestCompileUnderBudgetKeepsRoundsWholeAndProtectsTheCurrentTurn(t *testing.
 			ConversationId: id,
 			CurrentTurn:    currentTurn,
 			Budget:         &contextdv1.Budget{MaxTokens: maxTokens, Estimator: charsEstimator, HistoryStart: start},
+			// The source (for the current turn's id) and the records of the messages the budget
+			// dropped are not in the default answer.
+			Include: []contextdv1.CompileResultPart{contextdv1.CompileResultPart_COMPILE_RESULT_PART_SOURCE, contextdv1.CompileResultPart_COMPILE_RESULT_PART_ALL_TRANSFORMATIONS},
 		})
 		return response.GetResult(), err
 	}

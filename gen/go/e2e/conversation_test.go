@@ -31,7 +31,7 @@ func TestAgentTurnsAreStored(t *testing.T) {
 			commit := func(expected int64, deltas ...*contextdv1.Delta) *contextdv1.CommitResponse {
 				t.Helper()
 				response, err := client.Commit(ctx, &contextdv1.CommitRequest{
-					ConversationId: id, ExpectedVersion: proto.Int64(expected), Deltas: deltas,
+					ConversationId: id, ExpectedVersion: proto.Int64(expected), Deltas: deltas, IncludeState: true,
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -118,7 +118,14 @@ func TestCommitWithRetryResolvesAConflict(t *testing.T) {
 	if !slices.Equal(seenVersions, []int64{1, 2}) {
 		t.Fatalf("apply saw versions %v, want [1 2]: one conflict, then a reload", seenVersions)
 	}
-	state := response.GetState()
+	if response.GetState() != nil {
+		t.Fatal("a commit sends the state only when asked (include_state)")
+	}
+	loaded, err := agent.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := loaded.GetState()
 	if response.GetVersion() != 3 || len(state.GetExperiences()) != 1 || len(state.GetHistory()) != 2 {
 		t.Fatalf("after the retry: version %d, %d experiences, %d history messages; want 3, 1, 2",
 			response.GetVersion(), len(state.GetExperiences()), len(state.GetHistory()))

@@ -37,7 +37,7 @@ func storeSixUnits(t *testing.T, client *contextd.Client, id string) *contextdv1
 		contextd.AppendAssistant("you're welcome"),
 		contextd.AppendUser(contextd.UserText("one more")),
 		contextd.AppendAssistant("sure"),
-	}})
+	}, IncludeState: true})
 	if err != nil {
 		t.Fatal(err)
 	}

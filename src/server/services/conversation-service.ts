@@ -34,7 +34,7 @@ export function conversationService(dependencies: ConversationServiceDependencie
       requireConversationId(request.conversationId);
       if (request.deltas.length === 0) throw new ConnectError("deltas: a commit needs at least one delta", Code.InvalidArgument);
       const outcome = await store.commit(request.conversationId, request.expectedVersion, request.deltas, request.idempotencyKey);
-      if (request.omitState) return { version: outcome.version, replayed: outcome.replayed };
+      if (!request.includeState) return { version: outcome.version, replayed: outcome.replayed };
       return { version: outcome.version, replayed: outcome.replayed, state: outcome.state };
     },
 

@@ -1,7 +1,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BudgetSchema, CurrentTurnPersistence, EstimatorKind, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { BudgetSchema, CompileResultPart, CurrentTurnPersistence, EstimatorKind, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -74,9 +74,9 @@ describe.each(stores)("stateful Compile with commit over gRPC (real sidecar, %s)
     expect((await state(conversationId)).version).toBe(0n);
   });
 
-  it("omit_snapshots leaves the input copies out of the result and still commits the writeback", async () => {
+  it("answers lean by default: no input copies and no records of unchanged messages, and still commits the writeback", async () => {
     const conversationId = newId();
-    const { result } = await client.unary(ContextService.method.compile, { ...turnRequest(conversationId, "q1", 0n), omitSnapshots: true });
+    const { result } = await client.unary(ContextService.method.compile, turnRequest(conversationId, "q1", 0n));
     expect(result!.source).toBeUndefined();
     expect(result!.normalizedSnapshot).toBeUndefined();
     expect(result!.persistence).toBeUndefined();
@@ -84,9 +84,14 @@ describe.each(stores)("stateful Compile with commit over gRPC (real sidecar, %s)
     expect(result!.payload!.history.map((message) => message.id)).toEqual(["q1"]);
     expect(result!.committedVersion).toBe(1n);
     expect((await state(conversationId)).history.map((message) => message.id)).toEqual(["q1"]);
-    const full = await client.unary(ContextService.method.compile, { conversationId });
+    const full = await client.unary(ContextService.method.compile, {
+      conversationId,
+      include: [CompileResultPart.SOURCE, CompileResultPart.PERSISTENCE, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.NORMALIZED_SNAPSHOT],
+    });
     expect(full.result!.source!.snapshot!.history.map((message) => message.id)).toEqual(["q1"]);
     expect(full.result!.persistence!.history.map((message) => message.id)).toEqual(["q1"]);
+    expect(full.result!.writeback!.snapshot!.history.map((message) => message.id)).toEqual(["q1"]);
+    expect(full.result!.normalizedSnapshot!.history.map((message) => message.id)).toEqual(["q1"]);
   });
 
   it("creates a conversation never written when the commit expects version 0", async () => {

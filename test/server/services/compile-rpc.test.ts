@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind, TransformationAction } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResultPart, EstimatorKind, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService, type CompileStreamResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { MessageSchema, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
@@ -22,13 +22,22 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
   });
 
   it("compiles with a budget, pending after history, and records by id", async () => {
-    const { result } = await client.unary(ContextService.method.compile, {
+    const request = {
       history: { messages: history },
       pending: [message("p", Role.USER, "pending")],
       budget: { maxTokens: 30n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
-    });
+    };
+    const { result } = await client.unary(ContextService.method.compile, { ...request, include: [CompileResultPart.ALL_TRANSFORMATIONS] });
     expect(result!.payload!.history.map((m) => m.id)).toEqual(["h4", "h5", "p"]);
     expect(result!.transformations["h0"]!.action).toBe(TransformationAction.TRUNCATED);
+    expect(result!.transformations["h4"]!.action).toBe(TransformationAction.PASSED);
+    // By default the budget's drops are counted, and unchanged messages have no record.
+    const lean = (await client.unary(ContextService.method.compile, request)).result!;
+    expect(lean.payload).toEqual(result!.payload);
+    expect(lean.transformations).not.toHaveProperty("h0");
+    expect(lean.transformations).not.toHaveProperty("h4");
+    expect(lean.budgetDroppedMessages).toBe(BigInt(Object.values(result!.transformations).filter((record) => record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED).length));
+    expect(lean.budgetDroppedMessages).toBeGreaterThan(0n);
   });
 
   it("answers budget errors with RESOURCE_EXHAUSTED and bad input with INVALID_ARGUMENT", async () => {

@@ -72,7 +72,11 @@ describe.each([
     const conversationId = `c-stale-${useRedis}`;
     const first = await client.unary(ConversationService.method.commit, { conversationId, expectedVersion: 0n, deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))] });
     expect(first.version).toBe(1n);
-    expect(first.state!.history[0]!.id).toBe("u1");
+    // The version only, unless the state is asked for.
+    expect(first.state).toBeUndefined();
+    const withState = await client.unary(ConversationService.method.commit, { conversationId: `with-state-${useRedis}`, deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))], includeState: true });
+    expect(withState.state!.history[0]!.id).toBe("u1");
+
     const stale = await grpcError(client.unary(ConversationService.method.commit, { conversationId, expectedVersion: 0n, deltas: [appendHistory(textMessage("u2", Role.USER, "late"))] }));
     expect(stale.code).toBe(grpc.status.ABORTED);
     expect(stale.details).toContain("current version is 1");
@@ -210,7 +214,6 @@ describe("Redis outage", () => {
             expectedVersion: expected,
             deltas: [appendHistory(textMessage(messageId, Role.USER, messageId))],
             idempotencyKey: messageId,
-            omitState: true,
           });
         } catch (error) {
           const serviceError = error as grpc.ServiceError;

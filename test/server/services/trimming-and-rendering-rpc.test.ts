@@ -70,14 +70,14 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     const conversationId = newId();
     // The README's flow: commit the user's message, then compile. 2 MB against max_tokens 8000.
     const huge = textMessage("huge", Role.USER, "x".repeat(2 * 1024 * 1024));
-    await client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(...exchange(2), huge)], omitState: true });
+    await client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(...exchange(2), huge)] });
     const error = await failure(compile({ conversationId, budget: { maxTokens: 8000n }, render: { provider: Provider.OPENAI_CHAT, model: "m" } }));
     expect(error.code).toBe(8);
     expect(error.details).toMatch(
       /^budget exceeded: the latest user message "huge" \(history\[4\]\) needs 524288 tokens and is protected like the current turn \(set budget\.trim_latest_user_message to let the budget drop it\); 8000 are left after 0 reserved .*the limit is 8000$/,
     );
     const small = newId();
-    await client.unary(ConversationService.method.commit, { conversationId: small, deltas: [appendHistory(...exchange(4), textMessage("last", Role.USER, "Question 4?"))], omitState: true });
+    await client.unary(ConversationService.method.commit, { conversationId: small, deltas: [appendHistory(...exchange(4), textMessage("last", Role.USER, "Question 4?"))] });
     const kept = await compile({ conversationId: small, budget: { maxTokens: 30n, estimator: ten } });
     expect(kept.payload!.history.map((m) => m.id)).toEqual(["q3", "a3", "last"]);
   });

@@ -556,6 +556,76 @@ func (RedactionPattern) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{8}
 }
 
+// A heavy part of `CompileResult`, sent only when `CompileRequest.include` names it. Each repeats
+// the conversation (or a per-message record of it), so a long conversation's default answer stays
+// about the size of its prompt.
+type CompileResultPart int32
+
+const (
+	// Not a part; INVALID_ARGUMENT in `include`.
+	CompileResultPart_COMPILE_RESULT_PART_UNSPECIFIED CompileResultPart = 0
+	// `CompileResult.source`: the normalised input, including pending and the current turn.
+	CompileResultPart_COMPILE_RESULT_PART_SOURCE CompileResultPart = 1
+	// `CompileResult.normalized_snapshot`: the normalised segments and artifacts.
+	CompileResultPart_COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT CompileResultPart = 2
+	// `CompileResult.writeback.snapshot`: what to store for the ids to stay durable
+	// (`writeback.messages`, the assigned ids, is always sent).
+	CompileResultPart_COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT CompileResultPart = 3
+	// `CompileResult.persistence`: what to save, per segment.
+	CompileResultPart_COMPILE_RESULT_PART_PERSISTENCE CompileResultPart = 4
+	// Every record in `CompileResult.transformations` and `Projection.transformations`, including
+	// messages sent unchanged (PASSED) and messages the budget dropped (reason
+	// TOKEN_BUDGET_EXCEEDED).
+	CompileResultPart_COMPILE_RESULT_PART_ALL_TRANSFORMATIONS CompileResultPart = 5
+)
+
+// Enum value maps for CompileResultPart.
+var (
+	CompileResultPart_name = map[int32]string{
+		0: "COMPILE_RESULT_PART_UNSPECIFIED",
+		1: "COMPILE_RESULT_PART_SOURCE",
+		2: "COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT",
+		3: "COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT",
+		4: "COMPILE_RESULT_PART_PERSISTENCE",
+		5: "COMPILE_RESULT_PART_ALL_TRANSFORMATIONS",
+	}
+	CompileResultPart_value = map[string]int32{
+		"COMPILE_RESULT_PART_UNSPECIFIED":         0,
+		"COMPILE_RESULT_PART_SOURCE":              1,
+		"COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT": 2,
+		"COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT":  3,
+		"COMPILE_RESULT_PART_PERSISTENCE":         4,
+		"COMPILE_RESULT_PART_ALL_TRANSFORMATIONS": 5,
+	}
+)
+
+func (x CompileResultPart) Enum() *CompileResultPart {
+	p := new(CompileResultPart)
+	*p = x
+	return p
+}
+
+func (x CompileResultPart) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompileResultPart) Descriptor() protoreflect.EnumDescriptor {
+	return file_contextd_v1_compile_proto_enumTypes[9].Descriptor()
+}
+
+func (CompileResultPart) Type() protoreflect.EnumType {
+	return &file_contextd_v1_compile_proto_enumTypes[9]
+}
+
+func (x CompileResultPart) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompileResultPart.Descriptor instead.
+func (CompileResultPart) EnumDescriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{9}
+}
+
 // What happened to a message.
 type TransformationAction int32
 
@@ -601,11 +671,11 @@ func (x TransformationAction) String() string {
 }
 
 func (TransformationAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[9].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[10].Descriptor()
 }
 
 func (TransformationAction) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[9]
+	return &file_contextd_v1_compile_proto_enumTypes[10]
 }
 
 func (x TransformationAction) Number() protoreflect.EnumNumber {
@@ -614,7 +684,7 @@ func (x TransformationAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransformationAction.Descriptor instead.
 func (TransformationAction) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{10}
 }
 
 // Why it happened.
@@ -706,11 +776,11 @@ func (x TransformationReason) String() string {
 }
 
 func (TransformationReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_contextd_v1_compile_proto_enumTypes[10].Descriptor()
+	return file_contextd_v1_compile_proto_enumTypes[11].Descriptor()
 }
 
 func (TransformationReason) Type() protoreflect.EnumType {
-	return &file_contextd_v1_compile_proto_enumTypes[10]
+	return &file_contextd_v1_compile_proto_enumTypes[11]
 }
 
 func (x TransformationReason) Number() protoreflect.EnumNumber {
@@ -719,7 +789,7 @@ func (x TransformationReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransformationReason.Descriptor instead.
 func (TransformationReason) EnumDescriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11}
 }
 
 // A list of messages. As a field of `CompileRequest`, presence matters: an absent list inherits the
@@ -1907,19 +1977,41 @@ func (x *Target) GetRender() *RenderOptions {
 	return nil
 }
 
-// Persist the compile's writeback in the same call, atomically. Stateful compiles only.
+// What a stateful compile commits in the same call: first `deltas`, then the compile's writeback
+// (and a CompileSession's summary), as ONE atomic batch that produces one new version. The compile
+// runs on the state the deltas produce, before anything is stored: when the compile fails (bad
+// request, budget, provider rules), nothing is committed, and when the batch cannot be committed
+// (version conflict, invalid delta), no result is returned. An agent loop therefore needs one RPC
+// per model call: send what it produced since the last call (the assistant's answer, the tool
+// results, the next user message) as `deltas` and get the context for the next call back. The
+// batch is also what `Watch` delivers: the deltas as sent, then the writeback's deltas.
 type CommitOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The version the compile must see; a different stored version is ABORTED with the current one.
-	// 0 on a conversation never written creates it.
+	// The version the conversation must be at before `deltas` are applied; a different stored
+	// version is ABORTED with the current one. 0 on a conversation never written creates it. The
+	// result's `version` is `expected_version + 1` when `deltas` is not empty (the state they
+	// produce), else `expected_version`; `committed_version` is `expected_version + 1` whenever
+	// anything was committed.
 	ExpectedVersion int64 `protobuf:"varint,1,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	// Optional idempotency key. A retried compile-commit with the same key whose first attempt
-	// committed is not compiled again: it returns a result carrying `version` = the expected version,
-	// the original `committed_version` and an "idempotent_replay" warning (no payload: the state it
-	// compiled from has moved on). The same key with a different request is INVALID_ARGUMENT.
+	// Optional idempotency key, identifying the whole request except `include` (which only shapes
+	// the answer, so a retry may ask for less). A retry with the same key whose first attempt
+	// committed applies nothing again; its result carries `committed_version` = the version the first
+	// attempt wrote and an "idempotent_replay" warning. When the request brings no messages of its
+	// own for the writeback (no current_turn, pending, deferred_blocks, artifacts or segment
+	// overrides: a turn whose messages are all in `deltas`) and the conversation is still at that
+	// version, the retry compiles that version again and returns a full result, so a turn whose
+	// answer was lost costs one retry. Otherwise the compile is not run again and the result has no
+	// payload (`version` is then the expected version). The same key with a different request is
+	// INVALID_ARGUMENT. The Go and Python clients add a random key to every compile with `commit`
+	// that has none and retry unknown outcomes with it.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Deltas applied, in order, before the compile reads the conversation, with exactly the rules of
+	// `CommitRequest.deltas` (an invalid delta is INVALID_ARGUMENT naming its index; messages
+	// without an id get one, and the compile sees the same ids that are stored). May be empty: then
+	// only the writeback is committed.
+	Deltas        []*Delta `protobuf:"bytes,3,rep,name=deltas,proto3" json:"deltas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitOptions) Reset() {
@@ -1964,6 +2056,13 @@ func (x *CommitOptions) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *CommitOptions) GetDeltas() []*Delta {
+	if x != nil {
+		return x.Deltas
+	}
+	return nil
 }
 
 // A compile request. Stateless when `conversation_id` is empty (segments come from the request);
@@ -2017,17 +2116,15 @@ type CompileRequest struct {
 	Scratch []*Message `protobuf:"bytes,22,rep,name=scratch,proto3" json:"scratch,omitempty"`
 	// Provider rendering.
 	Render *RenderOptions `protobuf:"bytes,23,opt,name=render,proto3" json:"render,omitempty"`
-	// Commit the writeback (stateful only).
+	// Commit `commit.deltas` and then the writeback, atomically, around the compile (stateful only).
 	Commit *CommitOptions `protobuf:"bytes,24,opt,name=commit,proto3" json:"commit,omitempty"`
-	// Leave the copies of the input out of the result: `source`, `normalized_snapshot`,
-	// `writeback.snapshot` and `persistence` (`writeback.messages` stays). A compiled conversation
-	// repeats itself about five times in the result; a caller that lets contextd persist (`commit`)
-	// or does not persist at all needs only the payload, the render and the records.
-	OmitSnapshots bool `protobuf:"varint,25,opt,name=omit_snapshots,json=omitSnapshots,proto3" json:"omit_snapshots,omitempty"`
 	// Stored tool calls whose arguments are not a JSON object: how to render them (default AS_STRING).
 	ToolArgumentsRepair ToolArgumentsRepair `protobuf:"varint,26,opt,name=tool_arguments_repair,json=toolArgumentsRepair,proto3,enum=contextd.v1.ToolArgumentsRepair" json:"tool_arguments_repair,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Parts of the result to send beyond the default (see `CompileResult`). Unset and unknown values
+	// are INVALID_ARGUMENT; a value given twice counts once.
+	Include       []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompileRequest) Reset() {
@@ -2228,18 +2325,18 @@ func (x *CompileRequest) GetCommit() *CommitOptions {
 	return nil
 }
 
-func (x *CompileRequest) GetOmitSnapshots() bool {
-	if x != nil {
-		return x.OmitSnapshots
-	}
-	return false
-}
-
 func (x *CompileRequest) GetToolArgumentsRepair() ToolArgumentsRepair {
 	if x != nil {
 		return x.ToolArgumentsRepair
 	}
 	return ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_UNSPECIFIED
+}
+
+func (x *CompileRequest) GetInclude() []CompileResultPart {
+	if x != nil {
+		return x.Include
+	}
+	return nil
 }
 
 // The final record of one message in a compile.
@@ -2811,7 +2908,8 @@ type Projection struct {
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// The messages (segment projections).
 	Messages []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
-	// Records of this projection only.
+	// Records of this projection only; the same subset as `CompileResult.transformations` unless
+	// COMPILE_RESULT_PART_ALL_TRANSFORMATIONS is included.
 	Transformations map[string]*Transformation `protobuf:"bytes,4,rep,name=transformations,proto3" json:"transformations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Ids of artifacts visible in the projection.
 	ArtifactIds []string `protobuf:"bytes,5,rep,name=artifact_ids,json=artifactIds,proto3" json:"artifact_ids,omitempty"`
@@ -3230,26 +3328,37 @@ func (x *StageTiming) GetDurationNs() int64 {
 	return 0
 }
 
-// The result of a compile.
+// The result of a compile. By default it carries what an agent needs for its next model call:
+// `payload`, `rendered`, `usage`, `warnings`, `version` and `committed_version`, the records of
+// messages that were not sent unchanged (see `transformations`), the assigned ids
+// (`writeback.messages`), `introduced`, `projections`, `stage_timings` and `prefix_fingerprint`.
+// Its size follows the prompt, not the stored conversation. `source`, `normalized_snapshot`,
+// `writeback.snapshot`, `persistence` and the full record map are sent only when
+// `CompileRequest.include` names them.
 type CompileResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The compiled prompt.
 	Payload *CompiledPayload `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
 	// The provider body, when `render` was set.
 	Rendered *RenderedRequest `protobuf:"bytes,2,opt,name=rendered,proto3" json:"rendered,omitempty"`
-	// The frozen normalised input.
+	// The frozen normalised input. Only with COMPILE_RESULT_PART_SOURCE.
 	Source *CompileSource `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	// Normalised segments and artifacts.
+	// Normalised segments and artifacts. Only with COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT.
 	NormalizedSnapshot *Snapshot `protobuf:"bytes,4,opt,name=normalized_snapshot,json=normalizedSnapshot,proto3" json:"normalized_snapshot,omitempty"`
-	// What to write back.
+	// What to write back: the assigned ids always, the snapshot only with
+	// COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT.
 	Writeback *Writeback `protobuf:"bytes,5,opt,name=writeback,proto3" json:"writeback,omitempty"`
 	// Messages added by the compile (deferred blocks, artifacts, summaries), pre-transform.
 	Introduced []*IntroducedMessage `protobuf:"bytes,6,rep,name=introduced,proto3" json:"introduced,omitempty"`
-	// Message id → final record, for the main payload.
+	// Message id → final record, for the main payload. By default only messages that were not sent
+	// unchanged and not dropped by the budget: FORMATTED, EVICTED and TRUNCATED records whose reason
+	// is not TOKEN_BUDGET_EXCEEDED (a message of the payload without a record was sent unchanged;
+	// `budget_dropped_messages` counts the others). With COMPILE_RESULT_PART_ALL_TRANSFORMATIONS,
+	// every message's record.
 	Transformations map[string]*Transformation `protobuf:"bytes,7,rep,name=transformations,proto3" json:"transformations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Named side projections, in target order.
 	Projections []*Projection `protobuf:"bytes,8,rep,name=projections,proto3" json:"projections,omitempty"`
-	// What to persist.
+	// What to persist. Only with COMPILE_RESULT_PART_PERSISTENCE.
 	Persistence *Persistence `protobuf:"bytes,9,opt,name=persistence,proto3" json:"persistence,omitempty"`
 	// Token usage.
 	Usage *Usage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
@@ -3264,8 +3373,11 @@ type CompileResult struct {
 	Version int64 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
 	// The version written by `commit`; 0 when nothing was committed.
 	CommittedVersion int64 `protobuf:"varint,15,opt,name=committed_version,json=committedVersion,proto3" json:"committed_version,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How many messages of the main payload's input the budget dropped (records with reason
+	// TOKEN_BUDGET_EXCEEDED), whether or not their records are sent.
+	BudgetDroppedMessages int64 `protobuf:"varint,16,opt,name=budget_dropped_messages,json=budgetDroppedMessages,proto3" json:"budget_dropped_messages,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CompileResult) Reset() {
@@ -3399,6 +3511,13 @@ func (x *CompileResult) GetVersion() int64 {
 func (x *CompileResult) GetCommittedVersion() int64 {
 	if x != nil {
 		return x.CommittedVersion
+	}
+	return 0
+}
+
+func (x *CompileResult) GetBudgetDroppedMessages() int64 {
+	if x != nil {
+		return x.BudgetDroppedMessages
 	}
 	return 0
 }
@@ -3757,10 +3876,11 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\n" +
 	"formatters\x18\x05 \x03(\v2\x1d.contextd.v1.SegmentFormatterR\n" +
 	"formatters\x122\n" +
-	"\x06render\x18\x06 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\"c\n" +
+	"\x06render\x18\x06 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\"\x8f\x01\n" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
-	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xf7\v\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12*\n" +
+	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xa0\f\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -3788,12 +3908,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\atargets\x18\x15 \x03(\v2\x13.contextd.v1.TargetR\atargets\x12.\n" +
 	"\ascratch\x18\x16 \x03(\v2\x14.contextd.v1.MessageR\ascratch\x122\n" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
-	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12%\n" +
-	"\x0eomit_snapshots\x18\x19 \x01(\bR\romitSnapshots\x12T\n" +
-	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x1a>\n" +
+	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12T\n" +
+	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x128\n" +
+	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\xb6\x01\n" +
 	"\x0eTransformation\x129\n" +
 	"\x06action\x18\x01 \x01(\x0e2!.contextd.v1.TransformationActionR\x06action\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\x12.\n" +
@@ -3868,7 +3988,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x1f\n" +
 	"\vduration_ns\x18\x02 \x01(\x03R\n" +
-	"durationNs\"\xb7\a\n" +
+	"durationNs\"\xef\a\n" +
 	"\rCompileResult\x126\n" +
 	"\apayload\x18\x01 \x01(\v2\x1c.contextd.v1.CompiledPayloadR\apayload\x128\n" +
 	"\brendered\x18\x02 \x01(\v2\x1c.contextd.v1.RenderedRequestR\brendered\x122\n" +
@@ -3887,7 +4007,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\rstage_timings\x18\f \x03(\v2\x18.contextd.v1.StageTimingR\fstageTimings\x12-\n" +
 	"\x12prefix_fingerprint\x18\r \x01(\tR\x11prefixFingerprint\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x03R\aversion\x12+\n" +
-	"\x11committed_version\x18\x0f \x01(\x03R\x10committedVersion\x1a_\n" +
+	"\x11committed_version\x18\x0f \x01(\x03R\x10committedVersion\x126\n" +
+	"\x17budget_dropped_messages\x18\x10 \x01(\x03R\x15budgetDroppedMessages\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
 	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01*\xc9\x01\n" +
@@ -3936,7 +4057,14 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x17REDACTION_PATTERN_PHONE\x10\x02\x12!\n" +
 	"\x1dREDACTION_PATTERN_CARD_NUMBER\x10\x03\x12 \n" +
 	"\x1cREDACTION_PATTERN_IP_ADDRESS\x10\x04\x12\x1d\n" +
-	"\x19REDACTION_PATTERN_API_KEY\x10\x05*\xcc\x01\n" +
+	"\x19REDACTION_PATTERN_API_KEY\x10\x05*\x83\x02\n" +
+	"\x11CompileResultPart\x12#\n" +
+	"\x1fCOMPILE_RESULT_PART_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aCOMPILE_RESULT_PART_SOURCE\x10\x01\x12+\n" +
+	"'COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT\x10\x02\x12*\n" +
+	"&COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT\x10\x03\x12#\n" +
+	"\x1fCOMPILE_RESULT_PART_PERSISTENCE\x10\x04\x12+\n" +
+	"'COMPILE_RESULT_PART_ALL_TRANSFORMATIONS\x10\x05*\xcc\x01\n" +
 	"\x14TransformationAction\x12%\n" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
@@ -3975,7 +4103,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_compile_proto_rawDescData
 }
 
-var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
 var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
@@ -3987,171 +4115,175 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(EstimatorKind)(0),                // 6: contextd.v1.EstimatorKind
 	(TokenizerEncoding)(0),            // 7: contextd.v1.TokenizerEncoding
 	(RedactionPattern)(0),             // 8: contextd.v1.RedactionPattern
-	(TransformationAction)(0),         // 9: contextd.v1.TransformationAction
-	(TransformationReason)(0),         // 10: contextd.v1.TransformationReason
-	(*MessageList)(nil),               // 11: contextd.v1.MessageList
-	(*ToolDefinitionList)(nil),        // 12: contextd.v1.ToolDefinitionList
-	(*ExperienceList)(nil),            // 13: contextd.v1.ExperienceList
-	(*CurrentTurn)(nil),               // 14: contextd.v1.CurrentTurn
-	(*IdentityOptions)(nil),           // 15: contextd.v1.IdentityOptions
-	(*Estimator)(nil),                 // 16: contextd.v1.Estimator
-	(*Budget)(nil),                    // 17: contextd.v1.Budget
-	(*DeferredBlock)(nil),             // 18: contextd.v1.DeferredBlock
-	(*CustomRedactionPattern)(nil),    // 19: contextd.v1.CustomRedactionPattern
-	(*RedactionHook)(nil),             // 20: contextd.v1.RedactionHook
-	(*Hook)(nil),                      // 21: contextd.v1.Hook
-	(*SegmentFormatter)(nil),          // 22: contextd.v1.SegmentFormatter
-	(*RoleProjection)(nil),            // 23: contextd.v1.RoleProjection
-	(*TextReplacement)(nil),           // 24: contextd.v1.TextReplacement
-	(*RenderOptions)(nil),             // 25: contextd.v1.RenderOptions
-	(*Target)(nil),                    // 26: contextd.v1.Target
-	(*CommitOptions)(nil),             // 27: contextd.v1.CommitOptions
-	(*CompileRequest)(nil),            // 28: contextd.v1.CompileRequest
-	(*Transformation)(nil),            // 29: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 30: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 31: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 32: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 33: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 34: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 35: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 36: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 37: contextd.v1.Projection
-	(*Persistence)(nil),               // 38: contextd.v1.Persistence
-	(*Usage)(nil),                     // 39: contextd.v1.Usage
-	(*Warning)(nil),                   // 40: contextd.v1.Warning
-	(*StageTiming)(nil),               // 41: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 42: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 43: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 44: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 45: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 46: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 47: contextd.v1.RoleProjection.Rule
-	nil,                               // 48: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 49: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 50: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 51: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 52: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 53: contextd.v1.Experience
-	(Provider)(0),                     // 54: contextd.v1.Provider
-	(Role)(0),                         // 55: contextd.v1.Role
-	(Segment)(0),                      // 56: contextd.v1.Segment
-	(MergePolicy)(0),                  // 57: contextd.v1.MergePolicy
-	(*Artifact)(nil),                  // 58: contextd.v1.Artifact
-	(ActorKind)(0),                    // 59: contextd.v1.ActorKind
+	(CompileResultPart)(0),            // 9: contextd.v1.CompileResultPart
+	(TransformationAction)(0),         // 10: contextd.v1.TransformationAction
+	(TransformationReason)(0),         // 11: contextd.v1.TransformationReason
+	(*MessageList)(nil),               // 12: contextd.v1.MessageList
+	(*ToolDefinitionList)(nil),        // 13: contextd.v1.ToolDefinitionList
+	(*ExperienceList)(nil),            // 14: contextd.v1.ExperienceList
+	(*CurrentTurn)(nil),               // 15: contextd.v1.CurrentTurn
+	(*IdentityOptions)(nil),           // 16: contextd.v1.IdentityOptions
+	(*Estimator)(nil),                 // 17: contextd.v1.Estimator
+	(*Budget)(nil),                    // 18: contextd.v1.Budget
+	(*DeferredBlock)(nil),             // 19: contextd.v1.DeferredBlock
+	(*CustomRedactionPattern)(nil),    // 20: contextd.v1.CustomRedactionPattern
+	(*RedactionHook)(nil),             // 21: contextd.v1.RedactionHook
+	(*Hook)(nil),                      // 22: contextd.v1.Hook
+	(*SegmentFormatter)(nil),          // 23: contextd.v1.SegmentFormatter
+	(*RoleProjection)(nil),            // 24: contextd.v1.RoleProjection
+	(*TextReplacement)(nil),           // 25: contextd.v1.TextReplacement
+	(*RenderOptions)(nil),             // 26: contextd.v1.RenderOptions
+	(*Target)(nil),                    // 27: contextd.v1.Target
+	(*CommitOptions)(nil),             // 28: contextd.v1.CommitOptions
+	(*CompileRequest)(nil),            // 29: contextd.v1.CompileRequest
+	(*Transformation)(nil),            // 30: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 31: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 32: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 33: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 34: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 35: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 36: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 37: contextd.v1.RenderedRequest
+	(*Projection)(nil),                // 38: contextd.v1.Projection
+	(*Persistence)(nil),               // 39: contextd.v1.Persistence
+	(*Usage)(nil),                     // 40: contextd.v1.Usage
+	(*Warning)(nil),                   // 41: contextd.v1.Warning
+	(*StageTiming)(nil),               // 42: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 43: contextd.v1.CompileResult
+	(*SegmentFormatter_XmlTag)(nil),   // 44: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 45: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 46: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 47: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 48: contextd.v1.RoleProjection.Rule
+	nil,                               // 49: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 50: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 51: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 52: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 53: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 54: contextd.v1.Experience
+	(Provider)(0),                     // 55: contextd.v1.Provider
+	(Role)(0),                         // 56: contextd.v1.Role
+	(Segment)(0),                      // 57: contextd.v1.Segment
+	(MergePolicy)(0),                  // 58: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 59: contextd.v1.Delta
+	(*Artifact)(nil),                  // 60: contextd.v1.Artifact
+	(ActorKind)(0),                    // 61: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	51,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	52,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	53,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	51,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	51,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	52,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	53,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	54,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	52,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	52,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	54,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	55,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
-	16,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	55,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
+	56,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
-	56,  // 14: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	51,  // 15: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	57,  // 16: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	57,  // 14: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	52,  // 15: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	58,  // 16: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 17: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
-	19,  // 18: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	56,  // 19: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
-	20,  // 20: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	56,  // 21: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	43,  // 22: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	44,  // 23: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	45,  // 24: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	46,  // 25: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	47,  // 26: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	56,  // 27: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	54,  // 28: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	56,  // 29: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
-	17,  // 30: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
-	22,  // 31: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
-	25,  // 32: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	11,  // 33: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
-	11,  // 34: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
-	11,  // 35: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
-	11,  // 36: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
-	12,  // 37: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
-	13,  // 38: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
-	14,  // 39: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	51,  // 40: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	58,  // 41: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
-	15,  // 42: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
-	2,   // 43: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
-	17,  // 44: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
-	18,  // 45: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	48,  // 46: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
-	21,  // 47: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
-	22,  // 48: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
-	23,  // 49: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
-	24,  // 50: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
-	26,  // 51: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	51,  // 52: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
-	25,  // 53: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
-	27,  // 54: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
-	3,   // 55: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
-	9,   // 56: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
-	10,  // 57: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	56,  // 58: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	56,  // 59: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	51,  // 60: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	51,  // 61: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	51,  // 62: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	51,  // 63: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	58,  // 64: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	30,  // 65: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	31,  // 66: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	56,  // 67: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	51,  // 68: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	31,  // 69: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	51,  // 70: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	14,  // 71: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	51,  // 72: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	51,  // 73: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	51,  // 74: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	51,  // 75: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	51,  // 76: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	52,  // 77: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	54,  // 78: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	40,  // 79: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	51,  // 80: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	49,  // 81: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	36,  // 82: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	39,  // 83: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	51,  // 84: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	51,  // 85: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	51,  // 86: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	51,  // 87: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	58,  // 88: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 89: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	35,  // 90: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	36,  // 91: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	34,  // 92: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	31,  // 93: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	32,  // 94: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	33,  // 95: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	50,  // 96: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	37,  // 97: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	38,  // 98: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	39,  // 99: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	40,  // 100: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	41,  // 101: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	55,  // 102: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	59,  // 103: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	55,  // 104: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	29,  // 105: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	29,  // 106: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	107, // [107:107] is the sub-list for method output_type
-	107, // [107:107] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	20,  // 18: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
+	57,  // 19: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	21,  // 20: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
+	57,  // 21: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	44,  // 22: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	45,  // 23: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	46,  // 24: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	47,  // 25: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	48,  // 26: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	57,  // 27: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	55,  // 28: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	57,  // 29: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	18,  // 30: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
+	23,  // 31: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
+	26,  // 32: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
+	59,  // 33: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	12,  // 34: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
+	12,  // 35: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
+	12,  // 36: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
+	12,  // 37: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
+	13,  // 38: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
+	14,  // 39: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
+	15,  // 40: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
+	52,  // 41: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	60,  // 42: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	16,  // 43: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
+	2,   // 44: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
+	18,  // 45: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
+	19,  // 46: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
+	49,  // 47: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	22,  // 48: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
+	23,  // 49: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
+	24,  // 50: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
+	25,  // 51: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
+	27,  // 52: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
+	52,  // 53: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	26,  // 54: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
+	28,  // 55: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
+	3,   // 56: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
+	9,   // 57: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
+	10,  // 58: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
+	11,  // 59: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
+	57,  // 60: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	57,  // 61: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	52,  // 62: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	52,  // 63: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	52,  // 64: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	52,  // 65: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	60,  // 66: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	31,  // 67: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	32,  // 68: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	57,  // 69: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	52,  // 70: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	32,  // 71: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	52,  // 72: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	15,  // 73: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	52,  // 74: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	52,  // 75: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	52,  // 76: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	52,  // 77: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	52,  // 78: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	53,  // 79: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	55,  // 80: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	41,  // 81: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	52,  // 82: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	50,  // 83: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	37,  // 84: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	40,  // 85: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	52,  // 86: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	52,  // 87: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	52,  // 88: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	52,  // 89: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	60,  // 90: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 91: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	36,  // 92: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	37,  // 93: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	35,  // 94: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	32,  // 95: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	33,  // 96: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	34,  // 97: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	51,  // 98: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	38,  // 99: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	39,  // 100: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	40,  // 101: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	41,  // 102: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	42,  // 103: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	56,  // 104: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	61,  // 105: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	56,  // 106: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	30,  // 107: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	30,  // 108: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	109, // [109:109] is the sub-list for method output_type
+	109, // [109:109] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4176,7 +4308,7 @@ func file_contextd_v1_compile_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
-			NumEnums:      11,
+			NumEnums:      12,
 			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,

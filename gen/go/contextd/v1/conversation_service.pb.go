@@ -123,13 +123,15 @@ type CommitRequest struct {
 	// The deltas, applied in order; empty is INVALID_ARGUMENT.
 	Deltas []*Delta `protobuf:"bytes,3,rep,name=deltas,proto3" json:"deltas,omitempty"`
 	// Optional key: a retry with the same key and the same deltas is answered from the key's record
-	// instead of applying twice (`replayed`, the version the original produced, and the state only
-	// while the conversation is still at that version); the same key with different deltas is
-	// INVALID_ARGUMENT.
+	// instead of applying twice (`replayed`, the version the original produced, and, with
+	// `include_state`, the state only while the conversation is still at that version); the same key
+	// with different deltas is INVALID_ARGUMENT (`include_state` is not part of what must match). The
+	// Go and Python clients add a random key to every commit that has none and retry a commit whose
+	// outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, a response over the receive limit) with it.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	// Leave `CommitResponse.state` empty. A long conversation's state is megabytes; writers that only
-	// need the new version save encoding and transfer time by setting this.
-	OmitState     bool `protobuf:"varint,5,opt,name=omit_state,json=omitState,proto3" json:"omit_state,omitempty"`
+	// Also send the state after the commit in `CommitResponse.state`. Off by default: a long
+	// conversation's state is megabytes, and a writer needs the new version only.
+	IncludeState  bool `protobuf:"varint,6,opt,name=include_state,json=includeState,proto3" json:"include_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,9 +194,9 @@ func (x *CommitRequest) GetIdempotencyKey() string {
 	return ""
 }
 
-func (x *CommitRequest) GetOmitState() bool {
+func (x *CommitRequest) GetIncludeState() bool {
 	if x != nil {
-		return x.OmitState
+		return x.IncludeState
 	}
 	return false
 }
@@ -206,7 +208,7 @@ type CommitResponse struct {
 	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// True when this was a retry answered from the idempotency record.
 	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	// The state after the commit; empty when the request set `omit_state`, and on a replay once
+	// The state after the commit, only when the request set `include_state`; empty on a replay once
 	// later commits have followed.
 	State         *ConversationState `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -828,15 +830,15 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x0fGetStateRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\"H\n" +
 	"\x10GetStateResponse\x124\n" +
-	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xf1\x01\n" +
+	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\x89\x02\n" +
 	"\rCommitRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12.\n" +
 	"\x10expected_version\x18\x02 \x01(\x03H\x00R\x0fexpectedVersion\x88\x01\x01\x12*\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1d\n" +
-	"\n" +
-	"omit_state\x18\x05 \x01(\bR\tomitStateB\x13\n" +
-	"\x11_expected_version\"|\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12#\n" +
+	"\rinclude_state\x18\x06 \x01(\bR\fincludeStateB\x13\n" +
+	"\x11_expected_versionJ\x04\b\x05\x10\x06R\n" +
+	"omit_state\"|\n" +
 	"\x0eCommitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x124\n" +

@@ -1,9 +1,10 @@
 """The Python client of the contextd sidecar: the generated `contextd.v1` API plus what every agent
-needs around it — deadlines, retries on UNAVAILABLE, compare-and-retry commits, exceptions per
+needs around it — deadlines, retries on UNAVAILABLE, commits retried with their idempotency key
+until their outcome is known, one-RPC agent turns, compare-and-retry commits, exceptions per
 status code, builders and stream iterators. `Client` blocks; `AsyncClient` runs on grpc.aio.
 """
 
-from contextd.client._common import DEFAULT_ADDRESS
+from contextd.client._common import DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, channel_options
 from contextd.client._sync import Client
 from contextd.client.aio import AsyncClient
 from contextd.client.builders import (
@@ -33,6 +34,7 @@ from contextd.client.errors import (
     Internal,
     InvalidArgument,
     NotFound,
+    OutcomeUnknown,
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
@@ -44,6 +46,7 @@ from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_RETRY_POLICY",
     "AsyncClient",
     "Cancelled",
@@ -54,6 +57,7 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "NotFound",
+    "OutcomeUnknown",
     "PermissionDenied",
     "ResourceExhausted",
     "RetryPolicy",
@@ -67,6 +71,7 @@ __all__ = [
     "append_tool_result",
     "append_user",
     "assistant_text",
+    "channel_options",
     "error_payload",
     "json_payload",
     "remember",

@@ -10,8 +10,31 @@ from typing import Callable, Iterator, Optional, Sequence, Type, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from contextd.client._common import DEFAULT_ADDRESS, Deadline, Summarize, keyed_commit, keyed_compile, session_answer
-from contextd.client.errors import ContextdError, DeadlineExceeded, Unavailable, VersionConflict, from_rpc_error
+from contextd.client._common import (
+    DEFAULT_ADDRESS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Deadline,
+    Summarize,
+    channel_options,
+    keyed_commit,
+    keyed_compile,
+    lean_commit,
+    lean_compile,
+    replay_with_payload,
+    session_answer,
+    turn_request,
+    without_commit,
+)
+from contextd.client.errors import (
+    ContextdError,
+    DeadlineExceeded,
+    OutcomeUnknown,
+    Unavailable,
+    VersionConflict,
+    from_rpc_error,
+    outcome_unknown,
+    response_too_large,
+)
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import (
     compile_pb2,
@@ -46,10 +69,19 @@ class Client:
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         conflict_attempts: int = 10,
         channel: Optional[grpc.Channel] = None,
+        max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
-        `channel` (for TLS or interceptors). `conflict_attempts` bounds commit_with_retry."""
-        self._channel = channel if channel is not None else grpc.insecure_channel(address)
+        `channel` (for TLS or interceptors). `conflict_attempts` bounds commit_with_retry.
+        `max_receive_bytes` and `max_send_bytes` (default: the sidecar's 16 MiB plus the frame
+        header) bound the messages of a channel the client creates; create a channel you pass with
+        `options=contextd.client.channel_options(max_receive_bytes, max_send_bytes)`."""
+        self._channel = (
+            channel
+            if channel is not None
+            else grpc.insecure_channel(address, options=channel_options(max_receive_bytes, max_send_bytes))
+        )
         self._timeout = timeout
         self._retry = retry
         self._conflict_attempts = max(conflict_attempts, 1)
@@ -102,10 +134,18 @@ class Client:
     def commit(
         self, request: conversation_pb2.CommitRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.CommitResponse:
-        """Applies a batch of deltas atomically. A request without an idempotency key is sent with
-        a random one, so a retry after UNAVAILABLE never applies it twice. A stale expected
-        version raises VersionConflict."""
-        return self._unary(self._conversations.Commit, keyed_commit(request), True, timeout)
+        """Applies a batch of deltas atomically and returns the new version (the state too only
+        with `include_state`). A stale expected version raises VersionConflict.
+
+        A commit is never reported as failed when it may have applied. A request without an
+        idempotency key is sent with a random one (the caller's message is not modified), and a
+        commit whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, an answer over the receive
+        limit) is sent again with the same key, so it applies at most once; the sidecar answers a
+        repeat from the key's record (`replayed`). A retry after an answer over the receive limit
+        asks for the version only. When the retries run out, OutcomeUnknown names the key to
+        retry with."""
+        keyed = keyed_commit(request)
+        return self._keyed_write(self._conversations.Commit, keyed, keyed.idempotency_key, lean_commit, timeout)
 
     def commit_with_retry(
         self,
@@ -149,9 +189,46 @@ class Client:
     def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.CompileResponse:
-        """Compiles a prompt. A compile that commits and has no idempotency key gets a random
-        one, as in commit, so it too is safe to retry."""
-        return self._unary(self._contexts.Compile, keyed_compile(request), True, timeout)
+        """Compiles a prompt. A compile that commits (`commit`) is a write and is treated as
+        `commit` is: a random idempotency key when it has none, and an unknown outcome retried with
+        the same key (after an answer over the receive limit, without `include`). A compile that
+        commits nothing is a read and is retried on UNAVAILABLE."""
+        if not request.HasField("commit"):
+            return self._unary(self._contexts.Compile, request, True, timeout)
+        keyed = keyed_compile(request)
+        return self._keyed_write(self._contexts.Compile, keyed, keyed.commit.idempotency_key, lean_compile, timeout)
+
+    def turn(
+        self,
+        request: compile_pb2.CompileRequest,
+        expected_version: int,
+        deltas: Sequence[state_pb2.Delta],
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """One step of an agent loop in one RPC: commits `deltas` (what the agent produced since
+        its last model call: the assistant's answer, tool results, the next user message) on top
+        of `expected_version` and returns the compile of the state they produce, the context for
+        the next model call. Deltas and compile are atomic: when the compile fails nothing is
+        committed, and when the commit fails (VersionConflict for a stale version,
+        InvalidArgument for an invalid delta) there is no result. The next turn's
+        `expected_version` is the result's `committed_version`.
+
+        `request` holds the compile options (budget, render, ...) and the conversation id; its
+        `commit` is set here and the caller's message is not modified. The user's message goes in
+        `deltas` (append_user), not in `current_turn`, which a retry would compile twice: ValueError.
+
+        Like `compile` with `commit`, a turn is keyed and retried while its outcome is unknown; a
+        retry whose first attempt committed returns the compile of that version (warning
+        "idempotent_replay"). If the conversation moved on meanwhile, the conversation as it is
+        now is compiled (without committing) so the result always has a payload;
+        `committed_version` still says which version the deltas produced."""
+        turn = turn_request(request, expected_version, deltas)
+        result = self.compile(turn, timeout=timeout).result
+        if result.HasField("payload"):
+            return result
+        current = self.compile(without_commit(turn), timeout=timeout).result
+        return replay_with_payload(result, current)
 
     def count_tokens(
         self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None
@@ -288,5 +365,37 @@ class Client:
                 pause = self._retry.backoff(attempt)
                 if not isinstance(failure, Unavailable) or attempt == attempts or not deadline.allows(pause):
                     raise failure from error
+            time.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _keyed_write(
+        self,
+        method: Callable[..., Response],
+        request: Request,
+        key: str,
+        lean: Callable[[Request], Request],
+        timeout: Optional[float],
+    ) -> Response:
+        """Runs a write that carries idempotency key `key`, sending it again while its outcome is
+        unknown and the retry policy and deadline allow; after an answer over the receive limit
+        the retry is `lean(request)`, which asks for less."""
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1)
+        for attempt in range(1, attempts + 1):
+            try:
+                return method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                if not outcome_unknown(failure):
+                    raise failure from error
+                if attempt == attempts or deadline.remaining() == 0:
+                    raise OutcomeUnknown(key, failure) from error
+                if response_too_large(failure):
+                    # Asking for less is what helps here, not waiting.
+                    request = lean(request)
+                    continue
+                pause = self._retry.backoff(attempt)
+                if not deadline.allows(pause):
+                    raise OutcomeUnknown(key, failure) from error
             time.sleep(pause)
         raise AssertionError("unreachable: the last attempt returns or raises")

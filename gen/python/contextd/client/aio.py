@@ -11,8 +11,31 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from contextd.client._common import DEFAULT_ADDRESS, Deadline, SummaryAnswer, keyed_commit, keyed_compile, session_answer
-from contextd.client.errors import ContextdError, DeadlineExceeded, Unavailable, VersionConflict, from_rpc_error
+from contextd.client._common import (
+    DEFAULT_ADDRESS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Deadline,
+    SummaryAnswer,
+    channel_options,
+    keyed_commit,
+    keyed_compile,
+    lean_commit,
+    lean_compile,
+    replay_with_payload,
+    session_answer,
+    turn_request,
+    without_commit,
+)
+from contextd.client.errors import (
+    ContextdError,
+    DeadlineExceeded,
+    OutcomeUnknown,
+    Unavailable,
+    VersionConflict,
+    from_rpc_error,
+    outcome_unknown,
+    response_too_large,
+)
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import (
     compile_pb2,
@@ -48,10 +71,17 @@ class AsyncClient:
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         conflict_attempts: int = 10,
         channel: Optional[grpc.aio.Channel] = None,
+        max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
-        `channel`. Create it inside the event loop that will use it."""
-        self._channel = channel if channel is not None else grpc.aio.insecure_channel(address)
+        `channel`. Create it inside the event loop that will use it. The message size limits are as
+        in `Client`."""
+        self._channel = (
+            channel
+            if channel is not None
+            else grpc.aio.insecure_channel(address, options=channel_options(max_receive_bytes, max_send_bytes))
+        )
         self._timeout = timeout
         self._retry = retry
         self._conflict_attempts = max(conflict_attempts, 1)
@@ -103,7 +133,8 @@ class AsyncClient:
         self, request: conversation_pb2.CommitRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.CommitResponse:
         """As `Client.commit`."""
-        return await self._unary(self._conversations.Commit, keyed_commit(request), True, timeout)
+        keyed = keyed_commit(request)
+        return await self._keyed_write(self._conversations.Commit, keyed, keyed.idempotency_key, lean_commit, timeout)
 
     async def commit_with_retry(
         self,
@@ -144,7 +175,26 @@ class AsyncClient:
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.CompileResponse:
         """As `Client.compile`."""
-        return await self._unary(self._contexts.Compile, keyed_compile(request), True, timeout)
+        if not request.HasField("commit"):
+            return await self._unary(self._contexts.Compile, request, True, timeout)
+        keyed = keyed_compile(request)
+        return await self._keyed_write(self._contexts.Compile, keyed, keyed.commit.idempotency_key, lean_compile, timeout)
+
+    async def turn(
+        self,
+        request: compile_pb2.CompileRequest,
+        expected_version: int,
+        deltas: Sequence[state_pb2.Delta],
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.turn`."""
+        turn = turn_request(request, expected_version, deltas)
+        result = (await self.compile(turn, timeout=timeout)).result
+        if result.HasField("payload"):
+            return result
+        current = (await self.compile(without_commit(turn), timeout=timeout)).result
+        return replay_with_payload(result, current)
 
     async def count_tokens(
         self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None
@@ -263,5 +313,34 @@ class AsyncClient:
                 pause = self._retry.backoff(attempt)
                 if not isinstance(failure, Unavailable) or attempt == attempts or not deadline.allows(pause):
                     raise failure from error
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _keyed_write(
+        self,
+        method: Callable[..., Awaitable[Response]],
+        request: Request,
+        key: str,
+        lean: Callable[[Request], Request],
+        timeout: Optional[float],
+    ) -> Response:
+        """As `Client._keyed_write`."""
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1)
+        for attempt in range(1, attempts + 1):
+            try:
+                return await method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                if not outcome_unknown(failure):
+                    raise failure from error
+                if attempt == attempts or deadline.remaining() == 0:
+                    raise OutcomeUnknown(key, failure) from error
+                if response_too_large(failure):
+                    request = lean(request)
+                    continue
+                pause = self._retry.backoff(attempt)
+                if not deadline.allows(pause):
+                    raise OutcomeUnknown(key, failure) from error
             await asyncio.sleep(pause)
         raise AssertionError("unreachable: the last attempt returns or raises")

@@ -110,6 +110,37 @@ class Internal(ContextdError):
         self.grpc_code = grpc_code
 
 
+class OutcomeUnknown(ContextdError):
+    """A write (a commit, or a compile with `commit`) whose outcome the client could not learn
+    within its retries: it may or may not have applied. Sending the same request again with
+    `idempotency_key` applies it at most once. `last` is the last attempt's error (Unavailable,
+    DeadlineExceeded, or ResourceExhausted for an answer over the receive limit)."""
+
+    code = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, idempotency_key: str, last: ContextdError) -> None:
+        super().__init__(
+            "outcome unknown (the write may have applied; send it again with idempotency key "
+            f"{idempotency_key!r} to apply it at most once): {last}"
+        )
+        self.idempotency_key = idempotency_key
+        self.last = last
+
+
+def response_too_large(failure: ContextdError) -> bool:
+    """Whether `failure` is this client refusing an answer over its receive limit (grpcio:
+    "Received message larger than max"), as opposed to the sidecar refusing a request, which
+    applied nothing."""
+    return isinstance(failure, ResourceExhausted) and "eceived message larger than max" in failure.message
+
+
+def outcome_unknown(failure: ContextdError) -> bool:
+    """Whether `failure` leaves open whether the sidecar applied a write: the sidecar commits
+    before it answers, so a lost connection, a deadline that ran out after the commit, or an
+    answer refused for its size may all hide a commit that happened."""
+    return isinstance(failure, (Unavailable, DeadlineExceeded)) or response_too_large(failure)
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 class RetryPolicy:
     """How a client retries calls that failed with UNAVAILABLE (the sidecar is starting or
     stopping, or its store is unreachable). Only calls that are safe to repeat are retried: reads,
-    compiles that do not commit, and writes with an idempotency key.
+    compiles that do not commit, and writes with an idempotency key; the keyed writes (commits,
+    compiles with `commit`) are also retried after DEADLINE_EXCEEDED and after an answer over the
+    receive limit, since they may have applied.
 
     The wait before retry n is random below min(initial_backoff * multiplier**(n-1),
     max_backoff) seconds ("full jitter"), so many agents retrying at once do not stampede the

@@ -74,6 +74,15 @@ class RedactionPattern(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REDACTION_PATTERN_IP_ADDRESS: _ClassVar[RedactionPattern]
     REDACTION_PATTERN_API_KEY: _ClassVar[RedactionPattern]
 
+class CompileResultPart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPILE_RESULT_PART_UNSPECIFIED: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_SOURCE: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_PERSISTENCE: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: _ClassVar[CompileResultPart]
+
 class TransformationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRANSFORMATION_ACTION_UNSPECIFIED: _ClassVar[TransformationAction]
@@ -137,6 +146,12 @@ REDACTION_PATTERN_PHONE: RedactionPattern
 REDACTION_PATTERN_CARD_NUMBER: RedactionPattern
 REDACTION_PATTERN_IP_ADDRESS: RedactionPattern
 REDACTION_PATTERN_API_KEY: RedactionPattern
+COMPILE_RESULT_PART_UNSPECIFIED: CompileResultPart
+COMPILE_RESULT_PART_SOURCE: CompileResultPart
+COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT: CompileResultPart
+COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT: CompileResultPart
+COMPILE_RESULT_PART_PERSISTENCE: CompileResultPart
+COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: CompileResultPart
 TRANSFORMATION_ACTION_UNSPECIFIED: TransformationAction
 TRANSFORMATION_ACTION_PASSED: TransformationAction
 TRANSFORMATION_ACTION_FORMATTED: TransformationAction
@@ -365,15 +380,17 @@ class Target(_message.Message):
     def __init__(self, name: _Optional[str] = ..., view: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[_state_pb2.Segment, str]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ...) -> None: ...
 
 class CommitOptions(_message.Message):
-    __slots__ = ("expected_version", "idempotency_key")
+    __slots__ = ("expected_version", "idempotency_key", "deltas")
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
     expected_version: int
     idempotency_key: str
-    def __init__(self, expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    deltas: _containers.RepeatedCompositeFieldContainer[_state_pb2.Delta]
+    def __init__(self, expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ...) -> None: ...
 
 class CompileRequest(_message.Message):
-    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "omit_snapshots", "tool_arguments_repair")
+    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "tool_arguments_repair", "include")
     class ResolveVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -405,8 +422,8 @@ class CompileRequest(_message.Message):
     SCRATCH_FIELD_NUMBER: _ClassVar[int]
     RENDER_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
-    OMIT_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     TOOL_ARGUMENTS_REPAIR_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     system: MessageList
     history: MessageList
@@ -431,9 +448,9 @@ class CompileRequest(_message.Message):
     scratch: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     render: RenderOptions
     commit: CommitOptions
-    omit_snapshots: bool
     tool_arguments_repair: ToolArgumentsRepair
-    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., omit_snapshots: bool = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ...) -> None: ...
+    include: _containers.RepeatedScalarFieldContainer[CompileResultPart]
+    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ..., include: _Optional[_Iterable[_Union[CompileResultPart, str]]] = ...) -> None: ...
 
 class Transformation(_message.Message):
     __slots__ = ("action", "reason", "segment")
@@ -607,7 +624,7 @@ class StageTiming(_message.Message):
     def __init__(self, stage: _Optional[str] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
 class CompileResult(_message.Message):
-    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version")
+    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages")
     class TransformationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -630,6 +647,7 @@ class CompileResult(_message.Message):
     PREFIX_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DROPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     payload: CompiledPayload
     rendered: RenderedRequest
     source: CompileSource
@@ -645,4 +663,5 @@ class CompileResult(_message.Message):
     prefix_fingerprint: str
     version: int
     committed_version: int
-    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ...) -> None: ...
+    budget_dropped_messages: int
+    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from contextd.v1 import state_pb2 as contextd_dot_v1_dot_state__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&contextd/v1/conversation_service.proto\x12\x0b\x63ontextd.v1\x1a\x17\x63ontextd/v1/state.proto\":\n\x0fGetStateRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\"H\n\x10GetStateResponse\x12\x34\n\x05state\x18\x01 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"\xf1\x01\n\rCommitRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1d\n\nomit_state\x18\x05 \x01(\x08R\tomitStateB\x13\n\x11_expected_version\"|\n\x0e\x43ommitResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\x12\x1a\n\x08replayed\x18\x02 \x01(\x08R\x08replayed\x12\x34\n\x05state\x18\x03 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"|\n\x0c\x43learRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x42\x13\n\x11_expected_version\")\n\rClearResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"Z\n\x0cWatchRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12!\n\x0c\x66rom_version\x18\x02 \x01(\x03R\x0b\x66romVersion\"\xeb\x01\n\x06\x43hange\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n\x14\x63ommitted_at_unix_ms\x18\x05 \x01(\x03R\x11\x63ommittedAtUnixMs\x12\x18\n\x07\x63leared\x18\x06 \x01(\x08R\x07\x63leared\"~\n\rWatchResponse\x12-\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x13.contextd.v1.ChangeH\x00R\x06\x63hange\x12\x36\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n\x04kind\"%\n\tHeartbeat\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"n\n\x18ListConversationsRequest\x12\x1b\n\tpage_size\x18\x01 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n\x06prefix\x18\x03 \x01(\tR\x06prefix\"X\n\x13\x43onversationSummary\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\"\x8b\x01\n\x19ListConversationsResponse\x12\x46\n\rconversations\x18\x01 \x03(\x0b\x32 .contextd.v1.ConversationSummaryR\rconversations\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\x87\x03\n\x13\x43onversationService\x12G\n\x08GetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12\x41\n\x06\x43ommit\x12\x1a.contextd.v1.CommitRequest\x1a\x1b.contextd.v1.CommitResponse\x12>\n\x05\x43lear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12\x62\n\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponseB\xb8\x01\n\x0f\x63om.contextd.v1B\x18\x43onversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&contextd/v1/conversation_service.proto\x12\x0b\x63ontextd.v1\x1a\x17\x63ontextd/v1/state.proto\":\n\x0fGetStateRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\"H\n\x10GetStateResponse\x12\x34\n\x05state\x18\x01 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"\x89\x02\n\rCommitRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12#\n\rinclude_state\x18\x06 \x01(\x08R\x0cincludeStateB\x13\n\x11_expected_versionJ\x04\x08\x05\x10\x06R\nomit_state\"|\n\x0e\x43ommitResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\x12\x1a\n\x08replayed\x18\x02 \x01(\x08R\x08replayed\x12\x34\n\x05state\x18\x03 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"|\n\x0c\x43learRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x42\x13\n\x11_expected_version\")\n\rClearResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"Z\n\x0cWatchRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12!\n\x0c\x66rom_version\x18\x02 \x01(\x03R\x0b\x66romVersion\"\xeb\x01\n\x06\x43hange\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n\x14\x63ommitted_at_unix_ms\x18\x05 \x01(\x03R\x11\x63ommittedAtUnixMs\x12\x18\n\x07\x63leared\x18\x06 \x01(\x08R\x07\x63leared\"~\n\rWatchResponse\x12-\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x13.contextd.v1.ChangeH\x00R\x06\x63hange\x12\x36\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n\x04kind\"%\n\tHeartbeat\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"n\n\x18ListConversationsRequest\x12\x1b\n\tpage_size\x18\x01 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n\x06prefix\x18\x03 \x01(\tR\x06prefix\"X\n\x13\x43onversationSummary\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\"\x8b\x01\n\x19ListConversationsResponse\x12\x46\n\rconversations\x18\x01 \x03(\x0b\x32 .contextd.v1.ConversationSummaryR\rconversations\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\x87\x03\n\x13\x43onversationService\x12G\n\x08GetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12\x41\n\x06\x43ommit\x12\x1a.contextd.v1.CommitRequest\x1a\x1b.contextd.v1.CommitResponse\x12>\n\x05\x43lear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12\x62\n\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponseB\xb8\x01\n\x0f\x63om.contextd.v1B\x18\x43onversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,27 +38,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSTATERESPONSE']._serialized_start=140
   _globals['_GETSTATERESPONSE']._serialized_end=212
   _globals['_COMMITREQUEST']._serialized_start=215
-  _globals['_COMMITREQUEST']._serialized_end=456
-  _globals['_COMMITRESPONSE']._serialized_start=458
-  _globals['_COMMITRESPONSE']._serialized_end=582
-  _globals['_CLEARREQUEST']._serialized_start=584
-  _globals['_CLEARREQUEST']._serialized_end=708
-  _globals['_CLEARRESPONSE']._serialized_start=710
-  _globals['_CLEARRESPONSE']._serialized_end=751
-  _globals['_WATCHREQUEST']._serialized_start=753
-  _globals['_WATCHREQUEST']._serialized_end=843
-  _globals['_CHANGE']._serialized_start=846
-  _globals['_CHANGE']._serialized_end=1081
-  _globals['_WATCHRESPONSE']._serialized_start=1083
-  _globals['_WATCHRESPONSE']._serialized_end=1209
-  _globals['_HEARTBEAT']._serialized_start=1211
-  _globals['_HEARTBEAT']._serialized_end=1248
-  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=1250
-  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=1360
-  _globals['_CONVERSATIONSUMMARY']._serialized_start=1362
-  _globals['_CONVERSATIONSUMMARY']._serialized_end=1450
-  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=1453
-  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=1592
-  _globals['_CONVERSATIONSERVICE']._serialized_start=1595
-  _globals['_CONVERSATIONSERVICE']._serialized_end=1986
+  _globals['_COMMITREQUEST']._serialized_end=480
+  _globals['_COMMITRESPONSE']._serialized_start=482
+  _globals['_COMMITRESPONSE']._serialized_end=606
+  _globals['_CLEARREQUEST']._serialized_start=608
+  _globals['_CLEARREQUEST']._serialized_end=732
+  _globals['_CLEARRESPONSE']._serialized_start=734
+  _globals['_CLEARRESPONSE']._serialized_end=775
+  _globals['_WATCHREQUEST']._serialized_start=777
+  _globals['_WATCHREQUEST']._serialized_end=867
+  _globals['_CHANGE']._serialized_start=870
+  _globals['_CHANGE']._serialized_end=1105
+  _globals['_WATCHRESPONSE']._serialized_start=1107
+  _globals['_WATCHRESPONSE']._serialized_end=1233
+  _globals['_HEARTBEAT']._serialized_start=1235
+  _globals['_HEARTBEAT']._serialized_end=1272
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=1274
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=1384
+  _globals['_CONVERSATIONSUMMARY']._serialized_start=1386
+  _globals['_CONVERSATIONSUMMARY']._serialized_end=1474
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=1477
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=1616
+  _globals['_CONVERSATIONSERVICE']._serialized_start=1619
+  _globals['_CONVERSATIONSERVICE']._serialized_end=2010
 # @@protoc_insertion_point(module_scope)

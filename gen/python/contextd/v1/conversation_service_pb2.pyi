@@ -20,18 +20,18 @@ class GetStateResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("conversation_id", "expected_version", "deltas", "idempotency_key", "omit_state")
+    __slots__ = ("conversation_id", "expected_version", "deltas", "idempotency_key", "include_state")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
-    OMIT_STATE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     expected_version: int
     deltas: _containers.RepeatedCompositeFieldContainer[_state_pb2.Delta]
     idempotency_key: str
-    omit_state: bool
-    def __init__(self, conversation_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., omit_state: bool = ...) -> None: ...
+    include_state: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., include_state: bool = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("version", "replayed", "state")

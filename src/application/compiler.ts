@@ -84,6 +84,7 @@ export class Compiler {
     // is stored.
     const messageIds: string[] = [];
     const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds) : stored;
+    assertSomethingToRender(request, base);
     const result = await compile(request, { ...this.context(run), stored: base });
     if (commit) {
       const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
@@ -130,6 +131,24 @@ export class Compiler {
       maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
     };
   }
+}
+
+/**
+ * A rendered compile of a conversation with no messages at all — never written, cleared, or an id
+ * with a typo — would fail on the provider's "no message to send" rule, which does not say why;
+ * this says which conversation and version are empty. Without `render` an empty compile is valid.
+ */
+function assertSomethingToRender(request: CompileRequest, state: ConversationState): void {
+  if (request.render === undefined || request.pending.length > 0 || request.currentTurn !== undefined) return;
+  for (const segment of segmentEnumerationOrder) {
+    const field = segmentField(segment, "segment");
+    const messages = request[field]?.messages ?? state[field];
+    if (messages.length > 0) return;
+  }
+  throw new ConnectError(
+    `conversation "${request.conversationId}" has no messages at version ${state.version}: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request`,
+    Code.FailedPrecondition,
+  );
 }
 
 /**

@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompileResultPart, EstimatorKind, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService, type CompileStreamResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { MessageSchema, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 
@@ -43,6 +43,19 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
   it("answers budget errors with RESOURCE_EXHAUSTED and bad input with INVALID_ARGUMENT", async () => {
     await expect(client.unary(ContextService.method.compile, { pending: [message("p", Role.USER, "x")], budget: { maxTokens: 5n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } } })).rejects.toMatchObject({ code: 8, details: expect.stringMatching(/^pending exceeds budget/) });
     await expect(client.unary(ContextService.method.compile, { history: { messages: [history[0]!, history[0]!] } })).rejects.toMatchObject({ code: 3, details: expect.stringMatching(/duplicate message id "h0" at history\[1\]/) });
+  });
+
+  it("says which conversation is empty when a rendered compile has nothing to send", async () => {
+    const render = { provider: Provider.OPENAI_CHAT, model: "gpt-4o" };
+    await expect(client.unary(ContextService.method.compile, { conversationId: "compile-rpc/never-written", render })).rejects.toMatchObject({
+      code: 9,
+      details: 'conversation "compile-rpc/never-written" has no messages at version 0: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request',
+    });
+    // Messages in the request, or no render, compile as before.
+    const inline = await client.unary(ContextService.method.compile, { conversationId: "compile-rpc/never-written", render, history: { messages: [history[0]!] } });
+    expect(inline.result!.payload!.history.map((entry) => entry.id)).toEqual(["h0"]);
+    const unrendered = await client.unary(ContextService.method.compile, { conversationId: "compile-rpc/never-written" });
+    expect(unrendered.result!.payload!.history).toEqual([]);
   });
 
   it("streams observer events before the result", async () => {

@@ -1,6 +1,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { varintLength, writeVarint } from "./varint.js";
 
 /**
  * Encodes a state for storage, re-encoding only what the commit changed. A commit adds a few
@@ -100,20 +101,3 @@ function startsWith(list: readonly object[], prefix: readonly object[]): boolean
   return true;
 }
 
-function varintLength(value: number): number {
-  let length = 1;
-  while (value >= 0x80) {
-    value >>>= 7;
-    length++;
-  }
-  return length;
-}
-
-function writeVarint(output: Buffer, offset: number, value: number): number {
-  while (value >= 0x80) {
-    output[offset++] = (value & 0x7f) | 0x80;
-    value >>>= 7;
-  }
-  output[offset++] = value;
-  return offset;
-}

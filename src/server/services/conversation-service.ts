@@ -1,20 +1,9 @@
-import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import {
-  ConversationService,
-  WatchResponseSchema,
-  type WatchResponse,
-} from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { ConversationStore } from "../../store/conversation-store.js";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
 
-export interface ConversationServiceDependencies {
-  store: ConversationStore;
-  /** Aborted when the server shuts down: open Watch streams end with UNAVAILABLE. */
-  shutdown: AbortSignal;
-  /** A Watch idle this long sends a heartbeat with the current version. */
-  watchHeartbeatMs: number;
-}
+/** The store, and what Watch needs besides (see `WatchDependencies`). */
+export type ConversationServiceDependencies = WatchDependencies;
 
 /** ListConversations page size when the request leaves it 0, and the largest honoured. */
 const defaultPageSize = 100;
@@ -53,52 +42,9 @@ export function conversationService(dependencies: ConversationServiceDependencie
     async *watch(request, context) {
       requireConversationId(request.conversationId);
       if (request.fromVersion < 0n) throw new ConnectError(`from_version: must not be negative, got ${request.fromVersion}`, Code.InvalidArgument);
-      yield* watchWithHeartbeats(dependencies, request.conversationId, request.fromVersion, context);
+      yield* watchWithHeartbeats(dependencies, request.conversationId, request.fromVersion, context.signal);
     },
   };
-}
-
-/**
- * Relays the store's changes, inserting a heartbeat whenever nothing was sent for
- * `watchHeartbeatMs`, until the client goes away or the server shuts down.
- */
-async function* watchWithHeartbeats(
-  { store, shutdown, watchHeartbeatMs }: ConversationServiceDependencies,
-  conversationId: string,
-  fromVersion: bigint,
-  context: HandlerContext,
-): AsyncGenerator<WatchResponse> {
-  const finished = new AbortController();
-  const signal = AbortSignal.any([context.signal, shutdown, finished.signal]);
-  const shuttingDown = () => new ConnectError("server is shutting down; resume the watch from the last version received", Code.Unavailable);
-  if (shutdown.aborted) throw shuttingDown();
-  const stopped = new Promise<"stopped">((resolve) => signal.addEventListener("abort", () => resolve("stopped"), { once: true }));
-  const changes = store.watch(conversationId, fromVersion, signal)[Symbol.asyncIterator]();
-  let next = changes.next();
-  try {
-    for (;;) {
-      let timer: NodeJS.Timeout | undefined;
-      const idle = new Promise<"idle">((resolve) => (timer = setTimeout(() => resolve("idle"), watchHeartbeatMs)));
-      const winner = await Promise.race([next, idle, stopped]).finally(() => clearTimeout(timer));
-      if (shutdown.aborted) throw shuttingDown();
-      if (signal.aborted) return;
-      if (winner === "idle") {
-        const version = await store.currentVersion(conversationId);
-        yield create(WatchResponseSchema, { kind: { case: "heartbeat", value: { version } } });
-        continue;
-      }
-      if (winner === "stopped") return;
-      if (winner.done) throw new ConnectError(`watch of conversation "${conversationId}" ended: the store closed`, Code.Unavailable);
-      const change: Change = winner.value;
-      yield create(WatchResponseSchema, { kind: { case: "change", value: change } });
-      next = changes.next();
-    }
-  } finally {
-    finished.abort();
-    // The store's iterator ends once the signal is aborted; a pending read may still reject then.
-    next.catch(() => undefined);
-    void changes.return?.(undefined)?.catch(() => undefined);
-  }
 }
 
 function requireConversationId(conversationId: string): void {

@@ -2,6 +2,7 @@ import type { DescMessage, DescMethod, DescService, Message } from "@bufbuild/pr
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { WireType } from "@bufbuild/protobuf/wire";
 import type { Codec } from "../../codec/codec.js";
+import { varintLength, writeVarint } from "../../codec/varint.js";
 
 /**
  * Binary requests decoded by `protobuf-decoder.ts` instead of connect's `fromBinary`.
@@ -93,20 +94,3 @@ function tagOf(field: UnknownField): number {
   return field.no * 8 + field.wireType;
 }
 
-function varintLength(value: number): number {
-  let length = 1;
-  while (value >= 0x80) {
-    value = Math.floor(value / 128);
-    length++;
-  }
-  return length;
-}
-
-function writeVarint(bytes: Uint8Array, offset: number, value: number): number {
-  while (value >= 0x80) {
-    bytes[offset++] = (value % 128) | 0x80;
-    value = Math.floor(value / 128);
-  }
-  bytes[offset++] = value;
-  return offset;
-}

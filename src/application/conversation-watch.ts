@@ -1,0 +1,57 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { WatchResponseSchema, type Change, type WatchResponse } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import type { ConversationStore } from "../store/conversation-store.js";
+
+/** What a watch needs from the server. */
+export interface WatchDependencies {
+  store: ConversationStore;
+  /** Aborted when the server shuts down: open watches end with UNAVAILABLE. */
+  shutdown: AbortSignal;
+  /** A watch idle this long sends a heartbeat with the current version. */
+  watchHeartbeatMs: number;
+}
+
+/**
+ * Relays the store's changes, inserting a heartbeat whenever nothing was sent for
+ * `watchHeartbeatMs`, until the caller goes away (`callSignal`) or the server shuts down
+ * (UNAVAILABLE, so the caller resumes from the last version it received).
+ */
+export async function* watchWithHeartbeats(
+  { store, shutdown, watchHeartbeatMs }: WatchDependencies,
+  conversationId: string,
+  fromVersion: bigint,
+  callSignal: AbortSignal,
+): AsyncGenerator<WatchResponse> {
+  const finished = new AbortController();
+  const signal = AbortSignal.any([callSignal, shutdown, finished.signal]);
+  const shuttingDown = () => new ConnectError("server is shutting down; resume the watch from the last version received", Code.Unavailable);
+  if (shutdown.aborted) throw shuttingDown();
+  const stopped = new Promise<"stopped">((resolve) => signal.addEventListener("abort", () => resolve("stopped"), { once: true }));
+  const changes = store.watch(conversationId, fromVersion, signal)[Symbol.asyncIterator]();
+  let next = changes.next();
+  try {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const idle = new Promise<"idle">((resolve) => (timer = setTimeout(() => resolve("idle"), watchHeartbeatMs)));
+      const winner = await Promise.race([next, idle, stopped]).finally(() => clearTimeout(timer));
+      if (shutdown.aborted) throw shuttingDown();
+      if (signal.aborted) return;
+      if (winner === "idle") {
+        const version = await store.currentVersion(conversationId);
+        yield create(WatchResponseSchema, { kind: { case: "heartbeat", value: { version } } });
+        continue;
+      }
+      if (winner === "stopped") return;
+      if (winner.done) throw new ConnectError(`watch of conversation "${conversationId}" ended: the store closed`, Code.Unavailable);
+      const change: Change = winner.value;
+      yield create(WatchResponseSchema, { kind: { case: "change", value: change } });
+      next = changes.next();
+    }
+  } finally {
+    finished.abort();
+    // The store's iterator ends once the signal is aborted; a pending read may still reject then.
+    next.catch(() => undefined);
+    void changes.return?.(undefined)?.catch(() => undefined);
+  }
+}

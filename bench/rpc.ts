@@ -18,7 +18,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultPart } from "../gen/ts/contextd/v1/compile_pb.js";
 import { Role } from "../gen/ts/contextd/v1/message_pb.js";
 import { buildLoadGenerator, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
@@ -28,6 +28,13 @@ const sizes = [10, 100, 1000];
 const concurrencies = [1, 16];
 const secondsPerRun = Number(process.env.BENCH_SECONDS ?? 2);
 const thisFile = fileURLToPath(import.meta.url);
+const allResultParts = [
+  CompileResultPart.SOURCE,
+  CompileResultPart.NORMALIZED_SNAPSHOT,
+  CompileResultPart.WRITEBACK_SNAPSHOT,
+  CompileResultPart.PERSISTENCE,
+  CompileResultPart.ALL_TRANSFORMATIONS,
+];
 
 
 /** A history of `count` user/assistant turns of ~90 characters each. */
@@ -43,6 +50,9 @@ function compileRequest(count: number): Uint8Array {
     create(CompileRequestSchema, {
       system: { messages: [{ id: "sys", role: Role.SYSTEM, parts: [{ kind: { case: "text", value: { text: "You are a helpful agent." } } }] }] },
       history: { messages: history },
+      // BENCH_INCLUDE_ALL=1: the whole result (source, snapshots, persistence, every record), as the
+      // default answer was before answers became lean; the same work as earlier figures.
+      include: process.env.BENCH_INCLUDE_ALL === "1" ? allResultParts : [],
     }),
   );
 }

@@ -110,17 +110,21 @@ async function startBuiltSidecar(redisUrl: string) {
   };
 }
 
-/** The state and change bytes a commit at each version writes: version v holds v + 1 messages. */
-const bareCommitPayloads: { state: Buffer; change: Buffer }[] = (() => {
-  const messages: Message[] = [];
-  return Array.from({ length: commitsPerConversation }, (_, version) => {
-    const delta = appendDelta(`m${version}`, "hello world");
-    if (delta.operation.case === "appendMessages") messages.push(...delta.operation.value.messages);
-    const state = create(ConversationStateSchema, { conversationId: "bench", version: BigInt(version + 1), history: messages });
-    const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
-    return { state: Buffer.from(toBinary(ConversationStateSchema, state)), change: Buffer.from(toBinary(ChangeSchema, change)) };
-  });
-})();
+/**
+ * What the store's commit at each version writes: the appended message (the history list's new
+ * element), the change, and at version 0 the state's rest (the header's `rest`).
+ */
+interface BarePayload {
+  messages: Buffer[];
+  change: Buffer;
+}
+const bareRest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: "bench" })));
+const bareCommitPayloads: BarePayload[] = Array.from({ length: commitsPerConversation }, (_, version) => {
+  const delta = appendDelta(`m${version}`, "hello world");
+  const messages = delta.operation.case === "appendMessages" ? delta.operation.value.messages : [];
+  const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
+  return { messages: messages.map((message) => Buffer.from(toBinary(MessageSchema, message))), change: Buffer.from(toBinary(ChangeSchema, change)) };
+});
 
 /** bench/do-nothing-grpc-responder.ts in a child process (the generator blocks this one's event loop). */
 async function startDoNothingResponder(): Promise<{ address: string; stop: () => void }> {
@@ -137,12 +141,21 @@ function formatLoad(): string {
 const redis = await startRedis();
 const sidecar = await startBuiltSidecar(redis.url);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
-bare.defineCommand("benchCommit", { numberOfKeys: 4, lua: commitScript });
+bare.defineCommand("benchCommit", { numberOfKeys: 8, lua: commitScript });
 if (bare.status !== "ready") await once(bare, "ready");
 const run = Date.now();
-/** The commit script, bare: writes version `expected` + 1 of the conversation under `keys`. */
-const bareCommit = async (keys: ConversationKeys, expected: number, payload: { state: Buffer; change: Buffer }) => {
-  await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotency(""), String(expected), payload.state, payload.change, "", 86_400, 10_000);
+/**
+ * The commit script, bare: writes version `expected` + 1 of the conversation under `keys`, whose
+ * history holds `length` messages, appending `payload.messages` to it.
+ */
+const bareCommit = async (keys: ConversationKeys, expected: number, length: number, payload: BarePayload) => {
+  const unchanged = ["=", "0", "0", "0"];
+  const history = ["p", String(length), String(length), String(payload.messages.length), ...payload.messages];
+  await bare.benchCommit(
+    keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency(""),
+    String(expected), payload.change, "", 86_400, 10_000, "bench", expected === 0 ? bareRest : "", expected === 0 ? "1" : "0",
+    ...unchanged, ...history, ...unchanged, ...unchanged,
+  );
 };
 /**
  * The `iteration`th bare commit of a worker labelled `label`: a new conversation every
@@ -150,7 +163,7 @@ const bareCommit = async (keys: ConversationKeys, expected: number, payload: { s
  */
 const bareCommitAt = async (label: string, iteration: number) => {
   const version = iteration % commitsPerConversation;
-  await bareCommit(conversationKeys("bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`), version, bareCommitPayloads[version]!);
+  await bareCommit(conversationKeys("bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`), version, version, bareCommitPayloads[version]!);
 };
 const transport = createGrpcTransport({ baseUrl: sidecar.url });
 const conversations = createClient(ConversationService, transport);
@@ -277,16 +290,14 @@ try {
       });
     }
   }
-  const longState = Buffer.from(
-    toBinary(
-      ConversationStateSchema,
-      create(ConversationStateSchema, { conversationId: "bench", version: 1n, history: Array.from({ length: longStart }, (_, index) => appendedMessage(`l${index}`, "hello world")) }),
-    ),
-  );
+  // Before the list layout every commit wrote the whole state; the bare line now writes a whole
+  // 1,000-message history once per conversation (a first commit), the most a commit can write here.
+  const longMessages = Array.from({ length: longStart }, (_, index) => Buffer.from(toBinary(MessageSchema, appendedMessage(`l${index}`, "hello world"))));
+  const longBytes = longMessages.reduce((sum, message) => sum + message.length, 0);
   const bareLong = await measure(1, commitsPerWorker[1], (_, iteration) =>
-    bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, { state: longState, change: bareCommitPayloads[0]!.change }),
+    bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, 0, { messages: longMessages, change: bareCommitPayloads[0]!.change }),
   );
-  const bareLongStats = report(`bare EVALSHA commit, ${longStart.toLocaleString("en-US")}-message state (${Math.round(longState.length / 1024)} KB), concurrency 1`, bareLong);
+  const bareLongStats = report(`bare EVALSHA commit writing a ${longStart.toLocaleString("en-US")}-message history (${Math.round(longBytes / 1024)} KB), concurrency 1`, bareLong);
   const longRequests = Array.from({ length: 20_000 }, (_, index) =>
     toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")] })),
   );

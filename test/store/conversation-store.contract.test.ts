@@ -360,7 +360,7 @@ describe("RedisConversationStore specifics", () => {
       await store.connected();
       const id = freshId("corrupt");
       await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
-      await raw.del(`contextd:{${id}}:state`);
+      await raw.del(`contextd:{${id}}:header`);
       const error = await rejection(store.load(id));
       expect(error.code).toBe(Code.DataLoss);
       expect(error.rawMessage).toContain(`conversation "${id}" is corrupt in the store: version 1 is stored without its state`);
@@ -423,7 +423,7 @@ describe("RedisConversationStore specifics", () => {
       expect(await raw.zrange(indexKey, 0, -1)).toEqual([]);
       // Redis loses everything (a restart without persistence): the next commit finds version 0
       // behind its cached copy, starts over and indexes the conversation again.
-      await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:state`, `${keyPrefix}:{${id}}:changes`);
+      await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:header`, `${keyPrefix}:{${id}}:segment:history`, `${keyPrefix}:{${id}}:changes`);
       expect((await store.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "after loss"))], "")).version).toBe(1n);
       expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
     } finally {
@@ -463,8 +463,7 @@ describe("RedisConversationStore specifics", () => {
       await store.commit(second, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
       // The same version with other contents, as only a reader of Redis would notice.
       for (const id of [first, second]) {
-        const replaced = create(ConversationStateSchema, { conversationId: id, version: 1n, history: [textMessage("other", Role.USER, "other")] });
-        await raw.set(`contextd:{${id}}:state`, Buffer.from(toBinary(ConversationStateSchema, replaced)));
+        await raw.lset(`contextd:{${id}}:segment:history`, 0, Buffer.from(toBinary(MessageSchema, textMessage("other", Role.USER, "other"))));
       }
       // The newest is served from the cache (its version did not move); the other is read again.
       expect((await store.load(second)).history.map((message) => message.id)).toEqual(["u1"]);

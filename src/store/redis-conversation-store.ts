@@ -403,7 +403,10 @@ export class RedisConversationStore implements ConversationStore {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${keys.segments[index]} does not decode: ${(error as Error).message}`);
         }
       });
-      lists.push(from === 0 ? decoded : decoded.length === 0 ? cached![segment] : [...cached![segment], ...decoded]);
+      // The cached list itself where nothing was added (an empty one too), so what was derived
+      // from it by identity (encodings, token counts) is found again.
+      const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
+      lists.push(unchanged ? cached[segment] : from === 0 ? decoded : [...cached![segment], ...decoded]);
       segments.push({ at, length: from + decoded.length, bytes });
     });
     const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];

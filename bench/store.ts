@@ -28,14 +28,12 @@ import { contextService } from "../src/server/services/context-service.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
+import { startBuiltSidecar, startDoNothingResponder } from "./bench-processes.js";
 import { startRedis } from "../test/support/redis.js";
-import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 
 // What an RPC hands a service implementation, reduced to what ContextService reads: no deadline.
 const callWithoutDeadline = { signal: new AbortController().signal, timeoutMs: () => undefined } as unknown as HandlerContext;
@@ -91,26 +89,6 @@ function report(label: string, result: Result, unit = "commits"): { p50: number 
 }
 
 /**
- * The built sidecar, next to this file in dist/ (test/support/sidecar.ts resolves dist/ from the
- * source tree, which does not hold once compiled).
- */
-async function startBuiltSidecar(redisUrl: string) {
-  const main = fileURLToPath(new URL("../src/main.js", import.meta.url));
-  const child = spawn(process.execPath, [main, "--port", "0", "--redis-url", redisUrl], { stdio: ["ignore", "pipe", "inherit"] });
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`sidecar exited with ${code}`)));
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      const entry = JSON.parse(line) as { msg?: string; address?: string };
-      if (entry.msg === "contextd listening" && entry.address) resolve(Number(entry.address.slice(entry.address.lastIndexOf(":") + 1)));
-    });
-  });
-  return {
-    url: `http://127.0.0.1:${port}`,
-    stop: () => new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : (child.once("exit", () => resolve()), child.kill("SIGTERM")))),
-  };
-}
-
-/**
  * What the store's commit at each version writes: the appended message (the history list's new
  * element), the change, and at version 0 the state's rest (the header's `rest`).
  */
@@ -126,20 +104,12 @@ const bareCommitPayloads: BarePayload[] = Array.from({ length: commitsPerConvers
   return { messages: messages.map((message) => Buffer.from(toBinary(MessageSchema, message))), change: Buffer.from(toBinary(ChangeSchema, change)) };
 });
 
-/** bench/do-nothing-grpc-responder.ts in a child process (the generator blocks this one's event loop). */
-async function startDoNothingResponder(): Promise<{ address: string; stop: () => void }> {
-  const script = fileURLToPath(new URL("./do-nothing-grpc-responder.js", import.meta.url));
-  const child = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
-  const [line] = (await once(createInterface({ input: child.stdout! }), "line")) as [string];
-  return { address: `127.0.0.1:${line}`, stop: () => child.kill("SIGTERM") };
-}
-
 function formatLoad(): string {
   return loadavg().map((value) => value.toFixed(2)).join(" / ");
 }
 
 const redis = await startRedis();
-const sidecar = await startBuiltSidecar(redis.url);
+const sidecar = await startBuiltSidecar(["--redis-url", redis.url]);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
 bare.defineCommand("benchCommit", { numberOfKeys: 8, lua: commitScript });
 if (bare.status !== "ready") await once(bare, "ready");

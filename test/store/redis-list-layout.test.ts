@@ -98,6 +98,19 @@ describe("RedisConversationStore list layout", () => {
     expect(caughtUp.system).toBe(unchanged.system);
   });
 
+  it("catches a copy that lost a race up from the tail when its commit retries, instead of reading the conversation again", async () => {
+    const [first, second] = [await openStore(), await openStore()];
+    const id = "conflict-tail";
+    const version = await longConversation(first, id, 2_000);
+    await second.load(id);
+    await first.commit(id, version, [appendHistory(sized("first-1", 1_000))], "");
+    // second's cached copy is one version behind: its script is refused, it reads the new tail and commits again.
+    const [read, outcome] = await counted("total_net_output_bytes", () => second.commit(id, undefined, [appendHistory(sized("second-1", 1_000))], ""));
+    expect(outcome.version).toBe(version + 2n);
+    expect(outcome.state!.history.slice(-2).map((message) => message.id)).toEqual(["first-1", "second-1"]);
+    expect(read).toBeLessThan(3_000);
+  });
+
   it("agrees with a fresh reader after every one of 300 random edits, caught up from the tails by a second process", async () => {
     const [writer, follower] = [await openStore(), await openStore()];
     const random = randomSource(14);

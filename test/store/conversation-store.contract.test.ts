@@ -10,7 +10,8 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
-import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, textMessage } from "./fixtures.js";
+import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
+import { randomSource } from "../support/random-messages.js";
 
 let redis: RedisProcess;
 beforeAll(async () => {
@@ -298,6 +299,19 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       if (resumed.length === 2) resume.abort();
     }
     expect(resumed).toEqual([4n, 5n]);
+  });
+
+  it("loads after every one of 200 random edits exactly the state the commit returned (append, tool rounds, cancel, remove, replace, compact, clear, artifacts, experiences)", async () => {
+    const id = freshId("random-edits");
+    const edits = randomEdits(randomSource(41));
+    let state = await store.load(id);
+    for (let step = 0; step < 200; step++) {
+      const deltas = edits(state);
+      if (deltas === undefined) continue;
+      state = (await store.commit(id, state.version, deltas, "")).state!;
+      expect(toBinary(ConversationStateSchema, await store.load(id)), `step ${step}`).toEqual(toBinary(ConversationStateSchema, state));
+    }
+    expect(state.version).toBeGreaterThan(100n);
   });
 
   it("lists conversations by id, paged and filtered by prefix", async () => {

@@ -2,16 +2,16 @@
 // changed, a process whose cached copy is behind reads only what it lacks, and whatever the edit
 // (append, remove, replace, compact, cancel_tool_calls, clear, artifacts, experiences), a copy
 // caught up from the lists' tails is the state a fresh reader gets. Against a real redis-server.
-import { create, toBinary } from "@bufbuild/protobuf";
+import { toBinary } from "@bufbuild/protobuf";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 import { RedisConversationStore, segmentEdit } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { randomSource } from "../support/random-messages.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
-import { appendHistory, artifactDelta, delta, textMessage } from "./fixtures.js";
+import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
 
 let redis: RedisProcess;
 let raw: Redis;
@@ -114,48 +114,11 @@ describe("RedisConversationStore list layout", () => {
   it("agrees with a fresh reader after every one of 300 random edits, caught up from the tails by a second process", async () => {
     const [writer, follower] = [await openStore(), await openStore()];
     const random = randomSource(14);
-    const pick = <T>(values: readonly T[]) => values[Math.floor(random() * values.length)]!;
     const id = "random-edits";
-    let counter = 0;
-    const fresh = () => `r${++counter}`;
+    const edits = randomEdits(random);
     let state = await writer.load(id);
-    const edits: ((current: ConversationState) => Delta[] | undefined)[] = [
-      () => [appendHistory(...Array.from({ length: 1 + Math.floor(random() * 3) }, () => textMessage(fresh(), pick([Role.USER, Role.ASSISTANT]), "hi")))],
-      () => [delta({ case: "appendMessages", value: { segment: pick([Segment.SYSTEM, Segment.MEMORY, Segment.TOOLS]), messages: [textMessage(fresh(), Role.SYSTEM, "note")] } })],
-      () => {
-        const call = fresh();
-        return [
-          delta({
-            case: "appendToolRound",
-            value: {
-              assistant: create(MessageSchema, { id: fresh(), role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: call, name: "search", arguments: { data: "{}" } } } }] }),
-              results: [create(MessageSchema, { id: fresh(), role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: call, name: "search", payload: { text: "found" } } } }] })],
-            },
-          }),
-        ];
-      },
-      () => [delta({ case: "appendAssistant", value: { toolCalls: [{ id: fresh(), name: "fetch", arguments: { data: "{}" } }] } }), delta({ case: "cancelToolCalls", value: { abortReason: "stop" } })],
-      (current) => {
-        const plain = current.history.filter((message) => message.parts.every((part) => part.kind.case === "text"));
-        if (plain.length === 0) return undefined;
-        return [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: [pick(plain).id] } })];
-      },
-      (current) => [delta({ case: "replaceSegment", value: { segment: Segment.SYSTEM, messages: [textMessage(fresh(), Role.SYSTEM, "be brief"), ...current.system.slice(-2)] } })],
-      (current) => {
-        const ended = current.history.filter((message, index) => {
-          const next = current.history[index + 1];
-          return message.role !== Role.TOOL && !message.parts.some((part) => part.kind.case === "toolCall") && (next === undefined || next.role !== Role.TOOL);
-        });
-        if (ended.length === 0) return undefined;
-        return [delta({ case: "compact", value: { throughMessageId: pick(ended).id, summary: textMessage(fresh(), Role.SYSTEM, "summary") } })];
-      },
-      () => [delta({ case: "clearSegment", value: { segment: pick([Segment.SYSTEM, Segment.MEMORY]) } })],
-      () => [artifactDelta(`doc-${Math.floor(random() * 3)}`)],
-      () => [delta({ case: "remember", value: { text: `fact ${fresh()}` } })],
-      () => (random() < 0.2 ? [delta({ case: "clearState", value: {} })] : undefined),
-    ];
     for (let step = 0; step < 300; step++) {
-      const deltas = pick(edits)(state);
+      const deltas = edits(state);
       if (deltas === undefined) continue;
       state = (await writer.commit(id, state.version, deltas, "")).state!;
       // The follower reads every few versions, so its copy is 1 to 3 commits behind.

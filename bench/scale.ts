@@ -1,6 +1,6 @@
 // Long conversations at constant cost (issue 14, item 6): an agent turn — a Commit appending one
-// ~1 KB message, then a stateful Compile (budget 8,000 tokens, rendered for OpenAI Chat,
-// omit_snapshots so the response stays small) — on conversations of 100 to 100,000 stored ~1 KB
+// ~1 KB message, then a stateful Compile (budget 8,000 tokens, rendered for OpenAI Chat, default
+// response: lean, without the heavy parts `include` can ask for) — on conversations of 100 to 100,000 stored ~1 KB
 // messages, and a coding-agent profile (every other turn a tool round with a 20 KB result) at
 // 1,000 and 5,000 messages, for the in-memory and the Redis store, each a real sidecar driven by
 // the minimal HTTP/2 gRPC client. Beside them, in the same run: the floor (two do-nothing RPC
@@ -81,7 +81,7 @@ const compileRequest = (conversationId: string) =>
   Buffer.from(
     toBinary(
       CompileRequestSchema,
-      create(CompileRequestSchema, { conversationId, budget: { maxTokens: 8_000n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, omitSnapshots: true }),
+      create(CompileRequestSchema, { conversationId, budget: { maxTokens: 8_000n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" } }),
     ),
   );
 const commitRequest = (request: MessageInitShape<typeof CommitRequestSchema>) => Buffer.from(toBinary(CommitRequestSchema, create(CommitRequestSchema, request)));
@@ -133,7 +133,7 @@ async function buildConversation(client: MinimalGrpcClient, profile: "agent" | "
   let batchBytes = 0;
   const flush = async () => {
     if (batch.length === 0) return;
-    await client.call(commitPath, commitRequest({ conversationId, deltas: [append(batch)], omitState: true }));
+    await client.call(commitPath, commitRequest({ conversationId, deltas: [append(batch)]}));
     batch = [];
     batchBytes = 0;
   };
@@ -159,7 +159,7 @@ async function measureSize(store: string, sidecar: BuiltSidecar, profile: "agent
     let response: Buffer = Buffer.alloc(0);
     for (let turn = 0; turn < turns + 3; turn++) {
       const started = process.hrtime.bigint();
-      await client.call(commitPath, commitRequest({ conversationId, deltas: [turnDelta(profile, conversationId, turn)], omitState: true }));
+      await client.call(commitPath, commitRequest({ conversationId, deltas: [turnDelta(profile, conversationId, turn)]}));
       const committed = process.hrtime.bigint();
       response = await client.call(compilePath, compile);
       if (turn < 3) continue;
@@ -173,7 +173,7 @@ async function measureSize(store: string, sidecar: BuiltSidecar, profile: "agent
       const commitsCounted = 10;
       const messages = Array.from({ length: commitsCounted }, (_, index) => textMessage(`${conversationId}-w${index}`, Role.USER, prose(200_000 + index, 1_000)));
       const bytes = await counted("total_net_input_bytes", async () => {
-        for (const message of messages) await client.call(commitPath, commitRequest({ conversationId, deltas: [append([message])], omitState: true }));
+        for (const message of messages) await client.call(commitPath, commitRequest({ conversationId, deltas: [append([message])]}));
       });
       written = { perCommit: bytes / commitsCounted, messageBytes: toBinary(MessageSchema, messages[0]!).length };
     }
@@ -332,7 +332,7 @@ try {
     const result = at(store, "agent", 10_000);
     console.log(
       `  ${store}: compile response at 10,000 ${kb(result.responseBytes)} <= 2x its rendered body (${kb(result.renderedBytes)}): ${verdict(result.responseBytes <= 2 * result.renderedBytes)} ` +
-        `(with omit_snapshots; the default response shape is another change)`,
+        `(the default, lean response)`,
     );
   }
   const redisTurn = at("redis", "agent", 10_000).p50;

@@ -28,14 +28,12 @@ import { contextService } from "../src/server/services/context-service.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
+import { startBuiltSidecar, startDoNothingResponder } from "./bench-processes.js";
 import { startRedis } from "../test/support/redis.js";
-import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 
 // What an RPC hands a service implementation, reduced to what ContextService reads: no deadline.
 const callWithoutDeadline = { signal: new AbortController().signal, timeoutMs: () => undefined } as unknown as HandlerContext;
@@ -91,58 +89,43 @@ function report(label: string, result: Result, unit = "commits"): { p50: number 
 }
 
 /**
- * The built sidecar, next to this file in dist/ (test/support/sidecar.ts resolves dist/ from the
- * source tree, which does not hold once compiled).
+ * What the store's commit at each version writes: the appended message (the history list's new
+ * element), the change, and at version 0 the state's rest (the header's `rest`).
  */
-async function startBuiltSidecar(redisUrl: string) {
-  const main = fileURLToPath(new URL("../src/main.js", import.meta.url));
-  const child = spawn(process.execPath, [main, "--port", "0", "--redis-url", redisUrl], { stdio: ["ignore", "pipe", "inherit"] });
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`sidecar exited with ${code}`)));
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      const entry = JSON.parse(line) as { msg?: string; address?: string };
-      if (entry.msg === "contextd listening" && entry.address) resolve(Number(entry.address.slice(entry.address.lastIndexOf(":") + 1)));
-    });
-  });
-  return {
-    url: `http://127.0.0.1:${port}`,
-    stop: () => new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : (child.once("exit", () => resolve()), child.kill("SIGTERM")))),
-  };
+interface BarePayload {
+  messages: Buffer[];
+  change: Buffer;
 }
-
-/** The state and change bytes a commit at each version writes: version v holds v + 1 messages. */
-const bareCommitPayloads: { state: Buffer; change: Buffer }[] = (() => {
-  const messages: Message[] = [];
-  return Array.from({ length: commitsPerConversation }, (_, version) => {
-    const delta = appendDelta(`m${version}`, "hello world");
-    if (delta.operation.case === "appendMessages") messages.push(...delta.operation.value.messages);
-    const state = create(ConversationStateSchema, { conversationId: "bench", version: BigInt(version + 1), history: messages });
-    const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
-    return { state: Buffer.from(toBinary(ConversationStateSchema, state)), change: Buffer.from(toBinary(ChangeSchema, change)) };
-  });
-})();
-
-/** bench/do-nothing-grpc-responder.ts in a child process (the generator blocks this one's event loop). */
-async function startDoNothingResponder(): Promise<{ address: string; stop: () => void }> {
-  const script = fileURLToPath(new URL("./do-nothing-grpc-responder.js", import.meta.url));
-  const child = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
-  const [line] = (await once(createInterface({ input: child.stdout! }), "line")) as [string];
-  return { address: `127.0.0.1:${line}`, stop: () => child.kill("SIGTERM") };
-}
+const bareRest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: "bench" })));
+const bareCommitPayloads: BarePayload[] = Array.from({ length: commitsPerConversation }, (_, version) => {
+  const delta = appendDelta(`m${version}`, "hello world");
+  const messages = delta.operation.case === "appendMessages" ? delta.operation.value.messages : [];
+  const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
+  return { messages: messages.map((message) => Buffer.from(toBinary(MessageSchema, message))), change: Buffer.from(toBinary(ChangeSchema, change)) };
+});
 
 function formatLoad(): string {
   return loadavg().map((value) => value.toFixed(2)).join(" / ");
 }
 
 const redis = await startRedis();
-const sidecar = await startBuiltSidecar(redis.url);
+const sidecar = await startBuiltSidecar(["--redis-url", redis.url]);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
-bare.defineCommand("benchCommit", { numberOfKeys: 4, lua: commitScript });
+bare.defineCommand("benchCommit", { numberOfKeys: 8, lua: commitScript });
 if (bare.status !== "ready") await once(bare, "ready");
 const run = Date.now();
-/** The commit script, bare: writes version `expected` + 1 of the conversation under `keys`. */
-const bareCommit = async (keys: ConversationKeys, expected: number, payload: { state: Buffer; change: Buffer }) => {
-  await bare.benchCommit(keys.version, keys.state, keys.changes, keys.idempotency(""), String(expected), payload.state, payload.change, "", 86_400, 10_000);
+/**
+ * The commit script, bare: writes version `expected` + 1 of the conversation under `keys`, whose
+ * history holds `length` messages, appending `payload.messages` to it.
+ */
+const bareCommit = async (keys: ConversationKeys, expected: number, length: number, payload: BarePayload) => {
+  const unchanged = ["=", "0", "0", "0"];
+  const history = ["p", String(length), String(length), String(payload.messages.length), ...payload.messages];
+  await bare.benchCommit(
+    keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency(""),
+    String(expected), payload.change, "", 86_400, 10_000, "bench", expected === 0 ? bareRest : "", expected === 0 ? "1" : "0",
+    ...unchanged, ...history, ...unchanged, ...unchanged,
+  );
 };
 /**
  * The `iteration`th bare commit of a worker labelled `label`: a new conversation every
@@ -150,7 +133,7 @@ const bareCommit = async (keys: ConversationKeys, expected: number, payload: { s
  */
 const bareCommitAt = async (label: string, iteration: number) => {
   const version = iteration % commitsPerConversation;
-  await bareCommit(conversationKeys("bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`), version, bareCommitPayloads[version]!);
+  await bareCommit(conversationKeys("bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`), version, version, bareCommitPayloads[version]!);
 };
 const transport = createGrpcTransport({ baseUrl: sidecar.url });
 const conversations = createClient(ConversationService, transport);
@@ -277,16 +260,14 @@ try {
       });
     }
   }
-  const longState = Buffer.from(
-    toBinary(
-      ConversationStateSchema,
-      create(ConversationStateSchema, { conversationId: "bench", version: 1n, history: Array.from({ length: longStart }, (_, index) => appendedMessage(`l${index}`, "hello world")) }),
-    ),
-  );
+  // Before the list layout every commit wrote the whole state; the bare line now writes a whole
+  // 1,000-message history once per conversation (a first commit), the most a commit can write here.
+  const longMessages = Array.from({ length: longStart }, (_, index) => Buffer.from(toBinary(MessageSchema, appendedMessage(`l${index}`, "hello world"))));
+  const longBytes = longMessages.reduce((sum, message) => sum + message.length, 0);
   const bareLong = await measure(1, commitsPerWorker[1], (_, iteration) =>
-    bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, { state: longState, change: bareCommitPayloads[0]!.change }),
+    bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, 0, { messages: longMessages, change: bareCommitPayloads[0]!.change }),
   );
-  const bareLongStats = report(`bare EVALSHA commit, ${longStart.toLocaleString("en-US")}-message state (${Math.round(longState.length / 1024)} KB), concurrency 1`, bareLong);
+  const bareLongStats = report(`bare EVALSHA commit writing a ${longStart.toLocaleString("en-US")}-message history (${Math.round(longBytes / 1024)} KB), concurrency 1`, bareLong);
   const longRequests = Array.from({ length: 20_000 }, (_, index) =>
     toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")] })),
   );

@@ -1,5 +1,6 @@
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import type { WireType } from "@bufbuild/protobuf/wire";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 import { freezeConversationMessages } from "./immutability.js";
 import { decodeMessage, type DecodedObjectReuse, type Fields } from "./protobuf-decoder.js";
@@ -95,6 +96,16 @@ export class Codec {
   /** A state's storage encoding, extending `previous`'s list encodings where it extends them. */
   encodeState(state: ConversationState, previous?: ConversationState): Buffer {
     return this.stateEncoder.encode(state, previous);
+  }
+
+  /** A stored segment message's encoding, kept by identity across commits. */
+  encodeStoredMessage(message: Message): Uint8Array {
+    return this.stateEncoder.encodeMessage(message);
+  }
+
+  /** A state's encoding without its segments and version (the Redis store's `rest`). */
+  encodeStateRest(state: ConversationState): Uint8Array {
+    return this.stateEncoder.encodeRest(state);
   }
 
   /**

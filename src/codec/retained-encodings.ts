@@ -42,8 +42,14 @@ export class RetainedEncodings {
       const list = state[name] as object[];
       if (list.length === 0) continue;
       let home = this.lists.get(list);
-      if (home === undefined) this.lists.set(list, (home = { list, encodings: undefined }));
-      for (let index = 0; index < list.length; index++) {
+      let from = 0;
+      if (home === undefined) {
+        const extended = this.extendHome(list);
+        home = extended?.home ?? { list, encodings: undefined };
+        from = extended?.from ?? 0;
+        this.lists.set(list, home);
+      }
+      for (let index = from; index < list.length; index++) {
         const element = list[index]!;
         const mark = this.messages.get(element);
         if (mark === undefined) {
@@ -55,6 +61,27 @@ export class RetainedEncodings {
         }
       }
     }
+  }
+
+  /**
+   * When `list` extends the home of its first element (what every append makes of a stored
+   * segment), that home becomes `list`'s: its elements' marks stay valid (same elements at the
+   * same indexes), so only the new ones need marking, and the old list, which keeps a home of its
+   * own for its whole-list encodings, is no longer held by any mark. Marking every element of a
+   * 100,000-message history took ~7.5 ms per commit here (p50 of 30 appends), this ~0.33 ms
+   * (0.16 → 0.011 ms at 10,000). Returns the home and the index from which `list`'s elements need marks.
+   */
+  private extendHome(list: readonly object[]): { home: RetainedList; from: number } | undefined {
+    const first = this.messages.get(list[0]!);
+    const home = first?.home;
+    if (home === undefined || first!.index !== 0) return undefined;
+    const previous = home.list;
+    if (previous.length > list.length) return undefined;
+    for (let index = 0; index < previous.length; index++) if (list[index] !== previous[index]) return undefined;
+    this.lists.set(previous, { list: previous, encodings: home.encodings });
+    home.list = list;
+    home.encodings = undefined;
+    return { home, from: previous.length };
   }
 
   /** The mark of an immutable message, undefined for any other object. */

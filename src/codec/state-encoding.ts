@@ -1,5 +1,6 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
+import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 import { varintLength, writeVarint } from "./varint.js";
 
@@ -41,6 +42,19 @@ export class StateEncoder {
       offset += entries.length;
     }
     return output;
+  }
+
+  /** One segment message's encoding, kept by identity (the Redis store writes segments as lists of these). */
+  encodeMessage(message: Message): Uint8Array {
+    return this.element(MessageSchema, message);
+  }
+
+  /**
+   * Everything of a state but its four segments and its version: what the Redis store keeps
+   * beside the segment lists, rewritten only by a commit that changes it.
+   */
+  encodeRest(state: ConversationState): Uint8Array {
+    return toBinary(ConversationStateSchema, { ...state, version: 0n, ...emptySegments });
   }
 
   private listEntries(field: ListField, list: readonly object[], previousList: readonly object[] | undefined): Buffer {
@@ -90,6 +104,8 @@ type ListField = (typeof listFields)[number];
 
 /** Spread over a state, empties its lists: what is left (the scalars, and any field added later) goes to `toBinary`. */
 const emptyLists = Object.fromEntries(listFields.map((field) => [field.localName, Object.freeze([])]));
+
+const emptySegments = { system: [], history: [], memory: [], tools: [] } as Pick<ConversationState, "system" | "history" | "memory" | "tools">;
 
 function listOf(state: ConversationState, field: ListField): readonly object[] {
   return state[field.localName as keyof ConversationState] as readonly object[];

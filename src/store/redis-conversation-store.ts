@@ -7,6 +7,7 @@ import {
   ConversationSummarySchema,
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -15,7 +16,7 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { commitScript, conversationIndexKey, conversationKeys, loadScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { commitScript, conversationIndexKey, conversationKeys, loadScript, storedSegments, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -62,7 +63,7 @@ const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 const indexedConversationsLimit = 100_000;
 
 interface ScriptedRedis extends Redis {
-  contextdLoadBuffer(...args: (string | Buffer)[]): Promise<(Buffer | null | number)[]>;
+  contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number)[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
 }
@@ -71,6 +72,35 @@ interface ScriptedRedis extends Redis {
 interface IdempotencyRecord {
   fingerprint: string;
   version: bigint;
+}
+
+/** The load script's reply (see `loadScript`). */
+type LoadReply = (Buffer | null | number | Buffer[])[];
+
+/** One segment list as stored: its last rewrite (`_at`), its length, and its messages' encoded size. */
+interface SegmentLayout {
+  at: string;
+  length: number;
+  bytes: number;
+}
+
+/**
+ * Where a state the process holds stands in Redis (the header's fields), so the load script can
+ * send only what that state lacks, and its encoded size for the cache's byte bound.
+ */
+interface StoredLayout {
+  created: string;
+  restAt: string;
+  restBytes: number;
+  /** In `storedSegments` order. */
+  segments: SegmentLayout[];
+}
+
+/** The commit script's arguments after the fixed ones, their payload size, and the layout they leave. */
+interface StoredWrite {
+  args: (string | Buffer)[];
+  bytes: number;
+  layout: StoredLayout;
 }
 
 interface Loaded {
@@ -96,6 +126,8 @@ export class RedisConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
+  /** The stored layout of every state this process read or committed (see `StoredLayout`). */
+  private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   /**
    * Conversations whose entry in the listing index this process wrote and Redis acknowledged.
    * Entries are never removed from the index, so later commits skip the write (a second command
@@ -133,8 +165,8 @@ export class RedisConversationStore implements ConversationStore {
     // Without a listener ioredis reports connection errors as unhandled; they surface as
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
-    this.redis.defineCommand("contextdLoad", { numberOfKeys: 3, lua: loadScript, readOnly: true });
-    this.redis.defineCommand("contextdCommit", { numberOfKeys: 4, lua: commitScript });
+    this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
+    this.redis.defineCommand("contextdCommit", { numberOfKeys: 8, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
   }
 
@@ -286,54 +318,102 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   /**
-   * Reads the state (from the cache when the stored version still matches it) and, for a non-empty
-   * key, the idempotency record, in one round trip.
+   * Reads the state and, for a non-empty key, the idempotency record, in one round trip. Only
+   * what the cached copy lacks crosses the wire: nothing when the stored version is the cached
+   * one, the new tail of each list that only grew since, and whole only the lists rewritten since
+   * (or everything, without a usable cached copy).
    */
   private async read(conversationId: string, idempotencyKey: string): Promise<Loaded> {
     const keys = this.keys(conversationId);
     const cached = this.cache.get(conversationId);
+    const layout = cached && this.layouts.get(cached);
     const reply = await this.call(
       "loading a conversation",
       () =>
         this.redis.contextdLoadBuffer(
           keys.version,
-          keys.state,
+          keys.header,
+          ...keys.segments,
           keys.idempotency(idempotencyKey),
-          cached ? String(cached.version) : "",
           idempotencyKey === "" ? "0" : "1",
+          layout ? String(cached!.version) : "",
+          layout?.created ?? "",
+          layout?.restAt ?? "",
+          ...storedSegments.flatMap((_, index) => (layout ? [layout.segments[index]!.at, String(layout.segments[index]!.length)] : ["", ""])),
         ),
       conversationId,
     );
     if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
-    const [, versionBytes, stateBytes, fingerprint, recorded, exists] = reply;
-    const version = versionBytes === null ? 0n : storedVersion(conversationId, String(versionBytes));
+    const [, versionBytes, fingerprint, recorded] = reply;
     const record = fingerprint && recorded ? { fingerprint: String(fingerprint), version: storedVersion(conversationId, String(recorded)) } : undefined;
-    if (version === 0n) {
-      if (exists === 1) throw corruptConversation(conversationId, "a state is stored without its version");
+    if (versionBytes === null) {
       this.cache.delete(conversationId);
       this.indexedConversations.delete(conversationId);
       return { state: emptyConversationState(conversationId), record };
     }
-    if (exists !== 1) throw corruptConversation(conversationId, `version ${version} is stored without its state`);
-    if (cached && cached.version === version) {
+    const version = storedVersion(conversationId, String(versionBytes));
+    if (reply.length === 4) {
+      // The script answers this short only for the cached version.
       this.cache.touch(conversationId);
-      return { state: cached, record };
+      return { state: cached!, record };
     }
-    return { state: this.decodeState(conversationId, version, stateBytes as Buffer), record };
+    return { state: this.assemble(conversationId, keys, version, reply, layout ? cached : undefined), record };
   }
 
-  /** A stored state, checked against the version key and remembered; DATA_LOSS if it cannot be trusted. */
-  private decodeState(conversationId: string, version: bigint, bytes: Buffer): ConversationState {
-    let state: ConversationState;
-    try {
-      state = fromBinary(ConversationStateSchema, bytes);
-    } catch (error) {
-      throw corruptConversation(conversationId, `the stored state does not decode: ${(error as Error).message}`);
+  /**
+   * The state a load script's full reply describes, on top of `cached` for whatever the reply left
+   * out; remembered with its layout. DATA_LOSS for anything that does not decode or belongs to
+   * another conversation.
+   */
+  private assemble(conversationId: string, keys: ConversationKeys, version: bigint, reply: LoadReply, cached: ConversationState | undefined): ConversationState {
+    const cachedLayout = cached && this.layouts.get(cached);
+    const created = String(reply[4]);
+    const restAt = String(reply[5]);
+    const restBytes = reply[6] as Buffer | null;
+    let rest: ConversationState;
+    let restSize: number;
+    if (restBytes !== null) {
+      try {
+        rest = fromBinary(ConversationStateSchema, restBytes);
+      } catch (error) {
+        throw corruptConversation(conversationId, `the header ${keys.header} field rest does not decode: ${(error as Error).message}`);
+      }
+      if (rest.conversationId !== conversationId) throw corruptConversation(conversationId, `the header ${keys.header} holds the rest of "${rest.conversationId}"`);
+      restSize = restBytes.length;
+    } else {
+      if (!cached || !cachedLayout) throw new ConnectError(`redis store: the load script left out the rest of "${conversationId}" without a cached copy`, Code.Internal);
+      rest = cached;
+      restSize = cachedLayout.restBytes;
     }
-    if (state.version !== version || state.conversationId !== conversationId) {
-      throw corruptConversation(conversationId, `the stored state is version ${state.version} of "${state.conversationId}" but the version key says ${version}`);
-    }
-    this.cache.remember(state, bytes.length);
+    const segments: SegmentLayout[] = [];
+    const lists: Message[][] = [];
+    storedSegments.forEach((segment, index) => {
+      const at = String(reply[7 + 3 * index]);
+      const from = Number(reply[8 + 3 * index]);
+      const items = reply[9 + 3 * index] as Buffer[];
+      if (from > 0 && (!cached || !cachedLayout || cached[segment].length !== from)) {
+        throw new ConnectError(`redis store: the load script sent ${segment} of "${conversationId}" from ${from} without a cached copy that long`, Code.Internal);
+      }
+      let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      const decoded = items.map((item, position) => {
+        bytes += item.length;
+        try {
+          return fromBinary(MessageSchema, item);
+        } catch (error) {
+          throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${keys.segments[index]} does not decode: ${(error as Error).message}`);
+        }
+      });
+      // The cached list itself where nothing was added (an empty one too), so what was derived
+      // from it by identity (encodings, token counts) is found again.
+      const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
+      lists.push(unchanged ? cached[segment] : from === 0 ? decoded : [...cached![segment], ...decoded]);
+      segments.push({ at, length: from + decoded.length, bytes });
+    });
+    const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];
+    const state: ConversationState = { ...rest, conversationId, version, system, history, memory, tools };
+    const stored: StoredLayout = { created, restAt, restBytes: restSize, segments };
+    this.layouts.set(state, stored);
+    this.cache.remember(state, encodedSize(stored));
     return state;
   }
 
@@ -350,8 +430,9 @@ export class RedisConversationStore implements ConversationStore {
     requireStorableText("idempotency_key", idempotencyKey);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // The first attempt may start from the cached state without reading: the script compares its
-    // version with the stored one, so a stale cache costs a retry, never a lost update. Anything
-    // the cached state cannot decide (another expected version, a delta it rejects) is re-read.
+    // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never
+    // a lost update. Anything the cached state cannot decide (another expected version, a delta it
+    // rejects) is read again, which catches the cached copy up.
     let trustCache = true;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
@@ -380,27 +461,28 @@ export class RedisConversationStore implements ConversationStore {
         attempt--;
         continue;
       }
-      const stateBytes = this.codec.encodeState(plan.state, base);
+      const write = this.storedWrite(base, plan.state);
       const changeBytes = bufferOf(toBinary(ChangeSchema, plan.change));
       const committing = this.call(
         "committing",
         () =>
           this.redis.contextdCommitBuffer(
             keys.version,
-            keys.state,
+            keys.header,
+            ...keys.segments,
             keys.changes,
             keys.idempotency(idempotencyKey),
             String(base.version),
-            stateBytes,
             changeBytes,
             fingerprint,
             this.idempotencyTtlSeconds,
             this.maxChanges,
+            ...write.args,
           ),
         conversationId,
       ).catch((error: unknown) => {
         if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
-          this.refusedForMemory = { bytes: stateBytes.length + changeBytes.length, message: error.rawMessage };
+          this.refusedForMemory = { bytes: write.bytes + changeBytes.length, message: error.rawMessage };
         }
         throw error;
       });
@@ -413,23 +495,28 @@ export class RedisConversationStore implements ConversationStore {
       await indexing;
       const outcome = String(reply![0]);
       if (outcome === "ok") {
-        this.cache.remember(plan.state, stateBytes.length);
+        this.layouts.set(plan.state, write.layout);
+        this.cache.remember(plan.state, encodedSize(write.layout));
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       if (outcome === "replay") {
         const record = { fingerprint: String(reply![1]), version: storedVersion(conversationId, String(reply![2])) };
-        // The script sends the state only while the conversation is still at the recorded version.
-        const stored = reply![3];
+        if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
+        // The state goes with the replay only while the conversation is still at the recorded version.
+        const current = storedVersion(conversationId, String(reply![3]));
         const cachedNow = this.cache.get(conversationId);
-        const state = !stored ? undefined : cachedNow?.version === record.version ? cachedNow : this.decodeState(conversationId, record.version, stored);
+        const state = current !== record.version ? undefined : cachedNow?.version === current ? cachedNow : (await this.read(conversationId, "")).state;
         return replayed(conversationId, idempotencyKey, fingerprint, record, state);
       }
       if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply![1]));
       if (outcome === "invalid") throw new ConnectError(`redis store: the commit script refused its arguments: ${String(reply![1])}`, Code.Internal);
-      // Another writer committed between our read and our script.
-      this.cache.delete(conversationId);
       const current = storedVersion(conversationId, String(reply![1]));
-      if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      // The stored lists are not those of the cached state at its version (written behind this
+      // process's back): forget the copy and read the stored state whole.
+      if (outcome === "stale") this.cache.delete(conversationId);
+      // "conflict": another writer committed between our read and our script; the next read
+      // catches the cached copy up.
+      else if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
           `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,
@@ -437,6 +524,51 @@ export class RedisConversationStore implements ConversationStore {
         );
       }
     }
+  }
+
+  /**
+   * What the commit script writes for `next`, computed from `base`: per segment list, nothing when
+   * it is the same list, its new messages when it extends the base list, and otherwise the part
+   * that differs from the longer of the kept prefix and the kept suffix (compaction keeps the
+   * tail, a removal near the end keeps the head); `rest` only when something besides the segments
+   * changed. Lists are compared by message identity: core never mutates a message, so the same
+   * object is the same message, and a changed one is a new object.
+   */
+  private storedWrite(base: ConversationState, next: ConversationState): StoredWrite {
+    const baseLayout = this.layouts.get(base);
+    const first = base.version === 0n || baseLayout === undefined;
+    const version = String(next.version);
+    const args: (string | Buffer)[] = [];
+    let bytes = 0;
+    const segments: SegmentLayout[] = [];
+    storedSegments.forEach((segment, index) => {
+      const before = base[segment];
+      const after = next[segment];
+      const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
+      const edit = segmentEdit(before, after);
+      if (edit === undefined) {
+        args.push("=", String(before.length), String(before.length), "0");
+        segments.push(first ? { ...was, at: version } : was);
+        return;
+      }
+      const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
+      const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
+      bytes += added;
+      args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length), ...encodings);
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
+      const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
+      segments.push({ at: appended && !first ? was.at : version, length: after.length, bytes: kept + added });
+    });
+    const restChanged = first || restDiffers(base, next);
+    const rest = restChanged ? bufferOf(this.codec.encodeStateRest(next)) : Buffer.alloc(0);
+    bytes += rest.length;
+    const created = baseLayout?.created ?? randomUUID();
+    return {
+      args: [created, rest, restChanged ? "1" : "0", ...args],
+      bytes,
+      layout: { created, restAt: restChanged ? version : baseLayout!.restAt, restBytes: restChanged ? rest.length : baseLayout!.restBytes, segments },
+    };
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */
@@ -521,6 +653,38 @@ function whenReady(redis: Redis, timeoutMs: number): Promise<boolean> {
 function replayed(conversationId: string, key: string, fingerprint: string, record: IdempotencyRecord, current: ConversationState | undefined): CommitOutcome {
   if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, key);
   return { version: record.version, state: current?.version === record.version ? current : undefined, replayed: true };
+}
+
+/** A state's encoded size as stored: its rest and every message of its segments. */
+function encodedSize(layout: StoredLayout): number {
+  return layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes);
+}
+
+/**
+ * How `after` differs from `before`, by message identity: undefined for the same messages;
+ * otherwise how many to keep from the head (`keepPrefix`) or from the tail, and the messages to
+ * write beside them. Linear in the list (one identity comparison per message), with no allocation
+ * beyond the messages written.
+ */
+export function segmentEdit(before: readonly Message[], after: readonly Message[]): { keepPrefix: boolean; keep: number; messages: Message[] } | undefined {
+  if (after === before) return undefined;
+  const shorter = Math.min(before.length, after.length);
+  let prefix = 0;
+  while (prefix < shorter && after[prefix] === before[prefix]) prefix++;
+  if (prefix === before.length && prefix === after.length) return undefined;
+  let suffix = 0;
+  while (suffix < shorter - prefix && after[after.length - 1 - suffix] === before[before.length - 1 - suffix]) suffix++;
+  if (prefix >= suffix) return { keepPrefix: true, keep: prefix, messages: after.slice(prefix) };
+  return { keepPrefix: false, keep: suffix, messages: after.slice(0, after.length - suffix) };
+}
+
+/** Whether anything but the segments and the version differs (core shares what a batch left alone). */
+function restDiffers(before: ConversationState, after: ConversationState): boolean {
+  for (const key of Object.keys(after) as (keyof ConversationState)[]) {
+    if (key === "version" || (storedSegments as readonly string[]).includes(key)) continue;
+    if (after[key] !== before[key]) return true;
+  }
+  return false;
 }
 
 /** What the commit script writes as a version: "0" or up to 15 digits without a leading zero (its Lua adds exactly below 2^53). */

@@ -3,26 +3,34 @@
 // `maxmemory`, instead of failing between two writes and leaving a half-applied commit.
 
 /**
- * The keys of one conversation: `<prefix>:{<id>}:version|state|changes|idempotency:<key>`, with
- * the id and the idempotency key escaped by `escapeKeyPart`. The `{id}` hash tag puts them in one
- * Redis Cluster slot; an escaped id holds no `{` or `}`, so no id can end the tag early or open
+ * The keys of one conversation: `<prefix>:{<id>}:version|header|segment:<name>|changes|idempotency:<key>`,
+ * with the id and the idempotency key escaped by `escapeKeyPart`. The `{id}` hash tag puts them in
+ * one Redis Cluster slot; an escaped id holds no `{` or `}`, so no id can end the tag early or open
  * another one, and none holds `:`, so no id can reach another's keys (`a}:x` used to share keys
  * with `a`'s hash tag and name parts).
  */
 export interface ConversationKeys {
   version: string;
-  state: string;
+  /** A hash: the state's parts other than its segments, and each segment list's length and last rewrite. */
+  header: string;
+  /** One list of encoded messages per segment, in `storedSegments` order. */
+  segments: readonly string[];
   changes: string;
   /** The record of one idempotency key. */
   idempotency(key: string): string;
 }
+
+/** The segments stored as lists, in the order of `ConversationKeys.segments` and of the scripts' arguments. */
+export const storedSegments = ["system", "history", "memory", "tools"] as const;
+export type StoredSegment = (typeof storedSegments)[number];
 
 export function conversationKeys(keyPrefix: string, conversationId: string): ConversationKeys {
   const base = `${keyPrefix}:{${escapeKeyPart(conversationId)}}`;
   const idempotencyPrefix = `${base}:idempotency:`;
   return {
     version: `${base}:version`,
-    state: `${base}:state`,
+    header: `${base}:header`,
+    segments: storedSegments.map((segment) => `${base}:segment:${segment}`),
     changes: `${base}:changes`,
     idempotency: (key) => idempotencyPrefix + escapeKeyPart(key),
   };
@@ -49,123 +57,275 @@ export function conversationIndexKey(keyPrefix: string): string {
 }
 
 /**
- * Shared by the scripts: the type of a key (`none` when absent), and a reply naming what is
- * corrupt. A key of the wrong type (or holding a non-version) is answered as corrupt before the
+ * Shared by the scripts: the type of a key (`none` when absent), a reply naming what is corrupt,
+ * and the header read and checked against the segment lists. A key of the wrong type (or holding
+ * a non-version, or a header that disagrees with its lists) is answered as corrupt before the
  * first write, never as a Redis error between two writes.
+ *
+ * The header hash has the fields `created` (a random id written by a conversation's first commit,
+ * so a cache never mixes lists of a conversation Redis lost and recreated), `rest` (the state's
+ * encoding without its segments and version: artifacts, experiences, tool definitions, the
+ * experience counter), `rest_at` (the version that last wrote `rest`), and per segment `<name>`
+ * (the list's length) and `<name>_at` (the last version that did anything to the list but append).
  */
 const scriptPrelude = `
+local segmentNames = {'system', 'history', 'memory', 'tools'}
+local headerFields = {'created', 'rest', 'rest_at', 'system', 'system_at', 'history', 'history_at', 'memory', 'memory_at', 'tools', 'tools_at'}
 local function corrupt(detail) return {'corrupt', detail} end
+-- Versions stay below 2^53 (15 digits), so Lua's numbers (doubles) hold them exactly.
+local function isVersion(text) return text == '0' or (string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15) end
 -- The key's type, 'none' when absent; or, as the second result, the reply for a wrong one.
 local function typed(what, key, expected)
   local actual = redis.call('TYPE', key)['ok']
   if actual ~= 'none' and actual ~= expected then return actual, corrupt(what .. ' key ' .. key .. ' is a ' .. actual .. ', not a ' .. expected) end
   return actual, false
 end
+-- The type checks of version, header and segment lists (KEYS[1], KEYS[2], KEYS[3..6]).
+local function checkStateTypes()
+  local _, bad = typed('the version', KEYS[1], 'string')
+  if bad then return nil, bad end
+  local headerType
+  headerType, bad = typed('the header', KEYS[2], 'hash')
+  if bad then return nil, bad end
+  for i = 1, 4 do
+    _, bad = typed('the ' .. segmentNames[i] .. ' list', KEYS[2 + i], 'list')
+    if bad then return nil, bad end
+  end
+  return headerType, false
+end
+-- The header of a conversation at \`version\`, every field present and each list as long as it says.
+local function readHeader(version)
+  local values = redis.call('HMGET', KEYS[2], unpack(headerFields))
+  local header = {}
+  for i, name in ipairs(headerFields) do
+    local value = values[i]
+    if not value then return nil, corrupt('the header ' .. KEYS[2] .. ' lacks its field ' .. name) end
+    if name ~= 'rest' and name ~= 'created' and not isVersion(value) then
+      return nil, corrupt('the header ' .. KEYS[2] .. ' field ' .. name .. ' holds "' .. string.sub(value, 1, 40) .. '", not a count')
+    end
+    header[name] = value
+  end
+  if tonumber(header.rest_at) > tonumber(version) then return nil, corrupt('the header ' .. KEYS[2] .. ' says rest_at ' .. header.rest_at .. ', past version ' .. version) end
+  for i, name in ipairs(segmentNames) do
+    local stored = redis.call('LLEN', KEYS[2 + i])
+    if stored ~= tonumber(header[name]) then
+      return nil, corrupt('the ' .. name .. ' list ' .. KEYS[2 + i] .. ' holds ' .. stored .. ' messages but the header says ' .. header[name])
+    end
+    if tonumber(header[name .. '_at']) > tonumber(version) then
+      return nil, corrupt('the header ' .. KEYS[2] .. ' says ' .. name .. '_at ' .. header[name .. '_at'] .. ', past version ' .. version)
+    end
+  end
+  return header, false
+end
+-- Without a version nothing of the state may exist.
+local function nothingWithoutVersion(headerType)
+  if headerType ~= 'none' then return corrupt('a state is stored without its version') end
+  for i = 1, 4 do
+    if redis.call('EXISTS', KEYS[2 + i]) == 1 then return corrupt('a state is stored without its version') end
+  end
+  return false
+end
 `;
 
 /**
- * Reads a conversation, skipping the payload when the caller's cached copy is current.
- * KEYS: version, state, idempotency record. ARGV: cached version ("" = none), "1" to also read the
- * idempotency record.
- * Returns {'ok', version or false, state or false, record fingerprint or false, record version or
- * false, state exists} | {'corrupt', detail}. Versions are returned as stored; the caller checks
- * they are versions.
+ * Reads a conversation, sending only what the caller's cached copy lacks.
+ * KEYS: version, header, the four segment lists, idempotency record.
+ * ARGV: "1" to also read the idempotency record; then the cached copy's version ("" = none), its
+ * `created`, its `rest_at`, and per segment its `_at` and length.
+ * Returns {'ok', version or false, record fingerprint or false, record version or false} when
+ * the conversation was never written or is at the cached version (header and list lengths still
+ * checked); else {'ok', version,
+ * fingerprint, recorded, created, rest_at, rest or false, then per segment: _at, from, the
+ * encoded messages from index `from` on} — `from` is the cached length when the list only grew
+ * since the cached copy (same `created` and `_at`), else 0 and the whole list. {'corrupt', detail}
+ * when something cannot be trusted.
  */
 export const loadScript = `#!lua flags=no-writes
 ${scriptPrelude}
-local _, bad = typed('the version', KEYS[1], 'string')
+local _
+local headerType, bad = checkStateTypes()
 if bad then return bad end
-local stateType, bad = typed('the state', KEYS[2], 'string')
-if bad then return bad end
-if ARGV[2] == '1' then
-  _, bad = typed('the idempotency record', KEYS[3], 'hash')
-  if bad then return bad end
-end
 local fingerprint, recorded = false, false
-if ARGV[2] == '1' then
-  local record = redis.call('HMGET', KEYS[3], 'fingerprint', 'version')
+if ARGV[1] == '1' then
+  _, bad = typed('the idempotency record', KEYS[7], 'hash')
+  if bad then return bad end
+  local record = redis.call('HMGET', KEYS[7], 'fingerprint', 'version')
   fingerprint, recorded = record[1], record[2]
   if (fingerprint and not recorded) or (recorded and not fingerprint) then
-    return corrupt('the idempotency record ' .. KEYS[3] .. ' lacks its fingerprint or its version')
+    return corrupt('the idempotency record ' .. KEYS[7] .. ' lacks its fingerprint or its version')
   end
 end
 local version = redis.call('GET', KEYS[1])
-local exists = stateType == 'none' and 0 or 1
-if not version or version == ARGV[1] then
-  return {'ok', version, false, fingerprint, recorded, exists}
+if not version then
+  bad = nothingWithoutVersion(headerType)
+  if bad then return bad end
+  return {'ok', false, fingerprint, recorded}
 end
-return {'ok', version, redis.call('GET', KEYS[2]), fingerprint, recorded, exists}
+if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
+if version == '0' then return corrupt('the version key ' .. KEYS[1] .. ' holds "0"') end
+if headerType == 'none' then return corrupt('version ' .. version .. ' is stored without its state') end
+-- Checked also for a current cached copy (O(1) per key): a part lost behind the sidecar's back is
+-- DATA_LOSS at the next read, not a state served from the cache forever.
+local header
+header, bad = readHeader(version)
+if bad then return bad end
+if version == ARGV[2] and header.created == ARGV[3] then return {'ok', version, fingerprint, recorded} end
+local cached = ARGV[2] ~= '' and header.created == ARGV[3]
+local reply = {'ok', version, fingerprint, recorded, header.created, header.rest_at, false}
+if not cached or header.rest_at ~= ARGV[4] then reply[7] = header.rest end
+for i, name in ipairs(segmentNames) do
+  local at, length = header[name .. '_at'], tonumber(header[name])
+  local cachedLength = tonumber(ARGV[4 + 2 * i])
+  local from = 0
+  if cached and at == ARGV[3 + 2 * i] and cachedLength and cachedLength <= length then from = cachedLength end
+  reply[#reply + 1] = at
+  reply[#reply + 1] = from
+  if from < length then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], from, -1) else reply[#reply + 1] = {} end
+end
+return reply
 `;
 
 /**
- * Commits one batch computed by the client from the state at the expected version.
- * KEYS: version, state, changes stream, idempotency record.
- * ARGV: expected version, new state, change record, idempotency fingerprint ("" = no key),
- * idempotency TTL seconds, change stream MAXLEN (approximate).
- * Returns {'ok', version} | {'conflict', current version} | {'replay', fingerprint, recorded
- * version, state or false} | {'corrupt', detail} | {'invalid', detail}.
+ * Commits one batch computed by the client from the state at the expected version, writing only
+ * what the batch changed.
+ * KEYS: version, header, the four segment lists, changes stream, idempotency record.
+ * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
+ * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
+ * "1" if `rest` changed (required on a first commit) else "0"; then per segment: mode ("=" the
+ * list is unchanged, "p" keep its first `keep` messages and append the given ones, "s" keep its
+ * last `keep` and put the given ones before them), the length the client's base state has, `keep`,
+ * the count of messages that follow, and those messages.
+ * Returns {'ok', version} | {'conflict', current version} | {'stale', current version} (the
+ * client's base is not the stored state at its version: it reads again) | {'replay', fingerprint,
+ * recorded version, current version} | {'corrupt', detail} | {'invalid', detail}.
  *
  * Everything that could fail is checked before the first write (arguments, the type of every key,
- * the stored version, a state beside every version), and the first write is the XADD, the one
- * command a consistent-looking stream can still refuse (its last id at or past the new version);
- * it runs under pcall and writes nothing when it fails. What follows (SET, SET, HSET, EXPIRE on
- * keys of checked types) cannot fail, so a commit applies whole or not at all. Redis does not roll
- * a script back: before, a wrong-type change stream failed the XADD after version and state were
- * written.
+ * the stored version, the header beside every version and each list as long as it says), and the
+ * first write is the XADD, the one command a consistent-looking stream can still refuse (its last
+ * id at or past the new version); it runs under pcall and writes nothing when it fails. What
+ * follows (DEL, LTRIM, RPUSH, LPUSH, HSET, SET, EXPIRE on keys of checked types) cannot fail, so a
+ * commit applies whole or not at all. Redis does not roll a script back.
  *
- * The idempotency record (fingerprint and the version the commit produced: the response without
- * a copy of the state) is checked before the version, so a retry of a commit that already applied
- * is answered from it even though the version has since moved; the replay carries the state only
- * while the conversation is still at that version.
+ * The idempotency record (fingerprint and the version the commit produced) is checked before the
+ * version, so a retry of a commit that already applied is answered from it even though the
+ * version has since moved; the client then reads the state only if it is still at that version.
  */
 export const commitScript = `#!lua
 ${scriptPrelude}
--- Versions stay below 2^53 (15 digits), so Lua's numbers (doubles) add 1 to them exactly.
-local function isVersion(text) return text == '0' or (string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15) end
 local function isCount(text) return string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15 end
-if #KEYS ~= 4 or #ARGV ~= 6 then return {'invalid', 'the commit script takes 4 keys and 6 arguments'} end
-if not isVersion(ARGV[1]) then return {'invalid', 'expected version "' .. ARGV[1] .. '" is not a version'} end
-if ARGV[3] == '' then return {'invalid', 'the change record is empty'} end
-if not isCount(ARGV[5]) then return {'invalid', 'idempotency TTL "' .. ARGV[5] .. '" is not a positive number of seconds'} end
-if not isCount(ARGV[6]) then return {'invalid', 'change stream MAXLEN "' .. ARGV[6] .. '" is not a positive count'} end
-local keyed = ARGV[4] ~= ''
-local _, bad = typed('the version', KEYS[1], 'string')
+local function invalid(detail) return {'invalid', detail} end
+if #KEYS ~= 8 then return invalid('the commit script takes 8 keys') end
+if #ARGV < 24 then return invalid('the commit script takes at least 24 arguments') end
+if not isVersion(ARGV[1]) then return invalid('expected version "' .. ARGV[1] .. '" is not a version') end
+if ARGV[2] == '' then return invalid('the change record is empty') end
+if not isCount(ARGV[4]) then return invalid('idempotency TTL "' .. ARGV[4] .. '" is not a positive number of seconds') end
+if not isCount(ARGV[5]) then return invalid('change stream MAXLEN "' .. ARGV[5] .. '" is not a positive count') end
+if ARGV[8] ~= '0' and ARGV[8] ~= '1' then return invalid('the rest flag "' .. ARGV[8] .. '" is neither 0 nor 1') end
+local edits = {}
+local at = 9
+for i, name in ipairs(segmentNames) do
+  local mode, base, keep, count = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  if mode ~= '=' and mode ~= 'p' and mode ~= 's' then return invalid(name .. ': mode "' .. tostring(mode) .. '" is not =, p or s') end
+  if not (base and keep and count and isVersion(base) and isVersion(keep) and isVersion(count)) then return invalid(name .. ': base length, keep and count must be counts') end
+  base, keep, count = tonumber(base), tonumber(keep), tonumber(count)
+  if keep > base then return invalid(name .. ': keeps ' .. keep .. ' of ' .. base .. ' messages') end
+  if mode == '=' and (keep ~= base or count ~= 0) then return invalid(name .. ': an unchanged list keeps all and adds none') end
+  if at + 3 + count > #ARGV then return invalid(name .. ': ' .. count .. ' messages announced, fewer given') end
+  edits[i] = {mode = mode, base = base, keep = keep, count = count, first = at + 4}
+  at = at + 4 + count
+end
+if at - 1 ~= #ARGV then return invalid((#ARGV - at + 1) .. ' arguments after the last segment') end
+local keyed = ARGV[3] ~= ''
+local _
+local headerType, bad = checkStateTypes()
 if bad then return bad end
-local stateType, bad = typed('the state', KEYS[2], 'string')
-if bad then return bad end
-_, bad = typed('the change stream', KEYS[3], 'stream')
+_, bad = typed('the change stream', KEYS[7], 'stream')
 if bad then return bad end
 if keyed then
-  _, bad = typed('the idempotency record', KEYS[4], 'hash')
+  _, bad = typed('the idempotency record', KEYS[8], 'hash')
   if bad then return bad end
 end
 local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
-local stateExists = stateType ~= 'none'
-if current ~= '0' and not stateExists then return corrupt('version ' .. current .. ' is stored without its state') end
-if current == '0' and stateExists then return corrupt('a state is stored without its version') end
+local header
+if current == '0' then
+  bad = nothingWithoutVersion(headerType)
+  if bad then return bad end
+else
+  if headerType == 'none' then return corrupt('version ' .. current .. ' is stored without its state') end
+  header, bad = readHeader(current)
+  if bad then return bad end
+end
 if keyed then
-  local record = redis.call('HMGET', KEYS[4], 'fingerprint', 'version')
+  local record = redis.call('HMGET', KEYS[8], 'fingerprint', 'version')
   if record[1] or record[2] then
     if not (record[1] and record[2] and isVersion(record[2])) then
-      return corrupt('the idempotency record ' .. KEYS[4] .. ' lacks its fingerprint or its version')
+      return corrupt('the idempotency record ' .. KEYS[8] .. ' lacks its fingerprint or its version')
     end
-    local state = false
-    if record[2] == current then state = redis.call('GET', KEYS[2]) end
-    return {'replay', record[1], record[2], state}
+    return {'replay', record[1], record[2], current}
   end
 end
 if current ~= ARGV[1] then return {'conflict', current} end
-local version = string.format('%d', tonumber(current) + 1)
-local added = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], version .. '-0', 'change', ARGV[3])
-if type(added) == 'table' and added.err then
-  return corrupt('the change stream ' .. KEYS[3] .. ' does not take version ' .. version .. ' (' .. added.err .. ')')
+for i, name in ipairs(segmentNames) do
+  local stored = header and tonumber(header[name]) or 0
+  if edits[i].base ~= stored then return {'stale', current} end
 end
+if not header and ARGV[8] ~= '1' then return invalid('a first commit must write rest') end
+local version = string.format('%d', tonumber(current) + 1)
+local added = redis.pcall('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], version .. '-0', 'change', ARGV[2])
+if type(added) == 'table' and added.err then
+  return corrupt('the change stream ' .. KEYS[7] .. ' does not take version ' .. version .. ' (' .. added.err .. ')')
+end
+local fields = {}
+if not header then
+  fields = {'created', ARGV[6]}
+  for _, name in ipairs(segmentNames) do
+    fields[#fields + 1] = name
+    fields[#fields + 1] = '0'
+    fields[#fields + 1] = name .. '_at'
+    fields[#fields + 1] = version
+  end
+end
+-- Arguments per RPUSH/LPUSH: Lua's unpack takes at most a few thousand values.
+local chunk = 1000
+for i, name in ipairs(segmentNames) do
+  local edit, key = edits[i], KEYS[2 + i]
+  if edit.mode ~= '=' then
+    if edit.keep == 0 then
+      redis.call('DEL', key)
+    elseif edit.keep < edit.base then
+      if edit.mode == 'p' then redis.call('LTRIM', key, 0, edit.keep - 1) else redis.call('LTRIM', key, -edit.keep, -1) end
+    end
+    local last = edit.first + edit.count - 1
+    if edit.mode == 'p' then
+      for from = edit.first, last, chunk do redis.call('RPUSH', key, unpack(ARGV, from, math.min(from + chunk - 1, last))) end
+    else
+      -- LPUSH puts each argument at the head in turn: pushing the messages last to first keeps their order.
+      for to = last, edit.first, -chunk do
+        local reversed = {}
+        for index = to, math.max(edit.first, to - chunk + 1), -1 do reversed[#reversed + 1] = ARGV[index] end
+        redis.call('LPUSH', key, unpack(reversed))
+      end
+    end
+    fields[#fields + 1] = name
+    fields[#fields + 1] = string.format('%d', edit.keep + edit.count)
+    if not (edit.mode == 'p' and edit.keep == edit.base) then
+      fields[#fields + 1] = name .. '_at'
+      fields[#fields + 1] = version
+    end
+  end
+end
+if ARGV[8] == '1' then
+  fields[#fields + 1] = 'rest'
+  fields[#fields + 1] = ARGV[7]
+  fields[#fields + 1] = 'rest_at'
+  fields[#fields + 1] = version
+end
+if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
 redis.call('SET', KEYS[1], version)
-redis.call('SET', KEYS[2], ARGV[2])
 if keyed then
-  redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'version', version)
-  redis.call('EXPIRE', KEYS[4], ARGV[5])
+  redis.call('HSET', KEYS[8], 'fingerprint', ARGV[3], 'version', version)
+  redis.call('EXPIRE', KEYS[8], ARGV[4])
 end
 return {'ok', version}
 `;

@@ -128,6 +128,44 @@ describe("protobuf encoder with retained encodings", () => {
     expect(Buffer.from(changed).includes("m2")).toBe(true);
   });
 
+  it("moves the home of an appended-to list to the longer list, marking only the new elements, and still encodes old and new states exactly", () => {
+    const random = randomSource(29);
+    const appendCodec = new Codec();
+    const encodings = new RetainedEncodings(64 * 1024 * 1024);
+    const states: ConversationState[] = [randomState(random, undefined, 200)];
+    for (let version = 0; version < 8; version++) {
+      const previous = states[states.length - 1]!;
+      const next = create(ConversationStateSchema, { conversationId: "c", version: previous.version + 1n });
+      // As an append makes it: the same messages first, new ones after, in a new array.
+      next.history = [...previous.history, ...Array.from({ length: 1 + Math.floor(random() * 3) }, () => randomMessage(random))];
+      next.system = previous.system;
+      next.memory = previous.memory;
+      states.push(next);
+    }
+    let firstHome: unknown;
+    for (const [index, state] of states.entries()) {
+      encodings.retainStoredState(state);
+      appendCodec.retainState(state);
+      firstHome ??= encodings.list(state.history);
+      // The same home all along, moved from list to list (not one per list, re-marking everything).
+      expect(encodings.list(state.history)).toBe(firstHome);
+      const home = encodings.list(state.history)!;
+      // Every element of the newest list, old and new, is found in it at its own index.
+      expect(state.history.every((message, position) => encodings.message(message)!.home === home && encodings.message(message)!.index === position), `version ${index}`).toBe(true);
+      expect(home.list).toBe(state.history);
+      if (index > 0) expect(encodings.list(states[index - 1]!.history)!.list).toBe(states[index - 1]!.history);
+    }
+    // Responses of every version, the old ones after their lists' home moved on, as toBinary has them.
+    for (let round = 0; round < 2; round++) {
+      for (const state of [...states].reverse()) {
+        const response = resultFrom(state, [randomMessage(random)], random);
+        expect(same(appendCodec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
+        const whole = create(CompileResponseSchema, { result: { payload: { history: state.history } } });
+        expect(same(appendCodec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
+      }
+    }
+  });
+
   it("drops every kept encoding and mark once the bound is exceeded, and marks states again when asked", () => {
     const random = randomSource(3);
     const encodings = new RetainedEncodings(2_000);

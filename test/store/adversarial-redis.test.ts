@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
 import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { toBinary } from "@bufbuild/protobuf";
+import { MessageSchema } from "../../gen/ts/contextd/v1/message_pb.js";
 import { escapeKeyPart } from "../../src/store/redis-scripts.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";
@@ -43,6 +45,10 @@ async function undeploy(deployment: Deployment | undefined): Promise<void> {
   await deployment?.redis.stop();
 }
 
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
 async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
   const error = await promise.then(
     () => undefined,
@@ -55,7 +61,14 @@ async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
 const say = (text: string) => [appendHistory(textMessage("", Role.USER, text))];
 const keysOf = (id: string) => {
   const base = `contextd:{${escapeKeyPart(id)}}`;
-  return { version: `${base}:version`, state: `${base}:state`, changes: `${base}:changes`, record: (key: string) => `${base}:idempotency:${escapeKeyPart(key)}` };
+  return {
+    version: `${base}:version`,
+    header: `${base}:header`,
+    history: `${base}:segment:history`,
+    system: `${base}:segment:system`,
+    changes: `${base}:changes`,
+    record: (key: string) => `${base}:idempotency:${escapeKeyPart(key)}`,
+  };
 };
 
 describe("adversarial Redis store (real sidecar, real redis-server)", () => {
@@ -72,9 +85,11 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
   const snapshot = async (id: string, key: string) => {
     const keys = keysOf(id);
     const pipeline = deployment.raw.pipeline();
-    pipeline.type(keys.version).getBuffer(keys.version).type(keys.state).type(keys.changes).exists(keys.record(key));
+    pipeline.type(keys.version).getBuffer(keys.version).type(keys.header).type(keys.history).type(keys.changes).exists(keys.record(key));
     const values = (await pipeline.exec())!.map(([error, value]) => (error ? String(error) : value));
-    const state = (await deployment.raw.type(keys.state)) === "string" ? await deployment.raw.getBuffer(keys.state) : null;
+    const header = (await deployment.raw.type(keys.header)) === "hash" ? await deployment.raw.hgetallBuffer(keys.header) : null;
+    const history = (await deployment.raw.type(keys.history)) === "list" ? await deployment.raw.lrangeBuffer(keys.history, 0, -1) : null;
+    const state = { header, history };
     const changes = (await deployment.raw.type(keys.changes)) === "stream" ? await deployment.raw.xrange(keys.changes, "-", "+") : null;
     return { values, state, changes };
   };
@@ -106,7 +121,7 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     for (const key of stored) {
       const id = ids.get(tagOf(key));
       expect(id, `key ${key} is under the tag of a conversation`).toBeDefined();
-      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|state|changes|idempotency:[^{}:]*)$/);
+      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)|changes|idempotency:[^{}:]*)$/);
     }
     expect(stored).toContain("contextd:{tenant/a%7D%3Aidempotency%3Ax}:version");
     expect(stored).toContain("contextd:{tenant/a}:idempotency:x%7D%3Aversion");
@@ -163,12 +178,21 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     const { conversations, raw } = deployment;
     const undecodable = "tenant/undecodable";
     await conversations.commit({ conversationId: undecodable, deltas: say("first") }, callOptions);
-    // Another writer's version 2 whose state bytes are garbage (the sidecar's cached copy is version 1).
+    // Another writer's version 2 whose appended message is garbage (the sidecar's cached copy is
+    // version 1, so it reads only the list's new tail, and finds it undecodable).
+    await raw.rpush(keysOf(undecodable).history, Buffer.from([0xff, 0xff, 0xff, 0xff]));
+    await raw.hset(keysOf(undecodable).header, "history", "2");
     await raw.set(keysOf(undecodable).version, "2");
-    await raw.set(keysOf(undecodable).state, Buffer.from([0xff, 0xff, 0xff, 0xff]));
     const garbage = await rejection(conversations.getState({ conversationId: undecodable }, callOptions));
     expect(garbage.code).toBe(Code.DataLoss);
-    expect(garbage.rawMessage).toMatch(new RegExp(`^conversation "${undecodable}" is corrupt in the store: the stored state does not decode`));
+    expect(garbage.rawMessage).toMatch(new RegExp(`^conversation "${undecodable}" is corrupt in the store: message 1 of the history list ${escapeRegExp(keysOf(undecodable).history)} does not decode`));
+    // ...and a version 3 whose rest (artifacts, experiences, tool definitions) is garbage.
+    await raw.lset(keysOf(undecodable).history, 1, Buffer.from(toBinary(MessageSchema, textMessage("fixed", Role.USER, "fixed"))));
+    await raw.hset(keysOf(undecodable).header, "rest", Buffer.from([0xff, 0xff]), "rest_at", "3");
+    await raw.set(keysOf(undecodable).version, "3");
+    const rest = await rejection(conversations.getState({ conversationId: undecodable }, callOptions));
+    expect(rest.code).toBe(Code.DataLoss);
+    expect(rest.rawMessage).toMatch(new RegExp(`^conversation "${undecodable}" is corrupt in the store: the header ${escapeRegExp(keysOf(undecodable).header)} field rest does not decode`));
 
     const nonNumeric = "tenant/non-numeric";
     await conversations.commit({ conversationId: nonNumeric, deltas: say("first") }, callOptions);
@@ -203,6 +227,41 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     expect(await serving()).toBe(ServingStatus.SERVING);
   });
 
+  it("answers a lost or damaged part of the list layout (header, segment list) with DATA_LOSS naming the id, on every call, writing nothing", async () => {
+    const { conversations, raw } = deployment;
+    const damages: [string, (keys: ReturnType<typeof keysOf>) => Promise<unknown>, string][] = [
+      ["lost-list", (keys) => raw.del(keys.history), "the history list KEY holds 0 messages but the header says 2"],
+      ["short-list", (keys) => raw.rpop(keys.history), "the history list KEY holds 1 messages but the header says 2"],
+      ["lost-header", (keys) => raw.del(keys.header), "version 1 is stored without its state"],
+      ["header-field", (keys) => raw.hdel(keys.header, "rest_at"), "the header HEADER lacks its field rest_at"],
+      ["header-count", (keys) => raw.hset(keys.header, "history", "two"), 'the header HEADER field history holds "two", not a count'],
+      ["header-future", (keys) => raw.hset(keys.header, "history_at", "9"), "the header HEADER says history_at 9, past version 1"],
+      ["header-type", (keys) => raw.del(keys.header).then(() => raw.set(keys.header, "x")), "the header key HEADER is a string, not a hash"],
+      ["list-type", (keys) => raw.del(keys.system).then(() => raw.set(keys.system, "x")), "the system list key SYSTEM is a string, not a list"],
+      ["no-version", (keys) => raw.del(keys.version), "a state is stored without its version"],
+    ];
+    for (const [label, damage, detail] of damages) {
+      const id = `tenant/layout-${label}`;
+      const keys = keysOf(id);
+      await conversations.commit({ conversationId: id, deltas: [appendHistory(textMessage("", Role.USER, "one"), textMessage("", Role.ASSISTANT, "two"))] }, callOptions);
+      await damage(keys);
+      const before = await snapshot(id, "k");
+      const expected = `conversation "${id}" is corrupt in the store: ${detail.replace("KEY", keys.history).replace("HEADER", keys.header).replace("SYSTEM", keys.system)}`;
+      for (const call of [
+        () => conversations.getState({ conversationId: id }, callOptions),
+        () => conversations.commit({ conversationId: id, deltas: say("x") }, callOptions),
+        () => conversations.commit({ conversationId: id, expectedVersion: 1n, deltas: say("x"), idempotencyKey: "k" }, callOptions),
+        () => conversations.clear({ conversationId: id }, callOptions),
+      ]) {
+        const error = await rejection(call());
+        expect([label, error.code]).toEqual([label, Code.DataLoss]);
+        expect(error.rawMessage).toBe(expected);
+      }
+      expect(await snapshot(id, "k")).toEqual(before);
+    }
+    expect(await serving()).toBe(ServingStatus.SERVING);
+  });
+
   it("lists past corrupt conversations, leaving them out of the page", async () => {
     const { conversations, raw } = deployment;
     const ids = ["1", "2", "3", "4", "5"].map((suffix) => `listing/${suffix}`);
@@ -212,7 +271,8 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     await raw.rpush(keysOf(ids[3]!).version, "a list");
     // Listing reads versions only: a corrupt state is listed, and answered DATA_LOSS when read.
     await raw.set(keysOf(ids[4]!).version, "2");
-    await raw.set(keysOf(ids[4]!).state, Buffer.from([0xff, 0xff]));
+    await raw.lset(keysOf(ids[4]!).history, 0, Buffer.from([0xff, 0xff]));
+    await raw.hset(keysOf(ids[4]!).header, "history_at", "2");
     const listed: [string, bigint][] = [];
     let pageToken = "";
     do {

@@ -10,7 +10,8 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
-import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, textMessage } from "./fixtures.js";
+import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
+import { randomSource } from "../support/random-messages.js";
 
 let redis: RedisProcess;
 beforeAll(async () => {
@@ -300,6 +301,19 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(resumed).toEqual([4n, 5n]);
   });
 
+  it("loads after every one of 200 random edits exactly the state the commit returned (append, tool rounds, cancel, remove, replace, compact, clear, artifacts, experiences)", async () => {
+    const id = freshId("random-edits");
+    const edits = randomEdits(randomSource(41));
+    let state = await store.load(id);
+    for (let step = 0; step < 200; step++) {
+      const deltas = edits(state);
+      if (deltas === undefined) continue;
+      state = (await store.commit(id, state.version, deltas, "")).state!;
+      expect(toBinary(ConversationStateSchema, await store.load(id)), `step ${step}`).toEqual(toBinary(ConversationStateSchema, state));
+    }
+    expect(state.version).toBeGreaterThan(100n);
+  });
+
   it("lists conversations by id, paged and filtered by prefix", async () => {
     const prefix = freshId("list") + "/";
     for (const suffix of ["c", "a", "e", "b", "d"]) await store.commit(prefix + suffix, undefined, [delta({ case: "remember", value: { text: suffix } })], "");
@@ -360,7 +374,7 @@ describe("RedisConversationStore specifics", () => {
       await store.connected();
       const id = freshId("corrupt");
       await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
-      await raw.del(`contextd:{${id}}:state`);
+      await raw.del(`contextd:{${id}}:header`);
       const error = await rejection(store.load(id));
       expect(error.code).toBe(Code.DataLoss);
       expect(error.rawMessage).toContain(`conversation "${id}" is corrupt in the store: version 1 is stored without its state`);
@@ -423,7 +437,7 @@ describe("RedisConversationStore specifics", () => {
       expect(await raw.zrange(indexKey, 0, -1)).toEqual([]);
       // Redis loses everything (a restart without persistence): the next commit finds version 0
       // behind its cached copy, starts over and indexes the conversation again.
-      await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:state`, `${keyPrefix}:{${id}}:changes`);
+      await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:header`, `${keyPrefix}:{${id}}:segment:history`, `${keyPrefix}:{${id}}:changes`);
       expect((await store.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "after loss"))], "")).version).toBe(1n);
       expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
     } finally {
@@ -463,8 +477,7 @@ describe("RedisConversationStore specifics", () => {
       await store.commit(second, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
       // The same version with other contents, as only a reader of Redis would notice.
       for (const id of [first, second]) {
-        const replaced = create(ConversationStateSchema, { conversationId: id, version: 1n, history: [textMessage("other", Role.USER, "other")] });
-        await raw.set(`contextd:{${id}}:state`, Buffer.from(toBinary(ConversationStateSchema, replaced)));
+        await raw.lset(`contextd:{${id}}:segment:history`, 0, Buffer.from(toBinary(MessageSchema, textMessage("other", Role.USER, "other"))));
       }
       // The newest is served from the cache (its version did not move); the other is read again.
       expect((await store.load(second)).history.map((message) => message.id)).toEqual(["u1"]);

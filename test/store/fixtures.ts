@@ -1,7 +1,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { ArtifactKind, ArtifactLifecycle, ArtifactSchema, MergePolicy } from "../../gen/ts/contextd/v1/artifact_pb.js";
 import { ActorKind, CacheType, MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 
 /** A delta from its operation, e.g. `delta({ case: "remember", value: { text: "x" } })`. */
 export function delta(operation: NonNullable<MessageInitShape<typeof DeltaSchema>["operation"]>): Delta {
@@ -98,4 +98,53 @@ export function artifactDelta(id: string): Delta {
       }),
     },
   });
+}
+
+/**
+ * A source of random batches for a conversation, drawn from `random`: appends to every segment,
+ * tool rounds, an assistant call cancelled with cancel_tool_calls, remove, replace, compact,
+ * clear_segment, artifacts, experiences and now and then a clear. Given the current state, it
+ * returns a batch valid for it, or undefined when the drawn edit does not apply (nothing to remove).
+ */
+export function randomEdits(random: () => number): (current: ConversationState) => Delta[] | undefined {
+  const pick = <T>(values: readonly T[]) => values[Math.floor(random() * values.length)]!;
+  let counter = 0;
+  const fresh = () => `r${++counter}`;
+  const edits: ((current: ConversationState) => Delta[] | undefined)[] = [
+    () => [appendHistory(...Array.from({ length: 1 + Math.floor(random() * 3) }, () => textMessage(fresh(), pick([Role.USER, Role.ASSISTANT]), "hi")))],
+    () => [delta({ case: "appendMessages", value: { segment: pick([Segment.SYSTEM, Segment.MEMORY, Segment.TOOLS]), messages: [textMessage(fresh(), Role.SYSTEM, "note")] } })],
+    () => {
+      const call = fresh();
+      return [
+        delta({
+          case: "appendToolRound",
+          value: {
+            assistant: create(MessageSchema, { id: fresh(), role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: call, name: "search", arguments: { data: "{}" } } } }] }),
+            results: [create(MessageSchema, { id: fresh(), role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: call, name: "search", payload: { text: "found" } } } }] })],
+          },
+        }),
+      ];
+    },
+    () => [delta({ case: "appendAssistant", value: { toolCalls: [{ id: fresh(), name: "fetch", arguments: { data: "{}" } }] } }), delta({ case: "cancelToolCalls", value: { abortReason: "stop" } })],
+    (current) => {
+      const plain = current.history.filter((message) => message.parts.every((part) => part.kind.case === "text"));
+      if (plain.length === 0) return undefined;
+      return [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: [pick(plain).id] } })];
+    },
+    (current) => [delta({ case: "replaceSegment", value: { segment: Segment.SYSTEM, messages: [textMessage(fresh(), Role.SYSTEM, "be brief"), ...current.system.slice(-2)] } })],
+    (current) => {
+      // Messages a compaction may end on: not inside a tool round.
+      const ended = current.history.filter((message, index) => {
+        const next = current.history[index + 1];
+        return message.role !== Role.TOOL && !message.parts.some((part) => part.kind.case === "toolCall") && (next === undefined || next.role !== Role.TOOL);
+      });
+      if (ended.length === 0) return undefined;
+      return [delta({ case: "compact", value: { throughMessageId: pick(ended).id, summary: textMessage(fresh(), Role.SYSTEM, "summary") } })];
+    },
+    () => [delta({ case: "clearSegment", value: { segment: pick([Segment.SYSTEM, Segment.MEMORY]) } })],
+    () => [artifactDelta(`doc-${Math.floor(random() * 3)}`)],
+    () => [delta({ case: "remember", value: { text: `fact ${fresh()}` } })],
+    () => (random() < 0.2 ? [delta({ case: "clearState", value: {} })] : undefined),
+  ];
+  return (current) => pick(edits)(current);
 }

@@ -145,7 +145,10 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     });
     const writer = new Redis(redis.url);
     const keys = conversationKeys("contextd", conversationId);
-    await writer.set(keys.state, Buffer.from(toBinary(ConversationStateSchema, state)));
+    // The layout of docs/stores.md: a header hash, one list per segment, the version.
+    const rest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId })));
+    await writer.rpush(keys.segments[1]!, ...state.history.map((message) => Buffer.from(toBinary(MessageSchema, message))));
+    await writer.hset(keys.header, { created: "earlier", rest, rest_at: "1", system: "0", system_at: "1", history: String(state.history.length), history_at: "1", memory: "0", memory_at: "1", tools: "0", tools_at: "1" });
     await writer.set(keys.version, "1");
     writer.disconnect();
 

@@ -1,13 +1,13 @@
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import type { WireType } from "@bufbuild/protobuf/wire";
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 import { freezeConversationMessages } from "./immutability.js";
 import { decodeMessage, type DecodedObjectReuse, type Fields } from "./protobuf-decoder.js";
 import { ProtobufEncoder } from "./protobuf-encoder.js";
 import { RecentMessages } from "./recent-messages.js";
 import { RetainedEncodings } from "./retained-encodings.js";
-import { StateEncoder } from "./state-encoding.js";
+import { encodeStateRest } from "./state-encoding.js";
 
 /** The codec's memory bounds; the server takes them from its configuration. */
 export interface CodecLimits {
@@ -52,7 +52,6 @@ export class Codec {
   private readonly reuse: DecodedObjectReuse | undefined;
   private readonly retained: RetainedEncodings | undefined;
   private readonly encoder: ProtobufEncoder;
-  private readonly stateEncoder = new StateEncoder();
 
   constructor(readonly limits: CodecLimits = defaultCodecLimits) {
     this.reuse =
@@ -93,19 +92,19 @@ export class Codec {
     return this.encoder.encodeTopLevelFields(schema, message);
   }
 
-  /** A state's storage encoding, extending `previous`'s list encodings where it extends them. */
-  encodeState(state: ConversationState, previous?: ConversationState): Buffer {
-    return this.stateEncoder.encode(state, previous);
-  }
-
-  /** A stored segment message's encoding, kept by identity across commits. */
+  /**
+   * A stored segment message's encoding (without tag and length). The bytes kept for responses are
+   * reused when the message has them (a replaced or compacted segment rewrites mostly messages the
+   * responses already carried), so a stored message's bytes are kept once, not once for the store
+   * and once for the responses.
+   */
   encodeStoredMessage(message: Message): Uint8Array {
-    return this.stateEncoder.encodeMessage(message);
+    return this.retained?.encodingOf(message) ?? this.encoder.encode(MessageSchema, message);
   }
 
   /** A state's encoding without its segments and version (the Redis store's `rest`). */
   encodeStateRest(state: ConversationState): Uint8Array {
-    return this.stateEncoder.encodeRest(state);
+    return encodeStateRest(state);
   }
 
   /**

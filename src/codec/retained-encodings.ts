@@ -84,6 +84,11 @@ export class RetainedEncodings {
     return { home, from: previous.length };
   }
 
+  /** The kept encoding of an immutable message (without tag and length), if it was encoded since marked. */
+  encodingOf(message: object): Uint8Array | undefined {
+    return this.messages.get(message)?.encoding;
+  }
+
   /** The mark of an immutable message, undefined for any other object. */
   message(message: object): RetainedMessage | undefined {
     return this.messages.get(message);

@@ -212,7 +212,9 @@ try {
   // Each run commits to conversations of its own (a requests file replayed would repeat message ids).
   const goCommits = (label: string, concurrency: number, seconds: number) => {
     const conversationsPerRun = 400;
-    const commitRequests = Array.from({ length: 20_000 }, (_, index) =>
+    // Enough distinct commits for the run at ~20,000 commits/s (the load generator refuses to
+    // replay a file, which would repeat message ids).
+    const commitRequests = Array.from({ length: Math.ceil((seconds + 0.5) * 20_000) }, (_, index) =>
       toBinary(
         CommitRequestSchema,
         create(CommitRequestSchema, {
@@ -268,7 +270,7 @@ try {
     bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, 0, { messages: longMessages, change: bareCommitPayloads[0]!.change }),
   );
   const bareLongStats = report(`bare EVALSHA commit writing a ${longStart.toLocaleString("en-US")}-message history (${Math.round(longBytes / 1024)} KB), concurrency 1`, bareLong);
-  const longRequests = Array.from({ length: 20_000 }, (_, index) =>
+  const longRequests = Array.from({ length: 60_000 }, (_, index) =>
     toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")] })),
   );
   const longRequestsFile = join(directory, "commits-long.bin");

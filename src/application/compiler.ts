@@ -23,6 +23,7 @@ import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
 import { compileRequestFingerprint, replayedCompileResult, replayWarning } from "./compile-commit.js";
+import { ErrorReason, withErrorDetails } from "../core/model/error-details.js";
 
 export interface CompilerDependencies {
   store: ConversationStore;
@@ -145,9 +146,13 @@ function assertSomethingToRender(request: CompileRequest, state: ConversationSta
     const messages = request[field]?.messages ?? state[field];
     if (messages.length > 0) return;
   }
-  throw new ConnectError(
-    `conversation "${request.conversationId}" has no messages at version ${state.version}: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request`,
-    Code.FailedPrecondition,
+  throw withErrorDetails(
+    new ConnectError(
+      `conversation "${request.conversationId}" has no messages at version ${state.version}: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request`,
+      Code.FailedPrecondition,
+    ),
+    ErrorReason.conversationEmpty,
+    { metadata: { conversation_id: request.conversationId, version: String(state.version) } },
   );
 }
 

@@ -51,7 +51,7 @@ describe("tool-call arguments at the door", () => {
   it("are refused at commit unless they are a JSON object, naming the delta, the path and the message", () => {
     const state = create(ConversationStateSchema, { conversationId: "c" });
     const context = { newMessageId: () => "new" };
-    for (const [args, problem] of [["city=Oslo", "not valid JSON"], ["[1,2]", "not a JSON object but an array"], ['"Oslo"', "not a JSON object but a string"], ["null", "not a JSON object but null"]] as const) {
+    for (const [args, problem] of [["city=Oslo", "not valid JSON"], ["[1,2]", "not a JSON object but a JSON array"], ['"Oslo"', "not a JSON object but a JSON string"], ["null", "not a JSON object but null"]] as const) {
       const error = thrown(() => applyDeltas(state, [appendHistory(user("u", "hi")), appendHistory(message(Role.ASSISTANT, "a1", "ok", call("k1", "weather", args)))], context));
       expect(error.code).toBe(Code.InvalidArgument);
       expect(error.rawMessage).toBe(

@@ -16,6 +16,7 @@ import type { CompileContext } from "./compile-context.js";
 import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
+import { ErrorReason, withErrorDetails } from "../model/error-details.js";
 
 /** Token figures of the budgeted payload; the usage block and events are built from it. */
 export interface BudgetReport {
@@ -119,31 +120,19 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   if (limit.tokens > 0) {
     const figures = `system ${system}, memory ${memory}, tools ${tools}, tool definitions ${toolDefinitions}, pending and current turn ${pending}, scratch ${scratchTokens}, framing ${perRequest}`;
     if (pending + perRequest > limit.tokens) {
-      throw new ConnectError(
-        `pending exceeds budget: pending messages and the current turn need ${pending + perRequest} tokens, the limit is ${limit.tokens}`,
-        Code.ResourceExhausted,
-      );
+      throw budgetExceeded(`pending exceeds budget: pending messages and the current turn need ${pending + perRequest} tokens, the limit is ${limit.tokens}`, limit.tokens);
     }
     if (reserved > limit.tokens) {
-      throw new ConnectError(
-        `budget exceeded: ${reserved} tokens are reserved before any history (${figures}), the limit is ${limit.tokens}`,
-        Code.ResourceExhausted,
-      );
+      throw budgetExceeded(`budget exceeded: ${reserved} tokens are reserved before any history (${figures}), the limit is ${limit.tokens}`, limit.tokens);
     }
     const available = limit.tokens - reserved;
     if (historyBeforeTrim > available) {
       const strategy = budget?.strategy ?? BudgetStrategy.UNSPECIFIED;
       if (limit.fromWindow && !budget!.autoCompact) {
-        throw new ConnectError(
-          `context full: the request needs ${reserved + historyBeforeTrim} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`,
-          Code.ResourceExhausted,
-        );
+        throw budgetExceeded(`context full: the request needs ${reserved + historyBeforeTrim} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`, limit.tokens);
       }
       if (strategy === BudgetStrategy.STRICT) {
-        throw new ConnectError(
-          `budget exceeded (STRICT): history needs ${historyBeforeTrim} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`,
-          Code.ResourceExhausted,
-        );
+        throw budgetExceeded(`budget exceeded (STRICT): history needs ${historyBeforeTrim} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`, limit.tokens);
       }
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
@@ -151,10 +140,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       // Without a current turn, the latest user message of history is the one being answered.
       const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
       if (latestUser >= 0 && historyCounts[latestUser]! > available) {
-        throw new ConnectError(
-          `budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`,
-          Code.ResourceExhausted,
-        );
+        throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
       }
       const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {
@@ -298,10 +284,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const historyTokens = sum(historyCounts);
   const total = reserved + historyTokens;
   if (limit.tokens > 0 && total > limit.tokens) {
-    throw new ConnectError(
-      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round, latest user message${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
-      Code.ResourceExhausted,
-    );
+    throw budgetExceeded(`budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round, latest user message${summary ? ", summary" : ""}), the limit is ${limit.tokens}`, limit.tokens);
   }
 
   // Pending and the current turn go after history, untouched by every earlier stage.
@@ -418,4 +401,9 @@ function lastUserMessageIndex(history: readonly Message[]): number {
 function quoteIds(messages: readonly Message[]): string {
   const shown = messages.slice(0, 10).map((message) => `"${message.id}"`).join(", ");
   return messages.length > 10 ? `${shown} and ${messages.length - 10} more` : shown;
+}
+
+/** RESOURCE_EXHAUSTED, reason BUDGET_EXCEEDED, with the limit in the metadata (`limit_tokens`). */
+function budgetExceeded(message: string, limitTokens: number): ConnectError {
+  return withErrorDetails(new ConnectError(message, Code.ResourceExhausted), ErrorReason.budgetExceeded, { metadata: { limit_tokens: String(limitTokens) } });
 }

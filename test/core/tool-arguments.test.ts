@@ -60,7 +60,7 @@ describe("tool-call arguments at the door", () => {
     }
     // Arguments given as text are checked the same way.
     const textForm = thrown(() => applyDeltas(state, [delta({ case: "appendAssistant", value: { text: "Let me check.", toolCalls: [{ id: "k2", name: "weather", arguments: { text: "x y" } }] } })], context));
-    expect(textForm.rawMessage).toBe('deltas[0].append_assistant: message[0].parts[1].tool_call.arguments: the arguments of tool call "k2" must be a JSON object, got "x y" (not valid JSON) (message "new")');
+    expect(textForm.rawMessage).toBe('deltas[0].append_assistant: message.parts[1].tool_call.arguments: the arguments of tool call "k2" must be a JSON object, got "x y" (not valid JSON) (message "new")');
     // Objects, whitespace around them and no arguments at all pass.
     const ok = applyDeltas(state, [appendHistory(user("u", "hi"), message(Role.ASSISTANT, "a", call("k1", "weather", ' {"city":"Oslo"} '), call("k2", "weather", "")))], context);
     expect(ok.history).toHaveLength(2);

@@ -119,9 +119,10 @@ export class Compiler {
 
   private context(run: CompileRun): Omit<CompileContext, "stored"> {
     return {
-      // 32 hex digits; randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system
-      // call per id (measured ~20 µs per compile under load).
-      randomId: () => `msg_${randomUUID().replaceAll("-", "")}`,
+      // A UUID, the form commits assign too (one id format, compile.proto IDENTITY_POLICY_RANDOM);
+      // randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system call per id
+      // (measured ~20 µs per compile under load).
+      randomId: () => randomUUID(),
       now: () => Date.now(),
       monotonicNs: () => process.hrtime.bigint(),
       tokenCounts: this.dependencies.tokenCounts,

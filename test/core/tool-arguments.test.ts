@@ -129,7 +129,7 @@ describe("stored tool-call arguments that are not a JSON object", () => {
   it("drop the whole round with DROP_ROUND", async () => {
     const result = await compile(request({ conversationId: "c", render: anthropic, toolArgumentsRepair: ToolArgumentsRepair.DROP_ROUND }), { ...testContext(), stored: legacy() });
     expect(ids(result.payload!.history)).toEqual(["u1", "a2", "u2"]);
-    for (const id of ["a1", "t1"]) expect(result.transformations[id]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOOL_ARGUMENTS_REPAIR });
+    for (const id of ["a1", "t1"]) expect(result.transformations[id]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOOL_ARGUMENTS_REPAIR });
     expect(result.warnings.find((w) => w.code === "tool_arguments_repaired")!.message).toContain("dropped 2 message(s) of its round");
     expect(body(result.rendered!.json).messages.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
     // A removal, like tool-round repair: the persistence projection leaves the round out too.

@@ -175,7 +175,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       // A summary (SUMMARIZE, or auto_compact over the window) replaces the oldest prefix whatever
       // the strategy; without one the strategy trims.
       const reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
-      let action = TransformationAction.TRUNCATED;
+      const action = TransformationAction.DROPPED;
       // Keep a quarter of the available tokens free for the summary that replaces the prefix.
       let drop = summarize ? selectUnitsToDrop(summarizablePrefix(units), available - summaryReserve(available), "head") : undefined;
       if (drop?.size === 0) {
@@ -189,7 +189,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       } else {
         if (strategy === BudgetStrategy.DROP) {
           drop = selectAllUnprotected(units);
-          action = TransformationAction.EVICTED;
         } else if (strategy === BudgetStrategy.DROP_TAIL) {
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
@@ -263,7 +262,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       }
       if (alignedMessages.length > 0) {
         for (const message of alignedMessages) {
-          setRecord(work, message.id, TransformationAction.TRUNCATED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
+          setRecord(work, message.id, TransformationAction.DROPPED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
           dropped.push({ id: message.id, reason: TransformationReason.HISTORY_ALIGNMENT });
         }
         const next = kept.find((message) => message.provenance?.kind.case !== "summary");

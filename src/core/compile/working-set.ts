@@ -123,8 +123,7 @@ export function addWarning(work: CompileWork, code: string, message: string): vo
 export function isRemovedFromPersistence(record: Transformation | undefined): boolean {
   if (!record) return false;
   return (
-    record.action === TransformationAction.TRUNCATED ||
-    record.action === TransformationAction.EVICTED ||
+    record.action === TransformationAction.DROPPED ||
     record.reason === TransformationReason.REPLACED_BY_DEFERRED ||
     record.reason === TransformationReason.SUMMARIZED
   );

@@ -105,7 +105,8 @@ type Error struct {
 	// Message is the server's message, which says what was wrong and where.
 	Message string
 	Details
-	cause error
+	cause  error
+	status *status.Status // the server's status, details included, when the transport was gRPC
 }
 
 func (e *Error) Error() string {
@@ -124,8 +125,14 @@ func (e *Error) Is(target error) bool {
 // Unwrap returns the transport's original error.
 func (e *Error) Unwrap() error { return e.cause }
 
-// GRPCStatus lets status.Code and status.FromError see through the wrapper.
-func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+// GRPCStatus lets status.Code and status.FromError see through the wrapper, details included
+// when the call went over gRPC.
+func (e *Error) GRPCStatus() *status.Status {
+	if e.status != nil {
+		return e.status
+	}
+	return status.New(e.Code, e.Message)
+}
 
 // VersionConflictError is an ABORTED call: the conversation is no longer at the version the
 // caller expected. It matches ErrVersionConflict with errors.Is.
@@ -136,7 +143,8 @@ type VersionConflictError struct {
 	// did not say.
 	CurrentVersion int64
 	Details
-	cause error
+	cause  error
+	status *status.Status
 }
 
 func (e *VersionConflictError) Error() string {
@@ -151,6 +159,9 @@ func (e *VersionConflictError) Unwrap() error { return e.cause }
 
 // GRPCStatus lets status.Code and status.FromError see through the wrapper.
 func (e *VersionConflictError) GRPCStatus() *status.Status {
+	if e.status != nil {
+		return e.status
+	}
 	return status.New(codes.Aborted, e.Message)
 }
 
@@ -167,6 +178,7 @@ func newError(err error, trailer metadata.MD) error {
 	var code codes.Code
 	var message string
 	var decoded []any
+	var grpcStatus *status.Status
 	var connectErr *connect.Error
 	if errors.As(err, &connectErr) {
 		code = codes.Code(connectErr.Code())
@@ -186,6 +198,7 @@ func newError(err error, trailer metadata.MD) error {
 		code = s.Code()
 		message = s.Message()
 		decoded = s.Details()
+		grpcStatus = s
 	} else {
 		// A local failure before the RPC went out (for example a canceled context).
 		code = status.FromContextError(err).Code()
@@ -193,9 +206,9 @@ func newError(err error, trailer metadata.MD) error {
 	}
 	details := readDetails(decoded)
 	if code == codes.Aborted {
-		return &VersionConflictError{Message: message, CurrentVersion: currentVersion(details, trailer, message), Details: details, cause: err}
+		return &VersionConflictError{Message: message, CurrentVersion: currentVersion(details, trailer, message), Details: details, cause: err, status: grpcStatus}
 	}
-	return &Error{Code: code, Message: message, Details: details, cause: err}
+	return &Error{Code: code, Message: message, Details: details, cause: err, status: grpcStatus}
 }
 
 // currentVersion reads the ErrorInfo's current_version, then the trailer, then the message.

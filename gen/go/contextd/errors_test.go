@@ -84,6 +84,9 @@ func TestErrorDetailsFromStatus(t *testing.T) {
 	if !errors.As(newError(st.Err(), nil), &typed) {
 		t.Fatal("want an *Error")
 	}
+	if details := status.Convert(typed).Details(); len(details) != 3 {
+		t.Errorf("status.Convert of the typed error has %d details, want the server's 3", len(details))
+	}
 	if typed.Reason() != "INVALID_ARGUMENT" || typed.Metadata()["k"] != "v" || len(typed.FieldViolations()) != 1 || typed.FieldViolations()[0] != (FieldViolation{Field: "deltas[0]", Description: "no operation set"}) {
 		t.Errorf("details = %q %v %+v; want contextd's ErrorInfo (not another domain's) and the violation", typed.Reason(), typed.Metadata(), typed.FieldViolations())
 	}

@@ -110,6 +110,16 @@ describe("structured error details through the real RPC", () => {
         expect(empty.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "CONVERSATION_EMPTY", metadata: { conversation_id: conversationId, version: "0" } });
       });
 
+      it("a server stream's error carries them too (CompileStream)", async () => {
+        const stream = async () => {
+          for await (const message of context().compileStream({ request: { history: { messages: [textMessage("u1", Role.USER, "q"), badCall] } } })) void message;
+        };
+        const error = await connectFailure(stream());
+        expect(error.code).toBe(Code.InvalidArgument);
+        expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "TOOL_ARGUMENTS_INVALID", domain: "contextd.dev" });
+        expect(error.findDetails(BadRequestSchema)[0]!.fieldViolations[0]!.field).toBe("history[1].parts[0].tool_call.arguments");
+      });
+
       it("RESOURCE_EXHAUSTED over the token budget: BUDGET_EXCEEDED with the limit", async () => {
         const error = await connectFailure(
           compile({

@@ -33,8 +33,6 @@ export interface BudgetReport {
   reserved: number;
   limit: number;
   total: number;
-  /** Ids dropped by the budget, with the reason: the budget's own in history order, then alignment's. */
-  dropped: { id: string; reason: TransformationReason }[];
   summary?: { tokens: number; replacedTokens: number };
 }
 
@@ -114,7 +112,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let history = work.segments.history;
   let historyCounts = cache.countAll(estimator, history);
   const historyBeforeTrim = sum(historyCounts);
-  const dropped: BudgetReport["dropped"] = [];
   let summary: BudgetReport["summary"];
 
   if (limit.tokens > 0) {
@@ -229,7 +226,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, dropSet) };
         for (const message of droppedMessages) {
           setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);
-          dropped.push({ id: message.id, reason: TransformationReason.SUMMARIZED });
         }
         droppedMessages.length = 0;
         // A summary longer than asked for pushes out more of the oldest kept units (not summarised).
@@ -258,12 +254,10 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       }
       for (const message of droppedMessages) {
         setRecord(work, message.id, action, reason, Segment.HISTORY);
-        dropped.push({ id: message.id, reason });
       }
       if (alignedMessages.length > 0) {
         for (const message of alignedMessages) {
           setRecord(work, message.id, TransformationAction.DROPPED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
-          dropped.push({ id: message.id, reason: TransformationReason.HISTORY_ALIGNMENT });
         }
         const next = kept.find((message) => message.provenance?.kind.case !== "summary");
         addWarning(
@@ -315,7 +309,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     reserved,
     limit: limit.tokens,
     total,
-    dropped,
     summary,
   };
 }

@@ -159,7 +159,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   await events.stageDone("result");
   result.stageTimings = events.timings;
 
-  emitSummaryEvents(events, budget, work.records);
+  emitSummaryEvents(events, budget, work);
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
 }
@@ -175,7 +175,7 @@ function requestTextCharacters(request: CompileRequest, inputs: CompileInputs): 
   return total;
 }
 
-function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, records: CompileWork["records"]): void {
+function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork): void {
   const blocks: [string, number][] = [
     ["system", budget.system],
     ["history", budget.history],
@@ -186,14 +186,15 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
     ["scratch", budget.scratch],
   ];
   for (const [block, count] of blocks) events.emit({ case: "tokensEstimated", value: { $typeName: "contextd.v1.TokensEstimated", block, count: BigInt(count) } });
-  // One event per DROPPED record, whatever dropped it (budget, alignment, summary, repairs): the
-  // same set the records and the metric count. Walked only when someone observes.
-  if (events.observed) {
-    for (const messageId in records) {
-      const record = records[messageId]!;
-      if (record.action === TransformationAction.DROPPED) {
-        events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: record.reason } });
-      }
+  // One event per final DROPPED record, whatever dropped it (budget, alignment, summary, repairs):
+  // the same set the records and the metric count.
+  if (events.observed && work.droppedIds) {
+    const emitted = new Set<string>();
+    for (const messageId of work.droppedIds) {
+      const record = work.records[messageId]!;
+      if (record.action !== TransformationAction.DROPPED || emitted.has(messageId)) continue;
+      emitted.add(messageId);
+      events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: record.reason } });
     }
   }
   if (budget.summary) {

@@ -23,6 +23,7 @@ import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
 import { compileRequestFingerprint, replayedCompileResult, replayWarning } from "./compile-commit.js";
+import { ErrorReason, withErrorDetails } from "../core/model/error-details.js";
 
 export interface CompilerDependencies {
   store: ConversationStore;
@@ -118,9 +119,10 @@ export class Compiler {
 
   private context(run: CompileRun): Omit<CompileContext, "stored"> {
     return {
-      // 32 hex digits; randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system
-      // call per id (measured ~20 µs per compile under load).
-      randomId: () => `msg_${randomUUID().replaceAll("-", "")}`,
+      // A UUID, the form commits assign too (one id format, compile.proto IDENTITY_POLICY_RANDOM);
+      // randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system call per id
+      // (measured ~20 µs per compile under load).
+      randomId: () => randomUUID(),
       now: () => Date.now(),
       monotonicNs: () => process.hrtime.bigint(),
       tokenCounts: this.dependencies.tokenCounts,
@@ -145,9 +147,13 @@ function assertSomethingToRender(request: CompileRequest, state: ConversationSta
     const messages = request[field]?.messages ?? state[field];
     if (messages.length > 0) return;
   }
-  throw new ConnectError(
-    `conversation "${request.conversationId}" has no messages at version ${state.version}: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request`,
-    Code.FailedPrecondition,
+  throw withErrorDetails(
+    new ConnectError(
+      `conversation "${request.conversationId}" has no messages at version ${state.version}: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request`,
+      Code.FailedPrecondition,
+    ),
+    ErrorReason.conversationEmpty,
+    { metadata: { conversation_id: request.conversationId, version: String(state.version) } },
   );
 }
 

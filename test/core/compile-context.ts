@@ -8,7 +8,7 @@ export function testContext(overrides: Partial<CompileContext> = {}): CompileCon
   let ns = 0n;
   const events: ObserverEvent[] = [];
   return {
-    randomId: () => `msg_${(++counter).toString(16).padStart(32, "0")}`,
+    randomId: () => `00000000-0000-4000-8000-${(++counter).toString(16).padStart(12, "0")}`,
     now: () => 1_700_000_000_000,
     monotonicNs: () => (ns += 1000n),
     tokenCounts: new TokenCountCache(),

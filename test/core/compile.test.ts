@@ -51,8 +51,8 @@ describe("budget", () => {
     // The budget keeps h3..h5; h3 answers a dropped question, so alignment drops it too.
     expect(ids(result.payload!.history)).toEqual(["h4", "h5", "p1", "p2", "now"]);
     expect(result.transformations["p1"]).toMatchObject({ action: TransformationAction.PASSED, reason: TransformationReason.PROTECTED_PENDING });
-    expect(result.transformations["h0"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED, segment: Segment.HISTORY });
-    expect(result.transformations["h3"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.HISTORY_ALIGNMENT, segment: Segment.HISTORY });
+    expect(result.transformations["h0"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED, segment: Segment.HISTORY });
+    expect(result.transformations["h3"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.HISTORY_ALIGNMENT, segment: Segment.HISTORY });
     expect(result.usage).toMatchObject({ history: 20n, pending: 30n, reserved: 30n, limit: 60n, total: 50n, historyBeforeTrim: 60n });
   });
 
@@ -92,7 +92,7 @@ describe("budget", () => {
     // 8 messages at 10 tokens; the round r1 is 4 of them. A limit of 50 cannot keep a partial round.
     const result = await compile(request({ history: { messages }, budget: { maxTokens: 50n, estimator: tenPerMessage } }), testContext());
     expect(ids(result.payload!.history)).toEqual(["u1", "r2-a", "r2-r-d"]);
-    for (const id of ["r1-a", "r1-r-a", "r1-r-b", "r1-r-c"]) expect(result.transformations[id]!.action).toBe(TransformationAction.TRUNCATED);
+    for (const id of ["r1-a", "r1-r-a", "r1-r-b", "r1-r-c"]) expect(result.transformations[id]!.action).toBe(TransformationAction.DROPPED);
     // The open round alone fits 20 only once the latest user message may go too.
     const tail = await compile(
       request({ history: { messages }, budget: { maxTokens: 20n, strategy: BudgetStrategy.DROP_TAIL, estimator: tenPerMessage, trimLatestUserMessage: true } }),
@@ -116,10 +116,10 @@ describe("budget", () => {
     expect(ids(block.payload!.history)).toEqual(["h4"]);
   });
 
-  it("implements DROP (all or nothing, EVICTED) and STRICT", async () => {
+  it("implements DROP (all or nothing, DROPPED) and STRICT", async () => {
     const drop = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.DROP, estimator: tenPerMessage } }), testContext());
     expect(ids(drop.payload!.history)).toEqual(["h2"]);
-    expect(drop.transformations["h0"]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
+    expect(drop.transformations["h0"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
     const fits = await compile(request({ history: { messages: history(3) }, budget: { maxTokens: 30n, strategy: BudgetStrategy.DROP, estimator: tenPerMessage } }), testContext());
     expect(fits.payload!.history).toHaveLength(3);
     await rejects(
@@ -149,7 +149,7 @@ describe("budget", () => {
     expect(ids(summarized.payload!.history).slice(1)).toEqual(["h4", "h5"]);
     const head = summarized.payload!.history[0]!;
     expect(head.provenance?.kind).toMatchObject({ case: "summary", value: { coveredMessageIds: ["h0", "h1", "h2", "h3"] } });
-    expect(summarized.transformations["h0"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.SUMMARIZED });
+    expect(summarized.transformations["h0"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.SUMMARIZED });
     expect(ids(summarized.persistence!.history)[0]).toBe(head.id);
     expect(context.events.some((e) => e.event.case === "contextSummarized")).toBe(true);
   });
@@ -167,7 +167,7 @@ describe("budget", () => {
     const result = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, estimator: tenPerMessage } }), context);
     const kinds = context.events.map((e) => e.event.case);
     // h0 for the budget, h1 (its answer) for alignment.
-    expect(kinds.filter((k) => k === "nodeEvicted")).toHaveLength(2);
+    expect(kinds.filter((k) => k === "messageDropped")).toHaveLength(2);
     expect(kinds.at(-1)).toBe("pipelineCompiled");
     expect(kinds).toContain("tokensEstimated");
     expect(kinds).toContain("budgetPressure");
@@ -193,7 +193,7 @@ describe("identity", () => {
     await rejects(compile(request({ history: { messages: [user("", "a")] }, identity: { requireDurable: true } }), testContext()), Code.FailedPrecondition, /^missing identity policy: history\[0\]/);
     const result = await compile(request({ history: { messages: [user("k", "a"), user("", "b")] }, identity: { policy: IdentityPolicy.RANDOM } }), testContext());
     expect(result.writeback!.messages).toEqual([expect.objectContaining({ segment: Segment.HISTORY, index: 1n, id: result.payload!.history[1]!.id })]);
-    expect(result.payload!.history[1]!.id).toMatch(/^msg_[0-9a-f]{32}$/);
+    expect(result.payload!.history[1]!.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   });
 
   it("gives STABLE ids that repeat across compiles and survive trimming older history", async () => {
@@ -245,7 +245,7 @@ describe("tool-round validation and repair", () => {
   it("drops incomplete rounds with DROP_INCOMPLETE", async () => {
     const result = await compile(request({ history: { messages: broken }, repair: ToolRoundRepair.DROP_INCOMPLETE }), testContext());
     expect(ids(result.payload!.history)).toEqual(["u", "u2"]);
-    expect(result.transformations["r-a"]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOOL_ROUND_REPAIR });
+    expect(result.transformations["r-a"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOOL_ROUND_REPAIR });
     expect(ids(result.persistence!.history)).toEqual(["u", "u2"]);
   });
   it("closes missing results with CLOSE_AS_CANCELLED", async () => {
@@ -370,7 +370,7 @@ describe("targets and views", () => {
     expect(result.projections[1]!.text).toBe("user: a < b & c\nassistant: calling\n[tool_call:search]\ntool: [tool_result:found]\n");
     // A target has no current turn, so its latest user message is protected; the round goes.
     expect(ids(result.projections[2]!.messages)).toEqual(["u"]);
-    expect(result.projections[2]!.transformations["a"]!.action).toBe(TransformationAction.TRUNCATED);
+    expect(result.projections[2]!.transformations["a"]!.action).toBe(TransformationAction.DROPPED);
     expect(result.transformations["a"]!.action).toBe(TransformationAction.PASSED);
   });
 });

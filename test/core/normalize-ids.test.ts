@@ -19,7 +19,7 @@ async function failure(compiled: Promise<unknown>): Promise<string | undefined> 
 }
 
 /** The n-th id assigned to a message: testContext's random ids, after the compile id. */
-const assignedId = (n: number) => `msg_${(n + 1).toString(16).padStart(32, "0")}`;
+const assignedId = (n: number) => `00000000-0000-4000-8000-${(n + 1).toString(16).padStart(12, "0")}`;
 
 describe("duplicate message ids", () => {
   const cases: [string, Init, string][] = [

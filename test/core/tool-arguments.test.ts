@@ -51,7 +51,7 @@ describe("tool-call arguments at the door", () => {
   it("are refused at commit unless they are a JSON object, naming the delta, the path and the message", () => {
     const state = create(ConversationStateSchema, { conversationId: "c" });
     const context = { newMessageId: () => "new" };
-    for (const [args, problem] of [["city=Oslo", "not valid JSON"], ["[1,2]", "not a JSON object but an array"], ['"Oslo"', "not a JSON object but a string"], ["null", "not a JSON object but null"]] as const) {
+    for (const [args, problem] of [["city=Oslo", "not valid JSON"], ["[1,2]", "not a JSON object but a JSON array"], ['"Oslo"', "not a JSON object but a JSON string"], ["null", "not a JSON object but null"]] as const) {
       const error = thrown(() => applyDeltas(state, [appendHistory(user("u", "hi")), appendHistory(message(Role.ASSISTANT, "a1", "ok", call("k1", "weather", args)))], context));
       expect(error.code).toBe(Code.InvalidArgument);
       expect(error.rawMessage).toBe(
@@ -60,7 +60,7 @@ describe("tool-call arguments at the door", () => {
     }
     // Arguments given as text are checked the same way.
     const textForm = thrown(() => applyDeltas(state, [delta({ case: "appendAssistant", value: { text: "Let me check.", toolCalls: [{ id: "k2", name: "weather", arguments: { text: "x y" } }] } })], context));
-    expect(textForm.rawMessage).toBe('deltas[0].append_assistant: message[0].parts[1].tool_call.arguments: the arguments of tool call "k2" must be a JSON object, got "x y" (not valid JSON) (message "new")');
+    expect(textForm.rawMessage).toBe('deltas[0].append_assistant: message.parts[1].tool_call.arguments: the arguments of tool call "k2" must be a JSON object, got "x y" (not valid JSON) (message "new")');
     // Objects, whitespace around them and no arguments at all pass.
     const ok = applyDeltas(state, [appendHistory(user("u", "hi"), message(Role.ASSISTANT, "a", call("k1", "weather", ' {"city":"Oslo"} '), call("k2", "weather", "")))], context);
     expect(ok.history).toHaveLength(2);
@@ -129,7 +129,7 @@ describe("stored tool-call arguments that are not a JSON object", () => {
   it("drop the whole round with DROP_ROUND", async () => {
     const result = await compile(request({ conversationId: "c", render: anthropic, toolArgumentsRepair: ToolArgumentsRepair.DROP_ROUND }), { ...testContext(), stored: legacy() });
     expect(ids(result.payload!.history)).toEqual(["u1", "a2", "u2"]);
-    for (const id of ["a1", "t1"]) expect(result.transformations[id]).toMatchObject({ action: TransformationAction.EVICTED, reason: TransformationReason.TOOL_ARGUMENTS_REPAIR });
+    for (const id of ["a1", "t1"]) expect(result.transformations[id]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOOL_ARGUMENTS_REPAIR });
     expect(result.warnings.find((w) => w.code === "tool_arguments_repaired")!.message).toContain("dropped 2 message(s) of its round");
     expect(body(result.rendered!.json).messages.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
     // A removal, like tool-round repair: the persistence projection leaves the round out too.

@@ -43,8 +43,8 @@ describe("history alignment after trimming", () => {
       testContext(),
     );
     expect(ids(aligned.payload!.history)).toEqual(["q4", "a4", "now"]);
-    expect(aligned.transformations["a3"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.HISTORY_ALIGNMENT });
-    expect(aligned.transformations["q3"]).toMatchObject({ action: TransformationAction.TRUNCATED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
+    expect(aligned.transformations["a3"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.HISTORY_ALIGNMENT });
+    expect(aligned.transformations["q3"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
     const warning = aligned.warnings.find((w) => w.code === "history_aligned")!;
     expect(warning.message).toContain('1 more message(s) were dropped ("a3"), so it continues at message "q4"');
     expect(aligned.persistence!.history.map((m) => m.id)).toEqual(["q4", "a4", "now"]);
@@ -151,7 +151,7 @@ describe("the latest user message of history", () => {
 
   it("is trimmed like any other with trim_latest_user_message, and is not special with a current turn", async () => {
     const trimmed = await compile(request({ history: { messages: [...exchange(2), big] }, budget: { maxTokens: 50n, estimator: { kind: EstimatorKind.CHAR_FALLBACK }, trimLatestUserMessage: true } }), testContext());
-    expect(trimmed.transformations["big"]!.action).toBe(TransformationAction.TRUNCATED);
+    expect(trimmed.transformations["big"]!.action).toBe(TransformationAction.DROPPED);
     const withTurn = await compile(request({ history: { messages: exchange(3) }, currentTurn: { raw: user("now", "x") }, budget: { maxTokens: 10n, estimator: ten } }), testContext());
     expect(ids(withTurn.payload!.history)).toEqual(["now"]);
   });

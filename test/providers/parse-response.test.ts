@@ -168,3 +168,21 @@ describe("provider selection", () => {
     expect(thrownConnectError(() => parseProviderResponse(Provider.UNSPECIFIED, encode({}))).code).toBe(Code.InvalidArgument);
   });
 });
+
+describe("malformed provider responses are described in JSON terms", () => {
+  it("names the path and what JSON value was found, never JavaScript's typeof wording", () => {
+    const cases: [Provider, unknown, string][] = [
+      [Provider.ANTHROPIC_MESSAGES, { id: "msg_1", type: "message", role: "assistant" }, "malformed provider response at content: expected a JSON array, got nothing (the field is absent)"],
+      [Provider.OPENAI_CHAT, { choices: "none" }, "malformed provider response at choices: expected a JSON array, got a JSON string"],
+      [Provider.GEMINI, { candidates: [7] }, "malformed provider response at candidates[0]: expected a JSON object, got a JSON number"],
+      [Provider.OPENAI_RESPONSES, { object: "response", output: { a: 1 } }, "malformed provider response at output: expected a JSON array, got a JSON object"],
+      [Provider.ANTHROPIC_MESSAGES, { type: "message", role: "assistant", content: [{ type: "text", text: true }] }, "malformed provider response at content[0].text: expected a JSON string, got the JSON boolean true"],
+    ];
+    for (const [provider, body, message] of cases) {
+      const error = thrownConnectError(() => parseProviderResponse(provider, encode(body)));
+      expect(error.code).toBe(Code.InvalidArgument);
+      expect(error.rawMessage).toBe(message);
+      expect(error.rawMessage).not.toMatch(/\ba (undefined|object|string|number|boolean)\b/);
+    }
+  });
+});

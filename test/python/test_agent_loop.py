@@ -202,7 +202,7 @@ def test_compile_under_budget_keeps_the_round_whole_and_protects_the_current_tur
     tight = compile_with(reserved + answer_tokens + round_tokens // 2)
     assert [m.id for m in tight.payload.history[:-1]] == [answer.id]
     for message in round_:
-        assert tight.transformations[message.id].action == compile_pb2.TRANSFORMATION_ACTION_TRUNCATED
+        assert tight.transformations[message.id].action == compile_pb2.TRANSFORMATION_ACTION_DROPPED
 
     # By default the answer left at the head without its question goes too.
     aligned = compile_with(reserved + answer_tokens + round_tokens // 2, compile_pb2.HISTORY_START_UNSPECIFIED)
@@ -280,7 +280,7 @@ def test_async_client_streams_telemetry_and_compile_events(sidecar, client: Clie
                     pass
             subscriber.cancel()
             kinds = by_compile[finished]
-            assert "tokens_estimated" in kinds and "node_evicted" in kinds, kinds
+            assert "tokens_estimated" in kinds and "message_dropped" in kinds, kinds
 
             streamed: List[str] = []
             result = await aclient.compile_stream(

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -67,5 +68,31 @@ func TestConnectErrorsCarryCodeAndTrailer(t *testing.T) {
 	var typed *Error
 	if !errors.As(err, &typed) || typed.Code != codes.InvalidArgument || typed.Message != "deltas: empty" {
 		t.Fatalf("got %#v", err)
+	}
+}
+
+func TestErrorDetailsFromStatus(t *testing.T) {
+	st, err := status.New(codes.InvalidArgument, "deltas[0]: no operation set").WithDetails(
+		&errdetails.ErrorInfo{Reason: "OTHER_DOMAIN_REASON", Domain: "example.com"},
+		&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain, Metadata: map[string]string{"k": "v"}},
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "deltas[0]", Description: "no operation set"}}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var typed *Error
+	if !errors.As(newError(st.Err(), nil), &typed) {
+		t.Fatal("want an *Error")
+	}
+	if details := status.Convert(typed).Details(); len(details) != 3 {
+		t.Errorf("status.Convert of the typed error has %d details, want the server's 3", len(details))
+	}
+	if typed.Reason() != "INVALID_ARGUMENT" || typed.Metadata()["k"] != "v" || len(typed.FieldViolations()) != 1 || typed.FieldViolations()[0] != (FieldViolation{Field: "deltas[0]", Description: "no operation set"}) {
+		t.Errorf("details = %q %v %+v; want contextd's ErrorInfo (not another domain's) and the violation", typed.Reason(), typed.Metadata(), typed.FieldViolations())
+	}
+	aborted, _ := status.New(codes.Aborted, "no version in this message").WithDetails(&errdetails.ErrorInfo{Reason: "VERSION_CONFLICT", Domain: ErrorDomain, Metadata: map[string]string{"current_version": "9"}})
+	var conflict *VersionConflictError
+	if !errors.As(newError(aborted.Err(), nil), &conflict) || conflict.CurrentVersion != 9 || conflict.Reason() != "VERSION_CONFLICT" {
+		t.Errorf("conflict = %+v, want current version 9 from ErrorInfo", conflict)
 	}
 }

@@ -96,8 +96,8 @@ func TestCompileUnderBudgetKeepsRoundsWholeAndProtectsTheCurrentTurn(t *testing.
 	}
 	for _, message := range round {
 		record := tight.GetTransformations()[message.GetId()]
-		if record.GetAction() != contextdv1.TransformationAction_TRANSFORMATION_ACTION_TRUNCATED {
-			t.Errorf("round message %s: %v, want TRUNCATED with its round", message.GetId(), record)
+		if record.GetAction() != contextdv1.TransformationAction_TRANSFORMATION_ACTION_DROPPED {
+			t.Errorf("round message %s: %v, want DROPPED with its round", message.GetId(), record)
 		}
 	}
 
@@ -225,17 +225,17 @@ func TestTelemetryOfACompile(t *testing.T) {
 			}
 		}
 	}
-	var estimated, evicted int
+	var estimated, dropped int
 	for _, event := range byCompile[finished] {
 		if event.GetTokensEstimated() != nil {
 			estimated++
 		}
-		if event.GetNodeEvicted() != nil {
-			evicted++
+		if event.GetMessageDropped() != nil {
+			dropped++
 		}
 	}
-	if estimated == 0 || evicted == 0 {
-		t.Fatalf("compile %s: %d tokens_estimated and %d node_evicted events, want both (the budget trims history)", finished, estimated, evicted)
+	if estimated == 0 || dropped == 0 {
+		t.Fatalf("compile %s: %d tokens_estimated and %d message_dropped events, want both (the budget trims history)", finished, estimated, dropped)
 	}
 
 	// CompileStream delivers the same kinds of events to the caller, then the result.

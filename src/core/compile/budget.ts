@@ -16,6 +16,7 @@ import type { CompileContext } from "./compile-context.js";
 import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
+import { ErrorReason, withErrorDetails } from "../model/error-details.js";
 
 /** Token figures of the budgeted payload; the usage block and events are built from it. */
 export interface BudgetReport {
@@ -32,8 +33,6 @@ export interface BudgetReport {
   reserved: number;
   limit: number;
   total: number;
-  /** Ids dropped by the budget, with the reason: the budget's own in history order, then alignment's. */
-  dropped: { id: string; reason: TransformationReason }[];
   summary?: { tokens: number; replacedTokens: number };
 }
 
@@ -113,37 +112,24 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let history = work.segments.history;
   let historyCounts = cache.countAll(estimator, history);
   const historyBeforeTrim = sum(historyCounts);
-  const dropped: BudgetReport["dropped"] = [];
   let summary: BudgetReport["summary"];
 
   if (limit.tokens > 0) {
     const figures = `system ${system}, memory ${memory}, tools ${tools}, tool definitions ${toolDefinitions}, pending and current turn ${pending}, scratch ${scratchTokens}, framing ${perRequest}`;
     if (pending + perRequest > limit.tokens) {
-      throw new ConnectError(
-        `pending exceeds budget: pending messages and the current turn need ${pending + perRequest} tokens, the limit is ${limit.tokens}`,
-        Code.ResourceExhausted,
-      );
+      throw budgetExceeded(`pending exceeds budget: pending messages and the current turn need ${pending + perRequest} tokens, the limit is ${limit.tokens}`, limit.tokens);
     }
     if (reserved > limit.tokens) {
-      throw new ConnectError(
-        `budget exceeded: ${reserved} tokens are reserved before any history (${figures}), the limit is ${limit.tokens}`,
-        Code.ResourceExhausted,
-      );
+      throw budgetExceeded(`budget exceeded: ${reserved} tokens are reserved before any history (${figures}), the limit is ${limit.tokens}`, limit.tokens);
     }
     const available = limit.tokens - reserved;
     if (historyBeforeTrim > available) {
       const strategy = budget?.strategy ?? BudgetStrategy.UNSPECIFIED;
       if (limit.fromWindow && !budget!.autoCompact) {
-        throw new ConnectError(
-          `context full: the request needs ${reserved + historyBeforeTrim} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`,
-          Code.ResourceExhausted,
-        );
+        throw budgetExceeded(`context full: the request needs ${reserved + historyBeforeTrim} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`, limit.tokens);
       }
       if (strategy === BudgetStrategy.STRICT) {
-        throw new ConnectError(
-          `budget exceeded (STRICT): history needs ${historyBeforeTrim} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`,
-          Code.ResourceExhausted,
-        );
+        throw budgetExceeded(`budget exceeded (STRICT): history needs ${historyBeforeTrim} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`, limit.tokens);
       }
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
@@ -151,10 +137,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       // Without a current turn, the latest user message of history is the one being answered.
       const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
       if (latestUser >= 0 && historyCounts[latestUser]! > available) {
-        throw new ConnectError(
-          `budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`,
-          Code.ResourceExhausted,
-        );
+        throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
       }
       const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {
@@ -189,7 +172,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       // A summary (SUMMARIZE, or auto_compact over the window) replaces the oldest prefix whatever
       // the strategy; without one the strategy trims.
       const reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
-      let action = TransformationAction.TRUNCATED;
+      const action = TransformationAction.DROPPED;
       // Keep a quarter of the available tokens free for the summary that replaces the prefix.
       let drop = summarize ? selectUnitsToDrop(summarizablePrefix(units), available - summaryReserve(available), "head") : undefined;
       if (drop?.size === 0) {
@@ -203,7 +186,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       } else {
         if (strategy === BudgetStrategy.DROP) {
           drop = selectAllUnprotected(units);
-          action = TransformationAction.EVICTED;
         } else if (strategy === BudgetStrategy.DROP_TAIL) {
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
@@ -244,7 +226,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, dropSet) };
         for (const message of droppedMessages) {
           setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);
-          dropped.push({ id: message.id, reason: TransformationReason.SUMMARIZED });
         }
         droppedMessages.length = 0;
         // A summary longer than asked for pushes out more of the oldest kept units (not summarised).
@@ -273,12 +254,10 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       }
       for (const message of droppedMessages) {
         setRecord(work, message.id, action, reason, Segment.HISTORY);
-        dropped.push({ id: message.id, reason });
       }
       if (alignedMessages.length > 0) {
         for (const message of alignedMessages) {
-          setRecord(work, message.id, TransformationAction.TRUNCATED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
-          dropped.push({ id: message.id, reason: TransformationReason.HISTORY_ALIGNMENT });
+          setRecord(work, message.id, TransformationAction.DROPPED, TransformationReason.HISTORY_ALIGNMENT, Segment.HISTORY);
         }
         const next = kept.find((message) => message.provenance?.kind.case !== "summary");
         addWarning(
@@ -298,10 +277,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const historyTokens = sum(historyCounts);
   const total = reserved + historyTokens;
   if (limit.tokens > 0 && total > limit.tokens) {
-    throw new ConnectError(
-      `budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round, latest user message${summary ? ", summary" : ""}), the limit is ${limit.tokens}`,
-      Code.ResourceExhausted,
-    );
+    throw budgetExceeded(`budget exceeded: ${total} tokens after trimming history to ${historyTokens} tokens of protected messages (protected roles, retained ids, open tool round, latest user message${summary ? ", summary" : ""}), the limit is ${limit.tokens}`, limit.tokens);
   }
 
   // Pending and the current turn go after history, untouched by every earlier stage.
@@ -333,7 +309,6 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     reserved,
     limit: limit.tokens,
     total,
-    dropped,
     summary,
   };
 }
@@ -418,4 +393,9 @@ function lastUserMessageIndex(history: readonly Message[]): number {
 function quoteIds(messages: readonly Message[]): string {
   const shown = messages.slice(0, 10).map((message) => `"${message.id}"`).join(", ");
   return messages.length > 10 ? `${shown} and ${messages.length - 10} more` : shown;
+}
+
+/** RESOURCE_EXHAUSTED, reason BUDGET_EXCEEDED, with the limit in the metadata (`limit_tokens`). */
+function budgetExceeded(message: string, limitTokens: number): ConnectError {
+  return withErrorDetails(new ConnectError(message, Code.ResourceExhausted), ErrorReason.budgetExceeded, { metadata: { limit_tokens: String(limitTokens) } });
 }

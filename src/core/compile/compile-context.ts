@@ -16,7 +16,7 @@ export interface CompileContext {
   stored?: ConversationState;
   /** Receives observer events as they happen; failures are swallowed. */
   observer?: Observer;
-  /** A fresh random message id ("msg_" + 32 hex); also used for the compile id. */
+  /** A fresh random message id, a lowercase version 4 UUID as commits assign; also the compile id. */
   randomId: () => string;
   /** Wall-clock Unix milliseconds, for event timestamps only. */
   now: () => number;

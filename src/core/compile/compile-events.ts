@@ -23,12 +23,17 @@ export class CompileEvents {
     this.stageStarted = this.started;
   }
 
+  /** Whether events go anywhere: work done only to emit them is skipped otherwise. */
+  get observed(): boolean {
+    return this.context.observer !== undefined;
+  }
+
   emit(event: EventBody): void {
     const observer = this.context.observer;
     if (!observer) return;
     try {
       // A literal with every field set equals create(ObserverEventSchema, ...) without its
-      // reflective walk, which matters at one node_evicted event per dropped message.
+      // reflective walk, which matters at one message_dropped event per dropped message.
       observer({
         $typeName: "contextd.v1.ObserverEvent",
         conversationId: this.conversationId,

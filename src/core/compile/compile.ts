@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import {
   CompileResultSchema,
   CurrentTurnSchema,
+  TransformationAction,
   type CompileRequest,
   type CompileResult,
   type CompileSource,
@@ -31,6 +32,7 @@ import { validateAndRepairToolRounds } from "./tool-round-repair.js";
 import { DeadlineCheck } from "./deadline.js";
 import { TextAllowance, textCharacters } from "./text-allowance.js";
 import type { CompileInputs } from "./request-inputs.js";
+import type { CompileWork } from "./working-set.js";
 
 /**
  * Compiles a request into a provider-ready payload (semantics §3), stages in order. Pure apart from
@@ -136,6 +138,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     total: BigInt(budget.total),
     estimator: estimator.kind,
     historyBeforeTrim: BigInt(budget.historyBeforeTrim),
+    replyPriming: BigInt(budget.perRequest),
   };
   // Big containers are filled by assignment: `create` with an init object walks every field
   // reflectively, which costs milliseconds at a thousand messages.
@@ -156,7 +159,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   await events.stageDone("result");
   result.stageTimings = events.timings;
 
-  emitSummaryEvents(events, budget);
+  emitSummaryEvents(events, budget, work);
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
 }
@@ -172,7 +175,7 @@ function requestTextCharacters(request: CompileRequest, inputs: CompileInputs): 
   return total;
 }
 
-function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>): void {
+function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork): void {
   const blocks: [string, number][] = [
     ["system", budget.system],
     ["history", budget.history],
@@ -183,7 +186,17 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
     ["scratch", budget.scratch],
   ];
   for (const [block, count] of blocks) events.emit({ case: "tokensEstimated", value: { $typeName: "contextd.v1.TokensEstimated", block, count: BigInt(count) } });
-  for (const { id, reason } of budget.dropped) events.emit({ case: "nodeEvicted", value: { $typeName: "contextd.v1.NodeEvicted", nodeId: id, reason } });
+  // One event per final DROPPED record, whatever dropped it (budget, alignment, summary, repairs):
+  // the same set the records and the metric count.
+  if (events.observed && work.droppedIds) {
+    const emitted = new Set<string>();
+    for (const messageId of work.droppedIds) {
+      const record = work.records[messageId]!;
+      if (record.action !== TransformationAction.DROPPED || emitted.has(messageId)) continue;
+      emitted.add(messageId);
+      events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: record.reason } });
+    }
+  }
   if (budget.summary) {
     const ratio = budget.summary.replacedTokens > 0 ? budget.summary.tokens / budget.summary.replacedTokens : 0;
     events.emit({ case: "contextSummarized", value: { $typeName: "contextd.v1.ContextSummarized", ratio } });

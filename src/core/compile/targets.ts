@@ -166,6 +166,7 @@ async function segmentProjection(
       total: BigInt(report.total),
       estimator: estimator.kind,
       historyBeforeTrim: BigInt(report.historyBeforeTrim),
+      replyPriming: BigInt(report.perRequest),
     }),
   });
 }

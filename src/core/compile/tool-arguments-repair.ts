@@ -73,7 +73,7 @@ export function checkToolArguments(work: CompileWork, inputs: CompileInputs, ext
         continue;
       }
       const dropped = messages.slice(unit.start, unit.end);
-      for (const message of dropped) setRecord(work, message.id, TransformationAction.EVICTED, TransformationReason.TOOL_ARGUMENTS_REPAIR, segment);
+      for (const message of dropped) setRecord(work, message.id, TransformationAction.DROPPED, TransformationReason.TOOL_ARGUMENTS_REPAIR, segment);
       addWarning(
         work,
         "tool_arguments_repaired",

@@ -11,7 +11,7 @@ import { addWarning, setRecord, type CompileWork } from "./working-set.js";
  * round may only be its last unit) and applies the requested repair to history. Violations inside
  * pending are always rejected: pending is this turn's protected input, not ours to rewrite.
  *
- * DROP_INCOMPLETE drops every unit with a violation (EVICTED, tool_round_repair).
+ * DROP_INCOMPLETE drops every unit with a violation (DROPPED, tool_round_repair).
  * CLOSE_AS_CANCELLED closes a round whose only problem is missing results by inserting a cancelled
  * result per missing call after its last result (the assistant is FORMATTED, tool_round_repair;
  * the inserted messages are introduced and persisted so the stored history heals); other invalid
@@ -66,7 +66,7 @@ export function validateAndRepairToolRounds(work: CompileWork, repair: ToolRound
       return;
     }
     for (const message of messages) {
-      setRecord(work, message.id, TransformationAction.EVICTED, TransformationReason.TOOL_ROUND_REPAIR, Segment.HISTORY);
+      setRecord(work, message.id, TransformationAction.DROPPED, TransformationReason.TOOL_ROUND_REPAIR, Segment.HISTORY);
     }
     addWarning(
       work,

@@ -65,10 +65,16 @@ export interface CompileWork {
   historyRounds?: { history: readonly Message[]; analysis: ToolRoundAnalysis };
   /** Ids of stored messages whose tool-call arguments the presentation shows as a string (AS_STRING). */
   argumentsShownAsString?: ReadonlySet<string>;
+  /**
+   * Ids given a DROPPED record, in order (a later record may replace one): what the
+   * message_dropped events are emitted from without walking every record of a large compile.
+   */
+  droppedIds?: string[];
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {
   work.records[id] = sharedRecord(action, reason, segment);
+  if (action === TransformationAction.DROPPED) (work.droppedIds ??= []).push(id);
 }
 
 const sharedRecords = new Map<number, Transformation>();
@@ -123,8 +129,7 @@ export function addWarning(work: CompileWork, code: string, message: string): vo
 export function isRemovedFromPersistence(record: Transformation | undefined): boolean {
   if (!record) return false;
   return (
-    record.action === TransformationAction.TRUNCATED ||
-    record.action === TransformationAction.EVICTED ||
+    record.action === TransformationAction.DROPPED ||
     record.reason === TransformationReason.REPLACED_BY_DEFERRED ||
     record.reason === TransformationReason.SUMMARIZED
   );

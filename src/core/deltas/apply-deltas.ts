@@ -9,6 +9,7 @@ import { forget, remember } from "./experiences.js";
 import { appendProviderResponse } from "./provider-response.js";
 import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
 import { setToolDefinitions } from "./tool-definitions.js";
+import { prefixError } from "../model/error-details.js";
 
 /**
  * Applies a batch in order and returns the resulting state; the version is left as it was (the
@@ -24,7 +25,7 @@ export function applyDeltas(state: ConversationState, deltas: readonly Delta[], 
     } catch (error) {
       if (!(error instanceof ConnectError)) throw error;
       const operation = delta.operation.case === undefined ? "" : `.${snakeCase(delta.operation.case)}`;
-      throw new ConnectError(`deltas[${index}]${operation}: ${error.rawMessage}`, error.code, error.metadata, undefined, error);
+      throw prefixError(error, `deltas[${index}]${operation}`);
     }
   });
   return current;

@@ -7,6 +7,7 @@ import type { DeltaContext } from "./delta-context.js";
 import { remember } from "./experiences.js";
 import { prepareMessages } from "./message-preparation.js";
 import { withValidSegment } from "./segment-operations.js";
+import { prefixError } from "../model/error-details.js";
 
 /**
  * Replaces a history prefix (through `through_message_id`, inclusive; empty = everything before an
@@ -55,7 +56,7 @@ export function compact(state: ConversationState, delta: Compact, context: Delta
     try {
       next = remember(next, text);
     } catch (error) {
-      throw error instanceof ConnectError ? new ConnectError(`remember[${index}]: ${error.rawMessage}`, error.code) : error;
+      throw error instanceof ConnectError ? prefixError(error, `remember[${index}]`) : error;
     }
   });
   return next;

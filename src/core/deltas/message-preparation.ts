@@ -11,11 +11,15 @@ import type { DeltaContext } from "./delta-context.js";
  * otherwise could never be rendered), messages without an id get one from the injected id source,
  * and ids must stay unique across all segments of the conversation (a compile of the state would
  * reject duplicates).
- * `where` names the field the messages came from, for error messages ("messages", "results").
+ * `where` names the field the messages came from, for error messages ("messages", "results"); a
+ * singular message field ("message", "assistant", "summary") is named without an index, as the
+ * field path of a BadRequest violation must be (`append_user.message.role`).
  * `defaultRole` fills an unset role where the operation implies one (append_user → USER).
  * `replacedMessages` (replace_segment: the segment being replaced) may be stored again with the
  * invalid tool-call arguments they already had.
  */
+const singularMessageFields: ReadonlySet<string> = new Set(["message", "assistant", "summary"]);
+
 export function prepareMessages(
   state: ConversationState,
   messages: readonly Message[],
@@ -28,7 +32,7 @@ export function prepareMessages(
   const inConversation = conversationHasId(state, removedIds, messages.length);
   const inBatch = new Set<string>();
   return messages.map((message, index) => {
-    const path = `${where}[${index}]`;
+    const path = singularMessageFields.has(where) ? where : `${where}[${index}]`;
     let role = message.role;
     if (role === Role.UNSPECIFIED) {
       if (defaultRole === undefined) throw new ConnectError(`${path}.role is required`, Code.InvalidArgument);

@@ -1,5 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Message, ToolCallPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ErrorReason, withErrorDetails } from "./error-details.js";
+import { describeJsonValue } from "./json-value-description.js";
 
 /**
  * Why it exists: tool-call arguments are a JSON object for every provider (Anthropic `input` and
@@ -36,7 +38,7 @@ export function toolArgumentsProblem(call: ToolCallPart): string | undefined {
     } catch {
       return "not valid JSON";
     }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) return `not a JSON object but ${Array.isArray(value) ? "an array" : value === null ? "null" : `a ${typeof value}`}`;
+    if (typeof value !== "object" || value === null || Array.isArray(value)) return `not a JSON object but ${describeJsonValue(value)}`;
   }
   objectArguments.add(call);
   return undefined;
@@ -63,10 +65,12 @@ export function assertToolArgumentsAreObjects(message: Message, path: string, me
   const invalid = firstInvalidToolCall(message);
   if (!invalid) return;
   const id = messageId === "" ? "" : ` (message "${messageId}")`;
-  throw new ConnectError(
-    `${path}.parts[${invalid.index}].tool_call.arguments: the arguments of tool call "${invalid.call.id}" must be a JSON object, got ${preview(toolArgumentsText(invalid.call))} (${invalid.problem})${id}`,
-    Code.InvalidArgument,
-  );
+  const field = `${path}.parts[${invalid.index}].tool_call.arguments`;
+  const description = `the arguments of tool call "${invalid.call.id}" must be a JSON object, got ${preview(toolArgumentsText(invalid.call))} (${invalid.problem})${id}`;
+  throw withErrorDetails(new ConnectError(`${field}: ${description}`, Code.InvalidArgument), ErrorReason.toolArgumentsInvalid, {
+    metadata: { tool_call_id: invalid.call.id, ...(messageId === "" ? {} : { message_id: messageId }) },
+    fieldViolations: [{ field, description }],
+  });
 }
 
 /**

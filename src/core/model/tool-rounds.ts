@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Role, type Message, type ToolCallPart, type ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ErrorReason, withErrorDetails } from "./error-details.js";
 
 /**
  * The rules of a valid tool round (semantics §1), as named in errors and repair records.
@@ -265,10 +266,11 @@ function callIdUsedBefore(messages: readonly Message[], end: number, callId: str
 /** The INVALID_ARGUMENT error for one violation (shared by rejecting callers so wording is uniform). */
 export function toolRoundError(violation: ToolRoundViolation, fieldPath: string): ConnectError {
   const id = violation.messageId === "" ? "" : ` (message "${violation.messageId}")`;
-  return new ConnectError(
-    `invalid tool round (${violation.rule}) at ${fieldPath}[${violation.index}]${id}: ${violation.detail}`,
-    Code.InvalidArgument,
-  );
+  const message = `invalid tool round (${violation.rule}) at ${fieldPath}[${violation.index}]${id}: ${violation.detail}`;
+  return withErrorDetails(new ConnectError(message, Code.InvalidArgument), ErrorReason.toolRoundInvalid, {
+    metadata: { rule: violation.rule },
+    fieldViolations: [{ field: `${fieldPath}[${violation.index}]`, description: message }],
+  });
 }
 
 /**
@@ -278,18 +280,20 @@ export function toolRoundError(violation: ToolRoundViolation, fieldPath: string)
  */
 export function assertCompleteToolRound(assistant: Message, results: readonly Message[], fieldPath: string): void {
   if (!opensToolRound(assistant)) {
-    throw new ConnectError(
-      `invalid tool round (tool_round_without_calls) at ${fieldPath}.assistant: an ASSISTANT message with at least one tool call is required`,
-      Code.InvalidArgument,
-    );
+    const message = `invalid tool round (tool_round_without_calls) at ${fieldPath}.assistant: an ASSISTANT message with at least one tool call is required`;
+    throw withErrorDetails(new ConnectError(message, Code.InvalidArgument), ErrorReason.toolRoundInvalid, {
+      metadata: { rule: "tool_round_without_calls" },
+      fieldViolations: [{ field: `${fieldPath}.assistant`, description: message }],
+    });
   }
   const analysis = assertValidToolRounds([assistant, ...results], fieldPath, { allowOpenTail: false });
   if (analysis.units.length !== 1) {
     const stray = analysis.units[1]!;
-    throw new ConnectError(
-      `invalid tool round (tool_result_without_call) at ${fieldPath}.results[${stray.start - 1}]: the message is not a result of this round`,
-      Code.InvalidArgument,
-    );
+    const message = `invalid tool round (tool_result_without_call) at ${fieldPath}.results[${stray.start - 1}]: the message is not a result of this round`;
+    throw withErrorDetails(new ConnectError(message, Code.InvalidArgument), ErrorReason.toolRoundInvalid, {
+      metadata: { rule: "tool_result_without_call" },
+      fieldViolations: [{ field: `${fieldPath}.results[${stray.start - 1}]`, description: message }],
+    });
   }
 }
 

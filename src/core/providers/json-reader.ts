@@ -1,5 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { describeJsonValue } from "../model/json-value-description.js";
 import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
+import { ErrorReason, withErrorDetails } from "../model/error-details.js";
 
 /**
  * Reading a provider response body whose shape is not ours: every accessor takes the JSON path of
@@ -9,7 +11,9 @@ import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
 export type JsonObject = Record<string, unknown>;
 
 export function malformed(path: string, detail: string): ConnectError {
-  return new ConnectError(`malformed provider response at ${path}: ${detail}`, Code.InvalidArgument);
+  return withErrorDetails(new ConnectError(`malformed provider response at ${path}: ${detail}`, Code.InvalidArgument), ErrorReason.providerResponseMalformed, {
+    metadata: { json_path: path },
+  });
 }
 
 /**
@@ -34,24 +38,18 @@ export function parseJsonObject(json: Uint8Array, providerName: string): JsonObj
   return expectObject(value, "$");
 }
 
-function describe(value: unknown): string {
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
-  return `a ${typeof value}`;
-}
-
 export function expectObject(value: unknown, path: string): JsonObject {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw malformed(path, `expected an object, got ${describe(value)}`);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw malformed(path, `expected a JSON object, got ${describeJsonValue(value)}`);
   return value as JsonObject;
 }
 
 export function expectArray(value: unknown, path: string): unknown[] {
-  if (!Array.isArray(value)) throw malformed(path, `expected an array, got ${describe(value)}`);
+  if (!Array.isArray(value)) throw malformed(path, `expected a JSON array, got ${describeJsonValue(value)}`);
   return value;
 }
 
 export function expectString(value: unknown, path: string): string {
-  if (typeof value !== "string") throw malformed(path, `expected a string, got ${describe(value)}`);
+  if (typeof value !== "string") throw malformed(path, `expected a JSON string, got ${describeJsonValue(value)}`);
   return value;
 }
 

@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorReason, withErrorDetails } from "../model/error-details.js";
 
 /**
  * A rendered body that breaks a provider rule (providers.md). It is FAILED_PRECONDITION rather
@@ -7,7 +8,9 @@ import { Code, ConnectError } from "@connectrpc/connect";
  * and `where` locates it (`message "m3"`, `tool definition "search"`).
  */
 export function providerRuleViolation(rule: string, where: string, detail: string): ConnectError {
-  return new ConnectError(`provider rule ${rule} violated at ${where}: ${detail}`, Code.FailedPrecondition);
+  return withErrorDetails(new ConnectError(`provider rule ${rule} violated at ${where}: ${detail}`, Code.FailedPrecondition), ErrorReason.providerRuleViolated, {
+    metadata: { rule },
+  });
 }
 
 /** The `where` of a rule violation for a payload message. */

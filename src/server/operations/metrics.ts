@@ -19,7 +19,7 @@ export class Metrics {
   private readonly latency = new Map<string, Histogram>();
   private compiles = 0;
   private compileTokens = 0;
-  private readonly evictions = new Map<string, number>();
+  private readonly droppedMessages = new Map<string, number>();
   private readonly gauges: { name: string; help: string; read: () => number }[] = [];
 
   /** One finished RPC: `method` is "package.Service/Method", `code` the gRPC code name ("ok", "not_found"). */
@@ -36,17 +36,17 @@ export class Metrics {
     histogram.count++;
   }
 
-  /** Compile telemetry: tokens of finished compiles and evicted messages. */
+  /** Compile telemetry: tokens of finished compiles and dropped messages. */
   readonly observe = (event: ObserverEvent): void => {
     switch (event.event.case) {
       case "pipelineCompiled":
         this.compiles++;
         this.compileTokens += Number(event.event.value.totalCost);
         return;
-      case "nodeEvicted": {
+      case "messageDropped": {
         const reason = TransformationReason[event.event.value.reason] ?? String(event.event.value.reason);
         const key = reason.toLowerCase();
-        this.evictions.set(key, (this.evictions.get(key) ?? 0) + 1);
+        this.droppedMessages.set(key, (this.droppedMessages.get(key) ?? 0) + 1);
         return;
       }
       default:
@@ -82,9 +82,9 @@ export class Metrics {
     lines.push("# HELP contextd_compile_tokens_total Tokens of compiled requests (pipeline_compiled total_cost).");
     lines.push("# TYPE contextd_compile_tokens_total counter");
     lines.push(`contextd_compile_tokens_total ${this.compileTokens}`);
-    lines.push("# HELP contextd_evictions_total Messages dropped or evicted by compiles, by reason.");
-    lines.push("# TYPE contextd_evictions_total counter");
-    for (const [reason, count] of [...this.evictions].sort()) lines.push(`contextd_evictions_total{reason="${reason}"} ${count}`);
+    lines.push("# HELP contextd_messages_dropped_total Messages compiles left out of the prompt (DROPPED records), by reason.");
+    lines.push("# TYPE contextd_messages_dropped_total counter");
+    for (const [reason, count] of [...this.droppedMessages].sort()) lines.push(`contextd_messages_dropped_total{reason="${reason}"} ${count}`);
     for (const gauge of this.gauges) {
       lines.push(`# HELP ${gauge.name} ${gauge.help}`);
       lines.push(`# TYPE ${gauge.name} gauge`);

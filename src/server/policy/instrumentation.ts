@@ -1,12 +1,16 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { requestIdKey } from "./call-context.js";
+import { completeErrorDetails } from "../../core/model/error-details.js";
+import { currentVersionTrailer } from "../../store/store-errors.js";
 import type { Logger } from "../operations/logger.js";
 import type { Metrics } from "../operations/metrics.js";
 
 /**
  * One log line and one metrics record per RPC. Calls are timed from the handler's start to the
  * last response message, so a stream's duration is its lifetime. Successful calls are logged at
- * debug, failed ones always (level "error"), with the request id the caller can quote.
+ * debug, failed ones always (level "error"), with the request id the caller can quote. Being the
+ * outermost interceptor, it is also where every failed call's error gets the structured details
+ * it lacks (`completeErrorDetails`: ErrorInfo always, BadRequest for INVALID_ARGUMENT).
  */
 export function instrumentCalls(logger: Logger, metrics: Metrics): Interceptor {
   return (next) => async (request) => {
@@ -32,7 +36,7 @@ export function instrumentCalls(logger: Logger, metrics: Metrics): Interceptor {
       response = await next(request);
     } catch (error) {
       finish(error);
-      throw error;
+      throw withDetails(error);
     }
     if (!response.stream) {
       finish(undefined);
@@ -47,13 +51,19 @@ export function instrumentCalls(logger: Logger, metrics: Metrics): Interceptor {
           yield* messages;
         } catch (error) {
           failure = error;
-          throw error;
+          throw withDetails(error);
         } finally {
           finish(failure);
         }
       })(),
     };
   };
+}
+
+// Only a ConnectError: anything else is a bug the transport answers as INTERNAL without its text.
+function withDetails(error: unknown): unknown {
+  if (!(error instanceof ConnectError)) return error;
+  return completeErrorDetails(error, error.metadata.get(currentVersionTrailer) ?? undefined);
 }
 
 /** "not_found" for Code.NotFound: the names gRPC and Connect use on the wire. */

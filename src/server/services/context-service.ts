@@ -72,8 +72,10 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       const estimator = await createEstimator(request.estimator, 0, "estimator", tokenCounts, "", new DeadlineCheck(callDeadline(call), Date.now));
       const perMessage = tokenCounts.countAll(estimator, request.messages).map(BigInt);
       const toolDefinitions = BigInt(tokenCounts.countToolDefinitions(estimator, request.toolDefinitions));
-      const total = perMessage.reduce((sum, count) => sum + count, toolDefinitions);
-      return { total, perMessage, toolDefinitions };
+      // Defined as Usage.total is: the reply priming is part of what a request costs.
+      const replyPriming = BigInt(estimator.perRequest);
+      const total = perMessage.reduce((sum, count) => sum + count, toolDefinitions + replyPriming);
+      return { total, perMessage, toolDefinitions, replyPriming };
     },
 
     async render(request) {

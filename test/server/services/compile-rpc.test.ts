@@ -29,7 +29,7 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
     };
     const { result } = await client.unary(ContextService.method.compile, { ...request, include: [CompileResultPart.ALL_TRANSFORMATIONS] });
     expect(result!.payload!.history.map((m) => m.id)).toEqual(["h4", "h5", "p"]);
-    expect(result!.transformations["h0"]!.action).toBe(TransformationAction.TRUNCATED);
+    expect(result!.transformations["h0"]!.action).toBe(TransformationAction.DROPPED);
     expect(result!.transformations["h4"]!.action).toBe(TransformationAction.PASSED);
     // By default the budget's drops are counted, and unchanged messages have no record.
     const lean = (await client.unary(ContextService.method.compile, request)).result!;
@@ -66,7 +66,7 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
     const events = received.slice(0, -1).map((item) => (item.kind.case === "event" ? item.kind.value.event.case : "?"));
     expect(events).toContain("stageTiming");
     // h0..h2 for the budget, h3 (the answer to h2) so that history starts on a user turn.
-    expect(events.filter((kind) => kind === "nodeEvicted")).toHaveLength(4);
+    expect(events.filter((kind) => kind === "messageDropped")).toHaveLength(4);
     expect(events.at(-1)).toBe("pipelineCompiled");
   });
 

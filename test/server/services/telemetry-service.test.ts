@@ -93,7 +93,7 @@ describe("TelemetryService.WatchEvents over gRPC", () => {
     await server?.shutdown(1000);
   });
 
-  it("streams the published events of one conversation and counts tokens and evictions in metrics", async () => {
+  it("streams the published events of one conversation and counts tokens and dropped messages in metrics", async () => {
     const stream = client.serverStream(TelemetryService.method.watchEvents, { conversationId: "t/one" });
     const received: WatchEventsResponse[] = [];
     stream.on("data", (message: WatchEventsResponse) => received.push(message));
@@ -102,14 +102,14 @@ describe("TelemetryService.WatchEvents over gRPC", () => {
     server.telemetry.publish(compiled("t/other", 5n));
     server.telemetry.publish(compiled("t/one", 42n));
     server.telemetry.publish(
-      create(ObserverEventSchema, { conversationId: "t/one", event: { case: "nodeEvicted", value: { nodeId: "m1", reason: TransformationReason.TOKEN_BUDGET_EXCEEDED } } }),
+      create(ObserverEventSchema, { conversationId: "t/one", event: { case: "messageDropped", value: { messageId: "m1", reason: TransformationReason.TOKEN_BUDGET_EXCEEDED } } }),
     );
     await expect.poll(() => received.length).toBe(2);
-    expect(received.map((message) => message.event?.event.case)).toEqual(["pipelineCompiled", "nodeEvicted"]);
+    expect(received.map((message) => message.event?.event.case)).toEqual(["pipelineCompiled", "messageDropped"]);
     expect(received[0]!.event?.conversationId).toBe("t/one");
     const metrics = await (await fetch(`http://127.0.0.1:${server.address.port}/metrics`)).text();
     expect(metrics).toContain("contextd_compile_tokens_total 47\n");
-    expect(metrics).toContain('contextd_evictions_total{reason="token_budget_exceeded"} 1\n');
+    expect(metrics).toContain('contextd_messages_dropped_total{reason="token_budget_exceeded"} 1\n');
     stream.cancel();
     expect((await ended).code).toBe(grpc.status.CANCELLED);
     await expect.poll(() => server.telemetry.subscriberCount).toBe(0);

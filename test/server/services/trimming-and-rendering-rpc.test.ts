@@ -128,7 +128,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
       }),
     );
     expect(ingestError.code).toBe(3);
-    expect(ingestError.details).toMatch(/^deltas\[0\]\.append_provider_response: parsed\[0\]\.parts\[0\]\.tool_call\.arguments: the arguments of tool call "call_1" must be a JSON object, got "\[1\]" \(not a JSON object but an array\) \(message "[^"]+"\)$/);
+    expect(ingestError.details).toMatch(/^deltas\[0\]\.append_provider_response: parsed\[0\]\.parts\[0\]\.tool_call\.arguments: the arguments of tool call "call_1" must be a JSON object, got "\[1\]" \(not a JSON object but a JSON array\) \(message "[^"]+"\)$/);
 
     const compileError = await failure(compile({ history: { messages: [textMessage("u1", Role.USER, "hi"), withParts("a1", Role.ASSISTANT, callPart("k1", "city=Oslo")), withParts("t1", Role.TOOL, resultPart("k1", "rain"))] } }));
     expect(compileError.code).toBe(3);

@@ -84,7 +84,8 @@ type IdentityPolicy int32
 const (
 	// No policy: missing ids are random, unless `require_durable` is set (then FAILED_PRECONDITION).
 	IdentityPolicy_IDENTITY_POLICY_UNSPECIFIED IdentityPolicy = 0
-	// Random ids ("msg_" + 32 hex characters).
+	// Random ids: lowercase RFC 9562 version 4 UUIDs ("0b6c5a8e-2f7d-4c1b-9a3e-5d8f7c6b4a21"), the
+	// same form as the ids a commit assigns to messages without one.
 	IdentityPolicy_IDENTITY_POLICY_RANDOM IdentityPolicy = 1
 	// Deterministic ids. Pending and current-turn messages get
 	// "event:" + hex(sha256(JSON [prefix, turn_id, kind, ordinal])) with kind "pending_event" or
@@ -140,7 +141,7 @@ type ToolRoundRepair int32
 const (
 	// Reject the request with INVALID_ARGUMENT naming the rule.
 	ToolRoundRepair_TOOL_ROUND_REPAIR_UNSPECIFIED ToolRoundRepair = 0
-	// Drop the messages of incomplete or invalid rounds (recorded as EVICTED).
+	// Drop the messages of incomplete or invalid rounds (recorded as DROPPED, TOOL_ROUND_REPAIR).
 	ToolRoundRepair_TOOL_ROUND_REPAIR_DROP_INCOMPLETE ToolRoundRepair = 1
 	// Close missing results with a cancelled tool result (recorded as FORMATTED).
 	ToolRoundRepair_TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED ToolRoundRepair = 2
@@ -201,7 +202,7 @@ const (
 	// reason TOOL_ARGUMENTS_REPAIR, and a "tool_arguments_repaired" warning). Stored state is not
 	// changed.
 	ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_AS_STRING ToolArgumentsRepair = 1
-	// Leave the whole tool round out of the prompt: the call's message and its results (EVICTED,
+	// Leave the whole tool round out of the prompt: the call's message and its results (DROPPED,
 	// reason TOOL_ARGUMENTS_REPAIR, and a "tool_arguments_repaired" warning).
 	ToolArgumentsRepair_TOOL_ARGUMENTS_REPAIR_DROP_ROUND ToolArgumentsRepair = 2
 )
@@ -255,7 +256,7 @@ const (
 	HistoryStart_HISTORY_START_UNSPECIFIED HistoryStart = 0
 	// After any trimming, kept history starts on a USER message or on a summary: leading units that
 	// are neither (an answer whose question was dropped, a tool round, a note) are dropped too
-	// (TRUNCATED, reason HISTORY_ALIGNMENT) and a "history_aligned" warning names them. Every
+	// (DROPPED, reason HISTORY_ALIGNMENT) and a "history_aligned" warning names them. Every
 	// provider accepts such a start, and the model never sees an answer without its question. A
 	// protected unit is never dropped for alignment; if one stands before the first user turn,
 	// history starts with it and a "history_unaligned" warning says so.
@@ -626,7 +627,10 @@ func (CompileResultPart) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{9}
 }
 
-// What happened to a message.
+// What happened to a message. One vocabulary for records, observer events and metrics: a message
+// is sent (PASSED), sent changed (FORMATTED) or dropped (DROPPED: left out of this prompt, whatever
+// the cause; the reason says which). Every DROPPED record of the main payload has one
+// `MessageDropped` event and counts once in `contextd_messages_dropped_total{reason}`.
 type TransformationAction int32
 
 const (
@@ -636,10 +640,11 @@ const (
 	TransformationAction_TRANSFORMATION_ACTION_PASSED TransformationAction = 1
 	// Sent changed, or replaced by another message.
 	TransformationAction_TRANSFORMATION_ACTION_FORMATTED TransformationAction = 2
-	// Dropped by the budget.
-	TransformationAction_TRANSFORMATION_ACTION_TRUNCATED TransformationAction = 3
-	// Removed entirely (DROP strategy, tool-round repair).
-	TransformationAction_TRANSFORMATION_ACTION_EVICTED TransformationAction = 4
+	// Left out of the prompt: by the budget (TOKEN_BUDGET_EXCEEDED, whatever the strategy),
+	// for alignment (HISTORY_ALIGNMENT), replaced by a summary (SUMMARIZED) or by a repair
+	// (TOOL_ROUND_REPAIR, TOOL_ARGUMENTS_REPAIR). Dropped messages are left out of the persistence
+	// projection too. Was TRUNCATED (same number); EVICTED (4) is gone, its records are DROPPED.
+	TransformationAction_TRANSFORMATION_ACTION_DROPPED TransformationAction = 3
 )
 
 // Enum value maps for TransformationAction.
@@ -648,15 +653,13 @@ var (
 		0: "TRANSFORMATION_ACTION_UNSPECIFIED",
 		1: "TRANSFORMATION_ACTION_PASSED",
 		2: "TRANSFORMATION_ACTION_FORMATTED",
-		3: "TRANSFORMATION_ACTION_TRUNCATED",
-		4: "TRANSFORMATION_ACTION_EVICTED",
+		3: "TRANSFORMATION_ACTION_DROPPED",
 	}
 	TransformationAction_value = map[string]int32{
 		"TRANSFORMATION_ACTION_UNSPECIFIED": 0,
 		"TRANSFORMATION_ACTION_PASSED":      1,
 		"TRANSFORMATION_ACTION_FORMATTED":   2,
-		"TRANSFORMATION_ACTION_TRUNCATED":   3,
-		"TRANSFORMATION_ACTION_EVICTED":     4,
+		"TRANSFORMATION_ACTION_DROPPED":     3,
 	}
 )
 
@@ -3097,18 +3100,23 @@ type Usage struct {
 	ToolDefinitions int64 `protobuf:"varint,5,opt,name=tool_definitions,json=toolDefinitions,proto3" json:"tool_definitions,omitempty"`
 	// Tokens of pending messages and the current turn.
 	Pending int64 `protobuf:"varint,6,opt,name=pending,proto3" json:"pending,omitempty"`
-	// Everything but history.
+	// Everything but history: system + memory + tools + tool_definitions + pending + reply_priming.
 	Reserved int64 `protobuf:"varint,7,opt,name=reserved,proto3" json:"reserved,omitempty"`
 	// The limit applied; 0 = none.
 	Limit int64 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
-	// The final total.
+	// The final total: reserved + history, which is every message counted with its framing, the
+	// tool definitions and the reply priming. The same definition as `CountTokensResponse.total`:
+	// the same messages and tool definitions counted with the same estimator give the same total.
 	Total int64 `protobuf:"varint,9,opt,name=total,proto3" json:"total,omitempty"`
 	// The estimator used.
 	Estimator EstimatorKind `protobuf:"varint,10,opt,name=estimator,proto3,enum=contextd.v1.EstimatorKind" json:"estimator,omitempty"`
 	// History tokens before trimming.
 	HistoryBeforeTrim int64 `protobuf:"varint,11,opt,name=history_before_trim,json=historyBeforeTrim,proto3" json:"history_before_trim,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The estimator's tokens per request for priming the reply (TOKENIZER with OpenAI framing: 3;
+	// 0 for CHAR_FALLBACK and FIXED). Part of `reserved` and `total`.
+	ReplyPriming  int64 `protobuf:"varint,12,opt,name=reply_priming,json=replyPriming,proto3" json:"reply_priming,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -3214,6 +3222,13 @@ func (x *Usage) GetEstimator() EstimatorKind {
 func (x *Usage) GetHistoryBeforeTrim() int64 {
 	if x != nil {
 		return x.HistoryBeforeTrim
+	}
+	return 0
+}
+
+func (x *Usage) GetReplyPriming() int64 {
+	if x != nil {
+		return x.ReplyPriming
 	}
 	return 0
 }
@@ -3351,7 +3366,7 @@ type CompileResult struct {
 	// Messages added by the compile (deferred blocks, artifacts, summaries), pre-transform.
 	Introduced []*IntroducedMessage `protobuf:"bytes,6,rep,name=introduced,proto3" json:"introduced,omitempty"`
 	// Message id → final record, for the main payload. By default only messages that were not sent
-	// unchanged and not dropped by the budget: FORMATTED, EVICTED and TRUNCATED records whose reason
+	// unchanged and not dropped by the budget: FORMATTED records, and DROPPED records whose reason
 	// is not TOKEN_BUDGET_EXCEEDED (a message of the payload without a record was sent unchanged;
 	// `budget_dropped_messages` counts the others). With COMPILE_RESULT_PART_ALL_TRANSFORMATIONS,
 	// every message's record.
@@ -3968,7 +3983,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\ahistory\x18\x02 \x03(\v2\x14.contextd.v1.MessageR\ahistory\x12,\n" +
 	"\x06memory\x18\x03 \x03(\v2\x14.contextd.v1.MessageR\x06memory\x12*\n" +
 	"\x05tools\x18\x04 \x03(\v2\x14.contextd.v1.MessageR\x05tools\x123\n" +
-	"\tartifacts\x18\x05 \x03(\v2\x15.contextd.v1.ArtifactR\tartifacts\"\xde\x02\n" +
+	"\tartifacts\x18\x05 \x03(\v2\x15.contextd.v1.ArtifactR\tartifacts\"\x83\x03\n" +
 	"\x05Usage\x12\x16\n" +
 	"\x06system\x18\x01 \x01(\x03R\x06system\x12\x18\n" +
 	"\ahistory\x18\x02 \x01(\x03R\ahistory\x12\x16\n" +
@@ -3981,7 +3996,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x05total\x18\t \x01(\x03R\x05total\x128\n" +
 	"\testimator\x18\n" +
 	" \x01(\x0e2\x1a.contextd.v1.EstimatorKindR\testimator\x12.\n" +
-	"\x13history_before_trim\x18\v \x01(\x03R\x11historyBeforeTrim\"7\n" +
+	"\x13history_before_trim\x18\v \x01(\x03R\x11historyBeforeTrim\x12#\n" +
+	"\rreply_priming\x18\f \x01(\x03R\freplyPriming\"7\n" +
 	"\aWarning\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"D\n" +
@@ -4064,13 +4080,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"'COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT\x10\x02\x12*\n" +
 	"&COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT\x10\x03\x12#\n" +
 	"\x1fCOMPILE_RESULT_PART_PERSISTENCE\x10\x04\x12+\n" +
-	"'COMPILE_RESULT_PART_ALL_TRANSFORMATIONS\x10\x05*\xcc\x01\n" +
+	"'COMPILE_RESULT_PART_ALL_TRANSFORMATIONS\x10\x05*\xed\x01\n" +
 	"\x14TransformationAction\x12%\n" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
-	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12#\n" +
-	"\x1fTRANSFORMATION_ACTION_TRUNCATED\x10\x03\x12!\n" +
-	"\x1dTRANSFORMATION_ACTION_EVICTED\x10\x04*\xdf\x05\n" +
+	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12!\n" +
+	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xdf\x05\n" +
 	"\x14TransformationReason\x12%\n" +
 	"!TRANSFORMATION_REASON_UNSPECIFIED\x10\x00\x12+\n" +
 	"'TRANSFORMATION_REASON_PROTECTED_PENDING\x10\x01\x12.\n" +

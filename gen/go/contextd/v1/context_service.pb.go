@@ -267,14 +267,18 @@ func (x *CountTokensRequest) GetEstimator() *Estimator {
 // The response of `CountTokens`.
 type CountTokensResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The total.
+	// The total: the sum of `per_message`, `tool_definitions` and `reply_priming`, defined as
+	// `Usage.total` is, so a compile of the same messages with the same estimator and no trimming
+	// reports the same total.
 	Total int64 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
 	// Per message, in request order.
 	PerMessage []int64 `protobuf:"varint,2,rep,packed,name=per_message,json=perMessage,proto3" json:"per_message,omitempty"`
 	// Tool definitions.
 	ToolDefinitions int64 `protobuf:"varint,3,opt,name=tool_definitions,json=toolDefinitions,proto3" json:"tool_definitions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The estimator's tokens per request for priming the reply (see `Usage.reply_priming`).
+	ReplyPriming  int64 `protobuf:"varint,4,opt,name=reply_priming,json=replyPriming,proto3" json:"reply_priming,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountTokensResponse) Reset() {
@@ -324,6 +328,13 @@ func (x *CountTokensResponse) GetPerMessage() []int64 {
 func (x *CountTokensResponse) GetToolDefinitions() int64 {
 	if x != nil {
 		return x.ToolDefinitions
+	}
+	return 0
+}
+
+func (x *CountTokensResponse) GetReplyPriming() int64 {
+	if x != nil {
+		return x.ReplyPriming
 	}
 	return 0
 }
@@ -802,12 +813,13 @@ const file_contextd_v1_context_service_proto_rawDesc = "" +
 	"\x12CountTokensRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.contextd.v1.MessageR\bmessages\x12F\n" +
 	"\x10tool_definitions\x18\x02 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x124\n" +
-	"\testimator\x18\x03 \x01(\v2\x16.contextd.v1.EstimatorR\testimator\"w\n" +
+	"\testimator\x18\x03 \x01(\v2\x16.contextd.v1.EstimatorR\testimator\"\x9c\x01\n" +
 	"\x13CountTokensResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x1f\n" +
 	"\vper_message\x18\x02 \x03(\x03R\n" +
 	"perMessage\x12)\n" +
-	"\x10tool_definitions\x18\x03 \x01(\x03R\x0ftoolDefinitions\"\xb1\x01\n" +
+	"\x10tool_definitions\x18\x03 \x01(\x03R\x0ftoolDefinitions\x12#\n" +
+	"\rreply_priming\x18\x04 \x01(\x03R\freplyPriming\"\xb1\x01\n" +
 	"\rRenderRequest\x12\x12\n" +
 	"\x04view\x18\x01 \x01(\tR\x04view\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x121\n" +

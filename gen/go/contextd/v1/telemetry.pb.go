@@ -36,7 +36,7 @@ type ObserverEvent struct {
 	// Types that are valid to be assigned to Event:
 	//
 	//	*ObserverEvent_TokensEstimated
-	//	*ObserverEvent_NodeEvicted
+	//	*ObserverEvent_MessageDropped
 	//	*ObserverEvent_ContextSummarized
 	//	*ObserverEvent_PipelineCompiled
 	//	*ObserverEvent_StageTiming
@@ -113,10 +113,10 @@ func (x *ObserverEvent) GetTokensEstimated() *TokensEstimated {
 	return nil
 }
 
-func (x *ObserverEvent) GetNodeEvicted() *NodeEvicted {
+func (x *ObserverEvent) GetMessageDropped() *MessageDropped {
 	if x != nil {
-		if x, ok := x.Event.(*ObserverEvent_NodeEvicted); ok {
-			return x.NodeEvicted
+		if x, ok := x.Event.(*ObserverEvent_MessageDropped); ok {
+			return x.MessageDropped
 		}
 	}
 	return nil
@@ -167,9 +167,9 @@ type ObserverEvent_TokensEstimated struct {
 	TokensEstimated *TokensEstimated `protobuf:"bytes,4,opt,name=tokens_estimated,json=tokensEstimated,proto3,oneof"`
 }
 
-type ObserverEvent_NodeEvicted struct {
-	// A message was dropped or evicted.
-	NodeEvicted *NodeEvicted `protobuf:"bytes,5,opt,name=node_evicted,json=nodeEvicted,proto3,oneof"`
+type ObserverEvent_MessageDropped struct {
+	// A message was dropped from the prompt (a DROPPED record; was node_evicted).
+	MessageDropped *MessageDropped `protobuf:"bytes,5,opt,name=message_dropped,json=messageDropped,proto3,oneof"`
 }
 
 type ObserverEvent_ContextSummarized struct {
@@ -194,7 +194,7 @@ type ObserverEvent_BudgetPressure struct {
 
 func (*ObserverEvent_TokensEstimated) isObserverEvent_Event() {}
 
-func (*ObserverEvent_NodeEvicted) isObserverEvent_Event() {}
+func (*ObserverEvent_MessageDropped) isObserverEvent_Event() {}
 
 func (*ObserverEvent_ContextSummarized) isObserverEvent_Event() {}
 
@@ -259,31 +259,31 @@ func (x *TokensEstimated) GetCount() int64 {
 	return 0
 }
 
-// A message was dropped or evicted.
-type NodeEvicted struct {
+// A message of the main payload was left out of the prompt: one per DROPPED record.
+type MessageDropped struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message id.
-	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// Why.
 	Reason        TransformationReason `protobuf:"varint,2,opt,name=reason,proto3,enum=contextd.v1.TransformationReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *NodeEvicted) Reset() {
-	*x = NodeEvicted{}
+func (x *MessageDropped) Reset() {
+	*x = MessageDropped{}
 	mi := &file_contextd_v1_telemetry_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *NodeEvicted) String() string {
+func (x *MessageDropped) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*NodeEvicted) ProtoMessage() {}
+func (*MessageDropped) ProtoMessage() {}
 
-func (x *NodeEvicted) ProtoReflect() protoreflect.Message {
+func (x *MessageDropped) ProtoReflect() protoreflect.Message {
 	mi := &file_contextd_v1_telemetry_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -295,19 +295,19 @@ func (x *NodeEvicted) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use NodeEvicted.ProtoReflect.Descriptor instead.
-func (*NodeEvicted) Descriptor() ([]byte, []int) {
+// Deprecated: Use MessageDropped.ProtoReflect.Descriptor instead.
+func (*MessageDropped) Descriptor() ([]byte, []int) {
 	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *NodeEvicted) GetNodeId() string {
+func (x *MessageDropped) GetMessageId() string {
 	if x != nil {
-		return x.NodeId
+		return x.MessageId
 	}
 	return ""
 }
 
-func (x *NodeEvicted) GetReason() TransformationReason {
+func (x *MessageDropped) GetReason() TransformationReason {
 	if x != nil {
 		return x.Reason
 	}
@@ -492,14 +492,14 @@ var File_contextd_v1_telemetry_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcontextd/v1/telemetry.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\"\xbc\x04\n" +
+	"\x1bcontextd/v1/telemetry.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\"\xc5\x04\n" +
 	"\rObserverEvent\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1d\n" +
 	"\n" +
 	"compile_id\x18\x02 \x01(\tR\tcompileId\x12*\n" +
 	"\x11timestamp_unix_ms\x18\x03 \x01(\x03R\x0ftimestampUnixMs\x12I\n" +
-	"\x10tokens_estimated\x18\x04 \x01(\v2\x1c.contextd.v1.TokensEstimatedH\x00R\x0ftokensEstimated\x12=\n" +
-	"\fnode_evicted\x18\x05 \x01(\v2\x18.contextd.v1.NodeEvictedH\x00R\vnodeEvicted\x12O\n" +
+	"\x10tokens_estimated\x18\x04 \x01(\v2\x1c.contextd.v1.TokensEstimatedH\x00R\x0ftokensEstimated\x12F\n" +
+	"\x0fmessage_dropped\x18\x05 \x01(\v2\x1b.contextd.v1.MessageDroppedH\x00R\x0emessageDropped\x12O\n" +
 	"\x12context_summarized\x18\x06 \x01(\v2\x1e.contextd.v1.ContextSummarizedH\x00R\x11contextSummarized\x12L\n" +
 	"\x11pipeline_compiled\x18\a \x01(\v2\x1d.contextd.v1.PipelineCompiledH\x00R\x10pipelineCompiled\x12=\n" +
 	"\fstage_timing\x18\b \x01(\v2\x18.contextd.v1.StageTimingH\x00R\vstageTiming\x12F\n" +
@@ -507,9 +507,10 @@ const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\x05event\"=\n" +
 	"\x0fTokensEstimated\x12\x14\n" +
 	"\x05block\x18\x01 \x01(\tR\x05block\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"a\n" +
-	"\vNodeEvicted\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x129\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"j\n" +
+	"\x0eMessageDropped\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\")\n" +
 	"\x11ContextSummarized\x12\x14\n" +
 	"\x05ratio\x18\x01 \x01(\x01R\x05ratio\"R\n" +
@@ -541,7 +542,7 @@ var file_contextd_v1_telemetry_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_contextd_v1_telemetry_proto_goTypes = []any{
 	(*ObserverEvent)(nil),     // 0: contextd.v1.ObserverEvent
 	(*TokensEstimated)(nil),   // 1: contextd.v1.TokensEstimated
-	(*NodeEvicted)(nil),       // 2: contextd.v1.NodeEvicted
+	(*MessageDropped)(nil),    // 2: contextd.v1.MessageDropped
 	(*ContextSummarized)(nil), // 3: contextd.v1.ContextSummarized
 	(*PipelineCompiled)(nil),  // 4: contextd.v1.PipelineCompiled
 	(*BudgetPressure)(nil),    // 5: contextd.v1.BudgetPressure
@@ -550,12 +551,12 @@ var file_contextd_v1_telemetry_proto_goTypes = []any{
 }
 var file_contextd_v1_telemetry_proto_depIdxs = []int32{
 	1, // 0: contextd.v1.ObserverEvent.tokens_estimated:type_name -> contextd.v1.TokensEstimated
-	2, // 1: contextd.v1.ObserverEvent.node_evicted:type_name -> contextd.v1.NodeEvicted
+	2, // 1: contextd.v1.ObserverEvent.message_dropped:type_name -> contextd.v1.MessageDropped
 	3, // 2: contextd.v1.ObserverEvent.context_summarized:type_name -> contextd.v1.ContextSummarized
 	4, // 3: contextd.v1.ObserverEvent.pipeline_compiled:type_name -> contextd.v1.PipelineCompiled
 	6, // 4: contextd.v1.ObserverEvent.stage_timing:type_name -> contextd.v1.StageTiming
 	5, // 5: contextd.v1.ObserverEvent.budget_pressure:type_name -> contextd.v1.BudgetPressure
-	7, // 6: contextd.v1.NodeEvicted.reason:type_name -> contextd.v1.TransformationReason
+	7, // 6: contextd.v1.MessageDropped.reason:type_name -> contextd.v1.TransformationReason
 	7, // [7:7] is the sub-list for method output_type
 	7, // [7:7] is the sub-list for method input_type
 	7, // [7:7] is the sub-list for extension type_name
@@ -571,7 +572,7 @@ func file_contextd_v1_telemetry_proto_init() {
 	file_contextd_v1_compile_proto_init()
 	file_contextd_v1_telemetry_proto_msgTypes[0].OneofWrappers = []any{
 		(*ObserverEvent_TokensEstimated)(nil),
-		(*ObserverEvent_NodeEvicted)(nil),
+		(*ObserverEvent_MessageDropped)(nil),
 		(*ObserverEvent_ContextSummarized)(nil),
 		(*ObserverEvent_PipelineCompiled)(nil),
 		(*ObserverEvent_StageTiming)(nil),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional, Tuple, Union
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 
 #: The trailer in which the server reports the stored version of a version conflict.
 CURRENT_VERSION_TRAILER = "contextd-current-version"
@@ -13,17 +14,39 @@ CURRENT_VERSION_TRAILER = "contextd-current-version"
 # For servers (or proxies) that drop trailers: "expected version 3, current version 5".
 _CURRENT_VERSION_IN_MESSAGE = re.compile(r"current version\D{0,4}(\d+)")
 
+#: The domain of the google.rpc.ErrorInfo every contextd error carries.
+ERROR_DOMAIN = "contextd.dev"
+
+_STATUS_DETAILS_TRAILER = "grpc-status-details-bin"
+
 Metadata = Iterable[Tuple[str, Union[str, bytes]]]
 
 
+class FieldViolation(NamedTuple):
+    """One google.rpc.BadRequest field violation: the request field in protobuf field names
+    (``deltas[1].append_messages.messages[0].parts[0].tool_call.arguments``) and what is wrong."""
+
+    field: str
+    description: str
+
+
 class ContextdError(Exception):
-    """A failed contextd call. `message` says what was wrong and where."""
+    """A failed contextd call. `message` says what was wrong and where.
+
+    The structured details (docs/errors.md): `reason` is the stable reason of the error's
+    google.rpc.ErrorInfo ("TOOL_ARGUMENTS_INVALID", "VERSION_CONFLICT", or the code's name; "" when
+    the server sent none), `metadata` its metadata ("rule", "current_version", ...), and
+    `field_violations` the google.rpc.BadRequest violations of an INVALID_ARGUMENT.
+    """
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{self.code.name}: {message}")
         self.message = message
+        self.reason = ""
+        self.metadata: Dict[str, str] = {}
+        self.field_violations: List[FieldViolation] = []
 
 
 class InvalidArgument(ContextdError):
@@ -160,12 +183,17 @@ _BY_CODE = {
 
 def from_status(code: grpc.StatusCode, message: str, trailer: Optional[Metadata]) -> ContextdError:
     """The exception for a call that ended with `code`, `message` and trailing metadata."""
+    trailer = list(trailer or ())
+    reason, metadata, violations = _details(trailer)
+    error: ContextdError
     if code == grpc.StatusCode.ABORTED:
-        return VersionConflict(message, _current_version(trailer or (), message))
-    cls = _BY_CODE.get(code)
-    if cls is None:
-        return Internal(message, code)
-    return cls(message)
+        version = metadata.get("current_version", "")
+        error = VersionConflict(message, int(version) if version.isdigit() else _current_version(trailer, message))
+    else:
+        cls = _BY_CODE.get(code)
+        error = Internal(message, code) if cls is None else cls(message)
+    error.reason, error.metadata, error.field_violations = reason, metadata, violations
+    return error
 
 
 def from_rpc_error(error: grpc.RpcError) -> ContextdError:
@@ -174,6 +202,27 @@ def from_rpc_error(error: grpc.RpcError) -> ContextdError:
     if call is None:
         return Internal(str(error), grpc.StatusCode.UNKNOWN)
     return from_status(call.code(), call.details() or "", call.trailing_metadata())
+
+
+def _details(trailer: Metadata) -> Tuple[str, Dict[str, str], List[FieldViolation]]:
+    """ErrorInfo (of contextd's domain) and BadRequest from the `grpc-status-details-bin` trailer."""
+    reason, metadata, violations = "", {}, []  # type: Tuple[str, Dict[str, str], List[FieldViolation]]
+    for key, value in trailer:
+        if key != _STATUS_DETAILS_TRAILER or not isinstance(value, bytes):
+            continue
+        status = status_pb2.Status()
+        try:
+            status.ParseFromString(value)
+        except Exception:  # a proxy's garbage is not the caller's error
+            continue
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            bad_request = error_details_pb2.BadRequest()
+            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == ERROR_DOMAIN and not reason:
+                reason, metadata = info.reason, dict(info.metadata)
+            elif detail.Is(bad_request.DESCRIPTOR) and detail.Unpack(bad_request):
+                violations.extend(FieldViolation(v.field, v.description) for v in bad_request.field_violations)
+    return reason, metadata, violations
 
 
 def _current_version(trailer: Metadata, message: str) -> Optional[int]:

@@ -88,8 +88,7 @@ class TransformationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_ACTION_UNSPECIFIED: _ClassVar[TransformationAction]
     TRANSFORMATION_ACTION_PASSED: _ClassVar[TransformationAction]
     TRANSFORMATION_ACTION_FORMATTED: _ClassVar[TransformationAction]
-    TRANSFORMATION_ACTION_TRUNCATED: _ClassVar[TransformationAction]
-    TRANSFORMATION_ACTION_EVICTED: _ClassVar[TransformationAction]
+    TRANSFORMATION_ACTION_DROPPED: _ClassVar[TransformationAction]
 
 class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -155,8 +154,7 @@ COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: CompileResultPart
 TRANSFORMATION_ACTION_UNSPECIFIED: TransformationAction
 TRANSFORMATION_ACTION_PASSED: TransformationAction
 TRANSFORMATION_ACTION_FORMATTED: TransformationAction
-TRANSFORMATION_ACTION_TRUNCATED: TransformationAction
-TRANSFORMATION_ACTION_EVICTED: TransformationAction
+TRANSFORMATION_ACTION_DROPPED: TransformationAction
 TRANSFORMATION_REASON_UNSPECIFIED: TransformationReason
 TRANSFORMATION_REASON_PROTECTED_PENDING: TransformationReason
 TRANSFORMATION_REASON_REPLACED_BY_DEFERRED: TransformationReason
@@ -582,7 +580,7 @@ class Persistence(_message.Message):
     def __init__(self, system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("system", "history", "memory", "tools", "tool_definitions", "pending", "reserved", "limit", "total", "estimator", "history_before_trim")
+    __slots__ = ("system", "history", "memory", "tools", "tool_definitions", "pending", "reserved", "limit", "total", "estimator", "history_before_trim", "reply_priming")
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -594,6 +592,7 @@ class Usage(_message.Message):
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     HISTORY_BEFORE_TRIM_FIELD_NUMBER: _ClassVar[int]
+    REPLY_PRIMING_FIELD_NUMBER: _ClassVar[int]
     system: int
     history: int
     memory: int
@@ -605,7 +604,8 @@ class Usage(_message.Message):
     total: int
     estimator: EstimatorKind
     history_before_trim: int
-    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ..., tool_definitions: _Optional[int] = ..., pending: _Optional[int] = ..., reserved: _Optional[int] = ..., limit: _Optional[int] = ..., total: _Optional[int] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., history_before_trim: _Optional[int] = ...) -> None: ...
+    reply_priming: int
+    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ..., tool_definitions: _Optional[int] = ..., pending: _Optional[int] = ..., reserved: _Optional[int] = ..., limit: _Optional[int] = ..., total: _Optional[int] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., history_before_trim: _Optional[int] = ..., reply_priming: _Optional[int] = ...) -> None: ...
 
 class Warning(_message.Message):
     __slots__ = ("code", "message")

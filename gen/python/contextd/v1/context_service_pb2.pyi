@@ -41,14 +41,16 @@ class CountTokensRequest(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[_state_pb2.ToolDefinition, _Mapping]]] = ..., estimator: _Optional[_Union[_compile_pb2.Estimator, _Mapping]] = ...) -> None: ...
 
 class CountTokensResponse(_message.Message):
-    __slots__ = ("total", "per_message", "tool_definitions")
+    __slots__ = ("total", "per_message", "tool_definitions", "reply_priming")
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     PER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLY_PRIMING_FIELD_NUMBER: _ClassVar[int]
     total: int
     per_message: _containers.RepeatedScalarFieldContainer[int]
     tool_definitions: int
-    def __init__(self, total: _Optional[int] = ..., per_message: _Optional[_Iterable[int]] = ..., tool_definitions: _Optional[int] = ...) -> None: ...
+    reply_priming: int
+    def __init__(self, total: _Optional[int] = ..., per_message: _Optional[_Iterable[int]] = ..., tool_definitions: _Optional[int] = ..., reply_priming: _Optional[int] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
     __slots__ = ("view", "conversation_id", "snapshot", "segments")

@@ -7,12 +7,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ObserverEvent(_message.Message):
-    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "node_evicted", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure")
+    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     COMPILE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
-    NODE_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_DROPPED_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_SUMMARIZED_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_COMPILED_FIELD_NUMBER: _ClassVar[int]
     STAGE_TIMING_FIELD_NUMBER: _ClassVar[int]
@@ -21,12 +21,12 @@ class ObserverEvent(_message.Message):
     compile_id: str
     timestamp_unix_ms: int
     tokens_estimated: TokensEstimated
-    node_evicted: NodeEvicted
+    message_dropped: MessageDropped
     context_summarized: ContextSummarized
     pipeline_compiled: PipelineCompiled
     stage_timing: _compile_pb2.StageTiming
     budget_pressure: BudgetPressure
-    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., node_evicted: _Optional[_Union[NodeEvicted, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ...) -> None: ...
+    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ...) -> None: ...
 
 class TokensEstimated(_message.Message):
     __slots__ = ("block", "count")
@@ -36,13 +36,13 @@ class TokensEstimated(_message.Message):
     count: int
     def __init__(self, block: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
-class NodeEvicted(_message.Message):
-    __slots__ = ("node_id", "reason")
-    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+class MessageDropped(_message.Message):
+    __slots__ = ("message_id", "reason")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
-    node_id: str
+    message_id: str
     reason: _compile_pb2.TransformationReason
-    def __init__(self, node_id: _Optional[str] = ..., reason: _Optional[_Union[_compile_pb2.TransformationReason, str]] = ...) -> None: ...
+    def __init__(self, message_id: _Optional[str] = ..., reason: _Optional[_Union[_compile_pb2.TransformationReason, str]] = ...) -> None: ...
 
 class ContextSummarized(_message.Message):
     __slots__ = ("ratio",)

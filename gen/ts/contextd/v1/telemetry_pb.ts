@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/telemetry.proto.
  */
 export const file_contextd_v1_telemetry: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb250ZXh0ZC92MS90ZWxlbWV0cnkucHJvdG8SC2NvbnRleHRkLnYxIrADCg1PYnNlcnZlckV2ZW50EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRISCgpjb21waWxlX2lkGAIgASgJEhkKEXRpbWVzdGFtcF91bml4X21zGAMgASgDEjgKEHRva2Vuc19lc3RpbWF0ZWQYBCABKAsyHC5jb250ZXh0ZC52MS5Ub2tlbnNFc3RpbWF0ZWRIABIwCgxub2RlX2V2aWN0ZWQYBSABKAsyGC5jb250ZXh0ZC52MS5Ob2RlRXZpY3RlZEgAEjwKEmNvbnRleHRfc3VtbWFyaXplZBgGIAEoCzIeLmNvbnRleHRkLnYxLkNvbnRleHRTdW1tYXJpemVkSAASOgoRcGlwZWxpbmVfY29tcGlsZWQYByABKAsyHS5jb250ZXh0ZC52MS5QaXBlbGluZUNvbXBpbGVkSAASMAoMc3RhZ2VfdGltaW5nGAggASgLMhguY29udGV4dGQudjEuU3RhZ2VUaW1pbmdIABI2Cg9idWRnZXRfcHJlc3N1cmUYCSABKAsyGy5jb250ZXh0ZC52MS5CdWRnZXRQcmVzc3VyZUgAQgcKBWV2ZW50Ii8KD1Rva2Vuc0VzdGltYXRlZBINCgVibG9jaxgBIAEoCRINCgVjb3VudBgCIAEoAyJRCgtOb2RlRXZpY3RlZBIPCgdub2RlX2lkGAEgASgJEjEKBnJlYXNvbhgCIAEoDjIhLmNvbnRleHRkLnYxLlRyYW5zZm9ybWF0aW9uUmVhc29uIiIKEUNvbnRleHRTdW1tYXJpemVkEg0KBXJhdGlvGAEgASgBIjsKEFBpcGVsaW5lQ29tcGlsZWQSEgoKdG90YWxfY29zdBgBIAEoAxITCgtkdXJhdGlvbl9ucxgCIAEoAyJPCg5CdWRnZXRQcmVzc3VyZRINCgV0b3RhbBgBIAEoAxINCgVsaW1pdBgCIAEoAxINCgVyYXRpbxgDIAEoARIQCghoZWFkcm9vbRgEIAEoA0KuAQoPY29tLmNvbnRleHRkLnYxQg5UZWxlbWV0cnlQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile]);
+  fileDesc("Chtjb250ZXh0ZC92MS90ZWxlbWV0cnkucHJvdG8SC2NvbnRleHRkLnYxIrYDCg1PYnNlcnZlckV2ZW50EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRISCgpjb21waWxlX2lkGAIgASgJEhkKEXRpbWVzdGFtcF91bml4X21zGAMgASgDEjgKEHRva2Vuc19lc3RpbWF0ZWQYBCABKAsyHC5jb250ZXh0ZC52MS5Ub2tlbnNFc3RpbWF0ZWRIABI2Cg9tZXNzYWdlX2Ryb3BwZWQYBSABKAsyGy5jb250ZXh0ZC52MS5NZXNzYWdlRHJvcHBlZEgAEjwKEmNvbnRleHRfc3VtbWFyaXplZBgGIAEoCzIeLmNvbnRleHRkLnYxLkNvbnRleHRTdW1tYXJpemVkSAASOgoRcGlwZWxpbmVfY29tcGlsZWQYByABKAsyHS5jb250ZXh0ZC52MS5QaXBlbGluZUNvbXBpbGVkSAASMAoMc3RhZ2VfdGltaW5nGAggASgLMhguY29udGV4dGQudjEuU3RhZ2VUaW1pbmdIABI2Cg9idWRnZXRfcHJlc3N1cmUYCSABKAsyGy5jb250ZXh0ZC52MS5CdWRnZXRQcmVzc3VyZUgAQgcKBWV2ZW50Ii8KD1Rva2Vuc0VzdGltYXRlZBINCgVibG9jaxgBIAEoCRINCgVjb3VudBgCIAEoAyJXCg5NZXNzYWdlRHJvcHBlZBISCgptZXNzYWdlX2lkGAEgASgJEjEKBnJlYXNvbhgCIAEoDjIhLmNvbnRleHRkLnYxLlRyYW5zZm9ybWF0aW9uUmVhc29uIiIKEUNvbnRleHRTdW1tYXJpemVkEg0KBXJhdGlvGAEgASgBIjsKEFBpcGVsaW5lQ29tcGlsZWQSEgoKdG90YWxfY29zdBgBIAEoAxITCgtkdXJhdGlvbl9ucxgCIAEoAyJPCg5CdWRnZXRQcmVzc3VyZRINCgV0b3RhbBgBIAEoAxINCgVsaW1pdBgCIAEoAxINCgVyYXRpbxgDIAEoARIQCghoZWFkcm9vbRgEIAEoA0KuAQoPY29tLmNvbnRleHRkLnYxQg5UZWxlbWV0cnlQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile]);
 
 /**
  * An event observed during a compile. Streamed by `ContextService.CompileStream` before the result
@@ -57,12 +57,12 @@ export type ObserverEvent = Message<"contextd.v1.ObserverEvent"> & {
     case: "tokensEstimated";
   } | {
     /**
-     * A message was dropped or evicted.
+     * A message was dropped from the prompt (a DROPPED record; was node_evicted).
      *
-     * @generated from field: contextd.v1.NodeEvicted node_evicted = 5;
+     * @generated from field: contextd.v1.MessageDropped message_dropped = 5;
      */
-    value: NodeEvicted;
-    case: "nodeEvicted";
+    value: MessageDropped;
+    case: "messageDropped";
   } | {
     /**
      * A summary replaced part of history.
@@ -134,17 +134,17 @@ export const TokensEstimatedSchema: GenMessage<TokensEstimated> = /*@__PURE__*/
   messageDesc(file_contextd_v1_telemetry, 1);
 
 /**
- * A message was dropped or evicted.
+ * A message of the main payload was left out of the prompt: one per DROPPED record.
  *
- * @generated from message contextd.v1.NodeEvicted
+ * @generated from message contextd.v1.MessageDropped
  */
-export type NodeEvicted = Message<"contextd.v1.NodeEvicted"> & {
+export type MessageDropped = Message<"contextd.v1.MessageDropped"> & {
   /**
    * The message id.
    *
-   * @generated from field: string node_id = 1;
+   * @generated from field: string message_id = 1;
    */
-  nodeId: string;
+  messageId: string;
 
   /**
    * Why.
@@ -155,10 +155,10 @@ export type NodeEvicted = Message<"contextd.v1.NodeEvicted"> & {
 };
 
 /**
- * Describes the message contextd.v1.NodeEvicted.
- * Use `create(NodeEvictedSchema)` to create a new message.
+ * Describes the message contextd.v1.MessageDropped.
+ * Use `create(MessageDroppedSchema)` to create a new message.
  */
-export const NodeEvictedSchema: GenMessage<NodeEvicted> = /*@__PURE__*/
+export const MessageDroppedSchema: GenMessage<MessageDropped> = /*@__PURE__*/
   messageDesc(file_contextd_v1_telemetry, 2);
 
 /**

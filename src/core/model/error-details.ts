@@ -37,6 +37,12 @@ export const ErrorReason = {
   providerResponseMalformed: "PROVIDER_RESPONSE_MALFORMED",
   /** FAILED_PRECONDITION: a rendered compile of a conversation that has no messages. */
   conversationEmpty: "CONVERSATION_EMPTY",
+  /** RESOURCE_EXHAUSTED before the body is read: calls in progress hold the request-memory budget; metadata `limit_bytes`, `flag`. Retry later. */
+  requestMemoryExhausted: "REQUEST_MEMORY_EXHAUSTED",
+  /** RESOURCE_EXHAUSTED: one request message over `--max-request-bytes`; metadata `limit_bytes`, `flag`. */
+  requestTooLarge: "REQUEST_TOO_LARGE",
+  /** DEADLINE_EXCEEDED: the request body did not arrive within `--request-body-timeout-ms`; metadata `timeout_ms`, `flag`. */
+  requestBodyTimeout: "REQUEST_BODY_TIMEOUT",
 } as const;
 
 export type ErrorReason = (typeof ErrorReason)[keyof typeof ErrorReason];

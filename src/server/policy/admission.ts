@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { completeErrorDetails, ErrorReason, withErrorDetails } from "../../core/model/error-details.js";
 import type { BearerTokens } from "./auth.js";
 import type { RequestHolding, RequestMemoryBudget } from "./request-memory.js";
 
@@ -30,7 +31,8 @@ export class Admission {
       this.tokens.identify(service, method, Array.isArray(authorization) ? authorization[0] : authorization);
       return undefined;
     } catch (error) {
-      return error as ConnectError;
+      // Refused before the interceptors run, so the details they would add are added here.
+      return completeErrorDetails(error as ConnectError);
     }
   }
 
@@ -46,10 +48,11 @@ export class Admission {
 
   /** The error for a body that did not arrive in time. */
   bodyTimeout(received: number): ConnectError {
-    return new ConnectError(
+    const error = new ConnectError(
       `request body not received within ${this.bodyTimeoutMs} ms of its headers (${received} bytes arrived; --request-body-timeout-ms)`,
       Code.DeadlineExceeded,
     );
+    return withErrorDetails(error, ErrorReason.requestBodyTimeout, { metadata: { timeout_ms: String(this.bodyTimeoutMs), flag: "--request-body-timeout-ms" } });
   }
 }
 

@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorReason, withErrorDetails } from "../../core/model/error-details.js";
 
 /**
  * The request bytes all calls in progress together may hold in memory, bounded by
@@ -61,11 +62,12 @@ export class RequestMemoryBudget {
   }
 
   private refusalBeside(bytes: number, others: number): ConnectError {
-    return new ConnectError(
+    const error = new ConnectError(
       `request of ${bytes} bytes refused: calls in progress already hold ${others} bytes of requests ` +
         `(limit ${this.limitBytes}, --max-buffered-request-bytes); retry later`,
       Code.ResourceExhausted,
     );
+    return withErrorDetails(error, ErrorReason.requestMemoryExhausted, { metadata: { limit_bytes: String(this.limitBytes), flag: "--max-buffered-request-bytes" } });
   }
 }
 

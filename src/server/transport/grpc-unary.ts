@@ -17,6 +17,7 @@ import { classifyContentType } from "./content-type.js";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import type { Codec } from "../../codec/codec.js";
 import { envelopeHeaderBytes } from "../../codec/protobuf-encoder.js";
+import { ErrorReason, withErrorDetails } from "../../core/model/error-details.js";
 import type { Admission } from "../policy/admission.js";
 
 /**
@@ -161,7 +162,8 @@ export function serveUnaryCall(
       if (chunks.length > 1) chunks.splice(0, chunks.length, Buffer.concat(chunks));
       declared = chunks[0]!.readUInt32BE(1);
       if (declared > options.maxRequestBytes) {
-        reject(new ConnectError(`request message of ${declared} bytes is over the limit of ${options.maxRequestBytes} bytes (--max-request-bytes)`, Code.ResourceExhausted));
+        const tooLarge = new ConnectError(`request message of ${declared} bytes is over the limit of ${options.maxRequestBytes} bytes (--max-request-bytes)`, Code.ResourceExhausted);
+        reject(withErrorDetails(tooLarge, ErrorReason.requestTooLarge, { metadata: { limit_bytes: String(options.maxRequestBytes), flag: "--max-request-bytes" } }));
         return;
       }
     }

@@ -1,8 +1,11 @@
 import * as http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ErrorInfoSchema } from "../../../gen/ts/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../../../gen/ts/google/rpc/status_pb.js";
 import { HealthCheckRequestSchema } from "../../../gen/ts/grpc/health/v1/health_pb.js";
 import { grpcEnvelope, grpcStatus, rawHttp2Request } from "../../support/raw-http2.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
@@ -28,12 +31,13 @@ function stalledCall(session: http2.ClientHttp2Session, headers: http2.OutgoingH
   const stream = session.request({ ":method": "POST", ":path": compilePath, "content-type": "application/grpc", te: "trailers", ...headers });
   stream.on("error", () => undefined);
   stream.write(bytes);
-  const ended = new Promise<{ code: number; message: string }>((resolve) => {
+  const ended = new Promise<{ code: number; message: string; reason?: string }>((resolve) => {
     let trailers: http2.IncomingHttpHeaders = {};
     let responseHeaders: http2.IncomingHttpHeaders = {};
     const status = () => {
       const source = trailers["grpc-status"] !== undefined ? trailers : responseHeaders;
-      resolve({ code: Number(source["grpc-status"] ?? -1), message: decodeURIComponent(String(source["grpc-message"] ?? "")) });
+      const reason = errorReason(source["grpc-status-details-bin"]);
+      resolve({ code: Number(source["grpc-status"] ?? -1), message: decodeURIComponent(String(source["grpc-message"] ?? "")), ...(reason ? { reason } : {}) });
     };
     stream.on("response", (received) => (responseHeaders = received));
     stream.on("trailers", (received) => {
@@ -44,6 +48,17 @@ function stalledCall(session: http2.ClientHttp2Session, headers: http2.OutgoingH
     stream.resume();
   });
   return { stream, ended };
+}
+
+/** The google.rpc.ErrorInfo reason in a grpc-status-details-bin trailer. */
+function errorReason(header: string | string[] | undefined): string | undefined {
+  if (typeof header !== "string") return undefined;
+  const status = fromBinary(StatusSchema, Buffer.from(header, "base64"));
+  for (const detail of status.details) {
+    const info = anyUnpack(detail, ErrorInfoSchema);
+    if (info) return info.reason;
+  }
+  return undefined;
 }
 
 // Five bytes: an envelope header announcing a 16 MiB message, the largest --max-request-bytes allows.
@@ -64,7 +79,7 @@ describe("admission", () => {
   it("refuses a call without a token on its headers, before holding any of its body", async () => {
     const { stream, ended } = stalledCall(session, {}, announces16MiB);
     const status = await ended;
-    expect(status).toEqual({ code: 16, message: 'contextd.v1.ContextService/Compile: missing "authorization: Bearer <token>" header' });
+    expect(status).toEqual({ code: 16, message: 'contextd.v1.ContextService/Compile: missing "authorization: Bearer <token>" header', reason: "UNAUTHENTICATED" });
     // The server resets the stream after the status: the caller's unfinished body holds nothing.
     await new Promise((resolve) => (stream.closed ? resolve(undefined) : stream.once("close", resolve)));
     expect(stream.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
@@ -82,7 +97,11 @@ describe("admission", () => {
     expect(grpcStatus(health).code).toBe(0);
     // Within --request-body-timeout-ms (1.5 s here) each stalled call ends, and lets go of its bytes.
     for (const call of stalled) {
-      expect(await call.ended).toEqual({ code: 4, message: "request body not received within 1500 ms of its headers (5 bytes arrived; --request-body-timeout-ms)" });
+      expect(await call.ended).toEqual({
+        code: 4,
+        message: "request body not received within 1500 ms of its headers (5 bytes arrived; --request-body-timeout-ms)",
+        reason: "REQUEST_BODY_TIMEOUT",
+      });
     }
     expect(await metric(sidecar, "contextd_buffered_request_bytes")).toBe(0);
   });
@@ -97,6 +116,7 @@ describe("admission", () => {
     // connect (gRPC-Web with a content-length), is served.
     const refused = await rawHttp2Request(session, compilePath, { "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${token}` }, compileRequest("y".repeat(5_000)));
     expect(grpcStatus(refused).code).toBe(8);
+    expect(errorReason(refused.trailers["grpc-status-details-bin"])).toBe("REQUEST_MEMORY_EXHAUSTED");
     const direct = await rawHttp2Request(session, healthPath, { "content-type": "application/grpc", te: "trailers" }, healthRequest);
     expect(grpcStatus(direct).code).toBe(0);
     const viaConnect = await fetch(`${sidecar.url}${healthPath}`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body: healthRequest });

@@ -268,7 +268,7 @@ describe("request bytes held by calls in progress", () => {
 
     const connectUnary = await post(compile, "application/json", compileJson(150_000));
     expect(connectUnary.status).toBe(429);
-    expect(await connectUnary.json()).toEqual({ code: "resource_exhausted", message: refusal });
+    expect(await connectUnary.json()).toEqual({ code: "resource_exhausted", message: refusal, details: [expect.objectContaining({ type: "google.rpc.ErrorInfo" })] });
 
     const grpcWeb = await post(compile, "application/grpc-web+proto", compileOfSize(150_000));
     expect(grpcWeb.status).toBe(200);
@@ -283,7 +283,9 @@ describe("request bytes held by calls in progress", () => {
     expect(connectStream.status).toBe(200);
     const endStream = Buffer.from(await connectStream.arrayBuffer());
     expect(endStream[0]).toBe(2);
-    expect(JSON.parse(endStream.subarray(5).toString())).toEqual({ error: { code: "resource_exhausted", message: refusal } });
+    expect(JSON.parse(endStream.subarray(5).toString())).toEqual({
+      error: { code: "resource_exhausted", message: refusal, details: [expect.objectContaining({ type: "google.rpc.ErrorInfo" })] },
+    });
 
     // gRPC with the JSON codec is served by connect too; with a content-length it is held like the others.
     const grpcJsonRequest = grpcEnvelope(Buffer.from(compileJson(150_000)));

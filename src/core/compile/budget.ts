@@ -101,17 +101,20 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const turn = work.currentTurn;
   const turnMessage = turn ? (turn.promptSafe ?? turn.raw)! : undefined;
 
-  const system = sum(cache.countAll(estimator, work.segments.system));
-  const memory = sum(cache.countAll(estimator, work.segments.memory));
-  const tools = sum(cache.countAll(estimator, work.segments.tools));
+  // Counting is the longest work a compile can do (16 MiB gpt-tokenizer has not seen: seconds), so
+  // it gives the event loop turns as it goes (`work.deadline`).
+  const clock = work.deadline;
+  const system = sum(await cache.countAll(estimator, work.segments.system, clock));
+  const memory = sum(await cache.countAll(estimator, work.segments.memory, clock));
+  const tools = sum(await cache.countAll(estimator, work.segments.tools, clock));
   const toolDefinitions = cache.countToolDefinitions(estimator, work.toolDefinitions);
-  const pending = sum(cache.countAll(estimator, work.pending)) + (turnMessage ? cache.count(estimator, turnMessage) : 0);
-  const scratchTokens = sum(cache.countAll(estimator, scratch));
+  const pending = sum(await cache.countAll(estimator, work.pending, clock)) + (turnMessage ? await cache.countPaced(estimator, turnMessage, clock) : 0);
+  const scratchTokens = sum(await cache.countAll(estimator, scratch, clock));
   const perRequest = estimator.perRequest;
   const reserved = system + memory + tools + toolDefinitions + pending + scratchTokens + perRequest;
 
   let history = work.segments.history;
-  let historyCounts = cache.countAll(estimator, history);
+  let historyCounts = await cache.countAll(estimator, history, clock);
   const historyBeforeTrim = sum(historyCounts);
   const dropped: BudgetReport["dropped"] = [];
   let summary: BudgetReport["summary"];
@@ -240,7 +243,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       });
       if (summarize && droppedMessages.length > 0) {
         const summaryMessage = await requestSummary(work, context, droppedMessages, available - sum(keptCounts), strategy === BudgetStrategy.SUMMARIZE ? "summarize_strategy" : "auto_compact");
-        const summaryTokens = cache.count(estimator, summaryMessage);
+        const summaryTokens = await cache.countPaced(estimator, summaryMessage, clock);
         summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, dropSet) };
         for (const message of droppedMessages) {
           setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);

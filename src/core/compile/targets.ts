@@ -139,13 +139,19 @@ async function segmentProjection(
   for (const segment of included) recordPassed(work, work.segments[segmentField(segment, "segment")], segment);
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
-  applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  // A target repeats the presentation stages: between them the event loop gets its turn when due.
+  const clock = work.deadline;
+  await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
-  applyHooks(work);
+  await applyHooks(work);
+  if (clock.checkNow("targets")) await clock.pause("targets");
   applyRoleProjection(work);
-  applySegmentFormatters(work, target.formatters, `${path}.formatters`);
-  applyTextReplacements(work);
+  await applySegmentFormatters(work, target.formatters, `${path}.formatters`);
+  if (clock.checkNow("targets")) await clock.pause("targets");
+  await applyTextReplacements(work);
   const report = await applyBudget(work, [], context);
+  if (clock.checkNow("targets")) await clock.pause("targets");
   const messages = segmentRenderingOrder.flatMap((segment) => work.segments[segmentField(segment, "segment")]);
   const transformations: Projection["transformations"] = work.records;
   const payload = payloadOf(work.segments, [], work.toolDefinitions);

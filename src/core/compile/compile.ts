@@ -9,7 +9,7 @@ import {
   type Writeback,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { renderRequest } from "../providers/render.js";
+import { renderRequestPaced } from "../providers/render.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applyBudget } from "./budget.js";
@@ -109,7 +109,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
 
   // 11. Payload and provider render.
   const payload = payloadOf(work.segments, scratch, work.toolDefinitions);
-  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!, deadline) : undefined;
+  const rendered = renderProvider !== Provider.UNSPECIFIED ? await renderRequestPaced(payload, request.render!, deadline) : undefined;
   if (rendered) work.warnings.push(...rendered.warnings);
   if (deadline.checkNow("render")) await deadline.pause("render");
   await events.stageDone("render");

@@ -13,7 +13,7 @@ import {
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
-import { renderRequest } from "../providers/render.js";
+import { renderRequestPaced } from "../providers/render.js";
 import { segmentField, segmentRenderingOrder } from "../model/segments.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { renderView } from "../views/views.js";
@@ -160,7 +160,7 @@ async function segmentProjection(
     messages,
     transformations,
     artifactIds: work.visibleArtifactIds,
-    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!, normalized.deadline) : undefined,
+    rendered: renderProvider !== Provider.UNSPECIFIED ? await renderRequestPaced(payload, target.render!, normalized.deadline) : undefined,
     usage: create(UsageSchema, {
       system: BigInt(report.system),
       history: BigInt(report.history),

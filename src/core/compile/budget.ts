@@ -104,17 +104,21 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   // Counting is the longest work a compile can do (16 MiB gpt-tokenizer has not seen: seconds), so
   // it gives the event loop turns as it goes (`work.deadline`).
   const clock = work.deadline;
-  const system = sum(await cache.countAll(estimator, work.segments.system, clock));
-  const memory = sum(await cache.countAll(estimator, work.segments.memory, clock));
-  const tools = sum(await cache.countAll(estimator, work.segments.tools, clock));
+  // `await` only a promise: a warm compile's counts are all known, and each await is a microtask.
+  const totals: number[] = [];
+  for (const messages of [work.segments.system, work.segments.memory, work.segments.tools, work.pending, scratch]) {
+    const counts = cache.countAll(estimator, messages, clock);
+    totals.push(sum(counts instanceof Promise ? await counts : counts));
+  }
+  const [system, memory, tools, pendingMessages, scratchTokens] = totals as [number, number, number, number, number];
   const toolDefinitions = cache.countToolDefinitions(estimator, work.toolDefinitions);
-  const pending = sum(await cache.countAll(estimator, work.pending, clock)) + (turnMessage ? await cache.countPaced(estimator, turnMessage, clock) : 0);
-  const scratchTokens = sum(await cache.countAll(estimator, scratch, clock));
+  const pending = pendingMessages + (turnMessage ? await cache.countPaced(estimator, turnMessage, clock) : 0);
   const perRequest = estimator.perRequest;
   const reserved = system + memory + tools + toolDefinitions + pending + scratchTokens + perRequest;
 
   let history = work.segments.history;
-  let historyCounts = await cache.countAll(estimator, history, clock);
+  const historyCounted = cache.countAll(estimator, history, clock);
+  let historyCounts = historyCounted instanceof Promise ? await historyCounted : historyCounted;
   const historyBeforeTrim = sum(historyCounts);
   const dropped: BudgetReport["dropped"] = [];
   let summary: BudgetReport["summary"];

@@ -79,7 +79,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   await events.stageDone("artifacts");
 
   // 4. Deferred blocks; what stands after them is the baseline persistence saves.
-  await applyDeferredBlocks(work, extras.deferredBlocks);
+  if (extras.deferredBlocks.length > 0) await applyDeferredBlocks(work, extras.deferredBlocks);
   work.baseline = work.segments;
   if (deadline.checkNow("deferred_blocks")) await deadline.pause("deferred_blocks");
   await events.stageDone("deferred_blocks");
@@ -87,16 +87,16 @@ export async function compile(request: CompileRequest, context: CompileContext):
   // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
   // formatters, text replacements.
   showToolArgumentsAsString(work);
-  await applyHooks(work);
+  if (request.hooks.length > 0) await applyHooks(work);
   if (deadline.checkNow("hooks")) await deadline.pause("hooks");
   await events.stageDone("hooks");
   applyRoleProjection(work);
   if (deadline.checkNow("role_projection")) await deadline.pause("role_projection");
   await events.stageDone("role_projection");
-  await applySegmentFormatters(work, request.formatters, "formatters");
+  if (request.formatters.length > 0) await applySegmentFormatters(work, request.formatters, "formatters");
   if (deadline.checkNow("segment_formatters")) await deadline.pause("segment_formatters");
   await events.stageDone("segment_formatters");
-  await applyTextReplacements(work);
+  if (request.textReplacements.length > 0) await applyTextReplacements(work);
   if (deadline.checkNow("text_replacements")) await deadline.pause("text_replacements");
   await events.stageDone("text_replacements");
 

@@ -43,6 +43,11 @@ export class DeadlineCheck {
     this.sliceStartedMs = yieldToEventLoop ? now() : 0;
   }
 
+  /** True when `pause` can give the event loop a turn: work done only so that it can (a paced pre-count) is skipped otherwise. */
+  get yields(): boolean {
+    return this.yieldToEventLoop !== undefined;
+  }
+
   /** No deadline and no yielding: `check` never throws, `pause` never waits. */
   static readonly none = new DeadlineCheck(undefined, () => 0);
 

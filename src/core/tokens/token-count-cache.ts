@@ -61,50 +61,78 @@ export class TokenCountCache {
    * Messages not counted before give the event loop a turn between them when `clock` says one is
    * due, and their long texts between chunks (`TokenEstimator.countLongTexts`).
    */
-  async countAll(estimator: TokenEstimator, messages: readonly Message[], clock = DeadlineCheck.none): Promise<readonly number[]> {
+  countAll(estimator: TokenEstimator, messages: readonly Message[], clock = DeadlineCheck.none): readonly number[] | Promise<readonly number[]> {
     if (messages.length === 0) return [];
     let known = this.byList.get(estimator.cacheKey);
     if (!known) {
       known = new WeakMap();
       this.byList.set(estimator.cacheKey, known);
     }
-    let counts = known.get(messages);
-    if (!counts) {
-      counts = await this.countAgainstRecent(estimator, messages, clock);
-      known.set(messages, counts);
-    }
+    const cached = known.get(messages);
+    if (cached) return cached;
+    const byList = known;
+    const counts = this.countAgainstRecent(estimator, messages, clock);
+    if (counts instanceof Promise) return counts.then((done) => (byList.set(messages, done), done));
+    byList.set(messages, counts);
     return counts;
   }
 
   /**
    * Counts `messages`, reusing the counts of the last list that started with the same message id
    * wherever the message at the same index has the same count inputs; then remembers this list
-   * for the next request of the conversation.
+   * for the next request of the conversation. Synchronous until a message needs a wait (a turn of
+   * the event loop, a long text): a warm compile's lists create no promise.
    */
-  private async countAgainstRecent(estimator: TokenEstimator, messages: readonly Message[], clock: DeadlineCheck): Promise<number[]> {
+  private countAgainstRecent(estimator: TokenEstimator, messages: readonly Message[], clock: DeadlineCheck): number[] | Promise<number[]> {
     const key = estimator.cacheKey + "\u0000" + messages[0]!.id;
     const recent = this.recentLists.get(key);
     const counts = new Array<number>(messages.length);
     const reusable = recent ? Math.min(recent.messages.length, messages.length) : 0;
-    let index = 0;
-    for (; index < reusable; index++) {
+    for (let index = 0; index < messages.length; index++) {
       const message = messages[index]!;
-      if (sameCountInputs(message, recent!.messages[index]!)) counts[index] = recent!.counts[index]!;
-      else {
-        // `await` only a promise: awaiting a number still costs a turn of the microtask queue.
-        const count = countFresh(estimator, message, clock);
-        counts[index] = typeof count === "number" ? count : await count;
+      if (index < reusable && sameCountInputs(message, recent!.messages[index]!)) {
+        counts[index] = recent!.counts[index]!;
+        continue;
       }
+      const count = countFresh(estimator, message, clock);
+      if (typeof count !== "number") return this.countRestAgainstRecent(estimator, messages, clock, key, counts, index, count);
+      counts[index] = count;
     }
-    for (; index < messages.length; index++) {
-      const count = countFresh(estimator, messages[index]!, clock);
+    this.rememberList(key, messages, counts);
+    return counts;
+  }
+
+  /** `countAgainstRecent` from `index` on, once the count of that message had to wait. */
+  private async countRestAgainstRecent(
+    estimator: TokenEstimator,
+    messages: readonly Message[],
+    clock: DeadlineCheck,
+    key: string,
+    counts: number[],
+    index: number,
+    waiting: Promise<number>,
+  ): Promise<number[]> {
+    const recent = this.recentLists.get(key);
+    const reusable = recent ? Math.min(recent.messages.length, messages.length) : 0;
+    counts[index] = await waiting;
+    for (index++; index < messages.length; index++) {
+      const message = messages[index]!;
+      if (index < reusable && sameCountInputs(message, recent!.messages[index]!)) {
+        counts[index] = recent!.counts[index]!;
+        continue;
+      }
+      const count = countFresh(estimator, message, clock);
       counts[index] = typeof count === "number" ? count : await count;
     }
+    this.rememberList(key, messages, counts);
+    return counts;
+  }
+
+  private rememberList(key: string, messages: readonly Message[], counts: number[]): void {
     // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
     this.recentLists.delete(key);
     this.recentLists.set(key, { messages, counts });
     if (this.recentLists.size > maxRecentLists) this.recentLists.delete(this.recentLists.keys().next().value!);
-    return counts;
   }
 
   /**
@@ -193,7 +221,7 @@ export class TokenCountCache {
  * of the event loop is due, so a cold compile of short messages awaits nothing.
  */
 function countFresh(estimator: TokenEstimator, message: Message, clock: DeadlineCheck): number | Promise<number> {
-  const long = estimator.countLongTexts?.(message, clock);
+  const long = clock.yields ? estimator.countLongTexts?.(message, clock) : undefined;
   if (long) return long.then(() => countFresh(estimator, message, clock));
   const tokens = estimator.countMessage(message);
   if (!clock.check("token counting")) return tokens;

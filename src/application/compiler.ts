@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { setImmediate as nextTurn } from "node:timers/promises";
 import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ArtifactSchema } from "../../gen/ts/contextd/v1/artifact_pb.js";
@@ -129,6 +130,9 @@ export class Compiler {
       observer: run.observer,
       summarize: run.summarize,
       stageBoundary: run.stageBoundary,
+      // Every compile shares the event loop with other calls and health checks: long stages give it
+      // a turn every ~20 ms of work (see `DeadlineCheck`).
+      yieldToEventLoop: () => nextTurn(),
       deadline: run.deadline,
       maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
     };

@@ -91,10 +91,10 @@ describe("TokenCountCache", () => {
     const cached = await tokenizer(Provider.OPENAI_CHAT, TokenizerEncoding.O200K_BASE, cache);
     const build = () => [user("u", "hello world"), assistant("a", "sunny and warm"), message(Role.ASSISTANT, "c", call("c1", "get_weather", '{"city": "Paris"}'))];
     const expected = build().map((one) => plain.countMessage(one));
-    expect(cache.countAll(cached, build())).toEqual(expected);
-    expect(cache.countAll(cached, build())).toEqual(expected);
+    expect(await cache.countAll(cached, build())).toEqual(expected);
+    expect(await cache.countAll(cached, build())).toEqual(expected);
     const list = build();
-    expect(cache.countAll(cached, list)).toBe(cache.countAll(cached, list));
+    expect(await cache.countAll(cached, list)).toBe(await cache.countAll(cached, list));
     // Pretty-printed arguments count like compact ones.
     expect(expected[2]).toBe(13);
   });
@@ -119,17 +119,17 @@ describe("TokenCountCache", () => {
     ];
     for (const estimator of estimators) {
       const cache = new TokenCountCache();
-      expect(cache.countAll(estimator, first())).toEqual(first().map((one) => estimator.countMessage(one)));
-      expect(cache.countAll(estimator, first())).toEqual(first().map((one) => estimator.countMessage(one)));
+      expect(await cache.countAll(estimator, first())).toEqual(first().map((one) => estimator.countMessage(one)));
+      expect(await cache.countAll(estimator, first())).toEqual(first().map((one) => estimator.countMessage(one)));
       const expected = second().map((one) => estimator.countMessage(one));
-      expect(cache.countAll(estimator, second())).toEqual(expected);
+      expect(await cache.countAll(estimator, second())).toEqual(expected);
       // A shorter list with the same start reuses the prefix it shares.
-      expect(cache.countAll(estimator, first().slice(0, 2))).toEqual(first().slice(0, 2).map((one) => estimator.countMessage(one)));
+      expect(await cache.countAll(estimator, first().slice(0, 2))).toEqual(first().slice(0, 2).map((one) => estimator.countMessage(one)));
     }
     // Two estimators never share counts, even for lists with the same first id.
     const cache = new TokenCountCache();
-    expect(cache.countAll(estimators[1]!, first())).toEqual(first().map((one) => estimators[1]!.countMessage(one)));
-    expect(cache.countAll(estimators[2]!, first())).toEqual(first().map((one) => estimators[2]!.countMessage(one)));
+    expect(await cache.countAll(estimators[1]!, first())).toEqual(first().map((one) => estimators[1]!.countMessage(one)));
+    expect(await cache.countAll(estimators[2]!, first())).toEqual(first().map((one) => estimators[2]!.countMessage(one)));
   });
 
   it("stays exact when its text table evicts", async () => {

@@ -100,17 +100,24 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const turn = work.currentTurn;
   const turnMessage = turn ? (turn.promptSafe ?? turn.raw)! : undefined;
 
-  const system = sum(cache.countAll(estimator, work.segments.system));
-  const memory = sum(cache.countAll(estimator, work.segments.memory));
-  const tools = sum(cache.countAll(estimator, work.segments.tools));
+  // Counting is the longest work a compile can do (16 MiB gpt-tokenizer has not seen: seconds), so
+  // it gives the event loop turns as it goes (`work.deadline`).
+  const clock = work.deadline;
+  // `await` only a promise: a warm compile's counts are all known, and each await is a microtask.
+  const totals: number[] = [];
+  for (const messages of [work.segments.system, work.segments.memory, work.segments.tools, work.pending, scratch]) {
+    const counts = cache.countAll(estimator, messages, clock);
+    totals.push(sum(counts instanceof Promise ? await counts : counts));
+  }
+  const [system, memory, tools, pendingMessages, scratchTokens] = totals as [number, number, number, number, number];
   const toolDefinitions = cache.countToolDefinitions(estimator, work.toolDefinitions);
-  const pending = sum(cache.countAll(estimator, work.pending)) + (turnMessage ? cache.count(estimator, turnMessage) : 0);
-  const scratchTokens = sum(cache.countAll(estimator, scratch));
+  const pending = pendingMessages + (turnMessage ? await cache.countPaced(estimator, turnMessage, clock) : 0);
   const perRequest = estimator.perRequest;
   const reserved = system + memory + tools + toolDefinitions + pending + scratchTokens + perRequest;
 
   let history = work.segments.history;
-  let historyCounts = cache.countAll(estimator, history);
+  const historyCounted = cache.countAll(estimator, history, clock);
+  let historyCounts = historyCounted instanceof Promise ? await historyCounted : historyCounted;
   const historyBeforeTrim = sum(historyCounts);
   let summary: BudgetReport["summary"];
 
@@ -222,7 +229,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       });
       if (summarize && droppedMessages.length > 0) {
         const summaryMessage = await requestSummary(work, context, droppedMessages, available - sum(keptCounts), strategy === BudgetStrategy.SUMMARIZE ? "summarize_strategy" : "auto_compact");
-        const summaryTokens = cache.count(estimator, summaryMessage);
+        const summaryTokens = await cache.countPaced(estimator, summaryMessage, clock);
         summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, dropSet) };
         for (const message of droppedMessages) {
           setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);

@@ -33,6 +33,12 @@ export interface CompileContext {
    */
   stageBoundary?: () => Promise<void>;
   /**
+   * Gives the event loop a turn (a server passes `setImmediate`). Stages that do long work await it
+   * every `defaultSliceMs` of work, so other calls and health checks are served meanwhile; a
+   * compile shorter than that never awaits it. Without it a compile holds the loop to its end.
+   */
+  yieldToEventLoop?: () => Promise<void>;
+  /**
    * The call's deadline and abort signal. Long stages check it (through `now`) as they go and give
    * up with DEADLINE_EXCEEDED; without it a compile runs to the end.
    */

@@ -10,7 +10,7 @@ import {
   type Writeback,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { renderRequest } from "../providers/render.js";
+import { renderRequestPaced } from "../providers/render.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applyBudget } from "./budget.js";
@@ -43,7 +43,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const events = new CompileEvents(context, request.conversationId);
   validateTargets(request.targets);
   const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
-  const deadline = context.deadline ? new DeadlineCheck(context.deadline, context.now) : DeadlineCheck.none;
+  const deadline = context.deadline || context.yieldToEventLoop ? new DeadlineCheck(context.deadline, context.now, context.yieldToEventLoop) : DeadlineCheck.none;
   const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
 
   // 1. Normalize + identity, tool-argument and tool-round validation and repair.
@@ -54,7 +54,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   checkToolArguments(work, inputs, extras, request.toolArgumentsRepair);
   validateAndRepairToolRounds(work, request.repair, context.randomId);
   const repairedSegments = work.segments;
-  deadline.checkNow("normalize");
+  if (deadline.checkNow("normalize")) await deadline.pause("normalize");
   await events.stageDone("normalize");
 
   // 2. Freeze source. Messages are never mutated by later stages, so sharing them is a frozen copy.
@@ -71,54 +71,54 @@ export async function compile(request: CompileRequest, context: CompileContext):
     messages: work.writebackMessages,
     snapshot: writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn),
   };
-  deadline.checkNow("freeze_source");
+  if (deadline.checkNow("freeze_source")) await deadline.pause("freeze_source");
   await events.stageDone("freeze_source");
 
   // 3. Artifacts and the experiences block.
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
-  deadline.checkNow("artifacts");
+  if (deadline.checkNow("artifacts")) await deadline.pause("artifacts");
   await events.stageDone("artifacts");
 
   // 4. Deferred blocks; what stands after them is the baseline persistence saves.
-  applyDeferredBlocks(work, extras.deferredBlocks);
+  if (extras.deferredBlocks.length > 0) await applyDeferredBlocks(work, extras.deferredBlocks);
   work.baseline = work.segments;
-  deadline.checkNow("deferred_blocks");
+  if (deadline.checkNow("deferred_blocks")) await deadline.pause("deferred_blocks");
   await events.stageDone("deferred_blocks");
 
   // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
   // formatters, text replacements.
   showToolArgumentsAsString(work);
-  applyHooks(work);
-  deadline.checkNow("hooks");
+  if (request.hooks.length > 0) await applyHooks(work);
+  if (deadline.checkNow("hooks")) await deadline.pause("hooks");
   await events.stageDone("hooks");
   applyRoleProjection(work);
-  deadline.checkNow("role_projection");
+  if (deadline.checkNow("role_projection")) await deadline.pause("role_projection");
   await events.stageDone("role_projection");
-  applySegmentFormatters(work, request.formatters, "formatters");
-  deadline.checkNow("segment_formatters");
+  if (request.formatters.length > 0) await applySegmentFormatters(work, request.formatters, "formatters");
+  if (deadline.checkNow("segment_formatters")) await deadline.pause("segment_formatters");
   await events.stageDone("segment_formatters");
-  applyTextReplacements(work);
-  deadline.checkNow("text_replacements");
+  if (request.textReplacements.length > 0) await applyTextReplacements(work);
+  if (deadline.checkNow("text_replacements")) await deadline.pause("text_replacements");
   await events.stageDone("text_replacements");
 
   // 9. Budget (appends pending and the current turn). 10. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);
   const budget = await applyBudget(work, scratch, context);
-  deadline.checkNow("budget");
+  if (deadline.checkNow("budget")) await deadline.pause("budget");
   await events.stageDone("budget");
 
   // 11. Payload and provider render.
   const payload = payloadOf(work.segments, scratch, work.toolDefinitions);
-  const rendered = renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, request.render!, deadline) : undefined;
+  const rendered = renderProvider !== Provider.UNSPECIFIED ? await renderRequestPaced(payload, request.render!, deadline) : undefined;
   if (rendered) work.warnings.push(...rendered.warnings);
-  deadline.checkNow("render");
+  if (deadline.checkNow("render")) await deadline.pause("render");
   await events.stageDone("render");
 
   // 12. Targets.
   const projections = await computeTargets(request, { ...work, segments: repairedSegments }, extras, context);
-  deadline.checkNow("targets");
+  if (deadline.checkNow("targets")) await deadline.pause("targets");
   await events.stageDone("targets");
 
   // 13. Result.

@@ -20,7 +20,21 @@ interface Redactor {
   name: string;
   replaceAll: (text: string, replacer: (match: string) => string) => string;
   accept?: (match: string) => boolean;
+  /** A pattern from the request (re2js): the request path that names it, for `maxCustomPatternText`. */
+  customPath?: string;
 }
+
+/**
+ * Most characters of one text a custom pattern may scan: about 20 ms of re2js (6 to 7 MB/s on
+ * `(a+)+$`, 2.6 s over 16 MiB in one call). One scan cannot be interrupted, RE2 does not say how
+ * long a match can be (so a text cannot be cut into slices that match the same), and a longer
+ * text would hold the event loop from every other caller. Longer texts are RESOURCE_EXHAUSTED
+ * naming the pattern, the message and this limit; built-in patterns have no such limit.
+ */
+export const maxCustomPatternText = 131_072;
+
+/** Texts longer than this are redacted one pattern at a time, with turns of the event loop between. */
+const pacedRedactLength = 65_536;
 
 /**
  * A built-in pattern on the JavaScript engine (backtracking, and far faster than re2js: all five
@@ -93,7 +107,7 @@ function customRedactor(name: string, regex: string, where: string): Redactor {
     );
   }
   if (pattern.test("")) throw new ConnectError(`${where}.regex matches the empty string: ${JSON.stringify(regex)}`, Code.InvalidArgument);
-  return { name, replaceAll: (text, replacer) => pattern.matcher(text).replaceAll((match: string) => replacer(match)) };
+  return { name, replaceAll: (text, replacer) => pattern.matcher(text).replaceAll((match: string) => replacer(match)), customPath: where };
 }
 
 /** Compiles a hook's patterns; invalid or empty-matching custom regexes are INVALID_ARGUMENT. */
@@ -113,41 +127,71 @@ function compileRedactors(hook: RedactionHook, path: string): Redactor[] {
   return redactors;
 }
 
-function redactText(text: string, redactors: readonly Redactor[], replacement: string, work: CompileWork): string {
+/** `redactText` over one pattern; `message` names the text's message in a refusal. */
+function redactWith(text: string, redactor: Redactor, replacement: string, work: CompileWork, message: Message): string {
+  if (redactor.customPath !== undefined && text.length > maxCustomPatternText) {
+    throw new ConnectError(
+      `${redactor.customPath} ("${redactor.name}") (message "${message.id}"): a custom pattern scans at most ${maxCustomPatternText} characters of one text, this text has ${text.length}`,
+      Code.ResourceExhausted,
+    );
+  }
+  work.deadline.check("hooks", 1 + (text.length >> 10));
+  const token = replacement.replaceAll("{kind}", redactor.name);
+  const where = `hooks (redaction ${redactor.name})`;
+  // A replacement longer than its match grows the text. The engines keep the pieces of the
+  // result as references until the end, so refusing from the replacer comes before the big
+  // string is built.
+  let length = text.length;
+  const result = redactor.replaceAll(text, (match) => {
+    if (redactor.accept && !redactor.accept(match)) return match;
+    length += token.length - match.length;
+    work.textAllowance.assertFits(length, where);
+    return token;
+  });
+  if (result !== text) work.textAllowance.charge(result.length, where);
+  return result;
+}
+
+function redactText(text: string, redactors: readonly Redactor[], replacement: string, work: CompileWork, message: Message): string {
+  let result = text;
+  for (const redactor of redactors) result = redactWith(result, redactor, replacement, work, message);
+  return result;
+}
+
+/** `redactText` giving the event loop a turn between patterns when one is due (a 16 MiB text takes 25 ms or more per pattern). */
+async function redactTextPaced(text: string, redactors: readonly Redactor[], replacement: string, work: CompileWork, message: Message): Promise<string> {
   let result = text;
   for (const redactor of redactors) {
-    work.deadline.check("hooks", 1 + (result.length >> 10));
-    const token = replacement.replaceAll("{kind}", redactor.name);
-    const where = `hooks (redaction ${redactor.name})`;
-    // A replacement longer than its match grows the text. The engines keep the pieces of the
-    // result as references until the end, so refusing from the replacer comes before the big
-    // string is built.
-    const before = result;
-    let length = before.length;
-    result = redactor.replaceAll(before, (match) => {
-      if (redactor.accept && !redactor.accept(match)) return match;
-      length += token.length - match.length;
-      work.textAllowance.assertFits(length, where);
-      return token;
-    });
-    if (result !== before) work.textAllowance.charge(result.length, where);
+    result = redactWith(result, redactor, replacement, work, message);
+    if (work.deadline.checkNow("hooks")) await work.deadline.pause("hooks");
   }
   return result;
 }
 
-/** Redacts text parts and tool-result texts; returns the same object when nothing matched. */
-function redactMessage(message: Message, redactors: readonly Redactor[], replacement: string, work: CompileWork): Message {
+/** The texts `redactMessage` redacts, in order. */
+function redactedTexts(message: Message): string[] {
+  const texts: string[] = [];
+  for (const part of message.parts) {
+    const kind = part.kind;
+    if (kind.case === "text") texts.push(kind.value.text);
+    else if (kind.case === "toolResult" && kind.value.payload && kind.value.payload.text !== "") texts.push(kind.value.payload.text);
+  }
+  return texts;
+}
+
+/** Redacts text parts and tool-result texts through `redact`; returns the same object when nothing matched. */
+function redactMessage(message: Message, redact: (text: string) => string): Message {
   let changed = false;
   const parts = message.parts.map((part): Part => {
     const kind = part.kind;
     if (kind.case === "text") {
-      const text = redactText(kind.value.text, redactors, replacement, work);
+      const text = redact(kind.value.text);
       if (text === kind.value.text) return part;
       changed = true;
       return { ...part, kind: { case: "text", value: { ...kind.value, text } } };
     }
     if (kind.case === "toolResult" && kind.value.payload && kind.value.payload.text !== "") {
-      const text = redactText(kind.value.payload.text, redactors, replacement, work);
+      const text = redact(kind.value.payload.text);
       if (text === kind.value.payload.text) return part;
       changed = true;
       return { ...part, kind: { case: "toolResult", value: { ...kind.value, payload: { ...kind.value.payload, text } } } };
@@ -157,14 +201,26 @@ function redactMessage(message: Message, redactors: readonly Redactor[], replace
   return changed ? { ...message, parts } : message;
 }
 
+/** `redactMessage` with every redactor; long texts first, paced, then the rest as they come. */
+function redactMessageAll(message: Message, redactors: readonly Redactor[], replacement: string, work: CompileWork): Message | Promise<Message> {
+  const long = redactedTexts(message).filter((text) => text.length > pacedRedactLength);
+  const redact = (text: string) => redactText(text, redactors, replacement, work, message);
+  if (long.length === 0) return redactMessage(message, redact);
+  return (async () => {
+    const done = new Map<string, string>();
+    for (const text of long) if (!done.has(text)) done.set(text, await redactTextPaced(text, redactors, replacement, work, message));
+    return redactMessage(message, (text) => done.get(text) ?? redact(text));
+  })();
+}
+
 /**
  * Stage 5: hooks in order, on the segments only (pending and the current turn join the payload
  * later, untouched). A changed message is `formatted/transform_hook`; with `remove_message` a
  * matching message is dropped, `formatted/replaced_by_hook` — in history together with its whole
  * tool round, so no call loses its result. The originals stay in `source` and persistence.
  */
-export function applyHooks(work: CompileWork): void {
-  work.request.hooks.forEach((hook, hookIndex) => {
+export async function applyHooks(work: CompileWork): Promise<void> {
+  for (const [hookIndex, hook] of work.request.hooks.entries()) {
     const path = `hooks[${hookIndex}]`;
     if (hook.kind.case !== "redaction") throw new ConnectError(`${path}: no hook variant set`, Code.InvalidArgument);
     const redaction = hook.kind.value;
@@ -175,7 +231,12 @@ export function applyHooks(work: CompileWork): void {
     for (const segment of segments) {
       const field = segmentField(segment, `${path}.redaction.segments`);
       const messages = work.segments[field];
-      const redacted = messages.map((message) => redactMessage(message, redactors, replacement, work));
+      const redacted: Message[] = [];
+      for (const message of messages) {
+        const one = redactMessageAll(message, redactors, replacement, work);
+        redacted.push(one instanceof Promise ? await one : one);
+        if (work.deadline.check("hooks")) await work.deadline.pause("hooks");
+      }
       if (redacted.every((message, index) => message === messages[index])) continue;
       if (!redaction.removeMessage) {
         redacted.forEach((message, index) => {
@@ -198,5 +259,5 @@ export function applyHooks(work: CompileWork): void {
       });
       work.segments = { ...work.segments, [field]: kept };
     }
-  });
+  }
 }

@@ -23,17 +23,18 @@ const xmlName = /^[A-Za-z_][A-Za-z0-9._-]*$/;
  * with non-text parts (tool calls cannot be joined into prose). The length of every output is
  * charged to the compile's text allowance before it is built.
  */
-export function applySegmentFormatters(work: CompileWork, formatters: readonly SegmentFormatter[], fieldPath: string): void {
-  formatters.forEach((formatter, index) => {
+export async function applySegmentFormatters(work: CompileWork, formatters: readonly SegmentFormatter[], fieldPath: string): Promise<void> {
+  for (const [index, formatter] of formatters.entries()) {
     const path = `${fieldPath}[${index}]`;
     const field = segmentField(formatter.segment, `${path}.segment`);
     const messages = work.segments[field];
-    const formatted = formatSegment(work, formatter, messages, path);
+    const formatted = await formatSegment(work, formatter, messages, path);
     work.segments = { ...work.segments, [field]: formatted } as SegmentHolder;
-  });
+    if (work.deadline.checkNow("segment_formatters")) await work.deadline.pause("segment_formatters");
+  }
 }
 
-function formatSegment(work: CompileWork, formatter: SegmentFormatter, messages: Message[], path: string): Message[] {
+async function formatSegment(work: CompileWork, formatter: SegmentFormatter, messages: Message[], path: string): Promise<Message[]> {
   const segment = formatter.segment;
   const kind = formatter.kind;
   switch (kind.case) {
@@ -62,15 +63,17 @@ function formatSegment(work: CompileWork, formatter: SegmentFormatter, messages:
   }
 }
 
-function formatInPlace(
+async function formatInPlace(
   work: CompileWork,
   messages: Message[],
   segment: Segment,
   path: string,
   formattedLength: (length: number) => number,
   format: (text: string) => string,
-): Message[] {
-  return messages.map((message) => {
+): Promise<Message[]> {
+  const formattedMessages = new Array<Message>(messages.length);
+  for (let index = 0; index < messages.length; index++) {
+    const message = messages[index]!;
     let length = 0;
     let textLength = 0;
     for (const part of message.parts) {
@@ -79,12 +82,14 @@ function formatInPlace(
       textLength += part.kind.value.text.length;
     }
     work.textAllowance.charge(length, `${path} (message "${message.id}")`);
-    work.deadline.check("segment_formatters", 1 + (textLength >> 10));
+    const due = work.deadline.check("segment_formatters", 1 + (textLength >> 10));
     // Each text part is formatted separately, so a message keeps its part structure.
     const formatted = mapTextParts(message, format);
     if (formatted !== message) setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.SEGMENT_FORMATTER, segment);
-    return formatted;
-  });
+    formattedMessages[index] = formatted;
+    if (due) await work.deadline.pause("segment_formatters");
+  }
+  return formattedMessages;
 }
 
 function join(

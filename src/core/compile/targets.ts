@@ -13,7 +13,7 @@ import {
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
-import { renderRequest } from "../providers/render.js";
+import { renderRequestPaced } from "../providers/render.js";
 import { segmentField, segmentRenderingOrder } from "../model/segments.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { renderView } from "../views/views.js";
@@ -139,13 +139,19 @@ async function segmentProjection(
   for (const segment of included) recordPassed(work, work.segments[segmentField(segment, "segment")], segment);
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
-  applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  // A target repeats the presentation stages: between them the event loop gets its turn when due.
+  const clock = work.deadline;
+  await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
-  applyHooks(work);
+  await applyHooks(work);
+  if (clock.checkNow("targets")) await clock.pause("targets");
   applyRoleProjection(work);
-  applySegmentFormatters(work, target.formatters, `${path}.formatters`);
-  applyTextReplacements(work);
+  await applySegmentFormatters(work, target.formatters, `${path}.formatters`);
+  if (clock.checkNow("targets")) await clock.pause("targets");
+  await applyTextReplacements(work);
   const report = await applyBudget(work, [], context);
+  if (clock.checkNow("targets")) await clock.pause("targets");
   const messages = segmentRenderingOrder.flatMap((segment) => work.segments[segmentField(segment, "segment")]);
   const transformations: Projection["transformations"] = work.records;
   const payload = payloadOf(work.segments, [], work.toolDefinitions);
@@ -154,7 +160,7 @@ async function segmentProjection(
     messages,
     transformations,
     artifactIds: work.visibleArtifactIds,
-    rendered: renderProvider !== Provider.UNSPECIFIED ? renderRequest(payload, target.render!, normalized.deadline) : undefined,
+    rendered: renderProvider !== Provider.UNSPECIFIED ? await renderRequestPaced(payload, target.render!, normalized.deadline) : undefined,
     usage: create(UsageSchema, {
       system: BigInt(report.system),
       history: BigInt(report.history),

@@ -8,8 +8,8 @@ import { setRecord, type CompileWork } from "./working-set.js";
  * Stage 8: compile-only text swaps. The message's text parts are replaced by the given text in the
  * payload only (`formatted/text_replacement`); an id not in the named segment is INVALID_ARGUMENT.
  */
-export function applyTextReplacements(work: CompileWork): void {
-  work.request.textReplacements.forEach((replacement, index) => {
+export async function applyTextReplacements(work: CompileWork): Promise<void> {
+  for (const [index, replacement] of work.request.textReplacements.entries()) {
     const path = `text_replacements[${index}]`;
     const field = segmentField(replacement.segment, `${path}.segment`);
     const messages = work.segments[field];
@@ -21,10 +21,10 @@ export function applyTextReplacements(work: CompileWork): void {
       );
     }
     work.textAllowance.charge(replacement.text.length, `${path} (message "${replacement.messageId}")`);
-    work.deadline.check("text_replacements");
+    if (work.deadline.check("text_replacements")) await work.deadline.pause("text_replacements");
     const next = [...messages];
     next[at] = withMessageText(messages[at]!, replacement.text);
     work.segments = { ...work.segments, [field]: next };
     setRecord(work, replacement.messageId, TransformationAction.FORMATTED, TransformationReason.TEXT_REPLACEMENT, replacement.segment);
-  });
+  }
 }

@@ -61,8 +61,27 @@ type RenderWarningSink = (warning: Warning) => void;
  */
 export function renderRequest(payload: CompiledPayload, options: RenderOptions, deadline?: DeadlineCheck): RenderedRequest {
   const warnings: Warning[] = [];
-  const body = renderBody(payload, options, (warning) => warnings.push(warning), deadline);
+  const { body, validate } = renderBody(payload, options, (warning) => warnings.push(warning));
   deadline?.checkNow("render");
+  validate();
+  deadline?.checkNow("render");
+  return renderedRequest(options, body, warnings);
+}
+
+/**
+ * `renderRequest` giving the event loop a turn between rendering, checking and serializing when
+ * `clock` says one is due: each is tens of milliseconds at 10,000 messages.
+ */
+export async function renderRequestPaced(payload: CompiledPayload, options: RenderOptions, clock: DeadlineCheck): Promise<RenderedRequest> {
+  const warnings: Warning[] = [];
+  const { body, validate } = renderBody(payload, options, (warning) => warnings.push(warning));
+  if (clock.checkNow("render")) await clock.pause("render");
+  validate();
+  if (clock.checkNow("render")) await clock.pause("render");
+  return renderedRequest(options, body, warnings);
+}
+
+function renderedRequest(options: RenderOptions, body: unknown, warnings: Warning[]): RenderedRequest {
   return create(RenderedRequestSchema, {
     provider: options.provider,
     model: options.model,
@@ -71,33 +90,26 @@ export function renderRequest(payload: CompiledPayload, options: RenderOptions, 
   });
 }
 
-function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink, deadline: DeadlineCheck | undefined): unknown {
+/** The body for the provider, and the check of its rules (separate, so a deadline or a turn can come between). */
+function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): { body: unknown; validate: () => void } {
   const rulePrefix = ruleNamePrefixes[options.provider];
   if (rulePrefix !== undefined) assertOpenRoundLast(payload, rulePrefix);
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
       const { body, origins } = renderOpenAIChat(payload, options.model);
-      deadline?.checkNow("render");
-      validateOpenAIChat(body, origins, payload);
-      return body;
+      return { body, validate: () => validateOpenAIChat(body, origins, payload) };
     }
     case Provider.OPENAI_RESPONSES: {
       const { body, origins } = renderOpenAIResponses(payload, options.model);
-      deadline?.checkNow("render");
-      validateOpenAIResponses(body, origins, payload);
-      return body;
+      return { body, validate: () => validateOpenAIResponses(body, origins, payload) };
     }
     case Provider.ANTHROPIC_MESSAGES: {
       const { body, origins } = renderAnthropic(payload, options.model, report);
-      deadline?.checkNow("render");
-      validateAnthropic(body, origins, payload);
-      return body;
+      return { body, validate: () => validateAnthropic(body, origins, payload) };
     }
     case Provider.GEMINI: {
       const { body, origins } = renderGemini(payload, options.model);
-      deadline?.checkNow("render");
-      validateGemini(body, origins, payload);
-      return body;
+      return { body, validate: () => validateGemini(body, origins, payload) };
     }
     case Provider.UNSPECIFIED:
       throw new ConnectError("render.provider: a provider is required to render", Code.InvalidArgument);

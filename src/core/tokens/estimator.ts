@@ -5,7 +5,7 @@ import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { toolPayloadText } from "../model/payload-text.js";
 import { imageTokens, providerFraming } from "./framing.js";
 import { runeCount, utf8ByteCount } from "./text-measures.js";
-import { loadEncoding, type TextTokenCounter } from "./encodings.js";
+import { loadEncoding, loadPacedEncoding, type PacedTextTokenCounter, type TextTokenCounter } from "./encodings.js";
 import { encodingOfModel } from "./model-encodings.js";
 import type { TokenCountCache } from "./token-count-cache.js";
 import type { DeadlineCheck } from "../compile/deadline.js";
@@ -23,6 +23,12 @@ export interface TokenEstimator {
   /** Tokens added once per request (TOKENIZER: the provider's reply priming; else 0). */
   readonly perRequest: number;
   countMessage(message: Message): number;
+  /**
+   * Counts the texts of `message` long enough to take milliseconds (TOKENIZER only), giving the
+   * event loop a turn between their chunks when `clock` says one is due, so that `countMessage`
+   * finds them counted. Undefined when there is nothing to count that way.
+   */
+  countLongTexts?(message: Message, clock: DeadlineCheck): Promise<void> | undefined;
   countToolDefinitions(definitions: readonly ToolDefinition[]): number;
 }
 
@@ -66,10 +72,11 @@ export const maxFixedCost = 1_000_000_000;
 /** A text counter that gives up at the deadline, checked per text and between chunks of a long one. */
 function deadlineBound(counter: TextTokenCounter, deadline: DeadlineCheck | undefined): TextTokenCounter {
   if (!deadline) return counter;
-  // About one clock reading per 32 KiB of text counted (a chunk of 256 to 16,384 characters
-  // weighs 8 units): pathological text counts at ~0.2 µs per character.
-  const betweenChunks = () => deadline.check("token counting", 8);
-  return (text: string) => (deadline.check("token counting"), counter(text, betweenChunks));
+  // Weighed by length: a unit per 256 characters, and a whole reading per chunk of a long text, so
+  // the clock is read at least every 8 KiB, about every few milliseconds at gpt-tokenizer's slowest
+  // (5 µs per character on random letters it has not seen).
+  const betweenChunks = () => void deadline.check("token counting", 32);
+  return (text: string) => (deadline.check("token counting", 1 + (text.length >> 8)), counter(text, betweenChunks));
 }
 
 async function configuredEstimator(
@@ -89,7 +96,13 @@ async function configuredEstimator(
         throw new ConnectError(`render.provider: unknown provider ${renderProvider}`, Code.InvalidArgument);
       }
       const count = await loadEncoding(modelEncoding);
-      return tokenizerEstimator(deadlineBound(cache ? cache.textCounter(modelEncoding, count) : count, deadline), modelEncoding, renderProvider);
+      const countPaced = await loadPacedEncoding(modelEncoding);
+      return tokenizerEstimator(
+        deadlineBound(cache ? cache.textCounter(modelEncoding, count) : count, deadline),
+        cache ? cache.pacedTextCounter(modelEncoding, countPaced) : countPaced,
+        modelEncoding,
+        renderProvider,
+      );
     }
   }
   switch (kind) {
@@ -132,7 +145,8 @@ async function configuredEstimator(
       // UNSPECIFIED is o200k_base: one text cache for both spellings.
       const textKey = encoding === TokenizerEncoding.UNSPECIFIED ? TokenizerEncoding.O200K_BASE : encoding;
       const cached = cache ? cache.textCounter(textKey, count) : count;
-      return tokenizerEstimator(deadlineBound(cached, deadline), encoding, provider);
+      const countPaced = await loadPacedEncoding(encoding);
+      return tokenizerEstimator(deadlineBound(cached, deadline), cache ? cache.pacedTextCounter(textKey, countPaced) : countPaced, encoding, provider);
     }
     default:
       throw new ConnectError(`${fieldPath}.kind: unknown estimator kind ${kind}`, Code.InvalidArgument);
@@ -252,9 +266,18 @@ function fixedEstimator(perMessage: number, perPart: number, perToolCall: number
   };
 }
 
+/**
+ * Texts longer than this are counted by `countLongTexts` when a caller can wait: at the 5 µs per
+ * character gpt-tokenizer takes on random letters it has not seen, about 20 ms.
+ */
+const pacedTextLength = 4_096;
+
 /** TOKENIZER: BPE counts of every text plus the provider framing documented in `framing.ts`. */
-function tokenizerEstimator(count: TextTokenCounter, encoding: TokenizerEncoding, provider: Provider): TokenEstimator {
+function tokenizerEstimator(countText: TextTokenCounter, countPaced: PacedTextTokenCounter, encoding: TokenizerEncoding, provider: Provider): TokenEstimator {
   const framing = providerFraming(provider);
+  // Long texts `countLongTexts` counted for this request; the cache (when there is one) knows them too.
+  const longCounts = new Map<string, number>();
+  const count = (text: string) => (text.length > pacedTextLength ? (longCounts.get(text) ?? countText(text)) : countText(text));
   const countPartsTokens = (parts: readonly Part[]): number => {
     let total = 0;
     for (const part of parts) {
@@ -291,6 +314,17 @@ function tokenizerEstimator(count: TextTokenCounter, encoding: TokenizerEncoding
     perRequest: framing.perRequest,
     countMessage(message) {
       return framing.perMessage + (message.senderName !== "" ? framing.perName : 0) + countPartsTokens(message.parts);
+    },
+    countLongTexts(message, clock) {
+      let long: string[] | undefined;
+      forEachText(message.parts, (text) => {
+        if (text.length > pacedTextLength && !longCounts.has(text)) (long ??= []).push(text);
+      });
+      if (!long) return undefined;
+      const texts = long;
+      return (async () => {
+        for (const text of texts) longCounts.set(text, await countPaced(text, clock, "token counting"));
+      })();
     },
     countToolDefinitions(definitions) {
       if (definitions.length === 0) return 0;

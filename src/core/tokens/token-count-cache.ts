@@ -1,7 +1,8 @@
 import type { TokenizerEncoding } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
-import type { TextTokenCounter } from "./encodings.js";
+import { DeadlineCheck } from "../compile/deadline.js";
+import type { PacedTextTokenCounter, TextTokenCounter } from "./encodings.js";
 import type { TokenEstimator } from "./estimator.js";
 import { sameCountInputs } from "./same-count-inputs.js";
 import { TextCountTable } from "./text-count-table.js";
@@ -46,43 +47,92 @@ export class TokenCountCache {
     return estimator.countMessage(message);
   }
 
-  /** Counts of `messages` in order; shared with later calls for the same list, so never mutate it. */
-  countAll(estimator: TokenEstimator, messages: readonly Message[]): readonly number[] {
+  /**
+   * The count of `message` under `estimator`, counting its long texts with `clock`'s pauses (the
+   * current turn may be the whole 16 MiB of a request).
+   */
+  async countPaced(estimator: TokenEstimator, message: Message, clock: DeadlineCheck): Promise<number> {
+    await estimator.countLongTexts?.(message, clock);
+    return estimator.countMessage(message);
+  }
+
+  /**
+   * Counts of `messages` in order; shared with later calls for the same list, so never mutate it.
+   * Messages not counted before give the event loop a turn between them when `clock` says one is
+   * due, and their long texts between chunks (`TokenEstimator.countLongTexts`).
+   */
+  countAll(estimator: TokenEstimator, messages: readonly Message[], clock = DeadlineCheck.none): readonly number[] | Promise<readonly number[]> {
     if (messages.length === 0) return [];
     let known = this.byList.get(estimator.cacheKey);
     if (!known) {
       known = new WeakMap();
       this.byList.set(estimator.cacheKey, known);
     }
-    let counts = known.get(messages);
-    if (!counts) {
-      counts = this.countAgainstRecent(estimator, messages);
-      known.set(messages, counts);
-    }
+    const cached = known.get(messages);
+    if (cached) return cached;
+    const byList = known;
+    const counts = this.countAgainstRecent(estimator, messages, clock);
+    if (counts instanceof Promise) return counts.then((done) => (byList.set(messages, done), done));
+    byList.set(messages, counts);
     return counts;
   }
 
   /**
    * Counts `messages`, reusing the counts of the last list that started with the same message id
    * wherever the message at the same index has the same count inputs; then remembers this list
-   * for the next request of the conversation.
+   * for the next request of the conversation. Synchronous until a message needs a wait (a turn of
+   * the event loop, a long text): a warm compile's lists create no promise.
    */
-  private countAgainstRecent(estimator: TokenEstimator, messages: readonly Message[]): number[] {
+  private countAgainstRecent(estimator: TokenEstimator, messages: readonly Message[], clock: DeadlineCheck): number[] | Promise<number[]> {
     const key = estimator.cacheKey + "\u0000" + messages[0]!.id;
     const recent = this.recentLists.get(key);
     const counts = new Array<number>(messages.length);
     const reusable = recent ? Math.min(recent.messages.length, messages.length) : 0;
-    let index = 0;
-    for (; index < reusable; index++) {
+    for (let index = 0; index < messages.length; index++) {
       const message = messages[index]!;
-      counts[index] = sameCountInputs(message, recent!.messages[index]!) ? recent!.counts[index]! : estimator.countMessage(message);
+      if (index < reusable && sameCountInputs(message, recent!.messages[index]!)) {
+        counts[index] = recent!.counts[index]!;
+        continue;
+      }
+      const count = countFresh(estimator, message, clock);
+      if (typeof count !== "number") return this.countRestAgainstRecent(estimator, messages, clock, key, counts, index, count);
+      counts[index] = count;
     }
-    for (; index < messages.length; index++) counts[index] = estimator.countMessage(messages[index]!);
+    this.rememberList(key, messages, counts);
+    return counts;
+  }
+
+  /** `countAgainstRecent` from `index` on, once the count of that message had to wait. */
+  private async countRestAgainstRecent(
+    estimator: TokenEstimator,
+    messages: readonly Message[],
+    clock: DeadlineCheck,
+    key: string,
+    counts: number[],
+    index: number,
+    waiting: Promise<number>,
+  ): Promise<number[]> {
+    const recent = this.recentLists.get(key);
+    const reusable = recent ? Math.min(recent.messages.length, messages.length) : 0;
+    counts[index] = await waiting;
+    for (index++; index < messages.length; index++) {
+      const message = messages[index]!;
+      if (index < reusable && sameCountInputs(message, recent!.messages[index]!)) {
+        counts[index] = recent!.counts[index]!;
+        continue;
+      }
+      const count = countFresh(estimator, message, clock);
+      counts[index] = typeof count === "number" ? count : await count;
+    }
+    this.rememberList(key, messages, counts);
+    return counts;
+  }
+
+  private rememberList(key: string, messages: readonly Message[], counts: number[]): void {
     // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
     this.recentLists.delete(key);
     this.recentLists.set(key, { messages, counts });
     if (this.recentLists.size > maxRecentLists) this.recentLists.delete(this.recentLists.keys().next().value!);
-    return counts;
   }
 
   /**
@@ -92,8 +142,7 @@ export class TokenCountCache {
   textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter {
     let counter = this.textCounters.get(encoding);
     if (!counter) {
-      const texts = new TextCountTable();
-      this.texts.set(encoding, texts);
+      const texts = this.textTable(encoding);
       counter = (text, betweenChunks) => {
         const cached = texts.get(text);
         if (cached !== undefined) return cached;
@@ -105,6 +154,31 @@ export class TokenCountCache {
       this.textCounters.set(encoding, counter);
     }
     return counter;
+  }
+
+  /** `textCounter`'s paced twin, sharing its texts: a text counted by either is known to both. */
+  pacedTextCounter(encoding: TokenizerEncoding, countPaced: PacedTextTokenCounter): PacedTextTokenCounter {
+    const texts = this.textTable(encoding);
+    return async (text, clock, stage) => {
+      const cached = texts.get(text);
+      if (cached !== undefined) return cached;
+      const tokens = await countPaced(text, clock, stage);
+      // Another call may have counted the same text while this one waited.
+      if (texts.get(text) === undefined) {
+        texts.set(text, tokens);
+        if (++this.textCount > this.maxTexts) this.evictOldestTexts();
+      }
+      return tokens;
+    };
+  }
+
+  private textTable(encoding: TokenizerEncoding): TextCountTable {
+    let texts = this.texts.get(encoding);
+    if (!texts) {
+      texts = new TextCountTable();
+      this.texts.set(encoding, texts);
+    }
+    return texts;
   }
 
   /** Tokens of tool definitions under `estimator`, cached by their exact text. */
@@ -140,4 +214,16 @@ export class TokenCountCache {
       if (toEvict <= 0) return;
     }
   }
+}
+
+/**
+ * One message counted afresh. A promise only when it has long texts (`countLongTexts`) or a turn
+ * of the event loop is due, so a cold compile of short messages awaits nothing.
+ */
+function countFresh(estimator: TokenEstimator, message: Message, clock: DeadlineCheck): number | Promise<number> {
+  const long = clock.yields ? estimator.countLongTexts?.(message, clock) : undefined;
+  if (long) return long.then(() => countFresh(estimator, message, clock));
+  const tokens = estimator.countMessage(message);
+  if (!clock.check("token counting")) return tokens;
+  return clock.pause("token counting").then(() => tokens);
 }

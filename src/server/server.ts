@@ -81,7 +81,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const calls = new CallTracker();
   const shutdownController = new AbortController();
   const tokens = new BearerTokens(config.authTokens);
-  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs);
+  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
 
   const registerServices = routes({
@@ -132,7 +132,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const unaryGrpc = {
     methods: recordUnaryMethods((router) => registerServices(router)),
     interceptors: [...policy, encodeUnaryResponses(codec)],
-    maxRequestBytes: config.maxRequestBytes,
     admission,
     codec,
     maxTimeoutMs: config.maxDeadlineMs > 0 ? config.maxDeadlineMs : Number.POSITIVE_INFINITY,
@@ -173,6 +172,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const refusal = admission.refusalByHeaders(path, request.headers.authorization);
     if (refusal !== undefined && respondWithError(request, response, refusal)) return false;
     const declared = Number(request.headers["content-length"] ?? 0);
+    // A Connect unary body is the message itself (uncompressed: no content-encoding).
+    const kind = classifyContentType(request.headers["content-type"]);
+    if (kind?.protocol === "connect" && !kind.stream && request.headers["content-encoding"] === undefined && declared > admission.maxRequestBytes) {
+      if (respondWithError(request, response, admission.tooLarge(declared))) return false;
+    }
     if (declared > 0) {
       const release = admission.tryHold(path, declared);
       if (release === undefined && respondWithError(request, response, admission.memory.refusal(declared))) return false;

@@ -21,7 +21,19 @@ export class Admission {
     private readonly tokens: BearerTokens,
     readonly memory: RequestMemoryBudget,
     readonly bodyTimeoutMs: number,
+    /** `--max-request-bytes`: the largest request message. */
+    readonly maxRequestBytes: number,
   ) {}
+
+  /**
+   * The refusal of a request message of `bytes` over `--max-request-bytes`, named by its flag (the
+   * direct gRPC path reads the size from the envelope; a Connect unary request from its
+   * content-length, before connect would refuse it naming its own option, `readMaxBytes`).
+   */
+  tooLarge(bytes: number): ConnectError {
+    const error = new ConnectError(`request message of ${bytes} bytes is over the limit of ${this.maxRequestBytes} bytes (--max-request-bytes)`, Code.ResourceExhausted);
+    return withErrorDetails(error, ErrorReason.requestTooLarge, { metadata: { limit_bytes: String(this.maxRequestBytes), flag: "--max-request-bytes" } });
+  }
 
   /** UNAUTHENTICATED when the headers alone show the call may not be made; undefined otherwise. */
   refusalByHeaders(path: string, authorization: string | string[] | null | undefined): ConnectError | undefined {

@@ -17,7 +17,6 @@ import { classifyContentType } from "./content-type.js";
 import { encodeGrpcMessage } from "./grpc-message-encoding.js";
 import type { Codec } from "../../codec/codec.js";
 import { envelopeHeaderBytes } from "../../codec/protobuf-encoder.js";
-import { ErrorReason, withErrorDetails } from "../../core/model/error-details.js";
 import type { Admission } from "../policy/admission.js";
 
 /**
@@ -90,8 +89,6 @@ export interface UnaryGrpcOptions {
   methods: UnaryMethods;
   /** Outermost first, as for connect; the last must be `encodeUnaryResponses`. */
   interceptors: Interceptor[];
-  /** Largest request message accepted, in bytes (connect's `readMaxBytes`). */
-  maxRequestBytes: number;
   /** Longest deadline accepted (connect's `maxTimeoutMs`); `Infinity` for no limit. */
   maxTimeoutMs: number;
   /** Auth on the headers, the shared request-memory budget and the body timeout (also for what connect serves). */
@@ -161,9 +158,8 @@ export function serveUnaryCall(
     if (declared === undefined && received >= envelopeHeaderBytes) {
       if (chunks.length > 1) chunks.splice(0, chunks.length, Buffer.concat(chunks));
       declared = chunks[0]!.readUInt32BE(1);
-      if (declared > options.maxRequestBytes) {
-        const tooLarge = new ConnectError(`request message of ${declared} bytes is over the limit of ${options.maxRequestBytes} bytes (--max-request-bytes)`, Code.ResourceExhausted);
-        reject(withErrorDetails(tooLarge, ErrorReason.requestTooLarge, { metadata: { limit_bytes: String(options.maxRequestBytes), flag: "--max-request-bytes" } }));
+      if (declared > admission.maxRequestBytes) {
+        reject(admission.tooLarge(declared));
         return;
       }
     }

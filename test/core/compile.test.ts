@@ -329,6 +329,24 @@ describe("presentation stages", () => {
     await rejects(compile(request({ textReplacements: [{ segment: Segment.HISTORY, messageId: "nope", text: "x" }] }), testContext()), Code.InvalidArgument, /text_replacements\[0\]\.message_id: no message "nope" in segment history/);
   });
 
+  it("applies text replacements in request order, across segments, the last one for a message winning", async () => {
+    const history = Array.from({ length: 300 }, (_, index) => user(`h${index}`, `history ${index}`));
+    const textReplacements = [
+      ...history.map((message, index) => ({ segment: Segment.HISTORY, messageId: message.id, text: `first ${index}` })),
+      { segment: Segment.HISTORY, messageId: "h7", text: "second" },
+      { segment: Segment.MEMORY, messageId: "b", text: "memory swap" },
+    ];
+    const result = await compile(request({ history: { messages: history }, memory: { messages: [system("a", "A"), system("b", "B")] }, textReplacements }), testContext());
+    const texts = result.payload!.history.map(messageText);
+    expect(texts[0]).toBe("first 0");
+    expect(texts[7]).toBe("second");
+    expect(texts[299]).toBe("first 299");
+    expect(result.payload!.memory.map(messageText)).toEqual(["A", "memory swap"]);
+    // What is persisted keeps the originals.
+    expect(messageText(result.persistence!.history[7]!)).toBe("history 7");
+    expect(result.transformations["h7"]!.reason).toBe(TransformationReason.TEXT_REPLACEMENT);
+  });
+
   it("shows artifacts only for their turn and experiences as one system block", async () => {
     const artifacts = [
       { id: "doc", payload: { text: "retrieved" }, lifecycle: ArtifactLifecycle.TURN_BOUND, boundTurnId: "t1" },

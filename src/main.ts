@@ -1,13 +1,24 @@
+import { readFileSync } from "node:fs";
 import { Codec } from "./codec/codec.js";
-import { loadConfig, printableConfig } from "./server/operations/config.js";
+import { loadConfig, printableConfig, usage } from "./server/operations/config.js";
 import { createLogger } from "./server/operations/logger.js";
 import { startServer } from "./server/server.js";
 import { createConversationStore } from "./store/create-conversation-store.js";
 
 // Wiring only: read the configuration, build the store, start the server, stop on SIGTERM/SIGINT.
+const argv = process.argv.slice(2);
+if (argv.includes("--help") || argv.includes("-h")) {
+  console.log(usage());
+  process.exit(0);
+}
+if (argv.includes("--version")) {
+  const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+  console.log(`contextd ${version}`);
+  process.exit(0);
+}
 let config;
 try {
-  config = loadConfig(process.argv.slice(2), process.env);
+  config = loadConfig(argv, process.env);
 } catch (error) {
   console.error(`contextd: ${error instanceof Error ? error.message : String(error)}`);
   process.exit(2);

@@ -84,6 +84,48 @@ export const defaultConfig: Config = {
 };
 
 /**
+ * Every flag, with what it means: the one list `loadConfig` accepts and `usage` prints (each has a
+ * `CONTEXTD_*` environment variable; its default is the `defaultConfig` field of the same name).
+ */
+export const flags = {
+  host: "interface to bind (0.0.0.0 in a container)",
+  port: "the one port for gRPC, gRPC-Web, Connect and metrics (0 = pick a free port)",
+  "redis-url": "Redis store (Redis >= 7); empty = the in-memory store",
+  "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
+  "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
+  "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",
+  "request-body-timeout-ms": "how long a request body may take to arrive after its headers",
+  "direct-unary-grpc": "serve unary binary gRPC straight from the HTTP/2 stream (true) or through connect-node (false)",
+  "max-deadline-ms": "largest deadline a caller may ask for (INVALID_ARGUMENT above); 0 = no limit",
+  "max-messages": "most contextd.v1.Messages one request may carry",
+  "max-compile-text-bytes": "most text one compile may produce (also capped at 1 MiB + 8x the request's text)",
+  "summarize-timeout-ms": "how long a CompileSession waits for each summary",
+  "max-streams": "open streaming RPCs, server-wide",
+  "compress-min-bytes": "compress responses at least this large when the caller accepts it; 0 = never",
+  "shutdown-grace-ms": "how long unary calls may finish after SIGTERM",
+  "health-interval-ms": "store ping interval (and ping timeout)",
+  "telemetry-queue": "queued events per WatchEvents subscriber",
+  "metrics-path": "Prometheus text endpoint (GET)",
+  "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
+  "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
+  "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
+} as const;
+type Flag = keyof typeof flags;
+
+/** What `contextd --help` prints: every flag, its environment variable and its default. */
+export function usage(): string {
+  const lines = ["usage: contextd [flags]   (every flag also as CONTEXTD_<FLAG>; flags win)", ""];
+  for (const [flag, meaning] of Object.entries(flags)) {
+    const variable = `CONTEXTD_${flag.toUpperCase().replaceAll("-", "_")}`;
+    const field = flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase()) as keyof Config;
+    const fallback = field in defaultConfig && field !== "authTokens" ? JSON.stringify(defaultConfig[field]) : "none";
+    lines.push(`  --${flag} (${variable}, default ${fallback})`, `      ${meaning}`);
+  }
+  lines.push("  --help       this text", "  --version    the version");
+  return lines.join("\n");
+}
+
+/**
  * Reads flags (`--max-messages 100`) and environment (`CONTEXTD_MAX_MESSAGES=100`). Tokens come
  * from `CONTEXTD_AUTH_TOKENS` or the file named by `--auth-tokens-file`, never from a flag value,
  * so they do not show up in process listings. Invalid values throw, naming the flag and variable.
@@ -91,37 +133,15 @@ export const defaultConfig: Config = {
 export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   const { values } = parseArgs({
     args: argv,
-    options: {
-      host: { type: "string" },
-      port: { type: "string" },
-      "redis-url": { type: "string" },
-      "log-level": { type: "string" },
-      "max-request-bytes": { type: "string" },
-      "max-buffered-request-bytes": { type: "string" },
-      "request-body-timeout-ms": { type: "string" },
-      "direct-unary-grpc": { type: "string" },
-      "max-deadline-ms": { type: "string" },
-      "max-messages": { type: "string" },
-      "max-compile-text-bytes": { type: "string" },
-      "summarize-timeout-ms": { type: "string" },
-      "max-streams": { type: "string" },
-      "compress-min-bytes": { type: "string" },
-      "shutdown-grace-ms": { type: "string" },
-      "health-interval-ms": { type: "string" },
-      "telemetry-queue": { type: "string" },
-      "metrics-path": { type: "string" },
-      "auth-tokens-file": { type: "string" },
-      "recent-message-bytes": { type: "string" },
-      "retained-encoding-bytes": { type: "string" },
-    },
+    options: Object.fromEntries(Object.keys(flags).map((flag) => [flag, { type: "string" as const }])),
     strict: true,
   });
-  const pick = (flag: keyof typeof values) => {
+  const pick = (flag: Flag) => {
     const variable = `CONTEXTD_${flag.toUpperCase().replaceAll("-", "_")}`;
     const text = (values[flag] as string | undefined) ?? env[variable];
     return { text, where: `--${flag} or ${variable}` };
   };
-  const integer = (flag: keyof typeof values, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
+  const integer = (flag: Flag, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
     const { text, where } = pick(flag);
     if (text === undefined) return fallback;
     const value = Number(text);
@@ -130,8 +150,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     }
     return value;
   };
-  const string = (flag: keyof typeof values, fallback: string) => pick(flag).text ?? fallback;
-  const boolean = (flag: keyof typeof values, fallback: boolean) => {
+  const string = (flag: Flag, fallback: string) => pick(flag).text ?? fallback;
+  const boolean = (flag: Flag, fallback: boolean) => {
     const { text, where } = pick(flag);
     if (text === undefined) return fallback;
     if (text === "true" || text === "false") return text === "true";

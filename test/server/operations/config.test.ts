@@ -1,8 +1,10 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { defaultConfig, loadConfig, printableConfig } from "../../../src/server/operations/config.js";
+import { defaultConfig, flags, loadConfig, printableConfig } from "../../../src/server/operations/config.js";
 
 describe("configuration from flags and CONTEXTD_* environment", () => {
   it("uses defaults, then environment, then flags", () => {
@@ -44,5 +46,27 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(printed).not.toContain("aaaaaaaaaaaaaaaa");
     expect(printed).not.toContain("secret");
     expect(printed).toContain('"authTokens":2');
+  });
+});
+
+describe("contextd --help and --version", () => {
+  const main = fileURLToPath(new URL("../../../dist/src/main.js", import.meta.url));
+  const run = (...args: string[]) => execFileSync(process.execPath, [main, ...args], { encoding: "utf8" });
+
+  it("--help lists every flag the sidecar accepts, with its variable and default, and exits 0", () => {
+    const help = run("--help");
+    for (const flag of Object.keys(flags)) {
+      const variable = `CONTEXTD_${flag.toUpperCase().replaceAll("-", "_")}`;
+      expect(help, flag).toContain(`--${flag} (${variable}, default `);
+      // Every listed flag is one loadConfig accepts.
+      expect(() => loadConfig([`--${flag}`, flag === "auth-tokens-file" ? "/dev/null" : "x"], {})).not.toThrow(/Unknown option/);
+    }
+    expect(help).toContain("--max-request-bytes (CONTEXTD_MAX_REQUEST_BYTES, default 16777216)");
+    expect(help).toContain("--direct-unary-grpc (CONTEXTD_DIRECT_UNARY_GRPC, default true)");
+  });
+
+  it("--version prints the package version", () => {
+    const { version } = JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string };
+    expect(run("--version").trim()).toBe(`contextd ${version}`);
   });
 });

@@ -61,11 +61,12 @@ vitest_counts=$(node -e '
 passed=$((passed + ${vitest_counts% *}))
 failed=$((failed + ${vitest_counts#* }))
 
-log "go vet + go test"
+log "go vet + go test (gen/go: the generated API; clients/go: the client and its e2e tests)"
 (cd gen/go && go vet ./...) || failed=$((failed + 1))
+(cd clients/go && go vet ./...) || failed=$((failed + 1))
 results="$PWD/.test-results"
 go_json="$results/go-test.json"
-(cd gen/go && go test -count=1 -json ./... >"$go_json" 2>"$results/go-test.stderr")
+(cd clients/go && go test -count=1 -json ./... >"$go_json" 2>"$results/go-test.stderr")
 go_status=$?
 go_passed=$(grep -c '"Action":"pass","Package":"[^"]*","Test"' "$go_json" || true)
 go_failed=$(grep -c '"Action":"fail","Package":"[^"]*","Test"' "$go_json" || true)

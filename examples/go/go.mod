@@ -2,7 +2,10 @@ module github.com/contextd-dev/contextd/examples/go
 
 go 1.26.0
 
-require github.com/contextd-dev/contextd/gen/go v0.0.0
+require (
+	github.com/contextd-dev/contextd/clients/go v0.0.0
+	github.com/contextd-dev/contextd/gen/go v0.0.0
+)
 
 require (
 	connectrpc.com/connect v1.21.1 // indirect
@@ -14,5 +17,8 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-// The examples build against the client in this repository.
-replace github.com/contextd-dev/contextd/gen/go => ../../gen/go
+// The examples build against the client and the generated API in this repository.
+replace (
+	github.com/contextd-dev/contextd/clients/go => ../../clients/go
+	github.com/contextd-dev/contextd/gen/go => ../../gen/go
+)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/contextd-dev/contextd/gen/go/contextd"
+	"github.com/contextd-dev/contextd/clients/go/contextd"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 )
 

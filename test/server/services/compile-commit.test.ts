@@ -6,8 +6,7 @@ import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.j
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
-import { startRedis, type RedisProcess } from "../../support/redis.js";
-import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 
 type Client = ReturnType<typeof grpcJsClient>;
@@ -30,18 +29,7 @@ function turnRequest(conversationId: string, turnId: string, expected: bigint, i
   };
 }
 
-const stores: [string, () => Promise<{ args: string[]; stop?: () => Promise<void> }>][] = [
-  ["memory store", async () => ({ args: [] })],
-  [
-    "redis store",
-    async () => {
-      const redis: RedisProcess = await startRedis();
-      return { args: ["--redis-url", redis.url], stop: () => redis.stop() };
-    },
-  ],
-];
-
-describe.each(stores)("stateful Compile with commit over gRPC (real sidecar, %s)", (_name, backend) => {
+describe.each(sidecarStores)("stateful Compile with commit over gRPC (real sidecar, %s)", (_name, backend) => {
   let sidecar: Sidecar;
   let client: Client;
   let stopBackend: (() => Promise<void>) | undefined;

@@ -7,8 +7,7 @@ import { ConversationService, type WatchResponse } from "../../../gen/ts/context
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
-import { startRedis, type RedisProcess } from "../../support/redis.js";
-import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
 
 // One RPC per model call: a Compile whose `commit.deltas` carry what the agent produced since its
@@ -43,18 +42,7 @@ function turn(conversationId: string, expectedVersion: bigint, deltas: Delta[], 
   };
 }
 
-const stores: [string, () => Promise<{ args: string[]; stop?: () => Promise<void> }>][] = [
-  ["memory store", async () => ({ args: [] })],
-  [
-    "redis store",
-    async () => {
-      const redis: RedisProcess = await startRedis();
-      return { args: ["--redis-url", redis.url], stop: () => redis.stop() };
-    },
-  ],
-];
-
-describe.each(stores)("Compile with commit.deltas: one RPC per agent turn (real sidecar, %s)", (_name, backend) => {
+describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn (real sidecar, %s)", (_name, backend) => {
   let sidecar: Sidecar;
   let client: Client;
   let stopBackend: (() => Promise<void>) | undefined;

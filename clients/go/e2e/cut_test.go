@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/contextd-dev/contextd/gen/go/contextd"
+	"github.com/contextd-dev/contextd/clients/go/contextd"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
-	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
+	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
 	"google.golang.org/protobuf/proto"
 )
 

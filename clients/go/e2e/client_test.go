@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contextd-dev/contextd/gen/go/contextd"
-	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
+	"github.com/contextd-dev/contextd/clients/go/contextd"
+	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
 )
 
 // dial connects a client to the sidecar and closes it when the test ends.

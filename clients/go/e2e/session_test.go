@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/contextd-dev/contextd/gen/go/contextd"
+	"github.com/contextd-dev/contextd/clients/go/contextd"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
-	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
+	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
 )
 
 // tenPerMessage makes budgets read as message counts.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contextd-dev/contextd/gen/go/contextd"
+	"github.com/contextd-dev/contextd/clients/go/contextd"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
-	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
+	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
 )
 
 var charsEstimator = &contextdv1.Estimator{Kind: contextdv1.EstimatorKind_ESTIMATOR_KIND_CHARS}

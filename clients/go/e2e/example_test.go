@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
+	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
 )
 
 // The README points users at examples/go; it must keep running against a real sidecar.

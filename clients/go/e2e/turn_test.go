@@ -4,9 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/contextd-dev/contextd/gen/go/contextd"
+	"github.com/contextd-dev/contextd/clients/go/contextd"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
-	"github.com/contextd-dev/contextd/gen/go/internal/sidecartest"
+	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
 )
 
 // TestTurnIsOneRPCPerModelCall drives an agent loop with Turn only: each call commits the previous

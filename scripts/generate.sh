@@ -5,8 +5,10 @@ cd "$(dirname "$0")/.."
 bash scripts/install-tools.sh
 npx buf lint
 npx buf format --diff --exit-code
-rm -rf gen/ts gen/go/contextd/v1 gen/python/contextd/v1
+rm -rf gen/ts gen/go/contextd/v1 gen/python
 npx buf generate
 npx buf generate --template buf.gen.grpc.yaml
-# grpcio-tools emits no package markers; the installable package needs them.
-touch gen/python/contextd/__init__.py gen/python/contextd/v1/__init__.py
+# grpcio-tools emits no package markers: contextd.v1 is a regular package, contextd a namespace
+# shared with the client (clients/python); the generated API installs as contextd-api.
+touch gen/python/contextd/v1/__init__.py
+cp scripts/python-api-pyproject.toml gen/python/pyproject.toml

@@ -11,4 +11,8 @@ if ! cmp -s requirements-dev.txt "$stamp"; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
   cp requirements-dev.txt "$stamp"
 fi
-.venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e gen/python
+# The generated API (contextd-api, written by scripts/generate.sh) and the client (contextd), both
+# editable; on a checkout gen/python is always there, during a first generation not yet.
+if [ -f gen/python/pyproject.toml ]; then
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e gen/python -e clients/python
+fi

@@ -39,7 +39,7 @@ failed=0
 log "generated code is up to date"
 gen_ok=1
 bash scripts/generate.sh >.test-results/generate.log 2>&1 || gen_ok=0
-generated=(gen/ts gen/go/contextd/v1 gen/python/contextd/v1 gen/python/contextd/__init__.py)
+generated=(gen/ts gen/go/contextd/v1 gen/python)
 changed=$(git status --porcelain --untracked-files=all -- "${generated[@]}" | grep -v __pycache__)
 if [ "$gen_ok" != 1 ] || [ -n "$changed" ]; then
   echo "FAIL: gen/ differs from a fresh 'buf generate' (see .test-results/generate.log and git status gen/)" >&2

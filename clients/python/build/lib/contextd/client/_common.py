@@ -1,0 +1,141 @@
+"""Pieces shared by the sync and the asyncio client."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+from contextd.v1 import compile_pb2, context_service_pb2, conversation_service_pb2, message_pb2, state_pb2
+
+#: Where a sidecar listens unless configured otherwise.
+DEFAULT_ADDRESS = "127.0.0.1:7420"
+
+#: The largest message a client sends or receives unless configured otherwise: the sidecar's
+#: default --max-request-bytes (16 MiB) plus the 5-byte gRPC frame header. grpcio's own default
+#: receive limit, 4 MiB, is smaller than a sidecar answers for a long conversation, and a commit
+#: whose answer is refused for its size has still been applied.
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024 + 5
+
+
+def channel_options(max_receive_bytes: int, max_send_bytes: int) -> List[Tuple[str, int]]:
+    """grpcio channel options for the clients' message size limits."""
+    return [("grpc.max_receive_message_length", max_receive_bytes), ("grpc.max_send_message_length", max_send_bytes)]
+
+
+def keyed_commit(request: conversation_service_pb2.CommitRequest) -> conversation_service_pb2.CommitRequest:
+    """The request with a random idempotency key when it has none, so that a retry after
+    UNAVAILABLE can never apply the batch twice. The caller's message is not modified."""
+    if request.idempotency_key:
+        return request
+    keyed = conversation_service_pb2.CommitRequest()
+    keyed.CopyFrom(request)
+    keyed.idempotency_key = _new_key()
+    return keyed
+
+
+def keyed_compile(request: compile_pb2.CompileRequest) -> compile_pb2.CompileRequest:
+    """As keyed_commit, for a compile that commits (its deltas and writeback)."""
+    if not request.HasField("commit") or request.commit.idempotency_key:
+        return request
+    keyed = compile_pb2.CompileRequest()
+    keyed.CopyFrom(request)
+    keyed.commit.idempotency_key = _new_key()
+    return keyed
+
+
+def lean_commit(request: conversation_service_pb2.CommitRequest) -> conversation_service_pb2.CommitRequest:
+    """The commit asking for the version only, for a retry after an answer over the receive limit
+    (`include_state` is not part of what the idempotency key must match)."""
+    if not request.include_state:
+        return request
+    lean = conversation_service_pb2.CommitRequest()
+    lean.CopyFrom(request)
+    lean.include_state = False
+    return lean
+
+
+def lean_compile(request: compile_pb2.CompileRequest) -> compile_pb2.CompileRequest:
+    """The compile without `include`, as lean_commit (`include` is not part of what the key must
+    match either)."""
+    if not request.include:
+        return request
+    lean = compile_pb2.CompileRequest()
+    lean.CopyFrom(request)
+    del lean.include[:]
+    return lean
+
+
+def turn_request(
+    request: compile_pb2.CompileRequest, expected_version: int, deltas: Sequence[state_pb2.Delta]
+) -> compile_pb2.CompileRequest:
+    """The compile of one agent turn: `request` (not modified) committing `deltas` on top of
+    `expected_version`, keyed."""
+    if not request.conversation_id:
+        raise ValueError("turn needs request.conversation_id (a turn commits to a stored conversation)")
+    if request.HasField("current_turn"):
+        raise ValueError("turn takes the user's message as a delta (append_user), not as request.current_turn")
+    turn = compile_pb2.CompileRequest()
+    turn.CopyFrom(request)
+    key = request.commit.idempotency_key
+    turn.commit.CopyFrom(compile_pb2.CommitOptions(expected_version=expected_version, deltas=deltas, idempotency_key=key))
+    return keyed_compile(turn)
+
+
+def without_commit(request: compile_pb2.CompileRequest) -> compile_pb2.CompileRequest:
+    """The compile as a read: the same request without `commit`."""
+    read = compile_pb2.CompileRequest()
+    read.CopyFrom(request)
+    read.ClearField("commit")
+    return read
+
+
+def replay_with_payload(replayed: compile_pb2.CompileResult, current: compile_pb2.CompileResult) -> compile_pb2.CompileResult:
+    """A compile of the conversation as it is now, carrying what the replayed turn committed."""
+    current.committed_version = replayed.committed_version
+    warnings = list(replayed.warnings) + list(current.warnings)
+    del current.warnings[:]
+    current.warnings.extend(warnings)
+    return current
+
+
+#: What a summarize callable returns: the summary message, or the summary and facts to remember.
+SummaryAnswer = Union[message_pb2.Message, Tuple[message_pb2.Message, Sequence[str]]]
+
+#: `summarize(messages, target_tokens)`: write a summary of `messages` (whole units of the oldest
+#: history; never a split tool round, the open round, pending messages or the current turn; a
+#: previous summary, when history starts with one, is `messages[0]`) in about `target_tokens`
+#: tokens. The summary's role defaults to ASSISTANT, its id and provenance are filled in by contextd,
+#: and it may not carry tool calls or results.
+Summarize = Callable[[Sequence[message_pb2.Message], int], SummaryAnswer]
+
+
+def session_answer(
+    asked: context_service_pb2.SummarizeRequest, answer: SummaryAnswer
+) -> context_service_pb2.CompileSessionRequest:
+    """The session message answering `asked` with a summarize callable's answer."""
+    summary, facts = (answer, ()) if isinstance(answer, message_pb2.Message) else answer
+    return context_service_pb2.CompileSessionRequest(
+        summarize_response=context_service_pb2.SummarizeResponse(
+            request_id=asked.request_id, summary=summary, remember=list(facts)
+        )
+    )
+
+
+def _new_key() -> str:
+    return "contextd-py-" + uuid.uuid4().hex
+
+
+class Deadline:
+    """One call's deadline across its retries; None = unbounded."""
+
+    def __init__(self, timeout: Optional[float]) -> None:
+        self._at = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left (at least 0), or None when unbounded."""
+        return None if self._at is None else max(self._at - time.monotonic(), 0.0)
+
+    def allows(self, pause: float) -> bool:
+        """Whether a pause of `pause` seconds still leaves time for another try."""
+        return self._at is None or time.monotonic() + pause < self._at

@@ -1,0 +1,401 @@
+"""The blocking client."""
+
+from __future__ import annotations
+
+import queue
+import time
+from types import TracebackType
+from typing import Callable, Iterator, Optional, Sequence, Type, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from contextd.client._common import (
+    DEFAULT_ADDRESS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Deadline,
+    Summarize,
+    channel_options,
+    keyed_commit,
+    keyed_compile,
+    lean_commit,
+    lean_compile,
+    replay_with_payload,
+    session_answer,
+    turn_request,
+    without_commit,
+)
+from contextd.client.errors import (
+    ContextdError,
+    DeadlineExceeded,
+    OutcomeUnknown,
+    Unavailable,
+    VersionConflict,
+    from_rpc_error,
+    outcome_unknown,
+    response_too_large,
+)
+from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from contextd.v1 import (
+    compile_pb2,
+    context_service_pb2,
+    context_service_pb2_grpc,
+    conversation_service_pb2 as conversation_pb2,
+    conversation_service_pb2_grpc,
+    state_pb2,
+    telemetry_pb2,
+    telemetry_service_pb2,
+    telemetry_service_pb2_grpc,
+)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+class Client:
+    """A blocking client of one contextd sidecar, safe to share between threads.
+
+    Unary methods mirror the generated RPCs (same request and response messages) and add a
+    deadline (`timeout` seconds, retries included; per call or the client's default), retries on
+    UNAVAILABLE for calls that are safe to repeat, and exceptions per status code
+    (`contextd.client.errors`). Use it as a context manager, or call `close()`.
+    """
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout: Optional[float] = 30.0,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        conflict_attempts: int = 10,
+        channel: Optional[grpc.Channel] = None,
+        max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
+        `channel` (for TLS or interceptors). `conflict_attempts` bounds commit_with_retry.
+        `max_receive_bytes` and `max_send_bytes` (default: the sidecar's 16 MiB plus the frame
+        header) bound the messages of a channel the client creates; create a channel you pass with
+        `options=contextd.client.channel_options(max_receive_bytes, max_send_bytes)`."""
+        self._channel = (
+            channel
+            if channel is not None
+            else grpc.insecure_channel(address, options=channel_options(max_receive_bytes, max_send_bytes))
+        )
+        self._timeout = timeout
+        self._retry = retry
+        self._conflict_attempts = max(conflict_attempts, 1)
+        self._conversations = conversation_service_pb2_grpc.ConversationServiceStub(self._channel)
+        self._contexts = context_service_pb2_grpc.ContextServiceStub(self._channel)
+        self._telemetry = telemetry_service_pb2_grpc.TelemetryServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def close(self) -> None:
+        """Closes the channel; streams still open end with CANCELLED."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Blocks until the sidecar reports SERVING (its store is usable), polling with the retry
+        policy's backoff; raises DeadlineExceeded after `timeout` seconds. Agents call it once at
+        start, since the sidecar may start after them."""
+        deadline = Deadline(timeout)
+        retry = 0
+        while True:
+            try:
+                response = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+            except grpc.RpcError as error:
+                last = str(from_rpc_error(error))
+            retry += 1
+            pause = self._retry.backoff(retry)
+            if not deadline.allows(pause):
+                raise DeadlineExceeded(f"sidecar not ready after {timeout}s (last: {last})")
+            time.sleep(pause)
+
+    def get_state(
+        self, request: conversation_pb2.GetStateRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.GetStateResponse:
+        """Reads a conversation; an unknown one is an empty state at version 0."""
+        return self._unary(self._conversations.GetState, request, True, timeout)
+
+    def commit(
+        self, request: conversation_pb2.CommitRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.CommitResponse:
+        """Applies a batch of deltas atomically and returns the new version (the state too only
+        with `include_state`). A stale expected version raises VersionConflict.
+
+        A commit is never reported as failed when it may have applied. A request without an
+        idempotency key is sent with a random one (the caller's message is not modified), and a
+        commit whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, an answer over the receive
+        limit) is sent again with the same key, so it applies at most once; the sidecar answers a
+        repeat from the key's record (`replayed`). A retry after an answer over the receive limit
+        asks for the version only. When the retries run out, OutcomeUnknown names the key to
+        retry with."""
+        keyed = keyed_commit(request)
+        return self._keyed_write(self._conversations.Commit, keyed, keyed.idempotency_key, lean_commit, timeout)
+
+    def commit_with_retry(
+        self,
+        conversation_id: str,
+        apply: Callable[[state_pb2.ConversationState], Sequence[state_pb2.Delta]],
+        *,
+        timeout: Optional[float] = None,
+    ) -> conversation_pb2.CommitResponse:
+        """Reads the conversation, asks `apply` for the deltas to commit on top of that state, and
+        commits them expecting the state's version. When another writer got there first it
+        reloads and calls `apply` again, up to the client's conflict attempts, then raises the
+        last VersionConflict. `apply` must be safe to call more than once and return at least
+        one delta."""
+        conflict: Optional[VersionConflict] = None
+        for attempt in range(1, self._conflict_attempts + 1):
+            if conflict is not None:
+                time.sleep(self._retry.backoff(attempt - 1))
+            state = self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout).state
+            request = conversation_pb2.CommitRequest(
+                conversation_id=conversation_id, expected_version=state.version, deltas=apply(state)
+            )
+            try:
+                return self.commit(request, timeout=timeout)
+            except VersionConflict as error:
+                conflict = error
+        assert conflict is not None
+        raise conflict
+
+    def clear(
+        self, request: conversation_pb2.ClearRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ClearResponse:
+        """Empties a conversation. Not retried: clearing twice would advance the version twice."""
+        return self._unary(self._conversations.Clear, request, False, timeout)
+
+    def list_conversations(
+        self, request: conversation_pb2.ListConversationsRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ListConversationsResponse:
+        """Lists conversations, paged, ordered by id."""
+        return self._unary(self._conversations.ListConversations, request, True, timeout)
+
+    def compile(
+        self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.CompileResponse:
+        """Compiles a prompt. A compile that commits (`commit`) is a write and is treated as
+        `commit` is: a random idempotency key when it has none, and an unknown outcome retried with
+        the same key (after an answer over the receive limit, without `include`). A compile that
+        commits nothing is a read and is retried on UNAVAILABLE."""
+        if not request.HasField("commit"):
+            return self._unary(self._contexts.Compile, request, True, timeout)
+        keyed = keyed_compile(request)
+        return self._keyed_write(self._contexts.Compile, keyed, keyed.commit.idempotency_key, lean_compile, timeout)
+
+    def turn(
+        self,
+        request: compile_pb2.CompileRequest,
+        expected_version: int,
+        deltas: Sequence[state_pb2.Delta],
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """One step of an agent loop in one RPC: commits `deltas` (what the agent produced since
+        its last model call: the assistant's answer, tool results, the next user message) on top
+        of `expected_version` and returns the compile of the state they produce, the context for
+        the next model call. Deltas and compile are atomic: when the compile fails nothing is
+        committed, and when the commit fails (VersionConflict for a stale version,
+        InvalidArgument for an invalid delta) there is no result. The next turn's
+        `expected_version` is the result's `committed_version`.
+
+        `request` holds the compile options (budget, render, ...) and the conversation id; its
+        `commit` is set here and the caller's message is not modified. The user's message goes in
+        `deltas` (append_user), not in `current_turn`, which a retry would compile twice: ValueError.
+
+        Like `compile` with `commit`, a turn is keyed and retried while its outcome is unknown; a
+        retry whose first attempt committed returns the compile of that version (warning
+        "idempotent_replay"). If the conversation moved on meanwhile, the conversation as it is
+        now is compiled (without committing) so the result always has a payload;
+        `committed_version` still says which version the deltas produced."""
+        turn = turn_request(request, expected_version, deltas)
+        result = self.compile(turn, timeout=timeout).result
+        if result.HasField("payload"):
+            return result
+        current = self.compile(without_commit(turn), timeout=timeout).result
+        return replay_with_payload(result, current)
+
+    def count_tokens(
+        self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.CountTokensResponse:
+        """Counts the tokens of messages with an estimator."""
+        return self._unary(self._contexts.CountTokens, request, True, timeout)
+
+    def render(
+        self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.RenderResponse:
+        """Renders a view of a stored or inline snapshot."""
+        return self._unary(self._contexts.Render, request, True, timeout)
+
+    def compile_stream(
+        self,
+        request: context_service_pb2.CompileStreamRequest,
+        on_event: Optional[Callable[[telemetry_pb2.ObserverEvent], None]] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """Compiles like `compile`, calling `on_event` with each observer event as the engine
+        emits it, and returns the result, which the server sends last. Not retried, since
+        `on_event` may already have seen events."""
+        call = self._contexts.CompileStream(request, timeout=self._timeout if timeout is None else timeout)
+        try:
+            for response in call:
+                if response.HasField("result"):
+                    return response.result
+                if on_event is not None:
+                    on_event(response.event)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+        raise ContextdError("compile stream ended without a result")
+
+    def compile_session(
+        self,
+        request: compile_pb2.CompileRequest,
+        summarize: Summarize,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """Compiles over ContextService.CompileSession: whenever the budget asks for a summary
+        (strategy SUMMARIZE, or `budget.auto_compact` when the conversation exceeds the window) it
+        calls `summarize(messages, target_tokens)` and sends its answer (a summary message, or a
+        `(summary, facts_to_remember)` tuple) back, then returns the result. With `commit` the
+        summary is stored as a compact delta, and the facts as experiences, in the same atomic
+        commit as the writeback (a random idempotency key is added when there is none).
+
+        Not retried; `timeout` (seconds) bounds the whole session, and the client's default timeout
+        does not apply, since summaries take as long as the model takes. The sidecar stops waiting
+        for an answer after its --summarize-timeout-ms (DeadlineExceeded, nothing committed). An
+        exception from `summarize` cancels the session and propagates."""
+        answers: "queue.Queue[Optional[context_service_pb2.CompileSessionRequest]]" = queue.Queue()
+
+        def requests() -> Iterator[context_service_pb2.CompileSessionRequest]:
+            yield context_service_pb2.CompileSessionRequest(compile=keyed_compile(request))
+            while True:
+                answer = answers.get()
+                if answer is None:
+                    return
+                yield answer
+
+        call = self._contexts.CompileSession(requests(), timeout=timeout)
+        try:
+            for response in call:
+                if response.HasField("summarize_request"):
+                    asked = response.summarize_request
+                    answers.put(session_answer(asked, summarize(list(asked.messages), asked.target_tokens)))
+                elif response.HasField("result"):
+                    return response.result
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            answers.put(None)
+            call.cancel()
+        raise ContextdError("compile session ended without a result")
+
+    def watch(self, request: conversation_pb2.WatchRequest) -> Iterator[conversation_pb2.Change]:
+        """Yields the committed changes of a conversation after `request.from_version`, in version
+        order, then live changes until the iterator is closed. Heartbeats are consumed.
+
+        When the stream breaks with UNAVAILABLE (a sidecar restart, a store failover) it is
+        reopened after the last change yielded, so nothing is lost or repeated; the retry policy
+        bounds consecutive failures. Other errors are raised."""
+        from_version = request.from_version
+        failures = 0
+        while True:
+            call = self._conversations.Watch(
+                conversation_pb2.WatchRequest(conversation_id=request.conversation_id, from_version=from_version)
+            )
+            try:
+                for response in call:
+                    if response.HasField("change"):
+                        failures = 0
+                        from_version = response.change.version
+                        yield response.change
+                return
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                failures += 1
+                if not isinstance(failure, Unavailable) or failures >= self._retry.max_attempts:
+                    raise failure from error
+            finally:
+                call.cancel()
+            time.sleep(self._retry.backoff(failures))
+
+    def watch_events(
+        self, request: telemetry_service_pb2.WatchEventsRequest
+    ) -> Iterator[telemetry_service_pb2.WatchEventsResponse]:
+        """Yields the observer events of every compile (of one conversation when
+        `request.conversation_id` is set) until the iterator is closed. Each response's `dropped`
+        counts events this subscriber lost before it by falling behind. Telemetry is not durable,
+        so a broken stream is raised, not resumed."""
+        call = self._telemetry.WatchEvents(request)
+        try:
+            yield from call
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+
+    def _unary(
+        self, method: Callable[..., Response], request: Request, retryable: bool, timeout: Optional[float]
+    ) -> Response:
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1) if retryable else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                pause = self._retry.backoff(attempt)
+                if not isinstance(failure, Unavailable) or attempt == attempts or not deadline.allows(pause):
+                    raise failure from error
+            time.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _keyed_write(
+        self,
+        method: Callable[..., Response],
+        request: Request,
+        key: str,
+        lean: Callable[[Request], Request],
+        timeout: Optional[float],
+    ) -> Response:
+        """Runs a write that carries idempotency key `key`, sending it again while its outcome is
+        unknown and the retry policy and deadline allow; after an answer over the receive limit
+        the retry is `lean(request)`, which asks for less."""
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1)
+        for attempt in range(1, attempts + 1):
+            try:
+                return method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                if not outcome_unknown(failure):
+                    raise failure from error
+                if attempt == attempts or deadline.remaining() == 0:
+                    raise OutcomeUnknown(key, failure) from error
+                if response_too_large(failure):
+                    # Asking for less is what helps here, not waiting.
+                    request = lean(request)
+                    continue
+                pause = self._retry.backoff(attempt)
+                if not deadline.allows(pause):
+                    raise OutcomeUnknown(key, failure) from error
+            time.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")

@@ -1,0 +1,346 @@
+"""The asyncio client, over grpc.aio."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from types import TracebackType
+from typing import AsyncIterator, Awaitable, Callable, Optional, Sequence, Type, TypeVar, Union
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from contextd.client._common import (
+    DEFAULT_ADDRESS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Deadline,
+    SummaryAnswer,
+    channel_options,
+    keyed_commit,
+    keyed_compile,
+    lean_commit,
+    lean_compile,
+    replay_with_payload,
+    session_answer,
+    turn_request,
+    without_commit,
+)
+from contextd.client.errors import (
+    ContextdError,
+    DeadlineExceeded,
+    OutcomeUnknown,
+    Unavailable,
+    VersionConflict,
+    from_rpc_error,
+    outcome_unknown,
+    response_too_large,
+)
+from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from contextd.v1 import (
+    compile_pb2,
+    context_service_pb2,
+    context_service_pb2_grpc,
+    conversation_service_pb2 as conversation_pb2,
+    conversation_service_pb2_grpc,
+    message_pb2,
+    state_pb2,
+    telemetry_pb2,
+    telemetry_service_pb2,
+    telemetry_service_pb2_grpc,
+)
+
+#: As `contextd.client.Client.compile_session`'s summarize, and it may be a coroutine function.
+AsyncSummarize = Callable[
+    [Sequence[message_pb2.Message], int], Union[SummaryAnswer, Awaitable[SummaryAnswer]]
+]
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+class AsyncClient:
+    """The asyncio twin of `contextd.client.Client`: the same methods, awaitable, and async
+    iterators for the streams. Use it as an async context manager, or await `close()`."""
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout: Optional[float] = 30.0,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        conflict_attempts: int = 10,
+        channel: Optional[grpc.aio.Channel] = None,
+        max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
+        `channel`. Create it inside the event loop that will use it. The message size limits are as
+        in `Client`."""
+        self._channel = (
+            channel
+            if channel is not None
+            else grpc.aio.insecure_channel(address, options=channel_options(max_receive_bytes, max_send_bytes))
+        )
+        self._timeout = timeout
+        self._retry = retry
+        self._conflict_attempts = max(conflict_attempts, 1)
+        self._conversations = conversation_service_pb2_grpc.ConversationServiceStub(self._channel)
+        self._contexts = context_service_pb2_grpc.ContextServiceStub(self._channel)
+        self._telemetry = telemetry_service_pb2_grpc.TelemetryServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    async def close(self) -> None:
+        """Closes the channel; streams still open end with CANCELLED."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """As `Client.wait_ready`."""
+        deadline = Deadline(timeout)
+        retry = 0
+        while True:
+            try:
+                response = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+            except grpc.RpcError as error:
+                last = str(from_rpc_error(error))
+            retry += 1
+            pause = self._retry.backoff(retry)
+            if not deadline.allows(pause):
+                raise DeadlineExceeded(f"sidecar not ready after {timeout}s (last: {last})")
+            await asyncio.sleep(pause)
+
+    async def get_state(
+        self, request: conversation_pb2.GetStateRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.GetStateResponse:
+        """As `Client.get_state`."""
+        return await self._unary(self._conversations.GetState, request, True, timeout)
+
+    async def commit(
+        self, request: conversation_pb2.CommitRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.CommitResponse:
+        """As `Client.commit`."""
+        keyed = keyed_commit(request)
+        return await self._keyed_write(self._conversations.Commit, keyed, keyed.idempotency_key, lean_commit, timeout)
+
+    async def commit_with_retry(
+        self,
+        conversation_id: str,
+        apply: Callable[[state_pb2.ConversationState], Sequence[state_pb2.Delta]],
+        *,
+        timeout: Optional[float] = None,
+    ) -> conversation_pb2.CommitResponse:
+        """As `Client.commit_with_retry`; `apply` is a plain (not async) function."""
+        conflict: Optional[VersionConflict] = None
+        for attempt in range(1, self._conflict_attempts + 1):
+            if conflict is not None:
+                await asyncio.sleep(self._retry.backoff(attempt - 1))
+            loaded = await self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout)
+            request = conversation_pb2.CommitRequest(
+                conversation_id=conversation_id, expected_version=loaded.state.version, deltas=apply(loaded.state)
+            )
+            try:
+                return await self.commit(request, timeout=timeout)
+            except VersionConflict as error:
+                conflict = error
+        assert conflict is not None
+        raise conflict
+
+    async def clear(
+        self, request: conversation_pb2.ClearRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ClearResponse:
+        """As `Client.clear` (not retried)."""
+        return await self._unary(self._conversations.Clear, request, False, timeout)
+
+    async def list_conversations(
+        self, request: conversation_pb2.ListConversationsRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ListConversationsResponse:
+        """As `Client.list_conversations`."""
+        return await self._unary(self._conversations.ListConversations, request, True, timeout)
+
+    async def compile(
+        self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.CompileResponse:
+        """As `Client.compile`."""
+        if not request.HasField("commit"):
+            return await self._unary(self._contexts.Compile, request, True, timeout)
+        keyed = keyed_compile(request)
+        return await self._keyed_write(self._contexts.Compile, keyed, keyed.commit.idempotency_key, lean_compile, timeout)
+
+    async def turn(
+        self,
+        request: compile_pb2.CompileRequest,
+        expected_version: int,
+        deltas: Sequence[state_pb2.Delta],
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.turn`."""
+        turn = turn_request(request, expected_version, deltas)
+        result = (await self.compile(turn, timeout=timeout)).result
+        if result.HasField("payload"):
+            return result
+        current = (await self.compile(without_commit(turn), timeout=timeout)).result
+        return replay_with_payload(result, current)
+
+    async def count_tokens(
+        self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.CountTokensResponse:
+        """As `Client.count_tokens`."""
+        return await self._unary(self._contexts.CountTokens, request, True, timeout)
+
+    async def render(
+        self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.RenderResponse:
+        """As `Client.render`."""
+        return await self._unary(self._contexts.Render, request, True, timeout)
+
+    async def compile_stream(
+        self,
+        request: context_service_pb2.CompileStreamRequest,
+        on_event: Optional[Callable[[telemetry_pb2.ObserverEvent], None]] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.compile_stream`."""
+        call = self._contexts.CompileStream(request, timeout=self._timeout if timeout is None else timeout)
+        try:
+            async for response in call:
+                if response.HasField("result"):
+                    return response.result
+                if on_event is not None:
+                    on_event(response.event)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+        raise ContextdError("compile stream ended without a result")
+
+    async def compile_session(
+        self,
+        request: compile_pb2.CompileRequest,
+        summarize: AsyncSummarize,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.compile_session`; `summarize` may be a plain or a coroutine function."""
+        call = self._contexts.CompileSession(timeout=timeout)
+        try:
+            await call.write(context_service_pb2.CompileSessionRequest(compile=keyed_compile(request)))
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    break
+                if response.HasField("summarize_request"):
+                    asked = response.summarize_request
+                    answer = summarize(list(asked.messages), asked.target_tokens)
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                    await call.write(session_answer(asked, answer))
+                elif response.HasField("result"):
+                    await call.done_writing()
+                    return response.result
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+        raise ContextdError("compile session ended without a result")
+
+    async def watch(self, request: conversation_pb2.WatchRequest) -> AsyncIterator[conversation_pb2.Change]:
+        """As `Client.watch`: resumes after the last change on UNAVAILABLE."""
+        from_version = request.from_version
+        failures = 0
+        while True:
+            call = self._conversations.Watch(
+                conversation_pb2.WatchRequest(conversation_id=request.conversation_id, from_version=from_version)
+            )
+            try:
+                async for response in call:
+                    if response.HasField("change"):
+                        failures = 0
+                        from_version = response.change.version
+                        yield response.change
+                return
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                failures += 1
+                if not isinstance(failure, Unavailable) or failures >= self._retry.max_attempts:
+                    raise failure from error
+            finally:
+                call.cancel()
+            await asyncio.sleep(self._retry.backoff(failures))
+
+    async def watch_events(
+        self, request: telemetry_service_pb2.WatchEventsRequest
+    ) -> AsyncIterator[telemetry_service_pb2.WatchEventsResponse]:
+        """As `Client.watch_events`."""
+        call = self._telemetry.WatchEvents(request)
+        try:
+            async for response in call:
+                yield response
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+
+    async def _unary(
+        self,
+        method: Callable[..., Awaitable[Response]],
+        request: Request,
+        retryable: bool,
+        timeout: Optional[float],
+    ) -> Response:
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1) if retryable else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                pause = self._retry.backoff(attempt)
+                if not isinstance(failure, Unavailable) or attempt == attempts or not deadline.allows(pause):
+                    raise failure from error
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _keyed_write(
+        self,
+        method: Callable[..., Awaitable[Response]],
+        request: Request,
+        key: str,
+        lean: Callable[[Request], Request],
+        timeout: Optional[float],
+    ) -> Response:
+        """As `Client._keyed_write`."""
+        deadline = Deadline(self._timeout if timeout is None else timeout)
+        attempts = max(self._retry.max_attempts, 1)
+        for attempt in range(1, attempts + 1):
+            try:
+                return await method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                if not outcome_unknown(failure):
+                    raise failure from error
+                if attempt == attempts or deadline.remaining() == 0:
+                    raise OutcomeUnknown(key, failure) from error
+                if response_too_large(failure):
+                    request = lean(request)
+                    continue
+                pause = self._retry.backoff(attempt)
+                if not deadline.allows(pause):
+                    raise OutcomeUnknown(key, failure) from error
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")

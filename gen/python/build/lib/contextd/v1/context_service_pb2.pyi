@@ -1,0 +1,113 @@
+from contextd.v1 import compile_pb2 as _compile_pb2
+from contextd.v1 import message_pb2 as _message_pb2
+from contextd.v1 import state_pb2 as _state_pb2
+from contextd.v1 import telemetry_pb2 as _telemetry_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CompileResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: _compile_pb2.CompileResult
+    def __init__(self, result: _Optional[_Union[_compile_pb2.CompileResult, _Mapping]] = ...) -> None: ...
+
+class CompileStreamRequest(_message.Message):
+    __slots__ = ("request",)
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    request: _compile_pb2.CompileRequest
+    def __init__(self, request: _Optional[_Union[_compile_pb2.CompileRequest, _Mapping]] = ...) -> None: ...
+
+class CompileStreamResponse(_message.Message):
+    __slots__ = ("event", "result")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    event: _telemetry_pb2.ObserverEvent
+    result: _compile_pb2.CompileResult
+    def __init__(self, event: _Optional[_Union[_telemetry_pb2.ObserverEvent, _Mapping]] = ..., result: _Optional[_Union[_compile_pb2.CompileResult, _Mapping]] = ...) -> None: ...
+
+class CountTokensRequest(_message.Message):
+    __slots__ = ("messages", "tool_definitions", "estimator")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    tool_definitions: _containers.RepeatedCompositeFieldContainer[_state_pb2.ToolDefinition]
+    estimator: _compile_pb2.Estimator
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[_state_pb2.ToolDefinition, _Mapping]]] = ..., estimator: _Optional[_Union[_compile_pb2.Estimator, _Mapping]] = ...) -> None: ...
+
+class CountTokensResponse(_message.Message):
+    __slots__ = ("total", "per_message", "tool_definitions", "reply_priming")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLY_PRIMING_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    per_message: _containers.RepeatedScalarFieldContainer[int]
+    tool_definitions: int
+    reply_priming: int
+    def __init__(self, total: _Optional[int] = ..., per_message: _Optional[_Iterable[int]] = ..., tool_definitions: _Optional[int] = ..., reply_priming: _Optional[int] = ...) -> None: ...
+
+class RenderRequest(_message.Message):
+    __slots__ = ("view", "conversation_id", "snapshot", "segments")
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    view: str
+    conversation_id: str
+    snapshot: _compile_pb2.Snapshot
+    segments: _containers.RepeatedScalarFieldContainer[_state_pb2.Segment]
+    def __init__(self, view: _Optional[str] = ..., conversation_id: _Optional[str] = ..., snapshot: _Optional[_Union[_compile_pb2.Snapshot, _Mapping]] = ..., segments: _Optional[_Iterable[_Union[_state_pb2.Segment, str]]] = ...) -> None: ...
+
+class RenderResponse(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class SummarizeRequest(_message.Message):
+    __slots__ = ("request_id", "messages", "target_tokens", "previous_summary", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    target_tokens: int
+    previous_summary: _message_pb2.Message
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., target_tokens: _Optional[int] = ..., previous_summary: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SummarizeResponse(_message.Message):
+    __slots__ = ("request_id", "summary", "remember")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    REMEMBER_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    summary: _message_pb2.Message
+    remember: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., summary: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., remember: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CompileSessionRequest(_message.Message):
+    __slots__ = ("compile", "summarize_response")
+    COMPILE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    compile: _compile_pb2.CompileRequest
+    summarize_response: SummarizeResponse
+    def __init__(self, compile: _Optional[_Union[_compile_pb2.CompileRequest, _Mapping]] = ..., summarize_response: _Optional[_Union[SummarizeResponse, _Mapping]] = ...) -> None: ...
+
+class CompileSessionResponse(_message.Message):
+    __slots__ = ("summarize_request", "event", "result")
+    SUMMARIZE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    summarize_request: SummarizeRequest
+    event: _telemetry_pb2.ObserverEvent
+    result: _compile_pb2.CompileResult
+    def __init__(self, summarize_request: _Optional[_Union[SummarizeRequest, _Mapping]] = ..., event: _Optional[_Union[_telemetry_pb2.ObserverEvent, _Mapping]] = ..., result: _Optional[_Union[_compile_pb2.CompileResult, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,122 @@
+from contextd.v1 import state_pb2 as _state_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetStateRequest(_message.Message):
+    __slots__ = ("conversation_id",)
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+
+class GetStateResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: _state_pb2.ConversationState
+    def __init__(self, state: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ...) -> None: ...
+
+class CommitRequest(_message.Message):
+    __slots__ = ("conversation_id", "expected_version", "deltas", "idempotency_key", "include_state")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    expected_version: int
+    deltas: _containers.RepeatedCompositeFieldContainer[_state_pb2.Delta]
+    idempotency_key: str
+    include_state: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., include_state: bool = ...) -> None: ...
+
+class CommitResponse(_message.Message):
+    __slots__ = ("version", "replayed", "state")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    replayed: bool
+    state: _state_pb2.ConversationState
+    def __init__(self, version: _Optional[int] = ..., replayed: bool = ..., state: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ...) -> None: ...
+
+class ClearRequest(_message.Message):
+    __slots__ = ("conversation_id", "expected_version")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    expected_version: int
+    def __init__(self, conversation_id: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class ClearResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("conversation_id", "from_version")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    from_version: int
+    def __init__(self, conversation_id: _Optional[str] = ..., from_version: _Optional[int] = ...) -> None: ...
+
+class Change(_message.Message):
+    __slots__ = ("conversation_id", "version", "deltas", "idempotency_key", "committed_at_unix_ms", "cleared")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    version: int
+    deltas: _containers.RepeatedCompositeFieldContainer[_state_pb2.Delta]
+    idempotency_key: str
+    committed_at_unix_ms: int
+    cleared: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., committed_at_unix_ms: _Optional[int] = ..., cleared: bool = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("change", "heartbeat")
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    change: Change
+    heartbeat: Heartbeat
+    def __init__(self, change: _Optional[_Union[Change, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class ListConversationsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "prefix")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    prefix: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., prefix: _Optional[str] = ...) -> None: ...
+
+class ConversationSummary(_message.Message):
+    __slots__ = ("conversation_id", "version")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    version: int
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ListConversationsResponse(_message.Message):
+    __slots__ = ("conversations", "next_page_token")
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[ConversationSummary]
+    next_page_token: str
+    def __init__(self, conversations: _Optional[_Iterable[_Union[ConversationSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

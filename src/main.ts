@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { Codec } from "./codec/codec.js";
 import { loadConfig, printableConfig, usage } from "./server/operations/config.js";
 import { createLogger } from "./server/operations/logger.js";
+import { tracingFromEnvironment } from "./server/operations/tracing.js";
 import { startServer } from "./server/server.js";
 import { createConversationStore } from "./store/create-conversation-store.js";
 
@@ -17,8 +18,10 @@ if (argv.includes("--version")) {
   process.exit(0);
 }
 let config;
+let tracing;
 try {
   config = loadConfig(argv, process.env);
+  tracing = tracingFromEnvironment(process.env);
 } catch (error) {
   console.error(`contextd: ${error instanceof Error ? error.message : String(error)}`);
   process.exit(2);
@@ -28,12 +31,13 @@ const logger = createLogger(config.logLevel);
 // reused by the responses that carry them.
 const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
 const store = await createConversationStore(config.redisUrl, codec);
-const server = await startServer({ ...config, store, codec, logger });
+const server = await startServer({ ...config, store, codec, logger, tracing });
 // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it.
 logger.announce("contextd listening", {
   address: `${server.address.address}:${server.address.port}`,
   protocols: ["grpc", "grpc-web", "connect"],
   metrics: config.metricsPath,
+  tracing: tracing ? "otlp" : "off",
   config: printableConfig(config),
 });
 
@@ -44,6 +48,8 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
     stopping = true;
     logger.announce("contextd stopping", { signal, graceMs: config.shutdownGraceMs });
     await server.shutdown();
+    // Spans still buffered leave now, within the same bound as the store.
+    if (tracing) await Promise.race([tracing.shutdown(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
     // A store that cannot close (Redis unreachable) must not keep the process alive.
     await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
     logger.announce("contextd stopped", { signal });

@@ -28,6 +28,12 @@ export const defaultCodecLimits: CodecLimits = {
 export interface CodecStats {
   recentMessageBytes: number;
   retainedEncodingBytes: number;
+  /** Request messages looked up among the recent ones, and found. */
+  recentMessageLookups: number;
+  recentMessageHits: number;
+  /** Stored messages whose encoding was asked for, and found kept. */
+  retainedEncodingLookups: number;
+  retainedEncodingHits: number;
 }
 
 /**
@@ -120,6 +126,10 @@ export class Codec {
     return {
       recentMessageBytes: this.reuse?.recentMessages.keptBytes ?? 0,
       retainedEncodingBytes: this.retained?.keptBytes ?? 0,
+      recentMessageLookups: this.reuse?.recentMessages.lookups ?? 0,
+      recentMessageHits: this.reuse?.recentMessages.hits ?? 0,
+      retainedEncodingLookups: this.retained?.lookups ?? 0,
+      retainedEncodingHits: this.retained?.hits ?? 0,
     };
   }
 }

@@ -28,6 +28,9 @@ export class RecentMessages<T extends object> {
   private entries = new Map<number, Entry<T>[]>();
   private bytes = 0;
   private readonly seed: number;
+  /** Lookups and the hits among them since this instance was made (for metrics). */
+  lookups = 0;
+  hits = 0;
 
   constructor(
     readonly maxBytes: number,
@@ -38,10 +41,14 @@ export class RecentMessages<T extends object> {
 
   /** The message decoded earlier from exactly `bytes[start, end)`, if it is still kept. */
   lookup(bytes: Uint8Array, start: number, end: number): T | undefined {
+    this.lookups++;
     const bucket = this.entries.get(contentHash(this.seed, this.viewOf(bytes), start, end));
     if (bucket === undefined) return undefined;
     for (const entry of bucket) {
-      if (sameBytes(entry, this.viewOf(bytes), start, end)) return entry.message;
+      if (sameBytes(entry, this.viewOf(bytes), start, end)) {
+        this.hits++;
+        return entry.message;
+      }
     }
     return undefined;
   }

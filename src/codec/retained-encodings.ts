@@ -31,6 +31,9 @@ export class RetainedEncodings {
   private seen = new WeakMap<object, number>();
   private call = 0;
   private bytes = 0;
+  /** `encodingOf` calls and the ones that found a kept encoding (for metrics). */
+  lookups = 0;
+  hits = 0;
 
   constructor(readonly maxBytes: number) {}
 
@@ -86,7 +89,10 @@ export class RetainedEncodings {
 
   /** The kept encoding of an immutable message (without tag and length), if it was encoded since marked. */
   encodingOf(message: object): Uint8Array | undefined {
-    return this.messages.get(message)?.encoding;
+    this.lookups++;
+    const encoding = this.messages.get(message)?.encoding;
+    if (encoding !== undefined) this.hits++;
+    return encoding;
   }
 
   /** The mark of an immutable message, undefined for any other object. */

@@ -5,6 +5,7 @@ import type { StreamCounter } from "./policy/stream-guard.js";
 import type { CallTracker } from "./operations/call-tracker.js";
 import { type HealthStatus, ServingStatus } from "./operations/health.js";
 import type { Metrics } from "./operations/metrics.js";
+import type { TokenCountCache } from "../core/tokens/token-count-cache.js";
 
 /** The owners whose state `/metrics` shows as gauges, read at every scrape. */
 export interface GaugeSources {
@@ -14,10 +15,11 @@ export interface GaugeSources {
   telemetry: TelemetryHub;
   codec: Codec;
   requestMemory: RequestMemoryBudget;
+  tokenCounts: TokenCountCache;
 }
 
 export function registerServerGauges(metrics: Metrics, sources: GaugeSources): void {
-  const { health, calls, streams, telemetry, codec, requestMemory } = sources;
+  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts } = sources;
   metrics.gauge("contextd_serving", "1 while health is SERVING.", () => (health.current === ServingStatus.SERVING ? 1 : 0));
   metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => calls.inFlight);
   metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);
@@ -37,4 +39,8 @@ export function registerServerGauges(metrics: Metrics, sources: GaugeSources): v
     "Encodings of immutable messages kept across calls (bounded by --retained-encoding-bytes).",
     () => codec.stats.retainedEncodingBytes,
   );
+  metrics.cache("recent_messages", () => ({ lookups: codec.stats.recentMessageLookups, hits: codec.stats.recentMessageHits }));
+  metrics.cache("retained_encodings", () => ({ lookups: codec.stats.retainedEncodingLookups, hits: codec.stats.retainedEncodingHits }));
+  metrics.cache("token_count_lists", () => ({ lookups: tokenCounts.listLookups, hits: tokenCounts.listHits }));
+  metrics.gauge("contextd_token_count_texts", "Texts whose token counts are kept across compiles (bounded at 200,000).", () => tokenCounts.keptTexts);
 }

@@ -32,6 +32,10 @@ import { contextdServiceNames, routes } from "./services/routes.js";
 import { pollStoreHealth } from "./operations/store-health.js";
 import { guardStreams, StreamCounter } from "./policy/stream-guard.js";
 import { TelemetryHub } from "../application/telemetry-hub.js";
+import { TokenCountCache } from "../core/tokens/token-count-cache.js";
+import { ObservedStore } from "./operations/observed-store.js";
+import type { Tracing } from "./operations/tracing.js";
+import { traceCalls } from "./policy/call-tracing.js";
 
 export interface ServerOptions extends Partial<Config> {
   store: ConversationStore;
@@ -43,6 +47,10 @@ export interface ServerOptions extends Partial<Config> {
   logger?: Logger;
   /** Idle time after which a Watch stream sends a heartbeat; 15 s when not given. */
   watchHeartbeatMs?: number;
+  /** Where metrics are kept; a new `Metrics` (own registry, the process's runtime metrics) when not given. */
+  metrics?: Metrics;
+  /** OpenTelemetry tracing; off when not given (`src/main.ts` reads the OTEL_* environment). */
+  tracing?: Tracing;
 }
 
 export interface RunningServer {
@@ -75,7 +83,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const logger = options.logger ?? createLogger(config.logLevel);
   const health = new HealthStatus(new Set(contextdServiceNames));
   const telemetry = new TelemetryHub(config.telemetryQueue);
-  const metrics = new Metrics();
+  const metrics = options.metrics ?? new Metrics();
+  const tracing = options.tracing;
+  const tokenCounts = new TokenCountCache();
+  // Every store operation the services make is timed (and spanned when tracing is on).
+  const store = new ObservedStore(options.store, metrics, tracing);
   const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
   const streams = new StreamCounter();
   const calls = new CallTracker();
@@ -83,19 +95,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const tokens = new BearerTokens(config.authTokens);
   const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
+  if (tracing) telemetry.listen(tracing.observe);
 
   const registerServices = routes({
     health,
-    store: options.store,
+    store,
     telemetry,
     shutdown: shutdownController.signal,
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
+    tokenCounts,
+    compiled: tracing ? (request, result) => tracing.annotateCompile(request, result) : undefined,
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and
   // logged, then given its deadline, authenticated, and checked.
   const policy = [
+    // Tracing, when on, is outermost: its span is current for everything the call does.
+    ...(tracing ? [traceCalls(tracing)] : []),
     instrumentCalls(logger, metrics),
     enforceDeadlines(),
     authenticate(tokens),
@@ -227,9 +244,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
   });
 
-  const storeHealth = pollStoreHealth(options.store, health, config.healthIntervalMs, logger);
+  const storeHealth = pollStoreHealth(store, health, config.healthIntervalMs, logger);
   await storeHealth.firstCheck;
-  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory });
+  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts });
 
   let stopped: Promise<void> | undefined;
   return {

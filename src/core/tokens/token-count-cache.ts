@@ -39,6 +39,9 @@ export class TokenCountCache {
   /** Estimator cache key + first message id → the last list counted with that start and its counts. */
   private readonly recentLists = new Map<string, { messages: readonly Message[]; counts: readonly number[] }>();
   private textCount = 0;
+  /** `countAll` calls on a non-empty list, and the ones answered from a list counted before (for metrics). */
+  listLookups = 0;
+  listHits = 0;
 
   constructor(private readonly maxTexts = 200_000) {}
 
@@ -69,7 +72,11 @@ export class TokenCountCache {
       this.byList.set(estimator.cacheKey, known);
     }
     const cached = known.get(messages);
-    if (cached) return cached;
+    this.listLookups++;
+    if (cached) {
+      this.listHits++;
+      return cached;
+    }
     const byList = known;
     const counts = this.countAgainstRecent(estimator, messages, clock);
     if (counts instanceof Promise) return counts.then((done) => (byList.set(messages, done), done));
@@ -139,6 +146,11 @@ export class TokenCountCache {
    * `count` memoised per text for `encoding`, for the TOKENIZER estimator to count with. One
    * wrapper per encoding, so estimators built per request share it.
    */
+  /** Texts whose counts are kept (bounded by `maxTexts`). */
+  get keptTexts(): number {
+    return this.textCount;
+  }
+
   textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter {
     let counter = this.textCounters.get(encoding);
     if (!counter) {

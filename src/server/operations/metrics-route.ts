@@ -10,8 +10,15 @@ export function serveMetrics(
   path: string,
 ): boolean {
   if (request.method !== "GET" || (request.url ?? "").split("?")[0] !== path) return false;
-  const body = metrics.render();
-  response.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
-  response.end(body);
+  metrics.render().then(
+    (body) => {
+      response.writeHead(200, { "content-type": metrics.contentType });
+      response.end(body);
+    },
+    (error: unknown) => {
+      response.writeHead(500, { "content-type": "text/plain; charset=utf-8" });
+      response.end(`metrics: ${error instanceof Error ? error.message : String(error)}\n`);
+    },
+  );
   return true;
 }

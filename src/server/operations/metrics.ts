@@ -1,52 +1,140 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 
 // Seconds; covers a sub-millisecond health check up to a slow stateful compile.
 const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+// Store operations: an in-memory load takes microseconds, a Redis round trip a fraction of a millisecond.
+const storeBuckets = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
-interface Histogram {
-  counts: number[];
-  sum: number;
-  count: number;
+export interface MetricsOptions {
+  /**
+   * Where the sidecar's own metrics are registered; a fresh one when not given. Injectable so a
+   * process running several servers (tests, workers) can aggregate or keep them apart.
+   */
+  registry?: Registry;
+  /**
+   * Where the process and Node.js runtime metrics (heap, RSS, event-loop lag, GC) live: one per
+   * process, since they describe the process. `processRegistry()` when not given; null = none.
+   */
+  processRegistry?: Registry | null;
 }
 
 /**
- * The sidecar's Prometheus metrics, rendered in the text exposition format (version 0.0.4) on the
- * metrics path. Gauges that other parts own are read when scraped.
+ * The sidecar's Prometheus metrics, kept by prom-client and rendered in the text exposition
+ * format (version 0.0.4) on the metrics path: its own (RPCs, compiles, store operations, caches)
+ * and the process's (prom-client's default collectors). Gauges other parts own are read when scraped.
+ *
+ * Why prom-client rather than OpenTelemetry metrics: the exposition stays the pull-based text
+ * endpoint operators already scrape, under the same names and labels; prom-client's default
+ * collectors are the standard Node.js runtime metrics (event-loop lag from `monitorEventLoopDelay`,
+ * GC from perf_hooks), and the hot path records into plain in-process counters. The series each
+ * RPC touches are resolved once per method and code (`labels(...)` kept in maps below), so a call
+ * costs a map lookup and two increments.
  */
 export class Metrics {
-  private readonly rpcs = new Map<string, number>();
-  private readonly latency = new Map<string, Histogram>();
-  private compiles = 0;
-  private compileTokens = 0;
-  private readonly droppedMessages = new Map<string, number>();
-  private readonly gauges: { name: string; help: string; read: () => number }[] = [];
+  readonly registry: Registry;
+  private readonly processMetrics: Registry | undefined;
+  private readonly rpcs: Counter<"method" | "code">;
+  private readonly latency: Histogram<"method">;
+  private readonly storeLatency: Histogram<"operation" | "outcome">;
+  private readonly compiles: Counter;
+  private readonly compileTokens: Counter;
+  private readonly droppedMessages: Counter<"reason">;
+  private readonly rpcSeries = new Map<string, { inc(): void }>();
+  private readonly latencySeries = new Map<string, { observe(value: number): void }>();
+  private readonly storeSeries = new Map<string, { observe(value: number): void }>();
+  private readonly caches: { cache: string; read: () => CacheReading }[] = [];
+
+  constructor(options: MetricsOptions = {}) {
+    this.registry = options.registry ?? new Registry();
+    this.processMetrics = options.processRegistry === null ? undefined : (options.processRegistry ?? processRegistry());
+    const registers = [this.registry];
+    this.rpcs = new Counter({ name: "contextd_rpc_requests_total", help: "RPCs finished, by method and gRPC code.", labelNames: ["method", "code"], registers });
+    this.latency = new Histogram({
+      name: "contextd_rpc_duration_seconds",
+      help: "RPC latency, from the handler's start to its last message.",
+      labelNames: ["method"],
+      buckets: latencyBuckets,
+      registers,
+    });
+    this.compiles = new Counter({ name: "contextd_compiles_total", help: "Compiles finished (from observer events).", registers });
+    this.compileTokens = new Counter({ name: "contextd_compile_tokens_total", help: "Tokens of compiled requests (pipeline_compiled total_cost).", registers });
+    this.droppedMessages = new Counter({
+      name: "contextd_messages_dropped_total",
+      help: "Messages compiles left out of the prompt (DROPPED records), by reason.",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.storeLatency = new Histogram({
+      name: "contextd_store_operation_duration_seconds",
+      help: "Conversation store operations (load, commit, current_version, clear, list, ping), by outcome (ok or error).",
+      labelNames: ["operation", "outcome"],
+      buckets: storeBuckets,
+      registers,
+    });
+    const caches = this.caches;
+    for (const [name, help, field] of [
+      ["contextd_cache_lookups_total", "Lookups in a cache (recent_messages, retained_encodings, token_count_lists).", "lookups"],
+      ["contextd_cache_hits_total", "Lookups a cache answered; hit rate = rate(hits) / rate(lookups).", "hits"],
+    ] as const) {
+      const reported = new Map<string, number>();
+      new Counter({
+        name,
+        help,
+        labelNames: ["cache"],
+        registers,
+        // The caches count for themselves; a scrape adds what they counted since the last one.
+        collect() {
+          for (const { cache, read } of caches) {
+            const now = read()[field];
+            const delta = now - (reported.get(cache) ?? 0);
+            reported.set(cache, now);
+            this.inc({ cache }, Math.max(0, delta));
+          }
+        },
+      });
+    }
+  }
 
   /** One finished RPC: `method` is "package.Service/Method", `code` the gRPC code name ("ok", "not_found"). */
   recordRpc(method: string, code: string, seconds: number): void {
     const key = `${method}\u0000${code}`;
-    this.rpcs.set(key, (this.rpcs.get(key) ?? 0) + 1);
-    let histogram = this.latency.get(method);
-    if (!histogram) {
-      histogram = { counts: latencyBuckets.map(() => 0), sum: 0, count: 0 };
-      this.latency.set(method, histogram);
+    let counter = this.rpcSeries.get(key);
+    if (counter === undefined) {
+      counter = this.rpcs.labels(method, code);
+      this.rpcSeries.set(key, counter);
     }
-    for (let i = 0; i < latencyBuckets.length; i++) if (seconds <= latencyBuckets[i]!) histogram.counts[i]!++;
-    histogram.sum += seconds;
-    histogram.count++;
+    counter.inc();
+    let histogram = this.latencySeries.get(method);
+    if (histogram === undefined) {
+      histogram = this.latency.labels(method);
+      this.latencySeries.set(method, histogram);
+    }
+    histogram.observe(seconds);
+  }
+
+  /** One store operation ("load", "commit", …) that took `seconds`. */
+  recordStoreOperation(operation: string, ok: boolean, seconds: number): void {
+    const key = ok ? operation : `${operation}\u0000error`;
+    let histogram = this.storeSeries.get(key);
+    if (histogram === undefined) {
+      histogram = this.storeLatency.labels(operation, ok ? "ok" : "error");
+      this.storeSeries.set(key, histogram);
+    }
+    histogram.observe(seconds);
   }
 
   /** Compile telemetry: tokens of finished compiles and dropped messages. */
   readonly observe = (event: ObserverEvent): void => {
     switch (event.event.case) {
       case "pipelineCompiled":
-        this.compiles++;
-        this.compileTokens += Number(event.event.value.totalCost);
+        this.compiles.inc();
+        this.compileTokens.inc(Number(event.event.value.totalCost));
         return;
       case "messageDropped": {
         const reason = TransformationReason[event.event.value.reason] ?? String(event.event.value.reason);
-        const key = reason.toLowerCase();
-        this.droppedMessages.set(key, (this.droppedMessages.get(key) ?? 0) + 1);
+        this.droppedMessages.inc({ reason: reason.toLowerCase() });
         return;
       }
       default:
@@ -54,42 +142,51 @@ export class Metrics {
     }
   };
 
+  /** A gauge read at every scrape from whoever owns the value. */
   gauge(name: string, help: string, read: () => number): void {
-    this.gauges.push({ name, help, read });
+    new Gauge({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.set(read());
+      },
+    });
   }
 
-  render(): string {
-    const lines: string[] = [];
-    lines.push("# HELP contextd_rpc_requests_total RPCs finished, by method and gRPC code.");
-    lines.push("# TYPE contextd_rpc_requests_total counter");
-    for (const [key, count] of [...this.rpcs].sort()) {
-      const [method, code] = key.split("\u0000");
-      lines.push(`contextd_rpc_requests_total{method="${method}",code="${code}"} ${count}`);
-    }
-    lines.push("# HELP contextd_rpc_duration_seconds RPC latency, from the handler's start to its last message.");
-    lines.push("# TYPE contextd_rpc_duration_seconds histogram");
-    for (const [method, histogram] of [...this.latency].sort((a, b) => a[0].localeCompare(b[0]))) {
-      latencyBuckets.forEach((bound, i) => {
-        lines.push(`contextd_rpc_duration_seconds_bucket{method="${method}",le="${bound}"} ${histogram.counts[i]}`);
-      });
-      lines.push(`contextd_rpc_duration_seconds_bucket{method="${method}",le="+Inf"} ${histogram.count}`);
-      lines.push(`contextd_rpc_duration_seconds_sum{method="${method}"} ${histogram.sum}`);
-      lines.push(`contextd_rpc_duration_seconds_count{method="${method}"} ${histogram.count}`);
-    }
-    lines.push("# HELP contextd_compiles_total Compiles finished (from observer events).");
-    lines.push("# TYPE contextd_compiles_total counter");
-    lines.push(`contextd_compiles_total ${this.compiles}`);
-    lines.push("# HELP contextd_compile_tokens_total Tokens of compiled requests (pipeline_compiled total_cost).");
-    lines.push("# TYPE contextd_compile_tokens_total counter");
-    lines.push(`contextd_compile_tokens_total ${this.compileTokens}`);
-    lines.push("# HELP contextd_messages_dropped_total Messages compiles left out of the prompt (DROPPED records), by reason.");
-    lines.push("# TYPE contextd_messages_dropped_total counter");
-    for (const [reason, count] of [...this.droppedMessages].sort()) lines.push(`contextd_messages_dropped_total{reason="${reason}"} ${count}`);
-    for (const gauge of this.gauges) {
-      lines.push(`# HELP ${gauge.name} ${gauge.help}`);
-      lines.push(`# TYPE ${gauge.name} gauge`);
-      lines.push(`${gauge.name} ${gauge.read()}`);
-    }
-    return lines.join("\n") + "\n";
+  /** A cache whose counters `read` returns at every scrape (counts since the cache was made). */
+  cache(cache: string, read: () => CacheReading): void {
+    this.caches.push({ cache, read });
   }
+
+  /** The exposition text: the sidecar's metrics, then the process's. */
+  async render(): Promise<string> {
+    const own = await this.registry.metrics();
+    return this.processMetrics ? own + (await this.processMetrics.metrics()) : own;
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
+
+export interface CacheReading {
+  lookups: number;
+  hits: number;
+}
+
+let processMetrics: Registry | undefined;
+
+/**
+ * The process's runtime metrics (prom-client's default collectors: CPU, RSS, heap and heap spaces,
+ * event-loop lag and its percentiles, GC durations by kind, handles, file descriptors). Made once
+ * per process: the collectors install perf_hooks observers, and every server in the process
+ * describes the same process.
+ */
+export function processRegistry(): Registry {
+  if (processMetrics === undefined) {
+    processMetrics = new Registry();
+    collectDefaultMetrics({ register: processMetrics, eventLoopMonitoringPrecision: 10 });
+  }
+  return processMetrics;
 }

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
@@ -21,6 +21,10 @@ export interface ContextServiceDependencies {
   summarizeTimeoutMs: number;
   /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
   maxCompileTextBytes?: number;
+  /** Per-message token counts shared by every compile and count of this server (its metrics read it); a fresh cache when not given. */
+  tokenCounts?: TokenCountCache;
+  /** Called with every finished compile's request and result (tracing annotates its span). */
+  compiled?: (request: CompileRequest, result: CompileResult) => void;
 }
 
 /**
@@ -29,10 +33,13 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens and Render.
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes } = dependencies;
+  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
-  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache(), maxCompileTextBytes });
+  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes });
   const { tokenCounts } = compiler;
+  const compileAndCommit: Compiler["compileAndCommit"] = compiled
+    ? (request, run) => compiler.compileAndCommit(request, run).then((result) => (compiled(request, result), result))
+    : (request, run) => compiler.compileAndCommit(request, run);
 
   const fanOut = (extra?: Observer): Observer => (event) => {
     publish(event);
@@ -41,7 +48,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
   return {
     async compile(request, call) {
-      return { result: await compiler.compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call) }) };
+      return { result: await compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call) }) };
     },
 
     async *compileStream(request, call) {
@@ -49,7 +56,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       // Events leave as the stages emit them: the pipeline yields to the event loop between stages.
       const compileRequest = request.request;
       const items = whileRunning<ObserverEvent, CompileResult>((send) =>
-        compiler.compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call) }),
+        compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call) }),
       );
       for await (const item of items) {
         yield "sent" in item ? { kind: { case: "event", value: item.sent } } : { kind: { case: "result", value: item.result } };
@@ -58,7 +65,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
     compileSession(requests, context) {
       return runCompileSession(requests, context.signal, summarizeTimeoutMs, (session) =>
-        compiler.compileAndCommit(session.request, {
+        compileAndCommit(session.request, {
           observer: fanOut(session.observer),
           summarize: session.summarize,
           remembered: session.remembered,

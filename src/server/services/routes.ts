@@ -14,7 +14,8 @@ import * as reflectionV1 from "../../../gen/ts/grpc/reflection/v1/reflection_pb.
 import * as reflectionV1alpha from "../../../gen/ts/grpc/reflection/v1alpha/reflection_pb.js";
 import { HealthStatus, healthService } from "../operations/health.js";
 import { registerReflection } from "./reflection.js";
-import { contextService } from "./context-service.js";
+import { contextService, type ContextServiceDependencies } from "./context-service.js";
+import type { TokenCountCache } from "../../core/tokens/token-count-cache.js";
 import { conversationService } from "./conversation-service.js";
 import { telemetryService } from "./telemetry-service.js";
 import type { TelemetryHub } from "../../application/telemetry-hub.js";
@@ -38,6 +39,10 @@ export interface RouteDependencies {
   summarizeTimeoutMs: number;
   /** Most text one compile may produce (`--max-compile-text-bytes`). */
   maxCompileTextBytes?: number;
+  /** The server's per-message token counts (a fresh cache when not given). */
+  tokenCounts?: TokenCountCache;
+  /** See `ContextServiceDependencies.compiled`. */
+  compiled?: ContextServiceDependencies["compiled"];
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -48,7 +53,14 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes });
+  const context = contextService({
+    store: dependencies.store,
+    publish: dependencies.telemetry.publish,
+    summarizeTimeoutMs: dependencies.summarizeTimeoutMs,
+    maxCompileTextBytes: dependencies.maxCompileTextBytes,
+    tokenCounts: dependencies.tokenCounts,
+    compiled: dependencies.compiled,
+  });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

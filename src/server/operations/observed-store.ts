@@ -1,0 +1,78 @@
+import { SpanStatusCode } from "@opentelemetry/api";
+import { ConnectError } from "@connectrpc/connect";
+import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import type { ConversationState, Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
+import type { Metrics } from "./metrics.js";
+import type { Tracing } from "./tracing.js";
+
+/**
+ * The store as the server uses it: every operation timed into
+ * `contextd_store_operation_duration_seconds` and, when tracing is on, a child span of the call
+ * that made it. Results and errors pass through unchanged. `watch` is a stream that lives as long
+ * as its RPC, so it is neither timed nor spanned (the Watch RPC's own span covers it).
+ */
+export class ObservedStore implements ConversationStore {
+  constructor(
+    private readonly store: ConversationStore,
+    private readonly metrics: Metrics,
+    private readonly tracing: Tracing | undefined,
+  ) {}
+
+  load(conversationId: string): Promise<ConversationState> {
+    return this.observe("load", conversationId, () => this.store.load(conversationId));
+  }
+
+  commit(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    requestFingerprint?: string,
+    messageIds?: readonly string[],
+  ): Promise<CommitOutcome> {
+    return this.observe("commit", conversationId, () => this.store.commit(conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds));
+  }
+
+  currentVersion(conversationId: string): Promise<bigint> {
+    return this.observe("current_version", conversationId, () => this.store.currentVersion(conversationId));
+  }
+
+  clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    return this.observe("clear", conversationId, () => this.store.clear(conversationId, expectedVersion));
+  }
+
+  list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
+    return this.observe("list", undefined, () => this.store.list(prefix, pageSize, pageToken));
+  }
+
+  watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
+    return this.store.watch(conversationId, fromVersion, signal);
+  }
+
+  ping(): Promise<void> {
+    return this.observe("ping", undefined, () => this.store.ping());
+  }
+
+  close(): Promise<void> {
+    return this.store.close();
+  }
+
+  private async observe<T>(operation: string, conversationId: string | undefined, work: () => Promise<T>): Promise<T> {
+    const span = this.tracing?.startStoreSpan(operation, conversationId);
+    const started = performance.now();
+    try {
+      const result = await work();
+      this.metrics.recordStoreOperation(operation, true, (performance.now() - started) / 1000);
+      span?.end();
+      return result;
+    } catch (error) {
+      this.metrics.recordStoreOperation(operation, false, (performance.now() - started) / 1000);
+      if (span) {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: ConnectError.from(error).rawMessage });
+        span.end();
+      }
+      throw error;
+    }
+  }
+}

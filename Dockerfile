@@ -9,7 +9,9 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY gen/ts ./gen/ts
 COPY src ./src
+COPY inspector ./inspector
 RUN npx tsc -p tsconfig.json \
+ && npx vite build --config inspector/vite.config.ts \
  && npm prune --omit=dev --no-audit --no-fund
 
 FROM node:24-bookworm-slim

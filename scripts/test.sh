@@ -3,7 +3,7 @@
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
 # `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
 # what it needs on a fresh machine: redis-server (apt), npm packages, the Go code generators, the
-# Python venv, Go modules.
+# Python venv, Go modules, chromium (apt) for the web inspector's browser test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,16 @@ if ! command -v redis-server >/dev/null 2>&1; then
   "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null 2>&1 \
     || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null; } \
     || { echo "could not install redis-server" >&2; exit 1; }
+fi
+
+# The web inspector's browser test drives Debian's Chromium (playwright-core with its executable
+# path; no browser download).
+if [ ! -x /usr/bin/chromium ]; then
+  log "installing chromium"
+  if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get install -y chromium >/dev/null 2>&1 \
+    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y chromium >/dev/null; } \
+    || { echo "could not install chromium" >&2; exit 1; }
 fi
 
 set -e
@@ -48,6 +58,7 @@ fi
 
 log "typecheck (tsc --strict, including tests)"
 npx tsc -p tsconfig.test.json || failed=$((failed + 1))
+npx tsc -p inspector/tsconfig.json || failed=$((failed + 1))
 
 log "vitest"
 rm -f .test-results/vitest.json

@@ -38,6 +38,7 @@ logger.announce("contextd listening", {
   protocols: ["grpc", "grpc-web", "connect"],
   metrics: config.metricsPath,
   tracing: tracing ? "otlp" : "off",
+  inspector: config.inspector ? "/inspector/" : "off",
   config: printableConfig(config),
 });
 

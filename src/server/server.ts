@@ -15,6 +15,7 @@ import { respondWithError } from "./transport/error-responses.js";
 import { CallTracker } from "./operations/call-tracker.js";
 import { HealthStatus } from "./operations/health.js";
 import { serveMetrics } from "./operations/metrics-route.js";
+import { InspectorAssets } from "./operations/inspector-route.js";
 import { registerServerGauges } from "./server-gauges.js";
 import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
@@ -89,6 +90,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // Every store operation the services make is timed (and spanned when tracing is on).
   const store = new ObservedStore(options.store, metrics, tracing);
   const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
+  const inspector = config.inspector ? new InspectorAssets() : undefined;
   const streams = new StreamCounter();
   const calls = new CallTracker();
   const shutdownController = new AbortController();
@@ -162,6 +164,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
     if (serveMetrics(request, response, metrics, config.metricsPath)) return;
+    if (inspector?.serve(request, response)) return;
     const requestId = requestIdOf(request.headers["x-request-id"]);
     requestIds.set(request, requestId);
     response.setHeader("x-request-id", requestId);

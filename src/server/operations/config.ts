@@ -57,6 +57,8 @@ export interface Config {
   recentMessageBytes: number;
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
+  /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
+  inspector: boolean;
 }
 
 export const defaultConfig: Config = {
@@ -81,6 +83,7 @@ export const defaultConfig: Config = {
   authTokens: [],
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
+  inspector: true,
 };
 
 /**
@@ -109,6 +112,7 @@ export const flags = {
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
+  inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -187,6 +191,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
+    inspector: boolean("inspector", defaultConfig.inspector),
   };
 }
 

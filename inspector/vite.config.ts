@@ -1,0 +1,16 @@
+import { fileURLToPath } from "node:url";
+import { defineConfig } from "vite";
+
+// The web inspector, bundled at build time (`npm run build`) into dist/inspector, which the
+// sidecar serves under /inspector/. Relative asset URLs, so the page works under that path.
+export default defineConfig({
+  root: fileURLToPath(new URL(".", import.meta.url)),
+  base: "./",
+  logLevel: "warn",
+  build: {
+    outDir: fileURLToPath(new URL("../dist/inspector", import.meta.url)),
+    emptyOutDir: true,
+    sourcemap: true,
+    chunkSizeWarningLimit: 1024,
+  },
+});

@@ -7,6 +7,8 @@ import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_se
 import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { Registry } from "prom-client";
+import { Metrics } from "../../../src/server/operations/metrics.js";
 
 // /metrics from a real sidecar: the metric names and types the sidecar has always exposed, and
 // the ones prom-client added (process and runtime, store latency, cache lookups and hits).
@@ -86,5 +88,31 @@ describe.each(sidecarStores)("metrics (real sidecar, %s)", (_name, backend) => {
     // Counters read from the caches at scrape time only grow between scrapes.
     const again = await (await fetch(`${sidecar.url}/metrics`)).text();
     expect(sample(again, 'contextd_cache_lookups_total{cache="recent_messages"}')).toBeGreaterThanOrEqual(sample(text, 'contextd_cache_lookups_total{cache="recent_messages"}')!);
+  });
+});
+
+describe("Metrics (unit)", () => {
+  it("renders cumulative buckets, sums and counts per series in label order, in an injected registry", async () => {
+    const registry = new Registry();
+    const metrics = new Metrics({ registry, processRegistry: null });
+    metrics.recordRpc("a.B/C", "ok", 0.0004);
+    metrics.recordRpc("a.B/C", "ok", 0.003);
+    metrics.recordRpc("a.B/C", "not_found", 20);
+    metrics.recordStoreOperation("load", false, 0.0002);
+    const text = await metrics.render();
+    expect(text).toBe(await registry.metrics());
+    expect(sample(text, 'contextd_rpc_requests_total{method="a.B/C",code="not_found"}')).toBe(1);
+    expect(sample(text, 'contextd_rpc_requests_total{method="a.B/C",code="ok"}')).toBe(2);
+    expect(sample(text, 'contextd_rpc_duration_seconds_bucket{method="a.B/C",le="0.0005"}')).toBe(1);
+    expect(sample(text, 'contextd_rpc_duration_seconds_bucket{method="a.B/C",le="0.0025"}')).toBe(1);
+    expect(sample(text, 'contextd_rpc_duration_seconds_bucket{method="a.B/C",le="0.005"}')).toBe(2);
+    expect(sample(text, 'contextd_rpc_duration_seconds_bucket{method="a.B/C",le="10"}')).toBe(2);
+    expect(sample(text, 'contextd_rpc_duration_seconds_bucket{method="a.B/C",le="+Inf"}')).toBe(3);
+    expect(sample(text, 'contextd_rpc_duration_seconds_sum{method="a.B/C"}')).toBeCloseTo(20.0034, 6);
+    expect(sample(text, 'contextd_rpc_duration_seconds_count{method="a.B/C"}')).toBe(3);
+    expect(sample(text, 'contextd_store_operation_duration_seconds_bucket{operation="load",outcome="error",le="0.00025"}')).toBe(1);
+    expect(sample(text, 'contextd_store_operation_duration_seconds_bucket{operation="load",outcome="error",le="0.0001"}')).toBe(0);
+    // The process registry was left out.
+    expect(text).not.toContain("process_resident_memory_bytes");
   });
 });

@@ -165,8 +165,7 @@ describe("one port, every protocol", () => {
     const text = await response.text();
     expect(text).toMatch(/contextd_rpc_requests_total\{method="grpc.health.v1.Health\/Check",code="ok"\} \d+/);
     expect(text).toMatch(/contextd_rpc_requests_total\{method="contextd.v1.ConversationService\/GetState",code="invalid_argument"\} 1\n/);
-    // Label order inside the braces carries no meaning in the exposition format (prom-client writes le first).
-    expect(text).toMatch(/contextd_rpc_duration_seconds_bucket\{(?=[^}]*method="contextd.v1.ConversationService\/Commit")(?=[^}]*le="\+Inf")[^}]*\} 1\n/);
+    expect(text).toMatch(/contextd_rpc_duration_seconds_bucket\{method="contextd.v1.ConversationService\/Commit",le="\+Inf"\} 1\n/);
     expect(text).toContain("contextd_serving 1\n");
     expect(text).toContain("# TYPE contextd_compile_tokens_total counter");
     // The compile's request message is kept for reuse; the gauges show the caches' sizes.

@@ -1,4 +1,6 @@
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import * as http from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -13,6 +15,7 @@ import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/messa
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { InspectorAssets } from "../../../src/server/operations/inspector-route.js";
 
 // The web inspector in a real headless Chromium (Debian's chromium, driven by playwright-core)
 // against a real sidecar with authentication on and a seeded conversation. Screenshots go to
@@ -218,5 +221,24 @@ describe("web inspector switch", () => {
     expect(asset.headers.get("content-type")).toBe("text/javascript; charset=utf-8");
     expect(asset.headers.get("cache-control")).toContain("immutable");
     expect((await fetch(`${sidecar.url}/inspector/assets/none.js`)).status).toBe(404);
+  });
+});
+
+describe("InspectorAssets without a build", () => {
+  it("answers 503 saying to run npm run build", async () => {
+    const assets = new InspectorAssets(join(tmpdir(), "contextd-no-inspector-build"));
+    const server = http.createServer((request, response) => {
+      if (!assets.serve(request, response)) response.writeHead(418).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const answer = await fetch(`http://127.0.0.1:${port}/inspector/`);
+      expect(answer.status).toBe(503);
+      expect(await answer.text()).toContain("run npm run build");
+      expect((await fetch(`http://127.0.0.1:${port}/metrics`)).status).toBe(418);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });

@@ -21,7 +21,7 @@ let config;
 let tracing;
 try {
   config = loadConfig(argv, process.env);
-  tracing = tracingFromEnvironment(process.env);
+  tracing = await tracingFromEnvironment(process.env);
 } catch (error) {
   console.error(`contextd: ${error instanceof Error ? error.message : String(error)}`);
   process.exit(2);

@@ -67,7 +67,8 @@ function fields(bytes: Uint8Array, each: (field: number, wireType: WireType, rea
   }
 }
 
-function decodeExportRequest(bytes: Uint8Array): ReceivedSpan[] {
+/** The spans of one ExportTraceServiceRequest (protobuf wire bytes). */
+export function decodeExportRequest(bytes: Uint8Array): ReceivedSpan[] {
   const spans: ReceivedSpan[] = [];
   // ExportTraceServiceRequest.resource_spans = 1
   fields(bytes, (field, wireType, reader) => {
@@ -134,4 +135,42 @@ function keyValue(bytes: Uint8Array, into: Attributes): void {
     } else reader.skip(wireType);
   });
   into[key] = value;
+}
+
+/**
+ * The same receiver over OTLP/gRPC: a grpc-js server answering
+ * `opentelemetry.proto.collector.trace.v1.TraceService/Export` with its request decoded as above.
+ */
+export async function startOtlpGrpcReceiver(): Promise<{ url: string; spans: ReceivedSpan[]; close(): Promise<void> }> {
+  const grpc = await import("@grpc/grpc-js");
+  const spans: ReceivedSpan[] = [];
+  const server = new grpc.Server();
+  const identity = (bytes: Buffer) => bytes;
+  server.addService(
+    {
+      export: {
+        path: "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: identity,
+        requestDeserialize: identity,
+        responseSerialize: identity,
+        responseDeserialize: identity,
+      },
+    },
+    {
+      export: (call: { request: Buffer }, callback: (error: null, response: Buffer) => void) => {
+        spans.push(...decodeExportRequest(call.request));
+        callback(null, Buffer.alloc(0));
+      },
+    },
+  );
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
+  );
+  return {
+    url: `http://127.0.0.1:${port}`,
+    spans,
+    close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+  };
 }

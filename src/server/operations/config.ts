@@ -126,7 +126,7 @@ export function usage(): string {
     lines.push(`  --${flag} (${variable}, default ${fallback})`, `      ${meaning}`);
   }
   lines.push("  --help       this text", "  --version    the version");
-  lines.push("", "OpenTelemetry tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set: OTLP http/protobuf, OTEL_* as usual (docs/observability.md).");
+  lines.push("", "OpenTelemetry tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set: OTLP http/protobuf or grpc, OTEL_* as usual (docs/observability.md).");
   return lines.join("\n");
 }
 

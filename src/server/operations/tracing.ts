@@ -1,7 +1,6 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, TracerProvider, type SpanProcessor } from "@opentelemetry/sdk-trace";
 import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
@@ -164,12 +163,12 @@ function genAiProviderName(provider: Provider): string {
  * Tracing as the standard OpenTelemetry environment configures it, or undefined (off):
  * on when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set, unless
  * `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. OTLP over HTTP with protobuf bodies
- * (`OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL` http/protobuf, the default; anything else is refused
- * with a clear error); the exporter reads its endpoint, headers, timeout and compression from the
+ * (`OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL` http/protobuf, the default) or over gRPC (`grpc`);
+ * http/json is refused with a clear error. The exporter reads its endpoint, headers, timeout and compression from the
  * same variables; `OTEL_BSP_*` tune the batching. `OTEL_SERVICE_NAME` (default
  * "contextd") and `OTEL_RESOURCE_ATTRIBUTES` describe the process.
  */
-export function tracingFromEnvironment(env: NodeJS.ProcessEnv): Tracing | undefined {
+export async function tracingFromEnvironment(env: NodeJS.ProcessEnv): Promise<Tracing | undefined> {
   if (env.OTEL_SDK_DISABLED === "true") return undefined;
   const exporters = (env.OTEL_TRACES_EXPORTER ?? "otlp").split(",").map((name) => name.trim());
   if (exporters.includes("none")) return undefined;
@@ -178,8 +177,8 @@ export function tracingFromEnvironment(env: NodeJS.ProcessEnv): Tracing | undefi
     throw new Error(`OTEL_TRACES_EXPORTER "${env.OTEL_TRACES_EXPORTER}": contextd exports traces with "otlp" only (or "none")`);
   }
   const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? "http/protobuf";
-  if (protocol !== "http/protobuf") {
-    throw new Error(`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL "${protocol}": contextd exports OTLP as http/protobuf only (point it at the collector's HTTP port, 4318)`);
+  if (protocol !== "http/protobuf" && protocol !== "grpc") {
+    throw new Error(`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL "${protocol}": contextd exports OTLP as http/protobuf (the collector's port 4318) or grpc (port 4317)`);
   }
   const resource = detectResources({ detectors: [envDetector] });
   const batching = {
@@ -188,6 +187,8 @@ export function tracingFromEnvironment(env: NodeJS.ProcessEnv): Tracing | undefi
     maxQueueSize: positiveInteger(env, "OTEL_BSP_MAX_QUEUE_SIZE"),
     maxExportBatchSize: positiveInteger(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
   };
+  // Loaded only when tracing is on: the gRPC exporter brings grpc-js with it.
+  const { OTLPTraceExporter } = protocol === "grpc" ? await import("@opentelemetry/exporter-trace-otlp-grpc") : await import("@opentelemetry/exporter-trace-otlp-proto");
   const processor = new BatchSpanProcessor({ exporter: new OTLPTraceExporter(), ...Object.fromEntries(Object.entries(batching).filter(([, value]) => value !== undefined)) });
   return new Tracing([processor], env.OTEL_SERVICE_NAME || "contextd", resource.attributes as Attributes);
 }

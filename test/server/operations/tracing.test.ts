@@ -6,7 +6,7 @@ import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.j
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
-import { startOtlpReceiver, type ReceivedSpan } from "../../support/otlp-receiver.js";
+import { startOtlpGrpcReceiver, startOtlpReceiver, type ReceivedSpan } from "../../support/otlp-receiver.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 
 // Tracing end to end: a real sidecar process configured only by the standard OTEL_* variables
@@ -137,6 +137,23 @@ describe("tracing is off by default", () => {
     }
     // The sidecar has exited, so anything it would have exported has been sent.
     expect(receiver.requests).toEqual([]);
+  });
+
+  it("exports over OTLP/gRPC with OTEL_EXPORTER_OTLP_PROTOCOL=grpc", async () => {
+    const receiver = await startOtlpGrpcReceiver();
+    const sidecar = await startSidecar([], { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", OTEL_BSP_SCHEDULE_DELAY: "50" });
+    try {
+      const transport = createConnectTransport({ baseUrl: sidecar.url, httpVersion: "1.1" });
+      const traceId = "6bf92f3577b34da6a3ce929d0e0e4738";
+      await createClient(ContextService, transport).compile({ history: { messages: [textMessage("u1", Role.USER, "hello")] } }, { headers: { traceparent: `00-${traceId}-00f067aa0ba902b9-01` } });
+      await expect.poll(() => receiver.spans.filter((span) => span.traceId === traceId).length, { timeout: 10_000 }).toBeGreaterThanOrEqual(1 + stages.length);
+      const rpc = receiver.spans.find((span) => span.traceId === traceId && span.name === "contextd.v1.ContextService/Compile")!;
+      expect(rpc.parentSpanId).toBe("00f067aa0ba902b9");
+      expect(receiver.spans.filter((span) => span.parentSpanId === rpc.spanId).map((span) => span.name)).toEqual(stages.map((stage) => `compile.${stage}`));
+    } finally {
+      await sidecar.stop();
+      await receiver.close();
+    }
   });
 
   it("refuses an OTLP protocol it does not speak, naming the variable", async () => {

@@ -89,7 +89,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
   // formatters, text replacements.
   showToolArgumentsAsString(work);
-  if (request.hooks.length > 0) await applyHooks(work);
+  if (request.hooks.length > 0) await applyHooks(work, context.searchRegexOffThread);
   if (deadline.checkNow("hooks")) await deadline.pause("hooks");
   await events.stageDone("hooks");
   applyRoleProjection(work);

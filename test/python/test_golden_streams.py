@@ -89,6 +89,9 @@ def test_malformed_stream_is_refused_and_appends_nothing(sidecar, golden: Dict[s
         state = client.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id)).state
     assert raised.value.code.name == golden["expected_error"]["code"]
     assert golden["expected_error"]["message_contains"] in raised.value.message, raised.value.message
+    # The field violation names the delta's events, and the event when one is at fault.
+    field = golden["expected_error"]["message_contains"].split(":")[0]  # "events[4]" or "events"
+    assert [violation.field for violation in raised.value.field_violations] == [f"deltas[0].append_provider_stream.{field}"]
     assert state.version == 0 and len(state.history) == 0
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import uuid
-import warnings
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
@@ -19,8 +18,6 @@ from contextd.client import Client
 from contextd.client.langchain_history import ContextdChatMessageHistory
 from contextd.v1 import compile_pb2
 
-# langchain-core 1.6.4 deprecated BaseChatMessageHistory (removal in 2.0); it still works.
-warnings.filterwarnings("ignore", message=".*BaseChatMessageHistory.*")
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-import warnings
 
 import pytest
 
@@ -27,9 +26,6 @@ from contextd.client import Client, InvalidArgument  # noqa: E402
 from contextd.client.langchain_history import MESSAGE_EXTENSION, ContextdChatMessageHistory  # noqa: E402
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2  # noqa: E402
 
-# BaseChatMessageHistory is deprecated since langchain-core 1.6.4 (removal in 2.0); the contract
-# is what is tested here.
-warnings.filterwarnings("ignore", message=".*BaseChatMessageHistory.*")
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import os
 import uuid
 from typing import Iterator
 
-from contextd.client import Client, append_user, user_text
-from contextd.v1 import conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
+from contextd.client import Client, append_provider_stream, append_user, user_text
+from contextd.v1 import conversation_service_pb2 as conversation_pb2, message_pb2
 
 
 def stub_anthropic_stream() -> Iterator[str]:
@@ -46,8 +46,8 @@ def main() -> None:
         for event in stub_anthropic_stream():
             print(event)  # show the text to the user as it arrives, keep the event
             events.append(event.encode())
-        stream = state_pb2.AppendProviderStream(provider=message_pb2.PROVIDER_ANTHROPIC_MESSAGES, events=events)
-        client.commit(conversation_pb2.CommitRequest(conversation_id=conversation_id, deltas=[state_pb2.Delta(append_provider_stream=stream)]))
+        delta = append_provider_stream(message_pb2.PROVIDER_ANTHROPIC_MESSAGES, events)
+        client.commit(conversation_pb2.CommitRequest(conversation_id=conversation_id, deltas=[delta]))
         state = client.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id)).state
         for part in state.history[-1].parts:
             kind = part.WhichOneof("kind")

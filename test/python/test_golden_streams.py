@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import json_format
 
 from conftest import REPO_ROOT
-from contextd.client import Client
+from contextd.client import Client, append_provider_stream
 from contextd.client.errors import ContextdError
 from contextd.v1 import conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
@@ -35,13 +35,11 @@ def _provider(golden: Dict[str, Any]) -> int:
 
 
 def _stream_delta(golden: Dict[str, Any]) -> state_pb2.Delta:
-    return state_pb2.Delta(
-        append_provider_stream=state_pb2.AppendProviderStream(
-            provider=_provider(golden),
-            events=[_encode(event) for event in golden["events"]],
-            interrupted=golden.get("interrupted", False),
-            abort_reason=golden.get("abort_reason", ""),
-        )
+    return append_provider_stream(
+        _provider(golden),
+        [_encode(event) for event in golden["events"]],
+        interrupted=golden.get("interrupted", False),
+        abort_reason=golden.get("abort_reason", ""),
     )
 
 

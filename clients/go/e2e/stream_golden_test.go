@@ -68,15 +68,18 @@ func TestGoldenStreams(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 		provider := contextdv1.Provider(contextdv1.Provider_value["PROVIDER_"+golden.Provider])
-		stream := &contextdv1.AppendProviderStream{Provider: provider, Interrupted: golden.Interrupted, AbortReason: golden.AbortReason}
+		var events [][]byte
 		for index, event := range golden.Events {
 			encoded, err := eventBytes(event)
 			if err != nil {
 				t.Fatalf("%s: events[%d]: %v", path, index, err)
 			}
-			stream.Events = append(stream.Events, encoded)
+			events = append(events, encoded)
 		}
-		streamDelta := &contextdv1.Delta{Operation: &contextdv1.Delta_AppendProviderStream{AppendProviderStream: stream}}
+		streamDelta := contextd.AppendProviderStream(provider, events)
+		if golden.Interrupted {
+			streamDelta = contextd.AppendInterruptedProviderStream(provider, events, golden.AbortReason)
+		}
 		t.Run(golden.Name, func(t *testing.T) {
 			conversationID := fmt.Sprintf("go-golden-stream-%s", golden.Name)
 			if golden.ExpectedError != nil {

@@ -138,6 +138,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     total: BigInt(budget.total),
     estimator: estimator.kind,
     historyBeforeTrim: BigInt(budget.historyBeforeTrim),
+    clearedTokens: BigInt(budget.clearedTokens),
     replyPriming: BigInt(budget.perRequest),
   };
   // Big containers are filled by assignment: `create` with an init object walks every field

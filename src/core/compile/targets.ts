@@ -177,6 +177,7 @@ async function segmentProjection(
       total: BigInt(report.total),
       estimator: estimator.kind,
       historyBeforeTrim: BigInt(report.historyBeforeTrim),
+      clearedTokens: BigInt(report.clearedTokens),
       replyPriming: BigInt(report.perRequest),
     }),
   });

@@ -108,6 +108,8 @@ class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_REASON_UNCHANGED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_HISTORY_ALIGNMENT: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_REASONING_CLEARED: _ClassVar[TransformationReason]
 CURRENT_TURN_PERSISTENCE_UNSPECIFIED: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_RAW: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_PROMPT_SAFE: CurrentTurnPersistence
@@ -171,6 +173,8 @@ TRANSFORMATION_REASON_SUMMARIZED: TransformationReason
 TRANSFORMATION_REASON_UNCHANGED: TransformationReason
 TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: TransformationReason
 TRANSFORMATION_REASON_HISTORY_ALIGNMENT: TransformationReason
+TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: TransformationReason
+TRANSFORMATION_REASON_REASONING_CLEARED: TransformationReason
 
 class MessageList(_message.Message):
     __slots__ = ("messages",)
@@ -229,7 +233,7 @@ class Estimator(_message.Message):
     def __init__(self, kind: _Optional[_Union[EstimatorKind, str]] = ..., chars_per_token: _Optional[float] = ..., fixed_per_message: _Optional[int] = ..., fixed_per_part: _Optional[int] = ..., fixed_per_tool_call: _Optional[int] = ..., encoding: _Optional[_Union[TokenizerEncoding, str]] = ..., provider: _Optional[_Union[_message_pb2.Provider, str]] = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message")
+    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message", "tool_result_clearing", "reasoning_clearing")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +245,8 @@ class Budget(_message.Message):
     AUTO_COMPACT_FIELD_NUMBER: _ClassVar[int]
     HISTORY_START_FIELD_NUMBER: _ClassVar[int]
     TRIM_LATEST_USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_CLEARING_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CLEARING_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     strategy: BudgetStrategy
     estimator: Estimator
@@ -252,7 +258,31 @@ class Budget(_message.Message):
     auto_compact: bool
     history_start: HistoryStart
     trim_latest_user_message: bool
-    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ...) -> None: ...
+    tool_result_clearing: ToolResultClearing
+    reasoning_clearing: ReasoningClearing
+    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ..., tool_result_clearing: _Optional[_Union[ToolResultClearing, _Mapping]] = ..., reasoning_clearing: _Optional[_Union[ReasoningClearing, _Mapping]] = ...) -> None: ...
+
+class ToolResultClearing(_message.Message):
+    __slots__ = ("trigger_tokens", "keep_recent", "clear_at_least_tokens", "exclude_tools", "placeholder", "clear_inputs")
+    TRIGGER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_RECENT_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_AT_LEAST_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    trigger_tokens: int
+    keep_recent: int
+    clear_at_least_tokens: int
+    exclude_tools: _containers.RepeatedScalarFieldContainer[str]
+    placeholder: str
+    clear_inputs: bool
+    def __init__(self, trigger_tokens: _Optional[int] = ..., keep_recent: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., exclude_tools: _Optional[_Iterable[str]] = ..., placeholder: _Optional[str] = ..., clear_inputs: bool = ...) -> None: ...
+
+class ReasoningClearing(_message.Message):
+    __slots__ = ("keep_recent_turns",)
+    KEEP_RECENT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    keep_recent_turns: int
+    def __init__(self, keep_recent_turns: _Optional[int] = ...) -> None: ...
 
 class DeferredBlock(_message.Message):
     __slots__ = ("segment", "messages", "merge_policy")
@@ -580,7 +610,7 @@ class Persistence(_message.Message):
     def __init__(self, system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("system", "history", "memory", "tools", "tool_definitions", "pending", "reserved", "limit", "total", "estimator", "history_before_trim", "reply_priming")
+    __slots__ = ("system", "history", "memory", "tools", "tool_definitions", "pending", "reserved", "limit", "total", "estimator", "history_before_trim", "reply_priming", "cleared_tokens")
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -593,6 +623,7 @@ class Usage(_message.Message):
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     HISTORY_BEFORE_TRIM_FIELD_NUMBER: _ClassVar[int]
     REPLY_PRIMING_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     system: int
     history: int
     memory: int
@@ -605,7 +636,8 @@ class Usage(_message.Message):
     estimator: EstimatorKind
     history_before_trim: int
     reply_priming: int
-    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ..., tool_definitions: _Optional[int] = ..., pending: _Optional[int] = ..., reserved: _Optional[int] = ..., limit: _Optional[int] = ..., total: _Optional[int] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., history_before_trim: _Optional[int] = ..., reply_priming: _Optional[int] = ...) -> None: ...
+    cleared_tokens: int
+    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ..., tool_definitions: _Optional[int] = ..., pending: _Optional[int] = ..., reserved: _Optional[int] = ..., limit: _Optional[int] = ..., total: _Optional[int] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., history_before_trim: _Optional[int] = ..., reply_priming: _Optional[int] = ..., cleared_tokens: _Optional[int] = ...) -> None: ...
 
 class Warning(_message.Message):
     __slots__ = ("code", "message")

@@ -138,8 +138,8 @@ export async function compile(request: CompileRequest, context: CompileContext):
     total: BigInt(budget.total),
     estimator: estimator.kind,
     historyBeforeTrim: BigInt(budget.historyBeforeTrim),
-    clearedTokens: BigInt(budget.clearedTokens),
     replyPriming: BigInt(budget.perRequest),
+    clearedTokens: BigInt(budget.clearedTokens),
   };
   // Big containers are filled by assignment: `create` with an init object walks every field
   // reflectively, which costs milliseconds at a thousand messages.

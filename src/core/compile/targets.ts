@@ -177,8 +177,8 @@ async function segmentProjection(
       total: BigInt(report.total),
       estimator: estimator.kind,
       historyBeforeTrim: BigInt(report.historyBeforeTrim),
-      clearedTokens: BigInt(report.clearedTokens),
       replyPriming: BigInt(report.perRequest),
+      clearedTokens: BigInt(report.clearedTokens),
     }),
   });
 }

@@ -13,7 +13,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
-import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
+import { alignToUserTurn, costUnits, selectAllUnprotected, selectHeadUnitsInSteps, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { clearHistory, validateClearing } from "./context-editing.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
@@ -63,6 +63,7 @@ function resolveLimit(work: CompileWork): Limit {
   check(budget.contextWindow, "context_window");
   check(budget.outputReserve, "output_reserve");
   check(budget.minMessages, "min_messages");
+  check(budget.trimStepTokens, "trim_step_tokens");
   if (BudgetStrategy[budget.strategy] === undefined) {
     throw new ConnectError(`budget.strategy: unknown strategy ${budget.strategy}`, Code.InvalidArgument);
   }
@@ -209,7 +210,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         } else if (strategy === BudgetStrategy.DROP_TAIL) {
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
-          drop = selectUnitsToDrop(units, available, "head");
+          const step = Number(budget?.trimStepTokens ?? 0n);
+          drop = step > 0 ? selectHeadUnitsInSteps(units, available, step) : selectUnitsToDrop(units, available, "head");
         }
         alignmentDrops = new Set(align(drop, units).drops);
         const minMessages = Number(budget?.minMessages ?? 0n);

@@ -136,7 +136,14 @@ async function clearToolResults(
 
   const edited = [...history];
   const counts = [...input.counts];
-  const records: { id: string }[] = [];
+  // Every change in order: what is charged and recorded once clearing is decided.
+  const log: { index: number; message: Message; count: number; placeholderChars: number }[] = [];
+  const change = (index: number, message: Message, count: number, placeholderChars = 0) => {
+    log.push({ index, message: edited[index]!, count: counts[index]!, placeholderChars });
+    freed += counts[index]! - count;
+    edited[index] = message;
+    counts[index] = count;
+  };
   let freed = 0;
   for (const candidate of candidates) {
     if (freed >= need) break;
@@ -155,11 +162,7 @@ async function clearToolResults(
     const count = await cache.countPaced(work.estimator, replaced, work.deadline);
     // A result shorter than its placeholder stays: clearing it would cost tokens.
     if (count >= counts[candidate.index]!) continue;
-    work.textAllowance.charge(placeholderChars, "budget (tool result clearing)");
-    freed += counts[candidate.index]! - count;
-    edited[candidate.index] = replaced;
-    counts[candidate.index] = count;
-    records.push(message);
+    change(candidate.index, replaced, count, placeholderChars);
     for (const callId of clearedCalls) {
       const callerIndex = callers?.get(callId);
       if (callerIndex === undefined) continue;
@@ -168,16 +171,20 @@ async function clearToolResults(
         ...caller,
         parts: caller.parts.map((part): Part => (part.kind.case === "toolCall" && part.kind.value.id === callId ? { ...part, kind: { case: "toolCall", value: { ...part.kind.value, arguments: create(ToolPayloadSchema) } } } : part)),
       };
-      const callerCount = await cache.countPaced(work.estimator, withoutArguments, work.deadline);
-      freed += counts[callerIndex]! - callerCount;
-      edited[callerIndex] = withoutArguments;
-      counts[callerIndex] = callerCount;
-      records.push(caller);
+      change(callerIndex, withoutArguments, await cache.countPaced(work.estimator, withoutArguments, work.deadline));
     }
   }
-  // With a step, clearing that cannot free one whole step is not worth the cache it breaks.
-  if (freed <= 0 || (step > 0 && freed < step)) return input;
-  for (const message of records) setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
+  // Short of the need, every clearable result is cleared and the budget drops rounds for the rest.
+  // (Stopping at the last whole step instead left the newest, largest results whole, and the
+  // budget then dropped everything before them: the cut swung by hundreds of messages from turn to
+  // turn in `npm run bench:editing`.) Clearing that cannot free one whole step is not worth the
+  // cache it breaks.
+  if (step > 0 && freed < step) return input;
+  if (freed <= 0) return input;
+  for (const entry of log) {
+    work.textAllowance.charge(entry.placeholderChars, "budget (tool result clearing)");
+    setRecord(work, entry.message.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
+  }
   return { history: edited, counts, freedTokens: input.freedTokens + freed };
 }
 

@@ -1217,8 +1217,14 @@ type Budget struct {
 	ToolResultClearing *ToolResultClearing `protobuf:"bytes,50,opt,name=tool_result_clearing,json=toolResultClearing,proto3" json:"tool_result_clearing,omitempty"`
 	// Keep the reasoning of the most recent turns only. Absent = off. See `ReasoningClearing`.
 	ReasoningClearing *ReasoningClearing `protobuf:"bytes,51,opt,name=reasoning_clearing,json=reasoningClearing,proto3" json:"reasoning_clearing,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// DROP_HEAD (and UNSPECIFIED) drop rounds from the head in steps of this many tokens: the tokens
+	// over the limit are rounded up to a whole number of steps, so while history grows by less than a
+	// step the same rounds stay dropped and the prompt prefix a provider caches does not move. 0 =
+	// drop exactly what is needed (the cut moves every turn once history is over the limit). At most
+	// 2^53 - 1.
+	TrimStepTokens int64 `protobuf:"varint,52,opt,name=trim_step_tokens,json=trimStepTokens,proto3" json:"trim_step_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -1340,6 +1346,13 @@ func (x *Budget) GetReasoningClearing() *ReasoningClearing {
 		return x.ReasoningClearing
 	}
 	return nil
+}
+
+func (x *Budget) GetTrimStepTokens() int64 {
+	if x != nil {
+		return x.TrimStepTokens
+	}
+	return 0
 }
 
 // Clears old tool results, oldest first, when the request is over a trigger; runs inside the budget
@@ -4018,7 +4031,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0efixed_per_part\x18\x04 \x01(\x03R\ffixedPerPart\x12-\n" +
 	"\x13fixed_per_tool_call\x18\x05 \x01(\x03R\x10fixedPerToolCall\x12:\n" +
 	"\bencoding\x18\x06 \x01(\x0e2\x1e.contextd.v1.TokenizerEncodingR\bencoding\x121\n" +
-	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\xa4\x05\n" +
+	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\xce\x05\n" +
 	"\x06Budget\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x03R\tmaxTokens\x127\n" +
@@ -4034,7 +4047,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	" \x01(\x0e2\x19.contextd.v1.HistoryStartR\fhistoryStart\x127\n" +
 	"\x18trim_latest_user_message\x18\v \x01(\bR\x15trimLatestUserMessage\x12Q\n" +
 	"\x14tool_result_clearing\x182 \x01(\v2\x1f.contextd.v1.ToolResultClearingR\x12toolResultClearing\x12M\n" +
-	"\x12reasoning_clearing\x183 \x01(\v2\x1e.contextd.v1.ReasoningClearingR\x11reasoningClearing\"\x8e\x02\n" +
+	"\x12reasoning_clearing\x183 \x01(\v2\x1e.contextd.v1.ReasoningClearingR\x11reasoningClearing\x12(\n" +
+	"\x10trim_step_tokens\x184 \x01(\x03R\x0etrimStepTokens\"\x8e\x02\n" +
 	"\x12ToolResultClearing\x12%\n" +
 	"\x0etrigger_tokens\x18\x01 \x01(\x03R\rtriggerTokens\x12$\n" +
 	"\vkeep_recent\x18\x02 \x01(\rH\x00R\n" +

@@ -233,7 +233,7 @@ class Estimator(_message.Message):
     def __init__(self, kind: _Optional[_Union[EstimatorKind, str]] = ..., chars_per_token: _Optional[float] = ..., fixed_per_message: _Optional[int] = ..., fixed_per_part: _Optional[int] = ..., fixed_per_tool_call: _Optional[int] = ..., encoding: _Optional[_Union[TokenizerEncoding, str]] = ..., provider: _Optional[_Union[_message_pb2.Provider, str]] = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message", "tool_result_clearing", "reasoning_clearing")
+    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message", "tool_result_clearing", "reasoning_clearing", "trim_step_tokens")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,7 @@ class Budget(_message.Message):
     TRIM_LATEST_USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_CLEARING_FIELD_NUMBER: _ClassVar[int]
     REASONING_CLEARING_FIELD_NUMBER: _ClassVar[int]
+    TRIM_STEP_TOKENS_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     strategy: BudgetStrategy
     estimator: Estimator
@@ -260,7 +261,8 @@ class Budget(_message.Message):
     trim_latest_user_message: bool
     tool_result_clearing: ToolResultClearing
     reasoning_clearing: ReasoningClearing
-    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ..., tool_result_clearing: _Optional[_Union[ToolResultClearing, _Mapping]] = ..., reasoning_clearing: _Optional[_Union[ReasoningClearing, _Mapping]] = ...) -> None: ...
+    trim_step_tokens: int
+    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ..., tool_result_clearing: _Optional[_Union[ToolResultClearing, _Mapping]] = ..., reasoning_clearing: _Optional[_Union[ReasoningClearing, _Mapping]] = ..., trim_step_tokens: _Optional[int] = ...) -> None: ...
 
 class ToolResultClearing(_message.Message):
     __slots__ = ("trigger_tokens", "keep_recent", "clear_at_least_tokens", "exclude_tools", "placeholder", "clear_inputs")

@@ -13,7 +13,7 @@
 // system prompt and the tools never change here), as estimated tokens in proportion to the
 // rendered JSON; the turns whose prefix changed; compile p50 / p99. The estimator is
 // CHAR_FALLBACK (4 characters per token), in-process, counts cached across turns as a server's
-// are. Large outputs by reference (issue 19 item 2) are not built yet, so no policy uses them.
+// are. "references" sends results over 4 KB as 1 KB previews (`large_tool_results`).
 // Run with `npm run bench:editing`.
 import { loadavg } from "node:os";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
@@ -62,13 +62,16 @@ function turn(index: number): Message[] {
 }
 const script = Array.from({ length: turns }, (_, index) => turn(index));
 
-const policies: { name: string; budget: { toolResultClearing?: { clearAtLeastTokens?: bigint; keepRecent?: number }; reasoningClearing?: { keepRecentTurns: number }; trimStepTokens?: bigint } }[] = [
+const policies: { name: string; references?: boolean; budget: { toolResultClearing?: { clearAtLeastTokens?: bigint; keepRecent?: number }; reasoningClearing?: { keepRecentTurns: number }; trimStepTokens?: bigint } }[] = [
   { name: "DROP_HEAD only", budget: {} },
   { name: "clearing (keep 3)", budget: { toolResultClearing: {} } },
   { name: "clearing + reasoning (keep 2 turns)", budget: { toolResultClearing: {}, reasoningClearing: { keepRecentTurns: 2 } } },
   { name: "DROP_HEAD in 10,000-token steps", budget: { trimStepTokens: 10_000n } },
   // Cache-aware: clear in 20,000-token steps (keep 1) and trim in 10,000-token steps.
   { name: "cache-aware", budget: { toolResultClearing: { keepRecent: 1, clearAtLeastTokens: 20_000n }, trimStepTokens: 10_000n } },
+  // Results over 4 KB as previews of 1 KB (decided once per message), then cache-aware.
+  { name: "references + cache-aware", budget: { toolResultClearing: { keepRecent: 1, clearAtLeastTokens: 20_000n }, trimStepTokens: 10_000n }, references: true },
+  { name: "references + DROP_HEAD in steps", budget: { trimStepTokens: 10_000n }, references: true },
 ];
 
 const system = create(MessageSchema, { id: "s", role: Role.SYSTEM, parts: [part({ case: "text", value: { text: "You are a coding agent. " + code(2_000) } })] });
@@ -91,6 +94,7 @@ for (const policy of policies) {
       history: { messages: [...history] },
       budget: create(BudgetSchema, { ...policy.budget, maxTokens: windowTokens, estimator: { kind: EstimatorKind.CHAR_FALLBACK, charsPerToken: 4 } }),
       render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" },
+      largeToolResults: policy.references ? { minBytes: 4_096, previewBytes: 1_024, addReadTool: true } : undefined,
     });
     const started = process.hrtime.bigint();
     const result = await compile(request, { randomId: () => "00000000-0000-4000-8000-000000000000", now: Date.now, monotonicNs: () => process.hrtime.bigint(), tokenCounts });

@@ -731,6 +731,8 @@ const (
 	TransformationReason_TRANSFORMATION_REASON_TOOL_RESULT_CLEARED TransformationReason = 50
 	// Reasoning removed from an older assistant message (see `ReasoningClearing`).
 	TransformationReason_TRANSFORMATION_REASON_REASONING_CLEARED TransformationReason = 51
+	// A large tool result sent as a preview with a handle (see `LargeToolResults`).
+	TransformationReason_TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED TransformationReason = 52
 )
 
 // Enum value maps for TransformationReason.
@@ -754,6 +756,7 @@ var (
 		15: "TRANSFORMATION_REASON_HISTORY_ALIGNMENT",
 		50: "TRANSFORMATION_REASON_TOOL_RESULT_CLEARED",
 		51: "TRANSFORMATION_REASON_REASONING_CLEARED",
+		52: "TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED",
 	}
 	TransformationReason_value = map[string]int32{
 		"TRANSFORMATION_REASON_UNSPECIFIED":             0,
@@ -774,6 +777,7 @@ var (
 		"TRANSFORMATION_REASON_HISTORY_ALIGNMENT":       15,
 		"TRANSFORMATION_REASON_TOOL_RESULT_CLEARED":     50,
 		"TRANSFORMATION_REASON_REASONING_CLEARED":       51,
+		"TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED":  52,
 	}
 )
 
@@ -2325,9 +2329,11 @@ type CompileRequest struct {
 	ToolArgumentsRepair ToolArgumentsRepair `protobuf:"varint,26,opt,name=tool_arguments_repair,json=toolArgumentsRepair,proto3,enum=contextd.v1.ToolArgumentsRepair" json:"tool_arguments_repair,omitempty"`
 	// Parts of the result to send beyond the default (see `CompileResult`). Unset and unknown values
 	// are INVALID_ARGUMENT; a value given twice counts once.
-	Include       []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Include []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
+	// Send large tool results as a stable preview with a handle instead of whole. Absent = off.
+	LargeToolResults *LargeToolResults `protobuf:"bytes,50,opt,name=large_tool_results,json=largeToolResults,proto3" json:"large_tool_results,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CompileRequest) Reset() {
@@ -2542,6 +2548,97 @@ func (x *CompileRequest) GetInclude() []CompileResultPart {
 	return nil
 }
 
+func (x *CompileRequest) GetLargeToolResults() *LargeToolResults {
+	if x != nil {
+		return x.LargeToolResults
+	}
+	return nil
+}
+
+// Large tool results by reference: a tool result whose text is over `min_bytes` is sent as a
+// preview — one line saying the tool, the size and the handle, then the first `preview_bytes` of
+// the text — and the model reads the rest, when it needs to, through the `read_tool_result` tool
+// (`ConversationService.ReadToolResult` answers it from the stored conversation). The preview
+// depends only on the message and these options, so it is the same in every compile: the prompt
+// prefix does not change from turn to turn. Applies to the segments (stored and request history),
+// not to pending messages or the current turn; runs before hooks, so redaction sees the preview.
+// Records say FORMATTED with reason TOOL_RESULT_REFERENCED. The stored conversation keeps the
+// whole result.
+type LargeToolResults struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results whose text is longer than this many UTF-8 bytes are previewed. 0 = 16,384.
+	MinBytes uint32 `protobuf:"varint,1,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
+	// UTF-8 bytes of the text's head the preview shows (cut at a character boundary). 0 = 1,024;
+	// at most `min_bytes`.
+	PreviewBytes uint32 `protobuf:"varint,2,opt,name=preview_bytes,json=previewBytes,proto3" json:"preview_bytes,omitempty"`
+	// Results of these tools are always sent whole (by `ToolResultPart.name`). At most 256 names.
+	ExcludeTools []string `protobuf:"bytes,3,rep,name=exclude_tools,json=excludeTools,proto3" json:"exclude_tools,omitempty"`
+	// Add the `read_tool_result` tool definition (parameters `tool_call_id`, `offset`, `max_bytes`)
+	// to the payload's tool definitions, unless one with that name is already there. Its calls are
+	// the agent's to answer, with `ConversationService.ReadToolResult`.
+	AddReadTool   bool `protobuf:"varint,4,opt,name=add_read_tool,json=addReadTool,proto3" json:"add_read_tool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LargeToolResults) Reset() {
+	*x = LargeToolResults{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LargeToolResults) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LargeToolResults) ProtoMessage() {}
+
+func (x *LargeToolResults) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LargeToolResults.ProtoReflect.Descriptor instead.
+func (*LargeToolResults) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LargeToolResults) GetMinBytes() uint32 {
+	if x != nil {
+		return x.MinBytes
+	}
+	return 0
+}
+
+func (x *LargeToolResults) GetPreviewBytes() uint32 {
+	if x != nil {
+		return x.PreviewBytes
+	}
+	return 0
+}
+
+func (x *LargeToolResults) GetExcludeTools() []string {
+	if x != nil {
+		return x.ExcludeTools
+	}
+	return nil
+}
+
+func (x *LargeToolResults) GetAddReadTool() bool {
+	if x != nil {
+		return x.AddReadTool
+	}
+	return false
+}
+
 // The final record of one message in a compile.
 type Transformation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2557,7 +2654,7 @@ type Transformation struct {
 
 func (x *Transformation) Reset() {
 	*x = Transformation{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2666,7 @@ func (x *Transformation) String() string {
 func (*Transformation) ProtoMessage() {}
 
 func (x *Transformation) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2679,7 @@ func (x *Transformation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transformation.ProtoReflect.Descriptor instead.
 func (*Transformation) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{20}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Transformation) GetAction() TransformationAction {
@@ -2624,7 +2721,7 @@ type WritebackMessage struct {
 
 func (x *WritebackMessage) Reset() {
 	*x = WritebackMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2733,7 @@ func (x *WritebackMessage) String() string {
 func (*WritebackMessage) ProtoMessage() {}
 
 func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2746,7 @@ func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WritebackMessage.ProtoReflect.Descriptor instead.
 func (*WritebackMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WritebackMessage) GetSegment() Segment {
@@ -2699,7 +2796,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2808,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2821,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Snapshot) GetSystem() []*Message {
@@ -2776,7 +2873,7 @@ type Writeback struct {
 
 func (x *Writeback) Reset() {
 	*x = Writeback{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2885,7 @@ func (x *Writeback) String() string {
 func (*Writeback) ProtoMessage() {}
 
 func (x *Writeback) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2898,7 @@ func (x *Writeback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeback.ProtoReflect.Descriptor instead.
 func (*Writeback) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Writeback) GetMessages() []*WritebackMessage {
@@ -2831,7 +2928,7 @@ type IntroducedMessage struct {
 
 func (x *IntroducedMessage) Reset() {
 	*x = IntroducedMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2940,7 @@ func (x *IntroducedMessage) String() string {
 func (*IntroducedMessage) ProtoMessage() {}
 
 func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2953,7 @@ func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroducedMessage.ProtoReflect.Descriptor instead.
 func (*IntroducedMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IntroducedMessage) GetSegment() Segment {
@@ -2888,7 +2985,7 @@ type CompileSource struct {
 
 func (x *CompileSource) Reset() {
 	*x = CompileSource{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +2997,7 @@ func (x *CompileSource) String() string {
 func (*CompileSource) ProtoMessage() {}
 
 func (x *CompileSource) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3010,7 @@ func (x *CompileSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSource.ProtoReflect.Descriptor instead.
 func (*CompileSource) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompileSource) GetSnapshot() *Snapshot {
@@ -2958,7 +3055,7 @@ type CompiledPayload struct {
 
 func (x *CompiledPayload) Reset() {
 	*x = CompiledPayload{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3067,7 @@ func (x *CompiledPayload) String() string {
 func (*CompiledPayload) ProtoMessage() {}
 
 func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3080,7 @@ func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompiledPayload.ProtoReflect.Descriptor instead.
 func (*CompiledPayload) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompiledPayload) GetSystem() []*Message {
@@ -3046,7 +3143,7 @@ type RenderedRequest struct {
 
 func (x *RenderedRequest) Reset() {
 	*x = RenderedRequest{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3155,7 @@ func (x *RenderedRequest) String() string {
 func (*RenderedRequest) ProtoMessage() {}
 
 func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3168,7 @@ func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderedRequest.ProtoReflect.Descriptor instead.
 func (*RenderedRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenderedRequest) GetProvider() Provider {
@@ -3126,7 +3223,7 @@ type Projection struct {
 
 func (x *Projection) Reset() {
 	*x = Projection{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3235,7 @@ func (x *Projection) String() string {
 func (*Projection) ProtoMessage() {}
 
 func (x *Projection) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3248,7 @@ func (x *Projection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Projection.ProtoReflect.Descriptor instead.
 func (*Projection) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Projection) GetName() string {
@@ -3222,7 +3319,7 @@ type Persistence struct {
 
 func (x *Persistence) Reset() {
 	*x = Persistence{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3331,7 @@ func (x *Persistence) String() string {
 func (*Persistence) ProtoMessage() {}
 
 func (x *Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3344,7 @@ func (x *Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Persistence.ProtoReflect.Descriptor instead.
 func (*Persistence) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Persistence) GetSystem() []*Message {
@@ -3324,7 +3421,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3433,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3446,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Usage) GetSystem() int64 {
@@ -3456,7 +3553,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3565,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3578,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Warning) GetCode() string {
@@ -3511,7 +3608,7 @@ type StageTiming struct {
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3620,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3633,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StageTiming) GetStage() string {
@@ -3607,7 +3704,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3716,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3729,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompileResult) GetPayload() *CompiledPayload {
@@ -3758,7 +3855,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3867,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +3901,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +3913,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3951,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +3963,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4011,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3926,7 +4023,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4059,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4071,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4119,7 +4216,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12*\n" +
-	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xa0\f\n" +
+	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xed\f\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -4149,10 +4246,16 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
 	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12T\n" +
 	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x128\n" +
-	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x1a>\n" +
+	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x12K\n" +
+	"\x12large_tool_results\x182 \x01(\v2\x1d.contextd.v1.LargeToolResultsR\x10largeToolResults\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\xb6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\x9d\x01\n" +
+	"\x10LargeToolResults\x12\x1b\n" +
+	"\tmin_bytes\x18\x01 \x01(\rR\bminBytes\x12#\n" +
+	"\rpreview_bytes\x18\x02 \x01(\rR\fpreviewBytes\x12#\n" +
+	"\rexclude_tools\x18\x03 \x03(\tR\fexcludeTools\x12\"\n" +
+	"\radd_read_tool\x18\x04 \x01(\bR\vaddReadTool\"\xb6\x01\n" +
 	"\x0eTransformation\x129\n" +
 	"\x06action\x18\x01 \x01(\x0e2!.contextd.v1.TransformationActionR\x06action\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\x12.\n" +
@@ -4310,7 +4413,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
 	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12!\n" +
-	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xbb\x06\n" +
+	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xed\x06\n" +
 	"\x14TransformationReason\x12%\n" +
 	"!TRANSFORMATION_REASON_UNSPECIFIED\x10\x00\x12+\n" +
 	"'TRANSFORMATION_REASON_PROTECTED_PENDING\x10\x01\x12.\n" +
@@ -4330,7 +4433,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"+TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR\x10\x0e\x12+\n" +
 	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0f\x12-\n" +
 	")TRANSFORMATION_REASON_TOOL_RESULT_CLEARED\x102\x12+\n" +
-	"'TRANSFORMATION_REASON_REASONING_CLEARED\x103B\xac\x01\n" +
+	"'TRANSFORMATION_REASON_REASONING_CLEARED\x103\x120\n" +
+	",TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED\x104B\xac\x01\n" +
 	"\x0fcom.contextd.v1B\fCompileProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -4346,7 +4450,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4380,76 +4484,77 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*Target)(nil),                    // 29: contextd.v1.Target
 	(*CommitOptions)(nil),             // 30: contextd.v1.CommitOptions
 	(*CompileRequest)(nil),            // 31: contextd.v1.CompileRequest
-	(*Transformation)(nil),            // 32: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 33: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 34: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 35: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 36: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 37: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 38: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 39: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 40: contextd.v1.Projection
-	(*Persistence)(nil),               // 41: contextd.v1.Persistence
-	(*Usage)(nil),                     // 42: contextd.v1.Usage
-	(*Warning)(nil),                   // 43: contextd.v1.Warning
-	(*StageTiming)(nil),               // 44: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 45: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 46: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 47: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 48: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 49: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 50: contextd.v1.RoleProjection.Rule
-	nil,                               // 51: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 52: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 53: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 54: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 55: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 56: contextd.v1.Experience
-	(Provider)(0),                     // 57: contextd.v1.Provider
-	(Role)(0),                         // 58: contextd.v1.Role
-	(Segment)(0),                      // 59: contextd.v1.Segment
-	(MergePolicy)(0),                  // 60: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 61: contextd.v1.Delta
-	(*Artifact)(nil),                  // 62: contextd.v1.Artifact
-	(ActorKind)(0),                    // 63: contextd.v1.ActorKind
+	(*LargeToolResults)(nil),          // 32: contextd.v1.LargeToolResults
+	(*Transformation)(nil),            // 33: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 34: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 35: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 36: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 37: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 38: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 39: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 40: contextd.v1.RenderedRequest
+	(*Projection)(nil),                // 41: contextd.v1.Projection
+	(*Persistence)(nil),               // 42: contextd.v1.Persistence
+	(*Usage)(nil),                     // 43: contextd.v1.Usage
+	(*Warning)(nil),                   // 44: contextd.v1.Warning
+	(*StageTiming)(nil),               // 45: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 46: contextd.v1.CompileResult
+	(*SegmentFormatter_XmlTag)(nil),   // 47: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 48: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 49: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 50: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 51: contextd.v1.RoleProjection.Rule
+	nil,                               // 52: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 53: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 54: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 55: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 56: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 57: contextd.v1.Experience
+	(Provider)(0),                     // 58: contextd.v1.Provider
+	(Role)(0),                         // 59: contextd.v1.Role
+	(Segment)(0),                      // 60: contextd.v1.Segment
+	(MergePolicy)(0),                  // 61: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 62: contextd.v1.Delta
+	(*Artifact)(nil),                  // 63: contextd.v1.Artifact
+	(ActorKind)(0),                    // 64: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	54,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	55,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	56,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	54,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	54,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	55,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	56,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	57,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	55,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	55,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	57,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	58,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	58,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	59,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
 	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
 	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	59,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	54,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	60,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	60,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	55,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	61,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	59,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	60,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	59,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	46,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	47,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	48,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	49,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	50,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	59,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	57,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	59,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	60,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	47,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	48,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	49,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	50,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	51,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	60,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	58,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	60,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	61,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	62,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -4457,79 +4562,80 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	54,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	62,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	55,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	63,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
 	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	51,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	52,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
 	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
 	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
 	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	54,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	55,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
 	9,   // 59: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
-	10,  // 60: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
-	11,  // 61: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	59,  // 62: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	59,  // 63: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	54,  // 64: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	54,  // 65: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	54,  // 66: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	54,  // 67: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	62,  // 68: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	33,  // 69: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	34,  // 70: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	59,  // 71: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	54,  // 72: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	34,  // 73: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	54,  // 74: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	15,  // 75: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	54,  // 76: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	54,  // 77: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	54,  // 78: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	54,  // 79: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	54,  // 80: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	55,  // 81: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	57,  // 82: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	43,  // 83: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	54,  // 84: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	52,  // 85: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	39,  // 86: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	42,  // 87: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	54,  // 88: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	54,  // 89: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	54,  // 90: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	54,  // 91: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	62,  // 92: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 93: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	38,  // 94: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	39,  // 95: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	37,  // 96: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	34,  // 97: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	35,  // 98: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	36,  // 99: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	53,  // 100: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	40,  // 101: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	41,  // 102: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	42,  // 103: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	43,  // 104: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	44,  // 105: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	58,  // 106: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	63,  // 107: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	58,  // 108: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	32,  // 109: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	32,  // 110: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	111, // [111:111] is the sub-list for method output_type
-	111, // [111:111] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	32,  // 60: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
+	10,  // 61: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
+	11,  // 62: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
+	60,  // 63: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	60,  // 64: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	55,  // 65: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	55,  // 66: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	55,  // 67: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	55,  // 68: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	63,  // 69: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	34,  // 70: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	35,  // 71: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	60,  // 72: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	55,  // 73: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	35,  // 74: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	55,  // 75: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	15,  // 76: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	55,  // 77: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	55,  // 78: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	55,  // 79: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	55,  // 80: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	55,  // 81: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	56,  // 82: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	58,  // 83: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	44,  // 84: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	55,  // 85: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	53,  // 86: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	40,  // 87: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	43,  // 88: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	55,  // 89: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	55,  // 90: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	55,  // 91: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	55,  // 92: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	63,  // 93: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 94: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	39,  // 95: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	40,  // 96: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	38,  // 97: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	35,  // 98: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	36,  // 99: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	37,  // 100: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	54,  // 101: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	41,  // 102: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	42,  // 103: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	43,  // 104: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	44,  // 105: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	45,  // 106: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	59,  // 107: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	64,  // 108: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	59,  // 109: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	33,  // 110: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	33,  // 111: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	112, // [112:112] is the sub-list for method output_type
+	112, // [112:112] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4556,7 +4662,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -146,6 +146,30 @@ describe("tool-result clearing", () => {
   });
 });
 
+describe("trimming in steps", () => {
+  it("drops the same head rounds while history grows by less than a step, and never goes over the limit", async () => {
+    const cutMoves = async (step: bigint) => {
+      let history: Message[] = agentHistory(4, 2_000);
+      let previousFirst = "";
+      let moves = 0;
+      for (let turn = 0; turn < 30; turn++) {
+        history = [...history, user(`q${turn}`, "more ".repeat(80)), message(Role.ASSISTANT, `r${turn}`, "noted ".repeat(80))];
+        const compiled = await compile(create(CompileRequestSchema, { history: { messages: history }, budget: { maxTokens: 2_500n, estimator: chars, trimStepTokens: step } }), testContext());
+        expect(compiled.usage!.total).toBeLessThanOrEqual(2_500n);
+        const first = compiled.payload!.history[0]!.id;
+        if (previousFirst !== "" && first !== previousFirst) moves++;
+        previousFirst = first;
+      }
+      return moves;
+    };
+    const exact = await cutMoves(0n);
+    const stepped = await cutMoves(1_000n);
+    expect(exact).toBeGreaterThan(10);
+    expect(stepped).toBeLessThan(exact / 2);
+    expect(stepped).toBeGreaterThan(0);
+  });
+});
+
 describe("reasoning clearing", () => {
   const reasoning = (value: string) => create(PartSchema, { kind: { case: "reasoning", value: { text: value, signature: "sig", provider: Provider.ANTHROPIC_MESSAGES } } });
   const turns = (count: number) =>

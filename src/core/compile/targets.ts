@@ -24,6 +24,7 @@ import { payloadOf } from "./persistence.js";
 import type { CompileContext } from "./compile-context.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
 import type { NormalizedExtras } from "./normalize.js";
+import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
 import { applyRoleProjection } from "./role-projection.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
@@ -145,6 +146,7 @@ async function segmentProjection(
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
+  sendLargeToolResultsAsPreviews(work);
   await applyHooks(work, context.searchRegexOffThread);
   if (clock.checkNow("targets")) await clock.pause("targets");
   applyRoleProjection(work);
@@ -178,6 +180,7 @@ async function segmentProjection(
       estimator: estimator.kind,
       historyBeforeTrim: BigInt(report.historyBeforeTrim),
       replyPriming: BigInt(report.perRequest),
+      clearedTokens: BigInt(report.clearedTokens),
     }),
   });
 }

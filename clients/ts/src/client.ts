@@ -527,3 +527,13 @@ class Outbox<T> implements AsyncIterable<T> {
     }
   }
 }
+
+/**
+ * The rendered provider request body of a compile, parsed: what to send to the provider's API
+ * (for OpenAI Chat, the `messages`, `tools`, ... of a chat completion request). Throws when the
+ * compile rendered nothing (no `render` in the request).
+ */
+export function renderedBody<T = unknown>(result: CompileResult): T {
+  if (result.rendered === undefined) throw new Error("contextd: the compile has no rendered body (set request.render)");
+  return JSON.parse(new TextDecoder().decode(result.rendered.json)) as T;
+}

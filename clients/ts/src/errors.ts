@@ -32,7 +32,8 @@ export interface FieldViolation {
  * `fieldViolations` the BadRequest violations of an INVALID_ARGUMENT.
  */
 export class ContextdError extends ConnectError {
-  override name = "ContextdError";
+  // Its name stays "ConnectError", which is what ConnectError's own instanceof check reads, so that
+  // code catching ConnectError (and ConnectError.from) keeps working on these errors.
   readonly reason: string;
   readonly errorMetadata: Readonly<Record<string, string>>;
   readonly fieldViolations: readonly FieldViolation[];
@@ -43,6 +44,12 @@ export class ContextdError extends ConnectError {
     this.errorMetadata = options.errorMetadata ?? {};
     this.fieldViolations = options.fieldViolations ?? [];
   }
+
+  // ConnectError's instanceof accepts any error shaped like one; a subclass needs the plain
+  // prototype check, or every ConnectError would pass for a VersionConflictError.
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return Function.prototype[Symbol.hasInstance].call(this, value);
+  }
 }
 
 /**
@@ -51,7 +58,6 @@ export class ContextdError extends ConnectError {
  * `contextd-current-version` trailer or the message), undefined when it did not say.
  */
 export class VersionConflictError extends ContextdError {
-  override name = "VersionConflictError";
   readonly currentVersion: bigint | undefined;
 
   constructor(message: string, currentVersion: bigint | undefined, options: ConstructorParameters<typeof ContextdError>[2] = {}) {
@@ -67,7 +73,6 @@ export class VersionConflictError extends ContextdError {
  * DEADLINE_EXCEEDED, or RESOURCE_EXHAUSTED for an answer over the receive limit); `code` is its code.
  */
 export class OutcomeUnknownError extends ContextdError {
-  override name = "OutcomeUnknownError";
   readonly idempotencyKey: string;
   readonly last: ContextdError;
 

@@ -60,7 +60,7 @@ export class Deadline {
 
   /** Milliseconds left (at least 0), or undefined when unbounded. */
   remaining(): number | undefined {
-    return this.at === undefined ? undefined : Math.max(this.at - performance.now(), 0);
+    return this.at === undefined ? undefined : Math.max(Math.ceil(this.at - performance.now()), 0);
   }
 
   /** Whether a pause of `ms` still leaves time for another try. */

@@ -19,6 +19,7 @@ printf '{ "name": "contextd-client-e2e", "private": true, "type": "module" }\n' 
 # Offline when the repository's `npm ci` already cached the dependencies; the registry otherwise.
 npm install --prefer-offline --no-audit --no-fund --loglevel=error "$work/$tarball"
 cp -R "$package_dir/test" test
+cp "$repo/test/support/tls-certificates.ts" test/tls-certificates.ts
 cp -R "$repo/examples/typescript" examples
 cat >tsconfig.json <<JSON
 {

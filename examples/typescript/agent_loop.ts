@@ -20,33 +20,42 @@ async function model(body: { messages: ChatMessage[] }): Promise<ChatCompletion>
   return { id: "stub", object: "chat.completion", model: "stub", choices: [{ index: 0, finish_reason: message.tool_calls ? "tool_calls" : "stop", message }] };
 }
 
+/** The user's side of the stub conversation: a question that needs a tool every other turn. */
+function userMessage(turn: number): string {
+  return turn % 2 === 1 ? `What's the weather in Oslo? (turn ${turn}) ${"Some context. ".repeat(20)}` : `Thanks! (turn ${turn})`;
+}
+
 /** Stub tool. */
 function runTool(call: ToolCall): string {
   return call.function.name === "weather" ? "4°C, light rain" : `unknown tool ${call.function.name}`;
 }
 
-// --- the loop (docs/typescript-client.md counts the lines from here to the end) ---
+// --- the loop: docs/typescript-client.md counts the lines from here to the end marker ---
 const client = new Client({ address: process.env.CONTEXTD_ADDRESS });
 await client.waitReady();
-const request = { conversationId: "example-" + randomUUID(), budget: { maxTokens: 600n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" } };
+const conversationId = "example-" + randomUUID();
+const render = { provider: Provider.OPENAI_CHAT, model: "gpt-4o" };
+const request = { conversationId, budget: { maxTokens: 600n }, render };
 let version = 0n;
 let produced: Delta[] = [];
 for (let turn = 1; turn <= 20; turn++) {
-  produced.push(appendUser(turn % 2 === 1 ? `What's the weather in Oslo? (turn ${turn}) ${"Some context. ".repeat(20)}` : `Thanks! (turn ${turn})`));
+  produced.push(appendUser(userMessage(turn)));
   for (;;) {
     const compiled = await client.turn(request, version, produced);
     version = compiled.committedVersion;
     const completion = await model(renderedBody(compiled));
     const calls = completion.choices[0]!.message.tool_calls ?? [];
-    produced = [appendProviderResponse(Provider.OPENAI_CHAT, completion), ...calls.map((c) => appendToolResult(c.id, c.function.name, textPayload(runTool(c))))];
+    produced = [appendProviderResponse(Provider.OPENAI_CHAT, completion)];
+    for (const c of calls) produced.push(appendToolResult(c.id, c.function.name, textPayload(runTool(c))));
     if (calls.length === 0) break;
   }
 }
-await client.commit({ conversationId: request.conversationId, expectedVersion: version, deltas: produced }).catch((error: ContextdError) => {
+await client.commit({ conversationId, expectedVersion: version, deltas: produced }).catch((error: ContextdError) => {
   console.error(error.message);
   process.exit(1);
 });
+// --- end of the loop ---
 const last = await client.compile(request);
-const stored = await client.getState({ conversationId: request.conversationId });
+const stored = await client.getState({ conversationId });
 console.log(`20 turns: version ${stored.state!.version}, ${stored.state!.history.length} messages stored, ${last.result!.payload!.history.length} in the last prompt`);
 client.close();

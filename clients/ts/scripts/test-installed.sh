@@ -21,6 +21,8 @@ npm install --prefer-offline --no-audit --no-fund --loglevel=error "$work/$tarba
 cp -R "$package_dir/test" test
 cp "$repo/test/support/tls-certificates.ts" test/tls-certificates.ts
 cp -R "$repo/examples/typescript" examples
+# The "Ten lines" example of docs/typescript-client.md, as a file: type-checked and run like the others.
+awk '/^## Ten lines/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/docs/typescript-client.md" >examples/ten_lines.ts
 cat >tsconfig.json <<JSON
 {
   "compilerOptions": {

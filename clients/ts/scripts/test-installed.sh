@@ -19,7 +19,9 @@ printf '{ "name": "contextd-client-e2e", "private": true, "type": "module" }\n' 
 # Offline when the repository's `npm ci` already cached the dependencies; the registry otherwise.
 npm install --prefer-offline --no-audit --no-fund --loglevel=error "$work/$tarball"
 cp -R "$package_dir/test" test
+# Two helpers of the repository's test/support (node: imports only) that the tests share with vitest's.
 cp "$repo/test/support/tls-certificates.ts" test/tls-certificates.ts
+cp "$repo/test/support/redis.ts" test/redis.ts
 cp -R "$repo/examples/typescript" examples
 # The "Ten lines" example of docs/typescript-client.md, as a file: type-checked and run like the others.
 awk '/^## Ten lines/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/docs/typescript-client.md" >examples/ten_lines.ts

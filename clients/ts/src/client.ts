@@ -366,6 +366,7 @@ export class Client {
     const timeoutMs = options.timeoutMs === undefined || options.timeoutMs <= 0 ? undefined : options.timeoutMs;
     const outbox = new Outbox<CompileSessionRequest>();
     outbox.push(create(CompileSessionRequestSchema, { kind: { case: "compile", value: keyed } }));
+    let summarizeFailure: Error | undefined;
     try {
       for await (const response of this.contexts.compileSession(outbox, { signal: AbortSignal.any(signals), timeoutMs, headers: options.headers })) {
         if (response.kind.case === "summarizeRequest") {
@@ -374,8 +375,10 @@ export class Client {
           try {
             answer = await summarize(asked.messages, asked.targetTokens, asked);
           } catch (error) {
-            cancel.abort(error);
-            throw new Error(`contextd: summarize ${asked.messages.length} messages (${asked.reason}): ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+            const why = error instanceof Error ? error.message : String(error);
+            summarizeFailure = new Error(`contextd: summarize ${asked.messages.length} messages (${asked.reason}): ${why}`, { cause: error });
+            cancel.abort(summarizeFailure);
+            throw summarizeFailure;
           }
           const [summary, facts] = "summary" in answer ? [answer.summary, answer.remember ?? []] : [answer, []];
           outbox.push(create(CompileSessionRequestSchema, { kind: { case: "summarizeResponse", value: { requestId: asked.requestId, summary, remember: facts } } }));
@@ -384,8 +387,7 @@ export class Client {
         }
       }
     } catch (thrown) {
-      if (thrown instanceof Error && thrown.message.startsWith("contextd: summarize")) throw thrown;
-      throw toContextdError(thrown);
+      throw thrown === summarizeFailure ? thrown : toContextdError(thrown);
     } finally {
       outbox.close();
     }

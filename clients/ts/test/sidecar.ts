@@ -14,11 +14,12 @@ export interface Sidecar {
 export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<Sidecar> {
   const main = process.env.CONTEXTD_MAIN;
   if (!main) throw new Error("CONTEXTD_MAIN must name the sidecar's dist/src/main.js");
-  const child = spawn(process.execPath, [main, "--port", "0", ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const port = args.includes("--port") ? [] : ["--port", "0"];
+  const child = spawn(process.execPath, [main, ...port, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const lines = createInterface({ input: child.stdout! });
-  const port = await new Promise<number>((resolve, reject) => {
+  const listening = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`sidecar did not start in 15 s: ${stderr}`)), 15_000);
     child.once("exit", (code) => reject(new Error(`sidecar exited with ${code} before listening: ${stderr}`)));
     lines.on("line", (line) => {
@@ -34,7 +35,7 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
     });
   });
   return {
-    address: `127.0.0.1:${port}`,
+    address: `127.0.0.1:${listening}`,
     process: child,
     async stop() {
       if (child.exitCode !== null) return;

@@ -138,6 +138,18 @@ for (const [protocol] of protocols) {
       assert.equal(shape(state.state!.history), "USER:text ASSISTANT:text USER:text ASSISTANT:text");
     });
 
+    test("the default limits carry a 5 MiB commit and a compile answer over 4 MiB", async () => {
+      const client = dial({ protocol });
+      const conversationId = freshId("large");
+      const deltas = [];
+      for (let i = 0; i < 5; i++) deltas.push(appendUser(String.fromCharCode(97 + i).repeat(1 << 20)), appendAssistant("noted"));
+      const committed = await client.commit({ conversationId, deltas });
+      const compiled = await client.compile({ conversationId, render: openai });
+      assert.equal(compiled.result!.payload!.history.length, 10);
+      assert.equal(compiled.result!.version, committed.version);
+      assert.ok(compiled.result!.rendered!.json.length > 5 * (1 << 20), "the answer carries the 5 MiB twice (payload and rendered body)");
+    });
+
     test("appendProviderResponse stores a provider's answer as the assistant turn", async () => {
       const client = dial({ protocol });
       const conversationId = freshId("provider");

@@ -185,6 +185,29 @@ for (const [protocol] of protocols) {
   });
 }
 
+test("a commit whose deadline runs out is of unknown outcome; sent again with its key it is stored once", async () => {
+  const client = dial();
+  const conversationId = freshId("deadline");
+  await client.commit({ conversationId, deltas: [remember("first")] });
+  const request = { conversationId, deltas: [appendUser("maybe"), appendAssistant("ok")] };
+  // A frozen sidecar cannot answer: the deadline runs out whatever the machine's speed. Thawed, it
+  // may still apply the request it had received, which is why the outcome is unknown.
+  sidecar.process.kill("SIGSTOP");
+  let unknown: unknown;
+  try {
+    unknown = await client.commit(request, { timeoutMs: 300 }).catch((e: unknown) => e);
+  } finally {
+    sidecar.process.kill("SIGCONT");
+  }
+  assert.ok(unknown instanceof OutcomeUnknownError, String(unknown));
+  assert.equal(unknown.code, Code.DeadlineExceeded);
+  await client.commit({ ...request, idempotencyKey: unknown.idempotencyKey });
+  const again = await client.commit({ ...request, idempotencyKey: unknown.idempotencyKey });
+  assert.ok(again.replayed);
+  const state = await client.getState({ conversationId });
+  assert.equal(shape(state.state!.history), "USER:text ASSISTANT:text");
+});
+
 test("a commit to a sidecar that does not answer is reported as of unknown outcome, naming its key", async () => {
   const client = dial({ address: "127.0.0.1:9", retry: { maxAttempts: 3, initialBackoffMs: 1, maxBackoffMs: 5, multiplier: 2 } });
   const unknown = await client.commit({ conversationId: "nowhere", deltas: [remember("x")], idempotencyKey: "mine" }).catch((e: unknown) => e);

@@ -67,7 +67,7 @@ export interface TlsOptions {
 }
 
 export interface ClientOptions {
-  /** "host:port" of the sidecar; DEFAULT_ADDRESS when unset. */
+  /** "host:port" of the sidecar; DEFAULT_ADDRESS when unset or empty. */
   address?: string;
   /**
    * "grpc" (default): gRPC over HTTP/2, every RPC including the CompileSession stream. "connect":
@@ -145,7 +145,7 @@ export class Client {
     this.conflictAttempts = Math.max(options.conflictAttempts ?? 10, 1);
     this.protocol = options.protocol ?? "grpc";
     const tls = options.tls === true ? {} : options.tls || undefined;
-    const baseUrl = `${tls ? "https" : "http"}://${options.address ?? DEFAULT_ADDRESS}`;
+    const baseUrl = `${tls ? "https" : "http"}://${options.address || DEFAULT_ADDRESS}`;
     const interceptors: Interceptor[] = [];
     if (options.token !== undefined) {
       const authorization = `Bearer ${options.token}`;

@@ -18,6 +18,7 @@ import { segmentField, segmentRenderingOrder } from "../model/segments.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { renderView } from "../views/views.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
+import { applySystemPrompt } from "./system-prompt.js";
 import { applyBudget } from "./budget.js";
 import { payloadOf } from "./persistence.js";
 import type { CompileContext } from "./compile-context.js";
@@ -142,6 +143,7 @@ async function segmentProjection(
   // A target repeats the presentation stages: between them the event loop gets its turn when due.
   const clock = work.deadline;
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  if (included.has(Segment.SYSTEM)) applySystemPrompt(work);
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
   await applyHooks(work);

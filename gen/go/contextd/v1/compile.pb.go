@@ -642,8 +642,9 @@ const (
 	TransformationAction_TRANSFORMATION_ACTION_FORMATTED TransformationAction = 2
 	// Left out of the prompt: by the budget (TOKEN_BUDGET_EXCEEDED, whatever the strategy),
 	// for alignment (HISTORY_ALIGNMENT), replaced by a summary (SUMMARIZED) or by a repair
-	// (TOOL_ROUND_REPAIR, TOOL_ARGUMENTS_REPAIR). Dropped messages are left out of the persistence
-	// projection too. Was TRUNCATED (same number); EVICTED (4) is gone, its records are DROPPED.
+	// (TOOL_ROUND_REPAIR, TOOL_ARGUMENTS_REPAIR), or emptied by the system-prompt assembly
+	// (SYSTEM_PROMPT_ASSEMBLY). Dropped messages are left out of the persistence projection too,
+	// except SYSTEM_PROMPT_ASSEMBLY ones, which persist unchanged. Was TRUNCATED (same number); EVICTED (4) is gone, its records are DROPPED.
 	TransformationAction_TRANSFORMATION_ACTION_DROPPED TransformationAction = 3
 )
 
@@ -726,6 +727,11 @@ const (
 	TransformationReason_TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR TransformationReason = 14
 	// Dropped after trimming so that history starts on a user turn (see `Budget.history_start`).
 	TransformationReason_TRANSFORMATION_REASON_HISTORY_ALIGNMENT TransformationReason = 15
+	// Part of the system-prompt assembly (see `SystemPromptOptions`): a block the compile built
+	// (PASSED, sent by default unlike other PASSED records), or a system message whose existing
+	// tool-call rules block was taken out (FORMATTED, or DROPPED when nothing else was left; such a
+	// DROPPED message still persists).
+	TransformationReason_TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY TransformationReason = 40
 )
 
 // Enum value maps for TransformationReason.
@@ -747,6 +753,7 @@ var (
 		13: "TRANSFORMATION_REASON_UNCHANGED",
 		14: "TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR",
 		15: "TRANSFORMATION_REASON_HISTORY_ALIGNMENT",
+		40: "TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY",
 	}
 	TransformationReason_value = map[string]int32{
 		"TRANSFORMATION_REASON_UNSPECIFIED":             0,
@@ -765,6 +772,7 @@ var (
 		"TRANSFORMATION_REASON_UNCHANGED":               13,
 		"TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR":   14,
 		"TRANSFORMATION_REASON_HISTORY_ALIGNMENT":       15,
+		"TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY":  40,
 	}
 )
 
@@ -2125,7 +2133,10 @@ type CompileRequest struct {
 	ToolArgumentsRepair ToolArgumentsRepair `protobuf:"varint,26,opt,name=tool_arguments_repair,json=toolArgumentsRepair,proto3,enum=contextd.v1.ToolArgumentsRepair" json:"tool_arguments_repair,omitempty"`
 	// Parts of the result to send beyond the default (see `CompileResult`). Unset and unknown values
 	// are INVALID_ARGUMENT; a value given twice counts once.
-	Include       []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
+	Include []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
+	// Compile-only blocks assembled into the system segment from the tool definitions (see
+	// `SystemPromptOptions`). Absent = none: the system segment is sent as it is.
+	SystemPrompt  *SystemPromptOptions `protobuf:"bytes,40,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2342,6 +2353,95 @@ func (x *CompileRequest) GetInclude() []CompileResultPart {
 	return nil
 }
 
+func (x *CompileRequest) GetSystemPrompt() *SystemPromptOptions {
+	if x != nil {
+		return x.SystemPrompt
+	}
+	return nil
+}
+
+// Turns on the system-prompt blocks a compile assembles from the tool definitions (docs/system-prompt.md
+// has their exact text). Both blocks are SYSTEM messages of the system segment that exist only in
+// this compile: they are counted against the budget like the rest of the system segment (reserved
+// before any history), listed in `CompileResult.introduced` and recorded in `transformations` as
+// PASSED with reason SYSTEM_PROMPT_ASSEMBLY (records sent by default), and never appear in
+// `persistence`, the writeback or anything a compile-commit stores. They are built after deferred
+// blocks and before hooks, so hooks, role projection, formatters (for example a `join` of the
+// system segment into one message) and text replacements see them like any system message. The
+// same definitions in any order give byte-identical blocks.
+//
+// Which system prompt a compile starts from (the precedence): the request's `system` when present
+// (even empty), else the stored system segment of a stateful compile, else none. The experiences
+// block (the request's `experiences` when present, else the stored ones) follows the system
+// segment's own messages; messages with a SYSTEM role in history stay where they are and are never
+// promoted. With the blocks on, the system segment sent is: the tool guidance block, then the
+// system segment's messages (with any existing tool-call rules block taken out of their text),
+// then the experiences block, then the tool-call rules block.
+type SystemPromptOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Put a tool guidance block first in the system segment: one entry per tool definition with a
+	// name (a name of only whitespace counts as none), sorted by name (UTF-16 code-unit order),
+	// each with its description, its `best_practices` (see there) and its `prompt_injection`.
+	// Message id "system_prompt:tool_guidance". No definition with a name = no block. Two
+	// definitions with one name are INVALID_ARGUMENT naming both indexes.
+	ToolGuidance bool `protobuf:"varint,1,opt,name=tool_guidance,json=toolGuidance,proto3" json:"tool_guidance,omitempty"`
+	// Put the tool-call rules block last in the system segment: a fixed list of rules that tell the
+	// model to call tools through the provider's structured tool-call channel, to keep reasoning and
+	// final answers in the assistant text, and to keep tool arguments and results out of that text.
+	// Message id "system_prompt:tool_call_rules". A rules block already in a system-segment message's
+	// text (from "<tool_call_rules>" to the next "</tool_call_rules>") is taken out of that message
+	// for this compile, so the rules appear once: the message is sent FORMATTED (reason
+	// SYSTEM_PROMPT_ASSEMBLY), or left out (DROPPED, same reason) when nothing else is left of it;
+	// either way the stored message is unchanged and persists as it is.
+	ToolCallRules bool `protobuf:"varint,2,opt,name=tool_call_rules,json=toolCallRules,proto3" json:"tool_call_rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemPromptOptions) Reset() {
+	*x = SystemPromptOptions{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemPromptOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemPromptOptions) ProtoMessage() {}
+
+func (x *SystemPromptOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemPromptOptions.ProtoReflect.Descriptor instead.
+func (*SystemPromptOptions) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SystemPromptOptions) GetToolGuidance() bool {
+	if x != nil {
+		return x.ToolGuidance
+	}
+	return false
+}
+
+func (x *SystemPromptOptions) GetToolCallRules() bool {
+	if x != nil {
+		return x.ToolCallRules
+	}
+	return false
+}
+
 // The final record of one message in a compile.
 type Transformation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2357,7 +2457,7 @@ type Transformation struct {
 
 func (x *Transformation) Reset() {
 	*x = Transformation{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[18]
+	mi := &file_contextd_v1_compile_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2469,7 @@ func (x *Transformation) String() string {
 func (*Transformation) ProtoMessage() {}
 
 func (x *Transformation) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[18]
+	mi := &file_contextd_v1_compile_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2482,7 @@ func (x *Transformation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transformation.ProtoReflect.Descriptor instead.
 func (*Transformation) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{18}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Transformation) GetAction() TransformationAction {
@@ -2424,7 +2524,7 @@ type WritebackMessage struct {
 
 func (x *WritebackMessage) Reset() {
 	*x = WritebackMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[19]
+	mi := &file_contextd_v1_compile_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2536,7 @@ func (x *WritebackMessage) String() string {
 func (*WritebackMessage) ProtoMessage() {}
 
 func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[19]
+	mi := &file_contextd_v1_compile_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2549,7 @@ func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WritebackMessage.ProtoReflect.Descriptor instead.
 func (*WritebackMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{19}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WritebackMessage) GetSegment() Segment {
@@ -2499,7 +2599,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2611,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2624,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{20}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Snapshot) GetSystem() []*Message {
@@ -2576,7 +2676,7 @@ type Writeback struct {
 
 func (x *Writeback) Reset() {
 	*x = Writeback{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2688,7 @@ func (x *Writeback) String() string {
 func (*Writeback) ProtoMessage() {}
 
 func (x *Writeback) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2701,7 @@ func (x *Writeback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeback.ProtoReflect.Descriptor instead.
 func (*Writeback) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Writeback) GetMessages() []*WritebackMessage {
@@ -2631,7 +2731,7 @@ type IntroducedMessage struct {
 
 func (x *IntroducedMessage) Reset() {
 	*x = IntroducedMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2743,7 @@ func (x *IntroducedMessage) String() string {
 func (*IntroducedMessage) ProtoMessage() {}
 
 func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2756,7 @@ func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroducedMessage.ProtoReflect.Descriptor instead.
 func (*IntroducedMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IntroducedMessage) GetSegment() Segment {
@@ -2688,7 +2788,7 @@ type CompileSource struct {
 
 func (x *CompileSource) Reset() {
 	*x = CompileSource{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2800,7 @@ func (x *CompileSource) String() string {
 func (*CompileSource) ProtoMessage() {}
 
 func (x *CompileSource) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2813,7 @@ func (x *CompileSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSource.ProtoReflect.Descriptor instead.
 func (*CompileSource) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CompileSource) GetSnapshot() *Snapshot {
@@ -2758,7 +2858,7 @@ type CompiledPayload struct {
 
 func (x *CompiledPayload) Reset() {
 	*x = CompiledPayload{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2870,7 @@ func (x *CompiledPayload) String() string {
 func (*CompiledPayload) ProtoMessage() {}
 
 func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2883,7 @@ func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompiledPayload.ProtoReflect.Descriptor instead.
 func (*CompiledPayload) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CompiledPayload) GetSystem() []*Message {
@@ -2846,7 +2946,7 @@ type RenderedRequest struct {
 
 func (x *RenderedRequest) Reset() {
 	*x = RenderedRequest{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +2958,7 @@ func (x *RenderedRequest) String() string {
 func (*RenderedRequest) ProtoMessage() {}
 
 func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +2971,7 @@ func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderedRequest.ProtoReflect.Descriptor instead.
 func (*RenderedRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenderedRequest) GetProvider() Provider {
@@ -2926,7 +3026,7 @@ type Projection struct {
 
 func (x *Projection) Reset() {
 	*x = Projection{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3038,7 @@ func (x *Projection) String() string {
 func (*Projection) ProtoMessage() {}
 
 func (x *Projection) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3051,7 @@ func (x *Projection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Projection.ProtoReflect.Descriptor instead.
 func (*Projection) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Projection) GetName() string {
@@ -3022,7 +3122,7 @@ type Persistence struct {
 
 func (x *Persistence) Reset() {
 	*x = Persistence{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3134,7 @@ func (x *Persistence) String() string {
 func (*Persistence) ProtoMessage() {}
 
 func (x *Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3147,7 @@ func (x *Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Persistence.ProtoReflect.Descriptor instead.
 func (*Persistence) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Persistence) GetSystem() []*Message {
@@ -3121,7 +3221,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3233,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3246,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Usage) GetSystem() int64 {
@@ -3246,7 +3346,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3258,7 +3358,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3271,7 +3371,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Warning) GetCode() string {
@@ -3301,7 +3401,7 @@ type StageTiming struct {
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3413,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3426,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StageTiming) GetStage() string {
@@ -3363,7 +3463,8 @@ type CompileResult struct {
 	// What to write back: the assigned ids always, the snapshot only with
 	// COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT.
 	Writeback *Writeback `protobuf:"bytes,5,opt,name=writeback,proto3" json:"writeback,omitempty"`
-	// Messages added by the compile (deferred blocks, artifacts, summaries), pre-transform.
+	// Messages added by the compile (deferred blocks, artifacts, summaries, the experiences block,
+	// the system-prompt blocks), pre-transform.
 	Introduced []*IntroducedMessage `protobuf:"bytes,6,rep,name=introduced,proto3" json:"introduced,omitempty"`
 	// Message id → final record, for the main payload. By default only messages that were not sent
 	// unchanged and not dropped by the budget: FORMATTED records, and DROPPED records whose reason
@@ -3397,7 +3498,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3510,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3523,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CompileResult) GetPayload() *CompiledPayload {
@@ -3548,7 +3649,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3560,7 +3661,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3594,7 +3695,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3707,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3745,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3757,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3805,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +3817,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3752,7 +3853,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3865,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3895,7 +3996,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12*\n" +
-	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xa0\f\n" +
+	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xe7\f\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -3925,10 +4026,14 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
 	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12T\n" +
 	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x128\n" +
-	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x1a>\n" +
+	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x12E\n" +
+	"\rsystem_prompt\x18( \x01(\v2 .contextd.v1.SystemPromptOptionsR\fsystemPrompt\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\xb6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"b\n" +
+	"\x13SystemPromptOptions\x12#\n" +
+	"\rtool_guidance\x18\x01 \x01(\bR\ftoolGuidance\x12&\n" +
+	"\x0ftool_call_rules\x18\x02 \x01(\bR\rtoolCallRules\"\xb6\x01\n" +
 	"\x0eTransformation\x129\n" +
 	"\x06action\x18\x01 \x01(\x0e2!.contextd.v1.TransformationActionR\x06action\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\x12.\n" +
@@ -4085,7 +4190,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
 	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12!\n" +
-	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xdf\x05\n" +
+	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\x91\x06\n" +
 	"\x14TransformationReason\x12%\n" +
 	"!TRANSFORMATION_REASON_UNSPECIFIED\x10\x00\x12+\n" +
 	"'TRANSFORMATION_REASON_PROTECTED_PENDING\x10\x01\x12.\n" +
@@ -4103,7 +4208,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	" TRANSFORMATION_REASON_SUMMARIZED\x10\f\x12#\n" +
 	"\x1fTRANSFORMATION_REASON_UNCHANGED\x10\r\x12/\n" +
 	"+TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR\x10\x0e\x12+\n" +
-	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0fB\xac\x01\n" +
+	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0f\x120\n" +
+	",TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY\x10(B\xac\x01\n" +
 	"\x0fcom.contextd.v1B\fCompileProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -4119,7 +4225,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4151,74 +4257,75 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*Target)(nil),                    // 27: contextd.v1.Target
 	(*CommitOptions)(nil),             // 28: contextd.v1.CommitOptions
 	(*CompileRequest)(nil),            // 29: contextd.v1.CompileRequest
-	(*Transformation)(nil),            // 30: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 31: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 32: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 33: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 34: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 35: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 36: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 37: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 38: contextd.v1.Projection
-	(*Persistence)(nil),               // 39: contextd.v1.Persistence
-	(*Usage)(nil),                     // 40: contextd.v1.Usage
-	(*Warning)(nil),                   // 41: contextd.v1.Warning
-	(*StageTiming)(nil),               // 42: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 43: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 44: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 45: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 46: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 47: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 48: contextd.v1.RoleProjection.Rule
-	nil,                               // 49: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 50: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 51: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 52: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 53: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 54: contextd.v1.Experience
-	(Provider)(0),                     // 55: contextd.v1.Provider
-	(Role)(0),                         // 56: contextd.v1.Role
-	(Segment)(0),                      // 57: contextd.v1.Segment
-	(MergePolicy)(0),                  // 58: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 59: contextd.v1.Delta
-	(*Artifact)(nil),                  // 60: contextd.v1.Artifact
-	(ActorKind)(0),                    // 61: contextd.v1.ActorKind
+	(*SystemPromptOptions)(nil),       // 30: contextd.v1.SystemPromptOptions
+	(*Transformation)(nil),            // 31: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 32: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 33: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 34: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 35: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 36: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 37: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 38: contextd.v1.RenderedRequest
+	(*Projection)(nil),                // 39: contextd.v1.Projection
+	(*Persistence)(nil),               // 40: contextd.v1.Persistence
+	(*Usage)(nil),                     // 41: contextd.v1.Usage
+	(*Warning)(nil),                   // 42: contextd.v1.Warning
+	(*StageTiming)(nil),               // 43: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 44: contextd.v1.CompileResult
+	(*SegmentFormatter_XmlTag)(nil),   // 45: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 46: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 47: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 48: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 49: contextd.v1.RoleProjection.Rule
+	nil,                               // 50: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 51: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 52: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 53: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 54: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 55: contextd.v1.Experience
+	(Provider)(0),                     // 56: contextd.v1.Provider
+	(Role)(0),                         // 57: contextd.v1.Role
+	(Segment)(0),                      // 58: contextd.v1.Segment
+	(MergePolicy)(0),                  // 59: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 60: contextd.v1.Delta
+	(*Artifact)(nil),                  // 61: contextd.v1.Artifact
+	(ActorKind)(0),                    // 62: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	52,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	53,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	54,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	52,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	52,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	53,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	54,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	55,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	53,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	53,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	55,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	56,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	56,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	57,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
-	57,  // 14: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	52,  // 15: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	58,  // 16: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	58,  // 14: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	53,  // 15: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	59,  // 16: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 17: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	20,  // 18: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	57,  // 19: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	58,  // 19: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	21,  // 20: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	57,  // 21: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	44,  // 22: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	45,  // 23: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	46,  // 24: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	47,  // 25: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	48,  // 26: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	57,  // 27: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	55,  // 28: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	57,  // 29: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	58,  // 21: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	45,  // 22: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	46,  // 23: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	47,  // 24: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	48,  // 25: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	49,  // 26: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	58,  // 27: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	56,  // 28: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	58,  // 29: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 30: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	23,  // 31: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	26,  // 32: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	59,  // 33: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	60,  // 33: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 34: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 35: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 36: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -4226,79 +4333,80 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 38: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 39: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 40: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	52,  // 41: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	60,  // 42: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	53,  // 41: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	61,  // 42: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 43: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 44: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 45: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
 	19,  // 46: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	49,  // 47: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	50,  // 47: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
 	22,  // 48: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
 	23,  // 49: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
 	24,  // 50: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	25,  // 51: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	27,  // 52: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	52,  // 53: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	53,  // 53: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	26,  // 54: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	28,  // 55: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 56: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
 	9,   // 57: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
-	10,  // 58: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
-	11,  // 59: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	57,  // 60: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	57,  // 61: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	52,  // 62: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	52,  // 63: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	52,  // 64: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	52,  // 65: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	60,  // 66: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	31,  // 67: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	32,  // 68: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	57,  // 69: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	52,  // 70: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	32,  // 71: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	52,  // 72: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	15,  // 73: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	52,  // 74: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	52,  // 75: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	52,  // 76: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	52,  // 77: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	52,  // 78: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	53,  // 79: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	55,  // 80: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	41,  // 81: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	52,  // 82: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	50,  // 83: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	37,  // 84: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	40,  // 85: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	52,  // 86: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	52,  // 87: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	52,  // 88: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	52,  // 89: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	60,  // 90: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 91: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	36,  // 92: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	37,  // 93: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	35,  // 94: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	32,  // 95: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	33,  // 96: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	34,  // 97: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	51,  // 98: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	38,  // 99: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	39,  // 100: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	40,  // 101: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	41,  // 102: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	42,  // 103: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	56,  // 104: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	61,  // 105: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	56,  // 106: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	30,  // 107: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	30,  // 108: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	109, // [109:109] is the sub-list for method output_type
-	109, // [109:109] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	30,  // 58: contextd.v1.CompileRequest.system_prompt:type_name -> contextd.v1.SystemPromptOptions
+	10,  // 59: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
+	11,  // 60: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
+	58,  // 61: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	58,  // 62: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	53,  // 63: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	53,  // 64: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	53,  // 65: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	53,  // 66: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	61,  // 67: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	32,  // 68: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	33,  // 69: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	58,  // 70: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	53,  // 71: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	33,  // 72: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	53,  // 73: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	15,  // 74: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	53,  // 75: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	53,  // 76: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	53,  // 77: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	53,  // 78: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	53,  // 79: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	54,  // 80: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	56,  // 81: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	42,  // 82: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	53,  // 83: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	51,  // 84: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	38,  // 85: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	41,  // 86: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	53,  // 87: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	53,  // 88: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	53,  // 89: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	53,  // 90: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	61,  // 91: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 92: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	37,  // 93: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	38,  // 94: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	36,  // 95: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	33,  // 96: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	34,  // 97: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	35,  // 98: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	52,  // 99: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	39,  // 100: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	40,  // 101: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	41,  // 102: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	42,  // 103: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	43,  // 104: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	57,  // 105: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	62,  // 106: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	57,  // 107: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	31,  // 108: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	31,  // 109: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	110, // [110:110] is the sub-list for method output_type
+	110, // [110:110] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4324,7 +4432,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -32,7 +32,7 @@ import { showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { newRecords, recordPassed, type CompileWork } from "./working-set.js";
 
 /**
- * Target validation (stage 12): names required and unique, views known and not combined with
+ * Target validation (stage 13): names required and unique, views known and not combined with
  * segments, budget, formatters or render, segments known. Runs before any stage so a bad target
  * fails fast.
  */

@@ -77,14 +77,20 @@ describe("occursIn", () => {
     expect(occursIn("abc", ["abc", "abc"])).toEqual([true, true]);
   });
 
-  it("agrees with includes on random texts", () => {
+  it("agrees with includes on random texts, small (searched with includes) and large (the automaton)", () => {
     let seed = 11;
     const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31);
-    const word = (length: number) => Array.from({ length }, () => "ab"[next() % 2]).join("");
-    for (let round = 0; round < 300; round++) {
-      const haystack = word(next() % 40);
-      const needles = Array.from({ length: 1 + (next() % 6) }, () => word(1 + (next() % 6)));
-      expect(occursIn(haystack, needles)).toEqual(needles.map((needle) => haystack.includes(needle)));
+    const word = (length: number, letters: string) => Array.from({ length }, () => letters[next() % letters.length]).join("");
+    for (const [rounds, haystackLength, needleLength, letters] of [
+      [300, 40, 6, "ab"],
+      [40, 3_000, 40, "ab"],
+      [40, 3_000, 12, "abc"],
+    ] as const) {
+      for (let round = 0; round < rounds; round++) {
+        const haystack = word(next() % haystackLength, letters);
+        const needles = Array.from({ length: 1 + (next() % 30) }, () => word(1 + (next() % needleLength), letters));
+        expect(occursIn(haystack, needles)).toEqual(needles.map((needle) => haystack.includes(needle)));
+      }
     }
   });
 

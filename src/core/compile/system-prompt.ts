@@ -25,6 +25,9 @@ import { setRecord, type CompileWork } from "./working-set.js";
  * (`checkToolDefinitionTexts` in deltas/tool-definitions.ts).
  */
 
+/** Haystack × total needle length up to which `occursIn` searches with `includes`. */
+const naiveSearchBound = 1 << 16;
+
 export const toolGuidanceId = "system_prompt:tool_guidance";
 export const toolCallRulesId = "system_prompt:tool_call_rules";
 
@@ -98,68 +101,87 @@ export function normalizePractice(text: string): string {
 /**
  * For each needle, whether it occurs in `haystack`: one Aho–Corasick automaton over the needles,
  * one scan of the haystack. Time is linear in the haystack plus the needles' length (each
- * node's chain of shorter matches is walked at most once), whatever the texts.
+ * node's chain of shorter matches is walked at most once), whatever the texts. A needle longer
+ * than the haystack cannot occur and is not added.
+ *
+ * The trie is flat typed arrays: most nodes have one child (a practice is a chain), kept in
+ * `firstCode`/`firstChild`; a node that branches keeps its other children in a Map of its own.
+ * (One Map keyed by node × 65536 + code took 0.4 µs per node: its keys outgrow small integers.)
  */
 export function occursIn(haystack: string, needles: readonly string[]): boolean[] {
-  const found = needles.map(() => false);
-  // Node 0 is the root; edges in one map keyed by node × 65536 + code unit.
-  const edges = new Map<number, number>();
-  const ending: number[] = [-1];
+  const found = needles.map((needle) => needle === "");
+  let capacity = 1;
+  for (const needle of needles) if (needle.length <= haystack.length) capacity += needle.length;
+  if (capacity === 1) return found;
+  // Small inputs: `includes` compares at most haystack × needle characters per needle, so below
+  // this product its worst case is a constant, and it skips building the automaton (which cost
+  // 40 µs per tool of 10 practices, most of the assembly's time).
+  if (haystack.length * (capacity - 1) <= naiveSearchBound) {
+    return needles.map((needle, index) => found[index]! || (needle.length <= haystack.length && haystack.includes(needle)));
+  }
+  const firstCode = new Int32Array(capacity).fill(-1);
+  const firstChild = new Int32Array(capacity);
+  const more: (Map<number, number> | undefined)[] = [];
+  // The needle that ends at a node (-1 = none); a repeated needle shares its first one's answer.
+  const ending = new Int32Array(capacity).fill(-1);
   const repeats: [number, number][] = [];
+  let nodeCount = 1;
+  const child = (node: number, code: number): number => {
+    if (firstCode[node] === code) return firstChild[node]!;
+    return more[node]?.get(code) ?? -1;
+  };
   for (const [needleIndex, needle] of needles.entries()) {
-    if (needle === "") {
-      found[needleIndex] = true;
-      continue;
-    }
+    if (needle === "" || needle.length > haystack.length) continue;
     let node = 0;
     for (let index = 0; index < needle.length; index++) {
-      const key = node * 65536 + needle.charCodeAt(index);
-      let next = edges.get(key);
-      if (next === undefined) {
-        next = ending.length;
-        ending.push(-1);
-        edges.set(key, next);
+      const code = needle.charCodeAt(index);
+      let next = child(node, code);
+      if (next < 0) {
+        next = nodeCount++;
+        if (firstCode[node] === -1) {
+          firstCode[node] = code;
+          firstChild[node] = next;
+        } else {
+          (more[node] ??= new Map()).set(code, next);
+        }
       }
       node = next;
     }
-    // A repeated needle shares the node of its first occurrence and its answer.
     if (ending[node] === -1) ending[node] = needleIndex;
     else repeats.push([needleIndex, ending[node]!]);
   }
-  if (ending.length === 1) return found;
-  const nodeCount = ending.length;
-  const children: [number, number][][] = Array.from({ length: nodeCount }, () => []);
-  for (const [key, child] of edges) children[Math.floor(key / 65536)]!.push([key % 65536, child]);
   const fail = new Int32Array(nodeCount);
   // The nearest node on the failure chain (itself excluded) at which a needle ends; -1 = none.
   const output = new Int32Array(nodeCount).fill(-1);
-  const queue: number[] = [];
-  for (const [, child] of children[0]!) queue.push(child);
-  for (let head = 0; head < queue.length; head++) {
-    const node = queue[head]!;
-    for (const [code, child] of children[node]!) {
-      let state = fail[node]!;
-      let target = edges.get(state * 65536 + code);
-      while (target === undefined && state !== 0) {
-        state = fail[state]!;
-        target = edges.get(state * 65536 + code);
-      }
-      fail[child] = target ?? 0;
-      const failNode = fail[child]!;
-      output[child] = ending[failNode] !== -1 ? failNode : output[failNode]!;
-      queue.push(child);
+  /** The automaton's move from `state` on `code`, following failure links. */
+  const step = (state: number, code: number): number => {
+    for (;;) {
+      const next = child(state, code);
+      if (next >= 0) return next;
+      if (state === 0) return 0;
+      state = fail[state]!;
     }
+  };
+  const queue = new Int32Array(nodeCount);
+  let tail = 0;
+  const visit = (parent: number, code: number, node: number) => {
+    // Children of the root fail to the root.
+    const failNode = parent === 0 ? 0 : step(fail[parent]!, code);
+    fail[node] = failNode;
+    output[node] = ending[failNode] !== -1 ? failNode : output[failNode]!;
+    queue[tail++] = node;
+  };
+  for (let head = -1; head < tail; head++) {
+    const parent = head < 0 ? 0 : queue[head]!;
+    if (firstCode[parent] === -1) continue;
+    visit(parent, firstCode[parent]!, firstChild[parent]!);
+    const others = more[parent];
+    if (others) for (const [code, node] of others) visit(parent, code, node);
   }
   const visited = new Uint8Array(nodeCount);
   let state = 0;
   for (let index = 0; index < haystack.length; index++) {
-    const code = haystack.charCodeAt(index);
-    let next = edges.get(state * 65536 + code);
-    while (next === undefined && state !== 0) {
-      state = fail[state]!;
-      next = edges.get(state * 65536 + code);
-    }
-    state = next ?? 0;
+    state = step(state, haystack.charCodeAt(index));
     for (let node = ending[state] !== -1 ? state : output[state]!; node > 0 && visited[node] === 0; node = output[node]!) {
       visited[node] = 1;
       found[ending[node]!] = true;

@@ -1,4 +1,4 @@
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import {
@@ -32,7 +32,9 @@ import { rejectsWith } from "./rejects.js";
 const tool = (name: string, description = "", bestPractices: string[] = [], promptInjection = ""): ToolDefinition =>
   create(ToolDefinitionSchema, { name, description, bestPractices, promptInjection });
 
-function request(fields: Partial<{ system: Message[]; tools: ToolDefinition[]; guidance: boolean; rules: boolean }> & Omit<Partial<CompileRequest>, "system">): CompileRequest {
+type RequestInit = Omit<MessageInitShape<typeof CompileRequestSchema>, "system" | "$typeName">;
+
+function request(fields: Partial<{ system: Message[]; tools: ToolDefinition[]; guidance: boolean; rules: boolean }> & RequestInit): CompileRequest {
   const { system: systemMessages, tools, guidance, rules, ...rest } = fields;
   return create(CompileRequestSchema, {
     system: { messages: systemMessages ?? [system("sys", "You are helpful.")] },

@@ -263,12 +263,16 @@ function leanResult(result: CompileResult, parts: ReadonlySet<CompileResultPart>
   return result;
 }
 
-/** The records of messages that were changed or removed for a reason other than the budget. */
+/**
+ * The records of messages that were changed or removed for a reason other than the budget, and of
+ * the system-prompt blocks the compile built (PASSED, SYSTEM_PROMPT_ASSEMBLY: at most two).
+ */
 function notableRecords(records: { [id: string]: Transformation }): { [id: string]: Transformation } {
   const kept: { [id: string]: Transformation } = {};
   for (const id in records) {
     const record = records[id]!;
-    if (record.action === TransformationAction.PASSED || record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) continue;
+    if (record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) continue;
+    if (record.action === TransformationAction.PASSED && record.reason !== TransformationReason.SYSTEM_PROMPT_ASSEMBLY) continue;
     kept[id] = record;
   }
   return kept;

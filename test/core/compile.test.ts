@@ -172,7 +172,7 @@ describe("budget", () => {
     expect(kinds).toContain("tokensEstimated");
     expect(kinds).toContain("budgetPressure");
     expect(result.stageTimings.map((t) => t.stage)).toEqual([
-      "normalize", "freeze_source", "artifacts", "deferred_blocks", "hooks", "role_projection", "segment_formatters", "text_replacements", "budget", "render", "targets", "result",
+      "normalize", "freeze_source", "artifacts", "deferred_blocks", "system_prompt", "hooks", "role_projection", "segment_formatters", "text_replacements", "budget", "render", "targets", "result",
     ]);
     const throwing = testContext({ observer: () => { throw new Error("telemetry down"); } });
     await expect(compile(request({ history: { messages: history(2) } }), throwing)).resolves.toBeDefined();

@@ -93,7 +93,7 @@ function sum(counts: readonly number[]): number {
 }
 
 /**
- * Stage 9: one whole-request estimate; only history is trimmed, to `limit - reserved`, by the
+ * Stage 10: one whole-request estimate; only history is trimmed, to `limit - reserved`, by the
  * strategy, tool rounds as whole units, pending and the current turn protected and appended after
  * history. The final payload is re-estimated; a compile is never silently over budget.
  */

@@ -262,7 +262,7 @@ function redactMessageAll(message: Message, redactors: readonly Redactor[], repl
 }
 
 /**
- * Stage 5: hooks in order, on the segments only (pending and the current turn join the payload
+ * Stage 6: hooks in order, on the segments only (pending and the current turn join the payload
  * later, untouched). A changed message is `formatted/transform_hook`; with `remove_message` a
  * matching message is dropped, `formatted/replaced_by_hook` — in history together with its whole
  * tool round, so no call loses its result. The originals stay in `source` and persistence. Texts

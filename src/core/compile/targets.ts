@@ -18,6 +18,7 @@ import { segmentField, segmentRenderingOrder } from "../model/segments.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { renderView } from "../views/views.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
+import { applySystemPrompt } from "./system-prompt.js";
 import { applyBudget } from "./budget.js";
 import { prefixError } from "../model/error-details.js";
 import { payloadOf } from "./persistence.js";
@@ -33,7 +34,7 @@ import { showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { newRecords, recordPassed, type CompileWork } from "./working-set.js";
 
 /**
- * Target validation (stage 12): names required and unique, views known and not combined with
+ * Target validation (stage 13): names required and unique, views known and not combined with
  * segments, budget, formatters or render, segments known. Runs before any stage so a bad target
  * fails fast.
  */
@@ -144,6 +145,7 @@ async function segmentProjection(
   // A target repeats the presentation stages: between them the event loop gets its turn when due.
   const clock = work.deadline;
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  if (included.has(Segment.SYSTEM)) applySystemPrompt(work);
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
   sendLargeToolResultsAsPreviews(work);

@@ -642,8 +642,9 @@ const (
 	TransformationAction_TRANSFORMATION_ACTION_FORMATTED TransformationAction = 2
 	// Left out of the prompt: by the budget (TOKEN_BUDGET_EXCEEDED, whatever the strategy),
 	// for alignment (HISTORY_ALIGNMENT), replaced by a summary (SUMMARIZED) or by a repair
-	// (TOOL_ROUND_REPAIR, TOOL_ARGUMENTS_REPAIR). Dropped messages are left out of the persistence
-	// projection too. Was TRUNCATED (same number); EVICTED (4) is gone, its records are DROPPED.
+	// (TOOL_ROUND_REPAIR, TOOL_ARGUMENTS_REPAIR), or emptied by the system-prompt assembly
+	// (SYSTEM_PROMPT_ASSEMBLY). Dropped messages are left out of the persistence projection too,
+	// except SYSTEM_PROMPT_ASSEMBLY ones, which persist unchanged. Was TRUNCATED (same number); EVICTED (4) is gone, its records are DROPPED.
 	TransformationAction_TRANSFORMATION_ACTION_DROPPED TransformationAction = 3
 )
 
@@ -726,6 +727,11 @@ const (
 	TransformationReason_TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR TransformationReason = 14
 	// Dropped after trimming so that history starts on a user turn (see `Budget.history_start`).
 	TransformationReason_TRANSFORMATION_REASON_HISTORY_ALIGNMENT TransformationReason = 15
+	// Part of the system-prompt assembly (see `SystemPromptOptions`): a block the compile built
+	// (PASSED, sent by default unlike other PASSED records), or a system message whose existing
+	// tool-call rules block was taken out (FORMATTED, or DROPPED when nothing else was left; such a
+	// DROPPED message still persists).
+	TransformationReason_TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY TransformationReason = 40
 	// A tool result sent as a placeholder (see `ToolResultClearing`); with `clear_inputs`, also the
 	// assistant message whose call arguments were cleared.
 	TransformationReason_TRANSFORMATION_REASON_TOOL_RESULT_CLEARED TransformationReason = 50
@@ -754,6 +760,7 @@ var (
 		13: "TRANSFORMATION_REASON_UNCHANGED",
 		14: "TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR",
 		15: "TRANSFORMATION_REASON_HISTORY_ALIGNMENT",
+		40: "TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY",
 		50: "TRANSFORMATION_REASON_TOOL_RESULT_CLEARED",
 		51: "TRANSFORMATION_REASON_REASONING_CLEARED",
 		52: "TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED",
@@ -775,6 +782,7 @@ var (
 		"TRANSFORMATION_REASON_UNCHANGED":               13,
 		"TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR":   14,
 		"TRANSFORMATION_REASON_HISTORY_ALIGNMENT":       15,
+		"TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY":  40,
 		"TRANSFORMATION_REASON_TOOL_RESULT_CLEARED":     50,
 		"TRANSFORMATION_REASON_REASONING_CLEARED":       51,
 		"TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED":  52,
@@ -2330,6 +2338,9 @@ type CompileRequest struct {
 	// Parts of the result to send beyond the default (see `CompileResult`). Unset and unknown values
 	// are INVALID_ARGUMENT; a value given twice counts once.
 	Include []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
+	// Compile-only blocks assembled into the system segment from the tool definitions (see
+	// `SystemPromptOptions`). Absent = none: the system segment is sent as it is.
+	SystemPrompt *SystemPromptOptions `protobuf:"bytes,40,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
 	// Send large tool results as a stable preview with a handle instead of whole. Absent = off.
 	LargeToolResults *LargeToolResults `protobuf:"bytes,50,opt,name=large_tool_results,json=largeToolResults,proto3" json:"large_tool_results,omitempty"`
 	unknownFields    protoimpl.UnknownFields
@@ -2548,6 +2559,13 @@ func (x *CompileRequest) GetInclude() []CompileResultPart {
 	return nil
 }
 
+func (x *CompileRequest) GetSystemPrompt() *SystemPromptOptions {
+	if x != nil {
+		return x.SystemPrompt
+	}
+	return nil
+}
+
 func (x *CompileRequest) GetLargeToolResults() *LargeToolResults {
 	if x != nil {
 		return x.LargeToolResults
@@ -2639,6 +2657,88 @@ func (x *LargeToolResults) GetAddReadTool() bool {
 	return false
 }
 
+// Turns on the system-prompt blocks a compile assembles from the tool definitions (docs/system-prompt.md
+// has their exact text). Both blocks are SYSTEM messages of the system segment that exist only in
+// this compile: they are counted against the budget like the rest of the system segment (reserved
+// before any history), listed in `CompileResult.introduced` and recorded in `transformations` as
+// PASSED with reason SYSTEM_PROMPT_ASSEMBLY (records sent by default), and never appear in
+// `persistence`, the writeback or anything a compile-commit stores. They are built after deferred
+// blocks and before hooks, so hooks, role projection, formatters (for example a `join` of the
+// system segment into one message) and text replacements see them like any system message. The
+// same definitions in any order give byte-identical blocks.
+//
+// Which system prompt a compile starts from (the precedence): the request's `system` when present
+// (even empty), else the stored system segment of a stateful compile, else none. The experiences
+// block (the request's `experiences` when present, else the stored ones) follows the system
+// segment's own messages; messages with a SYSTEM role in history stay where they are and are never
+// promoted. With the blocks on, the system segment sent is: the tool guidance block, then the
+// system segment's messages (with any existing tool-call rules block taken out of their text),
+// then the experiences block, then the tool-call rules block.
+type SystemPromptOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Put a tool guidance block first in the system segment: one entry per tool definition with a
+	// name (a name of only whitespace counts as none), sorted by name (UTF-16 code-unit order),
+	// each with its description, its `best_practices` (see there) and its `prompt_injection`.
+	// Message id "system_prompt:tool_guidance". No definition with a name = no block. Two
+	// definitions with one name are INVALID_ARGUMENT naming both indexes.
+	ToolGuidance bool `protobuf:"varint,1,opt,name=tool_guidance,json=toolGuidance,proto3" json:"tool_guidance,omitempty"`
+	// Put the tool-call rules block last in the system segment: a fixed list of rules that tell the
+	// model to call tools through the provider's structured tool-call channel, to keep reasoning and
+	// final answers in the assistant text, and to keep tool arguments and results out of that text.
+	// Message id "system_prompt:tool_call_rules". A rules block already in a system-segment message's
+	// text (from "<tool_call_rules>" to the next "</tool_call_rules>") is taken out of that message
+	// for this compile, so the rules appear once: the message is sent FORMATTED (reason
+	// SYSTEM_PROMPT_ASSEMBLY), or left out (DROPPED, same reason) when nothing else is left of it;
+	// either way the stored message is unchanged and persists as it is.
+	ToolCallRules bool `protobuf:"varint,2,opt,name=tool_call_rules,json=toolCallRules,proto3" json:"tool_call_rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemPromptOptions) Reset() {
+	*x = SystemPromptOptions{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemPromptOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemPromptOptions) ProtoMessage() {}
+
+func (x *SystemPromptOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemPromptOptions.ProtoReflect.Descriptor instead.
+func (*SystemPromptOptions) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SystemPromptOptions) GetToolGuidance() bool {
+	if x != nil {
+		return x.ToolGuidance
+	}
+	return false
+}
+
+func (x *SystemPromptOptions) GetToolCallRules() bool {
+	if x != nil {
+		return x.ToolCallRules
+	}
+	return false
+}
+
 // The final record of one message in a compile.
 type Transformation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2654,7 +2754,7 @@ type Transformation struct {
 
 func (x *Transformation) Reset() {
 	*x = Transformation{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2766,7 @@ func (x *Transformation) String() string {
 func (*Transformation) ProtoMessage() {}
 
 func (x *Transformation) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2779,7 @@ func (x *Transformation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transformation.ProtoReflect.Descriptor instead.
 func (*Transformation) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Transformation) GetAction() TransformationAction {
@@ -2721,7 +2821,7 @@ type WritebackMessage struct {
 
 func (x *WritebackMessage) Reset() {
 	*x = WritebackMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2833,7 @@ func (x *WritebackMessage) String() string {
 func (*WritebackMessage) ProtoMessage() {}
 
 func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2846,7 @@ func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WritebackMessage.ProtoReflect.Descriptor instead.
 func (*WritebackMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WritebackMessage) GetSegment() Segment {
@@ -2796,7 +2896,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +2908,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +2921,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshot) GetSystem() []*Message {
@@ -2873,7 +2973,7 @@ type Writeback struct {
 
 func (x *Writeback) Reset() {
 	*x = Writeback{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2985,7 @@ func (x *Writeback) String() string {
 func (*Writeback) ProtoMessage() {}
 
 func (x *Writeback) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +2998,7 @@ func (x *Writeback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeback.ProtoReflect.Descriptor instead.
 func (*Writeback) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Writeback) GetMessages() []*WritebackMessage {
@@ -2928,7 +3028,7 @@ type IntroducedMessage struct {
 
 func (x *IntroducedMessage) Reset() {
 	*x = IntroducedMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3040,7 @@ func (x *IntroducedMessage) String() string {
 func (*IntroducedMessage) ProtoMessage() {}
 
 func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3053,7 @@ func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroducedMessage.ProtoReflect.Descriptor instead.
 func (*IntroducedMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IntroducedMessage) GetSegment() Segment {
@@ -2985,7 +3085,7 @@ type CompileSource struct {
 
 func (x *CompileSource) Reset() {
 	*x = CompileSource{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3097,7 @@ func (x *CompileSource) String() string {
 func (*CompileSource) ProtoMessage() {}
 
 func (x *CompileSource) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3110,7 @@ func (x *CompileSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSource.ProtoReflect.Descriptor instead.
 func (*CompileSource) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompileSource) GetSnapshot() *Snapshot {
@@ -3055,7 +3155,7 @@ type CompiledPayload struct {
 
 func (x *CompiledPayload) Reset() {
 	*x = CompiledPayload{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3167,7 @@ func (x *CompiledPayload) String() string {
 func (*CompiledPayload) ProtoMessage() {}
 
 func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3180,7 @@ func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompiledPayload.ProtoReflect.Descriptor instead.
 func (*CompiledPayload) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CompiledPayload) GetSystem() []*Message {
@@ -3143,7 +3243,7 @@ type RenderedRequest struct {
 
 func (x *RenderedRequest) Reset() {
 	*x = RenderedRequest{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3255,7 @@ func (x *RenderedRequest) String() string {
 func (*RenderedRequest) ProtoMessage() {}
 
 func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3268,7 @@ func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderedRequest.ProtoReflect.Descriptor instead.
 func (*RenderedRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenderedRequest) GetProvider() Provider {
@@ -3223,7 +3323,7 @@ type Projection struct {
 
 func (x *Projection) Reset() {
 	*x = Projection{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3335,7 @@ func (x *Projection) String() string {
 func (*Projection) ProtoMessage() {}
 
 func (x *Projection) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3348,7 @@ func (x *Projection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Projection.ProtoReflect.Descriptor instead.
 func (*Projection) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Projection) GetName() string {
@@ -3319,7 +3419,7 @@ type Persistence struct {
 
 func (x *Persistence) Reset() {
 	*x = Persistence{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3431,7 @@ func (x *Persistence) String() string {
 func (*Persistence) ProtoMessage() {}
 
 func (x *Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3444,7 @@ func (x *Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Persistence.ProtoReflect.Descriptor instead.
 func (*Persistence) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Persistence) GetSystem() []*Message {
@@ -3421,7 +3521,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3533,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3546,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Usage) GetSystem() int64 {
@@ -3553,7 +3653,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3665,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3678,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Warning) GetCode() string {
@@ -3608,7 +3708,7 @@ type StageTiming struct {
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3720,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3733,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StageTiming) GetStage() string {
@@ -3670,7 +3770,8 @@ type CompileResult struct {
 	// What to write back: the assigned ids always, the snapshot only with
 	// COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT.
 	Writeback *Writeback `protobuf:"bytes,5,opt,name=writeback,proto3" json:"writeback,omitempty"`
-	// Messages added by the compile (deferred blocks, artifacts, summaries), pre-transform.
+	// Messages added by the compile (deferred blocks, artifacts, summaries, the experiences block,
+	// the system-prompt blocks), pre-transform.
 	Introduced []*IntroducedMessage `protobuf:"bytes,6,rep,name=introduced,proto3" json:"introduced,omitempty"`
 	// Message id → final record, for the main payload. By default only messages that were not sent
 	// unchanged and not dropped by the budget: FORMATTED records, and DROPPED records whose reason
@@ -3704,7 +3805,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +3817,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +3830,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{34}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CompileResult) GetPayload() *CompiledPayload {
@@ -3855,7 +3956,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3867,7 +3968,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4002,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +4014,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4052,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4064,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4112,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4124,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4160,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4172,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4216,7 +4317,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12*\n" +
-	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xed\f\n" +
+	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xb4\r\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -4246,7 +4347,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
 	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12T\n" +
 	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x128\n" +
-	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x12K\n" +
+	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x12E\n" +
+	"\rsystem_prompt\x18( \x01(\v2 .contextd.v1.SystemPromptOptionsR\fsystemPrompt\x12K\n" +
 	"\x12large_tool_results\x182 \x01(\v2\x1d.contextd.v1.LargeToolResultsR\x10largeToolResults\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -4255,7 +4357,10 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\tmin_bytes\x18\x01 \x01(\rR\bminBytes\x12#\n" +
 	"\rpreview_bytes\x18\x02 \x01(\rR\fpreviewBytes\x12#\n" +
 	"\rexclude_tools\x18\x03 \x03(\tR\fexcludeTools\x12\"\n" +
-	"\radd_read_tool\x18\x04 \x01(\bR\vaddReadTool\"\xb6\x01\n" +
+	"\radd_read_tool\x18\x04 \x01(\bR\vaddReadTool\"b\n" +
+	"\x13SystemPromptOptions\x12#\n" +
+	"\rtool_guidance\x18\x01 \x01(\bR\ftoolGuidance\x12&\n" +
+	"\x0ftool_call_rules\x18\x02 \x01(\bR\rtoolCallRules\"\xb6\x01\n" +
 	"\x0eTransformation\x129\n" +
 	"\x06action\x18\x01 \x01(\x0e2!.contextd.v1.TransformationActionR\x06action\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\x12.\n" +
@@ -4413,7 +4518,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
 	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12!\n" +
-	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xed\x06\n" +
+	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\x9f\a\n" +
 	"\x14TransformationReason\x12%\n" +
 	"!TRANSFORMATION_REASON_UNSPECIFIED\x10\x00\x12+\n" +
 	"'TRANSFORMATION_REASON_PROTECTED_PENDING\x10\x01\x12.\n" +
@@ -4431,7 +4536,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	" TRANSFORMATION_REASON_SUMMARIZED\x10\f\x12#\n" +
 	"\x1fTRANSFORMATION_REASON_UNCHANGED\x10\r\x12/\n" +
 	"+TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR\x10\x0e\x12+\n" +
-	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0f\x12-\n" +
+	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0f\x120\n" +
+	",TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY\x10(\x12-\n" +
 	")TRANSFORMATION_REASON_TOOL_RESULT_CLEARED\x102\x12+\n" +
 	"'TRANSFORMATION_REASON_REASONING_CLEARED\x103\x120\n" +
 	",TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED\x104B\xac\x01\n" +
@@ -4450,7 +4556,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4485,76 +4591,77 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*CommitOptions)(nil),             // 30: contextd.v1.CommitOptions
 	(*CompileRequest)(nil),            // 31: contextd.v1.CompileRequest
 	(*LargeToolResults)(nil),          // 32: contextd.v1.LargeToolResults
-	(*Transformation)(nil),            // 33: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 34: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 35: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 36: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 37: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 38: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 39: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 40: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 41: contextd.v1.Projection
-	(*Persistence)(nil),               // 42: contextd.v1.Persistence
-	(*Usage)(nil),                     // 43: contextd.v1.Usage
-	(*Warning)(nil),                   // 44: contextd.v1.Warning
-	(*StageTiming)(nil),               // 45: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 46: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 47: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 48: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 49: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 50: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 51: contextd.v1.RoleProjection.Rule
-	nil,                               // 52: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 53: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 54: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 55: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 56: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 57: contextd.v1.Experience
-	(Provider)(0),                     // 58: contextd.v1.Provider
-	(Role)(0),                         // 59: contextd.v1.Role
-	(Segment)(0),                      // 60: contextd.v1.Segment
-	(MergePolicy)(0),                  // 61: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 62: contextd.v1.Delta
-	(*Artifact)(nil),                  // 63: contextd.v1.Artifact
-	(ActorKind)(0),                    // 64: contextd.v1.ActorKind
+	(*SystemPromptOptions)(nil),       // 33: contextd.v1.SystemPromptOptions
+	(*Transformation)(nil),            // 34: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 35: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 36: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 37: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 38: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 39: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 40: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 41: contextd.v1.RenderedRequest
+	(*Projection)(nil),                // 42: contextd.v1.Projection
+	(*Persistence)(nil),               // 43: contextd.v1.Persistence
+	(*Usage)(nil),                     // 44: contextd.v1.Usage
+	(*Warning)(nil),                   // 45: contextd.v1.Warning
+	(*StageTiming)(nil),               // 46: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 47: contextd.v1.CompileResult
+	(*SegmentFormatter_XmlTag)(nil),   // 48: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 49: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 50: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 51: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 52: contextd.v1.RoleProjection.Rule
+	nil,                               // 53: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 54: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 55: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 56: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 57: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 58: contextd.v1.Experience
+	(Provider)(0),                     // 59: contextd.v1.Provider
+	(Role)(0),                         // 60: contextd.v1.Role
+	(Segment)(0),                      // 61: contextd.v1.Segment
+	(MergePolicy)(0),                  // 62: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 63: contextd.v1.Delta
+	(*Artifact)(nil),                  // 64: contextd.v1.Artifact
+	(ActorKind)(0),                    // 65: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	55,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	56,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	57,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	55,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	55,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	56,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	57,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	58,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	56,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	56,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	58,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	59,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	59,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	60,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
 	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
 	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	60,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	55,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	61,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	61,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	56,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	62,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	60,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	61,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	60,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	47,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	48,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	49,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	50,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	51,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	60,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	58,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	60,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	61,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	48,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	49,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	50,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	51,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	52,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	61,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	59,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	61,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	62,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	63,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -4562,80 +4669,81 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	55,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	63,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	56,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	64,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
 	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	52,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	53,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
 	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
 	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
 	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	55,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	56,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
 	9,   // 59: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
-	32,  // 60: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
-	10,  // 61: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
-	11,  // 62: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	60,  // 63: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	60,  // 64: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	55,  // 65: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	55,  // 66: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	55,  // 67: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	55,  // 68: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	63,  // 69: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	34,  // 70: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	35,  // 71: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	60,  // 72: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	55,  // 73: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	35,  // 74: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	55,  // 75: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	15,  // 76: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	55,  // 77: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	55,  // 78: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	55,  // 79: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	55,  // 80: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	55,  // 81: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	56,  // 82: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	58,  // 83: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	44,  // 84: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	55,  // 85: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	53,  // 86: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	40,  // 87: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	43,  // 88: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	55,  // 89: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	55,  // 90: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	55,  // 91: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	55,  // 92: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	63,  // 93: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 94: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	39,  // 95: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	40,  // 96: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	38,  // 97: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	35,  // 98: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	36,  // 99: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	37,  // 100: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	54,  // 101: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	41,  // 102: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	42,  // 103: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	43,  // 104: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	44,  // 105: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	45,  // 106: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	59,  // 107: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	64,  // 108: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	59,  // 109: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	33,  // 110: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	33,  // 111: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	112, // [112:112] is the sub-list for method output_type
-	112, // [112:112] is the sub-list for method input_type
-	112, // [112:112] is the sub-list for extension type_name
-	112, // [112:112] is the sub-list for extension extendee
-	0,   // [0:112] is the sub-list for field type_name
+	33,  // 60: contextd.v1.CompileRequest.system_prompt:type_name -> contextd.v1.SystemPromptOptions
+	32,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
+	10,  // 62: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
+	11,  // 63: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
+	61,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	61,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	56,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	56,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	56,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	56,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	64,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	35,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	36,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	61,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	56,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	36,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	56,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	15,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	56,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	56,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	56,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	56,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	56,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	57,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	59,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	45,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	56,  // 86: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	54,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	41,  // 88: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	44,  // 89: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	56,  // 90: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	56,  // 91: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	56,  // 92: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	56,  // 93: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	64,  // 94: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 95: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	40,  // 96: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	41,  // 97: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	39,  // 98: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	36,  // 99: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	37,  // 100: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	38,  // 101: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	55,  // 102: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	42,  // 103: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	43,  // 104: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	44,  // 105: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	45,  // 106: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	46,  // 107: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	60,  // 108: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	65,  // 109: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	60,  // 110: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	34,  // 111: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	34,  // 112: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	113, // [113:113] is the sub-list for method output_type
+	113, // [113:113] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4662,7 +4770,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

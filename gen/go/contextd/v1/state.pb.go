@@ -147,9 +147,22 @@ type ToolDefinition struct {
 	// What the tool does, for the model.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
 	// The JSON Schema of the arguments object, as JSON text. Empty = no parameters.
-	Parameters    string `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Parameters string `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	// Advice on calling the tool well, one item each (for example "Pass the city name, not its
+	// coordinates"). Shown only in the tool guidance block of a compile that asks for it
+	// (`CompileRequest.system_prompt.tool_guidance`), numbered, in the given order, with repeats
+	// left out: two items are repeats when they are equal after backticks are removed, runs of
+	// whitespace become one space, the ends are trimmed, letters are lower-cased and one final "."
+	// is dropped. An item whose normalised form is empty, or equal to or contained in the normalised
+	// description, is left out too. Never sent to a provider as part of the tool itself. At most
+	// 2,000 characters (UTF-16 code units) each: longer is INVALID_ARGUMENT naming the tool.
+	BestPractices []string `protobuf:"bytes,40,rep,name=best_practices,json=bestPractices,proto3" json:"best_practices,omitempty"`
+	// Text the tool guidance block shows verbatim at the end of this tool's entry (for example a
+	// worked example of a call). Empty = none. At most 8,000 characters: longer is
+	// INVALID_ARGUMENT naming the tool.
+	PromptInjection string `protobuf:"bytes,41,opt,name=prompt_injection,json=promptInjection,proto3" json:"prompt_injection,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ToolDefinition) Reset() {
@@ -199,6 +212,20 @@ func (x *ToolDefinition) GetDescription() string {
 func (x *ToolDefinition) GetParameters() string {
 	if x != nil {
 		return x.Parameters
+	}
+	return ""
+}
+
+func (x *ToolDefinition) GetBestPractices() []string {
+	if x != nil {
+		return x.BestPractices
+	}
+	return nil
+}
+
+func (x *ToolDefinition) GetPromptInjection() string {
+	if x != nil {
+		return x.PromptInjection
 	}
 	return ""
 }
@@ -1800,13 +1827,15 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"Experience\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"f\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\xb8\x01\n" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1e\n" +
 	"\n" +
 	"parameters\x18\x03 \x01(\tR\n" +
-	"parameters\"\xfc\x03\n" +
+	"parameters\x12%\n" +
+	"\x0ebest_practices\x18( \x03(\tR\rbestPractices\x12)\n" +
+	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\xfc\x03\n" +
 	"\x11ConversationState\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12,\n" +

@@ -108,6 +108,7 @@ class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_REASON_UNCHANGED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_HISTORY_ALIGNMENT: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_REASONING_CLEARED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: _ClassVar[TransformationReason]
@@ -174,6 +175,7 @@ TRANSFORMATION_REASON_SUMMARIZED: TransformationReason
 TRANSFORMATION_REASON_UNCHANGED: TransformationReason
 TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: TransformationReason
 TRANSFORMATION_REASON_HISTORY_ALIGNMENT: TransformationReason
+TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY: TransformationReason
 TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: TransformationReason
 TRANSFORMATION_REASON_REASONING_CLEARED: TransformationReason
 TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: TransformationReason
@@ -422,7 +424,7 @@ class CommitOptions(_message.Message):
     def __init__(self, expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ...) -> None: ...
 
 class CompileRequest(_message.Message):
-    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "tool_arguments_repair", "include", "large_tool_results")
+    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "tool_arguments_repair", "include", "system_prompt", "large_tool_results")
     class ResolveVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +458,7 @@ class CompileRequest(_message.Message):
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     TOOL_ARGUMENTS_REPAIR_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     LARGE_TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     system: MessageList
@@ -483,8 +486,9 @@ class CompileRequest(_message.Message):
     commit: CommitOptions
     tool_arguments_repair: ToolArgumentsRepair
     include: _containers.RepeatedScalarFieldContainer[CompileResultPart]
+    system_prompt: SystemPromptOptions
     large_tool_results: LargeToolResults
-    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ..., include: _Optional[_Iterable[_Union[CompileResultPart, str]]] = ..., large_tool_results: _Optional[_Union[LargeToolResults, _Mapping]] = ...) -> None: ...
+    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ..., include: _Optional[_Iterable[_Union[CompileResultPart, str]]] = ..., system_prompt: _Optional[_Union[SystemPromptOptions, _Mapping]] = ..., large_tool_results: _Optional[_Union[LargeToolResults, _Mapping]] = ...) -> None: ...
 
 class LargeToolResults(_message.Message):
     __slots__ = ("min_bytes", "preview_bytes", "exclude_tools", "add_read_tool")
@@ -497,6 +501,14 @@ class LargeToolResults(_message.Message):
     exclude_tools: _containers.RepeatedScalarFieldContainer[str]
     add_read_tool: bool
     def __init__(self, min_bytes: _Optional[int] = ..., preview_bytes: _Optional[int] = ..., exclude_tools: _Optional[_Iterable[str]] = ..., add_read_tool: bool = ...) -> None: ...
+
+class SystemPromptOptions(_message.Message):
+    __slots__ = ("tool_guidance", "tool_call_rules")
+    TOOL_GUIDANCE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_RULES_FIELD_NUMBER: _ClassVar[int]
+    tool_guidance: bool
+    tool_call_rules: bool
+    def __init__(self, tool_guidance: bool = ..., tool_call_rules: bool = ...) -> None: ...
 
 class Transformation(_message.Message):
     __slots__ = ("action", "reason", "segment")

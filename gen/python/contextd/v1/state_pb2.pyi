@@ -31,14 +31,18 @@ class Experience(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ToolDefinition(_message.Message):
-    __slots__ = ("name", "description", "parameters")
+    __slots__ = ("name", "description", "parameters", "best_practices", "prompt_injection")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BEST_PRACTICES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_INJECTION_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ...) -> None: ...
+    best_practices: _containers.RepeatedScalarFieldContainer[str]
+    prompt_injection: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ..., best_practices: _Optional[_Iterable[str]] = ..., prompt_injection: _Optional[str] = ...) -> None: ...
 
 class ConversationState(_message.Message):
     __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number")

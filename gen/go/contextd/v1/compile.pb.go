@@ -2040,9 +2040,21 @@ type RenderOptions struct {
 	// The provider; UNSPECIFIED = do not render.
 	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
 	// The model name, used for model-specific rules and estimates.
-	Model         string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// Anthropic: put cache breakpoints (`cache_control`, ephemeral) on the stable boundaries the
+	// payload has, in prefix order: the last tool definition, the last system block, the history's
+	// summary, and the last message, so that the next compile of the conversation reads everything
+	// up to the previous turn from the cache. They count with message cache hints against
+	// Anthropic's limit of 4 (beyond it, the warning `anthropic_cache_breakpoints_dropped` says which
+	// were not sent). Other providers cache prefixes on their own: ignored there.
+	AutoCacheBreakpoints bool `protobuf:"varint,50,opt,name=auto_cache_breakpoints,json=autoCacheBreakpoints,proto3" json:"auto_cache_breakpoints,omitempty"`
+	// OpenAI Chat and Responses: sent as the body's `prompt_cache_key`, which OpenAI uses to route
+	// requests that share a prefix to the same cache (one key per conversation is a good choice).
+	// At most 1,024 bytes (INVALID_ARGUMENT over it). Other providers: not sent, with the warning
+	// `prompt_cache_key_ignored`.
+	PromptCacheKey string `protobuf:"bytes,51,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RenderOptions) Reset() {
@@ -2085,6 +2097,20 @@ func (x *RenderOptions) GetProvider() Provider {
 func (x *RenderOptions) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *RenderOptions) GetAutoCacheBreakpoints() bool {
+	if x != nil {
+		return x.AutoCacheBreakpoints
+	}
+	return false
+}
+
+func (x *RenderOptions) GetPromptCacheKey() string {
+	if x != nil {
+		return x.PromptCacheKey
 	}
 	return ""
 }
@@ -4200,10 +4226,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"X\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xb8\x01\n" +
 	"\rRenderOptions\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"\x82\x02\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
+	"\x16auto_cache_breakpoints\x182 \x01(\bR\x14autoCacheBreakpoints\x12(\n" +
+	"\x10prompt_cache_key\x183 \x01(\tR\x0epromptCacheKey\"\x82\x02\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\tR\x04view\x120\n" +

@@ -388,12 +388,16 @@ class TextReplacement(_message.Message):
     def __init__(self, segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., message_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RenderOptions(_message.Message):
-    __slots__ = ("provider", "model")
+    __slots__ = ("provider", "model", "auto_cache_breakpoints", "prompt_cache_key")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CACHE_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ...) -> None: ...
+    auto_cache_breakpoints: bool
+    prompt_cache_key: str
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., auto_cache_breakpoints: bool = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ("name", "view", "segments", "budget", "formatters", "render")

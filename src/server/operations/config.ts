@@ -57,6 +57,7 @@ export interface Config {
   recentMessageBytes: number;
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
+  cacheImpactBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -81,6 +82,7 @@ export const defaultConfig: Config = {
   authTokens: [],
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
+  cacheImpactBytes: 16 * 1024 * 1024,
 };
 
 /**
@@ -109,6 +111,7 @@ export const flags = {
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
+  "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -187,6 +190,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
+    cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
   };
 }
 

@@ -14,6 +14,7 @@ import {
 import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../core/compile/compile.js";
+import type { CompileMemory } from "../core/compile/cache-impact.js";
 import type { CompileContext, RegexSearch, Summarizer } from "../core/compile/compile-context.js";
 import type { CallDeadline } from "../core/compile/deadline.js";
 import { summaryCompaction } from "../core/compile/summary-compaction.js";
@@ -34,6 +35,8 @@ export interface CompilerDependencies {
   maxCompileTextBytes?: number;
   /** Where long texts' built-in redaction patterns are searched (`RegexSearchThread`); in place without it. */
   searchRegexOffThread?: RegexSearch;
+  /** Each conversation's last compile, for `cache_impact` (`RecentCompiles`); none without it. */
+  compileMemory?: CompileMemory;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -138,6 +141,7 @@ export class Compiler {
       deadline: run.deadline,
       maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
       searchRegexOffThread: this.dependencies.searchRegexOffThread,
+      compileMemory: this.dependencies.compileMemory,
     };
   }
 }

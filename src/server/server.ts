@@ -99,6 +99,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
     searchRegexOffThread: regexSearch.search,
+    cacheImpactBytes: config.cacheImpactBytes,
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and
   // logged, then given its deadline, authenticated, and checked.

@@ -2,6 +2,7 @@ import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js"
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { Observer } from "../observer.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
+import type { CompileMemory } from "./cache-impact.js";
 import type { CallDeadline } from "./deadline.js";
 
 /**
@@ -50,6 +51,11 @@ export interface CompileContext {
    * passes a worker thread's, see `RegexSearch`). Without it long texts are searched in place.
    */
   searchRegexOffThread?: RegexSearch;
+  /**
+   * Remembers each conversation's last compile, so a stateful compile's result says what it costs
+   * in provider cache writes (`CompileResult.cache_impact`). Without it there is no cache impact.
+   */
+  compileMemory?: CompileMemory;
 }
 
 /**

@@ -19,6 +19,7 @@ import { CompileEvents } from "./compile-events.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
+import { cacheImpact } from "./cache-impact.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
 import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
@@ -169,6 +170,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.warnings = work.warnings;
   result.prefixFingerprint = prefixFingerprint(payload);
   result.version = inputs.version;
+  if (context.compileMemory && request.conversationId !== "") {
+    const compared = cacheImpact(payload, estimator, context.tokenCounts, inputs.version, context.compileMemory.previous(request.conversationId));
+    context.compileMemory.remember(request.conversationId, compared.prefix);
+    result.cacheImpact = compared.impact;
+  }
   await events.stageDone("result");
   result.stageTimings = events.timings;
 

@@ -63,6 +63,7 @@ export interface Config {
   recentMessageBytes: number;
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
+  cacheImpactBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -90,6 +91,7 @@ export const defaultConfig: Config = {
   tlsClientCa: "",
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
+  cacheImpactBytes: 16 * 1024 * 1024,
 };
 
 /**
@@ -121,6 +123,7 @@ export const flags = {
   "tls-client-ca": "PEM CA file: require client certificates signed by it (mutual TLS); empty = no client certificates",
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
+  "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -211,6 +214,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     tlsClientCa,
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
+    cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
   };
 }
 

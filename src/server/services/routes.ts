@@ -41,6 +41,8 @@ export interface RouteDependencies {
   maxCompileTextBytes?: number;
   /** Where long texts' built-in redaction patterns are searched, off the event loop. */
   searchRegexOffThread?: RegexSearch;
+  /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
+  cacheImpactBytes?: number;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -51,7 +53,7 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread });
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread, cacheImpactBytes: dependencies.cacheImpactBytes });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

@@ -2048,9 +2048,21 @@ type RenderOptions struct {
 	// The provider; UNSPECIFIED = do not render.
 	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
 	// The model name, used for model-specific rules and estimates.
-	Model         string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// Anthropic: put cache breakpoints (`cache_control`, ephemeral) on the stable boundaries the
+	// payload has, in prefix order: the last tool definition, the last system block, the history's
+	// summary, and the last message, so that the next compile of the conversation reads everything
+	// up to the previous turn from the cache. They count with message cache hints against
+	// Anthropic's limit of 4 (beyond it, the warning `anthropic_cache_breakpoints_dropped` says which
+	// were not sent). Other providers cache prefixes on their own: ignored there.
+	AutoCacheBreakpoints bool `protobuf:"varint,50,opt,name=auto_cache_breakpoints,json=autoCacheBreakpoints,proto3" json:"auto_cache_breakpoints,omitempty"`
+	// OpenAI Chat and Responses: sent as the body's `prompt_cache_key`, which OpenAI uses to route
+	// requests that share a prefix to the same cache (one key per conversation is a good choice).
+	// At most 1,024 bytes (INVALID_ARGUMENT over it). Other providers: not sent, with the warning
+	// `prompt_cache_key_ignored`.
+	PromptCacheKey string `protobuf:"bytes,51,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RenderOptions) Reset() {
@@ -2093,6 +2105,20 @@ func (x *RenderOptions) GetProvider() Provider {
 func (x *RenderOptions) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *RenderOptions) GetAutoCacheBreakpoints() bool {
+	if x != nil {
+		return x.AutoCacheBreakpoints
+	}
+	return false
+}
+
+func (x *RenderOptions) GetPromptCacheKey() string {
+	if x != nil {
+		return x.PromptCacheKey
 	}
 	return ""
 }
@@ -3799,8 +3825,12 @@ type CompileResult struct {
 	// How many messages of the main payload's input the budget dropped (records with reason
 	// TOKEN_BUDGET_EXCEEDED), whether or not their records are sent.
 	BudgetDroppedMessages int64 `protobuf:"varint,16,opt,name=budget_dropped_messages,json=budgetDroppedMessages,proto3" json:"budget_dropped_messages,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// What this compile's prompt costs in provider cache writes, against the previous compile of the
+	// same conversation this sidecar remembers. Stateful compiles only; absent when the sidecar keeps
+	// no memory of compiles (`--cache-impact-bytes 0`).
+	CacheImpact   *CacheImpact `protobuf:"bytes,50,opt,name=cache_impact,json=cacheImpact,proto3" json:"cache_impact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompileResult) Reset() {
@@ -3945,6 +3975,92 @@ func (x *CompileResult) GetBudgetDroppedMessages() int64 {
 	return 0
 }
 
+func (x *CompileResult) GetCacheImpact() *CacheImpact {
+	if x != nil {
+		return x.CacheImpact
+	}
+	return nil
+}
+
+// How much of a compile's prompt a provider's prompt cache can reuse: the payload in rendering order
+// (tool definitions first, then the messages as `render` orders them) compared, message by message
+// by content, with the previous compile of the conversation. Token figures are the budget's
+// estimates per message (without the per-request reply priming). A prefix cache keys on exact
+// bytes, so everything after the first difference is written again.
+type CacheImpact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation version the previous compile was made from; 0 = no previous compile remembered
+	// (the first compile, or one forgotten when the memory was full: every token then counts as
+	// re-written).
+	PreviousVersion int64 `protobuf:"varint,1,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"`
+	// Estimated tokens before the first message that differs from the previous compile's.
+	UnchangedPrefixTokens int64 `protobuf:"varint,2,opt,name=unchanged_prefix_tokens,json=unchangedPrefixTokens,proto3" json:"unchanged_prefix_tokens,omitempty"`
+	// Estimated tokens from there to the end: new messages and whatever changed before them.
+	RewrittenTokens int64 `protobuf:"varint,3,opt,name=rewritten_tokens,json=rewrittenTokens,proto3" json:"rewritten_tokens,omitempty"`
+	// How many messages (tool definitions counting as one) the unchanged prefix has.
+	UnchangedPrefixMessages int64 `protobuf:"varint,4,opt,name=unchanged_prefix_messages,json=unchangedPrefixMessages,proto3" json:"unchanged_prefix_messages,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *CacheImpact) Reset() {
+	*x = CacheImpact{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheImpact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheImpact) ProtoMessage() {}
+
+func (x *CacheImpact) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheImpact.ProtoReflect.Descriptor instead.
+func (*CacheImpact) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CacheImpact) GetPreviousVersion() int64 {
+	if x != nil {
+		return x.PreviousVersion
+	}
+	return 0
+}
+
+func (x *CacheImpact) GetUnchangedPrefixTokens() int64 {
+	if x != nil {
+		return x.UnchangedPrefixTokens
+	}
+	return 0
+}
+
+func (x *CacheImpact) GetRewrittenTokens() int64 {
+	if x != nil {
+		return x.RewrittenTokens
+	}
+	return 0
+}
+
+func (x *CacheImpact) GetUnchangedPrefixMessages() int64 {
+	if x != nil {
+		return x.UnchangedPrefixMessages
+	}
+	return 0
+}
+
 // Wrap each message's text in `<tag>...</tag>`.
 type SegmentFormatter_XmlTag struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3956,7 +4072,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3968,7 +4084,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4118,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4130,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4168,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +4180,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4228,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4240,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4276,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4288,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4301,10 +4417,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"X\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xb8\x01\n" +
 	"\rRenderOptions\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"\x82\x02\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
+	"\x16auto_cache_breakpoints\x182 \x01(\bR\x14autoCacheBreakpoints\x12(\n" +
+	"\x10prompt_cache_key\x183 \x01(\tR\x0epromptCacheKey\"\x82\x02\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\tR\x04view\x120\n" +
@@ -4437,7 +4555,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x1f\n" +
 	"\vduration_ns\x18\x02 \x01(\x03R\n" +
-	"durationNs\"\xef\a\n" +
+	"durationNs\"\xac\b\n" +
 	"\rCompileResult\x126\n" +
 	"\apayload\x18\x01 \x01(\v2\x1c.contextd.v1.CompiledPayloadR\apayload\x128\n" +
 	"\brendered\x18\x02 \x01(\v2\x1c.contextd.v1.RenderedRequestR\brendered\x122\n" +
@@ -4457,10 +4575,16 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x12prefix_fingerprint\x18\r \x01(\tR\x11prefixFingerprint\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x03R\aversion\x12+\n" +
 	"\x11committed_version\x18\x0f \x01(\x03R\x10committedVersion\x126\n" +
-	"\x17budget_dropped_messages\x18\x10 \x01(\x03R\x15budgetDroppedMessages\x1a_\n" +
+	"\x17budget_dropped_messages\x18\x10 \x01(\x03R\x15budgetDroppedMessages\x12;\n" +
+	"\fcache_impact\x182 \x01(\v2\x18.contextd.v1.CacheImpactR\vcacheImpact\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01*\xc9\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\xd7\x01\n" +
+	"\vCacheImpact\x12)\n" +
+	"\x10previous_version\x18\x01 \x01(\x03R\x0fpreviousVersion\x126\n" +
+	"\x17unchanged_prefix_tokens\x18\x02 \x01(\x03R\x15unchangedPrefixTokens\x12)\n" +
+	"\x10rewritten_tokens\x18\x03 \x01(\x03R\x0frewrittenTokens\x12:\n" +
+	"\x19unchanged_prefix_messages\x18\x04 \x01(\x03R\x17unchangedPrefixMessages*\xc9\x01\n" +
 	"\x16CurrentTurnPersistence\x12(\n" +
 	"$CURRENT_TURN_PERSISTENCE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$CURRENT_TURN_PERSISTENCE_PERSIST_RAW\x10\x01\x120\n" +
@@ -4556,7 +4680,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4606,62 +4730,63 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*Warning)(nil),                   // 45: contextd.v1.Warning
 	(*StageTiming)(nil),               // 46: contextd.v1.StageTiming
 	(*CompileResult)(nil),             // 47: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 48: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 49: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 50: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 51: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 52: contextd.v1.RoleProjection.Rule
-	nil,                               // 53: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 54: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 55: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 56: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 57: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 58: contextd.v1.Experience
-	(Provider)(0),                     // 59: contextd.v1.Provider
-	(Role)(0),                         // 60: contextd.v1.Role
-	(Segment)(0),                      // 61: contextd.v1.Segment
-	(MergePolicy)(0),                  // 62: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 63: contextd.v1.Delta
-	(*Artifact)(nil),                  // 64: contextd.v1.Artifact
-	(ActorKind)(0),                    // 65: contextd.v1.ActorKind
+	(*CacheImpact)(nil),               // 48: contextd.v1.CacheImpact
+	(*SegmentFormatter_XmlTag)(nil),   // 49: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 50: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 51: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 52: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 53: contextd.v1.RoleProjection.Rule
+	nil,                               // 54: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 55: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 56: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 57: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 58: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 59: contextd.v1.Experience
+	(Provider)(0),                     // 60: contextd.v1.Provider
+	(Role)(0),                         // 61: contextd.v1.Role
+	(Segment)(0),                      // 62: contextd.v1.Segment
+	(MergePolicy)(0),                  // 63: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 64: contextd.v1.Delta
+	(*Artifact)(nil),                  // 65: contextd.v1.Artifact
+	(ActorKind)(0),                    // 66: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	56,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	57,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	58,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	56,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	56,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	57,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	58,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	59,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	57,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	57,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	59,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	60,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	60,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	61,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
 	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
 	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	61,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	56,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	62,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	62,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	57,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	63,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	61,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	62,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	61,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	48,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	49,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	50,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	51,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	52,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	61,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	59,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	61,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	62,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	49,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	50,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	51,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	52,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	53,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	62,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	60,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	62,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	63,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	64,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -4669,19 +4794,19 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	56,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	64,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	57,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	65,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
 	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	53,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	54,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
 	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
 	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
 	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	56,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	57,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
@@ -4690,37 +4815,37 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	32,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
 	10,  // 62: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
 	11,  // 63: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	61,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	61,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	56,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	56,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	56,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	56,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	64,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	62,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	62,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	57,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	57,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	57,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	57,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	65,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
 	35,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
 	36,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	61,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	56,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	62,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	57,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
 	36,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	56,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	57,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
 	15,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	56,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	56,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	56,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	56,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	56,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	57,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	59,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	57,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	57,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	57,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	57,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	57,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	58,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	60,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
 	45,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	56,  // 86: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	54,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	57,  // 86: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	55,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
 	41,  // 88: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
 	44,  // 89: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	56,  // 90: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	56,  // 91: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	56,  // 92: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	56,  // 93: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	64,  // 94: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	57,  // 90: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	57,  // 91: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	57,  // 92: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	57,  // 93: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	65,  // 94: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
 	6,   // 95: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
 	40,  // 96: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
 	41,  // 97: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
@@ -4728,22 +4853,23 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	36,  // 99: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
 	37,  // 100: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
 	38,  // 101: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	55,  // 102: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	56,  // 102: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
 	42,  // 103: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
 	43,  // 104: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
 	44,  // 105: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
 	45,  // 106: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
 	46,  // 107: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	60,  // 108: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	65,  // 109: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	60,  // 110: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	34,  // 111: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	34,  // 112: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	113, // [113:113] is the sub-list for method output_type
-	113, // [113:113] is the sub-list for method input_type
-	113, // [113:113] is the sub-list for extension type_name
-	113, // [113:113] is the sub-list for extension extendee
-	0,   // [0:113] is the sub-list for field type_name
+	48,  // 108: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
+	61,  // 109: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	66,  // 110: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	61,  // 111: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	34,  // 112: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	34,  // 113: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	114, // [114:114] is the sub-list for method output_type
+	114, // [114:114] is the sub-list for method input_type
+	114, // [114:114] is the sub-list for extension type_name
+	114, // [114:114] is the sub-list for extension extendee
+	0,   // [0:114] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4770,7 +4896,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -390,12 +390,16 @@ class TextReplacement(_message.Message):
     def __init__(self, segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., message_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RenderOptions(_message.Message):
-    __slots__ = ("provider", "model")
+    __slots__ = ("provider", "model", "auto_cache_breakpoints", "prompt_cache_key")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CACHE_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ...) -> None: ...
+    auto_cache_breakpoints: bool
+    prompt_cache_key: str
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., auto_cache_breakpoints: bool = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ("name", "view", "segments", "budget", "formatters", "render")
@@ -686,7 +690,7 @@ class StageTiming(_message.Message):
     def __init__(self, stage: _Optional[str] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
 class CompileResult(_message.Message):
-    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages")
+    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages", "cache_impact")
     class TransformationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -710,6 +714,7 @@ class CompileResult(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     BUDGET_DROPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_IMPACT_FIELD_NUMBER: _ClassVar[int]
     payload: CompiledPayload
     rendered: RenderedRequest
     source: CompileSource
@@ -726,4 +731,17 @@ class CompileResult(_message.Message):
     version: int
     committed_version: int
     budget_dropped_messages: int
-    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ...) -> None: ...
+    cache_impact: CacheImpact
+    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ..., cache_impact: _Optional[_Union[CacheImpact, _Mapping]] = ...) -> None: ...
+
+class CacheImpact(_message.Message):
+    __slots__ = ("previous_version", "unchanged_prefix_tokens", "rewritten_tokens", "unchanged_prefix_messages")
+    PREVIOUS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REWRITTEN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_PREFIX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    previous_version: int
+    unchanged_prefix_tokens: int
+    rewritten_tokens: int
+    unchanged_prefix_messages: int
+    def __init__(self, previous_version: _Optional[int] = ..., unchanged_prefix_tokens: _Optional[int] = ..., rewritten_tokens: _Optional[int] = ..., unchanged_prefix_messages: _Optional[int] = ...) -> None: ...

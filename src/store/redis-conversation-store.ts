@@ -326,13 +326,17 @@ export class RedisConversationStore implements ConversationStore {
         } catch (error) {
           if (signal.aborted) return;
           if (isWrongType(error)) throw corruptConversation(conversationId, `the change stream ${keys.changes} is not a stream (${(error as Error).message})`);
-          // The slot moved (a failover promoted a replica, or a resharding): read from its new master.
-          const moved = /^MOVED \d+ (\S+)$/.exec(redisReplyError(error) ?? "");
-          if (moved && redirections++ < 16) {
+          // The slot moved (a failover promoted a replica, or a resharding): read from its new
+          // master. A master turned replica first unblocks its blocked readers (UNBLOCKED); the
+          // next read there answers MOVED, naming the new master.
+          const reply = redisReplyError(error) ?? "";
+          const moved = /^MOVED \d+ (\S+)$/.exec(reply);
+          if (this.redis instanceof Cluster && (moved || reply.startsWith("UNBLOCKED")) && redirections++ < 16) {
+            const target = moved ? moved[1]! : `${connection.options.host}:${connection.options.port}`;
             connection.disconnect();
             this.watchConnections.delete(connection);
-            if (this.redis instanceof Cluster) this.redis.refreshSlotsCache();
-            connection = this.watchConnection(moved[1]!);
+            this.redis.refreshSlotsCache();
+            connection = this.watchConnection(target);
             continue;
           }
           throw this.failure("watching changes", error);

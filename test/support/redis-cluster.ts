@@ -28,7 +28,14 @@ export interface RedisCluster {
   addresses: string[];
   /** The master serving `key` now (CLUSTER KEYSLOT, then CLUSTER SHARDS/NODES of a live node). */
   masterOf(key: string): Promise<ClusterNode>;
-  /** Waits until every live node reports cluster_state:ok and `key`'s slot has a live master. */
+  /** The replica of `master` (each master has one). */
+  replicaOf(master: ClusterNode): Promise<ClusterNode>;
+  /**
+   * A manual failover (CLUSTER FAILOVER on the replica): the replica and its master swap roles
+   * once the replica has every write, with no write lost. Resolves once the replica is master.
+   */
+  promote(replica: ClusterNode): Promise<void>;
+  /** Waits until every live node reports cluster_state:ok and every live replica's link to its master is up. */
   settled(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
@@ -125,11 +132,33 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     }
     throw new Error(`no live master serves slot ${slot} of ${key}`);
   };
+  const nodeLines = async () => {
+    const [probe] = liveNodes();
+    return (await cli(probe!.port, "CLUSTER", "NODES")).split("\n").map((line) => line.split(" "));
+  };
+  const replicaOf = async (master: ClusterNode) => {
+    const lines = await nodeLines();
+    const masterId = lines.find((fields) => fields[1]!.split("@")[0] === master.address)![0];
+    const replica = lines.find((fields) => fields[3] === masterId && !fields[2]!.includes("fail"));
+    if (!replica) throw new Error(`${master.address} has no live replica`);
+    return nodes.find((node) => node.address === replica[1]!.split("@")[0])!;
+  };
+  const promote = async (replica: ClusterNode) => {
+    await cli(replica.port, "CLUSTER", "FAILOVER");
+    const deadline = Date.now() + 15_000;
+    while ((await replica.role()) !== "master") {
+      if (Date.now() > deadline) throw new Error(`${replica.address} did not become master`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
   const settled = async (timeoutMs = 15_000) => {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const states = await Promise.all(liveNodes().map((node) => cli(node.port, "CLUSTER", "INFO").catch(() => "")));
-      if (states.every((state) => state.includes("cluster_state:ok"))) return;
+      // A replica that has not finished its first sync would lose everything in a failover.
+      const links = await Promise.all(liveNodes().map((node) => cli(node.port, "INFO", "replication").catch(() => "")));
+      const synced = links.every((info) => info.includes("role:master") || info.includes("master_link_status:up"));
+      if (synced && states.every((state) => state.includes("cluster_state:ok"))) return;
       if (Date.now() > deadline) throw new Error(`the cluster did not settle in ${timeoutMs} ms: ${states.map((state) => /cluster_state:\w+/.exec(state)?.[0]).join(", ")}`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
@@ -139,6 +168,8 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     nodes,
     addresses: nodes.map((node) => node.address),
     masterOf,
+    replicaOf,
+    promote,
     settled,
     stop: async () => {
       await Promise.all(ports.map((port) => stop(port, "SIGTERM")));

@@ -13,6 +13,8 @@ export interface ClusterNode {
   port: number;
   /** "127.0.0.1:port", as `--redis-cluster-nodes` takes it. */
   address: string;
+  /** The running server's process id (for the benches' CPU figures). */
+  pid(): number | undefined;
   /** SIGKILL (no goodbye to clients, replies in flight lost); waits for the exit. */
   kill(): Promise<void>;
   /** Starts it again on the same port with its cluster config (it rejoins as what the cluster says it is). */
@@ -106,6 +108,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
   const nodes: ClusterNode[] = ports.map((port) => ({
     port,
     address: `127.0.0.1:${port}`,
+    pid: () => children.get(port)?.pid,
     kill: () => stop(port, "SIGKILL"),
     restart: () => launch(port),
     role: async () => (await cli(port, "ROLE")).split("\n")[0]!,

@@ -9,11 +9,12 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
-if ! command -v redis-server >/dev/null 2>&1; then
+# redis-cli (Debian's redis-tools, a dependency of redis-server) joins the Redis Cluster tests' nodes.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   log "installing redis-server"
   if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
-  "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null 2>&1 \
-    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null; } \
+  "${sudo_cmd[@]}" apt-get install -y redis-server redis-tools >/dev/null 2>&1 \
+    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y redis-server redis-tools >/dev/null; } \
     || { echo "could not install redis-server" >&2; exit 1; }
 fi
 

@@ -561,7 +561,11 @@ export class RedisConversationStore implements ConversationStore {
         base = cached;
       } else {
         const loaded = await this.read(conversationId, idempotencyKey);
-        if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
+        if (loaded.record) {
+          // A replay is answered as applied only once the original's writes are on the replicas too.
+          if (this.waitReplicas > 0) this.requireReplicated(conversationId, loaded.record.version, await this.replicasAcknowledging(keys));
+          return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
+        }
         base = loaded.state;
         if (expectedVersion !== undefined && expectedVersion !== base.version) {
           throw versionConflict(conversationId, expectedVersion, base.version);
@@ -616,18 +620,13 @@ export class RedisConversationStore implements ConversationStore {
       if (outcome === "ok") {
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
-        if (acknowledged < this.waitReplicas) {
-          throw new ConnectError(
-            `conversation "${conversationId}": version ${plan.state.version} was written on the Redis master but only ${acknowledged} of ${this.waitReplicas} replicas ` +
-              `acknowledged it within ${this.waitTimeoutMs} ms, so a failover may lose it; retry with the same idempotency key (a retry replays it if it survived)`,
-            Code.Unavailable,
-          );
-        }
+        this.requireReplicated(conversationId, plan.state.version, acknowledged);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       if (outcome === "replay") {
         const record = { fingerprint: String(reply![1]), version: storedVersion(conversationId, String(reply![2])) };
         if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
+        this.requireReplicated(conversationId, record.version, acknowledged);
         // The state goes with the replay only while the conversation is still at the recorded version.
         const current = storedVersion(conversationId, String(reply![3]));
         const cachedNow = this.cache.get(conversationId);
@@ -711,6 +710,33 @@ export class RedisConversationStore implements ConversationStore {
     if (scriptError) throw scriptError;
     if (waitError) throw waitError;
     return { reply: reply as (Buffer | null)[], acknowledged: Number(acknowledged) };
+  }
+
+  /** UNAVAILABLE when `waitReplicas` is on and fewer replicas than it acknowledged the commit of `version`. */
+  private requireReplicated(conversationId: string, version: bigint, acknowledged: number): void {
+    if (acknowledged >= this.waitReplicas) return;
+    throw new ConnectError(
+      `conversation "${conversationId}": version ${version} was written on the Redis master but only ${acknowledged} of ${this.waitReplicas} replicas ` +
+        `acknowledged it within ${this.waitTimeoutMs} ms, so a failover may lose it; retry with the same idempotency key (a retry replays it if it survived)`,
+      Code.Unavailable,
+    );
+  }
+
+  /**
+   * How many replicas have every write this process made on its connection to the conversation's
+   * master (a replay's original commit was one of them unless the connection was made anew since):
+   * a `WAIT` behind a read of the conversation's version, so on a cluster both go to its master.
+   */
+  private async replicasAcknowledging(keys: ConversationKeys): Promise<number> {
+    return this.call("waiting for replicas", async () => {
+      const pipeline = this.redis.pipeline();
+      pipeline.get(keys.version);
+      pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
+      const [[readError], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+      if (readError) throw readError;
+      if (waitError) throw waitError;
+      return Number(acknowledged);
+    });
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */

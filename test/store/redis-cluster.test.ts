@@ -4,6 +4,9 @@ import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Cluster } from "ioredis";
+import { startRedis } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, textMessage } from "./fixtures.js";
 
@@ -68,6 +71,28 @@ describe("Redis Cluster store", () => {
     expect(changes.map((change) => change.version)).toEqual([1n]);
   });
 
+  it("writes a listing entry lost behind its back again with the conversation's next commit once indexRefreshMs has passed", async () => {
+    let now = 1_000_000;
+    const keyPrefix = "refresh";
+    const refreshing = new RedisConversationStore({ clusterNodes: cluster.addresses }, { keyPrefix, indexRefreshMs: 60_000, now: () => now });
+    const raw = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0]!.port }]);
+    try {
+      await refreshing.connected();
+      await refreshing.commit("listed", 0n, [appendHistory(textMessage("m1", Role.USER, "hi"))], "");
+      // As if the index's master failed over before replicating the entry.
+      await raw.zrem(`${keyPrefix}:conversations`, "listed");
+      now += 59_000;
+      await refreshing.commit("listed", 1n, [appendHistory(textMessage("m2", Role.USER, "hi"))], "");
+      expect((await refreshing.list("", 10, "")).conversations).toEqual([]);
+      now += 2_000;
+      await refreshing.commit("listed", 2n, [appendHistory(textMessage("m3", Role.USER, "hi"))], "");
+      expect((await refreshing.list("", 10, "")).conversations.map((summary) => [summary.conversationId, summary.version])).toEqual([["listed", 3n]]);
+    } finally {
+      raw.disconnect();
+      await refreshing.close();
+    }
+  });
+
   it("keeps a live Watch going when its conversation's slot moves to a new master (MOVED after a manual failover)", async () => {
     const id = "watched-through-failover";
     const keys = conversationKeys("contextd", id);
@@ -90,5 +115,36 @@ describe("Redis Cluster store", () => {
     await expect.poll(async () => store.commit(id, 1n, [appendHistory(textMessage("after", Role.USER, "after"))], "after").then((outcome) => outcome.version, () => 0n), { timeout: 10_000 }).toBe(2n);
     await watching;
     expect(seen).toEqual(["before", "after"]);
+  });
+});
+
+describe("replica acknowledgement (--redis-wait-replicas)", () => {
+  it("answers UNAVAILABLE for a commit too few replicas acknowledged; it stays applied on the master, and its retry replays it once a replica has it", async () => {
+    // A lone Redis has no replica: WAIT 1 times out every time.
+    const redis = await startRedis();
+    const store = new RedisConversationStore(redis.url, { waitReplicas: 1, waitTimeoutMs: 50 });
+    try {
+      await store.connected();
+      const commit = () => store.commit("unreplicated", 0n, [appendHistory(textMessage("m1", Role.USER, "hi"))], "key-1");
+      const error = await commit().then(() => undefined, (reason: unknown) => reason);
+      expect(error).toBeInstanceOf(ConnectError);
+      expect((error as ConnectError).code).toBe(Code.Unavailable);
+      expect((error as ConnectError).rawMessage).toContain(
+        'conversation "unreplicated": version 1 was written on the Redis master but only 0 of 1 replicas acknowledged it within 50 ms, so a failover may lose it',
+      );
+      // Not rolled back: readers see it. Its retry finds the record but is still not answered as
+      // applied (the replicas still lack it); once a replica has it, the retry is the replay.
+      expect((await store.load("unreplicated")).version).toBe(1n);
+      expect(((await commit().then(() => undefined, (reason: unknown) => reason)) as ConnectError).code).toBe(Code.Unavailable);
+      const replica = await startRedis({ args: ["--replicaof", "127.0.0.1", String(redis.port)] });
+      try {
+        await expect.poll(() => commit().then((outcome) => outcome, () => undefined), { timeout: 10_000 }).toMatchObject({ version: 1n, replayed: true });
+      } finally {
+        await replica.stop();
+      }
+    } finally {
+      await store.close();
+      await redis.stop();
+    }
   });
 });

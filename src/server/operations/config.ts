@@ -191,6 +191,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     throw new Error("--redis-url and --redis-cluster-nodes (or their CONTEXTD_ variables) name two stores: give one");
   }
   const workersText = pick("workers").text;
+  if (workersText !== undefined && workersText !== "auto" && !/^[1-9][0-9]{0,2}$/.test(workersText.trim())) {
+    throw new Error(`invalid --workers or CONTEXTD_WORKERS "${workersText}": want an integer from 1 to 256, or auto (one per core)`);
+  }
   const workers = workersText === "auto" ? availableParallelism() : integer("workers", defaultConfig.workers, 1, 256);
   if (workers > 1 && redisUrl === "" && redisClusterNodes.length === 0) {
     throw new Error(

@@ -107,39 +107,55 @@ async function commitThroughFailover(cluster: RedisCluster, sidecar: Sidecar): P
   }
 }
 
-describe.each([
+const variants = [
   ["with --redis-wait-replicas 1", ["--redis-wait-replicas", "1"]],
   ["without replica acknowledgement", []],
-] as const)("Redis Cluster failover under commit load, %s", (label, flags) => {
-  let cluster: RedisCluster;
-  let sidecar: Sidecar;
+] as const;
+
+describe("Redis Cluster failover under commit load", () => {
+  // One cluster and sidecar per variant, started together; the two variants run at the same time.
+  const setups: { cluster: RedisCluster; sidecar: Sidecar }[] = [];
   beforeAll(async () => {
-    cluster = await startRedisCluster();
-    sidecar = await startSidecar(["--redis-cluster-nodes", cluster.addresses.join(","), "--health-interval-ms", "100", ...flags]);
+    setups.push(
+      ...(await Promise.all(
+        variants.map(async ([, flags]) => {
+          const cluster = await startRedisCluster();
+          const sidecar = await startSidecar(["--redis-cluster-nodes", cluster.addresses.join(","), "--health-interval-ms", "100", "--redis-wait-timeout-ms", "250", ...flags]);
+          return { cluster, sidecar };
+        }),
+      )),
+    );
   }, 30_000);
   afterAll(async () => {
-    await sidecar?.stop();
-    await cluster?.stop();
+    await Promise.all(setups.map(async ({ cluster, sidecar }) => {
+      await sidecar.stop();
+      await cluster.stop();
+    }));
   });
 
-  it("answers UNAVAILABLE while a killed master's replica takes over, then recovers without a restart", async () => {
-    const outcome = await commitThroughFailover(cluster, sidecar);
-    expect(outcome.unavailable, "commits hit the failover").toBeGreaterThan(0);
-    expect(outcome.notServing, "health said NOT_SERVING during the switch").toBe(true);
-    let lost = 0;
-    for (const [conversationId, acknowledged] of outcome.acknowledged) {
-      const stored = outcome.stored.get(conversationId)!;
-      // Never twice: a retried commit is answered from its idempotency record.
-      expect(new Set(stored).size, conversationId).toBe(stored.length);
-      const missing = acknowledged.filter((id) => !stored.includes(id));
-      lost += missing.length;
-      if (missing.length > 0) console.log(conversationId, "missing", missing.join(","), "stored", stored.join(","));
-      if (flags.length > 0) expect(missing, `${conversationId}: acknowledged commits lost`).toEqual([]);
-    }
-    // Without acknowledgement a loss is possible, not certain: the figure goes to the test output.
-    console.log(`failover ${label}: ${outcome.unavailable} UNAVAILABLE answers, ${lost} of ${writers * turns} acknowledged commits lost`);
-    // Every writer got through all its turns after the failover: the sidecar recovered by itself.
-    expect([...outcome.acknowledged.values()].every((ids) => ids.length === turns)).toBe(true);
-    expect(await sidecar.stop()).toBe(0);
-  }, 60_000);
+  it.concurrent.each(variants.map(([label, flags], index) => [label, flags, index] as const))(
+    "%s: answers UNAVAILABLE while a killed master's replica takes over, then recovers without a restart",
+    async (label, flags, index) => {
+      const { cluster, sidecar } = setups[index]!;
+      const outcome = await commitThroughFailover(cluster, sidecar);
+      expect(outcome.unavailable, "commits hit the failover").toBeGreaterThan(0);
+      expect(outcome.notServing, "health said NOT_SERVING during the switch").toBe(true);
+      let lost = 0;
+      for (const [conversationId, acknowledged] of outcome.acknowledged) {
+        const stored = outcome.stored.get(conversationId)!;
+        // Never twice: a retried commit is answered from its idempotency record.
+        expect(new Set(stored).size, conversationId).toBe(stored.length);
+        const missing = acknowledged.filter((id) => !stored.includes(id));
+        lost += missing.length;
+        if (missing.length > 0) console.log(conversationId, "missing", missing.join(","), "stored", stored.join(","));
+        if (flags.length > 0) expect(missing, `${conversationId}: acknowledged commits lost`).toEqual([]);
+      }
+      // Without acknowledgement a loss is possible, not certain: the figure goes to the test output.
+      console.log(`failover ${label}: ${outcome.unavailable} UNAVAILABLE answers, ${lost} of ${writers * turns} acknowledged commits lost`);
+      // Every writer got through all its turns after the failover: the sidecar recovered by itself.
+      expect([...outcome.acknowledged.values()].every((ids) => ids.length === turns)).toBe(true);
+      expect(await sidecar.stop()).toBe(0);
+    },
+    60_000,
+  );
 });

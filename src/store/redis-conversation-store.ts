@@ -415,6 +415,7 @@ export class RedisConversationStore implements ConversationStore {
   private async pingCluster(cluster: Cluster): Promise<void> {
     if (cluster.status !== "ready") throw this.unavailable("checking the cluster", new Error(`the cluster client is ${cluster.status}`));
     const masters = cluster.nodes("master");
+    if (masters.length === 0) throw this.unavailable("checking the cluster", new Error("the cluster client knows no master"));
     try {
       const info = await this.call("checking the cluster's state", () => masters[0]!.cluster("INFO"));
       const state = /^cluster_state:(\w+)/m.exec(String(info))?.[1];

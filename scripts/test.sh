@@ -9,9 +9,12 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
-# redis-server for the stores' tests, openssl for the TLS tests' throwaway certificates.
-for package in redis-server openssl; do
-  if ! command -v "$package" >/dev/null 2>&1; then
+# redis-server for the stores' tests (redis-cli, from Debian's redis-tools, joins the Redis Cluster
+# tests' nodes), openssl for the TLS tests' throwaway certificates.
+for command in redis-server redis-cli openssl; do
+  if ! command -v "$command" >/dev/null 2>&1; then
+    package=$command
+    [ "$command" = redis-cli ] && package=redis-tools
     log "installing $package"
     if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
     "${sudo_cmd[@]}" apt-get install -y "$package" >/dev/null 2>&1 \

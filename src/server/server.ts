@@ -46,6 +46,11 @@ export interface ServerOptions extends Partial<Config> {
   logger?: Logger;
   /** Idle time after which a Watch stream sends a heartbeat; 15 s when not given. */
   watchHeartbeatMs?: number;
+  /**
+   * What the metrics path serves, given this server's own rendering: with `--workers`, every
+   * worker's metrics gathered by the primary (operations/worker-processes.ts). This server's alone otherwise.
+   */
+  gatherMetrics?: (render: () => string) => () => Promise<string>;
 }
 
 export interface RunningServer {
@@ -89,6 +94,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
   const regexSearch = new RegexSearchThread();
+  const renderMetrics = () => metrics.render();
+  const metricsText = options.gatherMetrics ? options.gatherMetrics(renderMetrics) : renderMetrics;
 
   const registerServices = routes({
     health,
@@ -152,7 +159,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   ) => {
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
-    if (serveMetrics(request, response, metrics, config.metricsPath)) return;
+    if (serveMetrics(request, response, metricsText, config.metricsPath)) return;
     const requestId = requestIdOf(request.headers["x-request-id"]);
     requestIds.set(request, requestId);
     response.setHeader("x-request-id", requestId);

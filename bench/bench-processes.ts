@@ -10,6 +10,8 @@ export interface BuiltSidecar {
   url: string;
   /** The sidecar's resident set size now, from /proc (Linux). */
   rssBytes(): number;
+  /** Its processes: the one process, or with --workers the primary and then every worker it announced. */
+  pids: number[];
   stop(): Promise<void>;
 }
 
@@ -20,15 +22,20 @@ export interface BuiltSidecar {
 export async function startBuiltSidecar(args: string[]): Promise<BuiltSidecar> {
   const main = fileURLToPath(new URL("../src/main.js", import.meta.url));
   const child = spawn(process.execPath, [main, "--port", "0", ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  let workers: number[] = [];
   const port = await new Promise<number>((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`sidecar exited with ${code}`)));
     createInterface({ input: child.stdout! }).on("line", (line) => {
-      const entry = JSON.parse(line) as { msg?: string; address?: string };
-      if (entry.msg === "contextd listening" && entry.address) resolve(Number(entry.address.slice(entry.address.lastIndexOf(":") + 1)));
+      const entry = JSON.parse(line) as { msg?: string; address?: string; workers?: number[] };
+      if (entry.msg === "contextd listening" && entry.address) {
+        workers = entry.workers ?? [];
+        resolve(Number(entry.address.slice(entry.address.lastIndexOf(":") + 1)));
+      }
     });
   });
   return {
     url: `http://127.0.0.1:${port}`,
+    pids: [child.pid!, ...workers],
     rssBytes: () => Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))![1]) * 1024,
     stop: () => new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : (child.once("exit", () => resolve()), child.kill("SIGTERM")))),
   };

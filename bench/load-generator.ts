@@ -29,6 +29,8 @@ export interface LoadOptions {
   concurrency: number;
   seconds: number;
   warmupSeconds: number;
+  /** HTTP/2 connections the calls are spread over (1 when not given). */
+  connections?: number;
 }
 
 /** Builds the load generator into `directory` and returns the binary's path. */
@@ -46,6 +48,7 @@ export function runLoadGenerator(binary: string, options: LoadOptions): LoadResu
     "-duration", `${options.seconds}s`,
     "-warmup", `${options.warmupSeconds}s`,
   ];
+  if (options.connections !== undefined) args.push("-connections", String(options.connections));
   if (options.requestsFile !== undefined) args.push("-requests", options.requestsFile);
   else args.push("-request", options.requestFile ?? "");
   return JSON.parse(execFileSync(binary, args).toString()) as LoadResult;

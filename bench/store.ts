@@ -30,6 +30,7 @@ import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-gen
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 import { startBuiltSidecar, startDoNothingResponder } from "./bench-processes.js";
 import { startRedis } from "../test/support/redis.js";
+import { benchScaleOut } from "./store-scale-out.js";
 import { once } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -108,6 +109,11 @@ function formatLoad(): string {
   return loadavg().map((value) => value.toFixed(2)).join(" / ");
 }
 
+// The scale-out lines (workers, Redis Cluster) alone, without the rest of this bench.
+if (process.env.CONTEXTD_BENCH_STORE_ONLY === "scale-out") {
+  await benchScaleOut();
+  process.exit(0);
+}
 const redis = await startRedis();
 const sidecar = await startBuiltSidecar(["--redis-url", redis.url]);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
@@ -390,6 +396,7 @@ try {
     await inProcessStore.close();
   }
   console.log(`load average at end: ${formatLoad()}`);
+  await benchScaleOut();
 } finally {
   grpcJs.close();
   bare.disconnect();

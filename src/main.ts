@@ -1,12 +1,15 @@
 import { readFileSync } from "node:fs";
 import { Codec } from "./codec/codec.js";
-import { loadConfig, printableConfig, usage } from "./server/operations/config.js";
-import { createLogger } from "./server/operations/logger.js";
+import { loadConfig, printableConfig, usage, type Config } from "./server/operations/config.js";
+import { ServingStatus } from "./server/operations/health.js";
+import { createLogger, type Logger } from "./server/operations/logger.js";
 import { tracingFromEnvironment } from "./server/operations/tracing.js";
+import { isWorkerProcess, reportListening, shareWorkerMetrics, superviseWorkers } from "./server/operations/worker-processes.js";
 import { startServer } from "./server/server.js";
 import { createConversationStore } from "./store/create-conversation-store.js";
 
-// Wiring only: read the configuration, build the store, start the server, stop on SIGTERM/SIGINT.
+// Wiring only: read the configuration, build the store, start the server, stop on SIGTERM/SIGINT;
+// with --workers N, the primary process forks N workers that each do that (see worker-processes.ts).
 const argv = process.argv.slice(2);
 if (argv.includes("--help") || argv.includes("-h")) {
   console.log(usage());
@@ -17,43 +20,96 @@ if (argv.includes("--version")) {
   console.log(`contextd ${version}`);
   process.exit(0);
 }
-let config;
-let tracing;
-try {
-  config = loadConfig(argv, process.env);
-  tracing = await tracingFromEnvironment(process.env);
-} catch (error) {
+const fail = (error: unknown): never => {
   console.error(`contextd: ${error instanceof Error ? error.message : String(error)}`);
   process.exit(2);
-}
+};
+const config = (() => {
+  try {
+    return loadConfig(argv, process.env);
+  } catch (error) {
+    return fail(error);
+  }
+})();
 const logger = createLogger(config.logLevel);
-// One codec for the store and the server: the encodings of the states the store hands out are
-// reused by the responses that carry them.
-const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
-const store = await createConversationStore(config.redisUrl, codec);
-const server = await startServer({ ...config, store, codec, logger, tracing });
-// The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it.
-logger.announce("contextd listening", {
-  address: `${server.address.address}:${server.address.port}`,
-  protocols: ["grpc", "grpc-web", "connect"],
-  metrics: config.metricsPath,
-  tracing: tracing ? "otlp" : "off",
-  inspector: config.inspector ? "/inspector/" : "off",
-  config: printableConfig(config),
-});
+if (config.workers > 1 && !isWorkerProcess()) await supervise(config, logger);
+else await serve(config, logger);
 
-let stopping = false;
-for (const signal of ["SIGTERM", "SIGINT"] as const) {
-  process.on(signal, async () => {
-    if (stopping) return;
-    stopping = true;
-    logger.announce("contextd stopping", { signal, graceMs: config.shutdownGraceMs });
-    await server.shutdown();
-    // Spans still buffered leave now, within the same bound as the store.
-    if (tracing) await Promise.race([tracing.shutdown(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
-    // A store that cannot close (Redis unreachable) must not keep the process alive.
-    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
-    logger.announce("contextd stopped", { signal });
-    process.exit(0);
+/** The primary of `--workers N`: serves nothing itself; forks the workers, announces them, drains them on a signal. */
+async function supervise(config: Config, logger: Logger): Promise<void> {
+  const workers = superviseWorkers(config.workers, logger);
+  let listening;
+  try {
+    listening = await workers.listening;
+  } catch (error) {
+    console.error(`contextd: ${error instanceof Error ? error.message : String(error)}`);
+    process.exit(1);
+  }
+  logger.announce("contextd listening", {
+    address: listening.address,
+    protocols: ["grpc", "grpc-web", "connect"],
+    metrics: config.metricsPath,
+    inspector: config.inspector ? "/inspector/" : "off",
+    workers: listening.pids,
+    config: printableConfig(config),
   });
+  let stopping = false;
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    process.on(signal, async () => {
+      if (stopping) return;
+      stopping = true;
+      logger.announce("contextd stopping", { signal, graceMs: config.shutdownGraceMs, workers: config.workers });
+      const drained = await workers.stop(signal, config.shutdownGraceMs);
+      logger.announce("contextd stopped", { signal, ...(drained ? {} : { killed: "workers still running after the grace period + 5 s" }) });
+      process.exit(drained ? 0 : 1);
+    });
+  }
+}
+
+/** One sidecar: this process alone, or one worker of `--workers N`. */
+async function serve(config: Config, logger: Logger): Promise<void> {
+  // OpenTelemetry tracing, when the OTEL_* environment asks for it (off otherwise).
+  const tracing = await tracingFromEnvironment(process.env).catch(fail);
+  // One codec for the store and the server: the encodings of the states the store hands out are
+  // reused by the responses that carry them.
+  const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
+  const store = await createConversationStore(config.redisUrl, codec, 5_000, {
+    clusterNodes: config.redisClusterNodes,
+    waitReplicas: config.redisWaitReplicas,
+    waitTimeoutMs: config.redisWaitTimeoutMs,
+  });
+  const worker = isWorkerProcess();
+  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics } : {}) }).catch(fail);
+  const address = `${server.address.address}:${server.address.port}`;
+  // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it; with
+  // --workers the primary says it once every worker listens.
+  if (worker) reportListening(address, server.address.port);
+  else {
+    logger.announce("contextd listening", {
+      address,
+      protocols: ["grpc", "grpc-web", "connect"],
+      tls: server.tls.enabled ? (server.tls.clientCertificates ? "on, client certificates required" : "on") : "off",
+      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : "memory", reachable: server.health.current === ServingStatus.SERVING },
+      metrics: config.metricsPath,
+      tracing: tracing ? "otlp" : "off",
+      inspector: config.inspector ? "/inspector/" : "off",
+      config: printableConfig(config),
+    });
+  }
+  const whose = worker ? { pid: process.pid } : {};
+  let stopping = false;
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    process.on(signal, async () => {
+      if (stopping) return;
+      stopping = true;
+      logger.announce("contextd stopping", { signal, graceMs: config.shutdownGraceMs, ...whose });
+      await server.shutdown();
+      // Spans still buffered leave now, within the same bound as the store.
+      if (tracing) await Promise.race([tracing.shutdown(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+      // A store that cannot close (Redis unreachable) must not keep the process alive.
+      await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+      logger.announce("contextd stopped", { signal, ...whose });
+      process.exit(0);
+    });
+  }
 }

@@ -50,26 +50,34 @@ func main() {
 	concurrency := flag.Int("concurrency", 1, "calls in flight")
 	duration := flag.Duration("duration", 2*time.Second, "how long to measure")
 	warmup := flag.Duration("warmup", time.Second, "how long to call before measuring")
+	connections := flag.Int("connections", 1, "HTTP/2 connections the calls are spread over (a sidecar with --workers serves each connection from one worker)")
 	flag.Parse()
 	next, err := requestSource(*requestFile, *requestsFile)
 	if err != nil {
 		fail(err)
 	}
 	encoding.RegisterCodec(rawCodec{})
-	connection, err := grpc.NewClient(*address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-		grpc.WithInitialWindowSize(16<<20), grpc.WithInitialConnWindowSize(64<<20))
-	if err != nil {
-		fail(err)
+	var pool []*grpc.ClientConn
+	for index := 0; index < max(1, *connections); index++ {
+		// Each ClientConn has its own transport (grpc-go shares none between ClientConns).
+		connection, err := grpc.NewClient(*address,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+			grpc.WithInitialWindowSize(16<<20), grpc.WithInitialConnWindowSize(64<<20))
+		if err != nil {
+			fail(err)
+		}
+		defer connection.Close()
+		pool = append(pool, connection)
 	}
-	defer connection.Close()
+	var turn atomic.Int64
 	call := func() (int, error) {
 		request, err := next()
 		if err != nil {
 			return 0, err
 		}
 		response := []byte(nil)
+		connection := pool[int(turn.Add(1))%len(pool)]
 		err = connection.Invoke(context.Background(), *method, &request, &response)
 		return len(response), err
 	}

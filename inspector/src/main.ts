@@ -229,6 +229,7 @@ const providers: [string, Provider][] = [
 /** What happened to a message, in the words of the compile view. */
 function outcome(record: Transformation): string {
   if (record.action === TransformationAction.PASSED) return "kept";
+  if (record.reason === TransformationReason.TOOL_RESULT_CLEARED || record.reason === TransformationReason.REASONING_CLEARED) return "cleared";
   if (record.action === TransformationAction.FORMATTED) {
     return [TransformationReason.TRANSFORM_HOOK, TransformationReason.REPLACED_BY_HOOK, TransformationReason.TEXT_REPLACEMENT].includes(record.reason) ? "redacted" : "formatted";
   }
@@ -314,6 +315,12 @@ function CompileResultView({ result, previousFingerprint }: { result: CompileRes
         prefix fingerprint <code>${result.prefixFingerprint.slice(0, 16)}</code>
         ${previousFingerprint === undefined ? "" : previousFingerprint === result.prefixFingerprint ? " — unchanged since the last compile: a provider prompt cache can hit" : " — changed since the last compile: a provider prompt cache will miss"}
       </p>
+      ${result.cacheImpact &&
+      html`<p data-testid="cache-impact">
+        ${result.cacheImpact.previousVersion === 0n
+          ? "no previous compile of this conversation remembered: every token is written to the provider's cache anew"
+          : `against the previous compile (v${result.cacheImpact.previousVersion}): ${result.cacheImpact.unchangedPrefixTokens} tokens unchanged (${result.cacheImpact.unchangedPrefixMessages} messages), ${result.cacheImpact.rewrittenTokens} re-written`}
+      </p>`}
       ${result.warnings.length > 0 && html`<ul class="warnings">${result.warnings.map((warning) => html`<li><code>${warning.code}</code> ${warning.message}</li>`)}</ul>`}
       <h2>Messages <small>${records.length}</small></h2>
       <table data-testid="records">

@@ -1,8 +1,11 @@
+import { readFileSync } from "node:fs";
 import type * as http from "node:http";
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import * as tls from "node:tls";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { RegexSearchThread } from "../application/regex-search-thread.js";
 import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { Admission } from "./policy/admission.js";
@@ -22,7 +25,7 @@ import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.j
 import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
-import { createDualProtocolServer } from "./transport/listen.js";
+import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
@@ -52,6 +55,11 @@ export interface ServerOptions extends Partial<Config> {
   metrics?: Metrics;
   /** OpenTelemetry tracing; off when not given (`src/main.ts` reads the OTEL_* environment). */
   tracing?: Tracing;
+  /**
+   * What the metrics path serves, given this server's own rendering: with `--workers`, every
+   * worker's metrics gathered by the primary (operations/worker-processes.ts). This server's alone otherwise.
+   */
+  gatherMetrics?: (render: () => Promise<string>) => () => Promise<string>;
 }
 
 export interface RunningServer {
@@ -60,6 +68,8 @@ export interface RunningServer {
   health: HealthStatus;
   telemetry: TelemetryHub;
   metrics: Metrics;
+  /** Whether the port serves TLS, and whether it requires client certificates. */
+  tls: { enabled: boolean; clientCertificates: boolean };
   /**
    * Graceful stop: health NOT_SERVING, stop accepting, streams end with UNAVAILABLE, unary calls
    * may finish for `graceMs` (default: the configured grace), then every connection is cut.
@@ -98,6 +108,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
   if (tracing) telemetry.listen(tracing.observe);
+  const regexSearch = new RegexSearchThread();
+  const renderMetrics = () => metrics.render();
+  const metricsText = options.gatherMetrics ? options.gatherMetrics(renderMetrics) : renderMetrics;
 
   const registerServices = routes({
     health,
@@ -109,6 +122,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     maxCompileTextBytes: config.maxCompileTextBytes,
     tokenCounts,
     compiled: tracing ? (request, result) => tracing.annotateCompile(request, result) : undefined,
+    searchRegexOffThread: regexSearch.search,
+    cacheImpactBytes: config.cacheImpactBytes,
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and
   // logged, then given its deadline, authenticated, and checked.
@@ -163,7 +178,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   ) => {
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
-    if (serveMetrics(request, response, metrics, config.metricsPath)) return;
+    if (serveMetrics(request, response, metricsText, config.metricsPath)) return;
     if (inspector?.serve(request, response)) return;
     const requestId = requestIdOf(request.headers["x-request-id"]);
     requestIds.set(request, requestId);
@@ -229,9 +244,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     serveUnaryCall(stream, headers, spec, unaryGrpc, createContextValues().set(requestIdKey, requestId), { "x-request-id": requestId });
     return true;
   };
+  const listenerTls = readListenerTls(config);
   const { tcp, h2, sockets } = createDualProtocolServer(handle, {
     maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
     streamHandler: config.directUnaryGrpc ? serveStream : undefined,
+    tls: listenerTls,
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
@@ -257,15 +274,44 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     health,
     telemetry,
     metrics,
+    tls: { enabled: listenerTls !== undefined, clientCertificates: listenerTls?.requestCert ?? false },
     shutdown(graceMs = config.shutdownGraceMs) {
       stopping = true;
       stopped ??= shutDown(
         { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
         graceMs,
-      );
+      ).finally(() => regexSearch.close());
       return stopped;
     },
   };
+}
+
+/**
+ * The TLS files named by the configuration, read once at start (a changed certificate takes a
+ * restart); undefined for cleartext. An unreadable file or a key that does not match its
+ * certificate throws, naming the flag.
+ */
+function readListenerTls(config: Config): ListenerTls | undefined {
+  if (config.tlsCert === "") return undefined;
+  const read = (path: string, flag: string) => {
+    try {
+      return readFileSync(path);
+    } catch (error) {
+      throw new Error(`cannot read --${flag} ${path}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+  const listenerTls: ListenerTls = {
+    cert: read(config.tlsCert, "tls-cert"),
+    key: read(config.tlsKey, "tls-key"),
+    ...(config.tlsClientCa ? { ca: read(config.tlsClientCa, "tls-client-ca") } : {}),
+    requestCert: config.tlsClientCa !== "",
+  };
+  try {
+    tls.createSecureContext(listenerTls);
+  } catch (error) {
+    throw new Error(`invalid --tls-cert ${config.tlsCert} / --tls-key ${config.tlsKey}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  return listenerTls;
 }
 
 function withoutUndefined<T extends object>(value: T): Partial<T> {

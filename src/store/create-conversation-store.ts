@@ -3,15 +3,28 @@ import type { ConversationStore } from "./conversation-store.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
 
+/** Where a Redis store runs beside its URL: a cluster's seed nodes, and the replica acknowledgement of commits. */
+export interface RedisDeployment {
+  /** Seed nodes ("host:port") of a Redis Cluster; when given, the URL is empty. */
+  clusterNodes?: readonly string[];
+  waitReplicas?: number;
+  waitTimeoutMs?: number;
+}
+
 /**
- * The store for a configured Redis URL: empty = the embedded in-memory store, otherwise Redis.
+ * The store for a configured Redis URL or cluster: neither = the embedded in-memory store.
  * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
  */
-export async function createConversationStore(redisUrl: string, codec: Codec, connectTimeoutMs = 5_000): Promise<ConversationStore> {
-  if (redisUrl === "") return new MemoryConversationStore({ codec });
-  const store = new RedisConversationStore(redisUrl, { codec });
+export async function createConversationStore(redisUrl: string, codec: Codec, connectTimeoutMs = 5_000, redis: RedisDeployment = {}): Promise<ConversationStore> {
+  const clusterNodes = redis.clusterNodes ?? [];
+  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec });
+  const store = new RedisConversationStore(clusterNodes.length > 0 ? { clusterNodes } : redisUrl, {
+    codec,
+    waitReplicas: redis.waitReplicas,
+    waitTimeoutMs: redis.waitTimeoutMs,
+  });
   await store.connected(connectTimeoutMs);
   return store;
 }

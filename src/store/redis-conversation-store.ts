@@ -1,7 +1,8 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { randomUUID } from "node:crypto";
-import { Redis, type RedisOptions } from "ioredis";
+import calculateSlot from "cluster-key-slot";
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import {
   ChangeSchema,
   ConversationSummarySchema,
@@ -37,6 +38,25 @@ export interface RedisStoreOptions {
   deltaContext?: DeltaContext;
   /** The server's codec: encodes states for storage and is told which are immutable; a private one otherwise. */
   codec?: Codec;
+  /**
+   * Replicas that must acknowledge a commit (Redis `WAIT`) before it is answered as applied; 0 =
+   * none (the default). A commit applied on the master but acknowledged by fewer within
+   * `waitTimeoutMs` is answered UNAVAILABLE (see docs/stores.md, "Replica acknowledgement").
+   */
+  waitReplicas?: number;
+  /** How long a commit waits for `waitReplicas` acknowledgements, in milliseconds (default 1,000). */
+  waitTimeoutMs?: number;
+  /**
+   * How long this process trusts that a conversation's listing entry exists before writing it
+   * again with its next commit (default 60 s). Bounds how long an entry lost with a failed-over
+   * node (or written to a node that lost it) stays missing from listings.
+   */
+  indexRefreshMs?: number;
+}
+
+/** A Redis Cluster to connect to: seed nodes as "host:port" (the client finds the others and the slots). */
+export interface RedisClusterNodes {
+  clusterNodes: readonly string[];
 }
 
 /**
@@ -56,17 +76,41 @@ export const redisConnectionOptions: RedisOptions = {
   retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
 };
 
+/**
+ * The same for a Redis Cluster, plus what the cluster client decides: a command refused with
+ * MOVED, ASK, TRYAGAIN or CLUSTERDOWN (which Redis did not run) is sent again to the node the
+ * cluster names, after refreshing the slot map; a command whose connection closed under it is
+ * NOT (`retryDelayOnFailover: 0`): a commit script may have run before its node died, and sending
+ * it again could apply a batch twice. It fails as UNAVAILABLE instead; the caller retries.
+ */
+export const redisClusterOptions: ClusterOptions = {
+  enableAutoPipelining: false,
+  enableOfflineQueue: false,
+  retryDelayOnFailover: 0,
+  retryDelayOnClusterDown: 100,
+  retryDelayOnTryAgain: 100,
+  maxRedirections: 16,
+  clusterRetryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
+  redisOptions: {
+    maxRetriesPerRequest: 1,
+    connectTimeout: redisConnectionOptions.connectTimeout!,
+    commandTimeout: redisConnectionOptions.commandTimeout!,
+  },
+};
+
 /** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
 const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 
 /** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
 const indexedConversationsLimit = 100_000;
 
-interface ScriptedRedis extends Redis {
+interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number)[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
 }
+/** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
+type ScriptedRedis = (Redis | Cluster) & Scripts;
 
 /** What the commit script records per idempotency key: the commit's response without its state. */
 interface IdempotencyRecord {
@@ -134,7 +178,12 @@ export class RedisConversationStore implements ConversationStore {
    * per commit was 10-20% of the store's commit CPU). Forgotten when a read finds the conversation at
    * version 0, so an index lost with the rest of Redis's data is written again.
    */
-  private readonly indexedConversations = new Set<string>();
+  private readonly indexedConversations = new Map<string, number>();
+  private readonly indexRefreshMs: number;
+  private readonly waitReplicas: number;
+  private readonly waitTimeoutMs: number;
+  /** Where the store connects, for messages: a URL without its password, or the cluster's seed nodes. */
+  private readonly where: string;
   private readonly watchConnections = new Set<Redis>();
   private lastError = "";
   /**
@@ -143,14 +192,11 @@ export class RedisConversationStore implements ConversationStore {
    * small writes (and the write probe) still pass; `ping` fails until the refused size fits again.
    */
   private refusedForMemory: { bytes: number; message: string } | undefined;
-  /** The socket corked for this event-loop iteration, if any (see `call`). */
-  private corkedSocket: Redis["stream"] | undefined;
+  /** Whether sockets are corked for this event-loop iteration (see `call`). */
+  private corked = false;
   private readonly codec: Codec;
 
-  constructor(
-    private readonly url: string,
-    options: RedisStoreOptions = {},
-  ) {
+  constructor(target: string | RedisClusterNodes, options: RedisStoreOptions = {}) {
     this.codec = options.codec ?? new Codec();
     this.keyPrefix = options.keyPrefix ?? "contextd";
     if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
@@ -161,7 +207,17 @@ export class RedisConversationStore implements ConversationStore {
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;
     this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
-    this.redis = new Redis(url, redisConnectionOptions) as ScriptedRedis;
+    this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
+    this.waitReplicas = options.waitReplicas ?? 0;
+    this.waitTimeoutMs = options.waitTimeoutMs ?? 1_000;
+    if (typeof target === "string") {
+      this.where = redactUrl(target);
+      this.redis = new Redis(target, redisConnectionOptions) as ScriptedRedis;
+    } else {
+      if (target.clusterNodes.length === 0) throw new Error("a redis cluster needs at least one seed node");
+      this.where = `redis cluster ${target.clusterNodes.join(",")}`;
+      this.redis = new Cluster(target.clusterNodes.map(clusterNode), redisClusterOptions) as ScriptedRedis;
+    }
     // Without a listener ioredis reports connection errors as unhandled; they surface as
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
@@ -211,13 +267,12 @@ export class RedisConversationStore implements ConversationStore {
     const upper = prefix === "" ? "+" : Buffer.concat([Buffer.from("[" + prefix), Buffer.from([0xff])]);
     const ids = await this.call("listing conversations", () => this.redis.zrangebylex(index, lower, upper, "LIMIT", 0, pageSize + 1));
     const page = ids.slice(0, pageSize);
-    const versions = await this.call("listing conversations", async () => {
-      const pipeline = this.redis.pipeline();
-      for (const id of page) pipeline.get(this.keys(id).version);
-      return (await pipeline.exec()) ?? [];
-    });
+    // One GET per listed conversation, issued together: on one Redis they leave in one write (see
+    // `call`); on a cluster each goes to the master of its conversation's slot.
+    const versions = await this.call("listing conversations", () => Promise.allSettled(page.map((id) => this.redis.get(this.keys(id).version))));
     const conversations = page.flatMap((id, position) => {
-      const [error, version] = versions[position] ?? [];
+      const settled = versions[position]!;
+      const [error, version] = settled.status === "rejected" ? [settled.reason as unknown, undefined] : [undefined, settled.value];
       // A conversation whose version key is of the wrong type or holds no version is left out of
       // the listing, so one corrupt conversation does not break every page; reading it answers
       // DATA_LOSS naming it.
@@ -249,23 +304,41 @@ export class RedisConversationStore implements ConversationStore {
       yield change;
       last = change.version;
     }
-    // A blocking XREAD holds its connection, so each watch gets its own.
-    const connection = this.redis.duplicate({ commandTimeout: this.watchBlockMs + 2_000 });
-    connection.on("error", (error: Error) => (this.lastError = error.message));
-    this.watchConnections.add(connection);
+    // A blocking XREAD holds its connection, so each watch gets its own: to the one Redis, or on a
+    // cluster to the master of the conversation's slot (a blocking read must go to that node).
+    const address = this.masterAddressOf(keys.changes);
+    if (this.redis instanceof Cluster && address === undefined) {
+      throw this.unavailable("watching changes", new Error(`the cluster client knows no master for the slot of ${keys.changes} yet`));
+    }
+    let connection = this.watchConnection(address);
     const stop = () => connection.disconnect();
     signal.addEventListener("abort", stop, { once: true });
     try {
-      if (!(await whenReady(connection, redisConnectionOptions.connectTimeout!)) && !signal.aborted) {
-        throw this.unavailable("watching changes", new Error(`no connection within ${redisConnectionOptions.connectTimeout} ms`));
-      }
+      let redirections = 0;
       while (!signal.aborted) {
+        if (!(await whenReady(connection, redisConnectionOptions.connectTimeout!)) && !signal.aborted) {
+          throw this.unavailable("watching changes", new Error(`no connection within ${redisConnectionOptions.connectTimeout} ms`));
+        }
         let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
         try {
           reply = await connection.xreadBuffer("COUNT", 100, "BLOCK", this.watchBlockMs, "STREAMS", keys.changes, `${last}-0`);
+          redirections = 0;
         } catch (error) {
           if (signal.aborted) return;
           if (isWrongType(error)) throw corruptConversation(conversationId, `the change stream ${keys.changes} is not a stream (${(error as Error).message})`);
+          // The slot moved (a failover promoted a replica, or a resharding): read from its new
+          // master. A master turned replica first unblocks its blocked readers (UNBLOCKED); the
+          // next read there answers MOVED, naming the new master.
+          const reply = redisReplyError(error) ?? "";
+          const moved = /^MOVED \d+ (\S+)$/.exec(reply);
+          if (this.redis instanceof Cluster && (moved || reply.startsWith("UNBLOCKED")) && redirections++ < 16) {
+            const target = moved ? moved[1]! : `${connection.options.host}:${connection.options.port}`;
+            connection.disconnect();
+            this.watchConnections.delete(connection);
+            this.redis.refreshSlotsCache();
+            connection = this.watchConnection(target);
+            continue;
+          }
           throw this.failure("watching changes", error);
         }
         for (const [, entries] of reply ?? []) {
@@ -284,6 +357,28 @@ export class RedisConversationStore implements ConversationStore {
     }
   }
 
+  /** A new connection for one watch's blocking reads: a duplicate of the one Redis's, or to `address` ("host:port") of a cluster. */
+  private watchConnection(address: string | undefined): Redis {
+    const commandTimeout = this.watchBlockMs + 2_000;
+    const connection =
+      this.redis instanceof Cluster
+        ? new Redis({ ...redisConnectionOptions, ...this.redis.options.redisOptions, ...clusterNode(address ?? "unknown:0"), commandTimeout })
+        : this.redis.duplicate({ commandTimeout });
+    connection.on("error", (error: Error) => (this.lastError = error.message));
+    this.watchConnections.add(connection);
+    return connection;
+  }
+
+  /** On a cluster, the address of the master the client maps `key`'s slot to (undefined before it knows the slots). */
+  private masterAddressOf(key: string): string | undefined {
+    return this.redis instanceof Cluster ? this.redis.slots[calculateSlot(key)]?.[0] : undefined;
+  }
+
+  /** The masters to check: the one Redis, or every master of the cluster the client knows. */
+  private masters(): Redis[] {
+    return this.redis instanceof Cluster ? this.redis.nodes("master") : [this.redis];
+  }
+
   /**
    * Runs the write probe, not PING: a Redis over `maxmemory` (noeviction) or a read-only replica
    * answers PING but refuses every commit. After a commit was refused for memory, also fails while
@@ -292,19 +387,44 @@ export class RedisConversationStore implements ConversationStore {
    * RESOURCE_EXHAUSTED or UNAVAILABLE here makes it NOT_SERVING, and logs why.
    */
   async ping(): Promise<void> {
-    await this.call("checking that Redis takes writes", () => this.redis.contextdWriteProbe());
+    if (this.redis instanceof Cluster) await this.pingCluster(this.redis);
+    else await this.call("checking that Redis takes writes", () => this.redis.contextdWriteProbe());
     const refused = this.refusedForMemory;
     if (refused === undefined) return;
-    const info = await this.call("checking Redis's memory", () => this.redis.info("memory"));
-    const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(info)?.[1] ?? 0);
-    const [used, max] = [field("used_memory"), field("maxmemory")];
-    if (max > 0 && used + refused.bytes > max) {
-      throw new ConnectError(
-        `${refused.message} (used_memory ${used} + the refused commit's ${refused.bytes} bytes > maxmemory ${max})`,
-        Code.ResourceExhausted,
-      );
+    for (const master of this.masters()) {
+      const info = await this.call("checking Redis's memory", () => master.info("memory"));
+      const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(info)?.[1] ?? 0);
+      const [used, max] = [field("used_memory"), field("maxmemory")];
+      if (max > 0 && used + refused.bytes > max) {
+        throw new ConnectError(
+          `${refused.message} (used_memory ${used} + the refused commit's ${refused.bytes} bytes > maxmemory ${max})`,
+          Code.ResourceExhausted,
+        );
+      }
     }
     this.refusedForMemory = undefined;
+  }
+
+  /**
+   * A cluster is usable when the client is connected, the cluster covers every slot
+   * (`cluster_state:ok`, which is `fail` from when a master is found failed until a replica took
+   * over), and every master the client routes to takes writes (the write probe on each). A probe
+   * that fails makes the client read the slot map again, so after a failover it routes to the
+   * promoted replica without waiting for a MOVED.
+   */
+  private async pingCluster(cluster: Cluster): Promise<void> {
+    if (cluster.status !== "ready") throw this.unavailable("checking the cluster", new Error(`the cluster client is ${cluster.status}`));
+    const masters = cluster.nodes("master");
+    if (masters.length === 0) throw this.unavailable("checking the cluster", new Error("the cluster client knows no master"));
+    try {
+      const info = await this.call("checking the cluster's state", () => masters[0]!.cluster("INFO"));
+      const state = /^cluster_state:(\w+)/m.exec(String(info))?.[1];
+      if (state !== "ok") throw this.unavailable("checking the cluster's state", new Error(`cluster_state is ${state ?? "missing"}: not every slot has a reachable master`));
+      await Promise.all(masters.map((master) => this.call(`checking that ${master.options.host}:${master.options.port} takes writes`, () => master.eval(writeProbeScript, 0))));
+    } catch (error) {
+      cluster.refreshSlotsCache();
+      throw error;
+    }
   }
 
   async close(): Promise<void> {
@@ -442,7 +562,11 @@ export class RedisConversationStore implements ConversationStore {
         base = cached;
       } else {
         const loaded = await this.read(conversationId, idempotencyKey);
-        if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
+        if (loaded.record) {
+          // A replay is answered as applied only once the original's writes are on the replicas too.
+          if (this.waitReplicas > 0) this.requireReplicated(conversationId, loaded.record.version, await this.replicasAcknowledging(keys));
+          return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
+        }
         base = loaded.state;
         if (expectedVersion !== undefined && expectedVersion !== base.version) {
           throw versionConflict(conversationId, expectedVersion, base.version);
@@ -466,7 +590,7 @@ export class RedisConversationStore implements ConversationStore {
       const committing = this.call(
         "committing",
         () =>
-          this.redis.contextdCommitBuffer(
+          this.runCommitScript(
             keys.version,
             keys.header,
             ...keys.segments,
@@ -490,18 +614,20 @@ export class RedisConversationStore implements ConversationStore {
       // Cluster slot); issued in the same event-loop iteration (see `call`), both leave in one
       // write. A failed index write does not fail a commit that applied: the entry is retried on
       // the next commit, and listing skips ids whose commit did not apply.
-      const indexing = this.indexedConversations.has(conversationId) ? undefined : this.writeIndexEntry(conversationId);
-      const reply = await committing;
+      const indexing = (this.indexedConversations.get(conversationId) ?? 0) > this.now() ? undefined : this.writeIndexEntry(conversationId);
+      const { reply, acknowledged } = await committing;
       await indexing;
       const outcome = String(reply![0]);
       if (outcome === "ok") {
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
+        this.requireReplicated(conversationId, plan.state.version, acknowledged);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       if (outcome === "replay") {
         const record = { fingerprint: String(reply![1]), version: storedVersion(conversationId, String(reply![2])) };
         if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
+        this.requireReplicated(conversationId, record.version, acknowledged);
         // The state goes with the replay only while the conversation is still at the recorded version.
         const current = storedVersion(conversationId, String(reply![3]));
         const cachedNow = this.cache.get(conversationId);
@@ -571,6 +697,49 @@ export class RedisConversationStore implements ConversationStore {
     };
   }
 
+  /**
+   * The commit script, and with `waitReplicas` a `WAIT` right behind it on the same connection
+   * (pipelined: on a cluster both go to the master of the conversation's slot, which is the node
+   * whose replicas WAIT counts). `acknowledged` is how many replicas had the script's writes.
+   */
+  private async runCommitScript(...args: (string | Buffer | number)[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
+    if (this.waitReplicas === 0) return { reply: await this.redis.contextdCommitBuffer(...args), acknowledged: 0 };
+    const pipeline = this.redis.pipeline() as ReturnType<Redis["pipeline"]> & Scripts;
+    pipeline.contextdCommitBuffer(...args);
+    pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
+    const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+    if (scriptError) throw scriptError;
+    if (waitError) throw waitError;
+    return { reply: reply as (Buffer | null)[], acknowledged: Number(acknowledged) };
+  }
+
+  /** UNAVAILABLE when `waitReplicas` is on and fewer replicas than it acknowledged the commit of `version`. */
+  private requireReplicated(conversationId: string, version: bigint, acknowledged: number): void {
+    if (acknowledged >= this.waitReplicas) return;
+    throw new ConnectError(
+      `conversation "${conversationId}": version ${version} was written on the Redis master but only ${acknowledged} of ${this.waitReplicas} replicas ` +
+        `acknowledged it within ${this.waitTimeoutMs} ms, so a failover may lose it; retry with the same idempotency key (a retry replays it if it survived)`,
+      Code.Unavailable,
+    );
+  }
+
+  /**
+   * How many replicas have every write this process made on its connection to the conversation's
+   * master (a replay's original commit was one of them unless the connection was made anew since):
+   * a `WAIT` behind a read of the conversation's version, so on a cluster both go to its master.
+   */
+  private async replicasAcknowledging(keys: ConversationKeys): Promise<number> {
+    return this.call("waiting for replicas", async () => {
+      const pipeline = this.redis.pipeline();
+      pipeline.get(keys.version);
+      pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
+      const [[readError], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+      if (readError) throw readError;
+      if (waitError) throw waitError;
+      return Number(acknowledged);
+    });
+  }
+
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */
   private async writeIndexEntry(conversationId: string): Promise<void> {
     try {
@@ -578,9 +747,10 @@ export class RedisConversationStore implements ConversationStore {
     } catch {
       return;
     }
-    this.indexedConversations.add(conversationId);
+    this.indexedConversations.delete(conversationId);
+    this.indexedConversations.set(conversationId, this.now() + this.indexRefreshMs);
     if (this.indexedConversations.size > indexedConversationsLimit) {
-      this.indexedConversations.delete(this.indexedConversations.values().next().value!);
+      this.indexedConversations.delete(this.indexedConversations.keys().next().value!);
     }
   }
 
@@ -614,25 +784,27 @@ export class RedisConversationStore implements ConversationStore {
    * auto-pipelining does (it defers with setImmediate too), without its pipeline object per batch.
    */
   private batchWritesUntilNextIteration(): void {
-    const socket = this.redis.stream;
-    if (this.corkedSocket === socket || socket === undefined) return;
-    this.corkedSocket = socket;
-    socket.cork();
+    if (this.corked) return;
+    // On a cluster, the socket of every master: commands to one node leave in one write.
+    const sockets = this.masters().flatMap((master) => (master.stream === undefined ? [] : [master.stream]));
+    if (sockets.length === 0) return;
+    this.corked = true;
+    for (const socket of sockets) socket.cork();
     setImmediate(() => {
-      this.corkedSocket = undefined;
-      socket.uncork();
+      this.corked = false;
+      for (const socket of sockets) socket.uncork();
     });
   }
 
   private unavailable(what: string, error: unknown): ConnectError {
     const detail = error instanceof Error ? error.message : String(error);
     const cause = this.lastError !== "" && this.lastError !== detail ? ` (last connection error: ${this.lastError})` : "";
-    return new ConnectError(`redis store unavailable while ${what} at ${redactUrl(this.url)}: ${detail}${cause}`, Code.Unavailable);
+    return new ConnectError(`redis store unavailable while ${what} at ${this.where}: ${detail}${cause}`, Code.Unavailable);
   }
 }
 
 /** Resolves true once `redis` is ready, false after `timeoutMs` (commands fail fast until then). */
-function whenReady(redis: Redis, timeoutMs: number): Promise<boolean> {
+function whenReady(redis: Redis | Cluster, timeoutMs: number): Promise<boolean> {
   if (redis.status === "ready") return Promise.resolve(true);
   return new Promise((resolve) => {
     const timer = setTimeout(() => finish(false), timeoutMs);
@@ -726,6 +898,14 @@ function decodeChange(conversationId: string, [id, fields]: [Buffer | string, Bu
     throw malformed(`holds version ${change.version} of "${change.conversationId}"`);
   }
   return change;
+}
+
+/** "host:port" as ioredis takes a node; a bracketed IPv6 host loses its brackets. */
+export function clusterNode(address: string): { host: string; port: number } {
+  const colon = address.lastIndexOf(":");
+  const port = Number(address.slice(colon + 1));
+  if (colon <= 0 || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`redis cluster node "${address}" is not host:port`);
+  return { host: address.slice(0, colon).replace(/^\[(.*)\]$/, "$1"), port };
 }
 
 /** The URL without a password, for error messages. */

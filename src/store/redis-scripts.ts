@@ -25,7 +25,9 @@ export const storedSegments = ["system", "history", "memory", "tools"] as const;
 export type StoredSegment = (typeof storedSegments)[number];
 
 export function conversationKeys(keyPrefix: string, conversationId: string): ConversationKeys {
-  const base = `${keyPrefix}:{${escapeKeyPart(conversationId)}}`;
+  // The empty id gets the tag "%", which no escaped id is: an empty tag ("{}") would not be a hash
+  // tag at all, and its keys would land in different slots.
+  const base = `${keyPrefix}:{${conversationId === "" ? "%" : escapeKeyPart(conversationId)}}`;
   const idempotencyPrefix = `${base}:idempotency:`;
   return {
     version: `${base}:version`,

@@ -10,15 +10,17 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
+import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
 import { randomSource } from "../support/random-messages.js";
 
 let redis: RedisProcess;
+let redisCluster: RedisCluster;
 beforeAll(async () => {
-  redis = await startRedis();
-});
+  [redis, redisCluster] = await Promise.all([startRedis(), startRedisCluster()]);
+}, 30_000);
 afterAll(async () => {
-  await redis?.stop();
+  await Promise.all([redis?.stop(), redisCluster?.stop()]);
 });
 
 let conversationCounter = 0;
@@ -40,6 +42,16 @@ const stores: [string, () => Promise<ConversationStore>][] = [
     "redis",
     async () => {
       const store = new RedisConversationStore(redis.url, { watchBlockMs: 200 });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+  [
+    // Three masters with a replica each: a conversation's keys on one master, the listing index on
+    // whichever master its slot is.
+    "redis cluster",
+    async () => {
+      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200 });
       expect(await store.connected()).toBe(true);
       return store;
     },

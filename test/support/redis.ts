@@ -9,6 +9,8 @@ import { join } from "node:path";
 export interface RedisProcess {
   port: number;
   url: string;
+  /** The running server's process id (for the benches' CPU figures). */
+  pid(): number | undefined;
   /** Stops the server (SIGTERM) and waits for it to exit. */
   stop(): Promise<void>;
   /** Kills the server (SIGKILL: no goodbye to clients, replies in flight lost) and waits for it to exit. */
@@ -69,6 +71,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisProce
   return {
     port,
     url: `redis://127.0.0.1:${port}`,
+    pid: () => child?.pid,
     stop: () => end("SIGTERM"),
     kill: () => end("SIGKILL"),
     restart: launch,

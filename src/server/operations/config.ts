@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
 
@@ -16,6 +17,14 @@ export interface Config {
   port: number;
   /** Redis URL for the production store; empty = the embedded in-memory store. */
   redisUrl: string;
+  /** Seed nodes ("host:port") of a Redis Cluster for the store, instead of `redisUrl`; empty = none. */
+  redisClusterNodes: string[];
+  /** Replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none. */
+  redisWaitReplicas: number;
+  /** How long a commit waits for those acknowledgements before UNAVAILABLE, in milliseconds. */
+  redisWaitTimeoutMs: number;
+  /** Processes serving the port (node:cluster); more than one needs a shared store. */
+  workers: number;
   /** Log level: "debug" logs one line per RPC, "info" start/stop and errors, "error" only errors. */
   logLevel: "debug" | "info" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
@@ -53,10 +62,17 @@ export interface Config {
   metricsPath: string;
   /** Accepted bearer tokens; empty = no authentication. */
   authTokens: AuthToken[];
+  /** PEM certificate chain file; with `tlsKey`, the port serves TLS only (ALPN h2 and http/1.1). Empty = cleartext. */
+  tlsCert: string;
+  /** PEM private key file of `tlsCert`. */
+  tlsKey: string;
+  /** PEM CA bundle file; when set, every connection must present a client certificate it signed (mutual TLS). */
+  tlsClientCa: string;
   /** Bytes of request messages the codec keeps to hand out again (each counted as encoding + 1 KiB); 0 = none. */
   recentMessageBytes: number;
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
+  cacheImpactBytes: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
 }
@@ -65,6 +81,10 @@ export const defaultConfig: Config = {
   host: "127.0.0.1",
   port: 7420,
   redisUrl: "",
+  redisClusterNodes: [],
+  redisWaitReplicas: 0,
+  redisWaitTimeoutMs: 1_000,
+  workers: 1,
   logLevel: "info",
   maxRequestBytes: 16 * 1024 * 1024,
   maxBufferedRequestBytes: 256 * 1024 * 1024,
@@ -81,8 +101,12 @@ export const defaultConfig: Config = {
   telemetryQueue: 1_024,
   metricsPath: "/metrics",
   authTokens: [],
+  tlsCert: "",
+  tlsKey: "",
+  tlsClientCa: "",
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
+  cacheImpactBytes: 16 * 1024 * 1024,
   inspector: true,
 };
 
@@ -94,6 +118,10 @@ export const flags = {
   host: "interface to bind (0.0.0.0 in a container)",
   port: "the one port for gRPC, gRPC-Web, Connect and metrics (0 = pick a free port)",
   "redis-url": "Redis store (Redis >= 7); empty = the in-memory store",
+  "redis-cluster-nodes": "Redis Cluster store instead: seed nodes host:port,host:port,... (the client finds the rest)",
+  "redis-wait-replicas": "replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none",
+  "redis-wait-timeout-ms": "how long a commit waits for those replicas before answering UNAVAILABLE",
+  workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a Redis store",
   "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
   "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
   "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",
@@ -110,8 +138,12 @@ export const flags = {
   "telemetry-queue": "queued events per WatchEvents subscriber",
   "metrics-path": "Prometheus text endpoint (GET)",
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
+  "tls-cert": "PEM certificate chain file; with --tls-key the port serves TLS only (h2 and http/1.1 by ALPN); empty = cleartext",
+  "tls-key": "PEM private key file for --tls-cert",
+  "tls-client-ca": "PEM CA file: require client certificates signed by it (mutual TLS); empty = no client certificates",
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
+  "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
 } as const;
 type Flag = keyof typeof flags;
@@ -167,12 +199,47 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   if (!metricsPath.startsWith("/")) {
     throw new Error(`invalid --metrics-path or CONTEXTD_METRICS_PATH "${metricsPath}": want a path starting with "/"`);
   }
+  const tlsCert = string("tls-cert", defaultConfig.tlsCert);
+  const tlsKey = string("tls-key", defaultConfig.tlsKey);
+  const tlsClientCa = string("tls-client-ca", defaultConfig.tlsClientCa);
+  if ((tlsCert === "") !== (tlsKey === "")) {
+    throw new Error("invalid TLS configuration: --tls-cert (CONTEXTD_TLS_CERT) and --tls-key (CONTEXTD_TLS_KEY) go together; give both or neither");
+  }
+  if (tlsClientCa !== "" && tlsCert === "") {
+    throw new Error("invalid --tls-client-ca or CONTEXTD_TLS_CLIENT_CA: client certificates need TLS; give --tls-cert and --tls-key too");
+  }
+  const redisUrl = string("redis-url", defaultConfig.redisUrl);
+  const redisClusterNodes = (pick("redis-cluster-nodes").text ?? "").split(",").map((node) => node.trim()).filter((node) => node !== "");
+  for (const node of redisClusterNodes) {
+    const port = Number(node.slice(node.lastIndexOf(":") + 1));
+    if (node.lastIndexOf(":") <= 0 || !Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new Error(`invalid --redis-cluster-nodes or CONTEXTD_REDIS_CLUSTER_NODES entry "${node}": want host:port`);
+    }
+  }
+  if (redisUrl !== "" && redisClusterNodes.length > 0) {
+    throw new Error("--redis-url and --redis-cluster-nodes (or their CONTEXTD_ variables) name two stores: give one");
+  }
+  const workersText = pick("workers").text;
+  if (workersText !== undefined && workersText !== "auto" && !/^[1-9][0-9]{0,2}$/.test(workersText.trim())) {
+    throw new Error(`invalid --workers or CONTEXTD_WORKERS "${workersText}": want an integer from 1 to 256, or auto (one per core)`);
+  }
+  const workers = workersText === "auto" ? availableParallelism() : integer("workers", defaultConfig.workers, 1, 256);
+  if (workers > 1 && redisUrl === "" && redisClusterNodes.length === 0) {
+    throw new Error(
+      `--workers ${workersText} needs a shared store (--redis-url or --redis-cluster-nodes): the in-memory store's conversations live in one process, ` +
+        "so each worker would see different ones",
+    );
+  }
   const tokensFile = pick("auth-tokens-file").text;
   const tokensText = tokensFile ? readFileSync(tokensFile, "utf8") : env.CONTEXTD_AUTH_TOKENS ?? "";
   return {
     host: string("host", defaultConfig.host),
     port: integer("port", defaultConfig.port, 0, 65535),
-    redisUrl: string("redis-url", defaultConfig.redisUrl),
+    redisUrl,
+    redisClusterNodes,
+    redisWaitReplicas: integer("redis-wait-replicas", defaultConfig.redisWaitReplicas, 0, 1_000),
+    redisWaitTimeoutMs: integer("redis-wait-timeout-ms", defaultConfig.redisWaitTimeoutMs, 1, 2 ** 31 - 1),
+    workers,
     logLevel: parseLogLevel(string("log-level", defaultConfig.logLevel)),
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
     maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
@@ -190,8 +257,12 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     telemetryQueue: integer("telemetry-queue", defaultConfig.telemetryQueue, 1),
     metricsPath,
     authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
+    tlsCert,
+    tlsKey,
+    tlsClientCa,
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
+    cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
     inspector: boolean("inspector", defaultConfig.inspector),
   };
 }

@@ -3,6 +3,8 @@ import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
+import { RecentCompiles } from "../../application/recent-compiles.js";
+import type { RegexSearch } from "../../core/compile/compile-context.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
@@ -25,6 +27,10 @@ export interface ContextServiceDependencies {
   tokenCounts?: TokenCountCache;
   /** Called with every finished compile's request and result (tracing annotates its span). */
   compiled?: (request: CompileRequest, result: CompileResult) => void;
+  /** See `CompilerDependencies.searchRegexOffThread`. */
+  searchRegexOffThread?: RegexSearch;
+  /** Bytes of memory of recent compiles for `cache_impact` (`--cache-impact-bytes`); 0 = none. */
+  cacheImpactBytes?: number;
 }
 
 /**
@@ -33,9 +39,10 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens and Render.
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled } = dependencies;
+  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled, searchRegexOffThread, cacheImpactBytes = 0 } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
-  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes });
+  const compileMemory = cacheImpactBytes > 0 ? new RecentCompiles(cacheImpactBytes) : undefined;
+  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory });
   const { tokenCounts } = compiler;
   const compileAndCommit: Compiler["compileAndCommit"] = compiled
     ? (request, run) => compiler.compileAndCommit(request, run).then((result) => (compiled(request, result), result))

@@ -20,6 +20,7 @@ import { conversationService } from "./conversation-service.js";
 import { telemetryService } from "./telemetry-service.js";
 import type { TelemetryHub } from "../../application/telemetry-hub.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
+import type { RegexSearch } from "../../core/compile/compile-context.js";
 
 /** The contextd services whose health follows the store. */
 export const contextdServiceNames = [ContextService.typeName, ConversationService.typeName, TelemetryService.typeName];
@@ -43,6 +44,10 @@ export interface RouteDependencies {
   tokenCounts?: TokenCountCache;
   /** See `ContextServiceDependencies.compiled`. */
   compiled?: ContextServiceDependencies["compiled"];
+  /** Where long texts' built-in redaction patterns are searched, off the event loop. */
+  searchRegexOffThread?: RegexSearch;
+  /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
+  cacheImpactBytes?: number;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -60,6 +65,8 @@ export function routes(dependencies: RouteDependencies) {
     maxCompileTextBytes: dependencies.maxCompileTextBytes,
     tokenCounts: dependencies.tokenCounts,
     compiled: dependencies.compiled,
+    searchRegexOffThread: dependencies.searchRegexOffThread,
+    cacheImpactBytes: dependencies.cacheImpactBytes,
   });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);

@@ -189,6 +189,8 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     // A second compile of the same state keeps the stable prefix: the cache line says so.
     await page.getByTestId("run-compile").click();
     await expect.poll(() => page.getByTestId("cache").textContent(), { timeout: 10_000 }).toContain("unchanged since the last compile");
+    // The sidecar's own cache_impact: this compile against the conversation's previous one.
+    expect(await page.getByTestId("cache-impact").textContent()).toMatch(/against the previous compile \(v4\): \d+ tokens unchanged/);
     await page.screenshot({ path: join(results, "inspector-compile.png"), fullPage: true });
     await page.close();
     expect(consoleErrors).toEqual([]);

@@ -12,7 +12,8 @@ import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 // Tracing end to end: a real sidecar process configured only by the standard OTEL_* variables
 // exports OTLP/HTTP protobuf to a receiver in this test, which decodes the spans.
 
-const stages = ["normalize", "freeze_source", "artifacts", "deferred_blocks", "hooks", "role_projection", "segment_formatters", "text_replacements", "budget", "render", "targets", "result"];
+// The compile's stages, in order, as a compile reports them in `stage_timings`.
+const stagesOf = (result: { stageTimings: { stage: string }[] } | undefined) => result!.stageTimings.map((timing) => `compile.${timing.stage}`);
 
 describe("OpenTelemetry tracing (real sidecar, real OTLP/HTTP receiver)", () => {
   let receiver: Awaited<ReturnType<typeof startOtlpReceiver>>;
@@ -62,6 +63,8 @@ describe("OpenTelemetry tracing (real sidecar, real OTLP/HTTP receiver)", () => 
       { headers: { traceparent: `00-${traceId}-${callerSpan}-01` } },
     );
     expect(response.result!.committedVersion).toBe(2n);
+    const stages = stagesOf(response.result);
+    expect(stages.length).toBeGreaterThanOrEqual(12);
 
     const spans = await spansOf(traceId, 1 + stages.length + 2);
     const rpc = spans.find((span) => span.name === "contextd.v1.ContextService/Compile")!;
@@ -88,7 +91,7 @@ describe("OpenTelemetry tracing (real sidecar, real OTLP/HTTP receiver)", () => 
     expect(rpc.events.some((event) => event.name === "contextd.message_dropped")).toBe(true);
 
     const children = spans.filter((span) => span.parentSpanId === rpc.spanId);
-    expect(children.filter((span) => span.name.startsWith("compile.")).map((span) => span.name)).toEqual(stages.map((stage) => `compile.${stage}`));
+    expect(children.filter((span) => span.name.startsWith("compile.")).map((span) => span.name)).toEqual(stages);
     expect(children.filter((span) => span.name.startsWith("store.")).map((span) => span.name).sort()).toEqual(["store.commit", "store.load"]);
     const load = children.find((span) => span.name === "store.load")!;
     expect(load.attributes["contextd.conversation.id"]).toBe(conversationId);
@@ -115,7 +118,9 @@ describe("OpenTelemetry tracing (real sidecar, real OTLP/HTTP receiver)", () => 
       { request: { history: { messages: [textMessage("u1", Role.USER, "hello")] }, budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.CHARS } } } },
       { headers: { traceparent: `00-${traceId}-00f067aa0ba902b8-01` } },
     );
-    for await (const _ of stream) void _;
+    let result;
+    for await (const item of stream) if (item.kind.case === "result") result = item.kind.value;
+    const stages = stagesOf(result);
     const spans = await spansOf(traceId, 1 + stages.length);
     const rpc = spans.find((span) => span.name === "contextd.v1.ContextService/CompileStream")!;
     expect(spans.filter((span) => span.parentSpanId === rpc.spanId && span.name.startsWith("compile.")).length).toBe(stages.length);
@@ -145,11 +150,12 @@ describe("tracing is off by default", () => {
     try {
       const transport = createConnectTransport({ baseUrl: sidecar.url, httpVersion: "1.1" });
       const traceId = "6bf92f3577b34da6a3ce929d0e0e4738";
-      await createClient(ContextService, transport).compile({ history: { messages: [textMessage("u1", Role.USER, "hello")] } }, { headers: { traceparent: `00-${traceId}-00f067aa0ba902b9-01` } });
+      const response = await createClient(ContextService, transport).compile({ history: { messages: [textMessage("u1", Role.USER, "hello")] } }, { headers: { traceparent: `00-${traceId}-00f067aa0ba902b9-01` } });
+      const stages = stagesOf(response.result);
       await expect.poll(() => receiver.spans.filter((span) => span.traceId === traceId).length, { timeout: 10_000 }).toBeGreaterThanOrEqual(1 + stages.length);
       const rpc = receiver.spans.find((span) => span.traceId === traceId && span.name === "contextd.v1.ContextService/Compile")!;
       expect(rpc.parentSpanId).toBe("00f067aa0ba902b9");
-      expect(receiver.spans.filter((span) => span.parentSpanId === rpc.spanId).map((span) => span.name)).toEqual(stages.map((stage) => `compile.${stage}`));
+      expect(receiver.spans.filter((span) => span.parentSpanId === rpc.spanId).map((span) => span.name)).toEqual(stages);
     } finally {
       await sidecar.stop();
       await receiver.close();

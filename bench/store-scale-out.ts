@@ -1,0 +1,233 @@
+// The scale-out part of `npm run bench:store`: Commit and stateful Compile throughput at concurrency
+// 32 (and Commit p50 at concurrency 1) through the real sidecar on one Redis with 1 and 2 workers,
+// and on a real six-node Redis Cluster, beside the bare commit script (EVALSHA) on each in the same
+// run, with every process's CPU share over each measurement. Run alone with
+// `CONTEXTD_BENCH_STORE_ONLY=scale-out npm run bench:store`.
+//
+// The calls come from the grpc-go load generator over 8 HTTP/2 connections (a sidecar with
+// --workers serves each connection from one worker, so one connection would keep one worker busy).
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Cluster, Redis } from "ioredis";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { once } from "node:events";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
+import { ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { ChangeSchema, CommitRequestSchema, ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
+import { MessageSchema, Role } from "../gen/ts/contextd/v1/message_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+import { redisClusterOptions, redisConnectionOptions } from "../src/store/redis-conversation-store.js";
+import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
+import { startRedis } from "../test/support/redis.js";
+import { startRedisCluster } from "../test/support/redis-cluster.js";
+import { startBuiltSidecar, type BuiltSidecar } from "./bench-processes.js";
+import { buildLoadGenerator, lengthPrefixed, runLoadGenerator, type LoadResult } from "./load-generator.js";
+import { MinimalGrpcClient } from "./minimal-grpc-client.js";
+
+const connections = 8;
+const seconds = 2;
+
+function appendDelta(id: string, text: string): Delta {
+  const message = create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] });
+  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [message] } } });
+}
+
+/** User + system CPU seconds of a process so far, from /proc/<pid>/stat (Linux; clock ticks of 1/100 s). */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** Busy and total CPU seconds of the whole machine, from /proc/stat. */
+function machineSeconds(): { busy: number; total: number } {
+  const [, ...values] = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).map(Number);
+  const total = values.slice(0, 8).reduce((sum, value) => sum + value, 0);
+  return { busy: (total - values[3]! - values[4]!) / 100, total: total / 100 };
+}
+
+/** Runs `measure` and returns its result with each listed process's CPU share (percent of one core) and the machine's. */
+function withCpu<T>(processes: [string, number][], measure: () => T): { result: T; shares: string; sidecarSeconds: number } {
+  const before = processes.map(([, pid]) => cpuSeconds(pid));
+  const machineBefore = machineSeconds();
+  const started = process.hrtime.bigint();
+  const result = measure();
+  const wall = Number(process.hrtime.bigint() - started) / 1e9;
+  const machineAfter = machineSeconds();
+  const shares = processes.map(([label, pid], index) => `${label} ${Math.round(((cpuSeconds(pid) - before[index]!) / wall) * 100)}%`);
+  const busy = (machineAfter.busy - machineBefore.busy) / wall;
+  const cores = (machineAfter.total - machineBefore.total) / wall;
+  shares.push(`machine ${Math.round(busy * 100)}% of ${Math.round(cores * 100)}%`);
+  const sidecarSeconds = processes.reduce((sum, [label, pid], index) => (/^(sidecar|primary|worker)/.test(label) ? sum + cpuSeconds(pid) - before[index]! : sum), 0);
+  return { result, shares: shares.join(", "), sidecarSeconds };
+}
+
+/** One measured line; the sidecar's CPU per call counts the warm-up calls too (the CPU window spans them). */
+function line(label: string, measured: { result: LoadResult; shares: string; sidecarSeconds: number }, unit: string): void {
+  const { result, shares, sidecarSeconds } = measured;
+  const perCall = (sidecarSeconds / (result.calls + result.warmupCalls)) * 1e6;
+  console.log(
+    `${label.padEnd(58)} p50 ${result.p50Ms.toFixed(3)} ms  p99 ${result.p99Ms.toFixed(3)} ms  ${Math.round(result.calls / result.seconds)} ${unit}/s  ` +
+      `(n=${result.calls}; sidecar CPU ${Math.round(perCall)} µs per call; CPU: ${shares})`,
+  );
+}
+
+/** The bare commit script at concurrency 32 from this process: new conversations of one appended message each. */
+async function bareCommits(client: Redis | Cluster, label: string, concurrency: number, count: number): Promise<{ p50: number; perSecond: number }> {
+  const scripted = client as (Redis | Cluster) & { scaleOutCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
+  scripted.defineCommand("scaleOutCommit", { numberOfKeys: 8, lua: commitScript });
+  const rest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: "bench" })));
+  const delta = appendDelta("m0", "hello world");
+  const message = Buffer.from(toBinary(MessageSchema, delta.operation.case === "appendMessages" ? delta.operation.value.messages[0]! : create(MessageSchema)));
+  const change = Buffer.from(toBinary(ChangeSchema, create(ChangeSchema, { version: 1n, deltas: [delta] })));
+  const unchanged = ["=", "0", "0", "0"];
+  const latencies: number[] = [];
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, worker) => {
+      for (let iteration = 0; iteration < count; iteration++) {
+        const keys = conversationKeys("bench-scale-out-bare", `${label}-${worker}-${iteration}`);
+        const before = process.hrtime.bigint();
+        await scripted.scaleOutCommit(
+          keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency(""),
+          "0", change, "", 86_400, 10_000, "bench", rest, "1",
+          ...unchanged, "p", "0", "0", "1", message, ...unchanged, ...unchanged,
+        );
+        latencies.push(Number(process.hrtime.bigint() - before) / 1e6);
+      }
+    }),
+  );
+  const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
+  latencies.sort((a, b) => a - b);
+  return { p50: latencies[Math.floor(latencies.length / 2)]!, perSecond: latencies.length / elapsed };
+}
+
+interface Setup {
+  label: string;
+  sidecar: BuiltSidecar;
+  /** Processes whose CPU is reported: the sidecar's, then the store's. */
+  processes: [string, number][];
+}
+
+interface SetupFigures {
+  commitC1: LoadResult;
+  commitC32: LoadResult;
+  compileC32: LoadResult;
+}
+
+export async function benchScaleOut(): Promise<void> {
+  console.log(`\nscale-out: Redis 1 vs 2 workers, Redis Cluster (3 masters + 3 replicas); grpc-go load generator, ${connections} connections, ${seconds} s per line`);
+  console.log(`load average at start of scale-out: ${loadavg().map((value) => value.toFixed(2)).join(" / ")} (shared cores: compare ratios within this run)`);
+  const directory = mkdtempSync(join(tmpdir(), "contextd-bench-scale-out-"));
+  const loadgen = buildLoadGenerator(directory);
+  const redis = await startRedis();
+  const cluster = await startRedisCluster();
+  const run = Date.now();
+  const redisProcesses = (): [string, number][] => [["redis", redis.pid()!]];
+  const clusterProcesses = (): [string, number][] => cluster.nodes.map((node, index) => [`${index < 3 ? "master" : "replica"}:${node.port}`, node.pid()!] as [string, number]);
+  const commitMethod = `/${ConversationService.typeName}/${ConversationService.method.commit.name}`;
+  const compileMethod = `/${ContextService.typeName}/${ContextService.method.compile.name}`;
+  const figures = new Map<string, SetupFigures>();
+  try {
+    // The bare script on each store, from this process (ioredis, the store's connection settings).
+    const bareRedis = new Redis(redis.url, redisConnectionOptions);
+    const bareCluster = new Cluster(cluster.addresses.map((address) => ({ host: "127.0.0.1", port: Number(address.split(":")[1]) })), redisClusterOptions);
+    if (bareRedis.status !== "ready") await once(bareRedis, "ready");
+    if (bareCluster.status !== "ready") await once(bareCluster, "ready");
+    const bare = new Map<string, { p50: number; perSecond: number }>();
+    for (const [label, client, processes] of [["redis", bareRedis, redisProcesses()], ["redis cluster", bareCluster, clusterProcesses()]] as const) {
+      await bareCommits(client, `${run}-warm-${label}`, 32, 20);
+      for (const concurrency of [1, 32]) {
+        const count = concurrency === 1 ? 2_000 : 150;
+        const before = processes.map(([, pid]) => cpuSeconds(pid));
+        const started = process.hrtime.bigint();
+        const result = await bareCommits(client, `${run}-c${concurrency}-${label.replace(" ", "")}`, concurrency, count);
+        const wall = Number(process.hrtime.bigint() - started) / 1e9;
+        const shares = processes.map(([name, pid], index) => `${name} ${Math.round(((cpuSeconds(pid) - before[index]!) / wall) * 100)}%`).join(", ");
+        bare.set(`${label} c${concurrency}`, result);
+        console.log(`${`bare EVALSHA commit on ${label}, concurrency ${concurrency}`.padEnd(58)} p50 ${result.p50.toFixed(3)} ms  ${Math.round(result.perSecond)} commits/s  (CPU: ${shares})`);
+      }
+    }
+    bareRedis.disconnect();
+    bareCluster.disconnect();
+
+    const setups: [string, string[], () => [string, number][]][] = [
+      ["redis, 1 worker", ["--redis-url", redis.url], redisProcesses],
+      ["redis, 2 workers", ["--redis-url", redis.url, "--workers", "2"], redisProcesses],
+      ["redis cluster, 1 worker", ["--redis-cluster-nodes", cluster.addresses.join(",")], clusterProcesses],
+      ["redis cluster, 2 workers", ["--redis-cluster-nodes", cluster.addresses.join(","), "--workers", "2"], clusterProcesses],
+    ];
+    for (const [label, args, storeProcesses] of setups) {
+      const sidecar = await startBuiltSidecar(args);
+      const sidecarProcesses: [string, number][] =
+        sidecar.pids.length > 1 ? sidecar.pids.map((pid, index) => [index === 0 ? "primary" : `worker ${index}`, pid] as [string, number]) : [["sidecar", sidecar.pids[0]!]];
+      const setup: Setup = { label, sidecar, processes: [...sidecarProcesses, ...storeProcesses()] };
+      try {
+        figures.set(label, await measureSetup(setup, loadgen, directory, `${run}-${label.replace(/\W/g, "")}`, commitMethod, compileMethod));
+      } finally {
+        await sidecar.stop();
+      }
+    }
+  } finally {
+    await cluster.stop();
+    await redis.stop();
+  }
+  const throughput = (result: LoadResult) => result.calls / result.seconds;
+  const one = figures.get("redis, 1 worker")!;
+  const two = figures.get("redis, 2 workers")!;
+  const clustered = figures.get("redis cluster, 1 worker")!;
+  const workersRatio = throughput(two.commitC32) / throughput(one.commitC32);
+  const clusterC1 = clustered.commitC1.p50Ms / one.commitC1.p50Ms;
+  const clusterC32 = clustered.commitC32.p50Ms / one.commitC32.p50Ms;
+  console.log(`target: 2 workers >= 1.4x the Commit throughput of 1 worker on Redis (concurrency 32): ${workersRatio.toFixed(2)}x ${workersRatio >= 1.4 ? "met" : "NOT met"}`);
+  console.log(`        stateful Compile throughput, 2 workers / 1 worker: ${(throughput(two.compileC32) / throughput(one.compileC32)).toFixed(2)}x`);
+  console.log(`target: Redis Cluster Commit p50 <= 1.3x single-node Redis: concurrency 1 ${clusterC1.toFixed(2)}x ${clusterC1 <= 1.3 ? "met" : "NOT met"}, concurrency 32 ${clusterC32.toFixed(2)}x ${clusterC32 <= 1.3 ? "met" : "NOT met"}`);
+  console.log(`load average at end of scale-out: ${loadavg().map((value) => value.toFixed(2)).join(" / ")}`);
+}
+
+/** Commit at concurrency 1 and 32, then stateful Compile of a stored 100-message conversation at 32, through one sidecar. */
+async function measureSetup(setup: Setup, loadgen: string, directory: string, tag: string, commitMethod: string, compileMethod: string): Promise<SetupFigures> {
+  const address = new URL(setup.sidecar.url).host;
+  // Distinct commits without expected version into 400 conversations, enough for the run at ~20,000/s.
+  const commitsFile = (label: string) => {
+    const requests = Array.from({ length: Math.ceil((seconds + 0.5) * 20_000) }, (_, index) =>
+      toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-scale-out-${tag}-${label}-${index % 400}`, deltas: [appendDelta(`m${index}`, "hello world")] })),
+    );
+    const file = join(directory, `commits-${tag}-${label}.bin`);
+    writeFileSync(file, lengthPrefixed(requests));
+    return file;
+  };
+  const commitC1 = withCpu(setup.processes, () => runLoadGenerator(loadgen, { address, method: commitMethod, requestsFile: commitsFile("c1"), concurrency: 1, seconds, warmupSeconds: 0.5, connections }));
+  line(`Commit RPC, ${setup.label}, concurrency 1`, commitC1, "commits");
+  const commitC32 = withCpu(setup.processes, () => runLoadGenerator(loadgen, { address, method: commitMethod, requestsFile: commitsFile("c32"), concurrency: 32, seconds, warmupSeconds: 0.5, connections }));
+  line(`Commit RPC, ${setup.label}, concurrency 32`, commitC32, "commits");
+  // The conversation a stateful compile reads: 100 messages committed in one batch beforehand.
+  const conversationId = `bench-scale-out-compile-${tag}`;
+  const seeder = new MinimalGrpcClient(address);
+  try {
+    await seeder.call(
+      commitMethod,
+      Buffer.from(
+        toBinary(
+          CommitRequestSchema,
+          create(CommitRequestSchema, {
+            conversationId,
+            deltas: Array.from({ length: 100 }, (_, index) => appendDelta(`h${index}`, `message ${index}: ${"lorem ipsum dolor sit amet ".repeat(4)}`)),
+          }),
+        ),
+      ),
+    );
+  } finally {
+    seeder.close();
+  }
+  const compileRequest = join(directory, `compile-${tag}.bin`);
+  writeFileSync(compileRequest, toBinary(CompileRequestSchema, create(CompileRequestSchema, { conversationId })));
+  const compileC32 = withCpu(setup.processes, () => runLoadGenerator(loadgen, { address, method: compileMethod, requestFile: compileRequest, concurrency: 32, seconds, warmupSeconds: 0.5, connections }));
+  line(`stateful Compile (100 stored), ${setup.label}, concurrency 32`, compileC32, "compiles");
+  return { commitC1: commitC1.result, commitC32: commitC32.result, compileC32: compileC32.result };
+}

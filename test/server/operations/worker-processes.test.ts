@@ -1,0 +1,167 @@
+import { spawnSync } from "node:child_process";
+import * as http from "node:http";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { loadConfig } from "../../../src/server/operations/config.js";
+import { mergeWorkerMetrics } from "../../../src/server/operations/worker-processes.js";
+import { startRedis, type RedisProcess } from "../../support/redis.js";
+import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { appendHistory, textMessage } from "../../store/fixtures.js";
+
+const mainScript = fileURLToPath(new URL("../../../dist/src/main.js", import.meta.url));
+
+/** The pids the primary announced in its "contextd listening" line. */
+function announcedWorkers(sidecar: Sidecar): number[] {
+  const line = sidecar.logs.map((entry) => JSON.parse(entry) as { msg?: string; workers?: number[] }).find((entry) => entry.msg === "contextd listening");
+  return line?.workers ?? [];
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function metricsText(sidecar: Sidecar): Promise<string> {
+  return (await fetch(`${sidecar.url}/metrics`)).text();
+}
+
+/** A Connect JSON unary call over its own HTTP/1.1 connection whose body is held back until `finish`. */
+function heldCall(port: number, conversationId: string) {
+  const body = JSON.stringify({ conversationId });
+  const request = http.request({ host: "127.0.0.1", port, method: "POST", path: "/contextd.v1.ConversationService/GetState", headers: { "content-type": "application/json", "content-length": body.length }, agent: false });
+  const response = new Promise<number>((resolve, reject) => {
+    request.on("response", (incoming) => {
+      incoming.resume();
+      incoming.on("end", () => resolve(incoming.statusCode!));
+    });
+    request.on("error", reject);
+  });
+  request.write(body.slice(0, 5));
+  return { finish: () => request.end(body.slice(5)), response };
+}
+
+describe("mergeWorkerMetrics", () => {
+  it("keeps each family together, once, with every worker's samples labelled by worker", () => {
+    const worker = (calls: number, inFlight: number) =>
+      [
+        "# HELP contextd_rpc_requests_total RPCs finished, by method and gRPC code.",
+        "# TYPE contextd_rpc_requests_total counter",
+        `contextd_rpc_requests_total{method="contextd.v1.ConversationService/Commit",code="ok"} ${calls}`,
+        "# HELP contextd_requests_in_flight HTTP requests being handled.",
+        "# TYPE contextd_requests_in_flight gauge",
+        `contextd_requests_in_flight ${inFlight}`,
+        "",
+      ].join("\n");
+    expect(mergeWorkerMetrics([{ worker: 1, text: worker(5, 1) }, { worker: 2, text: worker(7, 0) }])).toBe(
+      [
+        "# HELP contextd_rpc_requests_total RPCs finished, by method and gRPC code.",
+        "# TYPE contextd_rpc_requests_total counter",
+        'contextd_rpc_requests_total{worker="1",method="contextd.v1.ConversationService/Commit",code="ok"} 5',
+        'contextd_rpc_requests_total{worker="2",method="contextd.v1.ConversationService/Commit",code="ok"} 7',
+        "# HELP contextd_requests_in_flight HTTP requests being handled.",
+        "# TYPE contextd_requests_in_flight gauge",
+        'contextd_requests_in_flight{worker="1"} 1',
+        'contextd_requests_in_flight{worker="2"} 0',
+        "",
+      ].join("\n"),
+    );
+  });
+});
+
+describe("--workers", () => {
+  it("refuses more than one worker on the in-memory store, at start, saying why", () => {
+    expect(() => loadConfig(["--workers", "2"], {})).toThrow(
+      "--workers 2 needs a shared store (--redis-url or --redis-cluster-nodes): the in-memory store's conversations live in one process",
+    );
+    expect(loadConfig(["--workers", "auto", "--redis-url", "redis://127.0.0.1:6379"], {}).workers).toBeGreaterThanOrEqual(1);
+    expect(loadConfig([], { CONTEXTD_WORKERS: "3", CONTEXTD_REDIS_URL: "redis://x" }).workers).toBe(3);
+    expect(() => loadConfig(["--workers", "0", "--redis-url", "redis://x"], {})).toThrow('invalid --workers or CONTEXTD_WORKERS "0"');
+    const started = spawnSync(process.execPath, [mainScript, "--port", "0", "--workers", "2"], { encoding: "utf8", timeout: 15_000 });
+    expect(started.status).toBe(2);
+    expect(started.stderr).toContain("--workers 2 needs a shared store");
+  });
+
+  describe("on Redis", () => {
+    let redis: RedisProcess;
+    let sidecar: Sidecar;
+    beforeAll(async () => {
+      redis = await startRedis();
+      sidecar = await startSidecar(["--redis-url", redis.url, "--workers", "2", "--shutdown-grace-ms", "5000"]);
+    }, 30_000);
+    afterAll(async () => {
+      await sidecar?.stop();
+      await redis?.stop();
+    });
+
+    it("serves one port from two processes sharing the store, with health and /metrics from both", async () => {
+      const workers = announcedWorkers(sidecar);
+      expect(workers).toHaveLength(2);
+      expect(workers.every(alive)).toBe(true);
+      // One connection per transport: the primary hands connections to the workers in turn.
+      const clients = Array.from({ length: 6 }, () => createClient(ConversationService, createGrpcTransport({ baseUrl: sidecar.url })));
+      const conversationId = "shared-by-workers";
+      await Promise.all(
+        clients.map(async (client, index) => {
+          for (let turn = 0; turn < 5; turn++) {
+            await client.commit({ conversationId, deltas: [appendHistory(textMessage(`c${index}-t${turn}`, Role.USER, "hi"))] });
+          }
+        }),
+      );
+      // Every worker sees every commit: the state lives in Redis, not in a worker.
+      for (const client of clients) expect((await client.getState({ conversationId })).state!.history).toHaveLength(30);
+      const health = createClient(Health, createGrpcTransport({ baseUrl: sidecar.url }));
+      expect((await health.check({ service: "" })).status).toBe(ServingStatus.SERVING);
+
+      // Whichever worker the scrape lands on, it answers with both workers' metrics.
+      for (let scrape = 0; scrape < 3; scrape++) {
+        const text = await metricsText(sidecar);
+        const commits = [1, 2].map((worker) =>
+          Number(new RegExp(`^contextd_rpc_requests_total\\{worker="${worker}",method="contextd.v1.ConversationService/Commit",code="ok"\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0),
+        );
+        expect(commits[0]! + commits[1]!).toBe(30);
+        expect(commits.every((count) => count > 0), `both workers served commits: ${commits.join(" + ")}`).toBe(true);
+        expect(text.match(/^# TYPE contextd_rpc_requests_total counter$/gm)).toHaveLength(1);
+        expect(text).toMatch(/^contextd_serving\{worker="1"\} 1$/m);
+        expect(text).toMatch(/^contextd_serving\{worker="2"\} 1$/m);
+      }
+    });
+
+    it("replaces a worker that dies, and keeps serving meanwhile", async () => {
+      const [victim, survivor] = announcedWorkers(sidecar);
+      process.kill(victim!, "SIGKILL");
+      await expect.poll(() => sidecar.logs.some((line) => line.includes('"msg":"worker died: starting a new one"')), { timeout: 10_000 }).toBe(true);
+      // Until its replacement listens, the survivor takes every connection.
+      const client = createClient(ConversationService, createGrpcTransport({ baseUrl: sidecar.url }));
+      const commit = { conversationId: "after-a-worker-died", deltas: [appendHistory(textMessage("m", Role.USER, "hi"))], idempotencyKey: "m" };
+      expect((await client.commit(commit, { timeoutMs: 5_000 })).version).toBe(1n);
+      // The replacement answers /metrics alongside the survivor.
+      await expect.poll(async () => (await metricsText(sidecar)).match(/^contextd_serving\{worker="\d+"\} 1$/gm)?.length ?? 0, { timeout: 10_000 }).toBe(2);
+      expect(alive(survivor!)).toBe(true);
+    });
+
+    it("drains every worker on SIGTERM: calls in flight on each are answered, then all exit", async () => {
+      const workersBefore = sidecar.logs.filter((line) => line.includes('"msg":"contextd stopping"')).length;
+      expect(workersBefore).toBe(0);
+      // Two calls on two connections, so on both workers in turn, each held open by its body.
+      const held = [heldCall(sidecar.port, "drain-a"), heldCall(sidecar.port, "drain-b")];
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const exited = sidecar.stop("SIGTERM");
+      await expect.poll(() => sidecar.logs.filter((line) => line.includes('"msg":"contextd stopping"') && line.includes('"pid"')).length, { timeout: 10_000 }).toBe(2);
+      for (const call of held) call.finish();
+      expect(await Promise.all(held.map((call) => call.response))).toEqual([200, 200]);
+      expect(await exited).toBe(0);
+      const stopped = sidecar.logs.filter((line) => line.includes('"msg":"contextd stopped"'));
+      expect(stopped.filter((line) => line.includes('"pid"'))).toHaveLength(2);
+      expect(stopped.at(-1)).not.toContain('"pid"');
+    });
+  });
+});

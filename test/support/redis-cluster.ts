@@ -1,0 +1,181 @@
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { mkdirSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { freePort } from "./redis.js";
+
+const run = promisify(execFile);
+
+/** One redis-server of a local cluster. */
+export interface ClusterNode {
+  port: number;
+  /** "127.0.0.1:port", as `--redis-cluster-nodes` takes it. */
+  address: string;
+  /** The running server's process id (for the benches' CPU figures). */
+  pid(): number | undefined;
+  /** SIGKILL (no goodbye to clients, replies in flight lost); waits for the exit. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port with its cluster config (it rejoins as what the cluster says it is). */
+  restart(): Promise<void>;
+  /** "master" or "slave", as the node itself reports it now. */
+  role(): Promise<string>;
+}
+
+/** A real Redis Cluster on loopback: three masters with one replica each, on free ports. */
+export interface RedisCluster {
+  nodes: ClusterNode[];
+  /** Every node's address, for `--redis-cluster-nodes` or ioredis' Cluster. */
+  addresses: string[];
+  /** The master serving `key` now (CLUSTER KEYSLOT, then CLUSTER SHARDS/NODES of a live node). */
+  masterOf(key: string): Promise<ClusterNode>;
+  /** The replica of `master` (each master has one). */
+  replicaOf(master: ClusterNode): Promise<ClusterNode>;
+  /**
+   * A manual failover (CLUSTER FAILOVER on the replica): the replica and its master swap roles
+   * once the replica has every write, with no write lost. Resolves once the replica is master.
+   */
+  promote(replica: ClusterNode): Promise<void>;
+  /** Waits until every live node reports cluster_state:ok and every live replica's link to its master is up. */
+  settled(timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface RedisClusterOptions {
+  /**
+   * How long a master may be unreachable before its replica takes over (cluster-node-timeout).
+   * Short by default so failover tests stay short.
+   */
+  nodeTimeoutMs?: number;
+}
+
+/**
+ * Six redis-server processes in cluster mode (each in its own directory, persistence off, as in
+ * `startRedis`), joined by `redis-cli --cluster create --cluster-replicas 1`, which makes the first
+ * three masters and the last three their replicas. Resolves once every node sees the cluster ok.
+ */
+export async function startRedisCluster(options: RedisClusterOptions = {}): Promise<RedisCluster> {
+  const root = mkdtempSync(join(tmpdir(), "contextd-redis-cluster-"));
+  const ports: number[] = [];
+  // Cluster nodes also listen on port + 10000 (the cluster bus): keep both free and distinct.
+  while (ports.length < 6) {
+    const port = await freePort();
+    if (port > 55_000 || ports.includes(port)) continue;
+    ports.push(port);
+  }
+  const children = new Map<number, ChildProcess>();
+  const launch = async (port: number) => {
+    const dir = join(root, String(port));
+    mkdirSync(dir, { recursive: true });
+    const child = spawn(
+      "redis-server",
+      [
+        "--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", String(options.nodeTimeoutMs ?? 1_000),
+        // A replica takes over however long it was out of touch (tests kill masters at any time).
+        "--cluster-replica-validity-factor", "0",
+      ],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let output = "";
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`redis-server (cluster node ${port}) did not start: ${output}`)), 10_000);
+      child.once("exit", (code) => reject(new Error(`redis-server (cluster node ${port}) exited with ${code}: ${output}`)));
+      child.stdout!.on("data", (chunk: Buffer) => {
+        output += chunk;
+        if (output.includes("Ready to accept connections")) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    });
+    children.set(port, child);
+  };
+  const cli = async (port: number, ...args: string[]) => (await run("redis-cli", ["-p", String(port), ...args])).stdout.trim();
+  const alive = (port: number) => {
+    const child = children.get(port);
+    return child !== undefined && child.exitCode === null && child.signalCode === null;
+  };
+  const stop = async (port: number, signal: NodeJS.Signals) => {
+    const child = children.get(port);
+    if (!child || !alive(port)) return;
+    const exited = once(child, "exit");
+    child.kill(signal);
+    await exited;
+  };
+  const nodes: ClusterNode[] = ports.map((port) => ({
+    port,
+    address: `127.0.0.1:${port}`,
+    pid: () => children.get(port)?.pid,
+    kill: () => stop(port, "SIGKILL"),
+    restart: () => launch(port),
+    role: async () => (await cli(port, "ROLE")).split("\n")[0]!,
+  }));
+  try {
+    await Promise.all(ports.map(launch));
+    await run("redis-cli", ["--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"]);
+  } catch (error) {
+    await Promise.all(ports.map((port) => stop(port, "SIGKILL")));
+    throw error;
+  }
+  const liveNodes = () => nodes.filter((node) => alive(node.port));
+  const masterOf = async (key: string) => {
+    const [probe] = liveNodes();
+    const slot = Number(await cli(probe!.port, "CLUSTER", "KEYSLOT", key));
+    // CLUSTER NODES: id address@bus flags master ping pong epoch state slots...
+    for (const line of (await cli(probe!.port, "CLUSTER", "NODES")).split("\n")) {
+      const fields = line.split(" ");
+      if (!fields[2]!.includes("master") || fields[2]!.includes("fail")) continue;
+      for (const range of fields.slice(8)) {
+        const [from, to] = range.split("-").map(Number);
+        if (slot >= from! && slot <= (to ?? from)!) return nodes.find((node) => node.address === fields[1]!.split("@")[0])!;
+      }
+    }
+    throw new Error(`no live master serves slot ${slot} of ${key}`);
+  };
+  const nodeLines = async () => {
+    const [probe] = liveNodes();
+    return (await cli(probe!.port, "CLUSTER", "NODES")).split("\n").map((line) => line.split(" "));
+  };
+  const replicaOf = async (master: ClusterNode) => {
+    const lines = await nodeLines();
+    const masterId = lines.find((fields) => fields[1]!.split("@")[0] === master.address)![0];
+    const replica = lines.find((fields) => fields[3] === masterId && !fields[2]!.includes("fail"));
+    if (!replica) throw new Error(`${master.address} has no live replica`);
+    return nodes.find((node) => node.address === replica[1]!.split("@")[0])!;
+  };
+  const promote = async (replica: ClusterNode) => {
+    await cli(replica.port, "CLUSTER", "FAILOVER");
+    const deadline = Date.now() + 15_000;
+    while ((await replica.role()) !== "master") {
+      if (Date.now() > deadline) throw new Error(`${replica.address} did not become master`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  const settled = async (timeoutMs = 15_000) => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const states = await Promise.all(liveNodes().map((node) => cli(node.port, "CLUSTER", "INFO").catch(() => "")));
+      // A replica that has not finished its first sync would lose everything in a failover.
+      const links = await Promise.all(liveNodes().map((node) => cli(node.port, "INFO", "replication").catch(() => "")));
+      const synced = links.every((info) => info.includes("role:master") || info.includes("master_link_status:up"));
+      if (synced && states.every((state) => state.includes("cluster_state:ok"))) return;
+      if (Date.now() > deadline) throw new Error(`the cluster did not settle in ${timeoutMs} ms: ${states.map((state) => /cluster_state:\w+/.exec(state)?.[0]).join(", ")}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  await settled();
+  return {
+    nodes,
+    addresses: nodes.map((node) => node.address),
+    masterOf,
+    replicaOf,
+    promote,
+    settled,
+    stop: async () => {
+      await Promise.all(ports.map((port) => stop(port, "SIGTERM")));
+    },
+  };
+}

@@ -63,7 +63,7 @@ export class Compiler {
     const parts = requestedParts(request.include);
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
-      return leanResult(await compile(request, this.context(run)), parts);
+      return leanResult(await compile(request, { ...this.context(run), parts }), parts);
     }
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
@@ -87,7 +87,8 @@ export class Compiler {
     const messageIds: string[] = [];
     const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds) : stored;
     assertSomethingToRender(request, base);
-    const result = await compile(request, { ...this.context(run), stored: base });
+    // A commit stores the writeback snapshot's difference, so it is built whether asked for or not.
+    const result = await compile(request, { ...this.context(run), stored: base, parts: commit ? withWritebackSnapshot(parts) : parts });
     if (commit) {
       const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
       // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
@@ -111,14 +112,14 @@ export class Compiler {
   private async replay(request: CompileRequest, outcome: CommitOutcome, run: CompileRun, parts: ReadonlySet<CompileResultPart>): Promise<CompileResult> {
     const replayed = replayedCompileResult(request, outcome);
     if (!outcome.state || !writesOnlyItsDeltas(request)) return replayed;
-    const result = await compile(request, { ...this.context(run), stored: outcome.state });
+    const result = await compile(request, { ...this.context(run), stored: outcome.state, parts: withWritebackSnapshot(parts) });
     if (writebackDeltas(outcome.state, result).length > 0 || summaryCompaction(result, []) !== undefined) return replayed;
     result.committedVersion = outcome.version;
     result.warnings.push(replayWarning(request, outcome, true));
     return leanResult(result, parts);
   }
 
-  private context(run: CompileRun): Omit<CompileContext, "stored"> {
+  private context(run: CompileRun): Omit<CompileContext, "stored" | "parts"> {
     return {
       // A UUID, the form commits assign too (one id format, compile.proto IDENTITY_POLICY_RANDOM);
       // randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system call per id
@@ -238,6 +239,10 @@ function requestedParts(include: readonly CompileResultPart[]): ReadonlySet<Comp
     }
   });
   return new Set(include);
+}
+
+function withWritebackSnapshot(parts: ReadonlySet<CompileResultPart>): ReadonlySet<CompileResultPart> {
+  return parts.has(CompileResultPart.WRITEBACK_SNAPSHOT) ? parts : new Set([...parts, CompileResultPart.WRITEBACK_SNAPSHOT]);
 }
 
 /**

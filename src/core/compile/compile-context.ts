@@ -1,3 +1,4 @@
+import type { CompileResultPart } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { Observer } from "../observer.js";
@@ -45,4 +46,11 @@ export interface CompileContext {
   deadline?: CallDeadline;
   /** Most text one compile may produce (`TextAllowance`); default `defaultMaxCompileTextBytes`. */
   maxCompileTextBytes?: number;
+  /**
+   * The heavy result parts to build (`source`, `normalized_snapshot`, `writeback.snapshot`,
+   * `persistence`); the others are left unset and never built. Undefined builds them all. Each is
+   * a copy or a filtered walk of the whole conversation: building them and dropping them after
+   * cost a 1,000-message compile 0.13 of its 0.82 ms.
+   */
+  parts?: ReadonlySet<CompileResultPart>;
 }

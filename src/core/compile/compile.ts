@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import {
+  CompileResultPart,
   CompileResultSchema,
   CurrentTurnSchema,
   TransformationAction,
@@ -59,17 +60,21 @@ export async function compile(request: CompileRequest, context: CompileContext):
 
   // 2. Freeze source. Messages are never mutated by later stages, so sharing them is a frozen copy.
   // Literals with every field set: equal to `create(...)` without its reflective walk of 1,000s of messages.
-  const source: CompileSource = {
-    $typeName: "contextd.v1.CompileSource",
-    snapshot: snapshotOf(normalizedSegments, work.artifacts),
-    pending: work.pending,
-    currentTurn: work.currentTurn && create(CurrentTurnSchema, work.currentTurn),
-  };
-  const normalizedSnapshot = snapshotOf(repairedSegments, work.artifacts);
+  // Only the parts `context.parts` asks for are built.
+  const wanted = (part: CompileResultPart) => context.parts === undefined || context.parts.has(part);
+  const source: CompileSource | undefined = wanted(CompileResultPart.SOURCE)
+    ? {
+        $typeName: "contextd.v1.CompileSource",
+        snapshot: snapshotOf(normalizedSegments, work.artifacts),
+        pending: work.pending,
+        currentTurn: work.currentTurn && create(CurrentTurnSchema, work.currentTurn),
+      }
+    : undefined;
+  const normalizedSnapshot = wanted(CompileResultPart.NORMALIZED_SNAPSHOT) ? snapshotOf(repairedSegments, work.artifacts) : undefined;
   const writeback: Writeback = {
     $typeName: "contextd.v1.Writeback",
     messages: work.writebackMessages,
-    snapshot: writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn),
+    snapshot: wanted(CompileResultPart.WRITEBACK_SNAPSHOT) ? writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn) : undefined,
   };
   if (deadline.checkNow("freeze_source")) await deadline.pause("freeze_source");
   await events.stageDone("freeze_source");
@@ -151,7 +156,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.introduced = work.introduced;
   result.transformations = work.records;
   result.projections = projections;
-  result.persistence = persistenceProjection(work, summary);
+  result.persistence = wanted(CompileResultPart.PERSISTENCE) ? persistenceProjection(work, summary) : undefined;
   result.usage = usage;
   result.warnings = work.warnings;
   result.prefixFingerprint = prefixFingerprint(payload);

@@ -23,6 +23,7 @@ import type { Observer } from "../core/observer.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
+import { HistoryFactsCache } from "./history-facts-cache.js";
 import { compileRequestFingerprint, replayedCompileResult, replayWarning } from "./compile-commit.js";
 import { ErrorReason, withErrorDetails } from "../core/model/error-details.js";
 
@@ -32,6 +33,8 @@ export interface CompilerDependencies {
   tokenCounts: TokenCountCache;
   /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
   maxCompileTextBytes?: number;
+  /** The facts of stored histories kept between compiles (`CompileContext.historyFacts`); without it every compile walks its whole history. */
+  historyFacts?: HistoryFactsCache;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -88,7 +91,13 @@ export class Compiler {
     const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds) : stored;
     assertSomethingToRender(request, base);
     // A commit stores the writeback snapshot's difference, so it is built whether asked for or not.
-    const result = await compile(request, { ...this.context(run), stored: base, parts: commit ? withWritebackSnapshot(parts) : parts });
+    const lender = this.dependencies.historyFacts?.lend(request.conversationId);
+    let result: CompileResult;
+    try {
+      result = await compile(request, { ...this.context(run), stored: base, parts: commit ? withWritebackSnapshot(parts) : parts, historyFacts: lender?.facts });
+    } finally {
+      lender?.giveBack();
+    }
     if (commit) {
       const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
       // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
@@ -119,7 +128,7 @@ export class Compiler {
     return leanResult(result, parts);
   }
 
-  private context(run: CompileRun): Omit<CompileContext, "stored" | "parts"> {
+  private context(run: CompileRun): Omit<CompileContext, "stored" | "parts" | "historyFacts"> {
     return {
       // A UUID, the form commits assign too (one id format, compile.proto IDENTITY_POLICY_RANDOM);
       // randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system call per id
@@ -195,6 +204,7 @@ function writebackDeltas(stored: ConversationState, result: CompileResult): Delt
 
 /** The compile passes stored messages through as the same objects, so identity is the fast path. */
 function sameMessages(a: readonly Message[], b: readonly Message[]): boolean {
+  if (a === b) return true;
   if (a.length !== b.length) return false;
   for (let index = 0; index < a.length; index++) {
     if (a[index] !== b[index] && !equals(MessageSchema, a[index]!, b[index]!)) return false;
@@ -251,9 +261,6 @@ function withWritebackSnapshot(parts: ReadonlySet<CompileResultPart>): ReadonlyS
  * with 2.8 MB, five copies of the history; by default the answer now follows the prompt.
  */
 function leanResult(result: CompileResult, parts: ReadonlySet<CompileResultPart>): CompileResult {
-  let budgetDropped = 0n;
-  for (const id in result.transformations) if (result.transformations[id]!.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) budgetDropped++;
-  result.budgetDroppedMessages = budgetDropped;
   if (!parts.has(CompileResultPart.SOURCE)) result.source = undefined;
   if (!parts.has(CompileResultPart.NORMALIZED_SNAPSHOT)) result.normalizedSnapshot = undefined;
   if (!parts.has(CompileResultPart.PERSISTENCE)) result.persistence = undefined;

@@ -1,4 +1,6 @@
 import type { CompileResultPart } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { HistoryFacts } from "./history-facts.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { Observer } from "../observer.js";
@@ -53,4 +55,10 @@ export interface CompileContext {
    * cost a 1,000-message compile 0.13 of its 0.82 ms.
    */
   parts?: ReadonlySet<CompileResultPart>;
+  /**
+   * The facts of a stored history (`HistoryFacts`), kept by the caller between compiles of the
+   * conversation and extended by the messages appended since; asked for only when a compile may
+   * leave the history's head out (`elideHistoryHead`). Without it every compile walks the whole history.
+   */
+  historyFacts?: (history: readonly Message[]) => HistoryFacts | undefined;
 }

@@ -4,13 +4,14 @@ import {
   CompileResultSchema,
   CurrentTurnSchema,
   TransformationAction,
+  TransformationReason,
   type CompileRequest,
   type CompileResult,
   type CompileSource,
   type Usage,
   type Writeback,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { renderRequestPaced } from "../providers/render.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
@@ -18,6 +19,7 @@ import { applyBudget } from "./budget.js";
 import type { CompileContext } from "./compile-context.js";
 import { CompileEvents } from "./compile-events.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
+import { elideHistoryHead, type ElidedHead } from "./history-head.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
@@ -47,14 +49,19 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const deadline = context.deadline || context.yieldToEventLoop ? new DeadlineCheck(context.deadline, context.now, context.yieldToEventLoop) : DeadlineCheck.none;
   const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
 
-  // 1. Normalize + identity, tool-argument and tool-round validation and repair.
+  // 1. Normalize + identity, tool-argument and tool-round validation and repair. A stored history's
+  // head that the budget is certain to drop is left out, its figures added back (history-head.ts).
   const inputs = resolveCompileInputs(request, context.stored);
-  const textAllowance = new TextAllowance(requestTextCharacters(request, inputs), context.maxCompileTextBytes);
+  const head = await elideHistoryHead(request, inputs, context, estimator, deadline);
+  const textAllowance = new TextAllowance(requestTextCharacters(request, inputs) + (head?.characters ?? 0), context.maxCompileTextBytes);
   const { work, extras } = normalize(request, inputs, estimator, context.randomId, { textAllowance, deadline });
-  const normalizedSegments = work.segments;
+  if (head) work.historyCounts = { history: work.segments.history, counts: head.tailCounts, offset: head.count };
+  // What the whole history normalises to: with a head left out, the stored history itself (a clean
+  // history is passed through as the same array).
+  const normalizedSegments = head ? { ...work.segments, history: head.history as Message[] } : work.segments;
   checkToolArguments(work, inputs, extras, request.toolArgumentsRepair);
   validateAndRepairToolRounds(work, request.repair, context.randomId);
-  const repairedSegments = work.segments;
+  const repairedSegments = head ? { ...work.segments, history: head.history as Message[] } : work.segments;
   if (deadline.checkNow("normalize")) await deadline.pause("normalize");
   await events.stageDone("normalize");
 
@@ -142,7 +149,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     limit: BigInt(budget.limit),
     total: BigInt(budget.total),
     estimator: estimator.kind,
-    historyBeforeTrim: BigInt(budget.historyBeforeTrim),
+    historyBeforeTrim: BigInt(budget.historyBeforeTrim + (head?.tokens ?? 0)),
     replyPriming: BigInt(budget.perRequest),
   };
   // Big containers are filled by assignment: `create` with an init object walks every field
@@ -161,10 +168,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.warnings = work.warnings;
   result.prefixFingerprint = prefixFingerprint(payload);
   result.version = inputs.version;
+  result.budgetDroppedMessages = budgetDroppedMessages(work, head);
   await events.stageDone("result");
   result.stageTimings = events.timings;
 
-  emitSummaryEvents(events, budget, work);
+  emitSummaryEvents(events, budget, work, head);
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
 }
@@ -180,7 +188,14 @@ function requestTextCharacters(request: CompileRequest, inputs: CompileInputs): 
   return total;
 }
 
-function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork): void {
+/** Messages the budget dropped (DROPPED, TOKEN_BUDGET_EXCEEDED), the elided head's included. */
+function budgetDroppedMessages(work: CompileWork, head: ElidedHead | undefined): bigint {
+  let dropped = head?.count ?? 0;
+  for (const id in work.records) if (work.records[id]!.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) dropped++;
+  return BigInt(dropped);
+}
+
+function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork, head: ElidedHead | undefined): void {
   const blocks: [string, number][] = [
     ["system", budget.system],
     ["history", budget.history],
@@ -193,6 +208,13 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
   for (const [block, count] of blocks) events.emit({ case: "tokensEstimated", value: { $typeName: "contextd.v1.TokensEstimated", block, count: BigInt(count) } });
   // One event per final DROPPED record, whatever dropped it (budget, alignment, summary, repairs):
   // the same set the records and the metric count.
+  // The elided head first: the budget drops from the head, so its records come first.
+  if (events.observed && head) {
+    for (let index = 0; index < head.count; index++) {
+      const messageId = head.history[index]!.id;
+      events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED } });
+    }
+  }
   if (events.observed && work.droppedIds) {
     const emitted = new Set<string>();
     for (const messageId of work.droppedIds) {

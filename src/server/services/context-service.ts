@@ -3,6 +3,7 @@ import type { CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
+import { defaultHistoryFactsLimits, HistoryFactsCache, type HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
@@ -21,6 +22,8 @@ export interface ContextServiceDependencies {
   summarizeTimeoutMs: number;
   /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
   maxCompileTextBytes?: number;
+  /** Bounds of the stored histories' facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
+  historyFacts?: HistoryFactsLimits;
 }
 
 /**
@@ -31,7 +34,8 @@ export interface ContextServiceDependencies {
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
   const { store, publish, summarizeTimeoutMs, maxCompileTextBytes } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
-  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache(), maxCompileTextBytes });
+  const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits);
+  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache(), maxCompileTextBytes, historyFacts });
   const { tokenCounts } = compiler;
 
   const fanOut = (extra?: Observer): Observer => (event) => {

@@ -92,6 +92,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
+    historyFacts: { maxBytes: config.historyFactsBytes, maxConversations: config.historyFactsConversations },
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and
   // logged, then given its deadline, authenticated, and checked.

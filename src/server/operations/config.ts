@@ -57,6 +57,14 @@ export interface Config {
   recentMessageBytes: number;
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
+  /**
+   * Approximate bytes of the stored histories' facts kept between compiles, so a stateful compile
+   * walks only the tail the budget may keep (docs/incremental-compile.md); 0 = none, every compile
+   * walks its whole history.
+   */
+  historyFactsBytes: number;
+  /** Conversations whose history facts are kept (the least recently compiled go first); 0 = none. */
+  historyFactsConversations: number;
 }
 
 export const defaultConfig: Config = {
@@ -81,6 +89,8 @@ export const defaultConfig: Config = {
   authTokens: [],
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
+  historyFactsBytes: 64 * 1024 * 1024,
+  historyFactsConversations: 10_000,
 };
 
 /**
@@ -109,6 +119,8 @@ export const flags = {
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
+  "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
+  "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -187,6 +199,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
+    historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
+    historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
   };
 }
 

@@ -1,3 +1,4 @@
+import type { HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { ContextService, file_contextd_v1_context_service } from "../../../gen/ts/contextd/v1/context_service_pb.js";
@@ -38,6 +39,8 @@ export interface RouteDependencies {
   summarizeTimeoutMs: number;
   /** Most text one compile may produce (`--max-compile-text-bytes`). */
   maxCompileTextBytes?: number;
+  /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
+  historyFacts?: HistoryFactsLimits;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -48,7 +51,7 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes });
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, historyFacts: dependencies.historyFacts });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

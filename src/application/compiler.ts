@@ -92,23 +92,23 @@ export class Compiler {
     assertSomethingToRender(request, base);
     // A commit stores the writeback snapshot's difference, so it is built whether asked for or not.
     const lender = this.dependencies.historyFacts?.lend(request.conversationId);
-    let result: CompileResult;
     try {
-      result = await compile(request, { ...this.context(run), stored: base, parts: commit ? withWritebackSnapshot(parts) : parts, historyFacts: lender?.facts });
+      const result = await compile(request, { ...this.context(run), stored: base, parts: commit ? withWritebackSnapshot(parts) : parts, historyFacts: lender?.facts });
+      if (commit) {
+        const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
+        // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
+        const compaction = summaryCompaction(result, [...(run.remembered ?? [])]);
+        if (compaction) deltas.push(compaction);
+        if (deltas.length > 0) {
+          const outcome = await store.commit(request.conversationId, commit.expectedVersion, deltas, commit.idempotencyKey, fingerprint, messageIds);
+          result.committedVersion = outcome.version;
+          if (outcome.state) lender?.adopt(outcome.state.history);
+        }
+      }
+      return leanResult(result, parts);
     } finally {
       lender?.giveBack();
     }
-    if (commit) {
-      const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
-      // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
-      const compaction = summaryCompaction(result, [...(run.remembered ?? [])]);
-      if (compaction) deltas.push(compaction);
-      if (deltas.length > 0) {
-        const outcome = await store.commit(request.conversationId, commit.expectedVersion, deltas, commit.idempotencyKey, fingerprint, messageIds);
-        result.committedVersion = outcome.version;
-      }
-    }
-    return leanResult(result, parts);
   }
 
   /**

@@ -17,6 +17,8 @@ import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
 import { DeltaSchema, Segment, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Compiler } from "../../src/application/compiler.js";
 import { HistoryFactsCache } from "../../src/application/history-facts-cache.js";
+import { HistoryFacts } from "../../src/core/compile/history-facts.js";
+
 import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { randomSource } from "../support/random-messages.js";
@@ -245,4 +247,36 @@ describe("a compile that leaves out the head of the stored history gives exactly
     expect(failed).toBeLessThan(5);
     expect(elided.count).toBeGreaterThan(20);
   }, 60_000);
+
+  it("keeps one set of facts across compile-commits whose deltas bring messages without ids (the store's copies are adopted)", async () => {
+    elided.count = 0;
+    const twins = new Twins(7);
+    const store = twins.stores[0]!;
+    await twins.commit([create(DeltaSchema, { operation: { case: "clearState", value: {} } })]);
+    const long = Array.from({ length: 300 }, (_, index) => message(index % 2 === 0 ? Role.USER : Role.ASSISTANT, twins.id("m"), twins.text()));
+    await twins.commit([create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: long } } })]);
+    const of = vi.spyOn(HistoryFacts, "of");
+    try {
+      for (let turn = 0; turn < 10; turn++) {
+        const version = (await store.load("c")).version;
+        const request = create(CompileRequestSchema, {
+          conversationId: "c",
+          budget: { maxTokens: 600n },
+          render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" },
+          commit: { expectedVersion: version, deltas: [create(DeltaSchema, { operation: { case: "appendUser", value: { message: message(Role.UNSPECIFIED, "", twins.text()) } } })] },
+        });
+        const committed = await twins.incremental.compileAndCommit(request, { observer: () => {} });
+        expect(committed.committedVersion).toBe(version + 1n);
+        // The state it stored compiles the same with and without facts.
+        const plain = create(CompileRequestSchema, { conversationId: "c", budget: { maxTokens: 600n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" } });
+        const full = new Compiler({ store, tokenCounts: new TokenCountCache() });
+        expect(await outcome(twins.incremental, plain), `turn ${turn}`).toEqual(await outcome(full, plain));
+      }
+      // One facts object from the first compile on: each turn extended it, none rebuilt it.
+      expect(new Set(of.mock.results.map((call) => call.value)).size).toBe(1);
+    } finally {
+      of.mockRestore();
+    }
+    expect(elided.count).toBeGreaterThanOrEqual(20);
+  });
 });

@@ -1,4 +1,5 @@
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { equals } from "@bufbuild/protobuf";
+import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { firstInvalidToolCall } from "../model/tool-call-arguments.js";
 import { analyzeToolRoundsFrom } from "../model/tool-rounds.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
@@ -51,6 +52,24 @@ export class HistoryFacts {
     const facts = new HistoryFacts();
     facts.append(history);
     return facts;
+  }
+
+  /**
+   * Moves the facts onto `history` when it holds the same messages as the history they describe,
+   * the same objects except for at most `maxAdoptedCopies` equal copies: a compile-commit compiles
+   * its deltas applied to the stored state, then the store applies them again and keeps its own
+   * objects for the messages it gave ids. Without this the next turn's history would not extend
+   * these facts and they would be built again from the whole history.
+   */
+  adopt(history: readonly Message[]): void {
+    const own = this.history;
+    if (history === own || history.length !== own.length) return;
+    let copies = 0;
+    for (let index = history.length - 1; index >= 0; index--) {
+      if (history[index] === own[index]) continue;
+      if (++copies > maxAdoptedCopies || !equals(MessageSchema, history[index]!, own[index]!)) return;
+    }
+    this.history = history;
   }
 
   /** Whether `id` is the id of a message of the history. */
@@ -130,6 +149,9 @@ export class HistoryFacts {
     for (const unit of analysis.units) this.unitStarts.push(unit.start);
   }
 }
+
+/** Most messages `adopt` compares by content (a turn's deltas bring a few). */
+const maxAdoptedCopies = 64;
 
 /**
  * What `isWellFormedMessage` checks (stage 1 measures a stored message's JSON depth at commit,

@@ -115,10 +115,14 @@ export class HistoryFacts {
     return column;
   }
 
-  /** Roughly what these facts hold in memory, for the cache's bound. */
+  /**
+   * Roughly what these facts hold in memory, for the cache's bound: map entries ~80 bytes, array
+   * slots 8 (the history array they keep included). The ids and messages are not counted: they
+   * are the stored state's, which holds the same objects (docs/incremental-compile.md says when
+   * the facts alone keep them alive).
+   */
   get approximateBytes(): number {
-    // Map entries ~80 bytes, array slots 8 bytes; ids and messages themselves belong to the state.
-    return 256 + this.ids.size * 80 + this.callIds.size * 80 + (this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.history.length * 16;
+    return 256 + this.ids.size * 80 + this.callIds.size * 80 + (this.history.length + this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.history.length * 16;
   }
 
   /** Takes in the messages of `history` past the current end (which `history` starts with). */

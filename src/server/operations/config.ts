@@ -73,6 +73,14 @@ export interface Config {
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
   cacheImpactBytes: number;
+  /**
+   * Approximate bytes of the stored histories' facts kept between compiles, so a stateful compile
+   * walks only the tail the budget may keep (docs/incremental-compile.md); 0 = none, every compile
+   * walks its whole history.
+   */
+  historyFactsBytes: number;
+  /** Conversations whose history facts are kept (the least recently compiled go first); 0 = none. */
+  historyFactsConversations: number;
 }
 
 export const defaultConfig: Config = {
@@ -105,6 +113,8 @@ export const defaultConfig: Config = {
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
   cacheImpactBytes: 16 * 1024 * 1024,
+  historyFactsBytes: 64 * 1024 * 1024,
+  historyFactsConversations: 10_000,
 };
 
 /**
@@ -141,6 +151,8 @@ export const flags = {
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
   "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
+  "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
+  "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -258,6 +270,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
     cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
+    historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
+    historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
   };
 }
 

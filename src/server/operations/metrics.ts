@@ -19,7 +19,8 @@ export class Metrics {
   private readonly latency = new Map<string, Histogram>();
   private compiles = 0;
   private compileTokens = 0;
-  private readonly droppedMessages = new Map<string, number>();
+  /** Dropped messages by `TransformationReason` number. */
+  private readonly droppedMessages = new Map<number, number>();
   private readonly gauges: { name: string; help: string; read: () => number }[] = [];
 
   /** One finished RPC: `method` is "package.Service/Method", `code` the gRPC code name ("ok", "not_found"). */
@@ -44,9 +45,10 @@ export class Metrics {
         this.compileTokens += Number(event.event.value.totalCost);
         return;
       case "messageDropped": {
-        const reason = TransformationReason[event.event.value.reason] ?? String(event.event.value.reason);
-        const key = reason.toLowerCase();
-        this.droppedMessages.set(key, (this.droppedMessages.get(key) ?? 0) + 1);
+        // Counted by the reason's number and named when rendered: a compile of a long history
+        // drops thousands of messages, and naming each cost a string per event.
+        const reason = event.event.value.reason;
+        this.droppedMessages.set(reason, (this.droppedMessages.get(reason) ?? 0) + 1);
         return;
       }
       default:
@@ -84,7 +86,8 @@ export class Metrics {
     lines.push(`contextd_compile_tokens_total ${this.compileTokens}`);
     lines.push("# HELP contextd_messages_dropped_total Messages compiles left out of the prompt (DROPPED records), by reason.");
     lines.push("# TYPE contextd_messages_dropped_total counter");
-    for (const [reason, count] of [...this.droppedMessages].sort()) lines.push(`contextd_messages_dropped_total{reason="${reason}"} ${count}`);
+    const dropped = [...this.droppedMessages].map(([reason, count]) => [(TransformationReason[reason] ?? String(reason)).toLowerCase(), count] as const);
+    for (const [reason, count] of dropped.sort()) lines.push(`contextd_messages_dropped_total{reason="${reason}"} ${count}`);
     for (const gauge of this.gauges) {
       lines.push(`# HELP ${gauge.name} ${gauge.help}`);
       lines.push(`# TYPE ${gauge.name} gauge`);

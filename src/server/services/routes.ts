@@ -1,3 +1,4 @@
+import type { HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { ContextService, file_contextd_v1_context_service } from "../../../gen/ts/contextd/v1/context_service_pb.js";
@@ -43,6 +44,8 @@ export interface RouteDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
   cacheImpactBytes?: number;
+  /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
+  historyFacts?: HistoryFactsLimits;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -53,7 +56,7 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread, cacheImpactBytes: dependencies.cacheImpactBytes });
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread, cacheImpactBytes: dependencies.cacheImpactBytes, historyFacts: dependencies.historyFacts });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

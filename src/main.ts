@@ -27,7 +27,7 @@ const logger = createLogger(config.logLevel);
 // One codec for the store and the server: the encodings of the states the store hands out are
 // reused by the responses that carry them.
 const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
-const store = await createConversationStore(config.redisUrl, codec);
+const store = await createConversationStore(config.redisUrl, codec, undefined, config.postgresUrl);
 const server = await startServer({ ...config, store, codec, logger });
 // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it.
 logger.announce("contextd listening", {

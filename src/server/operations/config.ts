@@ -16,6 +16,8 @@ export interface Config {
   port: number;
   /** Redis URL for the production store; empty = the embedded in-memory store. */
   redisUrl: string;
+  /** Postgres URL for the Postgres store; empty = not used. Exclusive with `redisUrl`. */
+  postgresUrl: string;
   /** Log level: "debug" logs one line per RPC, "info" start/stop and errors, "error" only errors. */
   logLevel: "debug" | "info" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
@@ -63,6 +65,7 @@ export const defaultConfig: Config = {
   host: "127.0.0.1",
   port: 7420,
   redisUrl: "",
+  postgresUrl: "",
   logLevel: "info",
   maxRequestBytes: 16 * 1024 * 1024,
   maxBufferedRequestBytes: 256 * 1024 * 1024,
@@ -91,6 +94,7 @@ export const flags = {
   host: "interface to bind (0.0.0.0 in a container)",
   port: "the one port for gRPC, gRPC-Web, Connect and metrics (0 = pick a free port)",
   "redis-url": "Redis store (Redis >= 7); empty = the in-memory store",
+  "postgres-url": "Postgres store (PostgreSQL >= 12), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
   "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
   "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
   "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",
@@ -168,6 +172,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     host: string("host", defaultConfig.host),
     port: integer("port", defaultConfig.port, 0, 65535),
     redisUrl: string("redis-url", defaultConfig.redisUrl),
+    postgresUrl: postgresUrl(string("postgres-url", defaultConfig.postgresUrl), string("redis-url", defaultConfig.redisUrl)),
     logLevel: parseLogLevel(string("log-level", defaultConfig.logLevel)),
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),
     maxBufferedRequestBytes: integer("max-buffered-request-bytes", defaultConfig.maxBufferedRequestBytes, 1),
@@ -196,6 +201,7 @@ export function printableConfig(config: Config) {
   return {
     ...config,
     redisUrl: config.redisUrl ? config.redisUrl.replace(/\/\/[^@/]*@/, "//(credentials)@") : "",
+    postgresUrl: config.postgresUrl.replace(/\/\/[^@/]*@/, "//(credentials)@"),
     authTokens: config.authTokens.length,
     tenants,
   };
@@ -220,6 +226,17 @@ export function parseAuthTokens(text: string, where: string): AuthToken[] {
     tokens.push({ token, tenant });
   }
   return tokens;
+}
+
+/** The Postgres URL, refused beside a Redis URL (one store per sidecar). */
+function postgresUrl(url: string, redisUrl: string): string {
+  if (url !== "" && redisUrl !== "") {
+    throw new Error("--postgres-url (CONTEXTD_POSTGRES_URL) and --redis-url (CONTEXTD_REDIS_URL) are both set: choose one store");
+  }
+  if (url !== "" && !/^postgres(ql)?:\/\//.test(url)) {
+    throw new Error(`invalid --postgres-url or CONTEXTD_POSTGRES_URL "${url.replace(/\/\/[^@/]*@/, "//(credentials)@")}": want postgres://user:password@host:port/database`);
+  }
+  return url;
 }
 
 function parseLogLevel(text: string): Config["logLevel"] {

@@ -323,8 +323,11 @@ export class PostgresConversationStore implements ConversationStore {
       const client = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: connectTimeoutMs, keepAlive: true });
       const drop = (error?: Error) => {
         if (error) this.lastError = error.message;
-        if (this.listener === client) this.listener = undefined;
+        if (this.listener !== client) return;
+        this.listener = undefined;
         client.end().catch(() => undefined);
+        // Every watch reads again and reopens the listener (or ends UNAVAILABLE if it cannot).
+        if (!this.closed) for (const waiters of this.waiting.values()) for (const wake of waiters) wake();
       };
       client.on("error", drop);
       client.on("end", () => drop());

@@ -11,6 +11,8 @@ export interface PostgresProcess {
   port: number;
   /** URL of the cluster's `postgres` database. */
   url: string;
+  /** The postmaster's process id (its backends are its children). */
+  pid(): number;
   /** A new empty database; its URL. */
   createDatabase(name: string): Promise<string>;
   /** Fast shutdown (SIGINT: sessions are ended, a checkpoint is written), then waits for exit. */
@@ -107,6 +109,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
   return {
     port,
     url,
+    pid: () => child!.pid!,
     async createDatabase(name: string) {
       const client = new pg.Client({ connectionString: url });
       await client.connect();

@@ -123,6 +123,10 @@ export class PostgresConversationStore implements ConversationStore {
   private lastError = "";
   /** Watches waiting for a change, by md5 of their conversation id (the notification's payload). */
   private readonly waiting = new Map<string, Set<() => void>>();
+  /** Notification payloads of the commits that finished in this event-loop iteration (see `notifyCommitted`). */
+  private readonly pendingNotifications = new Set<string>();
+  /** Commits of this store waiting for `contextd_commit`. */
+  private commitsInFlight = 0;
   private listener: pg.Client | undefined;
   private listening: Promise<void> | undefined;
   private closed = false;
@@ -291,6 +295,27 @@ export class PostgresConversationStore implements ConversationStore {
     const listener = this.listener;
     this.listener = undefined;
     await Promise.allSettled([listener?.end(), this.pool.end()]);
+  }
+
+  /**
+   * Tells every sidecar's watches that the conversation changed, unless the commit's transaction
+   * did: one NOTIFY statement for all the commits that finished in this event-loop iteration, sent
+   * after their transactions committed (see postgres-schema.ts for why not inside them). Not awaited: a notification that fails (or a
+   * sidecar that dies first) delays the change to the watches' next poll, nothing else.
+   */
+  private notifyCommitted(id: Buffer, notified: boolean): void {
+    const payload = createHash("md5").update(id).digest("hex");
+    // Watches in this process need no round trip through Postgres.
+    for (const wake of this.waiting.get(payload) ?? []) wake();
+    if (notified) return;
+    if (this.pendingNotifications.size === 0) {
+      setImmediate(() => {
+        const payloads = [...this.pendingNotifications];
+        this.pendingNotifications.clear();
+        this.pool.query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload", [changesChannel, payloads]).catch((error: Error) => (this.lastError = error.message));
+      });
+    }
+    this.pendingNotifications.add(payload);
   }
 
   /** Migrates the schema once per store (again after a failure). */
@@ -496,7 +521,11 @@ export class PostgresConversationStore implements ConversationStore {
         continue;
       }
       const write = this.storedWrite(base, plan.state);
-      const { rows } = await this.query<CommitRow>(
+      // Alone, the commit notifies in its own transaction (no second statement); with others in
+      // flight, after them, together (a notifying transaction serializes commits' WAL flushes).
+      const notifyInTransaction = this.commitsInFlight === 0;
+      this.commitsInFlight++;
+      const committing = this.query<CommitRow>(
         "committing",
         "SELECT * FROM contextd_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         [
@@ -508,7 +537,7 @@ export class PostgresConversationStore implements ConversationStore {
           this.now(),
           this.idempotencyTtlMs,
           this.maxChanges,
-          changesChannel,
+          notifyInTransaction ? changesChannel : "",
           write.layout.created,
           write.rest,
           write.baseLengths,
@@ -521,8 +550,10 @@ export class PostgresConversationStore implements ConversationStore {
         ],
         "contextd_commit",
       );
+      const { rows } = await committing.finally(() => this.commitsInFlight--);
       const reply = rows[0]!;
       if (reply.outcome === "ok") {
+        this.notifyCommitted(id, notifyInTransaction);
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
         return { version: plan.state.version, state: plan.state, replayed: false };

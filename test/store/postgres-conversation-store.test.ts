@@ -217,7 +217,7 @@ describe("idempotency records and changes", () => {
     expect(seen).toEqual([8n, 9n, 10n, 11n, 12n]);
   });
 
-  it("delivers a change committed by another process through NOTIFY, also after its listener connection was cut", async () => {
+  it("delivers a change committed by another process through NOTIFY, also after its listener connection was cut and from concurrent commits (notified after them)", async () => {
     // A poll interval far longer than the test: only a notification can wake the watch in time.
     const watcher = await openStore({ watchPollMs: 600_000 });
     const writer = await openStore();
@@ -228,7 +228,7 @@ describe("idempotency records and changes", () => {
     const done = (async () => {
       for await (const change of watcher.watch(id, 0n, controller.signal)) {
         seen.push(change);
-        if (seen.length === 3) controller.abort();
+        if (seen.length === 4) controller.abort();
       }
     })();
     await expect.poll(() => seen.length).toBe(1);
@@ -236,8 +236,16 @@ describe("idempotency records and changes", () => {
     await expect.poll(() => seen.length, { timeout: 10_000 }).toBe(2);
     await raw.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'LISTEN contextd_changes' AND datname = 'specifics'");
     await writer.commit(id, 2n, [appendHistory(textMessage("u3", Role.USER, "3"))], "");
+    await expect.poll(() => seen.length, { timeout: 10_000 }).toBe(3);
+    // Issued while four other commits (from cached states, so they need no read first) are in
+    // flight: notified after its transaction, with theirs.
+    for (let index = 0; index < 4; index++) await writer.commit(`notify-other-${index}`, 0n, [appendHistory(textMessage("o", Role.USER, "o"))], "");
+    await Promise.all([
+      ...Array.from({ length: 4 }, (_, index) => writer.commit(`notify-other-${index}`, 1n, [appendHistory(textMessage("p", Role.USER, "p"))], "")),
+      writer.commit(id, 3n, [appendHistory(textMessage("u4", Role.USER, "4"))], ""),
+    ]);
     await done;
-    expect(seen.map((change) => change.version)).toEqual([1n, 2n, 3n]);
+    expect(seen.map((change) => change.version)).toEqual([1n, 2n, 3n, 4n]);
   });
 });
 

@@ -94,7 +94,7 @@ export const flags = {
   host: "interface to bind (0.0.0.0 in a container)",
   port: "the one port for gRPC, gRPC-Web, Connect and metrics (0 = pick a free port)",
   "redis-url": "Redis store (Redis >= 7); empty = the in-memory store",
-  "postgres-url": "Postgres store (PostgreSQL >= 12), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
+  "postgres-url": "Postgres store (tested with PostgreSQL 15), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
   "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
   "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
   "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",

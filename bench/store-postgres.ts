@@ -181,6 +181,26 @@ export async function postgresStoreBench(loadgen: string, directory: string): Pr
         `Commit RPC ${(rpcMedian / bareMedian).toFixed(2)}x (${verdict(rpcMedian / bareMedian)}; includes the gRPC round trip); medians ${bareMedian.toFixed(3)} / ${storeMedian.toFixed(3)} / ${rpcMedian.toFixed(3)} ms`,
     );
 
+    // The same in-process commit on long conversations (rows per message: a commit's cost should
+    // not grow with what is stored): 20 conversations of 1,000 / 10,000 messages, committed to in turn.
+    for (const stored of [1_000, 10_000]) {
+      const long = 20;
+      for (let conversation = 0; conversation < long; conversation++) {
+        for (let start = 0; start < stored; start += 1_000) {
+          await store.commit(
+            `bench-pg-long-${run}-${stored}-${conversation}`,
+            undefined,
+            [create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: Array.from({ length: 1_000 }, (_, index) => create(MessageSchema, { id: `l${start + index}`, role: Role.USER, parts: [{ kind: { case: "text", value: { text: "hello world" } } }] })) } } })],
+            "",
+          );
+        }
+      }
+      const longResult = await measure(1, 300, async (_, iteration) => {
+        await store.commit(`bench-pg-long-${run}-${stored}-${iteration % long}`, undefined, [appendDelta(`n${iteration}`, "hello world")], "");
+      });
+      line(`PostgresConversationStore.commit in-process, ${stored.toLocaleString("en-US")}+ stored, concurrency 1`, p50Of(longResult.latenciesMs), p99Of(longResult.latenciesMs), longResult.latenciesMs.length / longResult.seconds, longResult.latenciesMs.length, "commits", `  (${(p50Of(longResult.latenciesMs) / storeMedian).toFixed(2)}x the short-conversation median)`);
+    }
+
     // Stateful compile: 32 conversations of 100 stored messages, compiled in turn by 32 callers.
     const compiled = 32;
     for (let conversation = 0; conversation < compiled; conversation++) {

@@ -67,7 +67,7 @@ export interface PostgresOptions {
 export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresProcess> {
   const bin = postgresBinDir();
   const user = serverUser();
-  const port = await freePort();
+  let port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), "contextd-postgres-"));
   if (user) chownSync(dir, user.uid, user.gid);
   chmodSync(dir, 0o700);
@@ -104,7 +104,27 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
     child.kill(signal);
     await exited;
   };
-  await launch();
+  // The port was free when picked; another process may have taken it since (initdb takes a while).
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await launch();
+      break;
+    } catch (error) {
+      if (attempt >= 5 || !String(error).includes("Address already in use")) throw error;
+      port = await freePort();
+    }
+  }
+  // A restart needs the same port (clients hold its URL): wait for it to be free again.
+  const relaunch = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await launch();
+      } catch (error) {
+        if (attempt >= 50 || !String(error).includes("Address already in use")) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  };
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   return {
     port,
@@ -122,7 +142,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
     },
     stop: () => end("SIGINT"),
     kill: () => end("SIGQUIT"),
-    restart: launch,
+    restart: relaunch,
     async destroy() {
       await end("SIGINT");
       rmSync(dir, { recursive: true, force: true });

@@ -327,7 +327,10 @@ export class PostgresConversationStore implements ConversationStore {
         client.release();
       } catch (error) {
         client.release(error as Error);
-        throw error;
+        // A connection that failed stays what it is (UNAVAILABLE); anything else the migration
+        // met (no right to create tables, a newer schema) is reported as the schema's problem.
+        if (error instanceof pg.DatabaseError && isConnectionFailure(error.code)) throw error;
+        throw new Error(`creating or migrating the contextd schema failed: ${(error as Error).message}`);
       }
     })().catch((error: unknown) => {
       this.schema = undefined;
@@ -363,7 +366,8 @@ export class PostgresConversationStore implements ConversationStore {
         await client.connect();
         await client.query(`LISTEN ${changesChannel}`);
       } catch (error) {
-        drop(error as Error);
+        this.lastError = (error as Error).message;
+        client.end().catch(() => undefined);
         throw this.failure("listening for changes", error);
       }
       if (this.closed) {
@@ -654,14 +658,18 @@ export class PostgresConversationStore implements ConversationStore {
       if (sqlState === "53100" || sqlState === "53200") {
         return new ConnectError(`postgres store is full while ${what} (${sqlState}: ${detail}); free space or memory, then retry`, Code.ResourceExhausted);
       }
-      // Connection exceptions, shutdowns, too many connections, a standby, a cancelled statement.
-      if (!/^(08|57P|53300|25006|57014)/.test(sqlState)) {
+      if (!isConnectionFailure(sqlState)) {
         return new ConnectError(`postgres store failed while ${what} (${sqlState}): ${detail}`, Code.Internal);
       }
     }
     const cause = this.lastError !== "" && this.lastError !== detail ? ` (last connection error: ${this.lastError})` : "";
     return new ConnectError(`postgres store unavailable while ${what} at ${redactUrl(this.url)}: ${detail}${cause}`, Code.Unavailable);
   }
+}
+
+/** SQLSTATEs answered UNAVAILABLE: connection exceptions, shutdowns, too many connections, a read-only transaction, a cancelled statement. */
+function isConnectionFailure(sqlState: string | undefined): boolean {
+  return sqlState !== undefined && /^(08|57P|53300|25006|57014)/.test(sqlState);
 }
 
 /** The id's UTF-8, refusing lone surrogates (both other stores refuse them alike). */

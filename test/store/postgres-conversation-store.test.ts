@@ -92,10 +92,20 @@ describe("migrations", () => {
       expect(await store.connected(300)).toBe(false);
       const refused = await rejection(store.ping());
       expect(refused.code).toBe(Code.Unavailable);
-      expect(refused.rawMessage).toContain("contextd schema is at version 2, newer than this build knows (1)");
+      expect(refused.rawMessage).toContain("creating or migrating the contextd schema failed: the database's contextd schema is at version 2, newer than this build knows (1)");
     } finally {
       await client.end();
     }
+  });
+  it("answers UNAVAILABLE saying why when its user may not create the schema", async () => {
+    const fresh = await postgres.createDatabase("no-rights");
+    await raw.query("CREATE ROLE contextd_no_rights LOGIN");
+    const store = new PostgresConversationStore(fresh.replace("postgres@", "contextd_no_rights@"));
+    stores.push(store);
+    expect(await store.connected(300)).toBe(false);
+    const refused = await rejection(store.load("x"));
+    expect(refused.code).toBe(Code.Unavailable);
+    expect(refused.rawMessage).toMatch(/creating or migrating the contextd schema failed: permission denied for schema public/);
   });
 });
 

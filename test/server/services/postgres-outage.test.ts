@@ -58,18 +58,22 @@ describe("Postgres outage (real sidecar, real PostgreSQL)", () => {
       for (let turn = 0; turn < 5; turn++) {
         await client.unary(ConversationService.method.commit, { conversationId, expectedVersion: BigInt(turn), deltas: [appendHistory(textMessage(`before-${turn}`, Role.USER, "x"))] });
       }
-      await expect.poll(() => seen).toEqual([ServingStatus.SERVING]);
+      await expect.poll(() => seen[0]).toBe(ServingStatus.SERVING);
       await postgres.stop();
       const down = await grpcError(client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage("during", Role.USER, "x"))] }));
       expect(down.code).toBe(grpc.status.UNAVAILABLE);
       expect(down.details).toContain("postgres store unavailable");
       expect((await grpcError(client.unary(ConversationService.method.getState, { conversationId }))).code).toBe(grpc.status.UNAVAILABLE);
       await expect.poll(async () => (await client.unary(Health.method.check, { service: "" })).status, { timeout: 15_000 }).toBe(ServingStatus.NOT_SERVING);
+      await expect.poll(() => seen.at(-1), { timeout: 15_000 }).toBe(ServingStatus.NOT_SERVING);
       expect(await (await fetch(`${sidecar.url}/metrics`)).text()).toContain("contextd_serving 0\n");
 
       await postgres.restart();
       await expect.poll(async () => (await client.unary(Health.method.check, { service: "" })).status, { timeout: 15_000 }).toBe(ServingStatus.SERVING);
-      await expect.poll(() => seen, { timeout: 15_000 }).toEqual([ServingStatus.SERVING, ServingStatus.NOT_SERVING, ServingStatus.SERVING]);
+      // Exactly SERVING, NOT_SERVING, SERVING on a quiet machine; a ping slower than the interval
+      // under heavy load may add a flap, so only the order is asserted.
+      await expect.poll(() => seen.at(-1), { timeout: 15_000 }).toBe(ServingStatus.SERVING);
+      expect(seen.indexOf(ServingStatus.NOT_SERVING)).toBeGreaterThan(0);
       expect(sidecar.logs.some((line) => line.includes("store unreachable: NOT_SERVING"))).toBe(true);
       let state;
       for (let attempt = 0; attempt < 100 && !state; attempt++) {

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Runs every test suite (vitest, go test, pytest) against real processes and prints one summary
+# Runs every test suite (vitest, go test, pytest, the TypeScript client's node:test) against real processes and prints one summary
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
 # `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
-# what it needs on a fresh machine: redis-server and postgresql (apt), npm packages, the Go code generators, the
+# what it needs on a fresh machine: redis-server, openssl and postgresql (apt), npm packages, the Go code generators, the
 # Python venv, Go modules.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  log "installing redis-server"
-  if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
-  "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null 2>&1 \
-    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null; } \
-    || { echo "could not install redis-server" >&2; exit 1; }
-fi
+# redis-server for the stores' tests, openssl for the TLS tests' throwaway certificates.
+for package in redis-server openssl; do
+  if ! command -v "$package" >/dev/null 2>&1; then
+    log "installing $package"
+    if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
+    "${sudo_cmd[@]}" apt-get install -y "$package" >/dev/null 2>&1 \
+      || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y "$package" >/dev/null; } \
+      || { echo "could not install $package" >&2; exit 1; }
+  fi
+done
 
 # PostgreSQL for the Postgres store's suites: the tests make a throwaway cluster with initdb and
 # run it as the `postgres` user (initdb refuses root); no system service is used.
@@ -105,6 +108,25 @@ PY
 )
 passed=$((passed + ${py_counts% *}))
 failed=$((failed + ${py_counts#* }))
+
+log "TypeScript client as installed (clients/ts/scripts/test-installed.sh: npm pack, install in a temp project, node:test)"
+ts_tap="$PWD/.test-results/ts-client.tap"
+rm -f "$ts_tap"
+bash clients/ts/scripts/test-installed.sh "$ts_tap"
+ts_status=$?
+# node:test's TAP summary: "# pass N", "# fail N", "# cancelled N", "# skipped N"; cancelled and
+# skipped count as failures. No summary at all means packing, installing or tsc failed: one failure.
+ts_count() { grep -E "^# $1 [0-9]+$" "$ts_tap" 2>/dev/null | tail -n 1 | awk '{print $3}'; }
+ts_passed=$(ts_count pass)
+if [ -z "$ts_passed" ]; then
+  ts_passed=0
+  ts_failed=1
+else
+  ts_failed=$(( $(ts_count fail) + $(ts_count cancelled) + $(ts_count skipped) ))
+  if [ "$ts_status" != 0 ] && [ "$ts_failed" = 0 ]; then ts_failed=1; fi
+fi
+passed=$((passed + ts_passed))
+failed=$((failed + ts_failed))
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -14,7 +14,8 @@ import {
 import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../core/compile/compile.js";
-import type { CompileContext, Summarizer } from "../core/compile/compile-context.js";
+import type { CompileMemory } from "../core/compile/cache-impact.js";
+import type { CompileContext, RegexSearch, Summarizer } from "../core/compile/compile-context.js";
 import type { CallDeadline } from "../core/compile/deadline.js";
 import { summaryCompaction } from "../core/compile/summary-compaction.js";
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
@@ -32,6 +33,10 @@ export interface CompilerDependencies {
   tokenCounts: TokenCountCache;
   /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
   maxCompileTextBytes?: number;
+  /** Where long texts' built-in redaction patterns are searched (`RegexSearchThread`); in place without it. */
+  searchRegexOffThread?: RegexSearch;
+  /** Each conversation's last compile, for `cache_impact` (`RecentCompiles`); none without it. */
+  compileMemory?: CompileMemory;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -135,6 +140,8 @@ export class Compiler {
       yieldToEventLoop: () => nextTurn(),
       deadline: run.deadline,
       maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
+      searchRegexOffThread: this.dependencies.searchRegexOffThread,
+      compileMemory: this.dependencies.compileMemory,
     };
   }
 }
@@ -260,12 +267,16 @@ function leanResult(result: CompileResult, parts: ReadonlySet<CompileResultPart>
   return result;
 }
 
-/** The records of messages that were changed or removed for a reason other than the budget. */
+/**
+ * The records of messages that were changed or removed for a reason other than the budget, and of
+ * the system-prompt blocks the compile built (PASSED, SYSTEM_PROMPT_ASSEMBLY: at most two).
+ */
 function notableRecords(records: { [id: string]: Transformation }): { [id: string]: Transformation } {
   const kept: { [id: string]: Transformation } = {};
   for (const id in records) {
     const record = records[id]!;
-    if (record.action === TransformationAction.PASSED || record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) continue;
+    if (record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) continue;
+    if (record.action === TransformationAction.PASSED && record.reason !== TransformationReason.SYSTEM_PROMPT_ASSEMBLY) continue;
     kept[id] = record;
   }
   return kept;

@@ -1,8 +1,11 @@
+import { readFileSync } from "node:fs";
 import type * as http from "node:http";
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import * as tls from "node:tls";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { RegexSearchThread } from "../application/regex-search-thread.js";
 import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { Admission } from "./policy/admission.js";
@@ -21,7 +24,7 @@ import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.j
 import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
-import { createDualProtocolServer } from "./transport/listen.js";
+import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
@@ -51,6 +54,8 @@ export interface RunningServer {
   health: HealthStatus;
   telemetry: TelemetryHub;
   metrics: Metrics;
+  /** Whether the port serves TLS, and whether it requires client certificates. */
+  tls: { enabled: boolean; clientCertificates: boolean };
   /**
    * Graceful stop: health NOT_SERVING, stop accepting, streams end with UNAVAILABLE, unary calls
    * may finish for `graceMs` (default: the configured grace), then every connection is cut.
@@ -83,6 +88,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const tokens = new BearerTokens(config.authTokens);
   const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
+  const regexSearch = new RegexSearchThread();
 
   const registerServices = routes({
     health,
@@ -92,6 +98,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
+    searchRegexOffThread: regexSearch.search,
+    cacheImpactBytes: config.cacheImpactBytes,
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and
   // logged, then given its deadline, authenticated, and checked.
@@ -209,9 +217,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     serveUnaryCall(stream, headers, spec, unaryGrpc, createContextValues().set(requestIdKey, requestId), { "x-request-id": requestId });
     return true;
   };
+  const listenerTls = readListenerTls(config);
   const { tcp, h2, sockets } = createDualProtocolServer(handle, {
     maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
     streamHandler: config.directUnaryGrpc ? serveStream : undefined,
+    tls: listenerTls,
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
@@ -237,15 +247,44 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     health,
     telemetry,
     metrics,
+    tls: { enabled: listenerTls !== undefined, clientCertificates: listenerTls?.requestCert ?? false },
     shutdown(graceMs = config.shutdownGraceMs) {
       stopping = true;
       stopped ??= shutDown(
         { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
         graceMs,
-      );
+      ).finally(() => regexSearch.close());
       return stopped;
     },
   };
+}
+
+/**
+ * The TLS files named by the configuration, read once at start (a changed certificate takes a
+ * restart); undefined for cleartext. An unreadable file or a key that does not match its
+ * certificate throws, naming the flag.
+ */
+function readListenerTls(config: Config): ListenerTls | undefined {
+  if (config.tlsCert === "") return undefined;
+  const read = (path: string, flag: string) => {
+    try {
+      return readFileSync(path);
+    } catch (error) {
+      throw new Error(`cannot read --${flag} ${path}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+  const listenerTls: ListenerTls = {
+    cert: read(config.tlsCert, "tls-cert"),
+    key: read(config.tlsKey, "tls-key"),
+    ...(config.tlsClientCa ? { ca: read(config.tlsClientCa, "tls-client-ca") } : {}),
+    requestCert: config.tlsClientCa !== "",
+  };
+  try {
+    tls.createSecureContext(listenerTls);
+  } catch (error) {
+    throw new Error(`invalid --tls-cert ${config.tlsCert} / --tls-key ${config.tlsKey}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  return listenerTls;
 }
 
 function withoutUndefined<T extends object>(value: T): Partial<T> {

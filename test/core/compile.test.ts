@@ -172,7 +172,7 @@ describe("budget", () => {
     expect(kinds).toContain("tokensEstimated");
     expect(kinds).toContain("budgetPressure");
     expect(result.stageTimings.map((t) => t.stage)).toEqual([
-      "normalize", "freeze_source", "artifacts", "deferred_blocks", "hooks", "role_projection", "segment_formatters", "text_replacements", "budget", "render", "targets", "result",
+      "normalize", "freeze_source", "artifacts", "deferred_blocks", "system_prompt", "hooks", "role_projection", "segment_formatters", "text_replacements", "budget", "render", "targets", "result",
     ]);
     const throwing = testContext({ observer: () => { throw new Error("telemetry down"); } });
     await expect(compile(request({ history: { messages: history(2) } }), throwing)).resolves.toBeDefined();
@@ -373,6 +373,30 @@ describe("targets and views", () => {
       [[{ name: "" }] as never, /targets\[0\]\.name is required/],
     ];
     for (const [targets, pattern] of cases) await rejects(compile(request({ targets }), testContext()), Code.InvalidArgument, pattern);
+  });
+
+  it("names the target whose budget refuses, own or inherited", async () => {
+    const history = { messages: [user("u1", "first"), message(Role.ASSISTANT, "a1", "answer"), user("u2", "second")] };
+    await rejects(
+      compile(request({ history, targets: [{ name: "side", segments: [Segment.HISTORY], budget: { maxTokens: 2n ** 60n, estimator: tenPerMessage } }] }), testContext()),
+      Code.InvalidArgument,
+      /^targets\[0\] \("side"\): budget\.max_tokens must be from 0 to 9007199254740991/,
+    );
+    // The main payload fits 100 tokens with room; the target, without the tools segment's share, would too,
+    // but its latest user message alone is over a 5-token budget of its own.
+    await rejects(
+      compile(request({ history, targets: [{ name: "side", segments: [Segment.HISTORY], budget: { maxTokens: 5n, estimator: tenPerMessage } }] }), testContext()),
+      Code.ResourceExhausted,
+      /^targets\[0\] \("side"\): budget exceeded: the latest user message "u2"/,
+    );
+    // The main payload drops the long latest user message for the current turn; the target has no
+    // current turn, so that message is protected there, and the inherited budget cannot hold it.
+    const long = { messages: [user("u1", "x".repeat(10)), message(Role.ASSISTANT, "a1", "y"), user("u2", "z".repeat(400))] };
+    await rejects(
+      compile(request({ history: long, currentTurn: { raw: user("now", "now") }, budget: { maxTokens: 60n, estimator: { kind: EstimatorKind.CHARS, charsPerToken: 4 } }, targets: [{ name: "side", segments: [Segment.HISTORY] }] }), testContext()),
+      Code.ResourceExhausted,
+      /^targets\[0\] \("side"\) with the request's budget: budget exceeded/,
+    );
   });
 
   it("renders views without the current turn and without mutating the input", async () => {

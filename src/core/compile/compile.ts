@@ -19,11 +19,15 @@ import { CompileEvents } from "./compile-events.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
+import { cacheImpact } from "./cache-impact.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
+import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
 import { resolveCompileInputs } from "./request-inputs.js";
 import { applyRoleProjection } from "./role-projection.js";
 import { scratchMessages } from "./scratch.js";
+import { checkToolDefinitionTexts } from "../deltas/tool-definitions.js";
+import { applySystemPrompt, toolDefinitionTextCharacters } from "./system-prompt.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
 import { computeTargets, validateTargets } from "./targets.js";
 import { applyTextReplacements } from "./text-replacements.js";
@@ -48,6 +52,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
 
   // 1. Normalize + identity, tool-argument and tool-round validation and repair.
   const inputs = resolveCompileInputs(request, context.stored);
+  checkToolDefinitionTexts(inputs.toolDefinitions, "tool_definitions");
   const textAllowance = new TextAllowance(requestTextCharacters(request, inputs), context.maxCompileTextBytes);
   const { work, extras } = normalize(request, inputs, estimator, context.randomId, { textAllowance, deadline });
   const normalizedSegments = work.segments;
@@ -86,10 +91,18 @@ export async function compile(request: CompileRequest, context: CompileContext):
   if (deadline.checkNow("deferred_blocks")) await deadline.pause("deferred_blocks");
   await events.stageDone("deferred_blocks");
 
-  // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
-  // formatters, text replacements.
+  // 5. System-prompt assembly: the tool guidance and tool-call rules blocks, compile-only (after
+  // the baseline, so persistence never sees them; before presentation, which treats them as any
+  // system message).
+  applySystemPrompt(work);
+  if (deadline.checkNow("system_prompt")) await deadline.pause("system_prompt");
+  await events.stageDone("system_prompt");
+
+  // 6.–9. Presentation: stored tool arguments shown as a string, large tool results as previews,
+  // hooks, role projection, formatters, text replacements.
   showToolArgumentsAsString(work);
-  if (request.hooks.length > 0) await applyHooks(work);
+  sendLargeToolResultsAsPreviews(work);
+  if (request.hooks.length > 0) await applyHooks(work, context.searchRegexOffThread);
   if (deadline.checkNow("hooks")) await deadline.pause("hooks");
   await events.stageDone("hooks");
   applyRoleProjection(work);
@@ -102,26 +115,26 @@ export async function compile(request: CompileRequest, context: CompileContext):
   if (deadline.checkNow("text_replacements")) await deadline.pause("text_replacements");
   await events.stageDone("text_replacements");
 
-  // 9. Budget (appends pending and the current turn). 10. Scratch goes last in the payload but is
+  // 10. Budget (appends pending and the current turn). 11. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);
   const budget = await applyBudget(work, scratch, context);
   if (deadline.checkNow("budget")) await deadline.pause("budget");
   await events.stageDone("budget");
 
-  // 11. Payload and provider render.
+  // 12. Payload and provider render.
   const payload = payloadOf(work.segments, scratch, work.toolDefinitions);
   const rendered = renderProvider !== Provider.UNSPECIFIED ? await renderRequestPaced(payload, request.render!, deadline) : undefined;
   if (rendered) work.warnings.push(...rendered.warnings);
   if (deadline.checkNow("render")) await deadline.pause("render");
   await events.stageDone("render");
 
-  // 12. Targets.
+  // 13. Targets.
   const projections = await computeTargets(request, { ...work, segments: repairedSegments }, extras, context);
   if (deadline.checkNow("targets")) await deadline.pause("targets");
   await events.stageDone("targets");
 
-  // 13. Result.
+  // 14. Result.
   const summary = budget.summary ? work.segments.history[0] : undefined;
   // A literal with every field set, in declaration order: equal to `create(UsageSchema, ...)`
   // without its reflective walk, which is a noticeable part of a small compile.
@@ -139,6 +152,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     estimator: estimator.kind,
     historyBeforeTrim: BigInt(budget.historyBeforeTrim),
     replyPriming: BigInt(budget.perRequest),
+    clearedTokens: BigInt(budget.clearedTokens),
   };
   // Big containers are filled by assignment: `create` with an init object walks every field
   // reflectively, which costs milliseconds at a thousand messages.
@@ -156,6 +170,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.warnings = work.warnings;
   result.prefixFingerprint = prefixFingerprint(payload);
   result.version = inputs.version;
+  if (context.compileMemory && request.conversationId !== "") {
+    const compared = cacheImpact(payload, estimator, context.tokenCounts, inputs.version, context.compileMemory.previous(request.conversationId));
+    context.compileMemory.remember(request.conversationId, compared.prefix);
+    result.cacheImpact = compared.impact;
+  }
   await events.stageDone("result");
   result.stageTimings = events.timings;
 
@@ -169,6 +188,7 @@ function requestTextCharacters(request: CompileRequest, inputs: CompileInputs): 
   const { system, history, memory, tools } = inputs.segments;
   let total = textCharacters(system) + textCharacters(history) + textCharacters(memory) + textCharacters(tools) + textCharacters(request.pending) + textCharacters(request.scratch);
   for (const block of request.deferredBlocks) total += textCharacters(block.messages);
+  if (request.systemPrompt?.toolGuidance) total += toolDefinitionTextCharacters(inputs.toolDefinitions);
   const turn = request.currentTurn;
   if (turn?.raw) total += textCharacters([turn.raw]);
   if (turn?.promptSafe) total += textCharacters([turn.promptSafe]);

@@ -5,7 +5,7 @@ import { segmentEnumerationOrder, segmentField } from "../model/segments.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 
 /**
- * Stage 6: maps actor kinds to roles in the payload (first matching rule wins). Messages that take
+ * Stage 7: maps actor kinds to roles in the payload (first matching rule wins). Messages that take
  * part in tool rounds (calls or results) keep their role: projecting them would break pairing.
  * Pending and the current turn are not projected; `source` and persistence keep the stored role.
  */

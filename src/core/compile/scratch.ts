@@ -3,7 +3,7 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { recordPassed, type CompileWork } from "./working-set.js";
 
 /**
- * Stage 10: per-request notes go last, as SYSTEM, whatever role they came with. They are counted in
+ * Stage 11: per-request notes go last, as SYSTEM, whatever role they came with. They are counted in
  * the budget's reserved tokens and never persisted.
  */
 export function scratchMessages(work: CompileWork, scratch: readonly Message[]): Message[] {

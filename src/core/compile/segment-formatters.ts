@@ -16,7 +16,7 @@ import { recordPassed, setRecord, type CompileWork } from "./working-set.js";
 const xmlName = /^[A-Za-z_][A-Za-z0-9._-]*$/;
 
 /**
- * Applies built-in formatters in order to `segments` and records the outcome in `work` (stage 7;
+ * Applies built-in formatters in order to `segments` and records the outcome in `work` (stage 8;
  * targets call it with their own formatters and records). In-place changes (xml_tag, prefix,
  * template) are `formatted/segment_formatter`; join replaces the segment by one message, its
  * inputs `formatted/replaced_by_formatter`. Only text parts are formatted; join refuses segments

@@ -6,7 +6,7 @@ import { segmentField, segmentName, type SegmentField } from "../model/segments.
 import { setRecord, type CompileWork } from "./working-set.js";
 
 /**
- * Stage 8: compile-only text swaps. The message's text parts are replaced by the given text in the
+ * Stage 9: compile-only text swaps. The message's text parts are replaced by the given text in the
  * payload only (`formatted/text_replacement`); an id not in the named segment is INVALID_ARGUMENT.
  * Replacements apply in request order (a second one for the same message wins). Each segment
  * touched is copied and indexed by id once: a scan and a copy of the segment per replacement made

@@ -124,12 +124,13 @@ export function addWarning(work: CompileWork, code: string, message: string): vo
 /**
  * True when the record says the message must not be persisted: dropped by the budget or a repair,
  * replaced by a deferred block, or summarised. Presentation (hooks, formatters, role projection,
- * text replacements) never changes what is stored, so those records do not count.
+ * text replacements) and the system-prompt assembly never change what is stored, so those records
+ * do not count.
  */
 export function isRemovedFromPersistence(record: Transformation | undefined): boolean {
   if (!record) return false;
   return (
-    record.action === TransformationAction.DROPPED ||
+    (record.action === TransformationAction.DROPPED && record.reason !== TransformationReason.SYSTEM_PROMPT_ASSEMBLY) ||
     record.reason === TransformationReason.REPLACED_BY_DEFERRED ||
     record.reason === TransformationReason.SUMMARIZED
   );

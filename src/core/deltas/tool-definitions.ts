@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { ConversationState, SetToolDefinitions } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { ConversationState, SetToolDefinitions, ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertJsonDepth } from "../model/json-depth.js";
 
 /**
@@ -19,6 +19,7 @@ export function setToolDefinitions(state: ConversationState, delta: SetToolDefin
       throw new ConnectError(`${path}.parameters: tool "${definition.name}" parameters must be a JSON object (a JSON Schema)`, Code.InvalidArgument);
     }
   });
+  checkToolDefinitionTexts(delta.toolDefinitions, "tool_definitions");
   return { ...state, toolDefinitions: [...delta.toolDefinitions] };
 }
 
@@ -29,4 +30,33 @@ function isJsonObject(text: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** The most characters (UTF-16 code units) of one `ToolDefinition.best_practices` item. */
+export const maxBestPracticeChars = 2_000;
+/** The most characters of one `ToolDefinition.prompt_injection`. */
+export const maxPromptInjectionChars = 8_000;
+
+/**
+ * INVALID_ARGUMENT for a best practice or prompt injection over its limit, naming the tool. Run on
+ * every definition a commit stores and every definition a compile reads.
+ */
+export function checkToolDefinitionTexts(definitions: readonly ToolDefinition[], path: string): void {
+  definitions.forEach((definition, index) => {
+    const tool = definition.name === "" ? "without a name" : `"${definition.name}"`;
+    definition.bestPractices.forEach((practice, practiceIndex) => {
+      if (practice.length > maxBestPracticeChars) {
+        throw new ConnectError(
+          `${path}[${index}].best_practices[${practiceIndex}]: tool ${tool} has a best practice of ${practice.length} characters, over the limit of ${maxBestPracticeChars}`,
+          Code.InvalidArgument,
+        );
+      }
+    });
+    if (definition.promptInjection.length > maxPromptInjectionChars) {
+      throw new ConnectError(
+        `${path}[${index}].prompt_injection: tool ${tool} has a prompt injection of ${definition.promptInjection.length} characters, over the limit of ${maxPromptInjectionChars}`,
+        Code.InvalidArgument,
+      );
+    }
+  });
 }

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   RenderedRequestSchema,
+  WarningSchema,
   type CompiledPayload,
   type RenderedRequest,
   type RenderOptions,
@@ -97,17 +98,19 @@ function renderBody(payload: CompiledPayload, options: RenderOptions, report: Re
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
       const { body, origins } = renderOpenAIChat(payload, options.model);
-      return { body, validate: () => validateOpenAIChat(body, origins, payload) };
+      return { body: withPromptCacheKey(body, options), validate: () => validateOpenAIChat(body, origins, payload) };
     }
     case Provider.OPENAI_RESPONSES: {
       const { body, origins } = renderOpenAIResponses(payload, options.model);
-      return { body, validate: () => validateOpenAIResponses(body, origins, payload) };
+      return { body: withPromptCacheKey(body, options), validate: () => validateOpenAIResponses(body, origins, payload) };
     }
     case Provider.ANTHROPIC_MESSAGES: {
-      const { body, origins } = renderAnthropic(payload, options.model, report);
+      promptCacheKeyIgnored(options, report);
+      const { body, origins } = renderAnthropic(payload, options.model, report, options.autoCacheBreakpoints);
       return { body, validate: () => validateAnthropic(body, origins, payload) };
     }
     case Provider.GEMINI: {
+      promptCacheKeyIgnored(options, report);
       const { body, origins } = renderGemini(payload, options.model);
       return { body, validate: () => validateGemini(body, origins, payload) };
     }
@@ -116,4 +119,22 @@ function renderBody(payload: CompiledPayload, options: RenderOptions, report: Re
     default:
       throw new ConnectError(`render.provider: unknown provider ${options.provider}`, Code.InvalidArgument);
   }
+}
+
+/** Most UTF-8 bytes of `RenderOptions.prompt_cache_key`. */
+export const maxPromptCacheKeyBytes = 1_024;
+
+/** An OpenAI body with `prompt_cache_key` last, when the options give one. */
+function withPromptCacheKey<Body extends object>(body: Body, options: RenderOptions): Body {
+  const key = options.promptCacheKey;
+  if (key === "") return body;
+  const bytes = Buffer.byteLength(key, "utf8");
+  if (bytes > maxPromptCacheKeyBytes) throw new ConnectError(`render.prompt_cache_key has ${bytes} bytes, at most ${maxPromptCacheKeyBytes} are allowed`, Code.InvalidArgument);
+  return { ...body, prompt_cache_key: key };
+}
+
+/** Providers without a cache key say that the key was not sent. */
+function promptCacheKeyIgnored(options: RenderOptions, report: RenderWarningSink): void {
+  if (options.promptCacheKey === "") return;
+  report(create(WarningSchema, { code: "prompt_cache_key_ignored", message: `render.prompt_cache_key is for OpenAI; ${Provider[options.provider]} caches prefixes without one, so it was not sent` }));
 }

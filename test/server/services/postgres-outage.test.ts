@@ -36,7 +36,9 @@ describe("Postgres outage (real sidecar, real PostgreSQL)", () => {
     await postgres?.destroy();
   });
 
-  it("creates its schema at start, versioned", async () => {
+  it("creates its schema at start, versioned, and says in its start line which store it uses", async () => {
+    const started = sidecar.logs.map((line) => JSON.parse(line) as { msg?: string; store?: unknown }).find((entry) => entry.msg === "contextd listening");
+    expect(started?.store).toEqual({ kind: "postgres", reachable: true });
     const client = new pg.Client({ connectionString: postgres.url });
     await client.connect();
     try {

@@ -77,6 +77,7 @@ export interface AnthropicTool {
   name: string;
   description?: string;
   input_schema: { type: "object"; [key: string]: unknown };
+  cache_control?: AnthropicCacheControl;
 }
 
 export interface AnthropicMessagesBody {

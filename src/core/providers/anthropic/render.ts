@@ -8,6 +8,7 @@ import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
+import type { AnthropicTool } from "./body.js";
 import type {
   AnthropicBlock,
   AnthropicCacheControl,
@@ -44,13 +45,15 @@ const imageMediaTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png",
  *   More than 4 hints: see `breakpointsToDrop`; a warning names the messages whose hints were
  *   dropped.
  */
-export function renderAnthropic(payload: CompiledPayload, model: string, report: (warning: Warning) => void): RenderedAnthropic {
+export function renderAnthropic(payload: CompiledPayload, model: string, report: (warning: Warning) => void, autoCacheBreakpoints = false): RenderedAnthropic {
   const system: AnthropicTextBlock[] = [];
   const messages: AnthropicMessage[] = [];
   const origins: BodyOrigin[] = [];
   // Per body message: how many leading tool_result blocks it has, so merged results stay first.
   const leadingResults: number[] = [];
-  const breakpoints: { block: { cache_control?: AnthropicCacheControl }; messageId: string }[] = [];
+  const breakpoints: Breakpoint[] = [];
+  // Where the system slot's breakpoints end in `breakpoints`, for its automatic one.
+  let systemBreakpointsEnd = 0;
 
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
     if (segment === "system" && isInstructionRole(message.role)) {
@@ -60,11 +63,14 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
       });
       markCacheBreakpoint(message, blocks, breakpoints);
       system.push(...blocks);
+      systemBreakpointsEnd = breakpoints.length;
       continue;
     }
     const role = message.role === Role.ASSISTANT ? "assistant" : "user";
     const { results, rest } = contentBlocks(message);
     markCacheBreakpoint(message, [...results, ...rest], breakpoints);
+    // The summary heads history and stays until the next compaction: a stable boundary.
+    if (autoCacheBreakpoints && segment === "history" && message.provenance?.kind.case === "summary") autoBreakpoint([...results, ...rest], message.id, breakpoints);
     if (results.length + rest.length === 0) continue;
     const last = messages[messages.length - 1];
     if (last && last.role === role) {
@@ -79,6 +85,32 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
     }
   }
 
+  let toolsBreakpoint: Breakpoint | undefined;
+  const tools = payload.toolDefinitions.map((definition): AnthropicTool => {
+    const schema = toolParametersSchema(definition, "anthropic");
+    return {
+      name: definition.name,
+      ...(definition.description !== "" ? { description: definition.description } : {}),
+      input_schema: { ...schema, type: "object" as const },
+    };
+  });
+  if (autoCacheBreakpoints) {
+    // In Anthropic's prefix order: tools, then system, then messages.
+    const lastTool = tools.at(-1);
+    if (lastTool) toolsBreakpoint = { block: lastTool, messageId: "tool_definitions", auto: true };
+    const systemBlocks: AnthropicBlock[] = [...system];
+    const systemEntries: Breakpoint[] = [];
+    autoBreakpoint(systemBlocks, "system", systemEntries);
+    breakpoints.splice(systemBreakpointsEnd, 0, ...systemEntries);
+    const lastMessage = messages.at(-1);
+    if (lastMessage) autoBreakpoint(lastMessage.content, origins.at(-1)!.messageId, breakpoints);
+    if (toolsBreakpoint) {
+      toolsBreakpoint.block.cache_control = { type: "ephemeral" };
+      breakpoints.unshift(toolsBreakpoint);
+    }
+    withoutAutoBreakpointsBeforeLongerTtl(breakpoints);
+  }
+
   if (breakpoints.length > anthropicMaxCacheBreakpoints) {
     const dropped = breakpointsToDrop(breakpoints);
     for (const { block } of dropped) delete block.cache_control;
@@ -91,16 +123,7 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
   }
 
   const body: AnthropicMessagesBody = { ...(model !== "" ? { model } : {}), ...(system.length > 0 ? { system } : {}), messages };
-  if (payload.toolDefinitions.length > 0) {
-    body.tools = payload.toolDefinitions.map((definition) => {
-      const schema = toolParametersSchema(definition, "anthropic");
-      return {
-        name: definition.name,
-        ...(definition.description !== "" ? { description: definition.description } : {}),
-        input_schema: { ...schema, type: "object" as const },
-      };
-    });
-  }
+  if (tools.length > 0) body.tools = tools;
   return { body, origins };
 }
 
@@ -189,11 +212,47 @@ function documentBlock(file: FilePart, messageId: string, index: number): Anthro
   throw providerRuleViolation("anthropic.document_source", atMessage(messageId), `part ${index}: file type "${file.mimeType}" is neither application/pdf nor text/plain`);
 }
 
+/** One `cache_control` in the body; `auto` when `RenderOptions.auto_cache_breakpoints` put it there. */
+interface Breakpoint {
+  block: { cache_control?: AnthropicCacheControl };
+  messageId: string;
+  auto?: boolean;
+}
+
+/** An automatic breakpoint on the last block of `blocks` that can carry one, unless a hint put one there already. */
+function autoBreakpoint(blocks: readonly AnthropicBlock[], messageId: string, breakpoints: Breakpoint[]): void {
+  for (let index = blocks.length - 1; index >= 0; index--) {
+    const block = blocks[index]!;
+    if (block.type === "thinking" || block.type === "redacted_thinking") continue;
+    if (block.cache_control) return;
+    block.cache_control = { type: "ephemeral" };
+    breakpoints.push({ block, messageId, auto: true });
+    return;
+  }
+}
+
+/**
+ * Anthropic wants longer cache lifetimes before shorter ones: an automatic (5 minute) breakpoint
+ * before a hint asking for "1h" would make the request invalid, so such automatic ones go.
+ */
+function withoutAutoBreakpointsBeforeLongerTtl(breakpoints: Breakpoint[]): void {
+  let lastLong = -1;
+  breakpoints.forEach((entry, index) => {
+    if (entry.block.cache_control?.ttl === "1h") lastLong = index;
+  });
+  for (let index = lastLong - 1; index >= 0; index--) {
+    const entry = breakpoints[index]!;
+    if (!entry.auto) continue;
+    delete entry.block.cache_control;
+    breakpoints.splice(index, 1);
+  }
+}
+
 /** Puts the message's cache hint on its last block that can carry `cache_control`. */
 function markCacheBreakpoint(
   message: Message,
   blocks: readonly AnthropicBlock[],
-  breakpoints: { block: { cache_control?: AnthropicCacheControl }; messageId: string }[],
+  breakpoints: Breakpoint[],
 ): void {
   if (!message.cache || message.cache.type !== CacheType.EPHEMERAL) return;
   const ttl = message.cache.ttl;

@@ -1,0 +1,44 @@
+import type { CompiledPrefix, CompileMemory } from "../core/compile/cache-impact.js";
+
+/**
+ * The last compile of each conversation, as much as `CompileResult.cache_impact` needs: one short
+ * digest per payload entry. Bounded by bytes (`--cache-impact-bytes`), least recently compiled
+ * conversations forgotten first; a forgotten conversation's next compile reports every token as
+ * re-written (`previous_version` 0). 24 bytes per digest and 64 per conversation are counted: a
+ * 200-message prompt costs about 5 KB, so the default 16 MiB holds ~3,000 such conversations.
+ */
+export class RecentCompiles implements CompileMemory {
+  private readonly entries = new Map<string, { prefix: CompiledPrefix; bytes: number }>();
+  private usedBytes = 0;
+
+  constructor(private readonly maxBytes: number) {}
+
+  previous(conversationId: string): CompiledPrefix | undefined {
+    return this.entries.get(conversationId)?.prefix;
+  }
+
+  remember(conversationId: string, prefix: CompiledPrefix): void {
+    this.forget(conversationId);
+    const bytes = 64 + conversationId.length * 2 + prefix.digests.length * 24;
+    if (bytes > this.maxBytes) return;
+    this.entries.set(conversationId, { prefix, bytes });
+    this.usedBytes += bytes;
+    // A Map iterates in insertion order: the first entries are the least recently compiled.
+    for (const [id] of this.entries) {
+      if (this.usedBytes <= this.maxBytes) break;
+      this.forget(id);
+    }
+  }
+
+  /** Bytes counted for what is remembered now. */
+  get bytes(): number {
+    return this.usedBytes;
+  }
+
+  private forget(conversationId: string): void {
+    const entry = this.entries.get(conversationId);
+    if (!entry) return;
+    this.entries.delete(conversationId);
+    this.usedBytes -= entry.bytes;
+  }
+}

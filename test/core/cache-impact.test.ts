@@ -1,0 +1,43 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { CompileRequestSchema, EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { CompiledPrefix, CompileMemory } from "../../src/core/compile/cache-impact.js";
+import { compile } from "../../src/core/compile/compile.js";
+import { testContext } from "./compile-context.js";
+import { message, system, user } from "./messages.js";
+
+/** The simplest memory: every conversation's last compile, unbounded (the server's is `RecentCompiles`). */
+function mapMemory(): CompileMemory {
+  const last = new Map<string, CompiledPrefix>();
+  return { previous: (id) => last.get(id), remember: (id, prefix) => void last.set(id, prefix) };
+}
+
+const tenPerMessage = { kind: EstimatorKind.FIXED, fixedPerMessage: 10n };
+const turn = (index: number): Message[] => [user(`u${index}`, `question ${index}`), message(Role.ASSISTANT, `a${index}`, `answer ${index}`)];
+
+describe("cache impact against the previous compile of the conversation", () => {
+  it("counts the unchanged prefix and what is written again, and sees a moved head", async () => {
+    const memory = mapMemory();
+    const run = (history: Message[], maxTokens = 0n) =>
+      compile(
+        create(CompileRequestSchema, { conversationId: "c1", system: { messages: [system("s", "rules")] }, history: { messages: history }, budget: { maxTokens, estimator: tenPerMessage } }),
+        testContext({ compileMemory: memory }),
+      );
+    const first = await run(turn(0));
+    expect(first.cacheImpact).toMatchObject({ previousVersion: 0n, unchangedPrefixTokens: 0n, rewrittenTokens: 30n, unchangedPrefixMessages: 0n });
+    const second = await run([...turn(0), ...turn(1)]);
+    // system + the first turn are as before; the new turn is written.
+    expect(second.cacheImpact).toMatchObject({ unchangedPrefixTokens: 30n, rewrittenTokens: 20n, unchangedPrefixMessages: 3n });
+    // A budget that drops the first turn moves everything after the system prompt.
+    const trimmed = await run([...turn(0), ...turn(1), ...turn(2)], 40n);
+    expect(trimmed.cacheImpact).toMatchObject({ unchangedPrefixTokens: 10n, unchangedPrefixMessages: 1n });
+    expect(trimmed.cacheImpact!.rewrittenTokens).toBe(trimmed.usage!.total - 10n);
+  });
+
+  it("is absent for a stateless compile and without a memory", async () => {
+    const memory = mapMemory();
+    expect((await compile(create(CompileRequestSchema, { history: { messages: turn(0) } }), testContext({ compileMemory: memory }))).cacheImpact).toBeUndefined();
+    expect((await compile(create(CompileRequestSchema, { conversationId: "c", history: { messages: turn(0) } }), testContext())).cacheImpact).toBeUndefined();
+  });
+});

@@ -2,7 +2,7 @@
 # Runs every test suite (vitest, go test, pytest, the TypeScript client's node:test) against real processes and prints one summary
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
 # `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
-# what it needs on a fresh machine: redis-server and openssl (apt), npm packages, the Go code generators, the
+# what it needs on a fresh machine: redis-server, openssl and postgresql (apt), npm packages, the Go code generators, the
 # Python venv, Go modules.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,19 @@ for command in redis-server redis-cli openssl; do
       || { echo "could not install $package" >&2; exit 1; }
   fi
 done
+
+# PostgreSQL for the Postgres store's suites: the tests make a throwaway cluster with initdb and
+# run it as the `postgres` user (initdb refuses root); no system service is used.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v pg_config >/dev/null 2>&1; then
+  log "installing postgresql"
+  if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get install -y postgresql >/dev/null 2>&1 \
+    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y postgresql >/dev/null; } \
+    || { echo "could not install postgresql" >&2; exit 1; }
+fi
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  useradd --system --user-group --no-create-home postgres || { echo "could not create the postgres user" >&2; exit 1; }
+fi
 
 set -e
 # The suites run on the Node.js LTS the Docker image uses, installed from the npm registry (the

@@ -7,8 +7,10 @@ import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js
 import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
+import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
+import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
@@ -16,11 +18,12 @@ import { randomSource } from "../support/random-messages.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
+let postgres: PostgresProcess;
 beforeAll(async () => {
-  [redis, redisCluster] = await Promise.all([startRedis(), startRedisCluster()]);
+  [redis, redisCluster, postgres] = await Promise.all([startRedis(), startRedisCluster(), startPostgres()]);
 }, 30_000);
 afterAll(async () => {
-  await Promise.all([redis?.stop(), redisCluster?.stop()]);
+  await Promise.all([redis?.stop(), redisCluster?.stop(), postgres?.destroy()]);
 });
 
 let conversationCounter = 0;
@@ -52,6 +55,14 @@ const stores: [string, () => Promise<ConversationStore>][] = [
     "redis cluster",
     async () => {
       const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200 });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+  [
+    "postgres",
+    async () => {
+      const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200 });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -268,6 +279,20 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     const state = await store.load(id);
     expect(state.version).toBe(2n);
     expect(state.history).toHaveLength(2);
+  });
+
+  it("lets exactly one of two concurrent first commits of a conversation win; the other is ABORTED", async () => {
+    const id = freshId("first-insert");
+    const results = await Promise.allSettled(
+      ["a", "b"].map((writer) => store.commit(id, 0n, [appendHistory(textMessage(writer, Role.USER, writer))], "")),
+    );
+    const won = results.filter((result) => result.status === "fulfilled");
+    const lost = results.filter((result): result is PromiseRejectedResult => result.status === "rejected");
+    expect(won).toHaveLength(1);
+    expect(lost).toHaveLength(1);
+    expect((lost[0]!.reason as ConnectError).code).toBe(Code.Aborted);
+    expect((lost[0]!.reason as ConnectError).rawMessage).toContain("current version is 1");
+    expect((await store.load(id)).history).toHaveLength(1);
   });
 
   it("applies all of 32 concurrent writers without an expected version, one version each", async () => {

@@ -56,6 +56,18 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
   });
 });
 
+describe("--postgres-url", () => {
+  it("reads --postgres-url or CONTEXTD_POSTGRES_URL, refuses it beside --redis-url or in another scheme, and never prints its password", () => {
+    expect(loadConfig([], { CONTEXTD_POSTGRES_URL: "postgres://u:pw@db:5432/contextd" }).postgresUrl).toBe("postgres://u:pw@db:5432/contextd");
+    expect(loadConfig(["--postgres-url", "postgresql://db/x"], {}).postgresUrl).toBe("postgresql://db/x");
+    expect(() => loadConfig(["--postgres-url", "postgres://db/x"], { CONTEXTD_REDIS_URL: "redis://r" })).toThrow(/both set: choose one store/);
+    expect(() => loadConfig(["--postgres-url", "mysql://u:pw@db/x"], {})).toThrow(/invalid --postgres-url or CONTEXTD_POSTGRES_URL "mysql:\/\/\(credentials\)@db\/x"/);
+    const printed = JSON.stringify(printableConfig(loadConfig([], { CONTEXTD_POSTGRES_URL: "postgres://u:secret@db:5432/contextd" })));
+    expect(printed).not.toContain("secret");
+    expect(printed).toContain("postgres://(credentials)@db:5432/contextd");
+  });
+});
+
 describe("contextd --help and --version", () => {
   const main = fileURLToPath(new URL("../../../dist/src/main.js", import.meta.url));
   const run = (...args: string[]) => execFileSync(process.execPath, [main, ...args], { encoding: "utf8" });

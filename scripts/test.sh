@@ -2,20 +2,23 @@
 # Runs every test suite (vitest, go test, pytest) against real processes and prints one summary
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
 # `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
-# what it needs on a fresh machine: redis-server (apt), npm packages, the Go code generators, the
+# what it needs on a fresh machine: redis-server and openssl (apt), npm packages, the Go code generators, the
 # Python venv, Go modules.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  log "installing redis-server"
-  if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
-  "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null 2>&1 \
-    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y redis-server >/dev/null; } \
-    || { echo "could not install redis-server" >&2; exit 1; }
-fi
+# redis-server for the stores' tests, openssl for the TLS tests' throwaway certificates.
+for package in redis-server openssl; do
+  if ! command -v "$package" >/dev/null 2>&1; then
+    log "installing $package"
+    if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
+    "${sudo_cmd[@]}" apt-get install -y "$package" >/dev/null 2>&1 \
+      || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y "$package" >/dev/null; } \
+      || { echo "could not install $package" >&2; exit 1; }
+  fi
+done
 
 set -e
 # The suites run on the Node.js LTS the Docker image uses, installed from the npm registry (the

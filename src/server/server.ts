@@ -1,6 +1,8 @@
+import { readFileSync } from "node:fs";
 import type * as http from "node:http";
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import * as tls from "node:tls";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Codec } from "../codec/codec.js";
@@ -21,7 +23,7 @@ import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.j
 import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
-import { createDualProtocolServer } from "./transport/listen.js";
+import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
@@ -51,6 +53,8 @@ export interface RunningServer {
   health: HealthStatus;
   telemetry: TelemetryHub;
   metrics: Metrics;
+  /** Whether the port serves TLS, and whether it requires client certificates. */
+  tls: { enabled: boolean; clientCertificates: boolean };
   /**
    * Graceful stop: health NOT_SERVING, stop accepting, streams end with UNAVAILABLE, unary calls
    * may finish for `graceMs` (default: the configured grace), then every connection is cut.
@@ -209,9 +213,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     serveUnaryCall(stream, headers, spec, unaryGrpc, createContextValues().set(requestIdKey, requestId), { "x-request-id": requestId });
     return true;
   };
+  const listenerTls = readListenerTls(config);
   const { tcp, h2, sockets } = createDualProtocolServer(handle, {
     maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
     streamHandler: config.directUnaryGrpc ? serveStream : undefined,
+    tls: listenerTls,
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
@@ -237,6 +243,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     health,
     telemetry,
     metrics,
+    tls: { enabled: listenerTls !== undefined, clientCertificates: listenerTls?.requestCert ?? false },
     shutdown(graceMs = config.shutdownGraceMs) {
       stopping = true;
       stopped ??= shutDown(
@@ -246,6 +253,34 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       return stopped;
     },
   };
+}
+
+/**
+ * The TLS files named by the configuration, read once at start (a changed certificate takes a
+ * restart); undefined for cleartext. An unreadable file or a key that does not match its
+ * certificate throws, naming the flag.
+ */
+function readListenerTls(config: Config): ListenerTls | undefined {
+  if (config.tlsCert === "") return undefined;
+  const read = (path: string, flag: string) => {
+    try {
+      return readFileSync(path);
+    } catch (error) {
+      throw new Error(`cannot read --${flag} ${path}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+  const listenerTls: ListenerTls = {
+    cert: read(config.tlsCert, "tls-cert"),
+    key: read(config.tlsKey, "tls-key"),
+    ...(config.tlsClientCa ? { ca: read(config.tlsClientCa, "tls-client-ca") } : {}),
+    requestCert: config.tlsClientCa !== "",
+  };
+  try {
+    tls.createSecureContext(listenerTls);
+  } catch (error) {
+    throw new Error(`invalid --tls-cert ${config.tlsCert} / --tls-key ${config.tlsKey}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  return listenerTls;
 }
 
 function withoutUndefined<T extends object>(value: T): Partial<T> {

@@ -53,6 +53,12 @@ export interface Config {
   metricsPath: string;
   /** Accepted bearer tokens; empty = no authentication. */
   authTokens: AuthToken[];
+  /** PEM certificate chain file; with `tlsKey`, the port serves TLS only (ALPN h2 and http/1.1). Empty = cleartext. */
+  tlsCert: string;
+  /** PEM private key file of `tlsCert`. */
+  tlsKey: string;
+  /** PEM CA bundle file; when set, every connection must present a client certificate it signed (mutual TLS). */
+  tlsClientCa: string;
   /** Bytes of request messages the codec keeps to hand out again (each counted as encoding + 1 KiB); 0 = none. */
   recentMessageBytes: number;
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
@@ -79,6 +85,9 @@ export const defaultConfig: Config = {
   telemetryQueue: 1_024,
   metricsPath: "/metrics",
   authTokens: [],
+  tlsCert: "",
+  tlsKey: "",
+  tlsClientCa: "",
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
 };
@@ -107,6 +116,9 @@ export const flags = {
   "telemetry-queue": "queued events per WatchEvents subscriber",
   "metrics-path": "Prometheus text endpoint (GET)",
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
+  "tls-cert": "PEM certificate chain file; with --tls-key the port serves TLS only (h2 and http/1.1 by ALPN); empty = cleartext",
+  "tls-key": "PEM private key file for --tls-cert",
+  "tls-client-ca": "PEM CA file: require client certificates signed by it (mutual TLS); empty = no client certificates",
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
 } as const;
@@ -162,6 +174,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   if (!metricsPath.startsWith("/")) {
     throw new Error(`invalid --metrics-path or CONTEXTD_METRICS_PATH "${metricsPath}": want a path starting with "/"`);
   }
+  const tlsCert = string("tls-cert", defaultConfig.tlsCert);
+  const tlsKey = string("tls-key", defaultConfig.tlsKey);
+  const tlsClientCa = string("tls-client-ca", defaultConfig.tlsClientCa);
+  if ((tlsCert === "") !== (tlsKey === "")) {
+    throw new Error("invalid TLS configuration: --tls-cert (CONTEXTD_TLS_CERT) and --tls-key (CONTEXTD_TLS_KEY) go together; give both or neither");
+  }
+  if (tlsClientCa !== "" && tlsCert === "") {
+    throw new Error("invalid --tls-client-ca or CONTEXTD_TLS_CLIENT_CA: client certificates need TLS; give --tls-cert and --tls-key too");
+  }
   const tokensFile = pick("auth-tokens-file").text;
   const tokensText = tokensFile ? readFileSync(tokensFile, "utf8") : env.CONTEXTD_AUTH_TOKENS ?? "";
   return {
@@ -185,6 +206,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     telemetryQueue: integer("telemetry-queue", defaultConfig.telemetryQueue, 1),
     metricsPath,
     authTokens: parseAuthTokens(tokensText, tokensFile ? `--auth-tokens-file ${tokensFile}` : "CONTEXTD_AUTH_TOKENS"),
+    tlsCert,
+    tlsKey,
+    tlsClientCa,
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
   };

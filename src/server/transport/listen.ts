@@ -1,6 +1,7 @@
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
+import * as tls from "node:tls";
 
 export type Handler = (
   request: http.IncomingMessage | http2.Http2ServerRequest,
@@ -19,6 +20,7 @@ const streamWindowBytes = 4 * 1024 * 1024;
 const sessionWindowBytes = 16 * 1024 * 1024;
 
 export interface DualProtocolServer {
+  /** The listener: a `tls.Server` when TLS is on. */
   tcp: net.Server;
   h1: http.Server;
   h2: http2.Http2Server;
@@ -27,19 +29,34 @@ export interface DualProtocolServer {
 }
 
 /**
- * One TCP listener for HTTP/1.1 and HTTP/2 cleartext (h2c with prior knowledge). Node's http2
- * module offers HTTP/1.1 fallback only over TLS, so the first bytes of each connection decide which
- * server gets it: gRPC needs HTTP/2, while Connect and gRPC-Web also work over HTTP/1.1.
- */
-/**
  * Serves an HTTP/2 stream directly and returns true, or returns false to leave it to `Handler`
  * through node's compatibility API (see grpc-unary.ts for why some streams skip it).
  */
 export type StreamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => boolean;
 
+/**
+ * TLS for the listener: the certificate chain and key, and `ca` + `requestCert` for mutual TLS
+ * (a client without a certificate signed by `ca` is refused during the handshake).
+ */
+export interface ListenerTls {
+  cert: Buffer;
+  key: Buffer;
+  ca?: Buffer;
+  requestCert: boolean;
+}
+
+/**
+ * One TCP listener for HTTP/1.1 and HTTP/2: gRPC needs HTTP/2, while Connect and gRPC-Web also
+ * work over HTTP/1.1. In cleartext (h2c with prior knowledge) the first bytes of each connection
+ * decide which server gets it. With `tls` every connection is TLS and the protocol the client chose
+ * by ALPN decides: h2, or HTTP/1.1 for http/1.1 and for a client that offered no ALPN. Node's own
+ * `http2.createSecureServer({allowHTTP1})` would do the ALPN part, but as a third server object
+ * with its own stream and session handling; handing decrypted sockets to the same two servers
+ * keeps one code path (stream handler, sessions, shutdown) for both modes.
+ */
 export function createDualProtocolServer(
   handler: Handler,
-  options: { maxConcurrentStreams: number; streamHandler?: StreamHandler },
+  options: { maxConcurrentStreams: number; streamHandler?: StreamHandler; tls?: ListenerTls },
 ): DualProtocolServer {
   // Streams over HTTP/1.1 (Connect server streaming) live as long as the caller wants: no request timeout.
   const h1 = http.createServer({ requestTimeout: 0, keepAliveTimeout: 65_000 }, handler);
@@ -57,12 +74,12 @@ export function createDualProtocolServer(
     session.once("localSettings", () => session.setLocalWindowSize(sessionWindowBytes));
   });
   const sockets = new Set<net.Socket>();
-  const tcp = net.createServer((socket) => {
+  const track = (socket: net.Socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
-    // Without this, Nagle's algorithm holds back the small frames that end a response (gRPC
-    // trailers) until the peer acknowledges the previous segment: a delayed-ACK wait per call.
-    socket.setNoDelay(true);
+    socket.on("error", () => socket.destroy());
+  };
+  const routeByPreface = (socket: net.Socket) => {
     socket.once("readable", function route() {
       const head: Buffer | null = socket.read();
       if (head === null) {
@@ -74,8 +91,40 @@ export function createDualProtocolServer(
       const isHttp2 = prefix.equals(http2Preface.subarray(0, prefix.length));
       (isHttp2 ? h2 : h1).emit("connection", socket);
     });
-    socket.on("error", () => socket.destroy());
-  });
+  };
+  // Without setNoDelay, Nagle's algorithm holds back the small frames that end a response (gRPC
+  // trailers) until the peer acknowledges the previous segment: a delayed-ACK wait per call.
+  let tcp: net.Server;
+  if (options.tls) {
+    const secure = tls.createServer({
+      cert: options.tls.cert,
+      key: options.tls.key,
+      ...(options.tls.ca ? { ca: options.tls.ca } : {}),
+      requestCert: options.tls.requestCert,
+      rejectUnauthorized: options.tls.requestCert,
+      ALPNProtocols: ["h2", "http/1.1"],
+      minVersion: "TLSv1.2",
+    });
+    secure.on("connection", (socket: net.Socket) => {
+      track(socket);
+      socket.setNoDelay(true);
+    });
+    secure.on("secureConnection", (socket: tls.TLSSocket) => {
+      track(socket);
+      // HTTP/2 over TLS is negotiated by ALPN only (RFC 9113 §3.2); without it, HTTP/1.1.
+      (socket.alpnProtocol === "h2" ? h2 : h1).emit("connection", socket);
+    });
+    // A failed handshake (no or a wrong client certificate, plain HTTP on the TLS port) only ends
+    // that connection.
+    secure.on("tlsClientError", (_error, socket) => socket.destroy());
+    tcp = secure;
+  } else {
+    tcp = net.createServer((socket) => {
+      track(socket);
+      socket.setNoDelay(true);
+      routeByPreface(socket);
+    });
+  }
   return { tcp, h1, h2, sockets };
 }
 

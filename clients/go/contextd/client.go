@@ -1,9 +1,3 @@
-// Package contextd is the Go client of the contextd sidecar: the generated contextd.v1 API plus
-// what every agent needs around it — sensible dial defaults, per-call deadlines, retries on
-// UNAVAILABLE, compare-and-retry commits, typed errors, message builders and stream iterators.
-//
-// The unary methods of Client mirror the generated RPCs (same request and response messages), so
-// the proto documentation applies unchanged.
 package contextd
 
 import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 from contextd.v1 import message_pb2, state_pb2
 
@@ -117,6 +117,14 @@ def append_tool_result(
             tool_call_id=call_id, name=name, payload=payload, is_error=is_error
         )
     )
+
+
+def append_provider_response(provider: message_pb2.Provider.ValueType, body: Union[bytes, str]) -> state_pb2.Delta:
+    """A delta appending a provider's non-streaming response body, as received, as ASSISTANT
+    messages (text, tool calls, reasoning): the sidecar parses it (`provider` says which format;
+    a shape it does not know is INVALID_ARGUMENT naming the JSON path)."""
+    data = body.encode("utf-8") if isinstance(body, str) else body
+    return state_pb2.Delta(append_provider_response=state_pb2.AppendProviderResponse(provider=provider, json=data))
 
 
 def append_messages(segment: state_pb2.Segment.ValueType, *messages: message_pb2.Message) -> state_pb2.Delta:

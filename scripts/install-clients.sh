@@ -23,9 +23,12 @@ for project in gen/python clients/python; do
 done
 ls "$out/dist"/contextd_api-*.whl "$out/dist"/contextd_api-*.tar.gz "$out/dist"/contextd_client-*.whl "$out/dist"/contextd_client-*.tar.gz >/dev/null
 python3 -m venv "$out/venv"
-# The wheels by file; their dependencies (grpcio, protobuf, ...) from the index, as for a user.
-"$out/venv/bin/pip" install --quiet --disable-pip-version-check \
-  "$out"/dist/contextd_api-*.whl "$out"/dist/contextd_client-*.whl "$(grep '^pytest==' "$repo/requirements-dev.txt")"
+# The wheels by file, the client with its framework extras (the suite tests the adapters); their
+# dependencies (grpcio, protobuf, ...) from the index as for a user, held to the versions
+# requirements-dev.txt pins.
+client_wheel=$(ls "$out"/dist/contextd_client-*.whl)
+"$out/venv/bin/pip" install --quiet --disable-pip-version-check -c "$repo/requirements-dev.txt" \
+  "$out"/dist/contextd_api-*.whl "$client_wheel[openai-agents,langchain]" pytest
 mkdir -p "$out/python-tests"
 cp "$repo"/test/python/*.py "$out/python-tests/"
 

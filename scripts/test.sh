@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test suite (vitest, go test, pytest) against real processes and prints one summary
+# Runs every test suite (vitest, go test, pytest, the TypeScript client's node:test) against real processes and prints one summary
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
 # `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
 # what it needs on a fresh machine: redis-server and openssl (apt), npm packages, the Go code generators, the
@@ -124,6 +124,25 @@ PY
 passed=$((passed + ${py_counts% *}))
 failed=$((failed + ${py_counts#* }))
 rm -rf "$installed"
+
+log "TypeScript client as installed (clients/ts/scripts/test-installed.sh: npm pack, install in a temp project, node:test)"
+ts_tap="$PWD/.test-results/ts-client.tap"
+rm -f "$ts_tap"
+bash clients/ts/scripts/test-installed.sh "$ts_tap"
+ts_status=$?
+# node:test's TAP summary: "# pass N", "# fail N", "# cancelled N", "# skipped N"; cancelled and
+# skipped count as failures. No summary at all means packing, installing or tsc failed: one failure.
+ts_count() { grep -E "^# $1 [0-9]+$" "$ts_tap" 2>/dev/null | tail -n 1 | awk '{print $3}'; }
+ts_passed=$(ts_count pass)
+if [ -z "$ts_passed" ]; then
+  ts_passed=0
+  ts_failed=1
+else
+  ts_failed=$(( $(ts_count fail) + $(ts_count cancelled) + $(ts_count skipped) ))
+  if [ "$ts_status" != 0 ] && [ "$ts_failed" = 0 ]; then ts_failed=1; fi
+fi
+passed=$((passed + ts_passed))
+failed=$((failed + ts_failed))
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -14,7 +14,7 @@ import {
 import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../core/compile/compile.js";
-import type { CompileContext, Summarizer } from "../core/compile/compile-context.js";
+import type { CompileContext, RegexSearch, Summarizer } from "../core/compile/compile-context.js";
 import type { CallDeadline } from "../core/compile/deadline.js";
 import { summaryCompaction } from "../core/compile/summary-compaction.js";
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
@@ -32,6 +32,8 @@ export interface CompilerDependencies {
   tokenCounts: TokenCountCache;
   /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
   maxCompileTextBytes?: number;
+  /** Where long texts' built-in redaction patterns are searched (`RegexSearchThread`); in place without it. */
+  searchRegexOffThread?: RegexSearch;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -135,6 +137,7 @@ export class Compiler {
       yieldToEventLoop: () => nextTurn(),
       deadline: run.deadline,
       maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
+      searchRegexOffThread: this.dependencies.searchRegexOffThread,
     };
   }
 }

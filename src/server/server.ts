@@ -5,6 +5,7 @@ import type { AddressInfo } from "node:net";
 import * as tls from "node:tls";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { RegexSearchThread } from "../application/regex-search-thread.js";
 import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { Admission } from "./policy/admission.js";
@@ -87,6 +88,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const tokens = new BearerTokens(config.authTokens);
   const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
+  const regexSearch = new RegexSearchThread();
 
   const registerServices = routes({
     health,
@@ -96,6 +98,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
+    searchRegexOffThread: regexSearch.search,
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and
   // logged, then given its deadline, authenticated, and checked.
@@ -249,7 +252,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       stopped ??= shutDown(
         { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
         graceMs,
-      );
+      ).finally(() => regexSearch.close());
       return stopped;
     },
   };

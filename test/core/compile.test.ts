@@ -375,6 +375,30 @@ describe("targets and views", () => {
     for (const [targets, pattern] of cases) await rejects(compile(request({ targets }), testContext()), Code.InvalidArgument, pattern);
   });
 
+  it("names the target whose budget refuses, own or inherited", async () => {
+    const history = { messages: [user("u1", "first"), message(Role.ASSISTANT, "a1", "answer"), user("u2", "second")] };
+    await rejects(
+      compile(request({ history, targets: [{ name: "side", segments: [Segment.HISTORY], budget: { maxTokens: 2n ** 60n, estimator: tenPerMessage } }] }), testContext()),
+      Code.InvalidArgument,
+      /^targets\[0\] \("side"\): budget\.max_tokens must be from 0 to 9007199254740991/,
+    );
+    // The main payload fits 100 tokens with room; the target, without the tools segment's share, would too,
+    // but its latest user message alone is over a 5-token budget of its own.
+    await rejects(
+      compile(request({ history, targets: [{ name: "side", segments: [Segment.HISTORY], budget: { maxTokens: 5n, estimator: tenPerMessage } }] }), testContext()),
+      Code.ResourceExhausted,
+      /^targets\[0\] \("side"\): budget exceeded: the latest user message "u2"/,
+    );
+    // The main payload drops the long latest user message for the current turn; the target has no
+    // current turn, so that message is protected there, and the inherited budget cannot hold it.
+    const long = { messages: [user("u1", "x".repeat(10)), message(Role.ASSISTANT, "a1", "y"), user("u2", "z".repeat(400))] };
+    await rejects(
+      compile(request({ history: long, currentTurn: { raw: user("now", "now") }, budget: { maxTokens: 60n, estimator: { kind: EstimatorKind.CHARS, charsPerToken: 4 } }, targets: [{ name: "side", segments: [Segment.HISTORY] }] }), testContext()),
+      Code.ResourceExhausted,
+      /^targets\[0\] \("side"\) with the request's budget: budget exceeded/,
+    );
+  });
+
   it("renders views without the current turn and without mutating the input", async () => {
     const input = request({
       history: { messages: [user("u", "a < b & c"), message(Role.ASSISTANT, "a", "calling", call("c1", "search")), message(Role.TOOL, "t", toolResult("c1", "found"))] },

@@ -158,6 +158,22 @@ func AppendMessages(segment contextdv1.Segment, messages ...*contextdv1.Message)
 	}}
 }
 
+// AppendProviderStream is a delta appending a streamed response from its events, each the JSON
+// text of one event as the provider sent it (docs/streaming-and-frameworks.md).
+func AppendProviderStream(provider contextdv1.Provider, events [][]byte) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_AppendProviderStream{
+		AppendProviderStream: &contextdv1.AppendProviderStream{Provider: provider, Events: events},
+	}}
+}
+
+// AppendInterruptedProviderStream is AppendProviderStream for a stream that ended early: the text
+// received so far is appended as a truncated message, with the reason.
+func AppendInterruptedProviderStream(provider contextdv1.Provider, events [][]byte, abortReason string) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_AppendProviderStream{
+		AppendProviderStream: &contextdv1.AppendProviderStream{Provider: provider, Events: events, Interrupted: true, AbortReason: abortReason},
+	}}
+}
+
 // Remember is a delta remembering a fact as an experience.
 func Remember(text string) *contextdv1.Delta {
 	return &contextdv1.Delta{Operation: &contextdv1.Delta_Remember{Remember: &contextdv1.Remember{Text: text}}}

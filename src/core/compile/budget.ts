@@ -13,7 +13,8 @@ import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
-import { alignToUserTurn, costUnits, selectAllUnprotected, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
+import { alignToUserTurn, costUnits, selectAllUnprotected, selectHeadUnitsInSteps, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
+import { clearHistory, validateClearing } from "./context-editing.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
 import { ErrorReason, withErrorDetails } from "../model/error-details.js";
@@ -23,6 +24,8 @@ export interface BudgetReport {
   system: number;
   history: number;
   historyBeforeTrim: number;
+  /** Tokens freed by tool-result and reasoning clearing (`context-editing.ts`). */
+  clearedTokens: number;
   memory: number;
   tools: number;
   toolDefinitions: number;
@@ -60,9 +63,11 @@ function resolveLimit(work: CompileWork): Limit {
   check(budget.contextWindow, "context_window");
   check(budget.outputReserve, "output_reserve");
   check(budget.minMessages, "min_messages");
+  check(budget.trimStepTokens, "trim_step_tokens");
   if (BudgetStrategy[budget.strategy] === undefined) {
     throw new ConnectError(`budget.strategy: unknown strategy ${budget.strategy}`, Code.InvalidArgument);
   }
+  validateClearing(budget, "budget", maxBudgetTokens);
   budget.protectedRoles.forEach((role, index) => {
     if (Role[role] === undefined || role === Role.UNSPECIFIED) {
       throw new ConnectError(`budget.protected_roles[${index}]: a known role is required`, Code.InvalidArgument);
@@ -120,6 +125,15 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let historyCounts = historyCounted instanceof Promise ? await historyCounted : historyCounted;
   const historyBeforeTrim = sum(historyCounts);
   let summary: BudgetReport["summary"];
+  // Clearing old tool results and reasoning comes before any round is dropped.
+  let clearedTokens = 0;
+  if (budget?.toolResultClearing || budget?.reasoningClearing) {
+    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache);
+    history = cleared.history;
+    historyCounts = cleared.counts;
+    clearedTokens = cleared.freedTokens;
+  }
+  const historyBeforeDropping = historyBeforeTrim - clearedTokens;
 
   if (limit.tokens > 0) {
     const figures = `system ${system}, memory ${memory}, tools ${tools}, tool definitions ${toolDefinitions}, pending and current turn ${pending}, scratch ${scratchTokens}, framing ${perRequest}`;
@@ -130,13 +144,13 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       throw budgetExceeded(`budget exceeded: ${reserved} tokens are reserved before any history (${figures}), the limit is ${limit.tokens}`, limit.tokens);
     }
     const available = limit.tokens - reserved;
-    if (historyBeforeTrim > available) {
+    if (historyBeforeDropping > available) {
       const strategy = budget?.strategy ?? BudgetStrategy.UNSPECIFIED;
       if (limit.fromWindow && !budget!.autoCompact) {
-        throw budgetExceeded(`context full: the request needs ${reserved + historyBeforeTrim} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`, limit.tokens);
+        throw budgetExceeded(`context full: the request needs ${reserved + historyBeforeDropping} tokens, the context window ${budget!.contextWindow} minus output reserve ${budget!.outputReserve} leaves ${limit.tokens}; enable budget.auto_compact or compact the history`, limit.tokens);
       }
       if (strategy === BudgetStrategy.STRICT) {
-        throw budgetExceeded(`budget exceeded (STRICT): history needs ${historyBeforeTrim} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`, limit.tokens);
+        throw budgetExceeded(`budget exceeded (STRICT): history needs ${historyBeforeDropping} tokens, ${available} are left after ${reserved} reserved (${figures}), limit ${limit.tokens}`, limit.tokens);
       }
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
@@ -196,7 +210,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         } else if (strategy === BudgetStrategy.DROP_TAIL) {
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
-          drop = selectUnitsToDrop(units, available, "head");
+          const step = Number(budget?.trimStepTokens ?? 0n);
+          drop = step > 0 ? selectHeadUnitsInSteps(units, available, step) : selectUnitsToDrop(units, available, "head");
         }
         alignmentDrops = new Set(align(drop, units).drops);
         const minMessages = Number(budget?.minMessages ?? 0n);
@@ -307,6 +322,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     system,
     history: historyTokens,
     historyBeforeTrim,
+    clearedTokens,
     memory,
     tools,
     toolDefinitions,

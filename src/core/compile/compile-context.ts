@@ -45,4 +45,18 @@ export interface CompileContext {
   deadline?: CallDeadline;
   /** Most text one compile may produce (`TextAllowance`); default `defaultMaxCompileTextBytes`. */
   maxCompileTextBytes?: number;
+  /**
+   * Runs one of the engine's own regexes over a long text away from the event loop (a server
+   * passes a worker thread's, see `RegexSearch`). Without it long texts are searched in place.
+   */
+  searchRegexOffThread?: RegexSearch;
 }
+
+/**
+ * Every match of `regex` (global, one of the engine's built-in redaction patterns, never a
+ * request's) in `text`, as start and end offsets in order: what `text.replace(regex, …)` would
+ * visit. One search over a 16 MiB text is one call of the JavaScript regex engine that cannot be
+ * paused, 25–90 ms on this project's 2-core benchmark machine, longer under load; run elsewhere,
+ * the event loop only copies the text out (~8 ms for 16 MiB) and builds the result in paced steps.
+ */
+export type RegexSearch = (regex: RegExp, text: string) => Promise<Uint32Array>;

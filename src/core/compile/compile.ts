@@ -20,6 +20,7 @@ import { applyDeferredBlocks } from "./deferred-blocks.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
+import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
 import { resolveCompileInputs } from "./request-inputs.js";
 import { applyRoleProjection } from "./role-projection.js";
@@ -86,10 +87,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
   if (deadline.checkNow("deferred_blocks")) await deadline.pause("deferred_blocks");
   await events.stageDone("deferred_blocks");
 
-  // 5.–8. Presentation: stored tool arguments shown as a string, hooks, role projection,
-  // formatters, text replacements.
+  // 5.–8. Presentation: stored tool arguments shown as a string, large tool results as previews,
+  // hooks, role projection, formatters, text replacements.
   showToolArgumentsAsString(work);
-  if (request.hooks.length > 0) await applyHooks(work);
+  sendLargeToolResultsAsPreviews(work);
+  if (request.hooks.length > 0) await applyHooks(work, context.searchRegexOffThread);
   if (deadline.checkNow("hooks")) await deadline.pause("hooks");
   await events.stageDone("hooks");
   applyRoleProjection(work);
@@ -139,6 +141,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     estimator: estimator.kind,
     historyBeforeTrim: BigInt(budget.historyBeforeTrim),
     replyPriming: BigInt(budget.perRequest),
+    clearedTokens: BigInt(budget.clearedTokens),
   };
   // Big containers are filled by assignment: `create` with an init object walks every field
   // reflectively, which costs milliseconds at a thousand messages.

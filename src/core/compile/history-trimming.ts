@@ -23,6 +23,20 @@ export function selectUnitsToDrop(units: readonly CostedUnit[], available: numbe
   return dropped;
 }
 
+/**
+ * `selectUnitsToDrop` from the head with the overflow rounded up to whole `step`s
+ * (`Budget.trim_step_tokens`). The head's units do not change as history grows at its tail, so the
+ * units that add up to k steps are the same from turn to turn: the cut moves only when the overflow
+ * crosses the next step.
+ */
+export function selectHeadUnitsInSteps(units: readonly CostedUnit[], available: number, step: number): Set<number> {
+  let total = 0;
+  for (const unit of units) total += unit.tokens;
+  const overflow = total - available;
+  if (overflow <= 0) return new Set();
+  return selectUnitsToDrop(units, total - Math.ceil(overflow / step) * step, "head");
+}
+
 /** Every unprotected unit (DROP, and DROP_HEAD's `min_messages` rule). */
 export function selectAllUnprotected(units: readonly CostedUnit[]): Set<number> {
   const dropped = new Set<number>();

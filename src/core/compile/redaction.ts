@@ -10,6 +10,7 @@ import type { Message, Part } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { segmentEnumerationOrder, segmentField } from "../model/segments.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
+import type { RegexSearch } from "./compile-context.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 
 /**
@@ -22,6 +23,8 @@ interface Redactor {
   accept?: (match: string) => boolean;
   /** A pattern from the request (re2js): the request path that names it, for `maxCustomPatternText`. */
   customPath?: string;
+  /** A built-in pattern's regex, which a `RegexSearch` may run off the event loop. */
+  regex?: RegExp;
 }
 
 /**
@@ -45,7 +48,7 @@ const pacedRedactLength = 65_536;
  * the texts that make such patterns quadratic.
  */
 function builtIn(name: string, pattern: RegExp, accept?: (match: string) => boolean): Redactor {
-  return { name, replaceAll: (text, replacer) => text.replace(pattern, replacer), accept };
+  return { name, replaceAll: (text, replacer) => text.replace(pattern, replacer), accept, regex: pattern };
 }
 
 const builtIns: Record<number, Redactor> = {
@@ -158,11 +161,56 @@ function redactText(text: string, redactors: readonly Redactor[], replacement: s
   return result;
 }
 
-/** `redactText` giving the event loop a turn between patterns when one is due (a 16 MiB text takes 25 ms or more per pattern). */
-async function redactTextPaced(text: string, redactors: readonly Redactor[], replacement: string, work: CompileWork, message: Message): Promise<string> {
+/**
+ * `redactWith` for a built-in pattern whose matches `search` finds off the event loop: the same
+ * result, replacement by replacement, with turns of the event loop while the result is built.
+ */
+async function redactSearched(text: string, redactor: Redactor & { regex: RegExp }, replacement: string, work: CompileWork, search: RegexSearch): Promise<string> {
+  work.deadline.checkNow("hooks");
+  const token = replacement.replaceAll("{kind}", redactor.name);
+  const where = `hooks (redaction ${redactor.name})`;
+  const positions = await search(redactor.regex, text);
+  // The search took its time elsewhere: the call may be over by now.
+  work.deadline.checkNow("hooks");
+  const chunks: string[] = [];
+  let pieces: string[] = [];
+  let length = text.length;
+  let copiedTo = 0;
+  let replaced = 0;
+  for (let index = 0; index < positions.length; index += 2) {
+    const start = positions[index]!;
+    const end = positions[index + 1]!;
+    const match = text.slice(start, end);
+    if (redactor.accept && !redactor.accept(match)) continue;
+    length += token.length - match.length;
+    work.textAllowance.assertFits(length, where);
+    pieces.push(text.slice(copiedTo, start), token);
+    copiedTo = end;
+    replaced++;
+    if (work.deadline.check("hooks")) {
+      chunks.push(pieces.join(""));
+      pieces = [];
+      await work.deadline.pause("hooks");
+    }
+  }
+  if (replaced === 0) return text;
+  pieces.push(text.slice(copiedTo));
+  chunks.push(pieces.join(""));
+  const result = chunks.join("");
+  work.textAllowance.charge(result.length, where);
+  return result;
+}
+
+/**
+ * `redactText` for a long text: built-in patterns searched off the event loop when the context
+ * gives a `search`, and a turn of the event loop between patterns when one is due (in place, one
+ * built-in pattern over 16 MiB holds the loop 25–90 ms).
+ */
+async function redactTextPaced(text: string, redactors: readonly Redactor[], replacement: string, work: CompileWork, message: Message, search: RegexSearch | undefined): Promise<string> {
   let result = text;
   for (const redactor of redactors) {
-    result = redactWith(result, redactor, replacement, work, message);
+    const regex = redactor.regex;
+    result = search && regex ? await redactSearched(result, { ...redactor, regex }, replacement, work, search) : redactWith(result, redactor, replacement, work, message);
     if (work.deadline.checkNow("hooks")) await work.deadline.pause("hooks");
   }
   return result;
@@ -202,13 +250,13 @@ function redactMessage(message: Message, redact: (text: string) => string): Mess
 }
 
 /** `redactMessage` with every redactor; long texts first, paced, then the rest as they come. */
-function redactMessageAll(message: Message, redactors: readonly Redactor[], replacement: string, work: CompileWork): Message | Promise<Message> {
+function redactMessageAll(message: Message, redactors: readonly Redactor[], replacement: string, work: CompileWork, search: RegexSearch | undefined): Message | Promise<Message> {
   const long = redactedTexts(message).filter((text) => text.length > pacedRedactLength);
   const redact = (text: string) => redactText(text, redactors, replacement, work, message);
   if (long.length === 0) return redactMessage(message, redact);
   return (async () => {
     const done = new Map<string, string>();
-    for (const text of long) if (!done.has(text)) done.set(text, await redactTextPaced(text, redactors, replacement, work, message));
+    for (const text of long) if (!done.has(text)) done.set(text, await redactTextPaced(text, redactors, replacement, work, message, search));
     return redactMessage(message, (text) => done.get(text) ?? redact(text));
   })();
 }
@@ -217,9 +265,10 @@ function redactMessageAll(message: Message, redactors: readonly Redactor[], repl
  * Stage 5: hooks in order, on the segments only (pending and the current turn join the payload
  * later, untouched). A changed message is `formatted/transform_hook`; with `remove_message` a
  * matching message is dropped, `formatted/replaced_by_hook` — in history together with its whole
- * tool round, so no call loses its result. The originals stay in `source` and persistence.
+ * tool round, so no call loses its result. The originals stay in `source` and persistence. Texts
+ * longer than `pacedRedactLength` are searched by `search` when given (off the event loop).
  */
-export async function applyHooks(work: CompileWork): Promise<void> {
+export async function applyHooks(work: CompileWork, search?: RegexSearch): Promise<void> {
   for (const [hookIndex, hook] of work.request.hooks.entries()) {
     const path = `hooks[${hookIndex}]`;
     if (hook.kind.case !== "redaction") throw new ConnectError(`${path}: no hook variant set`, Code.InvalidArgument);
@@ -233,7 +282,7 @@ export async function applyHooks(work: CompileWork): Promise<void> {
       const messages = work.segments[field];
       const redacted: Message[] = [];
       for (const message of messages) {
-        const one = redactMessageAll(message, redactors, replacement, work);
+        const one = redactMessageAll(message, redactors, replacement, work, search);
         redacted.push(one instanceof Promise ? await one : one);
         if (work.deadline.check("hooks")) await work.deadline.pause("hooks");
       }

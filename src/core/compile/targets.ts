@@ -19,10 +19,12 @@ import { createEstimator } from "../tokens/estimator.js";
 import { renderView } from "../views/views.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applyBudget } from "./budget.js";
+import { prefixError } from "../model/error-details.js";
 import { payloadOf } from "./persistence.js";
 import type { CompileContext } from "./compile-context.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
 import type { NormalizedExtras } from "./normalize.js";
+import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
 import { applyRoleProjection } from "./role-projection.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
@@ -144,13 +146,18 @@ async function segmentProjection(
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
-  await applyHooks(work);
+  sendLargeToolResultsAsPreviews(work);
+  await applyHooks(work, context.searchRegexOffThread);
   if (clock.checkNow("targets")) await clock.pause("targets");
   applyRoleProjection(work);
   await applySegmentFormatters(work, target.formatters, `${path}.formatters`);
   if (clock.checkNow("targets")) await clock.pause("targets");
   await applyTextReplacements(work);
-  const report = await applyBudget(work, [], context);
+  // The target's budget refuses in its own words (`budget.max_tokens ...`, `context full ...`);
+  // the prefix says which target, own budget or inherited.
+  const report = await applyBudget(work, [], context).catch((error: unknown) => {
+    throw error instanceof ConnectError ? prefixError(error, `${path} ("${target.name}")${target.budget ? "" : " with the request's budget"}`) : error;
+  });
   if (clock.checkNow("targets")) await clock.pause("targets");
   const messages = segmentRenderingOrder.flatMap((segment) => work.segments[segmentField(segment, "segment")]);
   const transformations: Projection["transformations"] = work.records;
@@ -173,6 +180,7 @@ async function segmentProjection(
       estimator: estimator.kind,
       historyBeforeTrim: BigInt(report.historyBeforeTrim),
       replyPriming: BigInt(report.perRequest),
+      clearedTokens: BigInt(report.clearedTokens),
     }),
   });
 }

@@ -7,6 +7,7 @@ import { compact } from "./compact.js";
 import type { DeltaContext } from "./delta-context.js";
 import { forget, remember } from "./experiences.js";
 import { appendProviderResponse } from "./provider-response.js";
+import { appendProviderStream } from "./provider-stream.js";
 import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
 import { setToolDefinitions } from "./tool-definitions.js";
 import { prefixError } from "../model/error-details.js";
@@ -80,6 +81,8 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
       return forget(state, operation.value.experienceId);
     case "appendProviderResponse":
       return appendProviderResponse(state, operation.value, context, index);
+    case "appendProviderStream":
+      return appendProviderStream(state, operation.value, context, index);
     case "setToolDefinitions":
       return setToolDefinitions(state, operation.value);
     case undefined:

@@ -3,6 +3,7 @@ import type { CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
+import type { RegexSearch } from "../../core/compile/compile-context.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
@@ -21,6 +22,8 @@ export interface ContextServiceDependencies {
   summarizeTimeoutMs: number;
   /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
   maxCompileTextBytes?: number;
+  /** See `CompilerDependencies.searchRegexOffThread`. */
+  searchRegexOffThread?: RegexSearch;
 }
 
 /**
@@ -29,9 +32,9 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens and Render.
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes } = dependencies;
+  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, searchRegexOffThread } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
-  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache(), maxCompileTextBytes });
+  const compiler = new Compiler({ store, tokenCounts: new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread });
   const { tokenCounts } = compiler;
 
   const fanOut = (extra?: Observer): Observer => (event) => {

@@ -1,9 +1,17 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import type { ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
+import { toolPayloadText } from "../../core/model/payload-text.js";
+import { utf8Slice } from "../../core/model/utf8-slice.js";
 
 /** The store, and what Watch needs besides (see `WatchDependencies`). */
 export type ConversationServiceDependencies = WatchDependencies;
+
+/** ReadToolResult slice size when the request leaves it 0, and the largest allowed. */
+const defaultReadBytes = 65_536;
+const maxReadBytes = 1_048_576;
 
 /** ListConversations page size when the request leaves it 0, and the largest honoured. */
 const defaultPageSize = 100;
@@ -39,6 +47,18 @@ export function conversationService(dependencies: ConversationServiceDependencie
       return { conversations: page.conversations, nextPageToken: page.nextPageToken };
     },
 
+    async readToolResult(request) {
+      requireConversationId(request.conversationId);
+      if (request.toolCallId === "") throw new ConnectError("tool_call_id is required", Code.InvalidArgument);
+      if (request.maxBytes > maxReadBytes) throw new ConnectError(`max_bytes: at most ${maxReadBytes}, got ${request.maxBytes}`, Code.InvalidArgument);
+      const state = await store.load(request.conversationId);
+      const found = findToolResult(state, request.toolCallId);
+      if (!found) throw new ConnectError(`conversation "${request.conversationId}" (version ${state.version}) has no result for tool call "${request.toolCallId}"`, Code.NotFound);
+      const offset = request.offset > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(request.offset);
+      const slice = utf8Slice(toolPayloadText(found.payload), offset, request.maxBytes === 0 ? defaultReadBytes : request.maxBytes);
+      return { text: slice.text, offset: BigInt(slice.start), nextOffset: BigInt(slice.end), totalBytes: BigInt(slice.totalBytes), name: found.name, version: state.version };
+    },
+
     async *watch(request, context) {
       requireConversationId(request.conversationId);
       if (request.fromVersion < 0n) throw new ConnectError(`from_version: must not be negative, got ${request.fromVersion}`, Code.InvalidArgument);
@@ -49,4 +69,16 @@ export function conversationService(dependencies: ConversationServiceDependencie
 
 function requireConversationId(conversationId: string): void {
   if (conversationId === "") throw new ConnectError("conversation_id is required", Code.InvalidArgument);
+}
+
+/** The stored result of one tool call, in whichever segment holds it; the newest when repeated. */
+function findToolResult(state: ConversationState, toolCallId: string): ToolResultPart | undefined {
+  for (const messages of [state.history, state.tools, state.memory, state.system]) {
+    for (let index = messages.length - 1; index >= 0; index--) {
+      for (const part of messages[index]!.parts) {
+        if (part.kind.case === "toolResult" && part.kind.value.toolCallId === toolCallId) return part.kind.value;
+      }
+    }
+  }
+  return undefined;
 }

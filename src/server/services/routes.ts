@@ -19,6 +19,7 @@ import { conversationService } from "./conversation-service.js";
 import { telemetryService } from "./telemetry-service.js";
 import type { TelemetryHub } from "../../application/telemetry-hub.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
+import type { RegexSearch } from "../../core/compile/compile-context.js";
 
 /** The contextd services whose health follows the store. */
 export const contextdServiceNames = [ContextService.typeName, ConversationService.typeName, TelemetryService.typeName];
@@ -38,6 +39,8 @@ export interface RouteDependencies {
   summarizeTimeoutMs: number;
   /** Most text one compile may produce (`--max-compile-text-bytes`). */
   maxCompileTextBytes?: number;
+  /** Where long texts' built-in redaction patterns are searched, off the event loop. */
+  searchRegexOffThread?: RegexSearch;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -48,7 +51,7 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes });
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

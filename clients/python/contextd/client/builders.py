@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Union
 
 from contextd.v1 import message_pb2, state_pb2
 
@@ -140,3 +140,21 @@ def remember(text: str) -> state_pb2.Delta:
 def set_tool_definitions(*definitions: state_pb2.ToolDefinition) -> state_pb2.Delta:
     """A delta replacing the tools the model may call."""
     return state_pb2.Delta(set_tool_definitions=state_pb2.SetToolDefinitions(tool_definitions=definitions))
+
+
+def append_provider_stream(
+    provider: message_pb2.Provider.ValueType,
+    events: Iterable[Union[bytes, str]],
+    *,
+    interrupted: bool = False,
+    abort_reason: str = "",
+) -> state_pb2.Delta:
+    """A delta appending a streamed response from its events, each the JSON text of one event as
+    the provider sent it (str or UTF-8 bytes). With `interrupted` the text so far is appended as a
+    truncated message (docs/streaming-and-frameworks.md)."""
+    encoded = [event.encode() if isinstance(event, str) else event for event in events]
+    return state_pb2.Delta(
+        append_provider_stream=state_pb2.AppendProviderStream(
+            provider=provider, events=encoded, interrupted=interrupted, abort_reason=abort_reason
+        )
+    )

@@ -726,6 +726,13 @@ const (
 	TransformationReason_TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR TransformationReason = 14
 	// Dropped after trimming so that history starts on a user turn (see `Budget.history_start`).
 	TransformationReason_TRANSFORMATION_REASON_HISTORY_ALIGNMENT TransformationReason = 15
+	// A tool result sent as a placeholder (see `ToolResultClearing`); with `clear_inputs`, also the
+	// assistant message whose call arguments were cleared.
+	TransformationReason_TRANSFORMATION_REASON_TOOL_RESULT_CLEARED TransformationReason = 50
+	// Reasoning removed from an older assistant message (see `ReasoningClearing`).
+	TransformationReason_TRANSFORMATION_REASON_REASONING_CLEARED TransformationReason = 51
+	// A large tool result sent as a preview with a handle (see `LargeToolResults`).
+	TransformationReason_TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED TransformationReason = 52
 )
 
 // Enum value maps for TransformationReason.
@@ -747,6 +754,9 @@ var (
 		13: "TRANSFORMATION_REASON_UNCHANGED",
 		14: "TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR",
 		15: "TRANSFORMATION_REASON_HISTORY_ALIGNMENT",
+		50: "TRANSFORMATION_REASON_TOOL_RESULT_CLEARED",
+		51: "TRANSFORMATION_REASON_REASONING_CLEARED",
+		52: "TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED",
 	}
 	TransformationReason_value = map[string]int32{
 		"TRANSFORMATION_REASON_UNSPECIFIED":             0,
@@ -765,6 +775,9 @@ var (
 		"TRANSFORMATION_REASON_UNCHANGED":               13,
 		"TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR":   14,
 		"TRANSFORMATION_REASON_HISTORY_ALIGNMENT":       15,
+		"TRANSFORMATION_REASON_TOOL_RESULT_CLEARED":     50,
+		"TRANSFORMATION_REASON_REASONING_CLEARED":       51,
+		"TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED":  52,
 	}
 )
 
@@ -1203,8 +1216,19 @@ type Budget struct {
 	// RESOURCE_EXHAUSTED naming it and the figures. Set this to let the budget trim it like any other
 	// message. With a current turn, the current turn is what is protected.
 	TrimLatestUserMessage bool `protobuf:"varint,11,opt,name=trim_latest_user_message,json=trimLatestUserMessage,proto3" json:"trim_latest_user_message,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Before whole rounds are dropped, replace old tool results with a short placeholder (the call
+	// stays, so no round is broken). Absent = off. See `ToolResultClearing`.
+	ToolResultClearing *ToolResultClearing `protobuf:"bytes,50,opt,name=tool_result_clearing,json=toolResultClearing,proto3" json:"tool_result_clearing,omitempty"`
+	// Keep the reasoning of the most recent turns only. Absent = off. See `ReasoningClearing`.
+	ReasoningClearing *ReasoningClearing `protobuf:"bytes,51,opt,name=reasoning_clearing,json=reasoningClearing,proto3" json:"reasoning_clearing,omitempty"`
+	// DROP_HEAD (and UNSPECIFIED) drop rounds from the head in steps of this many tokens: the tokens
+	// over the limit are rounded up to a whole number of steps, so while history grows by less than a
+	// step the same rounds stay dropped and the prompt prefix a provider caches does not move. 0 =
+	// drop exactly what is needed (the cut moves every turn once history is over the limit). At most
+	// 2^53 - 1.
+	TrimStepTokens int64 `protobuf:"varint,52,opt,name=trim_step_tokens,json=trimStepTokens,proto3" json:"trim_step_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -1314,6 +1338,186 @@ func (x *Budget) GetTrimLatestUserMessage() bool {
 	return false
 }
 
+func (x *Budget) GetToolResultClearing() *ToolResultClearing {
+	if x != nil {
+		return x.ToolResultClearing
+	}
+	return nil
+}
+
+func (x *Budget) GetReasoningClearing() *ReasoningClearing {
+	if x != nil {
+		return x.ReasoningClearing
+	}
+	return nil
+}
+
+func (x *Budget) GetTrimStepTokens() int64 {
+	if x != nil {
+		return x.TrimStepTokens
+	}
+	return 0
+}
+
+// Clears old tool results, oldest first, when the request is over a trigger; runs inside the budget
+// stage, before trimming, on history only (pending messages and the current turn are never
+// touched). A cleared TOOL message keeps its tool_call_id and name: each result's payload becomes
+// the placeholder text, and its content_parts (images) are removed. Records say FORMATTED with
+// reason TOOL_RESULT_CLEARED; `Usage.cleared_tokens` says how many tokens clearing freed. The
+// stored conversation is never changed: clearing is what this compile sends.
+//
+// The cut moves in steps, so the prompt prefix a provider caches stays byte-stable from turn to
+// turn: the results cleared are the shortest prefix of the clearable ones that frees the overflow
+// rounded up to a multiple of `clear_at_least_tokens`. While the conversation grows by less than
+// one step, the same results stay cleared and nothing before the cut changes.
+type ToolResultClearing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Clearing starts when the whole request's estimate (everything `Usage.total` counts) is over
+	// this. 0 = the budget's limit (`max_tokens`, or `context_window - output_reserve`): results are
+	// cleared instead of rounds being dropped, and rounds go only if clearing is not enough. With no
+	// limit and no trigger, nothing is cleared. At most 2^53 - 1.
+	TriggerTokens int64 `protobuf:"varint,1,opt,name=trigger_tokens,json=triggerTokens,proto3" json:"trigger_tokens,omitempty"`
+	// The results of this many most recent tool calls are never cleared. Unset = 3.
+	KeepRecent *uint32 `protobuf:"varint,2,opt,name=keep_recent,json=keepRecent,proto3,oneof" json:"keep_recent,omitempty"`
+	// The step: when clearing runs it frees at least this many tokens (or nothing, when all the
+	// clearable results together free less), and the cut only moves by whole steps. 0 = no step:
+	// exactly the results needed to get under the trigger. At most 2^53 - 1.
+	ClearAtLeastTokens int64 `protobuf:"varint,3,opt,name=clear_at_least_tokens,json=clearAtLeastTokens,proto3" json:"clear_at_least_tokens,omitempty"`
+	// Results of these tools are never cleared (by `ToolResultPart.name`). At most 256 names.
+	ExcludeTools []string `protobuf:"bytes,4,rep,name=exclude_tools,json=excludeTools,proto3" json:"exclude_tools,omitempty"`
+	// The text a cleared result becomes; "{name}" is replaced by the tool's name. Empty = "[result
+	// of {name} cleared to save context]". At most 4,096 bytes.
+	Placeholder string `protobuf:"bytes,5,opt,name=placeholder,proto3" json:"placeholder,omitempty"`
+	// Also clear the calls' arguments: the call each cleared result answers is sent with `{}`.
+	ClearInputs   bool `protobuf:"varint,6,opt,name=clear_inputs,json=clearInputs,proto3" json:"clear_inputs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolResultClearing) Reset() {
+	*x = ToolResultClearing{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolResultClearing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolResultClearing) ProtoMessage() {}
+
+func (x *ToolResultClearing) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolResultClearing.ProtoReflect.Descriptor instead.
+func (*ToolResultClearing) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ToolResultClearing) GetTriggerTokens() int64 {
+	if x != nil {
+		return x.TriggerTokens
+	}
+	return 0
+}
+
+func (x *ToolResultClearing) GetKeepRecent() uint32 {
+	if x != nil && x.KeepRecent != nil {
+		return *x.KeepRecent
+	}
+	return 0
+}
+
+func (x *ToolResultClearing) GetClearAtLeastTokens() int64 {
+	if x != nil {
+		return x.ClearAtLeastTokens
+	}
+	return 0
+}
+
+func (x *ToolResultClearing) GetExcludeTools() []string {
+	if x != nil {
+		return x.ExcludeTools
+	}
+	return nil
+}
+
+func (x *ToolResultClearing) GetPlaceholder() string {
+	if x != nil {
+		return x.Placeholder
+	}
+	return ""
+}
+
+func (x *ToolResultClearing) GetClearInputs() bool {
+	if x != nil {
+		return x.ClearInputs
+	}
+	return false
+}
+
+// Removes reasoning parts from older assistant messages of history. A turn is a USER message and
+// everything after it up to the next USER message; the reasoning of the last `keep_recent_turns`
+// turns is kept, and so is all reasoning after the last USER message whatever the setting (providers
+// require the latest thinking block of a tool loop with its signature, Anthropic among them). An
+// assistant message whose only content is reasoning keeps it (an empty message cannot be sent).
+// Records say FORMATTED with reason REASONING_CLEARED; the freed tokens count in
+// `Usage.cleared_tokens`.
+type ReasoningClearing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Turns, counted back from the last, whose reasoning is kept. 0 or 1 = only the current turn's.
+	KeepRecentTurns uint32 `protobuf:"varint,1,opt,name=keep_recent_turns,json=keepRecentTurns,proto3" json:"keep_recent_turns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReasoningClearing) Reset() {
+	*x = ReasoningClearing{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReasoningClearing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReasoningClearing) ProtoMessage() {}
+
+func (x *ReasoningClearing) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReasoningClearing.ProtoReflect.Descriptor instead.
+func (*ReasoningClearing) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReasoningClearing) GetKeepRecentTurns() uint32 {
+	if x != nil {
+		return x.KeepRecentTurns
+	}
+	return 0
+}
+
 // Messages added at compile time, after artifacts, in order.
 type DeferredBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1330,7 +1534,7 @@ type DeferredBlock struct {
 
 func (x *DeferredBlock) Reset() {
 	*x = DeferredBlock{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[7]
+	mi := &file_contextd_v1_compile_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1546,7 @@ func (x *DeferredBlock) String() string {
 func (*DeferredBlock) ProtoMessage() {}
 
 func (x *DeferredBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[7]
+	mi := &file_contextd_v1_compile_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1559,7 @@ func (x *DeferredBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeferredBlock.ProtoReflect.Descriptor instead.
 func (*DeferredBlock) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeferredBlock) GetSegment() Segment {
@@ -1393,7 +1597,7 @@ type CustomRedactionPattern struct {
 
 func (x *CustomRedactionPattern) Reset() {
 	*x = CustomRedactionPattern{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[8]
+	mi := &file_contextd_v1_compile_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1609,7 @@ func (x *CustomRedactionPattern) String() string {
 func (*CustomRedactionPattern) ProtoMessage() {}
 
 func (x *CustomRedactionPattern) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[8]
+	mi := &file_contextd_v1_compile_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1622,7 @@ func (x *CustomRedactionPattern) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomRedactionPattern.ProtoReflect.Descriptor instead.
 func (*CustomRedactionPattern) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CustomRedactionPattern) GetName() string {
@@ -1455,7 +1659,7 @@ type RedactionHook struct {
 
 func (x *RedactionHook) Reset() {
 	*x = RedactionHook{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[9]
+	mi := &file_contextd_v1_compile_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1671,7 @@ func (x *RedactionHook) String() string {
 func (*RedactionHook) ProtoMessage() {}
 
 func (x *RedactionHook) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[9]
+	mi := &file_contextd_v1_compile_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1684,7 @@ func (x *RedactionHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedactionHook.ProtoReflect.Descriptor instead.
 func (*RedactionHook) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RedactionHook) GetPatterns() []RedactionPattern {
@@ -1533,7 +1737,7 @@ type Hook struct {
 
 func (x *Hook) Reset() {
 	*x = Hook{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[10]
+	mi := &file_contextd_v1_compile_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1749,7 @@ func (x *Hook) String() string {
 func (*Hook) ProtoMessage() {}
 
 func (x *Hook) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[10]
+	mi := &file_contextd_v1_compile_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1762,7 @@ func (x *Hook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hook.ProtoReflect.Descriptor instead.
 func (*Hook) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Hook) GetKind() isHook_Kind {
@@ -1608,7 +1812,7 @@ type SegmentFormatter struct {
 
 func (x *SegmentFormatter) Reset() {
 	*x = SegmentFormatter{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[11]
+	mi := &file_contextd_v1_compile_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1824,7 @@ func (x *SegmentFormatter) String() string {
 func (*SegmentFormatter) ProtoMessage() {}
 
 func (x *SegmentFormatter) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[11]
+	mi := &file_contextd_v1_compile_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1837,7 @@ func (x *SegmentFormatter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentFormatter.ProtoReflect.Descriptor instead.
 func (*SegmentFormatter) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SegmentFormatter) GetSegment() Segment {
@@ -1730,7 +1934,7 @@ type RoleProjection struct {
 
 func (x *RoleProjection) Reset() {
 	*x = RoleProjection{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[12]
+	mi := &file_contextd_v1_compile_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1946,7 @@ func (x *RoleProjection) String() string {
 func (*RoleProjection) ProtoMessage() {}
 
 func (x *RoleProjection) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[12]
+	mi := &file_contextd_v1_compile_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1959,7 @@ func (x *RoleProjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleProjection.ProtoReflect.Descriptor instead.
 func (*RoleProjection) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{12}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RoleProjection) GetRules() []*RoleProjection_Rule {
@@ -1781,7 +1985,7 @@ type TextReplacement struct {
 
 func (x *TextReplacement) Reset() {
 	*x = TextReplacement{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[13]
+	mi := &file_contextd_v1_compile_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1997,7 @@ func (x *TextReplacement) String() string {
 func (*TextReplacement) ProtoMessage() {}
 
 func (x *TextReplacement) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[13]
+	mi := &file_contextd_v1_compile_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +2010,7 @@ func (x *TextReplacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextReplacement.ProtoReflect.Descriptor instead.
 func (*TextReplacement) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{13}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TextReplacement) GetSegment() Segment {
@@ -1843,7 +2047,7 @@ type RenderOptions struct {
 
 func (x *RenderOptions) Reset() {
 	*x = RenderOptions{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[14]
+	mi := &file_contextd_v1_compile_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2059,7 @@ func (x *RenderOptions) String() string {
 func (*RenderOptions) ProtoMessage() {}
 
 func (x *RenderOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[14]
+	mi := &file_contextd_v1_compile_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2072,7 @@ func (x *RenderOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderOptions.ProtoReflect.Descriptor instead.
 func (*RenderOptions) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{14}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenderOptions) GetProvider() Provider {
@@ -1910,7 +2114,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[15]
+	mi := &file_contextd_v1_compile_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2126,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[15]
+	mi := &file_contextd_v1_compile_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2139,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{15}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Target) GetName() string {
@@ -2019,7 +2223,7 @@ type CommitOptions struct {
 
 func (x *CommitOptions) Reset() {
 	*x = CommitOptions{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[16]
+	mi := &file_contextd_v1_compile_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2235,7 @@ func (x *CommitOptions) String() string {
 func (*CommitOptions) ProtoMessage() {}
 
 func (x *CommitOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[16]
+	mi := &file_contextd_v1_compile_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2248,7 @@ func (x *CommitOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOptions.ProtoReflect.Descriptor instead.
 func (*CommitOptions) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{16}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommitOptions) GetExpectedVersion() int64 {
@@ -2125,14 +2329,16 @@ type CompileRequest struct {
 	ToolArgumentsRepair ToolArgumentsRepair `protobuf:"varint,26,opt,name=tool_arguments_repair,json=toolArgumentsRepair,proto3,enum=contextd.v1.ToolArgumentsRepair" json:"tool_arguments_repair,omitempty"`
 	// Parts of the result to send beyond the default (see `CompileResult`). Unset and unknown values
 	// are INVALID_ARGUMENT; a value given twice counts once.
-	Include       []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Include []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
+	// Send large tool results as a stable preview with a handle instead of whole. Absent = off.
+	LargeToolResults *LargeToolResults `protobuf:"bytes,50,opt,name=large_tool_results,json=largeToolResults,proto3" json:"large_tool_results,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CompileRequest) Reset() {
 	*x = CompileRequest{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[17]
+	mi := &file_contextd_v1_compile_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2350,7 @@ func (x *CompileRequest) String() string {
 func (*CompileRequest) ProtoMessage() {}
 
 func (x *CompileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[17]
+	mi := &file_contextd_v1_compile_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2363,7 @@ func (x *CompileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileRequest.ProtoReflect.Descriptor instead.
 func (*CompileRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{17}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CompileRequest) GetConversationId() string {
@@ -2342,6 +2548,97 @@ func (x *CompileRequest) GetInclude() []CompileResultPart {
 	return nil
 }
 
+func (x *CompileRequest) GetLargeToolResults() *LargeToolResults {
+	if x != nil {
+		return x.LargeToolResults
+	}
+	return nil
+}
+
+// Large tool results by reference: a tool result whose text is over `min_bytes` is sent as a
+// preview — one line saying the tool, the size and the handle, then the first `preview_bytes` of
+// the text — and the model reads the rest, when it needs to, through the `read_tool_result` tool
+// (`ConversationService.ReadToolResult` answers it from the stored conversation). The preview
+// depends only on the message and these options, so it is the same in every compile: the prompt
+// prefix does not change from turn to turn. Applies to the segments (stored and request history),
+// not to pending messages or the current turn; runs before hooks, so redaction sees the preview.
+// Records say FORMATTED with reason TOOL_RESULT_REFERENCED. The stored conversation keeps the
+// whole result.
+type LargeToolResults struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results whose text is longer than this many UTF-8 bytes are previewed. 0 = 16,384.
+	MinBytes uint32 `protobuf:"varint,1,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
+	// UTF-8 bytes of the text's head the preview shows (cut at a character boundary). 0 = 1,024;
+	// at most `min_bytes`.
+	PreviewBytes uint32 `protobuf:"varint,2,opt,name=preview_bytes,json=previewBytes,proto3" json:"preview_bytes,omitempty"`
+	// Results of these tools are always sent whole (by `ToolResultPart.name`). At most 256 names.
+	ExcludeTools []string `protobuf:"bytes,3,rep,name=exclude_tools,json=excludeTools,proto3" json:"exclude_tools,omitempty"`
+	// Add the `read_tool_result` tool definition (parameters `tool_call_id`, `offset`, `max_bytes`)
+	// to the payload's tool definitions, unless one with that name is already there. Its calls are
+	// the agent's to answer, with `ConversationService.ReadToolResult`.
+	AddReadTool   bool `protobuf:"varint,4,opt,name=add_read_tool,json=addReadTool,proto3" json:"add_read_tool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LargeToolResults) Reset() {
+	*x = LargeToolResults{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LargeToolResults) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LargeToolResults) ProtoMessage() {}
+
+func (x *LargeToolResults) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LargeToolResults.ProtoReflect.Descriptor instead.
+func (*LargeToolResults) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LargeToolResults) GetMinBytes() uint32 {
+	if x != nil {
+		return x.MinBytes
+	}
+	return 0
+}
+
+func (x *LargeToolResults) GetPreviewBytes() uint32 {
+	if x != nil {
+		return x.PreviewBytes
+	}
+	return 0
+}
+
+func (x *LargeToolResults) GetExcludeTools() []string {
+	if x != nil {
+		return x.ExcludeTools
+	}
+	return nil
+}
+
+func (x *LargeToolResults) GetAddReadTool() bool {
+	if x != nil {
+		return x.AddReadTool
+	}
+	return false
+}
+
 // The final record of one message in a compile.
 type Transformation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2357,7 +2654,7 @@ type Transformation struct {
 
 func (x *Transformation) Reset() {
 	*x = Transformation{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[18]
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2666,7 @@ func (x *Transformation) String() string {
 func (*Transformation) ProtoMessage() {}
 
 func (x *Transformation) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[18]
+	mi := &file_contextd_v1_compile_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2679,7 @@ func (x *Transformation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transformation.ProtoReflect.Descriptor instead.
 func (*Transformation) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{18}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Transformation) GetAction() TransformationAction {
@@ -2424,7 +2721,7 @@ type WritebackMessage struct {
 
 func (x *WritebackMessage) Reset() {
 	*x = WritebackMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[19]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2733,7 @@ func (x *WritebackMessage) String() string {
 func (*WritebackMessage) ProtoMessage() {}
 
 func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[19]
+	mi := &file_contextd_v1_compile_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2746,7 @@ func (x *WritebackMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WritebackMessage.ProtoReflect.Descriptor instead.
 func (*WritebackMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{19}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WritebackMessage) GetSegment() Segment {
@@ -2499,7 +2796,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2808,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[20]
+	mi := &file_contextd_v1_compile_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2821,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{20}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Snapshot) GetSystem() []*Message {
@@ -2576,7 +2873,7 @@ type Writeback struct {
 
 func (x *Writeback) Reset() {
 	*x = Writeback{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2885,7 @@ func (x *Writeback) String() string {
 func (*Writeback) ProtoMessage() {}
 
 func (x *Writeback) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[21]
+	mi := &file_contextd_v1_compile_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2898,7 @@ func (x *Writeback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeback.ProtoReflect.Descriptor instead.
 func (*Writeback) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Writeback) GetMessages() []*WritebackMessage {
@@ -2631,7 +2928,7 @@ type IntroducedMessage struct {
 
 func (x *IntroducedMessage) Reset() {
 	*x = IntroducedMessage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2940,7 @@ func (x *IntroducedMessage) String() string {
 func (*IntroducedMessage) ProtoMessage() {}
 
 func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[22]
+	mi := &file_contextd_v1_compile_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2953,7 @@ func (x *IntroducedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroducedMessage.ProtoReflect.Descriptor instead.
 func (*IntroducedMessage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IntroducedMessage) GetSegment() Segment {
@@ -2688,7 +2985,7 @@ type CompileSource struct {
 
 func (x *CompileSource) Reset() {
 	*x = CompileSource{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2997,7 @@ func (x *CompileSource) String() string {
 func (*CompileSource) ProtoMessage() {}
 
 func (x *CompileSource) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[23]
+	mi := &file_contextd_v1_compile_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +3010,7 @@ func (x *CompileSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSource.ProtoReflect.Descriptor instead.
 func (*CompileSource) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompileSource) GetSnapshot() *Snapshot {
@@ -2758,7 +3055,7 @@ type CompiledPayload struct {
 
 func (x *CompiledPayload) Reset() {
 	*x = CompiledPayload{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +3067,7 @@ func (x *CompiledPayload) String() string {
 func (*CompiledPayload) ProtoMessage() {}
 
 func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[24]
+	mi := &file_contextd_v1_compile_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +3080,7 @@ func (x *CompiledPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompiledPayload.ProtoReflect.Descriptor instead.
 func (*CompiledPayload) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompiledPayload) GetSystem() []*Message {
@@ -2846,7 +3143,7 @@ type RenderedRequest struct {
 
 func (x *RenderedRequest) Reset() {
 	*x = RenderedRequest{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3155,7 @@ func (x *RenderedRequest) String() string {
 func (*RenderedRequest) ProtoMessage() {}
 
 func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[25]
+	mi := &file_contextd_v1_compile_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3168,7 @@ func (x *RenderedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderedRequest.ProtoReflect.Descriptor instead.
 func (*RenderedRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{25}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenderedRequest) GetProvider() Provider {
@@ -2926,7 +3223,7 @@ type Projection struct {
 
 func (x *Projection) Reset() {
 	*x = Projection{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3235,7 @@ func (x *Projection) String() string {
 func (*Projection) ProtoMessage() {}
 
 func (x *Projection) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[26]
+	mi := &file_contextd_v1_compile_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3248,7 @@ func (x *Projection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Projection.ProtoReflect.Descriptor instead.
 func (*Projection) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{26}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Projection) GetName() string {
@@ -3022,7 +3319,7 @@ type Persistence struct {
 
 func (x *Persistence) Reset() {
 	*x = Persistence{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3331,7 @@ func (x *Persistence) String() string {
 func (*Persistence) ProtoMessage() {}
 
 func (x *Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[27]
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3344,7 @@ func (x *Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Persistence.ProtoReflect.Descriptor instead.
 func (*Persistence) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{27}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Persistence) GetSystem() []*Message {
@@ -3114,14 +3411,17 @@ type Usage struct {
 	HistoryBeforeTrim int64 `protobuf:"varint,11,opt,name=history_before_trim,json=historyBeforeTrim,proto3" json:"history_before_trim,omitempty"`
 	// The estimator's tokens per request for priming the reply (TOKENIZER with OpenAI framing: 3;
 	// 0 for CHAR_FALLBACK and FIXED). Part of `reserved` and `total`.
-	ReplyPriming  int64 `protobuf:"varint,12,opt,name=reply_priming,json=replyPriming,proto3" json:"reply_priming,omitempty"`
+	ReplyPriming int64 `protobuf:"varint,12,opt,name=reply_priming,json=replyPriming,proto3" json:"reply_priming,omitempty"`
+	// Tokens freed by tool-result and reasoning clearing, before trimming (`history_before_trim`
+	// counts history before both).
+	ClearedTokens int64 `protobuf:"varint,50,opt,name=cleared_tokens,json=clearedTokens,proto3" json:"cleared_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3433,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[28]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3446,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{28}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Usage) GetSystem() int64 {
@@ -3233,6 +3533,13 @@ func (x *Usage) GetReplyPriming() int64 {
 	return 0
 }
 
+func (x *Usage) GetClearedTokens() int64 {
+	if x != nil {
+		return x.ClearedTokens
+	}
+	return 0
+}
+
 // A non-fatal notice.
 type Warning struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3246,7 +3553,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3258,7 +3565,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[29]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3271,7 +3578,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{29}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Warning) GetCode() string {
@@ -3301,7 +3608,7 @@ type StageTiming struct {
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3620,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3633,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StageTiming) GetStage() string {
@@ -3397,7 +3704,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3716,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3729,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompileResult) GetPayload() *CompiledPayload {
@@ -3548,7 +3855,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3560,7 +3867,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3573,7 +3880,7 @@ func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentFormatter_XmlTag.ProtoReflect.Descriptor instead.
 func (*SegmentFormatter_XmlTag) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11, 0}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{13, 0}
 }
 
 func (x *SegmentFormatter_XmlTag) GetTag() string {
@@ -3594,7 +3901,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3913,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3926,7 @@ func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentFormatter_Prefix.ProtoReflect.Descriptor instead.
 func (*SegmentFormatter_Prefix) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11, 1}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{13, 1}
 }
 
 func (x *SegmentFormatter_Prefix) GetText() string {
@@ -3644,7 +3951,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3963,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3976,7 @@ func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentFormatter_Join.ProtoReflect.Descriptor instead.
 func (*SegmentFormatter_Join) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11, 2}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{13, 2}
 }
 
 func (x *SegmentFormatter_Join) GetSeparator() string {
@@ -3704,7 +4011,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +4023,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +4036,7 @@ func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentFormatter_Template.ProtoReflect.Descriptor instead.
 func (*SegmentFormatter_Template) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11, 3}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{13, 3}
 }
 
 func (x *SegmentFormatter_Template) GetTemplate() string {
@@ -3752,7 +4059,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +4071,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +4084,7 @@ func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleProjection_Rule.ProtoReflect.Descriptor instead.
 func (*RoleProjection_Rule) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{12, 0}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{14, 0}
 }
 
 func (x *RoleProjection_Rule) GetActorKind() ActorKind {
@@ -3821,7 +4128,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0efixed_per_part\x18\x04 \x01(\x03R\ffixedPerPart\x12-\n" +
 	"\x13fixed_per_tool_call\x18\x05 \x01(\x03R\x10fixedPerToolCall\x12:\n" +
 	"\bencoding\x18\x06 \x01(\x0e2\x1e.contextd.v1.TokenizerEncodingR\bencoding\x121\n" +
-	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\x82\x04\n" +
+	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\xce\x05\n" +
 	"\x06Budget\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x03R\tmaxTokens\x127\n" +
@@ -3835,7 +4142,21 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\fauto_compact\x18\t \x01(\bR\vautoCompact\x12>\n" +
 	"\rhistory_start\x18\n" +
 	" \x01(\x0e2\x19.contextd.v1.HistoryStartR\fhistoryStart\x127\n" +
-	"\x18trim_latest_user_message\x18\v \x01(\bR\x15trimLatestUserMessage\"\xae\x01\n" +
+	"\x18trim_latest_user_message\x18\v \x01(\bR\x15trimLatestUserMessage\x12Q\n" +
+	"\x14tool_result_clearing\x182 \x01(\v2\x1f.contextd.v1.ToolResultClearingR\x12toolResultClearing\x12M\n" +
+	"\x12reasoning_clearing\x183 \x01(\v2\x1e.contextd.v1.ReasoningClearingR\x11reasoningClearing\x12(\n" +
+	"\x10trim_step_tokens\x184 \x01(\x03R\x0etrimStepTokens\"\x8e\x02\n" +
+	"\x12ToolResultClearing\x12%\n" +
+	"\x0etrigger_tokens\x18\x01 \x01(\x03R\rtriggerTokens\x12$\n" +
+	"\vkeep_recent\x18\x02 \x01(\rH\x00R\n" +
+	"keepRecent\x88\x01\x01\x121\n" +
+	"\x15clear_at_least_tokens\x18\x03 \x01(\x03R\x12clearAtLeastTokens\x12#\n" +
+	"\rexclude_tools\x18\x04 \x03(\tR\fexcludeTools\x12 \n" +
+	"\vplaceholder\x18\x05 \x01(\tR\vplaceholder\x12!\n" +
+	"\fclear_inputs\x18\x06 \x01(\bR\vclearInputsB\x0e\n" +
+	"\f_keep_recent\"?\n" +
+	"\x11ReasoningClearing\x12*\n" +
+	"\x11keep_recent_turns\x18\x01 \x01(\rR\x0fkeepRecentTurns\"\xae\x01\n" +
 	"\rDeferredBlock\x12.\n" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.contextd.v1.MessageR\bmessages\x12;\n" +
@@ -3895,7 +4216,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12*\n" +
-	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xa0\f\n" +
+	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xed\f\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -3925,10 +4246,16 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x06render\x18\x17 \x01(\v2\x1a.contextd.v1.RenderOptionsR\x06render\x122\n" +
 	"\x06commit\x18\x18 \x01(\v2\x1a.contextd.v1.CommitOptionsR\x06commit\x12T\n" +
 	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x128\n" +
-	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x1a>\n" +
+	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x12K\n" +
+	"\x12large_tool_results\x182 \x01(\v2\x1d.contextd.v1.LargeToolResultsR\x10largeToolResults\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\xb6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\x9d\x01\n" +
+	"\x10LargeToolResults\x12\x1b\n" +
+	"\tmin_bytes\x18\x01 \x01(\rR\bminBytes\x12#\n" +
+	"\rpreview_bytes\x18\x02 \x01(\rR\fpreviewBytes\x12#\n" +
+	"\rexclude_tools\x18\x03 \x03(\tR\fexcludeTools\x12\"\n" +
+	"\radd_read_tool\x18\x04 \x01(\bR\vaddReadTool\"\xb6\x01\n" +
 	"\x0eTransformation\x129\n" +
 	"\x06action\x18\x01 \x01(\x0e2!.contextd.v1.TransformationActionR\x06action\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\x12.\n" +
@@ -3983,7 +4310,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\ahistory\x18\x02 \x03(\v2\x14.contextd.v1.MessageR\ahistory\x12,\n" +
 	"\x06memory\x18\x03 \x03(\v2\x14.contextd.v1.MessageR\x06memory\x12*\n" +
 	"\x05tools\x18\x04 \x03(\v2\x14.contextd.v1.MessageR\x05tools\x123\n" +
-	"\tartifacts\x18\x05 \x03(\v2\x15.contextd.v1.ArtifactR\tartifacts\"\x83\x03\n" +
+	"\tartifacts\x18\x05 \x03(\v2\x15.contextd.v1.ArtifactR\tartifacts\"\xaa\x03\n" +
 	"\x05Usage\x12\x16\n" +
 	"\x06system\x18\x01 \x01(\x03R\x06system\x12\x18\n" +
 	"\ahistory\x18\x02 \x01(\x03R\ahistory\x12\x16\n" +
@@ -3997,7 +4324,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\testimator\x18\n" +
 	" \x01(\x0e2\x1a.contextd.v1.EstimatorKindR\testimator\x12.\n" +
 	"\x13history_before_trim\x18\v \x01(\x03R\x11historyBeforeTrim\x12#\n" +
-	"\rreply_priming\x18\f \x01(\x03R\freplyPriming\"7\n" +
+	"\rreply_priming\x18\f \x01(\x03R\freplyPriming\x12%\n" +
+	"\x0ecleared_tokens\x182 \x01(\x03R\rclearedTokens\"7\n" +
 	"\aWarning\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"D\n" +
@@ -4085,7 +4413,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
 	"\x1fTRANSFORMATION_ACTION_FORMATTED\x10\x02\x12!\n" +
-	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xdf\x05\n" +
+	"\x1dTRANSFORMATION_ACTION_DROPPED\x10\x03\"\x04\b\x04\x10\x04*\x1fTRANSFORMATION_ACTION_TRUNCATED*\x1dTRANSFORMATION_ACTION_EVICTED*\xed\x06\n" +
 	"\x14TransformationReason\x12%\n" +
 	"!TRANSFORMATION_REASON_UNSPECIFIED\x10\x00\x12+\n" +
 	"'TRANSFORMATION_REASON_PROTECTED_PENDING\x10\x01\x12.\n" +
@@ -4103,7 +4431,10 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	" TRANSFORMATION_REASON_SUMMARIZED\x10\f\x12#\n" +
 	"\x1fTRANSFORMATION_REASON_UNCHANGED\x10\r\x12/\n" +
 	"+TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR\x10\x0e\x12+\n" +
-	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0fB\xac\x01\n" +
+	"'TRANSFORMATION_REASON_HISTORY_ALIGNMENT\x10\x0f\x12-\n" +
+	")TRANSFORMATION_REASON_TOOL_RESULT_CLEARED\x102\x12+\n" +
+	"'TRANSFORMATION_REASON_REASONING_CLEARED\x103\x120\n" +
+	",TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED\x104B\xac\x01\n" +
 	"\x0fcom.contextd.v1B\fCompileProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -4119,7 +4450,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4140,165 +4471,171 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*IdentityOptions)(nil),           // 16: contextd.v1.IdentityOptions
 	(*Estimator)(nil),                 // 17: contextd.v1.Estimator
 	(*Budget)(nil),                    // 18: contextd.v1.Budget
-	(*DeferredBlock)(nil),             // 19: contextd.v1.DeferredBlock
-	(*CustomRedactionPattern)(nil),    // 20: contextd.v1.CustomRedactionPattern
-	(*RedactionHook)(nil),             // 21: contextd.v1.RedactionHook
-	(*Hook)(nil),                      // 22: contextd.v1.Hook
-	(*SegmentFormatter)(nil),          // 23: contextd.v1.SegmentFormatter
-	(*RoleProjection)(nil),            // 24: contextd.v1.RoleProjection
-	(*TextReplacement)(nil),           // 25: contextd.v1.TextReplacement
-	(*RenderOptions)(nil),             // 26: contextd.v1.RenderOptions
-	(*Target)(nil),                    // 27: contextd.v1.Target
-	(*CommitOptions)(nil),             // 28: contextd.v1.CommitOptions
-	(*CompileRequest)(nil),            // 29: contextd.v1.CompileRequest
-	(*Transformation)(nil),            // 30: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 31: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 32: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 33: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 34: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 35: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 36: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 37: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 38: contextd.v1.Projection
-	(*Persistence)(nil),               // 39: contextd.v1.Persistence
-	(*Usage)(nil),                     // 40: contextd.v1.Usage
-	(*Warning)(nil),                   // 41: contextd.v1.Warning
-	(*StageTiming)(nil),               // 42: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 43: contextd.v1.CompileResult
-	(*SegmentFormatter_XmlTag)(nil),   // 44: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 45: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 46: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 47: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 48: contextd.v1.RoleProjection.Rule
-	nil,                               // 49: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 50: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 51: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 52: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 53: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 54: contextd.v1.Experience
-	(Provider)(0),                     // 55: contextd.v1.Provider
-	(Role)(0),                         // 56: contextd.v1.Role
-	(Segment)(0),                      // 57: contextd.v1.Segment
-	(MergePolicy)(0),                  // 58: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 59: contextd.v1.Delta
-	(*Artifact)(nil),                  // 60: contextd.v1.Artifact
-	(ActorKind)(0),                    // 61: contextd.v1.ActorKind
+	(*ToolResultClearing)(nil),        // 19: contextd.v1.ToolResultClearing
+	(*ReasoningClearing)(nil),         // 20: contextd.v1.ReasoningClearing
+	(*DeferredBlock)(nil),             // 21: contextd.v1.DeferredBlock
+	(*CustomRedactionPattern)(nil),    // 22: contextd.v1.CustomRedactionPattern
+	(*RedactionHook)(nil),             // 23: contextd.v1.RedactionHook
+	(*Hook)(nil),                      // 24: contextd.v1.Hook
+	(*SegmentFormatter)(nil),          // 25: contextd.v1.SegmentFormatter
+	(*RoleProjection)(nil),            // 26: contextd.v1.RoleProjection
+	(*TextReplacement)(nil),           // 27: contextd.v1.TextReplacement
+	(*RenderOptions)(nil),             // 28: contextd.v1.RenderOptions
+	(*Target)(nil),                    // 29: contextd.v1.Target
+	(*CommitOptions)(nil),             // 30: contextd.v1.CommitOptions
+	(*CompileRequest)(nil),            // 31: contextd.v1.CompileRequest
+	(*LargeToolResults)(nil),          // 32: contextd.v1.LargeToolResults
+	(*Transformation)(nil),            // 33: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 34: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 35: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 36: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 37: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 38: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 39: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 40: contextd.v1.RenderedRequest
+	(*Projection)(nil),                // 41: contextd.v1.Projection
+	(*Persistence)(nil),               // 42: contextd.v1.Persistence
+	(*Usage)(nil),                     // 43: contextd.v1.Usage
+	(*Warning)(nil),                   // 44: contextd.v1.Warning
+	(*StageTiming)(nil),               // 45: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 46: contextd.v1.CompileResult
+	(*SegmentFormatter_XmlTag)(nil),   // 47: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 48: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 49: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 50: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 51: contextd.v1.RoleProjection.Rule
+	nil,                               // 52: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 53: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 54: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 55: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 56: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 57: contextd.v1.Experience
+	(Provider)(0),                     // 58: contextd.v1.Provider
+	(Role)(0),                         // 59: contextd.v1.Role
+	(Segment)(0),                      // 60: contextd.v1.Segment
+	(MergePolicy)(0),                  // 61: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 62: contextd.v1.Delta
+	(*Artifact)(nil),                  // 63: contextd.v1.Artifact
+	(ActorKind)(0),                    // 64: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	52,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	53,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	54,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	52,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	52,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	55,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	56,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	57,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	55,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	55,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	55,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	58,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	56,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	59,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
-	57,  // 14: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	52,  // 15: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	58,  // 16: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
-	8,   // 17: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
-	20,  // 18: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	57,  // 19: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
-	21,  // 20: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	57,  // 21: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	44,  // 22: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	45,  // 23: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	46,  // 24: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	47,  // 25: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	48,  // 26: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	57,  // 27: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	55,  // 28: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	57,  // 29: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
-	18,  // 30: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
-	23,  // 31: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
-	26,  // 32: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	59,  // 33: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
-	12,  // 34: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
-	12,  // 35: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
-	12,  // 36: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
-	12,  // 37: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
-	13,  // 38: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
-	14,  // 39: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
-	15,  // 40: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	52,  // 41: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	60,  // 42: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
-	16,  // 43: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
-	2,   // 44: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
-	18,  // 45: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
-	19,  // 46: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	49,  // 47: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
-	22,  // 48: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
-	23,  // 49: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
-	24,  // 50: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
-	25,  // 51: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
-	27,  // 52: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	52,  // 53: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
-	26,  // 54: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
-	28,  // 55: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
-	3,   // 56: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
-	9,   // 57: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
-	10,  // 58: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
-	11,  // 59: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	57,  // 60: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	57,  // 61: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	52,  // 62: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	52,  // 63: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	52,  // 64: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	52,  // 65: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	60,  // 66: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	31,  // 67: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	32,  // 68: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	57,  // 69: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	52,  // 70: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	32,  // 71: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	52,  // 72: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	15,  // 73: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	52,  // 74: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	52,  // 75: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	52,  // 76: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	52,  // 77: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	52,  // 78: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	53,  // 79: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	55,  // 80: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	41,  // 81: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	52,  // 82: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	50,  // 83: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	37,  // 84: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	40,  // 85: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	52,  // 86: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	52,  // 87: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	52,  // 88: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	52,  // 89: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	60,  // 90: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 91: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	36,  // 92: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	37,  // 93: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	35,  // 94: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	32,  // 95: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	33,  // 96: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	34,  // 97: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	51,  // 98: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	38,  // 99: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	39,  // 100: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	40,  // 101: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	41,  // 102: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	42,  // 103: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	56,  // 104: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	61,  // 105: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	56,  // 106: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	30,  // 107: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	30,  // 108: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	109, // [109:109] is the sub-list for method output_type
-	109, // [109:109] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
+	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
+	60,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	55,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	61,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
+	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
+	60,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
+	60,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	47,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	48,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	49,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	50,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	51,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	60,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	58,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	60,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
+	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
+	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
+	62,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
+	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
+	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
+	12,  // 39: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
+	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
+	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
+	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
+	55,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	63,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
+	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
+	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
+	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
+	52,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
+	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
+	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
+	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
+	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
+	55,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
+	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
+	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
+	9,   // 59: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
+	32,  // 60: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
+	10,  // 61: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
+	11,  // 62: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
+	60,  // 63: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	60,  // 64: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	55,  // 65: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	55,  // 66: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	55,  // 67: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	55,  // 68: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	63,  // 69: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	34,  // 70: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	35,  // 71: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	60,  // 72: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	55,  // 73: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	35,  // 74: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	55,  // 75: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	15,  // 76: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	55,  // 77: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	55,  // 78: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	55,  // 79: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	55,  // 80: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	55,  // 81: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	56,  // 82: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	58,  // 83: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	44,  // 84: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	55,  // 85: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	53,  // 86: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	40,  // 87: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	43,  // 88: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	55,  // 89: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	55,  // 90: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	55,  // 91: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	55,  // 92: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	63,  // 93: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 94: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	39,  // 95: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	40,  // 96: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	38,  // 97: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	35,  // 98: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	36,  // 99: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	37,  // 100: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	54,  // 101: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	41,  // 102: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	42,  // 103: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	43,  // 104: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	44,  // 105: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	45,  // 106: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	59,  // 107: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	64,  // 108: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	59,  // 109: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	33,  // 110: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	33,  // 111: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	112, // [112:112] is the sub-list for method output_type
+	112, // [112:112] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4309,10 +4646,11 @@ func file_contextd_v1_compile_proto_init() {
 	file_contextd_v1_artifact_proto_init()
 	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
-	file_contextd_v1_compile_proto_msgTypes[10].OneofWrappers = []any{
+	file_contextd_v1_compile_proto_msgTypes[7].OneofWrappers = []any{}
+	file_contextd_v1_compile_proto_msgTypes[12].OneofWrappers = []any{
 		(*Hook_Redaction)(nil),
 	}
-	file_contextd_v1_compile_proto_msgTypes[11].OneofWrappers = []any{
+	file_contextd_v1_compile_proto_msgTypes[13].OneofWrappers = []any{
 		(*SegmentFormatter_XmlTag_)(nil),
 		(*SegmentFormatter_Prefix_)(nil),
 		(*SegmentFormatter_Join_)(nil),
@@ -4324,7 +4662,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   40,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -822,6 +822,171 @@ func (x *ListConversationsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The request of `ReadToolResult`.
+type ReadToolResultRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation.
+	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The call whose result to read (the handle a preview names).
+	ToolCallId string `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// Where to start, in UTF-8 bytes from the start of the result's text; moved back to the start
+	// of the character it falls in. Past the end = an empty slice.
+	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The most UTF-8 bytes to return, cut at a character boundary. 0 = 65,536; at most 1,048,576.
+	MaxBytes      uint32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadToolResultRequest) Reset() {
+	*x = ReadToolResultRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadToolResultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadToolResultRequest) ProtoMessage() {}
+
+func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadToolResultRequest.ProtoReflect.Descriptor instead.
+func (*ReadToolResultRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadToolResultRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ReadToolResultRequest) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ReadToolResultRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadToolResultRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// The response of `ReadToolResult`.
+type ReadToolResultResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slice of the result's text.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Where the slice starts, in UTF-8 bytes (the request's offset, moved to a character start).
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Where the next slice starts; equal to `total_bytes` when this slice reaches the end.
+	NextOffset uint64 `protobuf:"varint,3,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	// The size of the whole text in UTF-8 bytes.
+	TotalBytes uint64 `protobuf:"varint,4,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	// The tool's name.
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// The version of the conversation read.
+	Version       int64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadToolResultResponse) Reset() {
+	*x = ReadToolResultResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadToolResultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadToolResultResponse) ProtoMessage() {}
+
+func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadToolResultResponse.ProtoReflect.Descriptor instead.
+func (*ReadToolResultResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReadToolResultResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ReadToolResultResponse) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadToolResultResponse) GetNextOffset() uint64 {
+	if x != nil {
+		return x.NextOffset
+	}
+	return 0
+}
+
+func (x *ReadToolResultResponse) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *ReadToolResultResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReadToolResultResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
@@ -875,13 +1040,29 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\"\x8b\x01\n" +
 	"\x19ListConversationsResponse\x12F\n" +
 	"\rconversations\x18\x01 \x03(\v2 .contextd.v1.ConversationSummaryR\rconversations\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\x87\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
+	"\x15ReadToolResultRequest\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12 \n" +
+	"\ftool_call_id\x18\x02 \x01(\tR\n" +
+	"toolCallId\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\rR\bmaxBytes\"\xb4\x01\n" +
+	"\x16ReadToolResultResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1f\n" +
+	"\vnext_offset\x18\x03 \x01(\x04R\n" +
+	"nextOffset\x12\x1f\n" +
+	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
+	"totalBytes\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x03R\aversion2\xe2\x03\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12A\n" +
 	"\x06Commit\x12\x1a.contextd.v1.CommitRequest\x1a\x1b.contextd.v1.CommitResponse\x12>\n" +
 	"\x05Clear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n" +
 	"\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12b\n" +
-	"\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponseB\xb8\x01\n" +
+	"\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponse\x12Y\n" +
+	"\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponseB\xb8\x01\n" +
 	"\x0fcom.contextd.v1B\x18ConversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -896,7 +1077,7 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_conversation_service_proto_rawDescData
 }
 
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(*GetStateRequest)(nil),           // 0: contextd.v1.GetStateRequest
 	(*GetStateResponse)(nil),          // 1: contextd.v1.GetStateResponse
@@ -911,14 +1092,16 @@ var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(*ListConversationsRequest)(nil),  // 10: contextd.v1.ListConversationsRequest
 	(*ConversationSummary)(nil),       // 11: contextd.v1.ConversationSummary
 	(*ListConversationsResponse)(nil), // 12: contextd.v1.ListConversationsResponse
-	(*ConversationState)(nil),         // 13: contextd.v1.ConversationState
-	(*Delta)(nil),                     // 14: contextd.v1.Delta
+	(*ReadToolResultRequest)(nil),     // 13: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),    // 14: contextd.v1.ReadToolResultResponse
+	(*ConversationState)(nil),         // 15: contextd.v1.ConversationState
+	(*Delta)(nil),                     // 16: contextd.v1.Delta
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	13, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	14, // 1: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	13, // 2: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	14, // 3: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	15, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	16, // 1: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	15, // 2: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	16, // 3: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
 	7,  // 4: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
 	9,  // 5: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
 	11, // 6: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
@@ -927,13 +1110,15 @@ var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
 	4,  // 9: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
 	6,  // 10: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
 	10, // 11: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	1,  // 12: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	3,  // 13: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	5,  // 14: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	8,  // 15: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	12, // 16: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
+	13, // 12: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	1,  // 13: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	3,  // 14: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	5,  // 15: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	8,  // 16: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	12, // 17: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	14, // 18: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -957,7 +1142,7 @@ func file_contextd_v1_conversation_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	ConversationService_Clear_FullMethodName             = "/contextd.v1.ConversationService/Clear"
 	ConversationService_Watch_FullMethodName             = "/contextd.v1.ConversationService/Watch"
 	ConversationService_ListConversations_FullMethodName = "/contextd.v1.ConversationService/ListConversations"
+	ConversationService_ReadToolResult_FullMethodName    = "/contextd.v1.ConversationService/ReadToolResult"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -44,6 +45,10 @@ type ConversationServiceClient interface {
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// List conversations, paged, ordered by id.
 	ListConversations(ctx context.Context, in *ListConversationsRequest, opts ...grpc.CallOption) (*ListConversationsResponse, error)
+	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
+	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
+	// conversation has no result for the call.
+	ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error)
 }
 
 type conversationServiceClient struct {
@@ -113,6 +118,16 @@ func (c *conversationServiceClient) ListConversations(ctx context.Context, in *L
 	return out, nil
 }
 
+func (c *conversationServiceClient) ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadToolResultResponse)
+	err := c.cc.Invoke(ctx, ConversationService_ReadToolResult_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -131,6 +146,10 @@ type ConversationServiceServer interface {
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// List conversations, paged, ordered by id.
 	ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error)
+	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
+	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
+	// conversation has no result for the call.
+	ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error)
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -155,6 +174,9 @@ func (UnimplementedConversationServiceServer) Watch(*WatchRequest, grpc.ServerSt
 }
 func (UnimplementedConversationServiceServer) ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListConversations not implemented")
+}
+func (UnimplementedConversationServiceServer) ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadToolResult not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -260,6 +282,24 @@ func _ConversationService_ListConversations_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_ReadToolResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadToolResultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).ReadToolResult(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_ReadToolResult_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).ReadToolResult(ctx, req.(*ReadToolResultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -282,6 +322,10 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListConversations",
 			Handler:    _ConversationService_ListConversations_Handler,
+		},
+		{
+			MethodName: "ReadToolResult",
+			Handler:    _ConversationService_ReadToolResult_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -357,6 +357,7 @@ type Delta struct {
 	//	*Delta_Forget
 	//	*Delta_AppendProviderResponse
 	//	*Delta_SetToolDefinitions
+	//	*Delta_AppendProviderStream
 	Operation     isDelta_Operation `protobuf_oneof:"operation"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -561,6 +562,15 @@ func (x *Delta) GetSetToolDefinitions() *SetToolDefinitions {
 	return nil
 }
 
+func (x *Delta) GetAppendProviderStream() *AppendProviderStream {
+	if x != nil {
+		if x, ok := x.Operation.(*Delta_AppendProviderStream); ok {
+			return x.AppendProviderStream
+		}
+	}
+	return nil
+}
+
 type isDelta_Operation interface {
 	isDelta_Operation()
 }
@@ -655,6 +665,11 @@ type Delta_SetToolDefinitions struct {
 	SetToolDefinitions *SetToolDefinitions `protobuf:"bytes,18,opt,name=set_tool_definitions,json=setToolDefinitions,proto3,oneof"`
 }
 
+type Delta_AppendProviderStream struct {
+	// Merge a provider's streamed response events and append the result.
+	AppendProviderStream *AppendProviderStream `protobuf:"bytes,60,opt,name=append_provider_stream,json=appendProviderStream,proto3,oneof"`
+}
+
 func (*Delta_AppendMessages) isDelta_Operation() {}
 
 func (*Delta_ReplaceSegment) isDelta_Operation() {}
@@ -690,6 +705,8 @@ func (*Delta_Forget) isDelta_Operation() {}
 func (*Delta_AppendProviderResponse) isDelta_Operation() {}
 
 func (*Delta_SetToolDefinitions) isDelta_Operation() {}
+
+func (*Delta_AppendProviderStream) isDelta_Operation() {}
 
 // Append messages to the end of a segment. Messages without an id get a random one. Appending to
 // history is validated: the result must not contain an invalid tool round, and an open round may
@@ -1635,6 +1652,100 @@ func (x *AppendProviderResponse) GetJson() []byte {
 	return nil
 }
 
+// Merge the events of a streamed provider response into the response body they stand for, then
+// append it exactly as `AppendProviderResponse` appends that body: a stream and the equivalent
+// non-streaming body give the same messages. Each event is one JSON object, as received:
+//   - OPENAI_CHAT: the `chat.completion.chunk` objects (the `data:` payloads); the final `[DONE]`
+//     may be included. Complete when a chunk has a `finish_reason` (or at `[DONE]`).
+//   - OPENAI_RESPONSES: the SSE event payloads (`response.created`, `response.output_item.added`,
+//     `response.output_text.delta`, ...). Complete at `response.completed`.
+//   - ANTHROPIC_MESSAGES: the SSE event payloads (`message_start`, `content_block_start`,
+//     `content_block_delta` with text, `input_json_delta`, `thinking_delta` and `signature_delta`,
+//     `content_block_stop`, `message_delta`, `message_stop`; `ping` is ignored). Complete at
+//     `message_stop`.
+//   - GEMINI: the `streamGenerateContent` chunks (each a `GenerateContentResponse`). Consecutive
+//     text parts of the same kind are joined; a `thoughtSignature` ends the part it is on. Complete
+//     when a chunk has a `finishReason`.
+//
+// Limits: at most 100,000 events, each nested no deeper than 64 levels; the whole request is
+// bounded by the sidecar's request size limit. A malformed event, or a stream that is neither
+// complete nor `interrupted`, is INVALID_ARGUMENT naming the event (`events[3]: ...`) and the JSON
+// path inside it; more events than the limit is RESOURCE_EXHAUSTED; nothing is appended.
+type AppendProviderStream struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which provider's format the events are in.
+	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
+	// The stream's events, in the order received.
+	Events [][]byte `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// The stream ended before it was complete (the caller cancelled it or the connection broke).
+	// The text received so far is appended as `TruncateAssistant` appends `partial_text`, with
+	// `abort_reason`; reasoning and tool calls of the partial response are dropped (a partial
+	// signature is invalid and a call that never finished has no result).
+	Interrupted bool `protobuf:"varint,3,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
+	// Why the stream was interrupted; used only with `interrupted`; may be empty.
+	AbortReason   string `protobuf:"bytes,4,opt,name=abort_reason,json=abortReason,proto3" json:"abort_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendProviderStream) Reset() {
+	*x = AppendProviderStream{}
+	mi := &file_contextd_v1_state_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendProviderStream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendProviderStream) ProtoMessage() {}
+
+func (x *AppendProviderStream) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_state_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendProviderStream.ProtoReflect.Descriptor instead.
+func (*AppendProviderStream) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AppendProviderStream) GetProvider() Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return Provider_PROVIDER_UNSPECIFIED
+}
+
+func (x *AppendProviderStream) GetEvents() [][]byte {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *AppendProviderStream) GetInterrupted() bool {
+	if x != nil {
+		return x.Interrupted
+	}
+	return false
+}
+
+func (x *AppendProviderStream) GetAbortReason() string {
+	if x != nil {
+		return x.AbortReason
+	}
+	return ""
+}
+
 // Replace the conversation's tool definitions.
 type SetToolDefinitions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1646,7 +1757,7 @@ type SetToolDefinitions struct {
 
 func (x *SetToolDefinitions) Reset() {
 	*x = SetToolDefinitions{}
-	mi := &file_contextd_v1_state_proto_msgTypes[21]
+	mi := &file_contextd_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1769,7 @@ func (x *SetToolDefinitions) String() string {
 func (*SetToolDefinitions) ProtoMessage() {}
 
 func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[21]
+	mi := &file_contextd_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1782,7 @@ func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetToolDefinitions.ProtoReflect.Descriptor instead.
 func (*SetToolDefinitions) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetToolDefinitions) GetToolDefinitions() []*ToolDefinition {
@@ -1707,7 +1818,7 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\vexperiences\x18\b \x03(\v2\x17.contextd.v1.ExperienceR\vexperiences\x12F\n" +
 	"\x10tool_definitions\x18\t \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x124\n" +
 	"\x16last_experience_number\x18\n" +
-	" \x01(\x03R\x14lastExperienceNumber\"\x88\n" +
+	" \x01(\x03R\x14lastExperienceNumber\"\xe3\n" +
 	"\n" +
 	"\x05Delta\x12F\n" +
 	"\x0fappend_messages\x18\x01 \x01(\v2\x1b.contextd.v1.AppendMessagesH\x00R\x0eappendMessages\x12F\n" +
@@ -1730,7 +1841,8 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\bremember\x18\x0f \x01(\v2\x15.contextd.v1.RememberH\x00R\bremember\x12-\n" +
 	"\x06forget\x18\x10 \x01(\v2\x13.contextd.v1.ForgetH\x00R\x06forget\x12_\n" +
 	"\x18append_provider_response\x18\x11 \x01(\v2#.contextd.v1.AppendProviderResponseH\x00R\x16appendProviderResponse\x12S\n" +
-	"\x14set_tool_definitions\x18\x12 \x01(\v2\x1f.contextd.v1.SetToolDefinitionsH\x00R\x12setToolDefinitionsB\v\n" +
+	"\x14set_tool_definitions\x18\x12 \x01(\v2\x1f.contextd.v1.SetToolDefinitionsH\x00R\x12setToolDefinitions\x12Y\n" +
+	"\x16append_provider_stream\x18< \x01(\v2!.contextd.v1.AppendProviderStreamH\x00R\x14appendProviderStreamB\v\n" +
 	"\toperation\"r\n" +
 	"\x0eAppendMessages\x12.\n" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x120\n" +
@@ -1787,7 +1899,12 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\rexperience_id\x18\x01 \x01(\tR\fexperienceId\"_\n" +
 	"\x16AppendProviderResponse\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x12\n" +
-	"\x04json\x18\x02 \x01(\fR\x04json\"\\\n" +
+	"\x04json\x18\x02 \x01(\fR\x04json\"\xa6\x01\n" +
+	"\x14AppendProviderStream\x121\n" +
+	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x16\n" +
+	"\x06events\x18\x02 \x03(\fR\x06events\x12 \n" +
+	"\vinterrupted\x18\x03 \x01(\bR\vinterrupted\x12!\n" +
+	"\fabort_reason\x18\x04 \x01(\tR\vabortReason\"\\\n" +
 	"\x12SetToolDefinitions\x12F\n" +
 	"\x10tool_definitions\x18\x01 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions*r\n" +
 	"\aSegment\x12\x17\n" +
@@ -1812,7 +1929,7 @@ func file_contextd_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_contextd_v1_state_proto_goTypes = []any{
 	(Segment)(0),                   // 0: contextd.v1.Segment
 	(*Experience)(nil),             // 1: contextd.v1.Experience
@@ -1836,21 +1953,22 @@ var file_contextd_v1_state_proto_goTypes = []any{
 	(*Remember)(nil),               // 19: contextd.v1.Remember
 	(*Forget)(nil),                 // 20: contextd.v1.Forget
 	(*AppendProviderResponse)(nil), // 21: contextd.v1.AppendProviderResponse
-	(*SetToolDefinitions)(nil),     // 22: contextd.v1.SetToolDefinitions
-	(*Message)(nil),                // 23: contextd.v1.Message
-	(*Artifact)(nil),               // 24: contextd.v1.Artifact
-	(*ToolCallPart)(nil),           // 25: contextd.v1.ToolCallPart
-	(*ReasoningPart)(nil),          // 26: contextd.v1.ReasoningPart
-	(*ToolPayload)(nil),            // 27: contextd.v1.ToolPayload
-	(*Part)(nil),                   // 28: contextd.v1.Part
-	(Provider)(0),                  // 29: contextd.v1.Provider
+	(*AppendProviderStream)(nil),   // 22: contextd.v1.AppendProviderStream
+	(*SetToolDefinitions)(nil),     // 23: contextd.v1.SetToolDefinitions
+	(*Message)(nil),                // 24: contextd.v1.Message
+	(*Artifact)(nil),               // 25: contextd.v1.Artifact
+	(*ToolCallPart)(nil),           // 26: contextd.v1.ToolCallPart
+	(*ReasoningPart)(nil),          // 27: contextd.v1.ReasoningPart
+	(*ToolPayload)(nil),            // 28: contextd.v1.ToolPayload
+	(*Part)(nil),                   // 29: contextd.v1.Part
+	(Provider)(0),                  // 30: contextd.v1.Provider
 }
 var file_contextd_v1_state_proto_depIdxs = []int32{
-	23, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
-	23, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
-	23, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
-	23, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
-	24, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
+	24, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
+	24, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
+	24, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
+	24, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
+	25, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
 	1,  // 5: contextd.v1.ConversationState.experiences:type_name -> contextd.v1.Experience
 	2,  // 6: contextd.v1.ConversationState.tool_definitions:type_name -> contextd.v1.ToolDefinition
 	5,  // 7: contextd.v1.Delta.append_messages:type_name -> contextd.v1.AppendMessages
@@ -1870,29 +1988,31 @@ var file_contextd_v1_state_proto_depIdxs = []int32{
 	19, // 21: contextd.v1.Delta.remember:type_name -> contextd.v1.Remember
 	20, // 22: contextd.v1.Delta.forget:type_name -> contextd.v1.Forget
 	21, // 23: contextd.v1.Delta.append_provider_response:type_name -> contextd.v1.AppendProviderResponse
-	22, // 24: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
-	0,  // 25: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
-	23, // 26: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
-	0,  // 27: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
-	23, // 28: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
-	0,  // 29: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
-	0,  // 30: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
-	24, // 31: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
-	23, // 32: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
-	23, // 33: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
-	25, // 34: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
-	26, // 35: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
-	27, // 36: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
-	28, // 37: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
-	23, // 38: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
-	23, // 39: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
-	29, // 40: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
-	2,  // 41: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	23, // 24: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
+	22, // 25: contextd.v1.Delta.append_provider_stream:type_name -> contextd.v1.AppendProviderStream
+	0,  // 26: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
+	24, // 27: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
+	0,  // 28: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
+	24, // 29: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
+	0,  // 30: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
+	0,  // 31: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
+	25, // 32: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
+	24, // 33: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
+	24, // 34: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
+	26, // 35: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
+	27, // 36: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
+	28, // 37: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
+	29, // 38: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
+	24, // 39: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
+	24, // 40: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
+	30, // 41: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
+	30, // 42: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
+	2,  // 43: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_state_proto_init() }
@@ -1921,6 +2041,7 @@ func file_contextd_v1_state_proto_init() {
 		(*Delta_Forget)(nil),
 		(*Delta_AppendProviderResponse)(nil),
 		(*Delta_SetToolDefinitions)(nil),
+		(*Delta_AppendProviderStream)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1928,7 +2049,7 @@ func file_contextd_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_state_proto_rawDesc), len(file_contextd_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -108,6 +108,9 @@ class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_REASON_UNCHANGED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_HISTORY_ALIGNMENT: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_REASONING_CLEARED: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: _ClassVar[TransformationReason]
 CURRENT_TURN_PERSISTENCE_UNSPECIFIED: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_RAW: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_PROMPT_SAFE: CurrentTurnPersistence
@@ -171,6 +174,9 @@ TRANSFORMATION_REASON_SUMMARIZED: TransformationReason
 TRANSFORMATION_REASON_UNCHANGED: TransformationReason
 TRANSFORMATION_REASON_TOOL_ARGUMENTS_REPAIR: TransformationReason
 TRANSFORMATION_REASON_HISTORY_ALIGNMENT: TransformationReason
+TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: TransformationReason
+TRANSFORMATION_REASON_REASONING_CLEARED: TransformationReason
+TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: TransformationReason
 
 class MessageList(_message.Message):
     __slots__ = ("messages",)
@@ -229,7 +235,7 @@ class Estimator(_message.Message):
     def __init__(self, kind: _Optional[_Union[EstimatorKind, str]] = ..., chars_per_token: _Optional[float] = ..., fixed_per_message: _Optional[int] = ..., fixed_per_part: _Optional[int] = ..., fixed_per_tool_call: _Optional[int] = ..., encoding: _Optional[_Union[TokenizerEncoding, str]] = ..., provider: _Optional[_Union[_message_pb2.Provider, str]] = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message")
+    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message", "tool_result_clearing", "reasoning_clearing", "trim_step_tokens")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +247,9 @@ class Budget(_message.Message):
     AUTO_COMPACT_FIELD_NUMBER: _ClassVar[int]
     HISTORY_START_FIELD_NUMBER: _ClassVar[int]
     TRIM_LATEST_USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_CLEARING_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CLEARING_FIELD_NUMBER: _ClassVar[int]
+    TRIM_STEP_TOKENS_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     strategy: BudgetStrategy
     estimator: Estimator
@@ -252,7 +261,32 @@ class Budget(_message.Message):
     auto_compact: bool
     history_start: HistoryStart
     trim_latest_user_message: bool
-    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ...) -> None: ...
+    tool_result_clearing: ToolResultClearing
+    reasoning_clearing: ReasoningClearing
+    trim_step_tokens: int
+    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ..., tool_result_clearing: _Optional[_Union[ToolResultClearing, _Mapping]] = ..., reasoning_clearing: _Optional[_Union[ReasoningClearing, _Mapping]] = ..., trim_step_tokens: _Optional[int] = ...) -> None: ...
+
+class ToolResultClearing(_message.Message):
+    __slots__ = ("trigger_tokens", "keep_recent", "clear_at_least_tokens", "exclude_tools", "placeholder", "clear_inputs")
+    TRIGGER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_RECENT_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_AT_LEAST_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    trigger_tokens: int
+    keep_recent: int
+    clear_at_least_tokens: int
+    exclude_tools: _containers.RepeatedScalarFieldContainer[str]
+    placeholder: str
+    clear_inputs: bool
+    def __init__(self, trigger_tokens: _Optional[int] = ..., keep_recent: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., exclude_tools: _Optional[_Iterable[str]] = ..., placeholder: _Optional[str] = ..., clear_inputs: bool = ...) -> None: ...
+
+class ReasoningClearing(_message.Message):
+    __slots__ = ("keep_recent_turns",)
+    KEEP_RECENT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    keep_recent_turns: int
+    def __init__(self, keep_recent_turns: _Optional[int] = ...) -> None: ...
 
 class DeferredBlock(_message.Message):
     __slots__ = ("segment", "messages", "merge_policy")
@@ -388,7 +422,7 @@ class CommitOptions(_message.Message):
     def __init__(self, expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ...) -> None: ...
 
 class CompileRequest(_message.Message):
-    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "tool_arguments_repair", "include")
+    __slots__ = ("conversation_id", "system", "history", "memory", "tools", "tool_definitions", "experiences", "current_turn", "pending", "artifacts", "turn_id", "identity", "repair", "budget", "deferred_blocks", "resolve_vars", "hooks", "formatters", "role_projection", "text_replacements", "targets", "scratch", "render", "commit", "tool_arguments_repair", "include", "large_tool_results")
     class ResolveVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -422,6 +456,7 @@ class CompileRequest(_message.Message):
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     TOOL_ARGUMENTS_REPAIR_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    LARGE_TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     system: MessageList
     history: MessageList
@@ -448,7 +483,20 @@ class CompileRequest(_message.Message):
     commit: CommitOptions
     tool_arguments_repair: ToolArgumentsRepair
     include: _containers.RepeatedScalarFieldContainer[CompileResultPart]
-    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ..., include: _Optional[_Iterable[_Union[CompileResultPart, str]]] = ...) -> None: ...
+    large_tool_results: LargeToolResults
+    def __init__(self, conversation_id: _Optional[str] = ..., system: _Optional[_Union[MessageList, _Mapping]] = ..., history: _Optional[_Union[MessageList, _Mapping]] = ..., memory: _Optional[_Union[MessageList, _Mapping]] = ..., tools: _Optional[_Union[MessageList, _Mapping]] = ..., tool_definitions: _Optional[_Union[ToolDefinitionList, _Mapping]] = ..., experiences: _Optional[_Union[ExperienceList, _Mapping]] = ..., current_turn: _Optional[_Union[CurrentTurn, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., turn_id: _Optional[str] = ..., identity: _Optional[_Union[IdentityOptions, _Mapping]] = ..., repair: _Optional[_Union[ToolRoundRepair, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., deferred_blocks: _Optional[_Iterable[_Union[DeferredBlock, _Mapping]]] = ..., resolve_vars: _Optional[_Mapping[str, str]] = ..., hooks: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., formatters: _Optional[_Iterable[_Union[SegmentFormatter, _Mapping]]] = ..., role_projection: _Optional[_Union[RoleProjection, _Mapping]] = ..., text_replacements: _Optional[_Iterable[_Union[TextReplacement, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., render: _Optional[_Union[RenderOptions, _Mapping]] = ..., commit: _Optional[_Union[CommitOptions, _Mapping]] = ..., tool_arguments_repair: _Optional[_Union[ToolArgumentsRepair, str]] = ..., include: _Optional[_Iterable[_Union[CompileResultPart, str]]] = ..., large_tool_results: _Optional[_Union[LargeToolResults, _Mapping]] = ...) -> None: ...
+
+class LargeToolResults(_message.Message):
+    __slots__ = ("min_bytes", "preview_bytes", "exclude_tools", "add_read_tool")
+    MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    ADD_READ_TOOL_FIELD_NUMBER: _ClassVar[int]
+    min_bytes: int
+    preview_bytes: int
+    exclude_tools: _containers.RepeatedScalarFieldContainer[str]
+    add_read_tool: bool
+    def __init__(self, min_bytes: _Optional[int] = ..., preview_bytes: _Optional[int] = ..., exclude_tools: _Optional[_Iterable[str]] = ..., add_read_tool: bool = ...) -> None: ...
 
 class Transformation(_message.Message):
     __slots__ = ("action", "reason", "segment")
@@ -580,7 +628,7 @@ class Persistence(_message.Message):
     def __init__(self, system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("system", "history", "memory", "tools", "tool_definitions", "pending", "reserved", "limit", "total", "estimator", "history_before_trim", "reply_priming")
+    __slots__ = ("system", "history", "memory", "tools", "tool_definitions", "pending", "reserved", "limit", "total", "estimator", "history_before_trim", "reply_priming", "cleared_tokens")
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -593,6 +641,7 @@ class Usage(_message.Message):
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     HISTORY_BEFORE_TRIM_FIELD_NUMBER: _ClassVar[int]
     REPLY_PRIMING_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     system: int
     history: int
     memory: int
@@ -605,7 +654,8 @@ class Usage(_message.Message):
     estimator: EstimatorKind
     history_before_trim: int
     reply_priming: int
-    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ..., tool_definitions: _Optional[int] = ..., pending: _Optional[int] = ..., reserved: _Optional[int] = ..., limit: _Optional[int] = ..., total: _Optional[int] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., history_before_trim: _Optional[int] = ..., reply_priming: _Optional[int] = ...) -> None: ...
+    cleared_tokens: int
+    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ..., tool_definitions: _Optional[int] = ..., pending: _Optional[int] = ..., reserved: _Optional[int] = ..., limit: _Optional[int] = ..., total: _Optional[int] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., history_before_trim: _Optional[int] = ..., reply_priming: _Optional[int] = ..., cleared_tokens: _Optional[int] = ...) -> None: ...
 
 class Warning(_message.Message):
     __slots__ = ("code", "message")

@@ -120,3 +120,31 @@ class ListConversationsResponse(_message.Message):
     conversations: _containers.RepeatedCompositeFieldContainer[ConversationSummary]
     next_page_token: str
     def __init__(self, conversations: _Optional[_Iterable[_Union[ConversationSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReadToolResultRequest(_message.Message):
+    __slots__ = ("conversation_id", "tool_call_id", "offset", "max_bytes")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    tool_call_id: str
+    offset: int
+    max_bytes: int
+    def __init__(self, conversation_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadToolResultResponse(_message.Message):
+    __slots__ = ("text", "offset", "next_offset", "total_bytes", "name", "version")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    offset: int
+    next_offset: int
+    total_bytes: int
+    name: str
+    version: int
+    def __init__(self, text: _Optional[str] = ..., offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., name: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...

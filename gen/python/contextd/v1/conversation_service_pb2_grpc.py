@@ -60,6 +60,11 @@ class ConversationServiceStub(object):
                 request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ListConversationsRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ListConversationsResponse.FromString,
                 _registered_method=True)
+        self.ReadToolResult = channel.unary_unary(
+                '/contextd.v1.ConversationService/ReadToolResult',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultResponse.FromString,
+                _registered_method=True)
 
 
 class ConversationServiceServicer(object):
@@ -103,6 +108,15 @@ class ConversationServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadToolResult(self, request, context):
+        """Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
+        compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
+        conversation has no result for the call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +144,11 @@ def add_ConversationServiceServicer_to_server(servicer, server):
                     servicer.ListConversations,
                     request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ListConversationsRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ListConversationsResponse.SerializeToString,
+            ),
+            'ReadToolResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadToolResult,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +287,33 @@ class ConversationService(object):
             '/contextd.v1.ConversationService/ListConversations',
             contextd_dot_v1_dot_conversation__service__pb2.ListConversationsRequest.SerializeToString,
             contextd_dot_v1_dot_conversation__service__pb2.ListConversationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadToolResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/ReadToolResult',
+            contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from contextd.v1 import artifact_pb2 as contextd_dot_v1_dot_artifact__pb2
 from contextd.v1 import message_pb2 as contextd_dot_v1_dot_message__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63ontextd/v1/state.proto\x12\x0b\x63ontextd.v1\x1a\x1a\x63ontextd/v1/artifact.proto\x1a\x19\x63ontextd/v1/message.proto\"0\n\nExperience\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04text\x18\x02 \x01(\tR\x04text\"f\n\x0eToolDefinition\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12\x1e\n\nparameters\x18\x03 \x01(\tR\nparameters\"\xfc\x03\n\x11\x43onversationState\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12,\n\x06system\x18\x03 \x03(\x0b\x32\x14.contextd.v1.MessageR\x06system\x12.\n\x07history\x18\x04 \x03(\x0b\x32\x14.contextd.v1.MessageR\x07history\x12,\n\x06memory\x18\x05 \x03(\x0b\x32\x14.contextd.v1.MessageR\x06memory\x12*\n\x05tools\x18\x06 \x03(\x0b\x32\x14.contextd.v1.MessageR\x05tools\x12\x33\n\tartifacts\x18\x07 \x03(\x0b\x32\x15.contextd.v1.ArtifactR\tartifacts\x12\x39\n\x0b\x65xperiences\x18\x08 \x03(\x0b\x32\x17.contextd.v1.ExperienceR\x0b\x65xperiences\x12\x46\n\x10tool_definitions\x18\t \x03(\x0b\x32\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x12\x34\n\x16last_experience_number\x18\n \x01(\x03R\x14lastExperienceNumber\"\x88\n\n\x05\x44\x65lta\x12\x46\n\x0f\x61ppend_messages\x18\x01 \x01(\x0b\x32\x1b.contextd.v1.AppendMessagesH\x00R\x0e\x61ppendMessages\x12\x46\n\x0freplace_segment\x18\x02 \x01(\x0b\x32\x1b.contextd.v1.ReplaceSegmentH\x00R\x0ereplaceSegment\x12\x46\n\x0fremove_messages\x18\x03 \x01(\x0b\x32\x1b.contextd.v1.RemoveMessagesH\x00R\x0eremoveMessages\x12@\n\rclear_segment\x18\x04 \x01(\x0b\x32\x19.contextd.v1.ClearSegmentH\x00R\x0c\x63learSegment\x12:\n\x0b\x63lear_state\x18\x05 \x01(\x0b\x32\x17.contextd.v1.ClearStateH\x00R\nclearState\x12\x46\n\x0fupsert_artifact\x18\x06 \x01(\x0b\x32\x1b.contextd.v1.UpsertArtifactH\x00R\x0eupsertArtifact\x12I\n\x10remove_artifacts\x18\x07 \x01(\x0b\x32\x1c.contextd.v1.RemoveArtifactsH\x00R\x0fremoveArtifacts\x12J\n\x11\x61ppend_tool_round\x18\x08 \x01(\x0b\x32\x1c.contextd.v1.AppendToolRoundH\x00R\x0f\x61ppendToolRound\x12I\n\x10\x61ppend_assistant\x18\t \x01(\x0b\x32\x1c.contextd.v1.AppendAssistantH\x00R\x0f\x61ppendAssistant\x12M\n\x12\x61ppend_tool_result\x18\n \x01(\x0b\x32\x1d.contextd.v1.AppendToolResultH\x00R\x10\x61ppendToolResult\x12:\n\x0b\x61ppend_user\x18\x0b \x01(\x0b\x32\x17.contextd.v1.AppendUserH\x00R\nappendUser\x12O\n\x12truncate_assistant\x18\x0c \x01(\x0b\x32\x1e.contextd.v1.TruncateAssistantH\x00R\x11truncateAssistant\x12J\n\x11\x63\x61ncel_tool_calls\x18\r \x01(\x0b\x32\x1c.contextd.v1.CancelToolCallsH\x00R\x0f\x63\x61ncelToolCalls\x12\x30\n\x07\x63ompact\x18\x0e \x01(\x0b\x32\x14.contextd.v1.CompactH\x00R\x07\x63ompact\x12\x33\n\x08remember\x18\x0f \x01(\x0b\x32\x15.contextd.v1.RememberH\x00R\x08remember\x12-\n\x06\x66orget\x18\x10 \x01(\x0b\x32\x13.contextd.v1.ForgetH\x00R\x06\x66orget\x12_\n\x18\x61ppend_provider_response\x18\x11 \x01(\x0b\x32#.contextd.v1.AppendProviderResponseH\x00R\x16\x61ppendProviderResponse\x12S\n\x14set_tool_definitions\x18\x12 \x01(\x0b\x32\x1f.contextd.v1.SetToolDefinitionsH\x00R\x12setToolDefinitionsB\x0b\n\toperation\"r\n\x0e\x41ppendMessages\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x30\n\x08messages\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\"r\n\x0eReplaceSegment\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x30\n\x08messages\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\"R\n\x0eRemoveMessages\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x10\n\x03ids\x18\x02 \x03(\tR\x03ids\">\n\x0c\x43learSegment\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\"\x0c\n\nClearState\"C\n\x0eUpsertArtifact\x12\x31\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x15.contextd.v1.ArtifactR\x08\x61rtifact\"#\n\x0fRemoveArtifacts\x12\x10\n\x03ids\x18\x01 \x03(\tR\x03ids\"u\n\x0f\x41ppendToolRound\x12\x32\n\tassistant\x18\x01 \x01(\x0b\x32\x14.contextd.v1.MessageR\tassistant\x12.\n\x07results\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x07results\"\xb8\x01\n\x0f\x41ppendAssistant\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x38\n\ntool_calls\x18\x02 \x03(\x0b\x32\x19.contextd.v1.ToolCallPartR\ttoolCalls\x12\x38\n\treasoning\x18\x03 \x03(\x0b\x32\x1a.contextd.v1.ReasoningPartR\treasoning\x12\x1d\n\nmessage_id\x18\x04 \x01(\tR\tmessageId\"\xee\x01\n\x10\x41ppendToolResult\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x32\n\x07payload\x18\x03 \x01(\x0b\x32\x18.contextd.v1.ToolPayloadR\x07payload\x12\x19\n\x08is_error\x18\x04 \x01(\x08R\x07isError\x12\x36\n\rcontent_parts\x18\x05 \x03(\x0b\x32\x11.contextd.v1.PartR\x0c\x63ontentParts\x12\x1d\n\nmessage_id\x18\x06 \x01(\tR\tmessageId\"<\n\nAppendUser\x12.\n\x07message\x18\x01 \x01(\x0b\x32\x14.contextd.v1.MessageR\x07message\"Y\n\x11TruncateAssistant\x12!\n\x0cpartial_text\x18\x01 \x01(\tR\x0bpartialText\x12!\n\x0c\x61\x62ort_reason\x18\x02 \x01(\tR\x0b\x61\x62ortReason\"X\n\x0f\x43\x61ncelToolCalls\x12\"\n\rtool_call_ids\x18\x01 \x03(\tR\x0btoolCallIds\x12!\n\x0c\x61\x62ort_reason\x18\x02 \x01(\tR\x0b\x61\x62ortReason\"\x83\x01\n\x07\x43ompact\x12.\n\x07summary\x18\x01 \x01(\x0b\x32\x14.contextd.v1.MessageR\x07summary\x12,\n\x12through_message_id\x18\x02 \x01(\tR\x10throughMessageId\x12\x1a\n\x08remember\x18\x03 \x03(\tR\x08remember\"\x1e\n\x08Remember\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\"-\n\x06\x46orget\x12#\n\rexperience_id\x18\x01 \x01(\tR\x0c\x65xperienceId\"_\n\x16\x41ppendProviderResponse\x12\x31\n\x08provider\x18\x01 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x12\n\x04json\x18\x02 \x01(\x0cR\x04json\"\\\n\x12SetToolDefinitions\x12\x46\n\x10tool_definitions\x18\x01 \x03(\x0b\x32\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions*r\n\x07Segment\x12\x17\n\x13SEGMENT_UNSPECIFIED\x10\x00\x12\x12\n\x0eSEGMENT_SYSTEM\x10\x01\x12\x13\n\x0fSEGMENT_HISTORY\x10\x02\x12\x12\n\x0eSEGMENT_MEMORY\x10\x03\x12\x11\n\rSEGMENT_TOOLS\x10\x04\x42\xaa\x01\n\x0f\x63om.contextd.v1B\nStateProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63ontextd/v1/state.proto\x12\x0b\x63ontextd.v1\x1a\x1a\x63ontextd/v1/artifact.proto\x1a\x19\x63ontextd/v1/message.proto\"0\n\nExperience\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04text\x18\x02 \x01(\tR\x04text\"f\n\x0eToolDefinition\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12\x1e\n\nparameters\x18\x03 \x01(\tR\nparameters\"\xfc\x03\n\x11\x43onversationState\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12,\n\x06system\x18\x03 \x03(\x0b\x32\x14.contextd.v1.MessageR\x06system\x12.\n\x07history\x18\x04 \x03(\x0b\x32\x14.contextd.v1.MessageR\x07history\x12,\n\x06memory\x18\x05 \x03(\x0b\x32\x14.contextd.v1.MessageR\x06memory\x12*\n\x05tools\x18\x06 \x03(\x0b\x32\x14.contextd.v1.MessageR\x05tools\x12\x33\n\tartifacts\x18\x07 \x03(\x0b\x32\x15.contextd.v1.ArtifactR\tartifacts\x12\x39\n\x0b\x65xperiences\x18\x08 \x03(\x0b\x32\x17.contextd.v1.ExperienceR\x0b\x65xperiences\x12\x46\n\x10tool_definitions\x18\t \x03(\x0b\x32\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x12\x34\n\x16last_experience_number\x18\n \x01(\x03R\x14lastExperienceNumber\"\xe3\n\n\x05\x44\x65lta\x12\x46\n\x0f\x61ppend_messages\x18\x01 \x01(\x0b\x32\x1b.contextd.v1.AppendMessagesH\x00R\x0e\x61ppendMessages\x12\x46\n\x0freplace_segment\x18\x02 \x01(\x0b\x32\x1b.contextd.v1.ReplaceSegmentH\x00R\x0ereplaceSegment\x12\x46\n\x0fremove_messages\x18\x03 \x01(\x0b\x32\x1b.contextd.v1.RemoveMessagesH\x00R\x0eremoveMessages\x12@\n\rclear_segment\x18\x04 \x01(\x0b\x32\x19.contextd.v1.ClearSegmentH\x00R\x0c\x63learSegment\x12:\n\x0b\x63lear_state\x18\x05 \x01(\x0b\x32\x17.contextd.v1.ClearStateH\x00R\nclearState\x12\x46\n\x0fupsert_artifact\x18\x06 \x01(\x0b\x32\x1b.contextd.v1.UpsertArtifactH\x00R\x0eupsertArtifact\x12I\n\x10remove_artifacts\x18\x07 \x01(\x0b\x32\x1c.contextd.v1.RemoveArtifactsH\x00R\x0fremoveArtifacts\x12J\n\x11\x61ppend_tool_round\x18\x08 \x01(\x0b\x32\x1c.contextd.v1.AppendToolRoundH\x00R\x0f\x61ppendToolRound\x12I\n\x10\x61ppend_assistant\x18\t \x01(\x0b\x32\x1c.contextd.v1.AppendAssistantH\x00R\x0f\x61ppendAssistant\x12M\n\x12\x61ppend_tool_result\x18\n \x01(\x0b\x32\x1d.contextd.v1.AppendToolResultH\x00R\x10\x61ppendToolResult\x12:\n\x0b\x61ppend_user\x18\x0b \x01(\x0b\x32\x17.contextd.v1.AppendUserH\x00R\nappendUser\x12O\n\x12truncate_assistant\x18\x0c \x01(\x0b\x32\x1e.contextd.v1.TruncateAssistantH\x00R\x11truncateAssistant\x12J\n\x11\x63\x61ncel_tool_calls\x18\r \x01(\x0b\x32\x1c.contextd.v1.CancelToolCallsH\x00R\x0f\x63\x61ncelToolCalls\x12\x30\n\x07\x63ompact\x18\x0e \x01(\x0b\x32\x14.contextd.v1.CompactH\x00R\x07\x63ompact\x12\x33\n\x08remember\x18\x0f \x01(\x0b\x32\x15.contextd.v1.RememberH\x00R\x08remember\x12-\n\x06\x66orget\x18\x10 \x01(\x0b\x32\x13.contextd.v1.ForgetH\x00R\x06\x66orget\x12_\n\x18\x61ppend_provider_response\x18\x11 \x01(\x0b\x32#.contextd.v1.AppendProviderResponseH\x00R\x16\x61ppendProviderResponse\x12S\n\x14set_tool_definitions\x18\x12 \x01(\x0b\x32\x1f.contextd.v1.SetToolDefinitionsH\x00R\x12setToolDefinitions\x12Y\n\x16\x61ppend_provider_stream\x18< \x01(\x0b\x32!.contextd.v1.AppendProviderStreamH\x00R\x14\x61ppendProviderStreamB\x0b\n\toperation\"r\n\x0e\x41ppendMessages\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x30\n\x08messages\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\"r\n\x0eReplaceSegment\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x30\n\x08messages\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\"R\n\x0eRemoveMessages\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x10\n\x03ids\x18\x02 \x03(\tR\x03ids\">\n\x0c\x43learSegment\x12.\n\x07segment\x18\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\"\x0c\n\nClearState\"C\n\x0eUpsertArtifact\x12\x31\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x15.contextd.v1.ArtifactR\x08\x61rtifact\"#\n\x0fRemoveArtifacts\x12\x10\n\x03ids\x18\x01 \x03(\tR\x03ids\"u\n\x0f\x41ppendToolRound\x12\x32\n\tassistant\x18\x01 \x01(\x0b\x32\x14.contextd.v1.MessageR\tassistant\x12.\n\x07results\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x07results\"\xb8\x01\n\x0f\x41ppendAssistant\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x38\n\ntool_calls\x18\x02 \x03(\x0b\x32\x19.contextd.v1.ToolCallPartR\ttoolCalls\x12\x38\n\treasoning\x18\x03 \x03(\x0b\x32\x1a.contextd.v1.ReasoningPartR\treasoning\x12\x1d\n\nmessage_id\x18\x04 \x01(\tR\tmessageId\"\xee\x01\n\x10\x41ppendToolResult\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x32\n\x07payload\x18\x03 \x01(\x0b\x32\x18.contextd.v1.ToolPayloadR\x07payload\x12\x19\n\x08is_error\x18\x04 \x01(\x08R\x07isError\x12\x36\n\rcontent_parts\x18\x05 \x03(\x0b\x32\x11.contextd.v1.PartR\x0c\x63ontentParts\x12\x1d\n\nmessage_id\x18\x06 \x01(\tR\tmessageId\"<\n\nAppendUser\x12.\n\x07message\x18\x01 \x01(\x0b\x32\x14.contextd.v1.MessageR\x07message\"Y\n\x11TruncateAssistant\x12!\n\x0cpartial_text\x18\x01 \x01(\tR\x0bpartialText\x12!\n\x0c\x61\x62ort_reason\x18\x02 \x01(\tR\x0b\x61\x62ortReason\"X\n\x0f\x43\x61ncelToolCalls\x12\"\n\rtool_call_ids\x18\x01 \x03(\tR\x0btoolCallIds\x12!\n\x0c\x61\x62ort_reason\x18\x02 \x01(\tR\x0b\x61\x62ortReason\"\x83\x01\n\x07\x43ompact\x12.\n\x07summary\x18\x01 \x01(\x0b\x32\x14.contextd.v1.MessageR\x07summary\x12,\n\x12through_message_id\x18\x02 \x01(\tR\x10throughMessageId\x12\x1a\n\x08remember\x18\x03 \x03(\tR\x08remember\"\x1e\n\x08Remember\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\"-\n\x06\x46orget\x12#\n\rexperience_id\x18\x01 \x01(\tR\x0c\x65xperienceId\"_\n\x16\x41ppendProviderResponse\x12\x31\n\x08provider\x18\x01 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x12\n\x04json\x18\x02 \x01(\x0cR\x04json\"\xa6\x01\n\x14\x41ppendProviderStream\x12\x31\n\x08provider\x18\x01 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x16\n\x06\x65vents\x18\x02 \x03(\x0cR\x06\x65vents\x12 \n\x0binterrupted\x18\x03 \x01(\x08R\x0binterrupted\x12!\n\x0c\x61\x62ort_reason\x18\x04 \x01(\tR\x0b\x61\x62ortReason\"\\\n\x12SetToolDefinitions\x12\x46\n\x10tool_definitions\x18\x01 \x03(\x0b\x32\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions*r\n\x07Segment\x12\x17\n\x13SEGMENT_UNSPECIFIED\x10\x00\x12\x12\n\x0eSEGMENT_SYSTEM\x10\x01\x12\x13\n\x0fSEGMENT_HISTORY\x10\x02\x12\x12\n\x0eSEGMENT_MEMORY\x10\x03\x12\x11\n\rSEGMENT_TOOLS\x10\x04\x42\xaa\x01\n\x0f\x63om.contextd.v1B\nStateProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'contextd.v1.state_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.contextd.v1B\nStateProtoP\001Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\242\002\003CXX\252\002\013Contextd.V1\312\002\013Contextd\\V1\342\002\027Contextd\\V1\\GPBMetadata\352\002\014Contextd::V1'
-  _globals['_SEGMENT']._serialized_start=3745
-  _globals['_SEGMENT']._serialized_end=3859
+  _globals['_SEGMENT']._serialized_start=4005
+  _globals['_SEGMENT']._serialized_end=4119
   _globals['_EXPERIENCE']._serialized_start=95
   _globals['_EXPERIENCE']._serialized_end=143
   _globals['_TOOLDEFINITION']._serialized_start=145
@@ -43,41 +43,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONVERSATIONSTATE']._serialized_start=250
   _globals['_CONVERSATIONSTATE']._serialized_end=758
   _globals['_DELTA']._serialized_start=761
-  _globals['_DELTA']._serialized_end=2049
-  _globals['_APPENDMESSAGES']._serialized_start=2051
-  _globals['_APPENDMESSAGES']._serialized_end=2165
-  _globals['_REPLACESEGMENT']._serialized_start=2167
-  _globals['_REPLACESEGMENT']._serialized_end=2281
-  _globals['_REMOVEMESSAGES']._serialized_start=2283
-  _globals['_REMOVEMESSAGES']._serialized_end=2365
-  _globals['_CLEARSEGMENT']._serialized_start=2367
-  _globals['_CLEARSEGMENT']._serialized_end=2429
-  _globals['_CLEARSTATE']._serialized_start=2431
-  _globals['_CLEARSTATE']._serialized_end=2443
-  _globals['_UPSERTARTIFACT']._serialized_start=2445
-  _globals['_UPSERTARTIFACT']._serialized_end=2512
-  _globals['_REMOVEARTIFACTS']._serialized_start=2514
-  _globals['_REMOVEARTIFACTS']._serialized_end=2549
-  _globals['_APPENDTOOLROUND']._serialized_start=2551
-  _globals['_APPENDTOOLROUND']._serialized_end=2668
-  _globals['_APPENDASSISTANT']._serialized_start=2671
-  _globals['_APPENDASSISTANT']._serialized_end=2855
-  _globals['_APPENDTOOLRESULT']._serialized_start=2858
-  _globals['_APPENDTOOLRESULT']._serialized_end=3096
-  _globals['_APPENDUSER']._serialized_start=3098
-  _globals['_APPENDUSER']._serialized_end=3158
-  _globals['_TRUNCATEASSISTANT']._serialized_start=3160
-  _globals['_TRUNCATEASSISTANT']._serialized_end=3249
-  _globals['_CANCELTOOLCALLS']._serialized_start=3251
-  _globals['_CANCELTOOLCALLS']._serialized_end=3339
-  _globals['_COMPACT']._serialized_start=3342
-  _globals['_COMPACT']._serialized_end=3473
-  _globals['_REMEMBER']._serialized_start=3475
-  _globals['_REMEMBER']._serialized_end=3505
-  _globals['_FORGET']._serialized_start=3507
-  _globals['_FORGET']._serialized_end=3552
-  _globals['_APPENDPROVIDERRESPONSE']._serialized_start=3554
-  _globals['_APPENDPROVIDERRESPONSE']._serialized_end=3649
-  _globals['_SETTOOLDEFINITIONS']._serialized_start=3651
-  _globals['_SETTOOLDEFINITIONS']._serialized_end=3743
+  _globals['_DELTA']._serialized_end=2140
+  _globals['_APPENDMESSAGES']._serialized_start=2142
+  _globals['_APPENDMESSAGES']._serialized_end=2256
+  _globals['_REPLACESEGMENT']._serialized_start=2258
+  _globals['_REPLACESEGMENT']._serialized_end=2372
+  _globals['_REMOVEMESSAGES']._serialized_start=2374
+  _globals['_REMOVEMESSAGES']._serialized_end=2456
+  _globals['_CLEARSEGMENT']._serialized_start=2458
+  _globals['_CLEARSEGMENT']._serialized_end=2520
+  _globals['_CLEARSTATE']._serialized_start=2522
+  _globals['_CLEARSTATE']._serialized_end=2534
+  _globals['_UPSERTARTIFACT']._serialized_start=2536
+  _globals['_UPSERTARTIFACT']._serialized_end=2603
+  _globals['_REMOVEARTIFACTS']._serialized_start=2605
+  _globals['_REMOVEARTIFACTS']._serialized_end=2640
+  _globals['_APPENDTOOLROUND']._serialized_start=2642
+  _globals['_APPENDTOOLROUND']._serialized_end=2759
+  _globals['_APPENDASSISTANT']._serialized_start=2762
+  _globals['_APPENDASSISTANT']._serialized_end=2946
+  _globals['_APPENDTOOLRESULT']._serialized_start=2949
+  _globals['_APPENDTOOLRESULT']._serialized_end=3187
+  _globals['_APPENDUSER']._serialized_start=3189
+  _globals['_APPENDUSER']._serialized_end=3249
+  _globals['_TRUNCATEASSISTANT']._serialized_start=3251
+  _globals['_TRUNCATEASSISTANT']._serialized_end=3340
+  _globals['_CANCELTOOLCALLS']._serialized_start=3342
+  _globals['_CANCELTOOLCALLS']._serialized_end=3430
+  _globals['_COMPACT']._serialized_start=3433
+  _globals['_COMPACT']._serialized_end=3564
+  _globals['_REMEMBER']._serialized_start=3566
+  _globals['_REMEMBER']._serialized_end=3596
+  _globals['_FORGET']._serialized_start=3598
+  _globals['_FORGET']._serialized_end=3643
+  _globals['_APPENDPROVIDERRESPONSE']._serialized_start=3645
+  _globals['_APPENDPROVIDERRESPONSE']._serialized_end=3740
+  _globals['_APPENDPROVIDERSTREAM']._serialized_start=3743
+  _globals['_APPENDPROVIDERSTREAM']._serialized_end=3909
+  _globals['_SETTOOLDEFINITIONS']._serialized_start=3911
+  _globals['_SETTOOLDEFINITIONS']._serialized_end=4003
 # @@protoc_insertion_point(module_scope)

@@ -65,7 +65,7 @@ class ConversationState(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ...) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions")
+    __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions", "append_provider_stream")
     APPEND_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     REPLACE_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     REMOVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class Delta(_message.Message):
     FORGET_FIELD_NUMBER: _ClassVar[int]
     APPEND_PROVIDER_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     SET_TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
+    APPEND_PROVIDER_STREAM_FIELD_NUMBER: _ClassVar[int]
     append_messages: AppendMessages
     replace_segment: ReplaceSegment
     remove_messages: RemoveMessages
@@ -102,7 +103,8 @@ class Delta(_message.Message):
     forget: Forget
     append_provider_response: AppendProviderResponse
     set_tool_definitions: SetToolDefinitions
-    def __init__(self, append_messages: _Optional[_Union[AppendMessages, _Mapping]] = ..., replace_segment: _Optional[_Union[ReplaceSegment, _Mapping]] = ..., remove_messages: _Optional[_Union[RemoveMessages, _Mapping]] = ..., clear_segment: _Optional[_Union[ClearSegment, _Mapping]] = ..., clear_state: _Optional[_Union[ClearState, _Mapping]] = ..., upsert_artifact: _Optional[_Union[UpsertArtifact, _Mapping]] = ..., remove_artifacts: _Optional[_Union[RemoveArtifacts, _Mapping]] = ..., append_tool_round: _Optional[_Union[AppendToolRound, _Mapping]] = ..., append_assistant: _Optional[_Union[AppendAssistant, _Mapping]] = ..., append_tool_result: _Optional[_Union[AppendToolResult, _Mapping]] = ..., append_user: _Optional[_Union[AppendUser, _Mapping]] = ..., truncate_assistant: _Optional[_Union[TruncateAssistant, _Mapping]] = ..., cancel_tool_calls: _Optional[_Union[CancelToolCalls, _Mapping]] = ..., compact: _Optional[_Union[Compact, _Mapping]] = ..., remember: _Optional[_Union[Remember, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., append_provider_response: _Optional[_Union[AppendProviderResponse, _Mapping]] = ..., set_tool_definitions: _Optional[_Union[SetToolDefinitions, _Mapping]] = ...) -> None: ...
+    append_provider_stream: AppendProviderStream
+    def __init__(self, append_messages: _Optional[_Union[AppendMessages, _Mapping]] = ..., replace_segment: _Optional[_Union[ReplaceSegment, _Mapping]] = ..., remove_messages: _Optional[_Union[RemoveMessages, _Mapping]] = ..., clear_segment: _Optional[_Union[ClearSegment, _Mapping]] = ..., clear_state: _Optional[_Union[ClearState, _Mapping]] = ..., upsert_artifact: _Optional[_Union[UpsertArtifact, _Mapping]] = ..., remove_artifacts: _Optional[_Union[RemoveArtifacts, _Mapping]] = ..., append_tool_round: _Optional[_Union[AppendToolRound, _Mapping]] = ..., append_assistant: _Optional[_Union[AppendAssistant, _Mapping]] = ..., append_tool_result: _Optional[_Union[AppendToolResult, _Mapping]] = ..., append_user: _Optional[_Union[AppendUser, _Mapping]] = ..., truncate_assistant: _Optional[_Union[TruncateAssistant, _Mapping]] = ..., cancel_tool_calls: _Optional[_Union[CancelToolCalls, _Mapping]] = ..., compact: _Optional[_Union[Compact, _Mapping]] = ..., remember: _Optional[_Union[Remember, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., append_provider_response: _Optional[_Union[AppendProviderResponse, _Mapping]] = ..., set_tool_definitions: _Optional[_Union[SetToolDefinitions, _Mapping]] = ..., append_provider_stream: _Optional[_Union[AppendProviderStream, _Mapping]] = ...) -> None: ...
 
 class AppendMessages(_message.Message):
     __slots__ = ("segment", "messages")
@@ -237,6 +239,18 @@ class AppendProviderResponse(_message.Message):
     provider: _message_pb2.Provider
     json: bytes
     def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., json: _Optional[bytes] = ...) -> None: ...
+
+class AppendProviderStream(_message.Message):
+    __slots__ = ("provider", "events", "interrupted", "abort_reason")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
+    ABORT_REASON_FIELD_NUMBER: _ClassVar[int]
+    provider: _message_pb2.Provider
+    events: _containers.RepeatedScalarFieldContainer[bytes]
+    interrupted: bool
+    abort_reason: str
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., events: _Optional[_Iterable[bytes]] = ..., interrupted: bool = ..., abort_reason: _Optional[str] = ...) -> None: ...
 
 class SetToolDefinitions(_message.Message):
     __slots__ = ("tool_definitions",)

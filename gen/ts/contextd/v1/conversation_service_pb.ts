@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiKgoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIp4BCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgiawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIlEKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkiPwoTQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAyJtChlMaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEjcKDWNvbnZlcnNhdGlvbnMYASADKAsyIC5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCTKHAwoTQ29udmVyc2F0aW9uU2VydmljZRJHCghHZXRTdGF0ZRIcLmNvbnRleHRkLnYxLkdldFN0YXRlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFN0YXRlUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_state]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiKgoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIp4BCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgiawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIlEKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkiPwoTQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAyJtChlMaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEjcKDWNvbnZlcnNhdGlvbnMYASADKAsyIC5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJpChVSZWFkVG9vbFJlc3VsdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRIOCgZvZmZzZXQYAyABKAQSEQoJbWF4X2J5dGVzGAQgASgNIn8KFlJlYWRUb29sUmVzdWx0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIOCgZvZmZzZXQYAiABKAQSEwoLbmV4dF9vZmZzZXQYAyABKAQSEwoLdG90YWxfYnl0ZXMYBCABKAQSDAoEbmFtZRgFIAEoCRIPCgd2ZXJzaW9uGAYgASgDMuIDChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJBCgZDb21taXQSGi5jb250ZXh0ZC52MS5Db21taXRSZXF1ZXN0GhsuY29udGV4dGQudjEuQ29tbWl0UmVzcG9uc2USPgoFQ2xlYXISGS5jb250ZXh0ZC52MS5DbGVhclJlcXVlc3QaGi5jb250ZXh0ZC52MS5DbGVhclJlc3BvbnNlEkAKBVdhdGNoEhkuY29udGV4dGQudjEuV2F0Y2hSZXF1ZXN0GhouY29udGV4dGQudjEuV2F0Y2hSZXNwb25zZTABEmIKEUxpc3RDb252ZXJzYXRpb25zEiUuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0GiYuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRJZCg5SZWFkVG9vbFJlc3VsdBIiLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBojLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_state]);
 
 /**
  * The request of `GetState`.
@@ -432,6 +432,105 @@ export const ListConversationsResponseSchema: GenMessage<ListConversationsRespon
   messageDesc(file_contextd_v1_conversation_service, 12);
 
 /**
+ * The request of `ReadToolResult`.
+ *
+ * @generated from message contextd.v1.ReadToolResultRequest
+ */
+export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest"> & {
+  /**
+   * The conversation.
+   *
+   * @generated from field: string conversation_id = 1;
+   */
+  conversationId: string;
+
+  /**
+   * The call whose result to read (the handle a preview names).
+   *
+   * @generated from field: string tool_call_id = 2;
+   */
+  toolCallId: string;
+
+  /**
+   * Where to start, in UTF-8 bytes from the start of the result's text; moved back to the start
+   * of the character it falls in. Past the end = an empty slice.
+   *
+   * @generated from field: uint64 offset = 3;
+   */
+  offset: bigint;
+
+  /**
+   * The most UTF-8 bytes to return, cut at a character boundary. 0 = 65,536; at most 1,048,576.
+   *
+   * @generated from field: uint32 max_bytes = 4;
+   */
+  maxBytes: number;
+};
+
+/**
+ * Describes the message contextd.v1.ReadToolResultRequest.
+ * Use `create(ReadToolResultRequestSchema)` to create a new message.
+ */
+export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 13);
+
+/**
+ * The response of `ReadToolResult`.
+ *
+ * @generated from message contextd.v1.ReadToolResultResponse
+ */
+export type ReadToolResultResponse = Message<"contextd.v1.ReadToolResultResponse"> & {
+  /**
+   * The slice of the result's text.
+   *
+   * @generated from field: string text = 1;
+   */
+  text: string;
+
+  /**
+   * Where the slice starts, in UTF-8 bytes (the request's offset, moved to a character start).
+   *
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * Where the next slice starts; equal to `total_bytes` when this slice reaches the end.
+   *
+   * @generated from field: uint64 next_offset = 3;
+   */
+  nextOffset: bigint;
+
+  /**
+   * The size of the whole text in UTF-8 bytes.
+   *
+   * @generated from field: uint64 total_bytes = 4;
+   */
+  totalBytes: bigint;
+
+  /**
+   * The tool's name.
+   *
+   * @generated from field: string name = 5;
+   */
+  name: string;
+
+  /**
+   * The version of the conversation read.
+   *
+   * @generated from field: int64 version = 6;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.ReadToolResultResponse.
+ * Use `create(ReadToolResultResponseSchema)` to create a new message.
+ */
+export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 14);
+
+/**
  * Stores conversations with optimistic concurrency.
  *
  * @generated from service contextd.v1.ConversationService
@@ -488,6 +587,18 @@ export const ConversationService: GenService<{
     methodKind: "unary";
     input: typeof ListConversationsRequestSchema;
     output: typeof ListConversationsResponseSchema;
+  },
+  /**
+   * Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
+   * compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
+   * conversation has no result for the call.
+   *
+   * @generated from rpc contextd.v1.ConversationService.ReadToolResult
+   */
+  readToolResult: {
+    methodKind: "unary";
+    input: typeof ReadToolResultRequestSchema;
+    output: typeof ReadToolResultResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_contextd_v1_conversation_service, 0);

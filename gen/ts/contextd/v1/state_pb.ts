@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/state.proto.
  */
 export const file_contextd_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("Chdjb250ZXh0ZC92MS9zdGF0ZS5wcm90bxILY29udGV4dGQudjEiJgoKRXhwZXJpZW5jZRIKCgJpZBgBIAEoCRIMCgR0ZXh0GAIgASgJIkcKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSEgoKcGFyYW1ldGVycxgDIAEoCSKEAwoRQ29udmVyc2F0aW9uU3RhdGUSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSJAoGc3lzdGVtGAMgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIlCgdoaXN0b3J5GAQgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIkCgZtZW1vcnkYBSADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiMKBXRvb2xzGAYgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIoCglhcnRpZmFjdHMYByADKAsyFS5jb250ZXh0ZC52MS5BcnRpZmFjdBIsCgtleHBlcmllbmNlcxgIIAMoCzIXLmNvbnRleHRkLnYxLkV4cGVyaWVuY2USNQoQdG9vbF9kZWZpbml0aW9ucxgJIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEh4KFmxhc3RfZXhwZXJpZW5jZV9udW1iZXIYCiABKAMi8gcKBURlbHRhEjYKD2FwcGVuZF9tZXNzYWdlcxgBIAEoCzIbLmNvbnRleHRkLnYxLkFwcGVuZE1lc3NhZ2VzSAASNgoPcmVwbGFjZV9zZWdtZW50GAIgASgLMhsuY29udGV4dGQudjEuUmVwbGFjZVNlZ21lbnRIABI2Cg9yZW1vdmVfbWVzc2FnZXMYAyABKAsyGy5jb250ZXh0ZC52MS5SZW1vdmVNZXNzYWdlc0gAEjIKDWNsZWFyX3NlZ21lbnQYBCABKAsyGS5jb250ZXh0ZC52MS5DbGVhclNlZ21lbnRIABIuCgtjbGVhcl9zdGF0ZRgFIAEoCzIXLmNvbnRleHRkLnYxLkNsZWFyU3RhdGVIABI2Cg91cHNlcnRfYXJ0aWZhY3QYBiABKAsyGy5jb250ZXh0ZC52MS5VcHNlcnRBcnRpZmFjdEgAEjgKEHJlbW92ZV9hcnRpZmFjdHMYByABKAsyHC5jb250ZXh0ZC52MS5SZW1vdmVBcnRpZmFjdHNIABI5ChFhcHBlbmRfdG9vbF9yb3VuZBgIIAEoCzIcLmNvbnRleHRkLnYxLkFwcGVuZFRvb2xSb3VuZEgAEjgKEGFwcGVuZF9hc3Npc3RhbnQYCSABKAsyHC5jb250ZXh0ZC52MS5BcHBlbmRBc3Npc3RhbnRIABI7ChJhcHBlbmRfdG9vbF9yZXN1bHQYCiABKAsyHS5jb250ZXh0ZC52MS5BcHBlbmRUb29sUmVzdWx0SAASLgoLYXBwZW5kX3VzZXIYCyABKAsyFy5jb250ZXh0ZC52MS5BcHBlbmRVc2VySAASPAoSdHJ1bmNhdGVfYXNzaXN0YW50GAwgASgLMh4uY29udGV4dGQudjEuVHJ1bmNhdGVBc3Npc3RhbnRIABI5ChFjYW5jZWxfdG9vbF9jYWxscxgNIAEoCzIcLmNvbnRleHRkLnYxLkNhbmNlbFRvb2xDYWxsc0gAEicKB2NvbXBhY3QYDiABKAsyFC5jb250ZXh0ZC52MS5Db21wYWN0SAASKQoIcmVtZW1iZXIYDyABKAsyFS5jb250ZXh0ZC52MS5SZW1lbWJlckgAEiUKBmZvcmdldBgQIAEoCzITLmNvbnRleHRkLnYxLkZvcmdldEgAEkcKGGFwcGVuZF9wcm92aWRlcl9yZXNwb25zZRgRIAEoCzIjLmNvbnRleHRkLnYxLkFwcGVuZFByb3ZpZGVyUmVzcG9uc2VIABI/ChRzZXRfdG9vbF9kZWZpbml0aW9ucxgSIAEoCzIfLmNvbnRleHRkLnYxLlNldFRvb2xEZWZpbml0aW9uc0gAQgsKCW9wZXJhdGlvbiJfCg5BcHBlbmRNZXNzYWdlcxIlCgdzZWdtZW50GAEgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBImCghtZXNzYWdlcxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiXwoOUmVwbGFjZVNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlIkQKDlJlbW92ZU1lc3NhZ2VzEiUKB3NlZ21lbnQYASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EgsKA2lkcxgCIAMoCSI1CgxDbGVhclNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQiDAoKQ2xlYXJTdGF0ZSI5Cg5VcHNlcnRBcnRpZmFjdBInCghhcnRpZmFjdBgBIAEoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0Ih4KD1JlbW92ZUFydGlmYWN0cxILCgNpZHMYASADKAkiYQoPQXBwZW5kVG9vbFJvdW5kEicKCWFzc2lzdGFudBgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USJQoHcmVzdWx0cxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UikQEKD0FwcGVuZEFzc2lzdGFudBIMCgR0ZXh0GAEgASgJEi0KCnRvb2xfY2FsbHMYAiADKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnQSLQoJcmVhc29uaW5nGAMgAygLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydBISCgptZXNzYWdlX2lkGAQgASgJIrEBChBBcHBlbmRUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEikKB3BheWxvYWQYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIQCghpc19lcnJvchgEIAEoCBIoCg1jb250ZW50X3BhcnRzGAUgAygLMhEuY29udGV4dGQudjEuUGFydBISCgptZXNzYWdlX2lkGAYgASgJIjMKCkFwcGVuZFVzZXISJQoHbWVzc2FnZRgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiPwoRVHJ1bmNhdGVBc3Npc3RhbnQSFAoMcGFydGlhbF90ZXh0GAEgASgJEhQKDGFib3J0X3JlYXNvbhgCIAEoCSI+Cg9DYW5jZWxUb29sQ2FsbHMSFQoNdG9vbF9jYWxsX2lkcxgBIAMoCRIUCgxhYm9ydF9yZWFzb24YAiABKAkiXgoHQ29tcGFjdBIlCgdzdW1tYXJ5GAEgASgLMhQuY29udGV4dGQudjEuTWVzc2FnZRIaChJ0aHJvdWdoX21lc3NhZ2VfaWQYAiABKAkSEAoIcmVtZW1iZXIYAyADKAkiGAoIUmVtZW1iZXISDAoEdGV4dBgBIAEoCSIfCgZGb3JnZXQSFQoNZXhwZXJpZW5jZV9pZBgBIAEoCSJPChZBcHBlbmRQcm92aWRlclJlc3BvbnNlEicKCHByb3ZpZGVyGAEgASgOMhUuY29udGV4dGQudjEuUHJvdmlkZXISDAoEanNvbhgCIAEoDCJLChJTZXRUb29sRGVmaW5pdGlvbnMSNQoQdG9vbF9kZWZpbml0aW9ucxgBIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uKnIKB1NlZ21lbnQSFwoTU0VHTUVOVF9VTlNQRUNJRklFRBAAEhIKDlNFR01FTlRfU1lTVEVNEAESEwoPU0VHTUVOVF9ISVNUT1JZEAISEgoOU0VHTUVOVF9NRU1PUlkQAxIRCg1TRUdNRU5UX1RPT0xTEARCqgEKD2NvbS5jb250ZXh0ZC52MUIKU3RhdGVQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_artifact, file_contextd_v1_message]);
+  fileDesc("Chdjb250ZXh0ZC92MS9zdGF0ZS5wcm90bxILY29udGV4dGQudjEiJgoKRXhwZXJpZW5jZRIKCgJpZBgBIAEoCRIMCgR0ZXh0GAIgASgJIkcKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSEgoKcGFyYW1ldGVycxgDIAEoCSKEAwoRQ29udmVyc2F0aW9uU3RhdGUSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSJAoGc3lzdGVtGAMgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIlCgdoaXN0b3J5GAQgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIkCgZtZW1vcnkYBSADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiMKBXRvb2xzGAYgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIoCglhcnRpZmFjdHMYByADKAsyFS5jb250ZXh0ZC52MS5BcnRpZmFjdBIsCgtleHBlcmllbmNlcxgIIAMoCzIXLmNvbnRleHRkLnYxLkV4cGVyaWVuY2USNQoQdG9vbF9kZWZpbml0aW9ucxgJIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEh4KFmxhc3RfZXhwZXJpZW5jZV9udW1iZXIYCiABKAMitwgKBURlbHRhEjYKD2FwcGVuZF9tZXNzYWdlcxgBIAEoCzIbLmNvbnRleHRkLnYxLkFwcGVuZE1lc3NhZ2VzSAASNgoPcmVwbGFjZV9zZWdtZW50GAIgASgLMhsuY29udGV4dGQudjEuUmVwbGFjZVNlZ21lbnRIABI2Cg9yZW1vdmVfbWVzc2FnZXMYAyABKAsyGy5jb250ZXh0ZC52MS5SZW1vdmVNZXNzYWdlc0gAEjIKDWNsZWFyX3NlZ21lbnQYBCABKAsyGS5jb250ZXh0ZC52MS5DbGVhclNlZ21lbnRIABIuCgtjbGVhcl9zdGF0ZRgFIAEoCzIXLmNvbnRleHRkLnYxLkNsZWFyU3RhdGVIABI2Cg91cHNlcnRfYXJ0aWZhY3QYBiABKAsyGy5jb250ZXh0ZC52MS5VcHNlcnRBcnRpZmFjdEgAEjgKEHJlbW92ZV9hcnRpZmFjdHMYByABKAsyHC5jb250ZXh0ZC52MS5SZW1vdmVBcnRpZmFjdHNIABI5ChFhcHBlbmRfdG9vbF9yb3VuZBgIIAEoCzIcLmNvbnRleHRkLnYxLkFwcGVuZFRvb2xSb3VuZEgAEjgKEGFwcGVuZF9hc3Npc3RhbnQYCSABKAsyHC5jb250ZXh0ZC52MS5BcHBlbmRBc3Npc3RhbnRIABI7ChJhcHBlbmRfdG9vbF9yZXN1bHQYCiABKAsyHS5jb250ZXh0ZC52MS5BcHBlbmRUb29sUmVzdWx0SAASLgoLYXBwZW5kX3VzZXIYCyABKAsyFy5jb250ZXh0ZC52MS5BcHBlbmRVc2VySAASPAoSdHJ1bmNhdGVfYXNzaXN0YW50GAwgASgLMh4uY29udGV4dGQudjEuVHJ1bmNhdGVBc3Npc3RhbnRIABI5ChFjYW5jZWxfdG9vbF9jYWxscxgNIAEoCzIcLmNvbnRleHRkLnYxLkNhbmNlbFRvb2xDYWxsc0gAEicKB2NvbXBhY3QYDiABKAsyFC5jb250ZXh0ZC52MS5Db21wYWN0SAASKQoIcmVtZW1iZXIYDyABKAsyFS5jb250ZXh0ZC52MS5SZW1lbWJlckgAEiUKBmZvcmdldBgQIAEoCzITLmNvbnRleHRkLnYxLkZvcmdldEgAEkcKGGFwcGVuZF9wcm92aWRlcl9yZXNwb25zZRgRIAEoCzIjLmNvbnRleHRkLnYxLkFwcGVuZFByb3ZpZGVyUmVzcG9uc2VIABI/ChRzZXRfdG9vbF9kZWZpbml0aW9ucxgSIAEoCzIfLmNvbnRleHRkLnYxLlNldFRvb2xEZWZpbml0aW9uc0gAEkMKFmFwcGVuZF9wcm92aWRlcl9zdHJlYW0YPCABKAsyIS5jb250ZXh0ZC52MS5BcHBlbmRQcm92aWRlclN0cmVhbUgAQgsKCW9wZXJhdGlvbiJfCg5BcHBlbmRNZXNzYWdlcxIlCgdzZWdtZW50GAEgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBImCghtZXNzYWdlcxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiXwoOUmVwbGFjZVNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlIkQKDlJlbW92ZU1lc3NhZ2VzEiUKB3NlZ21lbnQYASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EgsKA2lkcxgCIAMoCSI1CgxDbGVhclNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQiDAoKQ2xlYXJTdGF0ZSI5Cg5VcHNlcnRBcnRpZmFjdBInCghhcnRpZmFjdBgBIAEoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0Ih4KD1JlbW92ZUFydGlmYWN0cxILCgNpZHMYASADKAkiYQoPQXBwZW5kVG9vbFJvdW5kEicKCWFzc2lzdGFudBgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USJQoHcmVzdWx0cxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UikQEKD0FwcGVuZEFzc2lzdGFudBIMCgR0ZXh0GAEgASgJEi0KCnRvb2xfY2FsbHMYAiADKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnQSLQoJcmVhc29uaW5nGAMgAygLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydBISCgptZXNzYWdlX2lkGAQgASgJIrEBChBBcHBlbmRUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEikKB3BheWxvYWQYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIQCghpc19lcnJvchgEIAEoCBIoCg1jb250ZW50X3BhcnRzGAUgAygLMhEuY29udGV4dGQudjEuUGFydBISCgptZXNzYWdlX2lkGAYgASgJIjMKCkFwcGVuZFVzZXISJQoHbWVzc2FnZRgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiPwoRVHJ1bmNhdGVBc3Npc3RhbnQSFAoMcGFydGlhbF90ZXh0GAEgASgJEhQKDGFib3J0X3JlYXNvbhgCIAEoCSI+Cg9DYW5jZWxUb29sQ2FsbHMSFQoNdG9vbF9jYWxsX2lkcxgBIAMoCRIUCgxhYm9ydF9yZWFzb24YAiABKAkiXgoHQ29tcGFjdBIlCgdzdW1tYXJ5GAEgASgLMhQuY29udGV4dGQudjEuTWVzc2FnZRIaChJ0aHJvdWdoX21lc3NhZ2VfaWQYAiABKAkSEAoIcmVtZW1iZXIYAyADKAkiGAoIUmVtZW1iZXISDAoEdGV4dBgBIAEoCSIfCgZGb3JnZXQSFQoNZXhwZXJpZW5jZV9pZBgBIAEoCSJPChZBcHBlbmRQcm92aWRlclJlc3BvbnNlEicKCHByb3ZpZGVyGAEgASgOMhUuY29udGV4dGQudjEuUHJvdmlkZXISDAoEanNvbhgCIAEoDCJ6ChRBcHBlbmRQcm92aWRlclN0cmVhbRInCghwcm92aWRlchgBIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEg4KBmV2ZW50cxgCIAMoDBITCgtpbnRlcnJ1cHRlZBgDIAEoCBIUCgxhYm9ydF9yZWFzb24YBCABKAkiSwoSU2V0VG9vbERlZmluaXRpb25zEjUKEHRvb2xfZGVmaW5pdGlvbnMYASADKAsyGy5jb250ZXh0ZC52MS5Ub29sRGVmaW5pdGlvbipyCgdTZWdtZW50EhcKE1NFR01FTlRfVU5TUEVDSUZJRUQQABISCg5TRUdNRU5UX1NZU1RFTRABEhMKD1NFR01FTlRfSElTVE9SWRACEhIKDlNFR01FTlRfTUVNT1JZEAMSEQoNU0VHTUVOVF9UT09MUxAEQqoBCg9jb20uY29udGV4dGQudjFCClN0YXRlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_artifact, file_contextd_v1_message]);
 
 /**
  * A remembered fact, rendered in the system prompt as "- [exp_<n>] text".
@@ -320,6 +320,14 @@ export type Delta = Message<"contextd.v1.Delta"> & {
      */
     value: SetToolDefinitions;
     case: "setToolDefinitions";
+  } | {
+    /**
+     * Merge a provider's streamed response events and append the result.
+     *
+     * @generated from field: contextd.v1.AppendProviderStream append_provider_stream = 60;
+     */
+    value: AppendProviderStream;
+    case: "appendProviderStream";
   } | { case: undefined; value?: undefined };
 };
 
@@ -819,6 +827,68 @@ export const AppendProviderResponseSchema: GenMessage<AppendProviderResponse> = 
   messageDesc(file_contextd_v1_state, 20);
 
 /**
+ * Merge the events of a streamed provider response into the response body they stand for, then
+ * append it exactly as `AppendProviderResponse` appends that body: a stream and the equivalent
+ * non-streaming body give the same messages. Each event is one JSON object, as received:
+ * - OPENAI_CHAT: the `chat.completion.chunk` objects (the `data:` payloads); the final `[DONE]`
+ *   may be included. Complete when a chunk has a `finish_reason` (or at `[DONE]`).
+ * - OPENAI_RESPONSES: the SSE event payloads (`response.created`, `response.output_item.added`,
+ *   `response.output_text.delta`, ...). Complete at `response.completed`.
+ * - ANTHROPIC_MESSAGES: the SSE event payloads (`message_start`, `content_block_start`,
+ *   `content_block_delta` with text, `input_json_delta`, `thinking_delta` and `signature_delta`,
+ *   `content_block_stop`, `message_delta`, `message_stop`; `ping` is ignored). Complete at
+ *   `message_stop`.
+ * - GEMINI: the `streamGenerateContent` chunks (each a `GenerateContentResponse`). Consecutive
+ *   text parts of the same kind are joined; a `thoughtSignature` ends the part it is on. Complete
+ *   when a chunk has a `finishReason`.
+ * Limits: at most 100,000 events, each nested no deeper than 64 levels; the whole request is
+ * bounded by the sidecar's request size limit. A malformed event, or a stream that is neither
+ * complete nor `interrupted`, is INVALID_ARGUMENT naming the event (`events[3]: ...`) and the JSON
+ * path inside it; more events than the limit is RESOURCE_EXHAUSTED; nothing is appended.
+ *
+ * @generated from message contextd.v1.AppendProviderStream
+ */
+export type AppendProviderStream = Message<"contextd.v1.AppendProviderStream"> & {
+  /**
+   * Which provider's format the events are in.
+   *
+   * @generated from field: contextd.v1.Provider provider = 1;
+   */
+  provider: Provider;
+
+  /**
+   * The stream's events, in the order received.
+   *
+   * @generated from field: repeated bytes events = 2;
+   */
+  events: Uint8Array[];
+
+  /**
+   * The stream ended before it was complete (the caller cancelled it or the connection broke).
+   * The text received so far is appended as `TruncateAssistant` appends `partial_text`, with
+   * `abort_reason`; reasoning and tool calls of the partial response are dropped (a partial
+   * signature is invalid and a call that never finished has no result).
+   *
+   * @generated from field: bool interrupted = 3;
+   */
+  interrupted: boolean;
+
+  /**
+   * Why the stream was interrupted; used only with `interrupted`; may be empty.
+   *
+   * @generated from field: string abort_reason = 4;
+   */
+  abortReason: string;
+};
+
+/**
+ * Describes the message contextd.v1.AppendProviderStream.
+ * Use `create(AppendProviderStreamSchema)` to create a new message.
+ */
+export const AppendProviderStreamSchema: GenMessage<AppendProviderStream> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_state, 21);
+
+/**
  * Replace the conversation's tool definitions.
  *
  * @generated from message contextd.v1.SetToolDefinitions
@@ -837,7 +907,7 @@ export type SetToolDefinitions = Message<"contextd.v1.SetToolDefinitions"> & {
  * Use `create(SetToolDefinitionsSchema)` to create a new message.
  */
 export const SetToolDefinitionsSchema: GenMessage<SetToolDefinitions> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 21);
+  messageDesc(file_contextd_v1_state, 22);
 
 /**
  * A segment of conversation state. Rendering order is system, history, tools, memory; enumeration

@@ -1,5 +1,6 @@
 import { Provider, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import { assistantMessage, reasoningPart, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
+import { streamEventHint } from "../stream-events.js";
 import { expectArray, expectObject, expectString, malformed, parseJsonObject } from "../json-reader.js";
 
 /**
@@ -11,6 +12,7 @@ import { expectArray, expectObject, expectString, malformed, parseJsonObject } f
 export function parseAnthropicResponse(json: Uint8Array): Message[] {
   const root = parseJsonObject(json, "Anthropic Messages");
   const type = expectString(root["type"], "type");
+  if (type.startsWith("message_") || type.startsWith("content_block_")) throw malformed("type", streamEventHint(type));
   if (type !== "message") throw malformed("type", `expected "message", got "${type}"`);
   const role = expectString(root["role"], "role");
   if (role !== "assistant") throw malformed("role", `expected "assistant", got "${role}"`);

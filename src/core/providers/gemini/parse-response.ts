@@ -10,8 +10,10 @@ import { expectArray, expectObject, expectString, malformed, optionalString, par
  *   (`thought: true`) → reasoning (text + `thoughtSignature`); a part carrying nothing but a
  *   `thoughtSignature` → reasoning with only that signature;
  * - `functionCall` → a tool call with its `thoughtSignature`. Gemini often omits call ids; a
- *   missing id becomes "gemini_" + the first 24 hex digits of sha256(seed, body, part index), so
- *   the same body appended twice needs a different `callIdSeed` to keep call ids unique;
+ *   missing id becomes "gemini_" + the first 24 hex digits of sha256(seed, part index, the call's
+ *   JSON), so the same body appended twice needs a different `callIdSeed` to keep call ids unique.
+ *   The call's JSON rather than the body's bytes: a streamed response (merge-stream.ts) merged
+ *   into a body of other bytes must get the same ids as the body itself;
  * - `inlineData` → an image.
  * A response without candidates (a blocked prompt) or with several is INVALID_ARGUMENT.
  */
@@ -37,7 +39,7 @@ export function parseGeminiResponse(json: Uint8Array, callIdSeed: string): Messa
     if (part["functionCall"] !== undefined) {
       const call = expectObject(part["functionCall"], `${path}.functionCall`);
       const args = call["args"] === undefined ? {} : expectObject(call["args"], `${path}.functionCall.args`);
-      const id = optionalString(call["id"], `${path}.functionCall.id`) || syntheticCallId(callIdSeed, json, index);
+      const id = optionalString(call["id"], `${path}.functionCall.id`) || syntheticCallId(callIdSeed, call, index);
       parts.push(toolCallPart(id, expectString(call["name"], `${path}.functionCall.name`), toolArgumentsPayload(JSON.stringify(args)), { signature }));
     } else if (part["text"] !== undefined) {
       const text = expectString(part["text"], `${path}.text`);
@@ -56,7 +58,7 @@ export function parseGeminiResponse(json: Uint8Array, callIdSeed: string): Messa
   return parts.length > 0 ? [assistantMessage(parts)] : [];
 }
 
-function syntheticCallId(seed: string, json: Uint8Array, index: number): string {
-  const hash = createHash("sha256").update(JSON.stringify([seed, index])).update(json).digest("hex");
+function syntheticCallId(seed: string, call: Record<string, unknown>, index: number): string {
+  const hash = createHash("sha256").update(JSON.stringify([seed, index, call])).digest("hex");
   return `gemini_${hash.slice(0, 24)}`;
 }

@@ -1,5 +1,6 @@
 import type { Message, Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import { assistantMessage, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
+import { streamEventHint } from "../stream-events.js";
 import { expectArray, expectObject, expectString, malformed, optionalArray, optionalString, parseJsonObject } from "../json-reader.js";
 
 /**
@@ -9,6 +10,7 @@ import { expectArray, expectObject, expectString, malformed, optionalArray, opti
  */
 export function parseOpenAIChatResponse(json: Uint8Array): Message[] {
   const root = parseJsonObject(json, "Chat Completions");
+  if (root["object"] === "chat.completion.chunk") throw malformed("object", streamEventHint("chat.completion.chunk"));
   const choices = expectArray(root["choices"], "choices");
   if (choices.length !== 1) throw malformed("choices", `expected exactly one choice, got ${choices.length}`);
   const message = expectObject(expectObject(choices[0], "choices[0]")["message"], "choices[0].message");

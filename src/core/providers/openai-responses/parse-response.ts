@@ -1,5 +1,6 @@
 import { Provider, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
 import { assistantMessage, reasoningPart, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
+import { streamEventHint } from "../stream-events.js";
 import { expectArray, expectObject, expectString, malformed, optionalArray, optionalString, parseJsonObject } from "../json-reader.js";
 
 /** Reasoning summary parts are joined into one `ReasoningPart.text` with this separator. */
@@ -14,6 +15,7 @@ export const reasoningSummarySeparator = "\n\n";
  */
 export function parseOpenAIResponsesResponse(json: Uint8Array): Message[] {
   const root = parseJsonObject(json, "OpenAI Responses");
+  if (typeof root["type"] === "string" && root["type"].startsWith("response.")) throw malformed("type", streamEventHint(root["type"]));
   const object = expectString(root["object"], "object");
   if (object !== "response") throw malformed("object", `expected "response", got "${object}"`);
   const parts: Part[] = [];

@@ -48,6 +48,9 @@ const (
 	// ConversationServiceListConversationsProcedure is the fully-qualified name of the
 	// ConversationService's ListConversations RPC.
 	ConversationServiceListConversationsProcedure = "/contextd.v1.ConversationService/ListConversations"
+	// ConversationServiceReadToolResultProcedure is the fully-qualified name of the
+	// ConversationService's ReadToolResult RPC.
+	ConversationServiceReadToolResultProcedure = "/contextd.v1.ConversationService/ReadToolResult"
 )
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
@@ -64,6 +67,10 @@ type ConversationServiceClient interface {
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 	// List conversations, paged, ordered by id.
 	ListConversations(context.Context, *connect.Request[v1.ListConversationsRequest]) (*connect.Response[v1.ListConversationsResponse], error)
+	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
+	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
+	// conversation has no result for the call.
+	ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error)
 }
 
 // NewConversationServiceClient constructs a client for the contextd.v1.ConversationService service.
@@ -107,6 +114,12 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(conversationServiceMethods.ByName("ListConversations")),
 			connect.WithClientOptions(opts...),
 		),
+		readToolResult: connect.NewClient[v1.ReadToolResultRequest, v1.ReadToolResultResponse](
+			httpClient,
+			baseURL+ConversationServiceReadToolResultProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("ReadToolResult")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -117,6 +130,7 @@ type conversationServiceClient struct {
 	clear             *connect.Client[v1.ClearRequest, v1.ClearResponse]
 	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	listConversations *connect.Client[v1.ListConversationsRequest, v1.ListConversationsResponse]
+	readToolResult    *connect.Client[v1.ReadToolResultRequest, v1.ReadToolResultResponse]
 }
 
 // GetState calls contextd.v1.ConversationService.GetState.
@@ -144,6 +158,11 @@ func (c *conversationServiceClient) ListConversations(ctx context.Context, req *
 	return c.listConversations.CallUnary(ctx, req)
 }
 
+// ReadToolResult calls contextd.v1.ConversationService.ReadToolResult.
+func (c *conversationServiceClient) ReadToolResult(ctx context.Context, req *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error) {
+	return c.readToolResult.CallUnary(ctx, req)
+}
+
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
 	// Read a conversation. An unknown conversation returns an empty state with version 0.
@@ -158,6 +177,10 @@ type ConversationServiceHandler interface {
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 	// List conversations, paged, ordered by id.
 	ListConversations(context.Context, *connect.Request[v1.ListConversationsRequest]) (*connect.Response[v1.ListConversationsResponse], error)
+	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
+	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
+	// conversation has no result for the call.
+	ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error)
 }
 
 // NewConversationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -197,6 +220,12 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		connect.WithSchema(conversationServiceMethods.ByName("ListConversations")),
 		connect.WithHandlerOptions(opts...),
 	)
+	conversationServiceReadToolResultHandler := connect.NewUnaryHandler(
+		ConversationServiceReadToolResultProcedure,
+		svc.ReadToolResult,
+		connect.WithSchema(conversationServiceMethods.ByName("ReadToolResult")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ConversationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
@@ -209,6 +238,8 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 			conversationServiceWatchHandler.ServeHTTP(w, r)
 		case ConversationServiceListConversationsProcedure:
 			conversationServiceListConversationsHandler.ServeHTTP(w, r)
+		case ConversationServiceReadToolResultProcedure:
+			conversationServiceReadToolResultHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -236,4 +267,8 @@ func (UnimplementedConversationServiceHandler) Watch(context.Context, *connect.R
 
 func (UnimplementedConversationServiceHandler) ListConversations(context.Context, *connect.Request[v1.ListConversationsRequest]) (*connect.Response[v1.ListConversationsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ListConversations is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ReadToolResult is not implemented"))
 }

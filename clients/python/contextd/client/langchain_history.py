@@ -1,0 +1,164 @@
+"""A LangChain `BaseChatMessageHistory` (package `langchain-core`, extra `contextd[langchain]`)
+that keeps a chat's messages in a contextd conversation.
+
+Each LangChain message is one contextd message: HumanMessage → USER, SystemMessage → SYSTEM,
+AIMessage → ASSISTANT (text and tool calls, the arguments as JSON text), ToolMessage → TOOL (the
+result of its `tool_call_id`, `status="error"` as `is_error`). The message itself, as
+`message_to_dict` gives it, is kept in the contextd message's `Extension` (type
+`langchain.message/v1`, never sent to a provider), so reads give back equal messages, ids,
+`additional_kwargs`, `response_metadata` and `usage_metadata` included. Messages the conversation
+got some other way (for example `append_provider_stream`) are read from their typed parts.
+
+Budgeted reads, the `trim_messages(strategy="last")` of contextd: with a `contextd.v1.Budget`
+(given here or to `get_messages`), the messages are those a contextd compile keeps within the
+budget — the newest first, whole tool rounds, and contextd's own token estimators.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict, messages_from_dict
+
+from contextd.client._sync import Client
+from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
+
+MESSAGE_EXTENSION = "langchain.message/v1"
+"""The `Extension.type_id` under which a contextd message keeps its LangChain message."""
+
+_ROLES = {"human": message_pb2.ROLE_USER, "system": message_pb2.ROLE_SYSTEM, "ai": message_pb2.ROLE_ASSISTANT, "tool": message_pb2.ROLE_TOOL}
+_CHAT_ROLES = {"user": message_pb2.ROLE_USER, "system": message_pb2.ROLE_SYSTEM, "developer": message_pb2.ROLE_DEVELOPER, "assistant": message_pb2.ROLE_ASSISTANT}
+
+
+def _content_parts(content: Any) -> List[message_pb2.Part]:
+    if isinstance(content, str):
+        return [message_pb2.Part(text=message_pb2.TextPart(text=content))] if content else []
+    parts = []
+    for block in content or []:
+        if isinstance(block, str):
+            parts.append(message_pb2.Part(text=message_pb2.TextPart(text=block)))
+        elif block.get("type") == "text":
+            parts.append(message_pb2.Part(text=message_pb2.TextPart(text=block.get("text", ""))))
+        elif block.get("type") == "image_url":
+            url = block.get("image_url")
+            url = url.get("url", "") if isinstance(url, dict) else url
+            if url:
+                parts.append(message_pb2.Part(image=message_pb2.ImagePart(url=url)))
+    return parts
+
+
+def message_for(message: BaseMessage) -> message_pb2.Message:
+    """The contextd message standing for a LangChain message (its id is left to the commit)."""
+    role = _ROLES.get(message.type)
+    if role is None:
+        role = _CHAT_ROLES.get(getattr(message, "role", ""), message_pb2.ROLE_USER)
+    if role == message_pb2.ROLE_TOOL:
+        content = message.content
+        payload = message_pb2.ToolPayload(text=content) if isinstance(content, str) else message_pb2.ToolPayload(data=json.dumps(content))
+        result = message_pb2.ToolResultPart(
+            tool_call_id=getattr(message, "tool_call_id", ""),
+            name=message.name or "",
+            payload=payload,
+            is_error=getattr(message, "status", "success") == "error",
+        )
+        parts = [message_pb2.Part(tool_result=result)]
+    else:
+        parts = _content_parts(message.content)
+        for call in getattr(message, "tool_calls", None) or []:
+            arguments = message_pb2.ToolPayload(data=json.dumps(call.get("args") or {}, ensure_ascii=False))
+            parts.append(message_pb2.Part(tool_call=message_pb2.ToolCallPart(id=call.get("id") or "", name=call["name"], arguments=arguments)))
+    # A ToolMessage's name is the tool's (kept in the result); other names are the speaker's.
+    sender_name = (message.name or "") if role != message_pb2.ROLE_TOOL else ""
+    stored = message_pb2.Message(role=role, parts=parts, sender_name=sender_name)
+    stored.extensions.append(message_pb2.Extension(type_id=MESSAGE_EXTENSION, payload=json.dumps(message_to_dict(message), ensure_ascii=False)))
+    return stored
+
+
+def langchain_message_of(message: message_pb2.Message) -> BaseMessage:
+    """The LangChain message a contextd message stands for: its extension's, or one made from its
+    typed parts."""
+    for extension in message.extensions:
+        if extension.type_id == MESSAGE_EXTENSION:
+            return messages_from_dict([json.loads(extension.payload)])[0]
+    text = "".join(part.text.text for part in message.parts if part.WhichOneof("kind") == "text")
+    if message.role == message_pb2.ROLE_ASSISTANT:
+        calls = [
+            {"id": part.tool_call.id, "name": part.tool_call.name, "args": json.loads(part.tool_call.arguments.data or "{}")}
+            for part in message.parts
+            if part.WhichOneof("kind") == "tool_call"
+        ]
+        return AIMessage(content=text, tool_calls=calls)
+    if message.role == message_pb2.ROLE_TOOL:
+        result = next(part.tool_result for part in message.parts if part.WhichOneof("kind") == "tool_result")
+        return ToolMessage(content=result.payload.text or result.payload.data, tool_call_id=result.tool_call_id, name=result.name or None, status="error" if result.is_error else "success")
+    if message.role in (message_pb2.ROLE_SYSTEM, message_pb2.ROLE_DEVELOPER):
+        return SystemMessage(content=text)
+    return HumanMessage(content=text)
+
+
+class ContextdChatMessageHistory(BaseChatMessageHistory):
+    """Chat history in the contextd conversation `conversation_id`. Pass a
+    `contextd.client.Client`, or an `address` for the history to connect (and `close()`) itself.
+    `budget` makes `messages` a budgeted read."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        client: Optional[Client] = None,
+        *,
+        address: Optional[str] = None,
+        budget: Optional[compile_pb2.Budget] = None,
+    ) -> None:
+        super().__init__()
+        self.conversation_id = conversation_id
+        self._owned = client is None
+        self._client = client if client is not None else Client(address) if address else Client()
+        self._budget = budget
+
+    def close(self) -> None:
+        """Closes the client when the history created it."""
+        if self._owned:
+            self._client.close()
+
+    @property
+    def messages(self) -> List[BaseMessage]:  # type: ignore[override]
+        """Every message, or with the history's budget the ones contextd keeps within it."""
+        return self.get_messages(self._budget)
+
+    def get_messages(self, budget: Optional[compile_pb2.Budget] = None) -> List[BaseMessage]:
+        """The messages in order; with `budget`, those a contextd compile of the stored history
+        keeps within it (its latest user message is trimmed like any other)."""
+        state = self._client.get_state(conversation_pb2.GetStateRequest(conversation_id=self.conversation_id)).state
+        history = list(state.history)
+        if budget is not None and history:
+            trimming = compile_pb2.Budget()
+            trimming.CopyFrom(budget)
+            trimming.trim_latest_user_message = True
+            result = self._client.compile(compile_pb2.CompileRequest(conversation_id=self.conversation_id, budget=trimming)).result
+            kept = {message.id for message in result.payload.history}
+            history = [message for message in history if message.id in kept]
+        return [langchain_message_of(message) for message in history]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Appends the messages in one commit (all or none). contextd's history rules apply: a
+        ToolMessage must answer an open call of the last AIMessage, and nothing else may follow an
+        AIMessage whose calls are not all answered."""
+        if not messages:
+            return
+        names: Dict[str, str] = {}
+        stored = []
+        for message in messages:
+            for call in getattr(message, "tool_calls", None) or []:
+                names[call.get("id") or ""] = call["name"]
+            converted = message_for(message)
+            if converted.role == message_pb2.ROLE_TOOL and not converted.parts[0].tool_result.name:
+                converted.parts[0].tool_result.name = names.get(converted.parts[0].tool_result.tool_call_id, "")
+            stored.append(converted)
+        delta = state_pb2.Delta(append_messages=state_pb2.AppendMessages(segment=state_pb2.SEGMENT_HISTORY, messages=stored))
+        self._client.commit(conversation_pb2.CommitRequest(conversation_id=self.conversation_id, deltas=[delta]))
+
+    def clear(self) -> None:
+        """Empties the conversation (its version still advances)."""
+        self._client.clear(conversation_pb2.ClearRequest(conversation_id=self.conversation_id))

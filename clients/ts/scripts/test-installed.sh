@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Tests the TypeScript client as a user gets it: `npm pack` (which builds it), installs the tarball
+# into a fresh project outside the repository, type-checks the tests against the installed
+# package's .d.ts files, and runs them there with node:test against real sidecars (the
+# repository's built dist/src/main.js). A file missing from the package fails here.
+# Writes the TAP report to $1 (default: .test-results/ts-client.tap in the repository).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+package_dir="$PWD"
+repo="$(cd ../.. && pwd)"
+report="${1:-$repo/.test-results/ts-client.tap}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+tarball="$(npm pack --silent --pack-destination "$work" | tail -n 1)"
+mkdir "$work/project"
+cd "$work/project"
+printf '{ "name": "contextd-client-e2e", "private": true, "type": "module" }\n' >package.json
+# Offline when the repository's `npm ci` already cached the dependencies; the registry otherwise.
+npm install --prefer-offline --no-audit --no-fund --loglevel=error "$work/$tarball"
+cp -R "$package_dir/test" test
+# Two helpers of the repository's test/support (node: imports only) that the tests share with vitest's.
+cp "$repo/test/support/tls-certificates.ts" test/tls-certificates.ts
+cp "$repo/test/support/redis.ts" test/redis.ts
+cp -R "$repo/examples/typescript" examples
+# The "Ten lines" example of docs/typescript-client.md, as a file: type-checked and run like the others.
+awk '/^## Ten lines/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/docs/typescript-client.md" >examples/ten_lines.ts
+cat >tsconfig.json <<JSON
+{
+  "compilerOptions": {
+    "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext", "lib": ["ES2023"],
+    "types": ["node"], "typeRoots": ["$repo/node_modules/@types"],
+    "strict": true, "skipLibCheck": true, "noEmit": true, "allowImportingTsExtensions": true, "erasableSyntaxOnly": true
+  },
+  "include": ["test", "examples"]
+}
+JSON
+"$repo/node_modules/.bin/tsc" -p tsconfig.json
+CONTEXTD_MAIN="$repo/dist/src/main.js" node --test --test-concurrency=1 \
+  --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=tap --test-reporter-destination="$report" \
+  test/*.test.ts

@@ -1,0 +1,35 @@
+// The TypeScript example runs against a real sidecar, from the project the package is installed in.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { test } from "node:test";
+import { promisify } from "node:util";
+import { startSidecar } from "./sidecar.ts";
+
+test("examples/typescript/agent_loop.ts runs 20 turns, trimming the oldest, twice against one sidecar", async () => {
+  const sidecar = await startSidecar();
+  try {
+    for (const run of [1, 2]) {
+      const { stdout } = await promisify(execFile)(process.execPath, ["examples/agent_loop.ts"], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
+      const match = /20 turns: version (\d+), (\d+) messages stored, (\d+) in the last prompt/.exec(stdout);
+      assert.ok(match, `run ${run} printed: ${stdout}`);
+      // 10 turns of user + assistant, 10 of user + tool call + result + answer.
+      assert.equal(Number(match[2]), 60);
+      assert.ok(Number(match[3]) < 60, `the budget trimmed nothing: ${stdout}`);
+    }
+  } finally {
+    await sidecar.stop();
+  }
+});
+
+test("the ten-line example of docs/typescript-client.md runs, twice against one sidecar", async () => {
+  const sidecar = await startSidecar();
+  try {
+    for (const run of [1, 2]) {
+      const { stdout } = await promisify(execFile)(process.execPath, ["examples/ten_lines.ts"], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
+      assert.match(stdout, /role: 'user'/, `run ${run}: the rendered body has the user's message`);
+      assert.match(stdout, /3 messages in the next prompt/, `run ${run} printed: ${stdout}`);
+    }
+  } finally {
+    await sidecar.stop();
+  }
+});

@@ -1,0 +1,227 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { TransformationAction, TransformationReason, type Budget, type ToolResultClearing } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Role, ToolPayloadSchema, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { TokenCountCache } from "../tokens/token-count-cache.js";
+import { setRecord, type CompileWork } from "./working-set.js";
+
+/**
+ * Why it exists: dropping whole rounds from the head is the bluntest way to fit a budget. Coding
+ * agents' contexts are mostly old tool results (file reads, searches, test logs) that the model no
+ * longer needs word for word, and old reasoning that providers do not need back. Clearing them
+ * first keeps the conversation's shape — every call, every answer, in order — and frees the most
+ * tokens for the least meaning lost. Clearing moves its cut in steps (`clear_at_least_tokens`) so
+ * that a provider's prompt cache sees the same prefix turn after turn instead of a prefix that
+ * changes every turn.
+ *
+ * Both edits are what this compile sends; the stored conversation is never changed.
+ */
+
+/** The most tool names `exclude_tools` may list, and the most bytes of a placeholder. */
+export const maxExcludedTools = 256;
+export const maxPlaceholderBytes = 4_096;
+const defaultKeepRecent = 3;
+const defaultPlaceholder = "[result of {name} cleared to save context]";
+
+/** History after clearing, its per-message counts, and the tokens clearing freed. */
+export interface ClearedHistory {
+  history: Message[];
+  counts: number[];
+  freedTokens: number;
+}
+
+/** INVALID_ARGUMENT naming the field when a clearing option is out of range; checked on every compile that sets one. */
+export function validateClearing(budget: Budget | undefined, path: string, maxTokens: number): void {
+  const clearing = budget?.toolResultClearing;
+  if (!clearing) return;
+  const where = `${path}.tool_result_clearing`;
+  const tokens = (value: bigint, name: string) => {
+    if (value < 0n || value > BigInt(maxTokens)) throw new ConnectError(`${where}.${name} must be from 0 to ${maxTokens}, got ${value}`, Code.InvalidArgument);
+  };
+  tokens(clearing.triggerTokens, "trigger_tokens");
+  tokens(clearing.clearAtLeastTokens, "clear_at_least_tokens");
+  if (clearing.excludeTools.length > maxExcludedTools) {
+    throw new ConnectError(`${where}.exclude_tools lists ${clearing.excludeTools.length} names, at most ${maxExcludedTools} are allowed`, Code.InvalidArgument);
+  }
+  const placeholderBytes = Buffer.byteLength(clearing.placeholder, "utf8");
+  if (placeholderBytes > maxPlaceholderBytes) {
+    throw new ConnectError(`${where}.placeholder has ${placeholderBytes} bytes, at most ${maxPlaceholderBytes} are allowed`, Code.InvalidArgument);
+  }
+}
+
+/**
+ * Reasoning clearing, then tool-result clearing, over `history` whose counts are `counts`;
+ * `reserved` is everything else the request holds and `limitTokens` the budget's limit (0 = none).
+ * Records each message it changes. Returns the inputs themselves when nothing changed.
+ */
+export async function clearHistory(
+  work: CompileWork,
+  history: Message[],
+  counts: number[],
+  reserved: number,
+  limitTokens: number,
+  cache: TokenCountCache,
+): Promise<ClearedHistory> {
+  const budget = work.request.budget;
+  let cleared: ClearedHistory = { history, counts, freedTokens: 0 };
+  if (budget?.reasoningClearing) cleared = await clearReasoning(work, cleared, budget.reasoningClearing.keepRecentTurns, cache);
+  if (budget?.toolResultClearing) cleared = await clearToolResults(work, cleared, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache);
+  return cleared;
+}
+
+async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRecentTurns: number, cache: TokenCountCache): Promise<ClearedHistory> {
+  const { history } = input;
+  // Where the kept turns start: the keep-th USER message from the end (the last one at least).
+  let keptFrom = history.length;
+  let turns = 0;
+  for (let index = history.length - 1; index >= 0 && turns < Math.max(1, keepRecentTurns); index--) {
+    if (history[index]!.role === Role.USER) {
+      keptFrom = index;
+      turns++;
+    }
+  }
+  // Fewer turns than kept, or no USER message at all: everything is recent.
+  if (turns < Math.max(1, keepRecentTurns)) return input;
+  let edited: Message[] | undefined;
+  let counts: number[] | undefined;
+  let freed = 0;
+  for (let index = 0; index < keptFrom; index++) {
+    const message = history[index]!;
+    if (message.role !== Role.ASSISTANT) continue;
+    const parts = message.parts.filter((part) => part.kind.case !== "reasoning");
+    if (parts.length === message.parts.length || parts.length === 0) continue;
+    const stripped: Message = { ...message, parts };
+    const count = await cache.countPaced(work.estimator, stripped, work.deadline);
+    edited ??= [...history];
+    counts ??= [...input.counts];
+    freed += counts[index]! - count;
+    edited[index] = stripped;
+    counts[index] = count;
+    setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.REASONING_CLEARED, Segment.HISTORY);
+  }
+  return edited ? { history: edited, counts: counts!, freedTokens: input.freedTokens + freed } : input;
+}
+
+/** One TOOL message clearing would change: where it is and which of its result parts go. */
+interface Candidate {
+  index: number;
+  parts: ReadonlySet<number>;
+}
+
+async function clearToolResults(
+  work: CompileWork,
+  input: ClearedHistory,
+  options: ToolResultClearing,
+  reserved: number,
+  limitTokens: number,
+  retainedIds: readonly string[],
+  cache: TokenCountCache,
+): Promise<ClearedHistory> {
+  const trigger = options.triggerTokens > 0n ? Number(options.triggerTokens) : limitTokens;
+  if (trigger === 0) return input;
+  let historyTokens = 0;
+  for (const count of input.counts) historyTokens += count;
+  const overflow = reserved + historyTokens - trigger;
+  if (overflow <= 0) return input;
+  const step = Number(options.clearAtLeastTokens);
+  // Rounded up to whole steps: the cut stays where it is until the overflow crosses a step.
+  const need = step > 0 ? Math.ceil(overflow / step) * step : overflow;
+
+  const { history } = input;
+  const candidates = clearableResults(history, options, new Set(retainedIds));
+  if (candidates.length === 0) return input;
+  const placeholder = options.placeholder === "" ? defaultPlaceholder : options.placeholder;
+  const callers = options.clearInputs ? callingMessages(history) : undefined;
+
+  const edited = [...history];
+  const counts = [...input.counts];
+  // Every change in order: what is charged and recorded once clearing is decided.
+  const log: { index: number; message: Message; count: number; placeholderChars: number }[] = [];
+  const change = (index: number, message: Message, count: number, placeholderChars = 0) => {
+    log.push({ index, message: edited[index]!, count: counts[index]!, placeholderChars });
+    freed += counts[index]! - count;
+    edited[index] = message;
+    counts[index] = count;
+  };
+  let freed = 0;
+  for (const candidate of candidates) {
+    if (freed >= need) break;
+    const message = edited[candidate.index]!;
+    const clearedCalls: string[] = [];
+    let placeholderChars = 0;
+    const parts = message.parts.map((part, partIndex): Part => {
+      if (!candidate.parts.has(partIndex) || part.kind.case !== "toolResult") return part;
+      const result = part.kind.value;
+      clearedCalls.push(result.toolCallId);
+      const text = placeholder.replaceAll("{name}", result.name === "" ? "tool" : result.name);
+      placeholderChars += text.length;
+      return { ...part, kind: { case: "toolResult", value: { ...result, payload: create(ToolPayloadSchema, { text }), contentParts: [] } } };
+    });
+    const replaced: Message = { ...message, parts };
+    const count = await cache.countPaced(work.estimator, replaced, work.deadline);
+    // A result shorter than its placeholder stays: clearing it would cost tokens.
+    if (count >= counts[candidate.index]!) continue;
+    change(candidate.index, replaced, count, placeholderChars);
+    for (const callId of clearedCalls) {
+      const callerIndex = callers?.get(callId);
+      if (callerIndex === undefined) continue;
+      const caller = edited[callerIndex]!;
+      const withoutArguments: Message = {
+        ...caller,
+        parts: caller.parts.map((part): Part => (part.kind.case === "toolCall" && part.kind.value.id === callId ? { ...part, kind: { case: "toolCall", value: { ...part.kind.value, arguments: create(ToolPayloadSchema) } } } : part)),
+      };
+      change(callerIndex, withoutArguments, await cache.countPaced(work.estimator, withoutArguments, work.deadline));
+    }
+  }
+  // Short of the need, every clearable result is cleared and the budget drops rounds for the rest.
+  // (Stopping at the last whole step instead left the newest, largest results whole, and the
+  // budget then dropped everything before them: the cut swung by hundreds of messages from turn to
+  // turn in `npm run bench:editing`.) Clearing that cannot free one whole step is not worth the
+  // cache it breaks.
+  if (step > 0 && freed < step) return input;
+  if (freed <= 0) return input;
+  for (const entry of log) {
+    work.textAllowance.charge(entry.placeholderChars, "budget (tool result clearing)");
+    setRecord(work, entry.message.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
+  }
+  return { history: edited, counts, freedTokens: input.freedTokens + freed };
+}
+
+/**
+ * TOOL messages with results clearing may replace, oldest first: not among the `keep_recent`
+ * most recent results, not of an excluded tool, not a retained id, and with a payload or extra
+ * content to clear.
+ */
+function clearableResults(history: readonly Message[], options: ToolResultClearing, retained: ReadonlySet<string>): Candidate[] {
+  const excluded = new Set(options.excludeTools);
+  let recentLeft = options.keepRecent ?? defaultKeepRecent;
+  const candidates: Candidate[] = [];
+  for (let index = history.length - 1; index >= 0; index--) {
+    const message = history[index]!;
+    if (message.role !== Role.TOOL) continue;
+    const parts = new Set<number>();
+    for (let partIndex = message.parts.length - 1; partIndex >= 0; partIndex--) {
+      const kind = message.parts[partIndex]!.kind;
+      if (kind.case !== "toolResult") continue;
+      if (recentLeft > 0) {
+        recentLeft--;
+        continue;
+      }
+      if (excluded.has(kind.value.name) || retained.has(message.id)) continue;
+      parts.add(partIndex);
+    }
+    if (parts.size > 0) candidates.push({ index, parts });
+  }
+  return candidates.reverse();
+}
+
+/** Call id → index of the assistant message that made the call. */
+function callingMessages(history: readonly Message[]): Map<string, number> {
+  const callers = new Map<string, number>();
+  history.forEach((message, index) => {
+    if (message.role !== Role.ASSISTANT) return;
+    for (const part of message.parts) if (part.kind.case === "toolCall") callers.set(part.kind.value.id, index);
+  });
+  return callers;
+}

@@ -15,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOOPS = [
     ("contextd, Python client (`Client.turn`)", "examples/python/turn_loop.py", "in the sidecar (memory or Redis), versioned; one RPC per model call"),
     ("contextd, Go client (`Client.Turn`)", "examples/go/turn_loop/main.go", "in the sidecar (memory or Redis), versioned; one RPC per model call"),
+    ("contextd, TypeScript client (`client.turn`; 600-token budget, its own stub)", "examples/typescript/agent_loop.ts", "in the sidecar (memory or Redis), versioned; one RPC per model call"),
     ("OpenAI Agents SDK `SQLiteSession`", "bench/turn-loops/agents_sdk_session.py", "SQLite (in memory here); trimming, tool-round integrity and system prompt by hand"),
     ("LangChain `trim_messages`", "bench/turn-loops/langchain_trim_messages.py", "a Python list in the process; not stored"),
 ]
@@ -24,10 +25,11 @@ def loop_lines(path: pathlib.Path) -> int:
     inside, count = False, 0
     for line in path.read_text(encoding="utf-8").splitlines():
         code = line.strip()
-        if code.endswith("loop:start"):
+        # examples/typescript/agent_loop.ts marks its loop with "--- the loop" / "--- end of the loop".
+        if code.endswith("loop:start") or code.startswith("// --- the loop"):
             inside = True
             continue
-        if code.endswith("loop:end"):
+        if code.endswith("loop:end") or code.startswith("// --- end of the loop"):
             return count
         if inside and code and not code.startswith(("#", "//")):
             count += 1

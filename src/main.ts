@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 import { readFileSync } from "node:fs";
 import { Codec } from "./codec/codec.js";
 import { loadConfig, printableConfig, usage, type Config } from "./server/operations/config.js";

@@ -8,6 +8,8 @@ import { fileURLToPath } from "node:url";
 
 export interface BuiltSidecar {
   url: string;
+  /** The sidecar's process id (for its CPU time in /proc). */
+  pid: number;
   /** The sidecar's resident set size now, from /proc (Linux). */
   rssBytes(): number;
   /** Its processes: the one process, or with --workers the primary and then every worker it announced. */
@@ -35,6 +37,7 @@ export async function startBuiltSidecar(args: string[]): Promise<BuiltSidecar> {
   });
   return {
     url: `http://127.0.0.1:${port}`,
+    pid: child.pid!,
     pids: [child.pid!, ...workers],
     rssBytes: () => Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))![1]) * 1024,
     stop: () => new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : (child.once("exit", () => resolve()), child.kill("SIGTERM")))),

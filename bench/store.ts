@@ -29,6 +29,7 @@ import { RedisConversationStore } from "../src/store/redis-conversation-store.js
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 import { startBuiltSidecar, startDoNothingResponder } from "./bench-processes.js";
+import { postgresStoreBench } from "./store-postgres.js";
 import { startRedis } from "../test/support/redis.js";
 import { benchScaleOut } from "./store-scale-out.js";
 import { once } from "node:events";
@@ -395,6 +396,8 @@ try {
     minimalCommitClient.close();
     await inProcessStore.close();
   }
+  // The Postgres store's lines (bench/store-postgres.ts), with its own sidecar and PostgreSQL.
+  await postgresStoreBench(loadgen, directory);
   console.log(`load average at end: ${formatLoad()}`);
   await benchScaleOut();
 } finally {

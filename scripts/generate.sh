@@ -5,10 +5,15 @@ cd "$(dirname "$0")/.."
 bash scripts/install-tools.sh
 npx buf lint
 npx buf format --diff --exit-code
-rm -rf gen/ts gen/go/contextd/v1 gen/python
+rm -rf gen/ts gen/go gen/python
 npx buf generate
 npx buf generate --template buf.gen.grpc.yaml
 # grpcio-tools emits no package markers: contextd.v1 is a regular package, contextd a namespace
 # shared with the client (clients/python); the generated API installs as contextd-api.
 touch gen/python/contextd/v1/__init__.py
 cp scripts/python-api-pyproject.toml gen/python/pyproject.toml
+# The Go module's go.mod from its template, then go.sum and the indirect requirements by go itself
+# (comments stripped: `go mod tidy` would keep them, and they describe the template, not the file).
+mkdir -p gen/go
+grep -v '^//' scripts/go-api.go.mod >gen/go/go.mod
+(cd gen/go && go mod tidy)

@@ -2,7 +2,7 @@
 # Runs every test suite (vitest, go test, pytest, the TypeScript client's node:test) against real processes and prints one summary
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
 # `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
-# what it needs on a fresh machine: redis-server and openssl (apt), npm packages, the Go code generators, the
+# what it needs on a fresh machine: redis-server, openssl and postgresql (apt), npm packages, the Go code generators, the
 # Python venv, Go modules, chromium (apt) for the web inspector's browser test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,18 @@ for command in redis-server redis-cli openssl; do
   fi
 done
 
+# PostgreSQL for the Postgres store's suites: the tests make a throwaway cluster with initdb and
+# run it as the `postgres` user (initdb refuses root); no system service is used.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v pg_config >/dev/null 2>&1; then
+  log "installing postgresql"
+  if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get install -y postgresql >/dev/null 2>&1 \
+    || { "${sudo_cmd[@]}" apt-get update >/dev/null && "${sudo_cmd[@]}" apt-get install -y postgresql >/dev/null; } \
+    || { echo "could not install postgresql" >&2; exit 1; }
+fi
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  useradd --system --user-group --no-create-home postgres || { echo "could not create the postgres user" >&2; exit 1; }
+fi
 # The web inspector's browser test drives Debian's Chromium (playwright-core with its executable
 # path; no browser download).
 if [ ! -x /usr/bin/chromium ]; then
@@ -55,7 +67,7 @@ failed=0
 log "generated code is up to date"
 gen_ok=1
 bash scripts/generate.sh >.test-results/generate.log 2>&1 || gen_ok=0
-generated=(gen/ts gen/go/contextd/v1 gen/python)
+generated=(gen)
 changed=$(git status --porcelain --untracked-files=all -- "${generated[@]}" | grep -v __pycache__)
 if [ "$gen_ok" != 1 ] || [ -n "$changed" ]; then
   echo "FAIL: gen/ differs from a fresh 'buf generate' (see .test-results/generate.log and git status gen/)" >&2
@@ -82,18 +94,46 @@ log "go vet + go test (gen/go: the generated API; clients/go: the client and its
 (cd gen/go && go vet ./...) || failed=$((failed + 1))
 (cd clients/go && go vet ./...) || failed=$((failed + 1))
 results="$PWD/.test-results"
-go_json="$results/go-test.json"
-(cd clients/go && go test -count=1 -json ./... >"$go_json" 2>"$results/go-test.stderr")
-go_status=$?
-go_passed=$(grep -c '"Action":"pass","Package":"[^"]*","Test"' "$go_json" || true)
-go_failed=$(grep -c '"Action":"fail","Package":"[^"]*","Test"' "$go_json" || true)
-if [ "$go_status" != 0 ] && [ "$go_failed" = 0 ]; then go_failed=1; cat "$results/go-test.stderr" >&2; fi
-grep -h '"Action":"output"' "$go_json" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){if(!l)continue;try{process.stdout.write(JSON.parse(l).Output)}catch{}}})' | grep -E '^(--- |FAIL|ok|PASS|panic)' || true
-passed=$((passed + go_passed))
-failed=$((failed + go_failed))
+# Runs `go test -json` in a module directory and adds its test counts to the summary.
+go_suite() {
+  local dir="$1" name="$2"
+  local json="$results/$name.json"
+  (cd "$dir" && go test -count=1 -json ./... >"$json" 2>"$results/$name.stderr")
+  local status=$?
+  local ok bad
+  ok=$(grep -c '"Action":"pass","Package":"[^"]*","Test"' "$json" || true)
+  bad=$(grep -c '"Action":"fail","Package":"[^"]*","Test"' "$json" || true)
+  if [ "$status" != 0 ] && [ "$bad" = 0 ]; then bad=1; cat "$results/$name.stderr" >&2; fi
+  grep -h '"Action":"output"' "$json" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){if(!l)continue;try{process.stdout.write(JSON.parse(l).Output)}catch{}}})' | grep -E '^(--- |FAIL|ok|PASS|panic)' || true
+  passed=$((passed + ok))
+  failed=$((failed + bad))
+}
+go_suite clients/go go-test
 
-log "pytest"
-.venv/bin/python -m pytest test/python -q -p no:cacheprovider --junitxml=.test-results/pytest.xml
+# The clients as a user installs them (scripts/install-clients.sh): Python wheels in a fresh venv,
+# a Go module outside the repository; the README's snippets and the examples run from there.
+log "install the clients outside the repository (python -m build, fresh venv, Go module)"
+installed="$(mktemp -d "${TMPDIR:-/tmp}/contextd-installed.XXXXXX")"
+if bash scripts/install-clients.sh "$installed"; then
+  installed_ok=1
+else
+  installed_ok=0
+  echo "FAIL: could not build or install the clients (scripts/install-clients.sh)" >&2
+  failed=$((failed + 1))
+fi
+export CONTEXTD_REPO_ROOT="$PWD"
+
+log "go test: README snippets and examples from a module outside the repository"
+if [ "$installed_ok" = 1 ]; then
+  go_suite "$installed/go" go-installed
+fi
+
+log "pytest (the installed wheels, from $installed/python-tests)"
+rm -f .test-results/pytest.xml
+if [ "$installed_ok" = 1 ]; then
+  (cd "$installed/python-tests" && CONTEXTD_INSTALLED_VENV="$installed/venv" "$installed/venv/bin/python" -m pytest . -q \
+    -p no:cacheprovider --junitxml="$results/pytest.xml")
+fi
 py_counts=$(.venv/bin/python - <<'PY'
 import xml.etree.ElementTree as ET
 try:
@@ -109,6 +149,7 @@ PY
 )
 passed=$((passed + ${py_counts% *}))
 failed=$((failed + ${py_counts#* }))
+rm -rf "$installed"
 
 log "TypeScript client as installed (clients/ts/scripts/test-installed.sh: npm pack, install in a temp project, node:test)"
 ts_tap="$PWD/.test-results/ts-client.tap"

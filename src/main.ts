@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 import { readFileSync } from "node:fs";
 import { Codec } from "./codec/codec.js";
 import { loadConfig, printableConfig, usage, type Config } from "./server/operations/config.js";
@@ -73,11 +74,13 @@ async function serve(config: Config, logger: Logger): Promise<void> {
   // One codec for the store and the server: the encodings of the states the store hands out are
   // reused by the responses that carry them.
   const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
-  const store = await createConversationStore(config.redisUrl, codec, 5_000, {
-    clusterNodes: config.redisClusterNodes,
-    waitReplicas: config.redisWaitReplicas,
-    waitTimeoutMs: config.redisWaitTimeoutMs,
-  });
+  const store = await createConversationStore(
+    config.redisUrl,
+    codec,
+    5_000,
+    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs },
+    config.postgresUrl,
+  );
   const worker = isWorkerProcess();
   const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics } : {}) }).catch(fail);
   const address = `${server.address.address}:${server.address.port}`;
@@ -89,7 +92,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
       address,
       protocols: ["grpc", "grpc-web", "connect"],
       tls: server.tls.enabled ? (server.tls.clientCertificates ? "on, client certificates required" : "on") : "off",
-      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : "memory", reachable: server.health.current === ServingStatus.SERVING },
+      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : config.postgresUrl ? "postgres" : "memory", reachable: server.health.current === ServingStatus.SERVING },
       metrics: config.metricsPath,
       tracing: tracing ? "otlp" : "off",
       inspector: config.inspector ? "/inspector/" : "off",

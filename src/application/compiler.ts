@@ -24,6 +24,7 @@ import type { Observer } from "../core/observer.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
+import { HistoryFactsCache } from "./history-facts-cache.js";
 import { compileRequestFingerprint, replayedCompileResult, replayWarning } from "./compile-commit.js";
 import { ErrorReason, withErrorDetails } from "../core/model/error-details.js";
 
@@ -37,6 +38,8 @@ export interface CompilerDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Each conversation's last compile, for `cache_impact` (`RecentCompiles`); none without it. */
   compileMemory?: CompileMemory;
+  /** The facts of stored histories kept between compiles (`CompileContext.historyFacts`); without it every compile walks its whole history. */
+  historyFacts?: HistoryFactsCache;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -68,7 +71,7 @@ export class Compiler {
     const parts = requestedParts(request.include);
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
-      return leanResult(await compile(request, this.context(run)), parts);
+      return leanResult(await compile(request, { ...this.context(run), parts }), parts);
     }
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
@@ -92,18 +95,25 @@ export class Compiler {
     const messageIds: string[] = [];
     const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds) : stored;
     assertSomethingToRender(request, base);
-    const result = await compile(request, { ...this.context(run), stored: base });
-    if (commit) {
-      const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
-      // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
-      const compaction = summaryCompaction(result, [...(run.remembered ?? [])]);
-      if (compaction) deltas.push(compaction);
-      if (deltas.length > 0) {
-        const outcome = await store.commit(request.conversationId, commit.expectedVersion, deltas, commit.idempotencyKey, fingerprint, messageIds);
-        result.committedVersion = outcome.version;
+    // A commit stores the writeback snapshot's difference, so it is built whether asked for or not.
+    const lender = this.dependencies.historyFacts?.lend(request.conversationId);
+    try {
+      const result = await compile(request, { ...this.context(run), stored: base, parts: commit ? withWritebackSnapshot(parts) : parts, historyFacts: lender?.facts });
+      if (commit) {
+        const deltas = [...commit.deltas, ...writebackDeltas(base, result)];
+        // The summary replaces the prefix it stands for in the same atomic batch, after the writeback.
+        const compaction = summaryCompaction(result, [...(run.remembered ?? [])]);
+        if (compaction) deltas.push(compaction);
+        if (deltas.length > 0) {
+          const outcome = await store.commit(request.conversationId, commit.expectedVersion, deltas, commit.idempotencyKey, fingerprint, messageIds);
+          result.committedVersion = outcome.version;
+          if (outcome.state) lender?.adopt(outcome.state.history);
+        }
       }
+      return leanResult(result, parts);
+    } finally {
+      lender?.giveBack();
     }
-    return leanResult(result, parts);
   }
 
   /**
@@ -116,14 +126,14 @@ export class Compiler {
   private async replay(request: CompileRequest, outcome: CommitOutcome, run: CompileRun, parts: ReadonlySet<CompileResultPart>): Promise<CompileResult> {
     const replayed = replayedCompileResult(request, outcome);
     if (!outcome.state || !writesOnlyItsDeltas(request)) return replayed;
-    const result = await compile(request, { ...this.context(run), stored: outcome.state });
+    const result = await compile(request, { ...this.context(run), stored: outcome.state, parts: withWritebackSnapshot(parts) });
     if (writebackDeltas(outcome.state, result).length > 0 || summaryCompaction(result, []) !== undefined) return replayed;
     result.committedVersion = outcome.version;
     result.warnings.push(replayWarning(request, outcome, true));
     return leanResult(result, parts);
   }
 
-  private context(run: CompileRun): Omit<CompileContext, "stored"> {
+  private context(run: CompileRun): Omit<CompileContext, "stored" | "parts" | "historyFacts"> {
     return {
       // A UUID, the form commits assign too (one id format, compile.proto IDENTITY_POLICY_RANDOM);
       // randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system call per id
@@ -201,6 +211,7 @@ function writebackDeltas(stored: ConversationState, result: CompileResult): Delt
 
 /** The compile passes stored messages through as the same objects, so identity is the fast path. */
 function sameMessages(a: readonly Message[], b: readonly Message[]): boolean {
+  if (a === b) return true;
   if (a.length !== b.length) return false;
   for (let index = 0; index < a.length; index++) {
     if (a[index] !== b[index] && !equals(MessageSchema, a[index]!, b[index]!)) return false;
@@ -247,15 +258,16 @@ function requestedParts(include: readonly CompileResultPart[]): ReadonlySet<Comp
   return new Set(include);
 }
 
+function withWritebackSnapshot(parts: ReadonlySet<CompileResultPart>): ReadonlySet<CompileResultPart> {
+  return parts.has(CompileResultPart.WRITEBACK_SNAPSHOT) ? parts : new Set([...parts, CompileResultPart.WRITEBACK_SNAPSHOT]);
+}
+
 /**
  * The result as the caller asked for it: the heavy parts (each a copy of the conversation, or a
  * record per message of it) only when `include` names them. A 825 KB conversation used to answer
  * with 2.8 MB, five copies of the history; by default the answer now follows the prompt.
  */
 function leanResult(result: CompileResult, parts: ReadonlySet<CompileResultPart>): CompileResult {
-  let budgetDropped = 0n;
-  for (const id in result.transformations) if (result.transformations[id]!.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) budgetDropped++;
-  result.budgetDroppedMessages = budgetDropped;
   if (!parts.has(CompileResultPart.SOURCE)) result.source = undefined;
   if (!parts.has(CompileResultPart.NORMALIZED_SNAPSHOT)) result.normalizedSnapshot = undefined;
   if (!parts.has(CompileResultPart.PERSISTENCE)) result.persistence = undefined;

@@ -267,7 +267,11 @@ function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage
       from--;
     }
     const length = i - first + 1;
-    const kept = length >= minimumRun ? retainedListEncoding(writer.retained!, retained.home, field, schema) : listEncodingFor(retained.home, field.number);
+    // The whole home list is encoded only for a run that is at least half of it: a budgeted tail
+    // of 32 messages from a 10,000-message stored history (a new array after every commit) used
+    // to encode all 10 MB of it each turn, 18 ms of a 30 ms compile.
+    const worthKeeping = length >= minimumRun && 2 * length >= home.length;
+    const kept = worthKeeping ? retainedListEncoding(writer.retained!, retained.home, field, schema) : listEncodingFor(retained.home, field.number);
     if (kept === undefined) {
       writeNested(writer, field, schema, list[i]!);
       i--;

@@ -22,8 +22,9 @@ export interface ConversationPage {
 }
 
 /**
- * Where conversations live. Two implementations obey one contract (tested by one shared suite):
- * `MemoryConversationStore`, the embedded default, and `RedisConversationStore`.
+ * Where conversations live. The implementations obey one contract (tested by one shared suite):
+ * `MemoryConversationStore`, the embedded default, `RedisConversationStore` and
+ * `PostgresConversationStore`.
  *
  * Errors are `ConnectError`s with the gRPC code the caller should see: ABORTED for a stale
  * `expectedVersion` (the message says the current version), INVALID_ARGUMENT for an invalid

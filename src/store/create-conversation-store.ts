@@ -1,6 +1,7 @@
 import type { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "./conversation-store.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
+import { PostgresConversationStore } from "./postgres-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
 
 /** Where a Redis store runs beside its URL: a cluster's seed nodes, and the replica acknowledgement of commits. */
@@ -12,12 +13,24 @@ export interface RedisDeployment {
 }
 
 /**
- * The store for a configured Redis URL or cluster: neither = the embedded in-memory store.
+ * The store for a configured Postgres URL, Redis URL or Redis Cluster: none = the embedded in-memory store.
  * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
  */
-export async function createConversationStore(redisUrl: string, codec: Codec, connectTimeoutMs = 5_000, redis: RedisDeployment = {}): Promise<ConversationStore> {
+export async function createConversationStore(
+  redisUrl: string,
+  codec: Codec,
+  connectTimeoutMs = 5_000,
+  redis: RedisDeployment = {},
+  postgresUrl = "",
+): Promise<ConversationStore> {
+  // Postgres: the same, and the schema is created or migrated on the first connection.
+  if (postgresUrl !== "") {
+    const store = new PostgresConversationStore(postgresUrl, { codec });
+    await store.connected(connectTimeoutMs);
+    return store;
+  }
   const clusterNodes = redis.clusterNodes ?? [];
   if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec });
   const store = new RedisConversationStore(clusterNodes.length > 0 ? { clusterNodes } : redisUrl, {

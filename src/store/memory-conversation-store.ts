@@ -31,7 +31,13 @@ export interface MemoryStoreOptions {
 interface Conversation {
   state: ConversationState;
   changes: Change[];
+  /** The ids of every message of `state`, once a commit to a long conversation asked for them. */
+  ids?: Set<string>;
 }
+
+/** Below this many messages a commit looks for its new ids in place; from it on, in a kept index. */
+const indexedFromMessages = 1_024;
+const segmentFields = ["system", "history", "memory", "tools"] as const;
 
 export const defaultMaxChangesPerConversation = 10_000;
 export const defaultIdempotencyTtlMs = 24 * 60 * 60 * 1000;
@@ -153,13 +159,15 @@ export class MemoryConversationStore implements ConversationStore {
     if (expectedVersion !== undefined && expectedVersion !== base.version) {
       throw versionConflict(conversationId, expectedVersion, base.version);
     }
+    const ids = messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext;
     const plan = planCommit(base, deltas, {
-      deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
+      deltaContext: { newMessageId: () => ids.newMessageId(), messageIds: (state) => (state === base && conversation ? idIndex(conversation) : undefined) },
       idempotencyKey,
       committedAtUnixMs: BigInt(this.now()),
       cleared,
     });
     const target: Conversation = conversation ?? { state: base, changes: [] };
+    target.ids = extendedIdIndex(target, plan.state);
     target.state = plan.state;
     target.changes.push(plan.change);
     if (target.changes.length > this.maxChanges) target.changes.splice(0, target.changes.length - this.maxChanges);
@@ -191,4 +199,40 @@ export class MemoryConversationStore implements ConversationStore {
       signal.addEventListener("abort", done, { once: true });
     });
   }
+}
+
+/** The ids of every message of the conversation's state (built on first use), or undefined for a short one. */
+function idIndex(conversation: Conversation): ReadonlySet<string> | undefined {
+  if (conversation.ids) return conversation.ids;
+  const state = conversation.state;
+  let messages = 0;
+  for (const field of segmentFields) messages += state[field].length;
+  if (messages < indexedFromMessages) return undefined;
+  const ids = new Set<string>();
+  for (const field of segmentFields) for (const message of state[field]) ids.add(message.id);
+  conversation.ids = ids;
+  return ids;
+}
+
+/**
+ * The index for `next`: the current one with the new messages' ids when every segment of `next`
+ * extends the current one (the same message objects first, one pointer compare each), else none
+ * (rebuilt when a commit needs it).
+ */
+function extendedIdIndex(conversation: Conversation, next: ConversationState): Set<string> | undefined {
+  const ids = conversation.ids;
+  if (!ids) return undefined;
+  const current = conversation.state;
+  for (const field of segmentFields) {
+    const before = current[field];
+    const after = next[field];
+    if (after === before) continue;
+    if (after.length < before.length) return undefined;
+    for (let index = before.length - 1; index >= 0; index--) if (after[index] !== before[index]) return undefined;
+  }
+  for (const field of segmentFields) {
+    const after = next[field];
+    for (let index = current[field].length; index < after.length; index++) ids.add(after[index]!.id);
+  }
+  return ids;
 }

@@ -851,7 +851,7 @@ export function segmentEdit(before: readonly Message[], after: readonly Message[
 }
 
 /** Whether anything but the segments and the version differs (core shares what a batch left alone). */
-function restDiffers(before: ConversationState, after: ConversationState): boolean {
+export function restDiffers(before: ConversationState, after: ConversationState): boolean {
   for (const key of Object.keys(after) as (keyof ConversationState)[]) {
     if (key === "version" || (storedSegments as readonly string[]).includes(key)) continue;
     if (after[key] !== before[key]) return true;

@@ -114,6 +114,28 @@ describe("protobuf encoder with retained encodings", () => {
     expect(codec.stats.retainedEncodingBytes).toBe(kept);
   });
 
+  it("encodes a short tail of a long stored list exactly without encoding the whole list, and keeps it for a run of at least half", () => {
+    const fresh = new Codec();
+    const state = randomState(randomSource(21), undefined, 400);
+    fresh.retainState(state);
+    const response = (history: Message[]) => {
+      const result = create(CompileResultSchema);
+      result.payload = { $typeName: "contextd.v1.CompiledPayload", system: [], history, tools: [], memory: [], scratch: [], toolDefinitions: [] };
+      return create(CompileResponseSchema, { result });
+    };
+    const before = fresh.stats.retainedEncodingBytes;
+    // A budgeted tail: 40 of 400 messages, a new array as every compile cuts one.
+    for (let call = 0; call < 3; call++) {
+      const tail = response(state.history.slice(360));
+      expect(same(fresh.encode(CompileResponseSchema, tail), toBinary(CompileResponseSchema, tail))).toBe(true);
+    }
+    // No encoding of the 400-message list was kept to copy 40 messages out of it.
+    expect(fresh.stats.retainedEncodingBytes - before).toBeLessThan(toBinary(CompileResponseSchema, response(state.history)).length / 2);
+    const half = response(state.history.slice(150));
+    expect(same(fresh.encode(CompileResponseSchema, half), toBinary(CompileResponseSchema, half))).toBe(true);
+    expect(fresh.stats.retainedEncodingBytes - before).toBeGreaterThan(toBinary(CompileResponseSchema, response(state.history)).length);
+  });
+
   it("encodes messages that are not from a stored state afresh, so changing them between calls is seen", () => {
     const foreign = buildMessage(Role.USER, "m1", "hello");
     const list = [foreign, foreign];

@@ -15,7 +15,9 @@ from typing import Iterator
 
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The checkout (its dist/, examples/, README.md and golden vectors). scripts/test.sh runs these
+# tests from a copy outside it, against the installed packages, and says where it is.
+REPO_ROOT = pathlib.Path(os.environ.get("CONTEXTD_REPO_ROOT") or pathlib.Path(__file__).resolve().parents[2])
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""The README points users at examples/python; it must keep running against a real sidecar."""
+"""Every example in examples/python runs, twice, against a real sidecar (the README points users at them)."""
 
 import os
 import subprocess
@@ -7,18 +7,30 @@ import sys
 from conftest import REPO_ROOT
 
 
-def test_example_agent_loop_runs(sidecar):
+def run_example(name: str, address: str) -> str:
     completed = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "examples" / "python" / "agent_loop.py")],
-        env={**os.environ, "CONTEXTD_ADDRESS": sidecar.address},
+        [sys.executable, str(REPO_ROOT / "examples" / "python" / name)],
+        env={**os.environ, "CONTEXTD_ADDRESS": address},
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert completed.returncode == 0, completed.stderr
+    assert completed.returncode == 0, f"{name}:\n{completed.stderr}"
+    return completed.stdout
+
+
+def test_every_example_runs_twice(sidecar):
+    examples = sorted(path.name for path in (REPO_ROOT / "examples" / "python").glob("*.py"))
+    assert "agent_loop.py" in examples
+    for name in examples:
+        for _ in range(2):
+            assert run_example(name, sidecar.address).strip(), f"{name} printed nothing"
+
+
+def test_the_agent_loop_example_shows_its_tool_round(sidecar):
     assert (
         "user: What's the weather in Oslo right now?\nassistant: Here is what I found: 4°C, light rain; 09:30\n"
-        in completed.stdout
+        in run_example("agent_loop.py", sidecar.address)
     )
 
 

@@ -2,13 +2,15 @@ import { create, equals, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { ConversationStateSchema, Segment, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
+import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
+import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
@@ -16,11 +18,12 @@ import { randomSource } from "../support/random-messages.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
+let postgres: PostgresProcess;
 beforeAll(async () => {
-  [redis, redisCluster] = await Promise.all([startRedis(), startRedisCluster()]);
+  [redis, redisCluster, postgres] = await Promise.all([startRedis(), startRedisCluster(), startPostgres()]);
 }, 30_000);
 afterAll(async () => {
-  await Promise.all([redis?.stop(), redisCluster?.stop()]);
+  await Promise.all([redis?.stop(), redisCluster?.stop(), postgres?.destroy()]);
 });
 
 let conversationCounter = 0;
@@ -52,6 +55,14 @@ const stores: [string, () => Promise<ConversationStore>][] = [
     "redis cluster",
     async () => {
       const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200 });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+  [
+    "postgres",
+    async () => {
+      const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200 });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -270,6 +281,20 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(state.history).toHaveLength(2);
   });
 
+  it("lets exactly one of two concurrent first commits of a conversation win; the other is ABORTED", async () => {
+    const id = freshId("first-insert");
+    const results = await Promise.allSettled(
+      ["a", "b"].map((writer) => store.commit(id, 0n, [appendHistory(textMessage(writer, Role.USER, writer))], "")),
+    );
+    const won = results.filter((result) => result.status === "fulfilled");
+    const lost = results.filter((result): result is PromiseRejectedResult => result.status === "rejected");
+    expect(won).toHaveLength(1);
+    expect(lost).toHaveLength(1);
+    expect((lost[0]!.reason as ConnectError).code).toBe(Code.Aborted);
+    expect((lost[0]!.reason as ConnectError).rawMessage).toContain("current version is 1");
+    expect((await store.load(id)).history).toHaveLength(1);
+  });
+
   it("applies all of 32 concurrent writers without an expected version, one version each", async () => {
     const id = freshId("no-expected");
     const outcomes = await Promise.all(
@@ -324,6 +349,38 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect(toBinary(ConversationStateSchema, await store.load(id)), `step ${step}`).toEqual(toBinary(ConversationStateSchema, state));
     }
     expect(state.version).toBeGreaterThan(100n);
+  });
+
+  it("refuses an id already in a long conversation in every segment, after appends, removals and replaces, and takes back a removed one", async () => {
+    const id = freshId("long-ids");
+    const text = (messageId: string, role = Role.USER) => create(MessageSchema, { id: messageId, role, parts: [{ kind: { case: "text", value: { text: "x" } } }] });
+    const append = (segment: Segment, messages: Message[]) => create(DeltaSchema, { operation: { case: "appendMessages", value: { segment, messages } } });
+    await store.commit(id, undefined, [append(Segment.HISTORY, Array.from({ length: 1_500 }, (_, index) => text(`h${index}`))), append(Segment.MEMORY, [text("mem", Role.SYSTEM)])], "");
+    const duplicate = async (messageId: string, segment = Segment.HISTORY) => (await rejection(store.commit(id, undefined, [append(segment, [text(messageId)])], ""))).rawMessage;
+    for (let turn = 0; turn < 3; turn++) {
+      expect(await duplicate("h0")).toMatch(/duplicate message id "h0"/);
+      expect(await duplicate("mem")).toMatch(/duplicate message id "mem"/);
+      await store.commit(id, undefined, [append(Segment.HISTORY, [text(`t${turn}`)])], "");
+      expect(await duplicate(`t${turn}`, Segment.TOOLS)).toMatch(new RegExp(`duplicate message id "t${turn}"`));
+    }
+    await store.commit(id, undefined, [create(DeltaSchema, { operation: { case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h7"] } } })], "");
+    await store.commit(id, undefined, [append(Segment.HISTORY, [text("h7")])], "");
+    expect(await duplicate("h7")).toMatch(/duplicate message id "h7"/);
+    const kept = (await store.load(id)).history.filter((message) => message.id !== "h8");
+    await store.commit(id, undefined, [create(DeltaSchema, { operation: { case: "replaceSegment", value: { segment: Segment.HISTORY, messages: kept } } })], "");
+    await store.commit(id, undefined, [append(Segment.SYSTEM, [text("h8", Role.SYSTEM)])], "");
+    expect(await duplicate("h8")).toMatch(/duplicate message id "h8"/);
+    expect(await duplicate("h9", Segment.SYSTEM)).toMatch(/duplicate message id "h9"/);
+    const round = create(DeltaSchema, {
+      operation: {
+        case: "appendToolRound",
+        value: {
+          assistant: create(MessageSchema, { id: "round", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "call", name: "f", arguments: { data: "{}" } } } }] }),
+          results: [create(MessageSchema, { id: "round", role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: "call", name: "f", payload: { text: "r" } } } }] })],
+        },
+      },
+    });
+    expect((await rejection(store.commit(id, undefined, [round], ""))).rawMessage).toMatch(/results\[0\]: duplicate message id "round"/);
   });
 
   it("lists conversations by id, paged and filtered by prefix", async () => {

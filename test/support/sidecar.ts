@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { startPostgres } from "./postgres.js";
 import { startRedis } from "./redis.js";
 
 const mainScript = fileURLToPath(new URL("../../dist/src/main.js", import.meta.url));
@@ -59,7 +60,8 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
 
 /**
  * The stores a sidecar can run on, for suites that run once per store (`describe.each`): the
- * sidecar arguments for each, and how to stop what was started for it (a real redis-server).
+ * sidecar arguments for each, and how to stop what was started for it (a real redis-server, a
+ * real PostgreSQL).
  */
 export const sidecarStores: [name: string, start: () => Promise<{ args: string[]; stop?: () => Promise<void> }>][] = [
   ["memory store", async () => ({ args: [] })],
@@ -68,6 +70,13 @@ export const sidecarStores: [name: string, start: () => Promise<{ args: string[]
     async () => {
       const redis = await startRedis();
       return { args: ["--redis-url", redis.url], stop: () => redis.stop() };
+    },
+  ],
+  [
+    "postgres store",
+    async () => {
+      const postgres = await startPostgres();
+      return { args: ["--postgres-url", postgres.url], stop: () => postgres.destroy() };
     },
   ],
 ];

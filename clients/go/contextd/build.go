@@ -142,6 +142,15 @@ func AppendToolResult(callID, name string, payload *contextdv1.ToolPayload, isEr
 	}}
 }
 
+// AppendProviderResponse is a delta appending a provider's non-streaming response body, as
+// received, as ASSISTANT messages (text, tool calls, reasoning): the sidecar parses it (provider
+// says which format; a shape it does not know is INVALID_ARGUMENT naming the JSON path).
+func AppendProviderResponse(provider contextdv1.Provider, body []byte) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_AppendProviderResponse{
+		AppendProviderResponse: &contextdv1.AppendProviderResponse{Provider: provider, Json: body},
+	}}
+}
+
 // AppendMessages is a delta appending messages to a segment.
 func AppendMessages(segment contextdv1.Segment, messages ...*contextdv1.Message) *contextdv1.Delta {
 	return &contextdv1.Delta{Operation: &contextdv1.Delta_AppendMessages{

@@ -1,23 +1,21 @@
-// Package contextd is the Go client of the contextd sidecar: the generated contextd.v1 API plus
-// what every agent needs around it — sensible dial defaults, per-call deadlines, retries on
-// UNAVAILABLE, compare-and-retry commits, typed errors, message builders and stream iterators.
-//
-// The unary methods of Client mirror the generated RPCs (same request and response messages), so
-// the proto documentation applies unchanged.
 package contextd
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"connectrpc.com/connect"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +42,9 @@ type options struct {
 	dialOptions      []grpc.DialOption
 	maxReceiveBytes  int
 	maxSendBytes     int
+	token            string
+	tls              *tls.Config
+	tlsCAFile        string
 }
 
 // WithCallTimeout bounds every unary call, retries included, unless the caller's context already
@@ -78,7 +79,9 @@ func WithMaxSendBytes(bytes int) Option {
 }
 
 // WithConnectProtocol speaks the Connect protocol over httpClient (nil = a new http.Client)
-// instead of gRPC, for networks where only plain HTTP/1.1 gets through.
+// instead of gRPC, for networks where only plain HTTP/1.1 gets through. With WithTLS, an
+// httpClient without a Transport gets one with that TLS configuration; one with its own Transport
+// is used as it is (give it the TLS configuration yourself).
 func WithConnectProtocol(httpClient *http.Client) Option {
 	return func(o *options) {
 		if httpClient == nil {
@@ -88,10 +91,97 @@ func WithConnectProtocol(httpClient *http.Client) Option {
 	}
 }
 
-// WithGRPCDialOptions adds grpc-go dial options (TLS, interceptors, ...). The default is plain
-// HTTP/2 cleartext, which is right for a sidecar on loopback.
+// WithGRPCDialOptions adds grpc-go dial options (interceptors, ...), after the Client's own, so
+// they win. The default is plain HTTP/2 cleartext, which is right for a sidecar on loopback; for
+// TLS use WithTLS.
 func WithGRPCDialOptions(dialOptions ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, dialOptions...) }
+}
+
+// WithBearerToken sends "authorization: Bearer <token>" with every call, for a sidecar started with
+// --auth-tokens-file or CONTEXTD_AUTH_TOKENS. The token is sent over cleartext too, which is right
+// on loopback only: across a network add WithTLS or WithTLSCAFile.
+func WithBearerToken(token string) Option {
+	return func(o *options) { o.token = token }
+}
+
+// WithTLS speaks TLS to a sidecar started with --tls-cert (or to a proxy that terminates TLS).
+// config nil verifies the server against the system's root certificates; set RootCAs for a
+// private CA and Certificates for a sidecar that requires client certificates (--tls-client-ca).
+// gRPC negotiates HTTP/2 by ALPN; the Connect protocol (WithConnectProtocol) uses https.
+func WithTLS(config *tls.Config) Option {
+	return func(o *options) {
+		if config == nil {
+			config = &tls.Config{}
+		}
+		o.tls = config
+	}
+}
+
+// WithTLSCAFile is WithTLS verifying the server against the PEM certificates in path instead of
+// the system roots. Dial fails when the file cannot be read or holds no certificate.
+func WithTLSCAFile(path string) Option {
+	return func(o *options) {
+		o.tlsCAFile = path
+		if o.tls == nil {
+			o.tls = &tls.Config{}
+		}
+	}
+}
+
+// tlsConfig is the TLS configuration the options ask for, nil for cleartext.
+func (o *options) tlsConfig() (*tls.Config, error) {
+	if o.tls == nil {
+		return nil, nil
+	}
+	config := o.tls.Clone()
+	if config.MinVersion == 0 {
+		config.MinVersion = tls.VersionTLS12
+	}
+	if o.tlsCAFile != "" {
+		pem, err := os.ReadFile(o.tlsCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("contextd: TLS CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("contextd: TLS CA file %s holds no PEM certificate", o.tlsCAFile)
+		}
+		config.RootCAs = pool
+	}
+	return config, nil
+}
+
+// bearerToken is grpc-go per-call credentials carrying one bearer token. It does not require
+// transport security, so a sidecar on loopback can check tokens without TLS.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// bearerTokenInterceptor adds the token to every connect-go call, unary and streaming.
+type bearerTokenInterceptor string
+
+func (t bearerTokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, request connect.AnyRequest) (connect.AnyResponse, error) {
+		request.Header().Set("Authorization", "Bearer "+string(t))
+		return next(ctx, request)
+	}
+}
+
+func (t bearerTokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
+		return conn
+	}
+}
+
+func (bearerTokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // Client talks to one contextd sidecar. It is safe for concurrent use; close it when done.
@@ -116,13 +206,34 @@ func Dial(address string, opts ...Option) (*Client, error) {
 		address = DefaultAddress
 	}
 	client := &Client{callTimeout: o.callTimeout, retry: o.retry, conflictAttempts: max(o.conflictAttempts, 1)}
+	tlsConfig, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	if o.connectClient != nil {
-		client.transport = newConnectTransport(o.connectClient, "http://"+address,
-			connect.WithReadMaxBytes(o.maxReceiveBytes), connect.WithSendMaxBytes(o.maxSendBytes))
+		scheme := "http://"
+		httpClient := o.connectClient
+		if tlsConfig != nil {
+			scheme = "https://"
+			if httpClient.Transport == nil {
+				copied := *httpClient
+				copied.Transport = &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true}
+				httpClient = &copied
+			}
+		}
+		connectOptions := []connect.ClientOption{connect.WithReadMaxBytes(o.maxReceiveBytes), connect.WithSendMaxBytes(o.maxSendBytes)}
+		if o.token != "" {
+			connectOptions = append(connectOptions, connect.WithInterceptors(bearerTokenInterceptor(o.token)))
+		}
+		client.transport = newConnectTransport(httpClient, scheme+address, connectOptions...)
 		return client, nil
 	}
-	dialOptions := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	transportCredentials := insecure.NewCredentials()
+	if tlsConfig != nil {
+		transportCredentials = credentials.NewTLS(tlsConfig)
+	}
+	dialOptions := []grpc.DialOption{
+		grpc.WithTransportCredentials(transportCredentials),
 		// Reconnect quickly: the sidecar is on loopback, and an agent often starts before it (or
 		// outlives a restart). grpc-go's default backoff grows from 1s to 120s.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -130,7 +241,11 @@ func Dial(address string, opts ...Option) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxReceiveBytes), grpc.MaxCallSendMsgSize(o.maxSendBytes)),
-	}, o.dialOptions...)
+	}
+	if o.token != "" {
+		dialOptions = append(dialOptions, grpc.WithPerRPCCredentials(bearerToken(o.token)))
+	}
+	dialOptions = append(dialOptions, o.dialOptions...)
 	conn, err := grpc.NewClient(address, dialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("contextd: dial %s: %w", address, err)

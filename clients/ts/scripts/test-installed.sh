@@ -25,6 +25,8 @@ cp "$repo/test/support/redis.ts" test/redis.ts
 cp -R "$repo/examples/typescript" examples
 # The "Ten lines" example of docs/typescript-client.md, as a file: type-checked and run like the others.
 awk '/^## Ten lines/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/docs/typescript-client.md" >examples/ten_lines.ts
+# The README's TypeScript example, the same way.
+awk '/^## TypeScript/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/README.md" >examples/readme.ts
 cat >tsconfig.json <<JSON
 {
   "compilerOptions": {

@@ -21,11 +21,11 @@ test("examples/typescript/agent_loop.ts runs 20 turns, trimming the oldest, twic
   }
 });
 
-test("the ten-line example of docs/typescript-client.md runs, twice against one sidecar", async () => {
+for (const [name, file] of [["docs/typescript-client.md's ten-line example", "examples/ten_lines.ts"], ["the README's TypeScript example", "examples/readme.ts"]]) test(`${name} runs, twice against one sidecar`, async () => {
   const sidecar = await startSidecar();
   try {
     for (const run of [1, 2]) {
-      const { stdout } = await promisify(execFile)(process.execPath, ["examples/ten_lines.ts"], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
+      const { stdout } = await promisify(execFile)(process.execPath, [file], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
       assert.match(stdout, /role: 'user'/, `run ${run}: the rendered body has the user's message`);
       assert.match(stdout, /3 messages in the next prompt/, `run ${run} printed: ${stdout}`);
     }

@@ -121,7 +121,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   const reserved = system + memory + tools + toolDefinitions + pending + scratchTokens + perRequest;
 
   let history = work.segments.history;
-  const historyCounted = cache.countAll(estimator, history, clock);
+  const known = work.historyCounts?.history === history ? work.historyCounts : undefined;
+  const historyCounted = known ? known.counts : cache.countAll(estimator, history, clock);
   let historyCounts = historyCounted instanceof Promise ? await historyCounted : historyCounted;
   const historyBeforeTrim = sum(historyCounts);
   let summary: BudgetReport["summary"];
@@ -158,7 +159,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       // Without a current turn, the latest user message of history is the one being answered.
       const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
       if (latestUser >= 0 && historyCounts[latestUser]! > available) {
-        throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
+        throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser + (known?.offset ?? 0)}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
       }
       const analysis = work.historyRounds?.history === history ? work.historyRounds.analysis : analyzeToolRounds(history, { allowOpenTail: true });
       const units = costUnits(analysis.units, historyCounts, (unit) => {

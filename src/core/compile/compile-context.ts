@@ -1,3 +1,6 @@
+import type { CompileResultPart } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { HistoryFacts } from "./history-facts.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import type { Observer } from "../observer.js";
@@ -56,6 +59,19 @@ export interface CompileContext {
    * in provider cache writes (`CompileResult.cache_impact`). Without it there is no cache impact.
    */
   compileMemory?: CompileMemory;
+  /**
+   * The heavy result parts to build (`source`, `normalized_snapshot`, `writeback.snapshot`,
+   * `persistence`); the others are left unset and never built. Undefined builds them all. Each is
+   * a copy or a filtered walk of the whole conversation: building them and dropping them after
+   * cost a 1,000-message compile 0.13 of its 0.82 ms.
+   */
+  parts?: ReadonlySet<CompileResultPart>;
+  /**
+   * The facts of a stored history (`HistoryFacts`), kept by the caller between compiles of the
+   * conversation and extended by the messages appended since; asked for only when a compile may
+   * leave the history's head out (`elideHistoryHead`). Without it every compile walks the whole history.
+   */
+  historyFacts?: (history: readonly Message[]) => HistoryFacts | undefined;
 }
 
 /**

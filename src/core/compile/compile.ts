@@ -1,15 +1,17 @@
 import { create } from "@bufbuild/protobuf";
 import {
+  CompileResultPart,
   CompileResultSchema,
   CurrentTurnSchema,
   TransformationAction,
+  TransformationReason,
   type CompileRequest,
   type CompileResult,
   type CompileSource,
   type Usage,
   type Writeback,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { renderRequestPaced } from "../providers/render.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
@@ -17,6 +19,7 @@ import { applyBudget } from "./budget.js";
 import type { CompileContext } from "./compile-context.js";
 import { CompileEvents } from "./compile-events.js";
 import { applyDeferredBlocks } from "./deferred-blocks.js";
+import { elideHistoryHead, type ElidedHead } from "./history-head.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
 import { cacheImpact } from "./cache-impact.js";
@@ -50,31 +53,40 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const deadline = context.deadline || context.yieldToEventLoop ? new DeadlineCheck(context.deadline, context.now, context.yieldToEventLoop) : DeadlineCheck.none;
   const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
 
-  // 1. Normalize + identity, tool-argument and tool-round validation and repair.
+  // 1. Normalize + identity, tool-argument and tool-round validation and repair. A stored history's
+  // head that the budget is certain to drop is left out, its figures added back (history-head.ts).
   const inputs = resolveCompileInputs(request, context.stored);
   checkToolDefinitionTexts(inputs.toolDefinitions, "tool_definitions");
-  const textAllowance = new TextAllowance(requestTextCharacters(request, inputs), context.maxCompileTextBytes);
+  const head = await elideHistoryHead(request, inputs, context, estimator, deadline);
+  const textAllowance = new TextAllowance(requestTextCharacters(request, inputs) + (head?.characters ?? 0), context.maxCompileTextBytes);
   const { work, extras } = normalize(request, inputs, estimator, context.randomId, { textAllowance, deadline });
-  const normalizedSegments = work.segments;
+  if (head) work.historyCounts = { history: work.segments.history, counts: head.tailCounts, offset: head.count };
+  // What the whole history normalises to: with a head left out, the stored history itself (a clean
+  // history is passed through as the same array).
+  const normalizedSegments = head ? { ...work.segments, history: head.history as Message[] } : work.segments;
   checkToolArguments(work, inputs, extras, request.toolArgumentsRepair);
   validateAndRepairToolRounds(work, request.repair, context.randomId);
-  const repairedSegments = work.segments;
+  const repairedSegments = head ? { ...work.segments, history: head.history as Message[] } : work.segments;
   if (deadline.checkNow("normalize")) await deadline.pause("normalize");
   await events.stageDone("normalize");
 
   // 2. Freeze source. Messages are never mutated by later stages, so sharing them is a frozen copy.
   // Literals with every field set: equal to `create(...)` without its reflective walk of 1,000s of messages.
-  const source: CompileSource = {
-    $typeName: "contextd.v1.CompileSource",
-    snapshot: snapshotOf(normalizedSegments, work.artifacts),
-    pending: work.pending,
-    currentTurn: work.currentTurn && create(CurrentTurnSchema, work.currentTurn),
-  };
-  const normalizedSnapshot = snapshotOf(repairedSegments, work.artifacts);
+  // Only the parts `context.parts` asks for are built.
+  const wanted = (part: CompileResultPart) => context.parts === undefined || context.parts.has(part);
+  const source: CompileSource | undefined = wanted(CompileResultPart.SOURCE)
+    ? {
+        $typeName: "contextd.v1.CompileSource",
+        snapshot: snapshotOf(normalizedSegments, work.artifacts),
+        pending: work.pending,
+        currentTurn: work.currentTurn && create(CurrentTurnSchema, work.currentTurn),
+      }
+    : undefined;
+  const normalizedSnapshot = wanted(CompileResultPart.NORMALIZED_SNAPSHOT) ? snapshotOf(repairedSegments, work.artifacts) : undefined;
   const writeback: Writeback = {
     $typeName: "contextd.v1.Writeback",
     messages: work.writebackMessages,
-    snapshot: writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn),
+    snapshot: wanted(CompileResultPart.WRITEBACK_SNAPSHOT) ? writebackSnapshot(repairedSegments, work.artifacts, work.currentTurn) : undefined,
   };
   if (deadline.checkNow("freeze_source")) await deadline.pause("freeze_source");
   await events.stageDone("freeze_source");
@@ -150,7 +162,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
     limit: BigInt(budget.limit),
     total: BigInt(budget.total),
     estimator: estimator.kind,
-    historyBeforeTrim: BigInt(budget.historyBeforeTrim),
+    historyBeforeTrim: BigInt(budget.historyBeforeTrim + (head?.tokens ?? 0)),
     replyPriming: BigInt(budget.perRequest),
     clearedTokens: BigInt(budget.clearedTokens),
   };
@@ -165,7 +177,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.introduced = work.introduced;
   result.transformations = work.records;
   result.projections = projections;
-  result.persistence = persistenceProjection(work, summary);
+  result.persistence = wanted(CompileResultPart.PERSISTENCE) ? persistenceProjection(work, summary) : undefined;
   result.usage = usage;
   result.warnings = work.warnings;
   result.prefixFingerprint = prefixFingerprint(payload);
@@ -175,10 +187,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
     context.compileMemory.remember(request.conversationId, compared.prefix);
     result.cacheImpact = compared.impact;
   }
+  result.budgetDroppedMessages = budgetDroppedMessages(work, head);
   await events.stageDone("result");
   result.stageTimings = events.timings;
 
-  emitSummaryEvents(events, budget, work);
+  emitSummaryEvents(events, budget, work, head);
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
 }
@@ -195,7 +208,14 @@ function requestTextCharacters(request: CompileRequest, inputs: CompileInputs): 
   return total;
 }
 
-function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork): void {
+/** Messages the budget dropped (DROPPED, TOKEN_BUDGET_EXCEEDED), the elided head's included. */
+function budgetDroppedMessages(work: CompileWork, head: ElidedHead | undefined): bigint {
+  let dropped = head?.count ?? 0;
+  for (const id in work.records) if (work.records[id]!.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED) dropped++;
+  return BigInt(dropped);
+}
+
+function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork, head: ElidedHead | undefined): void {
   const blocks: [string, number][] = [
     ["system", budget.system],
     ["history", budget.history],
@@ -208,6 +228,13 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
   for (const [block, count] of blocks) events.emit({ case: "tokensEstimated", value: { $typeName: "contextd.v1.TokensEstimated", block, count: BigInt(count) } });
   // One event per final DROPPED record, whatever dropped it (budget, alignment, summary, repairs):
   // the same set the records and the metric count.
+  // The elided head first: the budget drops from the head, so its records come first.
+  if (events.observed && head) {
+    for (let index = 0; index < head.count; index++) {
+      const messageId = head.history[index]!.id;
+      events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED } });
+    }
+  }
   if (events.observed && work.droppedIds) {
     const emitted = new Set<string>();
     for (const messageId of work.droppedIds) {

@@ -63,6 +63,12 @@ export interface CompileWork {
    * to repair). The budget reuses it while history is still that array instead of analysing again.
    */
   historyRounds?: { history: readonly Message[]; analysis: ToolRoundAnalysis };
+  /**
+   * Token counts of `history` known before the budget stage (the tail `elideHistoryHead` left), so
+   * the budget does not count it again; and how many stored messages precede it (for the indices
+   * its errors name).
+   */
+  historyCounts?: { history: readonly Message[]; counts: readonly number[]; offset: number };
   /** Ids of stored messages whose tool-call arguments the presentation shows as a string (AS_STRING). */
   argumentsShownAsString?: ReadonlySet<string>;
   /**

@@ -29,8 +29,9 @@ import { withAppendedMessages } from "./segment-operations.js";
 export function appendToolRound(state: ConversationState, delta: AppendToolRound, context: DeltaContext): ConversationState {
   if (!delta.assistant) throw new ConnectError("assistant is required", Code.InvalidArgument);
   const [assistant] = prepareMessages(state, [delta.assistant], context, "assistant", Role.ASSISTANT);
-  const withAssistant = { ...state, history: [...state.history, assistant!] };
-  const results = prepareMessages(withAssistant, delta.results, context, "results", Role.TOOL);
+  // Checked against the state and the assistant (not a copy of history with it: the state's id
+  // index, when the store keeps one, answers for the state alone).
+  const results = prepareMessages(state, delta.results, context, "results", Role.TOOL, undefined, undefined, assistant!.id);
   assertCompleteToolRound(assistant!, results, "append_tool_round");
   assertNoOpenRound(state.history, "a new tool round");
   return withAppendedMessages(state, "history", [assistant!, ...results]);

@@ -1,3 +1,5 @@
+import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+
 /**
  * What `applyDeltas` needs from outside the pure core. Ids for messages that arrive without one
  * are random in production, but core never reads a global random source: the store passes one in,
@@ -6,4 +8,10 @@
 export interface DeltaContext {
   /** A new, unique message id. */
   newMessageId(): string;
+  /**
+   * The ids of every message of `state`, when the caller keeps an index of them (the in-memory
+   * store does for the state a batch starts from); undefined otherwise, and the ids are looked for
+   * in place. Without it a one-message append to 100,000 messages compared 100,000 ids (~2-17 ms).
+   */
+  messageIds?(state: ConversationState): ReadonlySet<string> | undefined;
 }

@@ -28,9 +28,11 @@ export function prepareMessages(
   defaultRole?: Role,
   removedIds: ReadonlySet<string> = new Set(),
   replacedMessages: readonly Message[] = [],
+  batchId?: string,
 ): Message[] {
-  const inConversation = conversationHasId(state, removedIds, messages.length);
-  const inBatch = new Set<string>();
+  const inConversation = conversationHasId(state, removedIds, messages.length, context.messageIds?.(state));
+  // `batchId`: a message the same delta brings before these (append_tool_round's assistant).
+  const inBatch = new Set<string>(batchId === undefined ? [] : [batchId]);
   return messages.map((message, index) => {
     const path = singularMessageFields.has(where) ? where : `${where}[${index}]`;
     let role = message.role;
@@ -66,7 +68,8 @@ const largestBatchLookedUpInPlace = 8;
  * costs ~2 µs at 1,000 messages, where indexing every id first cost ~50 µs, half of a commit's CPU
  * outside Redis. Larger batches (a replace_segment, an import) get the index.
  */
-function conversationHasId(state: ConversationState, removedIds: ReadonlySet<string>, incoming: number): (id: string) => boolean {
+function conversationHasId(state: ConversationState, removedIds: ReadonlySet<string>, incoming: number, indexed: ReadonlySet<string> | undefined): (id: string) => boolean {
+  if (indexed) return (id) => !removedIds.has(id) && indexed.has(id);
   if (incoming > largestBatchLookedUpInPlace) {
     const ids = new Set<string>();
     for (const field of segmentFields) for (const message of state[field]) if (!removedIds.has(message.id)) ids.add(message.id);

@@ -125,7 +125,7 @@ const noEarlierCallIds = () => false;
  * the call id of message `index` was already used before `from` (where the scan does not look).
  * Units and violations carry indices into `messages`; `unitIndex` counts from the first unit scanned.
  */
-function analyzeToolRoundsFrom(
+export function analyzeToolRoundsFrom(
   messages: readonly Message[],
   from: number,
   options: { allowOpenTail: boolean },

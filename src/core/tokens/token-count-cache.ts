@@ -85,6 +85,30 @@ export class TokenCountCache {
   }
 
   /**
+   * Counts of `messages` in order, each counted as `countAll` counts one it has not seen (texts
+   * still go through the text level), without remembering the list: for the few messages a
+   * commit appended to a history whose other counts the caller keeps (`HistoryFacts`).
+   */
+  countEach(estimator: TokenEstimator, messages: readonly Message[], clock = DeadlineCheck.none): number[] | Promise<number[]> {
+    const counts = new Array<number>(messages.length);
+    for (let index = 0; index < messages.length; index++) {
+      const count = countFresh(estimator, messages[index]!, clock);
+      if (typeof count !== "number") return this.countEachFrom(estimator, messages, clock, counts, index, count);
+      counts[index] = count;
+    }
+    return counts;
+  }
+
+  private async countEachFrom(estimator: TokenEstimator, messages: readonly Message[], clock: DeadlineCheck, counts: number[], index: number, waiting: Promise<number>): Promise<number[]> {
+    counts[index] = await waiting;
+    for (index++; index < messages.length; index++) {
+      const count = countFresh(estimator, messages[index]!, clock);
+      counts[index] = typeof count === "number" ? count : await count;
+    }
+    return counts;
+  }
+
+  /**
    * Counts `messages`, reusing the counts of the last list that started with the same message id
    * wherever the message at the same index has the same count inputs; then remembers this list
    * for the next request of the conversation. Synchronous until a message needs a wait (a turn of

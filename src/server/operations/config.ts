@@ -25,6 +25,8 @@ export interface Config {
   redisWaitTimeoutMs: number;
   /** Processes serving the port (node:cluster); more than one needs a shared store. */
   workers: number;
+  /** Postgres URL for the Postgres store; empty = not used. Exclusive with `redisUrl`. */
+  postgresUrl: string;
   /** Log level: "debug" logs one line per RPC, "info" start/stop and errors, "error" only errors. */
   logLevel: "debug" | "info" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
@@ -73,6 +75,14 @@ export interface Config {
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
   cacheImpactBytes: number;
+  /**
+   * Approximate bytes of the stored histories' facts kept between compiles, so a stateful compile
+   * walks only the tail the budget may keep (docs/incremental-compile.md); 0 = none, every compile
+   * walks its whole history.
+   */
+  historyFactsBytes: number;
+  /** Conversations whose history facts are kept (the least recently compiled go first); 0 = none. */
+  historyFactsConversations: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
 }
@@ -85,6 +95,7 @@ export const defaultConfig: Config = {
   redisWaitReplicas: 0,
   redisWaitTimeoutMs: 1_000,
   workers: 1,
+  postgresUrl: "",
   logLevel: "info",
   maxRequestBytes: 16 * 1024 * 1024,
   maxBufferedRequestBytes: 256 * 1024 * 1024,
@@ -107,6 +118,8 @@ export const defaultConfig: Config = {
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
   cacheImpactBytes: 16 * 1024 * 1024,
+  historyFactsBytes: 64 * 1024 * 1024,
+  historyFactsConversations: 10_000,
   inspector: true,
 };
 
@@ -122,6 +135,7 @@ export const flags = {
   "redis-wait-replicas": "replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none",
   "redis-wait-timeout-ms": "how long a commit waits for those replicas before answering UNAVAILABLE",
   workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a Redis store",
+  "postgres-url": "Postgres store (tested with PostgreSQL 15), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
   "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
   "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
   "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",
@@ -144,6 +158,8 @@ export const flags = {
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
   "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
+  "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
+  "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
 } as const;
 type Flag = keyof typeof flags;
@@ -219,14 +235,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   if (redisUrl !== "" && redisClusterNodes.length > 0) {
     throw new Error("--redis-url and --redis-cluster-nodes (or their CONTEXTD_ variables) name two stores: give one");
   }
+  const postgresUrl = checkedPostgresUrl(string("postgres-url", defaultConfig.postgresUrl), redisUrl, redisClusterNodes);
   const workersText = pick("workers").text;
   if (workersText !== undefined && workersText !== "auto" && !/^[1-9][0-9]{0,2}$/.test(workersText.trim())) {
     throw new Error(`invalid --workers or CONTEXTD_WORKERS "${workersText}": want an integer from 1 to 256, or auto (one per core)`);
   }
   const workers = workersText === "auto" ? availableParallelism() : integer("workers", defaultConfig.workers, 1, 256);
-  if (workers > 1 && redisUrl === "" && redisClusterNodes.length === 0) {
+  if (workers > 1 && redisUrl === "" && redisClusterNodes.length === 0 && postgresUrl === "") {
     throw new Error(
-      `--workers ${workersText} needs a shared store (--redis-url or --redis-cluster-nodes): the in-memory store's conversations live in one process, ` +
+      `--workers ${workersText} needs a shared store (--redis-url, --redis-cluster-nodes or --postgres-url): the in-memory store's conversations live in one process, ` +
         "so each worker would see different ones",
     );
   }
@@ -236,6 +253,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     host: string("host", defaultConfig.host),
     port: integer("port", defaultConfig.port, 0, 65535),
     redisUrl,
+    postgresUrl,
     redisClusterNodes,
     redisWaitReplicas: integer("redis-wait-replicas", defaultConfig.redisWaitReplicas, 0, 1_000),
     redisWaitTimeoutMs: integer("redis-wait-timeout-ms", defaultConfig.redisWaitTimeoutMs, 1, 2 ** 31 - 1),
@@ -263,6 +281,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
     cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
+    historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
+    historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),
   };
 }
@@ -273,6 +293,7 @@ export function printableConfig(config: Config) {
   return {
     ...config,
     redisUrl: config.redisUrl ? config.redisUrl.replace(/\/\/[^@/]*@/, "//(credentials)@") : "",
+    postgresUrl: config.postgresUrl.replace(/\/\/[^@/]*@/, "//(credentials)@"),
     authTokens: config.authTokens.length,
     tenants,
   };
@@ -297,6 +318,17 @@ export function parseAuthTokens(text: string, where: string): AuthToken[] {
     tokens.push({ token, tenant });
   }
   return tokens;
+}
+
+/** The Postgres URL, refused beside a Redis URL (one store per sidecar). */
+function checkedPostgresUrl(url: string, redisUrl: string, redisClusterNodes: readonly string[]): string {
+  if (url !== "" && (redisUrl !== "" || redisClusterNodes.length > 0)) {
+    throw new Error(`--postgres-url (CONTEXTD_POSTGRES_URL) and ${redisUrl !== "" ? "--redis-url (CONTEXTD_REDIS_URL)" : "--redis-cluster-nodes (CONTEXTD_REDIS_CLUSTER_NODES)"} are both set: choose one store`);
+  }
+  if (url !== "" && !/^postgres(ql)?:\/\//.test(url)) {
+    throw new Error(`invalid --postgres-url or CONTEXTD_POSTGRES_URL "${url.replace(/\/\/[^@/]*@/, "//(credentials)@")}": want postgres://user:password@host:port/database`);
+  }
+  return url;
 }
 
 function parseLogLevel(text: string): Config["logLevel"] {

@@ -42,7 +42,9 @@ export class Metrics {
   private readonly storeLatency: SeriesHistogram;
   private readonly compiles: Counter;
   private readonly compileTokens: Counter;
-  private readonly droppedMessages: Counter<"reason">;
+  private readonly droppedMessages: SeriesCounter;
+  /** Dropped-message series by `TransformationReason` number. */
+  private readonly droppedSeries = new Map<number, { inc(): void }>();
   private readonly rpcSeries = new Map<string, { inc(): void }>();
   private readonly latencySeries = new Map<string, { observe(value: number): void }>();
   private readonly storeSeries = new Map<string, { observe(value: number): void }>();
@@ -56,12 +58,7 @@ export class Metrics {
     this.latency = new SeriesHistogram("contextd_rpc_duration_seconds", "RPC latency, from the handler's start to its last message.", ["method"], latencyBuckets, this.registry);
     this.compiles = new Counter({ name: "contextd_compiles_total", help: "Compiles finished (from observer events).", registers });
     this.compileTokens = new Counter({ name: "contextd_compile_tokens_total", help: "Tokens of compiled requests (pipeline_compiled total_cost).", registers });
-    this.droppedMessages = new Counter({
-      name: "contextd_messages_dropped_total",
-      help: "Messages compiles left out of the prompt (DROPPED records), by reason.",
-      labelNames: ["reason"],
-      registers,
-    });
+    this.droppedMessages = new SeriesCounter("contextd_messages_dropped_total", "Messages compiles left out of the prompt (DROPPED records), by reason.", ["reason"], this.registry);
     this.storeLatency = new SeriesHistogram(
       "contextd_store_operation_duration_seconds",
       "Conversation store operations (load, commit, current_version, clear, list, ping), by outcome (ok or error).",
@@ -129,8 +126,15 @@ export class Metrics {
         this.compileTokens.inc(Number(event.event.value.totalCost));
         return;
       case "messageDropped": {
-        const reason = TransformationReason[event.event.value.reason] ?? String(event.event.value.reason);
-        this.droppedMessages.inc({ reason: reason.toLowerCase() });
+        // Counted by the reason's number and named once per reason: a compile of a long history
+        // drops thousands of messages, and naming each cost a string per event.
+        const reason = event.event.value.reason;
+        let series = this.droppedSeries.get(reason);
+        if (series === undefined) {
+          series = this.droppedMessages.series((TransformationReason[reason] ?? String(reason)).toLowerCase());
+          this.droppedSeries.set(reason, series);
+        }
+        series.inc();
         return;
       }
       default:

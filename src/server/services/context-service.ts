@@ -5,6 +5,7 @@ import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js"
 import { Compiler } from "../../application/compiler.js";
 import { RecentCompiles } from "../../application/recent-compiles.js";
 import type { RegexSearch } from "../../core/compile/compile-context.js";
+import { defaultHistoryFactsLimits, HistoryFactsCache, type HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
@@ -31,6 +32,8 @@ export interface ContextServiceDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Bytes of memory of recent compiles for `cache_impact` (`--cache-impact-bytes`); 0 = none. */
   cacheImpactBytes?: number;
+  /** Bounds of the stored histories' facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
+  historyFacts?: HistoryFactsLimits;
 }
 
 /**
@@ -42,7 +45,8 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled, searchRegexOffThread, cacheImpactBytes = 0 } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const compileMemory = cacheImpactBytes > 0 ? new RecentCompiles(cacheImpactBytes) : undefined;
-  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory });
+  const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits);
+  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory, historyFacts });
   const { tokenCounts } = compiler;
   const compileAndCommit: Compiler["compileAndCommit"] = compiled
     ? (request, run) => compiler.compileAndCommit(request, run).then((result) => (compiled(request, result), result))

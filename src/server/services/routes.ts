@@ -1,3 +1,4 @@
+import type { HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { ContextService, file_contextd_v1_context_service } from "../../../gen/ts/contextd/v1/context_service_pb.js";
@@ -48,6 +49,8 @@ export interface RouteDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
   cacheImpactBytes?: number;
+  /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
+  historyFacts?: HistoryFactsLimits;
 }
 
 type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
@@ -67,6 +70,7 @@ export function routes(dependencies: RouteDependencies) {
     compiled: dependencies.compiled,
     searchRegexOffThread: dependencies.searchRegexOffThread,
     cacheImpactBytes: dependencies.cacheImpactBytes,
+    historyFacts: dependencies.historyFacts,
   });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);

@@ -22,6 +22,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--max-compile-text-bytes", String(2 ** 29)], {})).toThrow(/--max-compile-text-bytes or CONTEXTD_MAX_COMPILE_TEXT_BYTES "536870912": want an integer from 1 to 536870888/);
   });
 
+  it("reads the history facts bounds from --history-facts-bytes / --history-facts-conversations or their variables; 0 turns them off", () => {
+    expect(defaultConfig.historyFactsBytes).toBe(64 * 1024 * 1024);
+    expect(defaultConfig.historyFactsConversations).toBe(10_000);
+    expect(loadConfig(["--history-facts-bytes", "0"], { CONTEXTD_HISTORY_FACTS_CONVERSATIONS: "12" })).toMatchObject({ historyFactsBytes: 0, historyFactsConversations: 12 });
+    expect(() => loadConfig(["--history-facts-conversations", "many"], {})).toThrow(/--history-facts-conversations or CONTEXTD_HISTORY_FACTS_CONVERSATIONS/);
+  });
+
   it("rejects invalid values naming the flag and the variable", () => {
     expect(() => loadConfig(["--port", "70000"], {})).toThrow(/--port or CONTEXTD_PORT "70000"/);
     expect(() => loadConfig([], { CONTEXTD_MAX_STREAMS: "0" })).toThrow(/--max-streams or CONTEXTD_MAX_STREAMS/);
@@ -46,6 +53,18 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(printed).not.toContain("aaaaaaaaaaaaaaaa");
     expect(printed).not.toContain("secret");
     expect(printed).toContain('"authTokens":2');
+  });
+});
+
+describe("--postgres-url", () => {
+  it("reads --postgres-url or CONTEXTD_POSTGRES_URL, refuses it beside --redis-url or in another scheme, and never prints its password", () => {
+    expect(loadConfig([], { CONTEXTD_POSTGRES_URL: "postgres://u:pw@db:5432/contextd" }).postgresUrl).toBe("postgres://u:pw@db:5432/contextd");
+    expect(loadConfig(["--postgres-url", "postgresql://db/x"], {}).postgresUrl).toBe("postgresql://db/x");
+    expect(() => loadConfig(["--postgres-url", "postgres://db/x"], { CONTEXTD_REDIS_URL: "redis://r" })).toThrow(/both set: choose one store/);
+    expect(() => loadConfig(["--postgres-url", "mysql://u:pw@db/x"], {})).toThrow(/invalid --postgres-url or CONTEXTD_POSTGRES_URL "mysql:\/\/\(credentials\)@db\/x"/);
+    const printed = JSON.stringify(printableConfig(loadConfig([], { CONTEXTD_POSTGRES_URL: "postgres://u:secret@db:5432/contextd" })));
+    expect(printed).not.toContain("secret");
+    expect(printed).toContain("postgres://(credentials)@db:5432/contextd");
   });
 });
 

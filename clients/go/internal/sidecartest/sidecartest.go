@@ -102,3 +102,41 @@ func StartWithRedis(t testing.TB, args ...string) *Sidecar {
 	redis := StartRedis(t)
 	return Start(t, append([]string{"--redis-url", redis.URL}, args...)...)
 }
+
+// RunWithSidecar runs the tests and examples of m against one sidecar started for them, whose
+// address it puts in CONTEXTD_ADDRESS (examples read it as an agent would), and returns the exit
+// code for os.Exit. For a TestMain, where there is no testing.T yet.
+func RunWithSidecar(m *testing.M) int {
+	main := filepath.Join(RepoRoot(), "dist", "src", "main.js")
+	cmd := exec.Command("node", main, "--port", "0")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		panic(err)
+	}
+	if err := cmd.Start(); err != nil {
+		panic("start contextd (run `npm run build` first): " + err.Error())
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	scanner := bufio.NewScanner(stdout)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	address := ""
+	for address == "" && scanner.Scan() {
+		var entry struct{ Msg, Address string }
+		if json.Unmarshal(scanner.Bytes(), &entry) == nil && entry.Msg == "contextd listening" {
+			address = entry.Address
+		}
+	}
+	if address == "" {
+		panic("contextd exited before listening")
+	}
+	os.Setenv("CONTEXTD_ADDRESS", address)
+	go func() {
+		for scanner.Scan() {
+		}
+	}()
+	return m.Run()
+}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import grpc
 
 from contextd.v1 import compile_pb2, context_service_pb2, conversation_service_pb2, message_pb2, state_pb2
 
@@ -21,6 +24,30 @@ DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024 + 5
 def channel_options(max_receive_bytes: int, max_send_bytes: int) -> List[Tuple[str, int]]:
     """grpcio channel options for the clients' message size limits."""
     return [("grpc.max_receive_message_length", max_receive_bytes), ("grpc.max_send_message_length", max_send_bytes)]
+
+
+def channel_credentials(
+    token: Optional[str], tls: bool, ca_file: Optional[str]
+) -> Optional[grpc.ChannelCredentials]:
+    """The credentials of a channel the client creates; None for plain cleartext.
+
+    TLS (`tls=True`, or `ca_file`) verifies the server against the PEM certificates in `ca_file`,
+    or grpcio's default roots without it (its bundled list, or the file named by
+    GRPC_DEFAULT_SSL_ROOTS_FILE_PATH). A `token` is sent as "authorization: Bearer <token>" with
+    every call; without TLS it is sent in cleartext, which grpcio allows to a loopback address only
+    (a sidecar next to the agent)."""
+    if ca_file is not None:
+        tls = True
+    if not tls and token is None:
+        return None
+    if tls:
+        roots = Path(ca_file).read_bytes() if ca_file is not None else None
+        transport = grpc.ssl_channel_credentials(root_certificates=roots)
+    else:
+        transport = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    if token is None:
+        return transport
+    return grpc.composite_channel_credentials(transport, grpc.access_token_call_credentials(token))
 
 
 def keyed_commit(request: conversation_service_pb2.CommitRequest) -> conversation_service_pb2.CommitRequest:

@@ -15,6 +15,7 @@ from contextd.client._common import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Deadline,
     Summarize,
+    channel_credentials,
     channel_options,
     keyed_commit,
     keyed_compile,
@@ -71,17 +72,29 @@ class Client:
         channel: Optional[grpc.Channel] = None,
         max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        token: Optional[str] = None,
+        tls: bool = False,
+        ca_file: Optional[str] = None,
     ) -> None:
-        """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
-        `channel` (for TLS or interceptors). `conflict_attempts` bounds commit_with_retry.
+        """Connects lazily to `address` ("host:port") over gRPC on HTTP/2, or uses `channel` (for
+        interceptors or client certificates). `token` is a bearer token for a sidecar started with
+        --auth-tokens-file; `tls=True` speaks TLS verified against grpcio's default roots, `ca_file`
+        (a PEM file) TLS verified against that CA; without TLS a token is only sent to a loopback
+        address. `conflict_attempts` bounds commit_with_retry.
         `max_receive_bytes` and `max_send_bytes` (default: the sidecar's 16 MiB plus the frame
         header) bound the messages of a channel the client creates; create a channel you pass with
         `options=contextd.client.channel_options(max_receive_bytes, max_send_bytes)`."""
-        self._channel = (
-            channel
-            if channel is not None
-            else grpc.insecure_channel(address, options=channel_options(max_receive_bytes, max_send_bytes))
-        )
+        if channel is None:
+            options = channel_options(max_receive_bytes, max_send_bytes)
+            credentials = channel_credentials(token, tls, ca_file)
+            channel = (
+                grpc.insecure_channel(address, options=options)
+                if credentials is None
+                else grpc.secure_channel(address, credentials, options=options)
+            )
+        elif token is not None or tls or ca_file is not None:
+            raise ValueError("token, tls and ca_file configure a channel the client creates; give them to your channel instead")
+        self._channel = channel
         self._timeout = timeout
         self._retry = retry
         self._conflict_attempts = max(conflict_attempts, 1)

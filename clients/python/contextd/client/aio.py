@@ -16,6 +16,7 @@ from contextd.client._common import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Deadline,
     SummaryAnswer,
+    channel_credentials,
     channel_options,
     keyed_commit,
     keyed_compile,
@@ -73,15 +74,24 @@ class AsyncClient:
         channel: Optional[grpc.aio.Channel] = None,
         max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        token: Optional[str] = None,
+        tls: bool = False,
+        ca_file: Optional[str] = None,
     ) -> None:
         """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
-        `channel`. Create it inside the event loop that will use it. The message size limits are as
-        in `Client`."""
-        self._channel = (
-            channel
-            if channel is not None
-            else grpc.aio.insecure_channel(address, options=channel_options(max_receive_bytes, max_send_bytes))
-        )
+        `channel`. Create it inside the event loop that will use it. `token`, `tls`, `ca_file` and
+        the message size limits are as in `Client`."""
+        if channel is None:
+            options = channel_options(max_receive_bytes, max_send_bytes)
+            credentials = channel_credentials(token, tls, ca_file)
+            channel = (
+                grpc.aio.insecure_channel(address, options=options)
+                if credentials is None
+                else grpc.aio.secure_channel(address, credentials, options=options)
+            )
+        elif token is not None or tls or ca_file is not None:
+            raise ValueError("token, tls and ca_file configure a channel the client creates; give them to your channel instead")
+        self._channel = channel
         self._timeout = timeout
         self._retry = retry
         self._conflict_attempts = max(conflict_attempts, 1)

@@ -119,6 +119,14 @@ def append_tool_result(
     )
 
 
+def append_provider_response(provider: message_pb2.Provider.ValueType, body: Union[bytes, str]) -> state_pb2.Delta:
+    """A delta appending a provider's non-streaming response body, as received, as ASSISTANT
+    messages (text, tool calls, reasoning): the sidecar parses it (`provider` says which format;
+    a shape it does not know is INVALID_ARGUMENT naming the JSON path)."""
+    data = body.encode("utf-8") if isinstance(body, str) else body
+    return state_pb2.Delta(append_provider_response=state_pb2.AppendProviderResponse(provider=provider, json=data))
+
+
 def append_messages(segment: state_pb2.Segment.ValueType, *messages: message_pb2.Message) -> state_pb2.Delta:
     """A delta appending messages to a segment."""
     return state_pb2.Delta(append_messages=state_pb2.AppendMessages(segment=segment, messages=messages))

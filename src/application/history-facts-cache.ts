@@ -1,0 +1,73 @@
+import { HistoryFacts } from "../core/compile/history-facts.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+
+/** Bounds of `HistoryFactsCache` (`--history-facts-bytes`, `--history-facts-conversations`). */
+export interface HistoryFactsLimits {
+  /** Approximate bytes of all kept facts together; 0 keeps none (every compile walks its whole history). */
+  maxBytes: number;
+  /** Conversations whose facts are kept; 0 keeps none. */
+  maxConversations: number;
+}
+
+export const defaultHistoryFactsLimits: HistoryFactsLimits = { maxBytes: 64 * 1024 * 1024, maxConversations: 10_000 };
+
+/**
+ * The `HistoryFacts` of recently compiled conversations, one per conversation, the least recently
+ * compiled forgotten first past either bound. A compile takes its conversation's facts out and
+ * puts them back when done, so two compiles of one conversation at the same time never share
+ * them (the second builds its own). One per server, injected into the `Compiler`.
+ */
+export class HistoryFactsCache {
+  private readonly entries = new Map<string, { facts: HistoryFacts; bytes: number }>();
+  private bytes = 0;
+
+  constructor(private readonly limits: HistoryFactsLimits = defaultHistoryFactsLimits) {}
+
+  /**
+   * A lender of facts for one compile of `conversationId`: `facts(history)` takes the kept facts
+   * out and extends (or rebuilds) them for `history`; `giveBack()` keeps what was lent.
+   */
+  lend(conversationId: string): { facts: (history: readonly Message[]) => HistoryFacts | undefined; adopt: (history: readonly Message[]) => void; giveBack: () => void } {
+    let lent: HistoryFacts | undefined;
+    return {
+      /** The history the compile's commit stored (see `HistoryFacts.adopt`). */
+      adopt: (history) => lent?.adopt(history),
+      facts: (history) => {
+        if (this.limits.maxBytes === 0 || this.limits.maxConversations === 0) return undefined;
+        lent = HistoryFacts.of(history, lent ?? this.take(conversationId));
+        return lent;
+      },
+      giveBack: () => {
+        if (lent) this.put(conversationId, lent);
+        lent = undefined;
+      },
+    };
+  }
+
+  /** Approximate bytes kept and the conversations they are for. */
+  get stats(): { bytes: number; conversations: number } {
+    return { bytes: this.bytes, conversations: this.entries.size };
+  }
+
+  private take(conversationId: string): HistoryFacts | undefined {
+    const entry = this.entries.get(conversationId);
+    if (!entry) return undefined;
+    this.entries.delete(conversationId);
+    this.bytes -= entry.bytes;
+    return entry.facts;
+  }
+
+  private put(conversationId: string, facts: HistoryFacts): void {
+    const bytes = facts.approximateBytes;
+    // A concurrent compile of the conversation may have put its own since: the later one stays.
+    this.take(conversationId);
+    if (bytes > this.limits.maxBytes) return;
+    this.entries.set(conversationId, { facts, bytes });
+    this.bytes += bytes;
+    while (this.bytes > this.limits.maxBytes || this.entries.size > this.limits.maxConversations) {
+      const [oldest, entry] = this.entries.entries().next().value!;
+      this.entries.delete(oldest);
+      this.bytes -= entry.bytes;
+    }
+  }
+}

@@ -1,0 +1,182 @@
+import { equals } from "@bufbuild/protobuf";
+import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { firstInvalidToolCall } from "../model/tool-call-arguments.js";
+import { analyzeToolRoundsFrom } from "../model/tool-rounds.js";
+import type { TokenEstimator } from "../tokens/estimator.js";
+import type { TokenCountCache } from "../tokens/token-count-cache.js";
+import type { DeadlineCheck } from "./deadline.js";
+import { textCharacters } from "./text-allowance.js";
+
+/**
+ * Why it exists: a stateful compile used to normalise, validate, count and walk the whole stored
+ * history every turn, although the budget kept only its last few dozen messages: 30 ms of a turn
+ * at 10,000 messages, 1 s at 100,000. These are the facts about a stored history that stage 1 and
+ * the budget establish by walking all of it, kept between compiles of one conversation and
+ * extended by the messages a commit appended, so that `elideHistoryHead` can hand the stages only
+ * the tail the budget may keep (see docs/incremental-compile.md).
+ *
+ * One owner at a time: the application's cache hands a conversation's facts to one compile and
+ * takes them back after (a concurrent compile of the same conversation builds its own), so the
+ * facts are extended in place.
+ */
+export class HistoryFacts {
+  /** The history these facts describe; extended in place, so compare by identity. */
+  history: readonly Message[] = [];
+  /**
+   * True while every message passes what stage 1 checks of a stored message (a known role, a
+   * content variant per part), has an id, unique in the history, has tool calls whose arguments
+   * are JSON objects, and the tool rounds are valid with an open round allowed at the tail. Once
+   * false the facts are only rebuilt (a later extension cannot make the history clean again).
+   */
+  clean = true;
+  /** Message id → index. */
+  private readonly ids = new Map<string, number>();
+  /** Tool call id → index of the message that made it. */
+  private readonly callIds = new Map<string, number>();
+  /** Start index of every history unit (a message, or a tool round with its results), ascending. */
+  readonly unitStarts: number[] = [];
+  /** Index of the last USER message, or -1. */
+  lastUser = -1;
+  /** characters[i]: text characters (as `textCharacters` counts them) of messages [0, i). */
+  readonly characters: number[] = [0];
+  /** Per estimator (`TokenEstimator.cacheKey`): prefix sums of per-message token counts, as far as counted. */
+  private readonly tokenPrefixes = new Map<string, { counts: number[]; prefix: number[] }>();
+
+  /** The facts of `history`: `previous` extended when `history` starts with its messages (the same objects), else built anew. */
+  static of(history: readonly Message[], previous: HistoryFacts | undefined): HistoryFacts {
+    if (previous && previous.history === history) return previous;
+    if (previous && extends_(history, previous.history)) {
+      previous.append(history);
+      return previous;
+    }
+    const facts = new HistoryFacts();
+    facts.append(history);
+    return facts;
+  }
+
+  /**
+   * Moves the facts onto `history` when it holds the same messages as the history they describe,
+   * the same objects except for at most `maxAdoptedCopies` equal copies: a compile-commit compiles
+   * its deltas applied to the stored state, then the store applies them again and keeps its own
+   * objects for the messages it gave ids. Without this the next turn's history would not extend
+   * these facts and they would be built again from the whole history.
+   */
+  adopt(history: readonly Message[]): void {
+    const own = this.history;
+    if (history === own || history.length !== own.length) return;
+    let copies = 0;
+    for (let index = history.length - 1; index >= 0; index--) {
+      if (history[index] === own[index]) continue;
+      if (++copies > maxAdoptedCopies || !equals(MessageSchema, history[index]!, own[index]!)) return;
+    }
+    this.history = history;
+  }
+
+  /** Whether `id` is the id of a message of the history. */
+  hasId(id: string): boolean {
+    return this.ids.has(id);
+  }
+
+  /** The first message index of the unit containing message `index`. */
+  unitStartOf(index: number): number {
+    let low = 0;
+    let high = this.unitStarts.length - 1;
+    while (low < high) {
+      const middle = (low + high + 1) >> 1;
+      if (this.unitStarts[middle]! <= index) low = middle;
+      else high = middle - 1;
+    }
+    return this.unitStarts[low]!;
+  }
+
+  /**
+   * Per-message token counts of the history under `estimator` and their prefix sums (`prefix[i]`
+   * = tokens of messages [0, i)), counting only the messages not counted before, with `clock`'s
+   * pauses. The same numbers `TokenCountCache.countAll` gives: both count with `countMessage`.
+   */
+  async tokenPrefix(estimator: TokenEstimator, tokenCounts: TokenCountCache, clock: DeadlineCheck): Promise<{ counts: readonly number[]; prefix: readonly number[] }> {
+    let column = this.tokenPrefixes.get(estimator.cacheKey);
+    const history = this.history;
+    if (!column) {
+      // The first count of a history is the full path's own (its list cache and recent lists).
+      const counted = tokenCounts.countAll(estimator, history, clock);
+      const counts = [...(counted instanceof Promise ? await counted : counted)];
+      column = { counts, prefix: prefixSums(counts) };
+    } else if (column.counts.length < history.length) {
+      const counted = tokenCounts.countEach(estimator, history.slice(column.counts.length), clock);
+      const fresh = counted instanceof Promise ? await counted : counted;
+      // Counted first, appended after: an interrupted count (deadline) leaves the column as it was.
+      for (const count of fresh) {
+        column.counts.push(count);
+        column.prefix.push(column.prefix[column.prefix.length - 1]! + count);
+      }
+    }
+    this.tokenPrefixes.set(estimator.cacheKey, column);
+    return column;
+  }
+
+  /**
+   * Roughly what these facts hold in memory, for the cache's bound: map entries ~80 bytes, array
+   * slots 8 (the history array they keep included). The ids and messages are not counted: they
+   * are the stored state's, which holds the same objects (docs/incremental-compile.md says when
+   * the facts alone keep them alive).
+   */
+  get approximateBytes(): number {
+    return 256 + this.ids.size * 80 + this.callIds.size * 80 + (this.history.length + this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.history.length * 16;
+  }
+
+  /** Takes in the messages of `history` past the current end (which `history` starts with). */
+  private append(history: readonly Message[]): void {
+    const from = this.history.length;
+    this.history = history;
+    for (let index = from; index < history.length; index++) {
+      const message = history[index]!;
+      this.characters.push(this.characters[index]! + textCharacters([message]));
+      if (message.role === Role.USER) this.lastUser = index;
+      if (!this.clean) continue;
+      if (!wellFormedStored(message) || message.id === "" || this.ids.has(message.id)) this.clean = false;
+      else this.ids.set(message.id, index);
+      for (const part of message.parts) {
+        if (part.kind.case === "toolCall" && part.kind.value.id !== "" && !this.callIds.has(part.kind.value.id)) this.callIds.set(part.kind.value.id, index);
+      }
+    }
+    // Token counts are stale past `from` only in length: the column grows on the next `tokenPrefix`.
+    if (!this.clean || from === history.length) return;
+    // Units from the last one of the old history on: the new messages may continue its round.
+    const start = this.unitStarts.length === 0 ? 0 : this.unitStarts.pop()!;
+    // A call id first made before `start` is a duplicate; from `start` on the scan sees them itself.
+    const analysis = analyzeToolRoundsFrom(history, start, { allowOpenTail: true }, (callId) => (this.callIds.get(callId) ?? start) < start);
+    if (analysis.violations.length > 0) {
+      this.clean = false;
+      return;
+    }
+    for (const unit of analysis.units) this.unitStarts.push(unit.start);
+  }
+}
+
+/** Most messages `adopt` compares by content (a turn's deltas bring a few). */
+const maxAdoptedCopies = 64;
+
+/**
+ * What `isWellFormedMessage` checks (stage 1 measures a stored message's JSON depth at commit,
+ * not at compile), plus tool-call arguments that are JSON objects (else stage 1 repairs them).
+ */
+function wellFormedStored(message: Message): boolean {
+  if (message.role === Role.UNSPECIFIED || Role[message.role] === undefined) return false;
+  for (const part of message.parts) if (part.kind.case === undefined) return false;
+  return firstInvalidToolCall(message) === undefined;
+}
+
+/** Whether `history` starts with every message of `prefix`, the same objects in the same places. */
+function extends_(history: readonly Message[], prefix: readonly Message[]): boolean {
+  if (history.length < prefix.length) return false;
+  for (let index = prefix.length - 1; index >= 0; index--) if (history[index] !== prefix[index]) return false;
+  return true;
+}
+
+function prefixSums(counts: readonly number[]): number[] {
+  const prefix = new Array<number>(counts.length + 1);
+  prefix[0] = 0;
+  for (let index = 0; index < counts.length; index++) prefix[index + 1] = prefix[index]! + counts[index]!;
+  return prefix;
+}

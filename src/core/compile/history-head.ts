@@ -1,0 +1,111 @@
+import { BudgetStrategy, CompileResultPart, type CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { TokenEstimator } from "../tokens/estimator.js";
+import { maxBudgetTokens } from "./budget.js";
+import type { CompileContext } from "./compile-context.js";
+import type { DeadlineCheck } from "./deadline.js";
+import type { CompileInputs } from "./request-inputs.js";
+
+/**
+ * The head of a stored history that the budget is certain to drop, left out of the stages: they
+ * see only the tail (see `HistoryFacts` for why). What the head would have contributed to the
+ * result is added back from these figures, so the result is the one the whole history gives.
+ */
+export interface ElidedHead {
+  /** The whole stored history; the stages see `history.slice(count)`. */
+  history: readonly Message[];
+  /** Messages left out: `history[0, count)`, whole units. */
+  count: number;
+  /** Their tokens under the compile's estimator. */
+  tokens: number;
+  /** Their text characters (the text allowance is relative to the whole request). */
+  characters: number;
+  /** Token counts of the tail, in order (the budget's own counts of it). */
+  tailCounts: readonly number[];
+}
+
+/**
+ * Leaves out the head of the stored history when every message of it would get exactly one fate
+ * in the full pipeline: DROPPED for the token budget. That holds when
+ * - the compile is stateful on the stored history (no `history` in the request) and the caller
+ *   wants neither every record nor persistence (both list the head message by message);
+ * - no stage before the budget could change a history message or its tokens: no pending, deferred
+ *   blocks, hooks, formatters, text replacements, role projection or targets;
+ * - the budget is `max_tokens` with DROP_HEAD (or DROP), no protected roles or retained ids, and
+ *   the stored history is clean (`HistoryFacts.clean`: nothing for stage 1 to reject or repair);
+ * - no other message of the compile shares an id with a history message (the full path's error
+ *   names the history index);
+ * - the tail left has more tokens than the whole limit, so the budget trims it and drops every
+ *   unit before it (it drops from the head until the rest fits), and the latest user message,
+ *   which the budget protects, is in the tail.
+ * Then `inputs.segments.history` becomes the tail (a copy of it) and the head's figures come back.
+ */
+export async function elideHistoryHead(
+  request: CompileRequest,
+  inputs: CompileInputs,
+  context: CompileContext,
+  estimator: TokenEstimator,
+  clock: DeadlineCheck,
+): Promise<ElidedHead | undefined> {
+  if (!context.historyFacts || !context.parts || !inputs.storedSegments.has("history")) return undefined;
+  if (context.parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || context.parts.has(CompileResultPart.PERSISTENCE)) return undefined;
+  if (
+    request.pending.length > 0 ||
+    request.deferredBlocks.length > 0 ||
+    request.hooks.length > 0 ||
+    request.formatters.length > 0 ||
+    request.textReplacements.length > 0 ||
+    request.targets.length > 0 ||
+    (request.roleProjection?.rules.length ?? 0) > 0 ||
+    // Previews change the head's token counts before the budget sees them.
+    request.largeToolResults !== undefined
+  ) {
+    return undefined;
+  }
+  const budget = request.budget;
+  if (!budget || budget.maxTokens <= 0n || budget.maxTokens > BigInt(maxBudgetTokens)) return undefined;
+  if (budget.strategy !== BudgetStrategy.UNSPECIFIED && budget.strategy !== BudgetStrategy.DROP_HEAD && budget.strategy !== BudgetStrategy.DROP) return undefined;
+  if (budget.protectedRoles.length > 0 || budget.retainedIds.length > 0) return undefined;
+  // Clearing frees tokens instead of dropping the head, and steps round the overflow of the whole
+  // history: with either, the head is not certain to go.
+  if (budget.toolResultClearing || budget.reasoningClearing || budget.trimStepTokens > 0n) return undefined;
+  const history = inputs.segments.history;
+  if (history.length < 2) return undefined;
+
+  const facts = context.historyFacts(history);
+  if (!facts || !facts.clean || facts.history !== history) return undefined;
+  const turn = request.currentTurn;
+  const turnGiven = turn !== undefined && (turn.raw !== undefined || turn.promptSafe !== undefined);
+  if (turnGiven && (turn.raw?.id ?? "") === "" && (turn.promptSafe?.id ?? "") === "") return undefined;
+  const otherIds = [turn?.raw?.id ?? "", turn?.promptSafe?.id ?? "", "experiences"];
+  for (const field of ["system", "memory", "tools"] as const) for (const message of inputs.segments[field]) otherIds.push(message.id);
+  request.scratch.forEach((message, index) => otherIds.push(message.id === "" ? `scratch:${index}` : message.id));
+  for (const artifact of inputs.artifacts) otherIds.push(`artifact:${artifact.id}`);
+  for (const id of otherIds) if (id !== "" && facts.hasId(id)) return undefined;
+
+  const { counts, prefix } = await facts.tokenPrefix(estimator, context.tokenCounts, clock);
+  const limit = Number(budget.maxTokens);
+  const total = prefix[history.length]!;
+  // The last unit start whose tail has more tokens than the limit (tails shrink as the start grows).
+  const starts = facts.unitStarts;
+  let low = -1;
+  let high = starts.length - 1;
+  while (low < high) {
+    const middle = (low + high + 1) >> 1;
+    if (total - prefix[starts[middle]!]! > limit) low = middle;
+    else high = middle - 1;
+  }
+  if (low < 0) return undefined;
+  let cut = starts[low]!;
+  const latestUserProtected = !turnGiven && !budget.trimLatestUserMessage;
+  if (latestUserProtected && facts.lastUser >= 0) cut = Math.min(cut, facts.unitStartOf(facts.lastUser));
+  if (cut <= 0) return undefined;
+  inputs.segments = { ...inputs.segments, history: history.slice(cut) };
+  return {
+    history,
+    count: cut,
+    tokens: prefix[cut]!,
+    characters: facts.characters[cut]!,
+    tailCounts: counts.slice(cut),
+  };
+}

@@ -1,0 +1,318 @@
+// The Postgres store beyond the shared contract (docs/stores.md, "The Postgres store"): its
+// migrations, the rows a commit writes, catching a cached copy up, idempotency expiry, change
+// retention, LISTEN/NOTIFY delivery, DATA_LOSS and UNAVAILABLE. Against a real PostgreSQL.
+import { toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ConversationStateSchema, Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { PostgresConversationStore, type PostgresStoreOptions } from "../../src/store/postgres-conversation-store.js";
+import { migratePostgres, postgresMigrations } from "../../src/store/postgres-schema.js";
+import { startPostgres, type PostgresProcess } from "../support/postgres.js";
+import { randomSource } from "../support/random-messages.js";
+import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
+
+let postgres: PostgresProcess;
+let url: string;
+let raw: pg.Client;
+const stores: PostgresConversationStore[] = [];
+beforeAll(async () => {
+  postgres = await startPostgres();
+  url = await postgres.createDatabase("specifics");
+  raw = new pg.Client({ connectionString: url });
+  await raw.connect();
+});
+afterAll(async () => {
+  for (const store of stores) await store.close();
+  await raw?.end();
+  await postgres?.destroy();
+});
+
+async function openStore(options: PostgresStoreOptions = {}, at = url): Promise<PostgresConversationStore> {
+  const store = new PostgresConversationStore(at, options);
+  stores.push(store);
+  expect(await store.connected()).toBe(true);
+  return store;
+}
+
+async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
+  const error = await promise.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  );
+  expect(error, "expected a rejection").toBeInstanceOf(ConnectError);
+  return error as ConnectError;
+}
+
+const encoded = (state: ConversationState) => Buffer.from(toBinary(ConversationStateSchema, state));
+const sized = (id: string, bytes: number) => textMessage(id, Role.USER, `${id} `.padEnd(bytes, "x"));
+const idOf = (conversationId: string) => Buffer.from(conversationId, "utf8");
+
+/** Rows of `table` of the conversation written by the transaction that last wrote its header row. */
+async function rowsOfLastCommit(table: string, conversationId: string): Promise<number> {
+  const { rows } = await raw.query<{ count: string }>(
+    `SELECT count(*) FROM ${table} t WHERE t.conversation_id = $1 AND t.xmin::text = (SELECT c.xmin::text FROM contextd_conversations c WHERE c.id = $1)`,
+    [idOf(conversationId)],
+  );
+  return Number(rows[0]!.count);
+}
+
+describe("migrations", () => {
+  it("creates the schema once when four sidecars start at once, records its version, and applies nothing the second time", async () => {
+    const fresh = await postgres.createDatabase("concurrent-start");
+    const opened = await Promise.all(Array.from({ length: 4 }, () => openStore({}, fresh)));
+    expect(opened).toHaveLength(4);
+    const client = new pg.Client({ connectionString: fresh });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ version: number; name: string }>("SELECT version, name FROM contextd_schema_migrations ORDER BY version");
+      expect(rows.map((row) => row.version)).toEqual(postgresMigrations.map((migration) => migration.version));
+      expect(await migratePostgres(client)).toEqual([]);
+      // Every store works on the one schema.
+      await opened[0]!.commit("shared", 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+      expect((await opened[3]!.load("shared")).history.map((message) => message.id)).toEqual(["u1"]);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it("applies a later migration to a database at an earlier version, and refuses a database newer than the build", async () => {
+    const fresh = await postgres.createDatabase("later-migration");
+    const client = new pg.Client({ connectionString: fresh });
+    await client.connect();
+    try {
+      expect(await migratePostgres(client, postgresMigrations.slice(0, 1))).toEqual([1]);
+      const later = { version: 2, name: "a later one", sql: "CREATE TABLE contextd_later (x integer)" };
+      expect(await migratePostgres(client, [...postgresMigrations.slice(0, 1), later])).toEqual([2]);
+      // This build knows only version 1: the store refuses the database and says why.
+      const store = new PostgresConversationStore(fresh);
+      stores.push(store);
+      expect(await store.connected(300)).toBe(false);
+      const refused = await rejection(store.ping());
+      expect(refused.code).toBe(Code.Unavailable);
+      expect(refused.rawMessage).toContain("creating or migrating the contextd schema failed: the database's contextd schema is at version 2, newer than this build knows (1)");
+    } finally {
+      await client.end();
+    }
+  });
+  it("answers UNAVAILABLE saying why when its user may not create the schema", async () => {
+    const fresh = await postgres.createDatabase("no-rights");
+    await raw.query("CREATE ROLE contextd_no_rights LOGIN");
+    const store = new PostgresConversationStore(fresh.replace("postgres@", "contextd_no_rights@"));
+    stores.push(store);
+    expect(await store.connected(300)).toBe(false);
+    const refused = await rejection(store.load("x"));
+    expect(refused.code).toBe(Code.Unavailable);
+    expect(refused.rawMessage).toMatch(/creating or migrating the contextd schema failed: permission denied for schema public/);
+  });
+});
+
+describe("rows per change", () => {
+  it("writes one message row per appended message, keyed or not, on a 2,000-message conversation", async () => {
+    const store = await openStore();
+    const id = "append-rows";
+    let version = 0n;
+    for (let start = 0; start < 2_000; start += 500) {
+      version = (await store.commit(id, version, [appendHistory(...Array.from({ length: 500 }, (_, index) => sized(`m${start + index}`, 1_000)))], "")).version;
+    }
+    for (const key of ["", "key-1"]) {
+      version = (await store.commit(id, version, [appendHistory(sized(`appended${key}`, 1_000))], key)).version;
+      expect(await rowsOfLastCommit("contextd_messages", id)).toBe(1);
+      expect(await rowsOfLastCommit("contextd_changes", id)).toBe(1);
+    }
+    const { rows } = await raw.query<{ count: string }>("SELECT count(*) FROM contextd_messages WHERE conversation_id = $1", [idOf(id)]);
+    expect(Number(rows[0]!.count)).toBe(2_002);
+  });
+
+  it("writes only the summary for a compaction that keeps the tail, and rewrites a segment from either end", async () => {
+    const store = await openStore();
+    const id = "compact-rows";
+    const many = (prefix: string, count: number) => Array.from({ length: count }, (_, index) => textMessage(`${prefix}${index}`, Role.USER, "x"));
+    let outcome = await store.commit(id, 0n, [delta({ case: "replaceSegment", value: { segment: Segment.MEMORY, messages: [...many("a", 2_500), ...many("t", 3)] } })], "");
+    outcome = await store.commit(id, 1n, [delta({ case: "replaceSegment", value: { segment: Segment.MEMORY, messages: [...many("b", 2), ...outcome.state!.memory.slice(-3)] } })], "");
+    expect(await rowsOfLastCommit("contextd_messages", id)).toBe(2);
+    outcome = await store.commit(id, 2n, [delta({ case: "replaceSegment", value: { segment: Segment.MEMORY, messages: [...outcome.state!.memory.slice(0, 4), ...many("c", 1)] } })], "");
+    expect(await rowsOfLastCommit("contextd_messages", id)).toBe(1);
+    const reader = await openStore();
+    const stored = await reader.load(id);
+    expect(stored.memory.map((message) => message.id)).toEqual(["b0", "b1", "t0", "t1", "c0"]);
+    expect(encoded(stored).equals(encoded(outcome.state!))).toBe(true);
+    const { rows } = await raw.query<{ count: string }>("SELECT count(*) FROM contextd_messages WHERE conversation_id = $1", [idOf(id)]);
+    expect(Number(rows[0]!.count)).toBe(5);
+  });
+
+  it("catches a cached copy up from the new rows, keeping its unchanged lists and messages", async () => {
+    const [writer, reader] = [await openStore(), await openStore()];
+    const id = "tail-read";
+    const first = await writer.commit(id, 0n, [appendHistory(...Array.from({ length: 200 }, (_, index) => sized(`m${index}`, 200)))], "");
+    const before = await reader.load(id);
+    expect(await reader.load(id)).toBe(before);
+    const written = await writer.commit(id, first.version, [appendHistory(sized("new-1", 200))], "");
+    const caughtUp = await reader.load(id);
+    expect(caughtUp.history[0]).toBe(before.history[0]);
+    expect(caughtUp.system).toBe(before.system);
+    expect(encoded(caughtUp).equals(encoded(written.state!))).toBe(true);
+  });
+
+  it("agrees with a fresh reader after every one of 300 random edits, caught up by a second process", async () => {
+    const [writer, follower] = [await openStore(), await openStore()];
+    const random = randomSource(14);
+    const id = "random-edits";
+    const edits = randomEdits(random);
+    let state = await writer.load(id);
+    for (let step = 0; step < 300; step++) {
+      const deltas = edits(state);
+      if (deltas === undefined) continue;
+      state = (await writer.commit(id, state.version, deltas, "")).state!;
+      if (random() < 0.5) continue;
+      const caughtUp = await follower.load(id);
+      const reader = new PostgresConversationStore(url, { poolSize: 1 });
+      const whole = await reader.load(id);
+      await reader.close();
+      expect(encoded(caughtUp), `step ${step}`).toEqual(encoded(state));
+      expect(encoded(whole), `step ${step}`).toEqual(encoded(state));
+    }
+    expect(state.version).toBeGreaterThan(100n);
+  });
+
+  it("reads the stored state again when its segments are not the cached copy's at the same version ('stale'), and commits onto it", async () => {
+    const store = await openStore();
+    const id = "stale-rows";
+    const first = await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+    // Written behind the sidecar's back at the same version: one more message in history.
+    await raw.query("INSERT INTO contextd_messages VALUES ($1, 1, 1, $2)", [idOf(id), Buffer.from(toBinary(MessageSchema, textMessage("behind", Role.USER, "behind")))]);
+    await raw.query("UPDATE contextd_conversations SET segment_length[2] = 2 WHERE id = $1", [idOf(id)]);
+    const outcome = await store.commit(id, first.version, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
+    expect(outcome.version).toBe(2n);
+    expect(outcome.state!.history.map((message) => message.id)).toEqual(["u1", "behind", "u2"]);
+  });
+});
+
+describe("idempotency records and changes", () => {
+  it("forgets a record after idempotencyTtlMs and deletes expired records as later keyed commits come", async () => {
+    let now = 1_000_000;
+    const store = await openStore({ idempotencyTtlMs: 1_000, now: () => now });
+    const id = "ttl";
+    const once = [appendHistory(textMessage("", Role.USER, "x"))];
+    for (let key = 0; key < 20; key++) await store.commit(id, undefined, once, `k${key}`);
+    now += 999;
+    expect((await store.commit(id, undefined, once, "k0")).replayed).toBe(true);
+    now += 1;
+    expect(await store.commit(id, undefined, once, "k0")).toMatchObject({ replayed: false, version: 21n });
+    // Each keyed commit removes up to 8 expired records: three more commits leave none of the first 20.
+    for (let key = 0; key < 2; key++) await store.commit(id, undefined, once, `later-${key}`);
+    const { rows } = await raw.query<{ count: string }>("SELECT count(*) FROM contextd_idempotency WHERE conversation_id = $1 AND expires_at_ms <= $2", [idOf(id), now]);
+    expect(Number(rows[0]!.count)).toBe(0);
+  });
+
+  it("keeps the newest maxChangesPerConversation changes; Watch from before them is OUT_OF_RANGE, from within them resumes", async () => {
+    const store = await openStore({ maxChangesPerConversation: 5, watchPollMs: 100 });
+    const id = "retention";
+    for (let version = 0n; version < 12n; version++) await store.commit(id, version, [appendHistory(textMessage(`m${version}`, Role.USER, "x"))], "");
+    const { rows } = await raw.query<{ version: string }>("SELECT version FROM contextd_changes WHERE conversation_id = $1 ORDER BY version", [idOf(id)]);
+    expect(rows.map((row) => Number(row.version))).toEqual([8, 9, 10, 11, 12]);
+    const trimmed = await rejection((async () => {
+      for await (const _ of store.watch(id, 3n, new AbortController().signal)) break;
+    })());
+    expect(trimmed.code).toBe(Code.OutOfRange);
+    expect(trimmed.rawMessage).toContain("oldest retained change is version 8");
+    const controller = new AbortController();
+    const seen: bigint[] = [];
+    for await (const change of store.watch(id, 7n, controller.signal)) {
+      seen.push(change.version);
+      if (seen.length === 5) controller.abort();
+    }
+    expect(seen).toEqual([8n, 9n, 10n, 11n, 12n]);
+  });
+
+  it("delivers a change committed by another process through NOTIFY, also after its listener connection was cut and from concurrent commits (notified after them)", async () => {
+    // A poll interval far longer than the test: only a notification can wake the watch in time.
+    const watcher = await openStore({ watchPollMs: 600_000 });
+    const writer = await openStore();
+    const id = "notify";
+    await writer.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "1"))], "");
+    const controller = new AbortController();
+    const seen: Change[] = [];
+    const done = (async () => {
+      for await (const change of watcher.watch(id, 0n, controller.signal)) {
+        seen.push(change);
+        if (seen.length === 4) controller.abort();
+      }
+    })();
+    await expect.poll(() => seen.length).toBe(1);
+    await writer.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "2"))], "");
+    await expect.poll(() => seen.length, { timeout: 10_000 }).toBe(2);
+    await raw.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'LISTEN contextd_changes' AND datname = 'specifics'");
+    await writer.commit(id, 2n, [appendHistory(textMessage("u3", Role.USER, "3"))], "");
+    await expect.poll(() => seen.length, { timeout: 10_000 }).toBe(3);
+    // Issued while four other commits (from cached states, so they need no read first) are in
+    // flight: notified after its transaction, with theirs.
+    for (let index = 0; index < 4; index++) await writer.commit(`notify-other-${index}`, 0n, [appendHistory(textMessage("o", Role.USER, "o"))], "");
+    await Promise.all([
+      ...Array.from({ length: 4 }, (_, index) => writer.commit(`notify-other-${index}`, 1n, [appendHistory(textMessage("p", Role.USER, "p"))], "")),
+      writer.commit(id, 3n, [appendHistory(textMessage("u4", Role.USER, "4"))], ""),
+    ]);
+    await done;
+    expect(seen.map((change) => change.version)).toEqual([1n, 2n, 3n, 4n]);
+  });
+});
+
+describe("DATA_LOSS and UNAVAILABLE", () => {
+  it.each([
+    ["rest does not decode", "UPDATE contextd_conversations SET rest = '\\xff' WHERE id = $1", /the header row's rest does not decode/],
+    ["a message row is missing", "DELETE FROM contextd_messages WHERE conversation_id = $1 AND position = 0", /the history segment has 1 message rows but the header row says 2/],
+    ["a message row does not decode", "UPDATE contextd_messages SET message = '\\xffff' WHERE conversation_id = $1 AND position = 1", /message 1 of the history segment does not decode/],
+  ])("answers DATA_LOSS naming the conversation when %s, to a reader without a cached copy", async (_case, sql, detail) => {
+    const writer = await openStore();
+    const id = `corrupt-${_case.replaceAll(" ", "-")}`;
+    await writer.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "a"), textMessage("u2", Role.USER, "b"))], "");
+    await raw.query(sql, [idOf(id)]);
+    const reader = await openStore();
+    const error = await rejection(reader.load(id));
+    expect(error.code).toBe(Code.DataLoss);
+    expect(error.rawMessage).toMatch(new RegExp(`^conversation "${id}" is corrupt in the store: ${detail.source}`));
+    expect((await rejection(reader.commit(id, 1n, [appendHistory(textMessage("u3", Role.USER, "c"))], ""))).code).toBe(Code.DataLoss);
+    expect(await reader.currentVersion(id)).toBe(1n);
+  });
+
+  it("ends a Watch with DATA_LOSS at a change row that does not decode", async () => {
+    const store = await openStore({ watchPollMs: 100 });
+    const id = "corrupt-change";
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "a"))], "");
+    await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "b"))], "");
+    await raw.query("UPDATE contextd_changes SET change = '\\xff' WHERE conversation_id = $1 AND version = 2", [idOf(id)]);
+    const seen: bigint[] = [];
+    const error = await rejection((async () => {
+      for await (const change of store.watch(id, 0n, new AbortController().signal)) seen.push(change.version);
+    })());
+    expect(seen).toEqual([1n]);
+    expect(error.code).toBe(Code.DataLoss);
+    expect(error.rawMessage).toMatch(/^conversation "corrupt-change" is corrupt in the store: change 2 does not decode/);
+  });
+
+  it("answers UNAVAILABLE at once when Postgres cannot be reached, and its ping fails", async () => {
+    const store = new PostgresConversationStore("postgres://postgres@127.0.0.1:1/none");
+    try {
+      const error = await rejection(store.load("x"));
+      expect(error.code).toBe(Code.Unavailable);
+      expect(error.rawMessage).toContain("postgres store unavailable while loading a conversation at postgres://postgres@127.0.0.1:1/none");
+      expect((await rejection(store.ping())).code).toBe(Code.Unavailable);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("fails its ping while the database takes no writes (read-only), and serves again after", async () => {
+    const fresh = await postgres.createDatabase("read-only");
+    const store = await openStore({ poolSize: 1 }, fresh);
+    await store.ping();
+    await raw.query(`ALTER DATABASE "read-only" SET default_transaction_read_only = on`);
+    await raw.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'read-only' AND pid <> pg_backend_pid()");
+    await expect.poll(async () => (await store.ping().then(() => "serving", (error: ConnectError) => error.rawMessage)), { timeout: 10_000 }).toContain("takes no writes");
+    await raw.query(`ALTER DATABASE "read-only" SET default_transaction_read_only = off`);
+    await raw.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'read-only' AND pid <> pg_backend_pid()");
+    await expect.poll(async () => (await store.ping().then(() => "serving", (error: ConnectError) => error.rawMessage)), { timeout: 10_000 }).toBe("serving");
+  });
+});

@@ -80,7 +80,7 @@ describe("mergeWorkerMetrics", () => {
 describe("--workers", () => {
   it("refuses more than one worker on the in-memory store, at start, saying why", () => {
     expect(() => loadConfig(["--workers", "2"], {})).toThrow(
-      "--workers 2 needs a shared store (--redis-url or --redis-cluster-nodes): the in-memory store's conversations live in one process",
+      "--workers 2 needs a shared store (--redis-url, --redis-cluster-nodes or --postgres-url): the in-memory store's conversations live in one process",
     );
     expect(loadConfig(["--workers", "auto", "--redis-url", "redis://127.0.0.1:6379"], {}).workers).toBeGreaterThanOrEqual(1);
     expect(loadConfig([], { CONTEXTD_WORKERS: "3", CONTEXTD_REDIS_URL: "redis://x" }).workers).toBe(3);

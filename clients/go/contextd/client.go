@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -382,6 +383,33 @@ func (c *Client) ListConversations(ctx context.Context, request *contextdv1.List
 	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.ListConversationsResponse, error) {
 		return c.transport.listConversations(ctx, request)
 	})
+}
+
+// ReadToolResult reads a slice of a stored tool result: what a model's read_tool_result call asks
+// for after a compile sent the result as a preview (CompileRequest.LargeToolResults). Retried on
+// UNAVAILABLE like every read.
+func (c *Client) ReadToolResult(ctx context.Context, request *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.ReadToolResultResponse, error) {
+		return c.transport.readToolResult(ctx, request)
+	})
+}
+
+// ReadWholeToolResult reads a stored tool result from its start to its end, slice by slice (each
+// at most 1 MiB; no slice splits a character), and returns its text.
+func (c *Client) ReadWholeToolResult(ctx context.Context, conversationID, toolCallID string) (string, error) {
+	var text strings.Builder
+	offset := uint64(0)
+	for {
+		slice, err := c.ReadToolResult(ctx, &contextdv1.ReadToolResultRequest{ConversationId: conversationID, ToolCallId: toolCallID, Offset: offset, MaxBytes: 1 << 20})
+		if err != nil {
+			return "", err
+		}
+		text.WriteString(slice.GetText())
+		if slice.GetNextOffset() >= slice.GetTotalBytes() {
+			return text.String(), nil
+		}
+		offset = slice.GetNextOffset()
+	}
 }
 
 // Compile compiles a prompt. A compile that commits (request.Commit) is a write and is treated as

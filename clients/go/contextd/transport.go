@@ -26,6 +26,7 @@ type transport interface {
 	commit(context.Context, *contextdv1.CommitRequest) (*contextdv1.CommitResponse, error)
 	clear(context.Context, *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error)
 	listConversations(context.Context, *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error)
+	readToolResult(context.Context, *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error)
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
 	compile(context.Context, *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error)
 	compileStream(context.Context, *contextdv1.CompileStreamRequest) (receiver[contextdv1.CompileStreamResponse], error)
@@ -100,6 +101,10 @@ func (t *grpcTransport) clear(ctx context.Context, r *contextdv1.ClearRequest) (
 
 func (t *grpcTransport) listConversations(ctx context.Context, r *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
 	return grpcUnary(ctx, t.conversations.ListConversations, r)
+}
+
+func (t *grpcTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
+	return grpcUnary(ctx, t.conversations.ReadToolResult, r)
 }
 
 func (t *grpcTransport) watch(ctx context.Context, r *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error) {
@@ -205,6 +210,10 @@ func (t *connectTransport) clear(ctx context.Context, r *contextdv1.ClearRequest
 
 func (t *connectTransport) listConversations(ctx context.Context, r *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
 	return connectUnary(ctx, t.conversations.ListConversations, r)
+}
+
+func (t *connectTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
+	return connectUnary(ctx, t.conversations.ReadToolResult, r)
 }
 
 func (t *connectTransport) watch(ctx context.Context, r *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error) {

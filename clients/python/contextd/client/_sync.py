@@ -199,6 +199,28 @@ class Client:
         """Lists conversations, paged, ordered by id."""
         return self._unary(self._conversations.ListConversations, request, True, timeout)
 
+    def read_tool_result(
+        self, request: conversation_pb2.ReadToolResultRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ReadToolResultResponse:
+        """Reads a slice of a stored tool result: what a model's `read_tool_result` call asks for
+        after a compile sent the result as a preview (`CompileRequest.large_tool_results`)."""
+        return self._unary(self._conversations.ReadToolResult, request, True, timeout)
+
+    def read_whole_tool_result(self, conversation_id: str, tool_call_id: str, *, timeout: Optional[float] = None) -> str:
+        """A stored tool result's whole text, read slice by slice (at most 1 MiB each; no slice
+        splits a character)."""
+        pieces: list[str] = []
+        offset = 0
+        while True:
+            slice_ = self.read_tool_result(
+                conversation_pb2.ReadToolResultRequest(conversation_id=conversation_id, tool_call_id=tool_call_id, offset=offset, max_bytes=1 << 20),
+                timeout=timeout,
+            )
+            pieces.append(slice_.text)
+            if slice_.next_offset >= slice_.total_bytes:
+                return "".join(pieces)
+            offset = slice_.next_offset
+
     def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.CompileResponse:

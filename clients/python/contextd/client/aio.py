@@ -181,6 +181,26 @@ class AsyncClient:
         """As `Client.list_conversations`."""
         return await self._unary(self._conversations.ListConversations, request, True, timeout)
 
+    async def read_tool_result(
+        self, request: conversation_pb2.ReadToolResultRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ReadToolResultResponse:
+        """As `Client.read_tool_result`."""
+        return await self._unary(self._conversations.ReadToolResult, request, True, timeout)
+
+    async def read_whole_tool_result(self, conversation_id: str, tool_call_id: str, *, timeout: Optional[float] = None) -> str:
+        """As `Client.read_whole_tool_result`."""
+        pieces: list[str] = []
+        offset = 0
+        while True:
+            slice_ = await self.read_tool_result(
+                conversation_pb2.ReadToolResultRequest(conversation_id=conversation_id, tool_call_id=tool_call_id, offset=offset, max_bytes=1 << 20),
+                timeout=timeout,
+            )
+            pieces.append(slice_.text)
+            if slice_.next_offset >= slice_.total_bytes:
+                return "".join(pieces)
+            offset = slice_.next_offset
+
     async def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.CompileResponse:

@@ -21,8 +21,12 @@ export interface AiSdkPrompt {
   tools: ToolSet;
 }
 
-/** A tool's implementation, given the parsed arguments of its call. */
-export type ToolExecute = (input: unknown) => unknown;
+/**
+ * A tool's implementation, given the parsed arguments of its call (already checked by the SDK
+ * against the tool's JSON Schema, hence `any`: the implementation names the type it expects).
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type ToolExecute = (input: any) => unknown;
 
 /** A response message of `generateText`/`streamText` (`responseMessages`, `response.messages`). */
 export type ResponseMessage = AssistantModelMessage | ToolModelMessage;

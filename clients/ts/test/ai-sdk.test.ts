@@ -1,6 +1,7 @@
 // The AI SDK interop ("@contextd/client/ai-sdk") against a real sidecar, with the `ai` package's own
 // mock language model (`ai/test`): compile → generateText/streamText → responseMessages → turn.
 import assert from "node:assert/strict";
+import { readFile, readdir } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
 import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
 import { MockLanguageModelV4, convertArrayToReadableStream } from "ai/test";
@@ -155,6 +156,15 @@ describe("AI SDK", () => {
     const state = await client.getState({ conversationId });
     assert.equal(shape(state.state!.history), "USER:text", "nothing of the refused commit is stored");
   });
+});
+
+test("only the ai-sdk entry of the installed package imports ai, so the main entry runs without it", async () => {
+  const dir = new URL("../node_modules/@contextd/client/dist/src/", import.meta.url);
+  const importers = [];
+  for (const name of await readdir(dir)) {
+    if (name.endsWith(".js") && /from "ai(\/[^"]*)?"/.test(await readFile(new URL(name, dir), "utf8"))) importers.push(name);
+  }
+  assert.deepEqual(importers, ["ai-sdk.js"]);
 });
 
 /** The messages as JSON values (drops the `undefined` fields the SDK leaves on some parts). */

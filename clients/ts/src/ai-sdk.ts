@@ -235,7 +235,7 @@ function contextdPart(part: UserContentPart | AssistantContentPart | ToolContent
       const tagged = typeof data === "object" && data !== null && "type" in data && typeof data.type === "string" ? (data as { type: string; url?: URL; data?: unknown; text?: string }) : undefined;
       const url = data instanceof URL ? data : tagged?.type === "url" ? tagged.url : undefined;
       const bytes = url ? undefined : tagged?.type === "data" ? bytesOf(tagged.data, where) : tagged?.type === "text" ? new TextEncoder().encode(tagged.text ?? "") : tagged === undefined ? bytesOf(data, where) : undefined;
-      if (url === undefined && bytes === undefined) throw new Error(`fromModelMessages: ${where} is a file given as a ${tagged?.type} reference, which contextd does not store`);
+      if (url === undefined && bytes === undefined) throw new Error(`fromModelMessages: ${where} is a file given as a provider reference, which contextd does not store`);
       if (part.mediaType.startsWith("image")) {
         const mimeType = part.mediaType.includes("/") ? part.mediaType : "";
         return create(PartSchema, { kind: { case: "image", value: url ? { url: String(url), mimeType } : { data: bytes!, mimeType } } });

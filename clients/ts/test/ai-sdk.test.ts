@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
 import { MockLanguageModelV4, convertArrayToReadableStream } from "ai/test";
 import { create } from "@bufbuild/protobuf";
-import { Client, appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
+import { Client, Code, ContextdError, appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
 import { aiSdkPrompt, fromModelMessages, responseDeltas, toModelMessages } from "@contextd/client/ai-sdk";
 import { MessageSchema, Provider, Role, Segment, ToolDefinitionSchema, type Message } from "@contextd/client/v1";
 import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
@@ -148,14 +148,42 @@ describe("AI SDK", () => {
     assert.throws(() => fromModelMessages(approval), /message 0 \(tool\) part 0 is a tool-approval-response/);
     const custom: ModelMessage[] = [{ role: "assistant", content: [{ type: "text", text: "hi" }, { type: "custom", kind: "acme.widget" }] }];
     assert.throws(() => fromModelMessages(custom), /message 0 \(assistant\) part 1 is a custom part/);
+    const executed: ModelMessage[] = [{ role: "assistant", content: [{ type: "tool-result", toolCallId: "c", toolName: "web_search", output: { type: "text", value: "..." } }] }];
+    assert.throws(() => fromModelMessages(executed), /message 0 \(assistant\) part 0 is a tool-result part/);
+    const referenced: ModelMessage[] = [{ role: "user", content: [{ type: "file", mediaType: "application/pdf", data: { type: "reference", reference: { openai: "file-1" } } }] }];
+    assert.throws(() => fromModelMessages(referenced), /message 0 \(user\) part 0 is a file given as a provider reference/);
 
     const conversationId = freshId("ai-sdk-unpaired");
     await client.commit({ conversationId, deltas: [appendUser("hi")] });
     const stray = responseDeltas([{ role: "tool", content: [{ type: "tool-result", toolCallId: "nope", toolName: "weather", output: { type: "text", value: "?" } }] }]);
-    await assert.rejects(client.commit({ conversationId, deltas: stray }), /tool_result_without_call/);
+    const refused = await client.commit({ conversationId, deltas: stray }).catch((e: unknown) => e);
+    assert.ok(refused instanceof ContextdError && refused.code === Code.InvalidArgument, String(refused));
+    assert.match(refused.message, /tool_result_without_call/);
     const state = await client.getState({ conversationId });
     assert.equal(shape(state.state!.history), "USER:text", "nothing of the refused commit is stored");
   });
+});
+
+test("conversions that come back in another shape: the image part, a denied execution, a content output", () => {
+  const given: ModelMessage[] = [
+    { role: "user", content: [{ type: "image", image: pixel, mediaType: "image/png" }] },
+    { role: "assistant", content: [{ type: "tool-call", toolCallId: "c1", toolName: "rm", input: { path: "/" } }, { type: "tool-call", toolCallId: "c2", toolName: "shot", input: {} }] },
+    {
+      role: "tool",
+      content: [
+        { type: "tool-result", toolCallId: "c1", toolName: "rm", output: { type: "execution-denied", reason: "not allowed" } },
+        { type: "tool-result", toolCallId: "c2", toolName: "shot", output: { type: "content", value: [{ type: "text", text: "a screenshot" }, { type: "file", mediaType: "image/png", data: { type: "data", data: pixel } }] } },
+      ],
+    },
+  ];
+  const stored = fromModelMessages(given);
+  assert.equal(shape(stored), "USER:image ASSISTANT:toolCall,toolCall TOOL:toolResult TOOL:toolResult");
+  assert.deepEqual(toModelMessages(stored), [
+    { role: "user", content: [{ type: "file", mediaType: "image/png", data: { type: "data", data: pixel } }] },
+    given[1],
+    { role: "tool", content: [{ type: "tool-result", toolCallId: "c1", toolName: "rm", output: { type: "error-text", value: "execution_denied: not allowed" } }] },
+    { role: "tool", content: [{ type: "tool-result", toolCallId: "c2", toolName: "shot", output: { type: "content", value: [{ type: "text", text: "a screenshot" }, { type: "file", mediaType: "image/png", data: { type: "data", data: pixel } }] } }] },
+  ]);
 });
 
 test("only the ai-sdk entry of the installed package imports ai, so the main entry runs without it", async () => {

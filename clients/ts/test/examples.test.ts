@@ -21,6 +21,23 @@ test("examples/typescript/agent_loop.ts runs 20 turns, trimming the oldest, twic
   }
 });
 
+test("examples/typescript/ai_sdk_agent.ts runs an AI SDK tool loop on contextd, twice against one sidecar", async () => {
+  const sidecar = await startSidecar();
+  try {
+    for (const run of [1, 2]) {
+      const { stdout } = await promisify(execFile)(process.execPath, ["examples/ai_sdk_agent.ts"], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
+      const match = /3 turns: version (\d+), (\d+) messages stored, last answer: (.*)/.exec(stdout);
+      assert.ok(match, `run ${run} printed: ${stdout}`);
+      // Two weather turns of user + call + result + answer, one of user + answer.
+      assert.equal(Number(match[2]), 10);
+      assert.equal(Number(match[1]), 4, "three turns and the last commit");
+      assert.equal(match[3], 'It is {"city":"Oslo","celsius":6}.', "the third turn's tool result reached the model");
+    }
+  } finally {
+    await sidecar.stop();
+  }
+});
+
 for (const [name, file] of [["docs/typescript-client.md's ten-line example", "examples/ten_lines.ts"], ["the README's TypeScript example", "examples/readme.ts"]]) test(`${name} runs, twice against one sidecar`, async () => {
   const sidecar = await startSidecar();
   try {

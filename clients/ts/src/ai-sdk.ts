@@ -1,0 +1,285 @@
+// Interop with the Vercel AI SDK (`ai` 7.x), at "@contextd/client/ai-sdk". `ai` is an optional peer
+// dependency: only this entry imports it, so the main entry works without it installed.
+//
+// Why it exists: an AI SDK agent calls `generateText`/`streamText` with `instructions`, `messages`
+// (`ModelMessage[]`) and `tools`, and gets back `responseMessages` (assistant and tool messages).
+// Without these two conversions every such agent hand-writes the mapping between those shapes and
+// contextd's typed messages, tool rounds included.
+import { create } from "@bufbuild/protobuf";
+import { jsonSchema, tool, type AssistantModelMessage, type JSONValue, type ModelMessage, type SystemModelMessage, type ToolModelMessage, type ToolSet } from "ai";
+import type { CompileResult, CompiledPayload } from "../generated/contextd/v1/compile_pb.js";
+import { ImagePartSchema, MessageSchema, PartSchema, Role, type Message, type Part, type ToolPayload } from "../generated/contextd/v1/message_pb.js";
+import { Segment, type Delta, type ToolDefinition } from "../generated/contextd/v1/state_pb.js";
+import { appendMessages, errorPayload, jsonPayload, textPart, textPayload, toolResultMessage } from "./builders.js";
+
+/** What `generateText`/`streamText` take from a compile: spread it into the call's options. */
+export interface AiSdkPrompt {
+  /** The SYSTEM and DEVELOPER messages, in order (the SDK refuses system messages in `messages` by default). */
+  instructions: SystemModelMessage[];
+  messages: ModelMessage[];
+  /** The payload's tool definitions; a tool without an entry in `execute` has no `execute` (the SDK then stops at its call). */
+  tools: ToolSet;
+}
+
+/**
+ * A tool's implementation, given the parsed arguments of its call (already checked by the SDK
+ * against the tool's JSON Schema, hence `any`: the implementation names the type it expects).
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type ToolExecute = (input: any) => unknown;
+
+/** A response message of `generateText`/`streamText` (`responseMessages`, `response.messages`). */
+export type ResponseMessage = AssistantModelMessage | ToolModelMessage;
+
+/**
+ * The prompt of a compile result (its payload, which a compile returns by default) as
+ * `generateText`/`streamText` options: `{ ...aiSdkPrompt(result, { weather }), model }`.
+ */
+export function aiSdkPrompt(result: CompileResult, execute: Record<string, ToolExecute> = {}): AiSdkPrompt {
+  if (result.payload === undefined) throw new Error("aiSdkPrompt: the compile result has no payload (include PAYLOAD, or leave include empty)");
+  const instructions: SystemModelMessage[] = [];
+  const messages: ModelMessage[] = [];
+  for (const message of payloadInOrder(result.payload)) {
+    for (const converted of toModelMessages([message])) {
+      if (converted.role === "system") instructions.push(converted);
+      else messages.push(converted);
+    }
+  }
+  return { instructions, messages, tools: aiSdkTools(result.payload.toolDefinitions, execute) };
+}
+
+/** contextd tool definitions as an AI SDK `ToolSet` (the parameters' JSON Schema as `inputSchema`). */
+export function aiSdkTools(definitions: ToolDefinition[], execute: Record<string, ToolExecute> = {}): ToolSet {
+  const tools: ToolSet = {};
+  for (const definition of definitions) {
+    const schema = definition.parameters ? JSON.parse(definition.parameters) : { type: "object", properties: {} };
+    const run = execute[definition.name];
+    tools[definition.name] = run
+      ? tool({ description: definition.description, inputSchema: jsonSchema(schema), execute: async (input: unknown) => run(input) })
+      : tool({ description: definition.description, inputSchema: jsonSchema(schema) });
+  }
+  return tools;
+}
+
+/**
+ * The payload's messages in the order the engine renders them for a provider: system, history,
+ * then tools, memory and scratch — except that when history ends in an open tool round, those
+ * three go before the round, so that the calls stay last.
+ */
+function payloadInOrder(payload: CompiledPayload): Message[] {
+  const trailing = [...payload.tools, ...payload.memory, ...payload.scratch];
+  const open = openRoundStart(payload.history);
+  if (open < 0 || trailing.length === 0) return [...payload.system, ...payload.history, ...trailing];
+  return [...payload.system, ...payload.history.slice(0, open), ...trailing, ...payload.history.slice(open)];
+}
+
+/** The index of the last assistant message when some of its calls have no result after it, else -1. */
+function openRoundStart(history: Message[]): number {
+  for (let i = history.length - 1; i >= 0; i--) {
+    const message = history[i]!;
+    if (message.role !== Role.ASSISTANT) continue;
+    const calls = message.parts.flatMap((p) => (p.kind.case === "toolCall" ? [p.kind.value.id] : []));
+    const answered = new Set(history.slice(i + 1).flatMap((m) => m.parts.flatMap((p) => (p.kind.case === "toolResult" ? [p.kind.value.toolCallId] : []))));
+    return calls.some((id) => !answered.has(id)) ? i : -1;
+  }
+  return -1;
+}
+
+/**
+ * contextd messages as AI SDK messages: SYSTEM and DEVELOPER become system messages (their text),
+ * USER text, images and files; ASSISTANT text, reasoning, files and tool calls (arguments parsed from
+ * their JSON); each TOOL result a tool message (text, JSON, errors, extra content parts).
+ */
+export function toModelMessages(messages: Message[]): ModelMessage[] {
+  return messages.map((message, index): ModelMessage => {
+    const where = `message ${index} (${Role[message.role]})`;
+    switch (message.role) {
+      case Role.SYSTEM:
+      case Role.DEVELOPER:
+        return { role: "system", content: message.parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : "")).join("") };
+      case Role.USER:
+        return { role: "user", content: message.parts.flatMap((p) => userPart(p, where)) };
+      case Role.ASSISTANT:
+        return { role: "assistant", content: message.parts.flatMap((p) => assistantPart(p, where)) };
+      case Role.TOOL:
+        return {
+          role: "tool",
+          content: message.parts.flatMap((p) => {
+            if (p.kind.case !== "toolResult") return [];
+            const result = p.kind.value;
+            return [{ type: "tool-result" as const, toolCallId: result.toolCallId, toolName: result.name, output: toolOutput(result.payload, result.isError, result.contentParts) }];
+          }),
+        };
+      default:
+        throw new Error(`toModelMessages: ${where} has no role`);
+    }
+  });
+}
+
+type UserContentPart = Exclude<Extract<ModelMessage, { role: "user" }>["content"], string>[number];
+type AssistantContentPart = Exclude<AssistantModelMessage["content"], string>[number];
+
+function mediaPart(part: Part): { type: "file"; mediaType: string; data: { type: "url"; url: URL } | { type: "data"; data: Uint8Array }; filename?: string } | undefined {
+  if (part.kind.case === "image") {
+    const image = part.kind.value;
+    const mediaType = image.mimeType || "image";
+    return { type: "file", mediaType, data: image.url ? { type: "url", url: new URL(image.url) } : { type: "data", data: image.data } };
+  }
+  if (part.kind.case === "file") {
+    const file = part.kind.value;
+    const data = file.uri ? { type: "url" as const, url: new URL(file.uri) } : { type: "data" as const, data: file.data };
+    return file.name ? { type: "file", mediaType: file.mimeType, data, filename: file.name } : { type: "file", mediaType: file.mimeType, data };
+  }
+  return undefined;
+}
+
+function userPart(part: Part, where: string): UserContentPart[] {
+  if (part.kind.case === "text") return [{ type: "text", text: part.kind.value.text }];
+  const media = mediaPart(part);
+  if (media) return [media];
+  throw new Error(`toModelMessages: ${where} has a ${part.kind.case ?? "empty"} part, which a user message cannot hold`);
+}
+
+function assistantPart(part: Part, where: string): AssistantContentPart[] {
+  switch (part.kind.case) {
+    case "text":
+      return [{ type: "text", text: part.kind.value.text }];
+    case "reasoning":
+      // Redacted reasoning has no text and no AI SDK shape outside a provider's options.
+      return part.kind.value.text ? [{ type: "reasoning", text: part.kind.value.text }] : [];
+    case "toolCall": {
+      const call = part.kind.value;
+      const args = call.arguments?.data || call.arguments?.text || "{}";
+      return [{ type: "tool-call", toolCallId: call.id, toolName: call.name, input: JSON.parse(args) as unknown }];
+    }
+  }
+  const media = mediaPart(part);
+  if (media) return [media];
+  throw new Error(`toModelMessages: ${where} has a ${part.kind.case ?? "empty"} part, which an assistant message cannot hold`);
+}
+
+type ToolOutput = Extract<Exclude<ToolModelMessage["content"][number], { type: "tool-approval-response" }>, { type: "tool-result" }>["output"];
+
+function toolOutput(payload: ToolPayload | undefined, isError: boolean, contentParts: Part[]): ToolOutput {
+  if (contentParts.length > 0) {
+    const value: Extract<ToolOutput, { type: "content" }>["value"] = [];
+    const text = payload?.text || payload?.data || payload?.error?.message;
+    if (text) value.push({ type: "text", text });
+    for (const part of contentParts) {
+      if (part.kind.case === "text") value.push({ type: "text", text: part.kind.value.text });
+      const media = mediaPart(part);
+      if (media) value.push(media.filename ? { type: "file", mediaType: media.mediaType, data: media.data, filename: media.filename } : { type: "file", mediaType: media.mediaType, data: media.data });
+    }
+    return { type: "content", value };
+  }
+  if (payload?.error) return { type: "error-text", value: payload.error.code ? `${payload.error.code}: ${payload.error.message}` : payload.error.message };
+  if (payload?.data) return isError ? { type: "error-json", value: JSON.parse(payload.data) as JSONValue } : { type: "json", value: JSON.parse(payload.data) as JSONValue };
+  if (payload?.binary) return { type: "content", value: [{ type: "file", mediaType: payload.binary.mimeType, data: { type: "data", data: payload.binary.data } }] };
+  const text = payload?.text ?? "";
+  return isError ? { type: "error-text", value: text } : { type: "text", value: text };
+}
+
+/**
+ * AI SDK messages as contextd messages, one TOOL message per tool result. Throws, naming the
+ * message and part, on what contextd has no typed form for: provider-executed tool results inside
+ * an assistant message, tool approval requests and responses, custom parts and reasoning files.
+ */
+export function fromModelMessages(messages: ModelMessage[]): Message[] {
+  const out: Message[] = [];
+  messages.forEach((message, index) => {
+    const where = `message ${index} (${message.role})`;
+    switch (message.role) {
+      case "system":
+        out.push(create(MessageSchema, { role: Role.SYSTEM, parts: [textPart(message.content)] }));
+        return;
+      case "user":
+      case "assistant": {
+        const role = message.role === "user" ? Role.USER : Role.ASSISTANT;
+        const content = typeof message.content === "string" ? [{ type: "text" as const, text: message.content }] : message.content;
+        out.push(create(MessageSchema, { role, parts: content.map((part, p) => contextdPart(part, `${where} part ${p}`)) }));
+        return;
+      }
+      case "tool":
+        message.content.forEach((part, p) => {
+          if (part.type !== "tool-result") throw new Error(`fromModelMessages: ${where} part ${p} is a ${part.type}, which contextd does not store`);
+          const [payload, isError] = contextdPayload(part.output, `${where} part ${p}`);
+          const result = toolResultMessage(part.toolCallId, part.toolName, payload, isError);
+          if (part.output.type === "content" && result.parts[0]?.kind.case === "toolResult") {
+            result.parts[0].kind.value.contentParts = part.output.value.flatMap((v) => (v.type === "file" ? [contextdPart(v, `${where} part ${p}`)] : []));
+          }
+          out.push(result);
+        });
+        return;
+    }
+  });
+  return out;
+}
+
+type ToolContentFile = Extract<Extract<ToolOutput, { type: "content" }>["value"][number], { type: "file" }>;
+
+function contextdPart(part: UserContentPart | AssistantContentPart | ToolContentFile, where: string): Part {
+  switch (part.type) {
+    case "text":
+      return textPart(part.text);
+    case "reasoning":
+      return create(PartSchema, { kind: { case: "reasoning", value: { text: part.text } } });
+    case "tool-call":
+      return create(PartSchema, { kind: { case: "toolCall", value: { id: part.toolCallId, name: part.toolName, arguments: jsonPayload(JSON.stringify(part.input ?? {})) } } });
+    case "image": {
+      const image = part.image;
+      if (image instanceof URL || typeof image === "string" && /^https?:|^data:/.test(image)) return create(PartSchema, { kind: { case: "image", value: { url: String(image), mimeType: part.mediaType ?? "" } } });
+      return create(PartSchema, { kind: { case: "image", value: create(ImagePartSchema, { data: bytesOf(image, where), mimeType: part.mediaType ?? "" }) } });
+    }
+    case "file": {
+      const data = part.data;
+      const tagged = typeof data === "object" && data !== null && "type" in data && typeof data.type === "string" ? (data as { type: string; url?: URL; data?: unknown; text?: string }) : undefined;
+      const url = data instanceof URL ? data : tagged?.type === "url" ? tagged.url : undefined;
+      const bytes = url ? undefined : tagged?.type === "data" ? bytesOf(tagged.data, where) : tagged?.type === "text" ? new TextEncoder().encode(tagged.text ?? "") : tagged === undefined ? bytesOf(data, where) : undefined;
+      if (url === undefined && bytes === undefined) throw new Error(`fromModelMessages: ${where} is a file given as a provider reference, which contextd does not store`);
+      if (part.mediaType.startsWith("image")) {
+        const mimeType = part.mediaType.includes("/") ? part.mediaType : "";
+        return create(PartSchema, { kind: { case: "image", value: url ? { url: String(url), mimeType } : { data: bytes!, mimeType } } });
+      }
+      return create(PartSchema, { kind: { case: "file", value: { mimeType: part.mediaType, uri: url ? String(url) : "", data: bytes ?? new Uint8Array(), name: part.filename ?? "" } } });
+    }
+    default:
+      throw new Error(`fromModelMessages: ${where} is a ${part.type} part, which contextd has no typed form for`);
+  }
+}
+
+function bytesOf(data: unknown, where: string): Uint8Array {
+  if (data instanceof Uint8Array) return data;
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (typeof data === "string") return Uint8Array.from(Buffer.from(data, "base64"));
+  throw new Error(`fromModelMessages: ${where} has data that is neither bytes nor base64 text`);
+}
+
+function contextdPayload(output: ToolOutput, where: string): [ToolPayload, boolean] {
+  switch (output.type) {
+    case "text":
+      return [textPayload(output.value), false];
+    case "json":
+      return [jsonPayload(JSON.stringify(output.value)), false];
+    case "error-text":
+      return [textPayload(output.value), true];
+    case "error-json":
+      return [jsonPayload(JSON.stringify(output.value)), true];
+    case "execution-denied":
+      return [errorPayload("execution_denied", output.reason ?? "the tool call was denied"), true];
+    case "content":
+      return [textPayload(output.value.map((v) => (v.type === "text" ? v.text : "")).join("")), false];
+    default:
+      throw new Error(`fromModelMessages: ${where} has a tool output of an unknown type`);
+  }
+}
+
+/**
+ * The deltas storing the response messages of a `generateText` call (`result.responseMessages`),
+ * or of a finished `streamText` (`await result.responseMessages`), in history: give them to
+ * `client.turn` or `client.commit`. In ai 7 those hold every step; the deprecated
+ * `result.response.messages` holds only the last step's, without the tool rounds before it.
+ * One delta, so a tool loop's calls and results land together and the engine checks the rounds.
+ */
+export function responseDeltas(messages: ResponseMessage[]): Delta[] {
+  return messages.length === 0 ? [] : [appendMessages(Segment.HISTORY, ...fromModelMessages(messages))];
+}

@@ -107,6 +107,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     maxCompileTextBytes: config.maxCompileTextBytes,
     searchRegexOffThread: regexSearch.search,
     cacheImpactBytes: config.cacheImpactBytes,
+    calibrationKeys: config.calibrationKeys,
     historyFacts: { maxBytes: config.historyFactsBytes, maxConversations: config.historyFactsConversations },
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and

@@ -44,6 +44,8 @@ export interface RouteDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
   cacheImpactBytes?: number;
+  /** Keys of token calibration corrections kept (`--calibration-keys`); 0 = none. */
+  calibrationKeys?: number;
   /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }
@@ -56,7 +58,7 @@ type ServiceDescriptorMap = <S extends DescService>(service: S) => S;
  * descriptors (see `binary-requests.ts`); health and reflection always use the real ones.
  */
 export function routes(dependencies: RouteDependencies) {
-  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread, cacheImpactBytes: dependencies.cacheImpactBytes, historyFacts: dependencies.historyFacts });
+  const context = contextService({ store: dependencies.store, publish: dependencies.telemetry.publish, summarizeTimeoutMs: dependencies.summarizeTimeoutMs, maxCompileTextBytes: dependencies.maxCompileTextBytes, searchRegexOffThread: dependencies.searchRegexOffThread, cacheImpactBytes: dependencies.cacheImpactBytes, calibrationKeys: dependencies.calibrationKeys, historyFacts: dependencies.historyFacts });
   const conversation = conversationService(dependencies);
   const telemetry = telemetryService(dependencies.telemetry);
   return (router: ConnectRouter, serviceDescriptor: ServiceDescriptorMap = (service) => service) => {

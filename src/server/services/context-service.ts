@@ -57,7 +57,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
   return {
     async compile(request, call) {
-      return { result: await compiler.compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call), tenant: call?.values.get(tenantKey) }) };
+      return { result: await compiler.compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call), tenant: call?.values?.get(tenantKey) }) };
     },
 
     async *compileStream(request, call) {
@@ -65,7 +65,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       // Events leave as the stages emit them: the pipeline yields to the event loop between stages.
       const compileRequest = request.request;
       const items = whileRunning<ObserverEvent, CompileResult>((send) =>
-        compiler.compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call), tenant: call?.values.get(tenantKey) }),
+        compiler.compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call), tenant: call?.values?.get(tenantKey) }),
       );
       for await (const item of items) {
         yield "sent" in item ? { kind: { case: "event", value: item.sent } } : { kind: { case: "result", value: item.result } };
@@ -80,7 +80,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
           remembered: session.remembered,
           stageBoundary: yieldToEventLoop,
           deadline: callDeadline(context),
-          tenant: context?.values.get(tenantKey),
+          tenant: context?.values?.get(tenantKey),
         }),
       );
     },
@@ -89,7 +89,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       if (!calibration) {
         throw new ConnectError("report_usage: this sidecar keeps no token calibration (--calibration-keys 0)", Code.FailedPrecondition);
       }
-      return calibration.report(call?.values.get(tenantKey) ?? "", request);
+      return calibration.report(call?.values?.get(tenantKey) ?? "", request);
     },
 
     async countTokens(request, call) {

@@ -63,6 +63,32 @@ describe("token calibration over gRPC (real sidecar)", () => {
     client.close();
   });
 
+  it("keeps a tenant's corrections to that tenant's compiles", async () => {
+    const acmeToken = "acme-token-0123456789abcdef";
+    const adminToken = "admin-token-0123456789abcdef";
+    const scoped = await startSidecar([], { CONTEXTD_AUTH_TOKENS: `${adminToken},${acmeToken}=acme` });
+    const client = grpcJsClient(`127.0.0.1:${scoped.port}`);
+    try {
+      const bearer = (token: string) => {
+        const metadata = new grpc.Metadata();
+        metadata.set("authorization", `Bearer ${token}`);
+        return metadata;
+      };
+      await client.unary(ConversationService.method.commit, { conversationId: "acme/c", deltas: [appendHistory(...messages)] }, bearer(acmeToken));
+      const reported = await client.unary(ContextService.method.reportUsage, { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-calibrated", estimator: EstimatorKind.FIXED, estimatedTokens: 100n, actualInputTokens: 200n }, bearer(acmeToken));
+      expect(reported.correction).toBe(2);
+      const acme = (await client.unary(ContextService.method.compile, { ...compileRequest, conversationId: "acme/c" }, bearer(acmeToken))).result!;
+      expect(acme.usage!.limit).toBe(50n);
+      expect(acme.payload!.history).toHaveLength(4);
+      const admin = (await client.unary(ContextService.method.compile, { ...compileRequest, conversationId: "acme/c" }, bearer(adminToken))).result!;
+      expect(admin.usage!.limit).toBe(100n);
+      expect(admin.calibration).toMatchObject({ correction: 1, reports: 0n });
+    } finally {
+      client.close();
+      await scoped.stop();
+    }
+  });
+
   it("is off with --calibration-keys 0: FAILED_PRECONDITION, and no calibration in results", async () => {
     const client = grpcJsClient(`127.0.0.1:${off.port}`);
     const refused = await failure(client.unary(ContextService.method.reportUsage, { provider: Provider.ANTHROPIC_MESSAGES, model: "m", estimator: EstimatorKind.FIXED, estimatedTokens: 10n, actualInputTokens: 12n }));

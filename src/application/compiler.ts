@@ -25,6 +25,7 @@ import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
 import { HistoryFactsCache } from "./history-facts-cache.js";
+import type { UsageCalibration } from "./usage-calibration.js";
 import { compileRequestFingerprint, replayedCompileResult, replayWarning } from "./compile-commit.js";
 import { ErrorReason, withErrorDetails } from "../core/model/error-details.js";
 
@@ -40,6 +41,8 @@ export interface CompilerDependencies {
   compileMemory?: CompileMemory;
   /** The facts of stored histories kept between compiles (`CompileContext.historyFacts`); without it every compile walks its whole history. */
   historyFacts?: HistoryFactsCache;
+  /** The corrections learnt from provider usage reports (`UsageCalibration`); none without it. */
+  calibration?: UsageCalibration;
 }
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
@@ -52,6 +55,8 @@ export interface CompileRun {
   stageBoundary?: () => Promise<void>;
   /** The call's deadline and abort signal: the stages are synchronous, so only they can notice the call is over. */
   deadline?: CallDeadline;
+  /** The caller's tenant ("" = unscoped): whose calibration corrections apply. */
+  tenant?: string;
 }
 
 /**
@@ -134,6 +139,7 @@ export class Compiler {
   }
 
   private context(run: CompileRun): Omit<CompileContext, "stored" | "parts" | "historyFacts"> {
+    const { calibration } = this.dependencies;
     return {
       // A UUID, the form commits assign too (one id format, compile.proto IDENTITY_POLICY_RANDOM);
       // randomUUID draws from a pooled entropy buffer, randomBytes(16) makes a system call per id
@@ -152,6 +158,7 @@ export class Compiler {
       maxCompileTextBytes: this.dependencies.maxCompileTextBytes,
       searchRegexOffThread: this.dependencies.searchRegexOffThread,
       compileMemory: this.dependencies.compileMemory,
+      calibration: calibration && ((key) => calibration.correction(run.tenant ?? "", key)),
     };
   }
 }

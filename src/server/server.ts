@@ -124,6 +124,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     compiled: tracing ? (request, result) => tracing.annotateCompile(request, result) : undefined,
     searchRegexOffThread: regexSearch.search,
     cacheImpactBytes: config.cacheImpactBytes,
+    calibrationKeys: config.calibrationKeys,
     historyFacts: { maxBytes: config.historyFactsBytes, maxConversations: config.historyFactsConversations },
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and

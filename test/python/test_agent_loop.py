@@ -220,6 +220,54 @@ def test_compile_under_budget_keeps_the_round_whole_and_protects_the_current_tur
         assert result.usage.total <= result.usage.limit
 
 
+def test_usage_report_corrects_the_next_compiles_budget(sidecar, client: Client):
+    history = [
+        message_pb2.Message(
+            id=f"m{index}",
+            role=message_pb2.ROLE_USER if index % 2 == 0 else message_pb2.ROLE_ASSISTANT,
+            parts=[message_pb2.Part(text=message_pb2.TextPart(text=f"message {index}"))],
+        )
+        for index in range(12)
+    ]
+
+    def request(model: str) -> compile_pb2.CompileRequest:
+        return compile_pb2.CompileRequest(
+            history=compile_pb2.MessageList(messages=history),
+            budget=compile_pb2.Budget(
+                max_tokens=100, estimator=compile_pb2.Estimator(kind=compile_pb2.ESTIMATOR_KIND_FIXED, fixed_per_message=10)
+            ),
+            render=compile_pb2.RenderOptions(provider=message_pb2.PROVIDER_ANTHROPIC_MESSAGES, model=model),
+        )
+
+    def report(calibration: compile_pb2.TokenCalibration, actual: int) -> context_service_pb2.ReportUsageRequest:
+        return context_service_pb2.ReportUsageRequest(
+            provider=calibration.provider,
+            model=calibration.model,
+            estimator=calibration.estimator,
+            estimated_tokens=calibration.estimated_tokens,
+            actual_input_tokens=actual,
+        )
+
+    first = client.compile(request("py-calibrated")).result
+    assert (first.calibration.correction, first.calibration.estimated_tokens, len(first.payload.history)) == (1, 100, 10)
+    # 125 counted for 100 estimated: later budgets hold estimates to floor(100 / 1.25) = 80.
+    reported = client.report_usage(report(first.calibration, 125))
+    assert (reported.correction, reported.reports) == (1.25, 1)
+    second = client.compile(request("py-calibrated")).result
+    assert [m.id for m in second.payload.history] == [m.id for m in history[4:]]
+    assert (second.usage.limit, second.calibration.corrected_tokens) == (80, 100)
+
+    async def main() -> None:
+        async with AsyncClient(sidecar.address) as aclient:
+            result = (await aclient.compile(request("py-calibrated-async"))).result
+            # 50 counted for 100 estimated: 200 estimated tokens now fit, all 12 messages.
+            assert (await aclient.report_usage(report(result.calibration, 50))).correction == 0.5
+            again = (await aclient.compile(request("py-calibrated-async"))).result
+            assert (len(again.payload.history), again.usage.limit) == (12, 200)
+
+    asyncio.run(main())
+
+
 def test_watch_sees_each_commit(client: Client):
     conversation_id = "py-watched"
     texts = ["first", "second", "third"]

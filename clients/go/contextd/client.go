@@ -442,6 +442,16 @@ func (c *Client) CountTokens(ctx context.Context, request *contextdv1.CountToken
 	})
 }
 
+// ReportUsage reports the provider's input token count for a compile, so later compiles with the
+// same provider, model and estimator are budgeted with a corrected estimate: copy Provider, Model,
+// Estimator and EstimatedTokens from the result's Calibration and set ActualInputTokens from the
+// provider's usage (every input token, cached or not). Not retried: a repeated report counts twice.
+func (c *Client) ReportUsage(ctx context.Context, request *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error) {
+	return unary(c, ctx, false, func(ctx context.Context) (*contextdv1.ReportUsageResponse, error) {
+		return c.transport.reportUsage(ctx, request)
+	})
+}
+
 // Render renders a view of a stored or inline snapshot.
 func (c *Client) Render(ctx context.Context, request *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error) {
 	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.RenderResponse, error) {

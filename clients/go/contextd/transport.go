@@ -32,6 +32,7 @@ type transport interface {
 	compileStream(context.Context, *contextdv1.CompileStreamRequest) (receiver[contextdv1.CompileStreamResponse], error)
 	compileSession(context.Context) (sessionStream, error)
 	countTokens(context.Context, *contextdv1.CountTokensRequest) (*contextdv1.CountTokensResponse, error)
+	reportUsage(context.Context, *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error)
 	render(context.Context, *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error)
 	watchEvents(context.Context, *contextdv1.WatchEventsRequest) (receiver[contextdv1.WatchEventsResponse], error)
 	checkHealth(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error)
@@ -121,6 +122,10 @@ func (t *grpcTransport) compileStream(ctx context.Context, r *contextdv1.Compile
 
 func (t *grpcTransport) countTokens(ctx context.Context, r *contextdv1.CountTokensRequest) (*contextdv1.CountTokensResponse, error) {
 	return grpcUnary(ctx, t.contexts.CountTokens, r)
+}
+
+func (t *grpcTransport) reportUsage(ctx context.Context, r *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error) {
+	return grpcUnary(ctx, t.contexts.ReportUsage, r)
 }
 
 func (t *grpcTransport) render(ctx context.Context, r *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error) {
@@ -230,6 +235,10 @@ func (t *connectTransport) compileStream(ctx context.Context, r *contextdv1.Comp
 
 func (t *connectTransport) countTokens(ctx context.Context, r *contextdv1.CountTokensRequest) (*contextdv1.CountTokensResponse, error) {
 	return connectUnary(ctx, t.contexts.CountTokens, r)
+}
+
+func (t *connectTransport) reportUsage(ctx context.Context, r *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error) {
+	return connectUnary(ctx, t.contexts.ReportUsage, r)
 }
 
 func (t *connectTransport) render(ctx context.Context, r *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error) {

@@ -22,6 +22,8 @@ import {
   type CountTokensResponse,
   type RenderRequestSchema,
   type RenderResponse,
+  type ReportUsageRequestSchema,
+  type ReportUsageResponse,
   type SummarizeRequest,
 } from "../generated/contextd/v1/context_service_pb.js";
 import {
@@ -321,6 +323,16 @@ export class Client {
   /** Counts the tokens of messages with an estimator. */
   countTokens(request: Init<typeof CountTokensRequestSchema>, options?: CallOptions): Promise<CountTokensResponse> {
     return this.unary((o) => this.contexts.countTokens(request, o), true, options);
+  }
+
+  /**
+   * Reports the provider's input token count for a compile, so later compiles with the same
+   * provider, model and estimator are budgeted with a corrected estimate: copy `provider`, `model`,
+   * `estimator` and `estimatedTokens` from `result.calibration` and set `actualInputTokens` from the
+   * provider's usage (every input token, cached or not). Not retried: a repeated report counts twice.
+   */
+  reportUsage(request: Init<typeof ReportUsageRequestSchema>, options?: CallOptions): Promise<ReportUsageResponse> {
+    return this.unary((o) => this.contexts.reportUsage(request, o), false, options);
   }
 
   /** Renders a view of a stored or inline snapshot. */

@@ -71,6 +71,26 @@ for (const [protocol] of protocols) {
       assert.equal(shape(state.state!.history), "USER:text ASSISTANT:text USER:text ASSISTANT:text");
     });
 
+    test("a usage report corrects the next compile's budget and the result says so", async () => {
+      const client = dial({ protocol });
+      const model = freshId("calibrated");
+      const history = Array.from({ length: 12 }, (_, index) => ({ id: `m${index}`, role: index % 2 === 0 ? 3 : 4, parts: [{ kind: { case: "text" as const, value: { text: `message ${index}` } } }] }));
+      const request = { history: { messages: history }, budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } }, render: { provider: Provider.ANTHROPIC_MESSAGES, model } };
+      const first = (await client.compile(request)).result!;
+      const calibration = first.calibration!;
+      assert.equal(calibration.correction, 1);
+      assert.equal(calibration.estimatedTokens, 100n);
+      // The provider counted 125 for 100 estimated: later budgets hold estimates to floor(100 / 1.25) = 80.
+      const reported = await client.reportUsage({ provider: calibration.provider, model: calibration.model, estimator: calibration.estimator, estimatedTokens: calibration.estimatedTokens, actualInputTokens: 125n });
+      assert.equal(reported.correction, 1.25);
+      assert.equal(reported.reports, 1n);
+      const second = (await client.compile(request)).result!;
+      assert.deepEqual(second.payload!.history.map((m) => m.id), history.slice(4).map((m) => m.id));
+      assert.equal(second.usage!.limit, 80n);
+      assert.equal(second.calibration!.correctedTokens, 100n);
+      assert.equal(second.calibration!.meanAbsoluteRelativeError, 0.2);
+    });
+
     test("errors carry the ErrorInfo reason, its metadata and the BadRequest field violations", async () => {
       const client = dial({ protocol });
       const conversationId = freshId("errors");

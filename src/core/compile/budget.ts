@@ -15,6 +15,7 @@ import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
 import { alignToUserTurn, costUnits, selectAllUnprotected, selectHeadUnitsInSteps, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { clearHistory, validateClearing } from "./context-editing.js";
+import { calibratedLimit } from "./token-calibration.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
 import { ErrorReason, withErrorDetails } from "../model/error-details.js";
@@ -34,7 +35,10 @@ export interface BudgetReport {
   /** The provider's per-request framing (TOKENIZER), part of reserved. */
   perRequest: number;
   reserved: number;
+  /** The limit the estimates were held to: `requestedLimit` divided by the correction. */
   limit: number;
+  /** The budget's own limit, before the calibration correction. */
+  requestedLimit: number;
   total: number;
   summary?: { tokens: number; replacedTokens: number };
 }
@@ -97,10 +101,12 @@ function sum(counts: readonly number[]): number {
  * strategy, tool rounds as whole units, pending and the current turn protected and appended after
  * history. The final payload is re-estimated; a compile is never silently over budget.
  */
-export async function applyBudget(work: CompileWork, scratch: readonly Message[], context: CompileContext): Promise<BudgetReport> {
+export async function applyBudget(work: CompileWork, scratch: readonly Message[], context: CompileContext, correction = 1): Promise<BudgetReport> {
   const { estimator } = work;
   const cache = context.tokenCounts;
-  const limit = resolveLimit(work);
+  const requested = resolveLimit(work);
+  // A calibrated budget holds estimates to floor(limit / correction) (token-calibration.ts).
+  const limit: Limit = { tokens: calibratedLimit(requested.tokens, correction), fromWindow: requested.fromWindow };
   const budget = work.request.budget;
   const turn = work.currentTurn;
   const turnMessage = turn ? (turn.promptSafe ?? turn.raw)! : undefined;
@@ -332,6 +338,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     perRequest,
     reserved,
     limit: limit.tokens,
+    requestedLimit: requested.tokens,
     total,
     summary,
   };

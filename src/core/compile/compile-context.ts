@@ -7,6 +7,7 @@ import type { Observer } from "../observer.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import type { CompileMemory } from "./cache-impact.js";
 import type { CallDeadline } from "./deadline.js";
+import type { CalibrationLookup } from "./token-calibration.js";
 
 /**
  * Asks the caller for a summary of a history prefix (SUMMARIZE strategy, auto-compaction). Supplied
@@ -59,6 +60,12 @@ export interface CompileContext {
    * in provider cache writes (`CompileResult.cache_impact`). Without it there is no cache impact.
    */
   compileMemory?: CompileMemory;
+  /**
+   * The calibration correction learnt from provider usage reports for a (provider, model,
+   * estimator), applied to the budget's limit (`token-calibration.ts`). Asked only when the request
+   * renders for a provider; without it there is no correction and no `CompileResult.calibration`.
+   */
+  calibration?: CalibrationLookup;
   /**
    * The heavy result parts to build (`source`, `normalized_snapshot`, `writeback.snapshot`,
    * `persistence`); the others are left unset and never built. Undefined builds them all. Each is

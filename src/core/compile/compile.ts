@@ -3,6 +3,7 @@ import {
   CompileResultPart,
   CompileResultSchema,
   CurrentTurnSchema,
+  TokenCalibrationSchema,
   TransformationAction,
   TransformationReason,
   type CompileRequest,
@@ -23,6 +24,7 @@ import { elideHistoryHead, type ElidedHead } from "./history-head.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
 import { cacheImpact } from "./cache-impact.js";
+import { correctedTokens } from "./token-calibration.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
 import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
@@ -52,12 +54,16 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const renderProvider = request.render?.provider ?? Provider.UNSPECIFIED;
   const deadline = context.deadline || context.yieldToEventLoop ? new DeadlineCheck(context.deadline, context.now, context.yieldToEventLoop) : DeadlineCheck.none;
   const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
+  // The calibration correction for what is rendered, applied to the budget's limit (stage 10).
+  const correction = renderProvider !== Provider.UNSPECIFIED && context.calibration
+    ? context.calibration({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind })
+    : undefined;
 
   // 1. Normalize + identity, tool-argument and tool-round validation and repair. A stored history's
   // head that the budget is certain to drop is left out, its figures added back (history-head.ts).
   const inputs = resolveCompileInputs(request, context.stored);
   checkToolDefinitionTexts(inputs.toolDefinitions, "tool_definitions");
-  const head = await elideHistoryHead(request, inputs, context, estimator, deadline);
+  const head = await elideHistoryHead(request, inputs, context, estimator, deadline, correction?.factor ?? 1);
   const textAllowance = new TextAllowance(requestTextCharacters(request, inputs) + (head?.characters ?? 0), context.maxCompileTextBytes);
   const { work, extras } = normalize(request, inputs, estimator, context.randomId, { textAllowance, deadline });
   if (head) work.historyCounts = { history: work.segments.history, counts: head.tailCounts, offset: head.count };
@@ -130,7 +136,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   // 10. Budget (appends pending and the current turn). 11. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);
-  const budget = await applyBudget(work, scratch, context);
+  const budget = await applyBudget(work, scratch, context, correction?.factor ?? 1);
   if (deadline.checkNow("budget")) await deadline.pause("budget");
   await events.stageDone("budget");
 
@@ -188,6 +194,19 @@ export async function compile(request: CompileRequest, context: CompileContext):
     result.cacheImpact = compared.impact;
   }
   result.budgetDroppedMessages = budgetDroppedMessages(work, head);
+  if (correction) {
+    result.calibration = create(TokenCalibrationSchema, {
+      provider: renderProvider,
+      model: request.render!.model,
+      estimator: estimator.kind,
+      estimatedTokens: BigInt(budget.total),
+      correction: correction.factor,
+      correctedTokens: BigInt(correctedTokens(budget.total, correction.factor)),
+      requestedLimit: BigInt(budget.requestedLimit),
+      reports: BigInt(correction.reports),
+      meanAbsoluteRelativeError: correction.meanAbsoluteRelativeError,
+    });
+  }
   await events.stageDone("result");
   result.stageTimings = events.timings;
 

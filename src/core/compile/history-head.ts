@@ -1,4 +1,5 @@
 import { BudgetStrategy, CompileResultPart, type CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { calibratedLimit } from "./token-calibration.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { maxBudgetTokens } from "./budget.js";
@@ -46,6 +47,8 @@ export async function elideHistoryHead(
   context: CompileContext,
   estimator: TokenEstimator,
   clock: DeadlineCheck,
+  /** The calibration correction the budget will apply to the limit (`calibratedLimit`). */
+  correction = 1,
 ): Promise<ElidedHead | undefined> {
   if (!context.historyFacts || !context.parts || !inputs.storedSegments.has("history")) return undefined;
   if (context.parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || context.parts.has(CompileResultPart.PERSISTENCE)) return undefined;
@@ -84,7 +87,7 @@ export async function elideHistoryHead(
   for (const id of otherIds) if (id !== "" && facts.hasId(id)) return undefined;
 
   const { counts, prefix } = await facts.tokenPrefix(estimator, context.tokenCounts, clock);
-  const limit = Number(budget.maxTokens);
+  const limit = calibratedLimit(Number(budget.maxTokens), correction);
   const total = prefix[history.length]!;
   // The last unit start whose tail has more tokens than the limit (tails shrink as the start grows).
   const starts = facts.unitStarts;

@@ -75,6 +75,8 @@ export interface Config {
   /** Bytes of encodings of immutable messages and lists the codec keeps across calls; 0 = none. */
   retainedEncodingBytes: number;
   cacheImpactBytes: number;
+  /** (tenant, provider, model, estimator) keys whose calibration correction is kept (`ReportUsage`); 0 = none. */
+  calibrationKeys: number;
   /**
    * Approximate bytes of the stored histories' facts kept between compiles, so a stateful compile
    * walks only the tail the budget may keep (docs/incremental-compile.md); 0 = none, every compile
@@ -118,6 +120,7 @@ export const defaultConfig: Config = {
   recentMessageBytes: 64 * 1024 * 1024,
   retainedEncodingBytes: 64 * 1024 * 1024,
   cacheImpactBytes: 16 * 1024 * 1024,
+  calibrationKeys: 1_024,
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   inspector: true,
@@ -158,6 +161,7 @@ export const flags = {
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
   "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
+  "calibration-keys": "(tenant, provider, model, estimator) keys whose token calibration correction is kept, from ReportUsage; 0 = none",
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
@@ -281,6 +285,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     recentMessageBytes: integer("recent-message-bytes", defaultConfig.recentMessageBytes, 0),
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
     cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
+    calibrationKeys: integer("calibration-keys", defaultConfig.calibrationKeys, 0),
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),

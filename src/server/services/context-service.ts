@@ -4,6 +4,8 @@ import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.j
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
 import { RecentCompiles } from "../../application/recent-compiles.js";
+import { UsageCalibration } from "../../application/usage-calibration.js";
+import { tenantKey } from "../policy/call-context.js";
 import type { RegexSearch } from "../../core/compile/compile-context.js";
 import { defaultHistoryFactsLimits, HistoryFactsCache, type HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
@@ -32,6 +34,8 @@ export interface ContextServiceDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Bytes of memory of recent compiles for `cache_impact` (`--cache-impact-bytes`); 0 = none. */
   cacheImpactBytes?: number;
+  /** Keys of token calibration corrections kept (`--calibration-keys`); 0 = none. */
+  calibrationKeys?: number;
   /** Bounds of the stored histories' facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }
@@ -39,14 +43,15 @@ export interface ContextServiceDependencies {
 /**
  * ContextService: Compile (stateless or stateful, optionally committing the writeback in the same
  * call), CompileStream (observer events, then the result), CompileSession (the caller writes the
- * summaries the budget asks for), CountTokens and Render.
+ * summaries the budget asks for), CountTokens, Render and ReportUsage (token calibration).
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
   const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled, searchRegexOffThread, cacheImpactBytes = 0 } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const compileMemory = cacheImpactBytes > 0 ? new RecentCompiles(cacheImpactBytes) : undefined;
   const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits);
-  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory, historyFacts });
+  const calibration = (dependencies.calibrationKeys ?? 0) > 0 ? new UsageCalibration(dependencies.calibrationKeys!) : undefined;
+  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory, historyFacts, calibration });
   const { tokenCounts } = compiler;
   const compileAndCommit: Compiler["compileAndCommit"] = compiled
     ? (request, run) => compiler.compileAndCommit(request, run).then((result) => (compiled(request, result), result))
@@ -59,7 +64,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
 
   return {
     async compile(request, call) {
-      return { result: await compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call) }) };
+      return { result: await compileAndCommit(request, { observer: fanOut(), deadline: callDeadline(call), tenant: call?.values?.get(tenantKey) }) };
     },
 
     async *compileStream(request, call) {
@@ -67,7 +72,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       // Events leave as the stages emit them: the pipeline yields to the event loop between stages.
       const compileRequest = request.request;
       const items = whileRunning<ObserverEvent, CompileResult>((send) =>
-        compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call) }),
+        compileAndCommit(compileRequest, { observer: fanOut(send), stageBoundary: yieldToEventLoop, deadline: callDeadline(call), tenant: call?.values?.get(tenantKey) }),
       );
       for await (const item of items) {
         yield "sent" in item ? { kind: { case: "event", value: item.sent } } : { kind: { case: "result", value: item.result } };
@@ -82,8 +87,16 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
           remembered: session.remembered,
           stageBoundary: yieldToEventLoop,
           deadline: callDeadline(context),
+          tenant: context?.values?.get(tenantKey),
         }),
       );
+    },
+
+    reportUsage(request, call) {
+      if (!calibration) {
+        throw new ConnectError("report_usage: this sidecar keeps no token calibration (--calibration-keys 0)", Code.FailedPrecondition);
+      }
+      return calibration.report(call?.values?.get(tenantKey) ?? "", request);
     },
 
     async countTokens(request, call) {

@@ -49,6 +49,8 @@ export interface RouteDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
   cacheImpactBytes?: number;
+  /** Keys of token calibration corrections kept (`--calibration-keys`); 0 = none. */
+  calibrationKeys?: number;
   /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }
@@ -70,6 +72,7 @@ export function routes(dependencies: RouteDependencies) {
     compiled: dependencies.compiled,
     searchRegexOffThread: dependencies.searchRegexOffThread,
     cacheImpactBytes: dependencies.cacheImpactBytes,
+    calibrationKeys: dependencies.calibrationKeys,
     historyFacts: dependencies.historyFacts,
   });
   const conversation = conversationService(dependencies);

@@ -271,6 +271,16 @@ class Client:
         """Counts the tokens of messages with an estimator."""
         return self._unary(self._contexts.CountTokens, request, True, timeout)
 
+    def report_usage(
+        self, request: context_service_pb2.ReportUsageRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.ReportUsageResponse:
+        """Reports the provider's input token count for a compile, so later compiles with the same
+        provider, model and estimator are budgeted with a corrected estimate: copy ``provider``,
+        ``model``, ``estimator`` and ``estimated_tokens`` from ``result.calibration`` and set
+        ``actual_input_tokens`` from the provider's usage (every input token, cached or not). Not
+        retried: a repeated report counts twice."""
+        return self._unary(self._contexts.ReportUsage, request, False, timeout)
+
     def render(
         self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.RenderResponse:

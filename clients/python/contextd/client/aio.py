@@ -232,6 +232,12 @@ class AsyncClient:
         """As `Client.count_tokens`."""
         return await self._unary(self._contexts.CountTokens, request, True, timeout)
 
+    async def report_usage(
+        self, request: context_service_pb2.ReportUsageRequest, *, timeout: Optional[float] = None
+    ) -> context_service_pb2.ReportUsageResponse:
+        """As `Client.report_usage`."""
+        return await self._unary(self._contexts.ReportUsage, request, False, timeout)
+
     async def render(
         self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.RenderResponse:

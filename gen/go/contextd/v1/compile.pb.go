@@ -3525,7 +3525,8 @@ type Usage struct {
 	Pending int64 `protobuf:"varint,6,opt,name=pending,proto3" json:"pending,omitempty"`
 	// Everything but history: system + memory + tools + tool_definitions + pending + reply_priming.
 	Reserved int64 `protobuf:"varint,7,opt,name=reserved,proto3" json:"reserved,omitempty"`
-	// The limit applied; 0 = none.
+	// The limit applied, in estimated tokens; 0 = none. With a calibration correction (see
+	// `CompileResult.calibration`) it is the budget's limit divided by the correction, rounded down.
 	Limit int64 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The final total: reserved + history, which is every message counted with its framing, the
 	// tool definitions and the reply priming. The same definition as `CountTokensResponse.total`:
@@ -3828,7 +3829,11 @@ type CompileResult struct {
 	// What this compile's prompt costs in provider cache writes, against the previous compile of the
 	// same conversation this sidecar remembers. Stateful compiles only; absent when the sidecar keeps
 	// no memory of compiles (`--cache-impact-bytes 0`).
-	CacheImpact   *CacheImpact `protobuf:"bytes,50,opt,name=cache_impact,json=cacheImpact,proto3" json:"cache_impact,omitempty"`
+	CacheImpact *CacheImpact `protobuf:"bytes,50,opt,name=cache_impact,json=cacheImpact,proto3" json:"cache_impact,omitempty"`
+	// The estimate of this compile, the calibration correction its budget applied and how far off
+	// that correction has been (see `TokenCalibration`). Set when `render.provider` is set and the
+	// sidecar keeps corrections (`--calibration-keys`, on by default).
+	Calibration   *TokenCalibration `protobuf:"bytes,60,opt,name=calibration,proto3" json:"calibration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3982,6 +3987,144 @@ func (x *CompileResult) GetCacheImpact() *CacheImpact {
 	return nil
 }
 
+func (x *CompileResult) GetCalibration() *TokenCalibration {
+	if x != nil {
+		return x.Calibration
+	}
+	return nil
+}
+
+// Calibrated token counts. Estimates are off in predictable ways (tool schemas, images, framing),
+// so the caller reports what the provider actually counted (`ContextService.ReportUsage`) and the
+// engine learns one correction per (tenant, provider, model, estimator): the ratio
+// actual / estimated input tokens, averaged over the reports (a plain mean of the first 10, then
+// an exponentially weighted one, each new report weighing 1/10), each report's ratio clamped to
+// [0.25, 4]. The budget compares its estimates with `floor(limit / correction)` instead of the
+// limit: a compile whose estimate is E fits when E <= floor(limit / correction), that is when its
+// predicted provider count E × correction is at most the limit. The same correction gives the
+// same compile. The corrections live in the sidecar's memory (not in the store): a restarted
+// sidecar, or another sidecar behind the same balancer, starts from 1 until reports arrive.
+type TokenCalibration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key the correction is learnt for: the render provider, model and the budget's estimator.
+	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
+	// The render model.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The estimator the budget used.
+	Estimator EstimatorKind `protobuf:"varint,3,opt,name=estimator,proto3,enum=contextd.v1.EstimatorKind" json:"estimator,omitempty"`
+	// This compile's estimate of the whole request (`Usage.total`): send it back as
+	// `ReportUsageRequest.estimated_tokens` with the provider's count.
+	EstimatedTokens int64 `protobuf:"varint,4,opt,name=estimated_tokens,json=estimatedTokens,proto3" json:"estimated_tokens,omitempty"`
+	// The correction applied: 1 until a report for the key arrives, then within [0.25, 4].
+	Correction float64 `protobuf:"fixed64,5,opt,name=correction,proto3" json:"correction,omitempty"`
+	// What the provider is predicted to count: ceil(estimated_tokens × correction).
+	CorrectedTokens int64 `protobuf:"varint,6,opt,name=corrected_tokens,json=correctedTokens,proto3" json:"corrected_tokens,omitempty"`
+	// The budget's limit before the correction (max_tokens, or context_window - output_reserve);
+	// 0 = no limit. `Usage.limit` is floor(requested_limit / correction).
+	RequestedLimit int64 `protobuf:"varint,7,opt,name=requested_limit,json=requestedLimit,proto3" json:"requested_limit,omitempty"`
+	// How many reports the correction was learnt from.
+	Reports int64 `protobuf:"varint,8,opt,name=reports,proto3" json:"reports,omitempty"`
+	// The error so far: the mean (weighted like the correction) of |predicted - actual| / actual over
+	// the reports, where predicted is the estimate times the correction in force before that report.
+	// 0 with no reports.
+	MeanAbsoluteRelativeError float64 `protobuf:"fixed64,9,opt,name=mean_absolute_relative_error,json=meanAbsoluteRelativeError,proto3" json:"mean_absolute_relative_error,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *TokenCalibration) Reset() {
+	*x = TokenCalibration{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenCalibration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenCalibration) ProtoMessage() {}
+
+func (x *TokenCalibration) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenCalibration.ProtoReflect.Descriptor instead.
+func (*TokenCalibration) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TokenCalibration) GetProvider() Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return Provider_PROVIDER_UNSPECIFIED
+}
+
+func (x *TokenCalibration) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TokenCalibration) GetEstimator() EstimatorKind {
+	if x != nil {
+		return x.Estimator
+	}
+	return EstimatorKind_ESTIMATOR_KIND_UNSPECIFIED
+}
+
+func (x *TokenCalibration) GetEstimatedTokens() int64 {
+	if x != nil {
+		return x.EstimatedTokens
+	}
+	return 0
+}
+
+func (x *TokenCalibration) GetCorrection() float64 {
+	if x != nil {
+		return x.Correction
+	}
+	return 0
+}
+
+func (x *TokenCalibration) GetCorrectedTokens() int64 {
+	if x != nil {
+		return x.CorrectedTokens
+	}
+	return 0
+}
+
+func (x *TokenCalibration) GetRequestedLimit() int64 {
+	if x != nil {
+		return x.RequestedLimit
+	}
+	return 0
+}
+
+func (x *TokenCalibration) GetReports() int64 {
+	if x != nil {
+		return x.Reports
+	}
+	return 0
+}
+
+func (x *TokenCalibration) GetMeanAbsoluteRelativeError() float64 {
+	if x != nil {
+		return x.MeanAbsoluteRelativeError
+	}
+	return 0
+}
+
 // How much of a compile's prompt a provider's prompt cache can reuse: the payload in rendering order
 // (tool definitions first, then the messages as `render` orders them) compared, message by message
 // by content, with the previous compile of the conversation. Token figures are the budget's
@@ -4005,7 +4148,7 @@ type CacheImpact struct {
 
 func (x *CacheImpact) Reset() {
 	*x = CacheImpact{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4160,7 @@ func (x *CacheImpact) String() string {
 func (*CacheImpact) ProtoMessage() {}
 
 func (x *CacheImpact) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4173,7 @@ func (x *CacheImpact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheImpact.ProtoReflect.Descriptor instead.
 func (*CacheImpact) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{36}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CacheImpact) GetPreviousVersion() int64 {
@@ -4072,7 +4215,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4227,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4261,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4130,7 +4273,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4311,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4323,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4371,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4240,7 +4383,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +4419,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[41]
+	mi := &file_contextd_v1_compile_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4288,7 +4431,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[41]
+	mi := &file_contextd_v1_compile_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4698,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x1f\n" +
 	"\vduration_ns\x18\x02 \x01(\x03R\n" +
-	"durationNs\"\xac\b\n" +
+	"durationNs\"\xed\b\n" +
 	"\rCompileResult\x126\n" +
 	"\apayload\x18\x01 \x01(\v2\x1c.contextd.v1.CompiledPayloadR\apayload\x128\n" +
 	"\brendered\x18\x02 \x01(\v2\x1c.contextd.v1.RenderedRequestR\brendered\x122\n" +
@@ -4576,10 +4719,23 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\aversion\x18\x0e \x01(\x03R\aversion\x12+\n" +
 	"\x11committed_version\x18\x0f \x01(\x03R\x10committedVersion\x126\n" +
 	"\x17budget_dropped_messages\x18\x10 \x01(\x03R\x15budgetDroppedMessages\x12;\n" +
-	"\fcache_impact\x182 \x01(\v2\x18.contextd.v1.CacheImpactR\vcacheImpact\x1a_\n" +
+	"\fcache_impact\x182 \x01(\v2\x18.contextd.v1.CacheImpactR\vcacheImpact\x12?\n" +
+	"\vcalibration\x18< \x01(\v2\x1d.contextd.v1.TokenCalibrationR\vcalibration\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\xd7\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\x8f\x03\n" +
+	"\x10TokenCalibration\x121\n" +
+	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
+	"\testimator\x18\x03 \x01(\x0e2\x1a.contextd.v1.EstimatorKindR\testimator\x12)\n" +
+	"\x10estimated_tokens\x18\x04 \x01(\x03R\x0festimatedTokens\x12\x1e\n" +
+	"\n" +
+	"correction\x18\x05 \x01(\x01R\n" +
+	"correction\x12)\n" +
+	"\x10corrected_tokens\x18\x06 \x01(\x03R\x0fcorrectedTokens\x12'\n" +
+	"\x0frequested_limit\x18\a \x01(\x03R\x0erequestedLimit\x12\x18\n" +
+	"\areports\x18\b \x01(\x03R\areports\x12?\n" +
+	"\x1cmean_absolute_relative_error\x18\t \x01(\x01R\x19meanAbsoluteRelativeError\"\xd7\x01\n" +
 	"\vCacheImpact\x12)\n" +
 	"\x10previous_version\x18\x01 \x01(\x03R\x0fpreviousVersion\x126\n" +
 	"\x17unchanged_prefix_tokens\x18\x02 \x01(\x03R\x15unchangedPrefixTokens\x12)\n" +
@@ -4680,7 +4836,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4730,63 +4886,64 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*Warning)(nil),                   // 45: contextd.v1.Warning
 	(*StageTiming)(nil),               // 46: contextd.v1.StageTiming
 	(*CompileResult)(nil),             // 47: contextd.v1.CompileResult
-	(*CacheImpact)(nil),               // 48: contextd.v1.CacheImpact
-	(*SegmentFormatter_XmlTag)(nil),   // 49: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 50: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 51: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 52: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 53: contextd.v1.RoleProjection.Rule
-	nil,                               // 54: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 55: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 56: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 57: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 58: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 59: contextd.v1.Experience
-	(Provider)(0),                     // 60: contextd.v1.Provider
-	(Role)(0),                         // 61: contextd.v1.Role
-	(Segment)(0),                      // 62: contextd.v1.Segment
-	(MergePolicy)(0),                  // 63: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 64: contextd.v1.Delta
-	(*Artifact)(nil),                  // 65: contextd.v1.Artifact
-	(ActorKind)(0),                    // 66: contextd.v1.ActorKind
+	(*TokenCalibration)(nil),          // 48: contextd.v1.TokenCalibration
+	(*CacheImpact)(nil),               // 49: contextd.v1.CacheImpact
+	(*SegmentFormatter_XmlTag)(nil),   // 50: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 51: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 52: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 53: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 54: contextd.v1.RoleProjection.Rule
+	nil,                               // 55: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 56: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 57: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 58: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 59: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 60: contextd.v1.Experience
+	(Provider)(0),                     // 61: contextd.v1.Provider
+	(Role)(0),                         // 62: contextd.v1.Role
+	(Segment)(0),                      // 63: contextd.v1.Segment
+	(MergePolicy)(0),                  // 64: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 65: contextd.v1.Delta
+	(*Artifact)(nil),                  // 66: contextd.v1.Artifact
+	(ActorKind)(0),                    // 67: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	57,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	58,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	59,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	57,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	57,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	58,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	59,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	60,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	58,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	58,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	60,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	61,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	61,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	62,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
 	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
 	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	62,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	57,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	63,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	63,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	58,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	64,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	62,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	63,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	62,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	49,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	50,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	51,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	52,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	53,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	62,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	60,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	62,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	63,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	50,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	51,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	52,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	53,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	54,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	63,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	61,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	63,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	64,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	65,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -4794,19 +4951,19 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	57,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	65,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	58,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	66,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
 	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	54,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	55,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
 	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
 	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
 	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	57,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	58,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
@@ -4815,37 +4972,37 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	32,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
 	10,  // 62: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
 	11,  // 63: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	62,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	62,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	57,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	57,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	57,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	57,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	65,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	63,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	63,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	58,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	58,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	58,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	58,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	66,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
 	35,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
 	36,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	62,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	57,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	63,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	58,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
 	36,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	57,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	58,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
 	15,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	57,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	57,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	57,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	57,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	57,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	58,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	60,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	58,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	58,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	58,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	58,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	58,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	59,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	61,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
 	45,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	57,  // 86: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	55,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	58,  // 86: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	56,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
 	41,  // 88: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
 	44,  // 89: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	57,  // 90: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	57,  // 91: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	57,  // 92: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	57,  // 93: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	65,  // 94: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	58,  // 90: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	58,  // 91: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	58,  // 92: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	58,  // 93: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	66,  // 94: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
 	6,   // 95: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
 	40,  // 96: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
 	41,  // 97: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
@@ -4853,23 +5010,26 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	36,  // 99: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
 	37,  // 100: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
 	38,  // 101: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	56,  // 102: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	57,  // 102: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
 	42,  // 103: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
 	43,  // 104: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
 	44,  // 105: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
 	45,  // 106: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
 	46,  // 107: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	48,  // 108: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
-	61,  // 109: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	66,  // 110: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	61,  // 111: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	34,  // 112: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	34,  // 113: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	114, // [114:114] is the sub-list for method output_type
-	114, // [114:114] is the sub-list for method input_type
-	114, // [114:114] is the sub-list for extension type_name
-	114, // [114:114] is the sub-list for extension extendee
-	0,   // [0:114] is the sub-list for field type_name
+	49,  // 108: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
+	48,  // 109: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
+	61,  // 110: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
+	6,   // 111: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
+	62,  // 112: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	67,  // 113: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	62,  // 114: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	34,  // 115: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	34,  // 116: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	117, // [117:117] is the sub-list for method output_type
+	117, // [117:117] is the sub-list for method input_type
+	117, // [117:117] is the sub-list for extension type_name
+	117, // [117:117] is the sub-list for extension extendee
+	0,   // [0:117] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -4896,7 +5056,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,6 +21,165 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The request of `ReportUsage`: one provider response's input token count for one compile. A
+// separate call and not a delta, because a correction belongs to a provider and model, not to a
+// conversation: stateless compiles learn too, and no conversation's version moves.
+type ReportUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider the request was sent to (`TokenCalibration.provider`); required.
+	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
+	// The model (`TokenCalibration.model`); at most 256 bytes.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The estimator of the compile (`TokenCalibration.estimator`); required.
+	Estimator EstimatorKind `protobuf:"varint,3,opt,name=estimator,proto3,enum=contextd.v1.EstimatorKind" json:"estimator,omitempty"`
+	// The compile's estimate (`TokenCalibration.estimated_tokens`); 1 to 2^53 - 1.
+	EstimatedTokens int64 `protobuf:"varint,4,opt,name=estimated_tokens,json=estimatedTokens,proto3" json:"estimated_tokens,omitempty"`
+	// Every input token the provider counted for that request, cached or not: Anthropic
+	// `input_tokens + cache_creation_input_tokens + cache_read_input_tokens`, OpenAI
+	// `prompt_tokens` (Chat) or `input_tokens` (Responses), Gemini `promptTokenCount`; 1 to 2^53 - 1.
+	ActualInputTokens int64 `protobuf:"varint,5,opt,name=actual_input_tokens,json=actualInputTokens,proto3" json:"actual_input_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ReportUsageRequest) Reset() {
+	*x = ReportUsageRequest{}
+	mi := &file_contextd_v1_context_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUsageRequest) ProtoMessage() {}
+
+func (x *ReportUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_context_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUsageRequest.ProtoReflect.Descriptor instead.
+func (*ReportUsageRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReportUsageRequest) GetProvider() Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return Provider_PROVIDER_UNSPECIFIED
+}
+
+func (x *ReportUsageRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReportUsageRequest) GetEstimator() EstimatorKind {
+	if x != nil {
+		return x.Estimator
+	}
+	return EstimatorKind_ESTIMATOR_KIND_UNSPECIFIED
+}
+
+func (x *ReportUsageRequest) GetEstimatedTokens() int64 {
+	if x != nil {
+		return x.EstimatedTokens
+	}
+	return 0
+}
+
+func (x *ReportUsageRequest) GetActualInputTokens() int64 {
+	if x != nil {
+		return x.ActualInputTokens
+	}
+	return 0
+}
+
+// The response of `ReportUsage`: the key's correction after the report.
+type ReportUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The correction later compiles apply (see `TokenCalibration.correction`).
+	Correction float64 `protobuf:"fixed64,1,opt,name=correction,proto3" json:"correction,omitempty"`
+	// Reports learnt from, this one included.
+	Reports int64 `protobuf:"varint,2,opt,name=reports,proto3" json:"reports,omitempty"`
+	// The error so far, this report included (see `TokenCalibration.mean_absolute_relative_error`).
+	MeanAbsoluteRelativeError float64 `protobuf:"fixed64,3,opt,name=mean_absolute_relative_error,json=meanAbsoluteRelativeError,proto3" json:"mean_absolute_relative_error,omitempty"`
+	// This report's relative error: |estimated × previous correction - actual| / actual.
+	RelativeError float64 `protobuf:"fixed64,4,opt,name=relative_error,json=relativeError,proto3" json:"relative_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUsageResponse) Reset() {
+	*x = ReportUsageResponse{}
+	mi := &file_contextd_v1_context_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUsageResponse) ProtoMessage() {}
+
+func (x *ReportUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_context_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUsageResponse.ProtoReflect.Descriptor instead.
+func (*ReportUsageResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReportUsageResponse) GetCorrection() float64 {
+	if x != nil {
+		return x.Correction
+	}
+	return 0
+}
+
+func (x *ReportUsageResponse) GetReports() int64 {
+	if x != nil {
+		return x.Reports
+	}
+	return 0
+}
+
+func (x *ReportUsageResponse) GetMeanAbsoluteRelativeError() float64 {
+	if x != nil {
+		return x.MeanAbsoluteRelativeError
+	}
+	return 0
+}
+
+func (x *ReportUsageResponse) GetRelativeError() float64 {
+	if x != nil {
+		return x.RelativeError
+	}
+	return 0
+}
+
 // The response of `Compile`.
 type CompileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -32,7 +191,7 @@ type CompileResponse struct {
 
 func (x *CompileResponse) Reset() {
 	*x = CompileResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[0]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +203,7 @@ func (x *CompileResponse) String() string {
 func (*CompileResponse) ProtoMessage() {}
 
 func (x *CompileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[0]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +216,7 @@ func (x *CompileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResponse.ProtoReflect.Descriptor instead.
 func (*CompileResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{0}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CompileResponse) GetResult() *CompileResult {
@@ -78,7 +237,7 @@ type CompileStreamRequest struct {
 
 func (x *CompileStreamRequest) Reset() {
 	*x = CompileStreamRequest{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[1]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -90,7 +249,7 @@ func (x *CompileStreamRequest) String() string {
 func (*CompileStreamRequest) ProtoMessage() {}
 
 func (x *CompileStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[1]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -103,7 +262,7 @@ func (x *CompileStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileStreamRequest.ProtoReflect.Descriptor instead.
 func (*CompileStreamRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{1}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CompileStreamRequest) GetRequest() *CompileRequest {
@@ -129,7 +288,7 @@ type CompileStreamResponse struct {
 
 func (x *CompileStreamResponse) Reset() {
 	*x = CompileStreamResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -141,7 +300,7 @@ func (x *CompileStreamResponse) String() string {
 func (*CompileStreamResponse) ProtoMessage() {}
 
 func (x *CompileStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -154,7 +313,7 @@ func (x *CompileStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileStreamResponse.ProtoReflect.Descriptor instead.
 func (*CompileStreamResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{2}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompileStreamResponse) GetKind() isCompileStreamResponse_Kind {
@@ -215,7 +374,7 @@ type CountTokensRequest struct {
 
 func (x *CountTokensRequest) Reset() {
 	*x = CountTokensRequest{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +386,7 @@ func (x *CountTokensRequest) String() string {
 func (*CountTokensRequest) ProtoMessage() {}
 
 func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +399,7 @@ func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensRequest.ProtoReflect.Descriptor instead.
 func (*CountTokensRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CountTokensRequest) GetMessages() []*Message {
@@ -283,7 +442,7 @@ type CountTokensResponse struct {
 
 func (x *CountTokensResponse) Reset() {
 	*x = CountTokensResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +454,7 @@ func (x *CountTokensResponse) String() string {
 func (*CountTokensResponse) ProtoMessage() {}
 
 func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +467,7 @@ func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensResponse.ProtoReflect.Descriptor instead.
 func (*CountTokensResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CountTokensResponse) GetTotal() int64 {
@@ -356,7 +515,7 @@ type RenderRequest struct {
 
 func (x *RenderRequest) Reset() {
 	*x = RenderRequest{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +527,7 @@ func (x *RenderRequest) String() string {
 func (*RenderRequest) ProtoMessage() {}
 
 func (x *RenderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +540,7 @@ func (x *RenderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderRequest.ProtoReflect.Descriptor instead.
 func (*RenderRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenderRequest) GetView() string {
@@ -423,7 +582,7 @@ type RenderResponse struct {
 
 func (x *RenderResponse) Reset() {
 	*x = RenderResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +594,7 @@ func (x *RenderResponse) String() string {
 func (*RenderResponse) ProtoMessage() {}
 
 func (x *RenderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +607,7 @@ func (x *RenderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderResponse.ProtoReflect.Descriptor instead.
 func (*RenderResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenderResponse) GetText() string {
@@ -478,7 +637,7 @@ type SummarizeRequest struct {
 
 func (x *SummarizeRequest) Reset() {
 	*x = SummarizeRequest{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +649,7 @@ func (x *SummarizeRequest) String() string {
 func (*SummarizeRequest) ProtoMessage() {}
 
 func (x *SummarizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +662,7 @@ func (x *SummarizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeRequest.ProtoReflect.Descriptor instead.
 func (*SummarizeRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SummarizeRequest) GetRequestId() string {
@@ -557,7 +716,7 @@ type SummarizeResponse struct {
 
 func (x *SummarizeResponse) Reset() {
 	*x = SummarizeResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +728,7 @@ func (x *SummarizeResponse) String() string {
 func (*SummarizeResponse) ProtoMessage() {}
 
 func (x *SummarizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +741,7 @@ func (x *SummarizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SummarizeResponse) GetRequestId() string {
@@ -622,7 +781,7 @@ type CompileSessionRequest struct {
 
 func (x *CompileSessionRequest) Reset() {
 	*x = CompileSessionRequest{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +793,7 @@ func (x *CompileSessionRequest) String() string {
 func (*CompileSessionRequest) ProtoMessage() {}
 
 func (x *CompileSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +806,7 @@ func (x *CompileSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSessionRequest.ProtoReflect.Descriptor instead.
 func (*CompileSessionRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompileSessionRequest) GetKind() isCompileSessionRequest_Kind {
@@ -710,7 +869,7 @@ type CompileSessionResponse struct {
 
 func (x *CompileSessionResponse) Reset() {
 	*x = CompileSessionResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +881,7 @@ func (x *CompileSessionResponse) String() string {
 func (*CompileSessionResponse) ProtoMessage() {}
 
 func (x *CompileSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +894,7 @@ func (x *CompileSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSessionResponse.ProtoReflect.Descriptor instead.
 func (*CompileSessionResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CompileSessionResponse) GetKind() isCompileSessionResponse_Kind {
@@ -801,7 +960,20 @@ var File_contextd_v1_context_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_context_service_proto_rawDesc = "" +
 	"\n" +
-	"!contextd/v1/context_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1bcontextd/v1/telemetry.proto\"E\n" +
+	"!contextd/v1/context_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1bcontextd/v1/telemetry.proto\"\xf2\x01\n" +
+	"\x12ReportUsageRequest\x121\n" +
+	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
+	"\testimator\x18\x03 \x01(\x0e2\x1a.contextd.v1.EstimatorKindR\testimator\x12)\n" +
+	"\x10estimated_tokens\x18\x04 \x01(\x03R\x0festimatedTokens\x12.\n" +
+	"\x13actual_input_tokens\x18\x05 \x01(\x03R\x11actualInputTokens\"\xb7\x01\n" +
+	"\x13ReportUsageResponse\x12\x1e\n" +
+	"\n" +
+	"correction\x18\x01 \x01(\x01R\n" +
+	"correction\x12\x18\n" +
+	"\areports\x18\x02 \x01(\x03R\areports\x12?\n" +
+	"\x1cmean_absolute_relative_error\x18\x03 \x01(\x01R\x19meanAbsoluteRelativeError\x12%\n" +
+	"\x0erelative_error\x18\x04 \x01(\x01R\rrelativeError\"E\n" +
 	"\x0fCompileResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\v2\x1a.contextd.v1.CompileResultR\x06result\"M\n" +
 	"\x14CompileStreamRequest\x125\n" +
@@ -847,13 +1019,14 @@ const file_contextd_v1_context_service_proto_rawDesc = "" +
 	"\x11summarize_request\x18\x01 \x01(\v2\x1d.contextd.v1.SummarizeRequestH\x00R\x10summarizeRequest\x122\n" +
 	"\x05event\x18\x02 \x01(\v2\x1a.contextd.v1.ObserverEventH\x00R\x05event\x124\n" +
 	"\x06result\x18\x03 \x01(\v2\x1a.contextd.v1.CompileResultH\x00R\x06resultB\x06\n" +
-	"\x04kind2\xa4\x03\n" +
+	"\x04kind2\xf6\x03\n" +
 	"\x0eContextService\x12D\n" +
 	"\aCompile\x12\x1b.contextd.v1.CompileRequest\x1a\x1c.contextd.v1.CompileResponse\x12X\n" +
 	"\rCompileStream\x12!.contextd.v1.CompileStreamRequest\x1a\".contextd.v1.CompileStreamResponse0\x01\x12P\n" +
 	"\vCountTokens\x12\x1f.contextd.v1.CountTokensRequest\x1a .contextd.v1.CountTokensResponse\x12A\n" +
 	"\x06Render\x12\x1a.contextd.v1.RenderRequest\x1a\x1b.contextd.v1.RenderResponse\x12]\n" +
-	"\x0eCompileSession\x12\".contextd.v1.CompileSessionRequest\x1a#.contextd.v1.CompileSessionResponse(\x010\x01B\xb3\x01\n" +
+	"\x0eCompileSession\x12\".contextd.v1.CompileSessionRequest\x1a#.contextd.v1.CompileSessionResponse(\x010\x01\x12P\n" +
+	"\vReportUsage\x12\x1f.contextd.v1.ReportUsageRequest\x1a .contextd.v1.ReportUsageResponseB\xb3\x01\n" +
 	"\x0fcom.contextd.v1B\x13ContextServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -868,61 +1041,69 @@ func file_contextd_v1_context_service_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_context_service_proto_rawDescData
 }
 
-var file_contextd_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_contextd_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_contextd_v1_context_service_proto_goTypes = []any{
-	(*CompileResponse)(nil),        // 0: contextd.v1.CompileResponse
-	(*CompileStreamRequest)(nil),   // 1: contextd.v1.CompileStreamRequest
-	(*CompileStreamResponse)(nil),  // 2: contextd.v1.CompileStreamResponse
-	(*CountTokensRequest)(nil),     // 3: contextd.v1.CountTokensRequest
-	(*CountTokensResponse)(nil),    // 4: contextd.v1.CountTokensResponse
-	(*RenderRequest)(nil),          // 5: contextd.v1.RenderRequest
-	(*RenderResponse)(nil),         // 6: contextd.v1.RenderResponse
-	(*SummarizeRequest)(nil),       // 7: contextd.v1.SummarizeRequest
-	(*SummarizeResponse)(nil),      // 8: contextd.v1.SummarizeResponse
-	(*CompileSessionRequest)(nil),  // 9: contextd.v1.CompileSessionRequest
-	(*CompileSessionResponse)(nil), // 10: contextd.v1.CompileSessionResponse
-	(*CompileResult)(nil),          // 11: contextd.v1.CompileResult
-	(*CompileRequest)(nil),         // 12: contextd.v1.CompileRequest
-	(*ObserverEvent)(nil),          // 13: contextd.v1.ObserverEvent
-	(*Message)(nil),                // 14: contextd.v1.Message
-	(*ToolDefinition)(nil),         // 15: contextd.v1.ToolDefinition
-	(*Estimator)(nil),              // 16: contextd.v1.Estimator
-	(*Snapshot)(nil),               // 17: contextd.v1.Snapshot
-	(Segment)(0),                   // 18: contextd.v1.Segment
+	(*ReportUsageRequest)(nil),     // 0: contextd.v1.ReportUsageRequest
+	(*ReportUsageResponse)(nil),    // 1: contextd.v1.ReportUsageResponse
+	(*CompileResponse)(nil),        // 2: contextd.v1.CompileResponse
+	(*CompileStreamRequest)(nil),   // 3: contextd.v1.CompileStreamRequest
+	(*CompileStreamResponse)(nil),  // 4: contextd.v1.CompileStreamResponse
+	(*CountTokensRequest)(nil),     // 5: contextd.v1.CountTokensRequest
+	(*CountTokensResponse)(nil),    // 6: contextd.v1.CountTokensResponse
+	(*RenderRequest)(nil),          // 7: contextd.v1.RenderRequest
+	(*RenderResponse)(nil),         // 8: contextd.v1.RenderResponse
+	(*SummarizeRequest)(nil),       // 9: contextd.v1.SummarizeRequest
+	(*SummarizeResponse)(nil),      // 10: contextd.v1.SummarizeResponse
+	(*CompileSessionRequest)(nil),  // 11: contextd.v1.CompileSessionRequest
+	(*CompileSessionResponse)(nil), // 12: contextd.v1.CompileSessionResponse
+	(Provider)(0),                  // 13: contextd.v1.Provider
+	(EstimatorKind)(0),             // 14: contextd.v1.EstimatorKind
+	(*CompileResult)(nil),          // 15: contextd.v1.CompileResult
+	(*CompileRequest)(nil),         // 16: contextd.v1.CompileRequest
+	(*ObserverEvent)(nil),          // 17: contextd.v1.ObserverEvent
+	(*Message)(nil),                // 18: contextd.v1.Message
+	(*ToolDefinition)(nil),         // 19: contextd.v1.ToolDefinition
+	(*Estimator)(nil),              // 20: contextd.v1.Estimator
+	(*Snapshot)(nil),               // 21: contextd.v1.Snapshot
+	(Segment)(0),                   // 22: contextd.v1.Segment
 }
 var file_contextd_v1_context_service_proto_depIdxs = []int32{
-	11, // 0: contextd.v1.CompileResponse.result:type_name -> contextd.v1.CompileResult
-	12, // 1: contextd.v1.CompileStreamRequest.request:type_name -> contextd.v1.CompileRequest
-	13, // 2: contextd.v1.CompileStreamResponse.event:type_name -> contextd.v1.ObserverEvent
-	11, // 3: contextd.v1.CompileStreamResponse.result:type_name -> contextd.v1.CompileResult
-	14, // 4: contextd.v1.CountTokensRequest.messages:type_name -> contextd.v1.Message
-	15, // 5: contextd.v1.CountTokensRequest.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	16, // 6: contextd.v1.CountTokensRequest.estimator:type_name -> contextd.v1.Estimator
-	17, // 7: contextd.v1.RenderRequest.snapshot:type_name -> contextd.v1.Snapshot
-	18, // 8: contextd.v1.RenderRequest.segments:type_name -> contextd.v1.Segment
-	14, // 9: contextd.v1.SummarizeRequest.messages:type_name -> contextd.v1.Message
-	14, // 10: contextd.v1.SummarizeRequest.previous_summary:type_name -> contextd.v1.Message
-	14, // 11: contextd.v1.SummarizeResponse.summary:type_name -> contextd.v1.Message
-	12, // 12: contextd.v1.CompileSessionRequest.compile:type_name -> contextd.v1.CompileRequest
-	8,  // 13: contextd.v1.CompileSessionRequest.summarize_response:type_name -> contextd.v1.SummarizeResponse
-	7,  // 14: contextd.v1.CompileSessionResponse.summarize_request:type_name -> contextd.v1.SummarizeRequest
-	13, // 15: contextd.v1.CompileSessionResponse.event:type_name -> contextd.v1.ObserverEvent
-	11, // 16: contextd.v1.CompileSessionResponse.result:type_name -> contextd.v1.CompileResult
-	12, // 17: contextd.v1.ContextService.Compile:input_type -> contextd.v1.CompileRequest
-	1,  // 18: contextd.v1.ContextService.CompileStream:input_type -> contextd.v1.CompileStreamRequest
-	3,  // 19: contextd.v1.ContextService.CountTokens:input_type -> contextd.v1.CountTokensRequest
-	5,  // 20: contextd.v1.ContextService.Render:input_type -> contextd.v1.RenderRequest
-	9,  // 21: contextd.v1.ContextService.CompileSession:input_type -> contextd.v1.CompileSessionRequest
-	0,  // 22: contextd.v1.ContextService.Compile:output_type -> contextd.v1.CompileResponse
-	2,  // 23: contextd.v1.ContextService.CompileStream:output_type -> contextd.v1.CompileStreamResponse
-	4,  // 24: contextd.v1.ContextService.CountTokens:output_type -> contextd.v1.CountTokensResponse
-	6,  // 25: contextd.v1.ContextService.Render:output_type -> contextd.v1.RenderResponse
-	10, // 26: contextd.v1.ContextService.CompileSession:output_type -> contextd.v1.CompileSessionResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	13, // 0: contextd.v1.ReportUsageRequest.provider:type_name -> contextd.v1.Provider
+	14, // 1: contextd.v1.ReportUsageRequest.estimator:type_name -> contextd.v1.EstimatorKind
+	15, // 2: contextd.v1.CompileResponse.result:type_name -> contextd.v1.CompileResult
+	16, // 3: contextd.v1.CompileStreamRequest.request:type_name -> contextd.v1.CompileRequest
+	17, // 4: contextd.v1.CompileStreamResponse.event:type_name -> contextd.v1.ObserverEvent
+	15, // 5: contextd.v1.CompileStreamResponse.result:type_name -> contextd.v1.CompileResult
+	18, // 6: contextd.v1.CountTokensRequest.messages:type_name -> contextd.v1.Message
+	19, // 7: contextd.v1.CountTokensRequest.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	20, // 8: contextd.v1.CountTokensRequest.estimator:type_name -> contextd.v1.Estimator
+	21, // 9: contextd.v1.RenderRequest.snapshot:type_name -> contextd.v1.Snapshot
+	22, // 10: contextd.v1.RenderRequest.segments:type_name -> contextd.v1.Segment
+	18, // 11: contextd.v1.SummarizeRequest.messages:type_name -> contextd.v1.Message
+	18, // 12: contextd.v1.SummarizeRequest.previous_summary:type_name -> contextd.v1.Message
+	18, // 13: contextd.v1.SummarizeResponse.summary:type_name -> contextd.v1.Message
+	16, // 14: contextd.v1.CompileSessionRequest.compile:type_name -> contextd.v1.CompileRequest
+	10, // 15: contextd.v1.CompileSessionRequest.summarize_response:type_name -> contextd.v1.SummarizeResponse
+	9,  // 16: contextd.v1.CompileSessionResponse.summarize_request:type_name -> contextd.v1.SummarizeRequest
+	17, // 17: contextd.v1.CompileSessionResponse.event:type_name -> contextd.v1.ObserverEvent
+	15, // 18: contextd.v1.CompileSessionResponse.result:type_name -> contextd.v1.CompileResult
+	16, // 19: contextd.v1.ContextService.Compile:input_type -> contextd.v1.CompileRequest
+	3,  // 20: contextd.v1.ContextService.CompileStream:input_type -> contextd.v1.CompileStreamRequest
+	5,  // 21: contextd.v1.ContextService.CountTokens:input_type -> contextd.v1.CountTokensRequest
+	7,  // 22: contextd.v1.ContextService.Render:input_type -> contextd.v1.RenderRequest
+	11, // 23: contextd.v1.ContextService.CompileSession:input_type -> contextd.v1.CompileSessionRequest
+	0,  // 24: contextd.v1.ContextService.ReportUsage:input_type -> contextd.v1.ReportUsageRequest
+	2,  // 25: contextd.v1.ContextService.Compile:output_type -> contextd.v1.CompileResponse
+	4,  // 26: contextd.v1.ContextService.CompileStream:output_type -> contextd.v1.CompileStreamResponse
+	6,  // 27: contextd.v1.ContextService.CountTokens:output_type -> contextd.v1.CountTokensResponse
+	8,  // 28: contextd.v1.ContextService.Render:output_type -> contextd.v1.RenderResponse
+	12, // 29: contextd.v1.ContextService.CompileSession:output_type -> contextd.v1.CompileSessionResponse
+	1,  // 30: contextd.v1.ContextService.ReportUsage:output_type -> contextd.v1.ReportUsageResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_context_service_proto_init() }
@@ -934,15 +1115,15 @@ func file_contextd_v1_context_service_proto_init() {
 	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
 	file_contextd_v1_telemetry_proto_init()
-	file_contextd_v1_context_service_proto_msgTypes[2].OneofWrappers = []any{
+	file_contextd_v1_context_service_proto_msgTypes[4].OneofWrappers = []any{
 		(*CompileStreamResponse_Event)(nil),
 		(*CompileStreamResponse_Result)(nil),
 	}
-	file_contextd_v1_context_service_proto_msgTypes[9].OneofWrappers = []any{
+	file_contextd_v1_context_service_proto_msgTypes[11].OneofWrappers = []any{
 		(*CompileSessionRequest_Compile)(nil),
 		(*CompileSessionRequest_SummarizeResponse)(nil),
 	}
-	file_contextd_v1_context_service_proto_msgTypes[10].OneofWrappers = []any{
+	file_contextd_v1_context_service_proto_msgTypes[12].OneofWrappers = []any{
 		(*CompileSessionResponse_SummarizeRequest)(nil),
 		(*CompileSessionResponse_Event)(nil),
 		(*CompileSessionResponse_Result)(nil),
@@ -953,7 +1134,7 @@ func file_contextd_v1_context_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_context_service_proto_rawDesc), len(file_contextd_v1_context_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	ContextService_CountTokens_FullMethodName    = "/contextd.v1.ContextService/CountTokens"
 	ContextService_Render_FullMethodName         = "/contextd.v1.ContextService/Render"
 	ContextService_CompileSession_FullMethodName = "/contextd.v1.ContextService/CompileSession"
+	ContextService_ReportUsage_FullMethodName    = "/contextd.v1.ContextService/ReportUsage"
 )
 
 // ContextServiceClient is the client API for ContextService service.
@@ -47,6 +48,11 @@ type ContextServiceClient interface {
 	// strategy or auto-compaction). The caller sends one `compile`, answers every
 	// `summarize_request` with a `summarize_response`, and receives the result last.
 	CompileSession(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CompileSessionRequest, CompileSessionResponse], error)
+	// Report what the provider actually counted for a compiled request, so later compiles with the
+	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
+	// corrections: `--calibration-keys 0`).
+	ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error)
 }
 
 type contextServiceClient struct {
@@ -119,6 +125,16 @@ func (c *contextServiceClient) CompileSession(ctx context.Context, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ContextService_CompileSessionClient = grpc.BidiStreamingClient[CompileSessionRequest, CompileSessionResponse]
 
+func (c *contextServiceClient) ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportUsageResponse)
+	err := c.cc.Invoke(ctx, ContextService_ReportUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility.
@@ -140,6 +156,11 @@ type ContextServiceServer interface {
 	// strategy or auto-compaction). The caller sends one `compile`, answers every
 	// `summarize_request` with a `summarize_response`, and receives the result last.
 	CompileSession(grpc.BidiStreamingServer[CompileSessionRequest, CompileSessionResponse]) error
+	// Report what the provider actually counted for a compiled request, so later compiles with the
+	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
+	// corrections: `--calibration-keys 0`).
+	ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -164,6 +185,9 @@ func (UnimplementedContextServiceServer) Render(context.Context, *RenderRequest)
 }
 func (UnimplementedContextServiceServer) CompileSession(grpc.BidiStreamingServer[CompileSessionRequest, CompileSessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method CompileSession not implemented")
+}
+func (UnimplementedContextServiceServer) ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportUsage not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 func (UnimplementedContextServiceServer) testEmbeddedByValue()                        {}
@@ -258,6 +282,24 @@ func _ContextService_CompileSession_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ContextService_CompileSessionServer = grpc.BidiStreamingServer[CompileSessionRequest, CompileSessionResponse]
 
+func _ContextService_ReportUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ReportUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ContextService_ReportUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ReportUsage(ctx, req.(*ReportUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ContextService_ServiceDesc is the grpc.ServiceDesc for ContextService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -276,6 +318,10 @@ var ContextService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Render",
 			Handler:    _ContextService_Render_Handler,
+		},
+		{
+			MethodName: "ReportUsage",
+			Handler:    _ContextService_ReportUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

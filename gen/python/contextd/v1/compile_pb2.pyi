@@ -690,7 +690,7 @@ class StageTiming(_message.Message):
     def __init__(self, stage: _Optional[str] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
 class CompileResult(_message.Message):
-    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages", "cache_impact")
+    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages", "cache_impact", "calibration")
     class TransformationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -715,6 +715,7 @@ class CompileResult(_message.Message):
     COMMITTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     BUDGET_DROPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CACHE_IMPACT_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     payload: CompiledPayload
     rendered: RenderedRequest
     source: CompileSource
@@ -732,7 +733,30 @@ class CompileResult(_message.Message):
     committed_version: int
     budget_dropped_messages: int
     cache_impact: CacheImpact
-    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ..., cache_impact: _Optional[_Union[CacheImpact, _Mapping]] = ...) -> None: ...
+    calibration: TokenCalibration
+    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ..., cache_impact: _Optional[_Union[CacheImpact, _Mapping]] = ..., calibration: _Optional[_Union[TokenCalibration, _Mapping]] = ...) -> None: ...
+
+class TokenCalibration(_message.Message):
+    __slots__ = ("provider", "model", "estimator", "estimated_tokens", "correction", "corrected_tokens", "requested_limit", "reports", "mean_absolute_relative_error")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    CORRECTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ABSOLUTE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    provider: _message_pb2.Provider
+    model: str
+    estimator: EstimatorKind
+    estimated_tokens: int
+    correction: float
+    corrected_tokens: int
+    requested_limit: int
+    reports: int
+    mean_absolute_relative_error: float
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., correction: _Optional[float] = ..., corrected_tokens: _Optional[int] = ..., requested_limit: _Optional[int] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ...) -> None: ...
 
 class CacheImpact(_message.Message):
     __slots__ = ("previous_version", "unchanged_prefix_tokens", "rewritten_tokens", "unchanged_prefix_messages")

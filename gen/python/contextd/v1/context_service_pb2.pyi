@@ -10,6 +10,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReportUsageRequest(_message.Message):
+    __slots__ = ("provider", "model", "estimator", "estimated_tokens", "actual_input_tokens")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    provider: _message_pb2.Provider
+    model: str
+    estimator: _compile_pb2.EstimatorKind
+    estimated_tokens: int
+    actual_input_tokens: int
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[_compile_pb2.EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., actual_input_tokens: _Optional[int] = ...) -> None: ...
+
+class ReportUsageResponse(_message.Message):
+    __slots__ = ("correction", "reports", "mean_absolute_relative_error", "relative_error")
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ABSOLUTE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    correction: float
+    reports: int
+    mean_absolute_relative_error: float
+    relative_error: float
+    def __init__(self, correction: _Optional[float] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
+
 class CompileResponse(_message.Message):
     __slots__ = ("result",)
     RESULT_FIELD_NUMBER: _ClassVar[int]

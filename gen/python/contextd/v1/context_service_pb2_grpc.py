@@ -61,6 +61,11 @@ class ContextServiceStub(object):
                 request_serializer=contextd_dot_v1_dot_context__service__pb2.CompileSessionRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_context__service__pb2.CompileSessionResponse.FromString,
                 _registered_method=True)
+        self.ReportUsage = channel.unary_unary(
+                '/contextd.v1.ContextService/ReportUsage',
+                request_serializer=contextd_dot_v1_dot_context__service__pb2.ReportUsageRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_context__service__pb2.ReportUsageResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer(object):
@@ -107,6 +112,16 @@ class ContextServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportUsage(self, request, context):
+        """Report what the provider actually counted for a compiled request, so later compiles with the
+        same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+        Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
+        corrections: `--calibration-keys 0`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -134,6 +149,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.CompileSession,
                     request_deserializer=contextd_dot_v1_dot_context__service__pb2.CompileSessionRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_context__service__pb2.CompileSessionResponse.SerializeToString,
+            ),
+            'ReportUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportUsage,
+                    request_deserializer=contextd_dot_v1_dot_context__service__pb2.ReportUsageRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_context__service__pb2.ReportUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -272,6 +292,33 @@ class ContextService(object):
             '/contextd.v1.ContextService/CompileSession',
             contextd_dot_v1_dot_context__service__pb2.CompileSessionRequest.SerializeToString,
             contextd_dot_v1_dot_context__service__pb2.CompileSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ContextService/ReportUsage',
+            contextd_dot_v1_dot_context__service__pb2.ReportUsageRequest.SerializeToString,
+            contextd_dot_v1_dot_context__service__pb2.ReportUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

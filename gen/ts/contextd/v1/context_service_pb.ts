@@ -4,9 +4,9 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { CompileRequest, CompileRequestSchema, CompileResult, Estimator, Snapshot } from "./compile_pb.js";
+import type { CompileRequest, CompileRequestSchema, CompileResult, Estimator, EstimatorKind, Snapshot } from "./compile_pb.js";
 import { file_contextd_v1_compile } from "./compile_pb.js";
-import type { Message as Message$1 } from "./message_pb.js";
+import type { Message as Message$1, Provider } from "./message_pb.js";
 import { file_contextd_v1_message } from "./message_pb.js";
 import type { Segment, ToolDefinition } from "./state_pb.js";
 import { file_contextd_v1_state } from "./state_pb.js";
@@ -18,7 +18,102 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/context_service.proto.
  */
 export const file_contextd_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFjb250ZXh0ZC92MS9jb250ZXh0X3NlcnZpY2UucHJvdG8SC2NvbnRleHRkLnYxIj0KD0NvbXBpbGVSZXNwb25zZRIqCgZyZXN1bHQYASABKAsyGi5jb250ZXh0ZC52MS5Db21waWxlUmVzdWx0IkQKFENvbXBpbGVTdHJlYW1SZXF1ZXN0EiwKB3JlcXVlc3QYASABKAsyGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdCJ6ChVDb21waWxlU3RyZWFtUmVzcG9uc2USKwoFZXZlbnQYASABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAIgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQingEKEkNvdW50VG9rZW5zUmVxdWVzdBImCghtZXNzYWdlcxgBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USNQoQdG9vbF9kZWZpbml0aW9ucxgCIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEikKCWVzdGltYXRvchgDIAEoCzIWLmNvbnRleHRkLnYxLkVzdGltYXRvciJqChNDb3VudFRva2Vuc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgDEhMKC3Blcl9tZXNzYWdlGAIgAygDEhgKEHRvb2xfZGVmaW5pdGlvbnMYAyABKAMSFQoNcmVwbHlfcHJpbWluZxgEIAEoAyKHAQoNUmVuZGVyUmVxdWVzdBIMCgR2aWV3GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRInCghzbmFwc2hvdBgDIAEoCzIVLmNvbnRleHRkLnYxLlNuYXBzaG90EiYKCHNlZ21lbnRzGAQgAygOMhQuY29udGV4dGQudjEuU2VnbWVudCIeCg5SZW5kZXJSZXNwb25zZRIMCgR0ZXh0GAEgASgJIqUBChBTdW1tYXJpemVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEhUKDXRhcmdldF90b2tlbnMYAyABKAMSLgoQcHJldmlvdXNfc3VtbWFyeRgEIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USDgoGcmVhc29uGAUgASgJImAKEVN1bW1hcml6ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSJQoHc3VtbWFyeRgCIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoIcmVtZW1iZXIYAyADKAkijQEKFUNvbXBpbGVTZXNzaW9uUmVxdWVzdBIuCgdjb21waWxlGAEgASgLMhsuY29udGV4dGQudjEuQ29tcGlsZVJlcXVlc3RIABI8ChJzdW1tYXJpemVfcmVzcG9uc2UYAiABKAsyHi5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXNwb25zZUgAQgYKBGtpbmQitwEKFkNvbXBpbGVTZXNzaW9uUmVzcG9uc2USOgoRc3VtbWFyaXplX3JlcXVlc3QYASABKAsyHS5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXF1ZXN0SAASKwoFZXZlbnQYAiABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAMgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQypAMKDkNvbnRleHRTZXJ2aWNlEkQKB0NvbXBpbGUSGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdBocLmNvbnRleHRkLnYxLkNvbXBpbGVSZXNwb25zZRJYCg1Db21waWxlU3RyZWFtEiEuY29udGV4dGQudjEuQ29tcGlsZVN0cmVhbVJlcXVlc3QaIi5jb250ZXh0ZC52MS5Db21waWxlU3RyZWFtUmVzcG9uc2UwARJQCgtDb3VudFRva2VucxIfLmNvbnRleHRkLnYxLkNvdW50VG9rZW5zUmVxdWVzdBogLmNvbnRleHRkLnYxLkNvdW50VG9rZW5zUmVzcG9uc2USQQoGUmVuZGVyEhouY29udGV4dGQudjEuUmVuZGVyUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlbmRlclJlc3BvbnNlEl0KDkNvbXBpbGVTZXNzaW9uEiIuY29udGV4dGQudjEuQ29tcGlsZVNlc3Npb25SZXF1ZXN0GiMuY29udGV4dGQudjEuQ29tcGlsZVNlc3Npb25SZXNwb25zZSgBMAFCswEKD2NvbS5jb250ZXh0ZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile, file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_telemetry]);
+  fileDesc("CiFjb250ZXh0ZC92MS9jb250ZXh0X3NlcnZpY2UucHJvdG8SC2NvbnRleHRkLnYxIrIBChJSZXBvcnRVc2FnZVJlcXVlc3QSJwoIcHJvdmlkZXIYASABKA4yFS5jb250ZXh0ZC52MS5Qcm92aWRlchINCgVtb2RlbBgCIAEoCRItCgllc3RpbWF0b3IYAyABKA4yGi5jb250ZXh0ZC52MS5Fc3RpbWF0b3JLaW5kEhgKEGVzdGltYXRlZF90b2tlbnMYBCABKAMSGwoTYWN0dWFsX2lucHV0X3Rva2VucxgFIAEoAyJ4ChNSZXBvcnRVc2FnZVJlc3BvbnNlEhIKCmNvcnJlY3Rpb24YASABKAESDwoHcmVwb3J0cxgCIAEoAxIkChxtZWFuX2Fic29sdXRlX3JlbGF0aXZlX2Vycm9yGAMgASgBEhYKDnJlbGF0aXZlX2Vycm9yGAQgASgBIj0KD0NvbXBpbGVSZXNwb25zZRIqCgZyZXN1bHQYASABKAsyGi5jb250ZXh0ZC52MS5Db21waWxlUmVzdWx0IkQKFENvbXBpbGVTdHJlYW1SZXF1ZXN0EiwKB3JlcXVlc3QYASABKAsyGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdCJ6ChVDb21waWxlU3RyZWFtUmVzcG9uc2USKwoFZXZlbnQYASABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAIgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQingEKEkNvdW50VG9rZW5zUmVxdWVzdBImCghtZXNzYWdlcxgBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USNQoQdG9vbF9kZWZpbml0aW9ucxgCIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEikKCWVzdGltYXRvchgDIAEoCzIWLmNvbnRleHRkLnYxLkVzdGltYXRvciJqChNDb3VudFRva2Vuc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgDEhMKC3Blcl9tZXNzYWdlGAIgAygDEhgKEHRvb2xfZGVmaW5pdGlvbnMYAyABKAMSFQoNcmVwbHlfcHJpbWluZxgEIAEoAyKHAQoNUmVuZGVyUmVxdWVzdBIMCgR2aWV3GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRInCghzbmFwc2hvdBgDIAEoCzIVLmNvbnRleHRkLnYxLlNuYXBzaG90EiYKCHNlZ21lbnRzGAQgAygOMhQuY29udGV4dGQudjEuU2VnbWVudCIeCg5SZW5kZXJSZXNwb25zZRIMCgR0ZXh0GAEgASgJIqUBChBTdW1tYXJpemVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEhUKDXRhcmdldF90b2tlbnMYAyABKAMSLgoQcHJldmlvdXNfc3VtbWFyeRgEIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USDgoGcmVhc29uGAUgASgJImAKEVN1bW1hcml6ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSJQoHc3VtbWFyeRgCIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoIcmVtZW1iZXIYAyADKAkijQEKFUNvbXBpbGVTZXNzaW9uUmVxdWVzdBIuCgdjb21waWxlGAEgASgLMhsuY29udGV4dGQudjEuQ29tcGlsZVJlcXVlc3RIABI8ChJzdW1tYXJpemVfcmVzcG9uc2UYAiABKAsyHi5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXNwb25zZUgAQgYKBGtpbmQitwEKFkNvbXBpbGVTZXNzaW9uUmVzcG9uc2USOgoRc3VtbWFyaXplX3JlcXVlc3QYASABKAsyHS5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXF1ZXN0SAASKwoFZXZlbnQYAiABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAMgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQy9gMKDkNvbnRleHRTZXJ2aWNlEkQKB0NvbXBpbGUSGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdBocLmNvbnRleHRkLnYxLkNvbXBpbGVSZXNwb25zZRJYCg1Db21waWxlU3RyZWFtEiEuY29udGV4dGQudjEuQ29tcGlsZVN0cmVhbVJlcXVlc3QaIi5jb250ZXh0ZC52MS5Db21waWxlU3RyZWFtUmVzcG9uc2UwARJQCgtDb3VudFRva2VucxIfLmNvbnRleHRkLnYxLkNvdW50VG9rZW5zUmVxdWVzdBogLmNvbnRleHRkLnYxLkNvdW50VG9rZW5zUmVzcG9uc2USQQoGUmVuZGVyEhouY29udGV4dGQudjEuUmVuZGVyUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlbmRlclJlc3BvbnNlEl0KDkNvbXBpbGVTZXNzaW9uEiIuY29udGV4dGQudjEuQ29tcGlsZVNlc3Npb25SZXF1ZXN0GiMuY29udGV4dGQudjEuQ29tcGlsZVNlc3Npb25SZXNwb25zZSgBMAESUAoLUmVwb3J0VXNhZ2USHy5jb250ZXh0ZC52MS5SZXBvcnRVc2FnZVJlcXVlc3QaIC5jb250ZXh0ZC52MS5SZXBvcnRVc2FnZVJlc3BvbnNlQrMBCg9jb20uY29udGV4dGQudjFCE0NvbnRleHRTZXJ2aWNlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_compile, file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_telemetry]);
+
+/**
+ * The request of `ReportUsage`: one provider response's input token count for one compile. A
+ * separate call and not a delta, because a correction belongs to a provider and model, not to a
+ * conversation: stateless compiles learn too, and no conversation's version moves.
+ *
+ * @generated from message contextd.v1.ReportUsageRequest
+ */
+export type ReportUsageRequest = Message<"contextd.v1.ReportUsageRequest"> & {
+  /**
+   * The provider the request was sent to (`TokenCalibration.provider`); required.
+   *
+   * @generated from field: contextd.v1.Provider provider = 1;
+   */
+  provider: Provider;
+
+  /**
+   * The model (`TokenCalibration.model`); at most 256 bytes.
+   *
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * The estimator of the compile (`TokenCalibration.estimator`); required.
+   *
+   * @generated from field: contextd.v1.EstimatorKind estimator = 3;
+   */
+  estimator: EstimatorKind;
+
+  /**
+   * The compile's estimate (`TokenCalibration.estimated_tokens`); 1 to 2^53 - 1.
+   *
+   * @generated from field: int64 estimated_tokens = 4;
+   */
+  estimatedTokens: bigint;
+
+  /**
+   * Every input token the provider counted for that request, cached or not: Anthropic
+   * `input_tokens + cache_creation_input_tokens + cache_read_input_tokens`, OpenAI
+   * `prompt_tokens` (Chat) or `input_tokens` (Responses), Gemini `promptTokenCount`; 1 to 2^53 - 1.
+   *
+   * @generated from field: int64 actual_input_tokens = 5;
+   */
+  actualInputTokens: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.ReportUsageRequest.
+ * Use `create(ReportUsageRequestSchema)` to create a new message.
+ */
+export const ReportUsageRequestSchema: GenMessage<ReportUsageRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_context_service, 0);
+
+/**
+ * The response of `ReportUsage`: the key's correction after the report.
+ *
+ * @generated from message contextd.v1.ReportUsageResponse
+ */
+export type ReportUsageResponse = Message<"contextd.v1.ReportUsageResponse"> & {
+  /**
+   * The correction later compiles apply (see `TokenCalibration.correction`).
+   *
+   * @generated from field: double correction = 1;
+   */
+  correction: number;
+
+  /**
+   * Reports learnt from, this one included.
+   *
+   * @generated from field: int64 reports = 2;
+   */
+  reports: bigint;
+
+  /**
+   * The error so far, this report included (see `TokenCalibration.mean_absolute_relative_error`).
+   *
+   * @generated from field: double mean_absolute_relative_error = 3;
+   */
+  meanAbsoluteRelativeError: number;
+
+  /**
+   * This report's relative error: |estimated × previous correction - actual| / actual.
+   *
+   * @generated from field: double relative_error = 4;
+   */
+  relativeError: number;
+};
+
+/**
+ * Describes the message contextd.v1.ReportUsageResponse.
+ * Use `create(ReportUsageResponseSchema)` to create a new message.
+ */
+export const ReportUsageResponseSchema: GenMessage<ReportUsageResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_context_service, 1);
 
 /**
  * The response of `Compile`.
@@ -39,7 +134,7 @@ export type CompileResponse = Message<"contextd.v1.CompileResponse"> & {
  * Use `create(CompileResponseSchema)` to create a new message.
  */
 export const CompileResponseSchema: GenMessage<CompileResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 0);
+  messageDesc(file_contextd_v1_context_service, 2);
 
 /**
  * The request of `CompileStream`.
@@ -60,7 +155,7 @@ export type CompileStreamRequest = Message<"contextd.v1.CompileStreamRequest"> &
  * Use `create(CompileStreamRequestSchema)` to create a new message.
  */
 export const CompileStreamRequestSchema: GenMessage<CompileStreamRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 1);
+  messageDesc(file_contextd_v1_context_service, 3);
 
 /**
  * One message of the `CompileStream` stream: events first, the result last.
@@ -97,7 +192,7 @@ export type CompileStreamResponse = Message<"contextd.v1.CompileStreamResponse">
  * Use `create(CompileStreamResponseSchema)` to create a new message.
  */
 export const CompileStreamResponseSchema: GenMessage<CompileStreamResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 2);
+  messageDesc(file_contextd_v1_context_service, 4);
 
 /**
  * The request of `CountTokens`.
@@ -132,7 +227,7 @@ export type CountTokensRequest = Message<"contextd.v1.CountTokensRequest"> & {
  * Use `create(CountTokensRequestSchema)` to create a new message.
  */
 export const CountTokensRequestSchema: GenMessage<CountTokensRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 3);
+  messageDesc(file_contextd_v1_context_service, 5);
 
 /**
  * The response of `CountTokens`.
@@ -176,7 +271,7 @@ export type CountTokensResponse = Message<"contextd.v1.CountTokensResponse"> & {
  * Use `create(CountTokensResponseSchema)` to create a new message.
  */
 export const CountTokensResponseSchema: GenMessage<CountTokensResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 4);
+  messageDesc(file_contextd_v1_context_service, 6);
 
 /**
  * The request of `Render`.
@@ -218,7 +313,7 @@ export type RenderRequest = Message<"contextd.v1.RenderRequest"> & {
  * Use `create(RenderRequestSchema)` to create a new message.
  */
 export const RenderRequestSchema: GenMessage<RenderRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 5);
+  messageDesc(file_contextd_v1_context_service, 7);
 
 /**
  * The response of `Render`.
@@ -239,7 +334,7 @@ export type RenderResponse = Message<"contextd.v1.RenderResponse"> & {
  * Use `create(RenderResponseSchema)` to create a new message.
  */
 export const RenderResponseSchema: GenMessage<RenderResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 6);
+  messageDesc(file_contextd_v1_context_service, 8);
 
 /**
  * Asks the caller to summarise a prefix of history.
@@ -289,7 +384,7 @@ export type SummarizeRequest = Message<"contextd.v1.SummarizeRequest"> & {
  * Use `create(SummarizeRequestSchema)` to create a new message.
  */
 export const SummarizeRequestSchema: GenMessage<SummarizeRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 7);
+  messageDesc(file_contextd_v1_context_service, 9);
 
 /**
  * The caller's summary.
@@ -325,7 +420,7 @@ export type SummarizeResponse = Message<"contextd.v1.SummarizeResponse"> & {
  * Use `create(SummarizeResponseSchema)` to create a new message.
  */
 export const SummarizeResponseSchema: GenMessage<SummarizeResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 8);
+  messageDesc(file_contextd_v1_context_service, 10);
 
 /**
  * One message from the caller in a `CompileSession`.
@@ -362,7 +457,7 @@ export type CompileSessionRequest = Message<"contextd.v1.CompileSessionRequest">
  * Use `create(CompileSessionRequestSchema)` to create a new message.
  */
 export const CompileSessionRequestSchema: GenMessage<CompileSessionRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 9);
+  messageDesc(file_contextd_v1_context_service, 11);
 
 /**
  * One message from the engine in a `CompileSession`.
@@ -407,7 +502,7 @@ export type CompileSessionResponse = Message<"contextd.v1.CompileSessionResponse
  * Use `create(CompileSessionResponseSchema)` to create a new message.
  */
 export const CompileSessionResponseSchema: GenMessage<CompileSessionResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 10);
+  messageDesc(file_contextd_v1_context_service, 12);
 
 /**
  * Compiles prompts.
@@ -469,6 +564,19 @@ export const ContextService: GenService<{
     methodKind: "bidi_streaming";
     input: typeof CompileSessionRequestSchema;
     output: typeof CompileSessionResponseSchema;
+  },
+  /**
+   * Report what the provider actually counted for a compiled request, so later compiles with the
+   * same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+   * Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
+   * corrections: `--calibration-keys 0`).
+   *
+   * @generated from rpc contextd.v1.ContextService.ReportUsage
+   */
+  reportUsage: {
+    methodKind: "unary";
+    input: typeof ReportUsageRequestSchema;
+    output: typeof ReportUsageResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_contextd_v1_context_service, 0);

@@ -46,6 +46,9 @@ const (
 	// ContextServiceCompileSessionProcedure is the fully-qualified name of the ContextService's
 	// CompileSession RPC.
 	ContextServiceCompileSessionProcedure = "/contextd.v1.ContextService/CompileSession"
+	// ContextServiceReportUsageProcedure is the fully-qualified name of the ContextService's
+	// ReportUsage RPC.
+	ContextServiceReportUsageProcedure = "/contextd.v1.ContextService/ReportUsage"
 )
 
 // ContextServiceClient is a client for the contextd.v1.ContextService service.
@@ -65,6 +68,11 @@ type ContextServiceClient interface {
 	// strategy or auto-compaction). The caller sends one `compile`, answers every
 	// `summarize_request` with a `summarize_response`, and receives the result last.
 	CompileSession(context.Context) *connect.BidiStreamForClient[v1.CompileSessionRequest, v1.CompileSessionResponse]
+	// Report what the provider actually counted for a compiled request, so later compiles with the
+	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
+	// corrections: `--calibration-keys 0`).
+	ReportUsage(context.Context, *connect.Request[v1.ReportUsageRequest]) (*connect.Response[v1.ReportUsageResponse], error)
 }
 
 // NewContextServiceClient constructs a client for the contextd.v1.ContextService service. By
@@ -108,6 +116,12 @@ func NewContextServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(contextServiceMethods.ByName("CompileSession")),
 			connect.WithClientOptions(opts...),
 		),
+		reportUsage: connect.NewClient[v1.ReportUsageRequest, v1.ReportUsageResponse](
+			httpClient,
+			baseURL+ContextServiceReportUsageProcedure,
+			connect.WithSchema(contextServiceMethods.ByName("ReportUsage")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -118,6 +132,7 @@ type contextServiceClient struct {
 	countTokens    *connect.Client[v1.CountTokensRequest, v1.CountTokensResponse]
 	render         *connect.Client[v1.RenderRequest, v1.RenderResponse]
 	compileSession *connect.Client[v1.CompileSessionRequest, v1.CompileSessionResponse]
+	reportUsage    *connect.Client[v1.ReportUsageRequest, v1.ReportUsageResponse]
 }
 
 // Compile calls contextd.v1.ContextService.Compile.
@@ -145,6 +160,11 @@ func (c *contextServiceClient) CompileSession(ctx context.Context) *connect.Bidi
 	return c.compileSession.CallBidiStream(ctx)
 }
 
+// ReportUsage calls contextd.v1.ContextService.ReportUsage.
+func (c *contextServiceClient) ReportUsage(ctx context.Context, req *connect.Request[v1.ReportUsageRequest]) (*connect.Response[v1.ReportUsageResponse], error) {
+	return c.reportUsage.CallUnary(ctx, req)
+}
+
 // ContextServiceHandler is an implementation of the contextd.v1.ContextService service.
 type ContextServiceHandler interface {
 	// Compile a prompt. Errors: INVALID_ARGUMENT (malformed input, duplicate ids, invalid tool rounds,
@@ -162,6 +182,11 @@ type ContextServiceHandler interface {
 	// strategy or auto-compaction). The caller sends one `compile`, answers every
 	// `summarize_request` with a `summarize_response`, and receives the result last.
 	CompileSession(context.Context, *connect.BidiStream[v1.CompileSessionRequest, v1.CompileSessionResponse]) error
+	// Report what the provider actually counted for a compiled request, so later compiles with the
+	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
+	// corrections: `--calibration-keys 0`).
+	ReportUsage(context.Context, *connect.Request[v1.ReportUsageRequest]) (*connect.Response[v1.ReportUsageResponse], error)
 }
 
 // NewContextServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -201,6 +226,12 @@ func NewContextServiceHandler(svc ContextServiceHandler, opts ...connect.Handler
 		connect.WithSchema(contextServiceMethods.ByName("CompileSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	contextServiceReportUsageHandler := connect.NewUnaryHandler(
+		ContextServiceReportUsageProcedure,
+		svc.ReportUsage,
+		connect.WithSchema(contextServiceMethods.ByName("ReportUsage")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ContextService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ContextServiceCompileProcedure:
@@ -213,6 +244,8 @@ func NewContextServiceHandler(svc ContextServiceHandler, opts ...connect.Handler
 			contextServiceRenderHandler.ServeHTTP(w, r)
 		case ContextServiceCompileSessionProcedure:
 			contextServiceCompileSessionHandler.ServeHTTP(w, r)
+		case ContextServiceReportUsageProcedure:
+			contextServiceReportUsageHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -240,4 +273,8 @@ func (UnimplementedContextServiceHandler) Render(context.Context, *connect.Reque
 
 func (UnimplementedContextServiceHandler) CompileSession(context.Context, *connect.BidiStream[v1.CompileSessionRequest, v1.CompileSessionResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ContextService.CompileSession is not implemented"))
+}
+
+func (UnimplementedContextServiceHandler) ReportUsage(context.Context, *connect.Request[v1.ReportUsageRequest]) (*connect.Response[v1.ReportUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ContextService.ReportUsage is not implemented"))
 }

@@ -110,7 +110,8 @@ describe("Redis Cluster store", () => {
     const replica = await cluster.replicaOf(master);
     await cluster.promote(replica);
     await cluster.settled();
-    expect((await cluster.masterOf(keys.changes)).address).toBe(replica.address);
+    // The other nodes learn the new configuration by gossip: the node asked may still name the old master for a moment.
+    await expect.poll(async () => (await cluster.masterOf(keys.changes)).address, { timeout: 10_000 }).toBe(replica.address);
     // The commit finds the new master by itself (MOVED from the old one); the watch follows.
     await expect.poll(async () => store.commit(id, 1n, [appendHistory(textMessage("after", Role.USER, "after"))], "after").then((outcome) => outcome.version, () => 0n), { timeout: 10_000 }).toBe(2n);
     await watching;

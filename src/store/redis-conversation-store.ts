@@ -17,7 +17,8 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { commitScript, conversationIndexKey, conversationKeys, loadScript, storedSegments, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { commitScript, conversationIndexKey, conversationKeys, loadScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -830,33 +831,6 @@ function replayed(conversationId: string, key: string, fingerprint: string, reco
 /** A state's encoded size as stored: its rest and every message of its segments. */
 function encodedSize(layout: StoredLayout): number {
   return layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes);
-}
-
-/**
- * How `after` differs from `before`, by message identity: undefined for the same messages;
- * otherwise how many to keep from the head (`keepPrefix`) or from the tail, and the messages to
- * write beside them. Linear in the list (one identity comparison per message), with no allocation
- * beyond the messages written.
- */
-export function segmentEdit(before: readonly Message[], after: readonly Message[]): { keepPrefix: boolean; keep: number; messages: Message[] } | undefined {
-  if (after === before) return undefined;
-  const shorter = Math.min(before.length, after.length);
-  let prefix = 0;
-  while (prefix < shorter && after[prefix] === before[prefix]) prefix++;
-  if (prefix === before.length && prefix === after.length) return undefined;
-  let suffix = 0;
-  while (suffix < shorter - prefix && after[after.length - 1 - suffix] === before[before.length - 1 - suffix]) suffix++;
-  if (prefix >= suffix) return { keepPrefix: true, keep: prefix, messages: after.slice(prefix) };
-  return { keepPrefix: false, keep: suffix, messages: after.slice(0, after.length - suffix) };
-}
-
-/** Whether anything but the segments and the version differs (core shares what a batch left alone). */
-export function restDiffers(before: ConversationState, after: ConversationState): boolean {
-  for (const key of Object.keys(after) as (keyof ConversationState)[]) {
-    if (key === "version" || (storedSegments as readonly string[]).includes(key)) continue;
-    if (after[key] !== before[key]) return true;
-  }
-  return false;
 }
 
 /** What the commit script writes as a version: "0" or up to 15 digits without a leading zero (its Lua adds exactly below 2^53). */

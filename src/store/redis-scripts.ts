@@ -1,3 +1,5 @@
+import { storedSegments } from "./segment-edits.js";
+
 // The Redis side of the store: one Lua script per operation, each atomic on the server. The
 // `#!lua` shebang (Redis ≥ 7) makes Redis refuse a write script up front when it is over
 // `maxmemory`, instead of failing between two writes and leaving a half-applied commit.
@@ -20,9 +22,6 @@ export interface ConversationKeys {
   idempotency(key: string): string;
 }
 
-/** The segments stored as lists, in the order of `ConversationKeys.segments` and of the scripts' arguments. */
-export const storedSegments = ["system", "history", "memory", "tools"] as const;
-export type StoredSegment = (typeof storedSegments)[number];
 
 export function conversationKeys(keyPrefix: string, conversationId: string): ConversationKeys {
   // The empty id gets the tag "%", which no escaped id is: an empty tag ("{}") would not be a hash

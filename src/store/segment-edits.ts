@@ -1,0 +1,39 @@
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+
+/**
+ * What a store writes for a commit, found by comparing the state before and after it: shared by
+ * the stores that keep one row or list element per message (Redis, Postgres), so that an append
+ * writes about the appended messages and nothing else.
+ */
+
+/** The segments stored one message per element or row, in the order both stores lay them out. */
+export const storedSegments = ["system", "history", "memory", "tools"] as const;
+export type StoredSegment = (typeof storedSegments)[number];
+
+/**
+ * How `after` differs from `before`, by message identity: undefined for the same messages;
+ * otherwise how many to keep from the head (`keepPrefix`) or from the tail, and the messages to
+ * write beside them. Linear in the list (one identity comparison per message), with no allocation
+ * beyond the messages written.
+ */
+export function segmentEdit(before: readonly Message[], after: readonly Message[]): { keepPrefix: boolean; keep: number; messages: Message[] } | undefined {
+  if (after === before) return undefined;
+  const shorter = Math.min(before.length, after.length);
+  let prefix = 0;
+  while (prefix < shorter && after[prefix] === before[prefix]) prefix++;
+  if (prefix === before.length && prefix === after.length) return undefined;
+  let suffix = 0;
+  while (suffix < shorter - prefix && after[after.length - 1 - suffix] === before[before.length - 1 - suffix]) suffix++;
+  if (prefix >= suffix) return { keepPrefix: true, keep: prefix, messages: after.slice(prefix) };
+  return { keepPrefix: false, keep: suffix, messages: after.slice(0, after.length - suffix) };
+}
+
+/** Whether anything but the segments and the version differs (core shares what a batch left alone). */
+export function restDiffers(before: ConversationState, after: ConversationState): boolean {
+  for (const key of Object.keys(after) as (keyof ConversationState)[]) {
+    if (key === "version" || (storedSegments as readonly string[]).includes(key)) continue;
+    if (after[key] !== before[key]) return true;
+  }
+  return false;
+}

@@ -44,7 +44,7 @@ export class Metrics {
   private readonly compileTokens: Counter;
   private readonly droppedMessages: SeriesCounter;
   /** Dropped-message series by `TransformationReason` number. */
-  private readonly droppedSeries = new Map<number, { inc(): void }>();
+  private readonly droppedSeries = new Map<number, { inc(by?: number): void }>();
   private readonly rpcSeries = new Map<string, { inc(): void }>();
   private readonly latencySeries = new Map<string, { observe(value: number): void }>();
   private readonly storeSeries = new Map<string, { observe(value: number): void }>();
@@ -125,22 +125,26 @@ export class Metrics {
         this.compiles.inc();
         this.compileTokens.inc(Number(event.event.value.totalCost));
         return;
-      case "messageDropped": {
-        // Counted by the reason's number and named once per reason: a compile of a long history
-        // drops thousands of messages, and naming each cost a string per event.
-        const reason = event.event.value.reason;
-        let series = this.droppedSeries.get(reason);
-        if (series === undefined) {
-          series = this.droppedMessages.series((TransformationReason[reason] ?? String(reason)).toLowerCase());
-          this.droppedSeries.set(reason, series);
-        }
-        series.inc();
+      case "messageDropped":
+        this.droppedSeriesFor(event.event.value.reason).inc();
         return;
-      }
+      case "historyHeadDropped":
+        this.droppedSeriesFor(TransformationReason.TOKEN_BUDGET_EXCEEDED).inc(Number(event.event.value.count));
+        return;
       default:
         return;
     }
   };
+
+  /** Counted by the reason's number and named once per reason, not a string per event. */
+  private droppedSeriesFor(reason: TransformationReason) {
+    let series = this.droppedSeries.get(reason);
+    if (series === undefined) {
+      series = this.droppedMessages.series((TransformationReason[reason] ?? String(reason)).toLowerCase());
+      this.droppedSeries.set(reason, series);
+    }
+    return series;
+  }
 
   /** A gauge read at every scrape from whoever owns the value. */
   gauge(name: string, help: string, read: () => number): void {
@@ -218,10 +222,10 @@ class SeriesCounter {
     registry.registerMetric(this as unknown as Metric);
   }
 
-  series(...values: string[]): { inc(): void } {
+  series(...values: string[]): { inc(by?: number): void } {
     const series: Series = { labels: labelsOf(this.labelNames, values), count: 0, sum: 0, buckets: [] };
     this.all.push(series);
-    return { inc: () => void series.count++ };
+    return { inc: (by = 1) => void (series.count += by) };
   }
 
   get(): MetricObjectWithValues<MetricValue<string>> {

@@ -78,7 +78,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
     config.redisUrl,
     codec,
     5_000,
-    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs },
+    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...redisTlsCa(config) },
     config.postgresUrl,
   );
   const worker = isWorkerProcess();
@@ -114,5 +114,15 @@ async function serve(config: Config, logger: Logger): Promise<void> {
       logger.announce("contextd stopped", { signal, ...whose });
       process.exit(0);
     });
+  }
+}
+
+/** The CA file `--redis-tls-ca` names, read once at start (an unreadable file stops the start). */
+function redisTlsCa(config: Config): { tlsCa?: string } {
+  if (config.redisTlsCa === "") return {};
+  try {
+    return { tlsCa: readFileSync(config.redisTlsCa, "utf8") };
+  } catch (error) {
+    return fail(new Error(`--redis-tls-ca ${config.redisTlsCa}: ${(error as Error).message}`));
   }
 }

@@ -1,7 +1,8 @@
 import type { CompiledPrefix, CompileMemory } from "../core/compile/cache-impact.js";
 
 /**
- * The last compile of each conversation, as much as `CompileResult.cache_impact` needs: one short
+ * The last compile of each conversation for each provider and model (the compile's key), as much
+ * as `CompileResult.cache_impact` needs: one short
  * digest per payload entry. Bounded by bytes (`--cache-impact-bytes`), least recently compiled
  * conversations forgotten first; a forgotten conversation's next compile reports every token as
  * re-written (`previous_version` 0). 24 bytes per digest and 64 per conversation are counted: a
@@ -13,15 +14,15 @@ export class RecentCompiles implements CompileMemory {
 
   constructor(private readonly maxBytes: number) {}
 
-  previous(conversationId: string): CompiledPrefix | undefined {
-    return this.entries.get(conversationId)?.prefix;
+  previous(key: string): CompiledPrefix | undefined {
+    return this.entries.get(key)?.prefix;
   }
 
-  remember(conversationId: string, prefix: CompiledPrefix): void {
-    this.forget(conversationId);
-    const bytes = 64 + conversationId.length * 2 + prefix.digests.length * 24;
+  remember(key: string, prefix: CompiledPrefix): void {
+    this.forget(key);
+    const bytes = 64 + key.length * 2 + prefix.digests.length * 24;
     if (bytes > this.maxBytes) return;
-    this.entries.set(conversationId, { prefix, bytes });
+    this.entries.set(key, { prefix, bytes });
     this.usedBytes += bytes;
     // A Map iterates in insertion order: the first entries are the least recently compiled.
     for (const [id] of this.entries) {

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CompileRequestSchema, EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { CompiledPrefix, CompileMemory } from "../../src/core/compile/cache-impact.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
@@ -33,6 +33,21 @@ describe("cache impact against the previous compile of the conversation", () => 
     const trimmed = await run([...turn(0), ...turn(1), ...turn(2)], 40n);
     expect(trimmed.cacheImpact).toMatchObject({ unchangedPrefixTokens: 10n, unchangedPrefixMessages: 1n });
     expect(trimmed.cacheImpact!.rewrittenTokens).toBe(trimmed.usage!.total - 10n);
+  });
+
+  it("compares with the previous compile for the same provider and model, not another model's compile in between", async () => {
+    const memory = mapMemory();
+    const run = (history: Message[], provider: Provider, model: string) =>
+      compile(
+        create(CompileRequestSchema, { conversationId: "c2", history: { messages: history }, budget: { estimator: tenPerMessage }, render: { provider, model } }),
+        testContext({ compileMemory: memory }),
+      );
+    await run(turn(0), Provider.ANTHROPIC, "claude-sonnet-4-5");
+    // An inspector or a side model compiles the same conversation for another provider or model.
+    expect((await run(turn(0), Provider.OPENAI_CHAT, "gpt-4o")).cacheImpact!.previousVersion).toBe(0n);
+    expect((await run(turn(0), Provider.ANTHROPIC, "claude-haiku-4-5")).cacheImpact!.unchangedPrefixTokens).toBe(0n);
+    const again = await run([...turn(0), ...turn(1)], Provider.ANTHROPIC, "claude-sonnet-4-5");
+    expect(again.cacheImpact).toMatchObject({ unchangedPrefixTokens: 20n, rewrittenTokens: 20n, unchangedPrefixMessages: 2n });
   });
 
   it("is absent for a stateless compile and without a memory", async () => {

@@ -19,10 +19,13 @@ export interface CompiledPrefix {
   digests: readonly string[];
 }
 
-/** Where the previous compile of each conversation is remembered (bounded by whoever supplies it). */
+/**
+ * Where the previous compile of each conversation is remembered (bounded by whoever supplies it),
+ * under a key the compile makes of the conversation, the render provider and the model.
+ */
 export interface CompileMemory {
-  previous(conversationId: string): CompiledPrefix | undefined;
-  remember(conversationId: string, prefix: CompiledPrefix): void;
+  previous(key: string): CompiledPrefix | undefined;
+  remember(key: string, prefix: CompiledPrefix): void;
 }
 
 /** 96 bits of SHA-256 in base64: two different messages agreeing on it is not a concern. */

@@ -191,8 +191,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.prefixFingerprint = prefixFingerprint(payload);
   result.version = inputs.version;
   if (context.compileMemory && request.conversationId !== "") {
-    const compared = cacheImpact(payload, estimator, context.tokenCounts, inputs.version, context.compileMemory.previous(request.conversationId));
-    context.compileMemory.remember(request.conversationId, compared.prefix);
+    // Per provider and model, as providers cache: an inspector's or a side model's compile of the
+    // same conversation is not the previous compile of the agent's model.
+    const key = JSON.stringify([request.conversationId, renderProvider, request.render?.model ?? ""]);
+    const compared = cacheImpact(payload, estimator, context.tokenCounts, inputs.version, context.compileMemory.previous(key));
+    context.compileMemory.remember(key, compared.prefix);
     result.cacheImpact = compared.impact;
   }
   result.budgetDroppedMessages = budgetDroppedMessages(work, head);

@@ -3829,8 +3829,9 @@ type CompileResult struct {
 	// TOKEN_BUDGET_EXCEEDED), whether or not their records are sent.
 	BudgetDroppedMessages int64 `protobuf:"varint,16,opt,name=budget_dropped_messages,json=budgetDroppedMessages,proto3" json:"budget_dropped_messages,omitempty"`
 	// What this compile's prompt costs in provider cache writes, against the previous compile of the
-	// same conversation this sidecar remembers. Stateful compiles only; absent when the sidecar keeps
-	// no memory of compiles (`--cache-impact-bytes 0`).
+	// same conversation for the same render provider and model (providers cache per model; a compile
+	// for another model in between does not count) this sidecar remembers. Stateful compiles only;
+	// absent when the sidecar keeps no memory of compiles (`--cache-impact-bytes 0`).
 	CacheImpact *CacheImpact `protobuf:"bytes,50,opt,name=cache_impact,json=cacheImpact,proto3" json:"cache_impact,omitempty"`
 	// The estimate of this compile, the calibration correction its budget applied and how far off
 	// that correction has been (see `TokenCalibration`). Set when `render.provider` is set and the

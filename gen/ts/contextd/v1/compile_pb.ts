@@ -2057,8 +2057,9 @@ export type CompileResult = Message<"contextd.v1.CompileResult"> & {
 
   /**
    * What this compile's prompt costs in provider cache writes, against the previous compile of the
-   * same conversation this sidecar remembers. Stateful compiles only; absent when the sidecar keeps
-   * no memory of compiles (`--cache-impact-bytes 0`).
+   * same conversation for the same render provider and model (providers cache per model; a compile
+   * for another model in between does not count) this sidecar remembers. Stateful compiles only;
+   * absent when the sidecar keeps no memory of compiles (`--cache-impact-bytes 0`).
    *
    * @generated from field: contextd.v1.CacheImpact cache_impact = 50;
    */

@@ -1,6 +1,6 @@
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompiledPayloadSchema, CompileRequestSchema, CompileResultPart, CompileResultSchema, EstimatorKind, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompiledPayloadSchema, CompileRequestSchema, CompileResultPart, CompileResultSchema, EstimatorKind, type CompileRequest, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Compiler } from "../../src/application/compiler.js";
@@ -24,7 +24,8 @@ function compiler(store: MemoryConversationStore, compileMemory?: RecentCompiles
   return new Compiler({ store, tokenCounts: new TokenCountCache(), compileMemory });
 }
 
-function request(init: MessageInitShape<typeof CompileRequestSchema>) {
+/** A compile of conversation "c" with a 600-token budget, and `init` on top (a plain init object). */
+function request(init: Exclude<MessageInitShape<typeof CompileRequestSchema>, CompileRequest>) {
   return create(CompileRequestSchema, { conversationId: "c", budget: { maxTokens: 600n, estimator: { kind: EstimatorKind.CHAR_FALLBACK } }, ...init });
 }
 

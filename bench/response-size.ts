@@ -4,7 +4,9 @@
  * (an agent turn: append one message, then compile with a budget of 8,000 tokens rendered for
  * OpenAI Chat). It exists because the answer used to repeat the history five times (source,
  * normalized_snapshot, writeback.snapshot, persistence, a record per message) and so grew with the
- * stored conversation, not with the prompt; the default now follows the prompt. Bytes are
+ * stored conversation, not with the prompt; the default now follows the prompt. Beside the
+ * rendered body the typed payload was a second copy of the prompt (2.00x–2.05x the body); it is
+ * sent only with PAYLOAD now, and the "with PAYLOAD" column is what the default used to be. Bytes are
  * protobuf encodings (`toBinary`), exact and independent of the machine; the use case runs
  * in-process on the memory store, as the services call it.
  */
@@ -17,7 +19,7 @@ import { CommitResponseSchema } from "../gen/ts/contextd/v1/conversation_service
 import { Provider, Role } from "../gen/ts/contextd/v1/message_pb.js";
 import { DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
 
-const everyPart = [CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS];
+const everyPart = [CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.PAYLOAD];
 const sentence = "The agent read the file, ran the tests and noted what failed and why it failed. ";
 const kilobyte = sentence.repeat(Math.ceil(1024 / sentence.length)).slice(0, 1024);
 
@@ -31,7 +33,7 @@ function append(messages: { id: string; role: Role; text: string }[]): Delta {
 }
 
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(1)} KB`;
-console.log("stored messages | rendered body | compile answer, default | ratio to body | every part included | commit answer, default | with include_state");
+console.log("stored messages | rendered body | compile answer, default | ratio to body | with PAYLOAD | every part included | commit answer, default | with include_state");
 for (const count of [100, 1_000, 10_000]) {
   const store = new MemoryConversationStore();
   const compiler = new Compiler({ store, tokenCounts: new TokenCountCache() });
@@ -54,11 +56,13 @@ for (const count of [100, 1_000, 10_000]) {
       { observer: () => {} },
     );
   const lean = await compile([]);
+  const withPayload = await compile([CompileResultPart.PAYLOAD]);
   const full = await compile(everyPart);
   const body = lean.rendered!.json.length;
   const leanBytes = toBinary(CompileResultSchema, lean).length;
   const fullBytes = toBinary(CompileResultSchema, full).length;
+  const withPayloadBytes = toBinary(CompileResultSchema, withPayload).length;
   console.log(
-    `${count.toLocaleString("en")} | ${kb(body)} | ${kb(leanBytes)} | ${(leanBytes / body).toFixed(2)}x | ${kb(fullBytes)} (${(fullBytes / body).toFixed(1)}x) | ${commitDefault} B | ${kb(commitWithState)}`,
+    `${count.toLocaleString("en")} | ${kb(body)} | ${kb(leanBytes)} | ${(leanBytes / body).toFixed(2)}x | ${kb(withPayloadBytes)} (${(withPayloadBytes / body).toFixed(2)}x) | ${kb(fullBytes)} (${(fullBytes / body).toFixed(1)}x) | ${commitDefault} B | ${kb(commitWithState)}`,
   );
 }

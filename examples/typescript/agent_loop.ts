@@ -57,5 +57,5 @@ await client.commit({ conversationId, expectedVersion: version, deltas: produced
 // --- end of the loop ---
 const last = await client.compile(request);
 const stored = await client.getState({ conversationId });
-console.log(`20 turns: version ${stored.state!.version}, ${stored.state!.history.length} messages stored, ${last.result!.payload!.history.length} in the last prompt`);
+console.log(`20 turns: version ${stored.state!.version}, ${stored.state!.history.length} messages stored, ${renderedBody<{ messages: unknown[] }>(last.result!).messages.length} in the last prompt`);
 client.close();

@@ -9,7 +9,7 @@ import { MockLanguageModelV4 } from "ai/test";
 import { create } from "@bufbuild/protobuf";
 import { Client, appendMessages, appendUser, setToolDefinitions, systemText } from "@contextd/client";
 import { aiSdkPrompt, responseDeltas } from "@contextd/client/ai-sdk";
-import { Provider, Segment, ToolDefinitionSchema, type Delta } from "@contextd/client/v1";
+import { EstimatorKind, Provider, Segment, TokenizerEncoding, ToolDefinitionSchema, type Delta } from "@contextd/client/v1";
 
 const usage = { inputTokens: { total: 0, noCache: 0, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 0, text: 0, reasoning: 0 } };
 
@@ -37,7 +37,10 @@ const weather = create(ToolDefinitionSchema, {
 
 const client = new Client({ address: process.env.CONTEXTD_ADDRESS });
 await client.waitReady();
-const request = { conversationId: "ai-sdk-" + randomUUID(), budget: { maxTokens: 2000n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" } };
+// No `render`: the AI SDK takes the typed payload (a rendered compile would send the provider body
+// instead); the estimator counts gpt-4o's tokens with OpenAI Chat framing, as a gpt-4o render would.
+const estimator = { kind: EstimatorKind.TOKENIZER, encoding: TokenizerEncoding.O200K_BASE, provider: Provider.OPENAI_CHAT };
+const request = { conversationId: "ai-sdk-" + randomUUID(), budget: { maxTokens: 2000n, estimator } };
 let version = 0n;
 let produced: Delta[] = [appendMessages(Segment.SYSTEM, systemText("You are terse.")), setToolDefinitions(weather)];
 let answer = "";

@@ -34,7 +34,7 @@ export function replayedCompileResult(request: CompileRequest, outcome: CommitOu
 export function replayWarning(request: CompileRequest, outcome: CommitOutcome, recompiled: boolean): Warning {
   const what = recompiled
     ? `this result compiles that version again`
-    : `the compile was not run again (compile the conversation without commit for a payload)`;
+    : `the compile was not run again (compile the conversation without commit for its prompt)`;
   return create(WarningSchema, {
     code: "idempotent_replay",
     message: `commit.idempotency_key "${request.commit!.idempotencyKey}" already committed version ${outcome.version} of "${request.conversationId}"; ${what}`,

@@ -259,7 +259,7 @@ function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], dr
 function requestedParts(include: readonly CompileResultPart[]): ReadonlySet<CompileResultPart> {
   include.forEach((part, index) => {
     if (part === CompileResultPart.UNSPECIFIED || CompileResultPart[part] === undefined) {
-      throw new ConnectError(`include[${index}]: ${part === CompileResultPart.UNSPECIFIED ? "COMPILE_RESULT_PART_UNSPECIFIED is not a part" : `unknown part ${part}`} (valid: SOURCE, NORMALIZED_SNAPSHOT, WRITEBACK_SNAPSHOT, PERSISTENCE, ALL_TRANSFORMATIONS)`, Code.InvalidArgument);
+      throw new ConnectError(`include[${index}]: ${part === CompileResultPart.UNSPECIFIED ? "COMPILE_RESULT_PART_UNSPECIFIED is not a part" : `unknown part ${part}`} (valid: SOURCE, NORMALIZED_SNAPSHOT, WRITEBACK_SNAPSHOT, PERSISTENCE, ALL_TRANSFORMATIONS, PAYLOAD)`, Code.InvalidArgument);
     }
   });
   return new Set(include);
@@ -272,9 +272,17 @@ function withWritebackSnapshot(parts: ReadonlySet<CompileResultPart>): ReadonlyS
 /**
  * The result as the caller asked for it: the heavy parts (each a copy of the conversation, or a
  * record per message of it) only when `include` names them. A 825 KB conversation used to answer
- * with 2.8 MB, five copies of the history; by default the answer now follows the prompt.
+ * with 2.8 MB, five copies of the history; by default the answer now follows the prompt. Beside a
+ * rendered body the typed payload is a second copy of the prompt (at 10,000 stored messages a
+ * 33.2 KB body came with a 68.0 KB answer): it goes only with PAYLOAD. The compile still builds
+ * it, since the render, the usage, the prefix fingerprint and the cache impact are made from it;
+ * only the answer leaves it out.
  */
 function leanResult(result: CompileResult, parts: ReadonlySet<CompileResultPart>): CompileResult {
+  if (!parts.has(CompileResultPart.PAYLOAD)) {
+    if (result.rendered) result.payload = undefined;
+    for (const projection of result.projections) if (projection.rendered) projection.messages = [];
+  }
   if (!parts.has(CompileResultPart.SOURCE)) result.source = undefined;
   if (!parts.has(CompileResultPart.NORMALIZED_SNAPSHOT)) result.normalizedSnapshot = undefined;
   if (!parts.has(CompileResultPart.PERSISTENCE)) result.persistence = undefined;

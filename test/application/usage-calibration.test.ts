@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultPart, EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { ReportUsageRequestSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
 import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { Compiler } from "../../src/application/compiler.js";
@@ -87,6 +87,7 @@ describe("UsageCalibration", () => {
       conversationId: "c",
       budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
       render: { provider: Provider.ANTHROPIC_MESSAGES, model: "m" },
+      include: [CompileResultPart.PAYLOAD],
     });
     const before = await compilers[0]!.compileAndCommit(request, { observer: () => {} });
     expect(before.payload!.history).toHaveLength(10);

@@ -237,6 +237,7 @@ def test_usage_report_corrects_the_next_compiles_budget(sidecar, client: Client)
                 max_tokens=100, estimator=compile_pb2.Estimator(kind=compile_pb2.ESTIMATOR_KIND_FIXED, fixed_per_message=10)
             ),
             render=compile_pb2.RenderOptions(provider=message_pb2.PROVIDER_ANTHROPIC_MESSAGES, model=model),
+            include=[compile_pb2.COMPILE_RESULT_PART_PAYLOAD],
         )
 
     def report(calibration: compile_pb2.TokenCalibration, actual: int) -> context_service_pb2.ReportUsageRequest:

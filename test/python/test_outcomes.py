@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import urllib.request
 
 import pytest
 
@@ -46,7 +47,9 @@ def test_default_limits_carry_a_five_megabyte_commit_and_a_large_compile(sidecar
         request = conversation_pb2.CommitRequest(conversation_id="py-large", deltas=deltas)
         assert request.ByteSize() >= 5 << 20
         committed = client.commit(request)
-        compiled = client.compile(compile_pb2.CompileRequest(conversation_id="py-large", render=OPENAI))
+        compiled = client.compile(
+            compile_pb2.CompileRequest(conversation_id="py-large", render=OPENAI, include=[compile_pb2.COMPILE_RESULT_PART_PAYLOAD])
+        )
         assert compiled.ByteSize() > 4 << 20, "the test needs an answer over grpcio's default 4 MiB"
         assert len(compiled.result.payload.history) == 10 and compiled.result.version == committed.version
 
@@ -184,8 +187,43 @@ def test_a_commit_whose_connection_is_cut_after_it_applied_is_applied_once(sidec
     assert state.version == 1 and shape(state.history) == "USER:text"
 
 
+def compile_calls(sidecar) -> int:
+    """How many Compile RPCs the sidecar has answered OK (its /metrics counter)."""
+    series = 'contextd_rpc_requests_total{method="contextd.v1.ContextService/Compile",code="ok"} '
+    with urllib.request.urlopen(f"http://{sidecar.address}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(series):
+                return int(float(line[len(series) :]))
+    return 0
+
+
+def test_a_rendered_turn_sends_its_prompt_once(sidecar):
+    """With render set the rendered body is the prompt: no payload unless included, one Compile per turn."""
+    request = compile_pb2.CompileRequest(conversation_id="py-rendered-turns", render=OPENAI)
+    with Client(sidecar.address) as client:
+        before = compile_calls(sidecar)
+        result = client.turn(request, 0, [append_user(user_text("Weather in Oslo?"))])
+        assert compile_calls(sidecar) - before == 1
+        assert not result.HasField("payload") and b"Weather in Oslo?" in result.rendered.json
+        asked = compile_pb2.CompileRequest()
+        asked.CopyFrom(request)
+        asked.include.append(compile_pb2.COMPILE_RESULT_PART_PAYLOAD)
+        result = client.turn(asked, result.committed_version, [append_assistant("Rain."), append_user(user_text("Tomorrow?"))])
+        assert shape(result.payload.history) == "USER:text ASSISTANT:text USER:text" and b"Tomorrow?" in result.rendered.json
+
+    async def one_async_turn() -> compile_pb2.CompileResult:
+        async with AsyncClient(sidecar.address) as client:
+            return await client.turn(request, 2, [append_assistant("Sun."), append_user(user_text("Thanks!"))])
+
+    before = compile_calls(sidecar)
+    result = asyncio.run(asyncio.wait_for(one_async_turn(), timeout=30))
+    assert compile_calls(sidecar) - before == 1
+    assert result.committed_version == 3 and not result.HasField("payload") and b"Thanks!" in result.rendered.json
+
+
 def test_an_agent_loop_needs_one_rpc_per_model_call(sidecar):
-    request = compile_pb2.CompileRequest(conversation_id="py-turns", render=OPENAI)
+    # The typed payload beside the rendered body (a rendered compile sends it only when asked).
+    request = compile_pb2.CompileRequest(conversation_id="py-turns", render=OPENAI, include=[compile_pb2.COMPILE_RESULT_PART_PAYLOAD])
     with Client(sidecar.address) as client:
         result = client.turn(
             request, 0, [append_messages(state_pb2.SEGMENT_SYSTEM, system_text("You are terse.")), append_user(user_text("Weather in Oslo?"))]

@@ -23,8 +23,9 @@ import (
 // Like Compile with Commit, a turn gets a random idempotency key and is retried with it while its
 // outcome is unknown; a retry whose first attempt committed returns the compile of that version
 // (warning "idempotent_replay"). If the conversation moved on meanwhile, Turn compiles it as it is
-// now (without committing) so the result always has a payload; CommittedVersion then still says
-// which version the deltas produced.
+// now (without committing) so the result always has the prompt — Rendered when request.Render
+// names a provider (Payload then only with COMPILE_RESULT_PART_PAYLOAD in Include), else
+// Payload; CommittedVersion then still says which version the deltas produced.
 func (c *Client) Turn(ctx context.Context, request *contextdv1.CompileRequest, expectedVersion int64, deltas ...*contextdv1.Delta) (*contextdv1.CompileResult, error) {
 	if request.GetConversationId() == "" {
 		return nil, errors.New("contextd: Turn needs request.ConversationId (a turn commits to a stored conversation)")
@@ -39,10 +40,10 @@ func (c *Client) Turn(ctx context.Context, request *contextdv1.CompileRequest, e
 		return nil, err
 	}
 	result := response.GetResult()
-	if result.GetPayload() != nil {
+	if result.GetPayload() != nil || result.GetRendered() != nil {
 		return result, nil
 	}
-	// A replay after the conversation moved on carries versions only.
+	// A replay after the conversation moved on carries versions only, no prompt.
 	turn.Commit = nil
 	current, err := c.Compile(ctx, turn)
 	if err != nil {

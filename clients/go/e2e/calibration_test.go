@@ -34,6 +34,8 @@ func TestReportUsageCorrectsTheNextCompilesBudget(t *testing.T) {
 				History: &contextdv1.MessageList{Messages: history},
 				Budget:  &contextdv1.Budget{MaxTokens: 100, Estimator: &contextdv1.Estimator{Kind: contextdv1.EstimatorKind_ESTIMATOR_KIND_FIXED, FixedPerMessage: 10}},
 				Render:  &contextdv1.RenderOptions{Provider: contextdv1.Provider_PROVIDER_ANTHROPIC_MESSAGES, Model: "calibrated-" + name},
+				// The typed payload beside the rendered body (a rendered compile sends it only when asked).
+				Include: []contextdv1.CompileResultPart{contextdv1.CompileResultPart_COMPILE_RESULT_PART_PAYLOAD},
 			}
 			first, err := client.Compile(ctx, request)
 			if err != nil {

@@ -36,6 +36,8 @@ func TestDefaultLimitsCarryAFiveMegabyteCommitAndALargeCompile(t *testing.T) {
 			compiled, err := client.Compile(ctx, &contextdv1.CompileRequest{
 				ConversationId: id,
 				Render:         &contextdv1.RenderOptions{Provider: contextdv1.Provider_PROVIDER_OPENAI_CHAT, Model: "gpt-4o"},
+				// The typed payload beside the rendered body (a rendered compile sends it only when asked).
+				Include: []contextdv1.CompileResultPart{contextdv1.CompileResultPart_COMPILE_RESULT_PART_PAYLOAD},
 			})
 			if err != nil {
 				t.Fatalf("compile of the 5 MiB conversation with default options: %v", err)

@@ -32,11 +32,15 @@ export type ToolExecute = (input: any) => unknown;
 export type ResponseMessage = AssistantModelMessage | ToolModelMessage;
 
 /**
- * The prompt of a compile result (its payload, which a compile returns by default) as
- * `generateText`/`streamText` options: `{ ...aiSdkPrompt(result, { weather }), model }`.
+ * The prompt of a compile result (its typed payload) as `generateText`/`streamText` options:
+ * `{ ...aiSdkPrompt(result, { weather }), model }`. A compile without `render` always sends the
+ * payload; one with `render.provider` set sends its rendered body instead, and the payload only
+ * with `CompileResultPart.PAYLOAD` in `include` — compile for the AI SDK without `render`.
  */
 export function aiSdkPrompt(result: CompileResult, execute: Record<string, ToolExecute> = {}): AiSdkPrompt {
-  if (result.payload === undefined) throw new Error("aiSdkPrompt: the compile result has no payload (include PAYLOAD, or leave include empty)");
+  if (result.payload === undefined) {
+    throw new Error("aiSdkPrompt: the compile result has no payload: a compile with render.provider set sends it only with CompileResultPart.PAYLOAD in include (or compile without render)");
+  }
   const instructions: SystemModelMessage[] = [];
   const messages: ModelMessage[] = [];
   for (const message of payloadInOrder(result.payload)) {

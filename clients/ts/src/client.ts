@@ -302,8 +302,9 @@ export class Client {
    * Like compile with `commit`, a turn is keyed and retried while its outcome is unknown; a retry
    * whose first attempt committed returns the compile of that version (warning
    * "idempotent_replay"). If the conversation moved on meanwhile, turn compiles it as it is now
-   * (without committing) so the result always has a payload; `committedVersion` still says which
-   * version the deltas produced.
+   * (without committing) so the result always has the prompt (`rendered` when `request.render`
+   * names a provider, `payload` beside it only with `CompileResultPart.PAYLOAD` in `include`; else
+   * `payload`); `committedVersion` still says which version the deltas produced.
    */
   async turn(request: CompileRequestInit, expectedVersion: bigint | number, deltas: Delta[], options?: CallOptions): Promise<CompileResult> {
     if (!request.conversationId) throw new Error("contextd: turn needs request.conversationId (a turn commits to a stored conversation)");
@@ -311,8 +312,8 @@ export class Client {
     const turn = clone(CompileRequestSchema, create(CompileRequestSchema, request));
     turn.commit = create(CommitOptionsSchema, { expectedVersion: BigInt(expectedVersion), deltas, idempotencyKey: turn.commit?.idempotencyKey ?? "" });
     const result = (await this.compile(turn, options)).result!;
-    if (result.payload !== undefined) return result;
-    // A replay after the conversation moved on carries versions only.
+    if (result.payload !== undefined || result.rendered !== undefined) return result;
+    // A replay after the conversation moved on carries versions only, no prompt.
     turn.commit = undefined;
     const current = (await this.compile(turn, options)).result!;
     current.committedVersion = result.committedVersion;

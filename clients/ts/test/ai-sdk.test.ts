@@ -8,11 +8,13 @@ import { MockLanguageModelV4, convertArrayToReadableStream } from "ai/test";
 import { create } from "@bufbuild/protobuf";
 import { Client, Code, ContextdError, appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
 import { aiSdkPrompt, fromModelMessages, responseDeltas, toModelMessages } from "@contextd/client/ai-sdk";
-import { MessageSchema, Provider, Role, Segment, ToolDefinitionSchema, type Message } from "@contextd/client/v1";
+import { CompileResultPart, EstimatorKind, MessageSchema, Provider, Role, Segment, TokenizerEncoding, ToolDefinitionSchema, type Message } from "@contextd/client/v1";
 import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
 
 const usage = { inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 5, text: 5, reasoning: 0 } };
+// The AI SDK takes the typed payload; these tests check the rendered body too, so they ask for both.
 const render = { provider: Provider.OPENAI_CHAT, model: "gpt-4o" };
+const include = [CompileResultPart.PAYLOAD];
 const weather = create(ToolDefinitionSchema, {
   name: "weather",
   description: "The weather in a city",
@@ -38,7 +40,7 @@ after(async () => {
 
 describe("AI SDK", () => {
   test("generateText runs a tool loop on a compiled prompt, and its responseMessages come back equal from the next compile", async () => {
-    const request = { conversationId: freshId("ai-sdk-loop"), render };
+    const request = { conversationId: freshId("ai-sdk-loop"), render, include };
     const question = create(MessageSchema, {
       role: Role.USER,
       parts: [
@@ -95,7 +97,7 @@ describe("AI SDK", () => {
   });
 
   test("a finished streamText's responseMessages are stored like a generated answer, reasoning included", async () => {
-    const request = { conversationId: freshId("ai-sdk-stream"), render };
+    const request = { conversationId: freshId("ai-sdk-stream"), render, include };
     const first = await client.turn(request, 0n, [appendUser("Why is the sky blue?")]);
     const model = new MockLanguageModelV4({
       doStream: {
@@ -128,7 +130,7 @@ describe("AI SDK", () => {
   });
 
   test("a tool without execute ends the SDK's loop at its call; the call is stored open and answered later", async () => {
-    const request = { conversationId: freshId("ai-sdk-open"), render };
+    const request = { conversationId: freshId("ai-sdk-open"), render, include };
     const first = await client.turn(request, 0n, [setToolDefinitions(weather), appendUser("Weather in Bergen?")]);
     const model = new MockLanguageModelV4({
       doGenerate: { content: [{ type: "tool-call", toolCallId: "call-9", toolName: "weather", input: '{"city":"Bergen"}' }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] },
@@ -141,6 +143,17 @@ describe("AI SDK", () => {
     const answered = await client.turn(request, open.committedVersion, [appendToolResult("call-9", "weather", textPayload("rain"))]);
     const tail = aiSdkPrompt(answered).messages.at(-1)!;
     assert.deepEqual(tail, { role: "tool", content: [{ type: "tool-result", toolCallId: "call-9", toolName: "weather", output: { type: "text", value: "rain" } }] });
+  });
+
+  test("a compile without render carries the payload the SDK needs; a rendered one without PAYLOAD is refused by name", async () => {
+    const conversationId = freshId("ai-sdk-unrendered");
+    const estimator = { kind: EstimatorKind.TOKENIZER, encoding: TokenizerEncoding.O200K_BASE, provider: Provider.OPENAI_CHAT };
+    const unrendered = await client.turn({ conversationId, budget: { maxTokens: 2000n, estimator } }, 0n, [appendUser("Hi!")]);
+    assert.equal(unrendered.rendered, undefined);
+    assert.deepEqual(plain(aiSdkPrompt(unrendered).messages), [{ role: "user", content: [{ type: "text", text: "Hi!" }] }]);
+    const rendered = await client.turn({ conversationId, render }, unrendered.committedVersion, [appendUser("Again?")]);
+    assert.equal(rendered.payload, undefined);
+    assert.throws(() => aiSdkPrompt(rendered), /CompileResultPart\.PAYLOAD/);
   });
 
   test("what contextd has no typed form for is refused, naming the message and part; an unpaired result is refused by the engine", async () => {

@@ -75,7 +75,7 @@ for (const [protocol] of protocols) {
       const client = dial({ protocol });
       const model = freshId("calibrated");
       const history = Array.from({ length: 12 }, (_, index) => ({ id: `m${index}`, role: index % 2 === 0 ? 3 : 4, parts: [{ kind: { case: "text" as const, value: { text: `message ${index}` } } }] }));
-      const request = { history: { messages: history }, budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } }, render: { provider: Provider.ANTHROPIC_MESSAGES, model } };
+      const request = { history: { messages: history }, budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } }, render: { provider: Provider.ANTHROPIC_MESSAGES, model }, include: [CompileResultPart.PAYLOAD] };
       const first = (await client.compile(request)).result!;
       const calibration = first.calibration!;
       assert.equal(calibration.correction, 1);
@@ -108,7 +108,8 @@ for (const [protocol] of protocols) {
 
     test("turn commits what the agent produced and compiles the next prompt in one RPC", async () => {
       const client = dial({ protocol });
-      const request = { conversationId: freshId("turns"), render: openai };
+      // The typed payload beside the rendered body (a rendered compile sends it only when asked).
+      const request = { conversationId: freshId("turns"), render: openai, include: [CompileResultPart.PAYLOAD] };
       let result = await client.turn(request, 0n, [appendMessages(Segment.SYSTEM, systemText("You are terse.")), appendUser("Weather in Oslo?")]);
       assert.equal(result.committedVersion, 1n);
       const round = new ToolRound("", toolCall("call_1", "weather", '{"city":"Oslo"}')).answer("call_1", textPayload("4°C")).delta();
@@ -164,7 +165,7 @@ for (const [protocol] of protocols) {
       const deltas = [];
       for (let i = 0; i < 5; i++) deltas.push(appendUser(String.fromCharCode(97 + i).repeat(1 << 20)), appendAssistant("noted"));
       const committed = await client.commit({ conversationId, deltas });
-      const compiled = await client.compile({ conversationId, render: openai });
+      const compiled = await client.compile({ conversationId, render: openai, include: [CompileResultPart.PAYLOAD] });
       assert.equal(compiled.result!.payload!.history.length, 10);
       assert.equal(compiled.result!.version, committed.version);
       assert.ok(compiled.result!.rendered!.json.length > 5 * (1 << 20), "the answer carries the 5 MiB twice (payload and rendered body)");

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Client, Code, ContextdError, ToolRound, appendAssistant, appendUser, assistantText, remember, textPayload, toolCall } from "@contextd/client";
-import { BudgetStrategy, EstimatorKind, Provider, type Change } from "@contextd/client/v1";
+import { BudgetStrategy, CompileResultPart, EstimatorKind, Provider, type Change } from "@contextd/client/v1";
 import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
 
 let sidecar: Sidecar;
@@ -42,7 +42,7 @@ test("watchEvents yields the observer events of compiles; compileStream calls ba
   let result;
   let received;
   for (let tries = 0; received === undefined && tries < 50; tries++) {
-    result = await client.compileStream({ request: { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" } } }, (event) => streamed.push(event.event.case ?? ""));
+    result = await client.compileStream({ request: { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, include: [CompileResultPart.PAYLOAD] } }, (event) => streamed.push(event.event.case ?? ""));
     received = await Promise.race([first, new Promise<undefined>((resolve) => setTimeout(resolve, 100, undefined))]);
   }
   assert.ok(received && !received.done && received.value.event !== undefined, "no telemetry event arrived");

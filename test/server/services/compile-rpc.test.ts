@@ -52,7 +52,7 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
       details: 'conversation "compile-rpc/never-written" has no messages at version 0: commit some first (ConversationService.Commit, or commit.deltas on this compile) or send them in the request',
     });
     // Messages in the request, or no render, compile as before.
-    const inline = await client.unary(ContextService.method.compile, { conversationId: "compile-rpc/never-written", render, history: { messages: [history[0]!] } });
+    const inline = await client.unary(ContextService.method.compile, { conversationId: "compile-rpc/never-written", render, history: { messages: [history[0]!] }, include: [CompileResultPart.PAYLOAD] });
     expect(inline.result!.payload!.history.map((entry) => entry.id)).toEqual(["h0"]);
     const unrendered = await client.unary(ContextService.method.compile, { conversationId: "compile-rpc/never-written" });
     expect(unrendered.result!.payload!.history).toEqual([]);

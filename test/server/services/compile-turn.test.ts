@@ -33,12 +33,18 @@ function turnDeltas(answer: string, question: string): Delta[] {
   ];
 }
 
-function turn(conversationId: string, expectedVersion: bigint, deltas: Delta[], { idempotencyKey = "", maxTokens = 4_000n } = {}): MessageInitShape<typeof CompileRequestSchema> {
+function turn(
+  conversationId: string,
+  expectedVersion: bigint,
+  deltas: Delta[],
+  { idempotencyKey = "", maxTokens = 4_000n, include = [] as CompileResultPart[] } = {},
+): MessageInitShape<typeof CompileRequestSchema> {
   return {
     conversationId,
     commit: { expectedVersion, deltas, idempotencyKey },
     render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" },
     budget: { maxTokens, estimator: { kind: EstimatorKind.CHARS } },
+    include,
   };
 }
 
@@ -74,7 +80,7 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
   it("commits the deltas, compiles the state they produce, and stores the ids it compiled", async () => {
     const conversationId = newId();
     await seed(conversationId);
-    const { result } = await client.unary(ContextService.method.compile, turn(conversationId, 1n, turnDeltas("Hi! How can I help?", "What is 2 + 2?")));
+    const { result } = await client.unary(ContextService.method.compile, turn(conversationId, 1n, turnDeltas("Hi! How can I help?", "What is 2 + 2?"), { include: [CompileResultPart.PAYLOAD] }));
     expect(result!.version).toBe(2n);
     expect(result!.committedVersion).toBe(2n);
     const stored = await state(conversationId);
@@ -145,6 +151,7 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     const late = (await client.unary(ContextService.method.compile, request)).result!;
     expect(late.committedVersion).toBe(2n);
     expect(late.payload).toBeUndefined();
+    expect(late.rendered).toBeUndefined();
     expect(late.warnings.map((warning) => warning.code)).toEqual(["idempotent_replay"]);
     expect((await state(conversationId)).history).toHaveLength(4);
   });

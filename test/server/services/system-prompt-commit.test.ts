@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResultPart, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -48,6 +48,7 @@ describe.each(sidecarStores)("system-prompt blocks in a compile-commit (real sid
       systemPrompt: { toolGuidance: true, toolCallRules: true },
       render: { provider: Provider.OPENAI_RESPONSES, model: "gpt-4o" },
       commit: { expectedVersion: 1n },
+      include: [CompileResultPart.PAYLOAD],
     });
     expect(result!.committedVersion).toBe(2n);
     expect(result!.payload!.system.map((message) => message.id)).toEqual([toolGuidanceId, "sys", toolCallRulesId]);

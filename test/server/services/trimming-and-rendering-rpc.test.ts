@@ -2,7 +2,7 @@ import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind, ToolArgumentsRepair, TransformationReason, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResultPart, EstimatorKind, ToolArgumentsRepair, TransformationReason, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, PartSchema, Provider, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -56,6 +56,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
         // 90 tokens: system and the current turn take 20, so the budget alone would keep a6..a9.
         budget: { maxTokens: 90n, estimator: ten },
         render: { provider, model: "m" },
+        include: [CompileResultPart.PAYLOAD],
       });
       expect(result.payload!.history.map((m) => m.id)).toEqual(["q7", "a7", "q8", "a8", "q9", "a9", "now"]);
       expect(result.transformations["a6"]!.reason).toBe(TransformationReason.HISTORY_ALIGNMENT);
@@ -157,7 +158,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     const messages = (json(repaired.rendered!.json) as { messages: { role: string; content: Record<string, unknown>[] }[] }).messages;
     expect(messages[1]!.content[0]).toEqual({ type: "tool_use", id: "k1", name: "get_weather", input: { raw_arguments: "city=Oslo" } });
     expect(repaired.warnings.map((w) => w.code)).toContain("tool_arguments_repaired");
-    const dropped = await compile({ conversationId, render: anthropic, toolArgumentsRepair: ToolArgumentsRepair.DROP_ROUND });
+    const dropped = await compile({ conversationId, render: anthropic, toolArgumentsRepair: ToolArgumentsRepair.DROP_ROUND, include: [CompileResultPart.PAYLOAD] });
     expect(dropped.payload!.history.map((m) => m.id)).toEqual(["u1", "a2", "u2"]);
     const gemini = await compile({ conversationId, render: { provider: Provider.GEMINI, model: "gemini-2.5-pro" } });
     const contents = (json(gemini.rendered!.json) as { contents: { parts: { functionCall?: { args: unknown } }[] }[] }).contents;

@@ -1,6 +1,6 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResultPart, EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -25,6 +25,7 @@ describe("token calibration over gRPC (real sidecar)", () => {
     conversationId: "calibrated-1",
     budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
     render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-calibrated" },
+    include: [CompileResultPart.PAYLOAD],
   };
 
   it("trims the next compile to the corrected budget and reports the correction", async () => {

@@ -2,7 +2,7 @@ import { create, toJson, type JsonObject, type MessageInitShape } from "@bufbuil
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultPart, CompileResultSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { CommitResponseSchema, ConversationService, GetStateResponseSchema } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -29,6 +29,8 @@ const compileRequest = (extra: { conversationId?: string; history?: { messages: 
     system: { messages: [{ id: "sys", role: Role.SYSTEM, parts: [text("Be brief.")] }] },
     budget: { maxTokens: 80n },
     render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" },
+    // The typed payload beside the rendered body: the enum in every encoding, and ids to compare.
+    include: [CompileResultPart.PAYLOAD],
     ...extra,
   });
 

@@ -117,7 +117,14 @@ def without_commit(request: compile_pb2.CompileRequest) -> compile_pb2.CompileRe
     return read
 
 
-def replay_with_payload(replayed: compile_pb2.CompileResult, current: compile_pb2.CompileResult) -> compile_pb2.CompileResult:
+def has_prompt(result: compile_pb2.CompileResult) -> bool:
+    """Whether a compile result carries the prompt: `rendered` when the request rendered for a
+    provider (`payload` is then sent only with COMPILE_RESULT_PART_PAYLOAD), else `payload`. A
+    replayed turn whose conversation moved on carries neither."""
+    return result.HasField("rendered") or result.HasField("payload")
+
+
+def replay_with_prompt(replayed: compile_pb2.CompileResult, current: compile_pb2.CompileResult) -> compile_pb2.CompileResult:
     """A compile of the conversation as it is now, carrying what the replayed turn committed."""
     current.committed_version = replayed.committed_version
     warnings = list(replayed.warnings) + list(current.warnings)

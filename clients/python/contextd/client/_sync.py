@@ -17,11 +17,12 @@ from contextd.client._common import (
     Summarize,
     channel_credentials,
     channel_options,
+    has_prompt,
     keyed_commit,
     keyed_compile,
     lean_commit,
     lean_compile,
-    replay_with_payload,
+    replay_with_prompt,
     session_answer,
     turn_request,
     without_commit,
@@ -256,14 +257,16 @@ class Client:
         Like `compile` with `commit`, a turn is keyed and retried while its outcome is unknown; a
         retry whose first attempt committed returns the compile of that version (warning
         "idempotent_replay"). If the conversation moved on meanwhile, the conversation as it is
-        now is compiled (without committing) so the result always has a payload;
-        `committed_version` still says which version the deltas produced."""
+        now is compiled (without committing) so the result always has the prompt (`rendered`
+        when `request.render` names a provider, `payload` beside it only with
+        COMPILE_RESULT_PART_PAYLOAD in `include`; else `payload`); `committed_version` still says
+        which version the deltas produced."""
         turn = turn_request(request, expected_version, deltas)
         result = self.compile(turn, timeout=timeout).result
-        if result.HasField("payload"):
+        if has_prompt(result):
             return result
         current = self.compile(without_commit(turn), timeout=timeout).result
-        return replay_with_payload(result, current)
+        return replay_with_prompt(result, current)
 
     def count_tokens(
         self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None

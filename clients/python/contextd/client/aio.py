@@ -18,11 +18,12 @@ from contextd.client._common import (
     SummaryAnswer,
     channel_credentials,
     channel_options,
+    has_prompt,
     keyed_commit,
     keyed_compile,
     lean_commit,
     lean_compile,
-    replay_with_payload,
+    replay_with_prompt,
     session_answer,
     turn_request,
     without_commit,
@@ -221,10 +222,10 @@ class AsyncClient:
         """As `Client.turn`."""
         turn = turn_request(request, expected_version, deltas)
         result = (await self.compile(turn, timeout=timeout)).result
-        if result.HasField("payload"):
+        if has_prompt(result):
             return result
         current = (await self.compile(without_commit(turn), timeout=timeout)).result
-        return replay_with_payload(result, current)
+        return replay_with_prompt(result, current)
 
     async def count_tokens(
         self, request: context_service_pb2.CountTokensRequest, *, timeout: Optional[float] = None

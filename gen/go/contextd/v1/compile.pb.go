@@ -558,8 +558,9 @@ func (RedactionPattern) EnumDescriptor() ([]byte, []int) {
 }
 
 // A heavy part of `CompileResult`, sent only when `CompileRequest.include` names it. Each repeats
-// the conversation (or a per-message record of it), so a long conversation's default answer stays
-// about the size of its prompt.
+// the conversation, a per-message record of it, or (PAYLOAD) the prompt a rendered compile
+// already sends as its body, so a long conversation's default answer stays about the size of its
+// prompt.
 type CompileResultPart int32
 
 const (
@@ -578,6 +579,14 @@ const (
 	// messages sent unchanged (PASSED) and messages the budget dropped (reason
 	// TOKEN_BUDGET_EXCEEDED).
 	CompileResultPart_COMPILE_RESULT_PART_ALL_TRANSFORMATIONS CompileResultPart = 5
+	// `CompileResult.payload` when `render.provider` is set, and `Projection.messages` of a target
+	// with its own `render.provider`: the typed, provider-neutral prompt (message ids, parts, tool
+	// definitions) beside the rendered body, which is the same prompt as the provider's JSON.
+	// Byte for byte the payload a compile without this part would have built; what is derived from
+	// it (`usage`, `transformations`, `prefix_fingerprint`, `cache_impact`, what a `commit` stores)
+	// is the same with or without it. Without a render the payload is the only prompt and is always
+	// sent, so this part changes nothing there.
+	CompileResultPart_COMPILE_RESULT_PART_PAYLOAD CompileResultPart = 6
 )
 
 // Enum value maps for CompileResultPart.
@@ -589,6 +598,7 @@ var (
 		3: "COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT",
 		4: "COMPILE_RESULT_PART_PERSISTENCE",
 		5: "COMPILE_RESULT_PART_ALL_TRANSFORMATIONS",
+		6: "COMPILE_RESULT_PART_PAYLOAD",
 	}
 	CompileResultPart_value = map[string]int32{
 		"COMPILE_RESULT_PART_UNSPECIFIED":         0,
@@ -597,6 +607,7 @@ var (
 		"COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT":  3,
 		"COMPILE_RESULT_PART_PERSISTENCE":         4,
 		"COMPILE_RESULT_PART_ALL_TRANSFORMATIONS": 5,
+		"COMPILE_RESULT_PART_PAYLOAD":             6,
 	}
 )
 
@@ -2044,10 +2055,13 @@ func (x *TextReplacement) GetText() string {
 	return ""
 }
 
-// Provider rendering options.
+// Provider rendering options. With a provider set, the rendered body (`CompileResult.rendered`,
+// `Projection.rendered` for a target) is the prompt, and the typed copy of it (`payload`,
+// `Projection.messages`) is sent only when `CompileRequest.include` names
+// COMPILE_RESULT_PART_PAYLOAD.
 type RenderOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The provider; UNSPECIFIED = do not render.
+	// The provider; UNSPECIFIED = do not render (the answer then carries `payload`, always).
 	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
 	// The model name, used for model-specific rules and estimates.
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
@@ -2244,7 +2258,7 @@ type CommitOptions struct {
 	// overrides: a turn whose messages are all in `deltas`) and the conversation is still at that
 	// version, the retry compiles that version again and returns a full result, so a turn whose
 	// answer was lost costs one retry. Otherwise the compile is not run again and the result has no
-	// payload (`version` is then the expected version). The same key with a different request is
+	// prompt, neither `payload` nor `rendered` (`version` is then the expected version). The same key with a different request is
 	// INVALID_ARGUMENT. The Go and Python clients add a random key to every compile with `commit`
 	// that has none and retry unknown outcomes with it.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
@@ -2364,7 +2378,9 @@ type CompileRequest struct {
 	// Stored tool calls whose arguments are not a JSON object: how to render them (default AS_STRING).
 	ToolArgumentsRepair ToolArgumentsRepair `protobuf:"varint,26,opt,name=tool_arguments_repair,json=toolArgumentsRepair,proto3,enum=contextd.v1.ToolArgumentsRepair" json:"tool_arguments_repair,omitempty"`
 	// Parts of the result to send beyond the default (see `CompileResult`). Unset and unknown values
-	// are INVALID_ARGUMENT; a value given twice counts once.
+	// are INVALID_ARGUMENT; a value given twice counts once. With `render.provider` set, name
+	// COMPILE_RESULT_PART_PAYLOAD to get the typed `payload` beside the rendered body; without
+	// `render` the payload is always sent.
 	Include []CompileResultPart `protobuf:"varint,27,rep,packed,name=include,proto3,enum=contextd.v1.CompileResultPart" json:"include,omitempty"`
 	// Compile-only blocks assembled into the system segment from the tool definitions (see
 	// `SystemPromptOptions`). Absent = none: the system segment is sent as it is.
@@ -3334,7 +3350,8 @@ type Projection struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The rendered text (views) or empty.
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
-	// The messages (segment projections).
+	// The messages (segment projections). For a target with its own `render.provider`, only with
+	// COMPILE_RESULT_PART_PAYLOAD (`rendered` is then its prompt).
 	Messages []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Records of this projection only; the same subset as `CompileResult.transformations` unless
 	// COMPILE_RESULT_PART_ALL_TRANSFORMATIONS is included.
@@ -3780,17 +3797,20 @@ func (x *StageTiming) GetDurationNs() int64 {
 }
 
 // The result of a compile. By default it carries what an agent needs for its next model call:
-// `payload`, `rendered`, `usage`, `warnings`, `version` and `committed_version`, the records of
-// messages that were not sent unchanged (see `transformations`), the assigned ids
-// (`writeback.messages`), `introduced`, `projections`, `stage_timings` and `prefix_fingerprint`.
-// Its size follows the prompt, not the stored conversation. `source`, `normalized_snapshot`,
-// `writeback.snapshot`, `persistence` and the full record map are sent only when
+// the prompt once (`rendered` when `render.provider` is set, else `payload`), `usage`, `warnings`,
+// `version` and `committed_version`, the records of messages that were not sent unchanged (see
+// `transformations`), the assigned ids (`writeback.messages`), `introduced`, `projections`,
+// `stage_timings` and `prefix_fingerprint`. Its size follows the prompt, not the stored
+// conversation. `source`, `normalized_snapshot`, `writeback.snapshot`, `persistence`, the full
+// record map and, beside a rendered body, the typed `payload` are sent only when
 // `CompileRequest.include` names them.
 type CompileResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The compiled prompt.
+	// The compiled, provider-neutral prompt. Always sent when `render.provider` is UNSPECIFIED (or
+	// `render` is absent); with a provider set, only with COMPILE_RESULT_PART_PAYLOAD, since
+	// `rendered` is then the prompt.
 	Payload *CompiledPayload `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
-	// The provider body, when `render` was set.
+	// The provider body, when `render.provider` was set: what to send to the provider.
 	Rendered *RenderedRequest `protobuf:"bytes,2,opt,name=rendered,proto3" json:"rendered,omitempty"`
 	// The frozen normalised input. Only with COMPILE_RESULT_PART_SOURCE.
 	Source *CompileSource `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
@@ -4789,14 +4809,15 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x17REDACTION_PATTERN_PHONE\x10\x02\x12!\n" +
 	"\x1dREDACTION_PATTERN_CARD_NUMBER\x10\x03\x12 \n" +
 	"\x1cREDACTION_PATTERN_IP_ADDRESS\x10\x04\x12\x1d\n" +
-	"\x19REDACTION_PATTERN_API_KEY\x10\x05*\x83\x02\n" +
+	"\x19REDACTION_PATTERN_API_KEY\x10\x05*\xa4\x02\n" +
 	"\x11CompileResultPart\x12#\n" +
 	"\x1fCOMPILE_RESULT_PART_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCOMPILE_RESULT_PART_SOURCE\x10\x01\x12+\n" +
 	"'COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT\x10\x02\x12*\n" +
 	"&COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT\x10\x03\x12#\n" +
 	"\x1fCOMPILE_RESULT_PART_PERSISTENCE\x10\x04\x12+\n" +
-	"'COMPILE_RESULT_PART_ALL_TRANSFORMATIONS\x10\x05*\xed\x01\n" +
+	"'COMPILE_RESULT_PART_ALL_TRANSFORMATIONS\x10\x05\x12\x1f\n" +
+	"\x1bCOMPILE_RESULT_PART_PAYLOAD\x10\x06*\xed\x01\n" +
 	"\x14TransformationAction\x12%\n" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +

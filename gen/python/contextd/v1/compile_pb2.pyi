@@ -82,6 +82,7 @@ class CompileResultPart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT: _ClassVar[CompileResultPart]
     COMPILE_RESULT_PART_PERSISTENCE: _ClassVar[CompileResultPart]
     COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_PAYLOAD: _ClassVar[CompileResultPart]
 
 class TransformationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -155,6 +156,7 @@ COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT: CompileResultPart
 COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT: CompileResultPart
 COMPILE_RESULT_PART_PERSISTENCE: CompileResultPart
 COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: CompileResultPart
+COMPILE_RESULT_PART_PAYLOAD: CompileResultPart
 TRANSFORMATION_ACTION_UNSPECIFIED: TransformationAction
 TRANSFORMATION_ACTION_PASSED: TransformationAction
 TRANSFORMATION_ACTION_FORMATTED: TransformationAction

@@ -13,7 +13,7 @@
 // the noise).
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Cluster, Redis } from "ioredis";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,6 +27,7 @@ import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
 import { startRedis } from "../test/support/redis.js";
 import { startRedisCluster } from "../test/support/redis-cluster.js";
 import { startBuiltSidecar, type BuiltSidecar } from "./bench-processes.js";
+import { printCpuProfileParts } from "./cpu-profile-parts.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator, type LoadResult } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 
@@ -302,14 +303,17 @@ const rounds = 3;
  */
 async function alternatingWorkerRounds(redisUrl: string, storeProcesses: [string, number][], loadgen: string, directory: string, tag: string, commitMethod: string): Promise<void> {
   console.log(`1 vs 2 workers on Redis in ${rounds} alternating rounds (Commit RPC, concurrency 32, both sidecars running throughout)`);
-  const single = await startBuiltSidecar(["--redis-url", redisUrl]);
-  const pair = await startBuiltSidecar(["--redis-url", redisUrl, "--workers", "2"]);
+  // CONTEXTD_BENCH_CPU_PROFILE=1: every sidecar process writes a CPU profile on exit, summarised per call below.
+  const profiles = process.env.CONTEXTD_BENCH_CPU_PROFILE ? mkdtempSync(join(directory, "cpu-profiles-")) : undefined;
+  const nodeArgs = profiles === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profiles}`];
+  const single = await startBuiltSidecar(["--redis-url", redisUrl], nodeArgs);
+  const pair = await startBuiltSidecar(["--redis-url", redisUrl, "--workers", "2"], nodeArgs);
+  const measured: Measured<LoadResult>[][] = [[], []];
   try {
     const setups = [
       { label: "1 worker", sidecar: single, processes: [["sidecar", single.pids[0]!], ...storeProcesses] as [string, number][] },
       { label: "2 workers", sidecar: pair, processes: [...pair.pids.map((pid, index) => [index === 0 ? "primary" : `worker ${index}`, pid] as [string, number]), ...storeProcesses] },
     ];
-    const measured: Measured<LoadResult>[][] = [[], []];
     for (let round = 1; round <= rounds; round++) {
       for (const [index, setup] of setups.entries()) {
         const address = new URL(setup.sidecar.url).host;
@@ -329,6 +333,15 @@ async function alternatingWorkerRounds(redisUrl: string, storeProcesses: [string
   } finally {
     await single.stop();
     await pair.stop();
+  }
+  if (profiles === undefined) return;
+  const calls = (entries: Measured<LoadResult>[]) => entries.reduce((sum, entry) => sum + entry.result.calls + entry.result.warmupCalls, 0);
+  const files = (pids: number[]) => readdirSync(profiles).filter((name) => pids.includes(Number(name.split(".")[3]))).map((name) => join(profiles, name));
+  // The two workers' profiles together: which worker served which call is not known, their sum is.
+  for (const [label, pids, served] of [["1 worker", single.pids, calls(measured[0]!)], ["2 workers, both workers together", pair.pids.slice(1), calls(measured[1]!)]] as const) {
+    const found = files(pids);
+    if (found.length < pids.length) console.log(`${label}: CPU profiles missing (pids ${pids.join(", ")})`);
+    else printCpuProfileParts(`CPU profile, ${label}`, found, served);
   }
 }
 

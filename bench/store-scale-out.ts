@@ -302,34 +302,39 @@ const rounds = 3;
  * about the same load from the rest of the machine. Then the CPU budget from the medians.
  */
 async function alternatingWorkerRounds(redisUrl: string, storeProcesses: [string, number][], loadgen: string, directory: string, tag: string, commitMethod: string): Promise<void> {
-  console.log(`1 vs 2 workers on Redis in ${rounds} alternating rounds (Commit RPC, concurrency 32, both sidecars running throughout)`);
+  console.log(`1 vs 2 workers on Redis in ${rounds} alternating rounds (Commit RPC; 1 worker at concurrency 32 and 16, 2 workers at 32; both sidecars running throughout)`);
   // CONTEXTD_BENCH_CPU_PROFILE=1: every sidecar process writes a CPU profile on exit, summarised per call below.
   const profiles = process.env.CONTEXTD_BENCH_CPU_PROFILE ? mkdtempSync(join(directory, "cpu-profiles-")) : undefined;
   const nodeArgs = profiles === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profiles}`];
   const single = await startBuiltSidecar(["--redis-url", redisUrl], nodeArgs);
   const pair = await startBuiltSidecar(["--redis-url", redisUrl, "--workers", "2"], nodeArgs);
-  const measured: Measured<LoadResult>[][] = [[], []];
+  // 1 worker at c32, 2 workers at c32, 1 worker at c16.
+  const measured: Measured<LoadResult>[][] = [[], [], []];
   try {
+    // The control line: 1 worker at concurrency 16, the share of the calls each of 2 workers gets.
+    // Had the 2 workers' extra CPU per commit come from each seeing fewer calls at once (fewer per
+    // socket write and per event-loop turn), this line would show it too.
     const setups = [
-      { label: "1 worker", sidecar: single, processes: [["sidecar", single.pids[0]!], ...storeProcesses] as [string, number][] },
-      { label: "2 workers", sidecar: pair, processes: [...pair.pids.map((pid, index) => [index === 0 ? "primary" : `worker ${index}`, pid] as [string, number]), ...storeProcesses] },
+      { label: "1 worker, c32", index: 0, concurrency: 32, sidecar: single, processes: [["sidecar", single.pids[0]!], ...storeProcesses] as [string, number][] },
+      { label: "1 worker, c16", index: 2, concurrency: 16, sidecar: single, processes: [["sidecar", single.pids[0]!], ...storeProcesses] as [string, number][] },
+      { label: "2 workers, c32", index: 1, concurrency: 32, sidecar: pair, processes: [...pair.pids.map((pid, index) => [index === 0 ? "primary" : `worker ${index}`, pid] as [string, number]), ...storeProcesses] },
     ];
     for (let round = 1; round <= rounds; round++) {
-      for (const [index, setup] of setups.entries()) {
+      for (const setup of setups) {
         const address = new URL(setup.sidecar.url).host;
-        const requestsFile = commitRequestsFile(directory, tag, `round${round}-${index}`);
-        const result = withCpu(setup.processes, () => runLoadGenerator(loadgen, { address, method: commitMethod, requestsFile, concurrency: 32, seconds, warmupSeconds: 0.5, connections }));
-        measured[index]!.push(result);
-        line(`round ${round}: Commit RPC, redis, ${setup.label}, c32`, result, "commits");
+        const requestsFile = commitRequestsFile(directory, tag, `round${round}-${setup.index}`);
+        const result = withCpu(setup.processes, () => runLoadGenerator(loadgen, { address, method: commitMethod, requestsFile, concurrency: setup.concurrency, seconds, warmupSeconds: 0.5, connections }));
+        measured[setup.index]!.push(result);
+        line(`round ${round}: Commit RPC, redis, ${setup.label}`, result, "commits");
       }
       const [one, two] = [measured[0]![round - 1]!, measured[1]![round - 1]!];
       const otherCores = (entry: Measured<LoadResult>) => entry.cpu.otherSeconds / entry.result.seconds;
       console.log(
-        `round ${round}: 2 workers / 1 worker = ${(two.result.calls / two.result.seconds / (one.result.calls / one.result.seconds)).toFixed(2)}x ` +
+        `round ${round}: 2 workers / 1 worker (c32) = ${(two.result.calls / two.result.seconds / (one.result.calls / one.result.seconds)).toFixed(2)}x ` +
           `(the rest of the machine used ${Math.round(otherCores(one) * 100)}% and ${Math.round(otherCores(two) * 100)}% of a core beside them)`,
       );
     }
-    printCpuBudget(measured[0]!, measured[1]!);
+    printCpuBudget(measured[0]!, measured[1]!, measured[2]!);
   } finally {
     await single.stop();
     await pair.stop();
@@ -338,7 +343,7 @@ async function alternatingWorkerRounds(redisUrl: string, storeProcesses: [string
   const calls = (entries: Measured<LoadResult>[]) => entries.reduce((sum, entry) => sum + entry.result.calls + entry.result.warmupCalls, 0);
   const files = (pids: number[]) => readdirSync(profiles).filter((name) => pids.includes(Number(name.split(".")[3]))).map((name) => join(profiles, name));
   // The two workers' profiles together: which worker served which call is not known, their sum is.
-  for (const [label, pids, served] of [["1 worker", single.pids, calls(measured[0]!)], ["2 workers, both workers together", pair.pids.slice(1), calls(measured[1]!)]] as const) {
+  for (const [label, pids, served] of [["1 worker (its c32 and c16 lines)", single.pids, calls(measured[0]!) + calls(measured[2]!)], ["2 workers, both workers together", pair.pids.slice(1), calls(measured[1]!)]] as const) {
     const found = files(pids);
     if (found.length < pids.length) console.log(`${label}: CPU profiles missing (pids ${pids.join(", ")})`);
     else printCpuProfileParts(`CPU profile, ${label}`, found, served);
@@ -352,7 +357,7 @@ async function alternatingWorkerRounds(redisUrl: string, storeProcesses: [string
  * generator per commit). The ratio of the two bounds is the most 2 workers can give on this machine
  * with nothing else running.
  */
-function printCpuBudget(one: Measured<LoadResult>[], two: Measured<LoadResult>[]): void {
+function printCpuBudget(one: Measured<LoadResult>[], two: Measured<LoadResult>[], control: Measured<LoadResult>[]): void {
   const rate = (entries: Measured<LoadResult>[]) => median(entries.map((entry) => entry.result.calls / entry.result.seconds));
   const cost = (entries: Measured<LoadResult>[]) => {
     const each = entries.map(perCall);
@@ -365,6 +370,8 @@ function printCpuBudget(one: Measured<LoadResult>[], two: Measured<LoadResult>[]
     `CPU per commit (medians): 1 worker: sidecar ${Math.round(a.sidecar)} µs + Redis ${Math.round(a.store)} µs + load generator ${Math.round(a.loadGenerator)} µs, ${a.switches.toFixed(2)} sidecar context switches; ` +
       `2 workers: ${Math.round(b.sidecar)} µs + ${Math.round(b.store)} µs + ${Math.round(b.loadGenerator)} µs, ${b.switches.toFixed(2)} switches`,
   );
+  const c = cost(control);
+  console.log(`control, 1 worker at concurrency 16 (each of 2 workers' share of the calls): sidecar ${Math.round(c.sidecar)} µs per commit, ${c.switches.toFixed(2)} context switches`);
   const oneBound = 1e6 / a.sidecar;
   const twoBoundAtOne = 2e6 / (a.sidecar + a.store + a.loadGenerator);
   const twoBound = 2e6 / (b.sidecar + b.store + b.loadGenerator);

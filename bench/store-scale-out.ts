@@ -70,6 +70,15 @@ function contextSwitches(pid: number): number {
   }
 }
 
+/** Write system calls of a process so far (`syscw` of /proc/<pid>/io): one per socket write. */
+function writeCalls(pid: number): number {
+  try {
+    return Number(/^syscw:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/io`, "utf8"))![1]);
+  } catch {
+    return 0;
+  }
+}
+
 /** Busy and total CPU seconds of the whole machine, from /proc/stat. */
 function machineSeconds(): { busy: number; total: number } {
   const [, ...values] = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).map(Number);
@@ -84,6 +93,8 @@ interface CpuUse {
   loadGeneratorSeconds: number;
   /** Context switches of the sidecar's processes together. */
   sidecarSwitches: number;
+  /** Write system calls of the sidecar's processes together (to clients and to the store). */
+  sidecarWrites: number;
   /** Busy CPU seconds of everything else on the machine (other sessions, this bench's own process). */
   otherSeconds: number;
 }
@@ -103,6 +114,7 @@ const isSidecarProcess = (label: string) => /^(sidecar|primary|worker)/.test(lab
 function withCpu<T>(processes: [string, number][], measure: () => T): Measured<T> {
   const before = processes.map(([, pid]) => cpuSeconds(pid));
   const switchesBefore = processes.map(([, pid]) => contextSwitches(pid));
+  const writesBefore = processes.map(([, pid]) => writeCalls(pid));
   const childrenBefore = waitedChildrenSeconds();
   const machineBefore = machineSeconds();
   const started = process.hrtime.bigint();
@@ -118,6 +130,7 @@ function withCpu<T>(processes: [string, number][], measure: () => T): Measured<T
   shares.push(`machine ${Math.round(busy * 100)}% of ${Math.round(cores * 100)}%`);
   const sum = (select: (label: string) => boolean, values: number[]) => processes.reduce((total, [label], index) => (select(label) ? total + values[index]! : total), 0);
   const switches = processes.map(([, pid], index) => contextSwitches(pid) - switchesBefore[index]!);
+  const writes = processes.map(([, pid], index) => writeCalls(pid) - writesBefore[index]!);
   return {
     result,
     shares: shares.join(", "),
@@ -126,19 +139,21 @@ function withCpu<T>(processes: [string, number][], measure: () => T): Measured<T
       storeSeconds: sum((label) => !isSidecarProcess(label), used),
       loadGeneratorSeconds,
       sidecarSwitches: sum(isSidecarProcess, switches),
+      sidecarWrites: sum(isSidecarProcess, writes),
       otherSeconds: machineAfter.busy - machineBefore.busy - used.reduce((total, value) => total + value, 0) - loadGeneratorSeconds,
     },
   };
 }
 
 /** CPU microseconds per call of each part; the warm-up calls count too (the CPU window spans them). */
-function perCall(measured: Measured<LoadResult>): { sidecar: number; store: number; loadGenerator: number; switches: number } {
+function perCall(measured: Measured<LoadResult>): { sidecar: number; store: number; loadGenerator: number; switches: number; writes: number } {
   const calls = measured.result.calls + measured.result.warmupCalls;
   return {
     sidecar: (measured.cpu.sidecarSeconds / calls) * 1e6,
     store: (measured.cpu.storeSeconds / calls) * 1e6,
     loadGenerator: (measured.cpu.loadGeneratorSeconds / calls) * 1e6,
     switches: measured.cpu.sidecarSwitches / calls,
+    writes: measured.cpu.sidecarWrites / calls,
   };
 }
 
@@ -149,7 +164,7 @@ function line(label: string, measured: Measured<LoadResult>, unit: string): void
   console.log(
     `${label.padEnd(58)} p50 ${result.p50Ms.toFixed(3)} ms  p99 ${result.p99Ms.toFixed(3)} ms  ${Math.round(result.calls / result.seconds)} ${unit}/s  ` +
       `(n=${result.calls}; CPU per call: sidecar ${Math.round(each.sidecar)} µs, store ${Math.round(each.store)} µs, load generator ${Math.round(each.loadGenerator)} µs; ` +
-      `sidecar context switches per call ${each.switches.toFixed(2)}; CPU: ${shares})`,
+      `sidecar context switches per call ${each.switches.toFixed(2)}, socket writes per call ${each.writes.toFixed(2)}; CPU: ${shares})`,
   );
 }
 
@@ -361,17 +376,17 @@ function printCpuBudget(one: Measured<LoadResult>[], two: Measured<LoadResult>[]
   const rate = (entries: Measured<LoadResult>[]) => median(entries.map((entry) => entry.result.calls / entry.result.seconds));
   const cost = (entries: Measured<LoadResult>[]) => {
     const each = entries.map(perCall);
-    return { sidecar: median(each.map((entry) => entry.sidecar)), store: median(each.map((entry) => entry.store)), loadGenerator: median(each.map((entry) => entry.loadGenerator)), switches: median(each.map((entry) => entry.switches)) };
+    return { sidecar: median(each.map((entry) => entry.sidecar)), store: median(each.map((entry) => entry.store)), loadGenerator: median(each.map((entry) => entry.loadGenerator)), switches: median(each.map((entry) => entry.switches)), writes: median(each.map((entry) => entry.writes)) };
   };
   const [a, b] = [cost(one), cost(two)];
   const ratios = one.map((entry, index) => two[index]!.result.calls / two[index]!.result.seconds / (entry.result.calls / entry.result.seconds));
   console.log(`median over the rounds: 1 worker ${Math.round(rate(one))} commits/s, 2 workers ${Math.round(rate(two))} commits/s; median of the rounds' ratios ${median(ratios).toFixed(2)}x (target 1.4x)`);
   console.log(
-    `CPU per commit (medians): 1 worker: sidecar ${Math.round(a.sidecar)} µs + Redis ${Math.round(a.store)} µs + load generator ${Math.round(a.loadGenerator)} µs, ${a.switches.toFixed(2)} sidecar context switches; ` +
-      `2 workers: ${Math.round(b.sidecar)} µs + ${Math.round(b.store)} µs + ${Math.round(b.loadGenerator)} µs, ${b.switches.toFixed(2)} switches`,
+    `CPU per commit (medians): 1 worker: sidecar ${Math.round(a.sidecar)} µs + Redis ${Math.round(a.store)} µs + load generator ${Math.round(a.loadGenerator)} µs, ${a.switches.toFixed(2)} sidecar context switches and ${a.writes.toFixed(2)} socket writes; ` +
+      `2 workers: ${Math.round(b.sidecar)} µs + ${Math.round(b.store)} µs + ${Math.round(b.loadGenerator)} µs, ${b.switches.toFixed(2)} switches and ${b.writes.toFixed(2)} writes`,
   );
   const c = cost(control);
-  console.log(`control, 1 worker at concurrency 16 (each of 2 workers' share of the calls): sidecar ${Math.round(c.sidecar)} µs per commit, ${c.switches.toFixed(2)} context switches`);
+  console.log(`control, 1 worker at concurrency 16 (each of 2 workers' share of the calls): sidecar ${Math.round(c.sidecar)} µs per commit, ${c.switches.toFixed(2)} context switches, ${c.writes.toFixed(2)} socket writes`);
   const oneBound = 1e6 / a.sidecar;
   const twoBoundAtOne = 2e6 / (a.sidecar + a.store + a.loadGenerator);
   const twoBound = 2e6 / (b.sidecar + b.store + b.loadGenerator);

@@ -2,10 +2,12 @@
 // 32 (and Commit p50 at concurrency 1) through the real sidecar on one Redis with 1 and 2 workers,
 // and on a real six-node Redis Cluster, beside the bare commit script (EVALSHA) on each in the same
 // run, with every process's CPU share over each measurement (the load generator's too) and each
-// one's CPU per call. Then 1 and 2 workers side by side in alternating rounds (the ratio of each
-// round, and their median: the machine's other load changes between lines) and the CPU budget:
-// what 2 cores allow 2 workers at the CPU per commit each process was measured to spend. Run alone
-// with `CONTEXTD_BENCH_STORE_ONLY=scale-out npm run bench:store`.
+// one's CPU per call, context switches and socket writes. Then 1 and 2 workers side by side in
+// alternating rounds, with 1 worker at concurrency 16 as a control (the ratio of each round, and
+// their median: the machine's other load changes between lines), and the CPU budget: what 2 cores
+// allow 2 workers at the CPU per commit each process was measured to spend. Run alone with
+// `CONTEXTD_BENCH_STORE_ONLY=scale-out npm run bench:store`; the rounds alone with
+// `CONTEXTD_BENCH_STORE_ONLY=workers` (and `CONTEXTD_BENCH_CPU_PROFILE=1` to profile them).
 //
 // The calls come from the grpc-go load generator over 8 HTTP/2 connections (a sidecar with
 // --workers serves each connection from one worker, so one connection would keep one worker busy;

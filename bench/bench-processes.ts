@@ -19,11 +19,12 @@ export interface BuiltSidecar {
 
 /**
  * The built sidecar, next to this file in dist/ (test/support/sidecar.ts resolves dist/ from the
- * source tree, which does not hold once compiled), with `args` after `--port 0`.
+ * source tree, which does not hold once compiled), with `args` after `--port 0`, and `nodeArgs`
+ * (such as `--cpu-prof`) given to node itself; with --workers the workers inherit them.
  */
-export async function startBuiltSidecar(args: string[]): Promise<BuiltSidecar> {
+export async function startBuiltSidecar(args: string[], nodeArgs: string[] = []): Promise<BuiltSidecar> {
   const main = fileURLToPath(new URL("../src/main.js", import.meta.url));
-  const child = spawn(process.execPath, [main, "--port", "0", ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeArgs, main, "--port", "0", ...args], { stdio: ["ignore", "pipe", "inherit"] });
   let workers: number[] = [];
   const port = await new Promise<number>((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`sidecar exited with ${code}`)));

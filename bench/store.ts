@@ -110,9 +110,10 @@ function formatLoad(): string {
   return loadavg().map((value) => value.toFixed(2)).join(" / ");
 }
 
-// The scale-out lines (workers, Redis Cluster) alone, without the rest of this bench.
-if (process.env.CONTEXTD_BENCH_STORE_ONLY === "scale-out") {
-  await benchScaleOut();
+// The scale-out lines (workers, Redis Cluster) alone, without the rest of this bench; "workers":
+// only the alternating 1 vs 2 worker rounds and the CPU budget.
+if (process.env.CONTEXTD_BENCH_STORE_ONLY === "scale-out" || process.env.CONTEXTD_BENCH_STORE_ONLY === "workers") {
+  await benchScaleOut(process.env.CONTEXTD_BENCH_STORE_ONLY === "workers" ? "workers" : "all");
   process.exit(0);
 }
 const redis = await startRedis();
@@ -399,7 +400,7 @@ try {
   // The Postgres store's lines (bench/store-postgres.ts), with its own sidecar and PostgreSQL.
   await postgresStoreBench(loadgen, directory);
   console.log(`load average at end: ${formatLoad()}`);
-  await benchScaleOut();
+  await benchScaleOut("all");
 } finally {
   grpcJs.close();
   bare.disconnect();

@@ -12,6 +12,7 @@ import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
@@ -171,6 +172,8 @@ export class RedisConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
+  /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
+  private readonly lineage = new MessageListLineage();
   /** The stored layout of every state this process read or committed (see `StoredLayout`). */
   private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   /**
@@ -203,7 +206,7 @@ export class RedisConversationStore implements ConversationStore {
     if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
-    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes);
+    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, this.lineage);
     this.watchBlockMs = options.watchBlockMs ?? 1_000;
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;
@@ -234,7 +237,7 @@ export class RedisConversationStore implements ConversationStore {
 
   async load(conversationId: string): Promise<ConversationState> {
     const { state } = await this.read(conversationId, "");
-    this.codec.retainState(state);
+    this.codec.retainState(state, this.lineage);
     return state;
   }
 
@@ -252,7 +255,7 @@ export class RedisConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
-    if (outcome.state) this.codec.retainState(outcome.state);
+    if (outcome.state) this.codec.retainState(outcome.state, this.lineage);
     return outcome;
   }
 
@@ -527,7 +530,9 @@ export class RedisConversationStore implements ConversationStore {
       // The cached list itself where nothing was added (an empty one too), so what was derived
       // from it by identity (encodings, token counts) is found again.
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
-      lists.push(unchanged ? cached[segment] : from === 0 ? decoded : [...cached![segment], ...decoded]);
+      const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
+      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      lists.push(list);
       segments.push({ at, length: from + decoded.length, bytes });
     });
     const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];
@@ -577,6 +582,8 @@ export class RedisConversationStore implements ConversationStore {
       try {
         plan = planCommit(base, deltas, {
           deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
+          lineage: this.lineage,
+          idIndex: () => this.cache.idIndex(base),
           idempotencyKey,
           committedAtUnixMs: BigInt(this.now()),
           cleared,
@@ -672,7 +679,7 @@ export class RedisConversationStore implements ConversationStore {
       const before = base[segment];
       const after = next[segment];
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
-      const edit = segmentEdit(before, after);
+      const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
         args.push("=", String(before.length), String(before.length), "0");
         segments.push(first ? { ...was, at: version } : was);

@@ -45,7 +45,12 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
   const context: DeltaContext =
     lineage === undefined
       ? deltaContext
-      : { newMessageId: () => deltaContext.newMessageId(), lineage, messageIds: (state) => (ids === null ? (ids = idIndex?.()) : ids)?.lookupFor(state, lineage) };
+      : {
+          newMessageId: () => deltaContext.newMessageId(),
+          lineage,
+          messageIds: (state) => (ids === null ? (ids = idIndex?.()) : ids)?.lookupFor(state, lineage),
+          toolCallIds: (state, segment) => (ids === null ? (ids = idIndex?.()) : ids)?.toolCallLookupFor(state, segment, lineage),
+        };
   const applied = applyDeltas(base, deltas, context);
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };

@@ -1,7 +1,8 @@
+import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { MessageIdLookup } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
-import { storedSegments } from "./segment-edits.js";
+import { storedSegments, type StoredSegment } from "./segment-edits.js";
 
 /** Below this many messages a commit looks for its new ids in place; from it on, in an index. */
 export const indexedFromMessages = 1_024;
@@ -13,7 +14,9 @@ export const indexedFromMessages = 1_024;
  * Why it exists: every message a commit brings must have an id unused in the whole conversation.
  * Looked for in place, a one-message append to 100,000 stored messages compared 100,000 ids
  * (~5 ms of a ~11 ms Redis commit, bench:scale store commit lines); the index answers in constant
- * time and follows appends at the cost of the appended ids. Built once, on the first commit that
+ * time and follows appends at the cost of the appended ids. It keeps the same for tool-call ids,
+ * which must be unique within a segment: an appended tool round looked for its call's id in every
+ * earlier assistant message (~11 ms at 150,000 messages). Built once, on the first commit that
  * needs it; a commit that removes or replaces messages leaves it behind (the next commit builds it
  * again: that commit is linear in the conversation, as the edit was).
  */
@@ -21,6 +24,8 @@ export class MessageIdIndex {
   private constructor(
     private current: ConversationState,
     private readonly ids: Set<string>,
+    /** Per segment, the ids of the calls its ASSISTANT messages make (what tool-round checks look for). */
+    private readonly callIds: Record<StoredSegment, Set<string>>,
   ) {}
 
   /** The index of `state`'s ids, or undefined for a conversation short enough to look in place. */
@@ -29,8 +34,14 @@ export class MessageIdIndex {
     for (const segment of storedSegments) messages += state[segment].length;
     if (messages < indexedFromMessages) return undefined;
     const ids = new Set<string>();
-    for (const segment of storedSegments) for (const message of state[segment]) ids.add(message.id);
-    return new MessageIdIndex(state, ids);
+    const callIds = { system: new Set<string>(), history: new Set<string>(), memory: new Set<string>(), tools: new Set<string>() };
+    for (const segment of storedSegments) {
+      for (const message of state[segment]) {
+        ids.add(message.id);
+        addCallIds(callIds[segment], message);
+      }
+    }
+    return new MessageIdIndex(state, ids, callIds);
   }
 
   /** The state whose ids this holds. */
@@ -60,6 +71,22 @@ export class MessageIdIndex {
     };
   }
 
+  /** `lookupFor` for the tool-call ids of `state`'s `segment` (see `callIds`). */
+  toolCallLookupFor(state: ConversationState, segment: StoredSegment, lineage: MessageListLineage): MessageIdLookup | undefined {
+    const calls = this.callIds[segment];
+    if (state === this.current) return calls;
+    const base = this.current[segment];
+    const messages = state[segment];
+    if (!lineage.extends(messages, base)) return undefined;
+    return {
+      has(callId: string): boolean {
+        if (calls.has(callId)) return true;
+        for (let index = base.length; index < messages.length; index++) if (makesCall(messages[index]!, callId)) return true;
+        return false;
+      },
+    };
+  }
+
   /**
    * This index moved on to `next` (its appended ids added) when `next` extends its state, for the
    * store to keep beside `next`; undefined otherwise. The index then no longer answers for the
@@ -70,7 +97,10 @@ export class MessageIdIndex {
     if (!this.extendedBy(next, lineage)) return undefined;
     for (const segment of storedSegments) {
       const messages = next[segment];
-      for (let index = this.current[segment].length; index < messages.length; index++) this.ids.add(messages[index]!.id);
+      for (let index = this.current[segment].length; index < messages.length; index++) {
+        this.ids.add(messages[index]!.id);
+        addCallIds(this.callIds[segment], messages[index]!);
+      }
     }
     this.current = next;
     return this;
@@ -80,4 +110,16 @@ export class MessageIdIndex {
     for (const segment of storedSegments) if (!lineage.extends(state[segment], this.current[segment])) return false;
     return true;
   }
+}
+
+/** Adds the ids of the calls `message` makes, if it is an ASSISTANT message (as tool-round checks count them). */
+function addCallIds(into: Set<string>, message: Message): void {
+  if (message.role !== Role.ASSISTANT) return;
+  for (const part of message.parts) if (part.kind.case === "toolCall") into.add(part.kind.value.id);
+}
+
+function makesCall(message: Message, callId: string): boolean {
+  if (message.role !== Role.ASSISTANT) return false;
+  for (const part of message.parts) if (part.kind.case === "toolCall" && part.kind.value.id === callId) return true;
+  return false;
 }

@@ -108,7 +108,7 @@ const indexedConversationsLimit = 100_000;
 
 interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
-  contextdCommitBuffer(...args: (string | Buffer | number)[]): Promise<(Buffer | null)[]>;
+  contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
@@ -609,7 +609,8 @@ export class RedisConversationStore implements ConversationStore {
             fingerprint,
             this.idempotencyTtlSeconds,
             this.maxChanges,
-            ...write.args,
+            // As one array (ioredis flattens it), not spread: a call takes only so many arguments.
+            write.args,
           ),
         conversationId,
       ).catch((error: unknown) => {
@@ -688,7 +689,9 @@ export class RedisConversationStore implements ConversationStore {
       const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
-      args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length), ...encodings);
+      // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
+      args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length));
+      for (const encoding of encodings) args.push(encoding);
       const appended = edit.keepPrefix && edit.keep === before.length;
       // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
@@ -710,7 +713,7 @@ export class RedisConversationStore implements ConversationStore {
    * (pipelined: on a cluster both go to the master of the conversation's slot, which is the node
    * whose replicas WAIT counts). `acknowledged` is how many replicas had the script's writes.
    */
-  private async runCommitScript(...args: (string | Buffer | number)[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
+  private async runCommitScript(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
     if (this.waitReplicas === 0) return { reply: await this.redis.contextdCommitBuffer(...args), acknowledged: 0 };
     const pipeline = this.redis.pipeline() as ReturnType<Redis["pipeline"]> & Scripts;
     pipeline.contextdCommitBuffer(...args);

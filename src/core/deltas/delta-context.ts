@@ -1,5 +1,6 @@
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { MessageListLineage } from "../model/message-list-lineage.js";
+import type { SegmentField } from "../model/segments.js";
 
 /** Answers whether a message id is taken (an index of a state's ids, or a view over one). */
 export interface MessageIdLookup {
@@ -21,6 +22,11 @@ export interface DeltaContext {
    * compared 100,000 ids (~2-17 ms).
    */
   messageIds?(state: ConversationState): MessageIdLookup | undefined;
+  /**
+   * The ids of the tool calls made by the ASSISTANT messages of `state`'s `segment`, when the
+   * caller keeps them (beside `messageIds`); undefined otherwise, and they are looked for in place.
+   */
+  toolCallIds?(state: ConversationState, segment: SegmentField): MessageIdLookup | undefined;
   /** Where the caller records which lists the batch made by appending (see `MessageListLineage`). */
   lineage?: MessageListLineage;
 }

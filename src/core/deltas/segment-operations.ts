@@ -75,7 +75,7 @@ export function withValidSegment(state: ConversationState, field: SegmentField, 
 export function withAppendedMessages(state: ConversationState, field: SegmentField, added: readonly Message[], context?: DeltaContext): ConversationState {
   const before = state[field];
   const messages = before.concat(added);
-  assertValidExtension(before, messages, field, { allowOpenTail: field === "history" });
+  assertValidExtension(before, messages, field, { allowOpenTail: field === "history" }, context?.toolCallIds?.(state, field));
   context?.lineage?.appended(before, messages);
   return { ...state, [field]: messages };
 }

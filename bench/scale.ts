@@ -24,6 +24,7 @@ import { RedisConversationStore } from "../src/store/redis-conversation-store.js
 import { startRedis } from "../test/support/redis.js";
 import { startBuiltSidecar, startDoNothingResponder, type BuiltSidecar } from "./bench-processes.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
+import { storeCommitsAtScale } from "./store-commits.js";
 import { loadavg } from "node:os";
 
 /** `CONTEXTD_SCALE_SIZES=100,1000,10000` measures fewer sizes (e.g. against a build that writes whole states). */
@@ -114,6 +115,17 @@ interface SizeResult {
 }
 
 const redis = await startRedis();
+// The store-commit lines alone (bench/store-commits.ts), without the sidecars' turns.
+if (process.env.CONTEXTD_SCALE_ONLY === "store-commits") {
+  try {
+    console.log(`load average at start: ${loadavg().map((value) => value.toFixed(2)).join(" / ")} (1/5/15 min; the cores are shared with other work)`);
+    await storeCommitsAtScale(redis.url, agentSizes, { prose });
+    console.log(`load average at end: ${loadavg().map((value) => value.toFixed(2)).join(" / ")}`);
+  } finally {
+    await redis.stop();
+  }
+  process.exit(0);
+}
 const raw = new Redis(redis.url);
 /** How much an INFO stats counter grows while `action` runs, less the INFO calls' own traffic. */
 async function counted(name: string, action: () => Promise<unknown>): Promise<number> {
@@ -350,6 +362,7 @@ try {
       console.log(`  ${store} at ${size.toLocaleString("en-US")}, in process: commit ${ms(split.commit)} + load ${ms(split.load)} vs compile ${ms(split.compile)}: the ${side} side dominates`);
     }
   }
+  await storeCommitsAtScale(redis.url, agentSizes, { prose });
   console.log(`load average at end: ${loadavg().map((value) => value.toFixed(2)).join(" / ")}`);
 } finally {
   raw.disconnect();

@@ -1,3 +1,4 @@
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import type { WireType } from "@bufbuild/protobuf/wire";
 import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
@@ -118,8 +119,8 @@ export class Codec {
    * their encodings. Only a store calls this, for the states it hands out (its contract: they are
    * never modified); cheap for a state declared before.
    */
-  retainState(state: ConversationState): void {
-    this.retained?.retainStoredState(state);
+  retainState(state: ConversationState, lineage?: MessageListLineage): void {
+    this.retained?.retainStoredState(state, lineage);
   }
 
   get stats(): CodecStats {

@@ -1,4 +1,6 @@
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 
 /**
  * Encodings that `protobuf-encoder.ts` keeps from one call to the next, for objects that can no
@@ -37,8 +39,12 @@ export class RetainedEncodings {
 
   constructor(readonly maxBytes: number) {}
 
-  /** Marks the message lists of `state` and their elements as immutable; cheap for a state seen before. */
-  retainStoredState(state: ConversationState): void {
+  /**
+   * Marks the message lists of `state` and their elements as immutable; cheap for a state seen
+   * before. `lineage`, the store's record of appended lists, spares comparing a list with the one
+   * it extends element by element.
+   */
+  retainStoredState(state: ConversationState, lineage?: MessageListLineage): void {
     if (this.states.has(state)) return;
     this.states.add(state);
     for (const name of stateListNames) {
@@ -47,7 +53,7 @@ export class RetainedEncodings {
       let home = this.lists.get(list);
       let from = 0;
       if (home === undefined) {
-        const extended = this.extendHome(list);
+        const extended = this.extendHome(list, lineage);
         home = extended?.home ?? { list, encodings: undefined };
         from = extended?.from ?? 0;
         this.lists.set(list, home);
@@ -74,13 +80,16 @@ export class RetainedEncodings {
    * 100,000-message history took ~7.5 ms per commit here (p50 of 30 appends), this ~0.33 ms
    * (0.16 → 0.011 ms at 10,000). Returns the home and the index from which `list`'s elements need marks.
    */
-  private extendHome(list: readonly object[]): { home: RetainedList; from: number } | undefined {
+  private extendHome(list: readonly object[], lineage: MessageListLineage | undefined): { home: RetainedList; from: number } | undefined {
     const first = this.messages.get(list[0]!);
     const home = first?.home;
     if (home === undefined || first!.index !== 0) return undefined;
     const previous = home.list;
     if (previous.length > list.length) return undefined;
-    for (let index = 0; index < previous.length; index++) if (list[index] !== previous[index]) return undefined;
+    // Known from the appends that made `list` (1 µs), or compared (~0.3 ms at 100,000 messages).
+    if (!lineage?.extends(list as readonly Message[], previous as readonly Message[])) {
+      for (let index = 0; index < previous.length; index++) if (list[index] !== previous[index]) return undefined;
+    }
     this.lists.set(previous, { list: previous, encodings: home.encodings });
     home.list = list;
     home.encodings = undefined;

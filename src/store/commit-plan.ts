@@ -4,6 +4,8 @@ import { ChangeSchema, type Change } from "../../gen/ts/contextd/v1/conversation
 import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
+import type { MessageIdIndex } from "./message-id-index.js";
 
 /** The state of a conversation never written (or unknown): empty, version 0. */
 export function emptyConversationState(conversationId: string): ConversationState {
@@ -17,7 +19,15 @@ export interface CommitPlan {
 }
 
 export interface CommitPlanOptions {
+  /** Ids for messages that arrive without one. */
   deltaContext: DeltaContext;
+  /** The store's record of appended lists: the batch's appends are recorded in it. */
+  lineage?: MessageListLineage;
+  /**
+   * The index of the base state's message ids, when the store keeps one (see `MessageIdIndex`):
+   * asked for once, when the batch first brings a message (a removal never builds one).
+   */
+  idIndex?: () => MessageIdIndex | undefined;
   idempotencyKey: string;
   /** Commit time in Unix milliseconds (the store's clock; core never reads one). */
   committedAtUnixMs: bigint;
@@ -30,7 +40,18 @@ export const clearStateDeltas: readonly Delta[] = [create(DeltaSchema, { operati
 
 /** Both stores compute a commit the same way; they differ only in how they make it atomic. */
 export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
-  const applied = applyDeltas(base, deltas, options.deltaContext);
+  const { lineage, idIndex, deltaContext } = options;
+  let ids: MessageIdIndex | undefined | null = null;
+  const context: DeltaContext =
+    lineage === undefined
+      ? deltaContext
+      : {
+          newMessageId: () => deltaContext.newMessageId(),
+          lineage,
+          messageIds: (state) => (ids === null ? (ids = idIndex?.()) : ids)?.lookupFor(state, lineage),
+          toolCallIds: (state, segment) => (ids === null ? (ids = idIndex?.()) : ids)?.toolCallLookupFor(state, segment, lineage),
+        };
+  const applied = applyDeltas(base, deltas, context);
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };
   const change = create(ChangeSchema, {

@@ -5,9 +5,11 @@ import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation
 import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
+import { MessageIdIndex } from "./message-id-index.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -32,12 +34,8 @@ interface Conversation {
   state: ConversationState;
   changes: Change[];
   /** The ids of every message of `state`, once a commit to a long conversation asked for them. */
-  ids?: Set<string>;
+  ids?: MessageIdIndex;
 }
-
-/** Below this many messages a commit looks for its new ids in place; from it on, in a kept index. */
-const indexedFromMessages = 1_024;
-const segmentFields = ["system", "history", "memory", "tools"] as const;
 
 export const defaultMaxChangesPerConversation = 10_000;
 export const defaultIdempotencyTtlMs = 24 * 60 * 60 * 1000;
@@ -54,6 +52,8 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly codec: Codec;
+  /** Which segment lists the commits made by appending to which. */
+  private readonly lineage = new MessageListLineage();
 
   constructor(options: MemoryStoreOptions = {}) {
     this.codec = options.codec ?? new Codec();
@@ -70,7 +70,7 @@ export class MemoryConversationStore implements ConversationStore {
   async load(conversationId: string): Promise<ConversationState> {
     requireStorableText("conversation_id", conversationId);
     const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
-    this.codec.retainState(state);
+    this.codec.retainState(state, this.lineage);
     return state;
   }
 
@@ -88,7 +88,7 @@ export class MemoryConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
-    if (outcome.state) this.codec.retainState(outcome.state);
+    if (outcome.state) this.codec.retainState(outcome.state, this.lineage);
     return outcome;
   }
 
@@ -161,13 +161,18 @@ export class MemoryConversationStore implements ConversationStore {
     }
     const ids = messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext;
     const plan = planCommit(base, deltas, {
-      deltaContext: { newMessageId: () => ids.newMessageId(), messageIds: (state) => (state === base && conversation ? idIndex(conversation) : undefined) },
+      deltaContext: ids,
+      lineage: this.lineage,
+      idIndex: () => {
+        if (conversation && conversation.ids?.state !== base) conversation.ids = MessageIdIndex.of(base);
+        return conversation?.ids;
+      },
       idempotencyKey,
       committedAtUnixMs: BigInt(this.now()),
       cleared,
     });
     const target: Conversation = conversation ?? { state: base, changes: [] };
-    target.ids = extendedIdIndex(target, plan.state);
+    target.ids = target.ids?.advancedTo(plan.state, this.lineage);
     target.state = plan.state;
     target.changes.push(plan.change);
     if (target.changes.length > this.maxChanges) target.changes.splice(0, target.changes.length - this.maxChanges);
@@ -199,40 +204,4 @@ export class MemoryConversationStore implements ConversationStore {
       signal.addEventListener("abort", done, { once: true });
     });
   }
-}
-
-/** The ids of every message of the conversation's state (built on first use), or undefined for a short one. */
-function idIndex(conversation: Conversation): ReadonlySet<string> | undefined {
-  if (conversation.ids) return conversation.ids;
-  const state = conversation.state;
-  let messages = 0;
-  for (const field of segmentFields) messages += state[field].length;
-  if (messages < indexedFromMessages) return undefined;
-  const ids = new Set<string>();
-  for (const field of segmentFields) for (const message of state[field]) ids.add(message.id);
-  conversation.ids = ids;
-  return ids;
-}
-
-/**
- * The index for `next`: the current one with the new messages' ids when every segment of `next`
- * extends the current one (the same message objects first, one pointer compare each), else none
- * (rebuilt when a commit needs it).
- */
-function extendedIdIndex(conversation: Conversation, next: ConversationState): Set<string> | undefined {
-  const ids = conversation.ids;
-  if (!ids) return undefined;
-  const current = conversation.state;
-  for (const field of segmentFields) {
-    const before = current[field];
-    const after = next[field];
-    if (after === before) continue;
-    if (after.length < before.length) return undefined;
-    for (let index = before.length - 1; index >= 0; index--) if (after[index] !== before[index]) return undefined;
-  }
-  for (const field of segmentFields) {
-    const after = next[field];
-    for (let index = current[field].length; index < after.length; index++) ids.add(after[index]!.id);
-  }
-  return ids;
 }

@@ -7,6 +7,7 @@ import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
@@ -115,6 +116,8 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
+  /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
+  private readonly lineage = new MessageListLineage();
   private readonly codec: Codec;
   private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   /** Until the schema is migrated: the migration in progress (reset when it fails, so the next call tries again). */
@@ -137,7 +140,7 @@ export class PostgresConversationStore implements ConversationStore {
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
-    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes);
+    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, this.lineage);
     this.watchPollMs = options.watchPollMs ?? 1_000;
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;
@@ -170,7 +173,7 @@ export class PostgresConversationStore implements ConversationStore {
 
   async load(conversationId: string): Promise<ConversationState> {
     const { state } = await this.read(conversationId, "");
-    this.codec.retainState(state);
+    this.codec.retainState(state, this.lineage);
     return state;
   }
 
@@ -188,7 +191,7 @@ export class PostgresConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
-    if (outcome.state) this.codec.retainState(outcome.state);
+    if (outcome.state) this.codec.retainState(outcome.state, this.lineage);
     return outcome;
   }
 
@@ -469,7 +472,9 @@ export class PostgresConversationStore implements ConversationStore {
         }
       });
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
-      lists.push(unchanged ? cached[segment] : from === 0 ? decoded : [...cached![segment], ...decoded]);
+      const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
+      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      lists.push(list);
       segments.push({ at: header.segment_at![index]!, length, bytes });
     });
     const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];
@@ -514,6 +519,8 @@ export class PostgresConversationStore implements ConversationStore {
       try {
         plan = planCommit(base, deltas, {
           deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
+          lineage: this.lineage,
+          idIndex: () => this.cache.idIndex(base),
           idempotencyKey,
           committedAtUnixMs: BigInt(this.now()),
           cleared,
@@ -600,7 +607,7 @@ export class PostgresConversationStore implements ConversationStore {
       const before = base[segment];
       const after = next[segment];
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
-      const edit = segmentEdit(before, after);
+      const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
         modes.push("=");
         keeps.push(before.length);

@@ -12,6 +12,7 @@ import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
@@ -116,7 +117,7 @@ const indexedConversationsLimit = 100_000;
 
 interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
-  contextdCommitBuffer(...args: (string | Buffer | number)[]): Promise<(Buffer | null)[]>;
+  contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
@@ -180,6 +181,8 @@ export class RedisConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
+  /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
+  private readonly lineage = new MessageListLineage();
   /** The stored layout of every state this process read or committed (see `StoredLayout`). */
   private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   /**
@@ -212,7 +215,7 @@ export class RedisConversationStore implements ConversationStore {
     if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
-    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes);
+    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, this.lineage);
     this.watchBlockMs = options.watchBlockMs ?? 1_000;
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;
@@ -253,7 +256,7 @@ export class RedisConversationStore implements ConversationStore {
 
   async load(conversationId: string): Promise<ConversationState> {
     const { state } = await this.read(conversationId, "");
-    this.codec.retainState(state);
+    this.codec.retainState(state, this.lineage);
     return state;
   }
 
@@ -271,7 +274,7 @@ export class RedisConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
-    if (outcome.state) this.codec.retainState(outcome.state);
+    if (outcome.state) this.codec.retainState(outcome.state, this.lineage);
     return outcome;
   }
 
@@ -546,7 +549,9 @@ export class RedisConversationStore implements ConversationStore {
       // The cached list itself where nothing was added (an empty one too), so what was derived
       // from it by identity (encodings, token counts) is found again.
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
-      lists.push(unchanged ? cached[segment] : from === 0 ? decoded : [...cached![segment], ...decoded]);
+      const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
+      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      lists.push(list);
       segments.push({ at, length: from + decoded.length, bytes });
     });
     const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];
@@ -596,6 +601,8 @@ export class RedisConversationStore implements ConversationStore {
       try {
         plan = planCommit(base, deltas, {
           deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
+          lineage: this.lineage,
+          idIndex: () => this.cache.idIndex(base),
           idempotencyKey,
           committedAtUnixMs: BigInt(this.now()),
           cleared,
@@ -621,7 +628,8 @@ export class RedisConversationStore implements ConversationStore {
             fingerprint,
             this.idempotencyTtlSeconds,
             this.maxChanges,
-            ...write.args,
+            // As one array (ioredis flattens it), not spread: a call takes only so many arguments.
+            write.args,
           ),
         conversationId,
       ).catch((error: unknown) => {
@@ -691,7 +699,7 @@ export class RedisConversationStore implements ConversationStore {
       const before = base[segment];
       const after = next[segment];
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
-      const edit = segmentEdit(before, after);
+      const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
         args.push("=", String(before.length), String(before.length), "0");
         segments.push(first ? { ...was, at: version } : was);
@@ -700,7 +708,9 @@ export class RedisConversationStore implements ConversationStore {
       const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
-      args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length), ...encodings);
+      // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
+      args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length));
+      for (const encoding of encodings) args.push(encoding);
       const appended = edit.keepPrefix && edit.keep === before.length;
       // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
@@ -722,7 +732,7 @@ export class RedisConversationStore implements ConversationStore {
    * (pipelined: on a cluster both go to the master of the conversation's slot, which is the node
    * whose replicas WAIT counts). `acknowledged` is how many replicas had the script's writes.
    */
-  private async runCommitScript(...args: (string | Buffer | number)[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
+  private async runCommitScript(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
     if (this.waitReplicas === 0) return { reply: await this.redis.contextdCommitBuffer(...args), acknowledged: 0 };
     const pipeline = this.redis.pipeline() as ReturnType<Redis["pipeline"]> & Scripts;
     pipeline.contextdCommitBuffer(...args);

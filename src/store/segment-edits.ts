@@ -1,5 +1,6 @@
 import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 
 /**
  * What a store writes for a commit, found by comparing the state before and after it: shared by
@@ -14,11 +15,15 @@ export type StoredSegment = (typeof storedSegments)[number];
 /**
  * How `after` differs from `before`, by message identity: undefined for the same messages;
  * otherwise how many to keep from the head (`keepPrefix`) or from the tail, and the messages to
- * write beside them. Linear in the list (one identity comparison per message), with no allocation
- * beyond the messages written.
+ * write beside them. When `lineage` knows `after` was made by appending to `before` (every append
+ * of core records it), the appended messages alone, in time proportional to them; otherwise linear
+ * in the list (one identity comparison per message), with no allocation beyond the messages written.
  */
-export function segmentEdit(before: readonly Message[], after: readonly Message[]): { keepPrefix: boolean; keep: number; messages: Message[] } | undefined {
+export function segmentEdit(before: readonly Message[], after: readonly Message[], lineage?: MessageListLineage): { keepPrefix: boolean; keep: number; messages: Message[] } | undefined {
   if (after === before) return undefined;
+  if (lineage?.extends(after, before)) {
+    return after.length === before.length ? undefined : { keepPrefix: true, keep: before.length, messages: after.slice(before.length) };
+  }
   const shorter = Math.min(before.length, after.length);
   let prefix = 0;
   while (prefix < shorter && after[prefix] === before[prefix]) prefix++;

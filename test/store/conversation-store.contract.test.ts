@@ -4,7 +4,7 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
@@ -383,6 +383,73 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await rejection(store.commit(id, undefined, [round], ""))).rawMessage).toMatch(/results\[0\]: duplicate message id "round"/);
   });
 
+  it("in a 20,000-message conversation (indexed ids) refuses a duplicate message id and a duplicate tool-call id, applies nothing of such a batch, and takes edits of old messages", async () => {
+    const id = freshId("long-index");
+    // Long enough for the stores' id index (from 1,024 messages); 100,000 took ~15 s per store here.
+    const size = 20_000;
+    const round = (prefix: string, callId: string) =>
+      delta({
+        case: "appendToolRound",
+        value: {
+          assistant: create(MessageSchema, { id: `${prefix}-a`, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: callId, name: "f", arguments: { data: "{}" } } } }] }),
+          results: [create(MessageSchema, { id: `${prefix}-r`, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "f", payload: { text: "r" } } } }] })],
+        },
+      });
+    await store.commit(id, undefined, [round("first", "early-call")], "");
+    for (let start = 0; start < size - 2; start += 10_000) {
+      const count = Math.min(10_000, size - 2 - start);
+      await store.commit(id, undefined, [appendHistory(...Array.from({ length: count }, (_, offset) => textMessage(`h${start + offset}`, Role.USER, "x")))], "");
+    }
+    for (let turn = 0; turn < 5; turn++) await store.commit(id, undefined, [appendHistory(textMessage(`t${turn}`, Role.USER, "turn"))], "");
+    const before = await store.load(id);
+    expect(before.history.length).toBe(size + 5);
+    const refused = async (deltas: Delta[]) => (await rejection(store.commit(id, undefined, deltas, ""))).rawMessage;
+    expect(await refused([appendHistory(textMessage("h0", Role.USER, "again"))])).toMatch(/duplicate message id "h0"/);
+    expect(await refused([appendHistory(textMessage(`h${size - 3}`, Role.USER, "again"))])).toMatch(new RegExp(`duplicate message id "h${size - 3}"`));
+    expect(await refused([appendHistory(textMessage("t4", Role.USER, "again"))])).toMatch(/duplicate message id "t4"/);
+    // Within one batch: an id the batch appended itself, then an old one behind a new one.
+    expect(await refused([appendHistory(textMessage("n1", Role.USER, "new")), appendHistory(textMessage("n1", Role.USER, "twice"))])).toMatch(/deltas\[1\].*duplicate message id "n1"/);
+    expect(await refused([appendHistory(textMessage("n2", Role.USER, "new")), appendHistory(textMessage("first-a", Role.USER, "old"))])).toMatch(/deltas\[1\].*duplicate message id "first-a"/);
+    expect(await refused([round("late", "early-call")])).toMatch(/duplicate_tool_call_id.*"early-call"/);
+    expect(await refused([round("late", "late-call"), round("later", "late-call")])).toMatch(/deltas\[1\].*duplicate_tool_call_id.*"late-call"/);
+    expect(await store.currentVersion(id)).toBe(before.version);
+    // A new round and new messages go in; then old messages are removed and replaced, and their ids come free.
+    await store.commit(id, undefined, [round("late", "late-call"), appendHistory(textMessage("n1", Role.USER, "new"))], "");
+    expect(await refused([round("later", "late-call")])).toMatch(/duplicate_tool_call_id.*"late-call"/);
+    await store.commit(id, undefined, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h3", "first-a", "first-r"] } })], "");
+    await store.commit(id, undefined, [appendHistory(textMessage("h3", Role.USER, "back")), round("again", "early-call")], "");
+    expect(await refused([appendHistory(textMessage("h4", Role.USER, "again"))])).toMatch(/duplicate message id "h4"/);
+    expect(await refused([appendHistory(textMessage("h3", Role.USER, "again"))])).toMatch(/duplicate message id "h3"/);
+    const current = await store.load(id);
+    const replaced = current.history.map((message) => (message.id === "h10" ? textMessage("h10", Role.USER, "edited") : message));
+    const after = (await store.commit(id, undefined, [delta({ case: "replaceSegment", value: { segment: Segment.HISTORY, messages: replaced } }), appendHistory(textMessage("t5", Role.USER, "turn"))], "")).state!;
+    expect(await refused([appendHistory(textMessage("h10", Role.USER, "again"))])).toMatch(/duplicate message id "h10"/);
+    const loaded = await store.load(id);
+    expect(loaded.history.length).toBe(size + 5 + 2 + 1 - 3 + 3 + 1);
+    expect(loaded.history.find((message) => message.id === "h10")).toEqual(textMessage("h10", Role.USER, "edited"));
+    // Compared as bytes in one call: toEqual walks a long byte array element by element.
+    expect(Buffer.from(toBinary(ConversationStateSchema, loaded)).equals(toBinary(ConversationStateSchema, after))).toBe(true);
+  }, 60_000);
+
+  it("leaves a state it handed out unchanged by later appends, removals and replaces (a reader keeps the version it loaded)", async () => {
+    const id = freshId("snapshot");
+    await store.commit(id, undefined, [appendHistory(...Array.from({ length: 2_000 }, (_, index) => textMessage(`h${index}`, Role.USER, "x")))], "");
+    const held = await store.load(id);
+    const heldHistory = held.history;
+    const heldBytes = toBinary(ConversationStateSchema, held);
+    const committed = (await store.commit(id, held.version, [appendHistory(textMessage("t0", Role.USER, "next"))], "")).state!;
+    for (let turn = 1; turn < 5; turn++) await store.commit(id, undefined, [appendHistory(textMessage(`t${turn}`, Role.USER, "next"))], "");
+    await store.commit(id, undefined, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h1"] } })], "");
+    await store.commit(id, undefined, [delta({ case: "replaceSegment", value: { segment: Segment.SYSTEM, messages: [textMessage("s", Role.SYSTEM, "sys")] } })], "");
+    const latest = await store.load(id);
+    expect(latest.history.length).toBe(2_004);
+    expect(held.history).toBe(heldHistory);
+    expect(held.history.length).toBe(2_000);
+    expect(toBinary(ConversationStateSchema, held)).toEqual(heldBytes);
+    expect(committed.history.length).toBe(2_001);
+    expect(committed.history.at(-1)!.id).toBe("t0");
+  });
+
   it("lists conversations by id, paged and filtered by prefix", async () => {
     const prefix = freshId("list") + "/";
     for (const suffix of ["c", "a", "e", "b", "d"]) await store.commit(prefix + suffix, undefined, [delta({ case: "remember", value: { text: suffix } })], "");
@@ -394,6 +461,39 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(third.nextPageToken).toBe("");
     expect(first.conversations[0]!.version).toBe(1n);
     expect((await rejection(store.list(prefix, 2, "not a token!"))).code).toBe(Code.InvalidArgument);
+  });
+});
+
+describe.each([
+  ["redis", () => new RedisConversationStore(redis.url)],
+  ["postgres", () => new PostgresConversationStore(postgres.url)],
+] as const)("%s store: the id index of a cached state", (_name, open) => {
+  it("refuses an id or a tool-call id another process appended, and takes back one it removed, once the cached copy catches up", async () => {
+    const [first, second] = [open(), open()];
+    try {
+      await Promise.all([first.connected(), second.connected()]);
+      const id = freshId("index-two-processes");
+      await first.commit(id, undefined, [appendHistory(...Array.from({ length: 2_000 }, (_, index) => textMessage(`h${index}`, Role.USER, "x")))], "");
+      await first.commit(id, undefined, [appendHistory(textMessage("t0", Role.USER, "indexed now"))], "");
+      const call = (messageId: string, callId: string) =>
+        delta({
+          case: "appendToolRound",
+          value: {
+            assistant: create(MessageSchema, { id: `${messageId}-a`, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: callId, name: "f", arguments: { data: "{}" } } } }] }),
+            results: [create(MessageSchema, { id: `${messageId}-r`, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "f", payload: { text: "r" } } } }] })],
+          },
+        });
+      await second.commit(id, undefined, [appendHistory(textMessage("z", Role.USER, "from the other")), call("zr", "zc")], "");
+      expect((await rejection(first.commit(id, undefined, [appendHistory(textMessage("z", Role.USER, "again"))], ""))).rawMessage).toMatch(/duplicate message id "z"/);
+      expect((await rejection(first.commit(id, undefined, [call("mine", "zc")], ""))).rawMessage).toMatch(/duplicate_tool_call_id.*"zc"/);
+      await second.commit(id, undefined, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h5"] } })], "");
+      await first.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "back"))], "");
+      expect((await rejection(second.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "again"))], ""))).rawMessage).toMatch(/duplicate message id "h5"/);
+      expect(Buffer.from(toBinary(ConversationStateSchema, await first.load(id))).equals(toBinary(ConversationStateSchema, await second.load(id)))).toBe(true);
+    } finally {
+      await first.close();
+      await second.close();
+    }
   });
 });
 
@@ -471,6 +571,27 @@ describe("RedisConversationStore specifics", () => {
       await store.close();
     }
   });
+
+  it("commits a batch of 150,000 messages (the script's arguments are not spread into one call)", async () => {
+    const store = new RedisConversationStore(redis.url);
+    try {
+      expect(await store.connected()).toBe(true);
+      const id = freshId("wide");
+      // Spread as call arguments, this many messages overflowed the stack: UNAVAILABLE, nothing written.
+      const messages = Array.from({ length: 150_000 }, (_, index) => textMessage(`m${index}`, Role.USER, ""));
+      const outcome = await store.commit(id, 0n, [delta({ case: "appendMessages", value: { segment: Segment.HISTORY, messages } })], "");
+      expect(outcome.version).toBe(1n);
+      const fresh = new RedisConversationStore(redis.url);
+      try {
+        expect(await fresh.connected()).toBe(true);
+        expect((await fresh.load(id)).history.length).toBe(150_000);
+      } finally {
+        await fresh.close();
+      }
+    } finally {
+      await store.close();
+    }
+  }, 30_000);
 
   it("sees another process's writes through its cache (validated against the stored version)", async () => {
     const first = new RedisConversationStore(redis.url);

@@ -34,7 +34,7 @@ export function appendToolRound(state: ConversationState, delta: AppendToolRound
   const results = prepareMessages(state, delta.results, context, "results", Role.TOOL, undefined, undefined, assistant!.id);
   assertCompleteToolRound(assistant!, results, "append_tool_round");
   assertNoOpenRound(state.history, "a new tool round");
-  return withAppendedMessages(state, "history", [assistant!, ...results]);
+  return withAppendedMessages(state, "history", [assistant!, ...results], context);
 }
 
 /** Appends nothing when there is neither text nor a call; reasoning alone is not a turn. */
@@ -76,7 +76,7 @@ export function appendUser(state: ConversationState, delta: AppendUser, context:
   if (!delta.message) throw new ConnectError("message is required", Code.InvalidArgument);
   assertNoOpenRound(state.history, "a user message");
   const [message] = prepareMessages(state, [delta.message], context, "message", Role.USER);
-  return withAppendedMessages(state, "history", [message!]);
+  return withAppendedMessages(state, "history", [message!], context);
 }
 
 export function truncateAssistant(state: ConversationState, delta: TruncateAssistant, context: DeltaContext): ConversationState {
@@ -119,12 +119,12 @@ export function cancelToolCalls(state: ConversationState, delta: CancelToolCalls
       return create(MessageSchema, { role: Role.TOOL, parts: [create(PartSchema, { kind: { case: "toolResult", value: result } })] });
     });
   const prepared = prepareMessages(state, closing, context, "cancelled");
-  return withAppendedMessages(state, "history", prepared);
+  return withAppendedMessages(state, "history", prepared, context);
 }
 
 function appendToHistory(state: ConversationState, message: Message, context: DeltaContext): ConversationState {
   const [prepared] = prepareMessages(state, [message], context, "message");
-  return withAppendedMessages(state, "history", [prepared!]);
+  return withAppendedMessages(state, "history", [prepared!], context);
 }
 
 /** Rejects appending `what` after an open round, listing the calls still waiting for results. */

@@ -1,4 +1,11 @@
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { MessageListLineage } from "../model/message-list-lineage.js";
+import type { SegmentField } from "../model/segments.js";
+
+/** Answers whether a message id is taken (an index of a state's ids, or a view over one). */
+export interface MessageIdLookup {
+  has(id: string): boolean;
+}
 
 /**
  * What `applyDeltas` needs from outside the pure core. Ids for messages that arrive without one
@@ -9,9 +16,17 @@ export interface DeltaContext {
   /** A new, unique message id. */
   newMessageId(): string;
   /**
-   * The ids of every message of `state`, when the caller keeps an index of them (the in-memory
-   * store does for the state a batch starts from); undefined otherwise, and the ids are looked for
-   * in place. Without it a one-message append to 100,000 messages compared 100,000 ids (~2-17 ms).
+   * The ids of every message of `state`, when the caller keeps an index of them (the stores do for
+   * the state a batch starts from and the states the batch appends to it); undefined otherwise,
+   * and the ids are looked for in place. Without it a one-message append to 100,000 messages
+   * compared 100,000 ids (~2-17 ms).
    */
-  messageIds?(state: ConversationState): ReadonlySet<string> | undefined;
+  messageIds?(state: ConversationState): MessageIdLookup | undefined;
+  /**
+   * The ids of the tool calls made by the ASSISTANT messages of `state`'s `segment`, when the
+   * caller keeps them (beside `messageIds`); undefined otherwise, and they are looked for in place.
+   */
+  toolCallIds?(state: ConversationState, segment: SegmentField): MessageIdLookup | undefined;
+  /** Where the caller records which lists the batch made by appending (see `MessageListLineage`). */
+  lineage?: MessageListLineage;
 }

@@ -3,7 +3,7 @@ import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { assertMessageJsonDepth } from "../model/json-depth.js";
 import { assertToolArgumentsAreObjects, firstInvalidToolCall, keepsStoredInvalidCalls } from "../model/tool-call-arguments.js";
-import type { DeltaContext } from "./delta-context.js";
+import type { DeltaContext, MessageIdLookup } from "./delta-context.js";
 
 /**
  * Readies messages a delta brings into the state: every message needs a role and parts whose
@@ -68,7 +68,7 @@ const largestBatchLookedUpInPlace = 8;
  * costs ~2 µs at 1,000 messages, where indexing every id first cost ~50 µs, half of a commit's CPU
  * outside Redis. Larger batches (a replace_segment, an import) get the index.
  */
-function conversationHasId(state: ConversationState, removedIds: ReadonlySet<string>, incoming: number, indexed: ReadonlySet<string> | undefined): (id: string) => boolean {
+function conversationHasId(state: ConversationState, removedIds: ReadonlySet<string>, incoming: number, indexed: MessageIdLookup | undefined): (id: string) => boolean {
   if (indexed) return (id) => !removedIds.has(id) && indexed.has(id);
   if (incoming > largestBatchLookedUpInPlace) {
     const ids = new Set<string>();

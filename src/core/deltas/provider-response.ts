@@ -14,7 +14,7 @@ export function appendProviderResponse(state: ConversationState, delta: AppendPr
   if (parsed.length === 0) return state;
   assertNoOpenRound(state.history, "a provider response");
   const messages = prepareMessages(state, parsed, context, "parsed");
-  return withAppendedMessages(state, "history", messages);
+  return withAppendedMessages(state, "history", messages, context);
 }
 
 /**

@@ -1,0 +1,73 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
+import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
+
+const message = (id: string): Message => create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text: id } } }] });
+
+describe("MessageListLineage", () => {
+  it("knows a list extends every list of its line, and nothing it was not appended from", () => {
+    const lineage = new MessageListLineage();
+    const base = [message("a")];
+    const one = base.concat(message("b"));
+    const two = one.concat(message("c"));
+    lineage.appended(base, one);
+    lineage.appended(one, two);
+    expect(lineage.extends(two, base)).toBe(true);
+    expect(lineage.extends(two, one)).toBe(true);
+    expect(lineage.extends(one, one)).toBe(true);
+    expect(lineage.extends(one, two)).toBe(false);
+    expect(lineage.extends(base.concat(message("b")), base)).toBe(false);
+    expect(lineage.extends(two, [message("a")])).toBe(false);
+  });
+
+  it("starts a new line for an append to a list that is not its line's newest, so the branches never extend each other", () => {
+    const lineage = new MessageListLineage();
+    const base = [message("a")];
+    const left = base.concat(message("l"));
+    lineage.appended(base, left);
+    const right = base.concat(message("r"));
+    lineage.appended(base, right);
+    const rightMore = right.concat(message("r2"));
+    lineage.appended(right, rightMore);
+    expect(lineage.extends(rightMore, base)).toBe(true);
+    expect(lineage.extends(rightMore, right)).toBe(true);
+    expect(lineage.extends(rightMore, left)).toBe(false);
+    expect(lineage.extends(right, left)).toBe(false);
+    // The first branch only loses what can no longer be proven cheaply: "not known", never a wrong "yes".
+    expect(lineage.extends(left, right)).toBe(false);
+  });
+
+  it("is told by core's appends (append_messages, append_user, append_tool_round) and not by a removal or replace", () => {
+    const lineage = new MessageListLineage();
+    let next = 0;
+    const context = { newMessageId: () => `id${next++}`, lineage };
+    const state = create(ConversationStateSchema, { conversationId: "c", history: [message("h0"), message("h1")] });
+    const appended = applyDeltas(
+      state,
+      [
+        create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [message("h2")] } } }),
+        create(DeltaSchema, { operation: { case: "appendUser", value: { message: message("h3") } } }),
+        create(DeltaSchema, {
+          operation: {
+            case: "appendToolRound",
+            value: {
+              assistant: create(MessageSchema, { id: "a", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c1", name: "f", arguments: { data: "{}" } } } }] }),
+              results: [create(MessageSchema, { id: "r", role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: "c1", name: "f", payload: { text: "ok" } } } }] })],
+            },
+          },
+        }),
+      ],
+      context,
+    );
+    expect(appended.history.map((entry) => entry.id)).toEqual(["h0", "h1", "h2", "h3", "a", "r"]);
+    expect(lineage.extends(appended.history, state.history)).toBe(true);
+    const removed = applyDeltas(appended, [create(DeltaSchema, { operation: { case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h1"] } } })], context);
+    expect(lineage.extends(removed.history, state.history)).toBe(false);
+    expect(lineage.extends(removed.history, appended.history)).toBe(false);
+    const replaced = applyDeltas(appended, [create(DeltaSchema, { operation: { case: "replaceSegment", value: { segment: Segment.HISTORY, messages: [...appended.history, message("x")] } } })], context);
+    expect(lineage.extends(replaced.history, appended.history)).toBe(false);
+  });
+});

@@ -56,7 +56,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
   // The calibration correction for what is rendered, applied to the budget's limit (stage 10).
   const correction = renderProvider !== Provider.UNSPECIFIED && context.calibration
-    ? context.calibration({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind })
+    ? await context.calibration({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind })
     : undefined;
 
   // 1. Normalize + identity, tool-argument and tool-round validation and repair. A stored history's
@@ -205,6 +205,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
       requestedLimit: BigInt(budget.requestedLimit),
       reports: BigInt(correction.reports),
       meanAbsoluteRelativeError: correction.meanAbsoluteRelativeError,
+      storeReadError: correction.storeReadError ?? "",
     });
   }
   await events.stageDone("result");

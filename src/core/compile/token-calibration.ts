@@ -24,6 +24,11 @@ export interface TokenCorrection {
   reports: number;
   /** Weighted mean of |estimate × correction before the report − actual| / actual; 0 without reports. */
   meanAbsoluteRelativeError: number;
+  /**
+   * Set when the correction may be out of date because the store could not be read: what failed.
+   * The correction is then the last one this sidecar knew, or 1.
+   */
+  storeReadError?: string;
 }
 
 /** The key corrections are learnt for (the tenant is the application's part of it). */
@@ -33,8 +38,17 @@ export interface CalibrationKey {
   estimator: EstimatorKind;
 }
 
-/** The correction in force for a key (`uncorrected` when no report arrived for it). */
-export type CalibrationLookup = (key: CalibrationKey) => TokenCorrection;
+/**
+ * The correction in force for a key (`uncorrected` when no report arrived for it). A promise when
+ * the application has to read it first (its cache of the stored corrections has no fresh copy).
+ */
+export type CalibrationLookup = (key: CalibrationKey) => TokenCorrection | Promise<TokenCorrection>;
+
+/** A correction after one more report, and that report's relative error against the one before. */
+export interface LearntCorrection {
+  correction: TokenCorrection;
+  relativeError: number;
+}
 
 export const uncorrected: TokenCorrection = { factor: 1, reports: 0, meanAbsoluteRelativeError: 0 };
 
@@ -54,7 +68,7 @@ export function correctedTokens(estimated: number, factor: number): number {
 }
 
 /** The correction after one more report, and that report's relative error against `previous`. */
-export function learnCorrection(previous: TokenCorrection, estimatedTokens: number, actualTokens: number): { correction: TokenCorrection; relativeError: number } {
+export function learnCorrection(previous: TokenCorrection, estimatedTokens: number, actualTokens: number): LearntCorrection {
   const ratio = Math.min(maxCorrection, Math.max(minCorrection, actualTokens / estimatedTokens));
   const relativeError = Math.abs(estimatedTokens * previous.factor - actualTokens) / actualTokens;
   const reports = previous.reports + 1;

@@ -4028,8 +4028,14 @@ type TokenCalibration struct {
 	// the reports, where predicted is the estimate times the correction in force before that report.
 	// 0 with no reports.
 	MeanAbsoluteRelativeError float64 `protobuf:"fixed64,9,opt,name=mean_absolute_relative_error,json=meanAbsoluteRelativeError,proto3" json:"mean_absolute_relative_error,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// Empty when the correction is the stored one, as read within the sidecar's refresh interval
+	// (`--calibration-refresh-ms`) or as this sidecar's own last report left it. Otherwise the store
+	// could not be read, this says what failed, and `correction` (with `reports` and
+	// `mean_absolute_relative_error`) is the last one this sidecar knew, or 1. The compile itself
+	// never fails for it.
+	StoreReadError string `protobuf:"bytes,80,opt,name=store_read_error,json=storeReadError,proto3" json:"store_read_error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TokenCalibration) Reset() {
@@ -4123,6 +4129,13 @@ func (x *TokenCalibration) GetMeanAbsoluteRelativeError() float64 {
 		return x.MeanAbsoluteRelativeError
 	}
 	return 0
+}
+
+func (x *TokenCalibration) GetStoreReadError() string {
+	if x != nil {
+		return x.StoreReadError
+	}
+	return ""
 }
 
 // How much of a compile's prompt a provider's prompt cache can reuse: the payload in rendering order
@@ -4723,7 +4736,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\vcalibration\x18< \x01(\v2\x1d.contextd.v1.TokenCalibrationR\vcalibration\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\x8f\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\xb9\x03\n" +
 	"\x10TokenCalibration\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
@@ -4735,7 +4748,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x10corrected_tokens\x18\x06 \x01(\x03R\x0fcorrectedTokens\x12'\n" +
 	"\x0frequested_limit\x18\a \x01(\x03R\x0erequestedLimit\x12\x18\n" +
 	"\areports\x18\b \x01(\x03R\areports\x12?\n" +
-	"\x1cmean_absolute_relative_error\x18\t \x01(\x01R\x19meanAbsoluteRelativeError\"\xd7\x01\n" +
+	"\x1cmean_absolute_relative_error\x18\t \x01(\x01R\x19meanAbsoluteRelativeError\x12(\n" +
+	"\x10store_read_error\x18P \x01(\tR\x0estoreReadError\"\xd7\x01\n" +
 	"\vCacheImpact\x12)\n" +
 	"\x10previous_version\x18\x01 \x01(\x03R\x0fpreviousVersion\x126\n" +
 	"\x17unchanged_prefix_tokens\x18\x02 \x01(\x03R\x15unchangedPrefixTokens\x12)\n" +

@@ -27,6 +27,8 @@ export interface BudgetReport {
   historyBeforeTrim: number;
   /** Tokens freed by tool-result and reasoning clearing (`context-editing.ts`). */
   clearedTokens: number;
+  /** Tokens freed per cleared message id; absent when nothing was cleared. */
+  clearedMessages?: ReadonlyMap<string, number>;
   memory: number;
   tools: number;
   toolDefinitions: number;
@@ -134,11 +136,13 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let summary: BudgetReport["summary"];
   // Clearing old tool results and reasoning comes before any round is dropped.
   let clearedTokens = 0;
+  let clearedMessages: ReadonlyMap<string, number> | undefined;
   if (budget?.toolResultClearing || budget?.reasoningClearing) {
     const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache);
     history = cleared.history;
     historyCounts = cleared.counts;
     clearedTokens = cleared.freedTokens;
+    clearedMessages = cleared.freedByMessage;
   }
   const historyBeforeDropping = historyBeforeTrim - clearedTokens;
 
@@ -330,6 +334,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     history: historyTokens,
     historyBeforeTrim,
     clearedTokens,
+    clearedMessages,
     memory,
     tools,
     toolDefinitions,

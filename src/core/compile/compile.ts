@@ -264,6 +264,15 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
       events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: record.reason } });
     }
   }
+  // One event per message clearing changed whose final record is still the clearing's.
+  if (events.observed && budget.clearedMessages) {
+    for (const [messageId, freedTokens] of budget.clearedMessages) {
+      const record = work.records[messageId];
+      if (record?.action !== TransformationAction.FORMATTED) continue;
+      if (record.reason !== TransformationReason.TOOL_RESULT_CLEARED && record.reason !== TransformationReason.REASONING_CLEARED) continue;
+      events.emit({ case: "messageCleared", value: { $typeName: "contextd.v1.MessageCleared", messageId, reason: record.reason, freedTokens: BigInt(freedTokens) } });
+    }
+  }
   if (budget.summary) {
     const ratio = budget.summary.replacedTokens > 0 ? budget.summary.tokens / budget.summary.replacedTokens : 0;
     events.emit({ case: "contextSummarized", value: { $typeName: "contextd.v1.ContextSummarized", ratio } });

@@ -29,6 +29,13 @@ export interface ClearedHistory {
   history: Message[];
   counts: number[];
   freedTokens: number;
+  /** The tokens freed per message id (for the `message_cleared` events); absent when nothing was cleared. */
+  freedByMessage?: Map<string, number>;
+}
+
+/** Adds `freed` tokens to `id`'s share in `cleared` (a message may be cleared by both kinds). */
+function addFreed(cleared: Map<string, number>, id: string, freed: number): void {
+  cleared.set(id, (cleared.get(id) ?? 0) + freed);
 }
 
 /** INVALID_ARGUMENT naming the field when a clearing option is out of range; checked on every compile that sets one. */
@@ -86,6 +93,7 @@ async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRece
   let edited: Message[] | undefined;
   let counts: number[] | undefined;
   let freed = 0;
+  const freedByMessage = new Map(input.freedByMessage);
   for (let index = 0; index < keptFrom; index++) {
     const message = history[index]!;
     if (message.role !== Role.ASSISTANT) continue;
@@ -96,11 +104,12 @@ async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRece
     edited ??= [...history];
     counts ??= [...input.counts];
     freed += counts[index]! - count;
+    addFreed(freedByMessage, message.id, counts[index]! - count);
     edited[index] = stripped;
     counts[index] = count;
     setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.REASONING_CLEARED, Segment.HISTORY);
   }
-  return edited ? { history: edited, counts: counts!, freedTokens: input.freedTokens + freed } : input;
+  return edited ? { history: edited, counts: counts!, freedTokens: input.freedTokens + freed, freedByMessage } : input;
 }
 
 /** One TOOL message clearing would change: where it is and which of its result parts go. */
@@ -137,9 +146,9 @@ async function clearToolResults(
   const edited = [...history];
   const counts = [...input.counts];
   // Every change in order: what is charged and recorded once clearing is decided.
-  const log: { index: number; message: Message; count: number; placeholderChars: number }[] = [];
+  const log: { index: number; message: Message; count: number; after: number; placeholderChars: number }[] = [];
   const change = (index: number, message: Message, count: number, placeholderChars = 0) => {
-    log.push({ index, message: edited[index]!, count: counts[index]!, placeholderChars });
+    log.push({ index, message: edited[index]!, count: counts[index]!, after: count, placeholderChars });
     freed += counts[index]! - count;
     edited[index] = message;
     counts[index] = count;
@@ -181,11 +190,13 @@ async function clearToolResults(
   // cache it breaks.
   if (step > 0 && freed < step) return input;
   if (freed <= 0) return input;
+  const freedByMessage = new Map(input.freedByMessage);
   for (const entry of log) {
     work.textAllowance.charge(entry.placeholderChars, "budget (tool result clearing)");
     setRecord(work, entry.message.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
+    addFreed(freedByMessage, entry.message.id, entry.count - entry.after);
   }
-  return { history: edited, counts, freedTokens: input.freedTokens + freed };
+  return { history: edited, counts, freedTokens: input.freedTokens + freed, freedByMessage };
 }
 
 /**

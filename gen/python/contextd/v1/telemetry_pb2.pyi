@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ObserverEvent(_message.Message):
-    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure")
+    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure", "message_cleared")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     COMPILE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class ObserverEvent(_message.Message):
     PIPELINE_COMPILED_FIELD_NUMBER: _ClassVar[int]
     STAGE_TIMING_FIELD_NUMBER: _ClassVar[int]
     BUDGET_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_CLEARED_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     compile_id: str
     timestamp_unix_ms: int
@@ -26,7 +27,8 @@ class ObserverEvent(_message.Message):
     pipeline_compiled: PipelineCompiled
     stage_timing: _compile_pb2.StageTiming
     budget_pressure: BudgetPressure
-    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ...) -> None: ...
+    message_cleared: MessageCleared
+    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ..., message_cleared: _Optional[_Union[MessageCleared, _Mapping]] = ...) -> None: ...
 
 class TokensEstimated(_message.Message):
     __slots__ = ("block", "count")
@@ -43,6 +45,16 @@ class MessageDropped(_message.Message):
     message_id: str
     reason: _compile_pb2.TransformationReason
     def __init__(self, message_id: _Optional[str] = ..., reason: _Optional[_Union[_compile_pb2.TransformationReason, str]] = ...) -> None: ...
+
+class MessageCleared(_message.Message):
+    __slots__ = ("message_id", "reason", "freed_tokens")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FREED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    reason: _compile_pb2.TransformationReason
+    freed_tokens: int
+    def __init__(self, message_id: _Optional[str] = ..., reason: _Optional[_Union[_compile_pb2.TransformationReason, str]] = ..., freed_tokens: _Optional[int] = ...) -> None: ...
 
 class ContextSummarized(_message.Message):
     __slots__ = ("ratio",)

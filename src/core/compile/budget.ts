@@ -138,7 +138,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let clearedTokens = 0;
   let clearedMessages: ReadonlyMap<string, number> | undefined;
   if (budget?.toolResultClearing || budget?.reasoningClearing) {
-    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache);
+    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache, correction);
     history = cleared.history;
     historyCounts = cleared.counts;
     clearedTokens = cleared.freedTokens;
@@ -221,7 +221,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         } else if (strategy === BudgetStrategy.DROP_TAIL) {
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
-          const step = Number(budget?.trimStepTokens ?? 0n);
+          // The step is in provider tokens like the limit: corrected the same way.
+          const step = calibratedLimit(Number(budget?.trimStepTokens ?? 0n), correction);
           drop = step > 0 ? selectHeadUnitsInSteps(units, available, step) : selectUnitsToDrop(units, available, "head");
         }
         alignmentDrops = new Set(align(drop, units).drops);

@@ -3,7 +3,6 @@ import {
   CompileResultPart,
   CompileResultSchema,
   CurrentTurnSchema,
-  TokenCalibrationSchema,
   TransformationAction,
   TransformationReason,
   type CompileRequest,
@@ -24,7 +23,7 @@ import { elideHistoryHead, type ElidedHead } from "./history-head.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
 import { cacheImpact } from "./cache-impact.js";
-import { correctedTokens } from "./token-calibration.js";
+import { calibrationReport } from "./token-calibration.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
 import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
@@ -195,18 +194,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   }
   result.budgetDroppedMessages = budgetDroppedMessages(work, head);
   if (correction) {
-    result.calibration = create(TokenCalibrationSchema, {
-      provider: renderProvider,
-      model: request.render!.model,
-      estimator: estimator.kind,
-      estimatedTokens: BigInt(budget.total),
-      correction: correction.factor,
-      correctedTokens: BigInt(correctedTokens(budget.total, correction.factor)),
-      requestedLimit: BigInt(budget.requestedLimit),
-      reports: BigInt(correction.reports),
-      meanAbsoluteRelativeError: correction.meanAbsoluteRelativeError,
-      storeReadError: correction.storeReadError ?? "",
-    });
+    result.calibration = calibrationReport({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind }, correction, budget.total, budget.requestedLimit);
   }
   await events.stageDone("result");
   result.stageTimings = events.timings;

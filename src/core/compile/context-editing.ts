@@ -5,6 +5,7 @@ import { Role, ToolPayloadSchema, type Message, type Part } from "../../../gen/t
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import { setRecord, type CompileWork } from "./working-set.js";
+import { calibratedLimit } from "./token-calibration.js";
 
 /**
  * Why it exists: dropping whole rounds from the head is the bluntest way to fit a budget. Coding
@@ -59,8 +60,10 @@ export function validateClearing(budget: Budget | undefined, path: string, maxTo
 
 /**
  * Reasoning clearing, then tool-result clearing, over `history` whose counts are `counts`;
- * `reserved` is everything else the request holds and `limitTokens` the budget's limit (0 = none).
- * Records each message it changes. Returns the inputs themselves when nothing changed.
+ * `reserved` is everything else the request holds and `limitTokens` the budget's limit (0 = none),
+ * already corrected by `correction`, which corrects an explicit `trigger_tokens` and
+ * `clear_at_least_tokens` the same way (`calibratedLimit`). Records each message it changes.
+ * Returns the inputs themselves when nothing changed.
  */
 export async function clearHistory(
   work: CompileWork,
@@ -69,11 +72,12 @@ export async function clearHistory(
   reserved: number,
   limitTokens: number,
   cache: TokenCountCache,
+  correction = 1,
 ): Promise<ClearedHistory> {
   const budget = work.request.budget;
   let cleared: ClearedHistory = { history, counts, freedTokens: 0 };
   if (budget?.reasoningClearing) cleared = await clearReasoning(work, cleared, budget.reasoningClearing.keepRecentTurns, cache);
-  if (budget?.toolResultClearing) cleared = await clearToolResults(work, cleared, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache);
+  if (budget?.toolResultClearing) cleared = await clearToolResults(work, cleared, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache, correction);
   return cleared;
 }
 
@@ -126,14 +130,16 @@ async function clearToolResults(
   limitTokens: number,
   retainedIds: readonly string[],
   cache: TokenCountCache,
+  correction: number,
 ): Promise<ClearedHistory> {
-  const trigger = options.triggerTokens > 0n ? Number(options.triggerTokens) : limitTokens;
+  // An explicit trigger and step are provider tokens, as the limit is: corrected alike.
+  const trigger = options.triggerTokens > 0n ? calibratedLimit(Number(options.triggerTokens), correction) : limitTokens;
   if (trigger === 0) return input;
   let historyTokens = 0;
   for (const count of input.counts) historyTokens += count;
   const overflow = reserved + historyTokens - trigger;
   if (overflow <= 0) return input;
-  const step = Number(options.clearAtLeastTokens);
+  const step = calibratedLimit(Number(options.clearAtLeastTokens), correction);
   // Rounded up to whole steps: the cut stays where it is until the overflow crosses a step.
   const need = step > 0 ? Math.ceil(overflow / step) * step : overflow;
 

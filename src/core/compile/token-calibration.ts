@@ -1,4 +1,5 @@
-import type { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { TokenCalibrationSchema, type EstimatorKind, type TokenCalibration } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
 
 /**
@@ -76,4 +77,23 @@ export function learnCorrection(previous: TokenCorrection, estimatedTokens: numb
   const factor = previous.factor + weight * (ratio - previous.factor);
   const meanAbsoluteRelativeError = previous.meanAbsoluteRelativeError + weight * (relativeError - previous.meanAbsoluteRelativeError);
   return { correction: { factor: Math.min(maxCorrection, Math.max(minCorrection, factor)), reports, meanAbsoluteRelativeError }, relativeError };
+}
+
+/**
+ * What a result (or a target's projection) says about its calibration: the key, the budget's
+ * estimate of the whole request and its own limit, and the correction applied.
+ */
+export function calibrationReport(key: CalibrationKey, correction: TokenCorrection, estimatedTokens: number, requestedLimit: number): TokenCalibration {
+  return create(TokenCalibrationSchema, {
+    provider: key.provider,
+    model: key.model,
+    estimator: key.estimator,
+    estimatedTokens: BigInt(estimatedTokens),
+    correction: correction.factor,
+    correctedTokens: BigInt(correctedTokens(estimatedTokens, correction.factor)),
+    requestedLimit: BigInt(requestedLimit),
+    reports: BigInt(correction.reports),
+    meanAbsoluteRelativeError: correction.meanAbsoluteRelativeError,
+    storeReadError: correction.storeReadError ?? "",
+  });
 }

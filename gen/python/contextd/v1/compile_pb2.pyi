@@ -605,7 +605,7 @@ class RenderedRequest(_message.Message):
     def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., json: _Optional[bytes] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
 
 class Projection(_message.Message):
-    __slots__ = ("name", "text", "messages", "transformations", "artifact_ids", "rendered", "usage")
+    __slots__ = ("name", "text", "messages", "transformations", "artifact_ids", "rendered", "usage", "calibration")
     class TransformationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -620,6 +620,7 @@ class Projection(_message.Message):
     ARTIFACT_IDS_FIELD_NUMBER: _ClassVar[int]
     RENDERED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     text: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -627,7 +628,8 @@ class Projection(_message.Message):
     artifact_ids: _containers.RepeatedScalarFieldContainer[str]
     rendered: RenderedRequest
     usage: Usage
-    def __init__(self, name: _Optional[str] = ..., text: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., artifact_ids: _Optional[_Iterable[str]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    calibration: TokenCalibration
+    def __init__(self, name: _Optional[str] = ..., text: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., artifact_ids: _Optional[_Iterable[str]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., calibration: _Optional[_Union[TokenCalibration, _Mapping]] = ...) -> None: ...
 
 class Persistence(_message.Message):
     __slots__ = ("system", "history", "memory", "tools", "artifacts")

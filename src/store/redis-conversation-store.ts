@@ -296,7 +296,12 @@ export class RedisConversationStore implements ConversationStore {
   async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
     const keys = calibrationKeys(this.keyPrefix, key.tenant);
     const field = calibrationField(key);
-    const stored = await this.call("reading a token calibration", () => this.redis.hget(keys.records, field));
+    const stored = await this.call("reading a token calibration", () =>
+      this.redis.hget(keys.records, field).catch((error: unknown) => {
+        if (isWrongType(error)) throw corruptCalibration(keys.records, `the key is not a hash (${(error as Error).message})`);
+        throw error;
+      }),
+    );
     if (stored === null) return undefined;
     const parsed = /^(\S+) (\d+) (\S+) (\d+)$/.exec(stored);
     const [factor, reports, meanAbsoluteRelativeError, reportedAtMs] = (parsed?.slice(1) ?? []).map(Number);

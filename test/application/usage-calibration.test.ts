@@ -151,6 +151,25 @@ describe("UsageCalibration", () => {
     expect(store.reads).toBe(3);
   });
 
+  it("goes on with the last known correction when the store is slower than the read wait, and caches the read when it answers", async () => {
+    const store = new ObservedCalibrationStore();
+    const clock = { ms: 1_000_000 };
+    const calibration = new UsageCalibration({ store, maxKeys: 4, bounds, refreshMs: 1_000, readWaitMs: 5, now: () => clock.ms });
+    await calibration.report("", report("m", 100n, 150n));
+    // Another sidecar learns more meanwhile.
+    await calibrationOn(store, { clock }).report("", report("m", 100n, 250n));
+    clock.ms += 1_000;
+    store.holding = true;
+    const slow = await calibration.correction("", key("m"));
+    expect(slow).toMatchObject({ factor: 1.5, reports: 1, storeReadError: "the store did not answer the read of the correction within 5 ms; the last one known is used meanwhile" });
+    // A second compile meanwhile waits on the same read, bounded the same way.
+    expect(await calibration.correction("", key("m"))).toMatchObject({ factor: 1.5, storeReadError: expect.stringContaining("did not answer") });
+    expect(store.reads).toBe(1);
+    store.release();
+    await expect.poll(() => calibration.correction("", key("m"))).toEqual({ factor: 2, reports: 2, meanAbsoluteRelativeError: expect.any(Number) });
+    expect(store.reads).toBe(1);
+  });
+
   it("does not let a read that finishes after a report here undo the report", async () => {
     const store = new ObservedCalibrationStore();
     const calibration = calibrationOn(store);

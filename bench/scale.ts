@@ -31,7 +31,7 @@ const chosenSizes = process.env.CONTEXTD_SCALE_SIZES?.split(",").map(Number);
 const agentSizes = [100, 1_000, 10_000, 100_000].filter((size) => chosenSizes?.includes(size) ?? true);
 const codingSizes = [1_000, 5_000].filter((size) => chosenSizes?.includes(size) ?? true);
 /** Measured turns per size (fewer where one turn takes long); three more turns warm up first. */
-const turnsAt = (size: number) => (size >= 100_000 ? 15 : size >= 10_000 ? 30 : 60);
+const turnsAt = (size: number) => (size >= 100_000 ? 20 : 60);
 const commitPath = `/${ConversationService.typeName}/${ConversationService.method.commit.name}`;
 const compilePath = `/${ContextService.typeName}/${ContextService.method.compile.name}`;
 // What an RPC hands a service implementation, reduced to what ContextService reads: no deadline.

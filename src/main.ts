@@ -5,7 +5,7 @@ import { loadConfig, printableConfig, usage, type Config } from "./server/operat
 import { ServingStatus } from "./server/operations/health.js";
 import { createLogger, type Logger } from "./server/operations/logger.js";
 import { tracingFromEnvironment } from "./server/operations/tracing.js";
-import { isWorkerProcess, reportListening, shareWorkerMetrics, superviseWorkers } from "./server/operations/worker-processes.js";
+import { isWorkerProcess, reportListening, shareWorkerMetrics, shareWorkerTelemetry, superviseWorkers } from "./server/operations/worker-processes.js";
 import { startServer } from "./server/server.js";
 import { createConversationStore } from "./store/create-conversation-store.js";
 
@@ -78,11 +78,11 @@ async function serve(config: Config, logger: Logger): Promise<void> {
     config.redisUrl,
     codec,
     5_000,
-    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs },
+    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...redisTlsCa(config) },
     config.postgresUrl,
   );
   const worker = isWorkerProcess();
-  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics } : {}) }).catch(fail);
+  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, config.telemetryQueue) } : {}) }).catch(fail);
   const address = `${server.address.address}:${server.address.port}`;
   // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it; with
   // --workers the primary says it once every worker listens.
@@ -114,5 +114,15 @@ async function serve(config: Config, logger: Logger): Promise<void> {
       logger.announce("contextd stopped", { signal, ...whose });
       process.exit(0);
     });
+  }
+}
+
+/** The CA file `--redis-tls-ca` names, read once at start (an unreadable file stops the start). */
+function redisTlsCa(config: Config): { tlsCa?: string } {
+  if (config.redisTlsCa === "") return {};
+  try {
+    return { tlsCa: readFileSync(config.redisTlsCa, "utf8") };
+  } catch (error) {
+    return fail(new Error(`--redis-tls-ca ${config.redisTlsCa}: ${(error as Error).message}`));
   }
 }

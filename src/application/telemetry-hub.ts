@@ -32,6 +32,9 @@ interface Subscriber {
 export class TelemetryHub {
   private readonly subscribers = new Set<Subscriber>();
   private readonly listeners = new Set<Observer>();
+  private readonly subscriberCountListeners = new Set<(count: number) => void>();
+  /** Where this process's events also go, for subscribers elsewhere (other `--workers`); none by default. */
+  private forwarding: Observer | undefined;
 
   constructor(private readonly queueSize: number) {}
 
@@ -44,8 +47,25 @@ export class TelemetryHub {
         // Telemetry never fails a compile.
       }
     }
+    if (this.forwarding) {
+      try {
+        this.forwarding(event);
+      } catch {
+        // Telemetry never fails a compile.
+      }
+    }
+    this.deliver(event);
+  };
+
+  /**
+   * Queues `event` for this hub's subscribers only: an event of a compile another process ran
+   * (its listeners, such as metrics, counted it there). `dropped` events of that stream were lost
+   * before it on the way; each matching subscriber is told.
+   */
+  deliver(event: ObserverEvent, dropped = 0n): void {
     for (const subscriber of this.subscribers) {
       if (!matches(subscriber.filter, event)) continue;
+      subscriber.dropped += dropped;
       if (subscriber.queue.length >= this.queueSize) {
         subscriber.dropped++;
         continue;
@@ -66,10 +86,26 @@ export class TelemetryHub {
     return this.subscribers.size;
   }
 
+  /** Calls `listener` with the new count whenever a subscriber comes or goes. */
+  onSubscriberCount(listener: (count: number) => void): () => void {
+    this.subscriberCountListeners.add(listener);
+    return () => this.subscriberCountListeners.delete(listener);
+  }
+
+  /** Sends every event `publish` gets to `forward` too, or stops (undefined). */
+  forwardTo(forward: Observer | undefined): void {
+    this.forwarding = forward;
+  }
+
+  private subscribersChanged(): void {
+    for (const listener of this.subscriberCountListeners) listener(this.subscribers.size);
+  }
+
   /** Events matching `filter` from now until `signal` aborts. */
   async *subscribe(filter: EventFilter, signal: AbortSignal): AsyncGenerator<DeliveredEvent> {
     const subscriber: Subscriber = { filter, queue: [], dropped: 0n, wake: undefined };
     this.subscribers.add(subscriber);
+    this.subscribersChanged();
     const aborted = new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
     try {
       while (!signal.aborted) {
@@ -82,6 +118,7 @@ export class TelemetryHub {
       }
     } finally {
       this.subscribers.delete(subscriber);
+      this.subscribersChanged();
     }
   }
 }

@@ -60,6 +60,11 @@ export interface ServerOptions extends Partial<Config> {
    * worker's metrics gathered by the primary (operations/worker-processes.ts). This server's alone otherwise.
    */
   gatherMetrics?: (render: () => Promise<string>) => () => Promise<string>;
+  /**
+   * Connects this server's telemetry to other processes': with `--workers`, WatchEvents sees the
+   * compiles of every worker (operations/worker-processes.ts). This server's alone otherwise.
+   */
+  shareTelemetry?: (telemetry: TelemetryHub) => void;
 }
 
 export interface RunningServer {
@@ -108,6 +113,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
   telemetry.listen(metrics.observe);
   if (tracing) telemetry.listen(tracing.observe);
+  options.shareTelemetry?.(telemetry);
   const regexSearch = new RegexSearchThread();
   const renderMetrics = () => metrics.render();
   const metricsText = options.gatherMetrics ? options.gatherMetrics(renderMetrics) : renderMetrics;

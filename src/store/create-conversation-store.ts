@@ -6,8 +6,10 @@ import { RedisConversationStore } from "./redis-conversation-store.js";
 
 /** Where a Redis store runs beside its URL: a cluster's seed nodes, and the replica acknowledgement of commits. */
 export interface RedisDeployment {
-  /** Seed nodes ("host:port") of a Redis Cluster; when given, the URL is empty. */
+  /** Seed nodes of a Redis Cluster (host:port or redis[s]:// URLs); when given, the URL is empty. */
   clusterNodes?: readonly string[];
+  /** PEM of the CAs that signed the servers' certificates (rediss://); undefined = the system's. */
+  tlsCa?: string;
   waitReplicas?: number;
   waitTimeoutMs?: number;
 }
@@ -37,6 +39,7 @@ export async function createConversationStore(
     codec,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
+    ...(redis.tlsCa !== undefined ? { tlsCa: redis.tlsCa } : {}),
   });
   await store.connected(connectTimeoutMs);
   return store;

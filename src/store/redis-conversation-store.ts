@@ -17,6 +17,7 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
+import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
@@ -55,9 +56,17 @@ export interface RedisStoreOptions {
    * node (or written to a node that lost it) stays missing from listings.
    */
   indexRefreshMs?: number;
+  /**
+   * PEM certificates of the CAs that signed the Redis servers' certificates, for a rediss:// URL
+   * or rediss:// cluster seeds; undefined = the system's CAs. Server names are verified.
+   */
+  tlsCa?: string;
 }
 
-/** A Redis Cluster to connect to: seed nodes as "host:port" (the client finds the others and the slots). */
+/**
+ * A Redis Cluster to connect to: seed nodes as "host:port" or redis[s]:// URLs carrying the
+ * cluster's credentials (redis-cluster-seeds.ts); the client finds the others and the slots.
+ */
 export interface RedisClusterNodes {
   clusterNodes: readonly string[];
 }
@@ -216,11 +225,21 @@ export class RedisConversationStore implements ConversationStore {
     this.waitTimeoutMs = options.waitTimeoutMs ?? 1_000;
     if (typeof target === "string") {
       this.where = redactUrl(target);
-      this.redis = new Redis(target, redisConnectionOptions) as ScriptedRedis;
+      if (options.tlsCa !== undefined && !target.startsWith("rediss://")) throw new Error(`a TLS CA was given for ${this.where}, which is not a rediss:// URL`);
+      const tls = options.tlsCa !== undefined ? { tls: { ca: options.tlsCa } } : {};
+      this.redis = new Redis(target, { ...redisConnectionOptions, ...tls }) as ScriptedRedis;
     } else {
-      if (target.clusterNodes.length === 0) throw new Error("a redis cluster needs at least one seed node");
-      this.where = `redis cluster ${target.clusterNodes.join(",")}`;
-      this.redis = new Cluster(target.clusterNodes.map(clusterNode), redisClusterOptions) as ScriptedRedis;
+      const seeds = parseClusterSeeds(target.clusterNodes);
+      this.where = `redis cluster ${describeClusterSeeds(target.clusterNodes)}`;
+      if (options.tlsCa !== undefined && !seeds.tls) throw new Error(`a TLS CA was given for ${this.where}, whose seeds are not rediss:// URLs`);
+      // Every node, the discovered ones and the Watch connections too, is reached with these.
+      const redisOptions = {
+        ...redisClusterOptions.redisOptions,
+        ...(seeds.username !== undefined ? { username: seeds.username } : {}),
+        ...(seeds.password !== undefined ? { password: seeds.password } : {}),
+        ...(seeds.tls ? { tls: options.tlsCa !== undefined ? { ca: options.tlsCa } : {} } : {}),
+      };
+      this.redis = new Cluster(seeds.nodes, { ...redisClusterOptions, redisOptions }) as ScriptedRedis;
     }
     // Without a listener ioredis reports connection errors as unhandled; they surface as
     // UNAVAILABLE on the calls that need the connection instead.

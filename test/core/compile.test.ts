@@ -166,8 +166,12 @@ describe("budget", () => {
     const context = testContext();
     const result = await compile(request({ history: { messages: history(4) }, budget: { maxTokens: 30n, estimator: tenPerMessage } }), context);
     const kinds = context.events.map((e) => e.event.case);
-    // h0 for the budget, h1 (its answer) for alignment.
-    expect(kinds.filter((k) => k === "messageDropped")).toHaveLength(2);
+    // h0 for the budget (the run at the head of the history: one event), h1 (its answer) for alignment.
+    const drops = context.events.flatMap((e) => (e.event.case === "messageDropped" || e.event.case === "historyHeadDropped" ? [e.event] : []));
+    expect(drops).toMatchObject([
+      { case: "historyHeadDropped", value: { count: 1n, firstMessageId: "h0", lastMessageId: "h0" } },
+      { case: "messageDropped", value: { messageId: "h1", reason: TransformationReason.HISTORY_ALIGNMENT } },
+    ]);
     expect(kinds.at(-1)).toBe("pipelineCompiled");
     expect(kinds).toContain("tokensEstimated");
     expect(kinds).toContain("budgetPressure");

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { freePort } from "./redis.js";
+import type { TestCertificates } from "./tls-certificates.js";
 
 const run = promisify(execFile);
 
@@ -48,6 +49,12 @@ export interface RedisClusterOptions {
    * Short by default so failover tests stay short.
    */
   nodeTimeoutMs?: number;
+  /**
+   * A cluster as managed services run it: every node asks for `password` (requirepass, and
+   * masterauth between nodes) and speaks only TLS (clients, replication and the cluster bus) with
+   * the server certificate of `certificates`. `ClusterNode.address` is then the TLS port.
+   */
+  secured?: { password: string; certificates: TestCertificates };
 }
 
 /**
@@ -65,13 +72,29 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     ports.push(port);
   }
   const children = new Map<number, ChildProcess>();
+  const secured = options.secured;
+  // The cluster bus asks the connecting node for a client certificate whatever tls-auth-clients
+  // says, and the server certificate is for serverAuth only: nodes present the client one.
+  const tlsFiles = secured
+    ? [
+        "--tls-cert-file", secured.certificates.serverCert, "--tls-key-file", secured.certificates.serverKey,
+        "--tls-client-cert-file", secured.certificates.clientCert, "--tls-client-key-file", secured.certificates.clientKey,
+        "--tls-ca-cert-file", secured.certificates.caCert,
+      ]
+    : [];
+  const securityOf = (port: number) =>
+    secured
+      ? ["--port", "0", "--tls-port", String(port), ...tlsFiles, "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes", "--requirepass", secured.password, "--masterauth", secured.password]
+      : ["--port", String(port)];
+  // redis-cli's own flags for the same: TLS with the CA, the password without the warning.
+  const cliSecurity = secured ? ["--tls", "--cacert", secured.certificates.caCert, "-a", secured.password, "--no-auth-warning"] : [];
   const launch = async (port: number) => {
     const dir = join(root, String(port));
     mkdirSync(dir, { recursive: true });
     const child = spawn(
       "redis-server",
       [
-        "--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
+        ...securityOf(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
         "--cluster-node-timeout", String(options.nodeTimeoutMs ?? 1_000),
         // A replica takes over however long it was out of touch (tests kill masters at any time).
@@ -93,7 +116,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     });
     children.set(port, child);
   };
-  const cli = async (port: number, ...args: string[]) => (await run("redis-cli", ["-p", String(port), ...args])).stdout.trim();
+  const cli = async (port: number, ...args: string[]) => (await run("redis-cli", [...cliSecurity, "-p", String(port), ...args])).stdout.trim();
   const alive = (port: number) => {
     const child = children.get(port);
     return child !== undefined && child.exitCode === null && child.signalCode === null;
@@ -115,7 +138,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
   }));
   try {
     await Promise.all(ports.map(launch));
-    await run("redis-cli", ["--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"]);
+    await run("redis-cli", [...cliSecurity, "--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"]);
   } catch (error) {
     await Promise.all(ports.map((port) => stop(port, "SIGKILL")));
     throw error;

@@ -230,12 +230,12 @@ func TestTelemetryOfACompile(t *testing.T) {
 		if event.GetTokensEstimated() != nil {
 			estimated++
 		}
-		if event.GetMessageDropped() != nil {
+		if run := event.GetHistoryHeadDropped(); run != nil && run.GetCount() > 0 {
 			dropped++
 		}
 	}
 	if estimated == 0 || dropped == 0 {
-		t.Fatalf("compile %s: %d tokens_estimated and %d message_dropped events, want both (the budget trims history)", finished, estimated, dropped)
+		t.Fatalf("compile %s: %d tokens_estimated and %d history_head_dropped events, want both (the budget trims the head of the history)", finished, estimated, dropped)
 	}
 
 	// CompileStream delivers the same kinds of events to the caller, then the result.

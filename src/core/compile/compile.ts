@@ -8,6 +8,7 @@ import {
   type CompileRequest,
   type CompileResult,
   type CompileSource,
+  type Transformation,
   type Usage,
   type Writeback,
 } from "../../../gen/ts/contextd/v1/compile_pb.js";
@@ -135,6 +136,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   // 10. Budget (appends pending and the current turn). 11. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);
+  const historyBeforeBudget = work.segments.history;
   const budget = await applyBudget(work, scratch, context, correction?.factor ?? 1);
   if (deadline.checkNow("budget")) await deadline.pause("budget");
   await events.stageDone("budget");
@@ -199,7 +201,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   await events.stageDone("result");
   result.stageTimings = events.timings;
 
-  emitSummaryEvents(events, budget, work, head);
+  emitSummaryEvents(events, budget, work, { head, history: historyBeforeBudget });
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
 }
@@ -223,7 +225,16 @@ function budgetDroppedMessages(work: CompileWork, head: ElidedHead | undefined):
   return BigInt(dropped);
 }
 
-function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork, head: ElidedHead | undefined): void {
+/**
+ * The history the budget trimmed: the stored history's head the compile left out (if any), then
+ * the history segment the budget stage received.
+ */
+interface TrimmedHistory {
+  head: ElidedHead | undefined;
+  history: readonly Message[];
+}
+
+function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>, work: CompileWork, { head, history }: TrimmedHistory): void {
   const blocks: [string, number][] = [
     ["system", budget.system],
     ["history", budget.history],
@@ -235,16 +246,24 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
   ];
   for (const [block, count] of blocks) events.emit({ case: "tokensEstimated", value: { $typeName: "contextd.v1.TokensEstimated", block, count: BigInt(count) } });
   // One event per final DROPPED record, whatever dropped it (budget, alignment, summary, repairs):
-  // the same set the records and the metric count.
-  // The elided head first: the budget drops from the head, so its records come first.
-  if (events.observed && head) {
-    for (let index = 0; index < head.count; index++) {
-      const messageId = head.history[index]!.id;
-      events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED } });
-    }
+  // the same set the records and the metric count. The run of budget-dropped messages at the start
+  // of the history is one history_head_dropped event instead, so the events of a compile cost the
+  // same at 100 and 100,000 stored messages; the elided head is the start of that run.
+  if (!events.observed) return emitPressureEvents(events, budget);
+  let tailRun = 0;
+  while (tailRun < history.length && isBudgetDropped(work.records[history[tailRun]!.id])) tailRun++;
+  const runCount = (head?.count ?? 0) + tailRun;
+  if (runCount > 0) {
+    const first = head && head.count > 0 ? head.history[0]! : history[0]!;
+    const last = tailRun > 0 ? history[tailRun - 1]! : head!.history[head!.count - 1]!;
+    events.emit({
+      case: "historyHeadDropped",
+      value: { $typeName: "contextd.v1.HistoryHeadDropped", count: BigInt(runCount), firstMessageId: first.id, lastMessageId: last.id },
+    });
   }
-  if (events.observed && work.droppedIds) {
+  if (work.droppedIds) {
     const emitted = new Set<string>();
+    for (let index = 0; index < tailRun; index++) emitted.add(history[index]!.id);
     for (const messageId of work.droppedIds) {
       const record = work.records[messageId]!;
       if (record.action !== TransformationAction.DROPPED || emitted.has(messageId)) continue;
@@ -253,7 +272,7 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
     }
   }
   // One event per message clearing changed whose final record is still the clearing's.
-  if (events.observed && budget.clearedMessages) {
+  if (budget.clearedMessages) {
     for (const [messageId, freedTokens] of budget.clearedMessages) {
       const record = work.records[messageId];
       if (record?.action !== TransformationAction.FORMATTED) continue;
@@ -261,6 +280,14 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
       events.emit({ case: "messageCleared", value: { $typeName: "contextd.v1.MessageCleared", messageId, reason: record.reason, freedTokens: BigInt(freedTokens) } });
     }
   }
+  emitPressureEvents(events, budget);
+}
+
+function isBudgetDropped(record: Transformation | undefined): boolean {
+  return record !== undefined && record.action === TransformationAction.DROPPED && record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED;
+}
+
+function emitPressureEvents(events: CompileEvents, budget: Awaited<ReturnType<typeof applyBudget>>): void {
   if (budget.summary) {
     const ratio = budget.summary.replacedTokens > 0 ? budget.summary.tokens / budget.summary.replacedTokens : 0;
     events.emit({ case: "contextSummarized", value: { $typeName: "contextd.v1.ContextSummarized", ratio } });

@@ -3,6 +3,7 @@ import { defaultCalibrationStorage } from "../../application/usage-calibration.j
 import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
+import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
 
 /** One accepted bearer token; `tenant` empty = the token sees every conversation. */
 export interface AuthToken {
@@ -18,8 +19,14 @@ export interface Config {
   port: number;
   /** Redis URL for the production store; empty = the embedded in-memory store. */
   redisUrl: string;
-  /** Seed nodes ("host:port") of a Redis Cluster for the store, instead of `redisUrl`; empty = none. */
+  /**
+   * Seed nodes of a Redis Cluster for the store, instead of `redisUrl`: "host:port", or
+   * "redis://[user[:password]@]host:port" / "rediss://..." (TLS) with the cluster's credentials,
+   * the same in every entry; empty = none.
+   */
   redisClusterNodes: string[];
+  /** PEM file of the CAs that signed the Redis servers' certificates (rediss:// only); empty = the system's CAs. */
+  redisTlsCa: string;
   /** Replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none. */
   redisWaitReplicas: number;
   /** How long a commit waits for those acknowledgements before UNAVAILABLE, in milliseconds. */
@@ -101,6 +108,7 @@ export const defaultConfig: Config = {
   port: 7420,
   redisUrl: "",
   redisClusterNodes: [],
+  redisTlsCa: "",
   redisWaitReplicas: 0,
   redisWaitTimeoutMs: 1_000,
   workers: 1,
@@ -144,7 +152,8 @@ export const flags = {
   host: "interface to bind (0.0.0.0 in a container)",
   port: "the one port for gRPC, gRPC-Web, Connect and metrics (0 = pick a free port)",
   "redis-url": "Redis store (Redis >= 7); empty = the in-memory store",
-  "redis-cluster-nodes": "Redis Cluster store instead: seed nodes host:port,host:port,... (the client finds the rest)",
+  "redis-cluster-nodes": "Redis Cluster store instead: seed nodes host:port,... or redis[s]://[user[:password]@]host:port,... (the client finds the rest)",
+  "redis-tls-ca": "PEM file of the CAs that signed the Redis servers' certificates, for rediss:// (default: the system's CAs)",
   "redis-wait-replicas": "replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none",
   "redis-wait-timeout-ms": "how long a commit waits for those replicas before answering UNAVAILABLE",
   workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a Redis store",
@@ -243,11 +252,17 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   }
   const redisUrl = string("redis-url", defaultConfig.redisUrl);
   const redisClusterNodes = (pick("redis-cluster-nodes").text ?? "").split(",").map((node) => node.trim()).filter((node) => node !== "");
-  for (const node of redisClusterNodes) {
-    const port = Number(node.slice(node.lastIndexOf(":") + 1));
-    if (node.lastIndexOf(":") <= 0 || !Number.isInteger(port) || port < 1 || port > 65535) {
-      throw new Error(`invalid --redis-cluster-nodes or CONTEXTD_REDIS_CLUSTER_NODES entry "${node}": want host:port`);
+  let clusterTls = false;
+  if (redisClusterNodes.length > 0) {
+    try {
+      clusterTls = parseClusterSeeds(redisClusterNodes).tls;
+    } catch (error) {
+      throw new Error(`invalid --redis-cluster-nodes or CONTEXTD_REDIS_CLUSTER_NODES: ${(error as Error).message}`);
     }
+  }
+  const redisTlsCa = string("redis-tls-ca", defaultConfig.redisTlsCa);
+  if (redisTlsCa !== "" && !redisUrl.startsWith("rediss://") && !clusterTls) {
+    throw new Error("invalid --redis-tls-ca or CONTEXTD_REDIS_TLS_CA: it is for TLS to Redis; give a rediss:// --redis-url or rediss:// --redis-cluster-nodes");
   }
   if (redisUrl !== "" && redisClusterNodes.length > 0) {
     throw new Error("--redis-url and --redis-cluster-nodes (or their CONTEXTD_ variables) name two stores: give one");
@@ -272,6 +287,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     redisUrl,
     postgresUrl,
     redisClusterNodes,
+    redisTlsCa,
     redisWaitReplicas: integer("redis-wait-replicas", defaultConfig.redisWaitReplicas, 0, 1_000),
     redisWaitTimeoutMs: integer("redis-wait-timeout-ms", defaultConfig.redisWaitTimeoutMs, 1, 2 ** 31 - 1),
     workers,
@@ -314,6 +330,7 @@ export function printableConfig(config: Config) {
   return {
     ...config,
     redisUrl: config.redisUrl ? config.redisUrl.replace(/\/\/[^@/]*@/, "//(credentials)@") : "",
+    redisClusterNodes: config.redisClusterNodes.map((node) => node.replace(/\/\/[^@/]*@/, "//(credentials)@")),
     postgresUrl: config.postgresUrl.replace(/\/\/[^@/]*@/, "//(credentials)@"),
     authTokens: config.authTokens.length,
     tenants,

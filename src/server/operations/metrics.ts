@@ -44,7 +44,7 @@ export class Metrics {
   private readonly compileTokens: Counter;
   private readonly droppedMessages: SeriesCounter;
   /** Dropped-message series by `TransformationReason` number. */
-  private readonly droppedSeries = new Map<number, { inc(): void }>();
+  private readonly droppedSeries = new Map<number, { inc(by?: number): void }>();
   private readonly clearedMessages: SeriesCounter;
   private readonly clearedTokens: SeriesCounter;
   /** Cleared-message and freed-token series by `TransformationReason` number. */
@@ -136,18 +136,12 @@ export class Metrics {
         this.compiles.inc();
         this.compileTokens.inc(Number(event.event.value.totalCost));
         return;
-      case "messageDropped": {
-        // Counted by the reason's number and named once per reason: a compile of a long history
-        // drops thousands of messages, and naming each cost a string per event.
-        const reason = event.event.value.reason;
-        let series = this.droppedSeries.get(reason);
-        if (series === undefined) {
-          series = this.droppedMessages.series((TransformationReason[reason] ?? String(reason)).toLowerCase());
-          this.droppedSeries.set(reason, series);
-        }
-        series.inc();
+      case "messageDropped":
+        this.droppedSeriesFor(event.event.value.reason).inc();
         return;
-      }
+      case "historyHeadDropped":
+        this.droppedSeriesFor(TransformationReason.TOKEN_BUDGET_EXCEEDED).inc(Number(event.event.value.count));
+        return;
       case "messageCleared": {
         const reason = event.event.value.reason;
         let series = this.clearedSeries.get(reason);
@@ -164,6 +158,16 @@ export class Metrics {
         return;
     }
   };
+
+  /** Counted by the reason's number and named once per reason, not a string per event. */
+  private droppedSeriesFor(reason: TransformationReason) {
+    let series = this.droppedSeries.get(reason);
+    if (series === undefined) {
+      series = this.droppedMessages.series((TransformationReason[reason] ?? String(reason)).toLowerCase());
+      this.droppedSeries.set(reason, series);
+    }
+    return series;
+  }
 
   /** A gauge read at every scrape from whoever owns the value. */
   gauge(name: string, help: string, read: () => number): void {

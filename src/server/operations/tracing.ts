@@ -105,6 +105,12 @@ export class Tracing {
         "contextd.reason": body.value.reason,
         "contextd.freed_tokens": Number(body.value.freedTokens),
       });
+    } else if (body.case === "historyHeadDropped") {
+      parent.addEvent("contextd.history_head_dropped", {
+        "contextd.messages.count": Number(body.value.count),
+        "contextd.message.first_id": body.value.firstMessageId,
+        "contextd.message.last_id": body.value.lastMessageId,
+      });
     }
   };
 

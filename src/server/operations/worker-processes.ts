@@ -1,11 +1,15 @@
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import cluster, { type Worker } from "node:cluster";
+import { ObserverEventSchema, type ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { TelemetryHub } from "../../application/telemetry-hub.js";
 import type { Logger } from "./logger.js";
 
 // `--workers N`: N processes serve the one port through node:cluster. The primary process serves
 // nothing itself: it forks the workers (each a whole sidecar with its own store connection, codec
 // and health poll; the primary accepts connections and hands each to one worker in turn), says
 // "contextd listening" once all of them listen, answers /metrics requests of a worker with every
-// worker's metrics, replaces a worker that dies, and on SIGTERM/SIGINT drains all of them.
+// worker's metrics, relays compile events to the workers whose WatchEvents subscribers would not
+// see them otherwise, replaces a worker that dies, and on SIGTERM/SIGINT drains all of them.
 //
 // Why: one sidecar is one JavaScript thread; at concurrency 32 a Commit RPC on Redis was
 // CPU-bound at ~2,900/s in the sidecar while the bare script does 10,000-13,000/s in Redis.
@@ -16,7 +20,14 @@ type WorkerMessage =
   | { contextd: "metrics-wanted"; request: number }
   | { contextd: "render-metrics"; request: number }
   | { contextd: "rendered-metrics"; request: number; text: string }
-  | { contextd: "metrics"; request: number; text: string };
+  | { contextd: "metrics"; request: number; text: string }
+  // A worker's WatchEvents subscribers came (true) or all left (false).
+  | { contextd: "telemetry-wanted"; wanted: boolean }
+  // Whether a worker sends its compile events: on while another worker has subscribers.
+  | { contextd: "telemetry-forward"; on: boolean }
+  // One event-loop turn's events of one worker (binary ObserverEvents, base64), and how many it
+  // left out because the batch was full; relayed as is to the workers that want them.
+  | { contextd: "telemetry-events"; events: string[]; dropped: number };
 
 function isWorkerMessage(message: unknown): message is WorkerMessage {
   return typeof message === "object" && message !== null && typeof (message as { contextd?: unknown }).contextd === "string";
@@ -58,6 +69,17 @@ export function superviseWorkers(count: number, logger: Logger): WorkerSupervisi
     rejectListening = reject;
   });
   const listeningWorkers = new Map<number, { address: string; port: number }>();
+  // Workers with WatchEvents subscribers, and what each was last told about forwarding.
+  const wantingTelemetry = new Set<number>();
+  const forwarding = new Map<number, boolean>();
+  const updateForwarding = () => {
+    for (const worker of workers) {
+      const on = [...wantingTelemetry].some((id) => id !== worker.id);
+      if ((forwarding.get(worker.id) ?? false) === on || !worker.isConnected()) continue;
+      forwarding.set(worker.id, on);
+      worker.send({ contextd: "telemetry-forward", on } satisfies WorkerMessage);
+    }
+  };
 
   /** Asks every worker for its metrics text; answers `from` with all of them merged. */
   const gatherMetrics = (from: Worker, request: number) => {
@@ -89,8 +111,16 @@ export function superviseWorkers(count: number, logger: Logger): WorkerSupervisi
     workers.add(worker);
     worker.on("message", (message: unknown) => {
       if (!isWorkerMessage(message)) return;
-      if (message.contextd === "listening") {
+      if (message.contextd === "telemetry-events") {
+        for (const other of workers) if (other !== worker && wantingTelemetry.has(other.id) && other.isConnected()) other.send(message);
+      } else if (message.contextd === "telemetry-wanted") {
+        if (message.wanted) wantingTelemetry.add(worker.id);
+        else wantingTelemetry.delete(worker.id);
+        updateForwarding();
+      } else if (message.contextd === "listening") {
         listeningWorkers.set(worker.id, { address: message.address, port: message.port });
+        // A replacement worker forwards its events at once if another worker has subscribers.
+        updateForwarding();
         if (!started && listeningWorkers.size === count) {
           started = true;
           resolveListening({ ...message, pids: [...workers].map((each) => each.process.pid!) });
@@ -107,6 +137,9 @@ export function superviseWorkers(count: number, logger: Logger): WorkerSupervisi
     worker.once("exit", (code, signal) => {
       workers.delete(worker);
       listeningWorkers.delete(worker.id);
+      wantingTelemetry.delete(worker.id);
+      forwarding.delete(worker.id);
+      updateForwarding();
       for (const pending of pendingMetrics.values()) if (pending.texts.size === workers.size) pending.done();
       if (stopping) return;
       if (!started) {
@@ -185,6 +218,47 @@ export function shareWorkerMetrics(render: () => Promise<string>): () => Promise
       });
       process.send!({ contextd: "metrics-wanted", request } satisfies WorkerMessage);
     });
+}
+
+/**
+ * In a worker: makes `hub`'s WatchEvents subscribers see the compiles of every worker. The
+ * primary tells each worker whether another one has subscribers; while it does, this worker sends
+ * its events (binary, batched per event-loop turn, at most `batchLimit` a turn, the rest counted
+ * as dropped) and the primary relays them to the workers that want them, where they reach the
+ * subscribers only (metrics and traces counted them where the compile ran). Nothing is sent while
+ * no worker watches, so a sidecar without subscribers pays nothing for this.
+ */
+export function shareWorkerTelemetry(hub: TelemetryHub, batchLimit: number): void {
+  let batch: string[] = [];
+  let dropped = 0;
+  let flushScheduled = false;
+  const flush = () => {
+    flushScheduled = false;
+    if (process.connected) process.send!({ contextd: "telemetry-events", events: batch, dropped } satisfies WorkerMessage);
+    batch = [];
+    dropped = 0;
+  };
+  const forward = (event: ObserverEvent) => {
+    if (batch.length >= batchLimit) dropped++;
+    else batch.push(Buffer.from(toBinary(ObserverEventSchema, event)).toString("base64"));
+    if (!flushScheduled) {
+      flushScheduled = true;
+      setImmediate(flush);
+    }
+  };
+  let wanted = false;
+  hub.onSubscriberCount((count) => {
+    if (count > 0 === wanted || !process.connected) return;
+    wanted = count > 0;
+    process.send!({ contextd: "telemetry-wanted", wanted } satisfies WorkerMessage);
+  });
+  process.on("message", (message: unknown) => {
+    if (!isWorkerMessage(message)) return;
+    if (message.contextd === "telemetry-forward") hub.forwardTo(message.on ? forward : undefined);
+    else if (message.contextd === "telemetry-events") {
+      message.events.forEach((encoded, index) => hub.deliver(fromBinary(ObserverEventSchema, Buffer.from(encoded, "base64")), index === 0 ? BigInt(message.dropped) : 0n));
+    }
+  });
 }
 
 /**

@@ -89,3 +89,23 @@ describe("contextd --help and --version", () => {
     expect(run("--version").trim()).toBe(`contextd ${version}`);
   });
 });
+
+describe("--redis-cluster-nodes and --redis-tls-ca", () => {
+  it("takes seeds as host:port or redis[s]:// URLs, refuses ones that disagree, and never prints their password", () => {
+    const seeds = "rediss://app:pw-secret@a:6380,rediss://app:pw-secret@b:6380";
+    const config = loadConfig(["--redis-cluster-nodes", seeds, "--redis-tls-ca", "/etc/ca.pem"], {});
+    expect(config).toMatchObject({ redisClusterNodes: seeds.split(","), redisTlsCa: "/etc/ca.pem" });
+    expect(JSON.stringify(printableConfig(config))).not.toContain("pw-secret");
+    expect(JSON.stringify(printableConfig(config))).toContain("rediss://(credentials)@a:6380");
+    expect(loadConfig([], { CONTEXTD_REDIS_CLUSTER_NODES: "a:1, b:2" }).redisClusterNodes).toEqual(["a:1", "b:2"]);
+    expect(() => loadConfig(["--redis-cluster-nodes", "a:1,rediss://b:2"], {})).toThrow(/--redis-cluster-nodes or CONTEXTD_REDIS_CLUSTER_NODES: redis cluster seed "rediss:\/\/b:2" and "a:1" disagree on TLS/);
+    expect(() => loadConfig(["--redis-cluster-nodes", "a"], {})).toThrow(/seed "a" is not host:port/);
+  });
+
+  it("refuses --redis-tls-ca without a rediss:// URL or rediss:// seeds", () => {
+    expect(loadConfig(["--redis-url", "rediss://:pw@r:6380", "--redis-tls-ca", "ca.pem"], {}).redisTlsCa).toBe("ca.pem");
+    for (const store of [[], ["--redis-url", "redis://r:6379"], ["--redis-cluster-nodes", "a:1"]]) {
+      expect(() => loadConfig([...store, "--redis-tls-ca", "ca.pem"], {})).toThrow(/--redis-tls-ca or CONTEXTD_REDIS_TLS_CA: it is for TLS to Redis/);
+    }
+  });
+});

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
 import { loadConfig } from "../../../src/server/operations/config.js";
@@ -152,6 +153,55 @@ describe("--workers", () => {
       const text = await metricsText(sidecar);
       const compiles = [1, 2].map((worker) => Number(new RegExp(`^contextd_rpc_requests_total\\{worker="${worker}",method="contextd.v1.ContextService/Compile",code="ok"\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0));
       expect(compiles.every((count) => count > 0), `both workers compiled: ${compiles.join(" + ")}`).toBe(true);
+    });
+
+    it("streams every worker's compiles to a WatchEvents subscriber, whichever worker holds its connection", async () => {
+      const watchAbort = new AbortController();
+      const telemetry = createClient(TelemetryService, createGrpcTransport({ baseUrl: sidecar.url }));
+      const compiled = new Set<string>();
+      const watching = (async () => {
+        try {
+          for await (const message of telemetry.watchEvents({}, { signal: watchAbort.signal })) {
+            if (message.event?.event.case === "pipelineCompiled") compiled.add(message.event.conversationId);
+          }
+        } catch (error) {
+          if (!watchAbort.signal.aborted) throw error;
+        }
+      })();
+      // Each compile on a connection of its own: the primary hands connections to the workers in turn.
+      const compileOnNewConnection = (conversationId: string) =>
+        createClient(ContextService, createGrpcTransport({ baseUrl: sidecar.url })).compile({ conversationId });
+      const subscribers = async () =>
+        [...(await metricsText(sidecar)).matchAll(/^contextd_telemetry_subscribers\{worker="\d+"\} (\d+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+      await expect.poll(subscribers, { timeout: 10_000 }).toBe(1);
+      // Once the other worker forwards (the primary tells it so, asynchronously), two compiles in a
+      // row, one on each worker, both reach the subscriber.
+      let probe = 0;
+      await expect
+        .poll(
+          async () => {
+            const ids = [`probe-${probe++}`, `probe-${probe++}`];
+            for (const id of ids) await compileOnNewConnection(id);
+            await new Promise((resolve) => setTimeout(resolve, 200));
+            return ids.every((id) => compiled.has(id));
+          },
+          { timeout: 15_000 },
+        )
+        .toBe(true);
+      const before = await metricsText(sidecar);
+      const ids = Array.from({ length: 10 }, (_, index) => `watched-${index}`);
+      for (const id of ids) await compileOnNewConnection(id);
+      await expect.poll(() => ids.filter((id) => !compiled.has(id)), { timeout: 10_000 }).toEqual([]);
+      // Both workers compiled some of them.
+      const after = await metricsText(sidecar);
+      const compiles = (text: string, worker: number) => Number(new RegExp(`^contextd_compiles_total\\{worker="${worker}"\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0);
+      const perWorker = [1, 2].map((worker) => compiles(after, worker) - compiles(before, worker));
+      expect(perWorker[0]! + perWorker[1]!).toBe(10);
+      expect(perWorker.every((count) => count > 0), `both workers compiled: ${perWorker.join(" + ")}`).toBe(true);
+      watchAbort.abort();
+      await watching;
+      // With no subscriber left, the gauge says so on every worker.
+      await expect.poll(subscribers, { timeout: 10_000 }).toBe(0);
     });
 
     it("replaces a worker that dies, and keeps serving meanwhile", async () => {

@@ -65,8 +65,13 @@ describe("ContextService over gRPC (real sidecar, grpc-js client)", () => {
     expect(received.at(-1)!.kind.case).toBe("result");
     const events = received.slice(0, -1).map((item) => (item.kind.case === "event" ? item.kind.value.event.case : "?"));
     expect(events).toContain("stageTiming");
-    // h0..h2 for the budget, h3 (the answer to h2) so that history starts on a user turn.
-    expect(events.filter((kind) => kind === "messageDropped")).toHaveLength(4);
+    // h0..h2 for the budget (one event for the run at the head of the history), h3 (the answer
+    // to h2) so that history starts on a user turn.
+    const drops = received.flatMap((item) => (item.kind.case === "event" && (item.kind.value.event.case === "messageDropped" || item.kind.value.event.case === "historyHeadDropped") ? [item.kind.value.event] : []));
+    expect(drops).toMatchObject([
+      { case: "historyHeadDropped", value: { count: 3n, firstMessageId: "h0", lastMessageId: "h2" } },
+      { case: "messageDropped", value: { messageId: "h3", reason: TransformationReason.HISTORY_ALIGNMENT } },
+    ]);
     expect(events.at(-1)).toBe("pipelineCompiled");
   });
 

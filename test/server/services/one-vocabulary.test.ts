@@ -48,7 +48,7 @@ describe("one vocabulary, one id format, one total (real sidecar)", () => {
     return { events, result: result! };
   }
 
-  it("records every message left out of the prompt as DROPPED, with one message_dropped event each, counted by reason in the metric", async () => {
+  it("records every message left out of the prompt as DROPPED, reported once each by the observer events (the run at the head of the history by one history_head_dropped), counted by reason in the metric", async () => {
     const before = await (await fetch(`${sidecar.url}/metrics`)).text();
     const open = create(MessageSchema, { id: "a0", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c0", name: "f" } } }] });
     const history = [textMessage("q0", Role.USER, "q0"), open, ...["q1", "a1", "q2", "a2"].map((id) => textMessage(id, id.startsWith("q") ? Role.USER : Role.ASSISTANT, id))];
@@ -69,7 +69,17 @@ describe("one vocabulary, one id format, one total (real sidecar)", () => {
       a2: "TOKEN_BUDGET_EXCEEDED",
     });
     expect(result.payload!.history.map((m) => m.id)).toEqual(["q2"]);
-    const eventDrops = events.flatMap((event) => (event.event.case === "messageDropped" ? [[event.event.value.messageId, TransformationReason[event.event.value.reason]]] : []));
+    // The budget's run at the head of the history (q0, q1, a1: a0 went in the repair first) is
+    // one event; every other DROPPED record has its own.
+    const headRuns = events.flatMap((event) => (event.event.case === "historyHeadDropped" ? [event.event.value] : []));
+    expect(headRuns).toMatchObject([{ count: 3n, firstMessageId: "q0", lastMessageId: "a1" }]);
+    const historyAfterRepair = history.map((m) => m.id).filter((id) => id !== "a0");
+    const runIds = historyAfterRepair.slice(historyAfterRepair.indexOf(headRuns[0]!.firstMessageId), historyAfterRepair.indexOf(headRuns[0]!.lastMessageId) + 1);
+    const eventDrops = [
+      ...runIds.map((id) => [id, "TOKEN_BUDGET_EXCEEDED"]),
+      ...events.flatMap((event) => (event.event.case === "messageDropped" ? [[event.event.value.messageId, TransformationReason[event.event.value.reason]]] : [])),
+    ];
+    expect(runIds).toHaveLength(Number(headRuns[0]!.count));
     expect(Object.fromEntries(eventDrops)).toEqual(Object.fromEntries(dropped.map(([id, record]) => [id, TransformationReason[record.reason]])));
     expect(eventDrops).toHaveLength(dropped.length);
     const after = await (await fetch(`${sidecar.url}/metrics`)).text();

@@ -41,6 +41,7 @@ type ObserverEvent struct {
 	//	*ObserverEvent_PipelineCompiled
 	//	*ObserverEvent_StageTiming
 	//	*ObserverEvent_BudgetPressure
+	//	*ObserverEvent_HistoryHeadDropped
 	//	*ObserverEvent_MessageCleared
 	Event         isObserverEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
@@ -159,6 +160,15 @@ func (x *ObserverEvent) GetBudgetPressure() *BudgetPressure {
 	return nil
 }
 
+func (x *ObserverEvent) GetHistoryHeadDropped() *HistoryHeadDropped {
+	if x != nil {
+		if x, ok := x.Event.(*ObserverEvent_HistoryHeadDropped); ok {
+			return x.HistoryHeadDropped
+		}
+	}
+	return nil
+}
+
 func (x *ObserverEvent) GetMessageCleared() *MessageCleared {
 	if x != nil {
 		if x, ok := x.Event.(*ObserverEvent_MessageCleared); ok {
@@ -178,7 +188,8 @@ type ObserverEvent_TokensEstimated struct {
 }
 
 type ObserverEvent_MessageDropped struct {
-	// A message was dropped from the prompt (a DROPPED record; was node_evicted).
+	// A message was dropped from the prompt (a DROPPED record; was node_evicted), unless it is
+	// one of the run `history_head_dropped` reports.
 	MessageDropped *MessageDropped `protobuf:"bytes,5,opt,name=message_dropped,json=messageDropped,proto3,oneof"`
 }
 
@@ -202,11 +213,16 @@ type ObserverEvent_BudgetPressure struct {
 	BudgetPressure *BudgetPressure `protobuf:"bytes,9,opt,name=budget_pressure,json=budgetPressure,proto3,oneof"`
 }
 
+type ObserverEvent_HistoryHeadDropped struct {
+	// The budget dropped the oldest messages of the history: one event for the whole run.
+	HistoryHeadDropped *HistoryHeadDropped `protobuf:"bytes,70,opt,name=history_head_dropped,json=historyHeadDropped,proto3,oneof"`
+}
+
 type ObserverEvent_MessageCleared struct {
 	// Old tool results (and with `clear_inputs` their calls' arguments) or old reasoning of a
 	// history message were cleared: one per message whose final record is FORMATTED with reason
-	// TOOL_RESULT_CLEARED or REASONING_CLEARED (a cleared message the budget then dropped has a
-	// `message_dropped` instead).
+	// TOOL_RESULT_CLEARED or REASONING_CLEARED (a cleared message the budget then dropped is
+	// reported as dropped instead, by `message_dropped` or `history_head_dropped`).
 	MessageCleared *MessageCleared `protobuf:"bytes,81,opt,name=message_cleared,json=messageCleared,proto3,oneof"`
 }
 
@@ -221,6 +237,8 @@ func (*ObserverEvent_PipelineCompiled) isObserverEvent_Event() {}
 func (*ObserverEvent_StageTiming) isObserverEvent_Event() {}
 
 func (*ObserverEvent_BudgetPressure) isObserverEvent_Event() {}
+
+func (*ObserverEvent_HistoryHeadDropped) isObserverEvent_Event() {}
 
 func (*ObserverEvent_MessageCleared) isObserverEvent_Event() {}
 
@@ -279,7 +297,8 @@ func (x *TokensEstimated) GetCount() int64 {
 	return 0
 }
 
-// A message of the main payload was left out of the prompt: one per DROPPED record.
+// A message of the main payload was left out of the prompt: one per DROPPED record, except the
+// records `HistoryHeadDropped` reports as a run.
 type MessageDropped struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message id.
@@ -334,6 +353,77 @@ func (x *MessageDropped) GetReason() TransformationReason {
 	return TransformationReason_TRANSFORMATION_REASON_UNSPECIFIED
 }
 
+// The budget left out the oldest messages of the history: the `count` consecutive messages of the
+// history segment from its first one, `first_message_id` to `last_message_id`, all DROPPED with
+// reason TOKEN_BUDGET_EXCEEDED (the budget drops from the head). A compile emits at most one, before
+// any `MessageDropped`, and none of these messages has a `MessageDropped` of its own: a long
+// conversation's budget drops most of its history on every compile, and one event per message made
+// the events of a compile cost as much as the history (99,970 events per compile at 100,000 stored
+// messages). The message after `last_message_id` is not dropped for the budget. Ids in between are
+// those of the stored history, in order (`ConversationService.GetConversation` lists them).
+type HistoryHeadDropped struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many messages the run holds (at least 1).
+	Count int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The oldest message of the run: the first message of the history segment.
+	FirstMessageId string `protobuf:"bytes,2,opt,name=first_message_id,json=firstMessageId,proto3" json:"first_message_id,omitempty"`
+	// The newest message of the run.
+	LastMessageId string `protobuf:"bytes,3,opt,name=last_message_id,json=lastMessageId,proto3" json:"last_message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryHeadDropped) Reset() {
+	*x = HistoryHeadDropped{}
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryHeadDropped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryHeadDropped) ProtoMessage() {}
+
+func (x *HistoryHeadDropped) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryHeadDropped.ProtoReflect.Descriptor instead.
+func (*HistoryHeadDropped) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HistoryHeadDropped) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *HistoryHeadDropped) GetFirstMessageId() string {
+	if x != nil {
+		return x.FirstMessageId
+	}
+	return ""
+}
+
+func (x *HistoryHeadDropped) GetLastMessageId() string {
+	if x != nil {
+		return x.LastMessageId
+	}
+	return ""
+}
+
 // Part of a history message was cleared by tool-result or reasoning clearing (see
 // `Budget.tool_result_clearing`, `Budget.reasoning_clearing`); the message stays, with placeholders.
 type MessageCleared struct {
@@ -352,7 +442,7 @@ type MessageCleared struct {
 
 func (x *MessageCleared) Reset() {
 	*x = MessageCleared{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[3]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +454,7 @@ func (x *MessageCleared) String() string {
 func (*MessageCleared) ProtoMessage() {}
 
 func (x *MessageCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[3]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +467,7 @@ func (x *MessageCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageCleared.ProtoReflect.Descriptor instead.
 func (*MessageCleared) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MessageCleared) GetMessageId() string {
@@ -412,7 +502,7 @@ type ContextSummarized struct {
 
 func (x *ContextSummarized) Reset() {
 	*x = ContextSummarized{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +514,7 @@ func (x *ContextSummarized) String() string {
 func (*ContextSummarized) ProtoMessage() {}
 
 func (x *ContextSummarized) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +527,7 @@ func (x *ContextSummarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSummarized.ProtoReflect.Descriptor instead.
 func (*ContextSummarized) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ContextSummarized) GetRatio() float64 {
@@ -460,7 +550,7 @@ type PipelineCompiled struct {
 
 func (x *PipelineCompiled) Reset() {
 	*x = PipelineCompiled{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +562,7 @@ func (x *PipelineCompiled) String() string {
 func (*PipelineCompiled) ProtoMessage() {}
 
 func (x *PipelineCompiled) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +575,7 @@ func (x *PipelineCompiled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineCompiled.ProtoReflect.Descriptor instead.
 func (*PipelineCompiled) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PipelineCompiled) GetTotalCost() int64 {
@@ -519,7 +609,7 @@ type BudgetPressure struct {
 
 func (x *BudgetPressure) Reset() {
 	*x = BudgetPressure{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +621,7 @@ func (x *BudgetPressure) String() string {
 func (*BudgetPressure) ProtoMessage() {}
 
 func (x *BudgetPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +634,7 @@ func (x *BudgetPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetPressure.ProtoReflect.Descriptor instead.
 func (*BudgetPressure) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BudgetPressure) GetTotal() int64 {
@@ -579,7 +669,7 @@ var File_contextd_v1_telemetry_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcontextd/v1/telemetry.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\"\x8d\x05\n" +
+	"\x1bcontextd/v1/telemetry.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\"\xe2\x05\n" +
 	"\rObserverEvent\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1d\n" +
 	"\n" +
@@ -590,7 +680,8 @@ const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\x12context_summarized\x18\x06 \x01(\v2\x1e.contextd.v1.ContextSummarizedH\x00R\x11contextSummarized\x12L\n" +
 	"\x11pipeline_compiled\x18\a \x01(\v2\x1d.contextd.v1.PipelineCompiledH\x00R\x10pipelineCompiled\x12=\n" +
 	"\fstage_timing\x18\b \x01(\v2\x18.contextd.v1.StageTimingH\x00R\vstageTiming\x12F\n" +
-	"\x0fbudget_pressure\x18\t \x01(\v2\x1b.contextd.v1.BudgetPressureH\x00R\x0ebudgetPressure\x12F\n" +
+	"\x0fbudget_pressure\x18\t \x01(\v2\x1b.contextd.v1.BudgetPressureH\x00R\x0ebudgetPressure\x12S\n" +
+	"\x14history_head_dropped\x18F \x01(\v2\x1f.contextd.v1.HistoryHeadDroppedH\x00R\x12historyHeadDropped\x12F\n" +
 	"\x0fmessage_cleared\x18Q \x01(\v2\x1b.contextd.v1.MessageClearedH\x00R\x0emessageClearedB\a\n" +
 	"\x05event\"=\n" +
 	"\x0fTokensEstimated\x12\x14\n" +
@@ -599,7 +690,11 @@ const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\x0eMessageDropped\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x129\n" +
-	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\"\x8d\x01\n" +
+	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\"|\n" +
+	"\x12HistoryHeadDropped\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12(\n" +
+	"\x10first_message_id\x18\x02 \x01(\tR\x0efirstMessageId\x12&\n" +
+	"\x0flast_message_id\x18\x03 \x01(\tR\rlastMessageId\"\x8d\x01\n" +
 	"\x0eMessageCleared\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x129\n" +
@@ -631,33 +726,35 @@ func file_contextd_v1_telemetry_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_telemetry_proto_rawDescData
 }
 
-var file_contextd_v1_telemetry_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_contextd_v1_telemetry_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_contextd_v1_telemetry_proto_goTypes = []any{
-	(*ObserverEvent)(nil),     // 0: contextd.v1.ObserverEvent
-	(*TokensEstimated)(nil),   // 1: contextd.v1.TokensEstimated
-	(*MessageDropped)(nil),    // 2: contextd.v1.MessageDropped
-	(*MessageCleared)(nil),    // 3: contextd.v1.MessageCleared
-	(*ContextSummarized)(nil), // 4: contextd.v1.ContextSummarized
-	(*PipelineCompiled)(nil),  // 5: contextd.v1.PipelineCompiled
-	(*BudgetPressure)(nil),    // 6: contextd.v1.BudgetPressure
-	(*StageTiming)(nil),       // 7: contextd.v1.StageTiming
-	(TransformationReason)(0), // 8: contextd.v1.TransformationReason
+	(*ObserverEvent)(nil),      // 0: contextd.v1.ObserverEvent
+	(*TokensEstimated)(nil),    // 1: contextd.v1.TokensEstimated
+	(*MessageDropped)(nil),     // 2: contextd.v1.MessageDropped
+	(*HistoryHeadDropped)(nil), // 3: contextd.v1.HistoryHeadDropped
+	(*MessageCleared)(nil),     // 4: contextd.v1.MessageCleared
+	(*ContextSummarized)(nil),  // 5: contextd.v1.ContextSummarized
+	(*PipelineCompiled)(nil),   // 6: contextd.v1.PipelineCompiled
+	(*BudgetPressure)(nil),     // 7: contextd.v1.BudgetPressure
+	(*StageTiming)(nil),        // 8: contextd.v1.StageTiming
+	(TransformationReason)(0),  // 9: contextd.v1.TransformationReason
 }
 var file_contextd_v1_telemetry_proto_depIdxs = []int32{
-	1, // 0: contextd.v1.ObserverEvent.tokens_estimated:type_name -> contextd.v1.TokensEstimated
-	2, // 1: contextd.v1.ObserverEvent.message_dropped:type_name -> contextd.v1.MessageDropped
-	4, // 2: contextd.v1.ObserverEvent.context_summarized:type_name -> contextd.v1.ContextSummarized
-	5, // 3: contextd.v1.ObserverEvent.pipeline_compiled:type_name -> contextd.v1.PipelineCompiled
-	7, // 4: contextd.v1.ObserverEvent.stage_timing:type_name -> contextd.v1.StageTiming
-	6, // 5: contextd.v1.ObserverEvent.budget_pressure:type_name -> contextd.v1.BudgetPressure
-	3, // 6: contextd.v1.ObserverEvent.message_cleared:type_name -> contextd.v1.MessageCleared
-	8, // 7: contextd.v1.MessageDropped.reason:type_name -> contextd.v1.TransformationReason
-	8, // 8: contextd.v1.MessageCleared.reason:type_name -> contextd.v1.TransformationReason
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	1,  // 0: contextd.v1.ObserverEvent.tokens_estimated:type_name -> contextd.v1.TokensEstimated
+	2,  // 1: contextd.v1.ObserverEvent.message_dropped:type_name -> contextd.v1.MessageDropped
+	5,  // 2: contextd.v1.ObserverEvent.context_summarized:type_name -> contextd.v1.ContextSummarized
+	6,  // 3: contextd.v1.ObserverEvent.pipeline_compiled:type_name -> contextd.v1.PipelineCompiled
+	8,  // 4: contextd.v1.ObserverEvent.stage_timing:type_name -> contextd.v1.StageTiming
+	7,  // 5: contextd.v1.ObserverEvent.budget_pressure:type_name -> contextd.v1.BudgetPressure
+	3,  // 6: contextd.v1.ObserverEvent.history_head_dropped:type_name -> contextd.v1.HistoryHeadDropped
+	4,  // 7: contextd.v1.ObserverEvent.message_cleared:type_name -> contextd.v1.MessageCleared
+	9,  // 8: contextd.v1.MessageDropped.reason:type_name -> contextd.v1.TransformationReason
+	9,  // 9: contextd.v1.MessageCleared.reason:type_name -> contextd.v1.TransformationReason
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_telemetry_proto_init() }
@@ -673,6 +770,7 @@ func file_contextd_v1_telemetry_proto_init() {
 		(*ObserverEvent_PipelineCompiled)(nil),
 		(*ObserverEvent_StageTiming)(nil),
 		(*ObserverEvent_BudgetPressure)(nil),
+		(*ObserverEvent_HistoryHeadDropped)(nil),
 		(*ObserverEvent_MessageCleared)(nil),
 	}
 	type x struct{}
@@ -681,7 +779,7 @@ func file_contextd_v1_telemetry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_telemetry_proto_rawDesc), len(file_contextd_v1_telemetry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ObserverEvent(_message.Message):
-    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure", "message_cleared")
+    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure", "history_head_dropped", "message_cleared")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     COMPILE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class ObserverEvent(_message.Message):
     PIPELINE_COMPILED_FIELD_NUMBER: _ClassVar[int]
     STAGE_TIMING_FIELD_NUMBER: _ClassVar[int]
     BUDGET_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_HEAD_DROPPED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_CLEARED_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     compile_id: str
@@ -27,8 +28,9 @@ class ObserverEvent(_message.Message):
     pipeline_compiled: PipelineCompiled
     stage_timing: _compile_pb2.StageTiming
     budget_pressure: BudgetPressure
+    history_head_dropped: HistoryHeadDropped
     message_cleared: MessageCleared
-    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ..., message_cleared: _Optional[_Union[MessageCleared, _Mapping]] = ...) -> None: ...
+    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ..., history_head_dropped: _Optional[_Union[HistoryHeadDropped, _Mapping]] = ..., message_cleared: _Optional[_Union[MessageCleared, _Mapping]] = ...) -> None: ...
 
 class TokensEstimated(_message.Message):
     __slots__ = ("block", "count")
@@ -45,6 +47,16 @@ class MessageDropped(_message.Message):
     message_id: str
     reason: _compile_pb2.TransformationReason
     def __init__(self, message_id: _Optional[str] = ..., reason: _Optional[_Union[_compile_pb2.TransformationReason, str]] = ...) -> None: ...
+
+class HistoryHeadDropped(_message.Message):
+    __slots__ = ("count", "first_message_id", "last_message_id")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    first_message_id: str
+    last_message_id: str
+    def __init__(self, count: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ...) -> None: ...
 
 class MessageCleared(_message.Message):
     __slots__ = ("message_id", "reason", "freed_tokens")

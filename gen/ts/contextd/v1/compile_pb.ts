@@ -2702,8 +2702,10 @@ export const CompileResultPartSchema: GenEnum<CompileResultPart> = /*@__PURE__*/
 /**
  * What happened to a message. One vocabulary for records, observer events and metrics: a message
  * is sent (PASSED), sent changed (FORMATTED) or dropped (DROPPED: left out of this prompt, whatever
- * the cause; the reason says which). Every DROPPED record of the main payload has one
- * `MessageDropped` event and counts once in `contextd_messages_dropped_total{reason}`.
+ * the cause; the reason says which). Every DROPPED record of the main payload is reported by one
+ * observer event — its own `MessageDropped`, or the one `HistoryHeadDropped` of the run of
+ * budget-dropped messages that starts the history — and counts once in
+ * `contextd_messages_dropped_total{reason}`.
  *
  * @generated from enum contextd.v1.TransformationAction
  */

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/telemetry.proto.
  */
 export const file_contextd_v1_telemetry: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb250ZXh0ZC92MS90ZWxlbWV0cnkucHJvdG8SC2NvbnRleHRkLnYxIu4DCg1PYnNlcnZlckV2ZW50EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRISCgpjb21waWxlX2lkGAIgASgJEhkKEXRpbWVzdGFtcF91bml4X21zGAMgASgDEjgKEHRva2Vuc19lc3RpbWF0ZWQYBCABKAsyHC5jb250ZXh0ZC52MS5Ub2tlbnNFc3RpbWF0ZWRIABI2Cg9tZXNzYWdlX2Ryb3BwZWQYBSABKAsyGy5jb250ZXh0ZC52MS5NZXNzYWdlRHJvcHBlZEgAEjwKEmNvbnRleHRfc3VtbWFyaXplZBgGIAEoCzIeLmNvbnRleHRkLnYxLkNvbnRleHRTdW1tYXJpemVkSAASOgoRcGlwZWxpbmVfY29tcGlsZWQYByABKAsyHS5jb250ZXh0ZC52MS5QaXBlbGluZUNvbXBpbGVkSAASMAoMc3RhZ2VfdGltaW5nGAggASgLMhguY29udGV4dGQudjEuU3RhZ2VUaW1pbmdIABI2Cg9idWRnZXRfcHJlc3N1cmUYCSABKAsyGy5jb250ZXh0ZC52MS5CdWRnZXRQcmVzc3VyZUgAEjYKD21lc3NhZ2VfY2xlYXJlZBhRIAEoCzIbLmNvbnRleHRkLnYxLk1lc3NhZ2VDbGVhcmVkSABCBwoFZXZlbnQiLwoPVG9rZW5zRXN0aW1hdGVkEg0KBWJsb2NrGAEgASgJEg0KBWNvdW50GAIgASgDIlcKDk1lc3NhZ2VEcm9wcGVkEhIKCm1lc3NhZ2VfaWQYASABKAkSMQoGcmVhc29uGAIgASgOMiEuY29udGV4dGQudjEuVHJhbnNmb3JtYXRpb25SZWFzb24ibQoOTWVzc2FnZUNsZWFyZWQSEgoKbWVzc2FnZV9pZBgBIAEoCRIxCgZyZWFzb24YAiABKA4yIS5jb250ZXh0ZC52MS5UcmFuc2Zvcm1hdGlvblJlYXNvbhIUCgxmcmVlZF90b2tlbnMYAyABKAMiIgoRQ29udGV4dFN1bW1hcml6ZWQSDQoFcmF0aW8YASABKAEiOwoQUGlwZWxpbmVDb21waWxlZBISCgp0b3RhbF9jb3N0GAEgASgDEhMKC2R1cmF0aW9uX25zGAIgASgDIk8KDkJ1ZGdldFByZXNzdXJlEg0KBXRvdGFsGAEgASgDEg0KBWxpbWl0GAIgASgDEg0KBXJhdGlvGAMgASgBEhAKCGhlYWRyb29tGAQgASgDQq4BCg9jb20uY29udGV4dGQudjFCDlRlbGVtZXRyeVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_compile]);
+  fileDesc("Chtjb250ZXh0ZC92MS90ZWxlbWV0cnkucHJvdG8SC2NvbnRleHRkLnYxIq8ECg1PYnNlcnZlckV2ZW50EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRISCgpjb21waWxlX2lkGAIgASgJEhkKEXRpbWVzdGFtcF91bml4X21zGAMgASgDEjgKEHRva2Vuc19lc3RpbWF0ZWQYBCABKAsyHC5jb250ZXh0ZC52MS5Ub2tlbnNFc3RpbWF0ZWRIABI2Cg9tZXNzYWdlX2Ryb3BwZWQYBSABKAsyGy5jb250ZXh0ZC52MS5NZXNzYWdlRHJvcHBlZEgAEjwKEmNvbnRleHRfc3VtbWFyaXplZBgGIAEoCzIeLmNvbnRleHRkLnYxLkNvbnRleHRTdW1tYXJpemVkSAASOgoRcGlwZWxpbmVfY29tcGlsZWQYByABKAsyHS5jb250ZXh0ZC52MS5QaXBlbGluZUNvbXBpbGVkSAASMAoMc3RhZ2VfdGltaW5nGAggASgLMhguY29udGV4dGQudjEuU3RhZ2VUaW1pbmdIABI2Cg9idWRnZXRfcHJlc3N1cmUYCSABKAsyGy5jb250ZXh0ZC52MS5CdWRnZXRQcmVzc3VyZUgAEj8KFGhpc3RvcnlfaGVhZF9kcm9wcGVkGEYgASgLMh8uY29udGV4dGQudjEuSGlzdG9yeUhlYWREcm9wcGVkSAASNgoPbWVzc2FnZV9jbGVhcmVkGFEgASgLMhsuY29udGV4dGQudjEuTWVzc2FnZUNsZWFyZWRIAEIHCgVldmVudCIvCg9Ub2tlbnNFc3RpbWF0ZWQSDQoFYmxvY2sYASABKAkSDQoFY291bnQYAiABKAMiVwoOTWVzc2FnZURyb3BwZWQSEgoKbWVzc2FnZV9pZBgBIAEoCRIxCgZyZWFzb24YAiABKA4yIS5jb250ZXh0ZC52MS5UcmFuc2Zvcm1hdGlvblJlYXNvbiJWChJIaXN0b3J5SGVhZERyb3BwZWQSDQoFY291bnQYASABKAMSGAoQZmlyc3RfbWVzc2FnZV9pZBgCIAEoCRIXCg9sYXN0X21lc3NhZ2VfaWQYAyABKAkibQoOTWVzc2FnZUNsZWFyZWQSEgoKbWVzc2FnZV9pZBgBIAEoCRIxCgZyZWFzb24YAiABKA4yIS5jb250ZXh0ZC52MS5UcmFuc2Zvcm1hdGlvblJlYXNvbhIUCgxmcmVlZF90b2tlbnMYAyABKAMiIgoRQ29udGV4dFN1bW1hcml6ZWQSDQoFcmF0aW8YASABKAEiOwoQUGlwZWxpbmVDb21waWxlZBISCgp0b3RhbF9jb3N0GAEgASgDEhMKC2R1cmF0aW9uX25zGAIgASgDIk8KDkJ1ZGdldFByZXNzdXJlEg0KBXRvdGFsGAEgASgDEg0KBWxpbWl0GAIgASgDEg0KBXJhdGlvGAMgASgBEhAKCGhlYWRyb29tGAQgASgDQq4BCg9jb20uY29udGV4dGQudjFCDlRlbGVtZXRyeVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_compile]);
 
 /**
  * An event observed during a compile. Streamed by `ContextService.CompileStream` before the result
@@ -57,7 +57,8 @@ export type ObserverEvent = Message<"contextd.v1.ObserverEvent"> & {
     case: "tokensEstimated";
   } | {
     /**
-     * A message was dropped from the prompt (a DROPPED record; was node_evicted).
+     * A message was dropped from the prompt (a DROPPED record; was node_evicted), unless it is
+     * one of the run `history_head_dropped` reports.
      *
      * @generated from field: contextd.v1.MessageDropped message_dropped = 5;
      */
@@ -97,10 +98,18 @@ export type ObserverEvent = Message<"contextd.v1.ObserverEvent"> & {
     case: "budgetPressure";
   } | {
     /**
+     * The budget dropped the oldest messages of the history: one event for the whole run.
+     *
+     * @generated from field: contextd.v1.HistoryHeadDropped history_head_dropped = 70;
+     */
+    value: HistoryHeadDropped;
+    case: "historyHeadDropped";
+  } | {
+    /**
      * Old tool results (and with `clear_inputs` their calls' arguments) or old reasoning of a
      * history message were cleared: one per message whose final record is FORMATTED with reason
-     * TOOL_RESULT_CLEARED or REASONING_CLEARED (a cleared message the budget then dropped has a
-     * `message_dropped` instead).
+     * TOOL_RESULT_CLEARED or REASONING_CLEARED (a cleared message the budget then dropped is
+     * reported as dropped instead, by `message_dropped` or `history_head_dropped`).
      *
      * @generated from field: contextd.v1.MessageCleared message_cleared = 81;
      */
@@ -145,7 +154,8 @@ export const TokensEstimatedSchema: GenMessage<TokensEstimated> = /*@__PURE__*/
   messageDesc(file_contextd_v1_telemetry, 1);
 
 /**
- * A message of the main payload was left out of the prompt: one per DROPPED record.
+ * A message of the main payload was left out of the prompt: one per DROPPED record, except the
+ * records `HistoryHeadDropped` reports as a run.
  *
  * @generated from message contextd.v1.MessageDropped
  */
@@ -171,6 +181,48 @@ export type MessageDropped = Message<"contextd.v1.MessageDropped"> & {
  */
 export const MessageDroppedSchema: GenMessage<MessageDropped> = /*@__PURE__*/
   messageDesc(file_contextd_v1_telemetry, 2);
+
+/**
+ * The budget left out the oldest messages of the history: the `count` consecutive messages of the
+ * history segment from its first one, `first_message_id` to `last_message_id`, all DROPPED with
+ * reason TOKEN_BUDGET_EXCEEDED (the budget drops from the head). A compile emits at most one, before
+ * any `MessageDropped`, and none of these messages has a `MessageDropped` of its own: a long
+ * conversation's budget drops most of its history on every compile, and one event per message made
+ * the events of a compile cost as much as the history (99,970 events per compile at 100,000 stored
+ * messages). The message after `last_message_id` is not dropped for the budget. Ids in between are
+ * those of the stored history, in order (`ConversationService.GetConversation` lists them).
+ *
+ * @generated from message contextd.v1.HistoryHeadDropped
+ */
+export type HistoryHeadDropped = Message<"contextd.v1.HistoryHeadDropped"> & {
+  /**
+   * How many messages the run holds (at least 1).
+   *
+   * @generated from field: int64 count = 1;
+   */
+  count: bigint;
+
+  /**
+   * The oldest message of the run: the first message of the history segment.
+   *
+   * @generated from field: string first_message_id = 2;
+   */
+  firstMessageId: string;
+
+  /**
+   * The newest message of the run.
+   *
+   * @generated from field: string last_message_id = 3;
+   */
+  lastMessageId: string;
+};
+
+/**
+ * Describes the message contextd.v1.HistoryHeadDropped.
+ * Use `create(HistoryHeadDroppedSchema)` to create a new message.
+ */
+export const HistoryHeadDroppedSchema: GenMessage<HistoryHeadDropped> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_telemetry, 3);
 
 /**
  * Part of a history message was cleared by tool-result or reasoning clearing (see
@@ -208,7 +260,7 @@ export type MessageCleared = Message<"contextd.v1.MessageCleared"> & {
  * Use `create(MessageClearedSchema)` to create a new message.
  */
 export const MessageClearedSchema: GenMessage<MessageCleared> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 3);
+  messageDesc(file_contextd_v1_telemetry, 4);
 
 /**
  * A summary replaced part of history.
@@ -229,7 +281,7 @@ export type ContextSummarized = Message<"contextd.v1.ContextSummarized"> & {
  * Use `create(ContextSummarizedSchema)` to create a new message.
  */
 export const ContextSummarizedSchema: GenMessage<ContextSummarized> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 4);
+  messageDesc(file_contextd_v1_telemetry, 5);
 
 /**
  * The compile finished.
@@ -257,7 +309,7 @@ export type PipelineCompiled = Message<"contextd.v1.PipelineCompiled"> & {
  * Use `create(PipelineCompiledSchema)` to create a new message.
  */
 export const PipelineCompiledSchema: GenMessage<PipelineCompiled> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 5);
+  messageDesc(file_contextd_v1_telemetry, 6);
 
 /**
  * How close the request is to its limit.
@@ -299,5 +351,5 @@ export type BudgetPressure = Message<"contextd.v1.BudgetPressure"> & {
  * Use `create(BudgetPressureSchema)` to create a new message.
  */
 export const BudgetPressureSchema: GenMessage<BudgetPressure> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 6);
+  messageDesc(file_contextd_v1_telemetry, 7);
 

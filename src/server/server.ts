@@ -131,6 +131,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     searchRegexOffThread: regexSearch.search,
     cacheImpactBytes: config.cacheImpactBytes,
     calibrationKeys: config.calibrationKeys,
+    calibrationStorage: {
+      bounds: { maxKeysPerTenant: config.calibrationKeysPerTenant, ttlMs: config.calibrationTtlDays * 86_400_000 },
+      refreshMs: config.calibrationRefreshMs,
+    },
     historyFacts: { maxBytes: config.historyFactsBytes, maxConversations: config.historyFactsConversations },
   });
   // The one list of policy interceptors, outermost first: every call, on every path, is timed and

@@ -1,5 +1,6 @@
 import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { CalibrationStore } from "./calibration-store.js";
 
 /** The outcome of a successful commit. */
 export interface CommitOutcome {
@@ -35,8 +36,10 @@ export interface ConversationPage {
  *
  * States returned by `load` and `commit` may be shared with the store's cache: treat them as
  * immutable (core functions never mutate their inputs).
+ *
+ * Every store also keeps the deployment's token calibration records (`CalibrationStore`).
  */
-export interface ConversationStore {
+export interface ConversationStore extends CalibrationStore {
   /** The current state; a conversation never written is an empty state with version 0. */
   load(conversationId: string): Promise<ConversationState>;
   /**

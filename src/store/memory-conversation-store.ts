@@ -1,4 +1,7 @@
 import { create } from "@bufbuild/protobuf";
+import type { LearntCorrection, TokenCorrection } from "../core/compile/token-calibration.js";
+import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
+import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
 import { randomUUID } from "node:crypto";
 import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
@@ -54,6 +57,7 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly codec: Codec;
   /** Which segment lists the commits made by appending to which. */
   private readonly lineage = new MessageListLineage();
+  private readonly calibration = new MemoryCalibrationRecords();
 
   constructor(options: MemoryStoreOptions = {}) {
     this.codec = options.codec ?? new Codec();
@@ -127,6 +131,14 @@ export class MemoryConversationStore implements ConversationStore {
       }
       if (pending.length === 0) await this.nextCommit(conversationId, signal);
     }
+  }
+
+  async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
+    return this.calibration.read(key, nowMs, bounds);
+  }
+
+  async reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
+    return this.calibration.report(key, estimatedTokens, actualTokens, nowMs, bounds);
   }
 
   async ping(): Promise<void> {}

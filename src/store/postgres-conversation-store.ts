@@ -14,6 +14,8 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
+import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
+import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -280,6 +282,28 @@ export class PostgresConversationStore implements ConversationStore {
    * Health: the schema is migrated and the server takes writes (not a standby in recovery, not
    * read-only), checked with one query.
    */
+  async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
+    const { rows } = await this.query<{ factor: number; reports: string; mean_error: number }>(
+      "reading a token calibration",
+      "SELECT factor, reports, mean_error FROM contextd_calibration WHERE tenant = $1 AND field = $2 AND reported_at_ms > $3",
+      [Buffer.from(key.tenant, "utf8"), Buffer.from(calibrationField(key), "utf8"), nowMs - bounds.ttlMs],
+      "contextd_read_calibration",
+    );
+    const row = rows[0];
+    return row && { factor: row.factor, reports: Number(row.reports), meanAbsoluteRelativeError: row.mean_error };
+  }
+
+  async reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
+    const { rows } = await this.query<{ factor: number; reports: string; mean_error: number; relative_error: number }>(
+      "reporting usage",
+      "SELECT * FROM contextd_report_usage($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+      [Buffer.from(key.tenant, "utf8"), Buffer.from(calibrationField(key), "utf8"), estimatedTokens, actualTokens, nowMs, bounds.ttlMs, bounds.maxKeysPerTenant, minCorrection, maxCorrection, calibrationWindow],
+      "contextd_report_usage",
+    );
+    const row = rows[0]!;
+    return { correction: { factor: row.factor, reports: Number(row.reports), meanAbsoluteRelativeError: row.mean_error }, relativeError: row.relative_error };
+  }
+
   async ping(): Promise<void> {
     const { rows } = await this.query<{ standby: boolean; read_only: string }>(
       "checking that Postgres takes writes",

@@ -21,6 +21,10 @@ import type pg from "pg";
  *   newest `max_changes` per conversation are kept.
  * - `contextd_idempotency`: per `(conversation_id, key)` the batch's fingerprint, the version it
  *   produced and when the record expires (Unix ms, the sidecar's clock).
+ * - `contextd_calibration` (migration 2): per `(tenant, field)` — the tenant's UTF-8, and
+ *   `calibrationField` (provider:estimator:model) — one token calibration correction: `factor`,
+ *   `reports`, `mean_error` and `reported_at_ms` (the last report, Unix ms, the sidecar's clock).
+ *   `contextd_report_usage` applies one report in one statement (see `CalibrationStore`).
  *
  * Every write of a commit happens in `contextd_commit`, one statement (so one transaction and one
  * round trip): it locks the header row, compares versions, writes, and notifies when asked to
@@ -237,6 +241,75 @@ BEGIN
         ORDER BY m.position;
     END IF;
   END LOOP;
+END
+$$;
+`,
+  },
+  {
+    version: 2,
+    name: "token calibration records and the report function",
+    sql: `
+CREATE TABLE contextd_calibration (
+  tenant bytea NOT NULL,
+  field bytea NOT NULL,
+  factor double precision NOT NULL,
+  reports bigint NOT NULL,
+  mean_error double precision NOT NULL,
+  reported_at_ms bigint NOT NULL,
+  PRIMARY KEY (tenant, field)
+);
+CREATE INDEX contextd_calibration_reported ON contextd_calibration (reported_at_ms);
+
+-- One usage report: learnCorrection's arithmetic (the same double operations in the same order)
+-- on the key's row, locked; a row not reported for p_ttl_ms counts as none. A report that adds a
+-- key then removes the tenant's least recently reported keys past p_max_keys, and every report
+-- removes up to 8 expired rows of any tenant; both skip rows other reports hold, so concurrent
+-- reports never wait on each other's keys (a tenant may be over its bound by the reports in flight
+-- until the next report that adds a key).
+CREATE FUNCTION contextd_report_usage(
+  p_tenant bytea, p_field bytea, p_estimated double precision, p_actual double precision,
+  p_now_ms bigint, p_ttl_ms bigint, p_max_keys integer,
+  p_min double precision, p_max double precision, p_window double precision
+) RETURNS TABLE (factor double precision, reports bigint, mean_error double precision, relative_error double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r contextd_calibration%ROWTYPE;
+  v_added boolean;
+  v_factor double precision := 1;
+  v_reports bigint := 0;
+  v_error double precision := 0;
+  v_ratio double precision;
+  v_relative double precision;
+  v_weight double precision;
+  v_learnt double precision;
+BEGIN
+  -- A new key's row first, so two first reports of a key serialize on it like later ones.
+  INSERT INTO contextd_calibration AS c (tenant, field, factor, reports, mean_error, reported_at_ms)
+    VALUES (p_tenant, p_field, 1, 0, 0, p_now_ms) ON CONFLICT (tenant, field) DO NOTHING;
+  v_added := FOUND;
+  SELECT * INTO r FROM contextd_calibration c WHERE c.tenant = p_tenant AND c.field = p_field FOR UPDATE;
+  IF r.reported_at_ms > p_now_ms - p_ttl_ms THEN
+    v_factor := r.factor;
+    v_reports := r.reports;
+    v_error := r.mean_error;
+  END IF;
+  v_ratio := LEAST(p_max, GREATEST(p_min, p_actual / p_estimated));
+  v_relative := abs(p_estimated * v_factor - p_actual) / p_actual;
+  v_reports := v_reports + 1;
+  v_weight := 1 / LEAST(v_reports::double precision, p_window);
+  v_learnt := v_factor + v_weight * (v_ratio - v_factor);
+  v_error := v_error + v_weight * (v_relative - v_error);
+  v_learnt := LEAST(p_max, GREATEST(p_min, v_learnt));
+  UPDATE contextd_calibration c SET factor = v_learnt, reports = v_reports, mean_error = v_error, reported_at_ms = p_now_ms
+    WHERE c.tenant = p_tenant AND c.field = p_field;
+  IF v_added THEN
+    DELETE FROM contextd_calibration c WHERE c.ctid IN (
+      SELECT o.ctid FROM contextd_calibration o WHERE o.tenant = p_tenant
+        ORDER BY o.field = p_field DESC, o.reported_at_ms DESC, o.field OFFSET p_max_keys FOR UPDATE SKIP LOCKED);
+  END IF;
+  DELETE FROM contextd_calibration c WHERE c.ctid IN (
+    SELECT e.ctid FROM contextd_calibration e WHERE e.reported_at_ms <= p_now_ms - p_ttl_ms ORDER BY e.reported_at_ms LIMIT 8 FOR UPDATE SKIP LOCKED);
+  RETURN QUERY SELECT v_learnt, v_reports, v_error, v_relative;
 END
 $$;
 `,

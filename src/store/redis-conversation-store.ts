@@ -19,9 +19,11 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { commitScript, conversationIndexKey, conversationKeys, loadScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
+import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
-import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
+import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
   /** Prefix of every key; lets several deployments share one Redis. Must not hold `{` or `}` (it would take the hash tag). */
@@ -119,6 +121,7 @@ interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
+  contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
 type ScriptedRedis = (Redis | Cluster) & Scripts;
@@ -247,6 +250,7 @@ export class RedisConversationStore implements ConversationStore {
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: 8, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
+    this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
   }
 
   /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
@@ -309,6 +313,46 @@ export class RedisConversationStore implements ConversationStore {
       return [create(ConversationSummarySchema, { conversationId: id, version: BigInt(version as string) })];
     });
     return { conversations, nextPageToken: ids.length > pageSize ? encodePageToken(page[page.length - 1]!) : "" };
+  }
+
+  async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
+    const keys = calibrationKeys(this.keyPrefix, key.tenant);
+    const field = calibrationField(key);
+    const stored = await this.call("reading a token calibration", () =>
+      this.redis.hget(keys.records, field).catch((error: unknown) => {
+        if (isWrongType(error)) throw corruptCalibration(keys.records, `the key is not a hash (${(error as Error).message})`);
+        throw error;
+      }),
+    );
+    if (stored === null) return undefined;
+    const parsed = /^(\S+) (\d+) (\S+) (\d+)$/.exec(stored);
+    const [factor, reports, meanAbsoluteRelativeError, reportedAtMs] = (parsed?.slice(1) ?? []).map(Number);
+    if (!parsed || ![factor, reports, meanAbsoluteRelativeError, reportedAtMs].every(Number.isFinite)) {
+      throw corruptCalibration(keys.records, `field ${field} holds "${stored.slice(0, 60)}", not a correction`);
+    }
+    return reportedAtMs! > nowMs - bounds.ttlMs ? { factor: factor!, reports: reports!, meanAbsoluteRelativeError: meanAbsoluteRelativeError! } : undefined;
+  }
+
+  async reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
+    const keys = calibrationKeys(this.keyPrefix, key.tenant);
+    const reply = await this.call("reporting usage", () =>
+      this.redis.contextdReportUsage(
+        keys.records,
+        keys.reported,
+        calibrationField(key),
+        estimatedTokens,
+        actualTokens,
+        nowMs,
+        bounds.ttlMs,
+        bounds.maxKeysPerTenant,
+        minCorrection,
+        maxCorrection,
+        calibrationWindow,
+      ),
+    );
+    if (reply[0] !== "ok") throw corruptCalibration(keys.records, String(reply[1]));
+    const [factor, reports, meanAbsoluteRelativeError, relativeError] = reply.slice(1).map(Number);
+    return { correction: { factor: factor!, reports: reports!, meanAbsoluteRelativeError: meanAbsoluteRelativeError! }, relativeError: relativeError! };
   }
 
   async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {

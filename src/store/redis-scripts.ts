@@ -340,3 +340,65 @@ return {'ok', version}
 export const writeProbeScript = `#!lua
 return 1
 `;
+
+/**
+ * The keys of one tenant's token calibration records: `<prefix>:calibration:{<tenant>}` (a hash,
+ * one field per `calibrationField`) and `<prefix>:calibration:{<tenant>}:reported` (a sorted set
+ * of the same fields scored by their last report, Unix ms), the tenant escaped as conversation ids
+ * are (`escapeKeyPart`, "%" for ""). The tenant's hash tag puts both in one Cluster slot, so one
+ * script applies a report and its bounds.
+ */
+export function calibrationKeys(keyPrefix: string, tenant: string): { records: string; reported: string } {
+  const records = `${keyPrefix}:calibration:{${tenant === "" ? "%" : escapeKeyPart(tenant)}}`;
+  return { records, reported: `${records}:reported` };
+}
+
+/**
+ * One usage report (`CalibrationStore.reportCalibration`), atomically. KEYS: the tenant's records
+ * hash and its report-time index. ARGV: the field, estimated and actual tokens, now (ms), the
+ * expiry (ms), the tenant's key bound, then the core's minimum and maximum correction and its
+ * window. A field's value is `<factor> <reports> <mean absolute relative error> <reported at ms>`,
+ * numbers as %.17g, which a double survives exactly. The arithmetic is `learnCorrection`'s, the
+ * same IEEE double operations in the same order. Then up to 8 expired fields go, and the least
+ * recently reported ones past the bound; both keys expire with the tenant's last report. Replies
+ * {'ok', factor, reports, error so far, this report's relative error} or {'corrupt', detail}
+ * before any write.
+ */
+export const reportUsageScript = `#!lua
+local field = ARGV[1]
+local estimated, actual, now, ttl, maxKeys = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local minCorrection, maxCorrection, window = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+for _, key in ipairs({{KEYS[1], 'hash'}, {KEYS[2], 'zset'}}) do
+  local actualType = redis.call('TYPE', key[1])['ok']
+  if actualType ~= 'none' and actualType ~= key[2] then return {'corrupt', key[1] .. ' is a ' .. actualType .. ', not a ' .. key[2]} end
+end
+local factor, reports, meanError = 1, 0, 0
+local stored = redis.call('HGET', KEYS[1], field)
+if stored then
+  local f, r, m, at = string.match(stored, '^(%S+) (%d+) (%S+) (%d+)$')
+  f, r, m, at = tonumber(f), tonumber(r), tonumber(m), tonumber(at)
+  if not (f and r and m and at) then return {'corrupt', 'field ' .. field .. ' of ' .. KEYS[1] .. ' holds "' .. string.sub(stored, 1, 60) .. '", not a correction'} end
+  if at > now - ttl then factor, reports, meanError = f, r, m end
+end
+local ratio = math.min(maxCorrection, math.max(minCorrection, actual / estimated))
+local relativeError = math.abs(estimated * factor - actual) / actual
+reports = reports + 1
+local weight = 1 / math.min(reports, window)
+local learnt = factor + weight * (ratio - factor)
+meanError = meanError + weight * (relativeError - meanError)
+learnt = math.min(maxCorrection, math.max(minCorrection, learnt))
+redis.call('HSET', KEYS[1], field, string.format('%.17g %.17g %.17g %.17g', learnt, reports, meanError, now))
+redis.call('ZADD', KEYS[2], now, field)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%.17g', now - ttl), 'LIMIT', 0, 8)
+local over = redis.call('ZCARD', KEYS[2]) - #gone - maxKeys
+if over > 0 then
+  for _, oldest in ipairs(redis.call('ZRANGE', KEYS[2], #gone, #gone + over - 1)) do table.insert(gone, oldest) end
+end
+for _, old in ipairs(gone) do
+  redis.call('HDEL', KEYS[1], old)
+  redis.call('ZREM', KEYS[2], old)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return {'ok', string.format('%.17g', learnt), string.format('%.17g', reports), string.format('%.17g', meanError), string.format('%.17g', relativeError)}
+`;

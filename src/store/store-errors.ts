@@ -42,6 +42,11 @@ export function corruptConversation(conversationId: string, detail: string): Con
   return new ConnectError(`conversation "${conversationId}" is corrupt in the store: ${detail}`, Code.DataLoss);
 }
 
+/** A token calibration record that does not hold a correction: DATA_LOSS naming where it is, as for a conversation. */
+export function corruptCalibration(where: string, detail: string): ConnectError {
+  return new ConnectError(`token calibration record ${where} is corrupt in the store: ${detail}`, Code.DataLoss);
+}
+
 /** A conversation id or idempotency key the store cannot name a key by (see `requireStorableText`). */
 export function unstorableText(field: string, index: number): ConnectError {
   return new ConnectError(
@@ -60,6 +65,11 @@ const loneSurrogate = /[\uD800-\uDFFF]/u;
 export function requireStorableText(field: string, text: string): void {
   const match = loneSurrogate.exec(text);
   if (match) throw unstorableText(field, match.index);
+}
+
+/** Whether `requireStorableText` takes the text. */
+export function isStorableText(text: string): boolean {
+  return !loneSurrogate.test(text);
 }
 
 /**

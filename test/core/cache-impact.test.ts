@@ -42,11 +42,11 @@ describe("cache impact against the previous compile of the conversation", () => 
         create(CompileRequestSchema, { conversationId: "c2", history: { messages: history }, budget: { estimator: tenPerMessage }, render: { provider, model } }),
         testContext({ compileMemory: memory }),
       );
-    await run(turn(0), Provider.ANTHROPIC, "claude-sonnet-4-5");
+    await run(turn(0), Provider.ANTHROPIC_MESSAGES, "claude-sonnet-4-5");
     // An inspector or a side model compiles the same conversation for another provider or model.
     expect((await run(turn(0), Provider.OPENAI_CHAT, "gpt-4o")).cacheImpact!.previousVersion).toBe(0n);
-    expect((await run(turn(0), Provider.ANTHROPIC, "claude-haiku-4-5")).cacheImpact!.unchangedPrefixTokens).toBe(0n);
-    const again = await run([...turn(0), ...turn(1)], Provider.ANTHROPIC, "claude-sonnet-4-5");
+    expect((await run(turn(0), Provider.ANTHROPIC_MESSAGES, "claude-haiku-4-5")).cacheImpact!.unchangedPrefixTokens).toBe(0n);
+    const again = await run([...turn(0), ...turn(1)], Provider.ANTHROPIC_MESSAGES, "claude-sonnet-4-5");
     expect(again.cacheImpact).toMatchObject({ unchangedPrefixTokens: 20n, rewrittenTokens: 20n, unchangedPrefixMessages: 2n });
   });
 

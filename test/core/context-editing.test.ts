@@ -97,6 +97,32 @@ describe("tool-result clearing", () => {
     expect(keptCall.case === "toolCall" && keptCall.value.arguments!.data).toContain("src/file6.ts");
   });
 
+  it("emits one message_cleared event per cleared message with the tokens it freed, and none for a cleared message then dropped", async () => {
+    const history = agentHistory(8, 4_000, ["read_file", "plan"]);
+    const context = testContext();
+    const compiled = await compile(
+      create(CompileRequestSchema, { history: { messages: history }, budget: { maxTokens: 6_000n, estimator: chars, toolResultClearing: { excludeTools: ["plan"], clearInputs: true } } }),
+      context,
+    );
+    const clearedEvents = context.events.flatMap((event) => (event.event.case === "messageCleared" ? [event.event.value] : []));
+    expect(clearedEvents.map((event) => event.messageId).sort()).toEqual(cleared(compiled));
+    expect(clearedEvents.every((event) => event.reason === TransformationReason.TOOL_RESULT_CLEARED && event.freedTokens > 0n)).toBe(true);
+    // A result's share is its text less the placeholder; the call's is its arguments.
+    expect(clearedEvents.reduce((sum, event) => sum + event.freedTokens, 0n)).toBe(compiled.usage!.clearedTokens);
+
+    // Clearing is not enough under 3,500 tokens: the budget then drops head rounds, cleared ones among them.
+    const tight = testContext();
+    const dropped = await compile(create(CompileRequestSchema, { history: { messages: agentHistory(10) }, budget: { maxTokens: 3_500n, estimator: chars, toolResultClearing: {} } }), tight);
+    const clearedIds = tight.events.flatMap((event) => (event.event.case === "messageCleared" ? [event.event.value.messageId] : []));
+    const droppedIds = new Set(Object.entries(dropped.transformations).flatMap(([id, record]) => (record.action === TransformationAction.DROPPED ? [id] : [])));
+    // t0 was cleared, then dropped with the head's run: reported by history_head_dropped.
+    expect(droppedIds.has("t0")).toBe(true);
+    expect(tight.events.some((event) => event.event.case === "historyHeadDropped" && event.event.value.firstMessageId === "u0")).toBe(true);
+    expect(clearedIds.length).toBeGreaterThan(0);
+    expect(clearedIds.filter((id) => droppedIds.has(id))).toEqual([]);
+    expect(clearedIds.sort()).toEqual(cleared(dropped));
+  });
+
   it("moves the cut in whole steps as the conversation grows, so the prefix stays the same between steps", async () => {
     const changesOfTheCut = async (step: bigint) => {
       let history: Message[] = agentHistory(6);
@@ -181,10 +207,15 @@ describe("reasoning clearing", () => {
 
   it("keeps the reasoning of the last turns only, and always the latest turn's", async () => {
     const history = turns(5);
-    const compiled = await compile(create(CompileRequestSchema, { history: { messages: history }, budget: { reasoningClearing: { keepRecentTurns: 2 } } }), testContext());
+    const context = testContext();
+    const compiledEvents = context.events;
+    const compiled = await compile(create(CompileRequestSchema, { history: { messages: history }, budget: { reasoningClearing: { keepRecentTurns: 2 } } }), context);
     expect(withReasoning(compiled.payload!.history)).toEqual(["a3", "a4"]);
     expect(compiled.transformations["a0"]!.reason).toBe(TransformationReason.REASONING_CLEARED);
     expect(compiled.usage!.clearedTokens).toBeGreaterThan(0n);
+    const events = compiledEvents.flatMap((event) => (event.event.case === "messageCleared" ? [event.event.value] : []));
+    expect(events.map((event) => [event.messageId, event.reason])).toEqual(["a0", "a1", "a2"].map((id) => [id, TransformationReason.REASONING_CLEARED]));
+    expect(events.reduce((sum, event) => sum + event.freedTokens, 0n)).toBe(compiled.usage!.clearedTokens);
     const latestOnly = await compile(create(CompileRequestSchema, { history: { messages: history }, budget: { reasoningClearing: {} } }), testContext());
     expect(withReasoning(latestOnly.payload!.history)).toEqual(["a4"]);
   });

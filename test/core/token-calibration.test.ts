@@ -1,12 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, EstimatorKind, TransformationReason, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import type { CalibrationKey, TokenCorrection } from "../../src/core/compile/token-calibration.js";
 import { calibratedLimit, correctedTokens, learnCorrection, maxCorrection, minCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
 import { testContext } from "./compile-context.js";
-import { message, user } from "./messages.js";
+import { call, message, result, user } from "./messages.js";
 
 const tenPerMessage = { kind: EstimatorKind.FIXED, fixedPerMessage: 10n };
 /** `turns` user/assistant pairs, 10 tokens a message under `tenPerMessage`. */
@@ -124,5 +124,76 @@ describe("a compile's budget with a correction", () => {
     expect(asked).toEqual([]);
     expect(unrendered.calibration).toBeUndefined();
     expect(unrendered.usage!.limit).toBe(100n);
+  });
+
+  it("corrects an explicit trigger_tokens and clear_at_least_tokens as it corrects the limit", async () => {
+    // Ten tool rounds with 4,000-character results: ~1,000 tokens each at 4 characters a token.
+    const rounds = Array.from({ length: 10 }, (_, index) => [
+      user(`u${index}`, `question ${index}`),
+      message(Role.ASSISTANT, `a${index}`, call(`c${index}`, "read_file")),
+      message(Role.TOOL, `t${index}`, result(`c${index}`, "x".repeat(4_000), "read_file")),
+    ]).flat();
+    const clearedWith = async (triggerTokens: bigint, clearAtLeastTokens: bigint, factor: number) => {
+      const compiled = await compile(
+        create(CompileRequestSchema, {
+          history: { messages: rounds },
+          budget: { maxTokens: 1_000_000n, estimator: { kind: EstimatorKind.CHAR_FALLBACK, charsPerToken: 4 }, toolResultClearing: { triggerTokens, clearAtLeastTokens } },
+          render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-x" },
+        }),
+        testContext({ calibration: () => ({ factor, reports: 1, meanAbsoluteRelativeError: 0 }) }),
+      );
+      return Object.entries(compiled.transformations).filter(([, record]) => record.reason === TransformationReason.TOOL_RESULT_CLEARED).map(([id]) => id).sort();
+    };
+    const uncorrectedClearing = await clearedWith(6_000n, 2_500n, 1);
+    expect(uncorrectedClearing.length).toBeGreaterThan(0);
+    // A correction of 2: the trigger and step in provider tokens are twice the estimates they hold to.
+    expect(await clearedWith(12_000n, 5_000n, 2)).toEqual(uncorrectedClearing);
+    expect((await clearedWith(6_000n, 2_500n, 2)).length).toBeGreaterThan(uncorrectedClearing.length);
+  });
+
+  it("corrects an explicit trim_step_tokens as it corrects the limit", async () => {
+    const trimmed = async (maxTokens: bigint, trimStepTokens: bigint, factor: number) =>
+      ids(
+        await compile(
+          create(CompileRequestSchema, { history: { messages: history(20) }, budget: { maxTokens, estimator: tenPerMessage, trimStepTokens }, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-x" } }),
+          testContext({ calibration: () => ({ factor, reports: 1, meanAbsoluteRelativeError: 0 }) }),
+        ),
+      );
+    const plain = await trimmed(150n, 60n, 1);
+    // 40 messages of 10 tokens over 150: the step of 60 rounds the overflow of 250 up to 300, so 30 messages go.
+    expect(plain).toHaveLength(10);
+    expect(await trimmed(300n, 120n, 2)).toEqual(plain);
+    // Left uncorrected the step would be 120 estimated tokens and drop more.
+    expect((await trimmed(300n, 60n, 2)).length).toBeGreaterThan(plain.length);
+  });
+
+  it("corrects a target's budget by the target's own provider, model and estimator, and says so in its projection", async () => {
+    const asked: CalibrationKey[] = [];
+    const factors: Record<string, number> = { "claude-x": 1, "gpt-x": 2 };
+    const compiled = await compile(
+      create(CompileRequestSchema, {
+        history: { messages: history(5) },
+        budget: { maxTokens: 100n, estimator: tenPerMessage },
+        render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-x" },
+        targets: [{ name: "side", render: { provider: Provider.OPENAI_CHAT, model: "gpt-x" } }],
+      }),
+      testContext({ calibration: (key) => (asked.push(key), { factor: factors[key.model]!, reports: 3, meanAbsoluteRelativeError: 0.1 }) }),
+    );
+    expect(asked.map((key) => [key.provider, key.model, key.estimator])).toEqual([
+      [Provider.ANTHROPIC_MESSAGES, "claude-x", EstimatorKind.FIXED],
+      [Provider.OPENAI_CHAT, "gpt-x", EstimatorKind.FIXED],
+    ]);
+    expect(compiled.usage!.limit).toBe(100n);
+    const side = compiled.projections.find((projection) => projection.name === "side")!;
+    expect(side.usage!.limit).toBe(50n);
+    expect(side.messages.length).toBeLessThanOrEqual(5);
+    expect(side.calibration).toMatchObject({ provider: Provider.OPENAI_CHAT, model: "gpt-x", correction: 2, requestedLimit: 100n, reports: 3n, estimatedTokens: side.usage!.total, correctedTokens: side.usage!.total * 2n });
+    // A target without a render has no key and no calibration.
+    const plain = await compile(
+      create(CompileRequestSchema, { history: { messages: history(5) }, budget: { maxTokens: 100n, estimator: tenPerMessage }, targets: [{ name: "flat" }] }),
+      testContext({ calibration: () => ({ factor: 2, reports: 1, meanAbsoluteRelativeError: 0 }) }),
+    );
+    expect(plain.projections[0]!.calibration).toBeUndefined();
+    expect(plain.projections[0]!.usage!.limit).toBe(100n);
   });
 });

@@ -2,7 +2,7 @@ import { create, equals, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
@@ -10,6 +10,8 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
+import { EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { learnCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
@@ -450,6 +452,85 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(committed.history.at(-1)!.id).toBe("t0");
   });
 
+  describe("token calibration records", () => {
+    const bounds = { maxKeysPerTenant: 64, ttlMs: 86_400_000 };
+    const now = 1_764_600_000_000;
+    const key = (tenant: string, model = "claude-x", provider = Provider.ANTHROPIC_MESSAGES, estimator = EstimatorKind.TOKENIZER) => ({ tenant, provider, model, estimator });
+
+    it("learns each report with the core's arithmetic, bit for bit, clamped, and reads back what it learnt", async () => {
+      const tenant = freshId("calibration");
+      expect(await store.readCalibration(key(tenant), now, bounds)).toBeUndefined();
+      // Ratios around 1, extreme ones the clamp cuts, token counts up to 2^53 - 1, past the window of 10.
+      const reports: [number, number][] = [
+        [1_000, 1_300], [977, 1_013], [3, 1_000], [1_000, 1], [2 ** 53 - 1, 2 ** 53 - 2], [12_345, 23_456], [7, 9], [1, 1],
+        [40_000, 31_337], [100, 101], [999_999, 1_000_001], [5, 3], [123_456_789, 98_765_432], [2, 7], [65_536, 65_537],
+      ];
+      let expected = uncorrected;
+      for (const [index, [estimated, actual]] of reports.entries()) {
+        const learnt = learnCorrection(expected, estimated, actual);
+        expect(await store.reportCalibration(key(tenant), estimated, actual, now + index, bounds), `report ${index}`).toEqual(learnt);
+        expected = learnt.correction;
+      }
+      expect(await store.readCalibration(key(tenant), now + reports.length, bounds)).toEqual(expected);
+    });
+
+    it("keeps tenants, providers, estimators and models apart, tenants and models with {, }, : or % included", async () => {
+      const tenant = freshId("calibration-keys");
+      const keys = [
+        key(tenant),
+        key(`${tenant}}:x`),
+        key(`${tenant}%7D:x`),
+        key(""),
+        key(tenant, "claude-x:1:claude-x"),
+        key(tenant, "{claude-x}"),
+        key(tenant, "claude-x", Provider.OPENAI_CHAT),
+        key(tenant, "claude-x", Provider.ANTHROPIC_MESSAGES, EstimatorKind.CHAR_FALLBACK),
+      ];
+      const emptyTenantBefore = await store.readCalibration(key(""), now, bounds);
+      for (const [index, each] of keys.entries()) await store.reportCalibration(each, 100, 100 + index, now, bounds);
+      for (const [index, each] of keys.entries()) {
+        const reports = each.tenant === "" ? (emptyTenantBefore?.reports ?? 0) + 1 : 1;
+        expect(await store.readCalibration(each, now, bounds), JSON.stringify(each)).toMatchObject({ reports, ...(reports === 1 ? { factor: (100 + index) / 100 } : {}) });
+      }
+    });
+
+    it("counts every one of 40 concurrent reports of one key from two sidecars' stores", async () => {
+      const tenant = freshId("calibration-concurrent");
+      const other = _name === "memory" ? store : await open();
+      try {
+        const answers = await Promise.all(Array.from({ length: 40 }, (_, index) => (index % 2 === 0 ? store : other).reportCalibration(key(tenant), 1_000, 1_500, now, bounds)));
+        // Each report saw the one before it: the reports counts are 1 to 40, each once.
+        expect(answers.map((answer) => answer.correction.reports).sort((a, b) => a - b)).toEqual(Array.from({ length: 40 }, (_, index) => index + 1));
+        expect(await other.readCalibration(key(tenant), now, bounds)).toMatchObject({ factor: 1.5, reports: 40 });
+      } finally {
+        if (other !== store) await other.close();
+      }
+    });
+
+    it("forgets a key not reported within the expiry: reads find none and the next report starts again", async () => {
+      const tenant = freshId("calibration-expiry");
+      await store.reportCalibration(key(tenant), 100, 200, now, bounds);
+      expect(await store.readCalibration(key(tenant), now + bounds.ttlMs - 1, bounds)).toMatchObject({ factor: 2, reports: 1 });
+      expect(await store.readCalibration(key(tenant), now + bounds.ttlMs, bounds)).toBeUndefined();
+      expect(await store.reportCalibration(key(tenant), 100, 300, now + bounds.ttlMs, bounds)).toEqual(learnCorrection(uncorrected, 100, 300));
+    });
+
+    it("keeps at most the tenant's bound of keys, forgetting the least recently reported first, other tenants untouched", async () => {
+      const tenant = freshId("calibration-bound");
+      const neighbour = freshId("calibration-neighbour");
+      const small = { ...bounds, maxKeysPerTenant: 3 };
+      await store.reportCalibration(key(neighbour, "n"), 100, 100, now, small);
+      for (const [index, model] of ["a", "b", "c"].entries()) await store.reportCalibration(key(tenant, model), 100, 100, now + index, small);
+      // "a" reported again: "b" is now the least recently reported.
+      await store.reportCalibration(key(tenant, "a"), 100, 100, now + 3, small);
+      await store.reportCalibration(key(tenant, "d"), 100, 100, now + 4, small);
+      const kept = [];
+      for (const model of ["a", "b", "c", "d"]) if (await store.readCalibration(key(tenant, model), now + 5, small)) kept.push(model);
+      expect(kept).toEqual(["a", "c", "d"]);
+      expect(await store.readCalibration(key(neighbour, "n"), now + 5, small)).toMatchObject({ reports: 1 });
+    });
+  });
+
   it("lists conversations by id, paged and filtered by prefix", async () => {
     const prefix = freshId("list") + "/";
     for (const suffix of ["c", "a", "e", "b", "d"]) await store.commit(prefix + suffix, undefined, [delta({ case: "remember", value: { text: suffix } })], "");
@@ -536,6 +617,37 @@ describe("MemoryConversationStore specifics", () => {
 });
 
 describe("RedisConversationStore specifics", () => {
+  it("keeps a tenant's calibration under its escaped hash tag, expiring with its last report, and answers a corrupt record as DATA_LOSS before writing", async () => {
+    const store = new RedisConversationStore(redis.url);
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      const tenant = `${freshId("calibration-layout")}}:{x%`;
+      const escaped = tenant.replace(/%/g, "%25").replace(/\}/g, "%7D").replace(/\{/g, "%7B").replace(/:/g, "%3A");
+      const key = { tenant, provider: Provider.ANTHROPIC_MESSAGES, model: "m", estimator: EstimatorKind.TOKENIZER };
+      const bounds = { maxKeysPerTenant: 8, ttlMs: 3_600_000 };
+      await store.reportCalibration(key, 100, 150, Date.now(), bounds);
+      const records = `contextd:calibration:{${escaped}}`;
+      const field = `${Provider.ANTHROPIC_MESSAGES}:${EstimatorKind.TOKENIZER}:m`;
+      expect(await raw.hget(records, field)).toMatch(/^1\.5 1 0\.33333333333333331 \d+$/);
+      expect(await raw.zscore(`${records}:reported`, field)).not.toBeNull();
+      for (const name of [records, `${records}:reported`]) {
+        const ttl = await raw.pttl(name);
+        expect(ttl).toBeGreaterThan(3_500_000);
+        expect(ttl).toBeLessThanOrEqual(3_600_000);
+      }
+      await raw.hset(records, field, "not a correction");
+      const refused = await rejection(store.reportCalibration(key, 100, 150, Date.now(), bounds));
+      expect(refused.code).toBe(Code.DataLoss);
+      expect(refused.rawMessage).toBe(`token calibration record ${records} is corrupt in the store: field ${field} of ${records} holds "not a correction", not a correction`);
+      expect(await raw.hget(records, field)).toBe("not a correction");
+      expect((await rejection(store.readCalibration(key, Date.now(), bounds))).code).toBe(Code.DataLoss);
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
   it("reports a version stored without its state as DATA_LOSS, never as an empty conversation", async () => {
     const store = new RedisConversationStore(redis.url);
     const raw = new Redis(redis.url);

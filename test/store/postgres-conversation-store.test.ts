@@ -84,15 +84,18 @@ describe("migrations", () => {
     await client.connect();
     try {
       expect(await migratePostgres(client, postgresMigrations.slice(0, 1))).toEqual([1]);
-      const later = { version: 2, name: "a later one", sql: "CREATE TABLE contextd_later (x integer)" };
-      expect(await migratePostgres(client, [...postgresMigrations.slice(0, 1), later])).toEqual([2]);
-      // This build knows only version 1: the store refuses the database and says why.
+      // A database at version 1 (before the calibration table) takes this build's later migrations.
+      const known = postgresMigrations.at(-1)!.version;
+      expect(await migratePostgres(client)).toEqual(postgresMigrations.slice(1).map((migration) => migration.version));
+      const later = { version: known + 1, name: "a later one", sql: "CREATE TABLE contextd_later (x integer)" };
+      expect(await migratePostgres(client, [...postgresMigrations, later])).toEqual([known + 1]);
+      // This build does not know the later one: the store refuses the database and says why.
       const store = new PostgresConversationStore(fresh);
       stores.push(store);
       expect(await store.connected(300)).toBe(false);
       const refused = await rejection(store.ping());
       expect(refused.code).toBe(Code.Unavailable);
-      expect(refused.rawMessage).toContain("creating or migrating the contextd schema failed: the database's contextd schema is at version 2, newer than this build knows (1)");
+      expect(refused.rawMessage).toContain(`creating or migrating the contextd schema failed: the database's contextd schema is at version ${known + 1}, newer than this build knows (${known})`);
     } finally {
       await client.end();
     }

@@ -27,6 +27,8 @@ export interface BudgetReport {
   historyBeforeTrim: number;
   /** Tokens freed by tool-result and reasoning clearing (`context-editing.ts`). */
   clearedTokens: number;
+  /** Tokens freed per cleared message id; absent when nothing was cleared. */
+  clearedMessages?: ReadonlyMap<string, number>;
   memory: number;
   tools: number;
   toolDefinitions: number;
@@ -134,11 +136,13 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let summary: BudgetReport["summary"];
   // Clearing old tool results and reasoning comes before any round is dropped.
   let clearedTokens = 0;
+  let clearedMessages: ReadonlyMap<string, number> | undefined;
   if (budget?.toolResultClearing || budget?.reasoningClearing) {
-    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache);
+    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache, correction);
     history = cleared.history;
     historyCounts = cleared.counts;
     clearedTokens = cleared.freedTokens;
+    clearedMessages = cleared.freedByMessage;
   }
   const historyBeforeDropping = historyBeforeTrim - clearedTokens;
 
@@ -217,7 +221,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         } else if (strategy === BudgetStrategy.DROP_TAIL) {
           drop = selectUnitsToDrop(units, available, "tail");
         } else {
-          const step = Number(budget?.trimStepTokens ?? 0n);
+          // The step is in provider tokens like the limit: corrected the same way.
+          const step = calibratedLimit(Number(budget?.trimStepTokens ?? 0n), correction);
           drop = step > 0 ? selectHeadUnitsInSteps(units, available, step) : selectUnitsToDrop(units, available, "head");
         }
         alignmentDrops = new Set(align(drop, units).drops);
@@ -330,6 +335,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     history: historyTokens,
     historyBeforeTrim,
     clearedTokens,
+    clearedMessages,
     memory,
     tools,
     toolDefinitions,

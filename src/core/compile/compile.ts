@@ -3,7 +3,6 @@ import {
   CompileResultPart,
   CompileResultSchema,
   CurrentTurnSchema,
-  TokenCalibrationSchema,
   TransformationAction,
   TransformationReason,
   type CompileRequest,
@@ -25,7 +24,7 @@ import { elideHistoryHead, type ElidedHead } from "./history-head.js";
 import { normalize } from "./normalize.js";
 import { payloadOf, persistenceProjection, snapshotOf, writebackSnapshot } from "./persistence.js";
 import { cacheImpact } from "./cache-impact.js";
-import { correctedTokens } from "./token-calibration.js";
+import { calibrationReport } from "./token-calibration.js";
 import { prefixFingerprint } from "./prefix-fingerprint.js";
 import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
 import { applyHooks } from "./redaction.js";
@@ -57,7 +56,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   const estimator = await createEstimator(request.budget?.estimator, renderProvider, "budget.estimator", context.tokenCounts, request.render?.model ?? "", deadline);
   // The calibration correction for what is rendered, applied to the budget's limit (stage 10).
   const correction = renderProvider !== Provider.UNSPECIFIED && context.calibration
-    ? context.calibration({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind })
+    ? await context.calibration({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind })
     : undefined;
 
   // 1. Normalize + identity, tool-argument and tool-round validation and repair. A stored history's
@@ -200,17 +199,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   }
   result.budgetDroppedMessages = budgetDroppedMessages(work, head);
   if (correction) {
-    result.calibration = create(TokenCalibrationSchema, {
-      provider: renderProvider,
-      model: request.render!.model,
-      estimator: estimator.kind,
-      estimatedTokens: BigInt(budget.total),
-      correction: correction.factor,
-      correctedTokens: BigInt(correctedTokens(budget.total, correction.factor)),
-      requestedLimit: BigInt(budget.requestedLimit),
-      reports: BigInt(correction.reports),
-      meanAbsoluteRelativeError: correction.meanAbsoluteRelativeError,
-    });
+    result.calibration = calibrationReport({ provider: renderProvider, model: request.render!.model, estimator: estimator.kind }, correction, budget.total, budget.requestedLimit);
   }
   await events.stageDone("result");
   result.stageTimings = events.timings;
@@ -283,6 +272,15 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
       if (record.action !== TransformationAction.DROPPED || emitted.has(messageId)) continue;
       emitted.add(messageId);
       events.emit({ case: "messageDropped", value: { $typeName: "contextd.v1.MessageDropped", messageId, reason: record.reason } });
+    }
+  }
+  // One event per message clearing changed whose final record is still the clearing's.
+  if (budget.clearedMessages) {
+    for (const [messageId, freedTokens] of budget.clearedMessages) {
+      const record = work.records[messageId];
+      if (record?.action !== TransformationAction.FORMATTED) continue;
+      if (record.reason !== TransformationReason.TOOL_RESULT_CLEARED && record.reason !== TransformationReason.REASONING_CLEARED) continue;
+      events.emit({ case: "messageCleared", value: { $typeName: "contextd.v1.MessageCleared", messageId, reason: record.reason, freedTokens: BigInt(freedTokens) } });
     }
   }
   emitPressureEvents(events, budget);

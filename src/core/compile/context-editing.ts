@@ -5,6 +5,7 @@ import { Role, ToolPayloadSchema, type Message, type Part } from "../../../gen/t
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import { setRecord, type CompileWork } from "./working-set.js";
+import { calibratedLimit } from "./token-calibration.js";
 
 /**
  * Why it exists: dropping whole rounds from the head is the bluntest way to fit a budget. Coding
@@ -29,6 +30,13 @@ export interface ClearedHistory {
   history: Message[];
   counts: number[];
   freedTokens: number;
+  /** The tokens freed per message id (for the `message_cleared` events); absent when nothing was cleared. */
+  freedByMessage?: Map<string, number>;
+}
+
+/** Adds `freed` tokens to `id`'s share in `cleared` (a message may be cleared by both kinds). */
+function addFreed(cleared: Map<string, number>, id: string, freed: number): void {
+  cleared.set(id, (cleared.get(id) ?? 0) + freed);
 }
 
 /** INVALID_ARGUMENT naming the field when a clearing option is out of range; checked on every compile that sets one. */
@@ -52,8 +60,10 @@ export function validateClearing(budget: Budget | undefined, path: string, maxTo
 
 /**
  * Reasoning clearing, then tool-result clearing, over `history` whose counts are `counts`;
- * `reserved` is everything else the request holds and `limitTokens` the budget's limit (0 = none).
- * Records each message it changes. Returns the inputs themselves when nothing changed.
+ * `reserved` is everything else the request holds and `limitTokens` the budget's limit (0 = none),
+ * already corrected by `correction`, which corrects an explicit `trigger_tokens` and
+ * `clear_at_least_tokens` the same way (`calibratedLimit`). Records each message it changes.
+ * Returns the inputs themselves when nothing changed.
  */
 export async function clearHistory(
   work: CompileWork,
@@ -62,11 +72,12 @@ export async function clearHistory(
   reserved: number,
   limitTokens: number,
   cache: TokenCountCache,
+  correction = 1,
 ): Promise<ClearedHistory> {
   const budget = work.request.budget;
   let cleared: ClearedHistory = { history, counts, freedTokens: 0 };
   if (budget?.reasoningClearing) cleared = await clearReasoning(work, cleared, budget.reasoningClearing.keepRecentTurns, cache);
-  if (budget?.toolResultClearing) cleared = await clearToolResults(work, cleared, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache);
+  if (budget?.toolResultClearing) cleared = await clearToolResults(work, cleared, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache, correction);
   return cleared;
 }
 
@@ -86,6 +97,7 @@ async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRece
   let edited: Message[] | undefined;
   let counts: number[] | undefined;
   let freed = 0;
+  const freedByMessage = new Map(input.freedByMessage);
   for (let index = 0; index < keptFrom; index++) {
     const message = history[index]!;
     if (message.role !== Role.ASSISTANT) continue;
@@ -96,11 +108,12 @@ async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRece
     edited ??= [...history];
     counts ??= [...input.counts];
     freed += counts[index]! - count;
+    addFreed(freedByMessage, message.id, counts[index]! - count);
     edited[index] = stripped;
     counts[index] = count;
     setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.REASONING_CLEARED, Segment.HISTORY);
   }
-  return edited ? { history: edited, counts: counts!, freedTokens: input.freedTokens + freed } : input;
+  return edited ? { history: edited, counts: counts!, freedTokens: input.freedTokens + freed, freedByMessage } : input;
 }
 
 /** One TOOL message clearing would change: where it is and which of its result parts go. */
@@ -117,14 +130,16 @@ async function clearToolResults(
   limitTokens: number,
   retainedIds: readonly string[],
   cache: TokenCountCache,
+  correction: number,
 ): Promise<ClearedHistory> {
-  const trigger = options.triggerTokens > 0n ? Number(options.triggerTokens) : limitTokens;
+  // An explicit trigger and step are provider tokens, as the limit is: corrected alike.
+  const trigger = options.triggerTokens > 0n ? calibratedLimit(Number(options.triggerTokens), correction) : limitTokens;
   if (trigger === 0) return input;
   let historyTokens = 0;
   for (const count of input.counts) historyTokens += count;
   const overflow = reserved + historyTokens - trigger;
   if (overflow <= 0) return input;
-  const step = Number(options.clearAtLeastTokens);
+  const step = calibratedLimit(Number(options.clearAtLeastTokens), correction);
   // Rounded up to whole steps: the cut stays where it is until the overflow crosses a step.
   const need = step > 0 ? Math.ceil(overflow / step) * step : overflow;
 
@@ -137,9 +152,9 @@ async function clearToolResults(
   const edited = [...history];
   const counts = [...input.counts];
   // Every change in order: what is charged and recorded once clearing is decided.
-  const log: { index: number; message: Message; count: number; placeholderChars: number }[] = [];
+  const log: { index: number; message: Message; count: number; after: number; placeholderChars: number }[] = [];
   const change = (index: number, message: Message, count: number, placeholderChars = 0) => {
-    log.push({ index, message: edited[index]!, count: counts[index]!, placeholderChars });
+    log.push({ index, message: edited[index]!, count: counts[index]!, after: count, placeholderChars });
     freed += counts[index]! - count;
     edited[index] = message;
     counts[index] = count;
@@ -181,11 +196,13 @@ async function clearToolResults(
   // cache it breaks.
   if (step > 0 && freed < step) return input;
   if (freed <= 0) return input;
+  const freedByMessage = new Map(input.freedByMessage);
   for (const entry of log) {
     work.textAllowance.charge(entry.placeholderChars, "budget (tool result clearing)");
     setRecord(work, entry.message.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
+    addFreed(freedByMessage, entry.message.id, entry.count - entry.after);
   }
-  return { history: edited, counts, freedTokens: input.freedTokens + freed };
+  return { history: edited, counts, freedTokens: input.freedTokens + freed, freedByMessage };
 }
 
 /**

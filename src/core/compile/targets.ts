@@ -20,6 +20,7 @@ import { renderView } from "../views/views.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applySystemPrompt } from "./system-prompt.js";
 import { applyBudget } from "./budget.js";
+import { calibrationReport } from "./token-calibration.js";
 import { prefixError } from "../model/error-details.js";
 import { payloadOf } from "./persistence.js";
 import type { CompileContext } from "./compile-context.js";
@@ -157,7 +158,10 @@ async function segmentProjection(
   await applyTextReplacements(work);
   // The target's budget refuses in its own words (`budget.max_tokens ...`, `context full ...`);
   // the prefix says which target, own budget or inherited.
-  const report = await applyBudget(work, [], context).catch((error: unknown) => {
+  // The target's own calibration key: its render provider and model, its budget's estimator.
+  const calibrationKey = renderProvider !== Provider.UNSPECIFIED && context.calibration ? { provider: renderProvider, model: target.render!.model, estimator: estimator.kind } : undefined;
+  const correction = calibrationKey && (await context.calibration!(calibrationKey));
+  const report = await applyBudget(work, [], context, correction?.factor ?? 1).catch((error: unknown) => {
     throw error instanceof ConnectError ? prefixError(error, `${path} ("${target.name}")${target.budget ? "" : " with the request's budget"}`) : error;
   });
   if (clock.checkNow("targets")) await clock.pause("targets");
@@ -184,6 +188,7 @@ async function segmentProjection(
       replyPriming: BigInt(report.perRequest),
       clearedTokens: BigInt(report.clearedTokens),
     }),
+    calibration: calibrationKey && correction ? calibrationReport(calibrationKey, correction, report.total, report.requestedLimit) : undefined,
   });
 }
 

@@ -1,4 +1,5 @@
-import type { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { TokenCalibrationSchema, type EstimatorKind, type TokenCalibration } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
 
 /**
@@ -24,6 +25,11 @@ export interface TokenCorrection {
   reports: number;
   /** Weighted mean of |estimate × correction before the report − actual| / actual; 0 without reports. */
   meanAbsoluteRelativeError: number;
+  /**
+   * Set when the correction may be out of date because the store could not be read: what failed.
+   * The correction is then the last one this sidecar knew, or 1.
+   */
+  storeReadError?: string;
 }
 
 /** The key corrections are learnt for (the tenant is the application's part of it). */
@@ -33,8 +39,17 @@ export interface CalibrationKey {
   estimator: EstimatorKind;
 }
 
-/** The correction in force for a key (`uncorrected` when no report arrived for it). */
-export type CalibrationLookup = (key: CalibrationKey) => TokenCorrection;
+/**
+ * The correction in force for a key (`uncorrected` when no report arrived for it). A promise when
+ * the application has to read it first (its cache of the stored corrections has no fresh copy).
+ */
+export type CalibrationLookup = (key: CalibrationKey) => TokenCorrection | Promise<TokenCorrection>;
+
+/** A correction after one more report, and that report's relative error against the one before. */
+export interface LearntCorrection {
+  correction: TokenCorrection;
+  relativeError: number;
+}
 
 export const uncorrected: TokenCorrection = { factor: 1, reports: 0, meanAbsoluteRelativeError: 0 };
 
@@ -54,7 +69,7 @@ export function correctedTokens(estimated: number, factor: number): number {
 }
 
 /** The correction after one more report, and that report's relative error against `previous`. */
-export function learnCorrection(previous: TokenCorrection, estimatedTokens: number, actualTokens: number): { correction: TokenCorrection; relativeError: number } {
+export function learnCorrection(previous: TokenCorrection, estimatedTokens: number, actualTokens: number): LearntCorrection {
   const ratio = Math.min(maxCorrection, Math.max(minCorrection, actualTokens / estimatedTokens));
   const relativeError = Math.abs(estimatedTokens * previous.factor - actualTokens) / actualTokens;
   const reports = previous.reports + 1;
@@ -62,4 +77,23 @@ export function learnCorrection(previous: TokenCorrection, estimatedTokens: numb
   const factor = previous.factor + weight * (ratio - previous.factor);
   const meanAbsoluteRelativeError = previous.meanAbsoluteRelativeError + weight * (relativeError - previous.meanAbsoluteRelativeError);
   return { correction: { factor: Math.min(maxCorrection, Math.max(minCorrection, factor)), reports, meanAbsoluteRelativeError }, relativeError };
+}
+
+/**
+ * What a result (or a target's projection) says about its calibration: the key, the budget's
+ * estimate of the whole request and its own limit, and the correction applied.
+ */
+export function calibrationReport(key: CalibrationKey, correction: TokenCorrection, estimatedTokens: number, requestedLimit: number): TokenCalibration {
+  return create(TokenCalibrationSchema, {
+    provider: key.provider,
+    model: key.model,
+    estimator: key.estimator,
+    estimatedTokens: BigInt(estimatedTokens),
+    correction: correction.factor,
+    correctedTokens: BigInt(correctedTokens(estimatedTokens, correction.factor)),
+    requestedLimit: BigInt(requestedLimit),
+    reports: BigInt(correction.reports),
+    meanAbsoluteRelativeError: correction.meanAbsoluteRelativeError,
+    storeReadError: correction.storeReadError ?? "",
+  });
 }

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { defaultCalibrationStorage } from "../../application/usage-calibration.js";
 import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
@@ -84,6 +85,12 @@ export interface Config {
   cacheImpactBytes: number;
   /** (tenant, provider, model, estimator) keys whose calibration correction is kept (`ReportUsage`); 0 = none. */
   calibrationKeys: number;
+  /** Calibration keys the store keeps per tenant, the least recently reported forgotten first. */
+  calibrationKeysPerTenant: number;
+  /** Days after which a calibration key not reported is forgotten by the store. */
+  calibrationTtlDays: number;
+  /** How long a correction read from the store is used before it is read again. */
+  calibrationRefreshMs: number;
   /**
    * Approximate bytes of the stored histories' facts kept between compiles, so a stateful compile
    * walks only the tail the budget may keep (docs/incremental-compile.md); 0 = none, every compile
@@ -129,6 +136,9 @@ export const defaultConfig: Config = {
   retainedEncodingBytes: 64 * 1024 * 1024,
   cacheImpactBytes: 16 * 1024 * 1024,
   calibrationKeys: 1_024,
+  calibrationKeysPerTenant: defaultCalibrationStorage.bounds.maxKeysPerTenant,
+  calibrationTtlDays: defaultCalibrationStorage.bounds.ttlMs / 86_400_000,
+  calibrationRefreshMs: defaultCalibrationStorage.refreshMs,
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   inspector: true,
@@ -170,7 +180,10 @@ export const flags = {
   "recent-message-bytes": "request messages kept to be handed out again when resent; 0 = none",
   "retained-encoding-bytes": "encodings of immutable messages and lists kept across calls; 0 = none",
   "cache-impact-bytes": "memory of each conversation's last compile, for CompileResult.cache_impact; 0 = none",
-  "calibration-keys": "(tenant, provider, model, estimator) keys whose token calibration correction is kept, from ReportUsage; 0 = none",
+  "calibration-keys": "(tenant, provider, model, estimator) keys whose token calibration correction this process caches, from ReportUsage and the store; 0 = no calibration",
+  "calibration-keys-per-tenant": "token calibration keys the store keeps per tenant, the least recently reported forgotten first",
+  "calibration-ttl-days": "days after which the store forgets a token calibration key no report came for",
+  "calibration-refresh-ms": "how long a token calibration correction read from the store is used before it is read again (how stale another sidecar's reports can be)",
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
@@ -302,6 +315,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     retainedEncodingBytes: integer("retained-encoding-bytes", defaultConfig.retainedEncodingBytes, 0),
     cacheImpactBytes: integer("cache-impact-bytes", defaultConfig.cacheImpactBytes, 0),
     calibrationKeys: integer("calibration-keys", defaultConfig.calibrationKeys, 0),
+    calibrationKeysPerTenant: integer("calibration-keys-per-tenant", defaultConfig.calibrationKeysPerTenant, 1, 1_000_000),
+    calibrationTtlDays: integer("calibration-ttl-days", defaultConfig.calibrationTtlDays, 1, 3_650),
+    calibrationRefreshMs: integer("calibration-refresh-ms", defaultConfig.calibrationRefreshMs, 0, 86_400_000),
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),

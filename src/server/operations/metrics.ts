@@ -45,6 +45,10 @@ export class Metrics {
   private readonly droppedMessages: SeriesCounter;
   /** Dropped-message series by `TransformationReason` number. */
   private readonly droppedSeries = new Map<number, { inc(by?: number): void }>();
+  private readonly clearedMessages: SeriesCounter;
+  private readonly clearedTokens: SeriesCounter;
+  /** Cleared-message and freed-token series by `TransformationReason` number. */
+  private readonly clearedSeries = new Map<number, { messages: { inc(): void }; tokens: { inc(by: number): void } }>();
   private readonly rpcSeries = new Map<string, { inc(): void }>();
   private readonly latencySeries = new Map<string, { observe(value: number): void }>();
   private readonly storeSeries = new Map<string, { observe(value: number): void }>();
@@ -59,9 +63,16 @@ export class Metrics {
     this.compiles = new Counter({ name: "contextd_compiles_total", help: "Compiles finished (from observer events).", registers });
     this.compileTokens = new Counter({ name: "contextd_compile_tokens_total", help: "Tokens of compiled requests (pipeline_compiled total_cost).", registers });
     this.droppedMessages = new SeriesCounter("contextd_messages_dropped_total", "Messages compiles left out of the prompt (DROPPED records), by reason.", ["reason"], this.registry);
+    this.clearedMessages = new SeriesCounter(
+      "contextd_messages_cleared_total",
+      "History messages whose old tool results or reasoning compiles cleared (message_cleared events), by reason.",
+      ["reason"],
+      this.registry,
+    );
+    this.clearedTokens = new SeriesCounter("contextd_cleared_tokens_total", "Estimated tokens tool-result and reasoning clearing freed (message_cleared freed_tokens), by reason.", ["reason"], this.registry);
     this.storeLatency = new SeriesHistogram(
       "contextd_store_operation_duration_seconds",
-      "Conversation store operations (load, commit, current_version, clear, list, ping), by outcome (ok or error).",
+      "Conversation store operations (load, commit, current_version, clear, list, ping, read_calibration, report_calibration), by outcome (ok or error).",
       ["operation", "outcome"],
       storeBuckets,
       this.registry,
@@ -131,6 +142,18 @@ export class Metrics {
       case "historyHeadDropped":
         this.droppedSeriesFor(TransformationReason.TOKEN_BUDGET_EXCEEDED).inc(Number(event.event.value.count));
         return;
+      case "messageCleared": {
+        const reason = event.event.value.reason;
+        let series = this.clearedSeries.get(reason);
+        if (series === undefined) {
+          const name = (TransformationReason[reason] ?? String(reason)).toLowerCase();
+          series = { messages: this.clearedMessages.series(name), tokens: this.clearedTokens.series(name) };
+          this.clearedSeries.set(reason, series);
+        }
+        series.messages.inc();
+        series.tokens.inc(Number(event.event.value.freedTokens));
+        return;
+      }
       default:
         return;
     }

@@ -2,6 +2,8 @@ import { SpanStatusCode } from "@opentelemetry/api";
 import { ConnectError } from "@connectrpc/connect";
 import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationState, Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { LearntCorrection, TokenCorrection } from "../../core/compile/token-calibration.js";
+import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibration-store.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
 import type { Metrics } from "./metrics.js";
 import type { Tracing } from "./tracing.js";
@@ -48,6 +50,14 @@ export class ObservedStore implements ConversationStore {
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
     return this.store.watch(conversationId, fromVersion, signal);
+  }
+
+  readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
+    return this.observe("read_calibration", undefined, () => this.store.readCalibration(key, nowMs, bounds));
+  }
+
+  reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
+    return this.observe("report_calibration", undefined, () => this.store.reportCalibration(key, estimatedTokens, actualTokens, nowMs, bounds));
   }
 
   ping(): Promise<void> {

@@ -99,6 +99,12 @@ export class Tracing {
       parent.setAttribute("contextd.compile.total_tokens", Number(body.value.totalCost));
     } else if (body.case === "messageDropped") {
       parent.addEvent("contextd.message_dropped", { "contextd.message.id": body.value.messageId, "contextd.reason": body.value.reason });
+    } else if (body.case === "messageCleared") {
+      parent.addEvent("contextd.message_cleared", {
+        "contextd.message.id": body.value.messageId,
+        "contextd.reason": body.value.reason,
+        "contextd.freed_tokens": Number(body.value.freedTokens),
+      });
     } else if (body.case === "historyHeadDropped") {
       parent.addEvent("contextd.history_head_dropped", {
         "contextd.messages.count": Number(body.value.count),

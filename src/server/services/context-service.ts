@@ -4,7 +4,7 @@ import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.j
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
 import { Compiler } from "../../application/compiler.js";
 import { RecentCompiles } from "../../application/recent-compiles.js";
-import { UsageCalibration } from "../../application/usage-calibration.js";
+import { defaultCalibrationStorage, UsageCalibration, type CalibrationStorage } from "../../application/usage-calibration.js";
 import { tenantKey } from "../policy/call-context.js";
 import type { RegexSearch } from "../../core/compile/compile-context.js";
 import { defaultHistoryFactsLimits, HistoryFactsCache, type HistoryFactsLimits } from "../../application/history-facts-cache.js";
@@ -34,8 +34,10 @@ export interface ContextServiceDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Bytes of memory of recent compiles for `cache_impact` (`--cache-impact-bytes`); 0 = none. */
   cacheImpactBytes?: number;
-  /** Keys of token calibration corrections kept (`--calibration-keys`); 0 = none. */
+  /** Keys of token calibration corrections cached (`--calibration-keys`); 0 = no calibration. */
   calibrationKeys?: number;
+  /** What the store keeps of calibration, and how long a read copy is used (see `UsageCalibrationOptions`). */
+  calibrationStorage?: CalibrationStorage;
   /** Bounds of the stored histories' facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }
@@ -50,7 +52,9 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const compileMemory = cacheImpactBytes > 0 ? new RecentCompiles(cacheImpactBytes) : undefined;
   const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits);
-  const calibration = (dependencies.calibrationKeys ?? 0) > 0 ? new UsageCalibration(dependencies.calibrationKeys!) : undefined;
+  const calibration = (dependencies.calibrationKeys ?? 0) > 0
+    ? new UsageCalibration({ store, maxKeys: dependencies.calibrationKeys!, ...(dependencies.calibrationStorage ?? defaultCalibrationStorage) })
+    : undefined;
   const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory, historyFacts, calibration });
   const { tokenCounts } = compiler;
   const compileAndCommit: Compiler["compileAndCommit"] = compiled
@@ -92,11 +96,11 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
       );
     },
 
-    reportUsage(request, call) {
+    async reportUsage(request, call) {
       if (!calibration) {
         throw new ConnectError("report_usage: this sidecar keeps no token calibration (--calibration-keys 0)", Code.FailedPrecondition);
       }
-      return calibration.report(call?.values?.get(tenantKey) ?? "", request);
+      return await calibration.report(call?.values?.get(tenantKey) ?? "", request);
     },
 
     async countTokens(request, call) {

@@ -49,8 +49,10 @@ export interface RouteDependencies {
   searchRegexOffThread?: RegexSearch;
   /** Memory of recent compiles for `cache_impact` (`--cache-impact-bytes`). */
   cacheImpactBytes?: number;
-  /** Keys of token calibration corrections kept (`--calibration-keys`); 0 = none. */
+  /** Keys of token calibration corrections cached (`--calibration-keys`); 0 = no calibration. */
   calibrationKeys?: number;
+  /** See `ContextServiceDependencies.calibrationStorage`. */
+  calibrationStorage?: ContextServiceDependencies["calibrationStorage"];
   /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }
@@ -73,6 +75,7 @@ export function routes(dependencies: RouteDependencies) {
     searchRegexOffThread: dependencies.searchRegexOffThread,
     cacheImpactBytes: dependencies.cacheImpactBytes,
     calibrationKeys: dependencies.calibrationKeys,
+    calibrationStorage: dependencies.calibrationStorage,
     historyFacts: dependencies.historyFacts,
   });
   const conversation = conversationService(dependencies);

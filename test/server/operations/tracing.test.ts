@@ -1,7 +1,7 @@
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { EstimatorKind, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -94,13 +94,33 @@ describe("OpenTelemetry tracing (real sidecar, real OTLP/HTTP receiver)", () => 
 
     const children = spans.filter((span) => span.parentSpanId === rpc.spanId);
     expect(children.filter((span) => span.name.startsWith("compile.")).map((span) => span.name)).toEqual(stages);
-    expect(children.filter((span) => span.name.startsWith("store.")).map((span) => span.name).sort()).toEqual(["store.commit", "store.load"]);
+    // The first compile rendering for gpt-4o reads its calibration correction from the store.
+    expect(children.filter((span) => span.name.startsWith("store.")).map((span) => span.name).sort()).toEqual(["store.commit", "store.load", "store.read_calibration"]);
     const load = children.find((span) => span.name === "store.load")!;
     expect(load.attributes["contextd.conversation.id"]).toBe(conversationId);
     // Every child lies within the RPC's span.
     for (const child of children) {
       expect(child.startNs >= rpc.startNs && child.endNs <= rpc.endNs, child.name).toBe(true);
     }
+  });
+
+  it("adds a contextd.message_cleared event per cleared message to the compile's span, with its reason and freed tokens", async () => {
+    const traceId = "6bf92f3577b34da6a3ce929d0e0e4738";
+    const rounds = Array.from({ length: 4 }, (_, index) => [
+      textMessage(`u${index}`, Role.USER, `question ${index}`),
+      { id: `a${index}`, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall" as const, value: { id: `c${index}`, name: "read_file" } } }] },
+      { id: `t${index}`, role: Role.TOOL, parts: [{ kind: { case: "toolResult" as const, value: { toolCallId: `c${index}`, name: "read_file", payload: { text: "x".repeat(2_000) } } } }] },
+    ]).flat();
+    const response = await context.compile(
+      { history: { messages: rounds }, budget: { maxTokens: 3_000n, estimator: { kind: EstimatorKind.CHARS }, toolResultClearing: { keepRecent: 1 } } },
+      { headers: { traceparent: `00-${traceId}-00f067aa0ba902b9-01` } },
+    );
+    const spans = await spansOf(traceId, 1);
+    const rpc = spans.find((span) => span.name === "contextd.v1.ContextService/Compile")!;
+    const cleared = rpc.events.filter((event) => event.name === "contextd.message_cleared");
+    expect(cleared.map((event) => event.attributes["contextd.message.id"]).sort()).toEqual(["t0", "t1", "t2"]);
+    expect(cleared.every((event) => event.attributes["contextd.reason"] === TransformationReason.TOOL_RESULT_CLEARED)).toBe(true);
+    expect(cleared.reduce((sum, event) => sum + Number(event.attributes["contextd.freed_tokens"]), 0)).toBe(Number(response.result!.usage!.clearedTokens));
   });
 
   it("starts a new trace without traceparent, and marks a failed RPC with its gRPC code", async () => {

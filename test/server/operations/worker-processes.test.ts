@@ -4,10 +4,11 @@ import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
 import { loadConfig } from "../../../src/server/operations/config.js";
 import { mergeWorkerMetrics } from "../../../src/server/operations/worker-processes.js";
@@ -135,6 +136,23 @@ describe("--workers", () => {
         expect(text).toMatch(/^contextd_serving\{worker="1"\} 1$/m);
         expect(text).toMatch(/^contextd_serving\{worker="2"\} 1$/m);
       }
+    });
+
+    it("shares token calibration between workers: a report through one connection corrects compiles through every other", async () => {
+      const contexts = Array.from({ length: 4 }, () => createClient(ContextService, createGrpcTransport({ baseUrl: sidecar.url })));
+      const reported = await contexts[0]!.reportUsage({ provider: Provider.OPENAI_CHAT, model: "gpt-workers", estimator: EstimatorKind.FIXED, estimatedTokens: 100n, actualInputTokens: 200n });
+      expect(reported.correction).toBe(2);
+      const request = {
+        history: { messages: [textMessage("u", Role.USER, "hi")] },
+        budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
+        render: { provider: Provider.OPENAI_CHAT, model: "gpt-workers" },
+      };
+      for (const context of contexts) {
+        expect((await context.compile(request)).result!.calibration).toMatchObject({ correction: 2, reports: 1n, storeReadError: "" });
+      }
+      const text = await metricsText(sidecar);
+      const compiles = [1, 2].map((worker) => Number(new RegExp(`^contextd_rpc_requests_total\\{worker="${worker}",method="contextd.v1.ContextService/Compile",code="ok"\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0));
+      expect(compiles.every((count) => count > 0), `both workers compiled: ${compiles.join(" + ")}`).toBe(true);
     });
 
     it("streams every worker's compiles to a WatchEvents subscriber, whichever worker holds its connection", async () => {

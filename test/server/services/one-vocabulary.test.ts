@@ -21,7 +21,8 @@ import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js"
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 
-// One vocabulary (DROPPED records, message_dropped events, contextd_messages_dropped_total), one
+// One vocabulary (DROPPED records, message_dropped events, contextd_messages_dropped_total; the
+// same for clearing: FORMATTED records, message_cleared events, contextd_messages_cleared_total), one
 // id format (UUIDs), one definition of a total (CountTokens and Usage agree), through the RPC.
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -86,6 +87,38 @@ describe("one vocabulary, one id format, one total (real sidecar)", () => {
     expect(count(after, "token_budget_exceeded") - count(before, "token_budget_exceeded")).toBe(4);
     expect(count(after, "tool_round_repair") - count(before, "tool_round_repair")).toBe(1);
     expect(after).not.toContain("contextd_evictions_total");
+  });
+
+  it("records every cleared message as FORMATTED with its clearing reason, with one message_cleared event each, counted with its freed tokens in the metrics", async () => {
+    const before = await (await fetch(`${sidecar.url}/metrics`)).text();
+    const reasoning = { kind: { case: "reasoning" as const, value: { text: "thinking ".repeat(100), signature: "s", provider: Provider.ANTHROPIC_MESSAGES } } };
+    const history = Array.from({ length: 5 }, (_, index) => [
+      textMessage(`u${index}`, Role.USER, `question ${index}`),
+      create(MessageSchema, { id: `a${index}`, role: Role.ASSISTANT, parts: [reasoning, { kind: { case: "toolCall", value: { id: `c${index}`, name: "read_file" } } }] }),
+      create(MessageSchema, { id: `t${index}`, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: `c${index}`, name: "read_file", payload: { text: "x".repeat(4_000) } } } }] }),
+    ]).flat();
+    const { events, result } = await compileStream({
+      history: { messages: history },
+      budget: { maxTokens: 4_000n, estimator: { kind: EstimatorKind.CHAR_FALLBACK, charsPerToken: 4 }, toolResultClearing: { keepRecent: 1 }, reasoningClearing: {} },
+      include: [CompileResultPart.ALL_TRANSFORMATIONS],
+    });
+    const clearing = new Set([TransformationReason.TOOL_RESULT_CLEARED, TransformationReason.REASONING_CLEARED]);
+    const cleared = Object.entries(result.transformations).filter(([, record]) => record.action === TransformationAction.FORMATTED && clearing.has(record.reason));
+    const byReason = (reason: TransformationReason) => cleared.filter(([, record]) => record.reason === reason).length;
+    expect(byReason(TransformationReason.TOOL_RESULT_CLEARED)).toBeGreaterThan(0);
+    expect(byReason(TransformationReason.REASONING_CLEARED)).toBeGreaterThan(0);
+    const eventClears = events.flatMap((event) => (event.event.case === "messageCleared" ? [event.event.value] : []));
+    expect(Object.fromEntries(eventClears.map((event) => [event.messageId, event.reason]))).toEqual(Object.fromEntries(cleared.map(([id, record]) => [id, record.reason])));
+    expect(eventClears).toHaveLength(cleared.length);
+    const freed = eventClears.reduce((sum, event) => sum + event.freedTokens, 0n);
+    expect(freed).toBe(result.usage!.clearedTokens);
+    const after = await (await fetch(`${sidecar.url}/metrics`)).text();
+    const metric = (text: string, name: string, reason: string) => Number(new RegExp(`${name}\\{reason="${reason}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+    for (const [reason, name] of [[TransformationReason.TOOL_RESULT_CLEARED, "tool_result_cleared"], [TransformationReason.REASONING_CLEARED, "reasoning_cleared"]] as const) {
+      expect(metric(after, "contextd_messages_cleared_total", name) - metric(before, "contextd_messages_cleared_total", name)).toBe(byReason(reason));
+      const freedOf = eventClears.filter((event) => event.reason === reason).reduce((sum, event) => sum + Number(event.freedTokens), 0);
+      expect(metric(after, "contextd_cleared_tokens_total", name) - metric(before, "contextd_cleared_tokens_total", name)).toBe(freedOf);
+    }
   });
 
   it("assigns ids of one format: a commit and a RANDOM compile both give lowercase version 4 UUIDs, as does the compile id", async () => {

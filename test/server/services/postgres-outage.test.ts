@@ -1,4 +1,5 @@
 import * as grpc from "@grpc/grpc-js";
+import { postgresMigrations } from "../../../src/store/postgres-schema.js";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
@@ -43,7 +44,7 @@ describe("Postgres outage (real sidecar, real PostgreSQL)", () => {
     await client.connect();
     try {
       const { rows } = await client.query<{ version: number }>("SELECT version FROM contextd_schema_migrations ORDER BY version");
-      expect(rows.map((row) => row.version)).toEqual([1]);
+      expect(rows.map((row) => row.version)).toEqual(postgresMigrations.map((migration) => migration.version));
     } finally {
       await client.end();
     }

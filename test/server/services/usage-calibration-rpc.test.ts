@@ -5,7 +5,8 @@ import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.j
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
-import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { startRedis } from "../../support/redis.js";
+import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 
 // ReportUsage and CompileResult.calibration from a real sidecar: a report changes the budget of
@@ -99,6 +100,89 @@ describe("token calibration over gRPC (real sidecar)", () => {
     expect(result.calibration).toBeUndefined();
     expect(result.usage!.limit).toBe(100n);
     client.close();
+  });
+});
+
+// The corrections live in the store: a second sidecar on the same store compiles with what the
+// first learnt, concurrent reports to both are all counted, and a restarted sidecar still has them.
+describe.each(sidecarStores.slice(1))("token calibration kept in the %s (real sidecars)", (_name, startStore) => {
+  let stopStore: (() => Promise<void>) | undefined;
+  let storeArgs: string[];
+  beforeAll(async () => {
+    ({ args: storeArgs, stop: stopStore } = await startStore());
+  }, 30_000);
+  afterAll(async () => {
+    await stopStore?.();
+  });
+
+  const messages = Array.from({ length: 12 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `message ${index}`));
+  const stateless = {
+    history: { messages },
+    budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
+    render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-shared" },
+  };
+  const usage = (actualInputTokens: bigint) => ({ provider: Provider.ANTHROPIC_MESSAGES, model: "claude-shared", estimator: EstimatorKind.FIXED, estimatedTokens: 100n, actualInputTokens });
+
+  it("shares corrections between sidecars, counts concurrent reports to both, and keeps them across a restart", async () => {
+    let [a, b] = await Promise.all([startSidecar(storeArgs), startSidecar(storeArgs)]);
+    let clientA = grpcJsClient(`127.0.0.1:${a.port}`);
+    const clientB = grpcJsClient(`127.0.0.1:${b.port}`);
+    try {
+      expect(await clientA.unary(ContextService.method.reportUsage, usage(200n))).toMatchObject({ correction: 2, reports: 1n });
+      // B never read the key: its first compile reads the store.
+      const onB = (await clientB.unary(ContextService.method.compile, stateless)).result!;
+      expect(onB.calibration).toMatchObject({ correction: 2, reports: 1n, storeReadError: "" });
+      expect(onB.usage!.limit).toBe(50n);
+      expect(onB.payload!.history).toHaveLength(4);
+
+      // 40 reports at once, half to each sidecar: each one saw the one before it.
+      const answers = await Promise.all(Array.from({ length: 40 }, (_, index) => (index % 2 === 0 ? clientA : clientB).unary(ContextService.method.reportUsage, usage(200n))));
+      expect(answers.map((answer) => Number(answer.reports)).sort((x, y) => x - y)).toEqual(Array.from({ length: 40 }, (_, index) => index + 2));
+
+      clientA.close();
+      await a.stop();
+      a = await startSidecar(storeArgs);
+      clientA = grpcJsClient(`127.0.0.1:${a.port}`);
+      const afterRestart = (await clientA.unary(ContextService.method.compile, stateless)).result!;
+      expect(afterRestart.calibration).toMatchObject({ correction: 2, reports: 41n, storeReadError: "" });
+      expect(afterRestart.usage!.limit).toBe(50n);
+    } finally {
+      clientA.close();
+      clientB.close();
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+});
+
+describe("token calibration while the store is down (real sidecar, real redis-server)", () => {
+  it("compiles with the last known correction, saying the store could not be read, and answers reports UNAVAILABLE until it is back", async () => {
+    const redis = await startRedis();
+    const sidecar = await startSidecar(["--redis-url", redis.url, "--calibration-refresh-ms", "0"]);
+    const client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+    const stateless = {
+      history: { messages: [textMessage("u", Role.USER, "hello")] },
+      budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
+      render: { provider: Provider.OPENAI_CHAT, model: "gpt-down" },
+    };
+    const usage = { provider: Provider.OPENAI_CHAT, model: "gpt-down", estimator: EstimatorKind.FIXED, estimatedTokens: 100n, actualInputTokens: 150n };
+    try {
+      await client.unary(ContextService.method.reportUsage, usage);
+      await redis.stop();
+      const compiled = (await client.unary(ContextService.method.compile, stateless)).result!;
+      expect(compiled.calibration).toMatchObject({ correction: 1.5, reports: 1n });
+      expect(compiled.calibration!.storeReadError).toMatch(/^reading the correction from the store failed: redis store unavailable while reading a token calibration at redis:\/\/127\.0\.0\.1:\d+\/?: /);
+      expect(compiled.usage!.limit).toBe(66n);
+      const refused = await failure(client.unary(ContextService.method.reportUsage, usage));
+      expect(refused.code).toBe(grpc.status.UNAVAILABLE);
+      expect(refused.details).toMatch(/^redis store unavailable while reporting usage at /);
+      await redis.restart();
+      await expect.poll(async () => (await client.unary(ContextService.method.reportUsage, usage).catch(() => undefined))?.reports, { timeout: 10_000 }).toBe(2n);
+      expect((await client.unary(ContextService.method.compile, stateless)).result!.calibration).toMatchObject({ correction: 1.5, reports: 2n, storeReadError: "" });
+    } finally {
+      client.close();
+      await sidecar.stop();
+      await redis.stop();
+    }
   });
 });
 

@@ -1246,7 +1246,8 @@ type Budget struct {
 	// over the limit are rounded up to a whole number of steps, so while history grows by less than a
 	// step the same rounds stay dropped and the prompt prefix a provider caches does not move. 0 =
 	// drop exactly what is needed (the cut moves every turn once history is over the limit). At most
-	// 2^53 - 1.
+	// 2^53 - 1. With a calibration correction (`TokenCalibration`) the step is corrected like the
+	// limit: floor(trim_step_tokens / correction) estimated tokens.
 	TrimStepTokens int64 `protobuf:"varint,52,opt,name=trim_step_tokens,json=trimStepTokens,proto3" json:"trim_step_tokens,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1396,13 +1397,16 @@ type ToolResultClearing struct {
 	// Clearing starts when the whole request's estimate (everything `Usage.total` counts) is over
 	// this. 0 = the budget's limit (`max_tokens`, or `context_window - output_reserve`): results are
 	// cleared instead of rounds being dropped, and rounds go only if clearing is not enough. With no
-	// limit and no trigger, nothing is cleared. At most 2^53 - 1.
+	// limit and no trigger, nothing is cleared. At most 2^53 - 1. With a calibration correction
+	// (`TokenCalibration`) an explicit trigger is corrected like the limit: floor(trigger_tokens /
+	// correction) estimated tokens.
 	TriggerTokens int64 `protobuf:"varint,1,opt,name=trigger_tokens,json=triggerTokens,proto3" json:"trigger_tokens,omitempty"`
 	// The results of this many most recent tool calls are never cleared. Unset = 3.
 	KeepRecent *uint32 `protobuf:"varint,2,opt,name=keep_recent,json=keepRecent,proto3,oneof" json:"keep_recent,omitempty"`
 	// The step: when clearing runs it frees at least this many tokens (or nothing, when all the
 	// clearable results together free less), and the cut only moves by whole steps. 0 = no step:
-	// exactly the results needed to get under the trigger. At most 2^53 - 1.
+	// exactly the results needed to get under the trigger. At most 2^53 - 1. Corrected by a
+	// calibration correction like the trigger.
 	ClearAtLeastTokens int64 `protobuf:"varint,3,opt,name=clear_at_least_tokens,json=clearAtLeastTokens,proto3" json:"clear_at_least_tokens,omitempty"`
 	// Results of these tools are never cleared (by `ToolResultPart.name`). At most 256 names.
 	ExcludeTools []string `protobuf:"bytes,4,rep,name=exclude_tools,json=excludeTools,proto3" json:"exclude_tools,omitempty"`
@@ -3361,7 +3365,12 @@ type Projection struct {
 	// The provider render, when asked for.
 	Rendered *RenderedRequest `protobuf:"bytes,6,opt,name=rendered,proto3" json:"rendered,omitempty"`
 	// Token usage of the projection.
-	Usage         *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The calibration correction the projection's budget applied, as `CompileResult.calibration`
+	// but for the target's own render provider and model and its budget's estimator; absent when
+	// the target does not render for a provider or the sidecar keeps no corrections. Report the
+	// provider's count for a request built from this projection with these fields.
+	Calibration   *TokenCalibration `protobuf:"bytes,80,opt,name=calibration,proto3" json:"calibration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3441,6 +3450,13 @@ func (x *Projection) GetRendered() *RenderedRequest {
 func (x *Projection) GetUsage() *Usage {
 	if x != nil {
 		return x.Usage
+	}
+	return nil
+}
+
+func (x *Projection) GetCalibration() *TokenCalibration {
+	if x != nil {
+		return x.Calibration
 	}
 	return nil
 }
@@ -4051,8 +4067,14 @@ type TokenCalibration struct {
 	// the reports, where predicted is the estimate times the correction in force before that report.
 	// 0 with no reports.
 	MeanAbsoluteRelativeError float64 `protobuf:"fixed64,9,opt,name=mean_absolute_relative_error,json=meanAbsoluteRelativeError,proto3" json:"mean_absolute_relative_error,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// Empty when the correction is the stored one, as read within the sidecar's refresh interval
+	// (`--calibration-refresh-ms`) or as this sidecar's own last report left it. Otherwise the store
+	// could not be read, this says what failed, and `correction` (with `reports` and
+	// `mean_absolute_relative_error`) is the last one this sidecar knew, or 1. The compile itself
+	// never fails for it.
+	StoreReadError string `protobuf:"bytes,80,opt,name=store_read_error,json=storeReadError,proto3" json:"store_read_error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TokenCalibration) Reset() {
@@ -4146,6 +4168,13 @@ func (x *TokenCalibration) GetMeanAbsoluteRelativeError() float64 {
 		return x.MeanAbsoluteRelativeError
 	}
 	return 0
+}
+
+func (x *TokenCalibration) GetStoreReadError() string {
+	if x != nil {
+		return x.StoreReadError
+	}
+	return ""
 }
 
 // How much of a compile's prompt a provider's prompt cache can reuse: the payload in rendering order
@@ -4681,7 +4710,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x12\n" +
 	"\x04json\x18\x03 \x01(\fR\x04json\x120\n" +
-	"\bwarnings\x18\x04 \x03(\v2\x14.contextd.v1.WarningR\bwarnings\"\xa6\x03\n" +
+	"\bwarnings\x18\x04 \x03(\v2\x14.contextd.v1.WarningR\bwarnings\"\xe7\x03\n" +
 	"\n" +
 	"Projection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -4690,7 +4719,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0ftransformations\x18\x04 \x03(\v2,.contextd.v1.Projection.TransformationsEntryR\x0ftransformations\x12!\n" +
 	"\fartifact_ids\x18\x05 \x03(\tR\vartifactIds\x128\n" +
 	"\brendered\x18\x06 \x01(\v2\x1c.contextd.v1.RenderedRequestR\brendered\x12(\n" +
-	"\x05usage\x18\a \x01(\v2\x12.contextd.v1.UsageR\x05usage\x1a_\n" +
+	"\x05usage\x18\a \x01(\v2\x12.contextd.v1.UsageR\x05usage\x12?\n" +
+	"\vcalibration\x18P \x01(\v2\x1d.contextd.v1.TokenCalibrationR\vcalibration\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
 	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\xfa\x01\n" +
@@ -4746,7 +4776,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\vcalibration\x18< \x01(\v2\x1d.contextd.v1.TokenCalibrationR\vcalibration\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\x8f\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\xb9\x03\n" +
 	"\x10TokenCalibration\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
@@ -4758,7 +4788,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x10corrected_tokens\x18\x06 \x01(\x03R\x0fcorrectedTokens\x12'\n" +
 	"\x0frequested_limit\x18\a \x01(\x03R\x0erequestedLimit\x12\x18\n" +
 	"\areports\x18\b \x01(\x03R\areports\x12?\n" +
-	"\x1cmean_absolute_relative_error\x18\t \x01(\x01R\x19meanAbsoluteRelativeError\"\xd7\x01\n" +
+	"\x1cmean_absolute_relative_error\x18\t \x01(\x01R\x19meanAbsoluteRelativeError\x12(\n" +
+	"\x10store_read_error\x18P \x01(\tR\x0estoreReadError\"\xd7\x01\n" +
 	"\vCacheImpact\x12)\n" +
 	"\x10previous_version\x18\x01 \x01(\x03R\x0fpreviousVersion\x126\n" +
 	"\x17unchanged_prefix_tokens\x18\x02 \x01(\x03R\x15unchangedPrefixTokens\x12)\n" +
@@ -5022,38 +5053,39 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	56,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
 	41,  // 88: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
 	44,  // 89: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	58,  // 90: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	58,  // 91: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	58,  // 92: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	58,  // 93: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	66,  // 94: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 95: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	40,  // 96: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	41,  // 97: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	39,  // 98: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	36,  // 99: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	37,  // 100: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	38,  // 101: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	57,  // 102: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	42,  // 103: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	43,  // 104: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	44,  // 105: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	45,  // 106: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	46,  // 107: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	49,  // 108: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
-	48,  // 109: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
-	61,  // 110: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
-	6,   // 111: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
-	62,  // 112: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	67,  // 113: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	62,  // 114: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	34,  // 115: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	34,  // 116: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	117, // [117:117] is the sub-list for method output_type
-	117, // [117:117] is the sub-list for method input_type
-	117, // [117:117] is the sub-list for extension type_name
-	117, // [117:117] is the sub-list for extension extendee
-	0,   // [0:117] is the sub-list for field type_name
+	48,  // 90: contextd.v1.Projection.calibration:type_name -> contextd.v1.TokenCalibration
+	58,  // 91: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	58,  // 92: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	58,  // 93: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	58,  // 94: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	66,  // 95: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 96: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	40,  // 97: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	41,  // 98: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	39,  // 99: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	36,  // 100: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	37,  // 101: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	38,  // 102: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	57,  // 103: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	42,  // 104: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	43,  // 105: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	44,  // 106: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	45,  // 107: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	46,  // 108: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	49,  // 109: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
+	48,  // 110: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
+	61,  // 111: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
+	6,   // 112: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
+	62,  // 113: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	67,  // 114: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	62,  // 115: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	34,  // 116: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	34,  // 117: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	118, // [118:118] is the sub-list for method output_type
+	118, // [118:118] is the sub-list for method input_type
+	118, // [118:118] is the sub-list for extension type_name
+	118, // [118:118] is the sub-list for extension extendee
+	0,   // [0:118] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }

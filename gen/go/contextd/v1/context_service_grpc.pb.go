@@ -50,8 +50,12 @@ type ContextServiceClient interface {
 	CompileSession(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CompileSessionRequest, CompileSessionResponse], error)
 	// Report what the provider actually counted for a compiled request, so later compiles with the
 	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+	// The correction is kept in the conversation store (memory, Redis or Postgres), so every
+	// sidecar on the same store learns from every report, and a restart keeps it; a report is
+	// applied atomically, so concurrent reports are all counted.
 	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
-	// corrections: `--calibration-keys 0`).
+	// corrections: `--calibration-keys 0`), UNAVAILABLE (the store could not be reached; nothing
+	// was learnt, retry), DATA_LOSS (the stored record of the key cannot be read as one).
 	ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error)
 }
 
@@ -158,8 +162,12 @@ type ContextServiceServer interface {
 	CompileSession(grpc.BidiStreamingServer[CompileSessionRequest, CompileSessionResponse]) error
 	// Report what the provider actually counted for a compiled request, so later compiles with the
 	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
+	// The correction is kept in the conversation store (memory, Redis or Postgres), so every
+	// sidecar on the same store learns from every report, and a restart keeps it; a report is
+	// applied atomically, so concurrent reports are all counted.
 	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
-	// corrections: `--calibration-keys 0`).
+	// corrections: `--calibration-keys 0`), UNAVAILABLE (the store could not be reached; nothing
+	// was learnt, retry), DATA_LOSS (the stored record of the key cannot be read as one).
 	ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error)
 	mustEmbedUnimplementedContextServiceServer()
 }

@@ -42,6 +42,7 @@ type ObserverEvent struct {
 	//	*ObserverEvent_StageTiming
 	//	*ObserverEvent_BudgetPressure
 	//	*ObserverEvent_HistoryHeadDropped
+	//	*ObserverEvent_MessageCleared
 	Event         isObserverEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -168,6 +169,15 @@ func (x *ObserverEvent) GetHistoryHeadDropped() *HistoryHeadDropped {
 	return nil
 }
 
+func (x *ObserverEvent) GetMessageCleared() *MessageCleared {
+	if x != nil {
+		if x, ok := x.Event.(*ObserverEvent_MessageCleared); ok {
+			return x.MessageCleared
+		}
+	}
+	return nil
+}
+
 type isObserverEvent_Event interface {
 	isObserverEvent_Event()
 }
@@ -208,6 +218,14 @@ type ObserverEvent_HistoryHeadDropped struct {
 	HistoryHeadDropped *HistoryHeadDropped `protobuf:"bytes,70,opt,name=history_head_dropped,json=historyHeadDropped,proto3,oneof"`
 }
 
+type ObserverEvent_MessageCleared struct {
+	// Old tool results (and with `clear_inputs` their calls' arguments) or old reasoning of a
+	// history message were cleared: one per message whose final record is FORMATTED with reason
+	// TOOL_RESULT_CLEARED or REASONING_CLEARED (a cleared message the budget then dropped is
+	// reported as dropped instead, by `message_dropped` or `history_head_dropped`).
+	MessageCleared *MessageCleared `protobuf:"bytes,81,opt,name=message_cleared,json=messageCleared,proto3,oneof"`
+}
+
 func (*ObserverEvent_TokensEstimated) isObserverEvent_Event() {}
 
 func (*ObserverEvent_MessageDropped) isObserverEvent_Event() {}
@@ -221,6 +239,8 @@ func (*ObserverEvent_StageTiming) isObserverEvent_Event() {}
 func (*ObserverEvent_BudgetPressure) isObserverEvent_Event() {}
 
 func (*ObserverEvent_HistoryHeadDropped) isObserverEvent_Event() {}
+
+func (*ObserverEvent_MessageCleared) isObserverEvent_Event() {}
 
 // Tokens counted for one block.
 type TokensEstimated struct {
@@ -404,6 +424,73 @@ func (x *HistoryHeadDropped) GetLastMessageId() string {
 	return ""
 }
 
+// Part of a history message was cleared by tool-result or reasoning clearing (see
+// `Budget.tool_result_clearing`, `Budget.reasoning_clearing`); the message stays, with placeholders.
+type MessageCleared struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message id.
+	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// TOOL_RESULT_CLEARED or REASONING_CLEARED: the message's record's reason (TOOL_RESULT_CLEARED
+	// when both cleared parts of it).
+	Reason TransformationReason `protobuf:"varint,2,opt,name=reason,proto3,enum=contextd.v1.TransformationReason" json:"reason,omitempty"`
+	// The estimated tokens clearing freed in this message: its count before clearing minus after,
+	// in the budget's estimator's tokens (not corrected by calibration).
+	FreedTokens   int64 `protobuf:"varint,3,opt,name=freed_tokens,json=freedTokens,proto3" json:"freed_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageCleared) Reset() {
+	*x = MessageCleared{}
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageCleared) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageCleared) ProtoMessage() {}
+
+func (x *MessageCleared) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageCleared.ProtoReflect.Descriptor instead.
+func (*MessageCleared) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MessageCleared) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *MessageCleared) GetReason() TransformationReason {
+	if x != nil {
+		return x.Reason
+	}
+	return TransformationReason_TRANSFORMATION_REASON_UNSPECIFIED
+}
+
+func (x *MessageCleared) GetFreedTokens() int64 {
+	if x != nil {
+		return x.FreedTokens
+	}
+	return 0
+}
+
 // A summary replaced part of history.
 type ContextSummarized struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -415,7 +502,7 @@ type ContextSummarized struct {
 
 func (x *ContextSummarized) Reset() {
 	*x = ContextSummarized{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +514,7 @@ func (x *ContextSummarized) String() string {
 func (*ContextSummarized) ProtoMessage() {}
 
 func (x *ContextSummarized) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[4]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +527,7 @@ func (x *ContextSummarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSummarized.ProtoReflect.Descriptor instead.
 func (*ContextSummarized) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ContextSummarized) GetRatio() float64 {
@@ -463,7 +550,7 @@ type PipelineCompiled struct {
 
 func (x *PipelineCompiled) Reset() {
 	*x = PipelineCompiled{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +562,7 @@ func (x *PipelineCompiled) String() string {
 func (*PipelineCompiled) ProtoMessage() {}
 
 func (x *PipelineCompiled) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[5]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +575,7 @@ func (x *PipelineCompiled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineCompiled.ProtoReflect.Descriptor instead.
 func (*PipelineCompiled) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PipelineCompiled) GetTotalCost() int64 {
@@ -522,7 +609,7 @@ type BudgetPressure struct {
 
 func (x *BudgetPressure) Reset() {
 	*x = BudgetPressure{}
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +621,7 @@ func (x *BudgetPressure) String() string {
 func (*BudgetPressure) ProtoMessage() {}
 
 func (x *BudgetPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_telemetry_proto_msgTypes[6]
+	mi := &file_contextd_v1_telemetry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +634,7 @@ func (x *BudgetPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetPressure.ProtoReflect.Descriptor instead.
 func (*BudgetPressure) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_telemetry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BudgetPressure) GetTotal() int64 {
@@ -582,7 +669,7 @@ var File_contextd_v1_telemetry_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcontextd/v1/telemetry.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\"\x9a\x05\n" +
+	"\x1bcontextd/v1/telemetry.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\"\xe2\x05\n" +
 	"\rObserverEvent\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1d\n" +
 	"\n" +
@@ -594,7 +681,8 @@ const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\x11pipeline_compiled\x18\a \x01(\v2\x1d.contextd.v1.PipelineCompiledH\x00R\x10pipelineCompiled\x12=\n" +
 	"\fstage_timing\x18\b \x01(\v2\x18.contextd.v1.StageTimingH\x00R\vstageTiming\x12F\n" +
 	"\x0fbudget_pressure\x18\t \x01(\v2\x1b.contextd.v1.BudgetPressureH\x00R\x0ebudgetPressure\x12S\n" +
-	"\x14history_head_dropped\x18F \x01(\v2\x1f.contextd.v1.HistoryHeadDroppedH\x00R\x12historyHeadDroppedB\a\n" +
+	"\x14history_head_dropped\x18F \x01(\v2\x1f.contextd.v1.HistoryHeadDroppedH\x00R\x12historyHeadDropped\x12F\n" +
+	"\x0fmessage_cleared\x18Q \x01(\v2\x1b.contextd.v1.MessageClearedH\x00R\x0emessageClearedB\a\n" +
 	"\x05event\"=\n" +
 	"\x0fTokensEstimated\x12\x14\n" +
 	"\x05block\x18\x01 \x01(\tR\x05block\x12\x14\n" +
@@ -606,7 +694,12 @@ const file_contextd_v1_telemetry_proto_rawDesc = "" +
 	"\x12HistoryHeadDropped\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12(\n" +
 	"\x10first_message_id\x18\x02 \x01(\tR\x0efirstMessageId\x12&\n" +
-	"\x0flast_message_id\x18\x03 \x01(\tR\rlastMessageId\")\n" +
+	"\x0flast_message_id\x18\x03 \x01(\tR\rlastMessageId\"\x8d\x01\n" +
+	"\x0eMessageCleared\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x129\n" +
+	"\x06reason\x18\x02 \x01(\x0e2!.contextd.v1.TransformationReasonR\x06reason\x12!\n" +
+	"\ffreed_tokens\x18\x03 \x01(\x03R\vfreedTokens\")\n" +
 	"\x11ContextSummarized\x12\x14\n" +
 	"\x05ratio\x18\x01 \x01(\x01R\x05ratio\"R\n" +
 	"\x10PipelineCompiled\x12\x1d\n" +
@@ -633,32 +726,35 @@ func file_contextd_v1_telemetry_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_telemetry_proto_rawDescData
 }
 
-var file_contextd_v1_telemetry_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_contextd_v1_telemetry_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_contextd_v1_telemetry_proto_goTypes = []any{
 	(*ObserverEvent)(nil),      // 0: contextd.v1.ObserverEvent
 	(*TokensEstimated)(nil),    // 1: contextd.v1.TokensEstimated
 	(*MessageDropped)(nil),     // 2: contextd.v1.MessageDropped
 	(*HistoryHeadDropped)(nil), // 3: contextd.v1.HistoryHeadDropped
-	(*ContextSummarized)(nil),  // 4: contextd.v1.ContextSummarized
-	(*PipelineCompiled)(nil),   // 5: contextd.v1.PipelineCompiled
-	(*BudgetPressure)(nil),     // 6: contextd.v1.BudgetPressure
-	(*StageTiming)(nil),        // 7: contextd.v1.StageTiming
-	(TransformationReason)(0),  // 8: contextd.v1.TransformationReason
+	(*MessageCleared)(nil),     // 4: contextd.v1.MessageCleared
+	(*ContextSummarized)(nil),  // 5: contextd.v1.ContextSummarized
+	(*PipelineCompiled)(nil),   // 6: contextd.v1.PipelineCompiled
+	(*BudgetPressure)(nil),     // 7: contextd.v1.BudgetPressure
+	(*StageTiming)(nil),        // 8: contextd.v1.StageTiming
+	(TransformationReason)(0),  // 9: contextd.v1.TransformationReason
 }
 var file_contextd_v1_telemetry_proto_depIdxs = []int32{
-	1, // 0: contextd.v1.ObserverEvent.tokens_estimated:type_name -> contextd.v1.TokensEstimated
-	2, // 1: contextd.v1.ObserverEvent.message_dropped:type_name -> contextd.v1.MessageDropped
-	4, // 2: contextd.v1.ObserverEvent.context_summarized:type_name -> contextd.v1.ContextSummarized
-	5, // 3: contextd.v1.ObserverEvent.pipeline_compiled:type_name -> contextd.v1.PipelineCompiled
-	7, // 4: contextd.v1.ObserverEvent.stage_timing:type_name -> contextd.v1.StageTiming
-	6, // 5: contextd.v1.ObserverEvent.budget_pressure:type_name -> contextd.v1.BudgetPressure
-	3, // 6: contextd.v1.ObserverEvent.history_head_dropped:type_name -> contextd.v1.HistoryHeadDropped
-	8, // 7: contextd.v1.MessageDropped.reason:type_name -> contextd.v1.TransformationReason
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	1,  // 0: contextd.v1.ObserverEvent.tokens_estimated:type_name -> contextd.v1.TokensEstimated
+	2,  // 1: contextd.v1.ObserverEvent.message_dropped:type_name -> contextd.v1.MessageDropped
+	5,  // 2: contextd.v1.ObserverEvent.context_summarized:type_name -> contextd.v1.ContextSummarized
+	6,  // 3: contextd.v1.ObserverEvent.pipeline_compiled:type_name -> contextd.v1.PipelineCompiled
+	8,  // 4: contextd.v1.ObserverEvent.stage_timing:type_name -> contextd.v1.StageTiming
+	7,  // 5: contextd.v1.ObserverEvent.budget_pressure:type_name -> contextd.v1.BudgetPressure
+	3,  // 6: contextd.v1.ObserverEvent.history_head_dropped:type_name -> contextd.v1.HistoryHeadDropped
+	4,  // 7: contextd.v1.ObserverEvent.message_cleared:type_name -> contextd.v1.MessageCleared
+	9,  // 8: contextd.v1.MessageDropped.reason:type_name -> contextd.v1.TransformationReason
+	9,  // 9: contextd.v1.MessageCleared.reason:type_name -> contextd.v1.TransformationReason
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_telemetry_proto_init() }
@@ -675,6 +771,7 @@ func file_contextd_v1_telemetry_proto_init() {
 		(*ObserverEvent_StageTiming)(nil),
 		(*ObserverEvent_BudgetPressure)(nil),
 		(*ObserverEvent_HistoryHeadDropped)(nil),
+		(*ObserverEvent_MessageCleared)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -682,7 +779,7 @@ func file_contextd_v1_telemetry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_telemetry_proto_rawDesc), len(file_contextd_v1_telemetry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

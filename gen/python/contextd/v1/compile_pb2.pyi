@@ -607,7 +607,7 @@ class RenderedRequest(_message.Message):
     def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., json: _Optional[bytes] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
 
 class Projection(_message.Message):
-    __slots__ = ("name", "text", "messages", "transformations", "artifact_ids", "rendered", "usage")
+    __slots__ = ("name", "text", "messages", "transformations", "artifact_ids", "rendered", "usage", "calibration")
     class TransformationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -622,6 +622,7 @@ class Projection(_message.Message):
     ARTIFACT_IDS_FIELD_NUMBER: _ClassVar[int]
     RENDERED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     text: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -629,7 +630,8 @@ class Projection(_message.Message):
     artifact_ids: _containers.RepeatedScalarFieldContainer[str]
     rendered: RenderedRequest
     usage: Usage
-    def __init__(self, name: _Optional[str] = ..., text: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., artifact_ids: _Optional[_Iterable[str]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    calibration: TokenCalibration
+    def __init__(self, name: _Optional[str] = ..., text: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., artifact_ids: _Optional[_Iterable[str]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., calibration: _Optional[_Union[TokenCalibration, _Mapping]] = ...) -> None: ...
 
 class Persistence(_message.Message):
     __slots__ = ("system", "history", "memory", "tools", "artifacts")
@@ -739,7 +741,7 @@ class CompileResult(_message.Message):
     def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ..., cache_impact: _Optional[_Union[CacheImpact, _Mapping]] = ..., calibration: _Optional[_Union[TokenCalibration, _Mapping]] = ...) -> None: ...
 
 class TokenCalibration(_message.Message):
-    __slots__ = ("provider", "model", "estimator", "estimated_tokens", "correction", "corrected_tokens", "requested_limit", "reports", "mean_absolute_relative_error")
+    __slots__ = ("provider", "model", "estimator", "estimated_tokens", "correction", "corrected_tokens", "requested_limit", "reports", "mean_absolute_relative_error", "store_read_error")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
@@ -749,6 +751,7 @@ class TokenCalibration(_message.Message):
     REQUESTED_LIMIT_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FIELD_NUMBER: _ClassVar[int]
     MEAN_ABSOLUTE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    STORE_READ_ERROR_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
     estimator: EstimatorKind
@@ -758,7 +761,8 @@ class TokenCalibration(_message.Message):
     requested_limit: int
     reports: int
     mean_absolute_relative_error: float
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., correction: _Optional[float] = ..., corrected_tokens: _Optional[int] = ..., requested_limit: _Optional[int] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ...) -> None: ...
+    store_read_error: str
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., correction: _Optional[float] = ..., corrected_tokens: _Optional[int] = ..., requested_limit: _Optional[int] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ..., store_read_error: _Optional[str] = ...) -> None: ...
 
 class CacheImpact(_message.Message):
     __slots__ = ("previous_version", "unchanged_prefix_tokens", "rewritten_tokens", "unchanged_prefix_messages")

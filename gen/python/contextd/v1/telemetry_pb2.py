@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from contextd.v1 import compile_pb2 as contextd_dot_v1_dot_compile__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontextd/v1/telemetry.proto\x12\x0b\x63ontextd.v1\x1a\x19\x63ontextd/v1/compile.proto\"\x9a\x05\n\rObserverEvent\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x1d\n\ncompile_id\x18\x02 \x01(\tR\tcompileId\x12*\n\x11timestamp_unix_ms\x18\x03 \x01(\x03R\x0ftimestampUnixMs\x12I\n\x10tokens_estimated\x18\x04 \x01(\x0b\x32\x1c.contextd.v1.TokensEstimatedH\x00R\x0ftokensEstimated\x12\x46\n\x0fmessage_dropped\x18\x05 \x01(\x0b\x32\x1b.contextd.v1.MessageDroppedH\x00R\x0emessageDropped\x12O\n\x12\x63ontext_summarized\x18\x06 \x01(\x0b\x32\x1e.contextd.v1.ContextSummarizedH\x00R\x11\x63ontextSummarized\x12L\n\x11pipeline_compiled\x18\x07 \x01(\x0b\x32\x1d.contextd.v1.PipelineCompiledH\x00R\x10pipelineCompiled\x12=\n\x0cstage_timing\x18\x08 \x01(\x0b\x32\x18.contextd.v1.StageTimingH\x00R\x0bstageTiming\x12\x46\n\x0f\x62udget_pressure\x18\t \x01(\x0b\x32\x1b.contextd.v1.BudgetPressureH\x00R\x0e\x62udgetPressure\x12S\n\x14history_head_dropped\x18\x46 \x01(\x0b\x32\x1f.contextd.v1.HistoryHeadDroppedH\x00R\x12historyHeadDroppedB\x07\n\x05\x65vent\"=\n\x0fTokensEstimated\x12\x14\n\x05\x62lock\x18\x01 \x01(\tR\x05\x62lock\x12\x14\n\x05\x63ount\x18\x02 \x01(\x03R\x05\x63ount\"j\n\x0eMessageDropped\x12\x1d\n\nmessage_id\x18\x01 \x01(\tR\tmessageId\x12\x39\n\x06reason\x18\x02 \x01(\x0e\x32!.contextd.v1.TransformationReasonR\x06reason\"|\n\x12HistoryHeadDropped\x12\x14\n\x05\x63ount\x18\x01 \x01(\x03R\x05\x63ount\x12(\n\x10\x66irst_message_id\x18\x02 \x01(\tR\x0e\x66irstMessageId\x12&\n\x0flast_message_id\x18\x03 \x01(\tR\rlastMessageId\")\n\x11\x43ontextSummarized\x12\x14\n\x05ratio\x18\x01 \x01(\x01R\x05ratio\"R\n\x10PipelineCompiled\x12\x1d\n\ntotal_cost\x18\x01 \x01(\x03R\ttotalCost\x12\x1f\n\x0b\x64uration_ns\x18\x02 \x01(\x03R\ndurationNs\"n\n\x0e\x42udgetPressure\x12\x14\n\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n\x05ratio\x18\x03 \x01(\x01R\x05ratio\x12\x1a\n\x08headroom\x18\x04 \x01(\x03R\x08headroomB\xae\x01\n\x0f\x63om.contextd.v1B\x0eTelemetryProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontextd/v1/telemetry.proto\x12\x0b\x63ontextd.v1\x1a\x19\x63ontextd/v1/compile.proto\"\xe2\x05\n\rObserverEvent\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x1d\n\ncompile_id\x18\x02 \x01(\tR\tcompileId\x12*\n\x11timestamp_unix_ms\x18\x03 \x01(\x03R\x0ftimestampUnixMs\x12I\n\x10tokens_estimated\x18\x04 \x01(\x0b\x32\x1c.contextd.v1.TokensEstimatedH\x00R\x0ftokensEstimated\x12\x46\n\x0fmessage_dropped\x18\x05 \x01(\x0b\x32\x1b.contextd.v1.MessageDroppedH\x00R\x0emessageDropped\x12O\n\x12\x63ontext_summarized\x18\x06 \x01(\x0b\x32\x1e.contextd.v1.ContextSummarizedH\x00R\x11\x63ontextSummarized\x12L\n\x11pipeline_compiled\x18\x07 \x01(\x0b\x32\x1d.contextd.v1.PipelineCompiledH\x00R\x10pipelineCompiled\x12=\n\x0cstage_timing\x18\x08 \x01(\x0b\x32\x18.contextd.v1.StageTimingH\x00R\x0bstageTiming\x12\x46\n\x0f\x62udget_pressure\x18\t \x01(\x0b\x32\x1b.contextd.v1.BudgetPressureH\x00R\x0e\x62udgetPressure\x12S\n\x14history_head_dropped\x18\x46 \x01(\x0b\x32\x1f.contextd.v1.HistoryHeadDroppedH\x00R\x12historyHeadDropped\x12\x46\n\x0fmessage_cleared\x18Q \x01(\x0b\x32\x1b.contextd.v1.MessageClearedH\x00R\x0emessageClearedB\x07\n\x05\x65vent\"=\n\x0fTokensEstimated\x12\x14\n\x05\x62lock\x18\x01 \x01(\tR\x05\x62lock\x12\x14\n\x05\x63ount\x18\x02 \x01(\x03R\x05\x63ount\"j\n\x0eMessageDropped\x12\x1d\n\nmessage_id\x18\x01 \x01(\tR\tmessageId\x12\x39\n\x06reason\x18\x02 \x01(\x0e\x32!.contextd.v1.TransformationReasonR\x06reason\"|\n\x12HistoryHeadDropped\x12\x14\n\x05\x63ount\x18\x01 \x01(\x03R\x05\x63ount\x12(\n\x10\x66irst_message_id\x18\x02 \x01(\tR\x0e\x66irstMessageId\x12&\n\x0flast_message_id\x18\x03 \x01(\tR\rlastMessageId\"\x8d\x01\n\x0eMessageCleared\x12\x1d\n\nmessage_id\x18\x01 \x01(\tR\tmessageId\x12\x39\n\x06reason\x18\x02 \x01(\x0e\x32!.contextd.v1.TransformationReasonR\x06reason\x12!\n\x0c\x66reed_tokens\x18\x03 \x01(\x03R\x0b\x66reedTokens\")\n\x11\x43ontextSummarized\x12\x14\n\x05ratio\x18\x01 \x01(\x01R\x05ratio\"R\n\x10PipelineCompiled\x12\x1d\n\ntotal_cost\x18\x01 \x01(\x03R\ttotalCost\x12\x1f\n\x0b\x64uration_ns\x18\x02 \x01(\x03R\ndurationNs\"n\n\x0e\x42udgetPressure\x12\x14\n\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n\x05ratio\x18\x03 \x01(\x01R\x05ratio\x12\x1a\n\x08headroom\x18\x04 \x01(\x03R\x08headroomB\xae\x01\n\x0f\x63om.contextd.v1B\x0eTelemetryProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.contextd.v1B\016TelemetryProtoP\001Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\242\002\003CXX\252\002\013Contextd.V1\312\002\013Contextd\\V1\342\002\027Contextd\\V1\\GPBMetadata\352\002\014Contextd::V1'
   _globals['_OBSERVEREVENT']._serialized_start=72
-  _globals['_OBSERVEREVENT']._serialized_end=738
-  _globals['_TOKENSESTIMATED']._serialized_start=740
-  _globals['_TOKENSESTIMATED']._serialized_end=801
-  _globals['_MESSAGEDROPPED']._serialized_start=803
-  _globals['_MESSAGEDROPPED']._serialized_end=909
-  _globals['_HISTORYHEADDROPPED']._serialized_start=911
-  _globals['_HISTORYHEADDROPPED']._serialized_end=1035
-  _globals['_CONTEXTSUMMARIZED']._serialized_start=1037
-  _globals['_CONTEXTSUMMARIZED']._serialized_end=1078
-  _globals['_PIPELINECOMPILED']._serialized_start=1080
-  _globals['_PIPELINECOMPILED']._serialized_end=1162
-  _globals['_BUDGETPRESSURE']._serialized_start=1164
-  _globals['_BUDGETPRESSURE']._serialized_end=1274
+  _globals['_OBSERVEREVENT']._serialized_end=810
+  _globals['_TOKENSESTIMATED']._serialized_start=812
+  _globals['_TOKENSESTIMATED']._serialized_end=873
+  _globals['_MESSAGEDROPPED']._serialized_start=875
+  _globals['_MESSAGEDROPPED']._serialized_end=981
+  _globals['_HISTORYHEADDROPPED']._serialized_start=983
+  _globals['_HISTORYHEADDROPPED']._serialized_end=1107
+  _globals['_MESSAGECLEARED']._serialized_start=1110
+  _globals['_MESSAGECLEARED']._serialized_end=1251
+  _globals['_CONTEXTSUMMARIZED']._serialized_start=1253
+  _globals['_CONTEXTSUMMARIZED']._serialized_end=1294
+  _globals['_PIPELINECOMPILED']._serialized_start=1296
+  _globals['_PIPELINECOMPILED']._serialized_end=1378
+  _globals['_BUDGETPRESSURE']._serialized_start=1380
+  _globals['_BUDGETPRESSURE']._serialized_end=1490
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ObserverEvent(_message.Message):
-    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure", "history_head_dropped")
+    __slots__ = ("conversation_id", "compile_id", "timestamp_unix_ms", "tokens_estimated", "message_dropped", "context_summarized", "pipeline_compiled", "stage_timing", "budget_pressure", "history_head_dropped", "message_cleared")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     COMPILE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class ObserverEvent(_message.Message):
     STAGE_TIMING_FIELD_NUMBER: _ClassVar[int]
     BUDGET_PRESSURE_FIELD_NUMBER: _ClassVar[int]
     HISTORY_HEAD_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_CLEARED_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     compile_id: str
     timestamp_unix_ms: int
@@ -28,7 +29,8 @@ class ObserverEvent(_message.Message):
     stage_timing: _compile_pb2.StageTiming
     budget_pressure: BudgetPressure
     history_head_dropped: HistoryHeadDropped
-    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ..., history_head_dropped: _Optional[_Union[HistoryHeadDropped, _Mapping]] = ...) -> None: ...
+    message_cleared: MessageCleared
+    def __init__(self, conversation_id: _Optional[str] = ..., compile_id: _Optional[str] = ..., timestamp_unix_ms: _Optional[int] = ..., tokens_estimated: _Optional[_Union[TokensEstimated, _Mapping]] = ..., message_dropped: _Optional[_Union[MessageDropped, _Mapping]] = ..., context_summarized: _Optional[_Union[ContextSummarized, _Mapping]] = ..., pipeline_compiled: _Optional[_Union[PipelineCompiled, _Mapping]] = ..., stage_timing: _Optional[_Union[_compile_pb2.StageTiming, _Mapping]] = ..., budget_pressure: _Optional[_Union[BudgetPressure, _Mapping]] = ..., history_head_dropped: _Optional[_Union[HistoryHeadDropped, _Mapping]] = ..., message_cleared: _Optional[_Union[MessageCleared, _Mapping]] = ...) -> None: ...
 
 class TokensEstimated(_message.Message):
     __slots__ = ("block", "count")
@@ -55,6 +57,16 @@ class HistoryHeadDropped(_message.Message):
     first_message_id: str
     last_message_id: str
     def __init__(self, count: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ...) -> None: ...
+
+class MessageCleared(_message.Message):
+    __slots__ = ("message_id", "reason", "freed_tokens")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FREED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    reason: _compile_pb2.TransformationReason
+    freed_tokens: int
+    def __init__(self, message_id: _Optional[str] = ..., reason: _Optional[_Union[_compile_pb2.TransformationReason, str]] = ..., freed_tokens: _Optional[int] = ...) -> None: ...
 
 class ContextSummarized(_message.Message):
     __slots__ = ("ratio",)

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/telemetry.proto.
  */
 export const file_contextd_v1_telemetry: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb250ZXh0ZC92MS90ZWxlbWV0cnkucHJvdG8SC2NvbnRleHRkLnYxIvcDCg1PYnNlcnZlckV2ZW50EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRISCgpjb21waWxlX2lkGAIgASgJEhkKEXRpbWVzdGFtcF91bml4X21zGAMgASgDEjgKEHRva2Vuc19lc3RpbWF0ZWQYBCABKAsyHC5jb250ZXh0ZC52MS5Ub2tlbnNFc3RpbWF0ZWRIABI2Cg9tZXNzYWdlX2Ryb3BwZWQYBSABKAsyGy5jb250ZXh0ZC52MS5NZXNzYWdlRHJvcHBlZEgAEjwKEmNvbnRleHRfc3VtbWFyaXplZBgGIAEoCzIeLmNvbnRleHRkLnYxLkNvbnRleHRTdW1tYXJpemVkSAASOgoRcGlwZWxpbmVfY29tcGlsZWQYByABKAsyHS5jb250ZXh0ZC52MS5QaXBlbGluZUNvbXBpbGVkSAASMAoMc3RhZ2VfdGltaW5nGAggASgLMhguY29udGV4dGQudjEuU3RhZ2VUaW1pbmdIABI2Cg9idWRnZXRfcHJlc3N1cmUYCSABKAsyGy5jb250ZXh0ZC52MS5CdWRnZXRQcmVzc3VyZUgAEj8KFGhpc3RvcnlfaGVhZF9kcm9wcGVkGEYgASgLMh8uY29udGV4dGQudjEuSGlzdG9yeUhlYWREcm9wcGVkSABCBwoFZXZlbnQiLwoPVG9rZW5zRXN0aW1hdGVkEg0KBWJsb2NrGAEgASgJEg0KBWNvdW50GAIgASgDIlcKDk1lc3NhZ2VEcm9wcGVkEhIKCm1lc3NhZ2VfaWQYASABKAkSMQoGcmVhc29uGAIgASgOMiEuY29udGV4dGQudjEuVHJhbnNmb3JtYXRpb25SZWFzb24iVgoSSGlzdG9yeUhlYWREcm9wcGVkEg0KBWNvdW50GAEgASgDEhgKEGZpcnN0X21lc3NhZ2VfaWQYAiABKAkSFwoPbGFzdF9tZXNzYWdlX2lkGAMgASgJIiIKEUNvbnRleHRTdW1tYXJpemVkEg0KBXJhdGlvGAEgASgBIjsKEFBpcGVsaW5lQ29tcGlsZWQSEgoKdG90YWxfY29zdBgBIAEoAxITCgtkdXJhdGlvbl9ucxgCIAEoAyJPCg5CdWRnZXRQcmVzc3VyZRINCgV0b3RhbBgBIAEoAxINCgVsaW1pdBgCIAEoAxINCgVyYXRpbxgDIAEoARIQCghoZWFkcm9vbRgEIAEoA0KuAQoPY29tLmNvbnRleHRkLnYxQg5UZWxlbWV0cnlQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile]);
+  fileDesc("Chtjb250ZXh0ZC92MS90ZWxlbWV0cnkucHJvdG8SC2NvbnRleHRkLnYxIq8ECg1PYnNlcnZlckV2ZW50EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRISCgpjb21waWxlX2lkGAIgASgJEhkKEXRpbWVzdGFtcF91bml4X21zGAMgASgDEjgKEHRva2Vuc19lc3RpbWF0ZWQYBCABKAsyHC5jb250ZXh0ZC52MS5Ub2tlbnNFc3RpbWF0ZWRIABI2Cg9tZXNzYWdlX2Ryb3BwZWQYBSABKAsyGy5jb250ZXh0ZC52MS5NZXNzYWdlRHJvcHBlZEgAEjwKEmNvbnRleHRfc3VtbWFyaXplZBgGIAEoCzIeLmNvbnRleHRkLnYxLkNvbnRleHRTdW1tYXJpemVkSAASOgoRcGlwZWxpbmVfY29tcGlsZWQYByABKAsyHS5jb250ZXh0ZC52MS5QaXBlbGluZUNvbXBpbGVkSAASMAoMc3RhZ2VfdGltaW5nGAggASgLMhguY29udGV4dGQudjEuU3RhZ2VUaW1pbmdIABI2Cg9idWRnZXRfcHJlc3N1cmUYCSABKAsyGy5jb250ZXh0ZC52MS5CdWRnZXRQcmVzc3VyZUgAEj8KFGhpc3RvcnlfaGVhZF9kcm9wcGVkGEYgASgLMh8uY29udGV4dGQudjEuSGlzdG9yeUhlYWREcm9wcGVkSAASNgoPbWVzc2FnZV9jbGVhcmVkGFEgASgLMhsuY29udGV4dGQudjEuTWVzc2FnZUNsZWFyZWRIAEIHCgVldmVudCIvCg9Ub2tlbnNFc3RpbWF0ZWQSDQoFYmxvY2sYASABKAkSDQoFY291bnQYAiABKAMiVwoOTWVzc2FnZURyb3BwZWQSEgoKbWVzc2FnZV9pZBgBIAEoCRIxCgZyZWFzb24YAiABKA4yIS5jb250ZXh0ZC52MS5UcmFuc2Zvcm1hdGlvblJlYXNvbiJWChJIaXN0b3J5SGVhZERyb3BwZWQSDQoFY291bnQYASABKAMSGAoQZmlyc3RfbWVzc2FnZV9pZBgCIAEoCRIXCg9sYXN0X21lc3NhZ2VfaWQYAyABKAkibQoOTWVzc2FnZUNsZWFyZWQSEgoKbWVzc2FnZV9pZBgBIAEoCRIxCgZyZWFzb24YAiABKA4yIS5jb250ZXh0ZC52MS5UcmFuc2Zvcm1hdGlvblJlYXNvbhIUCgxmcmVlZF90b2tlbnMYAyABKAMiIgoRQ29udGV4dFN1bW1hcml6ZWQSDQoFcmF0aW8YASABKAEiOwoQUGlwZWxpbmVDb21waWxlZBISCgp0b3RhbF9jb3N0GAEgASgDEhMKC2R1cmF0aW9uX25zGAIgASgDIk8KDkJ1ZGdldFByZXNzdXJlEg0KBXRvdGFsGAEgASgDEg0KBWxpbWl0GAIgASgDEg0KBXJhdGlvGAMgASgBEhAKCGhlYWRyb29tGAQgASgDQq4BCg9jb20uY29udGV4dGQudjFCDlRlbGVtZXRyeVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_compile]);
 
 /**
  * An event observed during a compile. Streamed by `ContextService.CompileStream` before the result
@@ -104,6 +104,17 @@ export type ObserverEvent = Message<"contextd.v1.ObserverEvent"> & {
      */
     value: HistoryHeadDropped;
     case: "historyHeadDropped";
+  } | {
+    /**
+     * Old tool results (and with `clear_inputs` their calls' arguments) or old reasoning of a
+     * history message were cleared: one per message whose final record is FORMATTED with reason
+     * TOOL_RESULT_CLEARED or REASONING_CLEARED (a cleared message the budget then dropped is
+     * reported as dropped instead, by `message_dropped` or `history_head_dropped`).
+     *
+     * @generated from field: contextd.v1.MessageCleared message_cleared = 81;
+     */
+    value: MessageCleared;
+    case: "messageCleared";
   } | { case: undefined; value?: undefined };
 };
 
@@ -214,6 +225,44 @@ export const HistoryHeadDroppedSchema: GenMessage<HistoryHeadDropped> = /*@__PUR
   messageDesc(file_contextd_v1_telemetry, 3);
 
 /**
+ * Part of a history message was cleared by tool-result or reasoning clearing (see
+ * `Budget.tool_result_clearing`, `Budget.reasoning_clearing`); the message stays, with placeholders.
+ *
+ * @generated from message contextd.v1.MessageCleared
+ */
+export type MessageCleared = Message<"contextd.v1.MessageCleared"> & {
+  /**
+   * The message id.
+   *
+   * @generated from field: string message_id = 1;
+   */
+  messageId: string;
+
+  /**
+   * TOOL_RESULT_CLEARED or REASONING_CLEARED: the message's record's reason (TOOL_RESULT_CLEARED
+   * when both cleared parts of it).
+   *
+   * @generated from field: contextd.v1.TransformationReason reason = 2;
+   */
+  reason: TransformationReason;
+
+  /**
+   * The estimated tokens clearing freed in this message: its count before clearing minus after,
+   * in the budget's estimator's tokens (not corrected by calibration).
+   *
+   * @generated from field: int64 freed_tokens = 3;
+   */
+  freedTokens: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.MessageCleared.
+ * Use `create(MessageClearedSchema)` to create a new message.
+ */
+export const MessageClearedSchema: GenMessage<MessageCleared> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_telemetry, 4);
+
+/**
  * A summary replaced part of history.
  *
  * @generated from message contextd.v1.ContextSummarized
@@ -232,7 +281,7 @@ export type ContextSummarized = Message<"contextd.v1.ContextSummarized"> & {
  * Use `create(ContextSummarizedSchema)` to create a new message.
  */
 export const ContextSummarizedSchema: GenMessage<ContextSummarized> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 4);
+  messageDesc(file_contextd_v1_telemetry, 5);
 
 /**
  * The compile finished.
@@ -260,7 +309,7 @@ export type PipelineCompiled = Message<"contextd.v1.PipelineCompiled"> & {
  * Use `create(PipelineCompiledSchema)` to create a new message.
  */
 export const PipelineCompiledSchema: GenMessage<PipelineCompiled> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 5);
+  messageDesc(file_contextd_v1_telemetry, 6);
 
 /**
  * How close the request is to its limit.
@@ -302,5 +351,5 @@ export type BudgetPressure = Message<"contextd.v1.BudgetPressure"> & {
  * Use `create(BudgetPressureSchema)` to create a new message.
  */
 export const BudgetPressureSchema: GenMessage<BudgetPressure> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_telemetry, 6);
+  messageDesc(file_contextd_v1_telemetry, 7);
 

@@ -120,6 +120,7 @@ describe.each(sidecarStores.slice(1))("token calibration kept in the %s (real si
     history: { messages },
     budget: { maxTokens: 100n, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
     render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-shared" },
+    include: [CompileResultPart.PAYLOAD],
   };
   const usage = (actualInputTokens: bigint) => ({ provider: Provider.ANTHROPIC_MESSAGES, model: "claude-shared", estimator: EstimatorKind.FIXED, estimatedTokens: 100n, actualInputTokens });
 

@@ -160,6 +160,26 @@ async function buildConversation(client: MinimalGrpcClient, profile: "agent" | "
   await flush();
 }
 
+/**
+ * 200 turns on a 100-message conversation of its own, unmeasured: a fresh sidecar's first turns
+ * run before the JIT has compiled the path, and the first size measured (the 100-message anchor of
+ * every ratio) came out up to 2x slower than 10,000 messages without this.
+ */
+async function warmUp(store: string, sidecar: BuiltSidecar): Promise<void> {
+  const client = new MinimalGrpcClient(new URL(sidecar.url).host);
+  const conversationId = `scale-${run}-${store}-warm-up`;
+  try {
+    await buildConversation(client, "agent", conversationId, 100);
+    const compile = compileRequest(conversationId);
+    for (let turn = 0; turn < 200; turn++) {
+      await client.call(commitPath, commitRequest({ conversationId, deltas: [turnDelta("agent", conversationId, turn)] }));
+      await client.call(compilePath, compile);
+    }
+  } finally {
+    client.close();
+  }
+}
+
 async function measureSize(store: string, sidecar: BuiltSidecar, profile: "agent" | "coding", size: number): Promise<SizeResult> {
   const client = new MinimalGrpcClient(new URL(sidecar.url).host);
   const conversationId = `scale-${run}-${store}-${profile}-${size}`;
@@ -303,6 +323,7 @@ try {
   const results: SizeResult[] = [];
   console.log("store  profile size     turns  turn p50   turn p99   commit p50 compile p50 response  rendered  sidecar RSS  Redis bytes/commit (message)");
   for (const [store, sidecar] of sidecars) {
+    await warmUp(store, sidecar);
     for (const [profile, sizes] of [["agent", agentSizes], ["coding", codingSizes]] as const) {
       for (const size of sizes) {
         const result = await measureSize(store, sidecar, profile, size);

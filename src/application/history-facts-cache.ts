@@ -1,5 +1,6 @@
 import { HistoryFacts } from "../core/compile/history-facts.js";
 import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 
 /** Bounds of `HistoryFactsCache` (`--history-facts-bytes`, `--history-facts-conversations`). */
 export interface HistoryFactsLimits {
@@ -21,7 +22,14 @@ export class HistoryFactsCache {
   private readonly entries = new Map<string, { facts: HistoryFacts; bytes: number }>();
   private bytes = 0;
 
-  constructor(private readonly limits: HistoryFactsLimits = defaultHistoryFactsLimits) {}
+  /**
+   * `lineage`: the store's record of appended lists; with it, that the next history extends the
+   * kept one is known without comparing its elements (1 ms a compile at 100,000 messages).
+   */
+  constructor(
+    private readonly limits: HistoryFactsLimits = defaultHistoryFactsLimits,
+    private readonly lineage?: MessageListLineage,
+  ) {}
 
   /**
    * A lender of facts for one compile of `conversationId`: `facts(history)` takes the kept facts
@@ -34,7 +42,7 @@ export class HistoryFactsCache {
       adopt: (history) => lent?.adopt(history),
       facts: (history) => {
         if (this.limits.maxBytes === 0 || this.limits.maxConversations === 0) return undefined;
-        lent = HistoryFacts.of(history, lent ?? this.take(conversationId));
+        lent = HistoryFacts.of(history, lent ?? this.take(conversationId), this.lineage);
         return lent;
       },
       giveBack: () => {

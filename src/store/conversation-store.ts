@@ -1,5 +1,6 @@
 import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
 
 /** The outcome of a successful commit. */
@@ -40,6 +41,12 @@ export interface ConversationPage {
  * Every store also keeps the deployment's token calibration records (`CalibrationStore`).
  */
 export interface ConversationStore extends CalibrationStore {
+  /**
+   * Which segment lists of the states this store hands out were made by appending to which: a
+   * reader that keeps something per list (the compiler's history facts) learns in constant time
+   * that a newer history extends the one it has. Absent = unknown (compare elements).
+   */
+  readonly lineage?: MessageListLineage;
   /** The current state; a conversation never written is an empty state with version 0. */
   load(conversationId: string): Promise<ConversationState>;
   /**

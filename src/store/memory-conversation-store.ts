@@ -56,7 +56,7 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly deltaContext: DeltaContext;
   private readonly codec: Codec;
   /** Which segment lists the commits made by appending to which. */
-  private readonly lineage = new MessageListLineage();
+  readonly lineage = new MessageListLineage();
   private readonly calibration = new MemoryCalibrationRecords();
 
   constructor(options: MemoryStoreOptions = {}) {

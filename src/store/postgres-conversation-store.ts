@@ -119,7 +119,7 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
   /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
-  private readonly lineage = new MessageListLineage();
+  readonly lineage = new MessageListLineage();
   private readonly codec: Codec;
   private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   /** Until the schema is migrated: the migration in progress (reset when it fails, so the next call tries again). */

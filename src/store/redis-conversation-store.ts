@@ -185,7 +185,7 @@ export class RedisConversationStore implements ConversationStore {
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
   /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
-  private readonly lineage = new MessageListLineage();
+  readonly lineage = new MessageListLineage();
   /** The stored layout of every state this process read or committed (see `StoredLayout`). */
   private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   /**

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { HistoryFacts } from "../../src/core/compile/history-facts.js";
+import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
 import { DeadlineCheck } from "../../src/core/compile/deadline.js";
 import { createEstimator } from "../../src/core/tokens/estimator.js";
 import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";
@@ -51,6 +52,31 @@ describe("HistoryFacts", () => {
     // Clean and unclean histories both occurred (a late result without its round makes one unclean).
     expect(clean).toBeGreaterThan(50);
     expect(clean).toBeLessThan(600);
+  });
+
+  it("are extended without reading the kept messages again when the store's lineage says the history extends them", async () => {
+    const base = Array.from({ length: 50 }, (_, index) => user(`u${index}`, `message ${index}`));
+    const appended = base.concat([user("u50", "more")]);
+    // Counts reads of the messages the facts already describe.
+    let earlyReads = 0;
+    const watched = new Proxy(appended, {
+      get(target, key, receiver) {
+        if (typeof key === "string" && /^\d+$/.test(key) && Number(key) < base.length) earlyReads++;
+        return Reflect.get(target, key, receiver);
+      },
+    });
+    const lineage = new MessageListLineage();
+    lineage.appended(base, watched);
+    const facts = HistoryFacts.of(base, undefined);
+    const extended = HistoryFacts.of(watched, facts, lineage);
+    expect(extended).toBe(facts);
+    // At most the last kept message (where the appended messages' tool round may begin).
+    expect(earlyReads).toBeLessThanOrEqual(1);
+    expect(await observed(extended)).toEqual(await observed(HistoryFacts.of(appended, undefined)));
+    // Without the lineage the same extension compares every kept message.
+    const compared = HistoryFacts.of(watched, HistoryFacts.of(base, undefined));
+    expect(await observed(compared)).toEqual(await observed(extended));
+    expect(earlyReads).toBeGreaterThanOrEqual(base.length);
   });
 
   it("are rebuilt when the history is not an extension (a message replaced or removed), and turn unclean on a duplicate id or a broken round", async () => {

@@ -1,6 +1,7 @@
 import { equals } from "@bufbuild/protobuf";
 import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { firstInvalidToolCall } from "../model/tool-call-arguments.js";
+import type { MessageListLineage } from "../model/message-list-lineage.js";
 import { analyzeToolRoundsFrom } from "../model/tool-rounds.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
@@ -43,9 +44,9 @@ export class HistoryFacts {
   private readonly tokenPrefixes = new Map<string, { counts: number[]; prefix: number[] }>();
 
   /** The facts of `history`: `previous` extended when `history` starts with its messages (the same objects), else built anew. */
-  static of(history: readonly Message[], previous: HistoryFacts | undefined): HistoryFacts {
+  static of(history: readonly Message[], previous: HistoryFacts | undefined, lineage?: MessageListLineage): HistoryFacts {
     if (previous && previous.history === history) return previous;
-    if (previous && extends_(history, previous.history)) {
+    if (previous && (lineage?.extends(history, previous.history) || extends_(history, previous.history))) {
       previous.append(history);
       return previous;
     }

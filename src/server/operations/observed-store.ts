@@ -1,4 +1,5 @@
 import { SpanStatusCode } from "@opentelemetry/api";
+import type { MessageListLineage } from "../../core/model/message-list-lineage.js";
 import { ConnectError } from "@connectrpc/connect";
 import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationState, Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
@@ -20,6 +21,10 @@ export class ObservedStore implements ConversationStore {
     private readonly metrics: Metrics,
     private readonly tracing: Tracing | undefined,
   ) {}
+
+  get lineage(): MessageListLineage | undefined {
+    return this.store.lineage;
+  }
 
   load(conversationId: string): Promise<ConversationState> {
     return this.observe("load", conversationId, () => this.store.load(conversationId));

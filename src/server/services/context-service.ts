@@ -51,7 +51,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
   const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled, searchRegexOffThread, cacheImpactBytes = 0 } = dependencies;
   // One cache per server: a conversation is tokenized once, whichever RPC counts it.
   const compileMemory = cacheImpactBytes > 0 ? new RecentCompiles(cacheImpactBytes) : undefined;
-  const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits);
+  const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits, store.lineage);
   const calibration = (dependencies.calibrationKeys ?? 0) > 0
     ? new UsageCalibration({ store, maxKeys: dependencies.calibrationKeys!, ...(dependencies.calibrationStorage ?? defaultCalibrationStorage) })
     : undefined;

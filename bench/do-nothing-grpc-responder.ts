@@ -9,12 +9,19 @@ const emptyMessage = Buffer.from([0, 0, 0, 0, 0]);
 const server = http2.createServer();
 // As the sidecar does: small responses must not wait for Nagle's algorithm.
 server.on("connection", (socket: import("node:net").Socket) => socket.setNoDelay(true));
-server.on("stream", (stream) => {
+// A path ending in /bytes/N answers a message of N zero bytes instead: the same round trip
+// carrying an answer the size of a compile's (bench:scale's floor with the answer's bytes).
+server.on("stream", (stream, headers) => {
   stream.resume();
+  const sized = /\/bytes\/(\d+)$/.exec(String(headers[":path"] ?? ""));
   stream.on("end", () => {
     stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
     stream.once("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
-    stream.end(emptyMessage);
+    if (!sized) return void stream.end(emptyMessage);
+    const length = Number(sized[1]);
+    const message = Buffer.alloc(5 + length);
+    message.writeUInt32BE(length, 1);
+    stream.end(message);
   });
 });
 server.listen(0, "127.0.0.1", () => {

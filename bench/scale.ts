@@ -231,7 +231,7 @@ async function measureSize(store: string, sidecar: BuiltSidecar, profile: "agent
 }
 
 /** The least a turn can cost here: two do-nothing gRPC round trips, a bare RPUSH of ~1 KB and an LRANGE of the last 32 (~8,000 tokens of ~1 KB messages). */
-async function measureFloor(): Promise<{ p50: number; rttP50: number; rpushP50: number; lrangeP50: number }> {
+async function measureFloor(answerBytes: number): Promise<{ p50: number; rttP50: number; rpushP50: number; lrangeP50: number; answerRttP50: number }> {
   const responder = await startDoNothingResponder();
   const client = new MinimalGrpcClient(responder.address);
   const bare = new Redis(redis.url);
@@ -242,6 +242,7 @@ async function measureFloor(): Promise<{ p50: number; rttP50: number; rpushP50: 
   const rtts: number[] = [];
   const rpushes: number[] = [];
   const lranges: number[] = [];
+  const answerRtts: number[] = [];
   try {
     for (let iteration = 0; iteration < 2_000; iteration++) {
       const started = process.hrtime.bigint();
@@ -258,12 +259,19 @@ async function measureFloor(): Promise<{ p50: number; rttP50: number; rpushP50: 
       rpushes.push(Number(pushed - called) / 1e6);
       lranges.push(elapsedMs(pushed));
     }
+    // The same round trip answering as many bytes as a default compile answer: what moving the
+    // answer costs, which a do-nothing floor leaves out.
+    for (let iteration = 0; iteration < 1_200; iteration++) {
+      const started = process.hrtime.bigint();
+      await client.call(`/bench.Floor/bytes/${answerBytes}`, Buffer.alloc(0));
+      if (iteration >= 200) answerRtts.push(elapsedMs(started));
+    }
   } finally {
     client.close();
     bare.disconnect();
     responder.stop();
   }
-  return { p50: percentile(totals, 50), rttP50: percentile(rtts, 50), rpushP50: percentile(rpushes, 50), lrangeP50: percentile(lranges, 50) };
+  return { p50: percentile(totals, 50), rttP50: percentile(rtts, 50), rpushP50: percentile(rpushes, 50), lrangeP50: percentile(lranges, 50), answerRttP50: percentile(answerRtts, 50) };
 }
 
 /**
@@ -316,10 +324,12 @@ async function measureSplit(storeName: string, size: number): Promise<{ commit: 
 try {
   console.log(`contextd scale benchmark (node ${process.version}, redis ${redis.url})`);
   console.log(`load average at start: ${loadavg().map((value) => value.toFixed(2)).join(" / ")} (1/5/15 min; the cores are shared with other work)`);
-  const floor = await measureFloor();
+  // 34.6 KB: the default answer at 10,000 messages (budget 8,000 tokens, OpenAI Chat) in this bench.
+  const floor = await measureFloor(35_430);
   console.log(
     `floor: ${ms(floor.p50)} p50 per iteration of two do-nothing gRPC round trips (${ms(floor.rttP50)} each) + bare RPUSH of ~1 KB (${ms(floor.rpushP50)}) + LRANGE of the last 32 (${ms(floor.lrangeP50)})`,
   );
+  console.log(`floor with the answer's bytes: ${ms(floor.p50 - floor.rttP50 + floor.answerRttP50)} (one of the round trips answering 34.6 KB: ${ms(floor.answerRttP50)})`);
   const results: SizeResult[] = [];
   console.log("store  profile size     turns  turn p50   turn p99   commit p50 compile p50 response  rendered  sidecar RSS  Redis bytes/commit (message)");
   for (const [store, sidecar] of sidecars) {

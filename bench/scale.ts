@@ -13,7 +13,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import { Redis } from "ioredis";
 import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
 import { CompileResponseSchema, ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { CommitRequestSchema, ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
+import { CommitRequestSchema, CommitResponseSchema, ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, Provider, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
 import { DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../src/codec/codec.js";
@@ -112,6 +112,8 @@ interface SizeResult {
   rssBytes: number;
   /** Redis only: bytes Redis received per append commit, and the appended message's encoded size. */
   written?: { perCommit: number; messageBytes: number };
+  /** Agent profile: the same turn as one RPC (a Compile carrying the append in `commit.deltas`). */
+  oneRpcP50?: number;
 }
 
 const redis = await startRedis();
@@ -202,6 +204,24 @@ async function measureSize(store: string, sidecar: BuiltSidecar, profile: "agent
       compiles.push(elapsedMs(committed));
     }
     const result = fromBinary(CompileResponseSchema, response).result!;
+    let oneRpcP50: number | undefined;
+    if (profile === "agent") {
+      // The turn an agent makes with the clients' `turn`: one Compile that commits the append first.
+      let version = fromBinary(CommitResponseSchema, await client.call(commitPath, commitRequest({ conversationId, deltas: [turnDelta(profile, conversationId, 10_000)] }))).version;
+      const oneRpc: number[] = [];
+      for (let turn = 0; turn < turns + 3; turn++) {
+        const request = create(CompileRequestSchema, {
+          conversationId,
+          budget: { maxTokens: 8_000n },
+          render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" },
+          commit: { expectedVersion: version, deltas: [turnDelta(profile, `${conversationId}-one`, turn)] },
+        });
+        const started = process.hrtime.bigint();
+        version = fromBinary(CompileResponseSchema, await client.call(compilePath, Buffer.from(toBinary(CompileRequestSchema, request)))).result!.committedVersion;
+        if (turn >= 3) oneRpc.push(elapsedMs(started));
+      }
+      oneRpcP50 = percentile(oneRpc, 50);
+    }
     let written: SizeResult["written"];
     if (store === "redis" && profile === "agent") {
       const commitsCounted = 10;
@@ -224,6 +244,7 @@ async function measureSize(store: string, sidecar: BuiltSidecar, profile: "agent
       renderedBytes: result.rendered?.json.length ?? 0,
       rssBytes: sidecar.rssBytes(),
       written,
+      oneRpcP50,
     };
   } finally {
     client.close();
@@ -357,6 +378,7 @@ try {
     }
   }
 
+  console.log("one-RPC turn p50 (Compile with commit.deltas, as the clients' turn helpers call it): " + results.filter((result) => result.oneRpcP50 !== undefined).map((result) => `${result.store} ${result.size.toLocaleString("en-US")} ${ms(result.oneRpcP50!)}`).join(", "));
   console.log("targets (issue 14, ratios within this run):");
   const measured = (size: number) => agentSizes.includes(size);
   const at = (store: string, profile: string, size: number) => results.find((result) => result.store === store && result.profile === profile && result.size === size)!;

@@ -17,6 +17,7 @@ import { compile } from "../core/compile/compile.js";
 import type { CompileMemory } from "../core/compile/cache-impact.js";
 import type { CompileContext, RegexSearch, Summarizer } from "../core/compile/compile-context.js";
 import type { CallDeadline } from "../core/compile/deadline.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { summaryCompaction } from "../core/compile/summary-compaction.js";
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import { segmentEnumerationOrder, segmentField } from "../core/model/segments.js";
@@ -98,7 +99,10 @@ export class Compiler {
     // store, which draws them in the same order from the same base, so what was compiled is what
     // is stored.
     const messageIds: string[] = [];
-    const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds) : stored;
+    const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds, store.idLookupsFor?.(request.conversationId, stored)) : stored;
+    // The compiled history is the stored one followed by the batch's messages (known now, before
+    // the store's own commit records its history): what `adopt` need not compare.
+    const appendedToStored = store.lineage?.extends(base.history, stored.history) ?? false;
     assertSomethingToRender(request, base);
     // A commit stores the writeback snapshot's difference, so it is built whether asked for or not.
     const lender = this.dependencies.historyFacts?.lend(request.conversationId);
@@ -112,7 +116,10 @@ export class Compiler {
         if (deltas.length > 0) {
           const outcome = await store.commit(request.conversationId, commit.expectedVersion, deltas, commit.idempotencyKey, fingerprint, messageIds);
           result.committedVersion = outcome.version;
-          if (outcome.state) lender?.adopt(outcome.state.history);
+          if (outcome.state) {
+            const sharedWithStored = appendedToStored && store.lineage!.extends(outcome.state.history, stored.history) ? stored.history.length : 0;
+            lender?.adopt(outcome.state.history, sharedWithStored);
+          }
         }
       }
       return leanResult(result, parts);
@@ -244,13 +251,14 @@ function writesOnlyItsDeltas(request: CompileRequest): boolean {
  * `commit.deltas` applied to the stored state as the store will apply them, at the version they
  * will produce; the ids drawn for messages without one are pushed to `drawn`.
  */
-function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], drawn: string[]): ConversationState {
+function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], drawn: string[], idLookups: Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> = {}): ConversationState {
   const applied = applyDeltas(stored, deltas, {
     newMessageId: () => {
       const id = randomUUID();
       drawn.push(id);
       return id;
     },
+    ...idLookups,
   });
   return { ...applied, conversationId: stored.conversationId, version: stored.version + 1n };
 }

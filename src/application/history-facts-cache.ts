@@ -35,11 +35,11 @@ export class HistoryFactsCache {
    * A lender of facts for one compile of `conversationId`: `facts(history)` takes the kept facts
    * out and extends (or rebuilds) them for `history`; `giveBack()` keeps what was lent.
    */
-  lend(conversationId: string): { facts: (history: readonly Message[]) => HistoryFacts | undefined; adopt: (history: readonly Message[]) => void; giveBack: () => void } {
+  lend(conversationId: string): { facts: (history: readonly Message[]) => HistoryFacts | undefined; adopt: (history: readonly Message[], knownShared?: number) => void; giveBack: () => void } {
     let lent: HistoryFacts | undefined;
     return {
       /** The history the compile's commit stored (see `HistoryFacts.adopt`). */
-      adopt: (history) => lent?.adopt(history),
+      adopt: (history, knownShared) => lent?.adopt(history, knownShared),
       facts: (history) => {
         if (this.limits.maxBytes === 0 || this.limits.maxConversations === 0) return undefined;
         lent = HistoryFacts.of(history, lent ?? this.take(conversationId), this.lineage);

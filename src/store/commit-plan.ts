@@ -38,19 +38,24 @@ export interface CommitPlanOptions {
 /** The batch a `Clear` commits (with `cleared` set, so watchers can tell it from a batch that clears). */
 export const clearStateDeltas: readonly Delta[] = [create(DeltaSchema, { operation: { case: "clearState", value: {} } })];
 
+/**
+ * What a batch applied to a state of the store looks ids up in: the store's index of the base
+ * state (asked for once, when the batch first brings a message) and the states the batch appends
+ * to it (per `lineage`, where the batch's appends are recorded too).
+ */
+export function indexedLookups(lineage: MessageListLineage, idIndex: (() => MessageIdIndex | undefined) | undefined): Required<Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds">> {
+  let ids: MessageIdIndex | undefined | null = null;
+  return {
+    lineage,
+    messageIds: (state) => (ids === null ? (ids = idIndex?.()) : ids)?.lookupFor(state, lineage),
+    toolCallIds: (state, segment) => (ids === null ? (ids = idIndex?.()) : ids)?.toolCallLookupFor(state, segment, lineage),
+  };
+}
+
 /** Both stores compute a commit the same way; they differ only in how they make it atomic. */
 export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
   const { lineage, idIndex, deltaContext } = options;
-  let ids: MessageIdIndex | undefined | null = null;
-  const context: DeltaContext =
-    lineage === undefined
-      ? deltaContext
-      : {
-          newMessageId: () => deltaContext.newMessageId(),
-          lineage,
-          messageIds: (state) => (ids === null ? (ids = idIndex?.()) : ids)?.lookupFor(state, lineage),
-          toolCallIds: (state, segment) => (ids === null ? (ids = idIndex?.()) : ids)?.toolCallLookupFor(state, segment, lineage),
-        };
+  const context: DeltaContext = lineage === undefined ? deltaContext : { newMessageId: () => deltaContext.newMessageId(), ...indexedLookups(lineage, idIndex) };
   const applied = applyDeltas(base, deltas, context);
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };

@@ -1,5 +1,6 @@
 import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
 import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
 
@@ -47,6 +48,14 @@ export interface ConversationStore extends CalibrationStore {
    * that a newer history extends the one it has. Absent = unknown (compare elements).
    */
   readonly lineage?: MessageListLineage;
+  /**
+   * How ids are looked up when a batch is applied to `base` (a state this store handed out for
+   * `conversationId`) outside a commit: a compile with `commit.deltas` compiles its batch applied
+   * to the stored state before the store commits it. With the store's id index and lineage that
+   * costs what the batch brings; looked up in place, a one-message turn on 100,000 stored messages
+   * compared 100,000 ids (~2.7 ms of a 4.3 ms turn). Absent = look in place.
+   */
+  idLookupsFor?(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds">;
   /** The current state; a conversation never written is an empty state with version 0. */
   load(conversationId: string): Promise<ConversationState>;
   /**

@@ -9,7 +9,7 @@ import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
-import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
@@ -81,6 +81,18 @@ export class MemoryConversationStore implements ConversationStore {
   async currentVersion(conversationId: string): Promise<bigint> {
     requireStorableText("conversation_id", conversationId);
     return this.conversations.get(conversationId)?.state.version ?? 0n;
+  }
+
+  idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
+    return indexedLookups(this.lineage, () => this.idIndexOf(conversationId, base));
+  }
+
+  /** The id index of `base` when it is the conversation's current state, built on first use. */
+  private idIndexOf(conversationId: string, base: ConversationState): MessageIdIndex | undefined {
+    const conversation = this.conversations.get(conversationId);
+    if (conversation?.state !== base) return undefined;
+    if (conversation.ids?.state !== base) conversation.ids = MessageIdIndex.of(base);
+    return conversation.ids;
   }
 
   async commit(
@@ -175,10 +187,7 @@ export class MemoryConversationStore implements ConversationStore {
     const plan = planCommit(base, deltas, {
       deltaContext: ids,
       lineage: this.lineage,
-      idIndex: () => {
-        if (conversation && conversation.ids?.state !== base) conversation.ids = MessageIdIndex.of(base);
-        return conversation?.ids;
-      },
+      idIndex: () => this.idIndexOf(conversationId, base),
       idempotencyKey,
       committedAtUnixMs: BigInt(this.now()),
       cleared,

@@ -8,7 +8,7 @@ import { ConversationStateSchema, type ConversationState, type Delta } from "../
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
-import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
@@ -182,6 +182,10 @@ export class PostgresConversationStore implements ConversationStore {
   async currentVersion(conversationId: string): Promise<bigint> {
     const { rows } = await this.query<{ version: string }>("reading the version", "SELECT version FROM contextd_conversations WHERE id = $1", [idBytes(conversationId)]);
     return rows.length === 0 ? 0n : BigInt(rows[0]!.version);
+  }
+
+  idLookupsFor(_conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
+    return indexedLookups(this.lineage, () => this.cache.idIndex(base));
   }
 
   async commit(

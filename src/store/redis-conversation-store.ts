@@ -13,7 +13,7 @@ import { ConversationStateSchema, type ConversationState, type Delta } from "../
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
-import { clearStateDeltas, deltasFingerprint, emptyConversationState, planCommit, presetMessageIds } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
@@ -267,6 +267,10 @@ export class RedisConversationStore implements ConversationStore {
   async currentVersion(conversationId: string): Promise<bigint> {
     const version = await this.call("reading the version", () => this.redis.get(this.keys(conversationId).version), conversationId);
     return version === null ? 0n : storedVersion(conversationId, version);
+  }
+
+  idLookupsFor(_conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
+    return indexedLookups(this.lineage, () => this.cache.idIndex(base));
   }
 
   async commit(

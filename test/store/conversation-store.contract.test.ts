@@ -12,6 +12,7 @@ import { RedisConversationStore } from "../../src/store/redis-conversation-store
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { learnCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
+import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
@@ -383,6 +384,25 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       },
     });
     expect((await rejection(store.commit(id, undefined, [round], ""))).rawMessage).toMatch(/results\[0\]: duplicate message id "round"/);
+  });
+
+  it("looks ids up in its index for a batch applied outside a commit to a state it handed out (a compile-commit's preview), and commits the same batch after it", async () => {
+    const id = freshId("preview-ids");
+    await store.commit(id, undefined, [appendHistory(...Array.from({ length: 1_500 }, (_, index) => textMessage(`p${index}`, Role.USER, "x")))], "");
+    const state = await store.load(id);
+    const lookups = store.idLookupsFor!(id, state);
+    // The index of the state the store handed out, not a scan.
+    expect(lookups.messageIds?.(state)?.has("p1499")).toBe(true);
+    expect(lookups.messageIds?.(state)?.has("q1")).toBe(false);
+    const context = { newMessageId: () => "drawn", ...lookups };
+    expect(() => applyDeltas(state, [appendHistory(textMessage("p7", Role.USER, "again"))], context)).toThrow(/duplicate message id "p7"/);
+    const previewed = applyDeltas(state, [appendHistory(textMessage("q1", Role.USER, "new"))], context);
+    expect(previewed.history.map((message) => message.id).slice(-2)).toEqual(["p1499", "q1"]);
+    // The preview changed nothing stored; the store's own commit of the batch goes through.
+    const committed = await store.commit(id, state.version, [appendHistory(textMessage("q1", Role.USER, "new"))], "");
+    expect(committed.state!.history.map((message) => message.id).slice(-2)).toEqual(["p1499", "q1"]);
+    expect((await store.load(id)).history).toHaveLength(1_501);
+    await expect(store.commit(id, undefined, [appendHistory(textMessage("q1", Role.USER, "twice"))], "")).rejects.toThrow(/duplicate message id "q1"/);
   });
 
   it("in a 20,000-message conversation (indexed ids) refuses a duplicate message id and a duplicate tool-call id, applies nothing of such a batch, and takes edits of old messages", async () => {

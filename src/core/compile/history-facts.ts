@@ -62,11 +62,12 @@ export class HistoryFacts {
    * objects for the messages it gave ids. Without this the next turn's history would not extend
    * these facts and they would be built again from the whole history.
    */
-  adopt(history: readonly Message[]): void {
+  adopt(history: readonly Message[], knownShared = 0): void {
     const own = this.history;
     if (history === own || history.length !== own.length) return;
     let copies = 0;
-    for (let index = history.length - 1; index >= 0; index--) {
+    // `knownShared`: how many leading messages the caller knows both lists hold (the store's lineage).
+    for (let index = history.length - 1; index >= knownShared; index--) {
       if (history[index] === own[index]) continue;
       if (++copies > maxAdoptedCopies || !equals(MessageSchema, history[index]!, own[index]!)) return;
     }

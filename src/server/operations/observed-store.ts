@@ -1,4 +1,5 @@
 import { SpanStatusCode } from "@opentelemetry/api";
+import type { DeltaContext } from "../../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../../core/model/message-list-lineage.js";
 import { ConnectError } from "@connectrpc/connect";
 import type { Change } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
@@ -24,6 +25,10 @@ export class ObservedStore implements ConversationStore {
 
   get lineage(): MessageListLineage | undefined {
     return this.store.lineage;
+  }
+
+  idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
+    return this.store.idLookupsFor?.(conversationId, base) ?? {};
   }
 
   load(conversationId: string): Promise<ConversationState> {

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { commitThroughOutage } from "../../support/commits-through-outage.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startPostgres, type PostgresProcess } from "../../support/postgres.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
@@ -101,51 +102,9 @@ describe("Postgres outage (real sidecar, real PostgreSQL)", () => {
   ] as const)("keeps every acknowledged commit, once, when Postgres %s and returns while writers are committing", async (_how, end) => {
     const client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
     const conversationId = `pg-outage-under-load-${end}`;
-    let unavailable = 0;
-    // An agent's loop: retry UNAVAILABLE with the same idempotency key (a commit that applied but
-    // whose answer was lost is then answered from its record), re-read the version on ABORTED.
-    const appendThroughOutage = async (messageId: string) => {
-      let expected: bigint | undefined;
-      for (let attempt = 0; attempt < 500; attempt++) {
-        try {
-          expected ??= (await client.unary(ConversationService.method.getState, { conversationId })).state!.version;
-          return await client.unary(ConversationService.method.commit, {
-            conversationId,
-            expectedVersion: expected,
-            deltas: [appendHistory(textMessage(messageId, Role.USER, messageId))],
-            idempotencyKey: messageId,
-          });
-        } catch (error) {
-          const serviceError = error as grpc.ServiceError;
-          if (serviceError.code === grpc.status.ABORTED) {
-            expected = BigInt(String(serviceError.metadata.get("contextd-current-version")[0]));
-          } else if (serviceError.code === grpc.status.UNAVAILABLE) {
-            unavailable++;
-            await new Promise((resolve) => setTimeout(resolve, 20));
-          } else {
-            throw error;
-          }
-        }
-      }
-      throw new Error(`${messageId}: not acknowledged after 500 attempts`);
-    };
     try {
-      const acknowledged: string[] = [];
-      const writers = Array.from({ length: 6 }, async (_, writer) => {
-        for (let turn = 0; turn < 15; turn++) {
-          await appendThroughOutage(`w${writer}-t${turn}`);
-          acknowledged.push(`w${writer}-t${turn}`);
-        }
-      });
-      const outage = (async () => {
-        while (acknowledged.length < 12) await new Promise((resolve) => setTimeout(resolve, 5));
-        await postgres[end]();
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        await postgres.restart();
-      })();
-      await Promise.all([...writers, outage]);
+      const { acknowledged, unavailable, state } = await commitThroughOutage(client, conversationId, () => postgres[end](), () => postgres.restart());
       expect(unavailable, "the outage hit commits in flight").toBeGreaterThan(0);
-      const state = (await client.unary(ConversationService.method.getState, { conversationId })).state!;
       expect(state.version).toBe(90n);
       expect(state.history.map((message) => message.id).sort()).toEqual([...acknowledged].sort());
     } finally {

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import grpc
+from grpc_health.v1 import health_pb2
 
 from contextd.v1 import compile_pb2, context_service_pb2, conversation_service_pb2, message_pb2, state_pb2
 
@@ -48,6 +49,18 @@ def channel_credentials(
     if token is None:
         return transport
     return grpc.composite_channel_credentials(transport, grpc.access_token_call_credentials(token))
+
+
+HEALTH_REASON_HEADER = "contextd-health-reason"
+
+
+def health_status_text(status: int, metadata: Optional[Sequence[Tuple[str, Union[str, bytes]]]]) -> str:
+    """How wait_ready describes a health answer that is not SERVING: the status and, when the
+    sidecar says why (its contextd-health-reason header, e.g. the store's connection error), the
+    reason, so that a readiness timeout names its cause."""
+    text = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+    reasons = [value if isinstance(value, str) else value.decode("utf-8", "replace") for key, value in (metadata or ()) if key == HEALTH_REASON_HEADER]
+    return f"{text}: {'; '.join(reasons)}" if reasons else text
 
 
 def keyed_commit(request: conversation_service_pb2.CommitRequest) -> conversation_service_pb2.CommitRequest:

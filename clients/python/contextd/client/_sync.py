@@ -18,6 +18,7 @@ from contextd.client._common import (
     channel_credentials,
     channel_options,
     has_prompt,
+    health_status_text,
     keyed_commit,
     keyed_compile,
     lean_commit,
@@ -127,10 +128,10 @@ class Client:
         retry = 0
         while True:
             try:
-                response = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+                last = health_status_text(response.status, call.initial_metadata())
             except grpc.RpcError as error:
                 last = str(from_rpc_error(error))
             retry += 1

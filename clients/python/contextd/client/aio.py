@@ -19,6 +19,7 @@ from contextd.client._common import (
     channel_credentials,
     channel_options,
     has_prompt,
+    health_status_text,
     keyed_commit,
     keyed_compile,
     lean_commit,
@@ -122,10 +123,11 @@ class AsyncClient:
         retry = 0
         while True:
             try:
-                response = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                response = await call
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+                last = health_status_text(response.status, await call.initial_metadata())
             except grpc.RpcError as error:
                 last = str(from_rpc_error(error))
             retry += 1

@@ -360,16 +360,24 @@ class ContextdSession:
         self._unknown_outcome_retries = max(unknown_outcome_retries, 0)
         self._retry = retry
         self._conflict_attempts = max(conflict_attempts, 1)
+        self._closed = False
 
     def close(self) -> None:
-        """Closes the client when the session created it (a blocking `Client`)."""
+        """Closes the session, as SQLiteSession.close: later calls raise RuntimeError. The client
+        is closed too when the session created it."""
+        self._closed = True
         if self._owned and isinstance(self._conversation, _BlockingConversation):
             self._conversation.client.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     async def get_items(self, limit: Optional[int] = None, *, budget: Optional[compile_pb2.Budget] = None) -> List[Item]:
         """The session's items in order; the last `limit` (or `session_settings.limit`) when set
         (0 gives none, a negative limit all, as SQLiteSession); with a budget, only the items of
         the messages contextd keeps within it."""
+        self._check_open()
         session_limit = resolve_session_limit(limit, self.session_settings)
         chosen_budget = budget if budget is not None else self._budget
         history = list((await self._conversation.state(self.conversation_id)).history)
@@ -391,6 +399,7 @@ class ContextdSession:
         ASSISTANT message (rewritten in one commit that checks the version, retried on conflict);
         anything else is appended without reading the conversation (outputs read it for their
         calls' tool names)."""
+        self._check_open()
         if not items:
             return
         # A copy as JSON gives it (what SQLiteSession stores), so later changes to the caller's
@@ -419,6 +428,7 @@ class ContextdSession:
         """Removes and returns the most recent item (None when there is none). The messages from
         the last tool round's ASSISTANT message on are rewritten without it, in one commit that
         checks the version."""
+        self._check_open()
         popped: List[Optional[Item]] = [None]
 
         def apply(state: state_pb2.ConversationState) -> Optional[List[state_pb2.Delta]]:
@@ -441,6 +451,7 @@ class ContextdSession:
 
     async def clear_session(self) -> None:
         """Empties the conversation (its version still advances)."""
+        self._check_open()
         await settled(self._conversation.clear(self.conversation_id))
 
     async def _commit_on_state(self, apply: Callable[[state_pb2.ConversationState], Optional[List[state_pb2.Delta]]]) -> None:

@@ -33,6 +33,7 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from contextd.client._common import keyed_commit
+from contextd.client._inline_compile import inline_request, kept_history
 from contextd.client._stored_json import Path, PartsBuilder, json_text, restore, wire_text
 from contextd.client._sync import Client
 from contextd.client.aio import AsyncClient
@@ -485,3 +486,48 @@ class ContextdSession:
                     raise
                 keyed.idempotency_key = error.idempotency_key
             await asyncio.sleep(self._retry.backoff_bound(attempt))
+
+
+class ContextdInputFilter:
+    """A `RunConfig(call_model_input_filter=...)` that budgets each model call's input through
+    contextd, beside (or without) a session: the input items and the instructions are compiled
+    inline (nothing is stored) within `budget`, with the compile options of `template` (clearing,
+    tool-round repair, the estimator; no conversation or commit), and the model gets the items of
+    the messages contextd keeps, in order: the newest first, whole tool rounds, the latest user
+    message protected. Items contextd keeps unchanged are the run's own; items of a message
+    contextd changed (a cleared tool result) carry its compiled strings. The session keeps every
+    item: only what the model sees is budgeted. Takes a `Client` or an `AsyncClient`."""
+
+    def __init__(
+        self,
+        client: Union[Client, AsyncClient],
+        *,
+        budget: Optional[compile_pb2.Budget] = None,
+        template: Optional[compile_pb2.CompileRequest] = None,
+    ) -> None:
+        self._conversation: Union[_BlockingConversation, _AsyncConversation] = (
+            _AsyncConversation(client) if isinstance(client, AsyncClient) else _BlockingConversation(client)
+        )
+        self._budget = budget
+        self._template = template
+        #: The last compile's result (tokens, decisions, warnings), for logs and tests.
+        self.last_result: Optional[compile_pb2.CompileResult] = None
+
+    async def __call__(self, data: Any) -> Any:
+        from agents.run_config import ModelInputData
+
+        model_data = data.model_data
+        items = json.loads(json.dumps(model_data.input))
+        sent = messages_for_items(items)
+        for index, message in enumerate(sent):
+            message.id = f"item-{index}"
+        system = []
+        if model_data.instructions:
+            instructions = message_pb2.Message(id="instructions", role=message_pb2.ROLE_SYSTEM, parts=[message_pb2.Part(text=message_pb2.TextPart(text=wire_text(model_data.instructions)))])
+            system.append(instructions)
+        result = await self._conversation.compile(inline_request(sent, system, self._budget, self._template))
+        self.last_result = result
+        kept: List[Item] = []
+        for index, changed, compiled in kept_history(sent, result):
+            kept += items_of(compiled if changed or index is None else sent[index])
+        return ModelInputData(input=kept, instructions=model_data.instructions)

@@ -220,3 +220,38 @@ def test_a_commit_whose_outcome_was_unknown_is_sent_again_with_its_key(sidecar, 
     with Client(sidecar.address) as reader:
         state = reader.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id)).state
     assert state.version == 1 and len(state.history) == 1
+
+
+APPENDER = """
+import asyncio, sys
+from contextd.client import Client
+from contextd.client.openai_agents import ContextdSession
+
+async def main(address, conversation_id, name):
+    with Client(address) as client:
+        session = ContextdSession(conversation_id, client)
+        for index in range(8):
+            await session.add_items([{"role": "user", "content": f"{name} {index}"}])
+            await session.add_items([{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"{name} reply {index}", "annotations": []}]}])
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_two_processes_appending_one_session_lose_nothing(sidecar):
+    """Two processes append to one session at once (inputs without reading, model items with a
+    checked rewrite of the last message, retried on conflict): every item lands once, each
+    process's in its order."""
+    import subprocess
+    import sys
+
+    conversation_id = f"two-writers-{uuid.uuid4().hex}"
+    writers = [subprocess.Popen([sys.executable, "-c", APPENDER, sidecar.address, conversation_id, name]) for name in ("a", "b")]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    with Client(sidecar.address) as client:
+        items = asyncio.run(ContextdSession(conversation_id, client).get_items())
+    texts = [item["content"] if isinstance(item["content"], str) else item["content"][0]["text"] for item in items]
+    assert len(texts) == 32
+    for name in ("a", "b"):
+        own = [text for text in texts if text.startswith(name + " ")]
+        assert own == [text for index in range(8) for text in (f"{name} {index}", f"{name} reply {index}")]

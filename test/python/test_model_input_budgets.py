@@ -91,3 +91,33 @@ def test_the_langchain_middleware_clears_old_tool_results_and_keeps_the_rest_as_
     assert [m for m in compiled if not isinstance(m, ToolMessage)] == [m for m in messages if not isinstance(m, ToolMessage)]
     assert all(a is b for a, b in zip([m for m in compiled if not isinstance(m, ToolMessage)], [m for m in messages if not isinstance(m, ToolMessage)]))
     assert middleware.last_result is not None and middleware.last_result.usage.cleared_tokens > 0
+
+
+def test_the_langchain_middleware_budgets_an_async_agent_run(sidecar):
+    """create_agent with the middleware, run with ainvoke (awrap_model_call): the model is sent
+    the system message and the newest whole turns; the agent's state keeps every message."""
+    from typing import Any, List, Optional
+
+    from langchain.agents import create_agent
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    seen: List[int] = []
+
+    class Counting(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "counting"
+
+        def _generate(self, messages: List[Any], stop: Optional[List[str]] = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            seen.append(len(messages))
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="ok " + "z" * 100))])
+
+    with Client(sidecar.address) as client:
+        budget = compile_pb2.Budget(max_tokens=700, estimator=CHARS)
+        agent = create_agent(Counting(), tools=[], system_prompt="Be brief.", middleware=[ContextdMiddleware(client, budget=budget)])
+        state: dict = {"messages": []}
+        for turn in range(5):
+            state = asyncio.run(agent.ainvoke({"messages": state["messages"] + [HumanMessage(content=f"q{turn} " + "x" * 200)]}))
+    assert len(state["messages"]) == 10
+    assert seen[:2] == [2, 4] and max(seen) < 10 and seen[-1] == seen[-2]

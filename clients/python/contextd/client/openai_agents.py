@@ -271,9 +271,6 @@ class _BlockingConversation:
     async def clear(self, conversation_id: str) -> None:
         await asyncio.to_thread(self.client.clear, conversation_pb2.ClearRequest(conversation_id=conversation_id))
 
-    async def close(self) -> None:
-        self.client.close()
-
 
 class _AsyncConversation:
     """The session's calls over an `AsyncClient`, on the caller's event loop."""
@@ -292,9 +289,6 @@ class _AsyncConversation:
 
     async def clear(self, conversation_id: str) -> None:
         await self.client.clear(conversation_pb2.ClearRequest(conversation_id=conversation_id))
-
-    async def close(self) -> None:
-        await self.client.close()
 
 
 async def settled(write: Awaitable[T]) -> T:

@@ -166,8 +166,11 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
       const protectsMessages = protectedRoles.size > 0 || retained.size > 0;
-      // Without a current turn, the latest user message of history is the one being answered.
-      const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
+      // Without a current turn or a user message in pending, the latest user message of history is
+      // the one being answered. With either, that is the question, and history's last user message
+      // is an older one: protecting it would keep it without its answer.
+      const answeredAfterHistory = turn !== undefined || work.pending.some((message) => message.role === Role.USER);
+      const latestUser = !answeredAfterHistory && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
       if (latestUser >= 0 && historyCounts[latestUser]! > available) {
         throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser + (known?.offset ?? 0)}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
       }

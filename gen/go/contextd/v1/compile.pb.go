@@ -1231,11 +1231,12 @@ type Budget struct {
 	// Where history may start once trimming dropped part of it; UNSPECIFIED = USER_TURN. Trimming
 	// keeps tool rounds whole whatever this says.
 	HistoryStart HistoryStart `protobuf:"varint,10,opt,name=history_start,json=historyStart,proto3,enum=contextd.v1.HistoryStart" json:"history_start,omitempty"`
-	// By default, when the compile has no current turn, the latest USER message of history is the
-	// message being answered (the flow "commit the user message, then compile") and is protected
-	// like the current turn: never trimmed, and when it alone does not fit the budget the compile is
-	// RESOURCE_EXHAUSTED naming it and the figures. Set this to let the budget trim it like any other
-	// message. With a current turn, the current turn is what is protected.
+	// By default, when the compile has no current turn and no USER message in `pending`, the latest
+	// USER message of history is the message being answered (the flow "commit the user message, then
+	// compile") and is protected like the current turn: never trimmed, and when it alone does not fit
+	// the budget the compile is RESOURCE_EXHAUSTED naming it and the figures. Set this to let the
+	// budget trim it like any other message. With a current turn or a pending user message, that is
+	// what is protected, and history's latest user message is trimmed like any other.
 	TrimLatestUserMessage bool `protobuf:"varint,11,opt,name=trim_latest_user_message,json=trimLatestUserMessage,proto3" json:"trim_latest_user_message,omitempty"`
 	// Before whole rounds are dropped, replace old tool results with a short placeholder (the call
 	// stays, so no round is broken). Absent = off. See `ToolResultClearing`.

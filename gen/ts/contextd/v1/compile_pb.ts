@@ -304,11 +304,12 @@ export type Budget = Message<"contextd.v1.Budget"> & {
   historyStart: HistoryStart;
 
   /**
-   * By default, when the compile has no current turn, the latest USER message of history is the
-   * message being answered (the flow "commit the user message, then compile") and is protected
-   * like the current turn: never trimmed, and when it alone does not fit the budget the compile is
-   * RESOURCE_EXHAUSTED naming it and the figures. Set this to let the budget trim it like any other
-   * message. With a current turn, the current turn is what is protected.
+   * By default, when the compile has no current turn and no USER message in `pending`, the latest
+   * USER message of history is the message being answered (the flow "commit the user message, then
+   * compile") and is protected like the current turn: never trimmed, and when it alone does not fit
+   * the budget the compile is RESOURCE_EXHAUSTED naming it and the figures. Set this to let the
+   * budget trim it like any other message. With a current turn or a pending user message, that is
+   * what is protected, and history's latest user message is trimmed like any other.
    *
    * @generated from field: bool trim_latest_user_message = 11;
    */

@@ -7,6 +7,7 @@ import { ImageDetail, Provider, Role, type Message, type Part } from "../../gen/
 import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { renderRequest } from "../../src/core/providers/render.js";
+import { responsesPairs } from "../../src/core/providers/openai-responses/reasoning-pairs.js";
 import { testContext } from "../core/compile-context.js";
 import { assistant, call, definition, developer, image, message, payload, reasoning, result, system, text, tool, user } from "./build-messages.js";
 
@@ -112,17 +113,19 @@ describe("fuzzed conversations", () => {
         } catch (error) {
           throw new Error(`seed ${seed}, ${Provider[provider]}: ${(error as Error).message}`);
         }
-        // Every call id reaches the body (opaque ids byte for byte); text signatures only Gemini's,
-        // call item ids only the Responses body.
+        // Every call id reaches the body (these ids are valid for every provider, so byte for
+        // byte); text signatures only Gemini's, call item ids only the Responses body, and there
+        // only beside the reasoning item of the same message (reasoning-pairs.ts).
         for (const m of p.history) {
-          for (const part of m.parts) {
+          const pairs = responsesPairs(m);
+          m.parts.forEach((part, index) => {
             const kind = part.kind;
             if (kind.case === "toolCall") {
               expect(body).toContain(JSON.stringify(kind.value.id));
-              if (kind.value.itemId !== "") expect(body.includes(JSON.stringify(kind.value.itemId))).toBe(provider === Provider.OPENAI_RESPONSES);
+              if (kind.value.itemId !== "") expect(body.includes(JSON.stringify(kind.value.itemId))).toBe(provider === Provider.OPENAI_RESPONSES && pairs.itemIds.has(index));
             }
             if (kind.case === "text" && kind.value.signature !== "") expect(body.includes(JSON.stringify(kind.value.signature))).toBe(provider === Provider.GEMINI);
-          }
+          });
         }
       }
     }

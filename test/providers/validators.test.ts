@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { validateAnthropic } from "../../src/core/providers/anthropic/validate.js";
 import type { AnthropicMessagesBody } from "../../src/core/providers/anthropic/body.js";
 import { validateGemini } from "../../src/core/providers/gemini/validate.js";
@@ -8,7 +8,7 @@ import type { GeminiBody } from "../../src/core/providers/gemini/body.js";
 import { validateOpenAIResponses } from "../../src/core/providers/openai-responses/validate.js";
 import type { OpenAIResponsesBody } from "../../src/core/providers/openai-responses/body.js";
 import { validateOpenAIChat } from "../../src/core/providers/openai-chat/validate.js";
-import { assistant, call, payload, text, user } from "./build-messages.js";
+import { assistant, call, payload, reasoning, text, user } from "./build-messages.js";
 
 /**
  * Each rule fed a body that breaks it (bodies the renderers never produce, so the validators are
@@ -108,17 +108,40 @@ describe("opaque passthrough", () => {
     expect(ruleOf(() => validateGemini(body("CiQB+text="), origins, signedTurn))).toBe("gemini.opaque_passthrough @ opaque value 0");
   });
 
-  it("catches a Responses function_call that lost its item id", () => {
+  it("catches a Responses function_call that lost its item id beside its reasoning", () => {
+    const reasoned = payload({
+      history: [user("u1", "hi"), assistant("a1", reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_1", redactedData: "enc" }), text("Hello."), call("c1", "f", "{}", { itemId: "fc_1" }))],
+    });
     const body = (id?: string): OpenAIResponsesBody => ({
       input: [
         { type: "message", role: "user", content: "hi" },
+        { type: "reasoning", id: "rs_1", summary: [], encrypted_content: "enc" },
         { type: "message", role: "assistant", content: "Hello." },
         { type: "function_call", ...(id !== undefined ? { id } : {}), call_id: "c1", name: "f", arguments: "{}" },
       ],
     });
-    const origins = [origin("u1"), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT)];
-    expect(ruleOf(() => validateOpenAIResponses(body("fc_1"), origins, signedTurn))).toBe("no error");
-    expect(ruleOf(() => validateOpenAIResponses(body(), origins, signedTurn))).toBe("openai_responses.opaque_passthrough @ opaque value 0");
+    const origins = [origin("u1"), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT)];
+    expect(ruleOf(() => validateOpenAIResponses(body("fc_1"), origins, reasoned))).toBe("no error");
+    expect(ruleOf(() => validateOpenAIResponses(body(), origins, reasoned))).toBe("openai_responses.opaque_passthrough @ opaque value 1");
+  });
+
+  it("refuses a Responses item id without its reasoning item, and a reasoning item without its following item", () => {
+    // Without the reasoning (cleared, trimmed, never stored) the call goes without its item id.
+    const withId: OpenAIResponsesBody = {
+      input: [
+        { type: "message", role: "user", content: "hi" },
+        { type: "function_call", id: "fc_1", call_id: "c1", name: "f", arguments: "{}" },
+      ],
+    };
+    expect(ruleOf(() => validateOpenAIResponses(withId, [origin("u1"), origin("a1", Role.ASSISTANT)], signedTurn))).toBe('openai_responses.reasoning_pair @ message "a1"');
+    const lone: OpenAIResponsesBody = {
+      input: [
+        { type: "message", role: "user", content: "hi" },
+        { type: "reasoning", id: "rs_1", summary: [] },
+        { type: "message", role: "user", content: "next" },
+      ],
+    };
+    expect(ruleOf(() => validateOpenAIResponses(lone, [origin("u1"), origin("a1", Role.ASSISTANT), origin("u2")], empty))).toBe('openai_responses.reasoning_pair @ message "a1"');
   });
 });
 

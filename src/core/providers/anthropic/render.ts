@@ -5,6 +5,7 @@ import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage } from "../media.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
+import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -28,6 +29,8 @@ export const anthropicMaxCacheBreakpoints = 4;
 export interface RenderedAnthropic {
   body: AnthropicMessagesBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
 const imageMediaTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"]);
@@ -52,6 +55,7 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
   // Per body message: how many leading tool_result blocks it has, so merged results stay first.
   const leadingResults: number[] = [];
   const breakpoints: Breakpoint[] = [];
+  const ids = new CallIdAssignment(callIdRules.anthropic);
   // Where the system slot's breakpoints end in `breakpoints`, for its automatic one.
   let systemBreakpointsEnd = 0;
 
@@ -67,7 +71,7 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
       continue;
     }
     const role = message.role === Role.ASSISTANT ? "assistant" : "user";
-    const { results, rest } = contentBlocks(message);
+    const { results, rest } = contentBlocks(message, ids);
     markCacheBreakpoint(message, [...results, ...rest], breakpoints);
     // The summary heads history and stays until the next compaction: a stable boundary.
     if (autoCacheBreakpoints && segment === "history" && message.provenance?.kind.case === "summary") autoBreakpoint([...results, ...rest], message.id, breakpoints);
@@ -124,7 +128,7 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
 
   const body: AnthropicMessagesBody = { ...(model !== "" ? { model } : {}), ...(system.length > 0 ? { system } : {}), messages };
   if (tools.length > 0) body.tools = tools;
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
 }
 
 /**
@@ -140,7 +144,7 @@ function breakpointsToDrop<T>(breakpoints: readonly T[]): T[] {
 }
 
 /** A message's blocks: its tool results (which must lead a user turn) and everything else. */
-function contentBlocks(message: Message): { results: AnthropicToolResultBlock[]; rest: AnthropicBlock[] } {
+function contentBlocks(message: Message, ids: CallIdAssignment): { results: AnthropicToolResultBlock[]; rest: AnthropicBlock[] } {
   const results: AnthropicToolResultBlock[] = [];
   const rest: AnthropicBlock[] = [];
   message.parts.forEach((part, index) => {
@@ -164,7 +168,7 @@ function contentBlocks(message: Message): { results: AnthropicToolResultBlock[];
         );
         return;
       case "toolCall":
-        rest.push({ type: "tool_use", id: kind.value.id, name: kind.value.name, input: toolArgumentsObject(kind.value, message.id, "anthropic.tool_use_input") });
+        rest.push({ type: "tool_use", id: ids.call(message.id, kind.value.id), name: kind.value.name, input: toolArgumentsObject(kind.value, message.id, "anthropic.tool_use_input") });
         return;
       case "toolResult": {
         const result = kind.value;
@@ -174,7 +178,7 @@ function contentBlocks(message: Message): { results: AnthropicToolResultBlock[];
           content = text === "" ? [] : [{ type: "text", text }];
           for (const inner of result.contentParts) content.push(...toolResultContent(inner, message.id));
         }
-        results.push({ type: "tool_result", tool_use_id: result.toolCallId, content, ...(result.isError ? { is_error: true } : {}) });
+        results.push({ type: "tool_result", tool_use_id: ids.result(result.toolCallId), content, ...(result.isError ? { is_error: true } : {}) });
         return;
       }
       default:

@@ -7,6 +7,10 @@ import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { checkToolNames } from "../tool-definitions.js";
 import type { AnthropicBlock, AnthropicCacheControl, AnthropicMessagesBody } from "./body.js";
 import { anthropicMaxCacheBreakpoints } from "./render.js";
+import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
+
+/** Anthropic tool_use ids: `^[a-zA-Z0-9_-]+$` (a 64-character cap kept by contextd, rendered-ids.ts). */
+const toolUseIdPattern = /^[a-zA-Z0-9_-]{1,64}$/;
 
 /** Anthropic tool names: letters, digits, underscores and dashes, at most 64. */
 export const anthropicToolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -42,6 +46,7 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
       leading = false;
       if (block.type === "tool_use") {
         if (message.role !== "assistant") throw providerRuleViolation("anthropic.call_result_pairing", where, `tool_use "${block.id}" outside an assistant turn`);
+        if (!toolUseIdPattern.test(block.id)) throw providerRuleViolation("anthropic.tool_use_id", where, `tool_use id "${block.id}" does not match ^[a-zA-Z0-9_-]{1,64}$`);
         if (block.id === "" || seenCallIds.has(block.id)) throw providerRuleViolation("anthropic.call_result_pairing", where, `tool_use id "${block.id}" is empty or used twice`);
         seenCallIds.add(block.id);
       }
@@ -67,13 +72,14 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
 
   const expectedSystem: string[] = [];
   const expectedOpaque: string[] = [];
+  const ids = new CallIdAssignment(callIdRules.anthropic);
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
     const inSystemSlot = segment === "system" && isInstructionRole(message.role);
     for (const part of message.parts) {
       const kind = part.kind;
       if (kind.case === "text" && inSystemSlot && kind.value.text !== "") expectedSystem.push(kind.value.text);
-      if (kind.case === "toolCall") expectedOpaque.push(`tool_use:${kind.value.id}`);
-      if (kind.case === "toolResult") expectedOpaque.push(`tool_result:${kind.value.toolCallId}`);
+      if (kind.case === "toolCall") expectedOpaque.push(`tool_use:${ids.call(message.id, kind.value.id)}`);
+      if (kind.case === "toolResult") expectedOpaque.push(`tool_result:${ids.result(kind.value.toolCallId)}`);
       if (kind.case === "reasoning" && kind.value.provider === Provider.ANTHROPIC_MESSAGES) {
         expectedOpaque.push(kind.value.redactedData !== "" ? `redacted:${kind.value.redactedData}` : `signature:${kind.value.signature}`);
       }

@@ -5,6 +5,7 @@ import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";
 import { fileDataUrl, imageUrl } from "../media.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
+import { acceptedChatName, CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsJson } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -21,16 +22,20 @@ import type {
 export interface RenderedOpenAIChat {
   body: OpenAIChatBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
 /**
  * Renders the payload as Chat Completions `messages` and `tools`. Every payload message keeps its
  * place and role (SYSTEM → system, DEVELOPER → developer, scratch as system messages at the end).
- * Reasoning parts are never sent: Chat Completions has no way to take reasoning back.
+ * Reasoning parts are never sent: Chat Completions has no way to take reasoning back. Tool-call
+ * ids and sender names are sent in the form Chat takes (`rendered-ids.ts`).
  */
 export function renderOpenAIChat(payload: CompiledPayload, model: string): RenderedOpenAIChat {
   const messages: ChatMessage[] = [];
   const origins: BodyOrigin[] = [];
+  const ids = new CallIdAssignment(callIdRules.openai_chat);
   const push = (message: ChatMessage, origin: Message) => {
     messages.push(message);
     origins.push({ messageId: origin.id, role: origin.role });
@@ -65,7 +70,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
         for (const part of message.parts) {
           if (part.kind.case !== "toolCall") continue;
           const call = part.kind.value;
-          toolCalls.push({ id: call.id, type: "function", function: { name: call.name, arguments: toolArgumentsJson(call) } });
+          toolCalls.push({ id: ids.call(message.id, call.id), type: "function", function: { name: call.name, arguments: toolArgumentsJson(call) } });
         }
         if (content.length === 0 && toolCalls.length === 0) break;
         push(
@@ -87,9 +92,10 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
             return;
           }
           const result = part.kind.value;
-          push({ role: "tool", tool_call_id: result.toolCallId, content: toolPayloadText(result.payload) }, message);
+          const callId = ids.result(result.toolCallId);
+          push({ role: "tool", tool_call_id: callId, content: toolPayloadText(result.payload) }, message);
           if (result.contentParts.length > 0) {
-            toolFollowUp!.parts.push({ type: "text", text: `Content returned by tool call ${result.toolCallId}:` });
+            toolFollowUp!.parts.push({ type: "text", text: `Content returned by tool call ${callId}:` });
             result.contentParts.forEach((inner) => toolFollowUp!.parts.push(...userContent(inner, message, index)));
           }
         });
@@ -114,7 +120,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
       }),
     );
   }
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
 }
 
 /** One text part is sent as a plain string, anything else as a parts array. */
@@ -123,7 +129,7 @@ function compact<P extends ChatUserContentPart>(content: P[]): string | P[] {
 }
 
 function named(message: Message): { name?: string } {
-  return message.senderName !== "" ? { name: message.senderName } : {};
+  return message.senderName !== "" ? { name: acceptedChatName(message.senderName) } : {};
 }
 
 /**

@@ -5,6 +5,8 @@ import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";
 import { fileDataUrl, imageUrl } from "../media.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
+import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
+import { responsesPairs } from "./reasoning-pairs.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsJson } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -14,6 +16,8 @@ import type { OpenAIResponsesBody, ResponsesInputContent, ResponsesInputItem } f
 export interface RenderedOpenAIResponses {
   body: OpenAIResponsesBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
 /** Joins the system segment's SYSTEM texts into `instructions`. */
@@ -26,8 +30,8 @@ export const instructionsSeparator = "\n\n";
  *   developer/system messages, in place.
  * - An assistant message becomes items in part order: `reasoning` (only Responses reasoning, with
  *   its id, summary and encrypted content byte for byte), assistant text, `function_call` (with its
- *   item `id` when it came from a Responses response: the API recognises the items a reasoning
- *   item produced by their ids, and rejects reasoning sent back without them).
+ *   item `id` only beside the reasoning item it was produced with: `reasoning-pairs.ts`). Call ids
+ *   are sent in the form Responses takes (`rendered-ids.ts`).
  * - A tool result becomes `function_call_output`; images a tool returned go in the output list.
  * - Function tools are sent with `strict: false`: contextd does not know whether a schema meets
  *   strict mode's rules, and the API's default (true) would reject those that do not.
@@ -36,6 +40,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
   const instructions: string[] = [];
   const input: ResponsesInputItem[] = [];
   const origins: BodyOrigin[] = [];
+  const ids = new CallIdAssignment(callIdRules.openai_responses);
   const push = (item: ResponsesInputItem, message: Message) => {
     input.push(item);
     origins.push({ messageId: message.id, role: message.role });
@@ -59,7 +64,8 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
         if (content.length > 0) push({ type: "message", role: "user", content: compact(content) }, message);
         break;
       }
-      case Role.ASSISTANT:
+      case Role.ASSISTANT: {
+        const pairs = responsesPairs(message);
         message.parts.forEach((part, index) => {
           const kind = part.kind;
           switch (kind.case) {
@@ -67,7 +73,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
               if (kind.value.text !== "") push({ type: "message", role: "assistant", content: kind.value.text }, message);
               return;
             case "reasoning":
-              if (kind.value.provider !== Provider.OPENAI_RESPONSES) return;
+              if (kind.value.provider !== Provider.OPENAI_RESPONSES || !pairs.reasoning.has(index)) return;
               push(
                 {
                   type: "reasoning",
@@ -82,8 +88,8 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
               push(
                 {
                   type: "function_call",
-                  ...(kind.value.itemId !== "" ? { id: kind.value.itemId } : {}),
-                  call_id: kind.value.id,
+                  ...(pairs.itemIds.has(index) ? { id: kind.value.itemId } : {}),
+                  call_id: ids.call(message.id, kind.value.id),
                   name: kind.value.name,
                   arguments: toolArgumentsJson(kind.value),
                 },
@@ -95,6 +101,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
           }
         });
         break;
+      }
       case Role.TOOL: {
         const extra: ResponsesInputContent[] = [];
         message.parts.forEach((part, index) => {
@@ -109,7 +116,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
             output = text === "" ? [] : [{ type: "input_text", text }];
             for (const inner of result.contentParts) output.push(...inputContent(inner, message, index, "any"));
           }
-          push({ type: "function_call_output", call_id: result.toolCallId, output }, message);
+          push({ type: "function_call_output", call_id: ids.result(result.toolCallId), output }, message);
         });
         if (extra.length > 0) push({ type: "message", role: "user", content: compact(extra) }, message);
         break;
@@ -133,7 +140,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
       strict: false,
     }));
   }
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
 }
 
 function compact(content: ResponsesInputContent[]): string | ResponsesInputContent[] {

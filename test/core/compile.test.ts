@@ -66,6 +66,13 @@ describe("budget", () => {
     expect(ids(result.payload!.history)).toEqual(["p"]);
     expect(result.transformations["c"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
     expect(result.transformations["p"]).toMatchObject({ action: TransformationAction.PASSED, reason: TransformationReason.PROTECTED_PENDING });
+    // A round in progress at the head of pending answers history's latest user message: with a
+    // current turn after it, c is still kept, so the body does not start on the round's call.
+    const inProgress = await compile(
+      request({ history: { messages }, pending: toolRound("r", ["k1"]), currentTurn: { raw: user("now", "next") }, budget: { maxTokens: 45n, estimator: tenPerMessage } }),
+      testContext(),
+    );
+    expect(ids(inProgress.payload!.history)).toEqual(["c", "r-a", "r-r-k1", "now"]);
     // Pending without a user message (an assistant's tool round in progress) keeps the protection.
     await rejects(
       compile(request({ history: { messages }, pending: [assistant("p", "an answer in progress")], budget: { maxTokens: 15n, estimator: tenPerMessage } }), testContext()),

@@ -41,22 +41,32 @@ describe("Anthropic validator", () => {
     expect(
       check({
         messages: [
+          { role: "user", content: [{ type: "text", text: "q" }] },
           { role: "assistant", content: [{ type: "tool_use", id: "c1", name: "f", input: {} }] },
           { role: "user", content: [{ type: "text", text: "x" }, { type: "tool_result", tool_use_id: "c1", content: "r" }] },
         ],
       }),
-    ).toBe('anthropic.tool_result_first @ message "m1"');
+    ).toBe('anthropic.tool_result_first @ message "m2"');
     expect(
       check({
         messages: [
+          { role: "user", content: [{ type: "text", text: "q" }] },
           { role: "assistant", content: [{ type: "tool_use", id: "c1", name: "f", input: {} }] },
           { role: "user", content: [{ type: "text", text: "x" }] },
           { role: "assistant", content: [{ type: "text", text: "y" }] },
         ],
       }),
-    ).toBe('anthropic.open_call_position @ message "m0"');
-    expect(check({ messages: [{ role: "assistant", content: [{ type: "thinking", thinking: "t", signature: "" }] }] })).toBe(
-      'anthropic.thinking_signature @ message "m0"',
+    ).toBe('anthropic.open_call_position @ message "m1"');
+    expect(check({ messages: [{ role: "user", content: [{ type: "text", text: "q" }] }, { role: "assistant", content: [{ type: "thinking", thinking: "t", signature: "" }] }] })).toBe(
+      'anthropic.thinking_signature @ message "m1"',
+    );
+    // Bodies that start on the assistant's turn, and a prefill ending in whitespace (issue 27).
+    expect(check({ messages: [{ role: "assistant", content: [{ type: "text", text: "Hi." }] }] })).toBe('anthropic.first_turn_user @ message "m0"');
+    expect(check({ messages: [{ role: "user", content: [{ type: "text", text: "q" }] }, { role: "assistant", content: [{ type: "text", text: "Sure: " }] }] })).toBe(
+      'anthropic.prefill_trailing_whitespace @ message "m1"',
+    );
+    expect(check({ messages: [{ role: "user", content: [{ type: "text", text: "q" }] }, { role: "assistant", content: [{ type: "tool_use", id: "call/1", name: "f", input: {} }] }] })).toBe(
+      'anthropic.tool_use_id @ message "m1"',
     );
     const cached = (ttl?: "5m" | "1h") => ({ type: "text" as const, text: "x", cache_control: { type: "ephemeral" as const, ...(ttl ? { ttl } : {}) } });
     expect(check({ messages: [{ role: "user", content: [cached(), cached(), cached(), cached(), cached()] }] })).toBe('anthropic.cache_breakpoints @ message "m0"');
@@ -72,23 +82,27 @@ describe("Gemini validator", () => {
     expect(
       check({
         contents: [
+          { role: "user", parts: [{ text: "q" }] },
           { role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] },
           { role: "user", parts: [{ functionResponse: { id: "c1", name: "f", response: {} } }, { text: "mixed" }] },
         ],
       }),
-    ).toBe('gemini.function_response_content @ message "m1"');
+    ).toBe('gemini.function_response_content @ message "m2"');
     expect(check({ contents: [{ role: "user", parts: [{ text: "a" }] }, { role: "user", parts: [{ text: "b" }] }] })).toBe('gemini.role_alternation @ message "m1"');
     expect(
       check({
         contents: [
+          { role: "user", parts: [{ text: "q" }] },
           { role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] },
           { role: "user", parts: [{ functionResponse: { id: "c2", name: "f", response: {} } }] },
         ],
       }),
-    ).toBe('gemini.call_result_pairing @ message "m1"');
-    expect(check({ contents: [{ role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }, { role: "user", parts: [{ text: "next" }] }] })).toBe(
-      'gemini.open_call_position @ message "m0"',
-    );
+    ).toBe('gemini.call_result_pairing @ message "m2"');
+    expect(
+      check({ contents: [{ role: "user", parts: [{ text: "q" }] }, { role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }, { role: "user", parts: [{ text: "next" }] }] }),
+    ).toBe('gemini.open_call_position @ message "m1"');
+    // A body that starts with a function call turn (issue 27).
+    expect(check({ contents: [{ role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }] })).toBe('gemini.function_call_turn_position @ message "m0"');
   });
 });
 

@@ -6,6 +6,7 @@ import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage } from "../media.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
 import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
+import { isSummary } from "../summary-role.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -70,7 +71,9 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
       systemBreakpointsEnd = breakpoints.length;
       continue;
     }
-    const role = message.role === Role.ASSISTANT ? "assistant" : "user";
+    // A summary is context, not something the assistant said: as a user turn it gives a body that
+    // starts with the user's turn, which Anthropic (and Bedrock, Vertex) require.
+    const role = message.role === Role.ASSISTANT && !isSummary(message) ? "assistant" : "user";
     const { results, rest } = contentBlocks(message, ids);
     markCacheBreakpoint(message, [...results, ...rest], breakpoints);
     // The summary heads history and stays until the next compaction: a stable boundary.
@@ -126,9 +129,29 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
     );
   }
 
+  withoutTrailingWhitespaceInPrefill(messages, origins);
   const body: AnthropicMessagesBody = { ...(model !== "" ? { model } : {}), ...(system.length > 0 ? { system } : {}), messages };
   if (tools.length > 0) body.tools = tools;
   return { body, origins, renamed: ids.renamed };
+}
+
+/**
+ * A body ending in an assistant turn asks the model to continue it (a prefill), and Anthropic
+ * rejects one whose final content ends in whitespace. Trailing whitespace of that last text block
+ * is left out (it carries nothing the model continues from); a block of only whitespace goes, and
+ * a turn left empty with it.
+ */
+function withoutTrailingWhitespaceInPrefill(messages: AnthropicMessage[], origins: BodyOrigin[]): void {
+  const last = messages.at(-1);
+  if (!last || last.role !== "assistant") return;
+  const block = last.content.at(-1);
+  if (!block || block.type !== "text") return;
+  block.text = block.text.trimEnd();
+  if (block.text !== "") return;
+  last.content.pop();
+  if (last.content.length > 0) return;
+  messages.pop();
+  origins.pop();
 }
 
 /**

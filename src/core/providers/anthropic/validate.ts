@@ -21,6 +21,18 @@ export const anthropicToolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
  */
 export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.messages.length === 0) throw providerRuleViolation("anthropic.messages_non_empty", "request", "there is no message to send");
+  if (body.messages[0]!.role !== "user") {
+    throw providerRuleViolation(
+      "anthropic.first_turn_user",
+      atMessage(origins[0]!.messageId),
+      `the first turn would be the assistant's; Anthropic (with Bedrock and Vertex) takes a body that starts with a user turn: start history with a user message, or leave budget.history_start at HISTORY_START_USER_TURN so trimming aligns it`,
+    );
+  }
+  const final = body.messages.at(-1)!;
+  const finalBlock = final.content.at(-1);
+  if (final.role === "assistant" && finalBlock?.type === "text" && /\s$/.test(finalBlock.text)) {
+    throw providerRuleViolation("anthropic.prefill_trailing_whitespace", atMessage(origins.at(-1)!.messageId), "the final assistant content ends in whitespace");
+  }
   const seenCallIds = new Set<string>();
 
   body.messages.forEach((message, index) => {

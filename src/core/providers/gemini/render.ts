@@ -6,6 +6,7 @@ import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage, type InlineMedia } from "../media.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
 import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
+import { isSummary } from "../summary-role.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { isJsonObject, toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -95,7 +96,9 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
       append("user", responses, message, true);
       continue;
     }
-    append(message.role === Role.ASSISTANT ? "model" : "user", contentParts(message.parts, message, 0, ids), message, false);
+    // A summary is context, not a model turn: as user content it never heads the body as a model
+    // turn (merged with a following function call, that is a body Gemini rejects).
+    append(message.role === Role.ASSISTANT && !isSummary(message) ? "model" : "user", contentParts(message.parts, message, 0, ids), message, false);
   }
 
   flushToolFollowUp();

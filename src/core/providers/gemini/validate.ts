@@ -17,6 +17,13 @@ export const geminiToolNamePattern = /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$/;
  */
 export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.contents.length === 0) throw providerRuleViolation("gemini.contents_non_empty", "request", "there is no content to send");
+  if (body.contents[0]!.parts.some((part) => part.functionCall !== undefined)) {
+    throw providerRuleViolation(
+      "gemini.function_call_turn_position",
+      atMessage(origins[0]!.messageId),
+      "the body would start with a function call turn; Gemini takes one only right after a user turn or a function response turn: start history with a user message, or leave budget.history_start at HISTORY_START_USER_TURN so trimming aligns it",
+    );
+  }
   const seenCallIds = new Set<string>();
   const isResponses = (content: GeminiContent) => content.parts.some((part) => part.functionResponse !== undefined);
 

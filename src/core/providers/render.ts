@@ -21,6 +21,7 @@ import { validateOpenAIResponses } from "./openai-responses/validate.js";
 import type { DeadlineCheck } from "../compile/deadline.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
 import type { RenamedCallId } from "./rendered-ids.js";
+import type { MediaPolicy } from "./media-capabilities.js";
 
 /** The first part of every rule name of a provider ("anthropic.open_call_position"). */
 const ruleNamePrefixes: Partial<Record<Provider, string>> = {
@@ -104,23 +105,24 @@ interface RenderedBody {
 function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): RenderedBody {
   const rulePrefix = ruleNamePrefixes[options.provider];
   if (rulePrefix !== undefined) assertOpenRoundLast(payload, rulePrefix);
+  const media: MediaPolicy = { drop: options.dropUnsupportedMedia, report };
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
-      const { body, origins, renamed } = renderOpenAIChat(payload, options.model);
+      const { body, origins, renamed } = renderOpenAIChat(payload, options.model, media);
       return { body: withPromptCacheKey(body, options), renamed, validate: () => validateOpenAIChat(body, origins, payload) };
     }
     case Provider.OPENAI_RESPONSES: {
-      const { body, origins, renamed } = renderOpenAIResponses(payload, options.model);
+      const { body, origins, renamed } = renderOpenAIResponses(payload, options.model, media);
       return { body: withPromptCacheKey(body, options), renamed, validate: () => validateOpenAIResponses(body, origins, payload) };
     }
     case Provider.ANTHROPIC_MESSAGES: {
       promptCacheKeyIgnored(options, report);
-      const { body, origins, renamed } = renderAnthropic(payload, options.model, report, options.autoCacheBreakpoints);
+      const { body, origins, renamed } = renderAnthropic(payload, options.model, report, options.autoCacheBreakpoints, media);
       return { body, renamed, validate: () => validateAnthropic(body, origins, payload) };
     }
     case Provider.GEMINI: {
       promptCacheKeyIgnored(options, report);
-      const { body, origins, renamed } = renderGemini(payload, options.model);
+      const { body, origins, renamed } = renderGemini(payload, options.model, media);
       return { body, renamed, validate: () => validateGemini(body, origins, payload) };
     }
     case Provider.UNSPECIFIED:

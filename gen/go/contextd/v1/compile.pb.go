@@ -2082,8 +2082,15 @@ type RenderOptions struct {
 	// At most 1,024 bytes (INVALID_ARGUMENT over it). Other providers: not sent, with the warning
 	// `prompt_cache_key_ignored`.
 	PromptCacheKey string `protobuf:"bytes,51,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What happens to an image or file part the provider does not take in its type and form (the
+	// table in docs/provider-media.md: for example a file by URL for OpenAI Chat, which takes PDF
+	// inline or as an uploaded id only). Off (the default): the compile is FAILED_PRECONDITION, rule
+	// `<provider>.media_type`, naming the message, the part and what the provider takes. On: the
+	// part is left out of the body and the warning `media_dropped` names it. Either way an inline
+	// `text/plain` file is sent as a text part to providers without plain-text documents (no loss).
+	DropUnsupportedMedia bool `protobuf:"varint,101,opt,name=drop_unsupported_media,json=dropUnsupportedMedia,proto3" json:"drop_unsupported_media,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RenderOptions) Reset() {
@@ -2142,6 +2149,13 @@ func (x *RenderOptions) GetPromptCacheKey() string {
 		return x.PromptCacheKey
 	}
 	return ""
+}
+
+func (x *RenderOptions) GetDropUnsupportedMedia() bool {
+	if x != nil {
+		return x.DropUnsupportedMedia
+	}
+	return false
 }
 
 // A named side projection computed from the same normalised input as the main compile: either a
@@ -4694,12 +4708,13 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xb8\x01\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xee\x01\n" +
 	"\rRenderOptions\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
 	"\x16auto_cache_breakpoints\x182 \x01(\bR\x14autoCacheBreakpoints\x12(\n" +
-	"\x10prompt_cache_key\x183 \x01(\tR\x0epromptCacheKey\"\x82\x02\n" +
+	"\x10prompt_cache_key\x183 \x01(\tR\x0epromptCacheKey\x124\n" +
+	"\x16drop_unsupported_media\x18e \x01(\bR\x14dropUnsupportedMedia\"\x82\x02\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\tR\x04view\x120\n" +

@@ -392,16 +392,18 @@ class TextReplacement(_message.Message):
     def __init__(self, segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., message_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RenderOptions(_message.Message):
-    __slots__ = ("provider", "model", "auto_cache_breakpoints", "prompt_cache_key")
+    __slots__ = ("provider", "model", "auto_cache_breakpoints", "prompt_cache_key", "drop_unsupported_media")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     AUTO_CACHE_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
+    DROP_UNSUPPORTED_MEDIA_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
     auto_cache_breakpoints: bool
     prompt_cache_key: str
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., auto_cache_breakpoints: bool = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
+    drop_unsupported_media: bool
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., auto_cache_breakpoints: bool = ..., prompt_cache_key: _Optional[str] = ..., drop_unsupported_media: bool = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ("name", "view", "segments", "budget", "formatters", "render")

@@ -4,6 +4,7 @@ import { Provider, Role, type Message, type Part, type ToolResultPart } from "..
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage, type InlineMedia } from "../media.js";
+import { mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
 import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { isSummary } from "../summary-role.js";
@@ -35,7 +36,7 @@ export interface RenderedGemini {
  *   (other providers never see it); a text part that is empty but signed is still sent, since the
  *   signature is what Gemini needs.
  */
-export function renderGemini(payload: CompiledPayload, _model: string): RenderedGemini {
+export function renderGemini(payload: CompiledPayload, _model: string, media: MediaPolicy): RenderedGemini {
   const systemParts: Array<{ text: string }> = [];
   const contents: GeminiContent[] = [];
   const origins: BodyOrigin[] = [];
@@ -84,13 +85,13 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
         if (part.kind.case === "toolResult") {
           const response = functionResponse(part.kind.value, callNames, ids);
           for (const inner of part.kind.value.contentParts) {
-            const media = functionResponseMedia(inner);
-            if (media) (response.parts ??= []).push({ inlineData: media });
-            else followUp.push(...contentParts([inner], message, index, ids));
+            const inline = functionResponseMedia(inner);
+            if (inline) (response.parts ??= []).push({ inlineData: inline });
+            else followUp.push(...contentParts([inner], message, index, ids, media));
           }
           responses.push({ functionResponse: response });
         } else {
-          followUp.push(...contentParts([part], message, index, ids));
+          followUp.push(...contentParts([part], message, index, ids, media));
         }
       });
       append("user", responses, message, true);
@@ -98,7 +99,7 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
     }
     // A summary is context, not a model turn: as user content it never heads the body as a model
     // turn (merged with a following function call, that is a body Gemini rejects).
-    append(message.role === Role.ASSISTANT && !isSummary(message) ? "model" : "user", contentParts(message.parts, message, 0, ids), message, false);
+    append(message.role === Role.ASSISTANT && !isSummary(message) ? "model" : "user", contentParts(message.parts, message, 0, ids, media), message, false);
   }
 
   flushToolFollowUp();
@@ -156,7 +157,7 @@ function functionResponseMedia(part: Part): { mimeType: string; data: string } |
 }
 
 /** Parts of a user or model turn. `firstIndex` offsets part numbers in errors. */
-function contentParts(parts: readonly Part[], message: Message, firstIndex: number, ids: CallIdAssignment): GeminiPart[] {
+function contentParts(parts: readonly Part[], message: Message, firstIndex: number, ids: CallIdAssignment, media: MediaPolicy): GeminiPart[] {
   const rendered: GeminiPart[] = [];
   parts.forEach((part, offset) => {
     const index = firstIndex + offset;
@@ -167,6 +168,7 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         else if (kind.value.text !== "") rendered.push({ text: kind.value.text });
         return;
       case "image": {
+        if (!mediaPlan("gemini", message, index, { kind: "image", image: kind.value }, media).send) return;
         const inline = inlineImage(kind.value);
         rendered.push(
           inline
@@ -176,6 +178,7 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         return;
       }
       case "file":
+        if (!mediaPlan("gemini", message, index, { kind: "file", file: kind.value }, media).send) return;
         rendered.push(
           kind.value.uri !== ""
             ? { fileData: { fileUri: kind.value.uri, ...(kind.value.mimeType !== "" ? { mimeType: kind.value.mimeType } : {}) } }

@@ -4,6 +4,7 @@ import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";
 import { fileDataUrl, imageUrl } from "../media.js";
+import { fileName, mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
 import { acceptedChatName, CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
@@ -32,7 +33,7 @@ export interface RenderedOpenAIChat {
  * Reasoning parts are never sent: Chat Completions has no way to take reasoning back. Tool-call
  * ids and sender names are sent in the form Chat takes (`rendered-ids.ts`).
  */
-export function renderOpenAIChat(payload: CompiledPayload, model: string): RenderedOpenAIChat {
+export function renderOpenAIChat(payload: CompiledPayload, model: string, media: MediaPolicy): RenderedOpenAIChat {
   const messages: ChatMessage[] = [];
   const origins: BodyOrigin[] = [];
   const ids = new CallIdAssignment(callIdRules.openai_chat);
@@ -60,7 +61,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
         break;
       }
       case Role.USER: {
-        const content = message.parts.flatMap((part, index) => userContent(part, message, index));
+        const content = message.parts.flatMap((part, index) => userContent(part, message, index, media));
         if (content.length > 0) push({ role: "user", content: compact(content), ...named(message) }, message);
         break;
       }
@@ -88,7 +89,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
         toolFollowUp ??= { parts: [], origin: message };
         message.parts.forEach((part, index) => {
           if (part.kind.case !== "toolResult") {
-            toolFollowUp!.parts.push(...userContent(part, message, index));
+            toolFollowUp!.parts.push(...userContent(part, message, index, media));
             return;
           }
           const result = part.kind.value;
@@ -96,7 +97,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
           push({ role: "tool", tool_call_id: callId, content: toolPayloadText(result.payload) }, message);
           if (result.contentParts.length > 0) {
             toolFollowUp!.parts.push({ type: "text", text: `Content returned by tool call ${callId}:` });
-            result.contentParts.forEach((inner) => toolFollowUp!.parts.push(...userContent(inner, message, index)));
+            result.contentParts.forEach((inner) => toolFollowUp!.parts.push(...userContent(inner, message, index, media)));
           }
         });
         break;
@@ -159,19 +160,23 @@ function textOnlyContent(message: Message, roleName: string): ChatTextPart[] {
   return content;
 }
 
-/** A part as user content (text, image, file). */
-function userContent(part: Part, message: Message, index: number): ChatUserContentPart[] {
+/** A part as user content (text, image, file; media as `media-capabilities.ts` allows). */
+function userContent(part: Part, message: Message, index: number, media: MediaPolicy): ChatUserContentPart[] {
   switch (part.kind.case) {
     case "text":
       return part.kind.value.text === "" ? [] : [{ type: "text", text: part.kind.value.text }];
     case "image": {
+      const plan = mediaPlan("openai_chat", message, index, { kind: "image", image: part.kind.value }, media);
+      if (!plan.send) return [];
       const detail = openAIImageDetail(part.kind.value.detail);
       return [{ type: "image_url", image_url: { url: imageUrl(part.kind.value), ...(detail ? { detail } : {}) } }];
     }
     case "file": {
       const file = part.kind.value;
+      const plan = mediaPlan("openai_chat", message, index, { kind: "file", file }, media);
+      if (!plan.send) return plan.text !== undefined ? [{ type: "text", text: plan.text }] : [];
       if (file.uri !== "") return [{ type: "file", file: { file_id: file.uri } }];
-      return [{ type: "file", file: { file_data: fileDataUrl(file), ...(file.name !== "" ? { filename: file.name } : {}) } }];
+      return [{ type: "file", file: { file_data: fileDataUrl(file), filename: fileName(file, message.id, index) } }];
     }
     case "reasoning":
       return [];

@@ -4,6 +4,7 @@ import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";
 import { fileDataUrl, imageUrl } from "../media.js";
+import { fileName, mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
 import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { responsesPairs } from "./reasoning-pairs.js";
@@ -36,7 +37,7 @@ export const instructionsSeparator = "\n\n";
  * - Function tools are sent with `strict: false`: contextd does not know whether a schema meets
  *   strict mode's rules, and the API's default (true) would reject those that do not.
  */
-export function renderOpenAIResponses(payload: CompiledPayload, model: string): RenderedOpenAIResponses {
+export function renderOpenAIResponses(payload: CompiledPayload, model: string, media: MediaPolicy): RenderedOpenAIResponses {
   const instructions: string[] = [];
   const input: ResponsesInputItem[] = [];
   const origins: BodyOrigin[] = [];
@@ -50,7 +51,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
     switch (message.role) {
       case Role.SYSTEM:
       case Role.DEVELOPER: {
-        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "text"));
+        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "text", media));
         if (content.length === 0) break;
         if (segment === "system" && message.role === Role.SYSTEM) {
           instructions.push(...content.map((part) => (part as { text: string }).text));
@@ -60,7 +61,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
         break;
       }
       case Role.USER: {
-        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "any"));
+        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "any", media));
         if (content.length > 0) push({ type: "message", role: "user", content: compact(content) }, message);
         break;
       }
@@ -106,7 +107,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
         const extra: ResponsesInputContent[] = [];
         message.parts.forEach((part, index) => {
           if (part.kind.case !== "toolResult") {
-            extra.push(...inputContent(part, message, index, "any"));
+            extra.push(...inputContent(part, message, index, "any", media));
             return;
           }
           const result = part.kind.value;
@@ -114,7 +115,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
           let output: string | ResponsesInputContent[] = text;
           if (result.contentParts.length > 0) {
             output = text === "" ? [] : [{ type: "input_text", text }];
-            for (const inner of result.contentParts) output.push(...inputContent(inner, message, index, "any"));
+            for (const inner of result.contentParts) output.push(...inputContent(inner, message, index, "any", media));
           }
           push({ type: "function_call_output", call_id: ids.result(result.toolCallId), output }, message);
         });
@@ -148,16 +149,19 @@ function compact(content: ResponsesInputContent[]): string | ResponsesInputConte
 }
 
 /** A part as Responses input content; `allowed: "text"` for instruction messages. */
-function inputContent(part: Part, message: Message, index: number, allowed: "text" | "any"): ResponsesInputContent[] {
+function inputContent(part: Part, message: Message, index: number, allowed: "text" | "any", media: MediaPolicy): ResponsesInputContent[] {
   const kind = part.kind;
   if (kind.case === "text") return kind.value.text === "" ? [] : [{ type: "input_text", text: kind.value.text }];
   if (kind.case === "reasoning") return [];
   if (allowed === "any" && kind.case === "image") {
+    if (!mediaPlan("openai_responses", message, index, { kind: "image", image: kind.value }, media).send) return [];
     return [{ type: "input_image", image_url: imageUrl(kind.value), detail: openAIImageDetail(kind.value.detail) ?? "auto" }];
   }
   if (allowed === "any" && kind.case === "file") {
     const file = kind.value;
-    if (file.uri === "") return [{ type: "input_file", file_data: fileDataUrl(file), ...(file.name !== "" ? { filename: file.name } : {}) }];
+    const plan = mediaPlan("openai_responses", message, index, { kind: "file", file }, media);
+    if (!plan.send) return plan.text !== undefined ? [{ type: "input_text", text: plan.text }] : [];
+    if (file.uri === "") return [{ type: "input_file", file_data: fileDataUrl(file), filename: fileName(file, message.id, index) }];
     return [/^https?:\/\//.test(file.uri) ? { type: "input_file", file_url: file.uri } : { type: "input_file", file_id: file.uri }];
   }
   throw providerRuleViolation("openai_responses.content_type", atMessage(message.id), `part ${index} (${kind.case ?? "empty"}) cannot be sent in a ${Role[message.role]} message`);

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { RenderOptionsSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { renderRequest } from "../../src/core/providers/render.js";
+import { parseProviderResponse } from "../../src/core/providers/parse-response.js";
 import { acceptedCallId, acceptedChatName, callIdRules } from "../../src/core/providers/rendered-ids.js";
 import { assistant, call, message, payload, reasoning, result, text, tool, user } from "./build-messages.js";
 
@@ -100,6 +101,29 @@ describe("provider-constrained tool-call ids", () => {
     const chat = callAndResultIds(json(p, Provider.OPENAI_CHAT), Provider.OPENAI_CHAT);
     expect(chat.calls[1]).toHaveLength(40);
     expect(chat.results).toEqual(chat.calls);
+  });
+});
+
+describe("mapping rendered ids back", () => {
+  it("lets a caller run an open round's calls from the body and commit results under the stored ids; a response's new calls need no mapping", () => {
+    const open = [user("u1", "weather?"), assistant("a1", call("call/1@373", "get_weather", '{"city":"Oslo"}'))];
+    const first = render(payload({ history: open }), Provider.ANTHROPIC_MESSAGES);
+    const sent = callAndResultIds(JSON.parse(new TextDecoder().decode(first.json)), Provider.ANTHROPIC_MESSAGES).calls[0]!;
+    expect(sent).not.toBe("call/1@373");
+    // The caller found `sent` in the body; renamed_tool_call_ids says which stored call it is.
+    const stored = first.renamedToolCallIds.find((entry) => entry.rendered === sent)!;
+    expect([stored.messageId, stored.stored]).toEqual(["a1", "call/1@373"]);
+    // The provider's next response makes a call of its own: stored with the provider's id.
+    const [answer] = parseProviderResponse(
+      Provider.ANTHROPIC_MESSAGES,
+      new TextEncoder().encode(JSON.stringify({ type: "message", role: "assistant", content: [{ type: "tool_use", id: "toolu_01A", name: "get_weather", input: { city: "Rome" } }], stop_reason: "tool_use" })),
+    );
+    const history = [...open, tool("t1", result(stored.stored, "get_weather", { text: "4C" })), user("u2", "and Rome?"), { ...answer!, id: "a2" }, tool("t2", result("toolu_01A", "get_weather", { text: "19C" }))];
+    const next = render(payload({ history }), Provider.ANTHROPIC_MESSAGES);
+    const ids = callAndResultIds(JSON.parse(new TextDecoder().decode(next.json)), Provider.ANTHROPIC_MESSAGES);
+    // Both rounds pair: the first under the same rendered id as before, the second as the provider issued it.
+    expect(ids.calls).toEqual([sent, "toolu_01A"]);
+    expect(ids.results).toEqual([sent, "toolu_01A"]);
   });
 });
 

@@ -160,4 +160,12 @@ describe("Responses reasoning pairs", () => {
     expect(input.filter((item) => item["type"] === "reasoning").map((item) => item["id"])).toEqual(["rs_2"]);
     expect(input.filter((item) => item["type"] === "function_call").map((item) => item["id"] ?? null)).toEqual([null, "fc_2"]);
   });
+
+  it("never sends an item id the API did not issue (the Agents SDK's __fake_id__)", () => {
+    const p = payload({
+      history: [user("u1", "q"), assistant("a1", reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_1", redactedData: "enc" }), call("c1", "search", "{}", { itemId: "__fake_id__" })), tool("t1", result("c1", "search", { text: "r" }))],
+    });
+    const calls = (json(p, Provider.OPENAI_RESPONSES).input as Array<Record<string, unknown>>).filter((item) => item["type"] === "function_call");
+    expect(calls).toEqual([{ type: "function_call", call_id: "c1", name: "search", arguments: "{}" }]);
+  });
 });

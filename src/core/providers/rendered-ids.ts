@@ -111,7 +111,11 @@ export function acceptedChatName(stored: string): string {
   return withSuffix(cleaned === "" ? "name" : cleaned, hashSuffix(stored), chatNameMaxLength);
 }
 
-/** True when `id` is a Responses item id that can be sent back: the alphabet, at most 64. */
-export function isSendableItemId(id: string): boolean {
-  return id.length > 0 && id.length <= 64 && idAlphabet.test(id);
+/**
+ * True when `id` is a Responses function-call item id that can be sent back: one the API issued
+ * (`fc_…`, the alphabet, at most 64). Frameworks store placeholders there for items of other
+ * models (the Agents SDK's `__fake_id__`), which the API rejects.
+ */
+export function isSendableCallItemId(id: string): boolean {
+  return id.length <= 64 && /^fc_[a-zA-Z0-9_-]+$/.test(id);
 }

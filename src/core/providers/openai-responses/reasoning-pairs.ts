@@ -1,5 +1,5 @@
 import { Provider, type Message } from "../../../../gen/ts/contextd/v1/message_pb.js";
-import { isSendableItemId } from "../rendered-ids.js";
+import { isSendableCallItemId } from "../rendered-ids.js";
 
 /**
  * Which reasoning items and item ids of one assistant message a Responses body sends. The API
@@ -10,7 +10,7 @@ import { isSendableItemId } from "../rendered-ids.js";
  * - a Responses reasoning part is sent only when an item of the same message follows it (text or a
  *   call); a lone one (reasoning, then the next user turn) is left out;
  * - a call is sent with its item `id` only when a reasoning item of the same message was sent
- *   before it and the id is one the API can take back; otherwise it goes without `id`, which the
+ *   before it and the id is one the API issued (`fc_…`); otherwise it goes without `id`, which the
  *   API accepts for any call (its `call_id` is what results answer).
  * Text is always sent without an item id (contextd keeps none for it).
  */
@@ -39,7 +39,7 @@ export function responsesPairs(message: Message): ResponsesPairs {
       reasoning.add(index);
       reasoningSent = true;
     }
-    if (kind.case === "toolCall" && reasoningSent && isSendableItemId(kind.value.itemId)) itemIds.add(index);
+    if (kind.case === "toolCall" && reasoningSent && isSendableCallItemId(kind.value.itemId)) itemIds.add(index);
   });
   return { reasoning, itemIds };
 }

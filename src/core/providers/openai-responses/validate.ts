@@ -22,6 +22,14 @@ export const responsesMaxOutputCharacters = 256_000;
 export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.input.length === 0) throw providerRuleViolation("openai_responses.input_non_empty", "request", "there is no input item to send");
   const calls = new Map<string, { answered: boolean; index: number }>();
+  // The message of the latest reasoning item, for the pairing of item ids (linear, not a scan back).
+  let lastReasoningOf: string | undefined;
+  // For each input index, the index of the first item after it that is not reasoning (or the length).
+  const nextItem: number[] = new Array<number>(body.input.length);
+  for (let index = body.input.length - 1, next = body.input.length; index >= 0; index--) {
+    nextItem[index] = next;
+    if (body.input[index]!.type !== "reasoning") next = index;
+  }
 
   body.input.forEach((item, index) => {
     const origin = origins[index]!;
@@ -36,7 +44,7 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
         if (item.call_id.length > callIdRules.openai_responses.maxLength) {
           throw providerRuleViolation("openai_responses.call_id_length", where, `call_id "${item.call_id}" has ${item.call_id.length} characters; the limit is ${callIdRules.openai_responses.maxLength}`);
         }
-        if (item.id !== undefined && !body.input.slice(0, index).some((earlier, at) => earlier.type === "reasoning" && origins[at]!.messageId === origin.messageId)) {
+        if (item.id !== undefined && lastReasoningOf !== origin.messageId) {
           throw providerRuleViolation("openai_responses.reasoning_pair", where, `function_call "${item.call_id}" carries item id "${item.id}" without the reasoning item it was produced with`);
         }
         if (item.call_id === "" || calls.has(item.call_id)) {
@@ -58,8 +66,9 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
       }
       case "reasoning": {
         if (item.id === "") throw providerRuleViolation("openai_responses.reasoning_item_id", where, "a reasoning item without its id cannot be sent back");
-        const next = body.input.slice(index + 1).findIndex((later) => later.type !== "reasoning");
-        if (next < 0 || origins[index + 1 + next]!.messageId !== origin.messageId) {
+        lastReasoningOf = origin.messageId;
+        const next = nextItem[index]!;
+        if (next === body.input.length || origins[next]!.messageId !== origin.messageId) {
           throw providerRuleViolation("openai_responses.reasoning_pair", where, `reasoning item "${item.id}" is not followed by an item of its own assistant turn`);
         }
         return;

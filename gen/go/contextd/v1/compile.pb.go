@@ -3383,11 +3383,11 @@ func (x *RenderedRequest) GetRenamedToolCallIds() []*RenamedToolCallId {
 type RenamedToolCallId struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The assistant message holding the call.
-	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	MessageId string `protobuf:"bytes,100,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// The id as stored (`ToolCallPart.id`, and `ToolResultPart.tool_call_id` of its results).
-	Stored string `protobuf:"bytes,2,opt,name=stored,proto3" json:"stored,omitempty"`
+	Stored string `protobuf:"bytes,101,opt,name=stored,proto3" json:"stored,omitempty"`
 	// The id as the body sends it, for the call and for its results.
-	Rendered      string `protobuf:"bytes,3,opt,name=rendered,proto3" json:"rendered,omitempty"`
+	Rendered      string `protobuf:"bytes,102,opt,name=rendered,proto3" json:"rendered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4811,9 +4811,9 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x15renamed_tool_call_ids\x18d \x03(\v2\x1e.contextd.v1.RenamedToolCallIdR\x12renamedToolCallIds\"f\n" +
 	"\x11RenamedToolCallId\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x16\n" +
-	"\x06stored\x18\x02 \x01(\tR\x06stored\x12\x1a\n" +
-	"\brendered\x18\x03 \x01(\tR\brendered\"\xe7\x03\n" +
+	"message_id\x18d \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06stored\x18e \x01(\tR\x06stored\x12\x1a\n" +
+	"\brendered\x18f \x01(\tR\brendered\"\xe7\x03\n" +
 	"\n" +
 	"Projection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +

@@ -166,8 +166,14 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
       const protectsMessages = protectedRoles.size > 0 || retained.size > 0;
-      // Without a current turn, the latest user message of history is the one being answered.
-      const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
+      // Without a current turn or a user message in pending, the latest user message of history is
+      // the one being answered. With either, that is the question, and history's last user message
+      // is an older one: protecting it would keep it without its answer. Unless pending starts with
+      // a round in progress (an assistant or tool message): that round answers history's latest
+      // user message, and dropping it would leave the body starting on a tool call.
+      const tail = [...work.pending, ...(turnMessage ? [turnMessage] : [])];
+      const answeredAfterHistory = tail.some((message) => message.role === Role.USER) && !isRoundInProgress(tail[0]!);
+      const latestUser = !answeredAfterHistory && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
       if (latestUser >= 0 && historyCounts[latestUser]! > available) {
         throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser + (known?.offset ?? 0)}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
       }
@@ -435,4 +441,9 @@ function quoteIds(messages: readonly Message[]): string {
 /** RESOURCE_EXHAUSTED, reason BUDGET_EXCEEDED, with the limit in the metadata (`limit_tokens`). */
 function budgetExceeded(message: string, limitTokens: number): ConnectError {
   return withErrorDetails(new ConnectError(message, Code.ResourceExhausted), ErrorReason.budgetExceeded, { metadata: { limit_tokens: String(limitTokens) } });
+}
+
+/** True for a message that continues a turn rather than asking: an assistant turn or a tool result. */
+function isRoundInProgress(message: Message): boolean {
+  return message.role === Role.ASSISTANT || message.role === Role.TOOL;
 }

@@ -2,6 +2,7 @@ import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   BudgetStrategy,
+  type Budget,
   HistoryStart,
   IntroducedMessageSchema,
   TransformationAction,
@@ -245,6 +246,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
       }
       const dropSet: Set<number> = drop;
+      if (!summarize && strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL) warnOversizedUnit(work, units, dropSet, history, available, budget);
 
       const kept: Message[] = [];
       const keptCounts: number[] = [];
@@ -430,6 +432,34 @@ async function requestSummary(
 function lastUserMessageIndex(history: readonly Message[]): number {
   for (let index = history.length - 1; index >= 0; index--) if (history[index]!.role === Role.USER) return index;
   return -1;
+}
+
+/**
+ * Says so when one unit larger than all the room history has made the head-first trim drop
+ * everything older with it ("oversized_unit"). Dropping oldest first keeps a contiguous tail, so a
+ * single 2,700-token tool round under a 2,000-token budget took the whole history with it and kept
+ * 63 tokens, silently. The trim is right — the unit can never fit — but the caller can fix what it
+ * cost: clearing old tool results (`tool_result_clearing`) shrinks the unit instead.
+ */
+function warnOversizedUnit(work: CompileWork, units: readonly CostedUnit[], dropped: ReadonlySet<number>, history: readonly Message[], available: number, budget: Budget | undefined): void {
+  let newest = -1;
+  for (const index of dropped) if (index > newest) newest = index;
+  if (newest < 0 || units[newest]!.tokens <= available) return;
+  let olderMessages = 0;
+  let olderTokens = 0;
+  for (const index of dropped) {
+    if (index === newest) continue;
+    olderMessages += units[index]!.end - units[index]!.start;
+    olderTokens += units[index]!.tokens;
+  }
+  if (olderMessages === 0) return;
+  const unit = units[newest]!;
+  const fix = budget?.toolResultClearing ? "a larger budget" : "tool_result_clearing (old tool results cleared instead of rounds dropped) or a larger budget";
+  addWarning(
+    work,
+    "oversized_unit",
+    `history unit at message "${history[unit.start]!.id}" (${unit.end - unit.start} message(s)) needs ${unit.tokens} tokens, more than the ${available} history may use: trimming oldest first dropped it and the ${olderMessages} older message(s) before it (${olderTokens} tokens) that would have fit; ${fix} would keep them`,
+  );
 }
 
 /** Message ids for a warning: all of them up to 10, then how many more. */

@@ -10,6 +10,7 @@ import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { Admission } from "./policy/admission.js";
 import { authenticate, BearerTokens } from "./policy/auth.js";
+import { RequestOrigins } from "./policy/request-origin.js";
 import { decodeOpaqueRequests, withOpaqueRequests } from "./transport/binary-requests.js";
 import { classifyContentType } from "./transport/content-type.js";
 import { requestIdKey } from "./policy/call-context.js";
@@ -110,7 +111,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const calls = new CallTracker();
   const shutdownController = new AbortController();
   const tokens = new BearerTokens(config.authTokens);
-  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
+  const origins = new RequestOrigins({ allowedHosts: config.allowedHosts, checkHost: config.authTokens.length === 0, metricsPath: config.metricsPath, tls: config.tlsCert !== "" });
+  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes, origins);
   telemetry.listen(metrics.observe);
   if (tracing) telemetry.listen(tracing.observe);
   options.shareTelemetry?.(telemetry);
@@ -190,6 +192,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   ) => {
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
+    // Host and Origin first, for every path and method (policy/request-origin.ts).
+    const foreign = admission.refusalByOrigin(request.url ?? "", request.headers[":authority"] ?? request.headers.host, request.headers.origin);
+    if (foreign !== undefined) {
+      if (!respondWithError(request, response, foreign)) {
+        request.resume();
+        response.writeHead(403, { "content-type": "text/plain; charset=utf-8" });
+        response.end(`${foreign.rawMessage}\n`);
+      }
+      return;
+    }
     if (serveMetrics(request, response, metricsText, config.metricsPath)) return;
     if (inspector?.serve(request, response)) return;
     const requestId = requestIdOf(request.headers["x-request-id"]);

@@ -129,7 +129,7 @@ export function serveUnaryCall(
   stream.on("error", ignoreStreamError);
   const { admission } = options;
   const path = headers[":path"] ?? "";
-  const refusal = admission.refusalByHeaders(path, headers.authorization);
+  const refusal = admission.refusalByOrigin(path, headers[":authority"] ?? headers.host, headers.origin) ?? admission.refusalByHeaders(path, headers.authorization);
   if (refusal !== undefined) {
     respondError(stream, new Headers(responseHeaders), refusal);
     return;

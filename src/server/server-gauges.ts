@@ -6,6 +6,7 @@ import type { CallTracker } from "./operations/call-tracker.js";
 import { type HealthStatus, ServingStatus } from "./operations/health.js";
 import type { Metrics } from "./operations/metrics.js";
 import type { TokenCountCache } from "../core/tokens/token-count-cache.js";
+import type { OpenConnections } from "./transport/open-connections.js";
 
 /** The owners whose state `/metrics` shows as gauges, read at every scrape. */
 export interface GaugeSources {
@@ -16,13 +17,21 @@ export interface GaugeSources {
   codec: Codec;
   requestMemory: RequestMemoryBudget;
   tokenCounts: TokenCountCache;
+  connections: OpenConnections;
 }
 
 export function registerServerGauges(metrics: Metrics, sources: GaugeSources): void {
-  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts } = sources;
+  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts, connections } = sources;
   metrics.gauge("contextd_serving", "1 while health is SERVING.", () => (health.current === ServingStatus.SERVING ? 1 : 0));
   metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => calls.inFlight);
   metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);
+  metrics.gauge("contextd_connections_open", "TCP connections open (bounded by --max-connections).", () => connections.size);
+  metrics.countedBy(
+    "contextd_connections_closed_total",
+    "Connections the server closed, by reason: headers_timeout (no request headers within --headers-timeout-ms), idle_timeout (nothing in flight for --idle-timeout-ms), evicted (idle the longest when a connection came at --max-connections), refused (came at --max-connections while every open one had a call in flight).",
+    "reason",
+    () => connections.closed,
+  );
   metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
   metrics.gauge(
     "contextd_recent_messages_bytes",
@@ -44,3 +53,4 @@ export function registerServerGauges(metrics: Metrics, sources: GaugeSources): v
   metrics.cache("token_count_lists", () => ({ lookups: tokenCounts.listLookups, hits: tokenCounts.listHits }));
   metrics.gauge("contextd_token_count_texts", "Texts whose token counts are kept across compiles (bounded at 200,000).", () => tokenCounts.keptTexts);
 }
+

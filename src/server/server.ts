@@ -27,6 +27,7 @@ import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream }
 import { instrumentCalls } from "./policy/instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
 import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
+import { defaultMaxConnections } from "./transport/open-connections.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
@@ -269,10 +270,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return true;
   };
   const listenerTls = readListenerTls(config);
-  const { tcp, h2, sockets } = createDualProtocolServer(handle, {
+  const { tcp, h2, sockets, connections } = createDualProtocolServer(handle, {
     maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
     streamHandler: config.directUnaryGrpc ? serveStream : undefined,
     tls: listenerTls,
+    connections: {
+      maxConnections: config.maxConnections === 0 ? defaultMaxConnections() : config.maxConnections,
+      idleTimeoutMs: config.idleTimeoutMs,
+      headersTimeoutMs: config.headersTimeoutMs,
+    },
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
@@ -287,10 +293,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       resolve();
     });
   });
+  // Once listening, a failed accept (EMFILE: out of descriptors despite --max-connections) is that
+  // connection's failure, not the process's; unheard, node would throw it.
+  tcp.on("error", (error) => logger.log("error", "accepting a connection failed", { error: error.message }));
 
   const storeHealth = pollStoreHealth(store, health, config.healthIntervalMs, logger);
   await storeHealth.firstCheck;
-  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts });
+  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts, connections });
 
   let stopped: Promise<void> | undefined;
   return {
@@ -304,7 +313,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       stopped ??= shutDown(
         { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
         graceMs,
-      ).finally(() => regexSearch.close());
+      ).finally(() => {
+        regexSearch.close();
+        connections.stop();
+      });
       return stopped;
     },
   };

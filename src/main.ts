@@ -38,7 +38,7 @@ else await serve(config, logger);
 
 /** The primary of `--workers N`: serves nothing itself; forks the workers, announces them, drains them on a signal. */
 async function supervise(config: Config, logger: Logger): Promise<void> {
-  const workers = superviseWorkers(config.workers, logger);
+  const workers = superviseWorkers(config.workers, logger, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes });
   let listening;
   try {
     listening = await workers.listening;
@@ -82,7 +82,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
     config.postgresUrl,
   );
   const worker = isWorkerProcess();
-  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, config.telemetryQueue) } : {}) }).catch(fail);
+  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}) }).catch(fail);
   const address = `${server.address.address}:${server.address.port}`;
   // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it; with
   // --workers the primary says it once every worker listens.

@@ -33,6 +33,7 @@ export function registerServerGauges(metrics: Metrics, sources: GaugeSources): v
     () => connections.closed,
   );
   metrics.gauge("contextd_telemetry_subscribers", "WatchEvents subscribers.", () => telemetry.subscriberCount);
+  metrics.gauge("contextd_telemetry_queued_bytes", "Bytes of events queued for WatchEvents subscribers, each event once (bounded by --telemetry-bytes).", () => telemetry.queuedBytes);
   metrics.gauge(
     "contextd_recent_messages_bytes",
     "Request messages kept to be handed out again, counted as encoding plus per-entry overhead (bounded by --recent-message-bytes).",

@@ -13,7 +13,7 @@ describe("TelemetryHub", () => {
     const forwarded: string[] = [];
     const counts: number[] = [];
     hub.listen((published) => listened.push(published.conversationId));
-    hub.onSubscriberCount((count) => counts.push(count));
+    hub.onSubscribers((filters) => counts.push(filters.length));
     const abort = new AbortController();
     const subscription = hub.subscribe({ conversationId: "", conversationPrefix: "" }, abort.signal);
     const first = subscription.next();
@@ -37,5 +37,47 @@ describe("TelemetryHub", () => {
     abort.abort();
     await subscription.return(undefined);
     expect(counts).toEqual([1, 0]);
+  });
+
+  it("bounds each queue in bytes: an event past a subscriber's bytes is dropped and counted, and queued bytes go back as they are read", async () => {
+    const hub = new TelemetryHub(1_000, { queueBytes: 10_000, totalBytes: 1_000_000 });
+    const abort = new AbortController();
+    const subscription = hub.subscribe({ conversationId: "", conversationPrefix: "" }, abort.signal);
+    const first = subscription.next();
+    await new Promise((resolve) => setImmediate(resolve));
+    // Held by the pending read: the first event goes to it at once.
+    hub.publish(event("a".repeat(100)));
+    expect((await first).value?.event.conversationId).toBe("a".repeat(100));
+    expect(hub.queuedBytes).toBe(0);
+    // 4 MB ids never queue; 4,000-character ones fit twice into 10,000 bytes.
+    hub.publish(event("x".repeat(4_000_000)));
+    for (let index = 0; index < 5; index++) hub.publish(event(`${index}`.repeat(4_000)));
+    expect(hub.queuedBytes).toBe(2 * (160 + 4_000));
+    const next = (await subscription.next()).value as DeliveredEvent;
+    expect([next.event.conversationId.length, next.dropped]).toEqual([4_000, 1n]);
+    const then = (await subscription.next()).value as DeliveredEvent;
+    expect([then.event.conversationId[0], then.dropped]).toEqual(["1", 0n]);
+    expect(hub.queuedBytes).toBe(0);
+    hub.publish(event("late"));
+    // The three 4,000-character events that did not fit are counted before the next one.
+    expect(((await subscription.next()).value as DeliveredEvent).dropped).toBe(3n);
+    abort.abort();
+    await subscription.return(undefined);
+  });
+
+  it("bounds all queues together, counting an event once however many queues hold it; a subscriber leaving gives its bytes back", async () => {
+    const hub = new TelemetryHub(1_000, { queueBytes: 100_000, totalBytes: 25_000 });
+    const abort = new AbortController();
+    const readers = [0, 1, 2].map(() => hub.subscribe({ conversationId: "", conversationPrefix: "" }, abort.signal));
+    // Subscribed (a generator runs once it is first read), with nothing read after.
+    const firsts = readers.map((reader) => reader.next());
+    hub.publish(event("first"));
+    await Promise.all(firsts);
+    for (let index = 0; index < 10; index++) hub.publish(event(`${index}`.repeat(4_000)));
+    // Six events of 4,160 bytes fit into 25,000, held by all three queues and counted once.
+    expect(hub.queuedBytes).toBe(6 * 4_160);
+    abort.abort();
+    for (const reader of readers) await reader.return(undefined);
+    expect(hub.queuedBytes).toBe(0);
   });
 });

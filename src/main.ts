@@ -70,7 +70,7 @@ async function supervise(config: Config, logger: Logger): Promise<void> {
 /** One sidecar: this process alone, or one worker of `--workers N`. */
 async function serve(config: Config, logger: Logger): Promise<void> {
   // OpenTelemetry tracing, when the OTEL_* environment asks for it (off otherwise).
-  const tracing = await tracingFromEnvironment(process.env).catch(fail);
+  const tracing = await tracingFromEnvironment(process.env, { queueBytes: config.traceQueueBytes }).catch(fail);
   // One codec for the store and the server: the encodings of the states the store hands out are
   // reused by the responses that carry them.
   const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });

@@ -7,6 +7,7 @@ import { type HealthStatus, ServingStatus } from "./operations/health.js";
 import type { Metrics } from "./operations/metrics.js";
 import type { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { OpenConnections } from "./transport/open-connections.js";
+import type { SpanQueueBound } from "./operations/span-queue.js";
 
 /** The owners whose state `/metrics` shows as gauges, read at every scrape. */
 export interface GaugeSources {
@@ -18,10 +19,16 @@ export interface GaugeSources {
   requestMemory: RequestMemoryBudget;
   tokenCounts: TokenCountCache;
   connections: OpenConnections;
+  /** Spans waiting for the collector, when tracing is on. */
+  spanQueue?: SpanQueueBound;
 }
 
 export function registerServerGauges(metrics: Metrics, sources: GaugeSources): void {
-  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts, connections } = sources;
+  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts, connections, spanQueue } = sources;
+  if (spanQueue) {
+    metrics.gauge("contextd_trace_queue_bytes", "Bytes of finished spans waiting for the OpenTelemetry collector (bounded by --trace-queue-bytes).", () => spanQueue.heldBytes);
+    metrics.countedBy("contextd_trace_spans_dropped_total", "Spans dropped because --trace-queue-bytes (or OTEL_BSP_MAX_QUEUE_SIZE) was reached.", "reason", () => ({ queue_full: spanQueue.dropped }));
+  }
   metrics.gauge("contextd_serving", "1 while health is SERVING.", () => (health.current === ServingStatus.SERVING ? 1 : 0));
   metrics.gauge("contextd_requests_in_flight", "HTTP requests being handled (RPCs of every kind).", () => calls.inFlight);
   metrics.gauge("contextd_streams_active", "Streaming RPCs open.", () => streams.active);

@@ -299,7 +299,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
   const storeHealth = pollStoreHealth(store, health, config.healthIntervalMs, logger);
   await storeHealth.firstCheck;
-  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts, connections });
+  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts, connections, spanQueue: tracing?.queue });
 
   let stopped: Promise<void> | undefined;
   return {

@@ -36,7 +36,7 @@ import { requestIdOf } from "./transport/request-ids.js";
 import { RequestMemoryBudget } from "./policy/request-memory.js";
 import { contextdServiceNames, routes } from "./services/routes.js";
 import { pollStoreHealth } from "./operations/store-health.js";
-import { guardStreams, StreamCounter } from "./policy/stream-guard.js";
+import { guardStreams, StreamCounter, streamsPerTenant } from "./policy/stream-guard.js";
 import { TelemetryHub } from "../application/telemetry-hub.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import { ObservedStore } from "./operations/observed-store.js";
@@ -149,7 +149,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     enforceDeadlines(),
     authenticate(tokens),
     limitMessagesPerRequest(config.maxMessages),
-    guardStreams(config.maxStreams, streams, shutdownController.signal),
+    guardStreams(
+      { maxStreams: config.maxStreams, maxStreamsPerTenant: streamsPerTenant(config.maxStreams, config.maxStreamsPerTenant, config.authTokens.map((token) => token.tenant)) },
+      streams,
+      shutdownController.signal,
+    ),
   ];
   // Three ways bytes become messages, one policy (docs/architecture.md, "One request path"):
   // unary binary gRPC straight from the HTTP/2 stream; other binary requests through connect with

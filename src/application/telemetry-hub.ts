@@ -19,11 +19,15 @@ export interface DeliveredEvent {
 export interface TelemetryQueueBounds {
   /** Bytes of events one subscriber may have queued. */
   queueBytes: number;
-  /** Bytes of events all subscribers together may have queued, each event counted once however many queues hold it. */
-  totalBytes: number;
+  /**
+   * Bytes of events the subscribers of one tenant (their `conversationPrefix`; "" = unscoped) may
+   * have queued together, counted in every queue that holds them: so no tenant's stalled readers
+   * make another tenant's subscribers lose events.
+   */
+  tenantBytes: number;
 }
 
-export const defaultTelemetryQueueBounds: TelemetryQueueBounds = { queueBytes: 1024 * 1024, totalBytes: 32 * 1024 * 1024 };
+export const defaultTelemetryQueueBounds: TelemetryQueueBounds = { queueBytes: 1024 * 1024, tenantBytes: 32 * 1024 * 1024 };
 
 /** One published event as queues hold it: its size once, and how many queues hold it. */
 interface Held {
@@ -53,8 +57,9 @@ interface Subscriber {
  * blocks and never throws: each subscriber has a bounded queue, and when it is full the newest
  * events are dropped and counted, so one slow reader cannot stall compiles or other readers.
  *
- * Queues are bounded in events and in bytes (`observerEventBytes`), per subscriber and for all of
- * them together. Why: each event carries its conversation id, so a count alone bounded nothing: two
+ * Queues are bounded in events and in bytes (`observerEventBytes`), per subscriber and for each
+ * tenant's subscribers together (so memory is at most the tenants of the tokens, plus one, times
+ * `tenantBytes`). Why: each event carries its conversation id, so a count alone bounded nothing: two
  * subscribers that stopped reading and 140 compiles with 2 MB ids held +298 MB, three with 4 MB ids
  * ran a 512 MB heap out of memory. An event queues only if it fits all three bounds; an event larger
  * than a subscriber's whole byte bound never queues.
@@ -67,6 +72,8 @@ export class TelemetryHub {
   private forwarding: Observer | undefined;
   /** Bytes of the distinct events the queues hold. */
   private held = 0;
+  /** Bytes queued for each tenant's subscribers, summed over their queues. */
+  private readonly byTenant = new Map<string, number>();
 
   constructor(
     private readonly queueSize: number,
@@ -108,10 +115,12 @@ export class TelemetryHub {
       if (!matchesFilter(subscriber.filter, event)) continue;
       held ??= { event, bytes: observerEventBytes(event), refs: 0 };
       subscriber.dropped += dropped;
+      const tenant = subscriber.filter.conversationPrefix;
+      const tenantHeld = this.byTenant.get(tenant) ?? 0;
       const fits =
         subscriber.queue.length < this.queueSize &&
         subscriber.bytes + held.bytes <= this.bounds.queueBytes &&
-        (held.refs > 0 || this.held + held.bytes <= this.bounds.totalBytes);
+        tenantHeld + held.bytes <= this.bounds.tenantBytes;
       if (!fits) {
         subscriber.dropped++;
         continue;
@@ -119,6 +128,7 @@ export class TelemetryHub {
       if (held.refs++ === 0) this.held += held.bytes;
       subscriber.queue.push({ held, dropped: subscriber.dropped });
       subscriber.bytes += held.bytes;
+      this.byTenant.set(tenant, tenantHeld + held.bytes);
       subscriber.dropped = 0n;
       subscriber.wake?.();
     }
@@ -127,6 +137,10 @@ export class TelemetryHub {
   // A queued event leaves one queue (read, or its subscriber gone).
   private release(subscriber: Subscriber, queued: Queued): void {
     subscriber.bytes -= queued.held.bytes;
+    const tenant = subscriber.filter.conversationPrefix;
+    const left = (this.byTenant.get(tenant) ?? 0) - queued.held.bytes;
+    if (left === 0) this.byTenant.delete(tenant);
+    else this.byTenant.set(tenant, left);
     if (--queued.held.refs === 0) this.held -= queued.held.bytes;
   }
 

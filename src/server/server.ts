@@ -100,7 +100,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const config: Config = { ...defaultConfig, ...withoutUndefined(options) };
   const logger = options.logger ?? createLogger(config.logLevel);
   const health = new HealthStatus(new Set(contextdServiceNames));
-  const telemetry = new TelemetryHub(config.telemetryQueue, { queueBytes: config.telemetryQueueBytes, totalBytes: config.telemetryBytes });
+  const telemetry = new TelemetryHub(config.telemetryQueue, { queueBytes: config.telemetryQueueBytes, tenantBytes: config.telemetryBytes });
   const metrics = options.metrics ?? new Metrics();
   const tracing = options.tracing;
   const tokenCounts = new TokenCountCache();

@@ -40,7 +40,7 @@ describe("TelemetryHub", () => {
   });
 
   it("bounds each queue in bytes: an event past a subscriber's bytes is dropped and counted, and queued bytes go back as they are read", async () => {
-    const hub = new TelemetryHub(1_000, { queueBytes: 10_000, totalBytes: 1_000_000 });
+    const hub = new TelemetryHub(1_000, { queueBytes: 10_000, tenantBytes: 1_000_000 });
     const abort = new AbortController();
     const subscription = hub.subscribe({ conversationId: "", conversationPrefix: "" }, abort.signal);
     const first = subscription.next();
@@ -65,19 +65,27 @@ describe("TelemetryHub", () => {
     await subscription.return(undefined);
   });
 
-  it("bounds all queues together, counting an event once however many queues hold it; a subscriber leaving gives its bytes back", async () => {
-    const hub = new TelemetryHub(1_000, { queueBytes: 100_000, totalBytes: 25_000 });
+  it("bounds each tenant's queues together, so one tenant's stalled readers do not make another's lose events; leaving gives the bytes back", async () => {
+    const hub = new TelemetryHub(1_000, { queueBytes: 100_000, tenantBytes: 25_000 });
     const abort = new AbortController();
-    const readers = [0, 1, 2].map(() => hub.subscribe({ conversationId: "", conversationPrefix: "" }, abort.signal));
+    const stalled = [0, 1, 2].map(() => hub.subscribe({ conversationId: "", conversationPrefix: "a/" }, abort.signal));
+    const other = hub.subscribe({ conversationId: "", conversationPrefix: "b/" }, abort.signal);
     // Subscribed (a generator runs once it is first read), with nothing read after.
-    const firsts = readers.map((reader) => reader.next());
-    hub.publish(event("first"));
+    const firsts = [...stalled, other].map((reader) => reader.next());
+    hub.publish(event("a/first"));
+    hub.publish(event("b/first"));
     await Promise.all(firsts);
-    for (let index = 0; index < 10; index++) hub.publish(event(`${index}`.repeat(4_000)));
-    // Six events of 4,160 bytes fit into 25,000, held by all three queues and counted once.
-    expect(hub.queuedBytes).toBe(6 * 4_160);
+    for (let index = 0; index < 10; index++) {
+      hub.publish(event(`a/${index}`.padEnd(4_000, "x")));
+      hub.publish(event(`b/${index}`.padEnd(4_000, "y")));
+    }
+    // Tenant a: three queues of 4,160-byte events within 25,000 bytes, two events each; the events
+    // are held once. Tenant b's one subscriber got six of its own.
+    expect(hub.queuedBytes).toBe(2 * 4_160 + 6 * 4_160);
+    for (let index = 0; index < 6; index++) expect(((await other.next()).value as DeliveredEvent).event.conversationId.slice(0, 3)).toBe(`b/${index}`);
     abort.abort();
-    for (const reader of readers) await reader.return(undefined);
+    for (const reader of [...stalled, other]) await reader.return(undefined);
     expect(hub.queuedBytes).toBe(0);
   });
+
 });

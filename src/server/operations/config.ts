@@ -121,7 +121,7 @@ export interface Config {
   maxConnections: number;
   /** Bytes of events queued per `WatchEvents` subscriber before new ones are dropped (besides `telemetryQueue` events). */
   telemetryQueueBytes: number;
-  /** Bytes of events all `WatchEvents` subscribers together may hold queued (each event counted once). */
+  /** Bytes of events one tenant's `WatchEvents` subscribers together may hold queued (each queue counted). */
   telemetryBytes: number;
   /** Most streaming calls open at once per tenant; 0 = `maxStreams` divided among the tenants of the tokens. */
   maxStreamsPerTenant: number;
@@ -208,7 +208,7 @@ export const flags = {
   "health-interval-ms": "store ping interval (and ping timeout)",
   "telemetry-queue": "queued events per WatchEvents subscriber",
   "telemetry-queue-bytes": "bytes of queued events per WatchEvents subscriber (events beyond are dropped and counted)",
-  "telemetry-bytes": "bytes of queued events of all WatchEvents subscribers together, each event counted once",
+  "telemetry-bytes": "bytes of queued events of one tenant's WatchEvents subscribers together (tokens without a tenant, or no tokens, are one), counted in every queue",
   "metrics-path": "Prometheus text endpoint (GET)",
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
   "tls-cert": "PEM certificate chain file; with --tls-key the port serves TLS only (h2 and http/1.1 by ALPN); empty = cleartext",

@@ -9,6 +9,7 @@ import { HealthCheckRequestSchema } from "../../../gen/ts/grpc/health/v1/health_
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { grpcEnvelope, grpcStatus, rawHttp2Request } from "../../support/raw-http2.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { makeTestCertificates, type TestCertificates } from "../../support/tls-certificates.js";
 
 // Issue 29 #7: connections that sent nothing were never timed out and HTTP/1.1's header timeout was
 // off; 1,100 idle or slow-header connections under `ulimit -n 1024` made 8 of 8 health checks fail
@@ -184,5 +185,28 @@ describe("header and idle timeouts", () => {
     } finally {
       client.close();
     }
+  });
+});
+
+describe("timeouts over TLS", () => {
+  let certificates: TestCertificates;
+  let sidecar: Sidecar;
+  beforeAll(async () => {
+    certificates = makeTestCertificates();
+    sidecar = await startSidecar(["--tls-cert", certificates.serverCert, "--tls-key", certificates.serverKey, "--headers-timeout-ms", "300", "--idle-timeout-ms", "800"]);
+  });
+  afterAll(async () => {
+    await sidecar?.stop();
+    certificates?.remove();
+  });
+
+  it("closes a connection that never starts its handshake, and sends an idle HTTP/2 session over TLS a GOAWAY", async () => {
+    await closed(await openSocket(sidecar.port));
+    const session = http2.connect(`https://localhost:${sidecar.port}`, { ca: certificates.pem(certificates.caCert) });
+    session.on("error", () => undefined);
+    const goaway = new Promise<void>((resolve) => session.once("goaway", () => resolve()));
+    const response = await rawHttp2Request(session, healthPath, { "content-type": "application/grpc", te: "trailers" }, healthBody);
+    expect(grpcStatus(response).code).toBe(0);
+    await goaway;
   });
 });

@@ -38,7 +38,7 @@ else await serve(config, logger);
 
 /** The primary of `--workers N`: serves nothing itself; forks the workers, announces them, drains them on a signal. */
 async function supervise(config: Config, logger: Logger): Promise<void> {
-  const workers = superviseWorkers(config.workers, logger);
+  const workers = superviseWorkers(config.workers, logger, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes });
   let listening;
   try {
     listening = await workers.listening;
@@ -70,7 +70,7 @@ async function supervise(config: Config, logger: Logger): Promise<void> {
 /** One sidecar: this process alone, or one worker of `--workers N`. */
 async function serve(config: Config, logger: Logger): Promise<void> {
   // OpenTelemetry tracing, when the OTEL_* environment asks for it (off otherwise).
-  const tracing = await tracingFromEnvironment(process.env).catch(fail);
+  const tracing = await tracingFromEnvironment(process.env, { queueBytes: config.traceQueueBytes }).catch(fail);
   // One codec for the store and the server: the encodings of the states the store hands out are
   // reused by the responses that carry them.
   const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
@@ -82,7 +82,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
     config.postgresUrl,
   );
   const worker = isWorkerProcess();
-  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, config.telemetryQueue) } : {}) }).catch(fail);
+  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}) }).catch(fail);
   if (config.storeRequired && server.health.current !== ServingStatus.SERVING) {
     console.error(`contextd: --store-required true: the store is not reachable: ${server.health.reason}`);
     await server.shutdown(0);

@@ -187,8 +187,8 @@ describe("one unit larger than the room history has", () => {
   // q0 a0 q1 a1 q2 a2 (60 tokens), then a tool round of 1 call message + 12 results (130 tokens),
   // then the current turn: 100 tokens leave 90 for history, less than the round alone.
   const history = [...exchange(3), user("q3", "look it up"), ...toolRound("big", Array.from({ length: 12 }, (_, i) => `c${i}`))];
-  const compileWith = (maxTokens: bigint, extra: Init = {}) =>
-    compile(request({ history: { messages: history }, currentTurn: { raw: user("now", "next") }, budget: { maxTokens, estimator: ten }, ...extra }), testContext());
+  const compileWith = (maxTokens: bigint) =>
+    compile(request({ history: { messages: history }, currentTurn: { raw: user("now", "next") }, budget: { maxTokens, estimator: ten } }), testContext());
 
   it("drops everything older with it, and the warning says so and what would keep it", async () => {
     const result = await compileWith(100n);

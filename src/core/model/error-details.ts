@@ -43,6 +43,8 @@ export const ErrorReason = {
   requestTooLarge: "REQUEST_TOO_LARGE",
   /** DEADLINE_EXCEEDED: the request body did not arrive within `--request-body-timeout-ms`; metadata `timeout_ms`, `flag`. */
   requestBodyTimeout: "REQUEST_BODY_TIMEOUT",
+  /** RESOURCE_EXHAUSTED: a GetState answer over the message limit; metadata `limit_bytes`, `flag`, `read_with` (the paged read). */
+  stateTooLarge: "STATE_TOO_LARGE",
 } as const;
 
 export type ErrorReason = (typeof ErrorReason)[keyof typeof ErrorReason];

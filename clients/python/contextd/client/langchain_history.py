@@ -23,6 +23,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict, messages_from_dict
 
 from contextd.client._sync import Client
+from contextd.client.history_reads import read_history
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
 MESSAGE_EXTENSION = "langchain.message/v1"
@@ -130,8 +131,8 @@ class ContextdChatMessageHistory(BaseChatMessageHistory):
     def get_messages(self, budget: Optional[compile_pb2.Budget] = None) -> List[BaseMessage]:
         """The messages in order; with `budget`, those a contextd compile of the stored history
         keeps within it (its latest user message is trimmed like any other)."""
-        state = self._client.get_state(conversation_pb2.GetStateRequest(conversation_id=self.conversation_id)).state
-        history = list(state.history)
+        # In pages (ReadMessages): a history of any size, where GetState refuses one over the message limit.
+        history = read_history(self._client, self.conversation_id)
         if budget is not None and history:
             trimming = compile_pb2.Budget()
             trimming.CopyFrom(budget)

@@ -28,6 +28,7 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 
 from contextd.client._sync import Client
+from contextd.client.history_reads import read_history, read_history_tail
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
 ITEMS_EXTENSION = "openai-agents.items/v1"
@@ -232,16 +233,24 @@ class ContextdSession:
     async def get_items(self, limit: Optional[int] = None, *, budget: Optional[compile_pb2.Budget] = None) -> List[Item]:
         """The session's items in order; the last `limit` (or `session_settings.limit`) when set
         (0 gives none, a negative limit all, as SQLiteSession); with a budget, only the items of
-        the messages contextd keeps within it."""
+        the messages contextd keeps within it. With a limit only the tail of the conversation that
+        holds those items is read (`ReadMessages`), so `limit=10` costs the same at 1,000 items as
+        at 10; without, the history is read in pages, at any size."""
         session_limit = resolve_session_limit(limit, self.session_settings)
         chosen_budget = budget if budget is not None else self._budget
 
         def read() -> List[Item]:
             if chosen_budget is None:
-                messages = list(self._history().history)
+                if session_limit is not None and session_limit == 0:
+                    return []
+                if session_limit is not None and session_limit > 0:
+                    # Only the tail holding the last `limit` items is read (ReadMessages), not the conversation.
+                    messages = read_history_tail(self._client, self.conversation_id, session_limit, lambda message: len(items_of(message)))
+                else:
+                    messages = read_history(self._client, self.conversation_id)
             else:
-                state = self._history()
-                if not state.history:
+                history = read_history(self._client, self.conversation_id)
+                if not history:
                     return []
                 # Stored history only: its latest user message is a past one, trimmed like any other.
                 trimming = compile_pb2.Budget()
@@ -249,7 +258,7 @@ class ContextdSession:
                 trimming.trim_latest_user_message = True
                 request = compile_pb2.CompileRequest(conversation_id=self.conversation_id, budget=trimming)
                 kept = {message.id for message in self._client.compile(request).result.payload.history}
-                messages = [message for message in state.history if message.id in kept]
+                messages = [message for message in history if message.id in kept]
             return [item for message in messages for item in items_of(message)]
 
         items = await asyncio.to_thread(read)

@@ -38,7 +38,8 @@ export function conversationService(dependencies: ConversationServiceDependencie
   return {
     async getState(request) {
       requireConversationId(request.conversationId);
-      const state = await store.load(request.conversationId);
+      const loaded = await store.load(request.conversationId);
+      const state = request.withoutMessages ? { ...loaded, system: [], history: [], memory: [], tools: [] } : loaded;
       assertStateFits(state, maxResponseBytes, sizing);
       return { state };
     },

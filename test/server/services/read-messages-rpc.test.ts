@@ -57,6 +57,9 @@ describe.each([
     expect(status.code).toBe(Code.ResourceExhausted);
     const info = status.details.map((any) => anyUnpack(any, ErrorInfoSchema)).find((detail) => detail !== undefined);
     expect(info).toMatchObject({ reason: "STATE_TOO_LARGE", metadata: { limit_bytes: String(messageLimit), flag: "--max-request-bytes" } });
+    // Without its messages it reads: the version and the rest of the state.
+    const rest = await client.unary(ConversationService.method.getState, { conversationId, withoutMessages: true });
+    expect([rest.state!.version, rest.state!.history.length, rest.state!.conversationId]).toEqual([6n, 0, conversationId]);
     // A conversation under the limit still reads whole.
     await client.unary(ConversationService.method.commit, { conversationId: `small-${useRedis}`, deltas: [appendHistory(textMessage("u", Role.USER, "hi"))] });
     expect((await client.unary(ConversationService.method.getState, { conversationId: `small-${useRedis}` })).state!.history).toHaveLength(1);

@@ -26,8 +26,12 @@ type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The conversation.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Leave the four segments' messages out: the answer is the version, artifacts, experiences and
+	// tool definitions only (`ReadMessagesResponse.segment_sizes` counts the messages). What a
+	// reader of a conversation over the message limit pairs with `ReadMessages`.
+	WithoutMessages bool `protobuf:"varint,140,opt,name=without_messages,json=withoutMessages,proto3" json:"without_messages,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetStateRequest) Reset() {
@@ -65,6 +69,13 @@ func (x *GetStateRequest) GetConversationId() string {
 		return x.ConversationId
 	}
 	return ""
+}
+
+func (x *GetStateRequest) GetWithoutMessages() bool {
+	if x != nil {
+		return x.WithoutMessages
+	}
+	return false
 }
 
 // The response of `GetState`.
@@ -1316,9 +1327,10 @@ var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
-	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\":\n" +
+	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\"f\n" +
 	"\x0fGetStateRequest\x12'\n" +
-	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\"H\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12*\n" +
+	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\"H\n" +
 	"\x10GetStateResponse\x124\n" +
 	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xa6\x02\n" +
 	"\x13ReadMessagesRequest\x12(\n" +

@@ -9,10 +9,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetStateRequest(_message.Message):
-    __slots__ = ("conversation_id",)
+    __slots__ = ("conversation_id", "without_messages")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
-    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+    without_messages: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., without_messages: bool = ...) -> None: ...
 
 class GetStateResponse(_message.Message):
     __slots__ = ("state",)

@@ -12,7 +12,7 @@ import pytest
 
 from contextd.client import AsyncClient, Client, ResourceExhausted, VersionConflict
 from contextd.client.builders import append_messages, append_user, user_text
-from contextd.client.history_reads import read_history_tail
+from contextd.client.history_reads import read_history, read_history_async, read_history_tail, read_history_tail_async
 from contextd.v1 import conversation_service_pb2 as conversation_pb2, state_pb2
 
 
@@ -92,6 +92,26 @@ def test_a_tail_read_moves_only_the_messages_that_hold_the_wanted_units(sidecar)
         assert len(held) < 1_000
         # Fewer units than wanted in the whole history: all of it.
         assert len(read_history_tail(client, conversation_id, 5, lambda message: 0)) == 1_000
+
+
+def test_the_async_history_reads_match_the_sync_ones(sidecar):
+    conversation_id = f"tail-async-{uuid.uuid4().hex}"
+    with Client(sidecar.address) as client:
+        commit_long_conversation(client, conversation_id, 1_000, 10)
+        whole = [message.id for message in read_history(client, conversation_id)]
+        sparse = [m.id for m in read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)]
+
+    async def read() -> tuple:
+        async with AsyncClient(sidecar.address) as client:
+            all_ids = [message.id for message in await read_history_async(client, conversation_id)]
+            last = [m.id for m in await read_history_tail_async(client, conversation_id, 10, lambda message: 1)]
+            held = [m.id for m in await read_history_tail_async(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)]
+            return all_ids, last, held
+
+    all_ids, last, held = asyncio.run(asyncio.wait_for(read(), timeout=60))
+    assert all_ids == whole == [f"m{index}" for index in range(1_000)]
+    assert last == [f"m{index}" for index in range(990, 1_000)]
+    assert held == sparse
 
 
 def test_agents_session_get_items_with_limit_reads_a_conversation_over_the_message_limit(sidecar):

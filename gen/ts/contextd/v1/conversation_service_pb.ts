@@ -132,7 +132,8 @@ export type ReadMessagesRequest = Message<"contextd.v1.ReadMessagesRequest"> & {
 
   /**
    * The most bytes of messages a page holds (their protobuf encoding, as counted on the wire:
-   * `ReadMessagesResponse.page_bytes`). 0 = 4 MiB (4,194,304). At most 15/16 of the sidecar's
+   * `ReadMessagesResponse.page_bytes`). 0 = 4 MiB (4,194,304), or the largest allowed when that
+   * is smaller. At most 15/16 of the sidecar's
    * message limit (`--max-request-bytes`): 15 MiB (15,728,640) at the default 16 MiB, so a page
    * fits what the clients receive; more is INVALID_ARGUMENT naming the limit. A message larger
    * than `max_bytes` is sent alone as a page of its own, so every message is readable (a stored

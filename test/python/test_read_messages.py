@@ -92,6 +92,8 @@ def test_a_tail_read_moves_only_the_messages_that_hold_the_wanted_units(sidecar)
         assert len(held) < 1_000
         # Fewer units than wanted in the whole history: all of it.
         assert len(read_history_tail(client, conversation_id, 5, lambda message: 0)) == 1_000
+        # A wanted count past the uint32 `last` reads the whole history.
+        assert len(read_history_tail(client, conversation_id, 2**40, lambda message: 1)) == 1_000
 
 
 def test_the_async_history_reads_match_the_sync_ones(sidecar):

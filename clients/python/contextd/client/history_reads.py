@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from contextd.client.aio import AsyncClient
 
 _ATTEMPTS = 3
+_MAX_LAST = 2**32 - 1
 
 
 def read_history(client: "Client", conversation_id: str) -> List[message_pb2.Message]:
@@ -85,7 +86,8 @@ async def read_history_tail_async(
 def _window(
     conversation_id: str, *, last: int = 0, start: int = 0, end: Optional[int] = None, version: Optional[int] = None
 ) -> conversation_pb2.ReadMessagesRequest:
-    request = conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY, last=last, start=start)
+    # `last` is a uint32; more than that many messages is the whole history anyway.
+    request = conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY, last=min(last, _MAX_LAST), start=start)
     if end is not None:
         request.end = end
     if version is not None:

@@ -8,6 +8,7 @@ import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { ErrorInfoSchema } from "../../../gen/ts/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../../gen/ts/google/rpc/status_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
+import { startPostgres, type PostgresProcess } from "../../support/postgres.js";
 import { startRedis, type RedisProcess } from "../../support/redis.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
@@ -22,16 +23,20 @@ async function serviceError(promise: Promise<unknown>): Promise<grpc.ServiceErro
 
 // A sidecar with a 1 MiB message limit stands for the default 16 MiB one at a sixteenth of the cost.
 describe.each([
-  ["memory", false],
-  ["redis", true],
-])("ReadMessages and a GetState over the message limit, against a real sidecar (%s store)", (_name, useRedis) => {
+  ["memory", "memory"],
+  ["redis", "redis"],
+  ["postgres", "postgres"],
+] as const)("ReadMessages and a GetState over the message limit, against a real sidecar (%s store)", (_name, storeKind) => {
   let redis: RedisProcess | undefined;
+  let postgres: PostgresProcess | undefined;
   let sidecar: Sidecar;
   let client: ReturnType<typeof grpcJsClient>;
-  const conversationId = `big-${useRedis}`;
+  const conversationId = `big-${storeKind}`;
   beforeAll(async () => {
-    if (useRedis) redis = await startRedis();
-    sidecar = await startSidecar(["--max-request-bytes", String(messageLimit), ...(redis ? ["--redis-url", redis.url] : [])]);
+    if (storeKind === "redis") redis = await startRedis();
+    if (storeKind === "postgres") postgres = await startPostgres();
+    const storeArgs = redis ? ["--redis-url", redis.url] : postgres ? ["--postgres-url", postgres.url] : [];
+    sidecar = await startSidecar(["--max-request-bytes", String(messageLimit), ...storeArgs]);
     client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
     // Six commits of 300 KB each: every request fits the limit, the state (1.8 MB) does not.
     for (let index = 0; index < 6; index++) {
@@ -45,6 +50,7 @@ describe.each([
     client?.close();
     await sidecar?.stop();
     await redis?.stop();
+    await postgres?.stop();
   });
 
   it("refuses GetState with RESOURCE_EXHAUSTED STATE_TOO_LARGE naming ReadMessages, instead of a response no client can receive", async () => {
@@ -61,8 +67,8 @@ describe.each([
     const rest = await client.unary(ConversationService.method.getState, { conversationId, withoutMessages: true });
     expect([rest.state!.version, rest.state!.history.length, rest.state!.conversationId]).toEqual([6n, 0, conversationId]);
     // A conversation under the limit still reads whole.
-    await client.unary(ConversationService.method.commit, { conversationId: `small-${useRedis}`, deltas: [appendHistory(textMessage("u", Role.USER, "hi"))] });
-    expect((await client.unary(ConversationService.method.getState, { conversationId: `small-${useRedis}` })).state!.history).toHaveLength(1);
+    await client.unary(ConversationService.method.commit, { conversationId: `small-${storeKind}`, deltas: [appendHistory(textMessage("u", Role.USER, "hi"))] });
+    expect((await client.unary(ConversationService.method.getState, { conversationId: `small-${storeKind}` })).state!.history).toHaveLength(1);
   });
 
   it("reads the same conversation whole in pages under the limit, and its last message alone", async () => {
@@ -89,7 +95,7 @@ describe.each([
 
   it("answers a page token whose version moved on and is not kept with ABORTED and the current version", async () => {
     const first = await client.unary(ConversationService.method.readMessages, { conversationId, maxBytes: 1 });
-    await client.unary(ConversationService.method.commit, { conversationId: `other-${useRedis}`, deltas: [appendHistory(textMessage("x", Role.USER, "x"))] });
+    await client.unary(ConversationService.method.commit, { conversationId: `other-${storeKind}`, deltas: [appendHistory(textMessage("x", Role.USER, "x"))] });
     // Kept in the sidecar for a minute: the next page still comes from version 6 after a commit.
     await client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage("late", Role.USER, "late"))] });
     const second = await client.unary(ConversationService.method.readMessages, { conversationId, pageToken: first.nextPageToken });

@@ -76,6 +76,9 @@ export class MessageWindows {
         Code.InvalidArgument,
       );
     }
+    if (token && (token.segment === Segment.UNSPECIFIED || Segment[token.segment] === undefined)) {
+      throw new ConnectError(`page_token: names no segment (${token.segment}); it is not a token from a ReadMessages response`, Code.InvalidArgument);
+    }
     const state = await this.stateAt(request.conversationId, token?.version ?? fields.version);
     const segment = token ? token.segment : fields.segment === Segment.UNSPECIFIED ? Segment.HISTORY : fields.segment;
     const messages = segmentMessages(state, segment);

@@ -169,6 +169,13 @@ describe("MessageWindows (ReadMessages over a store's loaded state)", () => {
       expect(error.code).toBe(Code.InvalidArgument);
       expect(error.rawMessage).toMatch(/^page_token: was issued for another conversation or window/);
     }
+    // A token whose numbers were edited is checked against the state it is used on.
+    const forged = (fields: string) => "m" + Buffer.from(fields, "utf8").toString("base64url");
+    const check = Buffer.from(token.slice(1), "base64url").toString("utf8").split(".")[5]!;
+    const beyond = await refusal(read({ conversationId: "c", pageToken: forged(`1.2.0.0.31.${check}`) }));
+    expect([beyond.code, beyond.rawMessage]).toEqual([Code.InvalidArgument, "page_token: names positions up to 31, but the segment holds 30 messages at version 1"]);
+    const noSegment = await refusal(read({ conversationId: "c", pageToken: forged(`1.7.0.0.3.${check}`) }));
+    expect([noSegment.code, noSegment.rawMessage]).toEqual([Code.InvalidArgument, "page_token: names no segment (7); it is not a token from a ReadMessages response"]);
     // Repeating the first request's fields with the token is fine.
     expect((await read({ conversationId: "c", last: 20, maxBytes: 100, pageToken: token })).position).toBeGreaterThan(10n);
   });

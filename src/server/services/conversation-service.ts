@@ -35,13 +35,23 @@ export function conversationService(dependencies: ConversationServiceDependencie
   const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;
   const sizing = { messageBytes, restBytes: (state: ConversationState) => codec.encodeStateRest(state).byteLength };
   const windows = new MessageWindows(store, { messageBytes, messageLimitBytes: maxResponseBytes });
+  // Stored states already sized under the limit (states are immutable): a GetState of a state read
+  // before sizes nothing again.
+  const fitting = new WeakSet<ConversationState>();
   return {
     async getState(request) {
       requireConversationId(request.conversationId);
       const loaded = await store.load(request.conversationId);
-      const state = request.withoutMessages ? { ...loaded, system: [], history: [], memory: [], tools: [] } : loaded;
-      assertStateFits(state, maxResponseBytes, sizing);
-      return { state };
+      if (request.withoutMessages) {
+        const rest = { ...loaded, system: [], history: [], memory: [], tools: [] };
+        assertStateFits(rest, maxResponseBytes, sizing);
+        return { state: rest };
+      }
+      if (!fitting.has(loaded)) {
+        assertStateFits(loaded, maxResponseBytes, sizing);
+        fitting.add(loaded);
+      }
+      return { state: loaded };
     },
 
     async readMessages(request) {

@@ -122,16 +122,25 @@ def test_agents_session_get_items_with_limit_reads_a_conversation_over_the_messa
 
     with Client(sidecar.address) as client:
         session = ContextdSession(f"big-session-{uuid.uuid4().hex}", client)
-        # 12 items of 1 MB: the stored conversation is over the 16 MiB message limit.
-        for index in range(12):
+        # 20 items of 1 MB: the stored conversation is over the 16 MiB message limit.
+        for index in range(20):
             asyncio.run(session.add_items([{"role": "user", "content": f"{index} " + "y" * 1_000_000}]))
         with pytest.raises(ResourceExhausted):
             client.get_state(conversation_pb2.GetStateRequest(conversation_id=session.conversation_id))
         last = asyncio.run(session.get_items(limit=1))
-        assert len(last) == 1 and last[0]["content"].startswith("11 ")
-        assert [item["content"][:3] for item in asyncio.run(session.get_items(limit=3))] == ["9 y", "10 ", "11 "]
+        assert len(last) == 1 and last[0]["content"].startswith("19 ")
+        assert [item["content"][:3] for item in asyncio.run(session.get_items(limit=3))] == ["17 ", "18 ", "19 "]
         everything = asyncio.run(session.get_items())
-        assert [item["content"].split(" ")[0] for item in everything] == [str(index) for index in range(12)]
+        assert [item["content"].split(" ")[0] for item in everything] == [str(index) for index in range(20)]
+
+    async def read_async() -> tuple:
+        async with AsyncClient(sidecar.address) as async_client:
+            over_async = ContextdSession(session.session_id, async_client, conversation_id=session.conversation_id)
+            return await over_async.get_items(limit=2), await over_async.get_items()
+
+    last_two, all_async = asyncio.run(asyncio.wait_for(read_async(), timeout=60))
+    assert [item["content"][:3] for item in last_two] == ["18 ", "19 "]
+    assert len(all_async) == 20
 
 
 def test_langchain_history_reads_a_conversation_over_the_message_limit(sidecar):
@@ -142,9 +151,11 @@ def test_langchain_history_reads_a_conversation_over_the_message_limit(sidecar):
 
     with Client(sidecar.address) as client:
         history = ContextdChatMessageHistory(f"big-history-{uuid.uuid4().hex}", client)
-        for index in range(12):
+        for index in range(20):
             history.add_messages([HumanMessage(content=f"{index} " + "z" * 1_000_000)])
+        with pytest.raises(ResourceExhausted):
+            client.get_state(conversation_pb2.GetStateRequest(conversation_id=history.conversation_id))
         messages = history.messages
-        assert [message.content.split(" ")[0] for message in messages] == [str(index) for index in range(12)]
+        assert [message.content.split(" ")[0] for message in messages] == [str(index) for index in range(20)]
 
 

@@ -127,6 +127,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     telemetry,
     shutdown: shutdownController.signal,
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
+    codec,
+    maxResponseBytes: config.maxRequestBytes,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
     tokenCounts,

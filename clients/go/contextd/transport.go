@@ -28,6 +28,7 @@ type transport interface {
 	clear(context.Context, *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error)
 	listConversations(context.Context, *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error)
 	readToolResult(context.Context, *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error)
+	readMessages(context.Context, *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error)
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
 	compile(context.Context, *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error)
 	compileStream(context.Context, *contextdv1.CompileStreamRequest) (receiver[contextdv1.CompileStreamResponse], error)
@@ -108,6 +109,10 @@ func (t *grpcTransport) listConversations(ctx context.Context, r *contextdv1.Lis
 
 func (t *grpcTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
 	return grpcUnary(ctx, t.conversations.ReadToolResult, r)
+}
+
+func (t *grpcTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
+	return grpcUnary(ctx, t.conversations.ReadMessages, r)
 }
 
 func (t *grpcTransport) watch(ctx context.Context, r *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error) {
@@ -226,6 +231,10 @@ func (t *connectTransport) listConversations(ctx context.Context, r *contextdv1.
 
 func (t *connectTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
 	return connectUnary(ctx, t.conversations.ReadToolResult, r)
+}
+
+func (t *connectTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
+	return connectUnary(ctx, t.conversations.ReadMessages, r)
 }
 
 func (t *connectTransport) watch(ctx context.Context, r *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error) {

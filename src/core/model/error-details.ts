@@ -47,6 +47,8 @@ export const ErrorReason = {
   hostNotAllowed: "HOST_NOT_ALLOWED",
   /** PERMISSION_DENIED: a browser request whose `Origin` is not the origin it was sent to. */
   originNotAllowed: "ORIGIN_NOT_ALLOWED",
+  /** RESOURCE_EXHAUSTED: a GetState answer over the message limit; metadata `limit_bytes`, `flag`, `read_with` (the paged read). */
+  stateTooLarge: "STATE_TOO_LARGE",
 } as const;
 
 export type ErrorReason = (typeof ErrorReason)[keyof typeof ErrorReason];

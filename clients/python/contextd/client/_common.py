@@ -193,3 +193,13 @@ class Deadline:
     def allows(self, pause: float) -> bool:
         """Whether a pause of `pause` seconds still leaves time for another try."""
         return self._at is None or time.monotonic() + pause < self._at
+
+
+def next_page_request(
+    first: conversation_service_pb2.ReadMessagesRequest, page: conversation_service_pb2.ReadMessagesResponse
+) -> conversation_service_pb2.ReadMessagesRequest:
+    """The request for the page after `page` of the window `first` named: the token carries the
+    window and its version, so only the conversation and the page bound go with it."""
+    return conversation_service_pb2.ReadMessagesRequest(
+        conversation_id=first.conversation_id, max_bytes=first.max_bytes, page_token=page.next_page_token
+    )

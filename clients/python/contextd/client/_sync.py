@@ -23,6 +23,7 @@ from contextd.client._common import (
     keyed_compile,
     lean_commit,
     lean_compile,
+    next_page_request,
     replay_with_prompt,
     session_answer,
     turn_request,
@@ -225,6 +226,29 @@ class Client:
             if slice_.next_offset >= slice_.total_bytes:
                 return "".join(pieces)
             offset = slice_.next_offset
+
+    def read_messages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ReadMessagesResponse:
+        """Reads one page of a window of a segment's messages: the last `request.last`, or the
+        positions `start` to `end` (the whole segment when neither is set), at most `max_bytes`
+        of messages a page (0 = 4 MiB; a larger message comes alone). Every page of a window is
+        read at the first page's version; a version the sidecar no longer keeps is
+        `VersionConflict`. Retried on UNAVAILABLE like every read; `message_pages` reads every
+        page."""
+        return self._unary(self._conversations.ReadMessages, request, True, timeout)
+
+    def message_pages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> Iterator[conversation_pb2.ReadMessagesResponse]:
+        """Every page of the window `request` names, in order, each at the first page's version
+        (`request.page_token`, when set, starts there). `timeout` applies to each page. What
+        reads a conversation larger than `get_state` can answer (over the message limit)."""
+        page = self.read_messages(request, timeout=timeout)
+        yield page
+        while page.next_page_token:
+            page = self.read_messages(next_page_request(request, page), timeout=timeout)
+            yield page
 
     def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None

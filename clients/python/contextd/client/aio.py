@@ -24,6 +24,7 @@ from contextd.client._common import (
     keyed_compile,
     lean_commit,
     lean_compile,
+    next_page_request,
     replay_with_prompt,
     session_answer,
     turn_request,
@@ -205,6 +206,22 @@ class AsyncClient:
             if slice_.next_offset >= slice_.total_bytes:
                 return "".join(pieces)
             offset = slice_.next_offset
+
+    async def read_messages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ReadMessagesResponse:
+        """As `Client.read_messages`."""
+        return await self._unary(self._conversations.ReadMessages, request, True, timeout)
+
+    async def message_pages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> AsyncIterator[conversation_pb2.ReadMessagesResponse]:
+        """As `Client.message_pages`: `async for page in client.message_pages(request)`."""
+        page = await self.read_messages(request, timeout=timeout)
+        yield page
+        while page.next_page_token:
+            page = await self.read_messages(next_page_request(request, page), timeout=timeout)
+            yield page
 
     async def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None

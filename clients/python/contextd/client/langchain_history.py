@@ -29,6 +29,7 @@ from contextd.client._common import keyed_commit
 from contextd.client._stored_json import Path, PartsBuilder, json_text, restore, wire_text
 from contextd.client._sync import Client
 from contextd.client.errors import OutcomeUnknown
+from contextd.client.history_reads import read_history
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
@@ -160,8 +161,8 @@ class ContextdChatMessageHistory(BaseChatMessageHistory):
     def get_messages(self, budget: Optional[compile_pb2.Budget] = None) -> List[BaseMessage]:
         """The messages in order; with `budget`, those a contextd compile of the stored history
         keeps within it (its latest user message is trimmed like any other)."""
-        state = self._client.get_state(conversation_pb2.GetStateRequest(conversation_id=self.conversation_id)).state
-        history = list(state.history)
+        # In pages (ReadMessages): a history of any size, where GetState refuses one over the message limit.
+        history = read_history(self._client, self.conversation_id)
         if budget is not None and history:
             trimming = compile_pb2.Budget()
             trimming.CopyFrom(budget)

@@ -38,6 +38,7 @@ from contextd.client._stored_json import Path, PartsBuilder, json_text, restore,
 from contextd.client._sync import Client
 from contextd.client.aio import AsyncClient
 from contextd.client.errors import OutcomeUnknown, VersionConflict
+from contextd.client.history_reads import read_history, read_history_async, read_history_tail, read_history_tail_async
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
@@ -262,6 +263,14 @@ class _BlockingConversation:
         request = conversation_pb2.GetStateRequest(conversation_id=conversation_id)
         return (await asyncio.to_thread(self.client.get_state, request)).state
 
+    async def history(self, conversation_id: str) -> List[message_pb2.Message]:
+        """The whole history, in pages (`ReadMessages`): any size."""
+        return await asyncio.to_thread(read_history, self.client, conversation_id)
+
+    async def history_tail(self, conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]) -> List[message_pb2.Message]:
+        """The shortest tail of the history holding `wanted` units (`read_history_tail`)."""
+        return await asyncio.to_thread(read_history_tail, self.client, conversation_id, wanted, units)
+
     async def commit(self, request: conversation_pb2.CommitRequest) -> None:
         await asyncio.to_thread(self.client.commit, request)
 
@@ -280,6 +289,12 @@ class _AsyncConversation:
 
     async def state(self, conversation_id: str) -> state_pb2.ConversationState:
         return (await self.client.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id))).state
+
+    async def history(self, conversation_id: str) -> List[message_pb2.Message]:
+        return await read_history_async(self.client, conversation_id)
+
+    async def history_tail(self, conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]) -> List[message_pb2.Message]:
+        return await read_history_tail_async(self.client, conversation_id, wanted, units)
 
     async def commit(self, request: conversation_pb2.CommitRequest) -> None:
         await self.client.commit(request)
@@ -371,11 +386,19 @@ class ContextdSession:
     async def get_items(self, limit: Optional[int] = None, *, budget: Optional[compile_pb2.Budget] = None) -> List[Item]:
         """The session's items in order; the last `limit` (or `session_settings.limit`) when set
         (0 gives none, a negative limit all, as SQLiteSession); with a budget, only the items of
-        the messages contextd keeps within it."""
+        the messages contextd keeps within it. With a limit only the tail of the conversation that
+        holds those items is read (`ReadMessages`), so `limit=10` costs the same at 1,000 items as
+        at 10; without, the history is read in pages, at any size."""
         self._check_open()
         session_limit = resolve_session_limit(limit, self.session_settings)
         chosen_budget = budget if budget is not None else self._budget
-        history = list((await self._conversation.state(self.conversation_id)).history)
+        if chosen_budget is None and session_limit == 0:
+            return []
+        if chosen_budget is None and session_limit is not None and session_limit > 0:
+            # Only the tail holding the last `limit` items is read, not the conversation.
+            history = await self._conversation.history_tail(self.conversation_id, session_limit, lambda message: len(items_of(message)))
+        else:
+            history = await self._conversation.history(self.conversation_id)
         if chosen_budget is not None and history:
             # Stored history only: its latest user message is a past one, trimmed like any other.
             trimming = compile_pb2.Budget()

@@ -101,6 +101,12 @@ export interface Config {
   historyFactsConversations: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
+  /**
+   * Commits refuse what breaks a tool round's pairing (a message after an open round, a result
+   * without its open call) with INVALID_ARGUMENT (TOOL_ROUND_INVALID), as before conversations
+   * stored them; off = store what happened, the compile repairs the prompt (docs/semantics.md).
+   */
+  strictToolRounds: boolean;
 }
 
 export const defaultConfig: Config = {
@@ -142,6 +148,7 @@ export const defaultConfig: Config = {
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   inspector: true,
+  strictToolRounds: false,
 };
 
 /**
@@ -187,6 +194,7 @@ export const flags = {
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
+  "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -321,6 +329,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),
+    strictToolRounds: boolean("strict-tool-rounds", defaultConfig.strictToolRounds),
   };
 }
 

@@ -84,6 +84,12 @@ async function serve(config: Config, logger: Logger): Promise<void> {
   );
   const worker = isWorkerProcess();
   const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, config.telemetryQueue) } : {}) }).catch(fail);
+  if (config.storeRequired && server.health.current !== ServingStatus.SERVING) {
+    console.error(`contextd: --store-required true: the store is not reachable: ${server.health.reason}`);
+    await server.shutdown(0);
+    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+    process.exit(1);
+  }
   const address = `${server.address.address}:${server.address.port}`;
   // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it; with
   // --workers the primary says it once every worker listens.
@@ -93,7 +99,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
       address,
       protocols: ["grpc", "grpc-web", "connect"],
       tls: server.tls.enabled ? (server.tls.clientCertificates ? "on, client certificates required" : "on") : "off",
-      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : config.postgresUrl ? "postgres" : "memory", reachable: server.health.current === ServingStatus.SERVING },
+      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : config.postgresUrl ? "postgres" : "memory", reachable: server.health.current === ServingStatus.SERVING, ...(server.health.reason !== "" ? { error: server.health.reason } : {}) },
       metrics: config.metricsPath,
       tracing: tracing ? "otlp" : "off",
       inspector: config.inspector ? "/inspector/" : "off",

@@ -265,11 +265,13 @@ func (c *Client) Close() error {
 // after them.
 func (c *Client) WaitReady(ctx context.Context) error {
 	for retry := 1; ; retry++ {
-		response, err := c.transport.checkHealth(ctx, &healthpb.HealthCheckRequest{})
+		response, reason, err := c.transport.checkHealth(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil && response.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return nil
 		}
-		if err == nil {
+		if err == nil && reason != "" {
+			err = fmt.Errorf("health is %s: %s", response.GetStatus(), reason)
+		} else if err == nil {
 			err = fmt.Errorf("health is %s", response.GetStatus())
 		}
 		if sleepErr := c.retry.sleep(ctx, retry); sleepErr != nil {

@@ -194,9 +194,11 @@ export class Client {
     for (let retry = 1; ; retry++) {
       let last: string;
       try {
-        const response = await this.health.check({}, { timeoutMs: deadline.remaining(), signal });
+        // The sidecar says why it is not SERVING in a response header (say, the store's connection error).
+        let reason: string | null = null;
+        const response = await this.health.check({}, { timeoutMs: deadline.remaining(), signal, onHeader: (header) => (reason = header.get("contextd-health-reason")) });
         if (response.status === HealthCheckResponse_ServingStatus.SERVING) return;
-        last = `health is ${HealthCheckResponse_ServingStatus[response.status]}`;
+        last = `health is ${HealthCheckResponse_ServingStatus[response.status]}${reason ? `: ${reason}` : ""}`;
       } catch (thrown) {
         const failure = toContextdError(thrown);
         if (failure.code === Code.Canceled) throw failure;

@@ -36,7 +36,7 @@ export interface Config {
   /** Postgres URL for the Postgres store; empty = not used. Exclusive with `redisUrl`. */
   postgresUrl: string;
   /** Log level: "debug" logs one line per RPC, "info" start/stop and errors, "error" only errors. */
-  logLevel: "debug" | "info" | "error";
+  logLevel: "debug" | "info" | "warn" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
   maxRequestBytes: number;
   /** Request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
@@ -107,6 +107,8 @@ export interface Config {
    * stored them; off = store what happened, the compile repairs the prompt (docs/semantics.md).
    */
   strictToolRounds: boolean;
+  /** Exit at start when the store cannot be reached (fail fast) instead of serving NOT_SERVING while it retries. */
+  storeRequired: boolean;
 }
 
 export const defaultConfig: Config = {
@@ -149,6 +151,7 @@ export const defaultConfig: Config = {
   historyFactsConversations: 10_000,
   inspector: true,
   strictToolRounds: false,
+  storeRequired: false,
 };
 
 /**
@@ -163,9 +166,10 @@ export const flags = {
   "redis-tls-ca": "PEM file of the CAs that signed the Redis servers' certificates, for rediss:// (default: the system's CAs)",
   "redis-wait-replicas": "replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none",
   "redis-wait-timeout-ms": "how long a commit waits for those replicas before answering UNAVAILABLE",
-  workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a Redis store",
+  workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a shared store (Redis, Redis Cluster or Postgres)",
   "postgres-url": "Postgres store (tested with PostgreSQL 15), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
-  "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
+  "log-level": "debug (one line per RPC), info, warn or error; a failed RPC is logged at error when the server is at fault (INTERNAL, UNAVAILABLE, DATA_LOSS, ...), warn for refused callers (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED), info for the caller's normal failures (ABORTED version conflicts, INVALID_ARGUMENT, NOT_FOUND, ...)",
+  "store-required": "true = exit (status 1) when the store cannot be reached at start, instead of serving NOT_SERVING and retrying",
   "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
   "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",
   "request-body-timeout-ms": "how long a request body may take to arrive after its headers",
@@ -330,6 +334,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),
     strictToolRounds: boolean("strict-tool-rounds", defaultConfig.strictToolRounds),
+    storeRequired: boolean("store-required", defaultConfig.storeRequired),
   };
 }
 
@@ -379,6 +384,6 @@ function checkedPostgresUrl(url: string, redisUrl: string, redisClusterNodes: re
 }
 
 function parseLogLevel(text: string): Config["logLevel"] {
-  if (text === "debug" || text === "info" || text === "error") return text;
-  throw new Error(`invalid log level "${text}": want debug, info or error (--log-level or CONTEXTD_LOG_LEVEL)`);
+  if (text === "debug" || text === "info" || text === "warn" || text === "error") return text;
+  throw new Error(`invalid log level "${text}": want debug, info, warn or error (--log-level or CONTEXTD_LOG_LEVEL)`);
 }

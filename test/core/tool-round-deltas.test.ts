@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { Provider, Role, type Message, type ToolCallPart, type ToolResultPart } from "../../gen/ts/contextd/v1/message_pb.js";
-import { AppendAssistantSchema, AppendProviderResponseSchema, AppendToolResultSchema, CompactSchema, ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { AppendAssistantSchema, AppendProviderResponseSchema, AppendProviderStreamSchema, AppendToolResultSchema, CompactSchema, ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../../src/core/deltas/delta-context.js";
 import { givenToolCallId } from "../../src/core/deltas/message-preparation.js";
@@ -82,6 +82,22 @@ describe("commits store what frameworks produce; strict mode refuses it", () => 
     // A later commit names the call by its given id.
     const later = apply([append(message(Role.ASSISTANT, "a9", call(""))), appendResult(givenToolCallId("a9", 0), "t9")], true, stored);
     expect(resultOf(later, "t9")).toMatchObject({ toolCallId: "call_a9_0", name: "lookup" });
+  });
+
+  it("gives an OpenAI Chat call without id, in a body or a stream, the same call_<message id>_<n>", () => {
+    const body = { choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [{ type: "function", function: { name: "search", arguments: "{}" } }] }, finish_reason: "tool_calls" }] };
+    const response = apply([delta({ case: "appendProviderResponse", value: create(AppendProviderResponseSchema, { provider: Provider.OPENAI_CHAT, json: new TextEncoder().encode(JSON.stringify(body)) }) })]);
+    const chunk = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+    const events = [
+      chunk({ object: "chat.completion.chunk", choices: [{ index: 0, delta: { role: "assistant", tool_calls: [{ index: 0, type: "function", function: { name: "search", arguments: "" } }] }, finish_reason: null }] }),
+      chunk({ object: "chat.completion.chunk", choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: "{}" } }] }, finish_reason: "tool_calls" }] }),
+      new TextEncoder().encode("[DONE]"),
+    ];
+    const streamed = apply([delta({ case: "appendProviderStream", value: create(AppendProviderStreamSchema, { provider: Provider.OPENAI_CHAT, events }) })]);
+    for (const state of [response, streamed]) {
+      const assistant = state.history[0]!;
+      expect(assistant.parts.map((part) => (part.kind.value as ToolCallPart).id)).toEqual([givenToolCallId(assistant.id, 0)]);
+    }
   });
 
   it("stores a provider response after an open round (the answer is never lost), refuses it strictly", () => {

@@ -3,6 +3,7 @@ import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { CompileRequestSchema, CompileResultPart, MessageListSchema, RenderOptionsSchema, ToolRoundRepair, TransformationAction, TransformationReason, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider, Role, type Message, type ToolResultPart } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
 import { toolPayloadText } from "../../src/core/model/payload-text.js";
@@ -141,6 +142,15 @@ describe("the default tool-round repair (prompt only)", () => {
     const closing = result.payload!.history[1]!;
     expect(closing.id).toMatch(/^a1:no-result:c1:.+/);
     expect(ids(result.payload!.history).slice(2)).toEqual(["a1:no-result:c1"]);
+  });
+
+  it("repairs a target's history the same way, so a rendered target of a stored approval flow is valid", async () => {
+    for (const provider of providers) {
+      const result = await compiled(approval, { targets: [{ name: "side", segments: [Segment.HISTORY], render: { provider, model: "m" } }] });
+      const [projection] = result.projections;
+      expect(ids(projection!.messages), Provider[provider]).toEqual(["u1", "a1", "t1", "u2"]);
+      expect(projection!.rendered?.json.length, Provider[provider]).toBeGreaterThan(0);
+    }
   });
 
   it("refuses instead with REJECT, naming the rule", async () => {

@@ -158,7 +158,8 @@ const (
 	//     a round repeating a call id or with a call without id) are left out (DROPPED, reason
 	//     TOOL_ROUND_REPAIR; still in `persistence`).
 	//
-	// Every change is named in a "tool_round_repaired" warning.
+	// Every change is named in a "tool_round_repaired" warning. Targets' segment projections get
+	// the same repair.
 	ToolRoundRepair_TOOL_ROUND_REPAIR_UNSPECIFIED ToolRoundRepair = 0
 	// Drop the messages of incomplete or invalid rounds (recorded as DROPPED, TOOL_ROUND_REPAIR,
 	// and left out of `persistence`).

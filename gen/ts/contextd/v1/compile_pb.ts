@@ -2359,7 +2359,8 @@ export enum ToolRoundRepair {
    *   a non-ASSISTANT message, a TOOL message without a result, a result outside a TOOL message,
    *   a round repeating a call id or with a call without id) are left out (DROPPED, reason
    *   TOOL_ROUND_REPAIR; still in `persistence`).
-   * Every change is named in a "tool_round_repaired" warning.
+   * Every change is named in a "tool_round_repaired" warning. Targets' segment projections get
+   * the same repair.
    *
    * @generated from enum value: TOOL_ROUND_REPAIR_UNSPECIFIED = 0;
    */

@@ -1,4 +1,4 @@
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message, type ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { cancelledToolResultMessage } from "../model/cancellation.js";
@@ -50,38 +50,47 @@ export function repairToolRoundsForPrompt(work: CompileWork, randomId: () => str
   const openRoundByCallId = new Map<string, RoundBlock>();
   const dropped: { message: Message; index: number; rule: ToolRoundRule; detail: string }[] = [];
   const moved: { message: Message; index: number; round: RoundBlock }[] = [];
-  history.forEach((message, index) => {
-    const drop = (rule: ToolRoundRule, detail: string) => dropped.push({ message, index: offset + index, rule, detail });
+  for (let index = 0; index < history.length; index++) {
+    const message = history[index]!;
+    // Most messages carry no tool part: they pass with no allocation.
+    if (message.role !== Role.TOOL && !hasToolPart(message)) {
+      blocks.push(message);
+      continue;
+    }
+    const drop = (rule: ToolRoundRule, detail: string) => void dropped.push({ message, index: offset + index, rule, detail });
     const calls = toolCallsOf(message);
     if (calls.length > 0) {
       const problem = unrenderable(message, calls.map((call) => call.id));
-      if (problem) return drop(problem.rule, problem.detail);
+      if (problem) {
+        drop(problem.rule, problem.detail);
+        continue;
+      }
       const round: RoundBlock = { assistant: message, index: offset + index, results: [], calls: calls.map((call) => ({ id: call.id, name: call.name })), unanswered: new Set(calls.map((call) => call.id)) };
       blocks.push(round);
       for (const call of calls) openRoundByCallId.set(call.id, round);
-      return;
+      continue;
     }
     const results = toolResultsOf(message);
-    if (message.role !== Role.TOOL && results.length === 0) return void blocks.push(message);
-    if (message.role !== Role.TOOL) return drop("tool_result_not_in_tool_message", `a ${Role[message.role] ?? message.role} message carries tool results`);
-    if (results.length === 0) return drop("tool_message_without_result", "a TOOL message without a tool_result part");
-    let round: RoundBlock | undefined;
-    const answered = new Set<string>();
+    if (message.role !== Role.TOOL) {
+      drop("tool_result_not_in_tool_message", `a ${Role[message.role] ?? message.role} message carries tool results`);
+      continue;
+    }
+    if (results.length === 0) {
+      drop("tool_message_without_result", "a TOOL message without a tool_result part");
+      continue;
+    }
+    const round = roundAnsweredBy(results, openRoundByCallId);
+    if (typeof round === "string") {
+      drop("tool_result_without_call", round);
+      continue;
+    }
     for (const result of results) {
-      const candidate = openRoundByCallId.get(result.toolCallId);
-      if (!candidate || answered.has(result.toolCallId) || (round && candidate !== round)) {
-        return drop("tool_result_without_call", `no round left call "${result.toolCallId}" open${round && candidate && candidate !== round ? " beside the other results of this message" : ""}`);
-      }
-      round = candidate;
-      answered.add(result.toolCallId);
+      round.unanswered.delete(result.toolCallId);
+      openRoundByCallId.delete(result.toolCallId);
     }
-    for (const id of answered) {
-      round!.unanswered.delete(id);
-      openRoundByCallId.delete(id);
-    }
-    if (round !== blocks[blocks.length - 1]) moved.push({ message, index: offset + index, round: round! });
-    round!.results.push(message);
-  });
+    if (round !== blocks[blocks.length - 1]) moved.push({ message, index: offset + index, round });
+    round.results.push(message);
+  }
 
   const repaired: Message[] = [];
   const closed: { round: RoundBlock; callIds: string[] }[] = [];
@@ -122,6 +131,34 @@ interface RoundBlock {
   results: Message[];
   calls: { id: string; name: string }[];
   unanswered: Set<string>;
+}
+
+/**
+ * The one round whose open calls `results` answer (each once), or why there is none: a call no
+ * round left open, answered twice, or results answering two rounds.
+ */
+function roundAnsweredBy(results: readonly ToolResultPart[], openRoundByCallId: ReadonlyMap<string, RoundBlock>): RoundBlock | string {
+  let round: RoundBlock | undefined;
+  for (let index = 0; index < results.length; index++) {
+    const callId = results[index]!.toolCallId;
+    const candidate = openRoundByCallId.get(callId);
+    let twice = false;
+    for (let earlier = 0; earlier < index; earlier++) if (results[earlier]!.toolCallId === callId) twice = true;
+    if (!candidate || twice || (round && candidate !== round)) {
+      return `no round left call "${callId}" open${round && candidate && candidate !== round ? " beside the other results of this message" : ""}`;
+    }
+    round = candidate;
+  }
+  return round!;
+}
+
+function hasToolPart(message: Message): boolean {
+  const parts = message.parts;
+  for (let index = 0; index < parts.length; index++) {
+    const kind = parts[index]!.kind.case;
+    if (kind === "toolCall" || kind === "toolResult") return true;
+  }
+  return false;
 }
 
 function isRound(block: Message | RoundBlock): block is RoundBlock {

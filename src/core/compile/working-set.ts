@@ -63,6 +63,8 @@ export interface CompileWork {
    * to repair). The budget reuses it while history is still that array instead of analysing again.
    */
   historyRounds?: { history: readonly Message[]; analysis: ToolRoundAnalysis };
+  /** The history stage 1 found without a broken tool-round rule (with pending after it). */
+  validToolRounds?: readonly Message[];
   /**
    * Token counts of `history` known before the budget stage (the tail `elideHistoryHead` left), so
    * the budget does not count it again; and how many stored messages precede it (for the indices
@@ -76,6 +78,11 @@ export interface CompileWork {
    * message_dropped events are emitted from without walking every record of a large compile.
    */
   droppedIds?: string[];
+  /**
+   * Ids the default tool-round repair left out of the prompt (DROPPED) that persistence keeps: that
+   * repair changes the prompt only (prompt-tool-round-repair.ts).
+   */
+  keptDespiteDrop?: Set<string>;
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {

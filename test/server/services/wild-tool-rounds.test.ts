@@ -63,12 +63,10 @@ const sequences: Record<string, Delta[][]> = {
 
 const providers = [Provider.OPENAI_CHAT, Provider.OPENAI_RESPONSES, Provider.ANTHROPIC_MESSAGES, Provider.GEMINI] as const;
 /**
- * The providers whose bodies can carry one call id in two rounds. None yet: every body validator
- * wants a call id once per body, and the renderers give reused ids collision-free rendered ids
- * with issue 27's per-provider ids (the provider-bodies work): add the providers here when that
- * lands. Until then the reused-id conversation's prompt is checked before rendering (its payload).
+ * The providers whose bodies carry one stored call id in two rounds: all of them, since the
+ * renderers give a reused id a collision-free rendered id per provider (docs/provider-bodies.md).
  */
-const rendersReusedCallIds: readonly Provider[] = [];
+const rendersReusedCallIds: readonly Provider[] = providers;
 
 describe("what frameworks produce is stored and compiled into valid bodies (real sidecar on Redis)", () => {
   let redis: RedisProcess;

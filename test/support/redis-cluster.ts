@@ -22,6 +22,8 @@ export interface ClusterNode {
   restart(): Promise<void>;
   /** "master" or "slave", as the node itself reports it now. */
   role(): Promise<string>;
+  /** How many replicas are connected to this node and in sync (`state=online` in INFO replication). */
+  onlineReplicas(): Promise<number>;
 }
 
 /** A real Redis Cluster on loopback: three masters with one replica each, on free ports. */
@@ -135,6 +137,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     kill: () => stop(port, "SIGKILL"),
     restart: () => launch(port),
     role: async () => (await cli(port, "ROLE")).split("\n")[0]!,
+    onlineReplicas: async () => (await cli(port, "INFO", "replication")).split("\n").filter((line) => /^slave\d+:.*state=online/.test(line)).length,
   }));
   try {
     await Promise.all(ports.map(launch));

@@ -16,7 +16,7 @@ import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
-import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
 export interface PostgresStoreOptions {
@@ -501,7 +501,10 @@ export class PostgresConversationStore implements ConversationStore {
       });
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
-      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      if (from > 0 && list !== cached![segment]) {
+        this.lineage.appended(cached![segment], list);
+        trustCaughtUpSegment(segment, cached![segment], list, this.cache.idIndex(cached!)?.toolCallLookupFor(cached!, segment, this.lineage));
+      }
       lists.push(list);
       segments.push({ at: header.segment_at![index]!, length, bytes });
     });

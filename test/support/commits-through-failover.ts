@@ -5,7 +5,7 @@ import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../.
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { appendHistory, textMessage } from "../store/fixtures.js";
 import { grpcJsClient } from "./grpc-js.js";
-import type { RedisCluster } from "./redis-cluster.js";
+import type { ClusterNode, RedisCluster } from "./redis-cluster.js";
 
 /** What the writers saw while a master of the cluster was killed and its replica took over. */
 export interface FailoverOutcome {
@@ -26,15 +26,15 @@ export interface FailoverOutcome {
    * conversation of that shard acknowledged after it (undefined if none was), in milliseconds.
    */
   resumedAfterPromotionMs: number | undefined;
-  /** From the promotion to the killed node, restarted, being the new master's replica in sync. */
+  /** From the promotion to the new master having a replica in sync (the restarted node, or another replica). */
   replicaBackAfterPromotionMs: number;
 }
 
 /**
  * `writers` agents each append `turns` messages to their own conversation through `sidecar`, on a
  * real cluster whose master of the first conversation's slot is killed (SIGKILL) once 5 turns per
- * writer are acknowledged; once its replica is master the killed node comes back (empty) as that
- * replica's replica. The writers ONLY commit: each keeps the version its last commit answered,
+ * writer are acknowledged; once a replica of it is master the killed node comes back (empty) as
+ * a replica. The writers ONLY commit: each keeps the version its last commit answered,
  * retries UNAVAILABLE with the same idempotency key and expected version (a commit that applied but
  * whose answer was lost is then answered from its record) and takes the current version from the
  * ABORTED trailer. No read goes to the store between commits, so nothing but the commit path can
@@ -73,8 +73,8 @@ export async function commitThroughFailover(cluster: RedisCluster, sidecarPort: 
   };
   try {
     const conversationIds = Array.from({ length: writers }, (_, writer) => `failover-${sidecarPort}-${writer}`);
-    const victim = await cluster.masterOf(conversationKeys("contextd", conversationIds[0]!).version);
-    const heir = await cluster.replicaOf(victim);
+    const victimKey = conversationKeys("contextd", conversationIds[0]!).version;
+    const victim = await cluster.masterOf(victimKey);
     const onVictim = new Set<string>();
     for (const conversationId of conversationIds) {
       if ((await cluster.masterOf(conversationKeys("contextd", conversationId).version)) === victim) onVictim.add(conversationId);
@@ -106,10 +106,17 @@ export async function commitThroughFailover(cluster: RedisCluster, sidecarPort: 
     const failover = (async () => {
       while (total < writers * 5) await new Promise((resolve) => setTimeout(resolve, 5));
       await victim.kill();
-      while ((await heir.role()) !== "master") await new Promise((resolve) => setTimeout(resolve, 20));
+      // The shard's new master: the replica the cluster promoted (with two replicas, either one).
+      let heir: ClusterNode | undefined;
+      while (heir === undefined) {
+        const master = await cluster.masterOf(victimKey).catch(() => undefined);
+        if (master !== undefined && master !== victim && (await master.role()) === "master") heir = master;
+        else await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       promotedAt = performance.now();
-      // With --redis-wait-replicas 1 commits to that shard wait for the killed node to come back
-      // as the new master's replica (empty: no persistence), from its nodes.conf: it restarts at once.
+      // With --redis-wait-replicas 1 commits to that shard wait for a replica of the new master: the
+      // killed node, which comes back at once (empty: no persistence) as one from its nodes.conf,
+      // or with two replicas per master the other one, which follows the new master.
       await victim.restart();
       while ((await heir.onlineReplicas()) < 1) await new Promise((resolve) => setTimeout(resolve, 20));
       replicaBackAt = performance.now();

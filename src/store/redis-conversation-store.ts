@@ -201,6 +201,13 @@ export class RedisConversationStore implements ConversationStore {
    */
   private readonly indexedConversations = new Map<string, number>();
   private readonly indexRefreshMs: number;
+  /**
+   * States this process committed after finding that another process had written the
+   * conversation since its cached copy (a read caught the copy up, or the script answered
+   * "conflict"): sidecars taking turns behind a balancer. A commit from such a copy reads first;
+   * one whose read finds the copy current goes back to committing from the cache unread.
+   */
+  private readonly writtenAfterByOthers = new WeakSet<ConversationState>();
   private readonly waitReplicas: number;
   private readonly waitTimeoutMs: number;
   /** Where the store connects, for messages: a URL without its password, or the cluster's seed nodes. */
@@ -634,15 +641,21 @@ export class RedisConversationStore implements ConversationStore {
     // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never
     // a lost update. Anything the cached state cannot decide (another expected version, a delta it
     // rejects) is read again, which catches the cached copy up.
+    // A copy that others wrote after (`writtenAfterByOthers`) is read first instead: one round
+    // trip that catches it up, where trying it costs two more and a plan thrown away.
     let trustCache = true;
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
       trustCache = false;
       let base: ConversationState;
-      if (cached && (expectedVersion === undefined || expectedVersion === cached.version)) {
+      const fromCache = cached !== undefined && !this.writtenAfterByOthers.has(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
+      if (fromCache) {
         base = cached;
       } else {
+        const before = this.cache.get(conversationId);
         const loaded = await this.read(conversationId, idempotencyKey);
+        if (before !== undefined && loaded.state !== before) othersWrote = true;
         if (loaded.record) {
           // A replay is answered as applied only once the original's writes are on the replicas too.
           if (this.waitReplicas > 0) this.requireReplicated(conversationId, loaded.record.version, await this.replicasAcknowledging(keys));
@@ -664,7 +677,7 @@ export class RedisConversationStore implements ConversationStore {
           cleared,
         });
       } catch (error) {
-        if (base !== cached) throw error;
+        if (!fromCache) throw error;
         attempt--;
         continue;
       }
@@ -705,6 +718,7 @@ export class RedisConversationStore implements ConversationStore {
       if (outcome === "ok") {
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
+        if (othersWrote) this.writtenAfterByOthers.add(plan.state);
         this.requireReplicated(conversationId, plan.state.version, acknowledged);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
@@ -727,6 +741,7 @@ export class RedisConversationStore implements ConversationStore {
       // "conflict": another writer committed between our read and our script; the next read
       // catches the cached copy up.
       else if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      othersWrote = true;
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
           `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,

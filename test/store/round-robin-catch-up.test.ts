@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { Delta } from "../../gen/ts/contextd/v1/state_pb.js";
@@ -116,6 +117,48 @@ describe.each(backends)("%s store: sidecars taking turns (round-robin)", (_, sta
       })();
       const caughtUpAnswer = await outcomeOf(b, id, [appendHistory(...batch)]);
       expect(JSON.stringify(caughtUpAnswer).replaceAll(`${id}-fresh`, id), label).toBe(JSON.stringify(freshAnswer).replaceAll(`${id}-fresh`, id));
+    }
+  });
+});
+
+describe("Redis store: a copy others wrote after is read first", () => {
+  it("commits from a copy behind in two script calls (the read that catches it up, the commit), not three (a refused commit first)", async () => {
+    const redis = await startRedis();
+    const [a, b] = [new RedisConversationStore(redis.url), new RedisConversationStore(redis.url)];
+    const raw = new Redis(redis.url);
+    const scriptCalls = async () => {
+      const stats = await raw.info("commandstats");
+      return ["eval", "evalsha"].reduce((sum, name) => sum + Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, "m").exec(stats)?.[1] ?? 0), 0);
+    };
+    try {
+      await Promise.all([a.connected(), b.connected()]);
+      const id = "read-first";
+      let turn = 0;
+      const commit = (store: RedisConversationStore) => store.commit(id, undefined, [appendHistory(textMessage(`m${turn++}`, Role.USER, "hi"))], "");
+      // The first time b is behind it learns so from a refused commit; from then on it reads first.
+      for (let round = 0; round < 2; round++) {
+        await commit(a);
+        await commit(b);
+      }
+      const perCommit: number[] = [];
+      for (let round = 0; round < 4; round++) {
+        await commit(a);
+        const before = await scriptCalls();
+        const outcome = await commit(b);
+        perCommit.push((await scriptCalls()) - before);
+        expect(outcome.state!.history.map((message) => message.id)).toEqual(Array.from({ length: turn }, (_, index) => `m${index}`));
+      }
+      expect(perCommit).toEqual([2, 2, 2, 2]);
+      // Alone again, b commits from its copy unread: one script call.
+      await commit(b);
+      const before = await scriptCalls();
+      await commit(b);
+      expect((await scriptCalls()) - before).toBe(1);
+    } finally {
+      raw.disconnect();
+      await a.close();
+      await b.close();
+      await redis.stop();
     }
   });
 });

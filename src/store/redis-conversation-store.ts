@@ -14,6 +14,7 @@ import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
+import { ContendedCopies } from "./contended-copies.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
@@ -201,13 +202,8 @@ export class RedisConversationStore implements ConversationStore {
    */
   private readonly indexedConversations = new Map<string, number>();
   private readonly indexRefreshMs: number;
-  /**
-   * States this process committed after finding that another process had written the
-   * conversation since its cached copy (a read caught the copy up, or the script answered
-   * "conflict"): sidecars taking turns behind a balancer. A commit from such a copy reads first;
-   * one whose read finds the copy current goes back to committing from the cache unread.
-   */
-  private readonly writtenAfterByOthers = new WeakSet<ConversationState>();
+  /** Copies to read before committing from (see `ContendedCopies`). */
+  private readonly contended = new ContendedCopies();
   private readonly waitReplicas: number;
   private readonly waitTimeoutMs: number;
   /** Where the store connects, for messages: a URL without its password, or the cluster's seed nodes. */
@@ -641,15 +637,14 @@ export class RedisConversationStore implements ConversationStore {
     // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never
     // a lost update. Anything the cached state cannot decide (another expected version, a delta it
     // rejects) is read again, which catches the cached copy up.
-    // A copy that others wrote after (`writtenAfterByOthers`) is read first instead: one round
-    // trip that catches it up, where trying it costs two more and a plan thrown away.
+    // A copy others wrote after is read first instead (see `ContendedCopies`).
     let trustCache = true;
     let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
       trustCache = false;
       let base: ConversationState;
-      const fromCache = cached !== undefined && !this.writtenAfterByOthers.has(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
+      const fromCache = cached !== undefined && this.contended.trusted(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
       if (fromCache) {
         base = cached;
       } else {
@@ -718,7 +713,7 @@ export class RedisConversationStore implements ConversationStore {
       if (outcome === "ok") {
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
-        if (othersWrote) this.writtenAfterByOthers.add(plan.state);
+        if (othersWrote) this.contended.add(plan.state);
         this.requireReplicated(conversationId, plan.state.version, acknowledged);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }

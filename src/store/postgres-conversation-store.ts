@@ -10,13 +10,14 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
+import { ContendedCopies } from "./contended-copies.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
-import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
 export interface PostgresStoreOptions {
@@ -118,6 +119,8 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
+  /** Copies to read before committing from (see `ContendedCopies`). */
+  private readonly contended = new ContendedCopies();
   /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
   readonly lineage = new MessageListLineage();
   private readonly codec: Codec;
@@ -505,7 +508,10 @@ export class PostgresConversationStore implements ConversationStore {
       });
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
-      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      if (from > 0 && list !== cached![segment]) {
+        this.lineage.appended(cached![segment], list);
+        trustCaughtUpSegment(segment, cached![segment], list, this.cache.idIndex(cached!)?.toolCallLookupFor(cached!, segment, this.lineage));
+      }
       lists.push(list);
       segments.push({ at: header.segment_at![index]!, length, bytes });
     });
@@ -532,15 +538,20 @@ export class PostgresConversationStore implements ConversationStore {
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // As in the Redis store: the first attempt may start from the cached state without reading;
     // the commit function compares its version and segment lengths with the stored ones.
+    // A copy others wrote after is read first instead (see `ContendedCopies`).
     let trustCache = true;
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
       trustCache = false;
       let base: ConversationState;
-      if (cached && (expectedVersion === undefined || expectedVersion === cached.version)) {
+      const fromCache = cached !== undefined && this.contended.trusted(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
+      if (fromCache) {
         base = cached;
       } else {
+        const before = this.cache.get(conversationId);
         const loaded = await this.read(conversationId, idempotencyKey);
+        if (before !== undefined && loaded.state !== before) othersWrote = true;
         if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
         base = loaded.state;
         if (expectedVersion !== undefined && expectedVersion !== base.version) {
@@ -558,7 +569,7 @@ export class PostgresConversationStore implements ConversationStore {
           cleared,
         });
       } catch (error) {
-        if (base !== cached) throw error;
+        if (!fromCache) throw error;
         attempt--;
         continue;
       }
@@ -598,6 +609,7 @@ export class PostgresConversationStore implements ConversationStore {
         this.notifyCommitted(id, notifyInTransaction);
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
+        if (othersWrote) this.contended.add(plan.state);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       const current = BigInt(reply.version);
@@ -612,6 +624,7 @@ export class PostgresConversationStore implements ConversationStore {
       // behind this process's back): forget the copy and read the stored state whole.
       if (reply.outcome === "stale") this.cache.delete(conversationId);
       else if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      othersWrote = true;
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
           `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,

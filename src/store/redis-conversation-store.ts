@@ -2,7 +2,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { randomUUID } from "node:crypto";
 import calculateSlot from "cluster-key-slot";
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
+import { Cluster, Redis, type ChainableCommander, type ClusterOptions, type RedisOptions } from "ioredis";
 import {
   ChangeSchema,
   ConversationSummarySchema,
@@ -14,15 +14,17 @@ import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
+import { ContendedCopies } from "./contended-copies.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
+import { clusterRedirection } from "./redis-cluster-redirection.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
-import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -92,7 +94,8 @@ export const redisConnectionOptions: RedisOptions = {
 /**
  * The same for a Redis Cluster, plus what the cluster client decides: a command refused with
  * MOVED, ASK, TRYAGAIN or CLUSTERDOWN (which Redis did not run) is sent again to the node the
- * cluster names, after refreshing the slot map; a command whose connection closed under it is
+ * cluster names, after refreshing the slot map (a pipeline only when all its replies are that
+ * error: the commit pipeline with `WAIT` follows them itself, see `behindWait`); a command whose connection closed under it is
  * NOT (`retryDelayOnFailover: 0`): a commit script may have run before its node died, and sending
  * it again could apply a batch twice. It fails as UNAVAILABLE instead; the caller retries.
  */
@@ -110,6 +113,9 @@ export const redisClusterOptions: ClusterOptions = {
     commandTimeout: redisConnectionOptions.commandTimeout!,
   },
 };
+
+/** How many of the commit script's arguments are keys. */
+const commitScriptKeys = 8;
 
 /** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
 const defaultCacheEncodedBytes = 32 * 1024 * 1024;
@@ -196,6 +202,8 @@ export class RedisConversationStore implements ConversationStore {
    */
   private readonly indexedConversations = new Map<string, number>();
   private readonly indexRefreshMs: number;
+  /** Copies to read before committing from (see `ContendedCopies`). */
+  private readonly contended = new ContendedCopies();
   private readonly waitReplicas: number;
   private readonly waitTimeoutMs: number;
   /** Where the store connects, for messages: a URL without its password, or the cluster's seed nodes. */
@@ -248,7 +256,7 @@ export class RedisConversationStore implements ConversationStore {
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
-    this.redis.defineCommand("contextdCommit", { numberOfKeys: 8, lua: commitScript });
+    this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
   }
@@ -404,10 +412,10 @@ export class RedisConversationStore implements ConversationStore {
           // The slot moved (a failover promoted a replica, or a resharding): read from its new
           // master. A master turned replica first unblocks its blocked readers (UNBLOCKED); the
           // next read there answers MOVED, naming the new master.
-          const reply = redisReplyError(error) ?? "";
-          const moved = /^MOVED \d+ (\S+)$/.exec(reply);
-          if (this.redis instanceof Cluster && (moved || reply.startsWith("UNBLOCKED")) && redirections++ < 16) {
-            const target = moved ? moved[1]! : `${connection.options.host}:${connection.options.port}`;
+          const redirection = clusterRedirection(error);
+          const moved = redirection?.kind === "moved" ? redirection.address : undefined;
+          if (this.redis instanceof Cluster && (moved !== undefined || (redisReplyError(error) ?? "").startsWith("UNBLOCKED")) && redirections++ < 16) {
+            const target = moved ?? `${connection.options.host}:${connection.options.port}`;
             connection.disconnect();
             this.watchConnections.delete(connection);
             this.redis.refreshSlotsCache();
@@ -602,7 +610,10 @@ export class RedisConversationStore implements ConversationStore {
       // from it by identity (encodings, token counts) is found again.
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
-      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      if (from > 0 && list !== cached![segment]) {
+        this.lineage.appended(cached![segment], list);
+        trustCaughtUpSegment(segment, cached![segment], list, this.cache.idIndex(cached!)?.toolCallLookupFor(cached!, segment, this.lineage));
+      }
       lists.push(list);
       segments.push({ at, length: from + decoded.length, bytes });
     });
@@ -630,15 +641,20 @@ export class RedisConversationStore implements ConversationStore {
     // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never
     // a lost update. Anything the cached state cannot decide (another expected version, a delta it
     // rejects) is read again, which catches the cached copy up.
+    // A copy others wrote after is read first instead (see `ContendedCopies`).
     let trustCache = true;
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
       trustCache = false;
       let base: ConversationState;
-      if (cached && (expectedVersion === undefined || expectedVersion === cached.version)) {
+      const fromCache = cached !== undefined && this.contended.trusted(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
+      if (fromCache) {
         base = cached;
       } else {
+        const before = this.cache.get(conversationId);
         const loaded = await this.read(conversationId, idempotencyKey);
+        if (before !== undefined && loaded.state !== before) othersWrote = true;
         if (loaded.record) {
           // A replay is answered as applied only once the original's writes are on the replicas too.
           if (this.waitReplicas > 0) this.requireReplicated(conversationId, loaded.record.version, await this.replicasAcknowledging(keys));
@@ -660,7 +676,7 @@ export class RedisConversationStore implements ConversationStore {
           cleared,
         });
       } catch (error) {
-        if (base !== cached) throw error;
+        if (!fromCache) throw error;
         attempt--;
         continue;
       }
@@ -701,6 +717,7 @@ export class RedisConversationStore implements ConversationStore {
       if (outcome === "ok") {
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
+        if (othersWrote) this.contended.add(plan.state);
         this.requireReplicated(conversationId, plan.state.version, acknowledged);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
@@ -723,6 +740,7 @@ export class RedisConversationStore implements ConversationStore {
       // "conflict": another writer committed between our read and our script; the next read
       // catches the cached copy up.
       else if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      othersWrote = true;
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
           `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,
@@ -786,13 +804,63 @@ export class RedisConversationStore implements ConversationStore {
    */
   private async runCommitScript(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
     if (this.waitReplicas === 0) return { reply: await this.redis.contextdCommitBuffer(...args), acknowledged: 0 };
-    const pipeline = this.redis.pipeline() as ReturnType<Redis["pipeline"]> & Scripts;
-    pipeline.contextdCommitBuffer(...args);
-    pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
-    const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+    const [[scriptError, reply], [waitError, acknowledged]] = await this.behindWait((pipeline, onNode) => {
+      // A node's own connection has not had the script defined: EVAL it (only on a redirection).
+      if (onNode) pipeline.callBuffer("EVAL", commitScript, commitScriptKeys, ...(args.flat() as (string | Buffer | number)[]));
+      else (pipeline as ChainableCommander & Scripts).contextdCommitBuffer(...args);
+    });
     if (scriptError) throw scriptError;
     if (waitError) throw waitError;
     return { reply: reply as (Buffer | null)[], acknowledged: Number(acknowledged) };
+  }
+
+  /**
+   * The replies of one command (queued by `queue` on the pipeline) and a `WAIT` behind it on the
+   * same connection. On a cluster, a refusal of the command that Redis answers before running it
+   * (`clusterRedirection`) is followed here: the cluster client follows a redirection in a pipeline
+   * only when every reply is the same error, and `WAIT` answers a count wherever it runs, so
+   * without this a commit pipeline refused with MOVED after a failover kept failing until some
+   * other command taught the client the new slot map. The `WAIT` reply of a refused attempt counts
+   * replicas of a node that wrote nothing and is dropped; the pair is sent again (`onNode` true when
+   * to a node's own connection, where only the built-in commands exist), up to the cluster's
+   * redirection limit.
+   */
+  private async behindWait(queue: (pipeline: ChainableCommander, onNode: boolean) => void): Promise<[Error | null, unknown][]> {
+    const send = async (target: Redis | Cluster, asking: boolean) => {
+      const pipeline = target.pipeline();
+      if (asking) pipeline.asking();
+      queue(pipeline, target !== this.redis);
+      pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
+      const replies = (await pipeline.exec()) as [Error | null, unknown][];
+      return asking ? replies.slice(1) : replies;
+    };
+    let [target, asking]: [Redis | Cluster, boolean] = [this.redis, false];
+    let replies = await send(target, asking);
+    const cluster = this.redis;
+    if (!(cluster instanceof Cluster)) return replies;
+    for (let redirections = 0; redirections < redisClusterOptions.maxRedirections!; redirections++) {
+      const redirection = clusterRedirection(replies[0]![0]);
+      if (redirection === undefined) break;
+      if (redirection.kind === "moved" || redirection.kind === "ask") {
+        // MOVED: later commands route by a refreshed map; this one goes to the named node now.
+        if (redirection.kind === "moved") cluster.refreshSlotsCache();
+        [target, asking] = [await this.clusterNodeAt(cluster, redirection.address), redirection.kind === "ask"];
+      } else {
+        // TRYAGAIN, CLUSTERDOWN: the same node (behind ASKING again if it was asked), after a pause.
+        await new Promise((resolve) => setTimeout(resolve, redisClusterOptions.retryDelayOnTryAgain));
+      }
+      replies = await send(target, asking);
+    }
+    return replies;
+  }
+
+  /** The cluster client's connection to the node at `address` ("host:port"), once more after a slot map refresh if it knows none. */
+  private async clusterNodeAt(cluster: Cluster, address: string): Promise<Redis> {
+    const { host, port } = clusterNode(address);
+    const find = () => cluster.nodes("all").find((node) => node.options.host === host && node.options.port === port);
+    const known = find() ?? (await new Promise<void>((resolve) => cluster.refreshSlotsCache(() => resolve())), find());
+    if (known === undefined) throw new Error(`the cluster redirected a command to ${address}, a node its client does not know (yet)`);
+    return known;
   }
 
   /** UNAVAILABLE when `waitReplicas` is on and fewer replicas than it acknowledged the commit of `version`. */
@@ -812,10 +880,7 @@ export class RedisConversationStore implements ConversationStore {
    */
   private async replicasAcknowledging(keys: ConversationKeys): Promise<number> {
     return this.call("waiting for replicas", async () => {
-      const pipeline = this.redis.pipeline();
-      pipeline.get(keys.version);
-      pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
-      const [[readError], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+      const [[readError], [waitError, acknowledged]] = await this.behindWait((pipeline) => pipeline.get(keys.version));
       if (readError) throw readError;
       if (waitError) throw waitError;
       return Number(acknowledged);

@@ -13,6 +13,7 @@ import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLoo
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
+import { segmentEdit, storedSegments } from "./segment-edits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -69,6 +70,17 @@ export class MemoryConversationStore implements ConversationStore {
     });
     this.now = options.now ?? Date.now;
     this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
+  }
+
+  /**
+   * Counts the messages a commit wrote with the codec's stored estimator (`StoredTokenCounts`),
+   * as the Redis and Postgres stores count the entries they write: a compile whose history facts
+   * were forgotten takes them instead of counting the history again.
+   */
+  private noteTokenCounts(base: ConversationState, next: ConversationState): void {
+    const counts = this.codec.storedTokenCounts;
+    if (counts.estimator === undefined) return;
+    for (const segment of storedSegments) for (const message of segmentEdit(base[segment], next[segment], this.lineage)?.messages ?? []) counts.note(message);
   }
 
   async load(conversationId: string): Promise<ConversationState> {
@@ -192,6 +204,7 @@ export class MemoryConversationStore implements ConversationStore {
       committedAtUnixMs: BigInt(this.now()),
       cleared,
     });
+    this.noteTokenCounts(base, plan.state);
     const target: Conversation = conversation ?? { state: base, changes: [] };
     target.ids = target.ids?.advancedTo(plan.state, this.lineage);
     target.state = plan.state;

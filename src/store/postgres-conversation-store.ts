@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
 import { ChangeSchema, ConversationSummarySchema, type Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -494,7 +494,7 @@ export class PostgresConversationStore implements ConversationStore {
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return fromBinary(MessageSchema, item);
+          return this.codec.decodeStoredEntry(item);
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} segment does not decode: ${(error as Error).message}`);
         }
@@ -643,7 +643,7 @@ export class PostgresConversationStore implements ConversationStore {
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const added = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
+      const added = edit.messages.map((message) => bufferOf(this.codec.encodeStoredEntry(message)));
       const addedBytes = added.reduce((sum, encoding) => sum + encoding.length, 0);
       encodings.push(...added);
       modes.push(edit.keepPrefix ? "p" : "s");

@@ -8,7 +8,7 @@ import {
   ConversationSummarySchema,
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -589,7 +589,7 @@ export class RedisConversationStore implements ConversationStore {
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return fromBinary(MessageSchema, item);
+          return this.codec.decodeStoredEntry(item);
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${keys.segments[index]} does not decode: ${(error as Error).message}`);
         }
@@ -753,7 +753,7 @@ export class RedisConversationStore implements ConversationStore {
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
+      const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredEntry(message)));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.

@@ -14,6 +14,15 @@ import { TextCountTable } from "./text-count-table.js";
 const maxRecentLists = 64;
 
 /**
+ * Counts known beside the messages themselves: what a store read with a stored message (see
+ * `StoredTokenCounts` in the codec), the same number `countMessage` of the estimator with that
+ * cache key gives. A message it knows is not counted again.
+ */
+export interface KnownTokenCounts {
+  countOf(message: Message, cacheKey: string): number | undefined;
+}
+
+/**
  * Token counts shared across compiles (semantics §4: a conversation is tokenized once), at three
  * levels:
  * - per message list object, one WeakMap per estimator configuration: a segment of a stored state
@@ -43,7 +52,14 @@ export class TokenCountCache {
   listLookups = 0;
   listHits = 0;
 
-  constructor(private readonly maxTexts = 200_000) {}
+  /** Messages counted afresh that `known` answered (for metrics and tests). */
+  knownHits = 0;
+
+  constructor(
+    private readonly maxTexts = 200_000,
+    /** Counts stored with the messages (a fresh sidecar's first compile of a long conversation takes them instead of counting it). */
+    private readonly known?: KnownTokenCounts,
+  ) {}
 
   /** The count of `message` under `estimator`. */
   count(estimator: TokenEstimator, message: Message): number {
@@ -92,17 +108,27 @@ export class TokenCountCache {
   countEach(estimator: TokenEstimator, messages: readonly Message[], clock = DeadlineCheck.none): number[] | Promise<number[]> {
     const counts = new Array<number>(messages.length);
     for (let index = 0; index < messages.length; index++) {
-      const count = countFresh(estimator, messages[index]!, clock);
+      const count = this.countFresh(estimator, messages[index]!, clock);
       if (typeof count !== "number") return this.countEachFrom(estimator, messages, clock, counts, index, count);
       counts[index] = count;
     }
     return counts;
   }
 
+  /** One message counted afresh: its stored count when `known` has one, else `countFresh`. */
+  private countFresh(estimator: TokenEstimator, message: Message, clock: DeadlineCheck): number | Promise<number> {
+    const stored = this.known?.countOf(message, estimator.cacheKey);
+    if (stored !== undefined) {
+      this.knownHits++;
+      return stored;
+    }
+    return countFresh(estimator, message, clock);
+  }
+
   private async countEachFrom(estimator: TokenEstimator, messages: readonly Message[], clock: DeadlineCheck, counts: number[], index: number, waiting: Promise<number>): Promise<number[]> {
     counts[index] = await waiting;
     for (index++; index < messages.length; index++) {
-      const count = countFresh(estimator, messages[index]!, clock);
+      const count = this.countFresh(estimator, messages[index]!, clock);
       counts[index] = typeof count === "number" ? count : await count;
     }
     return counts;
@@ -125,7 +151,7 @@ export class TokenCountCache {
         counts[index] = recent!.counts[index]!;
         continue;
       }
-      const count = countFresh(estimator, message, clock);
+      const count = this.countFresh(estimator, message, clock);
       if (typeof count !== "number") return this.countRestAgainstRecent(estimator, messages, clock, key, counts, index, count);
       counts[index] = count;
     }
@@ -152,7 +178,7 @@ export class TokenCountCache {
         counts[index] = recent!.counts[index]!;
         continue;
       }
-      const count = countFresh(estimator, message, clock);
+      const count = this.countFresh(estimator, message, clock);
       counts[index] = typeof count === "number" ? count : await count;
     }
     this.rememberList(key, messages, counts);

@@ -14,6 +14,7 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
 import { segmentEdit, storedSegments } from "./segment-edits.js";
+import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -88,6 +89,12 @@ export class MemoryConversationStore implements ConversationStore {
     const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    requireStorableText("conversation_id", conversationId);
+    checkWindowQuery(query);
+    return windowOf(this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId), query);
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {

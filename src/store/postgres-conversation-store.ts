@@ -16,6 +16,7 @@ import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
+import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -93,6 +94,44 @@ interface LoadRow {
   fingerprint: string | null;
   recorded: string | null;
 }
+
+/** A row of `windowQuery`: the header first (segment -1), then message rows in segment and position order. */
+interface WindowRow {
+  segment: number;
+  message: Buffer | null;
+  version: string | null;
+  created: string | null;
+  current: boolean | null;
+  start: number | null;
+  length: number | null;
+}
+
+/**
+ * `readWindow` in one statement (one snapshot): the header row, then the window's rows (a range
+ * of the primary key) and, with the rest, the other segments' rows. $1 id, $2 segment (0-3), $3
+ * end (null = the length), $4 count, $5 with the rest, $6 and $7 the cached copy's version and
+ * created (null = none; when they are the stored ones no row but the header is sent), $8 the
+ * other segments (empty without the rest).
+ */
+const windowQuery = `
+WITH h AS (
+  SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length,
+    LEAST(COALESCE($3::integer, c.segment_length[$2::smallint + 1]), c.segment_length[$2::smallint + 1]) AS stop
+  FROM contextd_conversations c WHERE c.id = $1
+), w AS (
+  SELECT h.*, GREATEST(0, h.stop - $4::integer) AS start, COALESCE(h.version = $6::bigint AND h.created = $7::text, false) AS current FROM h
+)
+SELECT -1::smallint AS segment, CASE WHEN $5::boolean AND NOT w.current THEN w.rest END AS message, w.version, w.created, w.current, w.start,
+  w.segment_length[$2::smallint + 1] AS length, NULL::integer AS position FROM w
+UNION ALL
+SELECT m.segment, m.message, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+  WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = $2::smallint
+    AND m.position >= w.segment_first[$2::smallint + 1] + w.start AND m.position < w.segment_first[$2::smallint + 1] + w.stop
+UNION ALL
+SELECT m.segment, m.message, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+  WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = ANY($8::smallint[])
+    AND m.position >= w.segment_first[m.segment + 1] AND m.position < w.segment_first[m.segment + 1] + w.segment_length[m.segment + 1]
+ORDER BY segment, position`;
 
 interface CommitRow {
   outcome: "ok" | "replay" | "conflict" | "stale";
@@ -177,6 +216,64 @@ export class PostgresConversationStore implements ConversationStore {
     const { state } = await this.read(conversationId, "");
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  /**
+   * One statement reads the header and the window's rows (and with `withRest` the rest and the
+   * other segments); a cached copy at the stored version answers instead. Not cached: the next
+   * `load` reads the whole state as before.
+   */
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    const id = idBytes(conversationId);
+    checkWindowQuery(query);
+    const cached = this.cache.get(conversationId);
+    const layout = cached && this.layouts.get(cached);
+    const segmentIndex = storedSegments.indexOf(query.segment);
+    const others = query.withRest ? [0, 1, 2, 3].filter((index) => index !== segmentIndex) : [];
+    const { rows } = await this.query<WindowRow>(
+      "reading a window of a conversation",
+      windowQuery,
+      [id, segmentIndex, query.end ?? null, query.count, query.withRest, layout ? cached!.version : null, layout?.created ?? null, others],
+      "contextd_window",
+    );
+    const header = rows[0];
+    if (header === undefined || header.segment !== -1) {
+      if (query.atVersion !== undefined && query.atVersion !== 0n) throw windowMoved(conversationId, query.atVersion, 0n);
+      return windowOf(emptyConversationState(conversationId), query);
+    }
+    const version = BigInt(header.version!);
+    if (query.atVersion !== undefined && query.atVersion !== version) throw windowMoved(conversationId, query.atVersion, version);
+    if (header.current) {
+      this.cache.touch(conversationId);
+      return windowOf(cached!, query);
+    }
+    const start = header.start!;
+    const length = header.length!;
+    const received: Buffer[][] = [[], [], [], []];
+    for (const row of rows.slice(1)) received[row.segment]!.push(row.message!);
+    const decodeRows = (items: Buffer[], segment: string, from: number) =>
+      items.map((item, position) => {
+        try {
+          return this.codec.decodeStoredEntry(item);
+        } catch (error) {
+          throw corruptConversation(conversationId, `message ${from + position} of the ${segment} segment does not decode: ${(error as Error).message}`);
+        }
+      });
+    const { stop } = windowBounds(query, length);
+    if (received[segmentIndex]!.length !== stop - start) {
+      throw corruptConversation(conversationId, `the ${query.segment} segment has ${received[segmentIndex]!.length} message rows in positions ${start} to ${stop - 1} but the header row says ${length} messages`);
+    }
+    let state: ConversationState = { ...emptyConversationState(conversationId), version };
+    if (query.withRest) {
+      try {
+        state = { ...fromBinary(ConversationStateSchema, header.message!), conversationId, version };
+      } catch (error) {
+        throw corruptConversation(conversationId, `the header row's rest does not decode: ${(error as Error).message}`);
+      }
+      for (const index of others) state[storedSegments[index]!] = decodeRows(received[index]!, storedSegments[index]!, 0);
+    }
+    state[query.segment] = decodeRows(received[segmentIndex]!, query.segment, start);
+    return { state, start, length };
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {

@@ -19,10 +19,11 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, windowScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -119,6 +120,7 @@ const indexedConversationsLimit = 100_000;
 
 interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
+  contextdWindowBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
@@ -248,6 +250,7 @@ export class RedisConversationStore implements ConversationStore {
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
+    this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: 8, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
@@ -262,6 +265,71 @@ export class RedisConversationStore implements ConversationStore {
     const { state } = await this.read(conversationId, "");
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  /**
+   * One script reads the window's range of its list (LRANGE), and with `withRest` the header's
+   * `rest` and the other lists, at one version; a cached copy at that version answers instead
+   * (the script says so without sending anything). A window read is not cached: the next `load`
+   * reads the whole state as before.
+   */
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    const keys = this.keys(conversationId);
+    checkWindowQuery(query);
+    const cached = this.cache.get(conversationId);
+    const layout = cached && this.layouts.get(cached);
+    const segmentIndex = storedSegments.indexOf(query.segment);
+    const reply = await this.call(
+      "reading a window of a conversation",
+      () =>
+        this.redis.contextdWindowBuffer(
+          keys.version,
+          keys.header,
+          ...keys.segments,
+          String(segmentIndex + 1),
+          query.end === undefined ? "" : String(query.end),
+          String(query.count),
+          query.withRest ? "1" : "0",
+          query.atVersion === undefined ? "" : String(query.atVersion),
+          layout ? String(cached!.version) : "",
+          layout?.created ?? "",
+        ),
+      conversationId,
+    );
+    const outcome = String(reply[0]);
+    if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "moved") throw windowMoved(conversationId, query.atVersion!, storedVersion(conversationId, String(reply[1])));
+    if (reply[1] === null) return windowOf(emptyConversationState(conversationId), query);
+    const version = storedVersion(conversationId, String(reply[1]));
+    if (String(reply[2]) === "cached") {
+      this.cache.touch(conversationId);
+      return windowOf(cached!, query);
+    }
+    const start = Number(reply[3]);
+    const length = Number(reply[4]);
+    const decodeList = (items: Buffer[], segment: string, from: number, key: string) =>
+      items.map((item, position) => {
+        try {
+          return this.codec.decodeStoredEntry(item);
+        } catch (error) {
+          throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${key} does not decode: ${(error as Error).message}`);
+        }
+      });
+    const window = decodeList(reply[5] as Buffer[], query.segment, start, keys.segments[segmentIndex]!);
+    let state: ConversationState = { ...emptyConversationState(conversationId), version };
+    if (query.withRest) {
+      const restBytes = reply[6] as Buffer;
+      try {
+        state = { ...fromBinary(ConversationStateSchema, restBytes), conversationId, version };
+      } catch (error) {
+        throw corruptConversation(conversationId, `the header ${keys.header} field rest does not decode: ${(error as Error).message}`);
+      }
+      storedSegments.forEach((segment, index) => {
+        if (index !== segmentIndex) state[segment] = decodeList(reply[7 + index] as Buffer[], segment, 0, keys.segments[index]!);
+      });
+    }
+    state[query.segment] = window;
+    return { state, start, length };
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {

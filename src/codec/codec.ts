@@ -9,7 +9,7 @@ import { ProtobufEncoder } from "./protobuf-encoder.js";
 import { RecentMessages } from "./recent-messages.js";
 import { RetainedEncodings } from "./retained-encodings.js";
 import { encodeStateRest } from "./state-encoding.js";
-import { StoredTokenCounts } from "./stored-token-counts.js";
+import { StoredTokenCounts, type RunningFacts } from "./stored-token-counts.js";
 import type { TokenEstimator } from "../core/tokens/estimator.js";
 
 /** The codec's memory bounds; the server takes them from its configuration. */
@@ -122,8 +122,8 @@ export class Codec {
    * A stored segment message's entry: `encodeStoredMessage` behind its token count record
    * (`StoredTokenCounts`), counted now unless known. What the Redis and Postgres stores write.
    */
-  encodeStoredEntry(message: Message): Uint8Array {
-    return this.storedTokenCounts.entryOf(message, this.encodeStoredMessage(message));
+  encodeStoredEntry(message: Message, running?: RunningFacts): Uint8Array {
+    return this.storedTokenCounts.entryOf(message, this.encodeStoredMessage(message), running);
   }
 
   /** The message of an entry `encodeStoredEntry` wrote (or of a plain `Message` encoding); throws as `fromBinary` does. */

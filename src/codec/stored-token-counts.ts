@@ -2,6 +2,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { TokenEstimator } from "../core/tokens/estimator.js";
 import type { KnownTokenCounts } from "../core/tokens/token-count-cache.js";
+import type { StoredRunningFacts } from "../core/compile/stored-head.js";
 import { varintLength, writeVarint } from "./varint.js";
 import { toolPayloadText } from "../core/model/payload-text.js";
 import type { Part } from "../../gen/ts/contextd/v1/message_pb.js";
@@ -17,6 +18,8 @@ import type { Part } from "../../gen/ts/contextd/v1/message_pb.js";
  * slot of `Message` field 180 (reserved in message.proto for it):
  *
  *     0xA2 0x0B  varint(length)  [0x0A varint(n) estimator-cache-key]  [0x10 varint(tokens)]
+ *       and for a history entry, optionally: [0x18 running tokens] [0x20 running characters]
+ *       [0x28 epoch] [0x30 clean] (`RunningFacts`)
  *
  * — a length-delimited field 180 holding the `TokenEstimator.cacheKey` the count is for and the
  * count. Because a `Message` never has field 180, an entry without a record (written before, or
@@ -31,7 +34,12 @@ import type { Part } from "../../gen/ts/contextd/v1/message_pb.js";
  * are stored without a count: counting them takes milliseconds the commit would spend
  * synchronously, and the compile counts them with pauses (`countLongTexts`).
  */
+/** What a history entry's record may also carry (see `StoredRunningFacts`, docs/incremental-compile.md "A cold compile"). */
+export type RunningFacts = StoredRunningFacts;
+
 export class StoredTokenCounts implements KnownTokenCounts {
+  /** The running facts through the last message of a history list this process wrote or read (`RunningFacts`). */
+  private readonly lastRunning = new WeakMap<readonly Message[], RunningFacts>();
   /** Counts by message object, for the configured estimator: those decoded from entries, and those counted for entries written. */
   private readonly counts = new WeakMap<Message, number>();
   private readonly keyBytes: Uint8Array;
@@ -41,6 +49,10 @@ export class StoredTokenCounts implements KnownTokenCounts {
 
   constructor(readonly estimator: TokenEstimator | undefined) {
     this.keyBytes = new TextEncoder().encode(estimator?.cacheKey ?? "");
+  }
+
+  get cacheKey(): string | undefined {
+    return this.estimator?.cacheKey;
   }
 
   /** The stored count of `message` under the estimator with `cacheKey`, if one was read or written. */
@@ -54,10 +66,11 @@ export class StoredTokenCounts implements KnownTokenCounts {
    * record, or the encoding alone without a configured estimator or for a message too long to
    * count here.
    */
-  entryOf(message: Message, encoding: Uint8Array): Uint8Array {
+  entryOf(message: Message, encoding: Uint8Array, running?: RunningFacts): Uint8Array {
     const tokens = this.countFor(message);
     if (tokens === undefined) return encoding;
-    const inner = 1 + varintLength(this.keyBytes.length) + this.keyBytes.length + 1 + varintLength(tokens);
+    const runningBytes = running ? 4 + varintLength(running.tokens) + varintLength(running.characters) + varintLength(Number(running.epoch)) + 1 : 0;
+    const inner = 1 + varintLength(this.keyBytes.length) + this.keyBytes.length + 1 + varintLength(tokens) + runningBytes;
     const entry = new Uint8Array(2 + varintLength(inner) + inner + encoding.length);
     entry[0] = 0xa2;
     entry[1] = 0x0b;
@@ -68,6 +81,16 @@ export class StoredTokenCounts implements KnownTokenCounts {
     offset += this.keyBytes.length;
     entry[offset++] = 0x10;
     offset = writeVarint(entry, offset, tokens);
+    if (running) {
+      entry[offset++] = 0x18;
+      offset = writeVarint(entry, offset, running.tokens);
+      entry[offset++] = 0x20;
+      offset = writeVarint(entry, offset, running.characters);
+      entry[offset++] = 0x28;
+      offset = writeVarint(entry, offset, Number(running.epoch));
+      entry[offset++] = 0x30;
+      entry[offset++] = running.clean ? 1 : 0;
+    }
     entry.set(encoding, offset);
     return entry;
   }
@@ -77,19 +100,39 @@ export class StoredTokenCounts implements KnownTokenCounts {
    * estimator. Throws (as `fromBinary` does) on bytes that are neither form.
    */
   decodeEntry(entry: Uint8Array): Message {
+    return this.decodeEntryWithFacts(entry).message;
+  }
+
+  /** `decodeEntry`, and the entry's running facts when its record has them for the configured estimator. */
+  decodeEntryWithFacts(entry: Uint8Array): { message: Message; running?: RunningFacts } {
     if (entry.length < 2 || entry[0] !== 0xa2 || entry[1] !== 0x0b) {
       this.decodedWithout++;
-      return fromBinary(MessageSchema, entry);
+      return { message: fromBinary(MessageSchema, entry) };
     }
     const record = readRecord(entry);
     const message = fromBinary(MessageSchema, entry.subarray(record.end));
     if (this.estimator !== undefined && sameBytes(record.key, this.keyBytes)) {
       this.counts.set(message, record.tokens);
       this.decodedWithCount++;
-    } else {
-      this.decodedWithout++;
+      return { message, running: record.running };
     }
-    return message;
+    this.decodedWithout++;
+    return { message };
+  }
+
+  /** The running facts through the last message of `history`, if this process wrote or read them. */
+  runningOf(history: readonly Message[]): RunningFacts | undefined {
+    return this.lastRunning.get(history);
+  }
+
+  /** Remembers the running facts through the last message of `history` (what the next commit's facts continue from). */
+  rememberRunning(history: readonly Message[], running: RunningFacts | undefined): void {
+    if (running) this.lastRunning.set(history, running);
+  }
+
+  /** The count `entryOf` writes for `message` (counted now unless known), undefined when it writes none. */
+  storedCount(message: Message): number | undefined {
+    return this.countFor(message);
   }
 
   /**
@@ -116,7 +159,7 @@ export class StoredTokenCounts implements KnownTokenCounts {
 /** Longest text (characters, all parts together) a commit counts synchronously: ~1-3 ms of BPE. */
 export const maxCountedCharacters = 64 * 1024;
 
-function readRecord(entry: Uint8Array): { key: Uint8Array; tokens: number; end: number } {
+function readRecord(entry: Uint8Array): { key: Uint8Array; tokens: number; end: number; running?: RunningFacts } {
   let offset = 2;
   const [length, afterLength] = readVarint(entry, offset);
   offset = afterLength;
@@ -124,6 +167,8 @@ function readRecord(entry: Uint8Array): { key: Uint8Array; tokens: number; end: 
   if (end > entry.length) throw new Error("the token count record runs past the entry");
   let key: Uint8Array | undefined;
   let tokens: number | undefined;
+  const running: Partial<RunningFacts> = {};
+  let runningFields = 0;
   while (offset < end) {
     const tag = entry[offset++];
     if (tag === 0x0a) {
@@ -133,12 +178,20 @@ function readRecord(entry: Uint8Array): { key: Uint8Array; tokens: number; end: 
       offset = afterKeyLength + keyLength;
     } else if (tag === 0x10) {
       [tokens, offset] = readVarint(entry, offset);
+    } else if (tag === 0x18 || tag === 0x20 || tag === 0x28 || tag === 0x30) {
+      let value: number;
+      [value, offset] = readVarint(entry, offset);
+      if (tag === 0x18) running.tokens = value;
+      else if (tag === 0x20) running.characters = value;
+      else if (tag === 0x28) running.epoch = BigInt(value);
+      else running.clean = value === 1;
+      runningFields++;
     } else {
       throw new Error(`the token count record has an unknown field tag ${tag}`);
     }
   }
-  if (offset !== end || key === undefined || tokens === undefined) throw new Error("the token count record is incomplete");
-  return { key, tokens, end };
+  if (offset !== end || key === undefined || tokens === undefined || (runningFields !== 0 && runningFields !== 4)) throw new Error("the token count record is incomplete");
+  return { key, tokens, end, running: runningFields === 4 ? (running as RunningFacts) : undefined };
 }
 
 function readVarint(bytes: Uint8Array, offset: number): [number, number] {

@@ -18,6 +18,8 @@ import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection,
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { runningFactsOfWrite } from "./history-running-facts.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
 export interface PostgresStoreOptions {
@@ -97,7 +99,9 @@ interface LoadRow {
 
 /** A row of `windowQuery`: the header first (segment -1), then message rows in segment and position order. */
 interface WindowRow {
+  kind: number;
   segment: number;
+  at: string | null;
   message: Buffer | null;
   version: string | null;
   created: string | null;
@@ -111,27 +115,31 @@ interface WindowRow {
  * of the primary key) and, with the rest, the other segments' rows. $1 id, $2 segment (0-3), $3
  * end (null = the length), $4 count, $5 with the rest, $6 and $7 the cached copy's version and
  * created (null = none; when they are the stored ones no row but the header is sent), $8 the
- * other segments (empty without the rest).
+ * other segments (empty without the rest). Rows say their kind: 0 the header, 1 the window, 2 the
+ * other segments, 3 the segment's first message when the window starts after it.
  */
 const windowQuery = `
 WITH h AS (
-  SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length,
+  SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length, c.segment_at,
     LEAST(COALESCE($3::integer, c.segment_length[$2::smallint + 1]), c.segment_length[$2::smallint + 1]) AS stop
   FROM contextd_conversations c WHERE c.id = $1
 ), w AS (
   SELECT h.*, GREATEST(0, h.stop - $4::integer) AS start, COALESCE(h.version = $6::bigint AND h.created = $7::text, false) AS current FROM h
 )
-SELECT -1::smallint AS segment, CASE WHEN $5::boolean AND NOT w.current THEN w.rest END AS message, w.version, w.created, w.current, w.start,
-  w.segment_length[$2::smallint + 1] AS length, NULL::integer AS position FROM w
+SELECT 0 AS kind, -1::smallint AS segment, CASE WHEN $5::boolean AND NOT w.current THEN w.rest END AS message, w.version, w.created, w.current, w.start,
+  w.segment_length[$2::smallint + 1] AS length, w.segment_at[$2::smallint + 1] AS at, NULL::integer AS position FROM w
 UNION ALL
-SELECT m.segment, m.message, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+SELECT 1, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
   WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = $2::smallint
     AND m.position >= w.segment_first[$2::smallint + 1] + w.start AND m.position < w.segment_first[$2::smallint + 1] + w.stop
 UNION ALL
-SELECT m.segment, m.message, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+SELECT 2, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
   WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = ANY($8::smallint[])
     AND m.position >= w.segment_first[m.segment + 1] AND m.position < w.segment_first[m.segment + 1] + w.segment_length[m.segment + 1]
-ORDER BY segment, position`;
+UNION ALL
+SELECT 3, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+  WHERE NOT w.current AND w.start > 0 AND m.conversation_id = $1 AND m.segment = $2::smallint AND m.position = w.segment_first[$2::smallint + 1]
+ORDER BY kind, segment, position`;
 
 interface CommitRow {
   outcome: "ok" | "replay" | "conflict" | "stale";
@@ -250,7 +258,11 @@ export class PostgresConversationStore implements ConversationStore {
     const start = header.start!;
     const length = header.length!;
     const received: Buffer[][] = [[], [], [], []];
-    for (const row of rows.slice(1)) received[row.segment]!.push(row.message!);
+    let firstBytes: Buffer | undefined;
+    for (const row of rows.slice(1)) {
+      if (row.kind === 3) firstBytes = row.message!;
+      else received[row.segment]!.push(row.message!);
+    }
     const decodeRows = (items: Buffer[], segment: string, from: number) =>
       items.map((item, position) => {
         try {
@@ -272,8 +284,18 @@ export class PostgresConversationStore implements ConversationStore {
       }
       for (const index of others) state[storedSegments[index]!] = decodeRows(received[index]!, storedSegments[index]!, 0);
     }
-    state[query.segment] = decodeRows(received[segmentIndex]!, query.segment, start);
-    return { state, start, length };
+    const running: (RunningFacts | undefined)[] = [];
+    state[query.segment] = received[segmentIndex]!.map((item, position) => {
+      try {
+        const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw corruptConversation(conversationId, `message ${start + position} of the ${query.segment} segment does not decode: ${(error as Error).message}`);
+      }
+    });
+    const first = firstBytes === undefined ? undefined : decodeRows([firstBytes], query.segment, 0)[0];
+    return { state, start, length, stored: { running, epoch: BigInt(header.at!), first } };
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -588,10 +610,13 @@ export class PostgresConversationStore implements ConversationStore {
         throw corruptConversation(conversationId, `the ${segment} segment has ${from + items.length} message rows but the header row says ${length}`);
       }
       let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      let running: RunningFacts | undefined;
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return this.codec.decodeStoredEntry(item);
+          const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+          running = entry.running;
+          return entry.message;
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} segment does not decode: ${(error as Error).message}`);
         }
@@ -599,6 +624,8 @@ export class PostgresConversationStore implements ConversationStore {
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
       if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      // What the next commit's history facts continue from (history-running-facts.ts).
+      if (segment === "history" && decoded.length > 0 && running?.epoch === BigInt(header.segment_at![index]!)) this.codec.storedTokenCounts.rememberRunning(list, running);
       lists.push(list);
       segments.push({ at: header.segment_at![index]!, length, bytes });
     });
@@ -734,19 +761,22 @@ export class PostgresConversationStore implements ConversationStore {
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
       const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
+        if (after !== before) this.codec.storedTokenCounts.rememberRunning(after, this.codec.storedTokenCounts.runningOf(before));
         modes.push("=");
         keeps.push(before.length);
         counts.push(0);
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const added = edit.messages.map((message) => bufferOf(this.codec.encodeStoredEntry(message)));
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      // The history's rows carry what a reader of its tail needs of the head (history-running-facts.ts).
+      const running = segment === "history" ? runningFactsOfWrite(this.codec.storedTokenCounts, before, after, edit, BigInt(appended && !first ? was.at : version)) : undefined;
+      const added = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
       const addedBytes = added.reduce((sum, encoding) => sum + encoding.length, 0);
       encodings.push(...added);
       modes.push(edit.keepPrefix ? "p" : "s");
       keeps.push(edit.keep);
       counts.push(added.length);
-      const appended = edit.keepPrefix && edit.keep === before.length;
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
       segments.push({ at: appended && !first ? was.at : version, length: after.length, bytes: kept + addedBytes });
     });

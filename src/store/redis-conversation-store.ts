@@ -23,6 +23,8 @@ import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, 
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { runningFactsOfWrite } from "./history-running-facts.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
@@ -315,7 +317,18 @@ export class RedisConversationStore implements ConversationStore {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${key} does not decode: ${(error as Error).message}`);
         }
       });
-    const window = decodeList(reply[5] as Buffer[], query.segment, start, keys.segments[segmentIndex]!);
+    const running: (RunningFacts | undefined)[] = [];
+    const window = (reply[5] as Buffer[]).map((item, position) => {
+      try {
+        const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw corruptConversation(conversationId, `message ${start + position} of the ${query.segment} list ${keys.segments[segmentIndex]} does not decode: ${(error as Error).message}`);
+      }
+    });
+    const firstBytes = reply[12] as Buffer | null;
+    const first = firstBytes === null ? undefined : decodeList([firstBytes], query.segment, 0, keys.segments[segmentIndex]!)[0];
     let state: ConversationState = { ...emptyConversationState(conversationId), version };
     if (query.withRest) {
       const restBytes = reply[6] as Buffer;
@@ -329,7 +342,7 @@ export class RedisConversationStore implements ConversationStore {
       });
     }
     state[query.segment] = window;
-    return { state, start, length };
+    return { state, start, length, stored: { running, epoch: BigInt(String(reply[11])), first } };
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -654,10 +667,13 @@ export class RedisConversationStore implements ConversationStore {
         throw new ConnectError(`redis store: the load script sent ${segment} of "${conversationId}" from ${from} without a cached copy that long`, Code.Internal);
       }
       let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      let running: RunningFacts | undefined;
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return this.codec.decodeStoredEntry(item);
+          const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+          running = entry.running;
+          return entry.message;
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${keys.segments[index]} does not decode: ${(error as Error).message}`);
         }
@@ -667,6 +683,8 @@ export class RedisConversationStore implements ConversationStore {
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
       if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      // What the next commit's history facts continue from (history-running-facts.ts).
+      if (segment === "history" && decoded.length > 0 && running?.epoch === BigInt(at)) this.codec.storedTokenCounts.rememberRunning(list, running);
       lists.push(list);
       segments.push({ at, length: from + decoded.length, bytes });
     });
@@ -817,17 +835,20 @@ export class RedisConversationStore implements ConversationStore {
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
       const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
+        if (after !== before) this.codec.storedTokenCounts.rememberRunning(after, this.codec.storedTokenCounts.runningOf(before));
         args.push("=", String(before.length), String(before.length), "0");
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredEntry(message)));
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      // The history's entries carry what a reader of its tail needs of the head (history-running-facts.ts).
+      const running = segment === "history" ? runningFactsOfWrite(this.codec.storedTokenCounts, before, after, edit, BigInt(appended && !first ? was.at : version)) : undefined;
+      const encodings = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length));
       for (const encoding of encodings) args.push(encoding);
-      const appended = edit.keepPrefix && edit.keep === before.length;
       // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
       segments.push({ at: appended && !first ? was.at : version, length: after.length, bytes: kept + added });

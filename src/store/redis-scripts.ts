@@ -197,7 +197,8 @@ return reply
  * pinned version; {'ok', version, 'cached'} when it is at the cached copy's version (header and
  * list lengths still checked); else {'ok', version, created, start, length, the window's encoded
  * messages, rest or false, then per segment the whole list when the rest was asked for and this is
- * not the window's segment, else false}. {'corrupt', detail} as the load script.
+ * not the window's segment, else false, then the segment's `_at`, then its first message when the
+ * window starts after it, else false}. {'corrupt', detail} as the load script.
  */
 export const windowScript = `#!lua flags=no-writes
 ${scriptPrelude}
@@ -232,6 +233,8 @@ if withRest then reply[7] = header.rest end
 for i = 1, 4 do
   if withRest and i ~= segment then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], 0, -1) else reply[#reply + 1] = false end
 end
+reply[#reply + 1] = header[segmentNames[segment] .. '_at']
+if start > 0 then reply[#reply + 1] = redis.call('LINDEX', KEYS[2 + segment], 0) else reply[#reply + 1] = false end
 return reply
 `;
 

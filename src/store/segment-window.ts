@@ -1,5 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { emptyConversationState } from "./commit-plan.js";
 import { storedSegments, type StoredSegment } from "./segment-edits.js";
 
@@ -33,6 +35,12 @@ export interface SegmentWindow {
   start: number;
   /** The segment's length at that version. */
   length: number;
+  /**
+   * Redis and Postgres: what their entries tell a reader of the tail about the head
+   * (`RunningFacts`, valid where their epoch is `epoch`), parallel to the window's messages; the
+   * segment's first message when the window starts after it. Absent in memory.
+   */
+  stored?: { running: (RunningFacts | undefined)[]; epoch: bigint; first: Message | undefined };
 }
 
 /** Most messages one window may ask for (a request for more is INVALID_ARGUMENT): the stores' per-call bound. */

@@ -84,8 +84,8 @@ describe("StoredTokenCounts: the count record in a stored entry", () => {
     const entry = reader.encodeStoredEntry(message);
     expect(() => reader.decodeStoredEntry(entry.subarray(0, 5))).toThrow(/token count record/);
     const wrongTag = Uint8Array.from(entry);
-    wrongTag[3] = 0x18;
-    expect(() => reader.decodeStoredEntry(wrongTag)).toThrow(/unknown field tag 24/);
+    wrongTag[3] = 0x38;
+    expect(() => reader.decodeStoredEntry(wrongTag)).toThrow(/unknown field tag 56/);
   });
 
   it("refuses a --stored-token-estimator that names no provider, naming the flag and the choices", async () => {

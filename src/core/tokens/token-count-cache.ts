@@ -19,6 +19,8 @@ const maxRecentLists = 64;
  * cache key gives. A message it knows is not counted again.
  */
 export interface KnownTokenCounts {
+  /** The cache key of the estimator whose counts are known (undefined: none are). */
+  readonly cacheKey: string | undefined;
   countOf(message: Message, cacheKey: string): number | undefined;
 }
 
@@ -58,7 +60,7 @@ export class TokenCountCache {
   constructor(
     private readonly maxTexts = 200_000,
     /** Counts stored with the messages (a fresh sidecar's first compile of a long conversation takes them instead of counting it). */
-    private readonly known?: KnownTokenCounts,
+    readonly known?: KnownTokenCounts,
   ) {}
 
   /** The count of `message` under `estimator`. */

@@ -11,8 +11,8 @@ import { analyzeToolRoundsFrom, toolResultsOf } from "../core/model/tool-rounds.
  * writes (an append continues from the facts through the old last message; a whole rewrite counts
  * what it writes anyway). Left out, so that readers fall back to a whole read, when
  * - the edit keeps a suffix or part of the old list (its kept entries' facts are stale anyway);
- * - an append's old last message has no known facts under the segment's current epoch (the
- *   conversation was written without them, or read by this process from entries without them);
+ * - an append's old last message has no known facts under the segment's current epoch and they
+ *   cannot be computed from the counts known (`factsFromCounts`);
  * - a message is stored without a token count (no estimator, or too long to count at commit).
  * `epoch` is the segment's `_at` after the write. The facts through the new last message are
  * remembered for `after`, which the next commit's base will be.
@@ -65,14 +65,23 @@ export function runningFactsOfWrite(
   return facts;
 }
 
-/** The running facts through the last message of `list`, from known counts only; undefined when one is unknown. */
+/**
+ * Messages of an old list `factsFromCounts` counts when their count is unknown (written by a
+ * process with another `--stored-token-estimator`, or before counts were stored): a few are
+ * counted once, a whole uncounted history is not (readers read it whole until it is rewritten).
+ */
+const maxRecountedMessages = 256;
+
+/** The running facts through the last message of `list`, from known counts (and at most `maxRecountedMessages` counted now); undefined past that. */
 function factsFromCounts(counts: StoredTokenCounts, list: readonly Message[], epoch: bigint): RunningFacts | undefined {
   const key = counts.cacheKey!;
   let tokens = 0;
   let characters = 0;
   let clean = true;
+  let recounted = 0;
   for (const message of list) {
-    const count = counts.countOf(message, key);
+    let count = counts.countOf(message, key);
+    if (count === undefined && ++recounted <= maxRecountedMessages) count = counts.storedCount(message);
     if (count === undefined) return undefined;
     tokens += count;
     characters += textCharacters([message]);
@@ -80,4 +89,32 @@ function factsFromCounts(counts: StoredTokenCounts, list: readonly Message[], ep
   }
   if (clean) clean = analyzeToolRoundsFrom(list, 0, { allowOpenTail: true }, () => false).violations.length === 0;
   return { tokens, characters, clean, epoch };
+}
+
+/**
+ * The stored facts of a window of a history this process holds whole (a cached copy that is
+ * current), as a window read would give them: the running facts of each window entry, derived
+ * back from those through the last message (`StoredTokenCounts.runningOf`) and the messages'
+ * counts; undefined when they are not known under `epoch`.
+ */
+export function heldWindowFacts(
+  counts: StoredTokenCounts,
+  history: readonly Message[],
+  start: number,
+  stop: number,
+  epoch: bigint,
+): { running: (RunningFacts | undefined)[]; epoch: bigint; first: Message | undefined } | undefined {
+  const last = counts.runningOf(history);
+  const key = counts.cacheKey;
+  if (last === undefined || last.epoch !== epoch || key === undefined || stop === 0) return undefined;
+  const running = new Array<RunningFacts | undefined>(stop - start);
+  let { tokens, characters } = last;
+  for (let index = history.length - 1; index >= start; index--) {
+    if (index < stop) running[index - start] = { tokens, characters, clean: last.clean, epoch };
+    const count = counts.countOf(history[index]!, key);
+    if (count === undefined) return undefined;
+    tokens -= count;
+    characters -= textCharacters([history[index]!]);
+  }
+  return { running, epoch, first: start > 0 ? history[0] : undefined };
 }

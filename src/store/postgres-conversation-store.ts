@@ -18,7 +18,7 @@ import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection,
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
-import { runningFactsOfWrite } from "./history-running-facts.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -253,7 +253,7 @@ export class PostgresConversationStore implements ConversationStore {
     if (query.atVersion !== undefined && query.atVersion !== version) throw windowMoved(conversationId, query.atVersion, version);
     if (header.current) {
       this.cache.touch(conversationId);
-      return windowOf(cached!, query);
+      return this.heldWindow(cached!, query);
     }
     const start = header.start!;
     const length = header.length!;
@@ -296,6 +296,15 @@ export class PostgresConversationStore implements ConversationStore {
     });
     const first = firstBytes === undefined ? undefined : decodeRows([firstBytes], query.segment, 0)[0];
     return { state, start, length, stored: { running, epoch: BigInt(header.at!), first } };
+  }
+
+  /** A window of the cached copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */
+  private heldWindow(cached: ConversationState, query: WindowQuery): SegmentWindow {
+    const window = windowOf(cached, query);
+    const layout = this.layouts.get(cached);
+    if (query.segment !== "history" || !layout) return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, cached.history, window.start, window.start + window.state.history.length, BigInt(layout.segments[1]!.at));
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {

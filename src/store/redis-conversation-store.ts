@@ -23,7 +23,7 @@ import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, 
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
-import { runningFactsOfWrite } from "./history-running-facts.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
@@ -305,7 +305,7 @@ export class RedisConversationStore implements ConversationStore {
     const version = storedVersion(conversationId, String(reply[1]));
     if (String(reply[2]) === "cached") {
       this.cache.touch(conversationId);
-      return windowOf(cached!, query);
+      return this.heldWindow(cached!, query);
     }
     const start = Number(reply[3]);
     const length = Number(reply[4]);
@@ -343,6 +343,15 @@ export class RedisConversationStore implements ConversationStore {
     }
     state[query.segment] = window;
     return { state, start, length, stored: { running, epoch: BigInt(String(reply[11])), first } };
+  }
+
+  /** A window of the cached copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */
+  private heldWindow(cached: ConversationState, query: WindowQuery): SegmentWindow {
+    const window = windowOf(cached, query);
+    const layout = this.layouts.get(cached);
+    if (query.segment !== "history" || !layout) return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, cached.history, window.start, window.start + window.state.history.length, BigInt(layout.segments[1]!.at));
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {

@@ -124,7 +124,16 @@ describe.each([
               expect(tokenCounts.keptTexts, where).toBeLessThan(10);
             }
             if (maxTokens === 1_000_000n) expect(compiler.tailCompiles, `${where}: everything fits, the whole history is read`).toBe(0);
-            if (maxTokens <= 2_000n) expect(compiler.tailCompiles, `${where}: the budget trims`).toBe(1);
+            if (maxTokens <= 2_000n) {
+              expect(compiler.tailCompiles, `${where}: the budget trims`).toBe(1);
+              // With the whole state cached (a commit or a load read it), a compiler without the facts takes the tail of the cached copy.
+              await fresh.load(id);
+              const cachedCompiler = compilerOn(fresh, codec);
+              const fromCache = await compiled(cachedCompiler, request(id, maxTokens, trim));
+              expect(fromCache.result.equals(warm.result), `${where}, cached copy`).toBe(true);
+              expect(fromCache.events, `${where}, cached copy`).toEqual(warm.events);
+              expect(cachedCompiler.tailCompiles, `${where}, cached copy`).toBe(1);
+            }
           } finally {
             await fresh.close();
           }

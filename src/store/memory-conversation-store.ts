@@ -14,6 +14,7 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
 import { segmentEdit, storedSegments } from "./segment-edits.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
@@ -81,7 +82,17 @@ export class MemoryConversationStore implements ConversationStore {
   private noteTokenCounts(base: ConversationState, next: ConversationState): void {
     const counts = this.codec.storedTokenCounts;
     if (counts.estimator === undefined) return;
-    for (const segment of storedSegments) for (const message of segmentEdit(base[segment], next[segment], this.lineage)?.messages ?? []) counts.note(message);
+    for (const segment of storedSegments) {
+      const edit = segmentEdit(base[segment], next[segment], this.lineage);
+      if (edit === undefined) {
+        if (segment === "history" && next.history !== base.history) counts.rememberRunning(next.history, counts.runningOf(base.history));
+        continue;
+      }
+      for (const message of edit.messages) counts.note(message);
+      // The history's running facts, as the other stores write them into their entries, kept per
+      // list (one epoch: a list's facts are computed for that list object).
+      if (segment === "history") runningFactsOfWrite(counts, base.history, next.history, edit, 0n);
+    }
   }
 
   async load(conversationId: string): Promise<ConversationState> {
@@ -94,7 +105,11 @@ export class MemoryConversationStore implements ConversationStore {
   async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
     requireStorableText("conversation_id", conversationId);
     checkWindowQuery(query);
-    return windowOf(this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId), query);
+    const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+    const window = windowOf(state, query);
+    if (query.segment !== "history") return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, state.history, window.start, window.start + window.state.history.length, 0n);
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {

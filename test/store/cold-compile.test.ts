@@ -184,16 +184,28 @@ describe.each([
   }, 120_000);
 });
 
-describe("memory store: no stored tail facts, the whole state as before", () => {
-  it("compiles a conversation whose facts this compiler does not hold from the state it keeps, equal to a warm compile", async () => {
+describe("memory store: a compile without the conversation's facts", () => {
+  it("takes the tail of the state it keeps (running facts kept per history list), equal to a warm compile, also after a compaction and appends", async () => {
     const codec = new Codec(defaultCodecLimits, o200k);
     const store = new MemoryConversationStore({ codec });
     const id = freshId("cold-memory");
-    for (const batch of batches(4, 400)) await store.commit(id, undefined, batch, "");
-    const warm = await compiled(compilerOn(store, codec), request(id, 1_000n));
-    const compiler = compilerOn(store, codec);
-    const cold = await compiled(compiler, request(id, 1_000n));
-    expect(cold.result.equals(warm.result)).toBe(true);
-    expect(compiler.tailCompiles).toBe(0);
+    for (const batch of batches(4, 900)) await store.commit(id, undefined, batch, "");
+    const check = async (label: string, expectTail: boolean) => {
+      for (const [maxTokens, trim] of [[300n, false], [2_000n, true], [1_000_000n, false]] as const) {
+        const warm = await compiled(compilerOn(store, codec), request(id, maxTokens, trim));
+        const compiler = compilerOn(store, codec);
+        const cold = await compiled(compiler, request(id, maxTokens, trim));
+        expect(cold.result.equals(warm.result), `${label} ${maxTokens}`).toBe(true);
+        expect(cold.events, `${label} ${maxTokens}`).toEqual(warm.events);
+        expect(compiler.tailCompiles, `${label} ${maxTokens}`).toBe(expectTail && maxTokens < 1_000_000n ? 1 : 0);
+      }
+    };
+    await check("appended", true);
+    const state = await store.load(id);
+    const through = state.history.slice(300).find((message) => message.role === Role.USER)!;
+    await store.commit(id, undefined, [delta({ case: "compact", value: { throughMessageId: through.id, summary: textMessage("sum", Role.ASSISTANT, "earlier: reading files") } })], "");
+    await check("compacted", false);
+    await store.commit(id, undefined, [appendHistory(textMessage("after", Role.USER, "more"))], "");
+    await check("compacted, then appended", true);
   });
 });

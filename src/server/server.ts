@@ -105,7 +105,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const store = new ObservedStore(options.store, metrics, tracing);
   const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
   // The counts the store read with its messages are not counted again (StoredTokenCounts).
-  const tokenCounts = new TokenCountCache(undefined, codec.storedTokenCounts);
+  const tokenCounts = new TokenCountCache(undefined, codec.storedTokenCounts, config.tokenCountTextBytes);
   const inspector = config.inspector ? new InspectorAssets() : undefined;
   const streams = new StreamCounter();
   const calls = new CallTracker();

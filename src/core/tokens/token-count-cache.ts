@@ -12,6 +12,10 @@ import { TextCountTable } from "./text-count-table.js";
  * the next request; each entry holds its list alive.
  */
 const maxRecentLists = 64;
+/** Messages of all recent lists together: each holds its list alive, a long one past its state's cache too. */
+const maxRecentListMessages = 1 << 20;
+/** Default of `--token-count-text-bytes`: what the text level keeps (its texts and entries). */
+export const defaultMaxTokenCountTextBytes = 64 * 1024 * 1024;
 
 /**
  * Counts known beside the messages themselves: what a store read with a stored message (see
@@ -57,10 +61,14 @@ export class TokenCountCache {
   /** Messages counted afresh that `known` answered (for metrics and tests). */
   knownHits = 0;
 
+  private recentListMessages = 0;
+
   constructor(
     private readonly maxTexts = 200_000,
     /** Counts stored with the messages (a fresh sidecar's first compile of a long conversation takes them instead of counting it). */
     readonly known?: KnownTokenCounts,
+    /** What the text level may keep (`TextCountTable.bytes` of every encoding together); past it the oldest tenth goes, again until under. */
+    private readonly maxTextBytes = defaultMaxTokenCountTextBytes,
   ) {}
 
   /** The count of `message` under `estimator`. */
@@ -189,9 +197,16 @@ export class TokenCountCache {
 
   private rememberList(key: string, messages: readonly Message[], counts: number[]): void {
     // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
+    const replaced = this.recentLists.get(key);
+    if (replaced) this.recentListMessages -= replaced.messages.length;
     this.recentLists.delete(key);
     this.recentLists.set(key, { messages, counts });
-    if (this.recentLists.size > maxRecentLists) this.recentLists.delete(this.recentLists.keys().next().value!);
+    this.recentListMessages += messages.length;
+    while (this.recentLists.size > maxRecentLists || (this.recentListMessages > maxRecentListMessages && this.recentLists.size > 1)) {
+      const [oldestKey, oldest] = this.recentLists.entries().next().value!;
+      this.recentLists.delete(oldestKey);
+      this.recentListMessages -= oldest.messages.length;
+    }
   }
 
   /**
@@ -203,6 +218,13 @@ export class TokenCountCache {
     return this.textCount;
   }
 
+  /** Roughly what the kept texts hold (bounded by `maxTextBytes`). */
+  get keptTextBytes(): number {
+    let bytes = 0;
+    for (const texts of this.texts.values()) bytes += texts.bytes;
+    return bytes;
+  }
+
   textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter {
     let counter = this.textCounters.get(encoding);
     if (!counter) {
@@ -212,7 +234,7 @@ export class TokenCountCache {
         if (cached !== undefined) return cached;
         const tokens = count(text, betweenChunks);
         texts.set(text, tokens);
-        if (++this.textCount > this.maxTexts) this.evictOldestTexts();
+        if (++this.textCount > this.maxTexts || texts.bytes > this.maxTextBytes) this.evictOldestTexts();
         return tokens;
       };
       this.textCounters.set(encoding, counter);
@@ -230,7 +252,7 @@ export class TokenCountCache {
       // Another call may have counted the same text while this one waited.
       if (texts.get(text) === undefined) {
         texts.set(text, tokens);
-        if (++this.textCount > this.maxTexts) this.evictOldestTexts();
+        if (++this.textCount > this.maxTexts || texts.bytes > this.maxTextBytes) this.evictOldestTexts();
       }
       return tokens;
     };
@@ -263,20 +285,24 @@ export class TokenCountCache {
   clear(): void {
     this.byList.clear();
     this.recentLists.clear();
+    this.recentListMessages = 0;
     for (const texts of this.texts.values()) texts.clear();
     this.toolDefinitionCounts.clear();
     this.textCount = 0;
   }
 
   private evictOldestTexts(): void {
-    // A tenth at once, so a full cache does not pay an eviction on every insert.
-    let toEvict = Math.ceil(this.maxTexts / 10);
-    for (const texts of this.texts.values()) {
-      const evicted = texts.evict(toEvict);
-      this.textCount -= evicted;
-      toEvict -= evicted;
-      if (toEvict <= 0) return;
-    }
+    // A tenth at once, so a full cache does not pay an eviction on every insert; by bytes, a tenth
+    // of what is kept, again until under the bound (a few long texts can hold most of it).
+    do {
+      let toEvict = Math.max(1, Math.ceil((this.keptTextBytes > this.maxTextBytes ? this.textCount : this.maxTexts) / 10));
+      for (const texts of this.texts.values()) {
+        const evicted = texts.evict(toEvict);
+        this.textCount -= evicted;
+        toEvict -= evicted;
+        if (toEvict <= 0) break;
+      }
+    } while (this.textCount > 0 && this.keptTextBytes > this.maxTextBytes);
   }
 }
 

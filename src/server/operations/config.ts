@@ -106,6 +106,8 @@ export interface Config {
    * (docs/incremental-compile.md, "Token counts stored with the messages").
    */
   storedTokenEstimator: string;
+  /** What the token count cache's text level keeps (texts and entries, approximately); past it the oldest go. */
+  tokenCountTextBytes: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
 }
@@ -149,6 +151,7 @@ export const defaultConfig: Config = {
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   storedTokenEstimator: "openai_chat:gpt-4o",
+  tokenCountTextBytes: 64 * 1024 * 1024,
   inspector: true,
 };
 
@@ -194,6 +197,7 @@ export const flags = {
   "calibration-refresh-ms": "how long a token calibration correction read from the store is used before it is read again (how stale another sidecar's reports can be)",
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
+  "token-count-text-bytes": "approximate bytes of the texts whose token counts are kept across compiles (2 per character + 64 each); the oldest go past it",
   "stored-token-estimator": "whose token counts the stores keep with each message they write: provider:model (the estimator a compile rendered for them uses), or none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
 } as const;
@@ -329,6 +333,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     calibrationRefreshMs: integer("calibration-refresh-ms", defaultConfig.calibrationRefreshMs, 0, 86_400_000),
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
+    tokenCountTextBytes: integer("token-count-text-bytes", defaultConfig.tokenCountTextBytes, 1024),
     storedTokenEstimator: checkedStoredTokenEstimator(string("stored-token-estimator", defaultConfig.storedTokenEstimator), pick("stored-token-estimator").where),
     inspector: boolean("inspector", defaultConfig.inspector),
   };

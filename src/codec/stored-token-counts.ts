@@ -43,9 +43,6 @@ export class StoredTokenCounts implements KnownTokenCounts {
   /** Counts by message object, for the configured estimator: those decoded from entries, and those counted for entries written. */
   private readonly counts = new WeakMap<Message, number>();
   private readonly keyBytes: Uint8Array;
-  /** Entries decoded with a count of the configured estimator, and those without (for the gauges and tests). */
-  decodedWithCount = 0;
-  decodedWithout = 0;
 
   constructor(readonly estimator: TokenEstimator | undefined) {
     this.keyBytes = new TextEncoder().encode(estimator?.cacheKey ?? "");
@@ -106,17 +103,14 @@ export class StoredTokenCounts implements KnownTokenCounts {
   /** `decodeEntry`, and the entry's running facts when its record has them for the configured estimator. */
   decodeEntryWithFacts(entry: Uint8Array): { message: Message; running?: RunningFacts } {
     if (entry.length < 2 || entry[0] !== 0xa2 || entry[1] !== 0x0b) {
-      this.decodedWithout++;
       return { message: fromBinary(MessageSchema, entry) };
     }
     const record = readRecord(entry);
     const message = fromBinary(MessageSchema, entry.subarray(record.end));
     if (this.estimator !== undefined && sameBytes(record.key, this.keyBytes)) {
       this.counts.set(message, record.tokens);
-      this.decodedWithCount++;
       return { message, running: record.running };
     }
-    this.decodedWithout++;
     return { message };
   }
 

@@ -93,11 +93,15 @@ export async function run(): Promise<void> {
         await client.call(compilePath, compileRequest(id));
         compilesAlone.push(Number(process.hrtime.bigint() - begun) / 1e6);
       }
+      // RSS beside what the heap holds live and the caches' own gauges (RSS also holds garbage not yet collected).
+      const metrics = await fetch(`${sidecar.url}/metrics`).then((response) => response.text(), () => "");
+      const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(metrics)?.[1] ?? NaN);
       const singleP50 = percentile(singleTurns, 50);
       const randomP50 = percentile(randomTurns, 50);
       console.log(
         `  single-conversation turn p50 ${ms(singleP50)} p99 ${ms(percentile(singleTurns, 99))}; random-order turn p50 ${ms(randomP50)} p99 ${ms(percentile(randomTurns, 99))} = ${(randomP50 / singleP50).toFixed(2)}x (target <= 2x: ${randomP50 <= 2 * singleP50 ? "met" : "NOT met"})` +
-          ` — its commit p50 ${ms(percentile(commits, 50))}, its compile p50 ${ms(percentile(compiles, 50))}; a compile alone in random order p50 ${ms(percentile(compilesAlone, 50))}; sidecar RSS ${mb(sidecar.rssBytes())}`,
+          ` — its commit p50 ${ms(percentile(commits, 50))}, its compile p50 ${ms(percentile(compiles, 50))}; a compile alone in random order p50 ${ms(percentile(compilesAlone, 50))}; sidecar RSS ${mb(sidecar.rssBytes())}, heap used ${mb(gauge("nodejs_heap_size_used_bytes"))}` +
+          ` (retained encodings ${mb(gauge("contextd_retained_encoding_bytes"))}, recent messages ${mb(gauge("contextd_recent_messages_bytes"))}, token count texts ${mb(gauge("contextd_token_count_text_bytes"))})`,
       );
     } finally {
       client.close();

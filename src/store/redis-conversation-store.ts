@@ -8,7 +8,7 @@ import {
   ConversationSummarySchema,
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -21,10 +21,13 @@ import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./mem
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { clusterRedirection } from "./redis-cluster-redirection.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, windowScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
+import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -125,6 +128,7 @@ const indexedConversationsLimit = 100_000;
 
 interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
+  contextdWindowBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
@@ -256,6 +260,7 @@ export class RedisConversationStore implements ConversationStore {
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
+    this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
@@ -270,6 +275,91 @@ export class RedisConversationStore implements ConversationStore {
     const { state } = await this.read(conversationId, "");
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  /**
+   * One script reads the window's range of its list (LRANGE), and with `withRest` the header's
+   * `rest` and the other lists, at one version; a cached copy at that version answers instead
+   * (the script says so without sending anything). A window read is not cached: the next `load`
+   * reads the whole state as before.
+   */
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    const keys = this.keys(conversationId);
+    checkWindowQuery(query);
+    const cached = this.cache.get(conversationId);
+    const layout = cached && this.layouts.get(cached);
+    const segmentIndex = storedSegments.indexOf(query.segment);
+    const reply = await this.call(
+      "reading a window of a conversation",
+      () =>
+        this.redis.contextdWindowBuffer(
+          keys.version,
+          keys.header,
+          ...keys.segments,
+          String(segmentIndex + 1),
+          query.end === undefined ? "" : String(query.end),
+          String(query.count),
+          query.withRest ? "1" : "0",
+          query.atVersion === undefined ? "" : String(query.atVersion),
+          layout ? String(cached!.version) : "",
+          layout?.created ?? "",
+        ),
+      conversationId,
+    );
+    const outcome = String(reply[0]);
+    if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "moved") throw windowMoved(conversationId, query.atVersion!, storedVersion(conversationId, String(reply[1])));
+    if (reply[1] === null) return windowOf(emptyConversationState(conversationId), query);
+    const version = storedVersion(conversationId, String(reply[1]));
+    if (String(reply[2]) === "cached") {
+      this.cache.touch(conversationId);
+      return this.heldWindow(cached!, query);
+    }
+    const start = Number(reply[3]);
+    const length = Number(reply[4]);
+    const decodeList = (items: Buffer[], segment: string, from: number, key: string) =>
+      items.map((item, position) => {
+        try {
+          return this.codec.decodeStoredEntry(item);
+        } catch (error) {
+          throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${key} does not decode: ${(error as Error).message}`);
+        }
+      });
+    const running: (RunningFacts | undefined)[] = [];
+    const window = (reply[5] as Buffer[]).map((item, position) => {
+      try {
+        const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw corruptConversation(conversationId, `message ${start + position} of the ${query.segment} list ${keys.segments[segmentIndex]} does not decode: ${(error as Error).message}`);
+      }
+    });
+    const firstBytes = reply[12] as Buffer | null;
+    const first = firstBytes === null ? undefined : decodeList([firstBytes], query.segment, 0, keys.segments[segmentIndex]!)[0];
+    let state: ConversationState = { ...emptyConversationState(conversationId), version };
+    if (query.withRest) {
+      const restBytes = reply[6] as Buffer;
+      try {
+        state = { ...fromBinary(ConversationStateSchema, restBytes), conversationId, version };
+      } catch (error) {
+        throw corruptConversation(conversationId, `the header ${keys.header} field rest does not decode: ${(error as Error).message}`);
+      }
+      storedSegments.forEach((segment, index) => {
+        if (index !== segmentIndex) state[segment] = decodeList(reply[7 + index] as Buffer[], segment, 0, keys.segments[index]!);
+      });
+    }
+    state[query.segment] = window;
+    return { state, start, length, stored: { running, epoch: BigInt(String(reply[11])), first } };
+  }
+
+  /** A window of the cached copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */
+  private heldWindow(cached: ConversationState, query: WindowQuery): SegmentWindow {
+    const window = windowOf(cached, query);
+    const layout = this.layouts.get(cached);
+    if (query.segment !== "history" || !layout) return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, cached.history, window.start, window.start + window.state.history.length, BigInt(layout.segments[1]!.at));
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -598,10 +688,13 @@ export class RedisConversationStore implements ConversationStore {
         throw new ConnectError(`redis store: the load script sent ${segment} of "${conversationId}" from ${from} without a cached copy that long`, Code.Internal);
       }
       let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      let running: RunningFacts | undefined;
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return fromBinary(MessageSchema, item);
+          const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+          running = entry.running;
+          return entry.message;
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${keys.segments[index]} does not decode: ${(error as Error).message}`);
         }
@@ -612,8 +705,10 @@ export class RedisConversationStore implements ConversationStore {
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
       if (from > 0 && list !== cached![segment]) {
         this.lineage.appended(cached![segment], list);
-        trustCaughtUpSegment(segment, cached![segment], list, this.cache.idIndex(cached!)?.toolCallLookupFor(cached!, segment, this.lineage));
+        trustCaughtUpSegment(segment, cached![segment], list, this.strictToolRounds);
       }
+      // What the next commit's history facts continue from (history-running-facts.ts).
+      if (segment === "history" && decoded.length > 0 && running?.epoch === BigInt(at)) this.codec.storedTokenCounts.rememberRunning(list, running);
       lists.push(list);
       segments.push({ at, length: from + decoded.length, bytes });
     });
@@ -771,17 +866,20 @@ export class RedisConversationStore implements ConversationStore {
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
       const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
+        if (after !== before) this.codec.storedTokenCounts.rememberRunning(after, this.codec.storedTokenCounts.runningOf(before));
         args.push("=", String(before.length), String(before.length), "0");
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      // The history's entries carry what a reader of its tail needs of the head (history-running-facts.ts).
+      const running = segment === "history" ? runningFactsOfWrite(this.codec.storedTokenCounts, before, after, edit, BigInt(appended && !first ? was.at : version)) : undefined;
+      const encodings = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length));
       for (const encoding of encodings) args.push(encoding);
-      const appended = edit.keepPrefix && edit.keep === before.length;
       // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
       segments.push({ at: appended && !first ? was.at : version, length: after.length, bytes: kept + added });

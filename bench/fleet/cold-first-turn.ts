@@ -12,7 +12,7 @@ import { startPostgres } from "../../test/support/postgres.js";
 import { startRedis } from "../../test/support/redis.js";
 import { startBuiltSidecar } from "../bench-processes.js";
 import { MinimalGrpcClient } from "../minimal-grpc-client.js";
-import { compilePath, compileRequest, mb, ms, percentile, seedConversation, turn } from "./turns.js";
+import { compilePath, compileRequest, mb, ms, percentile, seedConversation, agentTurn } from "./agent-turns.js";
 import { loadavg } from "node:os";
 
 const sizes = (process.env.CONTEXTD_FLEET_SIZES ?? "1000,10000,100000").split(",").map(Number);
@@ -34,7 +34,7 @@ async function onFreshSidecar<T>(storeArgs: string[], extraArgs: string[], label
     return await withClient(sidecar.url, async (client) => {
       const own = `fleet-cold-jit-${label}-${Date.now()}`;
       await seedConversation(client, own, 100);
-      for (let index = 0; index < 30; index++) await turn(client, own, index);
+      for (let index = 0; index < 30; index++) await agentTurn(client, own, index);
       const result = await measure(client);
       return { result, rss: sidecar.rssBytes() };
     });
@@ -60,7 +60,7 @@ export async function run(): Promise<void> {
             const totals: number[] = [];
             const count = size >= 100_000 ? 20 : 40;
             for (let index = 0; index < count + 3; index++) {
-              const measured = await turn(client, conversationId, index);
+              const measured = await agentTurn(client, conversationId, index);
               if (index >= 3) totals.push(measured.total);
             }
             return percentile(totals, 50);
@@ -69,7 +69,7 @@ export async function run(): Promise<void> {
           await writer.stop();
         }
         let turnNumber = 1_000;
-        const firstTurn = (client: MinimalGrpcClient) => turn(client, conversationId, turnNumber++);
+        const firstTurn = (client: MinimalGrpcClient) => agentTurn(client, conversationId, turnNumber++);
         // The compile alone first: the sidecar counting for itself commits an entry without counts.
         const compileAlone = await onFreshSidecar(storeArgs, [], "compile", async (client) => {
           const started = process.hrtime.bigint();

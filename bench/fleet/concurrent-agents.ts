@@ -1,6 +1,6 @@
 // bench:fleet, concurrent agents and the idle turn:
-// - 64 agents at once, each turning its own conversation of 100 stored ~1 KB messages (a Commit of
-//   one ~1 KB message, then the stateful Compile: agent-turns.ts), through one real sidecar on the
+// - 64 agents at once, each turning its own conversation of 100 stored ~250-byte messages (a Commit of
+//   one ~250-byte message, then the stateful Compile: agent-turns.ts), through one real sidecar on the
 //   memory store, on Redis and on Postgres (fsync off, as in the tests), over 8 HTTP/2
 //   connections: turn p50 and p99. Target (issue 30): p99 <= 4x p50.
 // - the turn after 1 s of idle (an agent waiting for its model) beside the same turn back to back,
@@ -12,7 +12,7 @@ import { startPostgres } from "../../test/support/postgres.js";
 import { startRedis } from "../../test/support/redis.js";
 import { startBuiltSidecar, startDoNothingResponder, type BuiltSidecar } from "../bench-processes.js";
 import { MinimalGrpcClient } from "../minimal-grpc-client.js";
-import { agentTurn, buildConversation, loadAverage, ms, percentile, verdict } from "./agent-turns.js";
+import { agentTurn, seedConversation, loadAverage, ms, percentile, verdict } from "./agent-turns.js";
 
 const agents = 64;
 const connections = 8;
@@ -22,7 +22,7 @@ async function concurrentTurns(sidecar: BuiltSidecar, label: string, turns: numb
   const run = Date.now();
   try {
     const ids = Array.from({ length: agents }, (_, agent) => `agents-${run}-${label}-${agent}`);
-    for (const [agent, id] of ids.entries()) await buildConversation(clients[agent % connections]!, id, 100);
+    for (const [agent, id] of ids.entries()) await seedConversation(clients[agent % connections]!, id, 100);
     // One unmeasured turn each (the sidecar's first sight of each conversation is its cold path).
     await Promise.all(ids.map((id, agent) => agentTurn(clients[agent % connections]!, id, -1)));
     const times: number[] = [];
@@ -85,7 +85,7 @@ export async function run(): Promise<void> {
     const bare = new MinimalGrpcClient(responder.address);
     try {
       const id = `idle-${Date.now()}`;
-      await buildConversation(client, id, 100);
+      await seedConversation(client, id, 100);
       let turn = 0;
       const sidecarTurn = await afterIdle(() => agentTurn(client, id, turn++), 1_000, idleTurns);
       const bareCall = await afterIdle(() => bare.call("/bench.Floor/bytes/35430", Buffer.alloc(0)), 1_000, idleTurns);

@@ -18,7 +18,7 @@ import { startRedis } from "../../test/support/redis.js";
 import { randomSource } from "../../test/support/random-messages.js";
 import { startBuiltSidecar } from "../bench-processes.js";
 import { MinimalGrpcClient } from "../minimal-grpc-client.js";
-import { compilePath, compileRequest, mb, ms, percentile, prose, textMessage, turn } from "./turns.js";
+import { compilePath, compileRequest, mb, ms, percentile, prose, textMessage, agentTurn } from "./agent-turns.js";
 import { loadavg } from "node:os";
 
 const conversations = Number(process.env.CONTEXTD_FLEET_CONVERSATIONS ?? 10_000);
@@ -71,7 +71,7 @@ export async function run(): Promise<void> {
       const single = ids[0]!;
       const singleTurns: number[] = [];
       for (let index = 0; index < 203; index++) {
-        const measured = await turn(client, single, index);
+        const measured = await agentTurn(client, single, index);
         if (index >= 3) singleTurns.push(measured.total);
       }
       const random = randomSource(30);
@@ -80,7 +80,7 @@ export async function run(): Promise<void> {
       const compiles: number[] = [];
       for (let index = 0; index < turns; index++) {
         const id = ids[1 + Math.floor(random() * (ids.length - 1))]!;
-        const measured = await turn(client, id, 1_000 + index);
+        const measured = await agentTurn(client, id, 1_000 + index);
         randomTurns.push(measured.total);
         commits.push(measured.commit);
         compiles.push(measured.compile);

@@ -7,7 +7,7 @@
 import { startRedis } from "../../test/support/redis.js";
 import { startBuiltSidecar } from "../bench-processes.js";
 import { MinimalGrpcClient } from "../minimal-grpc-client.js";
-import { agentTurn, buildConversation, loadAverage, ms, percentile, verdict, type TurnTime } from "./agent-turns.js";
+import { agentTurn, seedConversation, loadAverage, ms, percentile, verdict, type TurnTime } from "./agent-turns.js";
 
 export async function run(): Promise<void> {
   const size = Number(process.env.CONTEXTD_FLEET_ROUND_ROBIN_SIZE ?? 10_000);
@@ -18,14 +18,14 @@ export async function run(): Promise<void> {
   const clients = sidecars.map((sidecar) => new MinimalGrpcClient(new URL(sidecar.url).host));
   const id = `round-robin-${Date.now()}`;
   try {
-    console.log(`round-robin over two sidecars on one Redis, ${size.toLocaleString("en-US")} stored ~1 KB messages, ${turns} turns each way; load average ${loadAverage()}`);
+    console.log(`round-robin over two sidecars on one Redis, ${size.toLocaleString("en-US")} stored ~250-byte messages, ${turns} turns each way; load average ${loadAverage()}`);
     // Each sidecar warms up on its own conversation first (the JIT), then both have read the
     // measured one (a sidecar's first sight of a conversation is the cold path, not this one).
     for (const [index, client] of clients.entries()) {
-      await buildConversation(client, `${id}-warm-${index}`, 100);
+      await seedConversation(client, `${id}-warm-${index}`, 100);
       for (let turn = 0; turn < 100; turn++) await agentTurn(client, `${id}-warm-${index}`, turn);
     }
-    await buildConversation(clients[0]!, id, size);
+    await seedConversation(clients[0]!, id, size);
     for (const [index, client] of clients.entries()) await agentTurn(client, id, -1 - index);
     const warm: TurnTime[] = [];
     const roundRobin: TurnTime[] = [];

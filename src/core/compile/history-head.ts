@@ -29,7 +29,7 @@ export interface ElidedHead {
  * Leaves out the head of the stored history when every message of it would get exactly one fate
  * in the full pipeline: DROPPED for the token budget. That holds when
  * - the compile is stateful on the stored history (no `history` in the request) and the caller
- *   wants neither every record nor persistence (both list the head message by message);
+ *   wants neither every record, persistence nor per-message tokens (each lists the head message by message);
  * - no stage before the budget could change a history message or its tokens: no pending, deferred
  *   blocks, hooks, formatters, text replacements, role projection or targets;
  * - the budget is `max_tokens` with DROP_HEAD (or DROP), no protected roles or retained ids, and
@@ -51,7 +51,7 @@ export async function elideHistoryHead(
   correction = 1,
 ): Promise<ElidedHead | undefined> {
   if (!context.historyFacts || !context.parts || !inputs.storedSegments.has("history")) return undefined;
-  if (context.parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || context.parts.has(CompileResultPart.PERSISTENCE)) return undefined;
+  if (context.parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || context.parts.has(CompileResultPart.PERSISTENCE) || context.parts.has(CompileResultPart.MESSAGE_TOKENS)) return undefined;
   if (
     request.pending.length > 0 ||
     request.deferredBlocks.length > 0 ||

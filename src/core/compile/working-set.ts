@@ -76,6 +76,12 @@ export interface CompileWork {
    * message_dropped events are emitted from without walking every record of a large compile.
    */
   droppedIds?: string[];
+  /**
+   * Message id → the tokens the budget counted for it (`CompileResult.message_tokens`), filled by
+   * the budget stage only when the caller asked for it: one entry per message is a cost a compile
+   * should not pay by default. Prototype-less, like `records`.
+   */
+  messageTokens?: Record<string, bigint>;
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {

@@ -219,6 +219,18 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.getByTestId("earlier").click();
     await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(250);
     expect(await page.getByTestId("history-window").count()).toBe(0);
+    // A compile's dropped messages older than what a fresh page read (its newest 200) are named from a ReadMessages of the compiled version.
+    const compilePage = await openWithToken(`/inspector/#/c/${encodeURIComponent(long)}?tab=compile`);
+    await compilePage.getByTestId("budget").fill("100");
+    await compilePage.getByTestId("provider").selectOption({ label: "none (payload only)" });
+    await compilePage.getByTestId("run-compile").click();
+    const oldest = compilePage.getByTestId("records").locator('tr[data-id="h0"]');
+    await oldest.waitFor({ timeout: 10_000 });
+    expect(await oldest.locator("td.role").textContent()).toBe("user");
+    expect(await oldest.locator("td.excerpt").textContent()).toBe("message 0");
+    expect(await oldest.locator("td.outcome").textContent()).toBe("dropped");
+    expect(Number(await oldest.getByTestId("message-tokens").textContent())).toBeGreaterThan(0);
+    await compilePage.close();
 
     // 20 messages of 1 MB: GetState refuses the whole state (over 16 MiB); the page shows its newest 200 all the same.
     const big = "acme/over-the-limit";

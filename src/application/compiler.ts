@@ -99,7 +99,7 @@ export class Compiler {
     // store, which draws them in the same order from the same base, so what was compiled is what
     // is stored.
     const messageIds: string[] = [];
-    const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds, store.idLookupsFor?.(request.conversationId, stored)) : stored;
+    const base = commit && commit.deltas.length > 0 ? applyTurnDeltas(stored, commit.deltas, messageIds, { strictToolRounds: store.strictToolRounds, ...store.idLookupsFor?.(request.conversationId, stored) }) : stored;
     // The compiled history is the stored one followed by the batch's messages (known now, before
     // the store's own commit records its history): what `adopt` need not compare.
     const appendedToStored = store.lineage?.extends(base.history, stored.history) ?? false;
@@ -251,7 +251,7 @@ function writesOnlyItsDeltas(request: CompileRequest): boolean {
  * `commit.deltas` applied to the stored state as the store will apply them, at the version they
  * will produce; the ids drawn for messages without one are pushed to `drawn`.
  */
-function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], drawn: string[], idLookups: Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> = {}): ConversationState {
+function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], drawn: string[], idLookups: Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds" | "strictToolRounds"> = {}): ConversationState {
   const applied = applyDeltas(stored, deltas, {
     newMessageId: () => {
       const id = randomUUID();

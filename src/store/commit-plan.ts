@@ -55,7 +55,10 @@ export function indexedLookups(lineage: MessageListLineage, idIndex: (() => Mess
 /** Both stores compute a commit the same way; they differ only in how they make it atomic. */
 export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
   const { lineage, idIndex, deltaContext } = options;
-  const context: DeltaContext = lineage === undefined ? deltaContext : { newMessageId: () => deltaContext.newMessageId(), ...indexedLookups(lineage, idIndex) };
+  const context: DeltaContext =
+    lineage === undefined
+      ? deltaContext
+      : { newMessageId: () => deltaContext.newMessageId(), strictToolRounds: deltaContext.strictToolRounds, ...indexedLookups(lineage, idIndex) };
   const applied = applyDeltas(base, deltas, context);
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };
@@ -76,7 +79,7 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
  */
 export function presetMessageIds(ids: readonly string[], fallback: DeltaContext): DeltaContext {
   let next = 0;
-  return { newMessageId: () => (next < ids.length ? ids[next++]! : fallback.newMessageId()) };
+  return { newMessageId: () => (next < ids.length ? ids[next++]! : fallback.newMessageId()), strictToolRounds: fallback.strictToolRounds };
 }
 
 /**

@@ -56,6 +56,11 @@ export interface ConversationStore extends CalibrationStore {
    * compared 100,000 ids (~2.7 ms of a 4.3 ms turn). Absent = look in place.
    */
   idLookupsFor?(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds">;
+  /**
+   * Whether commits refuse the tool-round pairing rules (`DeltaContext.strictToolRounds`, the
+   * server's `--strict-tool-rounds`): a compile-commit applies its batch beforehand by the same rules.
+   */
+  readonly strictToolRounds?: boolean;
   /** The current state; a conversation never written is an empty state with version 0. */
   load(conversationId: string): Promise<ConversationState>;
   /**

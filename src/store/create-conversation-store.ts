@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "./conversation-store.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
@@ -16,6 +17,7 @@ export interface RedisDeployment {
 
 /**
  * The store for a configured Postgres URL, Redis URL or Redis Cluster: none = the embedded in-memory store.
+ * `strictToolRounds` (`--strict-tool-rounds`): its commits refuse the tool-round pairing rules.
  * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
@@ -26,17 +28,21 @@ export async function createConversationStore(
   connectTimeoutMs = 5_000,
   redis: RedisDeployment = {},
   postgresUrl = "",
+  strictToolRounds = false,
 ): Promise<ConversationStore> {
+  // How every store applies deltas: random ids for messages without one, and the tool-round rules.
+  const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext });
     await store.connected(connectTimeoutMs);
     return store;
   }
   const clusterNodes = redis.clusterNodes ?? [];
-  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec });
+  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec, deltaContext });
   const store = new RedisConversationStore(clusterNodes.length > 0 ? { clusterNodes } : redisUrl, {
     codec,
+    deltaContext,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
     ...(redis.tlsCa !== undefined ? { tlsCa: redis.tlsCa } : {}),

@@ -86,6 +86,10 @@ export class MemoryConversationStore implements ConversationStore {
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
+  get strictToolRounds(): boolean {
+    return this.deltaContext.strictToolRounds === true;
+  }
+
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.lineage, () => this.idIndexOf(conversationId, base));
   }

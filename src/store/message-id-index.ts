@@ -14,9 +14,10 @@ export const indexedFromMessages = 1_024;
  * Why it exists: every message a commit brings must have an id unused in the whole conversation.
  * Looked for in place, a one-message append to 100,000 stored messages compared 100,000 ids
  * (~5 ms of a ~11 ms Redis commit, bench:scale store commit lines); the index answers in constant
- * time and follows appends at the cost of the appended ids. It keeps the same for tool-call ids,
- * which must be unique within a segment: an appended tool round looked for its call's id in every
- * earlier assistant message (~11 ms at 150,000 messages). Built once, on the first commit that
+ * time and follows appends at the cost of the appended ids. It keeps the same for tool-call ids:
+ * they need be unique only within their round (`call_0` on every turn is normal), so the set says
+ * whether some round made a call, and `append_tool_result` walks back to the latest one only when
+ * one did (a result for a call never made here is stored without walking 150,000 messages). Built once, on the first commit that
  * needs it; a commit that removes or replaces messages leaves it behind (the next commit builds it
  * again: that commit is linear in the conversation, as the edit was).
  */
@@ -24,7 +25,7 @@ export class MessageIdIndex {
   private constructor(
     private current: ConversationState,
     private readonly ids: Set<string>,
-    /** Per segment, the ids of the calls its ASSISTANT messages make (what tool-round checks look for). */
+    /** Per segment, the ids of the calls its ASSISTANT messages make (each once, however many rounds reuse it). */
     private readonly callIds: Record<StoredSegment, Set<string>>,
   ) {}
 

@@ -184,6 +184,10 @@ export class PostgresConversationStore implements ConversationStore {
     return rows.length === 0 ? 0n : BigInt(rows[0]!.version);
   }
 
+  get strictToolRounds(): boolean {
+    return this.deltaContext.strictToolRounds === true;
+  }
+
   idLookupsFor(_conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.lineage, () => this.cache.idIndex(base));
   }

@@ -269,6 +269,10 @@ export class RedisConversationStore implements ConversationStore {
     return version === null ? 0n : storedVersion(conversationId, version);
   }
 
+  get strictToolRounds(): boolean {
+    return this.deltaContext.strictToolRounds === true;
+  }
+
   idLookupsFor(_conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.lineage, () => this.cache.idIndex(base));
   }

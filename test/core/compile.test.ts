@@ -268,8 +268,8 @@ describe("current turn persistence", () => {
 
 describe("tool-round validation and repair", () => {
   const broken = [user("u", "go"), ...toolRound("r", ["a", "b"], ["a"]), user("u2", "next")];
-  it("rejects an invalid round naming the rule", async () => {
-    await rejects(compile(request({ history: { messages: broken } }), testContext()), Code.InvalidArgument, /invalid tool round \(incomplete_tool_round\) at history\[1\] \(message "r-a"\)/);
+  it("rejects an invalid round naming the rule with REJECT (the default repairs it: prompt-tool-round-repair.test.ts)", async () => {
+    await rejects(compile(request({ history: { messages: broken }, repair: ToolRoundRepair.REJECT }), testContext()), Code.InvalidArgument, /invalid tool round \(incomplete_tool_round\) at history\[1\] \(message "r-a"\)/);
   });
   it("drops incomplete rounds with DROP_INCOMPLETE", async () => {
     const result = await compile(request({ history: { messages: broken }, repair: ToolRoundRepair.DROP_INCOMPLETE }), testContext());

@@ -51,9 +51,12 @@ class Twins {
 
   constructor(seed: number) {
     this.random = randomSource(seed);
+    // Strict tool rounds, so that an edit after an open round fails as it did before commits
+    // stored open rounds anywhere: a history with a broken round is compiled in full (the default
+    // repair sees all of it), and the random edits would leave few histories whose head can go.
     const counter = () => {
       let next = 0;
-      return { newMessageId: () => `drawn-${next++}` };
+      return { newMessageId: () => `drawn-${next++}`, strictToolRounds: true };
     };
     this.stores = [new MemoryConversationStore({ deltaContext: counter() }), new MemoryConversationStore({ deltaContext: counter() })];
     this.incremental = new Compiler({ store: this.stores[0]!, tokenCounts: new TokenCountCache(), historyFacts: new HistoryFactsCache({ maxBytes: 1 << 24, maxConversations: 4 }) });

@@ -195,7 +195,7 @@ describe("one unit larger than the room history has", () => {
     expect(ids(result.payload!.history)).toEqual(["now"]);
     const warning = result.warnings.find((w) => w.code === "oversized_unit");
     expect(warning?.message).toMatch(/history unit at message "big-a" \(13 message\(s\)\) needs 130 tokens, more than the 90 history may use/);
-    expect(warning?.message).toContain("the 7 older message(s) before it (70 tokens)");
+    expect(warning?.message).toContain("dropped it and the 7 older message(s) with it");
     expect(warning?.message).toContain("tool_result_clearing");
   });
 

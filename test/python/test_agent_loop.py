@@ -151,8 +151,15 @@ def test_error_codes_for_bad_input(client: Client):
     )
     with pytest.raises(InvalidArgument):
         client.commit(conversation_pb2.CommitRequest(conversation_id=conversation_id))
+    # A user message while the round is open is stored (the approval flow); a call id twice in one
+    # round is not.
     with pytest.raises(InvalidArgument, match="call_1"):
-        client.commit(conversation_pb2.CommitRequest(conversation_id=conversation_id, deltas=[append_user(user_text("?"))]))
+        client.commit(
+            conversation_pb2.CommitRequest(
+                conversation_id=conversation_id,
+                deltas=[append_assistant("", tool_call("call_1", "search", "{}"), tool_call("call_1", "search", "{}"))],
+            )
+        )
     duplicate = user_text("hello")
     duplicate.id = "m1"
     with pytest.raises(InvalidArgument):

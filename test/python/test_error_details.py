@@ -68,6 +68,8 @@ def test_version_conflict_and_failed_precondition_reasons(client: Client):
                 history=compile_pb2.MessageList(messages=[message_pb2.Message(id="u1", role=message_pb2.ROLE_USER, parts=[message_pb2.Part(text=message_pb2.TextPart(text="q"))]), open_round]),
                 current_turn=compile_pb2.CurrentTurn(raw=message_pb2.Message(id="u2", role=message_pb2.ROLE_USER, parts=[message_pb2.Part(text=message_pb2.TextPart(text="next"))])),
                 render=compile_pb2.RenderOptions(provider=message_pb2.PROVIDER_ANTHROPIC_MESSAGES, model="claude"),
+                # Without REJECT the default repair closes the open call before the current turn.
+                repair=compile_pb2.TOOL_ROUND_REPAIR_REJECT,
             )
         )
     assert rule.value.reason == "PROVIDER_RULE_VIOLATED"

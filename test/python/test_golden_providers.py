@@ -43,6 +43,9 @@ def _request(golden: Dict[str, Any], provider: str) -> compile_pb2.CompileReques
         render=compile_pb2.RenderOptions(
             provider=message_pb2.Provider.Value("PROVIDER_" + provider), model=golden["render"]["model"]
         ),
+        # The vector's payload rendered as given: no tool-round repair (an open round before the
+        # current turn is a vector of the renderers' refusal).
+        repair=compile_pb2.TOOL_ROUND_REPAIR_REJECT,
     )
 
 

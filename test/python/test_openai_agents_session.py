@@ -32,7 +32,7 @@ from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
 from agents.memory import SessionSettings  # noqa: E402
 
 from agents_stub_model import StubModel, call_output, text_output  # noqa: E402
-from contextd.client import Client, InvalidArgument  # noqa: E402
+from contextd.client import Client  # noqa: E402
 from contextd.client.openai_agents import ITEMS_EXTENSION, ContextdSession  # noqa: E402
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2  # noqa: E402
 
@@ -349,13 +349,13 @@ def test_budgeted_get_items_keeps_what_contextd_keeps(client):
     assert model.last_input == budgeted + [{"role": "user", "content": "next"}]
 
 
-def test_contextd_refuses_a_user_item_while_a_call_is_open(client):
+def test_a_user_item_while_a_call_is_open_is_stored(client):
+    # The approval flow: the run stops for an approval and the user speaks meanwhile. contextd
+    # stores it as SQLiteSession does; its compile closes the open call for the provider.
     session = new_session(client)
     asyncio.run(session.add_items([{"role": "user", "content": "go"}, EVERY_KIND[4]]))
-    with pytest.raises(InvalidArgument) as raised:
-        asyncio.run(session.add_items([{"role": "user", "content": "never mind"}]))
-    assert "call_1" in raised.value.message
-    assert asyncio.run(session.get_items()) == [{"role": "user", "content": "go"}, EVERY_KIND[4]]
+    asyncio.run(session.add_items([{"role": "user", "content": "never mind"}]))
+    assert asyncio.run(session.get_items()) == [{"role": "user", "content": "go"}, EVERY_KIND[4], {"role": "user", "content": "never mind"}]
 
 
 def test_items_of_a_stream_ingested_conversation(client):

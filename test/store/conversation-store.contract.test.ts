@@ -4,7 +4,7 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
@@ -197,15 +197,63 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
         [
           delta({ case: "remember", value: { text: "fact" } }),
           delta({ case: "appendAssistant", value: { toolCalls: [{ id: "call_1", name: "search" }, { id: "call_2", name: "fetch" }] } }),
-          delta({ case: "appendUser", value: { message: textMessage("u2", Role.USER, "too early") } }),
+          delta({ case: "appendToolResult", value: { toolCallId: "" } }),
         ],
         "",
       ),
     );
     expect(error.code).toBe(Code.InvalidArgument);
-    expect(error.rawMessage).toMatch(/^deltas\[2\]\.append_user: tool round still open, missing results for call_1, call_2/);
+    expect(error.rawMessage).toMatch(/^deltas\[2\]\.append_tool_result: tool_call_id is required/);
     expect(toBinary(ConversationStateSchema, await store.load(id))).toEqual(before);
     expect(await store.currentVersion(id)).toBe(1n);
+  });
+
+  it("stores the sequences frameworks produce: reused call ids, calls without ids, a result without its call, a user message while a round is open, a detached resume", async () => {
+    const id = freshId("wild");
+    const assistantCalls = (messageId: string, ...calls: [string, string][]) =>
+      create(MessageSchema, { id: messageId, role: Role.ASSISTANT, parts: calls.map(([callId, name]) => ({ kind: { case: "toolCall" as const, value: { id: callId, name, arguments: { data: "{}" } } } })) });
+    const toolMessage = (messageId: string, callId: string, text: string) =>
+      create(MessageSchema, { id: messageId, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, payload: { text } } } }] });
+    const batches: Delta[][] = [
+      // `call_0` on every turn, as some OpenAI-compatible servers answer.
+      [appendHistory(textMessage("u1", Role.USER, "one"), assistantCalls("r1-a", ["call_0", "f"]), toolMessage("r1-t", "call_0", "A"))],
+      [appendHistory(textMessage("u2", Role.USER, "two"), assistantCalls("r2-a", ["call_0", "f"]), toolMessage("r2-t", "call_0", "B"))],
+      // A LangChain AIMessage whose tool call has no id, and its ToolMessage without one.
+      [appendHistory(assistantCalls("lc-a", ["", "search"], ["", "fetch"]), toolMessage("lc-t1", "", "found"), toolMessage("lc-t2", "", "fetched"))],
+      // A result whose call is not in this conversation.
+      [appendHistory(toolMessage("orphan-t", "call_elsewhere", "late"))],
+      // An approval pending while the user speaks; the result arrives after.
+      [delta({ case: "appendAssistant", value: { messageId: "ap-a", toolCalls: [{ id: "approve_1", name: "refund", arguments: { data: "{}" } }] } })],
+      [delta({ case: "appendUser", value: { message: textMessage("ap-u", Role.USER, "and email me") } })],
+      [delta({ case: "appendToolResult", value: { toolCallId: "approve_1", messageId: "ap-t", payload: { text: "refunded" } } })],
+      // A detached resume: the call's result went elsewhere, the model's answer comes here.
+      [delta({ case: "appendAssistant", value: { messageId: "dr-a", toolCalls: [{ id: "detached_1", name: "run", arguments: { data: "{}" } }] } })],
+      [delta({ case: "appendAssistant", value: { messageId: "dr-answer", text: "Done." } })],
+    ];
+    let last: ConversationState | undefined;
+    for (const batch of batches) last = (await store.commit(id, undefined, batch, "")).state;
+    const loaded = await store.load(id);
+    expect(toBinary(ConversationStateSchema, loaded)).toEqual(toBinary(ConversationStateSchema, last!));
+    expect(loaded.history.map((message) => message.id)).toEqual(["u1", "r1-a", "r1-t", "u2", "r2-a", "r2-t", "lc-a", "lc-t1", "lc-t2", "orphan-t", "ap-a", "ap-u", "ap-t", "dr-a", "dr-answer"]);
+    const part = (messageId: string, index = 0) => loaded.history.find((message) => message.id === messageId)!.parts[index]!.kind.value as { id?: string; toolCallId?: string; name: string };
+    // Calls without ids get `call_<message id>_<n>`; the results without ids answer them in order.
+    expect([part("lc-a", 0).id, part("lc-a", 1).id]).toEqual(["call_lc-a_0", "call_lc-a_1"]);
+    expect([part("lc-t1").toolCallId, part("lc-t2").toolCallId]).toEqual(["call_lc-a_0", "call_lc-a_1"]);
+    // The late result is named after its call.
+    expect(part("ap-t")).toMatchObject({ toolCallId: "approve_1", name: "refund" });
+
+    // Watch carries the batch as committed (the call without id as it came); applied to the
+    // version before, it gives the stored messages, the given ids included.
+    const controller = new AbortController();
+    const changes: Change[] = [];
+    for await (const change of store.watch(id, 2n, controller.signal)) {
+      changes.push(change);
+      controller.abort();
+    }
+    expect((changes[0]!.deltas[0]!.operation.value as { messages: Message[] }).messages[0]!.parts[0]!.kind.value).toMatchObject({ id: "" });
+    const before = create(ConversationStateSchema, { conversationId: id, history: loaded.history.slice(0, 6) });
+    const replayed = applyDeltas(before, changes[0]!.deltas, { newMessageId: () => "unused" });
+    expect(replayed.history.slice(6)).toEqual(loaded.history.slice(6, 9));
   });
 
   it("answers a retried commit with the same idempotency key from the record: its version always, its state while current", async () => {
@@ -405,7 +453,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     await expect(store.commit(id, undefined, [appendHistory(textMessage("q1", Role.USER, "twice"))], "")).rejects.toThrow(/duplicate message id "q1"/);
   });
 
-  it("in a 20,000-message conversation (indexed ids) refuses a duplicate message id and a duplicate tool-call id, applies nothing of such a batch, and takes edits of old messages", async () => {
+  it("in a 20,000-message conversation (indexed ids) refuses a duplicate message id and a tool-call id twice in one round, applies nothing of such a batch, and takes edits of old messages", async () => {
     const id = freshId("long-index");
     // Long enough for the stores' id index (from 1,024 messages); 100,000 took ~15 s per store here.
     const size = 20_000;
@@ -432,12 +480,22 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     // Within one batch: an id the batch appended itself, then an old one behind a new one.
     expect(await refused([appendHistory(textMessage("n1", Role.USER, "new")), appendHistory(textMessage("n1", Role.USER, "twice"))])).toMatch(/deltas\[1\].*duplicate message id "n1"/);
     expect(await refused([appendHistory(textMessage("n2", Role.USER, "new")), appendHistory(textMessage("first-a", Role.USER, "old"))])).toMatch(/deltas\[1\].*duplicate message id "first-a"/);
-    expect(await refused([round("late", "early-call")])).toMatch(/duplicate_tool_call_id.*"early-call"/);
-    expect(await refused([round("late", "late-call"), round("later", "late-call")])).toMatch(/deltas\[1\].*duplicate_tool_call_id.*"late-call"/);
+    // Call ids need be unique only within their round: twice in one round is refused (a result
+    // could not say which call it answers), behind a good delta of the same batch.
+    const twiceInOneRound = appendHistory(
+      create(MessageSchema, { id: "twice-a", role: Role.ASSISTANT, parts: ["same", "same"].map((callId) => ({ kind: { case: "toolCall" as const, value: { id: callId, name: "f", arguments: { data: "{}" } } } })) }),
+    );
+    expect(await refused([appendHistory(textMessage("n0", Role.USER, "new")), twiceInOneRound])).toMatch(/deltas\[1\].*duplicate_tool_call_id.*"same" is used more than once in this round/);
     expect(await store.currentVersion(id)).toBe(before.version);
-    // A new round and new messages go in; then old messages are removed and replaced, and their ids come free.
-    await store.commit(id, undefined, [round("late", "late-call"), appendHistory(textMessage("n1", Role.USER, "new"))], "");
-    expect(await refused([round("later", "late-call")])).toMatch(/duplicate_tool_call_id.*"late-call"/);
+    // A new round and new messages go in, reusing an id of 20,000 messages ago and of the batch
+    // itself (as servers that answer `call_0` every turn do); then old messages are removed and
+    // replaced, and their ids come free.
+    await store.commit(id, undefined, [round("late", "early-call"), round("later", "early-call"), appendHistory(textMessage("n1", Role.USER, "new"))], "");
+    // A result for a call made long ago (the index says a round made it; the name is its call's),
+    // and one for a call never made here (stored without its name): both stored.
+    await store.commit(id, undefined, [delta({ case: "appendToolResult", value: { toolCallId: "early-call", messageId: "old-call-r" } }), delta({ case: "appendToolResult", value: { toolCallId: "never-made", messageId: "orphan-r" } })], "");
+    const results = (await store.load(id)).history.slice(-2).map((message) => message.parts[0]!.kind.value as { toolCallId: string; name: string });
+    expect(results.map(({ toolCallId, name }) => [toolCallId, name])).toEqual([["early-call", "f"], ["never-made", ""]]);
     await store.commit(id, undefined, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h3", "first-a", "first-r"] } })], "");
     await store.commit(id, undefined, [appendHistory(textMessage("h3", Role.USER, "back")), round("again", "early-call")], "");
     expect(await refused([appendHistory(textMessage("h4", Role.USER, "again"))])).toMatch(/duplicate message id "h4"/);
@@ -447,7 +505,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     const after = (await store.commit(id, undefined, [delta({ case: "replaceSegment", value: { segment: Segment.HISTORY, messages: replaced } }), appendHistory(textMessage("t5", Role.USER, "turn"))], "")).state!;
     expect(await refused([appendHistory(textMessage("h10", Role.USER, "again"))])).toMatch(/duplicate message id "h10"/);
     const loaded = await store.load(id);
-    expect(loaded.history.length).toBe(size + 5 + 2 + 1 - 3 + 3 + 1);
+    expect(loaded.history.length).toBe(size + 5 + 4 + 1 + 2 - 3 + 3 + 1);
     expect(loaded.history.find((message) => message.id === "h10")).toEqual(textMessage("h10", Role.USER, "edited"));
     // Compared as bytes in one call: toEqual walks a long byte array element by element.
     expect(Buffer.from(toBinary(ConversationStateSchema, loaded)).equals(toBinary(ConversationStateSchema, after))).toBe(true);
@@ -569,7 +627,7 @@ describe.each([
   ["redis", () => new RedisConversationStore(redis.url)],
   ["postgres", () => new PostgresConversationStore(postgres.url)],
 ] as const)("%s store: the id index of a cached state", (_name, open) => {
-  it("refuses an id or a tool-call id another process appended, and takes back one it removed, once the cached copy catches up", async () => {
+  it("refuses an id another process appended, names a result after the call another process made, and takes back an id it removed, once the cached copy catches up", async () => {
     const [first, second] = [open(), open()];
     try {
       await Promise.all([first.connected(), second.connected()]);
@@ -586,7 +644,9 @@ describe.each([
         });
       await second.commit(id, undefined, [appendHistory(textMessage("z", Role.USER, "from the other")), call("zr", "zc")], "");
       expect((await rejection(first.commit(id, undefined, [appendHistory(textMessage("z", Role.USER, "again"))], ""))).rawMessage).toMatch(/duplicate message id "z"/);
-      expect((await rejection(first.commit(id, undefined, [call("mine", "zc")], ""))).rawMessage).toMatch(/duplicate_tool_call_id.*"zc"/);
+      // The call id set of the cached index caught up: the late result takes the call's name.
+      await first.commit(id, undefined, [delta({ case: "appendToolResult", value: { toolCallId: "zc", messageId: "late-r" } })], "");
+      expect((await first.load(id)).history.at(-1)!.parts[0]!.kind.value).toMatchObject({ toolCallId: "zc", name: "f" });
       await second.commit(id, undefined, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["h5"] } })], "");
       await first.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "back"))], "");
       expect((await rejection(second.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "again"))], ""))).rawMessage).toMatch(/duplicate message id "h5"/);

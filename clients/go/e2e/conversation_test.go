@@ -157,11 +157,13 @@ func TestCommitErrorCodesForBadInput(t *testing.T) {
 	}
 	cases := map[string]*contextdv1.CommitRequest{
 		"empty batch": {ConversationId: id},
-		"user turn while a round is open": {ConversationId: id, Deltas: []*contextdv1.Delta{
-			contextd.AppendUser(contextd.UserText("hello?")),
+		// A user turn while a round is open and a result for an unknown call are stored (the
+		// approval flow, a detached run); a call id twice in one round and a result naming no call are not.
+		"a call id twice in one round": {ConversationId: id, Deltas: []*contextdv1.Delta{
+			contextd.AppendAssistant("", contextd.ToolCall("call_1", "search", "{}"), contextd.ToolCall("call_1", "search", "{}")),
 		}},
-		"result for an unknown call": {ConversationId: id, Deltas: []*contextdv1.Delta{
-			contextd.AppendToolResult("call_404", "search", contextd.TextPayload("?"), false),
+		"result naming no call": {ConversationId: id, Deltas: []*contextdv1.Delta{
+			contextd.AppendToolResult("", "search", contextd.TextPayload("?"), false),
 		}},
 		"delta without an operation": {ConversationId: id, Deltas: []*contextdv1.Delta{{}}},
 	}
@@ -172,8 +174,8 @@ func TestCommitErrorCodesForBadInput(t *testing.T) {
 			t.Errorf("%s: err = %v, want INVALID_ARGUMENT with a message", name, err)
 		}
 	}
-	if _, err := client.Commit(ctx, cases["user turn while a round is open"]); err == nil || !containsAll(err.Error(), "call_1") {
-		t.Errorf("the open-round error should name the missing call id: %v", err)
+	if _, err := client.Commit(ctx, cases["a call id twice in one round"]); err == nil || !containsAll(err.Error(), "duplicate_tool_call_id", `"call_1"`) {
+		t.Errorf("the duplicate-call error should name the rule and the call id: %v", err)
 	}
 	state, err := client.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: id})
 	if err != nil || state.GetState().GetVersion() != 1 {

@@ -76,6 +76,9 @@ func TestGoldenProviderBodies(t *testing.T) {
 					Provider: contextdv1.Provider(contextdv1.Provider_value["PROVIDER_"+providerName]),
 					Model:    golden.Render.Model,
 				},
+				// The vector's payload rendered as given: no tool-round repair (an open round
+				// before the current turn is a vector of the renderers' refusal).
+				Repair: contextdv1.ToolRoundRepair_TOOL_ROUND_REPAIR_REJECT,
 			}
 		}
 		for providerName, expected := range golden.ExpectedErrors {

@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
 import { MockLanguageModelV4, convertArrayToReadableStream } from "ai/test";
 import { create } from "@bufbuild/protobuf";
-import { Client, Code, ContextdError, appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
+import { Client, appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
 import { aiSdkPrompt, fromModelMessages, responseDeltas, toModelMessages } from "@contextd/client/ai-sdk";
 import { CompileResultPart, EstimatorKind, MessageSchema, Provider, Role, Segment, TokenizerEncoding, ToolDefinitionSchema, type Message } from "@contextd/client/v1";
 import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
@@ -156,7 +156,7 @@ describe("AI SDK", () => {
     assert.throws(() => aiSdkPrompt(rendered), /CompileResultPart\.PAYLOAD/);
   });
 
-  test("what contextd has no typed form for is refused, naming the message and part; an unpaired result is refused by the engine", async () => {
+  test("what contextd has no typed form for is refused, naming the message and part; an unpaired result is stored and left out of the next prompt", async () => {
     const approval: ModelMessage[] = [{ role: "tool", content: [{ type: "tool-approval-response", approvalId: "a1", approved: true }] }];
     assert.throws(() => fromModelMessages(approval), /message 0 \(tool\) part 0 is a tool-approval-response/);
     const custom: ModelMessage[] = [{ role: "assistant", content: [{ type: "text", text: "hi" }, { type: "custom", kind: "acme.widget" }] }];
@@ -169,11 +169,12 @@ describe("AI SDK", () => {
     const conversationId = freshId("ai-sdk-unpaired");
     await client.commit({ conversationId, deltas: [appendUser("hi")] });
     const stray = responseDeltas([{ role: "tool", content: [{ type: "tool-result", toolCallId: "nope", toolName: "weather", output: { type: "text", value: "?" } }] }]);
-    const refused = await client.commit({ conversationId, deltas: stray }).catch((e: unknown) => e);
-    assert.ok(refused instanceof ContextdError && refused.code === Code.InvalidArgument, String(refused));
-    assert.match(refused.message, /tool_result_without_call/);
+    await client.commit({ conversationId, deltas: stray });
     const state = await client.getState({ conversationId });
-    assert.equal(shape(state.state!.history), "USER:text", "nothing of the refused commit is stored");
+    assert.equal(shape(state.state!.history), "USER:text TOOL:toolResult", "stored as it came");
+    const next = await client.compile({ conversationId });
+    assert.equal(shape(next.result!.payload!.history), "USER:text", "the compile's repair leaves it out");
+    assert.deepEqual(next.result!.warnings.map((w) => w.code), ["tool_round_repaired"]);
   });
 });
 

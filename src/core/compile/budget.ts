@@ -252,7 +252,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
       }
       const dropSet: Set<number> = drop;
-      if (!summarize && strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL) warnOversizedUnit(work, units, dropSet, history, available, budget);
+      if (!summarize && strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL) warnOversizedUnit(work, units, dropSet, history, known?.offset ?? 0, available, budget);
 
       const kept: Message[] = [];
       const keptCounts: number[] = [];
@@ -455,24 +455,28 @@ function lastUserMessageIndex(history: readonly Message[]): number {
  * 63 tokens, silently. The trim is right — the unit can never fit — but the caller can fix what it
  * cost: clearing old tool results (`tool_result_clearing`) shrinks the unit instead.
  */
-function warnOversizedUnit(work: CompileWork, units: readonly CostedUnit[], dropped: ReadonlySet<number>, history: readonly Message[], available: number, budget: Budget | undefined): void {
+function warnOversizedUnit(
+  work: CompileWork,
+  units: readonly CostedUnit[],
+  dropped: ReadonlySet<number>,
+  history: readonly Message[],
+  headLeftOut: number,
+  available: number,
+  budget: Budget | undefined,
+): void {
+  // A compile that leaves out the stored head (incremental compile) must say exactly what the
+  // full one says: the older messages are counted by position (the head left out plus the walked
+  // ones before the unit), never by what they cost.
   let newest = -1;
   for (const index of dropped) if (index > newest) newest = index;
-  if (newest < 0 || units[newest]!.tokens <= available) return;
-  let olderMessages = 0;
-  let olderTokens = 0;
-  for (const index of dropped) {
-    if (index === newest) continue;
-    olderMessages += units[index]!.end - units[index]!.start;
-    olderTokens += units[index]!.tokens;
-  }
-  if (olderMessages === 0) return;
+  const olderMessages = units[newest] === undefined ? 0 : units[newest]!.start + headLeftOut;
+  if (newest < 0 || units[newest]!.tokens <= available || olderMessages === 0) return;
   const unit = units[newest]!;
   const fix = budget?.toolResultClearing ? "a larger budget" : "tool_result_clearing (old tool results cleared instead of rounds dropped) or a larger budget";
   addWarning(
     work,
     "oversized_unit",
-    `history unit at message "${history[unit.start]!.id}" (${unit.end - unit.start} message(s)) needs ${unit.tokens} tokens, more than the ${available} history may use: trimming oldest first dropped it and the ${olderMessages} older message(s) before it (${olderTokens} tokens) that would have fit; ${fix} would keep them`,
+    `history unit at message "${history[unit.start]!.id}" (${unit.end - unit.start} message(s)) needs ${unit.tokens} tokens, more than the ${available} history may use: trimming oldest first dropped it and the ${olderMessages} older message(s) with it; ${fix} would keep them`,
   );
 }
 

@@ -3,6 +3,7 @@ import {
   CompileResultPart,
   CompileResultSchema,
   CurrentTurnSchema,
+  ToolRoundRepair,
   TransformationAction,
   TransformationReason,
   type CompileRequest,
@@ -38,6 +39,7 @@ import { computeTargets, validateTargets } from "./targets.js";
 import { applyTextReplacements } from "./text-replacements.js";
 import { checkToolArguments, showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { validateAndRepairToolRounds } from "./tool-round-repair.js";
+import { repairToolRoundsForPrompt } from "./prompt-tool-round-repair.js";
 import { DeadlineCheck } from "./deadline.js";
 import { TextAllowance, textCharacters } from "./text-allowance.js";
 import type { CompileInputs } from "./request-inputs.js";
@@ -109,6 +111,8 @@ export async function compile(request: CompileRequest, context: CompileContext):
   // 4. Deferred blocks; what stands after them is the baseline persistence saves.
   if (extras.deferredBlocks.length > 0) await applyDeferredBlocks(work, extras.deferredBlocks);
   work.baseline = work.segments;
+  // The default tool-round repair changes the prompt only, so it runs after the baseline.
+  if (request.repair === ToolRoundRepair.UNSPECIFIED) repairToolRoundsForPrompt(work, context.randomId);
   if (deadline.checkNow("deferred_blocks")) await deadline.pause("deferred_blocks");
   await events.stageDone("deferred_blocks");
 

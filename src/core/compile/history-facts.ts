@@ -32,8 +32,6 @@ export class HistoryFacts {
   clean = true;
   /** Message id → index. */
   private readonly ids = new Map<string, number>();
-  /** Tool call id → index of the message that made it. */
-  private readonly callIds = new Map<string, number>();
   /** Start index of every history unit (a message, or a tool round with its results), ascending. */
   readonly unitStarts: number[] = [];
   /** Index of the last USER message, or -1. */
@@ -124,7 +122,7 @@ export class HistoryFacts {
    * the facts alone keep them alive).
    */
   get approximateBytes(): number {
-    return 256 + this.ids.size * 80 + this.callIds.size * 80 + (this.history.length + this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.history.length * 16;
+    return 256 + this.ids.size * 80 + (this.history.length + this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.history.length * 16;
   }
 
   /** Takes in the messages of `history` past the current end (which `history` starts with). */
@@ -138,16 +136,13 @@ export class HistoryFacts {
       if (!this.clean) continue;
       if (!wellFormedStored(message) || message.id === "" || this.ids.has(message.id)) this.clean = false;
       else this.ids.set(message.id, index);
-      for (const part of message.parts) {
-        if (part.kind.case === "toolCall" && part.kind.value.id !== "" && !this.callIds.has(part.kind.value.id)) this.callIds.set(part.kind.value.id, index);
-      }
     }
     // Token counts are stale past `from` only in length: the column grows on the next `tokenPrefix`.
     if (!this.clean || from === history.length) return;
     // Units from the last one of the old history on: the new messages may continue its round.
     const start = this.unitStarts.length === 0 ? 0 : this.unitStarts.pop()!;
-    // A call id first made before `start` is a duplicate; from `start` on the scan sees them itself.
-    const analysis = analyzeToolRoundsFrom(history, start, { allowOpenTail: true }, (callId) => (this.callIds.get(callId) ?? start) < start);
+    // Call ids are unique per round, so nothing before `start` bears on the rounds from it on.
+    const analysis = analyzeToolRoundsFrom(history, start, { allowOpenTail: true });
     if (analysis.violations.length > 0) {
       this.clean = false;
       return;

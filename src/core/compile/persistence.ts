@@ -36,7 +36,9 @@ export function persistenceProjection(work: CompileWork, summary: Message | unde
   const baseline = work.baseline!;
   const derived = new Set<string>(work.visibleArtifactIds.map((id) => `artifact:${id}`));
   derived.add("experiences");
-  const keep = (messages: Message[]) => messages.filter((message) => !derived.has(message.id) && !isRemovedFromPersistence(work.records[message.id]));
+  const kept = work.keptDespiteDrop;
+  const keep = (messages: Message[]) =>
+    messages.filter((message) => !derived.has(message.id) && (!isRemovedFromPersistence(work.records[message.id]) || kept?.has(message.id) === true));
   const history = keep(baseline.history);
   if (summary) history.unshift(summary);
   const current = persistedCurrentTurn(work.currentTurn);

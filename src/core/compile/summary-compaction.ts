@@ -18,10 +18,11 @@ export function summaryCompaction(result: CompileResult, remember: readonly stri
   history.forEach((message, index) => summarised(message.id) && (through = index));
   const gap = history.slice(0, through + 1).find((message) => !summarised(message.id));
   if (through < 0 || gap) {
-    // Only presentation stages that restructure history (formatters joining it, deferred blocks
-    // replacing in it) can make the summarised messages differ from a stored prefix.
+    // Only stages that restructure history (formatters joining it, deferred blocks replacing in
+    // it, the default tool-round repair sending a late result with its round, before messages
+    // stored ahead of it) can make the summarised messages differ from a stored prefix.
     throw new ConnectError(
-      `commit: the summary "${summary.id}" does not stand for a prefix of the stored history${gap ? ` ("${gap.id}" sits among the summarised messages unsummarised)` : ""}; compile without history formatters or deferred history blocks to commit a summary`,
+      `commit: the summary "${summary.id}" does not stand for a prefix of the stored history${gap ? ` ("${gap.id}" sits among the summarised messages unsummarised)` : ""}; compile without history formatters or deferred history blocks to commit a summary (a late tool result the default repair sent with its round also does this when the summary ends between them)`,
       Code.FailedPrecondition,
     );
   }

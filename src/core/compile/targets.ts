@@ -3,6 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import {
   BudgetStrategy,
   ProjectionSchema,
+  ToolRoundRepair,
   TransformationAction,
   TransformationReason,
   UsageSchema,
@@ -32,6 +33,7 @@ import { applyRoleProjection } from "./role-projection.js";
 import { applySegmentFormatters } from "./segment-formatters.js";
 import { applyTextReplacements } from "./text-replacements.js";
 import { showToolArgumentsAsString } from "./tool-arguments-repair.js";
+import { repairToolRoundsForPrompt } from "./prompt-tool-round-repair.js";
 import { newRecords, recordPassed, type CompileWork } from "./working-set.js";
 
 /**
@@ -146,6 +148,8 @@ async function segmentProjection(
   // A target repeats the presentation stages: between them the event loop gets its turn when due.
   const clock = work.deadline;
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
+  // The default tool-round repair, where the main payload gets it: after the deferred blocks.
+  if (request.repair === ToolRoundRepair.UNSPECIFIED) repairToolRoundsForPrompt(work, context.randomId);
   if (included.has(Segment.SYSTEM)) applySystemPrompt(work);
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);

@@ -11,6 +11,10 @@ import { addWarning, setRecord, type CompileWork } from "./working-set.js";
  * round may only be its last unit) and applies the requested repair to history. Violations inside
  * pending are always rejected: pending is this turn's protected input, not ours to rewrite.
  *
+ * UNSPECIFIED (the default) leaves history to `repairToolRoundsForPrompt`, which the compile runs
+ * after the persistence baseline (the repair changes the prompt only). REJECT refuses the first
+ * violation.
+ *
  * DROP_INCOMPLETE drops every unit with a violation (DROPPED, tool_round_repair).
  * CLOSE_AS_CANCELLED closes a round whose only problem is missing results by inserting a cancelled
  * result per missing call after its last result (the assistant is FORMATTED, tool_round_repair;
@@ -24,6 +28,7 @@ export function validateAndRepairToolRounds(work: CompileWork, repair: ToolRound
   const analysis = analyzeToolRounds(sequence, { allowOpenTail: true });
   if (analysis.violations.length === 0) {
     if (sequence === history) work.historyRounds = { history, analysis };
+    work.validToolRounds = history;
     return;
   }
 
@@ -33,7 +38,8 @@ export function validateAndRepairToolRounds(work: CompileWork, repair: ToolRound
       : toolRoundError({ ...violation, index: violation.index - history.length }, "pending");
   const inPending = analysis.violations.find((violation) => analysis.units[violation.unitIndex]!.end > history.length);
   if (inPending) throw located(inPending);
-  if (repair === ToolRoundRepair.UNSPECIFIED) throw located(analysis.violations[0]!);
+  if (repair === ToolRoundRepair.UNSPECIFIED) return;
+  if (repair === ToolRoundRepair.REJECT) throw located(analysis.violations[0]!);
 
   const violationsByUnit = new Map<number, ToolRoundViolation[]>();
   for (const violation of analysis.violations) {

@@ -63,6 +63,8 @@ export interface CompileWork {
    * to repair). The budget reuses it while history is still that array instead of analysing again.
    */
   historyRounds?: { history: readonly Message[]; analysis: ToolRoundAnalysis };
+  /** The history stage 1 found without a broken tool-round rule (with pending after it). */
+  validToolRounds?: readonly Message[];
   /**
    * Token counts of `history` known before the budget stage (the tail `elideHistoryHead` left), so
    * the budget does not count it again; and how many stored messages precede it (for the indices
@@ -76,6 +78,11 @@ export interface CompileWork {
    * message_dropped events are emitted from without walking every record of a large compile.
    */
   droppedIds?: string[];
+  /**
+   * Ids the default tool-round repair left out of the prompt (DROPPED) that persistence keeps: that
+   * repair changes the prompt only (prompt-tool-round-repair.ts).
+   */
+  keptDespiteDrop?: Set<string>;
   /**
    * Message id → the tokens the budget counted for it (`CompileResult.message_tokens`), filled by
    * the budget stage only when the caller asked for it: one entry per message is a cost a compile

@@ -33,14 +33,14 @@ export function appendToolRound(state: ConversationState, delta: AppendToolRound
   // index, when the store keeps one, answers for the state alone).
   const results = prepareMessages(state, delta.results, context, "results", Role.TOOL, undefined, undefined, assistant!.id);
   assertCompleteToolRound(assistant!, results, "append_tool_round");
-  assertNoOpenRound(state.history, "a new tool round");
+  assertNoOpenRound(state.history, "a new tool round", context);
   return withAppendedMessages(state, "history", [assistant!, ...results], context);
 }
 
 /** Appends nothing when there is neither text nor a call; reasoning alone is not a turn. */
 export function appendAssistant(state: ConversationState, delta: AppendAssistant, context: DeltaContext): ConversationState {
   if (delta.text === "" && delta.toolCalls.length === 0) return state;
-  assertNoOpenRound(state.history, "an assistant message");
+  assertNoOpenRound(state.history, "an assistant message", context);
   const parts: Part[] = [
     ...delta.reasoning.map((reasoning) => create(PartSchema, { kind: { case: "reasoning", value: reasoning } })),
     ...(delta.text === "" ? [] : [textPart(delta.text)]),
@@ -50,16 +50,27 @@ export function appendAssistant(state: ConversationState, delta: AppendAssistant
   return appendToHistory(state, message, context);
 }
 
+/**
+ * Appends a TOOL message with the result. It usually answers an open call of the last assistant
+ * message; it may also come later (after a user message while an approval was pending) or without
+ * its call in this conversation (a detached run): both are stored, and the compile pairs the result
+ * with the latest round that made the call and left it unanswered, or leaves it out (semantics,
+ * "Tool rounds"). With `strictToolRounds` only an open call of the last assistant message may be
+ * answered. An empty `name` is the call's.
+ */
 export function appendToolResult(state: ConversationState, delta: AppendToolResult, context: DeltaContext): ConversationState {
   if (delta.toolCallId === "") throw new ConnectError("tool_call_id is required", Code.InvalidArgument);
   const open = findOpenToolRound(state.history);
-  if (!open || !open.round.missingCallIds.includes(delta.toolCallId)) {
+  const answersOpenCall = open !== undefined && open.round.missingCallIds.includes(delta.toolCallId);
+  if (!answersOpenCall && context.strictToolRounds) {
     const openIds = open ? ` (open calls: ${quoteList(open.round.missingCallIds)})` : " (no tool round is open)";
     throw new ConnectError(`tool call "${delta.toolCallId}" is not an open call of the last assistant message${openIds}`, Code.InvalidArgument);
   }
+  let name = delta.name;
+  if (name === "") name = (answersOpenCall ? open!.round.callNames.get(delta.toolCallId) : latestCallName(state, delta.toolCallId, context)) ?? "";
   const result = create(ToolResultPartSchema, {
     toolCallId: delta.toolCallId,
-    name: delta.name === "" ? (open.round.callNames.get(delta.toolCallId) ?? "") : delta.name,
+    name,
     payload: delta.payload,
     isError: delta.isError,
     contentParts: delta.contentParts,
@@ -74,13 +85,13 @@ export function appendToolResult(state: ConversationState, delta: AppendToolResu
 
 export function appendUser(state: ConversationState, delta: AppendUser, context: DeltaContext): ConversationState {
   if (!delta.message) throw new ConnectError("message is required", Code.InvalidArgument);
-  assertNoOpenRound(state.history, "a user message");
+  assertNoOpenRound(state.history, "a user message", context);
   const [message] = prepareMessages(state, [delta.message], context, "message", Role.USER);
   return withAppendedMessages(state, "history", [message!], context);
 }
 
 export function truncateAssistant(state: ConversationState, delta: TruncateAssistant, context: DeltaContext): ConversationState {
-  assertNoOpenRound(state.history, "a truncated assistant message");
+  assertNoOpenRound(state.history, "a truncated assistant message", context);
   const reason = delta.abortReason === "" ? "" : ` Reason: ${delta.abortReason}`;
   const text = `${delta.partialText}<Truncated due to cancel from user.${reason}>`;
   return appendToHistory(state, create(MessageSchema, { role: Role.ASSISTANT, parts: [textPart(text)] }), context);
@@ -127,8 +138,28 @@ function appendToHistory(state: ConversationState, message: Message, context: De
   return withAppendedMessages(state, "history", [prepared!], context);
 }
 
-/** Rejects appending `what` after an open round, listing the calls still waiting for results. */
-export function assertNoOpenRound(history: readonly Message[], what: string): void {
+/**
+ * The name of the latest call in history with this id, if any: walks back from the end, after
+ * asking the caller's index (when it keeps one) whether any round made the call at all.
+ */
+function latestCallName(state: ConversationState, callId: string, context: DeltaContext): string | undefined {
+  if (context.toolCallIds?.(state, "history")?.has(callId) === false) return undefined;
+  const history = state.history;
+  for (let index = history.length - 1; index >= 0; index--) {
+    const message = history[index]!;
+    if (message.role !== Role.ASSISTANT) continue;
+    for (const part of message.parts) if (part.kind.case === "toolCall" && part.kind.value.id === callId) return part.kind.value.name;
+  }
+  return undefined;
+}
+
+/**
+ * In strict mode (`context.strictToolRounds`), rejects appending `what` after an open round,
+ * listing the calls still waiting for results. Otherwise anything may follow an open round (the
+ * approval flow, a detached resume); the compile closes it for the provider.
+ */
+export function assertNoOpenRound(history: readonly Message[], what: string, context: DeltaContext): void {
+  if (!context.strictToolRounds) return;
   const open: (HistoryUnit & { round: ToolRoundShape }) | undefined = findOpenToolRound(history);
   if (open) {
     throw new ConnectError(

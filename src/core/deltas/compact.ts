@@ -51,7 +51,7 @@ export function compact(state: ConversationState, delta: Compact, context: Delta
     provenance: create(ProvenanceSchema, { kind: { case: "summary", value: { coveredMessageIds: coveredIds(covered) } } }),
   };
   const [prepared] = prepareMessages(state, [summary], context, "summary");
-  let next = withValidSegment(state, "history", [prepared!, ...remaining]);
+  let next = withValidSegment(state, "history", [prepared!, ...remaining], context);
   delta.remember.forEach((text, index) => {
     try {
       next = remember(next, text);

@@ -25,8 +25,18 @@ export interface DeltaContext {
   /**
    * The ids of the tool calls made by the ASSISTANT messages of `state`'s `segment`, when the
    * caller keeps them (beside `messageIds`); undefined otherwise, and they are looked for in place.
+   * Call ids are unique only within their round, so this says whether some round made the call,
+   * not which: `append_tool_result` asks it before walking history back to the latest round that
+   * made the call (a result for a call never made is stored without that walk).
    */
   toolCallIds?(state: ConversationState, segment: SegmentField): MessageIdLookup | undefined;
+  /**
+   * Commit-time refusals of the pairing rules (`pairingRules` in tool-rounds.ts): an open round
+   * only at the tail of history, every result with its call, nothing appended while a round is
+   * open. Off by default (store what happened; the compile repairs for the provider); the server's
+   * `--strict-tool-rounds` turns it on.
+   */
+  strictToolRounds?: boolean;
   /** Where the caller records which lists the batch made by appending (see `MessageListLineage`). */
   lineage?: MessageListLineage;
 }

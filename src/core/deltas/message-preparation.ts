@@ -9,7 +9,8 @@ import type { DeltaContext, MessageIdLookup } from "./delta-context.js";
  * Readies messages a delta brings into the state: every message needs a role and parts whose
  * variant is set, tool-call arguments must be JSON objects (what providers take; a call stored
  * otherwise could never be rendered), messages without an id get one from the injected id source,
- * and ids must stay unique across all segments of the conversation (a compile of the state would
+ * tool calls without an id get `givenToolCallId(message id, n)` (and a result without a call id
+ * later in the same list answers the first such call still unanswered), and ids must stay unique across all segments of the conversation (a compile of the state would
  * reject duplicates).
  * `where` names the field the messages came from, for error messages ("messages", "results"); a
  * singular message field ("message", "assistant", "summary") is named without an index, as the
@@ -33,6 +34,9 @@ export function prepareMessages(
   const inConversation = conversationHasId(state, removedIds, messages.length, context.messageIds?.(state));
   // `batchId`: a message the same delta brings before these (append_tool_round's assistant).
   const inBatch = new Set<string>(batchId === undefined ? [] : [batchId]);
+  // Ids given to calls of this batch that had none, not yet answered: a result without a call id
+  // later in the batch answers the first of them (a LangChain AIMessage and its ToolMessages).
+  let unansweredGivenIds: string[] = [];
   return messages.map((message, index) => {
     const path = singularMessageFields.has(where) ? where : `${where}[${index}]`;
     let role = message.role;
@@ -53,8 +57,62 @@ export function prepareMessages(
     if (firstInvalidToolCall(message) && !keepsStoredInvalidCalls(message, replacedMessages)) assertToolArgumentsAreObjects(message, path, id);
     if (inBatch.has(id) || inConversation(id)) throw new ConnectError(`${path}: duplicate message id "${id}"`, Code.InvalidArgument);
     inBatch.add(id);
-    return id === message.id && role === message.role ? message : { ...message, id, role };
+    let parts = message.parts;
+    if (role === Role.ASSISTANT) {
+      const given = withGivenCallIds(parts, id);
+      if (given) {
+        parts = given.parts;
+        unansweredGivenIds = given.ids;
+      } else if (hasToolCall(parts)) unansweredGivenIds = [];
+    } else if (role === Role.TOOL && unansweredGivenIds.length > 0) {
+      parts = withAnsweredGivenIds(parts, unansweredGivenIds);
+    }
+    return id === message.id && role === message.role && parts === message.parts ? message : { ...message, id, role, parts };
   });
+}
+
+/**
+ * The id a tool call without one is stored with: `call_<message id>_<n>`, n its place among the
+ * message's tool calls (from 0). Deterministic, so a result committed later can name it, and unique
+ * within its round (the round is one message); made of the message id's characters, so a UUID
+ * message id gives an id every provider accepts.
+ */
+export function givenToolCallId(messageId: string, callIndex: number): string {
+  return `call_${messageId}_${callIndex}`;
+}
+
+/** `parts` with every id-less tool call given its id, and those ids; undefined when every call has one. */
+function withGivenCallIds(parts: Message["parts"], messageId: string): { parts: Message["parts"]; ids: string[] } | undefined {
+  let given: Message["parts"] | undefined;
+  const ids: string[] = [];
+  let callIndex = 0;
+  parts.forEach((part, index) => {
+    if (part.kind.case !== "toolCall") return;
+    if (part.kind.value.id === "") {
+      const id = givenToolCallId(messageId, callIndex);
+      given ??= parts.slice();
+      given[index] = { ...part, kind: { case: "toolCall", value: { ...part.kind.value, id } } };
+      ids.push(id);
+    }
+    callIndex++;
+  });
+  return given && { parts: given, ids };
+}
+
+/** `parts` with results that have no call id answering `unanswered` in order (taken from it). */
+function withAnsweredGivenIds(parts: Message["parts"], unanswered: string[]): Message["parts"] {
+  let answered: Message["parts"] | undefined;
+  parts.forEach((part, index) => {
+    if (part.kind.case !== "toolResult" || part.kind.value.toolCallId !== "" || unanswered.length === 0) return;
+    answered ??= parts.slice();
+    answered[index] = { ...part, kind: { case: "toolResult", value: { ...part.kind.value, toolCallId: unanswered.shift()! } } };
+  });
+  return answered ?? parts;
+}
+
+function hasToolCall(parts: Message["parts"]): boolean {
+  for (const part of parts) if (part.kind.case === "toolCall") return true;
+  return false;
 }
 
 const segmentFields = ["system", "history", "memory", "tools"] as const;

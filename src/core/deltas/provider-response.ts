@@ -12,7 +12,7 @@ import { assertNoOpenRound } from "./agent-mutations.js";
 export function appendProviderResponse(state: ConversationState, delta: AppendProviderResponse, context: DeltaContext, deltaIndex: number): ConversationState {
   const parsed = parseProviderResponse(delta.provider, delta.json, { callIdSeed: callIdSeed(state, deltaIndex) });
   if (parsed.length === 0) return state;
-  assertNoOpenRound(state.history, "a provider response");
+  assertNoOpenRound(state.history, "a provider response", context);
   const messages = prepareMessages(state, parsed, context, "parsed");
   return withAppendedMessages(state, "history", messages, context);
 }

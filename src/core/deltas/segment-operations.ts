@@ -8,7 +8,7 @@ import type {
   ReplaceSegment,
 } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { segmentField, type SegmentField } from "../model/segments.js";
-import { analyzeToolRounds, assertValidExtension } from "../model/tool-rounds.js";
+import { analyzeToolRounds, assertValidExtension, pairingRules, type ToolRoundCheck } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";
 
@@ -22,7 +22,7 @@ export function replaceSegment(state: ConversationState, delta: ReplaceSegment, 
   const field = segmentField(delta.segment, "segment");
   const replaced = new Set(state[field].map((message) => message.id));
   const messages = prepareMessages(state, delta.messages, context, "messages", undefined, replaced, state[field]);
-  return withValidSegment(state, field, messages);
+  return withValidSegment(state, field, messages, context);
 }
 
 /**
@@ -58,12 +58,16 @@ export function clearSegment(state: ConversationState, delta: ClearSegment): Con
 }
 
 /**
- * Every segment keeps its tool rounds whole; an open round is allowed only at the tail of history,
- * where the agent is still waiting for results. The whole segment is checked (as the extension of
- * an empty one), and remembered as valid, so appending to it later checks only the new part.
+ * Every segment keeps its tool rounds whole. History may also hold what conversations do in normal
+ * flows: open rounds anywhere (an approval pending while the user speaks, a detached resume) and
+ * results without their call; the compile repairs those for the provider it renders. With
+ * `context.strictToolRounds` (the server's `--strict-tool-rounds`) history is held to the other
+ * segments' rules: an open round only at its tail, every result with its call. The whole segment is
+ * checked (as the extension of an empty one), and remembered as valid, so appending to it later
+ * checks only the new part.
  */
-export function withValidSegment(state: ConversationState, field: SegmentField, messages: Message[]): ConversationState {
-  assertValidExtension([], messages, field, { allowOpenTail: field === "history" });
+export function withValidSegment(state: ConversationState, field: SegmentField, messages: Message[], context?: DeltaContext): ConversationState {
+  assertValidExtension([], messages, field, segmentCheck(field, context));
   return { ...state, [field]: messages };
 }
 
@@ -75,7 +79,17 @@ export function withValidSegment(state: ConversationState, field: SegmentField, 
 export function withAppendedMessages(state: ConversationState, field: SegmentField, added: readonly Message[], context?: DeltaContext): ConversationState {
   const before = state[field];
   const messages = before.concat(added);
-  assertValidExtension(before, messages, field, { allowOpenTail: field === "history" }, context?.toolCallIds?.(state, field));
+  assertValidExtension(before, messages, field, segmentCheck(field, context));
   context?.lineage?.appended(before, messages);
   return { ...state, [field]: messages };
+}
+
+const strictHistory: ToolRoundCheck = { allowOpenTail: true };
+const lenientHistory: ToolRoundCheck = { allowOpenTail: true, tolerated: pairingRules };
+const otherSegments: ToolRoundCheck = { allowOpenTail: false };
+
+/** What a commit refuses in `field` (see `withValidSegment`). */
+function segmentCheck(field: SegmentField, context: DeltaContext | undefined): ToolRoundCheck {
+  if (field !== "history") return otherSegments;
+  return context?.strictToolRounds ? strictHistory : lenientHistory;
 }

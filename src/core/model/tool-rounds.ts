@@ -6,7 +6,8 @@ import { ErrorReason, withErrorDetails } from "./error-details.js";
  * The rules of a valid tool round (semantics §1), as named in errors and repair records.
  * - `tool_call_outside_assistant`: a tool_call part in a message whose role is not ASSISTANT.
  * - `tool_call_without_id`: a call with an empty id.
- * - `duplicate_tool_call_id`: a call id used twice in the sequence.
+ * - `duplicate_tool_call_id`: a call id used twice in one round (ids need be unique only within
+ *   their round: servers that answer `call_0` on every turn are normal, semantics §1).
  * - `tool_result_not_in_tool_message`: a message carrying tool_result parts whose role is not TOOL.
  * - `tool_message_without_result`: a TOOL message without any tool_result part.
  * - `tool_result_without_call`: a TOOL message that does not follow a tool round ("no calls").
@@ -28,6 +29,31 @@ export type ToolRoundRule =
   | "tool_result_duplicate_call_id"
   | "incomplete_tool_round"
   | "open_tool_round_not_last";
+
+/**
+ * The rules about how results pair with calls, as opposed to the shape of a message. A conversation
+ * breaks them in normal flows (a user message while an approval is pending, a detached resume whose
+ * result never arrives here, a result stored without its call), so a commit stores them and the
+ * compile repairs them for the provider it renders (`prompt-tool-round-repair.ts`); in strict mode
+ * (`--strict-tool-rounds`) a commit refuses them as before.
+ */
+export const pairingRules: ReadonlySet<ToolRoundRule> = new Set<ToolRoundRule>([
+  "tool_result_without_call",
+  "tool_result_empty_call_id",
+  "tool_result_unknown_call_id",
+  "tool_result_duplicate_call_id",
+  "incomplete_tool_round",
+  "open_tool_round_not_last",
+]);
+
+/**
+ * What a check refuses: `allowOpenTail` lets the last unit be an open round; `tolerated` names rules
+ * that are not refused (the pairing rules for a lenient history).
+ */
+export interface ToolRoundCheck {
+  allowOpenTail: boolean;
+  tolerated?: ReadonlySet<ToolRoundRule>;
+}
 
 /** One broken rule, located by message index (in the analysed sequence) and id. */
 export interface ToolRoundViolation {
@@ -115,25 +141,17 @@ function hasPartOfKind(message: Message, kind: "toolCall" | "toolResult"): boole
  * and as an `open_tool_round_not_last` violation only when `allowOpenTail` is false.
  */
 export function analyzeToolRounds(messages: readonly Message[], options: { allowOpenTail: boolean }): ToolRoundAnalysis {
-  return analyzeToolRoundsFrom(messages, 0, options, noEarlierCallIds);
+  return analyzeToolRoundsFrom(messages, 0, options);
 }
 
-const noEarlierCallIds = () => false;
-
 /**
- * `analyzeToolRounds` from the unit starting at `from`. `usedBeforeFrom(id, index)` tells whether
- * the call id of message `index` was already used before `from` (where the scan does not look).
- * Units and violations carry indices into `messages`; `unitIndex` counts from the first unit scanned.
+ * `analyzeToolRounds` from the unit starting at `from`. Units and violations carry indices into
+ * `messages`; `unitIndex` counts from the first unit scanned. Call ids are unique per round, so
+ * nothing before `from` can make a call after it a duplicate.
  */
-export function analyzeToolRoundsFrom(
-  messages: readonly Message[],
-  from: number,
-  options: { allowOpenTail: boolean },
-  usedBeforeFrom: (callId: string, index: number) => boolean,
-): ToolRoundAnalysis {
+export function analyzeToolRoundsFrom(messages: readonly Message[], from: number, options: { allowOpenTail: boolean }): ToolRoundAnalysis {
   const units: HistoryUnit[] = [];
   const violations: ToolRoundViolation[] = [];
-  const seenCallIds = new Set<string>();
   let openRound: ToolRoundAnalysis["openRound"];
   const report = (rule: ToolRoundRule, index: number, detail: string) =>
     violations.push({ rule, index, messageId: messages[index]!.id, detail, unitIndex: units.length });
@@ -159,10 +177,7 @@ export function analyzeToolRoundsFrom(
       if (part.kind.case !== "toolCall") continue;
       const call = part.kind.value;
       if (call.id === "") report("tool_call_without_id", index, `tool call "${call.name}" has no id`);
-      else if (seenCallIds.has(call.id) || usedBeforeFrom(call.id, index)) {
-        report("duplicate_tool_call_id", index, `tool call id "${call.id}" is used more than once`);
-      }
-      seenCallIds.add(call.id);
+      else if (calls.indexOf(call.id) >= 0) report("duplicate_tool_call_id", index, `tool call id "${call.id}" is used more than once in this round`);
       calls.add(call.id, call.name);
     }
     let next = index + 1;
@@ -206,46 +221,52 @@ export function analyzeToolRoundsFrom(
 }
 
 /**
- * Throws INVALID_ARGUMENT for the first broken tool-round rule, naming the rule, the field path with
- * the index, and the message id: `invalid tool round (duplicate_tool_call_id) at history[3] (message
- * "m4"): ...`. `fieldPath` names the analysed sequence, for example "history" or "deltas[2].messages".
+ * Throws INVALID_ARGUMENT for the first broken tool-round rule that `check` refuses, naming the
+ * rule, the field path with the index, and the message id: `invalid tool round
+ * (duplicate_tool_call_id) at history[3] (message "m4"): ...`. `fieldPath` names the analysed
+ * sequence, for example "history" or "deltas[2].messages".
  */
-export function assertValidToolRounds(messages: readonly Message[], fieldPath: string, options: { allowOpenTail: boolean }): ToolRoundAnalysis {
-  const analysis = analyzeToolRounds(messages, options);
-  const violation = analysis.violations[0];
+export function assertValidToolRounds(messages: readonly Message[], fieldPath: string, check: ToolRoundCheck): ToolRoundAnalysis {
+  const analysis = analyzeToolRounds(messages, check);
+  const violation = firstRefused(analysis.violations, check);
   if (violation) throw toolRoundError(violation, fieldPath);
   return analysis;
 }
 
-/**
- * Sequences known to pass `assertValidToolRounds`, by whether it allowed an open round at the tail.
- * Sequences are never modified (states are immutable), so the fact holds for as long as the
- * array lives.
- */
-const validSequences = { openTailAllowed: new WeakSet<readonly Message[]>(), openTailRefused: new WeakSet<readonly Message[]>() };
+/** The first violation `check` does not tolerate. */
+function firstRefused(violations: readonly ToolRoundViolation[], check: ToolRoundCheck): ToolRoundViolation | undefined {
+  const tolerated = check.tolerated;
+  if (!tolerated) return violations[0];
+  for (const violation of violations) if (!tolerated.has(violation.rule)) return violation;
+  return undefined;
+}
 
-function validSequencesFor(options: { allowOpenTail: boolean }): WeakSet<readonly Message[]> {
-  return options.allowOpenTail ? validSequences.openTailAllowed : validSequences.openTailRefused;
+/**
+ * Sequences known to pass `assertValidToolRounds`, per check (whether it allowed an open round at
+ * the tail, and which rules it tolerated). Sequences are never modified (states are immutable), so
+ * the fact holds for as long as the array lives.
+ */
+const validSequences = new Map<string, WeakSet<readonly Message[]>>();
+
+function validSequencesFor(check: ToolRoundCheck): WeakSet<readonly Message[]> {
+  const key = `${check.allowOpenTail}:${check.tolerated ? [...check.tolerated].join(",") : ""}`;
+  let sequences = validSequences.get(key);
+  if (!sequences) validSequences.set(key, (sequences = new WeakSet()));
+  return sequences;
 }
 
 /**
  * `assertValidToolRounds(messages, …)` where `messages` starts with the elements of `prefix`: the
- * same error, or none. When `prefix` passed this check before (with the same options), only its
- * last unit — which the new messages may continue — and what follows are analysed again, with the
- * call ids used before that unit looked up in place (or in `prefixCallIds`, the call ids of the
- * ASSISTANT messages of `prefix`). A commit appends one or two messages to a long history, and
- * analysing all of it cost ~25 µs per commit at 1,000 messages.
+ * same error, or none. When `prefix` passed this check before (with the same check), only its last
+ * unit — which the new messages may continue — and what follows are analysed again: call ids are
+ * unique per round, so nothing before that unit bears on the new messages. A commit appends one
+ * or two messages to a long history, and analysing all of it cost ~25 µs per commit at 1,000
+ * messages.
  */
-export function assertValidExtension(
-  prefix: readonly Message[],
-  messages: readonly Message[],
-  fieldPath: string,
-  options: { allowOpenTail: boolean },
-  prefixCallIds?: { has(callId: string): boolean },
-): void {
-  const valid = validSequencesFor(options);
+export function assertValidExtension(prefix: readonly Message[], messages: readonly Message[], fieldPath: string, check: ToolRoundCheck): void {
+  const valid = validSequencesFor(check);
   if (prefix.length > 0 && !valid.has(prefix)) {
-    assertValidToolRounds(messages, fieldPath, options);
+    assertValidToolRounds(messages, fieldPath, check);
     valid.add(messages);
     return;
   }
@@ -253,25 +274,9 @@ export function assertValidExtension(
   let from = prefix.length - 1;
   while (from > 0 && carriesToolResults(prefix[from]!) && !opensToolRound(prefix[from]!)) from--;
   from = Math.max(from, 0);
-  // Calls up to the end of `prefix` were checked against everything before them already.
-  // `prefixCallIds`, when the caller keeps them, holds the calls of all of `prefix` (those after
-  // `from` are seen by the scan anyway, with the same rule): looking in place costs a walk of
-  // `prefix` per new call, ~11 ms for a tool round appended to 150,000 messages.
-  const usedBeforeFrom = (callId: string, index: number) =>
-    index >= prefix.length && (prefixCallIds ? prefixCallIds.has(callId) : callIdUsedBefore(prefix, from, callId));
-  const violation = analyzeToolRoundsFrom(messages, from, options, usedBeforeFrom).violations[0];
+  const violation = firstRefused(analyzeToolRoundsFrom(messages, from, check).violations, check);
   if (violation) throw toolRoundError(violation, fieldPath);
   valid.add(messages);
-}
-
-/** Whether an ASSISTANT message among `messages[0, end)` made a call with this id. */
-function callIdUsedBefore(messages: readonly Message[], end: number, callId: string): boolean {
-  for (let index = 0; index < end; index++) {
-    const message = messages[index]!;
-    if (message.role !== Role.ASSISTANT) continue;
-    for (const part of message.parts) if (part.kind.case === "toolCall" && part.kind.value.id === callId) return true;
-  }
-  return false;
 }
 
 /** The INVALID_ARGUMENT error for one violation (shared by rejecting callers so wording is uniform). */

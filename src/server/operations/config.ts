@@ -101,6 +101,12 @@ export interface Config {
   historyFactsConversations: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
+  /**
+   * Commits refuse what breaks a tool round's pairing (a message after an open round, a result
+   * without its open call) with INVALID_ARGUMENT (TOOL_ROUND_INVALID), as before conversations
+   * stored them; off = store what happened, the compile repairs the prompt (docs/semantics.md).
+   */
+  strictToolRounds: boolean;
   /** Exit at start when the store cannot be reached (fail fast) instead of serving NOT_SERVING while it retries. */
   storeRequired: boolean;
   /**
@@ -170,6 +176,7 @@ export const defaultConfig: Config = {
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   inspector: true,
+  strictToolRounds: false,
   storeRequired: false,
   allowedHosts: [],
   idleTimeoutMs: 120_000,
@@ -233,6 +240,7 @@ export const flags = {
   "headers-timeout-ms": "close a connection whose request headers have not all arrived this long after it opened (HTTP/1.1: after the previous request)",
   "max-connections": "most open connections; one more closes the longest idle, or is closed when none is idle; 0 = the open-file limit less 128",
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
+  "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -367,6 +375,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),
+    strictToolRounds: boolean("strict-tool-rounds", defaultConfig.strictToolRounds),
     storeRequired: boolean("store-required", defaultConfig.storeRequired),
     allowedHosts: parseAllowedHosts(pick("allowed-hosts").text ?? ""),
     idleTimeoutMs: integer("idle-timeout-ms", defaultConfig.idleTimeoutMs, 100, 2 ** 31 - 1),

@@ -27,6 +27,10 @@ export class ObservedStore implements ConversationStore {
     return this.store.lineage;
   }
 
+  get strictToolRounds(): boolean | undefined {
+    return this.store.strictToolRounds;
+  }
+
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return this.store.idLookupsFor?.(conversationId, base) ?? {};
   }

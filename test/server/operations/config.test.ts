@@ -29,6 +29,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--history-facts-conversations", "many"], {})).toThrow(/--history-facts-conversations or CONTEXTD_HISTORY_FACTS_CONVERSATIONS/);
   });
 
+  it("reads --strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS; off by default", () => {
+    expect(defaultConfig.strictToolRounds).toBe(false);
+    expect(loadConfig(["--strict-tool-rounds", "true"], {}).strictToolRounds).toBe(true);
+    expect(loadConfig([], { CONTEXTD_STRICT_TOOL_ROUNDS: "true" }).strictToolRounds).toBe(true);
+    expect(() => loadConfig(["--strict-tool-rounds", "sometimes"], {})).toThrow(/--strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS/);
+  });
+
   it("rejects invalid values naming the flag and the variable", () => {
     expect(() => loadConfig(["--port", "70000"], {})).toThrow(/--port or CONTEXTD_PORT "70000"/);
     expect(() => loadConfig([], { CONTEXTD_MAX_STREAMS: "0" })).toThrow(/--max-streams or CONTEXTD_MAX_STREAMS/);

@@ -92,7 +92,7 @@ describe("WatchEvents queues bounded in bytes (512 MB heap)", () => {
     expect(queued).toBeLessThanOrEqual(32 * 1024 * 1024);
     expect(sidecar.process.exitCode).toBeNull();
     for (const subscriber of stalled) subscriber.close();
-    await expect.poll(() => metricSum(sidecar, "contextd_telemetry_queued_bytes")).toBe(0);
+    await expect.poll(() => metricSum(sidecar, "contextd_telemetry_queued_bytes"), { timeout: 15_000 }).toBe(0);
   }, 120_000);
 });
 

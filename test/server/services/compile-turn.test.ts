@@ -114,9 +114,10 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     );
     expect(overBudget.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
     expect((await state(conversationId)).version).toBe(1n);
-    // A result for a call nobody made: INVALID_ARGUMENT naming it, nothing stored.
+    // A call id twice in one round: INVALID_ARGUMENT naming it, nothing stored.
+    const twice = { id: "call_404", name: "f", arguments: { data: "{}" } };
     const invalid = await failure(
-      client.unary(ContextService.method.compile, turn(conversationId, 1n, [delta({ case: "appendToolResult", value: { toolCallId: "call_404", payload: { text: "?" } } })])),
+      client.unary(ContextService.method.compile, turn(conversationId, 1n, [delta({ case: "appendAssistant", value: { toolCalls: [twice, twice] } })])),
     );
     expect(invalid.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(invalid.details).toContain("call_404");

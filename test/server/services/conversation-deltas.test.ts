@@ -13,8 +13,8 @@ function counterIds() {
   return { newMessageId: () => `gen_${++next}` };
 }
 
-function apply(deltas: Delta[], state: ConversationState = create(ConversationStateSchema, { conversationId: "c" })): ConversationState {
-  return applyDeltas(state, deltas, counterIds());
+function apply(deltas: Delta[], state: ConversationState = create(ConversationStateSchema, { conversationId: "c" }), strictToolRounds = false): ConversationState {
+  return applyDeltas(state, deltas, { ...counterIds(), strictToolRounds });
 }
 
 
@@ -59,14 +59,18 @@ describe("applyDeltas", () => {
     expect(texts(withoutReason.history)[1]).toBe("<Tool execution cancelled by user. Tool: fetch.>");
   });
 
-  it("rejects a user message while a round is open, naming the delta index and the missing calls", () => {
-    const error = thrownConnectError(() => apply([appendHistory(textMessage("u1", Role.USER, "hi")), openTwoCalls, delta({ case: "appendUser", value: { message: textMessage("", Role.UNSPECIFIED, "and?") } })]));
+  it("stores a user message while a round is open (the approval flow); strict mode rejects it, naming the delta index and the missing calls", () => {
+    const deltas = [appendHistory(textMessage("u1", Role.USER, "hi")), openTwoCalls, delta({ case: "appendUser", value: { message: textMessage("", Role.UNSPECIFIED, "and?") } })];
+    expect(texts(apply(deltas).history)).toEqual(["hi", "let me look|toolCall|toolCall", "and?"]);
+    const error = thrownConnectError(() => apply(deltas, undefined, true));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toMatch(/^deltas\[2\]\.append_user: tool round still open, missing results for call_1, call_2/);
   });
 
-  it("rejects a tool result that answers no open call", () => {
-    const error = thrownConnectError(() => apply([openTwoCalls, delta({ case: "appendToolResult", value: { toolCallId: "call_9", payload: { text: "?" } } })]));
+  it("stores a tool result that answers no open call (the compile leaves it out); strict mode rejects it", () => {
+    const deltas = [openTwoCalls, delta({ case: "appendToolResult", value: { toolCallId: "call_9", payload: { text: "?" } } })];
+    expect(texts(apply(deltas).history)).toEqual(["let me look|toolCall|toolCall", "?"]);
+    const error = thrownConnectError(() => apply(deltas, undefined, true));
     expect(error.rawMessage).toContain('deltas[1].append_tool_result: tool call "call_9" is not an open call of the last assistant message (open calls: "call_1", "call_2")');
   });
 

@@ -4,7 +4,7 @@ import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { EstimatorKind, ToolRoundRepair, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -80,7 +80,7 @@ describe("structured error details through the real RPC", () => {
 
       it("INVALID_ARGUMENT for a tool round: the rule in the metadata", async () => {
         const open = create(MessageSchema, { id: "a1", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c1", name: "f" } } }] });
-        const error = await connectFailure(compile({ history: { messages: [textMessage("u1", Role.USER, "q"), open, textMessage("u2", Role.USER, "next")] } }));
+        const error = await connectFailure(compile({ history: { messages: [textMessage("u1", Role.USER, "q"), open, textMessage("u2", Role.USER, "next")] }, repair: ToolRoundRepair.REJECT }));
         const [info] = error.findDetails(ErrorInfoSchema);
         expect(info!.reason).toBe("TOOL_ROUND_INVALID");
         expect(info!.metadata["rule"]).toBe("incomplete_tool_round");
@@ -101,7 +101,7 @@ describe("structured error details through the real RPC", () => {
       it("FAILED_PRECONDITION: PROVIDER_RULE_VIOLATED names the rule; CONVERSATION_EMPTY names the conversation", async () => {
         const open = create(MessageSchema, { id: "a1", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "oc1", name: "f" } } }] });
         const rule = await connectFailure(
-          compile({ history: { messages: [textMessage("u1", Role.USER, "q"), open] }, currentTurn: { raw: textMessage("u2", Role.USER, "next") }, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" } }),
+          compile({ history: { messages: [textMessage("u1", Role.USER, "q"), open] }, currentTurn: { raw: textMessage("u2", Role.USER, "next") }, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" }, repair: ToolRoundRepair.REJECT }),
         );
         expect(rule.code).toBe(Code.FailedPrecondition);
         expect(rule.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "PROVIDER_RULE_VIOLATED", metadata: { rule: "anthropic.open_call_position" } });

@@ -2,7 +2,7 @@ import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileResultPart, EstimatorKind, ToolArgumentsRepair, TransformationReason, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileResultPart, EstimatorKind, ToolArgumentsRepair, ToolRoundRepair, TransformationReason, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { MessageSchema, PartSchema, Provider, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
@@ -83,13 +83,14 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     expect(kept.payload!.history.map((m) => m.id)).toEqual(["q3", "a3", "last"]);
   });
 
-  it("refuses an open call followed by the current turn with the same rule for every provider", async () => {
+  it("refuses an open call followed by the current turn with the same rule for every provider (with REJECT; the default repair closes the call)", async () => {
     for (const [provider, prefix] of [[Provider.OPENAI_CHAT, "openai_chat"], [Provider.OPENAI_RESPONSES, "openai_responses"], [Provider.ANTHROPIC_MESSAGES, "anthropic"], [Provider.GEMINI, "gemini"]] as const) {
       const error = await failure(
         compile({
           history: { messages: [textMessage("u1", Role.USER, "Weather in Oslo?"), withParts("a1", Role.ASSISTANT, callPart("oc1", '{"city":"Oslo"}'))] },
           currentTurn: { raw: textMessage("u2", Role.USER, "Never mind.") },
           render: { provider, model: "m" },
+          repair: ToolRoundRepair.REJECT,
         }),
       );
       expect(error.code).toBe(9);

@@ -135,29 +135,57 @@ func (IdentityPolicy) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{1}
 }
 
-// What to do with invalid tool rounds found in history.
+// What to do with tool rounds in history that a provider would refuse. A commit stores what the
+// conversation did (rounds left open by a user message while an approval was pending or by a
+// detached resume, results without their call in this conversation, call ids reused across
+// rounds); the compile makes the prompt valid. Pending messages are never repaired: a broken
+// round there is INVALID_ARGUMENT (TOOL_ROUND_INVALID) naming the rule, `pending[i]` and the id.
 type ToolRoundRepair int32
 
 const (
-	// Reject the request with INVALID_ARGUMENT naming the rule.
+	// The default repair, for every provider alike (each needs a call's results right after it;
+	// OpenAI Responses accepts that order too), in the prompt only: stored history and the
+	// `persistence` projection keep what happened.
+	//   - A result that came late (after other messages) joins the latest earlier round that made its
+	//     call and left it unanswered; it is sent there (recorded PASSED, reason TOOL_ROUND_REPAIR).
+	//   - A call still unanswered when another message follows is closed by an `is_error` result
+	//     "<Tool execution cancelled by user. Tool: NAME. Reason: no result was recorded>" (introduced
+	//     with id "<assistant id>:no-result:<call id>", not persisted; the assistant FORMATTED).
+	//     The last round of history stays open when nothing follows it (the turn in progress, whose
+	//     results may come in `pending`); a current turn after it closes it.
+	//   - A result whose call no round left open, and a message no provider can take (a tool_call in
+	//     a non-ASSISTANT message, a TOOL message without a result, a result outside a TOOL message,
+	//     a round repeating a call id or with a call without id) are left out (DROPPED, reason
+	//     TOOL_ROUND_REPAIR; still in `persistence`).
+	//
+	// Every change is named in a "tool_round_repaired" warning. Targets' segment projections get
+	// the same repair.
 	ToolRoundRepair_TOOL_ROUND_REPAIR_UNSPECIFIED ToolRoundRepair = 0
-	// Drop the messages of incomplete or invalid rounds (recorded as DROPPED, TOOL_ROUND_REPAIR).
+	// Drop the messages of incomplete or invalid rounds (recorded as DROPPED, TOOL_ROUND_REPAIR,
+	// and left out of `persistence`).
 	ToolRoundRepair_TOOL_ROUND_REPAIR_DROP_INCOMPLETE ToolRoundRepair = 1
-	// Close missing results with a cancelled tool result (recorded as FORMATTED).
+	// Close missing results with a cancelled tool result (recorded as FORMATTED; the results are
+	// persisted, so the stored history heals); other invalid rounds are dropped.
 	ToolRoundRepair_TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED ToolRoundRepair = 2
+	// Strict: refuse a history with any broken tool-round rule with INVALID_ARGUMENT
+	// (TOOL_ROUND_INVALID) naming the rule, `history[i]` and the message id (what the default was
+	// before conversations could store open rounds and results without their call).
+	ToolRoundRepair_TOOL_ROUND_REPAIR_REJECT ToolRoundRepair = 120
 )
 
 // Enum value maps for ToolRoundRepair.
 var (
 	ToolRoundRepair_name = map[int32]string{
-		0: "TOOL_ROUND_REPAIR_UNSPECIFIED",
-		1: "TOOL_ROUND_REPAIR_DROP_INCOMPLETE",
-		2: "TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED",
+		0:   "TOOL_ROUND_REPAIR_UNSPECIFIED",
+		1:   "TOOL_ROUND_REPAIR_DROP_INCOMPLETE",
+		2:   "TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED",
+		120: "TOOL_ROUND_REPAIR_REJECT",
 	}
 	ToolRoundRepair_value = map[string]int32{
 		"TOOL_ROUND_REPAIR_UNSPECIFIED":        0,
 		"TOOL_ROUND_REPAIR_DROP_INCOMPLETE":    1,
 		"TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED": 2,
+		"TOOL_ROUND_REPAIR_REJECT":             120,
 	}
 )
 
@@ -2376,7 +2404,8 @@ type CompileRequest struct {
 	TurnId string `protobuf:"bytes,11,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	// Identity options.
 	Identity *IdentityOptions `protobuf:"bytes,12,opt,name=identity,proto3" json:"identity,omitempty"`
-	// Invalid tool round handling.
+	// How tool rounds a provider would refuse are repaired for the prompt (see `ToolRoundRepair`;
+	// unset = the default repair).
 	Repair ToolRoundRepair `protobuf:"varint,13,opt,name=repair,proto3,enum=contextd.v1.ToolRoundRepair" json:"repair,omitempty"`
 	// The token budget.
 	Budget *Budget `protobuf:"bytes,14,opt,name=budget,proto3" json:"budget,omitempty"`
@@ -4935,11 +4964,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0eIdentityPolicy\x12\x1f\n" +
 	"\x1bIDENTITY_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16IDENTITY_POLICY_RANDOM\x10\x01\x12\x1a\n" +
-	"\x16IDENTITY_POLICY_STABLE\x10\x02*\x85\x01\n" +
+	"\x16IDENTITY_POLICY_STABLE\x10\x02*\xa3\x01\n" +
 	"\x0fToolRoundRepair\x12!\n" +
 	"\x1dTOOL_ROUND_REPAIR_UNSPECIFIED\x10\x00\x12%\n" +
 	"!TOOL_ROUND_REPAIR_DROP_INCOMPLETE\x10\x01\x12(\n" +
-	"$TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED\x10\x02*\x87\x01\n" +
+	"$TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED\x10\x02\x12\x1c\n" +
+	"\x18TOOL_ROUND_REPAIR_REJECT\x10x*\x87\x01\n" +
 	"\x13ToolArgumentsRepair\x12%\n" +
 	"!TOOL_ARGUMENTS_REPAIR_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fTOOL_ARGUMENTS_REPAIR_AS_STRING\x10\x01\x12$\n" +

@@ -735,9 +735,18 @@ func (*Delta_SetToolDefinitions) isDelta_Operation() {}
 
 func (*Delta_AppendProviderStream) isDelta_Operation() {}
 
-// Append messages to the end of a segment. Messages without an id get a random one. Appending to
-// history is validated: the result must not contain an invalid tool round, and an open round may
-// only be at the tail.
+// Append messages to the end of a segment. Messages without an id get a random one; a tool call
+// without an id gets `call_<message id>_<n>` (n its place among the message's calls, from 0), and
+// a TOOL result without a call id later in the same list answers the first such call still
+// unanswered. Every segment is validated for the shape of its tool rounds (INVALID_ARGUMENT,
+// TOOL_ROUND_INVALID, naming the rule): tool calls only in ASSISTANT messages, a call id at most
+// once per round (ids may repeat across rounds, as servers answering `call_0` every turn do),
+// results only in TOOL messages, every TOOL message with a result. History also stores what
+// conversations do in normal flows: a round left open by a later message (an approval pending
+// while the user speaks, a detached resume) and a result without its call; the compile repairs
+// them for the provider (`ToolRoundRepair`). Other segments, and history on a server started with
+// `--strict-tool-rounds`, are also held to pairing: every result answers a call of the round it
+// follows, and an open round only at the tail of history.
 type AppendMessages struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The segment. Required.
@@ -1080,7 +1089,8 @@ func (x *RemoveArtifacts) GetIds() []string {
 }
 
 // Append a complete tool round to history: the assistant message with its calls and one TOOL
-// message per call. Incomplete rounds are INVALID_ARGUMENT.
+// message per call. Incomplete rounds are INVALID_ARGUMENT. It may follow an open round (that
+// round stays open; `--strict-tool-rounds`: INVALID_ARGUMENT).
 type AppendToolRound struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The assistant message; must contain at least one tool call.
@@ -1141,7 +1151,10 @@ type AppendAssistant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The text the assistant said; may be empty.
 	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	// The calls it made; each needs a unique id. These open a tool round.
+	// The calls it made; these open a tool round. Ids must differ within the turn (they may repeat
+	// earlier rounds' ids); a call without one gets `call_<message id>_<n>`. Like every append to
+	// history it may follow an open round (`--strict-tool-rounds`: INVALID_ARGUMENT naming the calls
+	// still missing a result).
 	ToolCalls []*ToolCallPart `protobuf:"bytes,2,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	// Reasoning blocks to keep with the turn, in order before the text.
 	Reasoning []*ReasoningPart `protobuf:"bytes,3,rep,name=reasoning,proto3" json:"reasoning,omitempty"`
@@ -1209,13 +1222,17 @@ func (x *AppendAssistant) GetMessageId() string {
 	return ""
 }
 
-// Append the result of one open call of the last assistant message, as a TOOL message.
-// INVALID_ARGUMENT when no such call is open.
+// Append the result of a call as a TOOL message: usually an open call of the last assistant
+// message; also a result that comes late (after a user message while an approval was pending) or
+// whose call is not in this conversation (a detached run). All are stored; the compile sends a
+// result with the latest round that made its call and left it unanswered, or leaves it out
+// (`ToolRoundRepair`). With `--strict-tool-rounds`, INVALID_ARGUMENT unless it answers an open call
+// of the last assistant message (the error lists the open calls).
 type AppendToolResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The call being answered.
 	ToolCallId string `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	// The tool's name.
+	// The tool's name; empty = the name of the latest call with `tool_call_id` in history.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The result.
 	Payload *ToolPayload `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
@@ -1301,8 +1318,10 @@ func (x *AppendToolResult) GetMessageId() string {
 	return ""
 }
 
-// Append a user message to history. INVALID_ARGUMENT while a tool round is open (the error lists
-// the call ids still missing a result).
+// Append a user message to history, also while a tool round is open (the approval flow: the
+// round's results may follow; the compile closes calls still unanswered for the prompt). With
+// `--strict-tool-rounds`, INVALID_ARGUMENT while a round is open (the error lists the call ids
+// still missing a result).
 type AppendUser struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message. Its role must be USER or unset (then USER).
@@ -1624,7 +1643,9 @@ func (x *Forget) GetExperienceId() string {
 
 // Parse a provider's non-streaming response body into typed ASSISTANT messages (text, tool calls
 // with parsed arguments, reasoning with signatures) and append them to history. A malformed or
-// unknown shape is INVALID_ARGUMENT and nothing is appended.
+// unknown shape is INVALID_ARGUMENT and nothing is appended. It may follow an open round (a
+// detached resume: the model answered, the result went elsewhere), so the answer is never lost;
+// `--strict-tool-rounds`: INVALID_ARGUMENT naming the calls still missing a result.
 type AppendProviderResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Which provider's format `json` is in.

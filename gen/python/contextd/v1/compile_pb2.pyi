@@ -28,6 +28,7 @@ class ToolRoundRepair(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_ROUND_REPAIR_UNSPECIFIED: _ClassVar[ToolRoundRepair]
     TOOL_ROUND_REPAIR_DROP_INCOMPLETE: _ClassVar[ToolRoundRepair]
     TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED: _ClassVar[ToolRoundRepair]
+    TOOL_ROUND_REPAIR_REJECT: _ClassVar[ToolRoundRepair]
 
 class ToolArgumentsRepair(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -124,6 +125,7 @@ IDENTITY_POLICY_STABLE: IdentityPolicy
 TOOL_ROUND_REPAIR_UNSPECIFIED: ToolRoundRepair
 TOOL_ROUND_REPAIR_DROP_INCOMPLETE: ToolRoundRepair
 TOOL_ROUND_REPAIR_CLOSE_AS_CANCELLED: ToolRoundRepair
+TOOL_ROUND_REPAIR_REJECT: ToolRoundRepair
 TOOL_ARGUMENTS_REPAIR_UNSPECIFIED: ToolArgumentsRepair
 TOOL_ARGUMENTS_REPAIR_AS_STRING: ToolArgumentsRepair
 TOOL_ARGUMENTS_REPAIR_DROP_ROUND: ToolArgumentsRepair

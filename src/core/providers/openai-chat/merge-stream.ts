@@ -67,7 +67,8 @@ export function mergeOpenAIChatStream(events: readonly Uint8Array[]): MergedStre
             const fn = call["function"] === undefined || call["function"] === null ? {} : expectObject(call["function"], `${callPath}.function`);
             if (slot === calls.length) {
               calls.push({
-                id: expectString(call["id"], `${callPath}.id`),
+                // As in a body, the id may be missing (the commit gives one).
+                id: optionalString(call["id"], `${callPath}.id`),
                 type: optionalString(call["type"], `${callPath}.type`) || "function",
                 name: expectString(fn["name"], `${callPath}.function.name`),
                 arguments: [],

@@ -35,7 +35,8 @@ export function parseOpenAIChatResponse(json: Uint8Array): Message[] {
     const fn = expectObject(call["function"], `${callPath}.function`);
     parts.push(
       toolCallPart(
-        expectString(call["id"], `${callPath}.id`),
+        // Some OpenAI-compatible servers leave it out: the commit gives it `call_<message id>_<n>`.
+        optionalString(call["id"], `${callPath}.id`),
         expectString(fn["name"], `${callPath}.function.name`),
         toolArgumentsPayload(expectString(fn["arguments"], `${callPath}.function.arguments`)),
       ),

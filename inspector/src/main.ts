@@ -384,6 +384,9 @@ function excerpt(message: Message, length = 120): string {
   return text.length > length ? `${text.slice(0, length)}…` : text;
 }
 
+/** The rows the compile view's table shows before "show all": a long conversation's records are thousands. */
+const rowsShown = 500;
+
 /** The most history messages a compile view reads to name the dropped messages the page has not read. */
 const namingReadMax = 1_000;
 
@@ -523,7 +526,9 @@ function CompileResultView({ result, messages, previousFingerprint }: { result: 
     ["pending", usage.pending],
   ];
   const inDropped = usage.historyBeforeTrim - usage.clearedTokens - usage.history;
+  const [allRows, setAllRows] = useState(false);
   const records = Object.entries(result.transformations);
+  const rows = allRows ? records : records.slice(0, rowsShown);
   const dropped = records.filter(([, record]) => record.action === TransformationAction.DROPPED).length;
   const rendered = result.rendered ? JSON.stringify(JSON.parse(new TextDecoder().decode(result.rendered.json)), null, 2) : undefined;
   return html`
@@ -554,7 +559,7 @@ function CompileResultView({ result, messages, previousFingerprint }: { result: 
       <table data-testid="records" class="records">
         <thead><tr><th>role</th><th>message</th><th class="number">tokens</th><th>segment</th><th>outcome</th><th>why</th></tr></thead>
         <tbody>
-          ${records.map(([messageId, record]) => {
+          ${rows.map(([messageId, record]) => {
             const message = messages.get(messageId);
             const tokens = result.messageTokens[messageId];
             const word = outcome(record);
@@ -569,6 +574,7 @@ function CompileResultView({ result, messages, previousFingerprint }: { result: 
           })}
         </tbody>
       </table>
+      ${rows.length < records.length && html`<p><button data-testid="all-rows" onClick=${() => setAllRows(true)}>show all ${records.length} messages</button> (the first ${rowsShown} shown)</p>`}
       ${rendered && html`<h2>Rendered body <small>${(Provider[result.rendered!.provider] ?? "").toLowerCase()}</small></h2><pre data-testid="rendered">${rendered}</pre>`}
     </div>
   `;

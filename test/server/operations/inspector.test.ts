@@ -219,7 +219,9 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.getByTestId("earlier").click();
     await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(250);
     expect(await page.getByTestId("history-window").count()).toBe(0);
-    // A compile's dropped messages older than what a fresh page read (its newest 200) are named from a ReadMessages of the compiled version.
+    // A compile's dropped messages older than what a fresh page read (its newest 200) are named from
+    // a ReadMessages of the compiled version; its table shows 500 rows until "show all".
+    await admin.conversations.commit({ conversationId: long, deltas: [appendHistory(...Array.from({ length: 300 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `more ${index}`)))] });
     const compilePage = await openWithToken(`/inspector/#/c/${encodeURIComponent(long)}?tab=compile`);
     await compilePage.getByTestId("budget").fill("100");
     await compilePage.getByTestId("provider").selectOption({ label: "none (payload only)" });
@@ -230,6 +232,10 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     expect(await oldest.locator("td.excerpt").textContent()).toBe("message 0");
     expect(await oldest.locator("td.outcome").textContent()).toBe("dropped");
     expect(Number(await oldest.getByTestId("message-tokens").textContent())).toBeGreaterThan(0);
+    const rows = compilePage.getByTestId("records").locator("tbody tr");
+    expect(await rows.count()).toBe(500);
+    await compilePage.getByTestId("all-rows").click();
+    expect(await rows.count()).toBe(550);
     await compilePage.close();
 
     // 20 messages of 1 MB: GetState refuses the whole state (over 16 MiB); the page shows its newest 200 all the same.

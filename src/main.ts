@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { readFileSync } from "node:fs";
+import { storedTokenEstimator } from "./server/operations/stored-token-estimator.js";
 import { Codec } from "./codec/codec.js";
 import { loadConfig, printableConfig, usage, type Config } from "./server/operations/config.js";
 import { ServingStatus } from "./server/operations/health.js";
@@ -73,7 +74,8 @@ async function serve(config: Config, logger: Logger): Promise<void> {
   const tracing = await tracingFromEnvironment(process.env, { queueBytes: config.traceQueueBytes }).catch(fail);
   // One codec for the store and the server: the encodings of the states the store hands out are
   // reused by the responses that carry them.
-  const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
+  // It also counts the tokens of the messages the store writes, with the estimator most compiles use.
+  const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes }, await storedTokenEstimator(config.storedTokenEstimator));
   const store = await createConversationStore(
     config.redisUrl,
     codec,

@@ -11,7 +11,7 @@ import {
   type CompileResult,
   type Transformation,
 } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, Provider, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../core/compile/compile.js";
 import type { CompileMemory } from "../core/compile/cache-impact.js";
@@ -23,6 +23,11 @@ import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import { segmentEnumerationOrder, segmentField } from "../core/model/segments.js";
 import type { Observer } from "../core/observer.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
+import { createEstimator, type TokenEstimator } from "../core/tokens/estimator.js";
+import { headElisionAllowed } from "../core/compile/history-head.js";
+import { planStoredHead, type StoredTail } from "../core/compile/stored-head.js";
+import { calibratedLimit } from "../core/compile/token-calibration.js";
+import type { SegmentWindow } from "../store/segment-window.js";
 import type { CommitOutcome, ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
 import { HistoryFactsCache } from "./history-facts-cache.js";
@@ -45,6 +50,9 @@ export interface CompilerDependencies {
   /** The corrections learnt from provider usage reports (`UsageCalibration`); none without it. */
   calibration?: UsageCalibration;
 }
+
+/** The longest window of the stored tail a compile reads before it reads the whole state instead. */
+export const maxTailWindow = 65_536;
 
 /** How one compile runs: where its events go, and what a CompileSession adds. */
 export interface CompileRun {
@@ -78,6 +86,12 @@ export class Compiler {
     if (request.conversationId === "") {
       if (request.commit) throw new ConnectError("commit: a commit needs conversation_id (stateful compile)", Code.InvalidArgument);
       return leanResult(await compile(request, { ...this.context(run), parts }), parts);
+    }
+    // A conversation whose history facts this process does not hold (never compiled here, or
+    // forgotten) is compiled from its stored tail when the head can be planned from it.
+    if (!request.commit && this.dependencies.historyFacts && !this.dependencies.historyFacts.has(request.conversationId)) {
+      const fromTail = await this.compileFromTail(request, run, parts);
+      if (fromTail) return fromTail;
     }
     // A conversation never written loads as an empty state at version 0: compiling it compiles
     // nothing stored, and a commit expecting version 0 creates it.
@@ -127,6 +141,60 @@ export class Compiler {
       lender?.giveBack();
     }
   }
+
+  /**
+   * A compile that reads and counts only the tail its budget may keep (docs/incremental-compile.md,
+   * "A cold compile"): windows of the stored history read back from its end, each pinned to the
+   * first one's version and 4x longer than the last, until `planStoredHead` finds the head
+   * `elideHistoryHead` would leave out of the whole history. Undefined (the caller loads the whole
+   * state) when the plan says the whole history is needed, the store's entries cannot say (no
+   * stored facts, another estimator), the window would pass `maxTailWindow`, or the conversation
+   * moved between two windows.
+   */
+  private async compileFromTail(request: CompileRequest, run: CompileRun, parts: ReadonlySet<CompileResultPart>): Promise<CompileResult | undefined> {
+    const { store, tokenCounts } = this.dependencies;
+    const known = tokenCounts.known;
+    if (known?.cacheKey === undefined || !headElisionAllowed(request, parts)) return undefined;
+    const provider = request.render?.provider ?? Provider.UNSPECIFIED;
+    const model = request.render?.model ?? "";
+    let estimator: TokenEstimator;
+    try {
+      estimator = await createEstimator(request.budget?.estimator, provider, "budget.estimator", tokenCounts, model);
+    } catch {
+      // The compile on the whole state reports it.
+      return undefined;
+    }
+    if (estimator.cacheKey !== known.cacheKey) return undefined;
+    const context = this.context(run);
+    const correction = provider !== Provider.UNSPECIFIED && context.calibration ? await context.calibration({ provider, model, estimator: estimator.kind }) : undefined;
+    const limit = calibratedLimit(Number(request.budget!.maxTokens), correction?.factor ?? 1);
+    // ~64 tokens a message is a long one: most budgets' tails fit in the first window.
+    let count = Math.min(maxTailWindow, Math.max(32, Math.ceil(limit / 64) + 16));
+    let atVersion: bigint | undefined;
+    for (;;) {
+      let window: SegmentWindow;
+      try {
+        window = await store.readWindow(request.conversationId, { segment: "history", count, withRest: true, atVersion });
+      } catch (error) {
+        if (atVersion !== undefined && error instanceof ConnectError && error.code === Code.Aborted) return undefined;
+        throw error;
+      }
+      if (!window.stored) return undefined;
+      const tail: StoredTail = { messages: window.state.history, start: window.start, length: window.length, ...window.stored };
+      const plan = planStoredHead(request, parts, window.state, tail, estimator.cacheKey, known.cacheKey, (message) => known.countOf(message, estimator.cacheKey), limit);
+      if (plan === "wider" && window.start > 0 && count < maxTailWindow) {
+        count = Math.min(maxTailWindow, count * 4);
+        atVersion = window.state.version;
+        continue;
+      }
+      if (plan === undefined || plan === "wider") return undefined;
+      this.tailCompiles++;
+      return leanResult(await compile(request, { ...context, stored: window.state, parts, storedHead: plan }), parts);
+    }
+  }
+
+  /** Compiles answered from the stored tail (`compileFromTail`), for tests and gauges. */
+  tailCompiles = 0;
 
   /**
    * The answer to a retry whose first attempt committed. When the conversation is still at the

@@ -52,6 +52,11 @@ export class HistoryFactsCache {
     };
   }
 
+  /** Whether facts of `conversationId` are kept (a compile without them may plan from the stored tail instead). */
+  has(conversationId: string): boolean {
+    return this.entries.has(conversationId);
+  }
+
   /** Approximate bytes kept and the conversations they are for. */
   get stats(): { bytes: number; conversations: number } {
     return { bytes: this.bytes, conversations: this.entries.size };

@@ -9,6 +9,8 @@ import { ProtobufEncoder } from "./protobuf-encoder.js";
 import { RecentMessages } from "./recent-messages.js";
 import { RetainedEncodings } from "./retained-encodings.js";
 import { encodeStateRest } from "./state-encoding.js";
+import { StoredTokenCounts, type RunningFacts } from "./stored-token-counts.js";
+import type { TokenEstimator } from "../core/tokens/estimator.js";
 
 /** The codec's memory bounds; the server takes them from its configuration. */
 export interface CodecLimits {
@@ -59,8 +61,15 @@ export class Codec {
   private readonly reuse: DecodedObjectReuse | undefined;
   private readonly retained: RetainedEncodings | undefined;
   private readonly encoder: ProtobufEncoder;
+  /** The token counts stored with segment messages (`StoredTokenCounts`); the server's token count cache reads them. */
+  readonly storedTokenCounts: StoredTokenCounts;
 
-  constructor(readonly limits: CodecLimits = defaultCodecLimits) {
+  /** `storedTokenEstimator`: whose counts the stores keep with each message (`--stored-token-estimator`); none without it. */
+  constructor(
+    readonly limits: CodecLimits = defaultCodecLimits,
+    storedTokenEstimator?: TokenEstimator,
+  ) {
+    this.storedTokenCounts = new StoredTokenCounts(storedTokenEstimator);
     this.reuse =
       limits.recentMessageBytes > 0
         ? { recentMessages: new RecentMessages<Fields>(limits.recentMessageBytes) }
@@ -107,6 +116,19 @@ export class Codec {
    */
   encodeStoredMessage(message: Message): Uint8Array {
     return this.retained?.encodingOf(message) ?? this.encoder.encode(MessageSchema, message);
+  }
+
+  /**
+   * A stored segment message's entry: `encodeStoredMessage` behind its token count record
+   * (`StoredTokenCounts`), counted now unless known. What the Redis and Postgres stores write.
+   */
+  encodeStoredEntry(message: Message, running?: RunningFacts): Uint8Array {
+    return this.storedTokenCounts.entryOf(message, this.encodeStoredMessage(message), running);
+  }
+
+  /** The message of an entry `encodeStoredEntry` wrote (or of a plain `Message` encoding); throws as `fromBinary` does. */
+  decodeStoredEntry(entry: Uint8Array): Message {
+    return this.storedTokenCounts.decodeEntry(entry);
   }
 
   /** A state's encoding without its segments and version (the Redis store's `rest`). */

@@ -59,6 +59,7 @@ export function registerServerGauges(metrics: Metrics, sources: GaugeSources): v
   metrics.cache("recent_messages", () => ({ lookups: codec.stats.recentMessageLookups, hits: codec.stats.recentMessageHits }));
   metrics.cache("retained_encodings", () => ({ lookups: codec.stats.retainedEncodingLookups, hits: codec.stats.retainedEncodingHits }));
   metrics.cache("token_count_lists", () => ({ lookups: tokenCounts.listLookups, hits: tokenCounts.listHits }));
-  metrics.gauge("contextd_token_count_texts", "Texts whose token counts are kept across compiles (bounded at 200,000).", () => tokenCounts.keptTexts);
+  metrics.gauge("contextd_token_count_texts", "Texts whose token counts are kept across compiles (bounded at 200,000 and by --token-count-text-bytes).", () => tokenCounts.keptTexts);
+  metrics.gauge("contextd_token_count_text_bytes", "Approximate bytes of the texts whose token counts are kept (bounded by --token-count-text-bytes).", () => tokenCounts.keptTextBytes);
 }
 

@@ -103,10 +103,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const telemetry = new TelemetryHub(config.telemetryQueue, { queueBytes: config.telemetryQueueBytes, tenantBytes: config.telemetryBytes });
   const metrics = options.metrics ?? new Metrics();
   const tracing = options.tracing;
-  const tokenCounts = new TokenCountCache();
   // Every store operation the services make is timed (and spanned when tracing is on).
   const store = new ObservedStore(options.store, metrics, tracing);
   const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
+  // The counts the store read with its messages are not counted again (StoredTokenCounts).
+  const tokenCounts = new TokenCountCache(undefined, codec.storedTokenCounts, config.tokenCountTextBytes);
   const inspector = config.inspector ? new InspectorAssets() : undefined;
   const streams = new StreamCounter();
   const calls = new CallTracker();

@@ -3,6 +3,7 @@ import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
+import type { SegmentWindow, WindowQuery } from "./segment-window.js";
 
 /** The outcome of a successful commit. */
 export interface CommitOutcome {
@@ -63,6 +64,15 @@ export interface ConversationStore extends CalibrationStore {
   readonly strictToolRounds?: boolean;
   /** The current state; a conversation never written is an empty state with version 0. */
   load(conversationId: string): Promise<ConversationState>;
+  /**
+   * A window of one segment at one version: messages [end - count, end) of it (the tail when
+   * `end` is unset), read without the rest of the segment, and with `withRest` the rest of the
+   * state whole. All from one snapshot; `atVersion` pins the read to a version (a later page of
+   * the same read), ABORTED naming the current version when the conversation is elsewhere. What
+   * it costs is the window (and the rest when asked), not the segment: a reader of the last
+   * messages of a 100,000-message history reads those. See `segment-window.ts`.
+   */
+  readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow>;
   /**
    * Applies `deltas` atomically as one new version. `expectedVersion` undefined = no check. A
    * non-empty `idempotencyKey` already used with the same deltas returns the original outcome's

@@ -14,6 +14,9 @@ import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLoo
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
+import { segmentEdit, storedSegments } from "./segment-edits.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
+import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
@@ -74,11 +77,42 @@ export class MemoryConversationStore implements ConversationStore {
     this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
   }
 
+  /**
+   * Counts the messages a commit wrote with the codec's stored estimator (`StoredTokenCounts`),
+   * as the Redis and Postgres stores count the entries they write: a compile whose history facts
+   * were forgotten takes them instead of counting the history again.
+   */
+  private noteTokenCounts(base: ConversationState, next: ConversationState): void {
+    const counts = this.codec.storedTokenCounts;
+    if (counts.estimator === undefined) return;
+    for (const segment of storedSegments) {
+      const edit = segmentEdit(base[segment], next[segment], this.lineage);
+      if (edit === undefined) {
+        if (segment === "history" && next.history !== base.history) counts.rememberRunning(next.history, counts.runningOf(base.history));
+        continue;
+      }
+      for (const message of edit.messages) counts.note(message);
+      // The history's running facts, as the other stores write them into their entries, kept per
+      // list (one epoch: a list's facts are computed for that list object).
+      if (segment === "history") runningFactsOfWrite(counts, base.history, next.history, edit, 0n);
+    }
+  }
+
   async load(conversationId: string): Promise<ConversationState> {
     requireStorableText("conversation_id", conversationId);
     const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    requireStorableText("conversation_id", conversationId);
+    checkWindowQuery(query);
+    const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+    const window = windowOf(state, query);
+    if (query.segment !== "history") return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, state.history, window.start, window.start + window.state.history.length, 0n);
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -200,6 +234,7 @@ export class MemoryConversationStore implements ConversationStore {
       committedAtUnixMs: BigInt(this.now()),
       cleared,
     });
+    this.noteTokenCounts(base, plan.state);
     const target: Conversation = conversation ?? { state: base, changes: [] };
     target.ids = target.ids?.advancedTo(plan.state, this.lineage);
     target.state = plan.state;

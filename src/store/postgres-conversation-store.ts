@@ -3,20 +3,24 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
 import { ChangeSchema, ConversationSummarySchema, type Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
+import { ContendedCopies } from "./contended-copies.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
-import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
+import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
 
 export interface PostgresStoreOptions {
@@ -94,6 +98,50 @@ interface LoadRow {
   recorded: string | null;
 }
 
+/** A row of `windowQuery`: the header first (segment -1), then message rows in segment and position order. */
+interface WindowRow {
+  kind: number;
+  segment: number;
+  at: string | null;
+  message: Buffer | null;
+  version: string | null;
+  created: string | null;
+  current: boolean | null;
+  start: number | null;
+  length: number | null;
+}
+
+/**
+ * `readWindow` in one statement (one snapshot): the header row, then the window's rows (a range
+ * of the primary key) and, with the rest, the other segments' rows. $1 id, $2 segment (0-3), $3
+ * end (null = the length), $4 count, $5 with the rest, $6 and $7 the cached copy's version and
+ * created (null = none; when they are the stored ones no row but the header is sent), $8 the
+ * other segments (empty without the rest). Rows say their kind: 0 the header, 1 the window, 2 the
+ * other segments, 3 the segment's first message when the window starts after it.
+ */
+const windowQuery = `
+WITH h AS (
+  SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length, c.segment_at,
+    LEAST(COALESCE($3::integer, c.segment_length[$2::smallint + 1]), c.segment_length[$2::smallint + 1]) AS stop
+  FROM contextd_conversations c WHERE c.id = $1
+), w AS (
+  SELECT h.*, GREATEST(0, h.stop - $4::integer) AS start, COALESCE(h.version = $6::bigint AND h.created = $7::text, false) AS current FROM h
+)
+SELECT 0 AS kind, -1::smallint AS segment, CASE WHEN $5::boolean AND NOT w.current THEN w.rest END AS message, w.version, w.created, w.current, w.start,
+  w.segment_length[$2::smallint + 1] AS length, w.segment_at[$2::smallint + 1] AS at, NULL::integer AS position FROM w
+UNION ALL
+SELECT 1, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+  WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = $2::smallint
+    AND m.position >= w.segment_first[$2::smallint + 1] + w.start AND m.position < w.segment_first[$2::smallint + 1] + w.stop
+UNION ALL
+SELECT 2, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+  WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = ANY($8::smallint[])
+    AND m.position >= w.segment_first[m.segment + 1] AND m.position < w.segment_first[m.segment + 1] + w.segment_length[m.segment + 1]
+UNION ALL
+SELECT 3, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
+  WHERE NOT w.current AND w.start > 0 AND m.conversation_id = $1 AND m.segment = $2::smallint AND m.position = w.segment_first[$2::smallint + 1]
+ORDER BY kind, segment, position`;
+
 interface CommitRow {
   outcome: "ok" | "replay" | "conflict" | "stale";
   version: string;
@@ -118,6 +166,8 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly now: () => number;
   private readonly deltaContext: DeltaContext;
   private readonly cache: DecodedStateCache;
+  /** Copies to read before committing from (see `ContendedCopies`). */
+  private readonly contended = new ContendedCopies();
   /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
   readonly lineage = new MessageListLineage();
   private readonly codec: Codec;
@@ -177,6 +227,87 @@ export class PostgresConversationStore implements ConversationStore {
     const { state } = await this.read(conversationId, "");
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  /**
+   * One statement reads the header and the window's rows (and with `withRest` the rest and the
+   * other segments); a cached copy at the stored version answers instead. Not cached: the next
+   * `load` reads the whole state as before.
+   */
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    const id = idBytes(conversationId);
+    checkWindowQuery(query);
+    const cached = this.cache.get(conversationId);
+    const layout = cached && this.layouts.get(cached);
+    const segmentIndex = storedSegments.indexOf(query.segment);
+    const others = query.withRest ? [0, 1, 2, 3].filter((index) => index !== segmentIndex) : [];
+    const { rows } = await this.query<WindowRow>(
+      "reading a window of a conversation",
+      windowQuery,
+      [id, segmentIndex, query.end ?? null, query.count, query.withRest, layout ? cached!.version : null, layout?.created ?? null, others],
+      "contextd_window",
+    );
+    const header = rows[0];
+    if (header === undefined || header.segment !== -1) {
+      if (query.atVersion !== undefined && query.atVersion !== 0n) throw windowMoved(conversationId, query.atVersion, 0n);
+      return windowOf(emptyConversationState(conversationId), query);
+    }
+    const version = BigInt(header.version!);
+    if (query.atVersion !== undefined && query.atVersion !== version) throw windowMoved(conversationId, query.atVersion, version);
+    if (header.current) {
+      this.cache.touch(conversationId);
+      return this.heldWindow(cached!, query);
+    }
+    const start = header.start!;
+    const length = header.length!;
+    const received: Buffer[][] = [[], [], [], []];
+    let firstBytes: Buffer | undefined;
+    for (const row of rows.slice(1)) {
+      if (row.kind === 3) firstBytes = row.message!;
+      else received[row.segment]!.push(row.message!);
+    }
+    const decodeRows = (items: Buffer[], segment: string, from: number) =>
+      items.map((item, position) => {
+        try {
+          return this.codec.decodeStoredEntry(item);
+        } catch (error) {
+          throw corruptConversation(conversationId, `message ${from + position} of the ${segment} segment does not decode: ${(error as Error).message}`);
+        }
+      });
+    const { stop } = windowBounds(query, length);
+    if (received[segmentIndex]!.length !== stop - start) {
+      throw corruptConversation(conversationId, `the ${query.segment} segment has ${received[segmentIndex]!.length} message rows in positions ${start} to ${stop - 1} but the header row says ${length} messages`);
+    }
+    let state: ConversationState = { ...emptyConversationState(conversationId), version };
+    if (query.withRest) {
+      try {
+        state = { ...fromBinary(ConversationStateSchema, header.message!), conversationId, version };
+      } catch (error) {
+        throw corruptConversation(conversationId, `the header row's rest does not decode: ${(error as Error).message}`);
+      }
+      for (const index of others) state[storedSegments[index]!] = decodeRows(received[index]!, storedSegments[index]!, 0);
+    }
+    const running: (RunningFacts | undefined)[] = [];
+    state[query.segment] = received[segmentIndex]!.map((item, position) => {
+      try {
+        const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw corruptConversation(conversationId, `message ${start + position} of the ${query.segment} segment does not decode: ${(error as Error).message}`);
+      }
+    });
+    const first = firstBytes === undefined ? undefined : decodeRows([firstBytes], query.segment, 0)[0];
+    return { state, start, length, stored: { running, epoch: BigInt(header.at!), first } };
+  }
+
+  /** A window of the cached copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */
+  private heldWindow(cached: ConversationState, query: WindowQuery): SegmentWindow {
+    const window = windowOf(cached, query);
+    const layout = this.layouts.get(cached);
+    if (query.segment !== "history" || !layout) return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, cached.history, window.start, window.start + window.state.history.length, BigInt(layout.segments[1]!.at));
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -495,17 +626,25 @@ export class PostgresConversationStore implements ConversationStore {
         throw corruptConversation(conversationId, `the ${segment} segment has ${from + items.length} message rows but the header row says ${length}`);
       }
       let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      let running: RunningFacts | undefined;
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return fromBinary(MessageSchema, item);
+          const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+          running = entry.running;
+          return entry.message;
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} segment does not decode: ${(error as Error).message}`);
         }
       });
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
-      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      if (from > 0 && list !== cached![segment]) {
+        this.lineage.appended(cached![segment], list);
+        trustCaughtUpSegment(segment, cached![segment], list, this.strictToolRounds);
+      }
+      // What the next commit's history facts continue from (history-running-facts.ts).
+      if (segment === "history" && decoded.length > 0 && running?.epoch === BigInt(header.segment_at![index]!)) this.codec.storedTokenCounts.rememberRunning(list, running);
       lists.push(list);
       segments.push({ at: header.segment_at![index]!, length, bytes });
     });
@@ -532,15 +671,20 @@ export class PostgresConversationStore implements ConversationStore {
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // As in the Redis store: the first attempt may start from the cached state without reading;
     // the commit function compares its version and segment lengths with the stored ones.
+    // A copy others wrote after is read first instead (see `ContendedCopies`).
     let trustCache = true;
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
       trustCache = false;
       let base: ConversationState;
-      if (cached && (expectedVersion === undefined || expectedVersion === cached.version)) {
+      const fromCache = cached !== undefined && this.contended.trusted(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
+      if (fromCache) {
         base = cached;
       } else {
+        const before = this.cache.get(conversationId);
         const loaded = await this.read(conversationId, idempotencyKey);
+        if (before !== undefined && loaded.state !== before) othersWrote = true;
         if (loaded.record) return replayed(conversationId, idempotencyKey, fingerprint, loaded.record, loaded.state);
         base = loaded.state;
         if (expectedVersion !== undefined && expectedVersion !== base.version) {
@@ -558,7 +702,7 @@ export class PostgresConversationStore implements ConversationStore {
           cleared,
         });
       } catch (error) {
-        if (base !== cached) throw error;
+        if (!fromCache) throw error;
         attempt--;
         continue;
       }
@@ -598,6 +742,7 @@ export class PostgresConversationStore implements ConversationStore {
         this.notifyCommitted(id, notifyInTransaction);
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
+        if (othersWrote) this.contended.add(plan.state);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
       const current = BigInt(reply.version);
@@ -612,6 +757,7 @@ export class PostgresConversationStore implements ConversationStore {
       // behind this process's back): forget the copy and read the stored state whole.
       if (reply.outcome === "stale") this.cache.delete(conversationId);
       else if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      othersWrote = true;
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
           `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,
@@ -641,19 +787,22 @@ export class PostgresConversationStore implements ConversationStore {
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
       const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
+        if (after !== before) this.codec.storedTokenCounts.rememberRunning(after, this.codec.storedTokenCounts.runningOf(before));
         modes.push("=");
         keeps.push(before.length);
         counts.push(0);
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const added = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      // The history's rows carry what a reader of its tail needs of the head (history-running-facts.ts).
+      const running = segment === "history" ? runningFactsOfWrite(this.codec.storedTokenCounts, before, after, edit, BigInt(appended && !first ? was.at : version)) : undefined;
+      const added = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
       const addedBytes = added.reduce((sum, encoding) => sum + encoding.length, 0);
       encodings.push(...added);
       modes.push(edit.keepPrefix ? "p" : "s");
       keeps.push(edit.keep);
       counts.push(added.length);
-      const appended = edit.keepPrefix && edit.keep === before.length;
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
       segments.push({ at: appended && !first ? was.at : version, length: after.length, bytes: kept + addedBytes });
     });

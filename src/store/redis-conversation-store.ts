@@ -2,27 +2,32 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { randomUUID } from "node:crypto";
 import calculateSlot from "cluster-key-slot";
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
+import { Cluster, Redis, type ChainableCommander, type ClusterOptions, type RedisOptions } from "ioredis";
 import {
   ChangeSchema,
   ConversationSummarySchema,
   type Change,
 } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
+import { ContendedCopies } from "./contended-copies.js";
 import { DecodedStateCache } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
+import { clusterRedirection } from "./redis-cluster-redirection.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, windowScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
-import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
+import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
+import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
 
 export interface RedisStoreOptions {
@@ -92,7 +97,8 @@ export const redisConnectionOptions: RedisOptions = {
 /**
  * The same for a Redis Cluster, plus what the cluster client decides: a command refused with
  * MOVED, ASK, TRYAGAIN or CLUSTERDOWN (which Redis did not run) is sent again to the node the
- * cluster names, after refreshing the slot map; a command whose connection closed under it is
+ * cluster names, after refreshing the slot map (a pipeline only when all its replies are that
+ * error: the commit pipeline with `WAIT` follows them itself, see `behindWait`); a command whose connection closed under it is
  * NOT (`retryDelayOnFailover: 0`): a commit script may have run before its node died, and sending
  * it again could apply a batch twice. It fails as UNAVAILABLE instead; the caller retries.
  */
@@ -111,6 +117,9 @@ export const redisClusterOptions: ClusterOptions = {
   },
 };
 
+/** How many of the commit script's arguments are keys. */
+const commitScriptKeys = 8;
+
 /** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
 const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 
@@ -119,6 +128,7 @@ const indexedConversationsLimit = 100_000;
 
 interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
+  contextdWindowBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
@@ -196,6 +206,8 @@ export class RedisConversationStore implements ConversationStore {
    */
   private readonly indexedConversations = new Map<string, number>();
   private readonly indexRefreshMs: number;
+  /** Copies to read before committing from (see `ContendedCopies`). */
+  private readonly contended = new ContendedCopies();
   private readonly waitReplicas: number;
   private readonly waitTimeoutMs: number;
   /** Where the store connects, for messages: a URL without its password, or the cluster's seed nodes. */
@@ -248,7 +260,8 @@ export class RedisConversationStore implements ConversationStore {
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
-    this.redis.defineCommand("contextdCommit", { numberOfKeys: 8, lua: commitScript });
+    this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
+    this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
   }
@@ -262,6 +275,91 @@ export class RedisConversationStore implements ConversationStore {
     const { state } = await this.read(conversationId, "");
     this.codec.retainState(state, this.lineage);
     return state;
+  }
+
+  /**
+   * One script reads the window's range of its list (LRANGE), and with `withRest` the header's
+   * `rest` and the other lists, at one version; a cached copy at that version answers instead
+   * (the script says so without sending anything). A window read is not cached: the next `load`
+   * reads the whole state as before.
+   */
+  async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    const keys = this.keys(conversationId);
+    checkWindowQuery(query);
+    const cached = this.cache.get(conversationId);
+    const layout = cached && this.layouts.get(cached);
+    const segmentIndex = storedSegments.indexOf(query.segment);
+    const reply = await this.call(
+      "reading a window of a conversation",
+      () =>
+        this.redis.contextdWindowBuffer(
+          keys.version,
+          keys.header,
+          ...keys.segments,
+          String(segmentIndex + 1),
+          query.end === undefined ? "" : String(query.end),
+          String(query.count),
+          query.withRest ? "1" : "0",
+          query.atVersion === undefined ? "" : String(query.atVersion),
+          layout ? String(cached!.version) : "",
+          layout?.created ?? "",
+        ),
+      conversationId,
+    );
+    const outcome = String(reply[0]);
+    if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "moved") throw windowMoved(conversationId, query.atVersion!, storedVersion(conversationId, String(reply[1])));
+    if (reply[1] === null) return windowOf(emptyConversationState(conversationId), query);
+    const version = storedVersion(conversationId, String(reply[1]));
+    if (String(reply[2]) === "cached") {
+      this.cache.touch(conversationId);
+      return this.heldWindow(cached!, query);
+    }
+    const start = Number(reply[3]);
+    const length = Number(reply[4]);
+    const decodeList = (items: Buffer[], segment: string, from: number, key: string) =>
+      items.map((item, position) => {
+        try {
+          return this.codec.decodeStoredEntry(item);
+        } catch (error) {
+          throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${key} does not decode: ${(error as Error).message}`);
+        }
+      });
+    const running: (RunningFacts | undefined)[] = [];
+    const window = (reply[5] as Buffer[]).map((item, position) => {
+      try {
+        const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw corruptConversation(conversationId, `message ${start + position} of the ${query.segment} list ${keys.segments[segmentIndex]} does not decode: ${(error as Error).message}`);
+      }
+    });
+    const firstBytes = reply[12] as Buffer | null;
+    const first = firstBytes === null ? undefined : decodeList([firstBytes], query.segment, 0, keys.segments[segmentIndex]!)[0];
+    let state: ConversationState = { ...emptyConversationState(conversationId), version };
+    if (query.withRest) {
+      const restBytes = reply[6] as Buffer;
+      try {
+        state = { ...fromBinary(ConversationStateSchema, restBytes), conversationId, version };
+      } catch (error) {
+        throw corruptConversation(conversationId, `the header ${keys.header} field rest does not decode: ${(error as Error).message}`);
+      }
+      storedSegments.forEach((segment, index) => {
+        if (index !== segmentIndex) state[segment] = decodeList(reply[7 + index] as Buffer[], segment, 0, keys.segments[index]!);
+      });
+    }
+    state[query.segment] = window;
+    return { state, start, length, stored: { running, epoch: BigInt(String(reply[11])), first } };
+  }
+
+  /** A window of the cached copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */
+  private heldWindow(cached: ConversationState, query: WindowQuery): SegmentWindow {
+    const window = windowOf(cached, query);
+    const layout = this.layouts.get(cached);
+    if (query.segment !== "history" || !layout) return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, cached.history, window.start, window.start + window.state.history.length, BigInt(layout.segments[1]!.at));
+    return stored ? { ...window, stored } : window;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -404,10 +502,10 @@ export class RedisConversationStore implements ConversationStore {
           // The slot moved (a failover promoted a replica, or a resharding): read from its new
           // master. A master turned replica first unblocks its blocked readers (UNBLOCKED); the
           // next read there answers MOVED, naming the new master.
-          const reply = redisReplyError(error) ?? "";
-          const moved = /^MOVED \d+ (\S+)$/.exec(reply);
-          if (this.redis instanceof Cluster && (moved || reply.startsWith("UNBLOCKED")) && redirections++ < 16) {
-            const target = moved ? moved[1]! : `${connection.options.host}:${connection.options.port}`;
+          const redirection = clusterRedirection(error);
+          const moved = redirection?.kind === "moved" ? redirection.address : undefined;
+          if (this.redis instanceof Cluster && (moved !== undefined || (redisReplyError(error) ?? "").startsWith("UNBLOCKED")) && redirections++ < 16) {
+            const target = moved ?? `${connection.options.host}:${connection.options.port}`;
             connection.disconnect();
             this.watchConnections.delete(connection);
             this.redis.refreshSlotsCache();
@@ -590,10 +688,13 @@ export class RedisConversationStore implements ConversationStore {
         throw new ConnectError(`redis store: the load script sent ${segment} of "${conversationId}" from ${from} without a cached copy that long`, Code.Internal);
       }
       let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      let running: RunningFacts | undefined;
       const decoded = items.map((item, position) => {
         bytes += item.length;
         try {
-          return fromBinary(MessageSchema, item);
+          const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+          running = entry.running;
+          return entry.message;
         } catch (error) {
           throw corruptConversation(conversationId, `message ${from + position} of the ${segment} list ${keys.segments[index]} does not decode: ${(error as Error).message}`);
         }
@@ -602,7 +703,12 @@ export class RedisConversationStore implements ConversationStore {
       // from it by identity (encodings, token counts) is found again.
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
       const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
-      if (from > 0 && list !== cached![segment]) this.lineage.appended(cached![segment], list);
+      if (from > 0 && list !== cached![segment]) {
+        this.lineage.appended(cached![segment], list);
+        trustCaughtUpSegment(segment, cached![segment], list, this.strictToolRounds);
+      }
+      // What the next commit's history facts continue from (history-running-facts.ts).
+      if (segment === "history" && decoded.length > 0 && running?.epoch === BigInt(at)) this.codec.storedTokenCounts.rememberRunning(list, running);
       lists.push(list);
       segments.push({ at, length: from + decoded.length, bytes });
     });
@@ -630,15 +736,20 @@ export class RedisConversationStore implements ConversationStore {
     // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never
     // a lost update. Anything the cached state cannot decide (another expected version, a delta it
     // rejects) is read again, which catches the cached copy up.
+    // A copy others wrote after is read first instead (see `ContendedCopies`).
     let trustCache = true;
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       const cached = trustCache ? this.cache.get(conversationId) : undefined;
       trustCache = false;
       let base: ConversationState;
-      if (cached && (expectedVersion === undefined || expectedVersion === cached.version)) {
+      const fromCache = cached !== undefined && this.contended.trusted(cached) && (expectedVersion === undefined || expectedVersion === cached.version);
+      if (fromCache) {
         base = cached;
       } else {
+        const before = this.cache.get(conversationId);
         const loaded = await this.read(conversationId, idempotencyKey);
+        if (before !== undefined && loaded.state !== before) othersWrote = true;
         if (loaded.record) {
           // A replay is answered as applied only once the original's writes are on the replicas too.
           if (this.waitReplicas > 0) this.requireReplicated(conversationId, loaded.record.version, await this.replicasAcknowledging(keys));
@@ -660,7 +771,7 @@ export class RedisConversationStore implements ConversationStore {
           cleared,
         });
       } catch (error) {
-        if (base !== cached) throw error;
+        if (!fromCache) throw error;
         attempt--;
         continue;
       }
@@ -701,6 +812,7 @@ export class RedisConversationStore implements ConversationStore {
       if (outcome === "ok") {
         this.layouts.set(plan.state, write.layout);
         this.cache.remember(plan.state, encodedSize(write.layout));
+        if (othersWrote) this.contended.add(plan.state);
         this.requireReplicated(conversationId, plan.state.version, acknowledged);
         return { version: plan.state.version, state: plan.state, replayed: false };
       }
@@ -723,6 +835,7 @@ export class RedisConversationStore implements ConversationStore {
       // "conflict": another writer committed between our read and our script; the next read
       // catches the cached copy up.
       else if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, current);
+      othersWrote = true;
       if (attempt >= this.maxCommitAttempts) {
         throw new ConnectError(
           `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${current})`,
@@ -753,17 +866,20 @@ export class RedisConversationStore implements ConversationStore {
       const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
       const edit = segmentEdit(before, after, this.lineage);
       if (edit === undefined) {
+        if (after !== before) this.codec.storedTokenCounts.rememberRunning(after, this.codec.storedTokenCounts.runningOf(before));
         args.push("=", String(before.length), String(before.length), "0");
         segments.push(first ? { ...was, at: version } : was);
         return;
       }
-      const encodings = edit.messages.map((message) => bufferOf(this.codec.encodeStoredMessage(message)));
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      // The history's entries carry what a reader of its tail needs of the head (history-running-facts.ts).
+      const running = segment === "history" ? runningFactsOfWrite(this.codec.storedTokenCounts, before, after, edit, BigInt(appended && !first ? was.at : version)) : undefined;
+      const encodings = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       args.push(edit.keepPrefix ? "p" : "s", String(before.length), String(edit.keep), String(encodings.length));
       for (const encoding of encodings) args.push(encoding);
-      const appended = edit.keepPrefix && edit.keep === before.length;
       // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
       segments.push({ at: appended && !first ? was.at : version, length: after.length, bytes: kept + added });
@@ -786,13 +902,63 @@ export class RedisConversationStore implements ConversationStore {
    */
   private async runCommitScript(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<{ reply: (Buffer | null)[]; acknowledged: number }> {
     if (this.waitReplicas === 0) return { reply: await this.redis.contextdCommitBuffer(...args), acknowledged: 0 };
-    const pipeline = this.redis.pipeline() as ReturnType<Redis["pipeline"]> & Scripts;
-    pipeline.contextdCommitBuffer(...args);
-    pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
-    const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+    const [[scriptError, reply], [waitError, acknowledged]] = await this.behindWait((pipeline, onNode) => {
+      // A node's own connection has not had the script defined: EVAL it (only on a redirection).
+      if (onNode) pipeline.callBuffer("EVAL", commitScript, commitScriptKeys, ...(args.flat() as (string | Buffer | number)[]));
+      else (pipeline as ChainableCommander & Scripts).contextdCommitBuffer(...args);
+    });
     if (scriptError) throw scriptError;
     if (waitError) throw waitError;
     return { reply: reply as (Buffer | null)[], acknowledged: Number(acknowledged) };
+  }
+
+  /**
+   * The replies of one command (queued by `queue` on the pipeline) and a `WAIT` behind it on the
+   * same connection. On a cluster, a refusal of the command that Redis answers before running it
+   * (`clusterRedirection`) is followed here: the cluster client follows a redirection in a pipeline
+   * only when every reply is the same error, and `WAIT` answers a count wherever it runs, so
+   * without this a commit pipeline refused with MOVED after a failover kept failing until some
+   * other command taught the client the new slot map. The `WAIT` reply of a refused attempt counts
+   * replicas of a node that wrote nothing and is dropped; the pair is sent again (`onNode` true when
+   * to a node's own connection, where only the built-in commands exist), up to the cluster's
+   * redirection limit.
+   */
+  private async behindWait(queue: (pipeline: ChainableCommander, onNode: boolean) => void): Promise<[Error | null, unknown][]> {
+    const send = async (target: Redis | Cluster, asking: boolean) => {
+      const pipeline = target.pipeline();
+      if (asking) pipeline.asking();
+      queue(pipeline, target !== this.redis);
+      pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
+      const replies = (await pipeline.exec()) as [Error | null, unknown][];
+      return asking ? replies.slice(1) : replies;
+    };
+    let [target, asking]: [Redis | Cluster, boolean] = [this.redis, false];
+    let replies = await send(target, asking);
+    const cluster = this.redis;
+    if (!(cluster instanceof Cluster)) return replies;
+    for (let redirections = 0; redirections < redisClusterOptions.maxRedirections!; redirections++) {
+      const redirection = clusterRedirection(replies[0]![0]);
+      if (redirection === undefined) break;
+      if (redirection.kind === "moved" || redirection.kind === "ask") {
+        // MOVED: later commands route by a refreshed map; this one goes to the named node now.
+        if (redirection.kind === "moved") cluster.refreshSlotsCache();
+        [target, asking] = [await this.clusterNodeAt(cluster, redirection.address), redirection.kind === "ask"];
+      } else {
+        // TRYAGAIN, CLUSTERDOWN: the same node (behind ASKING again if it was asked), after a pause.
+        await new Promise((resolve) => setTimeout(resolve, redisClusterOptions.retryDelayOnTryAgain));
+      }
+      replies = await send(target, asking);
+    }
+    return replies;
+  }
+
+  /** The cluster client's connection to the node at `address` ("host:port"), once more after a slot map refresh if it knows none. */
+  private async clusterNodeAt(cluster: Cluster, address: string): Promise<Redis> {
+    const { host, port } = clusterNode(address);
+    const find = () => cluster.nodes("all").find((node) => node.options.host === host && node.options.port === port);
+    const known = find() ?? (await new Promise<void>((resolve) => cluster.refreshSlotsCache(() => resolve())), find());
+    if (known === undefined) throw new Error(`the cluster redirected a command to ${address}, a node its client does not know (yet)`);
+    return known;
   }
 
   /** UNAVAILABLE when `waitReplicas` is on and fewer replicas than it acknowledged the commit of `version`. */
@@ -812,10 +978,7 @@ export class RedisConversationStore implements ConversationStore {
    */
   private async replicasAcknowledging(keys: ConversationKeys): Promise<number> {
     return this.call("waiting for replicas", async () => {
-      const pipeline = this.redis.pipeline();
-      pipeline.get(keys.version);
-      pipeline.call("WAIT", this.waitReplicas, this.waitTimeoutMs);
-      const [[readError], [waitError, acknowledged]] = (await pipeline.exec()) as [Error | null, unknown][];
+      const [[readError], [waitError, acknowledged]] = await this.behindWait((pipeline) => pipeline.get(keys.version));
       if (readError) throw readError;
       if (waitError) throw waitError;
       return Number(acknowledged);

@@ -187,6 +187,58 @@ return reply
 `;
 
 /**
+ * Reads a window of one segment list at one version, and with it, when asked, the rest of the
+ * state whole (`ConversationStore.readWindow`).
+ * KEYS: version, header, the four segment lists.
+ * ARGV: the segment (1-4), the window's end ("" = the list's length; past it = the length), its
+ * count, "1" to send the rest (`rest` and the other three lists), the version the caller pins the
+ * read to ("" = none), the cached copy's version and `created` ("" = none).
+ * Returns {'ok', false} for a conversation never written; {'moved', version} when it is not at the
+ * pinned version; {'ok', version, 'cached'} when it is at the cached copy's version (header and
+ * list lengths still checked); else {'ok', version, created, start, length, the window's encoded
+ * messages, rest or false, then per segment the whole list when the rest was asked for and this is
+ * not the window's segment, else false, then the segment's `_at`, then its first message when the
+ * window starts after it, else false}. {'corrupt', detail} as the load script.
+ */
+export const windowScript = `#!lua flags=no-writes
+${scriptPrelude}
+local headerType, bad = checkStateTypes()
+if bad then return bad end
+local version = redis.call('GET', KEYS[1])
+if not version then
+  bad = nothingWithoutVersion(headerType)
+  if bad then return bad end
+  if ARGV[5] ~= '' then return {'moved', '0'} end
+  return {'ok', false}
+end
+if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
+if version == '0' then return corrupt('the version key ' .. KEYS[1] .. ' holds "0"') end
+if headerType == 'none' then return corrupt('version ' .. version .. ' is stored without its state') end
+local header
+header, bad = readHeader(version)
+if bad then return bad end
+if ARGV[5] ~= '' and ARGV[5] ~= version then return {'moved', version} end
+if version == ARGV[6] and header.created == ARGV[7] then return {'ok', version, 'cached'} end
+local segment = tonumber(ARGV[1])
+local length = tonumber(header[segmentNames[segment]])
+local stop = length
+if ARGV[2] ~= '' and tonumber(ARGV[2]) < length then stop = tonumber(ARGV[2]) end
+local start = stop - tonumber(ARGV[3])
+if start < 0 then start = 0 end
+local window = {}
+if stop > start then window = redis.call('LRANGE', KEYS[2 + segment], start, stop - 1) end
+local reply = {'ok', version, header.created, start, length, window, false}
+local withRest = ARGV[4] == '1'
+if withRest then reply[7] = header.rest end
+for i = 1, 4 do
+  if withRest and i ~= segment then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], 0, -1) else reply[#reply + 1] = false end
+end
+reply[#reply + 1] = header[segmentNames[segment] .. '_at']
+if start > 0 then reply[#reply + 1] = redis.call('LINDEX', KEYS[2 + segment], 0) else reply[#reply + 1] = false end
+return reply
+`;
+
+/**
  * Commits one batch computed by the client from the state at the expected version, writing only
  * what the batch changed.
  * KEYS: version, header, the four segment lists, changes stream, idempotency record.

@@ -159,6 +159,21 @@ describe("TextCountTable", () => {
     expect(table.evict(5)).toBeGreaterThanOrEqual(5);
   });
 
+  it("keeps the text level within its byte bound, forgetting the oldest texts first, long ones included", async () => {
+    const cache = new TokenCountCache(200_000, undefined, 64 * 1024);
+    const estimator = await createEstimator(create(EstimatorSchema, { kind: EstimatorKind.TOKENIZER, encoding: TokenizerEncoding.O200K_BASE }), Provider.OPENAI_CHAT, "e", cache);
+    for (let index = 0; index < 400; index++) estimator.countMessage(user(`u${index}`, `text number ${index} `.repeat(10)));
+    expect(cache.keptTextBytes).toBeLessThanOrEqual(64 * 1024);
+    expect(cache.keptTexts).toBeGreaterThan(50);
+    const counted = cache.keptTexts;
+    estimator.countMessage(user("long", "a long text ".repeat(3_000)));
+    // One text of ~72 KB is over the bound alone: it goes too, and everything older with it.
+    expect(cache.keptTextBytes).toBeLessThanOrEqual(64 * 1024);
+    expect(cache.keptTexts).toBeLessThan(counted);
+    // What it forgot it counts again, the same.
+    expect(estimator.countMessage(user("u0", `text number 0 `.repeat(10)))).toBe((await createEstimator(create(EstimatorSchema, { kind: EstimatorKind.TOKENIZER, encoding: TokenizerEncoding.O200K_BASE }), Provider.OPENAI_CHAT, "e")).countMessage(user("u0", `text number 0 `.repeat(10))));
+  });
+
   it("hashes short texts in full", () => {
     expect(sampleHash("abc")).not.toBe(sampleHash("abd"));
     expect(sampleHash("a".repeat(64))).not.toBe(sampleHash("a".repeat(63) + "b"));

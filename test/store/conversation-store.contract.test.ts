@@ -402,6 +402,62 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(state.version).toBeGreaterThan(100n);
   });
 
+  it("reads a window of a segment at one version: the tail, a range before a position, clamped, with the rest whole or without it", async () => {
+    const id = freshId("window");
+    const never = await store.readWindow(id, { segment: "history", count: 10, withRest: true });
+    expect([never.state.version, never.start, never.length, never.state.history.length]).toEqual([0n, 0, 0, 0]);
+    await store.commit(id, undefined, [appendHistory(...Array.from({ length: 50 }, (_, index) => textMessage(`h${index}`, index % 2 ? Role.ASSISTANT : Role.USER, `m${index}`)))], "");
+    await store.commit(id, undefined, [delta({ case: "appendMessages", value: { segment: Segment.SYSTEM, messages: [textMessage("s0", Role.SYSTEM, "be brief")] } }), artifactDelta("a1")], "");
+    const loaded = await store.load(id);
+    const ids = (messages: readonly Message[]) => messages.map((message) => message.id);
+    for (const [query, start, stop] of [
+      [{ count: 10 }, 40, 50],
+      [{ end: 25, count: 10 }, 15, 25],
+      [{ end: 5, count: 10 }, 0, 5],
+      [{ end: 80, count: 3 }, 47, 50],
+      [{ count: 500 }, 0, 50],
+      [{ count: 0 }, 50, 50],
+    ] as const) {
+      for (const withRest of [true, false]) {
+        const window = await store.readWindow(id, { segment: "history", withRest, ...query });
+        const where = `${JSON.stringify(query)} withRest ${withRest}`;
+        expect([window.state.version, window.start, window.length], where).toEqual([loaded.version, start, 50]);
+        expect(ids(window.state.history), where).toEqual(ids(loaded.history.slice(start, stop)));
+        for (const [index, message] of window.state.history.entries()) expect(equals(MessageSchema, message, loaded.history[start + index]!), where).toBe(true);
+        if (withRest) expect(toBinary(ConversationStateSchema, { ...window.state, history: loaded.history }), where).toEqual(toBinary(ConversationStateSchema, loaded));
+        else expect([window.state.system.length, window.state.artifacts.length], where).toEqual([0, 0]);
+      }
+    }
+    const system = await store.readWindow(id, { segment: "system", count: 1, withRest: true });
+    expect([ids(system.state.system), system.length, ids(system.state.history)]).toEqual([["s0"], 1, ids(loaded.history)]);
+  });
+
+  it("pins a window to a version: a later page at the same version reads on, a moved conversation is ABORTED naming its version", async () => {
+    const id = freshId("window-pinned");
+    const moved = await rejection(store.readWindow(id, { segment: "history", count: 1, withRest: false, atVersion: 3n }));
+    expect([moved.code, moved.rawMessage]).toEqual([Code.Aborted, expect.stringMatching(/is at version 0, not at version 3/)]);
+    await store.commit(id, undefined, [appendHistory(...Array.from({ length: 30 }, (_, index) => textMessage(`p${index}`, Role.USER, "x")))], "");
+    const first = await store.readWindow(id, { segment: "history", count: 10, withRest: false });
+    const second = await store.readWindow(id, { segment: "history", end: first.start, count: 10, withRest: false, atVersion: first.state.version });
+    expect([second.start, second.state.history[0]!.id]).toEqual([10, "p10"]);
+    await store.commit(id, undefined, [appendHistory(textMessage("later", Role.USER, "y"))], "");
+    const error = await rejection(store.readWindow(id, { segment: "history", end: second.start, count: 10, withRest: false, atVersion: first.state.version }));
+    expect([error.code, error.rawMessage]).toEqual([Code.Aborted, expect.stringMatching(/is at version 2, not at version 1 that this read is pinned to/)]);
+  });
+
+  it("refuses a window query no store can answer as INVALID_ARGUMENT naming the field and the bound", async () => {
+    const id = freshId("window-invalid");
+    for (const [query, pattern] of [
+      [{ segment: "history", count: -1, withRest: false }, /count -1 must be an integer from 0 to 1000000/],
+      [{ segment: "history", count: 1.5, withRest: false }, /count 1.5 must be an integer/],
+      [{ segment: "history", count: 1, end: -2, withRest: false }, /end -2 must be a non-negative integer/],
+      [{ segment: "pending", count: 1, withRest: false }, /segment "pending" is not one of system, history, memory, tools/],
+    ] as const) {
+      const error = await rejection(store.readWindow(id, query as never));
+      expect([error.code, error.rawMessage]).toEqual([Code.InvalidArgument, expect.stringMatching(pattern)]);
+    }
+  });
+
   it("refuses an id already in a long conversation in every segment, after appends, removals and replaces, and takes back a removed one", async () => {
     const id = freshId("long-ids");
     const text = (messageId: string, role = Role.USER) => create(MessageSchema, { id: messageId, role, parts: [{ kind: { case: "text", value: { text: "x" } } }] });
@@ -656,6 +712,57 @@ describe.each([
       await second.close();
     }
   });
+});
+
+describe.each([
+  ["redis", () => new RedisConversationStore(redis.url)],
+  ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) })],
+  ["postgres", () => new PostgresConversationStore(postgres.url)],
+] as const)("%s store: windows read by a process without a cached copy", (_name, open) => {
+  it("after each of 120 random edits (compactions and replaces included) a fresh process's windows are the writer's slices", async () => {
+    const [writer, reader] = [open(), open()];
+    try {
+      await Promise.all([writer.connected(), reader.connected()]);
+      const id = freshId("window-random");
+      const random = randomSource(77);
+      const edits = randomEdits(random);
+      let state = await writer.load(id);
+      for (let step = 0; step < 120; step++) {
+        const deltas = edits(state);
+        if (deltas === undefined) continue;
+        state = (await writer.commit(id, state.version, deltas, "")).state!;
+        const segment = (["history", "history", "system", "tools"] as const)[step % 4]!;
+        const length = state[segment].length;
+        const end = random() < 0.5 ? undefined : Math.floor(random() * (length + 3));
+        const count = Math.floor(random() * 12);
+        const withRest = random() < 0.5;
+        // A fresh store each time: nothing cached, every window read from the database.
+        const fresh = open();
+        try {
+          await fresh.connected();
+          const window = await fresh.readWindow(id, { segment, end, count, withRest });
+          const stop = end === undefined ? length : Math.min(end, length);
+          const start = Math.max(0, stop - count);
+          const where = `step ${step}: ${segment} end ${end} count ${count} withRest ${withRest}`;
+          expect([window.state.version, window.start, window.length], where).toEqual([state.version, start, length]);
+          expect(toBinary(ConversationStateSchema, { ...state, [segment]: state[segment].slice(start, stop) }), where).toEqual(
+            toBinary(ConversationStateSchema, withRest ? window.state : { ...state, ...Object.fromEntries(["system", "history", "memory", "tools"].map((name) => [name, name === segment ? window.state[segment] : state[name as "system"]])) }),
+          );
+          // Without the rest, nothing but the window's segment.
+          if (!withRest) for (const other of ["system", "history", "memory", "tools"] as const) if (other !== segment) expect(window.state[other], where).toEqual([]);
+        } finally {
+          await fresh.close();
+        }
+        // The reader keeps a cached copy: its windows come from it once it is current.
+        await reader.load(id);
+        const cachedWindow = await reader.readWindow(id, { segment, end, count, withRest: true });
+        expect(toBinary(ConversationStateSchema, { ...cachedWindow.state, [segment]: state[segment] })).toEqual(toBinary(ConversationStateSchema, state));
+      }
+      expect(state.version).toBeGreaterThan(60n);
+    } finally {
+      await Promise.all([writer.close(), reader.close()]);
+    }
+  }, 60_000);
 });
 
 describe("MemoryConversationStore specifics", () => {

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Cluster } from "ioredis";
+import { Cluster, Redis } from "ioredis";
 import { startRedis } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, textMessage } from "./fixtures.js";
@@ -116,6 +116,71 @@ describe("Redis Cluster store", () => {
     await expect.poll(async () => store.commit(id, 1n, [appendHistory(textMessage("after", Role.USER, "after"))], "after").then((outcome) => outcome.version, () => 0n), { timeout: 10_000 }).toBe(2n);
     await watching;
     expect(seen).toEqual(["before", "after"]);
+  });
+  it("with waitReplicas, answers the first commit after a manual failover, with no read before it: the commit pipeline follows MOVED", async () => {
+    // On another shard than the Watch test's: the masters vote for one failover per shard per two node timeouts.
+    const watchedMaster = await cluster.masterOf(conversationKeys("contextd", "watched-through-failover").version);
+    let id = "";
+    for (let candidate = 0; id === ""; candidate++) {
+      const master = await cluster.masterOf(conversationKeys("contextd", `committed-through-failover-${candidate}`).version);
+      if (master !== watchedMaster) id = `committed-through-failover-${candidate}`;
+    }
+    const keys = conversationKeys("contextd", id);
+    const waiting = new RedisConversationStore({ clusterNodes: cluster.addresses }, { waitReplicas: 1 });
+    try {
+      await waiting.connected();
+      expect((await waiting.commit(id, 0n, [appendHistory(textMessage("before", Role.USER, "before"))], "before")).version).toBe(1n);
+      const master = await cluster.masterOf(keys.version);
+      await cluster.promote(await cluster.replicaOf(master));
+      await cluster.settled();
+      // The store still maps the slot to the old master, now a replica: the script is refused with
+      // MOVED there while WAIT is refused for another reason, which the cluster client does not follow.
+      const outcome = await waiting.commit(id, 1n, [appendHistory(textMessage("after", Role.USER, "after"))], "after");
+      expect(outcome).toMatchObject({ version: 2n, replayed: false });
+      expect((await store.load(id)).history.map((message) => message.id)).toEqual(["before", "after"]);
+    } finally {
+      await waiting.close();
+    }
+  });
+
+  it("with waitReplicas, refuses a commit while its conversation's keys are mid-migration without writing anything (ASK, then TRYAGAIN at the importing node), and commits to the new owner after it (MOVED)", async () => {
+    const id = "committed-while-migrating";
+    const keys = conversationKeys("contextd", id);
+    const slot = calculateSlot(keys.version);
+    const source = await cluster.masterOf(keys.version);
+    const roles = await Promise.all(cluster.nodes.map((node) => node.role()));
+    const masters = cluster.nodes.filter((_, index) => roles[index] === "master");
+    const target = masters.find((node) => node !== source)!;
+    const clients = new Map(masters.map((node) => [node, new Redis(node.port)]));
+    const [sourceClient, targetClient] = [clients.get(source)!, clients.get(target)!];
+    const waiting = new RedisConversationStore({ clusterNodes: cluster.addresses }, { waitReplicas: 1, maxCommitAttempts: 1 });
+    try {
+      await waiting.connected();
+      // Committed (and cached: the next commit goes straight to the script, without a read) before the migration.
+      await waiting.commit(id, 0n, [appendHistory(textMessage("m1", Role.USER, "hi"))], "k1");
+      const all = [keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency("k1")];
+      const present = (await Promise.all(all.map(async (key) => ((await sourceClient.exists(key)) === 1 ? [key] : [])))).flat();
+      const [sourceId, targetId] = await Promise.all([sourceClient.call("CLUSTER", "MYID"), targetClient.call("CLUSTER", "MYID")]);
+      await targetClient.call("CLUSTER", "SETSLOT", slot, "IMPORTING", String(sourceId));
+      await sourceClient.call("CLUSTER", "SETSLOT", slot, "MIGRATING", String(targetId));
+      await sourceClient.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5_000, "KEYS", ...present);
+      // The source has none of the keys: ASK. The importing node has some (the new idempotency
+      // record is never there): TRYAGAIN, until the store gives up.
+      const refused = await waiting.commit(id, 1n, [appendHistory(textMessage("m2", Role.USER, "hi"))], "k2").then(() => undefined, (error: unknown) => error);
+      expect(refused).toBeInstanceOf(ConnectError);
+      expect((refused as ConnectError).code).toBe(Code.Unavailable);
+      expect((refused as ConnectError).rawMessage).toContain("TRYAGAIN");
+      await targetClient.call("ASKING");
+      expect(await targetClient.get(keys.version), "nothing written").toBe("1");
+      // The migration ends: the slot is the target's, and the same commit goes through there.
+      for (const client of clients.values()) await client.call("CLUSTER", "SETSLOT", slot, "NODE", String(targetId));
+      await cluster.settled();
+      expect(await waiting.commit(id, 1n, [appendHistory(textMessage("m2", Role.USER, "hi"))], "k2")).toMatchObject({ version: 2n, replayed: false });
+      expect((await store.load(id)).history.map((message) => message.id)).toEqual(["m1", "m2"]);
+    } finally {
+      for (const client of clients.values()) client.disconnect();
+      await waiting.close();
+    }
   });
 });
 

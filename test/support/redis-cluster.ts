@@ -22,9 +22,11 @@ export interface ClusterNode {
   restart(): Promise<void>;
   /** "master" or "slave", as the node itself reports it now. */
   role(): Promise<string>;
+  /** How many replicas are connected to this node and in sync (`state=online` in INFO replication). */
+  onlineReplicas(): Promise<number>;
 }
 
-/** A real Redis Cluster on loopback: three masters with one replica each, on free ports. */
+/** A real Redis Cluster on loopback: three masters with one replica each (or `replicasPerMaster`), on free ports. */
 export interface RedisCluster {
   nodes: ClusterNode[];
   /** Every node's address, for `--redis-cluster-nodes` or ioredis' Cluster. */
@@ -55,18 +57,22 @@ export interface RedisClusterOptions {
    * the server certificate of `certificates`. `ClusterNode.address` is then the TLS port.
    */
   secured?: { password: string; certificates: TestCertificates };
+  /** Replicas of each master (default 1): with 2, a master's loss still leaves its shard a replica. */
+  replicasPerMaster?: number;
 }
 
 /**
  * Six redis-server processes in cluster mode (each in its own directory, persistence off, as in
  * `startRedis`), joined by `redis-cli --cluster create --cluster-replicas 1`, which makes the first
- * three masters and the last three their replicas. Resolves once every node sees the cluster ok.
+ * three masters and the last three their replicas (nine and `--cluster-replicas 2` with
+ * `replicasPerMaster: 2`). Resolves once every node sees the cluster ok.
  */
 export async function startRedisCluster(options: RedisClusterOptions = {}): Promise<RedisCluster> {
   const root = mkdtempSync(join(tmpdir(), "contextd-redis-cluster-"));
   const ports: number[] = [];
   // Cluster nodes also listen on port + 10000 (the cluster bus): keep both free and distinct.
-  while (ports.length < 6) {
+  const replicasPerMaster = options.replicasPerMaster ?? 1;
+  while (ports.length < 3 * (1 + replicasPerMaster)) {
     const port = await freePort();
     if (port > 55_000 || ports.includes(port)) continue;
     ports.push(port);
@@ -135,10 +141,11 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     kill: () => stop(port, "SIGKILL"),
     restart: () => launch(port),
     role: async () => (await cli(port, "ROLE")).split("\n")[0]!,
+    onlineReplicas: async () => (await cli(port, "INFO", "replication")).split("\n").filter((line) => /^slave\d+:.*state=online/.test(line)).length,
   }));
   try {
     await Promise.all(ports.map(launch));
-    await run("redis-cli", [...cliSecurity, "--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"]);
+    await run("redis-cli", [...cliSecurity, "--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", String(replicasPerMaster), "--cluster-yes"]);
   } catch (error) {
     await Promise.all(ports.map((port) => stop(port, "SIGKILL")));
     throw error;

@@ -1,5 +1,6 @@
 import type { CompileResultPart } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ElidedHead } from "./history-head.js";
 import type { HistoryFacts } from "./history-facts.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
@@ -81,6 +82,12 @@ export interface CompileContext {
    * leave the history's head out (`elideHistoryHead`). Without it every compile walks the whole history.
    */
   historyFacts?: (history: readonly Message[]) => HistoryFacts | undefined;
+  /**
+   * The head left out, planned from the stored tail (`planStoredHead`) by a caller that read only
+   * the tail: `stored.history` is a window of the stored history's tail, and the stages see it
+   * from `tailFrom` on. The figures are the ones `elideHistoryHead` would find.
+   */
+  storedHead?: { head: ElidedHead; tailFrom: number };
 }
 
 /**

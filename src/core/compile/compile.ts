@@ -71,10 +71,11 @@ export async function compile(request: CompileRequest, context: CompileContext):
   if (head) work.historyCounts = { history: work.segments.history, counts: head.tailCounts, offset: head.count };
   // What the whole history normalises to: with a head left out, the stored history itself (a clean
   // history is passed through as the same array).
-  const normalizedSegments = head ? { ...work.segments, history: head.history as Message[] } : work.segments;
+  // (A head planned from the stored tail has no history: the compile then builds no part that copies it.)
+  const normalizedSegments = head?.history ? { ...work.segments, history: head.history as Message[] } : work.segments;
   checkToolArguments(work, inputs, extras, request.toolArgumentsRepair);
   validateAndRepairToolRounds(work, request.repair, context.randomId);
-  const repairedSegments = head ? { ...work.segments, history: head.history as Message[] } : work.segments;
+  const repairedSegments = head?.history ? { ...work.segments, history: head.history as Message[] } : work.segments;
   if (deadline.checkNow("normalize")) await deadline.pause("normalize");
   await events.stageDone("normalize");
 
@@ -265,11 +266,11 @@ function emitSummaryEvents(events: CompileEvents, budget: Awaited<ReturnType<typ
   while (tailRun < history.length && isBudgetDropped(work.records[history[tailRun]!.id])) tailRun++;
   const runCount = (head?.count ?? 0) + tailRun;
   if (runCount > 0) {
-    const first = head && head.count > 0 ? head.history[0]! : history[0]!;
-    const last = tailRun > 0 ? history[tailRun - 1]! : head!.history[head!.count - 1]!;
+    const firstMessageId = head && head.count > 0 ? head.firstId : history[0]!.id;
+    const lastMessageId = tailRun > 0 ? history[tailRun - 1]!.id : head!.lastId;
     events.emit({
       case: "historyHeadDropped",
-      value: { $typeName: "contextd.v1.HistoryHeadDropped", count: BigInt(runCount), firstMessageId: first.id, lastMessageId: last.id },
+      value: { $typeName: "contextd.v1.HistoryHeadDropped", count: BigInt(runCount), firstMessageId, lastMessageId },
     });
   }
   if (work.droppedIds) {

@@ -158,7 +158,7 @@ const maxAdoptedCopies = 64;
  * What `isWellFormedMessage` checks (stage 1 measures a stored message's JSON depth at commit,
  * not at compile), plus tool-call arguments that are JSON objects (else stage 1 repairs them).
  */
-function wellFormedStored(message: Message): boolean {
+export function wellFormedStored(message: Message): boolean {
   if (message.role === Role.UNSPECIFIED || Role[message.role] === undefined) return false;
   for (const part of message.parts) if (part.kind.case === undefined) return false;
   return firstInvalidToolCall(message) === undefined;

@@ -13,8 +13,14 @@ import type { CompileInputs } from "./request-inputs.js";
  * result is added back from these figures, so the result is the one the whole history gives.
  */
 export interface ElidedHead {
-  /** The whole stored history; the stages see `history.slice(count)`. */
-  history: readonly Message[];
+  /**
+   * The whole stored history; the stages see `history.slice(count)`. Absent when the head was
+   * planned from the stored tail (`planStoredHead`): then no part that copies the history is built.
+   */
+  history?: readonly Message[];
+  /** The ids of the history's first message and of the head's last (the `history_head_dropped` event). */
+  firstId: string;
+  lastId: string;
   /** Messages left out: `history[0, count)`, whole units. */
   count: number;
   /** Their tokens under the compile's estimator. */
@@ -50,28 +56,15 @@ export async function elideHistoryHead(
   /** The calibration correction the budget will apply to the limit (`calibratedLimit`). */
   correction = 1,
 ): Promise<ElidedHead | undefined> {
-  if (!context.historyFacts || !context.parts || !inputs.storedSegments.has("history")) return undefined;
-  if (context.parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || context.parts.has(CompileResultPart.PERSISTENCE) || context.parts.has(CompileResultPart.MESSAGE_TOKENS)) return undefined;
-  if (
-    request.pending.length > 0 ||
-    request.deferredBlocks.length > 0 ||
-    request.hooks.length > 0 ||
-    request.formatters.length > 0 ||
-    request.textReplacements.length > 0 ||
-    request.targets.length > 0 ||
-    (request.roleProjection?.rules.length ?? 0) > 0 ||
-    // Previews change the head's token counts before the budget sees them.
-    request.largeToolResults !== undefined
-  ) {
-    return undefined;
+  if (context.storedHead) {
+    // Planned from the stored tail (`planStoredHead`): the stored state holds the window only.
+    const { head, tailFrom } = context.storedHead;
+    inputs.segments = { ...inputs.segments, history: inputs.segments.history.slice(tailFrom) };
+    return head;
   }
-  const budget = request.budget;
-  if (!budget || budget.maxTokens <= 0n || budget.maxTokens > BigInt(maxBudgetTokens)) return undefined;
-  if (budget.strategy !== BudgetStrategy.UNSPECIFIED && budget.strategy !== BudgetStrategy.DROP_HEAD && budget.strategy !== BudgetStrategy.DROP) return undefined;
-  if (budget.protectedRoles.length > 0 || budget.retainedIds.length > 0) return undefined;
-  // Clearing frees tokens instead of dropping the head, and steps round the overflow of the whole
-  // history: with either, the head is not certain to go.
-  if (budget.toolResultClearing || budget.reasoningClearing || budget.trimStepTokens > 0n) return undefined;
+  if (!context.historyFacts || !context.parts || !inputs.storedSegments.has("history")) return undefined;
+  if (!headElisionAllowed(request, context.parts)) return undefined;
+  const budget = request.budget!;
   const history = inputs.segments.history;
   if (history.length < 2) return undefined;
 
@@ -106,9 +99,43 @@ export async function elideHistoryHead(
   inputs.segments = { ...inputs.segments, history: history.slice(cut) };
   return {
     history,
+    firstId: history[0]!.id,
+    lastId: history[cut - 1]!.id,
     count: cut,
     tokens: prefix[cut]!,
     characters: facts.characters[cut]!,
     tailCounts: counts.slice(cut),
   };
 }
+
+/**
+ * Whether the request lets the head be left out at all (what `elideHistoryHead` checks of the
+ * request before it looks at the history): no part that lists the head, nothing before the budget
+ * that changes a history message, a `max_tokens` budget that drops from the head.
+ */
+export function headElisionAllowed(request: CompileRequest, parts: ReadonlySet<CompileResultPart>): boolean {
+  // Each of these lists the head message by message.
+  if (parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || parts.has(CompileResultPart.PERSISTENCE) || parts.has(CompileResultPart.MESSAGE_TOKENS)) return false;
+  if (
+    request.pending.length > 0 ||
+    request.deferredBlocks.length > 0 ||
+    request.hooks.length > 0 ||
+    request.formatters.length > 0 ||
+    request.textReplacements.length > 0 ||
+    request.targets.length > 0 ||
+    (request.roleProjection?.rules.length ?? 0) > 0 ||
+    // Previews change the head's token counts before the budget sees them.
+    request.largeToolResults !== undefined
+  ) {
+    return false;
+  }
+  const budget = request.budget;
+  if (!budget || budget.maxTokens <= 0n || budget.maxTokens > BigInt(maxBudgetTokens)) return false;
+  if (budget.strategy !== BudgetStrategy.UNSPECIFIED && budget.strategy !== BudgetStrategy.DROP_HEAD && budget.strategy !== BudgetStrategy.DROP) return false;
+  if (budget.protectedRoles.length > 0 || budget.retainedIds.length > 0) return false;
+  // Clearing frees tokens instead of dropping the head, and steps round the overflow of the whole
+  // history: with either, the head is not certain to go.
+  if (budget.toolResultClearing || budget.reasoningClearing || budget.trimStepTokens > 0n) return false;
+  return true;
+}
+

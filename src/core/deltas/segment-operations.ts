@@ -88,8 +88,11 @@ const strictHistory: ToolRoundCheck = { allowOpenTail: true };
 const lenientHistory: ToolRoundCheck = { allowOpenTail: true, tolerated: pairingRules };
 const otherSegments: ToolRoundCheck = { allowOpenTail: false };
 
-/** What a commit refuses in `field` (see `withValidSegment`). */
-function segmentCheck(field: SegmentField, context: DeltaContext | undefined): ToolRoundCheck {
+/**
+ * What a commit refuses in `field` (see `withValidSegment`). Exported for stores that record a
+ * list as already checked: the record holds for this very check object only.
+ */
+export function segmentCheck(field: SegmentField, context: Pick<DeltaContext, "strictToolRounds"> | undefined): ToolRoundCheck {
   if (field !== "history") return otherSegments;
   return context?.strictToolRounds ? strictHistory : lenientHistory;
 }

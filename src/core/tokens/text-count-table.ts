@@ -21,9 +21,15 @@ export class TextCountTable {
   private readonly buckets = new Map<number, Entry>();
   private readonly overflow = new Map<string, number>();
   private count = 0;
+  private keptBytes = 0;
 
   get size(): number {
     return this.count;
+  }
+
+  /** Roughly what the entries hold: their texts (2 bytes a UTF-16 unit) and ~64 bytes each. */
+  get bytes(): number {
+    return this.keptBytes;
   }
 
   get(text: string): number | undefined {
@@ -43,6 +49,7 @@ export class TextCountTable {
     if (length >= maxChain) this.overflow.set(text, tokens);
     else this.buckets.set(hash, { text, tokens, next: head });
     this.count++;
+    this.keptBytes += entryBytes(text);
   }
 
   /**
@@ -53,12 +60,16 @@ export class TextCountTable {
     let evicted = 0;
     for (const [hash, head] of this.buckets) {
       if (evicted >= target) break;
-      for (let entry: Entry | undefined = head; entry; entry = entry.next) evicted++;
+      for (let entry: Entry | undefined = head; entry; entry = entry.next) {
+        evicted++;
+        this.keptBytes -= entryBytes(entry.text);
+      }
       this.buckets.delete(hash);
     }
     for (const text of this.overflow.keys()) {
       if (evicted >= target) break;
       this.overflow.delete(text);
+      this.keptBytes -= entryBytes(text);
       evicted++;
     }
     this.count -= evicted;
@@ -69,6 +80,7 @@ export class TextCountTable {
     this.buckets.clear();
     this.overflow.clear();
     this.count = 0;
+    this.keptBytes = 0;
   }
 }
 
@@ -76,6 +88,10 @@ export class TextCountTable {
  * A 30-bit hash of the length and a fixed sample of characters (the whole text up to 64 of them).
  * 30 bits keep it a small integer for V8, so a Map keyed by it boxes nothing.
  */
+function entryBytes(text: string): number {
+  return 2 * text.length + 64;
+}
+
 export function sampleHash(text: string): number {
   const length = text.length;
   let hash = length;

@@ -12,6 +12,21 @@ import { TextCountTable } from "./text-count-table.js";
  * the next request; each entry holds its list alive.
  */
 const maxRecentLists = 64;
+/** Messages of all recent lists together: each holds its list alive, a long one past its state's cache too. */
+const maxRecentListMessages = 1 << 20;
+/** Default of `--token-count-text-bytes`: what the text level keeps (its texts and entries). */
+export const defaultMaxTokenCountTextBytes = 64 * 1024 * 1024;
+
+/**
+ * Counts known beside the messages themselves: what a store read with a stored message (see
+ * `StoredTokenCounts` in the codec), the same number `countMessage` of the estimator with that
+ * cache key gives. A message it knows is not counted again.
+ */
+export interface KnownTokenCounts {
+  /** The cache key of the estimator whose counts are known (undefined: none are). */
+  readonly cacheKey: string | undefined;
+  countOf(message: Message, cacheKey: string): number | undefined;
+}
 
 /**
  * Token counts shared across compiles (semantics §4: a conversation is tokenized once), at three
@@ -43,7 +58,18 @@ export class TokenCountCache {
   listLookups = 0;
   listHits = 0;
 
-  constructor(private readonly maxTexts = 200_000) {}
+  /** Messages counted afresh that `known` answered (for metrics and tests). */
+  knownHits = 0;
+
+  private recentListMessages = 0;
+
+  constructor(
+    private readonly maxTexts = 200_000,
+    /** Counts stored with the messages (a fresh sidecar's first compile of a long conversation takes them instead of counting it). */
+    readonly known?: KnownTokenCounts,
+    /** What the text level may keep (`TextCountTable.bytes` of every encoding together); past it the oldest tenth goes, again until under. */
+    private readonly maxTextBytes = defaultMaxTokenCountTextBytes,
+  ) {}
 
   /** The count of `message` under `estimator`. */
   count(estimator: TokenEstimator, message: Message): number {
@@ -92,17 +118,27 @@ export class TokenCountCache {
   countEach(estimator: TokenEstimator, messages: readonly Message[], clock = DeadlineCheck.none): number[] | Promise<number[]> {
     const counts = new Array<number>(messages.length);
     for (let index = 0; index < messages.length; index++) {
-      const count = countFresh(estimator, messages[index]!, clock);
+      const count = this.countFresh(estimator, messages[index]!, clock);
       if (typeof count !== "number") return this.countEachFrom(estimator, messages, clock, counts, index, count);
       counts[index] = count;
     }
     return counts;
   }
 
+  /** One message counted afresh: its stored count when `known` has one, else `countFresh`. */
+  private countFresh(estimator: TokenEstimator, message: Message, clock: DeadlineCheck): number | Promise<number> {
+    const stored = this.known?.countOf(message, estimator.cacheKey);
+    if (stored !== undefined) {
+      this.knownHits++;
+      return stored;
+    }
+    return countFresh(estimator, message, clock);
+  }
+
   private async countEachFrom(estimator: TokenEstimator, messages: readonly Message[], clock: DeadlineCheck, counts: number[], index: number, waiting: Promise<number>): Promise<number[]> {
     counts[index] = await waiting;
     for (index++; index < messages.length; index++) {
-      const count = countFresh(estimator, messages[index]!, clock);
+      const count = this.countFresh(estimator, messages[index]!, clock);
       counts[index] = typeof count === "number" ? count : await count;
     }
     return counts;
@@ -125,7 +161,7 @@ export class TokenCountCache {
         counts[index] = recent!.counts[index]!;
         continue;
       }
-      const count = countFresh(estimator, message, clock);
+      const count = this.countFresh(estimator, message, clock);
       if (typeof count !== "number") return this.countRestAgainstRecent(estimator, messages, clock, key, counts, index, count);
       counts[index] = count;
     }
@@ -152,7 +188,7 @@ export class TokenCountCache {
         counts[index] = recent!.counts[index]!;
         continue;
       }
-      const count = countFresh(estimator, message, clock);
+      const count = this.countFresh(estimator, message, clock);
       counts[index] = typeof count === "number" ? count : await count;
     }
     this.rememberList(key, messages, counts);
@@ -161,9 +197,16 @@ export class TokenCountCache {
 
   private rememberList(key: string, messages: readonly Message[], counts: number[]): void {
     // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
+    const replaced = this.recentLists.get(key);
+    if (replaced) this.recentListMessages -= replaced.messages.length;
     this.recentLists.delete(key);
     this.recentLists.set(key, { messages, counts });
-    if (this.recentLists.size > maxRecentLists) this.recentLists.delete(this.recentLists.keys().next().value!);
+    this.recentListMessages += messages.length;
+    while (this.recentLists.size > maxRecentLists || (this.recentListMessages > maxRecentListMessages && this.recentLists.size > 1)) {
+      const [oldestKey, oldest] = this.recentLists.entries().next().value!;
+      this.recentLists.delete(oldestKey);
+      this.recentListMessages -= oldest.messages.length;
+    }
   }
 
   /**
@@ -175,6 +218,13 @@ export class TokenCountCache {
     return this.textCount;
   }
 
+  /** Roughly what the kept texts hold (bounded by `maxTextBytes`). */
+  get keptTextBytes(): number {
+    let bytes = 0;
+    for (const texts of this.texts.values()) bytes += texts.bytes;
+    return bytes;
+  }
+
   textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter {
     let counter = this.textCounters.get(encoding);
     if (!counter) {
@@ -184,7 +234,7 @@ export class TokenCountCache {
         if (cached !== undefined) return cached;
         const tokens = count(text, betweenChunks);
         texts.set(text, tokens);
-        if (++this.textCount > this.maxTexts) this.evictOldestTexts();
+        if (++this.textCount > this.maxTexts || texts.bytes > this.maxTextBytes) this.evictOldestTexts();
         return tokens;
       };
       this.textCounters.set(encoding, counter);
@@ -202,7 +252,7 @@ export class TokenCountCache {
       // Another call may have counted the same text while this one waited.
       if (texts.get(text) === undefined) {
         texts.set(text, tokens);
-        if (++this.textCount > this.maxTexts) this.evictOldestTexts();
+        if (++this.textCount > this.maxTexts || texts.bytes > this.maxTextBytes) this.evictOldestTexts();
       }
       return tokens;
     };
@@ -235,20 +285,24 @@ export class TokenCountCache {
   clear(): void {
     this.byList.clear();
     this.recentLists.clear();
+    this.recentListMessages = 0;
     for (const texts of this.texts.values()) texts.clear();
     this.toolDefinitionCounts.clear();
     this.textCount = 0;
   }
 
   private evictOldestTexts(): void {
-    // A tenth at once, so a full cache does not pay an eviction on every insert.
-    let toEvict = Math.ceil(this.maxTexts / 10);
-    for (const texts of this.texts.values()) {
-      const evicted = texts.evict(toEvict);
-      this.textCount -= evicted;
-      toEvict -= evicted;
-      if (toEvict <= 0) return;
-    }
+    // A tenth at once, so a full cache does not pay an eviction on every insert; by bytes, a tenth
+    // of what is kept, again until under the bound (a few long texts can hold most of it).
+    do {
+      let toEvict = Math.max(1, Math.ceil((this.keptTextBytes > this.maxTextBytes ? this.textCount : this.maxTexts) / 10));
+      for (const texts of this.texts.values()) {
+        const evicted = texts.evict(toEvict);
+        this.textCount -= evicted;
+        toEvict -= evicted;
+        if (toEvict <= 0) break;
+      }
+    } while (this.textCount > 0 && this.keptTextBytes > this.maxTextBytes);
   }
 }
 

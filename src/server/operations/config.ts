@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { parseStoredTokenEstimator } from "./stored-token-estimator.js";
 import { defaultCalibrationStorage } from "../../application/usage-calibration.js";
 import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
@@ -99,6 +100,14 @@ export interface Config {
   historyFactsBytes: number;
   /** Conversations whose history facts are kept (the least recently compiled go first); 0 = none. */
   historyFactsConversations: number;
+  /**
+   * Whose token counts the stores keep with each message they write, as `provider:model` (the
+   * estimator a compile rendered for that provider and model uses), or `none`
+   * (docs/incremental-compile.md, "Token counts stored with the messages").
+   */
+  storedTokenEstimator: string;
+  /** What the token count cache's text level keeps (texts and entries, approximately); past it the oldest go. */
+  tokenCountTextBytes: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
   /**
@@ -175,6 +184,8 @@ export const defaultConfig: Config = {
   calibrationRefreshMs: defaultCalibrationStorage.refreshMs,
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
+  storedTokenEstimator: "openai_chat:gpt-4o",
+  tokenCountTextBytes: 64 * 1024 * 1024,
   inspector: true,
   strictToolRounds: false,
   storeRequired: false,
@@ -234,6 +245,8 @@ export const flags = {
   "calibration-refresh-ms": "how long a token calibration correction read from the store is used before it is read again (how stale another sidecar's reports can be)",
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
+  "token-count-text-bytes": "approximate bytes of the texts whose token counts are kept across compiles (2 per character + 64 each); the oldest go past it",
+  "stored-token-estimator": "whose token counts the stores keep with each message they write: provider:model (the estimator a compile rendered for them uses), or none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
   "allowed-hosts": "host names served besides localhost, 127.0.0.1 and [::1] while no bearer tokens are configured, comma separated (.example.com = every name under it); other Hosts get PERMISSION_DENIED (DNS rebinding)",
   "idle-timeout-ms": "close a connection with no request in flight for this long (HTTP/2: GOAWAY)",
@@ -374,6 +387,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     calibrationRefreshMs: integer("calibration-refresh-ms", defaultConfig.calibrationRefreshMs, 0, 86_400_000),
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
+    tokenCountTextBytes: integer("token-count-text-bytes", defaultConfig.tokenCountTextBytes, 1024),
+    storedTokenEstimator: checkedStoredTokenEstimator(string("stored-token-estimator", defaultConfig.storedTokenEstimator), pick("stored-token-estimator").where),
     inspector: boolean("inspector", defaultConfig.inspector),
     strictToolRounds: boolean("strict-tool-rounds", defaultConfig.strictToolRounds),
     storeRequired: boolean("store-required", defaultConfig.storeRequired),
@@ -447,4 +462,9 @@ function checkedPostgresUrl(url: string, redisUrl: string, redisClusterNodes: re
 function parseLogLevel(text: string): Config["logLevel"] {
   if (text === "debug" || text === "info" || text === "warn" || text === "error") return text;
   throw new Error(`invalid log level "${text}": want debug, info, warn or error (--log-level or CONTEXTD_LOG_LEVEL)`);
+}
+
+function checkedStoredTokenEstimator(text: string, where: string): string {
+  parseStoredTokenEstimator(text, where);
+  return text;
 }

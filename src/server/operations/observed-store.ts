@@ -7,6 +7,7 @@ import type { ConversationState, Delta } from "../../../gen/ts/contextd/v1/state
 import type { LearntCorrection, TokenCorrection } from "../../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibration-store.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
+import type { SegmentWindow, WindowQuery } from "../../store/segment-window.js";
 import type { Metrics } from "./metrics.js";
 import type { Tracing } from "./tracing.js";
 
@@ -37,6 +38,10 @@ export class ObservedStore implements ConversationStore {
 
   load(conversationId: string): Promise<ConversationState> {
     return this.observe("load", conversationId, () => this.store.load(conversationId));
+  }
+
+  readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
+    return this.observe("read_window", conversationId, () => this.store.readWindow(conversationId, query));
   }
 
   commit(

@@ -75,6 +75,15 @@ describe("--postgres-url", () => {
   });
 });
 
+describe("--stored-token-estimator", () => {
+  it("defaults to openai_chat:gpt-4o, takes none or provider:model, and refuses anything else naming the flag and variable", () => {
+    expect(loadConfig([], {}).storedTokenEstimator).toBe("openai_chat:gpt-4o");
+    expect(loadConfig(["--stored-token-estimator", "none"], {}).storedTokenEstimator).toBe("none");
+    expect(loadConfig([], { CONTEXTD_STORED_TOKEN_ESTIMATOR: "anthropic_messages:claude-sonnet-4" }).storedTokenEstimator).toBe("anthropic_messages:claude-sonnet-4");
+    expect(() => loadConfig(["--stored-token-estimator", "gpt-4o"], {})).toThrow(/invalid --stored-token-estimator or CONTEXTD_STORED_TOKEN_ESTIMATOR "gpt-4o": want none or provider:model/);
+  });
+});
+
 describe("contextd --help and --version", () => {
   const main = fileURLToPath(new URL("../../../dist/src/main.js", import.meta.url));
   const run = (...args: string[]) => execFileSync(process.execPath, [main, ...args], { encoding: "utf8" });

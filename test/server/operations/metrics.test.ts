@@ -65,6 +65,7 @@ describe.each(sidecarStores)("metrics (real sidecar, %s)", (_name, backend) => {
       contextd_cache_lookups_total: "counter",
       contextd_cache_hits_total: "counter",
       contextd_token_count_texts: "gauge",
+      contextd_token_count_text_bytes: "gauge",
       process_resident_memory_bytes: "gauge",
       process_cpu_seconds_total: "counter",
       nodejs_heap_size_used_bytes: "gauge",

@@ -2090,7 +2090,7 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\x04kind\">\n" +
 	"\tExtension\x12\x17\n" +
 	"\atype_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\tR\apayload\"\xe6\x03\n" +
+	"\apayload\x18\x02 \x01(\tR\apayload\"\xee\x03\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x11.contextd.v1.RoleR\x04role\x12(\n" +
@@ -2109,7 +2109,7 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\x12created_at_unix_ms\x18\n" +
 	" \x01(\x03R\x0fcreatedAtUnixMs\x12\x1f\n" +
 	"\vsender_name\x18\v \x01(\tR\n" +
-	"senderName\"\xce\x02\n" +
+	"senderNameJ\x06\b\xb4\x01\x10\xb5\x01\"\xce\x02\n" +
 	"\x04Part\x12+\n" +
 	"\x04text\x18\x01 \x01(\v2\x15.contextd.v1.TextPartH\x00R\x04text\x12.\n" +
 	"\x05image\x18\x02 \x01(\v2\x16.contextd.v1.ImagePartH\x00R\x05image\x128\n" +

@@ -73,9 +73,12 @@ function ConversationList() {
   const [readAt, setReadAt] = useState<Date | undefined>();
   const shown = useRef({ prefix, count: 100 });
   const load = async (pageToken: string) => {
+    // What the refresh reads from now on, also when this read fails (it then keeps saying why).
+    if (pageToken === "") shown.current = { prefix, count: 100 };
     try {
       const page = await conversations.listConversations({ prefix, pageSize: 100, pageToken });
       const all = [...(pageToken === "" ? [] : (items ?? [])), ...page.conversations];
+      if (shown.current.prefix !== prefix) return;
       shown.current = { prefix, count: Math.max(100, all.length) };
       setItems(all);
       setNext(page.nextPageToken);
@@ -103,6 +106,8 @@ function ConversationList() {
         setReadAt(new Date());
         setError("");
       } catch (failure) {
+        // The last rows stay for a failure that passes (the sidecar restarting); a refusal says why in place of them.
+        if (failure instanceof ConnectError && (failure.code === Code.PermissionDenied || failure.code === Code.Unauthenticated)) setItems(undefined);
         setError(errorText(failure));
       } finally {
         reading = false;

@@ -138,10 +138,14 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await expect.poll(() => table.textContent(), { timeout: 10_000 }).toContain("acme/arrived-later");
     await admin.conversations.commit({ conversationId: "acme/arrived-later", expectedVersion: 1n, deltas: [appendHistory(textMessage("n2", Role.USER, "again"))] });
     await expect.poll(() => table.locator("tr", { hasText: "acme/arrived-later" }).locator("td.number").textContent(), { timeout: 10_000 }).toBe("2");
+    await page.screenshot({ path: join(results, "inspector-list.png") });
+    // A prefix outside the tenant is refused, and stays refused when the list reads itself again.
     await page.getByTestId("prefix").fill("globex/");
     await page.getByRole("button", { name: "list" }).click();
     await expect.poll(() => page.getByTestId("error").textContent(), { timeout: 10_000 }).toContain('outside tenant "acme"');
-    await page.screenshot({ path: join(results, "inspector-list.png") });
+    await page.waitForResponse((response) => response.url().endsWith("/ListConversations") && response.status() === 403, { timeout: 10_000 });
+    expect(await page.getByTestId("error").textContent()).toContain('outside tenant "acme"');
+    expect(await table.count()).toBe(0);
     await page.close();
   });
 

@@ -92,7 +92,7 @@ function ConversationList() {
   useEffect(() => {
     void load("");
     // Live: the rows shown are read again (one page, at most listRefreshMax) every few seconds
-    // while the tab is visible, and when it gets focus. A failed refresh keeps the last rows.
+    // while the tab is visible, and when it gets focus.
     let reading = false;
     const refresh = async () => {
       if (reading || document.hidden) return;

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { html } from "htm/preact";
 import { render } from "preact";
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import {
   CompileResultPart,
   TransformationAction,
@@ -60,23 +60,66 @@ function App() {
   `;
 }
 
+/** How often the list reads itself again while the tab is visible (and on focus). */
+const listRefreshMs = 3_000;
+/** The most a refresh re-reads: the rows shown, up to ListConversations' largest page. */
+const listRefreshMax = 1_000;
+
 function ConversationList() {
   const [prefix, setPrefix] = useState(sessionStorage.getItem("contextd-inspector-prefix") ?? "");
   const [items, setItems] = useState<ConversationSummary[] | undefined>();
   const [next, setNext] = useState("");
   const [error, setError] = useState("");
+  const [readAt, setReadAt] = useState<Date | undefined>();
+  const shown = useRef({ prefix, count: 100 });
   const load = async (pageToken: string) => {
-    setError("");
+    // What the refresh reads from now on, also when this read fails (it then keeps saying why).
+    if (pageToken === "") shown.current = { prefix, count: 100 };
     try {
       const page = await conversations.listConversations({ prefix, pageSize: 100, pageToken });
-      setItems([...(pageToken === "" ? [] : (items ?? [])), ...page.conversations]);
+      const all = [...(pageToken === "" ? [] : (items ?? [])), ...page.conversations];
+      if (shown.current.prefix !== prefix) return;
+      shown.current = { prefix, count: Math.max(100, all.length) };
+      setItems(all);
       setNext(page.nextPageToken);
+      setReadAt(new Date());
+      setError("");
     } catch (failure) {
       setItems(undefined);
       setError(errorText(failure));
     }
   };
-  useEffect(() => void load(""), []);
+  useEffect(() => {
+    void load("");
+    // Live: the rows shown are read again (one page, at most listRefreshMax) every few seconds
+    // while the tab is visible, and when it gets focus.
+    let reading = false;
+    const refresh = async () => {
+      if (reading || document.hidden) return;
+      reading = true;
+      try {
+        const { prefix: listed, count } = shown.current;
+        const page = await conversations.listConversations({ prefix: listed, pageSize: Math.min(count, listRefreshMax) });
+        if (shown.current.prefix !== listed) return;
+        setItems(page.conversations);
+        setNext(page.nextPageToken);
+        setReadAt(new Date());
+        setError("");
+      } catch (failure) {
+        // The last rows stay for a failure that passes (the sidecar restarting); a refusal says why in place of them.
+        if (failure instanceof ConnectError && (failure.code === Code.PermissionDenied || failure.code === Code.Unauthenticated)) setItems(undefined);
+        setError(errorText(failure));
+      } finally {
+        reading = false;
+      }
+    };
+    const timer = setInterval(() => void refresh(), listRefreshMs);
+    addEventListener("focus", refresh);
+    return () => {
+      clearInterval(timer);
+      removeEventListener("focus", refresh);
+    };
+  }, []);
   return html`
     <section>
       <h1>Conversations</h1>
@@ -88,10 +131,11 @@ function ConversationList() {
           void load("");
         }}
       >
-        <input placeholder="id prefix (a tenant's token needs tenant/)" value=${prefix} onInput=${(event: Event) => setPrefix((event.target as HTMLInputElement).value)} data-testid="prefix" />
+        <input placeholder="id prefix (optional: a tenant's token lists its tenant)" value=${prefix} onInput=${(event: Event) => setPrefix((event.target as HTMLInputElement).value)} data-testid="prefix" />
         <button type="submit">list</button>
       </form>
       ${error && html`<p class="error" data-testid="error">${error}</p>`}
+      ${readAt && html`<p class="note" data-testid="list-read-at">ordered by id, read again every ${listRefreshMs / 1000} s; last read ${readAt.toLocaleTimeString()}</p>`}
       ${items &&
       html`<table data-testid="conversations">
         <thead><tr><th>conversation</th><th>version</th></tr></thead>
@@ -201,9 +245,12 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
     return () => stop.abort();
   }, [id, historyShown]);
   const state = view?.state;
+  // Version 0 is the one a conversation has before its first commit: nothing is stored under the
+  // id (a cleared one is past 0). Watch stays open, so a first commit still shows up.
+  const missing = state !== undefined && state.version === 0n;
   return html`
     <section>
-      <h1><span data-testid="conversation-id">${id}</span> <span class="version" data-testid="version">v${state ? String(state.version) : "…"}</span> ${live && html`<span class="live" data-testid="live">live</span>`}</h1>
+      <h1><span data-testid="conversation-id">${id}</span> <span class="version" data-testid="version">${missing ? "no such conversation" : `v${state ? String(state.version) : "…"}`}</span> ${live && html`<span class="live" data-testid="live">live</span>`}</h1>
       <nav class="tabs">
         <a href=${conversationHref(id)} class=${tab === "messages" ? "active" : ""}>messages</a>
         <a href=${conversationHref(id, "compile")} class=${tab === "compile" ? "active" : ""}>compile</a>
@@ -212,9 +259,11 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       <div class="columns">
         <${Timeline} changes=${changes} />
         <div class="main">
-          ${tab === "messages"
-            ? view && html`<${StateView} view=${view} onEarlier=${() => setHistoryShown((shown) => shown + historyStep)} />`
-            : html`<${CompileView} id=${id} version=${state?.version} />`}
+          ${missing
+            ? html`<p data-testid="not-found">No such conversation: nothing is stored under "${id}" (version 0). A first commit to it shows up here.</p>`
+            : tab === "messages"
+              ? view && html`<${StateView} view=${view} onEarlier=${() => setHistoryShown((shown) => shown + historyStep)} />`
+              : html`<${CompileView} id=${id} version=${state?.version} known=${view} />`}
         </div>
       </div>
     </section>
@@ -231,7 +280,7 @@ function Timeline({ changes }: { changes: Change[] }) {
             <strong>v${String(change.version)}</strong>
             <time>${new Date(Number(change.committedAtUnixMs)).toLocaleTimeString()}</time>
             <div class="deltas">${change.cleared ? "cleared" : change.deltas.map((delta) => delta.operation.case ?? "?").join(", ")}</div>
-            ${change.idempotencyKey && html`<div class="key">key ${change.idempotencyKey}</div>`}
+            ${change.idempotencyKey && html`<div class="key" title=${change.idempotencyKey} data-testid="idempotency-key">key ${change.idempotencyKey}</div>`}
           </li>`,
         )}
       </ol>
@@ -283,9 +332,30 @@ function MessageView({ message }: { message: Message }) {
   return html`<div class=${`message ${roleName(message.role)}${summary ? " summary" : ""}`} data-testid="message" data-id=${message.id}>
     <span class="role">${roleName(message.role)}</span>
     ${summary && html`<span class="badge" data-testid="summary">summary</span>`}
-    <span class="text">${message.parts.map(partText).join(" ")}</span>
+    <${LongText} text=${message.parts.map(partText).join(" ")} />
     <span class="id">${message.id}</span>
   </div>`;
+}
+
+/** Text over this many lines or characters shows its start and a "show all" button. */
+const collapsedLines = 6;
+const collapsedCharacters = 600;
+
+/** A message's text, collapsed to its first lines when long, so one 20 KB tool result does not fill the screen. */
+function LongText({ text }: { text: string }) {
+  const [open, setOpen] = useState(false);
+  const lines = text.split("\n", collapsedLines + 1);
+  const long = lines.length > collapsedLines || text.length > collapsedCharacters;
+  if (!long || open) {
+    return html`<span class="text">${text}${long && html` <button class="more" data-testid="show-less" onClick=${() => setOpen(false)}>show less</button>`}</span>`;
+  }
+  const start = lines.slice(0, collapsedLines).join("\n").slice(0, collapsedCharacters);
+  return html`<span class="text collapsed" data-testid="collapsed">${start}… <button class="more" data-testid="show-all" onClick=${() => setOpen(true)}>show all (${sizeText(text)})</button></span>`;
+}
+
+function sizeText(text: string): string {
+  const bytes = new TextEncoder().encode(text).length;
+  return bytes < 1024 ? `${bytes} bytes` : `${(bytes / 1024).toFixed(1)} KB`;
 }
 
 const providers: [string, Provider][] = [
@@ -296,65 +366,160 @@ const providers: [string, Provider][] = [
   ["gemini", Provider.GEMINI],
 ];
 
-/** What happened to a message, in the words of the compile view. */
-function outcome(record: Transformation): string {
-  if (record.action === TransformationAction.PASSED) return "kept";
-  if (record.reason === TransformationReason.TOOL_RESULT_CLEARED || record.reason === TransformationReason.REASONING_CLEARED) return "cleared";
-  if (record.action === TransformationAction.FORMATTED) {
-    return [TransformationReason.TRANSFORM_HOOK, TransformationReason.REPLACED_BY_HOOK, TransformationReason.TEXT_REPLACEMENT].includes(record.reason) ? "redacted" : "formatted";
-  }
-  if (record.reason === TransformationReason.TOKEN_BUDGET_EXCEEDED || record.reason === TransformationReason.HISTORY_ALIGNMENT) return "trimmed";
-  if (record.reason === TransformationReason.SUMMARIZED) return "summarized";
-  return "dropped";
+/**
+ * What happened to a message, in the one vocabulary of the records (docs/errors.md, "One
+ * vocabulary"): sent (PASSED), sent changed (FORMATTED, clearing included) or dropped (DROPPED,
+ * whatever dropped it: the reason column says which). Trimming is what the budget does to history;
+ * the messages it leaves out are dropped.
+ */
+function outcome(record: Transformation): "sent" | "sent changed" | "dropped" {
+  if (record.action === TransformationAction.DROPPED) return "dropped";
+  return record.action === TransformationAction.FORMATTED ? "sent changed" : "sent";
 }
 
-function CompileView({ id, version }: { id: string; version: bigint | undefined }) {
+const outcomeClass = { sent: "sent", "sent changed": "changed", dropped: "dropped" } as const;
+
+function reasonText(reason: TransformationReason): string {
+  return (TransformationReason[reason] ?? String(reason)).toLowerCase().replaceAll("_", " ");
+}
+
+/** One line of a message for a table row: its text with whitespace folded, cut at `length` characters. */
+function excerpt(message: Message, length = 120): string {
+  const text = message.parts.map(partText).join(" ").replace(/\s+/g, " ").trim();
+  return text.length > length ? `${text.slice(0, length)}…` : text;
+}
+
+/** The rows the compile view's table shows before "show all": a long conversation's records are thousands. */
+const rowsShown = 500;
+
+/** The most history messages a compile view reads to name the dropped messages the page has not read. */
+const namingReadMax = 1_000;
+
+/** The settings of the compile form that are not a plain number. */
+interface ClearingForm {
+  toolResults: boolean;
+  triggerTokens: string;
+  keepRecent: string;
+  clearAtLeastTokens: string;
+  excludeTools: string;
+  clearInputs: boolean;
+  reasoning: boolean;
+  keepRecentTurns: string;
+}
+
+const noClearing: ClearingForm = { toolResults: false, triggerTokens: "0", keepRecent: "3", clearAtLeastTokens: "0", excludeTools: "", clearInputs: false, reasoning: false, keepRecentTurns: "1" };
+
+function CompileView({ id, version, known }: { id: string; version: bigint | undefined; known: ConversationView | undefined }) {
   const [maxTokens, setMaxTokens] = useState("2000");
   const [provider, setProvider] = useState(Provider.OPENAI_CHAT);
   const [model, setModel] = useState("gpt-4o");
+  const [clearing, setClearing] = useState<ClearingForm>(noClearing);
   const [result, setResult] = useState<CompileResult | undefined>();
+  const [messages, setMessages] = useState<Map<string, Message>>(new Map());
   const [previousFingerprint, setPreviousFingerprint] = useState<string | undefined>();
   const [error, setError] = useState("");
+  const set = (field: keyof ClearingForm) => (event: Event) => {
+    const input = event.target as HTMLInputElement;
+    setClearing({ ...clearing, [field]: input.type === "checkbox" ? input.checked : input.value });
+  };
   const run = async () => {
     setError("");
     try {
       const response = await contexts.compile({
         conversationId: id,
-        budget: { maxTokens: BigInt(maxTokens || "0") },
+        budget: {
+          maxTokens: BigInt(maxTokens || "0"),
+          toolResultClearing: clearing.toolResults
+            ? {
+                triggerTokens: BigInt(clearing.triggerTokens || "0"),
+                keepRecent: Number(clearing.keepRecent || "0"),
+                clearAtLeastTokens: BigInt(clearing.clearAtLeastTokens || "0"),
+                excludeTools: clearing.excludeTools.split(",").map((name) => name.trim()).filter((name) => name !== ""),
+                clearInputs: clearing.clearInputs,
+              }
+            : undefined,
+          reasoningClearing: clearing.reasoning ? { keepRecentTurns: Number(clearing.keepRecentTurns || "0") } : undefined,
+        },
         render: provider === Provider.UNSPECIFIED ? undefined : { provider, model },
-        include: [CompileResultPart.ALL_TRANSFORMATIONS],
+        include: [CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.MESSAGE_TOKENS, CompileResultPart.PAYLOAD],
       });
+      const compiled = response.result!;
       setPreviousFingerprint(result?.prefixFingerprint);
-      setResult(response.result);
+      setMessages(await nameMessages(id, compiled, known));
+      setResult(compiled);
     } catch (failure) {
       setError(errorText(failure));
     }
   };
+  const number = (field: keyof ClearingForm, label: string, testId: string) =>
+    html`<label>${label} <input type="number" min="0" class="small" value=${clearing[field] as string} onInput=${set(field)} data-testid=${testId} /></label>`;
   return html`
     <div class="compile">
       <form
-        class="row"
         onSubmit=${(event: Event) => {
           event.preventDefault();
           void run();
         }}
       >
-        <label>budget <input type="number" min="0" value=${maxTokens} onInput=${(event: Event) => setMaxTokens((event.target as HTMLInputElement).value)} data-testid="budget" /></label>
-        <label>provider
-          <select value=${provider} onChange=${(event: Event) => setProvider(Number((event.target as HTMLSelectElement).value) as Provider)} data-testid="provider">
-            ${providers.map(([name, value]) => html`<option value=${value}>${name}</option>`)}
-          </select>
-        </label>
-        <label>model <input value=${model} onInput=${(event: Event) => setModel((event.target as HTMLInputElement).value)} /></label>
-        <button type="submit" data-testid="run-compile">compile v${version === undefined ? "…" : String(version)}</button>
+        <div class="row">
+          <label>budget <input type="number" min="0" value=${maxTokens} onInput=${(event: Event) => setMaxTokens((event.target as HTMLInputElement).value)} data-testid="budget" /></label>
+          <label>provider
+            <select value=${provider} onChange=${(event: Event) => setProvider(Number((event.target as HTMLSelectElement).value) as Provider)} data-testid="provider">
+              ${providers.map(([name, value]) => html`<option value=${value}>${name}</option>`)}
+            </select>
+          </label>
+          <label>model <input value=${model} onInput=${(event: Event) => setModel((event.target as HTMLInputElement).value)} /></label>
+          <button type="submit" data-testid="run-compile">compile v${version === undefined ? "…" : String(version)}</button>
+        </div>
+        <fieldset class="row">
+          <label><input type="checkbox" checked=${clearing.toolResults} onChange=${set("toolResults")} data-testid="clear-tool-results" /> clear old tool results</label>
+          ${clearing.toolResults &&
+          html`${number("triggerTokens", "over (tokens, 0 = the budget)", "clear-trigger")}
+            ${number("keepRecent", "keep the newest", "clear-keep-recent")}
+            ${number("clearAtLeastTokens", "free at least (tokens)", "clear-at-least")}
+            <label>except tools <input placeholder="name, name" value=${clearing.excludeTools} onInput=${set("excludeTools")} data-testid="clear-exclude" /></label>
+            <label><input type="checkbox" checked=${clearing.clearInputs} onChange=${set("clearInputs")} /> their calls' arguments too</label>`}
+        </fieldset>
+        <fieldset class="row">
+          <label><input type="checkbox" checked=${clearing.reasoning} onChange=${set("reasoning")} data-testid="clear-reasoning" /> clear old reasoning</label>
+          ${clearing.reasoning && number("keepRecentTurns", "keep the last turns'", "reasoning-keep-turns")}
+        </fieldset>
       </form>
       ${error && html`<p class="error" data-testid="error">${error}</p>`}
-      ${result && html`<${CompileResultView} result=${result} previousFingerprint=${previousFingerprint} />`}
+      ${result && html`<${CompileResultView} result=${result} messages=${messages} previousFingerprint=${previousFingerprint} />`}
     </div>
   `;
 }
 
-function CompileResultView({ result, previousFingerprint }: { result: CompileResult; previousFingerprint: string | undefined }) {
+/**
+ * The messages a compile's records name, by id: as sent, from the compile's payload; the others
+ * (dropped) as stored, from what the page has read, or else from one read of the newest history
+ * at the compiled version (at most `namingReadMax` messages: older ones are named by id only).
+ */
+async function nameMessages(conversationId: string, result: CompileResult, known: ConversationView | undefined): Promise<Map<string, Message>> {
+  const named = new Map<string, Message>();
+  const payload = result.payload;
+  if (payload) for (const message of [...payload.system, ...payload.memory, ...payload.tools, ...payload.history, ...payload.scratch]) named.set(message.id, message);
+  if (known) for (const message of [...known.system, ...known.memory, ...known.tools, ...known.history]) if (!named.has(message.id)) named.set(message.id, message);
+  const missing = Object.keys(result.transformations).filter((messageId) => !named.has(messageId));
+  if (missing.length === 0) return named;
+  const historyRecords = Object.values(result.transformations).filter((record) => record.segment === Segment.HISTORY).length;
+  const last = Math.min(historyRecords, namingReadMax);
+  let pageToken = "";
+  try {
+    do {
+      const page = await conversations.readMessages({ conversationId, segment: Segment.HISTORY, version: result.version, last, pageToken });
+      for (const message of page.messages) if (!named.has(message.id)) named.set(message.id, message);
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+  } catch (failure) {
+    // ABORTED: the conversation moved past the compiled version; its rows name those messages by id.
+    if (!(failure instanceof ConnectError && failure.code === Code.Aborted)) throw failure;
+  }
+  return named;
+}
+
+function CompileResultView({ result, messages, previousFingerprint }: { result: CompileResult; messages: Map<string, Message>; previousFingerprint: string | undefined }) {
   const usage = result.usage!;
   const limit = Number(usage.limit) || Number(usage.total) || 1;
   const bars: [string, bigint][] = [
@@ -365,8 +530,11 @@ function CompileResultView({ result, previousFingerprint }: { result: CompileRes
     ["history", usage.history],
     ["pending", usage.pending],
   ];
-  const trimmed = usage.historyBeforeTrim - usage.history;
+  const inDropped = usage.historyBeforeTrim - usage.clearedTokens - usage.history;
+  const [allRows, setAllRows] = useState(false);
   const records = Object.entries(result.transformations);
+  const rows = allRows ? records : records.slice(0, rowsShown);
+  const dropped = records.filter(([, record]) => record.action === TransformationAction.DROPPED).length;
   const rendered = result.rendered ? JSON.stringify(JSON.parse(new TextDecoder().decode(result.rendered.json)), null, 2) : undefined;
   return html`
     <div data-testid="compile-result">
@@ -380,7 +548,7 @@ function CompileResultView({ result, previousFingerprint }: { result: CompileRes
           </div>`,
         )}
       </div>
-      <p data-testid="trimmed">history ${String(usage.historyBeforeTrim)} tokens before trimming, ${String(usage.history)} after: <strong>${String(trimmed)} trimmed</strong>, ${String(result.budgetDroppedMessages)} message(s) dropped by the budget.</p>
+      <p data-testid="trimmed">history: ${String(usage.historyBeforeTrim)} tokens before trimming, ${String(usage.history)} after (<span data-testid="cleared-tokens">${String(usage.clearedTokens)}</span> cleared, <span data-testid="dropped-tokens">${String(inDropped)}</span> in dropped messages); <strong>${dropped} message(s) dropped</strong>, ${String(result.budgetDroppedMessages)} of them by the budget.</p>
       <p data-testid="cache">
         prefix fingerprint <code>${result.prefixFingerprint.slice(0, 16)}</code>
         ${previousFingerprint === undefined ? "" : previousFingerprint === result.prefixFingerprint ? " — unchanged since the last compile: a provider prompt cache can hit" : " — changed since the last compile: a provider prompt cache will miss"}
@@ -393,19 +561,25 @@ function CompileResultView({ result, previousFingerprint }: { result: CompileRes
       </p>`}
       ${result.warnings.length > 0 && html`<ul class="warnings">${result.warnings.map((warning) => html`<li><code>${warning.code}</code> ${warning.message}</li>`)}</ul>`}
       <h2>Messages <small>${records.length}</small></h2>
-      <table data-testid="records">
-        <thead><tr><th>message</th><th>segment</th><th>outcome</th><th>why</th></tr></thead>
+      <table data-testid="records" class="records">
+        <thead><tr><th>role</th><th>message</th><th class="number">tokens</th><th>segment</th><th>outcome</th><th>why</th></tr></thead>
         <tbody>
-          ${records.map(
-            ([messageId, record]) => html`<tr class=${outcome(record)} data-id=${messageId}>
-              <td>${messageId}</td>
+          ${rows.map(([messageId, record]) => {
+            const message = messages.get(messageId);
+            const tokens = result.messageTokens[messageId];
+            const word = outcome(record);
+            return html`<tr class=${outcomeClass[word]} data-id=${messageId} data-reason=${reasonText(record.reason)}>
+              <td class="role">${message ? roleName(message.role) : ""}</td>
+              <td class="excerpt" title=${messageId}>${message ? excerpt(message) : html`<span class="id">${messageId} (not read: older than the newest ${namingReadMax})</span>`}</td>
+              <td class="number" data-testid="message-tokens">${tokens === undefined ? "" : String(tokens)}</td>
               <td>${(Segment[record.segment] ?? "").toLowerCase()}</td>
-              <td>${outcome(record)}</td>
-              <td>${(TransformationReason[record.reason] ?? String(record.reason)).toLowerCase()}</td>
-            </tr>`,
-          )}
+              <td class="outcome">${word}</td>
+              <td>${reasonText(record.reason)}</td>
+            </tr>`;
+          })}
         </tbody>
       </table>
+      ${rows.length < records.length && html`<p><button data-testid="all-rows" onClick=${() => setAllRows(true)}>show all ${records.length} messages</button> (the first ${rowsShown} shown)</p>`}
       ${rendered && html`<h2>Rendered body <small>${(Provider[result.rendered!.provider] ?? "").toLowerCase()}</small></h2><pre data-testid="rendered">${rendered}</pre>`}
     </div>
   `;

@@ -335,7 +335,7 @@ function applyTurnDeltas(stored: ConversationState, deltas: readonly Delta[], dr
 function requestedParts(include: readonly CompileResultPart[]): ReadonlySet<CompileResultPart> {
   include.forEach((part, index) => {
     if (part === CompileResultPart.UNSPECIFIED || CompileResultPart[part] === undefined) {
-      throw new ConnectError(`include[${index}]: ${part === CompileResultPart.UNSPECIFIED ? "COMPILE_RESULT_PART_UNSPECIFIED is not a part" : `unknown part ${part}`} (valid: SOURCE, NORMALIZED_SNAPSHOT, WRITEBACK_SNAPSHOT, PERSISTENCE, ALL_TRANSFORMATIONS, PAYLOAD)`, Code.InvalidArgument);
+      throw new ConnectError(`include[${index}]: ${part === CompileResultPart.UNSPECIFIED ? "COMPILE_RESULT_PART_UNSPECIFIED is not a part" : `unknown part ${part}`} (valid: SOURCE, NORMALIZED_SNAPSHOT, WRITEBACK_SNAPSHOT, PERSISTENCE, ALL_TRANSFORMATIONS, PAYLOAD, MESSAGE_TOKENS)`, Code.InvalidArgument);
     }
   });
   return new Set(include);

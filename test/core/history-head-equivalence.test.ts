@@ -157,7 +157,7 @@ class Twins {
         minMessages: this.chance(0.15) ? BigInt(1 + Math.floor(this.random() * 6)) : 0n,
         protectedRoles: this.chance(0.05) ? [Role.SYSTEM] : [],
       },
-      include: this.chance(0.2) ? [this.pick([CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS])] : [],
+      include: this.chance(0.2) ? [this.pick([CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.MESSAGE_TOKENS])] : [],
     });
     const provider = this.pick([Provider.UNSPECIFIED, Provider.OPENAI_CHAT, Provider.OPENAI_CHAT, Provider.ANTHROPIC_MESSAGES, Provider.GEMINI, Provider.OPENAI_RESPONSES]);
     if (provider !== Provider.UNSPECIFIED) request.render = { $typeName: "contextd.v1.RenderOptions", provider, model: this.pick(["gpt-4o", "", "claude-sonnet-4"]) } as never;

@@ -120,12 +120,16 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   // `await` only a promise: a warm compile's counts are all known, and each await is a microtask.
   const totals: number[] = [];
   for (const messages of [work.segments.system, work.segments.memory, work.segments.tools, work.pending, scratch]) {
-    const counts = cache.countAll(estimator, messages, clock);
-    totals.push(sum(counts instanceof Promise ? await counts : counts));
+    const counted = cache.countAll(estimator, messages, clock);
+    const counts = counted instanceof Promise ? await counted : counted;
+    noteMessageTokens(work, messages, counts);
+    totals.push(sum(counts));
   }
   const [system, memory, tools, pendingMessages, scratchTokens] = totals as [number, number, number, number, number];
   const toolDefinitions = cache.countToolDefinitions(estimator, work.toolDefinitions);
-  const pending = pendingMessages + (turnMessage ? await cache.countPaced(estimator, turnMessage, clock) : 0);
+  const turnTokens = turnMessage ? await cache.countPaced(estimator, turnMessage, clock) : 0;
+  if (turnMessage) noteMessageTokens(work, [turnMessage], [turnTokens]);
+  const pending = pendingMessages + turnTokens;
   const perRequest = estimator.perRequest;
   const reserved = system + memory + tools + toolDefinitions + pending + scratchTokens + perRequest;
 
@@ -146,6 +150,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     clearedMessages = cleared.freedByMessage;
   }
   const historyBeforeDropping = historyBeforeTrim - clearedTokens;
+  // As the budget weighs them: after clearing, before dropping (a dropped one costs what it would have).
+  noteMessageTokens(work, history, historyCounts);
 
   if (limit.tokens > 0) {
     const figures = `system ${system}, memory ${memory}, tools ${tools}, tool definitions ${toolDefinitions}, pending and current turn ${pending}, scratch ${scratchTokens}, framing ${perRequest}`;
@@ -265,6 +271,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       if (summarize && droppedMessages.length > 0) {
         const summaryMessage = await requestSummary(work, context, droppedMessages, available - sum(keptCounts), strategy === BudgetStrategy.SUMMARIZE ? "summarize_strategy" : "auto_compact");
         const summaryTokens = await cache.countPaced(estimator, summaryMessage, clock);
+        noteMessageTokens(work, [summaryMessage], [summaryTokens]);
         summary = { tokens: summaryTokens, replacedTokens: unitsTokens(units, dropSet) };
         for (const message of droppedMessages) {
           setRecord(work, message.id, action, TransformationReason.SUMMARIZED, Segment.HISTORY);
@@ -356,6 +363,13 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     total,
     summary,
   };
+}
+
+/** Records each message's count in `work.messageTokens`, when the caller asked for them. */
+function noteMessageTokens(work: CompileWork, messages: readonly Message[], counts: readonly number[]): void {
+  const table = work.messageTokens;
+  if (!table) return;
+  for (let index = 0; index < messages.length; index++) table[messages[index]!.id] = BigInt(counts[index]!);
 }
 
 /**

@@ -100,6 +100,9 @@ export async function compile(request: CompileRequest, context: CompileContext):
   if (deadline.checkNow("freeze_source")) await deadline.pause("freeze_source");
   await events.stageDone("freeze_source");
 
+  // Built only when named (not with `parts` absent, unlike the parts above): an entry per message.
+  if (context.parts?.has(CompileResultPart.MESSAGE_TOKENS)) work.messageTokens = Object.create(null) as Record<string, bigint>;
+
   // 3. Artifacts and the experiences block.
   applyArtifacts(work, context.tokenCounts);
   applyExperiences(work);
@@ -188,6 +191,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   result.writeback = writeback;
   result.introduced = work.introduced;
   result.transformations = work.records;
+  if (work.messageTokens) result.messageTokens = work.messageTokens;
   result.projections = projections;
   result.persistence = wanted(CompileResultPart.PERSISTENCE) ? persistenceProjection(work, summary) : undefined;
   result.usage = usage;

@@ -35,7 +35,7 @@ export interface ElidedHead {
  * Leaves out the head of the stored history when every message of it would get exactly one fate
  * in the full pipeline: DROPPED for the token budget. That holds when
  * - the compile is stateful on the stored history (no `history` in the request) and the caller
- *   wants neither every record nor persistence (both list the head message by message);
+ *   wants neither every record, persistence nor per-message tokens (each lists the head message by message);
  * - no stage before the budget could change a history message or its tokens: no pending, deferred
  *   blocks, hooks, formatters, text replacements, role projection or targets;
  * - the budget is `max_tokens` with DROP_HEAD (or DROP), no protected roles or retained ids, and
@@ -114,7 +114,8 @@ export async function elideHistoryHead(
  * that changes a history message, a `max_tokens` budget that drops from the head.
  */
 export function headElisionAllowed(request: CompileRequest, parts: ReadonlySet<CompileResultPart>): boolean {
-  if (parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || parts.has(CompileResultPart.PERSISTENCE)) return false;
+  // Each of these lists the head message by message.
+  if (parts.has(CompileResultPart.ALL_TRANSFORMATIONS) || parts.has(CompileResultPart.PERSISTENCE) || parts.has(CompileResultPart.MESSAGE_TOKENS)) return false;
   if (
     request.pending.length > 0 ||
     request.deferredBlocks.length > 0 ||

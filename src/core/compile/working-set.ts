@@ -83,6 +83,12 @@ export interface CompileWork {
    * repair changes the prompt only (prompt-tool-round-repair.ts).
    */
   keptDespiteDrop?: Set<string>;
+  /**
+   * Message id → the tokens the budget counted for it (`CompileResult.message_tokens`), filled by
+   * the budget stage only when the caller asked for it: one entry per message is a cost a compile
+   * should not pay by default. Prototype-less, like `records`.
+   */
+  messageTokens?: Record<string, bigint>;
 }
 
 export function setRecord(work: CompileWork, id: string, action: TransformationAction, reason: TransformationReason, segment: Segment): void {

@@ -66,7 +66,8 @@ export function authenticate(tokens: BearerTokens): Interceptor {
 
 /**
  * A tenant's token may only name conversations whose id starts with `<tenant>/` (and list with such
- * a prefix). Stateless compiles (no conversation id) are allowed.
+ * a prefix, or with none: ListConversations then lists `<tenant>/`, see conversation-service.ts).
+ * Stateless compiles (no conversation id) are allowed.
  */
 export function assertTenantScope(tenant: string, message: Message): void {
   const prefix = `${tenant}/`;
@@ -81,13 +82,13 @@ export function assertTenantScope(tenant: string, message: Message): void {
 }
 
 // Where request messages name conversations. `required` = an empty value would reach beyond the
-// tenant (an empty list prefix lists everything).
+// tenant. None is today: an empty list prefix under a tenant's token lists that tenant's ids.
 function conversationReferences(message: Message): { path: string; id: string; required: boolean }[] {
   const fields = message as unknown as Record<string, unknown>;
   const references: { path: string; id: string; required: boolean }[] = [];
   if (typeof fields.conversationId === "string") references.push({ path: "conversation_id", id: fields.conversationId, required: false });
   if (message.$typeName === "contextd.v1.ListConversationsRequest") {
-    references.push({ path: "prefix", id: String(fields.prefix ?? ""), required: true });
+    references.push({ path: "prefix", id: String(fields.prefix ?? ""), required: false });
   }
   // CompileStreamRequest.request and CompileSessionRequest.compile wrap a CompileRequest.
   const wrapped = message.$typeName === "contextd.v1.CompileStreamRequest"

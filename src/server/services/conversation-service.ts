@@ -8,6 +8,7 @@ import { assertStateFits } from "../../application/state-size.js";
 import { Codec } from "../../codec/codec.js";
 import { toolPayloadText } from "../../core/model/payload-text.js";
 import { utf8Slice } from "../../core/model/utf8-slice.js";
+import { tenantKey } from "../policy/call-context.js";
 
 /** The store, what Watch needs besides (see `WatchDependencies`), and what reads are sized with. */
 export interface ConversationServiceDependencies extends WatchDependencies {
@@ -71,10 +72,14 @@ export function conversationService(dependencies: ConversationServiceDependencie
       return { version: await store.clear(request.conversationId, request.expectedVersion) };
     },
 
-    async listConversations(request) {
+    async listConversations(request, context) {
       if (request.pageSize < 0) throw new ConnectError(`page_size: must not be negative, got ${request.pageSize}`, Code.InvalidArgument);
       const pageSize = request.pageSize === 0 ? defaultPageSize : Math.min(request.pageSize, maxPageSize);
-      const page = await store.list(request.prefix, pageSize, request.pageToken);
+      // A tenant's token sees only "<tenant>/" ids (auth.ts), so no prefix means all of those: the
+      // listing a tenant's caller (the inspector among them) asks for first works without one.
+      const tenant = context.values.get(tenantKey);
+      const prefix = request.prefix === "" && tenant !== "" ? `${tenant}/` : request.prefix;
+      const page = await store.list(prefix, pageSize, request.pageToken);
       return { conversations: page.conversations, nextPageToken: page.nextPageToken };
     },
 

@@ -39,7 +39,7 @@ function toolResultMessage(id: string, callId: string) {
   return create(MessageSchema, {
     id,
     role: Role.TOOL,
-    parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "lookup_order", payload: { text: "order A-17 shipped on Monday" } } } }],
+    parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "lookup_order", payload: { text: `order A-17 shipped on Monday. ${"Parcel scanned at the depot. ".repeat(8)}` } } } }],
   });
 }
 
@@ -122,18 +122,60 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.close();
   });
 
-  it("lists a tenant's conversations with its token, and refuses to list beyond the tenant", async () => {
+  it("lists a tenant's conversations with its token and no prefix typed, refuses to list beyond the tenant, and reads the list again live", async () => {
     const page = await openPage("/inspector/", [/status of 40[13]/]);
     await page.getByTestId("token").fill(acmeToken);
     await page.getByRole("button", { name: "use token" }).click();
-    await expect.poll(() => page.getByTestId("error").textContent(), { timeout: 10_000 }).toContain('outside tenant "acme"');
-    await page.getByTestId("prefix").fill("acme/");
-    await page.getByRole("button", { name: "list" }).click();
     const table = page.getByTestId("conversations");
+    // No prefix: the server lists the token's tenant (it used to refuse until "acme/" was typed).
     await expect.poll(() => table.textContent(), { timeout: 10_000 }).toContain(conversationId);
     expect(await table.textContent()).not.toContain("globex");
     expect(await table.locator("tr", { hasText: conversationId }).locator("td.number").textContent()).toBe("3");
+    expect(await page.getByTestId("error").count()).toBe(0);
+    expect(await page.getByTestId("list-read-at").textContent()).toContain("ordered by id");
+    // A conversation committed while the page is open appears, and a version that moves shows, without a click.
+    await admin.conversations.commit({ conversationId: "acme/arrived-later", expectedVersion: 0n, deltas: [appendHistory(textMessage("n1", Role.USER, "new"))] });
+    await expect.poll(() => table.textContent(), { timeout: 10_000 }).toContain("acme/arrived-later");
+    await admin.conversations.commit({ conversationId: "acme/arrived-later", expectedVersion: 1n, deltas: [appendHistory(textMessage("n2", Role.USER, "again"))] });
+    await expect.poll(() => table.locator("tr", { hasText: "acme/arrived-later" }).locator("td.number").textContent(), { timeout: 10_000 }).toBe("2");
     await page.screenshot({ path: join(results, "inspector-list.png") });
+    // A prefix outside the tenant is refused, and stays refused when the list reads itself again.
+    await page.getByTestId("prefix").fill("globex/");
+    await page.getByRole("button", { name: "list" }).click();
+    await expect.poll(() => page.getByTestId("error").textContent(), { timeout: 10_000 }).toContain('outside tenant "acme"');
+    await page.waitForResponse((response) => response.url().endsWith("/ListConversations") && response.status() === 403, { timeout: 10_000 });
+    expect(await page.getByTestId("error").textContent()).toContain('outside tenant "acme"');
+    expect(await table.count()).toBe(0);
+    await page.close();
+  });
+
+  it("says no such conversation for an id with nothing stored, instead of an empty v0", async () => {
+    const page = await openWithToken(`/inspector/#/c/${encodeURIComponent("acme/never-written")}`);
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("no such conversation");
+    expect(await page.getByTestId("not-found").textContent()).toContain('nothing is stored under "acme/never-written"');
+    expect(await page.getByTestId("messages").count()).toBe(0);
+    await page.close();
+  });
+
+  it("collapses a long tool result to its first lines, with show all to expand it", async () => {
+    const id = "acme/long-tool-output";
+    const output = Array.from({ length: 400 }, (_, index) => `line ${index}: ${"x".repeat(40)}`).join("\n");
+    const longResult = create(MessageSchema, { id: "t-long", role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: "c-long", name: "grep", payload: { text: output } } } }] });
+    await admin.conversations.commit({ conversationId: id, deltas: [appendHistory(textMessage("q", Role.USER, "grep it"), toolCallMessage("a-long", "c-long"), longResult)] });
+    const page = await openWithToken(`/inspector/#/c/${encodeURIComponent(id)}`);
+    const row = page.locator('[data-id="t-long"]');
+    await row.waitFor({ timeout: 10_000 });
+    const collapsed = row.getByTestId("collapsed");
+    expect(await collapsed.textContent()).toContain("line 5:");
+    expect(await collapsed.textContent()).not.toContain("line 6:");
+    expect(await row.getByTestId("show-all").textContent()).toBe(`show all (${(new TextEncoder().encode(output).length / 1024).toFixed(1)} KB)`);
+    const shortHeight = (await row.boundingBox())!.height;
+    expect(shortHeight).toBeLessThan(200);
+    await row.getByTestId("show-all").click();
+    expect(await row.textContent()).toContain("line 399:");
+    expect((await row.boundingBox())!.height).toBeGreaterThan(shortHeight * 5);
+    await row.getByTestId("show-less").click();
+    expect(await row.getByTestId("collapsed").count()).toBe(1);
     await page.close();
   });
 
@@ -154,10 +196,17 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     expect(await timeline.locator("li").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-version")))).toEqual(["3", "2", "1"]);
     expect(await timeline.locator('li[data-version="2"]').textContent()).toContain("compact");
 
-    await admin.conversations.commit({ conversationId, expectedVersion: 3n, deltas: [appendHistory(textMessage("u3", Role.USER, "Can you send the tracking link?"))] });
+    const longKey = `retry-${"k".repeat(150)}`;
+    await admin.conversations.commit({ conversationId, expectedVersion: 3n, idempotencyKey: longKey, deltas: [appendHistory(textMessage("u3", Role.USER, "Can you send the tracking link?"))] });
     await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v4");
     await expect.poll(() => messages.locator('[data-id="u3"]').textContent(), { timeout: 10_000 }).toContain("tracking link");
     expect(await timeline.locator("li").first().getAttribute("data-version")).toBe("4");
+    // A long idempotency key stays inside the versions column, cut with an ellipsis, whole in its title.
+    const key = timeline.getByTestId("idempotency-key");
+    expect(await key.getAttribute("title")).toBe(longKey);
+    const [keyBox, timelineBox] = [(await key.boundingBox())!, (await timeline.boundingBox())!];
+    expect(keyBox.x + keyBox.width).toBeLessThanOrEqual(timelineBox.x + timelineBox.width);
+    expect(await key.evaluate((element) => [element.ownerDocument.defaultView!.getComputedStyle(element).textOverflow, element.scrollWidth > element.clientWidth])).toEqual(["ellipsis", true]);
     await page.screenshot({ path: join(results, "inspector-conversation.png"), fullPage: true });
     await page.close();
   });
@@ -174,6 +223,24 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.getByTestId("earlier").click();
     await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(250);
     expect(await page.getByTestId("history-window").count()).toBe(0);
+    // A compile's dropped messages older than what a fresh page read (its newest 200) are named from
+    // a ReadMessages of the compiled version; its table shows 500 rows until "show all".
+    await admin.conversations.commit({ conversationId: long, deltas: [appendHistory(...Array.from({ length: 300 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `more ${index}`)))] });
+    const compilePage = await openWithToken(`/inspector/#/c/${encodeURIComponent(long)}?tab=compile`);
+    await compilePage.getByTestId("budget").fill("100");
+    await compilePage.getByTestId("provider").selectOption({ label: "none (payload only)" });
+    await compilePage.getByTestId("run-compile").click();
+    const oldest = compilePage.getByTestId("records").locator('tr[data-id="h0"]');
+    await oldest.waitFor({ timeout: 10_000 });
+    expect(await oldest.locator("td.role").textContent()).toBe("user");
+    expect(await oldest.locator("td.excerpt").textContent()).toBe("message 0");
+    expect(await oldest.locator("td.outcome").textContent()).toBe("dropped");
+    expect(Number(await oldest.getByTestId("message-tokens").textContent())).toBeGreaterThan(0);
+    const rows = compilePage.getByTestId("records").locator("tbody tr");
+    expect(await rows.count()).toBe(500);
+    await compilePage.getByTestId("all-rows").click();
+    expect(await rows.count()).toBe(550);
+    await compilePage.close();
 
     // 20 messages of 1 MB: GetState refuses the whole state (over 16 MiB); the page shows its newest 200 all the same.
     const big = "acme/over-the-limit";
@@ -188,7 +255,7 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     expect(await bigPage.getByTestId("error").count()).toBe(0);
   }, 60_000);
 
-  it("runs a compile with a chosen budget and provider and shows its token bars, what was trimmed and why, the rendered body and the cache impact", async () => {
+  it("runs a compile with a chosen budget and provider and shows its token bars, each message by role, text and tokens with what happened to it and why, the rendered body and the cache impact", async () => {
     const page = await openWithToken(`/inspector/#/c/${encodeURIComponent(conversationId)}?tab=compile`);
     await page.getByTestId("budget").fill("80");
     await page.getByTestId("provider").selectOption({ label: "openai chat" });
@@ -196,19 +263,34 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     const result = page.getByTestId("compile-result");
     await result.waitFor({ timeout: 10_000 });
     // The same compile through the API gives the numbers the page must show.
-    const expected = (await admin.contexts.compile({ conversationId, budget: { maxTokens: 80n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, include: [CompileResultPart.ALL_TRANSFORMATIONS] })).result!;
+    const expected = (await admin.contexts.compile({ conversationId, budget: { maxTokens: 80n }, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, include: [CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.MESSAGE_TOKENS] })).result!;
     expect(expected.usage!.estimator).not.toBe(EstimatorKind.UNSPECIFIED);
     expect(await page.getByTestId("total").textContent()).toBe(`${expected.usage!.total} of 80`);
-    const trimmed = expected.usage!.historyBeforeTrim - expected.usage!.history;
-    expect(trimmed).toBeGreaterThan(0n);
-    expect(await page.getByTestId("trimmed").textContent()).toContain(`${trimmed} trimmed`);
+    const inDropped = expected.usage!.historyBeforeTrim - expected.usage!.history;
+    expect(inDropped).toBeGreaterThan(0n);
+    const droppedRecords = Object.values(expected.transformations).filter((record) => record.action === TransformationAction.DROPPED).length;
+    expect(await page.getByTestId("dropped-tokens").textContent()).toBe(String(inDropped));
+    expect(await page.getByTestId("trimmed").textContent()).toContain(`${droppedRecords} message(s) dropped, ${expected.budgetDroppedMessages} of them by the budget`);
     expect(await result.locator('.bar-row[data-segment="system"] .number').textContent()).toBe(String(expected.usage!.system));
     expect(await result.locator('.bar-row[data-segment="history"] .number').textContent()).toBe(String(expected.usage!.history));
     const records = page.getByTestId("records");
-    // Trimmed: by the budget, or with the message they were paired with (history alignment).
-    expect(await records.locator("tr.trimmed", { hasText: "token_budget_exceeded" }).count()).toBe(Number(expected.budgetDroppedMessages));
-    expect(await records.locator("tr.trimmed").count()).toBe(Object.values(expected.transformations).filter((record) => record.action === TransformationAction.DROPPED).length);
-    expect(await records.locator('tr[data-id="sys"]').textContent()).toContain("kept");
+    // One word per outcome, the records' own (sent, sent changed, dropped); the reason says what dropped it.
+    expect(await records.locator('tr.dropped[data-reason="token budget exceeded"]').count()).toBe(Number(expected.budgetDroppedMessages));
+    expect(await records.locator("tr.dropped").count()).toBe(droppedRecords);
+    expect(new Set(await records.locator("td.outcome").allTextContents())).toEqual(new Set(Object.values(expected.transformations).map((record) => (record.action === TransformationAction.DROPPED ? "dropped" : record.action === TransformationAction.FORMATTED ? "sent changed" : "sent"))));
+    expect(await result.textContent()).not.toContain("trimmed,");
+    // Each message by role, text and the tokens the compile counted for it; dropped ones too (from what the page read).
+    const sys = records.locator('tr[data-id="sys"]');
+    expect(await sys.locator("td.role").textContent()).toBe("system");
+    expect(await sys.locator("td.excerpt").textContent()).toContain("You are the support agent of a shop.");
+    expect(await sys.locator("td.outcome").textContent()).toBe("sent");
+    for (const [messageId, tokens] of Object.entries(expected.messageTokens)) {
+      expect(await records.locator(`tr[data-id="${messageId}"]`).getByTestId("message-tokens").textContent()).toBe(String(tokens));
+    }
+    const droppedRow = records.locator("tr.dropped").first();
+    expect((await droppedRow.locator("td.excerpt").textContent())!.length).toBeGreaterThan(0);
+    expect(await droppedRow.locator("td.role").textContent()).not.toBe("");
+    expect(await records.locator('tr[data-id="t1"] td.excerpt').textContent()).toContain("order A-17 shipped on Monday");
     const rendered = JSON.parse((await page.getByTestId("rendered").textContent())!) as { model: string; messages: unknown[] };
     expect(rendered.model).toBe("gpt-4o");
     expect(rendered.messages.length).toBeGreaterThan(0);
@@ -218,6 +300,29 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     // The sidecar's own cache_impact: this compile against the conversation's previous one.
     expect(await page.getByTestId("cache-impact").textContent()).toMatch(/against the previous compile \(v4\): \d+ tokens unchanged/);
     await page.screenshot({ path: join(results, "inspector-compile.png"), fullPage: true });
+
+    // Tool-result clearing from the form: the old result is sent as a placeholder, and the freed tokens show.
+    await page.getByTestId("budget").fill("2000");
+    await page.getByTestId("clear-tool-results").check();
+    await page.getByTestId("clear-trigger").fill("1");
+    await page.getByTestId("clear-keep-recent").fill("0");
+    await page.getByTestId("clear-reasoning").check();
+    await page.getByTestId("run-compile").click();
+    const cleared = records.locator('tr[data-id="t1"]');
+    await expect.poll(() => cleared.getAttribute("data-reason"), { timeout: 10_000 }).toBe("tool result cleared");
+    expect(await cleared.locator("td.outcome").textContent()).toBe("sent changed");
+    const clearedExpected = (
+      await admin.contexts.compile({
+        conversationId,
+        budget: { maxTokens: 2000n, toolResultClearing: { triggerTokens: 1n, keepRecent: 0, clearAtLeastTokens: 0n, clearInputs: false }, reasoningClearing: { keepRecentTurns: 1 } },
+        render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" },
+        include: [CompileResultPart.MESSAGE_TOKENS],
+      })
+    ).result!;
+    expect(clearedExpected.usage!.clearedTokens).toBeGreaterThan(0n);
+    expect(await page.getByTestId("cleared-tokens").textContent()).toBe(String(clearedExpected.usage!.clearedTokens));
+    expect(await cleared.getByTestId("message-tokens").textContent()).toBe(String(clearedExpected.messageTokens["t1"]));
+    expect(await cleared.locator("td.excerpt").textContent()).toContain("cleared to save context");
     await page.close();
     expect(consoleErrors).toEqual([]);
   });

@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
 import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 
@@ -66,12 +68,37 @@ describe("bearer tokens and tenant scoping", () => {
     await expect(client.unary(ConversationService.method.getState, { conversationId: "acme" }, bearer(acmeToken))).rejects.toMatchObject({
       code: grpc.status.PERMISSION_DENIED,
     });
-    await expect(client.unary(ConversationService.method.listConversations, {}, bearer(acmeToken))).rejects.toMatchObject({
+    await expect(client.unary(ConversationService.method.listConversations, { prefix: "other/" }, bearer(acmeToken))).rejects.toMatchObject({
       code: grpc.status.PERMISSION_DENIED,
       details: expect.stringContaining("prefix"),
     });
     const listed = await client.unary(ConversationService.method.listConversations, { prefix: "acme/" }, bearer(acmeToken));
     expect(listed.conversations.every((conversation) => conversation.conversationId.startsWith("acme/"))).toBe(true);
+  });
+
+  // Was PERMISSION_DENIED: a tenant's caller (the inspector's first page) had to type "acme/".
+  it("lists a tenant's own conversations with an empty prefix, over gRPC and Connect; an unscoped token lists all", async () => {
+    for (const id of ["acme/listed-1", "acme/listed-2", "other/not-listed"]) {
+      await client.unary(ConversationService.method.commit, { conversationId: id, deltas: [appendHistory(textMessage("m", Role.USER, "hi"))] }, bearer(adminToken));
+    }
+    const ids = (page: { conversations: { conversationId: string }[] }) => page.conversations.map((conversation) => conversation.conversationId);
+    const overGrpc = ids(await client.unary(ConversationService.method.listConversations, {}, bearer(acmeToken)));
+    expect(overGrpc).toEqual(expect.arrayContaining(["acme/listed-1", "acme/listed-2"]));
+    expect(overGrpc.every((id) => id.startsWith("acme/"))).toBe(true);
+    expect(overGrpc).toEqual(ids(await client.unary(ConversationService.method.listConversations, { prefix: "acme/" }, bearer(acmeToken))));
+    // Paged, the next page stays inside the tenant.
+    const first = await client.unary(ConversationService.method.listConversations, { pageSize: 1 }, bearer(acmeToken));
+    const second = await client.unary(ConversationService.method.listConversations, { pageSize: 1, pageToken: first.nextPageToken }, bearer(acmeToken));
+    expect([...ids(first), ...ids(second)]).toEqual(overGrpc.slice(0, 2));
+    const overConnect = await fetch(`${sidecar.url}/contextd.v1.ConversationService/ListConversations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${acmeToken}` },
+      body: "{}",
+    });
+    expect(overConnect.status).toBe(200);
+    expect(((await overConnect.json()) as { conversations: { conversationId: string }[] }).conversations.map((conversation) => conversation.conversationId)).toEqual(overGrpc);
+    const everything = ids(await client.unary(ConversationService.method.listConversations, {}, bearer(adminToken)));
+    expect(everything).toEqual(expect.arrayContaining(["acme/listed-1", "other/not-listed"]));
   });
 
   it("checks streaming requests too", async () => {

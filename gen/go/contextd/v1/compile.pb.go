@@ -615,18 +615,23 @@ const (
 	// is the same with or without it. Without a render the payload is the only prompt and is always
 	// sent, so this part changes nothing there.
 	CompileResultPart_COMPILE_RESULT_PART_PAYLOAD CompileResultPart = 6
+	// `CompileResult.message_tokens`: what the budget counted for each message, by id (for an
+	// inspector or a cost breakdown per message). Like ALL_TRANSFORMATIONS it lists the stored
+	// history message by message, so the compile reads and counts all of it (no tail-only compile).
+	CompileResultPart_COMPILE_RESULT_PART_MESSAGE_TOKENS CompileResultPart = 260
 )
 
 // Enum value maps for CompileResultPart.
 var (
 	CompileResultPart_name = map[int32]string{
-		0: "COMPILE_RESULT_PART_UNSPECIFIED",
-		1: "COMPILE_RESULT_PART_SOURCE",
-		2: "COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT",
-		3: "COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT",
-		4: "COMPILE_RESULT_PART_PERSISTENCE",
-		5: "COMPILE_RESULT_PART_ALL_TRANSFORMATIONS",
-		6: "COMPILE_RESULT_PART_PAYLOAD",
+		0:   "COMPILE_RESULT_PART_UNSPECIFIED",
+		1:   "COMPILE_RESULT_PART_SOURCE",
+		2:   "COMPILE_RESULT_PART_NORMALIZED_SNAPSHOT",
+		3:   "COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT",
+		4:   "COMPILE_RESULT_PART_PERSISTENCE",
+		5:   "COMPILE_RESULT_PART_ALL_TRANSFORMATIONS",
+		6:   "COMPILE_RESULT_PART_PAYLOAD",
+		260: "COMPILE_RESULT_PART_MESSAGE_TOKENS",
 	}
 	CompileResultPart_value = map[string]int32{
 		"COMPILE_RESULT_PART_UNSPECIFIED":         0,
@@ -636,6 +641,7 @@ var (
 		"COMPILE_RESULT_PART_PERSISTENCE":         4,
 		"COMPILE_RESULT_PART_ALL_TRANSFORMATIONS": 5,
 		"COMPILE_RESULT_PART_PAYLOAD":             6,
+		"COMPILE_RESULT_PART_MESSAGE_TOKENS":      260,
 	}
 )
 
@@ -3997,7 +4003,18 @@ type CompileResult struct {
 	// The estimate of this compile, the calibration correction its budget applied and how far off
 	// that correction has been (see `TokenCalibration`). Set when `render.provider` is set and the
 	// sidecar keeps corrections (`--calibration-keys`, on by default).
-	Calibration   *TokenCalibration `protobuf:"bytes,60,opt,name=calibration,proto3" json:"calibration,omitempty"`
+	Calibration *TokenCalibration `protobuf:"bytes,60,opt,name=calibration,proto3" json:"calibration,omitempty"`
+	// Message id → the estimated tokens the budget counted for it, with its framing, in the
+	// compile's estimator (not corrected by calibration: compare with `usage`, not with the
+	// provider's figures). Only with COMPILE_RESULT_PART_MESSAGE_TOKENS. Every message of the main
+	// payload's input the budget counts: system (with experiences), memory, tools, history, pending,
+	// the current turn, scratch and a summary the compile wrote. History messages count as the
+	// budget weighed them, after tool-result and reasoning clearing; a message the budget dropped
+	// counts what it would have cost, so the kept history messages' counts add up to
+	// `usage.history`. Presentation stages (hooks, formatters) run before the budget, so a
+	// FORMATTED message counts as sent. Messages no stage of the budget sees (dropped before it, for
+	// example by a repair or a deferred block's merge policy) have no entry.
+	MessageTokens map[string]int64 `protobuf:"bytes,260,rep,name=message_tokens,json=messageTokens,proto3" json:"message_tokens,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4154,6 +4171,13 @@ func (x *CompileResult) GetCacheImpact() *CacheImpact {
 func (x *CompileResult) GetCalibration() *TokenCalibration {
 	if x != nil {
 		return x.Calibration
+	}
+	return nil
+}
+
+func (x *CompileResult) GetMessageTokens() map[string]int64 {
+	if x != nil {
+		return x.MessageTokens
 	}
 	return nil
 }
@@ -4883,7 +4907,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x1f\n" +
 	"\vduration_ns\x18\x02 \x01(\x03R\n" +
-	"durationNs\"\xed\b\n" +
+	"durationNs\"\x86\n" +
+	"\n" +
 	"\rCompileResult\x126\n" +
 	"\apayload\x18\x01 \x01(\v2\x1c.contextd.v1.CompiledPayloadR\apayload\x128\n" +
 	"\brendered\x18\x02 \x01(\v2\x1c.contextd.v1.RenderedRequestR\brendered\x122\n" +
@@ -4905,10 +4930,14 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x11committed_version\x18\x0f \x01(\x03R\x10committedVersion\x126\n" +
 	"\x17budget_dropped_messages\x18\x10 \x01(\x03R\x15budgetDroppedMessages\x12;\n" +
 	"\fcache_impact\x182 \x01(\v2\x18.contextd.v1.CacheImpactR\vcacheImpact\x12?\n" +
-	"\vcalibration\x18< \x01(\v2\x1d.contextd.v1.TokenCalibrationR\vcalibration\x1a_\n" +
+	"\vcalibration\x18< \x01(\v2\x1d.contextd.v1.TokenCalibrationR\vcalibration\x12U\n" +
+	"\x0emessage_tokens\x18\x84\x02 \x03(\v2-.contextd.v1.CompileResult.MessageTokensEntryR\rmessageTokens\x1a_\n" +
 	"\x14TransformationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\"\xb9\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.contextd.v1.TransformationR\x05value:\x028\x01\x1a@\n" +
+	"\x12MessageTokensEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb9\x03\n" +
 	"\x10TokenCalibration\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
@@ -4973,7 +5002,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x17REDACTION_PATTERN_PHONE\x10\x02\x12!\n" +
 	"\x1dREDACTION_PATTERN_CARD_NUMBER\x10\x03\x12 \n" +
 	"\x1cREDACTION_PATTERN_IP_ADDRESS\x10\x04\x12\x1d\n" +
-	"\x19REDACTION_PATTERN_API_KEY\x10\x05*\xa4\x02\n" +
+	"\x19REDACTION_PATTERN_API_KEY\x10\x05*\xcd\x02\n" +
 	"\x11CompileResultPart\x12#\n" +
 	"\x1fCOMPILE_RESULT_PART_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCOMPILE_RESULT_PART_SOURCE\x10\x01\x12+\n" +
@@ -4981,7 +5010,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"&COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT\x10\x03\x12#\n" +
 	"\x1fCOMPILE_RESULT_PART_PERSISTENCE\x10\x04\x12+\n" +
 	"'COMPILE_RESULT_PART_ALL_TRANSFORMATIONS\x10\x05\x12\x1f\n" +
-	"\x1bCOMPILE_RESULT_PART_PAYLOAD\x10\x06*\xed\x01\n" +
+	"\x1bCOMPILE_RESULT_PART_PAYLOAD\x10\x06\x12'\n" +
+	"\"COMPILE_RESULT_PART_MESSAGE_TOKENS\x10\x84\x02*\xed\x01\n" +
 	"\x14TransformationAction\x12%\n" +
 	"!TRANSFORMATION_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTRANSFORMATION_ACTION_PASSED\x10\x01\x12#\n" +
@@ -5024,7 +5054,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -5085,54 +5115,55 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	nil,                               // 56: contextd.v1.CompileRequest.ResolveVarsEntry
 	nil,                               // 57: contextd.v1.Projection.TransformationsEntry
 	nil,                               // 58: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 59: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 60: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 61: contextd.v1.Experience
-	(Provider)(0),                     // 62: contextd.v1.Provider
-	(Role)(0),                         // 63: contextd.v1.Role
-	(Segment)(0),                      // 64: contextd.v1.Segment
-	(MergePolicy)(0),                  // 65: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 66: contextd.v1.Delta
-	(*Artifact)(nil),                  // 67: contextd.v1.Artifact
-	(ActorKind)(0),                    // 68: contextd.v1.ActorKind
+	nil,                               // 59: contextd.v1.CompileResult.MessageTokensEntry
+	(*Message)(nil),                   // 60: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 61: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 62: contextd.v1.Experience
+	(Provider)(0),                     // 63: contextd.v1.Provider
+	(Role)(0),                         // 64: contextd.v1.Role
+	(Segment)(0),                      // 65: contextd.v1.Segment
+	(MergePolicy)(0),                  // 66: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 67: contextd.v1.Delta
+	(*Artifact)(nil),                  // 68: contextd.v1.Artifact
+	(ActorKind)(0),                    // 69: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	59,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	60,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	61,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	59,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	59,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	60,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	61,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	62,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	60,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	60,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	62,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	63,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	63,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	64,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
 	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
 	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	64,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	59,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	65,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	65,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	60,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	66,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	64,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	65,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	64,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	65,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
 	51,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
 	52,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
 	53,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
 	54,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
 	55,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	64,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	62,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	64,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	65,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	63,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	65,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	66,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	67,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -5140,8 +5171,8 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	59,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	67,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	60,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	68,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
@@ -5152,7 +5183,7 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	59,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	60,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
@@ -5161,39 +5192,39 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	32,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
 	10,  // 62: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
 	11,  // 63: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	64,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	64,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	59,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	59,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	59,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	59,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	67,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	65,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	65,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	60,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	60,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	60,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	60,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	68,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
 	35,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
 	36,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	64,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	59,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	65,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	60,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
 	36,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	59,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	60,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
 	15,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	59,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	59,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	59,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	59,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	59,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	60,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	62,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	60,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	60,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	60,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	60,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	60,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	61,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	63,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
 	46,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
 	42,  // 86: contextd.v1.RenderedRequest.renamed_tool_call_ids:type_name -> contextd.v1.RenamedToolCallId
-	59,  // 87: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	60,  // 87: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
 	57,  // 88: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
 	41,  // 89: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
 	45,  // 90: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
 	49,  // 91: contextd.v1.Projection.calibration:type_name -> contextd.v1.TokenCalibration
-	59,  // 92: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	59,  // 93: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	59,  // 94: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	59,  // 95: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	67,  // 96: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	60,  // 92: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	60,  // 93: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	60,  // 94: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	60,  // 95: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	68,  // 96: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
 	6,   // 97: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
 	40,  // 98: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
 	41,  // 99: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
@@ -5209,18 +5240,19 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	47,  // 109: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
 	50,  // 110: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
 	49,  // 111: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
-	62,  // 112: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
-	6,   // 113: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
-	63,  // 114: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	68,  // 115: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	63,  // 116: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	34,  // 117: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	34,  // 118: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	119, // [119:119] is the sub-list for method output_type
-	119, // [119:119] is the sub-list for method input_type
-	119, // [119:119] is the sub-list for extension type_name
-	119, // [119:119] is the sub-list for extension extendee
-	0,   // [0:119] is the sub-list for field type_name
+	59,  // 112: contextd.v1.CompileResult.message_tokens:type_name -> contextd.v1.CompileResult.MessageTokensEntry
+	63,  // 113: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
+	6,   // 114: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
+	64,  // 115: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	69,  // 116: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	64,  // 117: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	34,  // 118: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	34,  // 119: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	120, // [120:120] is the sub-list for method output_type
+	120, // [120:120] is the sub-list for method input_type
+	120, // [120:120] is the sub-list for extension type_name
+	120, // [120:120] is the sub-list for extension extendee
+	0,   // [0:120] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -5247,7 +5279,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

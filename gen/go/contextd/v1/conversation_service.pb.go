@@ -993,7 +993,10 @@ type ListConversationsRequest struct {
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From the previous response.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// Only ids with this prefix.
+	// Only ids with this prefix. Under a tenant's bearer token (`token=tenant`) the prefix must
+	// start with "<tenant>/" (else PERMISSION_DENIED naming it), and an empty prefix lists that
+	// tenant's conversations, as "<tenant>/" would; with an unscoped token or without auth, empty
+	// lists every conversation.
 	Prefix        string `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

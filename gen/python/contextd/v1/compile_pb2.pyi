@@ -84,6 +84,7 @@ class CompileResultPart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPILE_RESULT_PART_PERSISTENCE: _ClassVar[CompileResultPart]
     COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: _ClassVar[CompileResultPart]
     COMPILE_RESULT_PART_PAYLOAD: _ClassVar[CompileResultPart]
+    COMPILE_RESULT_PART_MESSAGE_TOKENS: _ClassVar[CompileResultPart]
 
 class TransformationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -159,6 +160,7 @@ COMPILE_RESULT_PART_WRITEBACK_SNAPSHOT: CompileResultPart
 COMPILE_RESULT_PART_PERSISTENCE: CompileResultPart
 COMPILE_RESULT_PART_ALL_TRANSFORMATIONS: CompileResultPart
 COMPILE_RESULT_PART_PAYLOAD: CompileResultPart
+COMPILE_RESULT_PART_MESSAGE_TOKENS: CompileResultPart
 TRANSFORMATION_ACTION_UNSPECIFIED: TransformationAction
 TRANSFORMATION_ACTION_PASSED: TransformationAction
 TRANSFORMATION_ACTION_FORMATTED: TransformationAction
@@ -710,7 +712,7 @@ class StageTiming(_message.Message):
     def __init__(self, stage: _Optional[str] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
 class CompileResult(_message.Message):
-    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages", "cache_impact", "calibration")
+    __slots__ = ("payload", "rendered", "source", "normalized_snapshot", "writeback", "introduced", "transformations", "projections", "persistence", "usage", "warnings", "stage_timings", "prefix_fingerprint", "version", "committed_version", "budget_dropped_messages", "cache_impact", "calibration", "message_tokens")
     class TransformationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -718,6 +720,13 @@ class CompileResult(_message.Message):
         key: str
         value: Transformation
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Transformation, _Mapping]] = ...) -> None: ...
+    class MessageTokensEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     RENDERED_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -736,6 +745,7 @@ class CompileResult(_message.Message):
     BUDGET_DROPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CACHE_IMPACT_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     payload: CompiledPayload
     rendered: RenderedRequest
     source: CompileSource
@@ -754,7 +764,8 @@ class CompileResult(_message.Message):
     budget_dropped_messages: int
     cache_impact: CacheImpact
     calibration: TokenCalibration
-    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ..., cache_impact: _Optional[_Union[CacheImpact, _Mapping]] = ..., calibration: _Optional[_Union[TokenCalibration, _Mapping]] = ...) -> None: ...
+    message_tokens: _containers.ScalarMap[str, int]
+    def __init__(self, payload: _Optional[_Union[CompiledPayload, _Mapping]] = ..., rendered: _Optional[_Union[RenderedRequest, _Mapping]] = ..., source: _Optional[_Union[CompileSource, _Mapping]] = ..., normalized_snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., writeback: _Optional[_Union[Writeback, _Mapping]] = ..., introduced: _Optional[_Iterable[_Union[IntroducedMessage, _Mapping]]] = ..., transformations: _Optional[_Mapping[str, Transformation]] = ..., projections: _Optional[_Iterable[_Union[Projection, _Mapping]]] = ..., persistence: _Optional[_Union[Persistence, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., stage_timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., prefix_fingerprint: _Optional[str] = ..., version: _Optional[int] = ..., committed_version: _Optional[int] = ..., budget_dropped_messages: _Optional[int] = ..., cache_impact: _Optional[_Union[CacheImpact, _Mapping]] = ..., calibration: _Optional[_Union[TokenCalibration, _Mapping]] = ..., message_tokens: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class TokenCalibration(_message.Message):
     __slots__ = ("provider", "model", "estimator", "estimated_tokens", "correction", "corrected_tokens", "requested_limit", "reports", "mean_absolute_relative_error", "store_read_error")

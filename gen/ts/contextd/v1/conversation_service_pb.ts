@@ -588,7 +588,10 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
   pageToken: string;
 
   /**
-   * Only ids with this prefix.
+   * Only ids with this prefix. Under a tenant's bearer token (`token=tenant`) the prefix must
+   * start with "<tenant>/" (else PERMISSION_DENIED naming it), and an empty prefix lists that
+   * tenant's conversations, as "<tenant>/" would; with an unscoped token or without auth, empty
+   * lists every conversation.
    *
    * @generated from field: string prefix = 3;
    */

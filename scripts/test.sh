@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite (vitest, go test, pytest, the TypeScript client's node:test) against real processes and prints one summary
 # line, "N passed, N failed", summed over all suites. The checks around them (gen/ matches
-# `buf generate`, tsc over src and tests, go vet) add one failure each when they fail. Installs
+# `buf generate`, tsc over src and tests, go vet, gofmt) add one failure each when they fail. Installs
 # what it needs on a fresh machine: redis-server, openssl and postgresql (apt), npm packages, the Go code generators, the
 # Python venv, Go modules, chromium (apt) for the web inspector's browser test.
 set -uo pipefail
@@ -93,6 +93,8 @@ failed=$((failed + ${vitest_counts#* }))
 log "go vet + go test (gen/go: the generated API; clients/go: the client and its e2e tests)"
 (cd gen/go && go vet ./...) || failed=$((failed + 1))
 (cd clients/go && go vet ./...) || failed=$((failed + 1))
+unformatted=$(gofmt -l clients/go test/installed/go examples/go)
+if [ -n "$unformatted" ]; then echo "FAIL: gofmt -l lists: $unformatted" >&2; failed=$((failed + 1)); fi
 results="$PWD/.test-results"
 # Runs `go test -json` in a module directory and adds its test counts to the summary.
 go_suite() {

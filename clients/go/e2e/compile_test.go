@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/contextd-dev/contextd/clients/go/contextd"
-	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
+	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 )
 
 var charsEstimator = &contextdv1.Estimator{Kind: contextdv1.EstimatorKind_ESTIMATOR_KIND_CHARS}

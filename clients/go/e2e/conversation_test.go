@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/contextd-dev/contextd/clients/go/contextd"
-	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
+	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -7,8 +7,8 @@ import (
 	"reflect"
 	"testing"
 
-	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
+	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )

@@ -46,6 +46,33 @@ describe("architecture", () => {
     for (const layer of layers.filter((layer) => layer !== "entry")) expect(files.some((file) => layerOf(file) === layer), layer).toBe(true);
   });
 
+  it("has no import circle among src modules (type-only imports included)", () => {
+    const graph = new Map<string, string[]>();
+    for (const file of files) {
+      const targets = importsOf(file)
+        .filter((specifier) => specifier.startsWith("."))
+        .map((specifier) => resolve(dirname(file), specifier).replace(/\.js$/, ".ts"))
+        .filter((target) => target.startsWith(source + "/"));
+      graph.set(file, targets);
+    }
+    // Depth-first search; a module met again while still on the path closes a circle.
+    const circles: string[] = [];
+    const state = new Map<string, "open" | "done">();
+    const path: string[] = [];
+    const visit = (file: string) => {
+      state.set(file, "open");
+      path.push(file);
+      for (const target of graph.get(file) ?? []) {
+        if (state.get(target) === "open") circles.push([...path.slice(path.indexOf(target)), target].map((step) => relative(source, step)).join(" -> "));
+        else if (!state.has(target)) visit(target);
+      }
+      path.pop();
+      state.set(file, "done");
+    };
+    for (const file of files) if (!state.has(file)) visit(file);
+    expect(circles).toEqual([]);
+  });
+
   it("imports only downward: core imports no store, codec, application or server; no layer imports one above it", () => {
     const violations: string[] = [];
     for (const file of files) {

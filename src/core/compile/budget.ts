@@ -17,6 +17,7 @@ import type { CompileContext } from "./compile-context.js";
 import { alignToUserTurn, costUnits, selectAllUnprotected, selectHeadUnitsInSteps, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { clearHistory, validateClearing } from "./context-editing.js";
 import { calibratedLimit } from "./token-calibration.js";
+import { maxBudgetTokens } from "./max-budget-tokens.js";
 import { assertWellFormedMessage } from "./message-validation.js";
 import { addWarning, recordPassed, setRecord, type CompileWork } from "./working-set.js";
 import { ErrorReason, withErrorDetails } from "../model/error-details.js";
@@ -52,11 +53,6 @@ interface Limit {
   fromWindow: boolean;
 }
 
-/**
- * The largest token figure a budget may name: 2^53 - 1, the largest integer a double holds exactly.
- * Counts are doubles; `max_tokens = 2^63-1` used to round to 2^63, fail int64 encoding and answer INTERNAL.
- */
-export const maxBudgetTokens = Number.MAX_SAFE_INTEGER;
 
 function resolveLimit(work: CompileWork): Limit {
   const budget = work.request.budget;

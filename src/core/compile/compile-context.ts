@@ -1,6 +1,6 @@
 import type { CompileResultPart } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ElidedHead } from "./history-head.js";
+import type { ElidedHead } from "./elided-head.js";
 import type { HistoryFacts } from "./history-facts.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";

@@ -2,34 +2,11 @@ import { BudgetStrategy, CompileResultPart, type CompileRequest } from "../../..
 import { calibratedLimit } from "./token-calibration.js";
 import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
-import { maxBudgetTokens } from "./budget.js";
+import { maxBudgetTokens } from "./max-budget-tokens.js";
 import type { CompileContext } from "./compile-context.js";
+import type { ElidedHead } from "./elided-head.js";
 import type { DeadlineCheck } from "./deadline.js";
 import type { CompileInputs } from "./request-inputs.js";
-
-/**
- * The head of a stored history that the budget is certain to drop, left out of the stages: they
- * see only the tail (see `HistoryFacts` for why). What the head would have contributed to the
- * result is added back from these figures, so the result is the one the whole history gives.
- */
-export interface ElidedHead {
-  /**
-   * The whole stored history; the stages see `history.slice(count)`. Absent when the head was
-   * planned from the stored tail (`planStoredHead`): then no part that copies the history is built.
-   */
-  history?: readonly Message[];
-  /** The ids of the history's first message and of the head's last (the `history_head_dropped` event). */
-  firstId: string;
-  lastId: string;
-  /** Messages left out: `history[0, count)`, whole units. */
-  count: number;
-  /** Their tokens under the compile's estimator. */
-  tokens: number;
-  /** Their text characters (the text allowance is relative to the whole request). */
-  characters: number;
-  /** Token counts of the tail, in order (the budget's own counts of it). */
-  tailCounts: readonly number[];
-}
 
 /**
  * Leaves out the head of the stored history when every message of it would get exactly one fate

@@ -2,7 +2,8 @@ import { CompileResultPart, type CompileRequest } from "../../../gen/ts/contextd
 import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { analyzeToolRoundsFrom, toolResultsOf } from "../model/tool-rounds.js";
-import { headElisionAllowed, type ElidedHead } from "./history-head.js";
+import type { ElidedHead } from "./elided-head.js";
+import { headElisionAllowed } from "./history-head.js";
 
 /**
  * What a store's entries say about the history up to and including one of them (written by the

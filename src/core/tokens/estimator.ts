@@ -7,8 +7,18 @@ import { imageTokens, providerFraming } from "./framing.js";
 import { runeCount, utf8ByteCount } from "./text-measures.js";
 import { loadEncoding, loadPacedEncoding, type PacedTextTokenCounter, type TextTokenCounter } from "./encodings.js";
 import { encodingOfModel } from "./model-encodings.js";
-import type { TokenCountCache } from "./token-count-cache.js";
 import type { DeadlineCheck } from "../compile/deadline.js";
+
+
+/**
+ * Where an estimator's text counters come from when counts are kept across requests: per encoding,
+ * a counter that remembers the texts it counted. `TokenCountCache` is the one implementation; the
+ * estimator asks only for this, so the two modules do not import each other.
+ */
+export interface TextCounterSource {
+  textCounter(encoding: TokenizerEncoding, count: TextTokenCounter): TextTokenCounter;
+  pacedTextCounter(encoding: TokenizerEncoding, countPaced: PacedTextTokenCounter): PacedTextTokenCounter;
+}
 
 /**
  * Counts tokens of messages and tool definitions under one estimator configuration (semantics §4).
@@ -46,7 +56,7 @@ export async function createEstimator(
   options: Estimator | undefined,
   renderProvider: Provider,
   fieldPath: string,
-  cache?: TokenCountCache,
+  cache?: TextCounterSource,
   renderModel = "",
   deadline?: DeadlineCheck,
 ): Promise<TokenEstimator> {
@@ -83,7 +93,7 @@ async function configuredEstimator(
   options: Estimator | undefined,
   renderProvider: Provider,
   fieldPath: string,
-  cache: TokenCountCache | undefined,
+  cache: TextCounterSource | undefined,
   renderModel: string,
   deadline: DeadlineCheck | undefined,
 ): Promise<TokenEstimator> {

@@ -3,7 +3,7 @@ import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { DeadlineCheck } from "../compile/deadline.js";
 import type { PacedTextTokenCounter, TextTokenCounter } from "./encodings.js";
-import type { TokenEstimator } from "./estimator.js";
+import type { TextCounterSource, TokenEstimator } from "./estimator.js";
 import { sameCountInputs } from "./same-count-inputs.js";
 import { TextCountTable } from "./text-count-table.js";
 
@@ -46,7 +46,7 @@ export interface KnownTokenCounts {
  * estimators are linear scans that cost no more than hashing their text, so only lists are cached
  * for them. The text level is bounded: past `maxTexts` the oldest tenth is evicted.
  */
-export class TokenCountCache {
+export class TokenCountCache implements TextCounterSource {
   private readonly byList = new Map<string, WeakMap<readonly Message[], readonly number[]>>();
   private readonly textCounters = new Map<TokenizerEncoding, TextTokenCounter>();
   private readonly texts = new Map<TokenizerEncoding, TextCountTable>();

@@ -72,7 +72,7 @@ func TestWaitReadyNamesWhyTheSidecarIsNotServing(t *testing.T) {
 		"connect": {contextd.WithConnectProtocol(&http.Client{})},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			err := dial(t, sidecar.Address, opts...).WaitReady(ctx)
 			if err == nil || !regexp.MustCompile(`health is NOT_SERVING: .*(ECONNREFUSED|connect|unavailable)`).MatchString(err.Error()) {

@@ -24,7 +24,8 @@ for (const protocol of ["grpc", "connect"] as const) {
   test(`over ${protocol}: waitReady's timeout says why health is NOT_SERVING`, async () => {
     const client = new Client({ address: sidecar.address, protocol, retry: { ...DEFAULT_RETRY_POLICY, initialBackoffMs: 20, maxBackoffMs: 50 } });
     try {
-      const failure = await client.waitReady(500).catch((thrown: unknown) => thrown);
+      // Long enough that the last attempt is an answer, not the first connection's set-up cut short.
+      const failure = await client.waitReady(3_000).catch((thrown: unknown) => thrown);
       assert.ok(failure instanceof ContextdError, String(failure));
       assert.equal(failure.code, Code.DeadlineExceeded);
       assert.match(failure.message, /health is NOT_SERVING: .*(ECONNREFUSED|connect|unavailable)/i);

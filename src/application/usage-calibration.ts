@@ -6,9 +6,10 @@ import { maxBudgetTokens } from "../core/compile/budget.js";
 import { uncorrected, type CalibrationKey, type TokenCorrection } from "../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey, CalibrationStore } from "../store/calibration-store.js";
 import { isStorableText, requireStorableText } from "../store/store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 /** The longest model name a report may carry, in UTF-8 bytes. */
-export const maxCalibrationModelBytes = 256;
+export const maxCalibrationModelBytes = stringLimits.model;
 
 /** What the store keeps of calibration, and how long a copy read from it is used. */
 export interface CalibrationStorage {

@@ -24,7 +24,7 @@ import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
 import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
-import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
+import { enforceDeadlines, limitMessagesPerRequest, limitRequestStrings } from "./policy/limits.js";
 import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
@@ -146,6 +146,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     enforceDeadlines(),
     authenticate(tokens),
     limitMessagesPerRequest(config.maxMessages),
+    limitRequestStrings(),
     guardStreams(config.maxStreams, streams, shutdownController.signal),
   ];
   // Three ways bytes become messages, one policy (docs/architecture.md, "One request path"):

@@ -14,7 +14,8 @@ import type { CommitOutcome, ConversationPage, ConversationStore } from "./conve
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
+import { changesNotRetained, idempotencyKeyReused, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 export interface MemoryStoreOptions {
   /** Changes kept per conversation for Watch resumption (oldest dropped first). */
@@ -72,14 +73,14 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async load(conversationId: string): Promise<ConversationState> {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
     this.codec.retainState(state, this.lineage);
     return state;
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
@@ -124,7 +125,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     let last = fromVersion;
     let first = true;
     while (!signal.aborted) {
@@ -168,8 +169,8 @@ export class MemoryConversationStore implements ConversationStore {
     requestFingerprint?: string,
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
-    requireStorableText("conversation_id", conversationId);
-    requireStorableText("idempotency_key", idempotencyKey);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const conversation = this.conversations.get(conversationId);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     if (idempotencyKey !== "") {

@@ -17,7 +17,8 @@ import { changesChannel, migratePostgres } from "./postgres-schema.js";
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
-import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
+import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 export interface PostgresStoreOptions {
   /** Changes kept per conversation for Watch resumption (the oldest deleted by the commit that goes past it). */
@@ -523,7 +524,7 @@ export class PostgresConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const id = idBytes(conversationId);
-    requireStorableText("idempotency_key", idempotencyKey);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const key = Buffer.from(idempotencyKey, "utf8");
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // As in the Redis store: the first attempt may start from the cached state without reading;
@@ -708,7 +709,7 @@ function isConnectionFailure(sqlState: string | undefined): boolean {
 
 /** The id's UTF-8, refusing lone surrogates (both other stores refuse them alike). */
 function idBytes(conversationId: string): Buffer {
-  requireStorableText("conversation_id", conversationId);
+  requireStorableKey("conversation_id", conversationId, stringLimits.id);
   return Buffer.from(conversationId, "utf8");
 }
 

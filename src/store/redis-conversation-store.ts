@@ -23,7 +23,8 @@ import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, 
 import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
-import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
+import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableKey, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 export interface RedisStoreOptions {
   /** Prefix of every key; lets several deployments share one Redis. Must not hold `{` or `}` (it would take the hash tag). */
@@ -504,7 +505,7 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   private keys(conversationId: string): ConversationKeys {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     return conversationKeys(this.keyPrefix, conversationId);
   }
 
@@ -620,7 +621,7 @@ export class RedisConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const keys = this.keys(conversationId);
-    requireStorableText("idempotency_key", idempotencyKey);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // The first attempt may start from the cached state without reading: the script compares its
     // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never

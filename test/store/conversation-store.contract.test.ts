@@ -18,6 +18,7 @@ import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
 import { randomSource } from "../support/random-messages.js";
+import { stringLimits } from "../../src/core/model/string-limits.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
@@ -266,6 +267,21 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await rejection(store.list("\ud800", 10, ""))).rawMessage).toMatch(/^prefix /);
     // A well-formed pair is an ordinary character.
     expect((await store.commit(`${id}😀`, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k😀")).version).toBe(1n);
+    expect(await store.currentVersion(id)).toBe(0n);
+  });
+
+  it("stores ids and keys up to the limit and refuses longer ones as INVALID_ARGUMENT, alike (Postgres' btree said INTERNAL past 2,704 bytes)", async () => {
+    const id = freshId("long");
+    const atLimit = id + "x".repeat(stringLimits.id - id.length);
+    const key = "k".repeat(stringLimits.idempotencyKey);
+    expect((await store.commit(atLimit, undefined, [appendHistory(textMessage("", Role.USER, "x"))], key)).version).toBe(1n);
+    expect((await store.commit(atLimit, undefined, [appendHistory(textMessage("", Role.USER, "x"))], key)).replayed).toBe(true);
+    const longId = await rejection(store.commit(id + "x".repeat(3_000), undefined, [appendHistory(textMessage("", Role.USER, "x"))], ""));
+    expect(longId.code).toBe(Code.InvalidArgument);
+    expect(longId.rawMessage).toBe(`conversation_id has ${id.length + 3_000} bytes, over the limit of 1024 bytes the store keeps (docs/limits.md)`);
+    const longKey = await rejection(store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k".repeat(3_000)));
+    expect(longKey.rawMessage).toBe("idempotency_key has 3000 bytes, over the limit of 1024 bytes the store keeps (docs/limits.md)");
+    expect((await rejection(store.load(id + "x".repeat(3_000)))).code).toBe(Code.InvalidArgument);
     expect(await store.currentVersion(id)).toBe(0n);
   });
 

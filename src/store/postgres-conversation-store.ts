@@ -14,7 +14,7 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
-import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
+import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
 import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
@@ -301,8 +301,8 @@ export class PostgresConversationStore implements ConversationStore {
   async reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
     const { rows } = await this.query<{ factor: number; reports: string; mean_error: number; relative_error: number }>(
       "reporting usage",
-      "SELECT * FROM contextd_report_usage($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-      [Buffer.from(key.tenant, "utf8"), Buffer.from(calibrationField(key), "utf8"), estimatedTokens, actualTokens, nowMs, bounds.ttlMs, bounds.maxKeysPerTenant, minCorrection, maxCorrection, calibrationWindow],
+      "SELECT * FROM contextd_report_usage($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+      [Buffer.from(key.tenant, "utf8"), Buffer.from(calibrationField(key), "utf8"), estimatedTokens, actualTokens, nowMs, bounds.ttlMs, bounds.maxKeysPerTenant, minCorrection, maxCorrection, calibrationWindow, maxCorrectionStep],
       "contextd_report_usage",
     );
     const row = rows[0]!;

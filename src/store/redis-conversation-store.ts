@@ -20,7 +20,7 @@ import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./mem
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
-import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
+import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments } from "./segment-edits.js";
 import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableKey, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
@@ -353,6 +353,7 @@ export class RedisConversationStore implements ConversationStore {
         minCorrection,
         maxCorrection,
         calibrationWindow,
+        maxCorrectionStep,
       ),
     );
     if (reply[0] !== "ok") throw corruptCalibration(keys.records, String(reply[1]));

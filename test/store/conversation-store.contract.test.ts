@@ -11,7 +11,7 @@ import { PostgresConversationStore } from "../../src/store/postgres-conversation
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { learnCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
+import { learnCorrection, maxCorrectionStep, uncorrected } from "../../src/core/compile/token-calibration.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
@@ -498,13 +498,15 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect(await store.readCalibration(key(tenant), now, bounds)).toBeUndefined();
       // Ratios around 1, extreme ones the clamp cuts, token counts up to 2^53 - 1, past the window of 10.
       const reports: [number, number][] = [
-        [1_000, 1_300], [977, 1_013], [3, 1_000], [1_000, 1], [2 ** 53 - 1, 2 ** 53 - 2], [12_345, 23_456], [7, 9], [1, 1],
+        [1, 4_000], [1_000, 1_300], [977, 1_013], [3, 1_000], [1_000, 1], [2 ** 53 - 1, 2 ** 53 - 2], [12_345, 23_456], [7, 9], [1, 1],
         [40_000, 31_337], [100, 101], [999_999, 1_000_001], [5, 3], [123_456_789, 98_765_432], [2, 7], [65_536, 65_537],
       ];
       let expected = uncorrected;
       for (const [index, [estimated, actual]] of reports.entries()) {
         const learnt = learnCorrection(expected, estimated, actual);
         expect(await store.reportCalibration(key(tenant), estimated, actual, now + index, bounds), `report ${index}`).toEqual(learnt);
+        // One report of 4000:1 moves the correction by the largest step, not to the clamp.
+        if (index === 0) expect(learnt.correction.factor).toBe(maxCorrectionStep);
         expected = learnt.correction;
       }
       expect(await store.readCalibration(key(tenant), now + reports.length, bounds)).toEqual(expected);

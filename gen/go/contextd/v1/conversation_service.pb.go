@@ -833,6 +833,9 @@ type ReadToolResultRequest struct {
 	// of the character it falls in. Past the end = an empty slice.
 	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// The most UTF-8 bytes to return, cut at a character boundary. 0 = 65,536; at most 1,048,576.
+	// A slice always moves forward: when `max_bytes` is smaller than the character at `offset`
+	// (1 byte asked where a 2- to 4-byte character starts), the slice is that one whole character,
+	// up to 3 bytes more than asked, so a reader paging by `next_offset` never stays in place.
 	MaxBytes      uint32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

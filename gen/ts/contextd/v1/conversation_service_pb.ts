@@ -461,6 +461,9 @@ export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest">
 
   /**
    * The most UTF-8 bytes to return, cut at a character boundary. 0 = 65,536; at most 1,048,576.
+   * A slice always moves forward: when `max_bytes` is smaller than the character at `offset`
+   * (1 byte asked where a 2- to 4-byte character starts), the slice is that one whole character,
+   * up to 3 bytes more than asked, so a reader paging by `next_offset` never stays in place.
    *
    * @generated from field: uint32 max_bytes = 4;
    */

@@ -111,12 +111,20 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
   const [error, setError] = useState("");
   const [live, setLive] = useState(false);
   useEffect(() => {
+    // A new id is a new page: nothing of the previous conversation stays (its versions and keys
+    // were listed under the next one's), and nothing its calls still answer is shown.
+    setState(undefined);
+    setChanges([]);
+    setError("");
+    setLive(false);
     const stop = new AbortController();
     let refreshing: Promise<void> | undefined;
     const refresh = () =>
       (refreshing ??= conversations
         .getState({ conversationId: id }, { signal: stop.signal })
-        .then((response) => setState(response.state))
+        .then((response) => {
+          if (!stop.signal.aborted) setState(response.state);
+        })
         .catch((failure: unknown) => {
           if (!stop.signal.aborted) setError(errorText(failure));
         })
@@ -126,6 +134,7 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
     (async () => {
       try {
         for await (const response of conversations.watch({ conversationId: id, fromVersion: 0n }, { signal: stop.signal })) {
+          if (stop.signal.aborted) break;
           setLive(true);
           if (response.kind.case !== "change") continue;
           const change = response.kind.value;
@@ -135,7 +144,7 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       } catch (failure) {
         if (!stop.signal.aborted) setError(errorText(failure));
       } finally {
-        setLive(false);
+        if (!stop.signal.aborted) setLive(false);
       }
     })();
     return () => stop.abort();

@@ -146,7 +146,7 @@ async function segmentProjection(
   // A target repeats the presentation stages: between them the event loop gets its turn when due.
   const clock = work.deadline;
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
-  if (included.has(Segment.SYSTEM)) applySystemPrompt(work);
+  if (included.has(Segment.SYSTEM)) await applySystemPrompt(work);
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
   sendLargeToolResultsAsPreviews(work);

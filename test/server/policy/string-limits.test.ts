@@ -67,6 +67,16 @@ describe.each(sidecarStores)("request string limits (%s, real sidecar)", (_name,
     await stillServing();
   });
 
+  it("answers a 3,000-byte id or key INVALID_ARGUMENT, not INTERNAL (Postgres: index row size exceeds btree)", async () => {
+    for (const request of [
+      { conversationId: longId("limits/pg-", 3_000), deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))] },
+      { conversationId: "limits/pg-key", idempotencyKey: "k".repeat(3_000), deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))] },
+    ]) {
+      await expect(client.unary(ConversationService.method.commit, request)).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/has 3000 bytes, over the limit of 1024 bytes/) });
+    }
+    await stillServing();
+  });
+
   it("names the path of a nested id: messages, tool calls, results and stream item ids", async () => {
     const over = "i".repeat(stringLimits.id + 1);
     const cases: [object, string][] = [
@@ -174,3 +184,27 @@ describe("tenants are bounded when the sidecar starts", () => {
     );
   });
 });
+
+// Issue 29 #3: render.model had no limit and the calibration cache kept up to 1,024 model
+// strings whole: 60 compiles with distinct 4 MB models took +348 MB, 56 killed a 256 MB heap.
+describe("long models on a 512 MB heap (real sidecar)", () => {
+  it("refuses 60 compiles with distinct 4 MB models at the door and keeps serving", async () => {
+    const sidecar = await startSidecar([], { NODE_OPTIONS: "--max-old-space-size=512" });
+    const client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+    try {
+      for (let index = 0; index < 60; index++) {
+        const model = `${index}-`.padEnd(4 * 1024 * 1024, "m");
+        await expect(client.unary(ContextService.method.compile, { render: { provider: Provider.ANTHROPIC_MESSAGES, model } })).rejects.toMatchObject({
+          code: grpc.status.INVALID_ARGUMENT,
+          details: `render.model has ${4 * 1024 * 1024} bytes, over the limit of 256 bytes for models (docs/limits.md)`,
+        });
+      }
+      expect((await client.unary(Health.method.check, { service: "" })).status).toBe(ServingStatus.SERVING);
+      expect(sidecar.process.exitCode).toBeNull();
+    } finally {
+      client.close();
+      await sidecar.stop();
+    }
+  }, 120_000);
+});
+

@@ -116,7 +116,7 @@ func (x *GetStateResponse) GetState() *ConversationState {
 // The request of `Commit`.
 type CommitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The conversation. Required.
+	// The conversation. Required; at most 1,024 UTF-8 bytes.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// The version the caller last saw; a different stored version is ABORTED. Absent = no check.
 	ExpectedVersion *int64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
@@ -128,6 +128,7 @@ type CommitRequest struct {
 	// with different deltas is INVALID_ARGUMENT (`include_state` is not part of what must match). The
 	// Go and Python clients add a random key to every commit that has none and retry a commit whose
 	// outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, a response over the receive limit) with it.
+	// At most 1,024 UTF-8 bytes.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Also send the state after the commit in `CommitResponse.state`. Off by default: a long
 	// conversation's state is megabytes, and a writer needs the new version only.

@@ -63,7 +63,7 @@ export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*
  */
 export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
   /**
-   * The conversation. Required.
+   * The conversation. Required; at most 1,024 UTF-8 bytes.
    *
    * @generated from field: string conversation_id = 1;
    */
@@ -90,6 +90,7 @@ export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
    * with different deltas is INVALID_ARGUMENT (`include_state` is not part of what must match). The
    * Go and Python clients add a random key to every commit that has none and retry a commit whose
    * outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, a response over the receive limit) with it.
+   * At most 1,024 UTF-8 bytes.
    *
    * @generated from field: string idempotency_key = 4;
    */
@@ -535,6 +536,12 @@ export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = 
 
 /**
  * Stores conversations with optimistic concurrency.
+ *
+ * Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+ * "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+ * keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+ * naming the field's path and the limit, on every store and every protocol, before anything is read
+ * or applied.
  *
  * @generated from service contextd.v1.ConversationService
  */

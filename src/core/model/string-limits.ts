@@ -1,4 +1,4 @@
-import type { DescField, DescMessage, DescOneof, Message } from "@bufbuild/protobuf";
+import type { DescField, DescMessage, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /**
@@ -114,63 +114,120 @@ export function stringLimitOf(typeName: string, fieldName: string): { kind: Stri
  * Linear in the fields that can lead to a limited string; text, payloads and numbers are not visited.
  */
 export function assertStringLimits(schema: DescMessage, message: Message, path = ""): void {
-  visitMessage(schema, message, path, 0);
+  visitMessage(schema, message, path === "" ? [] : [path], 0);
 }
 
 /** Messages nest only through a few recursive fields (content parts); deeper is refused elsewhere. */
 const maxDepth = 32;
 
-function visitMessage(schema: DescMessage, message: Message, path: string, depth: number): void {
+// The path is a stack of names and indices, joined only for an error: most requests have none,
+// and building a path string per visited field cost more than the whole check.
+type PathStack = (string | number)[];
+
+// Conversation messages found within their limits. Messages are immutable (frozen by the codec)
+// and a resent history hands out the same objects again (codec/recent-messages.ts), so a stateful
+// agent resending its history pays a lookup per message, not a walk.
+const checkedMessages = new WeakSet<object>();
+
+function visitMessage(schema: DescMessage, message: Message, path: PathStack, depth: number): void {
   if (depth > maxDepth) return;
+  const conversationMessage = schema.typeName === "contextd.v1.Message";
+  if (conversationMessage && checkedMessages.has(message)) return;
   const record = message as unknown as Record<string, unknown>;
-  const limits = limitedFields[schema.typeName];
-  for (const member of planOf(schema)) {
-    if (member.kind === "oneof") {
-      const selected = record[member.localName] as { case?: string; value?: unknown };
-      if (selected.case === undefined) continue;
-      const field = member.fields.find((candidate) => candidate.localName === selected.case);
-      if (field !== undefined) visitField(field, selected.value, path, depth, limits);
+  for (const step of planOf(schema)) {
+    if (step.oneof !== undefined) {
+      const selected = record[step.oneof] as { case?: string; value?: unknown };
+      const field = selected.case === undefined ? undefined : step.cases!.get(selected.case);
+      if (field !== undefined) visitField(field, selected.value, path, depth);
       continue;
     }
-    visitField(member, record[member.localName], path, depth, limits);
+    visitField(step.field!, record[step.field!.field.localName], path, depth);
   }
+  if (conversationMessage && Object.isFrozen(message)) checkedMessages.add(message);
 }
 
-function visitField(field: DescField, value: unknown, path: string, depth: number, limits: Record<string, StringLimitKind> | undefined): void {
-  const fieldPath = path === "" ? field.name : `${path}.${field.name}`;
-  const kind = limits?.[field.name];
+function visitField(step: FieldStep, value: unknown, path: PathStack, depth: number): void {
+  if (value === undefined || value === null) return;
+  const { field, kind } = step;
   if (kind !== undefined) {
-    if (typeof value === "string") checkLength(fieldPath, value, kind);
-    else if (Array.isArray(value)) value.forEach((item, index) => checkLength(`${fieldPath}[${index}]`, item as string, kind));
+    if (typeof value === "string") checkLength(path, field.name, undefined, value, kind);
+    else if (Array.isArray(value)) for (let index = 0; index < value.length; index++) checkLength(path, field.name, index, value[index] as string, kind);
     return;
   }
-  if (value === undefined || value === null) return;
-  if (field.fieldKind === "message") visitMessage(field.message, value as Message, fieldPath, depth + 1);
-  else if (field.fieldKind === "list" && field.listKind === "message") {
-    (value as Message[]).forEach((item, index) => visitMessage(field.message, item, `${fieldPath}[${index}]`, depth + 1));
+  if (field.fieldKind === "message") {
+    path.push(field.name);
+    visitMessage(field.message, value as Message, path, depth + 1);
+    path.pop();
+  } else if (field.fieldKind === "list" && field.listKind === "message") {
+    const list = value as Message[];
+    if (list.length === 0) return;
+    path.push(field.name, 0);
+    for (let index = 0; index < list.length; index++) {
+      path[path.length - 1] = index;
+      visitMessage(field.message, list[index]!, path, depth + 1);
+    }
+    path.pop();
+    path.pop();
   } else if (field.fieldKind === "map" && field.mapKind === "message") {
-    for (const [key, item] of Object.entries(value as Record<string, Message>)) visitMessage(field.message, item, `${fieldPath}["${key.slice(0, 64)}"]`, depth + 1);
+    for (const [key, item] of Object.entries(value as Record<string, Message>)) {
+      path.push(field.name, `"${key.slice(0, 64)}"`);
+      visitMessage(field.message, item, path, depth + 1);
+      path.pop();
+      path.pop();
+    }
   }
 }
 
-function checkLength(fieldPath: string, value: string, kind: StringLimitKind): void {
+function checkLength(path: PathStack, name: string, index: number | undefined, value: string, kind: StringLimitKind): void {
   const limit = stringLimits[kind];
   // Most strings are short: a UTF-16 length of at most limit / 3 cannot exceed `limit` bytes.
   if (value.length * 3 <= limit) return;
   const bytes = Buffer.byteLength(value, "utf8");
   if (bytes <= limit) return;
+  const where = [...path, name, ...(index === undefined ? [] : [index])];
+  const fieldPath = where.reduce<string>((joined, step) => (typeof step === "number" ? `${joined}[${step}]` : joined === "" ? step : `${joined}.${step}`), "");
   throw new ConnectError(`${fieldPath} has ${bytes} bytes, over the limit of ${limit} bytes for ${kindNames[kind]} (docs/limits.md)`, Code.InvalidArgument);
 }
 
-const plans = new WeakMap<DescMessage, (DescField | DescOneof)[]>();
+/** A field the walk looks at: a limited string (`kind`), or one through which a limited string can be reached. */
+interface FieldStep {
+  field: DescField;
+  kind?: StringLimitKind;
+}
+
+/** One member of a message type in the walk: a field, or a oneof with its cases by local name. */
+interface PlanStep {
+  field?: FieldStep;
+  oneof?: string;
+  cases?: Map<string, FieldStep>;
+}
+
+const plans = new WeakMap<DescMessage, PlanStep[]>();
 
 /** The members of `schema` that are limited strings or through which one can be reached. */
-function planOf(schema: DescMessage): (DescField | DescOneof)[] {
+function planOf(schema: DescMessage): PlanStep[] {
   let plan = plans.get(schema);
   if (plan === undefined) {
     const limits = limitedFields[schema.typeName];
-    const leads = (field: DescField) => limits?.[field.name] !== undefined || reachesLimited(field.message);
-    plan = schema.members.filter((member) => (member.kind === "oneof" ? member.fields.some(leads) : leads(member)));
+    const stepOf = (field: DescField): FieldStep | undefined => {
+      const kind = limits?.[field.name];
+      if (kind !== undefined) return { field, kind };
+      return reachesLimited(field.message) ? { field } : undefined;
+    };
+    plan = [];
+    for (const member of schema.members) {
+      if (member.kind === "oneof") {
+        const cases = new Map<string, FieldStep>();
+        for (const field of member.fields) {
+          const step = stepOf(field);
+          if (step !== undefined) cases.set(field.localName, step);
+        }
+        if (cases.size > 0) plan.push({ oneof: member.localName, cases });
+        continue;
+      }
+      const step = stepOf(member);
+      if (step !== undefined) plan.push({ field: step });
+    }
     plans.set(schema, plan);
   }
   return plan;

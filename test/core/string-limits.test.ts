@@ -52,7 +52,6 @@ describe("request string limits", () => {
       "contextd.v1.ObserverEvent.compile_id",
       "contextd.v1.ObserverEvent.conversation_id",
       "contextd.v1.Projection.artifact_ids",
-      "contextd.v1.SummarizeResponse.request_id",
       "contextd.v1.WritebackMessage.id",
       "contextd.v1.MessageCleared.message_id",
       "contextd.v1.MessageDropped.message_id",

@@ -56,6 +56,8 @@ const limitedFields: Record<string, Record<string, StringLimitKind>> = {
   "contextd.v1.ReportUsageRequest": { model: "model" },
   "contextd.v1.RenderRequest": { conversation_id: "id", view: "name" },
   "contextd.v1.SummarizeRequest": { request_id: "id" },
+  // A CompileSession caller's answer to a summarize request.
+  "contextd.v1.SummarizeResponse": { request_id: "id" },
   "contextd.v1.WatchEventsRequest": { conversation_id: "id" },
   // compile.proto
   "contextd.v1.CompileRequest": { conversation_id: "id", turn_id: "id" },

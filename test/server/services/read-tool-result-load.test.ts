@@ -4,22 +4,25 @@ import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_se
 import { MessageSchema, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
-import { startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 
 // Issue 29 #8: every ReadToolResult compacted the stored JSON and encoded the whole text again,
 // on the event loop: a 16-byte read of a 12 MB result took 190-234 ms, 8 readers at once held
 // health 1.1-1.4 s. The text is now encoded once and sliced (application/tool-result-texts.ts).
 // Here: 8 readers paging a 12 MB pretty-printed result while health is asked; every health check
-// is answered SERVING and every slice is the compact JSON's. Latencies: bench/hardening-door.ts.
-describe("ReadToolResult of a 12 MB result under concurrent readers (real sidecar, 512 MB heap)", () => {
+// is answered SERVING and every slice is the compact JSON's, on every store. Latencies: bench/hardening-door.ts.
+describe.each(sidecarStores)("ReadToolResult of a 12 MB result under concurrent readers (%s, real sidecar, 512 MB heap)", (_name, startStore) => {
   let sidecar: Sidecar;
   let client: ReturnType<typeof grpcJsClient>;
+  let stopStore: (() => Promise<void>) | undefined;
   const rows = Array.from({ length: 135_000 }, (_, index) => ({ id: index, name: `row ${index}`, tags: ["a", "é"] }));
   const pretty = JSON.stringify(rows, null, 2);
   const compact = Buffer.from(JSON.stringify(rows), "utf8");
   beforeAll(async () => {
-    sidecar = await startSidecar([], { NODE_OPTIONS: "--max-old-space-size=512" });
+    const store = await startStore();
+    stopStore = store.stop;
+    sidecar = await startSidecar(store.args, { NODE_OPTIONS: "--max-old-space-size=512" });
     client = grpcJsClient(`127.0.0.1:${sidecar.port}`, undefined);
     expect(Buffer.byteLength(pretty)).toBeGreaterThan(12_000_000);
     await client.unary(ConversationService.method.commit, {
@@ -36,6 +39,7 @@ describe("ReadToolResult of a 12 MB result under concurrent readers (real sideca
   afterAll(async () => {
     client?.close();
     await sidecar?.stop();
+    await stopStore?.();
   });
 
   it("serves 8 readers' 16-byte slices and answers every health check meanwhile", async () => {

@@ -26,7 +26,11 @@ COPY --from=build /app/dist ./dist
 USER node
 EXPOSE 7420
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 CMD ["node", "dist/src/healthcheck.js"]
-# node is PID 1: contextd handles SIGTERM/SIGINT itself (graceful shutdown, exit 0) and starts no
-# child processes, so there are no zombies to reap. Stop with a timeout above --shutdown-grace-ms
-# (default 10 s), e.g. `docker stop -t 15`.
+# The probe reads the server's flags from PID 1's command line (docker run contextd --port 8000 …)
+# and speaks HTTPS when --tls-cert is set; with --tls-client-ca give it a client certificate in
+# CONTEXTD_HEALTHCHECK_CERT / CONTEXTD_HEALTHCHECK_KEY (docs/operations.md).
+# node is PID 1: contextd handles SIGTERM/SIGINT itself (graceful shutdown, exit 0). Its only child
+# processes are the --workers N workers, which it forks, waits for and reaps itself on shutdown;
+# nothing else is spawned, so there are no orphans for an init to reap. Stop with a timeout above
+# --shutdown-grace-ms (default 10 s), e.g. `docker stop -t 15`.
 ENTRYPOINT ["node", "dist/src/main.js"]

@@ -28,7 +28,8 @@ python3 -m venv "$out/venv"
 # requirements-dev.txt pins.
 client_wheel=$(ls "$out"/dist/contextd_client-*.whl)
 "$out/venv/bin/pip" install --quiet --disable-pip-version-check -c "$repo/requirements-dev.txt" \
-  "$out"/dist/contextd_api-*.whl "$client_wheel[openai-agents,langchain]" pytest
+  "$out"/dist/contextd_api-*.whl "$client_wheel[openai-agents,langchain]" pytest \
+  pytest-asyncio pytest-mock blockbuster
 mkdir -p "$out/python-tests"
 cp "$repo"/test/python/*.py "$out/python-tests/"
 

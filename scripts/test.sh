@@ -149,6 +149,32 @@ PY
 )
 passed=$((passed + ${py_counts% *}))
 failed=$((failed + ${py_counts#* }))
+
+# The frameworks' own tests (openai-agents, langchain-core; pinned sdists from PyPI), unmodified,
+# with the reference store swapped for the installed adapters, against a real sidecar.
+log "upstream framework tests against the installed adapters (scripts/test-upstream.sh)"
+rm -f .test-results/upstream-*.xml
+if [ "$installed_ok" = 1 ]; then
+  bash scripts/test-upstream.sh "$installed/venv/bin/python" .test-results
+fi
+upstream_counts=$(.venv/bin/python - <<'PY'
+import xml.etree.ElementTree as ET
+passed = bad = 0
+for framework in ("openai-agents", "langchain-core"):
+    try:
+        root = ET.parse(f".test-results/upstream-{framework}.xml").getroot()
+    except Exception:
+        bad += 1
+        continue
+    for suite in [root] if root.tag == "testsuite" else list(root):
+        failures = int(suite.get("failures", 0)) + int(suite.get("errors", 0)) + int(suite.get("skipped", 0))
+        passed += int(suite.get("tests", 0)) - failures
+        bad += failures
+print(passed, bad)
+PY
+)
+passed=$((passed + ${upstream_counts% *}))
+failed=$((failed + ${upstream_counts#* }))
 rm -rf "$installed"
 
 log "TypeScript client as installed (clients/ts/scripts/test-installed.sh: npm pack, install in a temp project, node:test)"

@@ -38,7 +38,7 @@ else await serve(config, logger);
 
 /** The primary of `--workers N`: serves nothing itself; forks the workers, announces them, drains them on a signal. */
 async function supervise(config: Config, logger: Logger): Promise<void> {
-  const workers = superviseWorkers(config.workers, logger);
+  const workers = superviseWorkers(config.workers, logger, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes });
   let listening;
   try {
     listening = await workers.listening;
@@ -70,7 +70,7 @@ async function supervise(config: Config, logger: Logger): Promise<void> {
 /** One sidecar: this process alone, or one worker of `--workers N`. */
 async function serve(config: Config, logger: Logger): Promise<void> {
   // OpenTelemetry tracing, when the OTEL_* environment asks for it (off otherwise).
-  const tracing = await tracingFromEnvironment(process.env).catch(fail);
+  const tracing = await tracingFromEnvironment(process.env, { queueBytes: config.traceQueueBytes }).catch(fail);
   // One codec for the store and the server: the encodings of the states the store hands out are
   // reused by the responses that carry them.
   const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
@@ -82,7 +82,13 @@ async function serve(config: Config, logger: Logger): Promise<void> {
     config.postgresUrl,
   );
   const worker = isWorkerProcess();
-  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, config.telemetryQueue) } : {}) }).catch(fail);
+  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}) }).catch(fail);
+  if (config.storeRequired && server.health.current !== ServingStatus.SERVING) {
+    console.error(`contextd: --store-required true: the store is not reachable: ${server.health.reason}`);
+    await server.shutdown(0);
+    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+    process.exit(1);
+  }
   const address = `${server.address.address}:${server.address.port}`;
   // The test launchers (TypeScript, Go, Python) wait for this line and read `address` from it; with
   // --workers the primary says it once every worker listens.
@@ -92,7 +98,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
       address,
       protocols: ["grpc", "grpc-web", "connect"],
       tls: server.tls.enabled ? (server.tls.clientCertificates ? "on, client certificates required" : "on") : "off",
-      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : config.postgresUrl ? "postgres" : "memory", reachable: server.health.current === ServingStatus.SERVING },
+      store: { kind: config.redisClusterNodes.length > 0 ? "redis-cluster" : config.redisUrl ? "redis" : config.postgresUrl ? "postgres" : "memory", reachable: server.health.current === ServingStatus.SERVING, ...(server.health.reason !== "" ? { error: server.health.reason } : {}) },
       metrics: config.metricsPath,
       tracing: tracing ? "otlp" : "off",
       inspector: config.inspector ? "/inspector/" : "off",

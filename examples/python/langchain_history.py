@@ -1,7 +1,7 @@
 """A LangChain chat whose history lives in contextd, with LangChain's fake chat model in place of
 the LLM.
 
-Needs the extra: `pip install 'contextd[langchain]'`. Run a sidecar (`node dist/src/main.js`), then
+Needs the extra: `pip install './clients/python[langchain]'`. Run a sidecar (`node dist/src/main.js`), then
 `python examples/python/langchain_history.py`. CONTEXTD_ADDRESS overrides the default
 127.0.0.1:7420.
 """

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent whose session lives in contextd, with a stub in place of the LLM.
 
-Needs the extra: `pip install 'contextd[openai-agents]'`. Run a sidecar (`node dist/src/main.js`),
+Needs the extra: `pip install './clients/python[openai-agents]'`. Run a sidecar (`node dist/src/main.js`),
 then `python examples/python/openai_agents_session.py`. CONTEXTD_ADDRESS overrides the default
 127.0.0.1:7420.
 """

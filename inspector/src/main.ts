@@ -1,4 +1,4 @@
-import { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { html } from "htm/preact";
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
@@ -105,32 +105,95 @@ function ConversationList() {
   `;
 }
 
+/** How many of the newest history messages the page shows at first, and how many more each "earlier" adds. */
+const historyStep = 200;
+
+/**
+ * What the messages tab shows, read with ReadMessages and GetState without messages, all at one
+ * version: the system, memory and tools segments whole, the newest `historyShown` history
+ * messages, experiences and artifacts. A conversation over the message limit, which GetState
+ * refuses whole, shows the same way, and a long one costs what is on the screen.
+ */
+interface ConversationView {
+  state: ConversationState;
+  system: Message[];
+  memory: Message[];
+  tools: Message[];
+  history: Message[];
+  historyTotal: bigint;
+}
+
+async function readSegment(conversationId: string, segment: Segment, version: bigint, last: number, signal: AbortSignal): Promise<{ messages: Message[]; total: bigint }> {
+  const messages: Message[] = [];
+  let total = 0n;
+  let pageToken = "";
+  do {
+    const page = await conversations.readMessages({ conversationId, segment, version, last, pageToken }, { signal });
+    messages.push(...page.messages);
+    const sizes = page.segmentSizes;
+    total = segment === Segment.HISTORY ? (sizes?.history ?? 0n) : segment === Segment.SYSTEM ? (sizes?.system ?? 0n) : segment === Segment.MEMORY ? (sizes?.memory ?? 0n) : (sizes?.tools ?? 0n);
+    pageToken = page.nextPageToken;
+  } while (pageToken !== "");
+  return { messages, total };
+}
+
+async function readView(conversationId: string, historyShown: number, signal: AbortSignal): Promise<ConversationView> {
+  const state = (await conversations.getState({ conversationId, withoutMessages: true }, { signal })).state!;
+  // Pinned to the version just read; one that has moved on since is ABORTED and read again by the next change's refresh.
+  const [system, memory, tools, history] = await Promise.all(
+    [Segment.SYSTEM, Segment.MEMORY, Segment.TOOLS, Segment.HISTORY].map((segment) =>
+      readSegment(conversationId, segment, state.version, segment === Segment.HISTORY ? historyShown : 0, signal),
+    ),
+  );
+  return { state, system: system!.messages, memory: memory!.messages, tools: tools!.messages, history: history!.messages, historyTotal: history!.total };
+}
+
 function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile" }) {
-  const [state, setState] = useState<ConversationState | undefined>();
+  const [view, setView] = useState<ConversationView | undefined>();
+  const [historyShown, setHistoryShown] = useState(historyStep);
   const [changes, setChanges] = useState<Change[]>([]);
   const [error, setError] = useState("");
   const [live, setLive] = useState(false);
+  // A new id is a new page: nothing of the previous conversation stays (its versions and keys
+  // were listed under the next one's), and nothing its calls still answer is shown.
   useEffect(() => {
-    // A new id is a new page: nothing of the previous conversation stays (its versions and keys
-    // were listed under the next one's), and nothing its calls still answer is shown.
-    setState(undefined);
-    setChanges([]);
+    setView(undefined);
     setError("");
+    setHistoryShown(historyStep);
+  }, [id]);
+  useEffect(() => {
+    // The watch below replays from version 0, so the timeline starts empty each time it starts.
+    setChanges([]);
     setLive(false);
     const stop = new AbortController();
     let refreshing: Promise<void> | undefined;
-    const refresh = () =>
-      (refreshing ??= conversations
-        .getState({ conversationId: id }, { signal: stop.signal })
-        .then((response) => {
-          if (!stop.signal.aborted) setState(response.state);
+    let again = false;
+    const refresh = (): Promise<void> => {
+      if (refreshing) {
+        // A change landed while reading: read once more after this read.
+        again = true;
+        return refreshing;
+      }
+      refreshing = readView(id, historyShown, stop.signal)
+        .then((read) => {
+          if (stop.signal.aborted) return;
+          setView(read);
+          setError("");
         })
         .catch((failure: unknown) => {
-          if (!stop.signal.aborted) setError(errorText(failure));
+          if (!stop.signal.aborted && !(failure instanceof ConnectError && failure.code === Code.Aborted)) setError(errorText(failure));
         })
-        .finally(() => (refreshing = undefined)));
+        .finally(() => {
+          refreshing = undefined;
+          if (again && !stop.signal.aborted) {
+            again = false;
+            void refresh();
+          }
+        });
+      return refreshing;
+    };
     void refresh();
-    // Every version from the first, then live ones: the timeline, and a reload of the state per change.
+    // Every version from the first, then live ones: the timeline, and a reload of what is shown per change.
     (async () => {
       try {
         for await (const response of conversations.watch({ conversationId: id, fromVersion: 0n }, { signal: stop.signal })) {
@@ -138,7 +201,7 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
           setLive(true);
           if (response.kind.case !== "change") continue;
           const change = response.kind.value;
-          setChanges((known) => [...known, change]);
+          setChanges((known) => (known.some((seen) => seen.version === change.version) ? known : [...known, change]));
           void refresh();
         }
       } catch (failure) {
@@ -148,7 +211,8 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       }
     })();
     return () => stop.abort();
-  }, [id]);
+  }, [id, historyShown]);
+  const state = view?.state;
   return html`
     <section>
       <h1><span data-testid="conversation-id">${id}</span> <span class="version" data-testid="version">v${state ? String(state.version) : "…"}</span> ${live && html`<span class="live" data-testid="live">live</span>`}</h1>
@@ -159,7 +223,11 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       ${error && html`<p class="error" data-testid="error">${error}</p>`}
       <div class="columns">
         <${Timeline} changes=${changes} />
-        <div class="main">${tab === "messages" ? state && html`<${StateView} state=${state} />` : html`<${CompileView} id=${id} version=${state?.version} />`}</div>
+        <div class="main">
+          ${tab === "messages"
+            ? view && html`<${StateView} view=${view} onEarlier=${() => setHistoryShown((shown) => shown + historyStep)} />`
+            : html`<${CompileView} id=${id} version=${state?.version} />`}
+        </div>
       </div>
     </section>
   `;
@@ -183,22 +251,27 @@ function Timeline({ changes }: { changes: Change[] }) {
   `;
 }
 
-const segments: [string, keyof Pick<ConversationState, "system" | "memory" | "tools" | "history">][] = [
+const segments: [string, "system" | "memory" | "tools" | "history"][] = [
   ["system", "system"],
   ["memory", "memory"],
   ["tools", "tools"],
   ["history", "history"],
 ];
 
-function StateView({ state }: { state: ConversationState }) {
+function StateView({ view, onEarlier }: { view: ConversationView; onEarlier: () => void }) {
+  const { state } = view;
+  const hidden = view.historyTotal - BigInt(view.history.length);
   return html`
     <div data-testid="messages">
       ${segments.map(([title, field]) =>
-        state[field].length === 0
+        view[field].length === 0
           ? null
-          : html`<h2>${title} <small>${state[field].length}</small></h2>
+          : html`<h2>${title} <small>${field === "history" ? String(view.historyTotal) : view[field].length}</small></h2>
               ${field === "history"
-                ? groupToolRounds(state.history).map((item) =>
+                ? html`${hidden > 0n &&
+                    html`<p data-testid="history-window">the newest ${view.history.length} of ${String(view.historyTotal)} shown
+                      <button data-testid="earlier" onClick=${onEarlier}>${String(hidden < BigInt(historyStep) ? hidden : BigInt(historyStep))} earlier</button></p>`}
+                  ${groupToolRounds(view.history).map((item) =>
                     item.kind === "message"
                       ? html`<${MessageView} message=${item.message} />`
                       : html`<div class="round" data-testid="tool-round">
@@ -206,8 +279,8 @@ function StateView({ state }: { state: ConversationState }) {
                           <${MessageView} message=${item.call} />
                           ${item.results.map((result) => html`<${MessageView} message=${result} />`)}
                         </div>`,
-                  )
-                : state[field].map((message) => html`<${MessageView} message=${message} />`)}`,
+                  )}`
+                : view[field].map((message) => html`<${MessageView} message=${message} />`)}`,
       )}
       ${state.experiences.length > 0 &&
       html`<h2>experiences <small>${state.experiences.length}</small></h2>

@@ -273,8 +273,9 @@ function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage
     const worthKeeping = length >= minimumRun && 2 * length >= home.length;
     const kept = worthKeeping ? retainedListEncoding(writer.retained!, retained.home, field, schema) : listEncodingFor(retained.home, field.number);
     if (kept === undefined) {
-      writeNested(writer, field, schema, list[i]!);
-      i--;
+      // The whole run, one by one: finding it again from each element of it was quadratic (a page
+      // of 7,963 messages out of a 100,000-message history took 100 to 480 ms to encode).
+      for (; i >= first; i--) writeNested(writer, field, schema, list[i]!);
       continue;
     }
     writer.immutableBytes(kept.bytes.subarray(kept.offsets[from]!, kept.offsets[from + length]!));

@@ -10,6 +10,7 @@ import { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { Admission } from "./policy/admission.js";
 import { authenticate, BearerTokens } from "./policy/auth.js";
+import { RequestOrigins } from "./policy/request-origin.js";
 import { decodeOpaqueRequests, withOpaqueRequests } from "./transport/binary-requests.js";
 import { classifyContentType } from "./transport/content-type.js";
 import { requestIdKey } from "./policy/call-context.js";
@@ -26,6 +27,7 @@ import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream }
 import { instrumentCalls } from "./policy/instrumentation.js";
 import { enforceDeadlines, limitMessagesPerRequest, limitRequestStrings } from "./policy/limits.js";
 import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
+import { defaultMaxConnections } from "./transport/open-connections.js";
 import { createLogger, type Logger } from "./operations/logger.js";
 import { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
@@ -34,7 +36,7 @@ import { requestIdOf } from "./transport/request-ids.js";
 import { RequestMemoryBudget } from "./policy/request-memory.js";
 import { contextdServiceNames, routes } from "./services/routes.js";
 import { pollStoreHealth } from "./operations/store-health.js";
-import { guardStreams, StreamCounter } from "./policy/stream-guard.js";
+import { guardStreams, StreamCounter, streamsPerTenant } from "./policy/stream-guard.js";
 import { TelemetryHub } from "../application/telemetry-hub.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import { ObservedStore } from "./operations/observed-store.js";
@@ -98,7 +100,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const config: Config = { ...defaultConfig, ...withoutUndefined(options) };
   const logger = options.logger ?? createLogger(config.logLevel);
   const health = new HealthStatus(new Set(contextdServiceNames));
-  const telemetry = new TelemetryHub(config.telemetryQueue);
+  const telemetry = new TelemetryHub(config.telemetryQueue, { queueBytes: config.telemetryQueueBytes, tenantBytes: config.telemetryBytes });
   const metrics = options.metrics ?? new Metrics();
   const tracing = options.tracing;
   const tokenCounts = new TokenCountCache();
@@ -110,7 +112,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const calls = new CallTracker();
   const shutdownController = new AbortController();
   const tokens = new BearerTokens(config.authTokens);
-  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes);
+  const origins = new RequestOrigins({ allowedHosts: config.allowedHosts, checkHost: config.authTokens.length === 0, metricsPath: config.metricsPath, tls: config.tlsCert !== "" });
+  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes, origins);
   telemetry.listen(metrics.observe);
   if (tracing) telemetry.listen(tracing.observe);
   options.shareTelemetry?.(telemetry);
@@ -124,6 +127,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     telemetry,
     shutdown: shutdownController.signal,
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
+    codec,
+    maxResponseBytes: config.maxRequestBytes,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
     tokenCounts,
@@ -147,7 +152,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     authenticate(tokens),
     limitMessagesPerRequest(config.maxMessages),
     limitRequestStrings(),
-    guardStreams(config.maxStreams, streams, shutdownController.signal),
+    guardStreams(
+      { maxStreams: config.maxStreams, maxStreamsPerTenant: streamsPerTenant(config.maxStreams, config.maxStreamsPerTenant, config.authTokens.map((token) => token.tenant)) },
+      streams,
+      shutdownController.signal,
+    ),
   ];
   // Three ways bytes become messages, one policy (docs/architecture.md, "One request path"):
   // unary binary gRPC straight from the HTTP/2 stream; other binary requests through connect with
@@ -191,6 +200,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   ) => {
     // HTTP/1.1 keep-alive connections are told to go away once shutdown has begun.
     if (stopping && request.httpVersionMajor === 1) response.setHeader("connection", "close");
+    // Host and Origin first, for every path and method (policy/request-origin.ts).
+    const foreign = admission.refusalByOrigin(request.url ?? "", request.headers[":authority"] ?? request.headers.host, request.headers.origin);
+    if (foreign !== undefined) {
+      if (!respondWithError(request, response, foreign)) {
+        request.resume();
+        response.writeHead(403, { "content-type": "text/plain; charset=utf-8" });
+        response.end(`${foreign.rawMessage}\n`);
+      }
+      return;
+    }
     if (serveMetrics(request, response, metricsText, config.metricsPath)) return;
     if (inspector?.serve(request, response)) return;
     const requestId = requestIdOf(request.headers["x-request-id"]);
@@ -258,10 +277,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return true;
   };
   const listenerTls = readListenerTls(config);
-  const { tcp, h2, sockets } = createDualProtocolServer(handle, {
+  const { tcp, h2, sockets, connections } = createDualProtocolServer(handle, {
     maxConcurrentStreams: config.maxStreams + unaryStreamSlots,
     streamHandler: config.directUnaryGrpc ? serveStream : undefined,
     tls: listenerTls,
+    connections: {
+      maxConnections: config.maxConnections === 0 ? defaultMaxConnections() : config.maxConnections,
+      idleTimeoutMs: config.idleTimeoutMs,
+      headersTimeoutMs: config.headersTimeoutMs,
+    },
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
@@ -276,10 +300,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       resolve();
     });
   });
+  // Once listening, a failed accept (EMFILE: out of descriptors despite --max-connections) is that
+  // connection's failure, not the process's; unheard, node would throw it.
+  tcp.on("error", (error) => logger.log("error", "accepting a connection failed", { error: error.message }));
 
   const storeHealth = pollStoreHealth(store, health, config.healthIntervalMs, logger);
   await storeHealth.firstCheck;
-  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts });
+  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts, connections, spanQueue: tracing?.queue });
 
   let stopped: Promise<void> | undefined;
   return {
@@ -293,7 +320,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       stopped ??= shutDown(
         { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
         graceMs,
-      ).finally(() => regexSearch.close());
+      ).finally(() => {
+        regexSearch.close();
+        connections.stop();
+      });
       return stopped;
     },
   };

@@ -9,6 +9,7 @@ import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
+import { SortedIds } from "./sorted-ids.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
@@ -50,6 +51,8 @@ export const defaultIdempotencyTtlMs = 24 * 60 * 60 * 1000;
  */
 export class MemoryConversationStore implements ConversationStore {
   private readonly conversations = new Map<string, Conversation>();
+  /** The conversations' ids in order, so `list` pages without sorting them all. */
+  private readonly ids = new SortedIds();
   private readonly listeners = new Map<string, Set<() => void>>();
   private readonly maxChanges: number;
   private readonly idempotency: IdempotencyRecords;
@@ -116,7 +119,8 @@ export class MemoryConversationStore implements ConversationStore {
   async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
     requireStorableText("prefix", prefix);
     const after = decodePageToken(pageToken);
-    const ids = [...this.conversations.keys()].filter((id) => id.startsWith(prefix) && id > after).sort();
+    // One more than the page says whether another page follows.
+    const ids = this.ids.page(prefix, after, pageSize + 1);
     const page = ids.slice(0, pageSize);
     const conversations: ConversationSummary[] = page.map((id) =>
       create(ConversationSummarySchema, { conversationId: id, version: this.conversations.get(id)!.state.version }),
@@ -200,6 +204,7 @@ export class MemoryConversationStore implements ConversationStore {
     if (target.changes.length > this.maxChanges) target.changes.splice(0, target.changes.length - this.maxChanges);
     const outcome: CommitOutcome = { version: plan.state.version, state: plan.state, replayed: false };
     if (idempotencyKey !== "") this.idempotency.add(conversationId, idempotencyKey, fingerprint, plan.state.version, this.now());
+    if (conversation === undefined) this.ids.add(conversationId);
     this.conversations.set(conversationId, target);
     for (const callback of this.listeners.get(conversationId) ?? []) callback();
     return outcome;

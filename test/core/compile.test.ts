@@ -56,6 +56,31 @@ describe("budget", () => {
     expect(result.usage).toMatchObject({ history: 20n, pending: 30n, reserved: 30n, limit: 60n, total: 50n, historyBeforeTrim: 60n });
   });
 
+  it("does not protect history's latest user message when pending holds a user message (issue 27, E1)", async () => {
+    // p is the question now; c is an older one, and keeping it would keep it without its answer.
+    const messages = [user("a", "first"), assistant("b", "answer"), user("c", "older question")];
+    const result = await compile(
+      request({ history: { messages }, pending: [user("p", "the question")], budget: { maxTokens: 15n, estimator: tenPerMessage } }),
+      testContext(),
+    );
+    expect(ids(result.payload!.history)).toEqual(["p"]);
+    expect(result.transformations["c"]).toMatchObject({ action: TransformationAction.DROPPED, reason: TransformationReason.TOKEN_BUDGET_EXCEEDED });
+    expect(result.transformations["p"]).toMatchObject({ action: TransformationAction.PASSED, reason: TransformationReason.PROTECTED_PENDING });
+    // A round in progress at the head of pending answers history's latest user message: with a
+    // current turn after it, c is still kept, so the body does not start on the round's call.
+    const inProgress = await compile(
+      request({ history: { messages }, pending: toolRound("r", ["k1"]), currentTurn: { raw: user("now", "next") }, budget: { maxTokens: 45n, estimator: tenPerMessage } }),
+      testContext(),
+    );
+    expect(ids(inProgress.payload!.history)).toEqual(["c", "r-a", "r-r-k1", "now"]);
+    // Pending without a user message (an assistant's tool round in progress) keeps the protection.
+    await rejects(
+      compile(request({ history: { messages }, pending: [assistant("p", "an answer in progress")], budget: { maxTokens: 15n, estimator: tenPerMessage } }), testContext()),
+      Code.ResourceExhausted,
+      /the latest user message "c" \(history\[2\]\) needs 10 tokens and is protected/,
+    );
+  });
+
   it("tells 'pending exceeds budget' from 'budget exceeded'", async () => {
     await rejects(
       compile(request({ pending: [user("p1", "a"), user("p2", "b")], currentTurn: { raw: user("now", "c") }, budget: { maxTokens: 25n, estimator: tenPerMessage } }), testContext()),

@@ -14,7 +14,7 @@ import { SummarizeResponseSchema } from "../../gen/ts/contextd/v1/context_servic
 import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
-import { assistant, call, message, result, user } from "./messages.js";
+import { assistant, call, message, result, toolRound, user } from "./messages.js";
 
 type Init = Parameters<typeof create<typeof CompileRequestSchema>>[1];
 const request = (init: Init): CompileRequest => create(CompileRequestSchema, init);
@@ -180,5 +180,28 @@ describe("targets", () => {
     const result = await compile(request({ history: { messages: exchange(5) }, budget: { maxTokens: 40n, strategy: BudgetStrategy.SUMMARIZE, estimator: ten }, targets: [{ name: "t" }] }), context);
     expect(asked).toBe(1);
     expect(result.projections[0]!.usage!.total).toBeLessThanOrEqual(40n);
+  });
+});
+
+describe("one unit larger than the room history has", () => {
+  // q0 a0 q1 a1 q2 a2 (60 tokens), then a tool round of 1 call message + 12 results (130 tokens),
+  // then the current turn: 100 tokens leave 90 for history, less than the round alone.
+  const history = [...exchange(3), user("q3", "look it up"), ...toolRound("big", Array.from({ length: 12 }, (_, i) => `c${i}`))];
+  const compileWith = (maxTokens: bigint) =>
+    compile(request({ history: { messages: history }, currentTurn: { raw: user("now", "next") }, budget: { maxTokens, estimator: ten } }), testContext());
+
+  it("drops everything older with it, and the warning says so and what would keep it", async () => {
+    const result = await compileWith(100n);
+    expect(ids(result.payload!.history)).toEqual(["now"]);
+    const warning = result.warnings.find((w) => w.code === "oversized_unit");
+    expect(warning?.message).toMatch(/history unit at message "big-a" \(13 message\(s\)\) needs 130 tokens, more than the 90 history may use/);
+    expect(warning?.message).toContain("dropped it and the 7 older message(s) with it");
+    expect(warning?.message).toContain("tool_result_clearing");
+  });
+
+  it("says nothing when the trim only drops units that could have fitted", async () => {
+    const result = await compileWith(160n);
+    expect(result.budgetDroppedMessages).toBeGreaterThan(0);
+    expect(result.warnings.map((w) => w.code)).not.toContain("oversized_unit");
   });
 });

@@ -7,7 +7,7 @@ import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../../src/core/deltas/delta-context.js";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { emptyConversationState, planCommit } from "../../src/store/commit-plan.js";
-import { payload } from "./build-messages.js";
+import { payload, user } from "./build-messages.js";
 
 /** A Gemini response whose call has no id: contextd must make one up on every append. */
 const geminiBody = new TextEncoder().encode(
@@ -25,9 +25,13 @@ function callIds(history: readonly Message[]): string[] {
   return history.flatMap((message) => message.parts.flatMap((part) => (part.kind.case === "toolCall" ? [part.kind.value.id] : [])));
 }
 
-/** The history renders for Gemini, whose validator rejects a call id used twice. */
+/**
+ * The history, after the user's question, renders for Gemini, whose validator rejects a call id
+ * used twice (and a body starting on a function call turn, hence the question).
+ */
 function expectRendersForGemini(state: ConversationState): void {
-  expect(() => renderRequest(payload({ history: state.history }), create(RenderOptionsSchema, { provider: Provider.GEMINI, model: "m" }))).not.toThrow();
+  const history = [user("q", "go"), ...state.history];
+  expect(() => renderRequest(payload({ history }), create(RenderOptionsSchema, { provider: Provider.GEMINI, model: "m" }))).not.toThrow();
 }
 
 describe("append_provider_response with Gemini bodies without call ids", () => {

@@ -17,7 +17,7 @@ describe("Gemini media returned by a tool", () => {
         tool(
           "t1",
           result("c1", "fetch", { text: "done" }, {
-            contentParts: [file("application/pdf", [37, 80, 68, 70]), image({ data: new Uint8Array([1]), mimeType: "image/gif" }), image({ url: "https://example.com/chart.png" }), text("see attached")],
+            contentParts: [file("application/pdf", [37, 80, 68, 70]), image({ data: new Uint8Array([1]), mimeType: "image/heic" }), image({ url: "https://example.com/chart.png" }), text("see attached")],
           }),
         ),
       ],
@@ -30,7 +30,7 @@ describe("Gemini media returned by a tool", () => {
     // GIF is not a function-response type, URLs are not inline, text is not media.
     expect(body.contents[3]).toEqual({
       role: "user",
-      parts: [{ inlineData: { mimeType: "image/gif", data: "AQ==" } }, { fileData: { fileUri: "https://example.com/chart.png" } }, { text: "see attached" }],
+      parts: [{ inlineData: { mimeType: "image/heic", data: "AQ==" } }, { fileData: { fileUri: "https://example.com/chart.png" } }, { text: "see attached" }],
     });
   });
 });

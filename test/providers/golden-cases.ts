@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import type { CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ImageDetail, MessageSchema, Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ImageDetail, MessageSchema, PartSchema, Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import {
   assistant,
   call,
@@ -220,4 +220,68 @@ export const goldenCases: GoldenCase[] = [
       toolDefinitions: [definition("render_charts", "Render charts as images", { type: "object", properties: { ids: { type: "array", items: { type: "integer" } } } })],
     }),
   },
+  {
+    name: "foreign_call_ids_and_names",
+    description:
+      "Call ids other frameworks write (call/1@373, functions.get_weather:0, a 50-character id) and a sender name with a space and an accent: each provider gets them in its alphabet and length (docs/provider-bodies.md), the results carry their call's form.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        message("u1", Role.USER, [text("Weather in Oslo and Rome?")], { senderName: "Ana María" }),
+        assistant("a1", call("call/1@373", "get_weather", '{"city":"Oslo"}'), call("functions.get_weather:0", "get_weather", '{"city":"Rome"}')),
+        tool("t1", result("call/1@373", "get_weather", { text: "4C" }), result("functions.get_weather:0", "get_weather", { text: "19C" })),
+        assistant("a2", call("chatcmpl-tool-0123456789abcdef0123456789abcdef0123", "get_weather", '{"city":"Paris"}')),
+        tool("t2", result("chatcmpl-tool-0123456789abcdef0123456789abcdef0123", "get_weather", { text: "11C" })),
+        assistant("a3", "Oslo 4C, Rome 19C, Paris 11C."),
+      ],
+      toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "responses_reasoning_pairs",
+    description:
+      "Responses reasoning with and without its items: a call whose reasoning was cleared goes without its fc_ id, a reasoning item and its call go together, a lone reasoning item before the next user turn is left out. Other providers never see Responses reasoning.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "Look up Oslo."),
+        assistant("a1", call("call_a", "get_weather", '{"city":"Oslo"}', { itemId: "fc_a" })),
+        tool("t1", result("call_a", "get_weather", { text: "4C" })),
+        assistant("a2", reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_b", redactedData: "ZW5jLWI=" }), call("call_b", "get_weather", '{"city":"Rome"}', { itemId: "fc_b" })),
+        tool("t2", result("call_b", "get_weather", { text: "19C" })),
+        assistant("a3", reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_c", redactedData: "ZW5jLWM=" })),
+        user("u4", "And Paris?"),
+      ],
+      toolDefinitions: [weather],
+    }),
+  },
+  {
+    name: "summary_and_files",
+    description:
+      "An assistant-role summary heads history (Anthropic and Gemini get it as user context, so the body starts on the user's turn), then a user turn with an inline text file (a text part for OpenAI, a document for Anthropic, inline data for Gemini) and an inline PDF without a name (OpenAI gets a generated filename).",
+    model: "test-model",
+    payload: payload({
+      history: [
+        create(MessageSchema, { id: "summary1", role: Role.ASSISTANT, parts: [text("Summary: the user compares two offers.")], provenance: { kind: { case: "summary", value: { coveredMessageIds: ["u0", "a0"] } } } }),
+        user("u1", text("Which offer is cheaper?"), file("text/plain", new TextEncoder().encode("Offer A: 10 EUR"), "offer-a.txt"), file("application/pdf", new Uint8Array([0x25, 0x50, 0x44, 0x46]))),
+      ],
+    }),
+  },
+  {
+    name: "file_by_url",
+    description:
+      "A PDF by URL: OpenAI Chat takes files only inline or as an uploaded id and refuses it (openai_chat.media_type, expected_errors); Responses, Anthropic and Gemini take the URL.",
+    model: "test-model",
+    payload: payload({
+      history: [user("u1", text("Summarize this report."), fileByUrl("application/pdf", "https://example.com/report.pdf"))],
+    }),
+  },
 ];
+
+function file(mimeType: string, data: Uint8Array, name = "") {
+  return create(PartSchema, { kind: { case: "file", value: { mimeType, data, name } } });
+}
+
+function fileByUrl(mimeType: string, uri: string) {
+  return create(PartSchema, { kind: { case: "file", value: { mimeType, uri } } });
+}

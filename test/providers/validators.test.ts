@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
 import { validateAnthropic } from "../../src/core/providers/anthropic/validate.js";
 import type { AnthropicMessagesBody } from "../../src/core/providers/anthropic/body.js";
 import { validateGemini } from "../../src/core/providers/gemini/validate.js";
@@ -8,7 +8,7 @@ import type { GeminiBody } from "../../src/core/providers/gemini/body.js";
 import { validateOpenAIResponses } from "../../src/core/providers/openai-responses/validate.js";
 import type { OpenAIResponsesBody } from "../../src/core/providers/openai-responses/body.js";
 import { validateOpenAIChat } from "../../src/core/providers/openai-chat/validate.js";
-import { assistant, call, payload, text, user } from "./build-messages.js";
+import { assistant, call, payload, reasoning, text, user } from "./build-messages.js";
 
 /**
  * Each rule fed a body that breaks it (bodies the renderers never produce, so the validators are
@@ -41,22 +41,32 @@ describe("Anthropic validator", () => {
     expect(
       check({
         messages: [
+          { role: "user", content: [{ type: "text", text: "q" }] },
           { role: "assistant", content: [{ type: "tool_use", id: "c1", name: "f", input: {} }] },
           { role: "user", content: [{ type: "text", text: "x" }, { type: "tool_result", tool_use_id: "c1", content: "r" }] },
         ],
       }),
-    ).toBe('anthropic.tool_result_first @ message "m1"');
+    ).toBe('anthropic.tool_result_first @ message "m2"');
     expect(
       check({
         messages: [
+          { role: "user", content: [{ type: "text", text: "q" }] },
           { role: "assistant", content: [{ type: "tool_use", id: "c1", name: "f", input: {} }] },
           { role: "user", content: [{ type: "text", text: "x" }] },
           { role: "assistant", content: [{ type: "text", text: "y" }] },
         ],
       }),
-    ).toBe('anthropic.open_call_position @ message "m0"');
-    expect(check({ messages: [{ role: "assistant", content: [{ type: "thinking", thinking: "t", signature: "" }] }] })).toBe(
-      'anthropic.thinking_signature @ message "m0"',
+    ).toBe('anthropic.open_call_position @ message "m1"');
+    expect(check({ messages: [{ role: "user", content: [{ type: "text", text: "q" }] }, { role: "assistant", content: [{ type: "thinking", thinking: "t", signature: "" }] }] })).toBe(
+      'anthropic.thinking_signature @ message "m1"',
+    );
+    // Bodies that start on the assistant's turn, and a prefill ending in whitespace (issue 27).
+    expect(check({ messages: [{ role: "assistant", content: [{ type: "text", text: "Hi." }] }] })).toBe('anthropic.first_turn_user @ message "m0"');
+    expect(check({ messages: [{ role: "user", content: [{ type: "text", text: "q" }] }, { role: "assistant", content: [{ type: "text", text: "Sure: " }] }] })).toBe(
+      'anthropic.prefill_trailing_whitespace @ message "m1"',
+    );
+    expect(check({ messages: [{ role: "user", content: [{ type: "text", text: "q" }] }, { role: "assistant", content: [{ type: "tool_use", id: "call/1", name: "f", input: {} }] }] })).toBe(
+      'anthropic.tool_use_id @ message "m1"',
     );
     const cached = (ttl?: "5m" | "1h") => ({ type: "text" as const, text: "x", cache_control: { type: "ephemeral" as const, ...(ttl ? { ttl } : {}) } });
     expect(check({ messages: [{ role: "user", content: [cached(), cached(), cached(), cached(), cached()] }] })).toBe('anthropic.cache_breakpoints @ message "m0"');
@@ -72,23 +82,27 @@ describe("Gemini validator", () => {
     expect(
       check({
         contents: [
+          { role: "user", parts: [{ text: "q" }] },
           { role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] },
           { role: "user", parts: [{ functionResponse: { id: "c1", name: "f", response: {} } }, { text: "mixed" }] },
         ],
       }),
-    ).toBe('gemini.function_response_content @ message "m1"');
+    ).toBe('gemini.function_response_content @ message "m2"');
     expect(check({ contents: [{ role: "user", parts: [{ text: "a" }] }, { role: "user", parts: [{ text: "b" }] }] })).toBe('gemini.role_alternation @ message "m1"');
     expect(
       check({
         contents: [
+          { role: "user", parts: [{ text: "q" }] },
           { role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] },
           { role: "user", parts: [{ functionResponse: { id: "c2", name: "f", response: {} } }] },
         ],
       }),
-    ).toBe('gemini.call_result_pairing @ message "m1"');
-    expect(check({ contents: [{ role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }, { role: "user", parts: [{ text: "next" }] }] })).toBe(
-      'gemini.open_call_position @ message "m0"',
-    );
+    ).toBe('gemini.call_result_pairing @ message "m2"');
+    expect(
+      check({ contents: [{ role: "user", parts: [{ text: "q" }] }, { role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }, { role: "user", parts: [{ text: "next" }] }] }),
+    ).toBe('gemini.open_call_position @ message "m1"');
+    // A body that starts with a function call turn (issue 27).
+    expect(check({ contents: [{ role: "model", parts: [{ functionCall: { id: "c1", name: "f", args: {} } }] }] })).toBe('gemini.function_call_turn_position @ message "m0"');
   });
 });
 
@@ -108,17 +122,40 @@ describe("opaque passthrough", () => {
     expect(ruleOf(() => validateGemini(body("CiQB+text="), origins, signedTurn))).toBe("gemini.opaque_passthrough @ opaque value 0");
   });
 
-  it("catches a Responses function_call that lost its item id", () => {
+  it("catches a Responses function_call that lost its item id beside its reasoning", () => {
+    const reasoned = payload({
+      history: [user("u1", "hi"), assistant("a1", reasoning(Provider.OPENAI_RESPONSES, { itemId: "rs_1", redactedData: "enc" }), text("Hello."), call("c1", "f", "{}", { itemId: "fc_1" }))],
+    });
     const body = (id?: string): OpenAIResponsesBody => ({
       input: [
         { type: "message", role: "user", content: "hi" },
+        { type: "reasoning", id: "rs_1", summary: [], encrypted_content: "enc" },
         { type: "message", role: "assistant", content: "Hello." },
         { type: "function_call", ...(id !== undefined ? { id } : {}), call_id: "c1", name: "f", arguments: "{}" },
       ],
     });
-    const origins = [origin("u1"), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT)];
-    expect(ruleOf(() => validateOpenAIResponses(body("fc_1"), origins, signedTurn))).toBe("no error");
-    expect(ruleOf(() => validateOpenAIResponses(body(), origins, signedTurn))).toBe("openai_responses.opaque_passthrough @ opaque value 0");
+    const origins = [origin("u1"), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT), origin("a1", Role.ASSISTANT)];
+    expect(ruleOf(() => validateOpenAIResponses(body("fc_1"), origins, reasoned))).toBe("no error");
+    expect(ruleOf(() => validateOpenAIResponses(body(), origins, reasoned))).toBe("openai_responses.opaque_passthrough @ opaque value 1");
+  });
+
+  it("refuses a Responses item id without its reasoning item, and a reasoning item without its following item", () => {
+    // Without the reasoning (cleared, trimmed, never stored) the call goes without its item id.
+    const withId: OpenAIResponsesBody = {
+      input: [
+        { type: "message", role: "user", content: "hi" },
+        { type: "function_call", id: "fc_1", call_id: "c1", name: "f", arguments: "{}" },
+      ],
+    };
+    expect(ruleOf(() => validateOpenAIResponses(withId, [origin("u1"), origin("a1", Role.ASSISTANT)], signedTurn))).toBe('openai_responses.reasoning_pair @ message "a1"');
+    const lone: OpenAIResponsesBody = {
+      input: [
+        { type: "message", role: "user", content: "hi" },
+        { type: "reasoning", id: "rs_1", summary: [] },
+        { type: "message", role: "user", content: "next" },
+      ],
+    };
+    expect(ruleOf(() => validateOpenAIResponses(lone, [origin("u1"), origin("a1", Role.ASSISTANT), origin("u2")], empty))).toBe('openai_responses.reasoning_pair @ message "a1"');
   });
 });
 

@@ -27,3 +27,25 @@ def test_wait_ready_gives_up_after_its_timeout():
         with pytest.raises(DeadlineExceeded, match="not ready"):
             client.wait_ready(timeout=0.3)
 
+
+
+def test_wait_ready_names_why_the_sidecar_is_not_serving():
+    # A sidecar whose Redis does not listen: its health answer says why, and the clients' readiness
+    # timeout quotes it instead of a bare NOT_SERVING.
+    from conftest import Sidecar
+
+    unreachable = Sidecar("--redis-url", f"redis://127.0.0.1:{free_port()}", "--health-interval-ms", "100")
+    fast = RetryPolicy(initial_backoff=0.02, max_backoff=0.05)
+    try:
+        with Client(unreachable.address, retry=fast) as client:
+            with pytest.raises(DeadlineExceeded, match=r"health is NOT_SERVING: .*(ECONNREFUSED|connect|unavailable)"):
+                client.wait_ready(timeout=0.5)
+
+        async def main() -> None:
+            async with AsyncClient(unreachable.address, retry=fast) as client:
+                with pytest.raises(DeadlineExceeded, match=r"health is NOT_SERVING: .*(ECONNREFUSED|connect|unavailable)"):
+                    await client.wait_ready(timeout=0.5)
+
+        asyncio.run(main())
+    finally:
+        unreachable.stop()

@@ -66,3 +66,21 @@ def test_example_langchain_history_runs(sidecar):
     assert stdout == (
         "user: Hi, I'm Ana.\nassistant: Nice to meet you, Ana.\nuser: Who am I?\nassistant: You are Ana.\nmessages stored: 4\n"
     ), stdout
+
+
+def test_example_langchain_middleware_budgets_each_model_call(sidecar):
+    stdout = _run_example(sidecar, "langchain_middleware.py")
+    # The agent's state keeps every message; the model is sent the system message and the newest
+    # whole turns within 600 tokens.
+    assert stdout == "".join(
+        f"turn {turn}: {2 * turn} messages in the agent's state; I was sent {min(2 * turn, 6)} messages, the first human one: question {max(1, turn - 2)}\n"
+        for turn in range(1, 7)
+    ), stdout
+
+
+def test_example_openai_agents_input_filter_budgets_each_model_call(sidecar):
+    stdout = _run_example(sidecar, "openai_agents_input_filter.py")
+    assert stdout == "".join(
+        f"turn {turn}: {2 * turn} items in the session; I was sent {min(2 * turn - 1, 5)} items, the first user one: question {max(1, turn - 2)}\n"
+        for turn in range(1, 7)
+    ), stdout

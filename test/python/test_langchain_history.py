@@ -169,3 +169,49 @@ def test_messages_of_a_stream_ingested_conversation(client):
     delta = state_pb2.Delta(append_provider_stream=state_pb2.AppendProviderStream(provider=message_pb2.PROVIDER_OPENAI_CHAT, events=[json.dumps(c).encode() for c in chunks]))
     client.commit(conversation_pb2.CommitRequest(conversation_id=history.conversation_id, deltas=[delta]))
     assert history.messages == [HumanMessage(content="hi"), AIMessage(content="Hello!")]
+
+
+LONG = "a sentence long enough to be held by a typed part only. " * 3
+
+
+def test_messages_round_trip_as_in_the_in_memory_history_stored_once(client):
+    """The same messages into ContextdChatMessageHistory and LangChain's reference
+    InMemoryChatMessageHistory read back equal (dumped alike), long strings, tool-call arguments,
+    content blocks, metadata and lone surrogates included; the long strings are stored once and a
+    commit whose outcome was unknown is sent again with its key."""
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+    from langchain_core.messages import message_to_dict
+
+    messages = [
+        SystemMessage(content="Be brief. " + LONG),
+        HumanMessage(content=[{"type": "text", "text": LONG}, {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 64}}, "a bare string block"], id="h1"),
+        AIMessage(content="", tool_calls=[{"id": "call_1", "name": "lookup", "args": {"q": LONG, "n": 0.5, "none": None}}], response_metadata={"model": "m"}, usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}),
+        ToolMessage(content=[{"type": "text", "text": "structured " + LONG}], tool_call_id="call_1", artifact={"raw": [1, 2]}),
+        AIMessage(content="half a pair \ud83d and " + LONG, additional_kwargs={"note": "\udc00"}),
+        HumanMessage(content="こんにちは 😊"),
+    ]
+    ours, reference = new_history(client), InMemoryChatMessageHistory()
+    ours.add_messages(messages)
+    reference.add_messages(messages)
+    assert json.dumps([message_to_dict(m) for m in ours.messages]) == json.dumps([message_to_dict(m) for m in reference.messages])
+    stored = client.get_state(conversation_pb2.GetStateRequest(conversation_id=ours.conversation_id)).state.history
+    # A string with a lone surrogate cannot go into a typed part as it is: the extension keeps it.
+    assert [LONG in message.extensions[0].payload for message in stored] == [False, False, False, False, True, False]
+    assert stored[4].parts[0].text.text == "half a pair \ufffd and " + LONG
+
+
+def test_a_commit_whose_outcome_was_unknown_is_sent_again_with_its_key(sidecar):
+    from contextd.client import RetryPolicy
+    from test_outcomes import AnswerCutter
+
+    cutter = AnswerCutter(sidecar.address)
+    conversation_id = f"langchain-unknown-{uuid.uuid4().hex}"
+    try:
+        with Client(cutter.address, retry=RetryPolicy(max_attempts=1)) as cut:
+            ContextdChatMessageHistory(conversation_id, cut).add_messages([HumanMessage(content="once")])
+        assert cutter.cut
+    finally:
+        cutter.close()
+    with Client(sidecar.address) as reader:
+        state = reader.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id)).state
+    assert state.version == 1 and len(state.history) == 1

@@ -111,3 +111,41 @@ def test_tls_options_do_not_mix_with_a_channel():
             Client(channel=channel, token="x" * 16)
     finally:
         channel.close()
+
+
+def test_client_certificates_for_mutual_tls(tmp_path):
+    # A sidecar started with --tls-client-ca: the clients' cert_file/key_file present a client
+    # certificate its CA signed; without one the handshake is refused.
+    ca, cert, key = make_certificates(tmp_path)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "client.key")
+    openssl("req", "-new", "-key", "client.key", "-out", "client.csr", "-subj", "/CN=contextd test client")
+    (tmp_path / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "client.pem", "-days", "1", "-extfile", "client.ext")
+    running = Sidecar("--tls-cert", str(cert), "--tls-key", str(key), "--tls-client-ca", str(ca))
+    try:
+        conversation = "py-mtls-" + secrets.token_hex(6)
+        pair = {"cert_file": str(tmp_path / "client.pem"), "key_file": str(tmp_path / "client.key")}
+        with Client(running.address, ca_file=str(ca), **pair) as client:
+            client.wait_ready(timeout=10)
+            committed = client.commit(conv.CommitRequest(conversation_id=conversation, deltas=[append_user(user_text("mutual"))]))
+            assert committed.version == 1
+
+        async def main() -> int:
+            async with AsyncClient(running.address, ca_file=str(ca), **pair) as client:
+                await client.wait_ready(timeout=10)
+                return (await client.get_state(conv.GetStateRequest(conversation_id=conversation))).state.version
+
+        assert asyncio.run(main()) == 1
+        fast = RetryPolicy(initial_backoff=0.02, max_backoff=0.05)
+        with Client(running.address, ca_file=str(ca), retry=fast) as anonymous:
+            with pytest.raises(DeadlineExceeded):
+                anonymous.wait_ready(timeout=0.5)
+        with pytest.raises(ValueError, match="go together"):
+            Client(running.address, ca_file=str(ca), cert_file=pair["cert_file"])
+    finally:
+        running.stop()

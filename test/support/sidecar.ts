@@ -18,8 +18,20 @@ export interface Sidecar {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<Sidecar> {
-  const child = spawn(process.execPath, [mainScript, "--port", "0", ...args], {
+/** How the sidecar process is confined, as an operator or an attack test would run it. */
+export interface SidecarLimits {
+  /** `--max-old-space-size` of its V8 heap, in MB: an out-of-memory attack crashes it instead of the machine. */
+  heapMb?: number;
+  /** Its soft open-file limit (`ulimit -n`). */
+  openFiles?: number;
+}
+
+export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, limits: SidecarLimits = {}): Promise<Sidecar> {
+  const nodeArgs = [...(limits.heapMb ? [`--max-old-space-size=${limits.heapMb}`] : []), mainScript, "--port", "0", ...args];
+  const [command, commandArgs] = limits.openFiles
+    ? ["sh", ["-c", `ulimit -n ${limits.openFiles} && exec "$0" "$@"`, process.execPath, ...nodeArgs]]
+    : [process.execPath, nodeArgs];
+  const child = spawn(command, commandArgs, {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });

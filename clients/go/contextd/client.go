@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"os"
 	"strings"
@@ -265,11 +266,13 @@ func (c *Client) Close() error {
 // after them.
 func (c *Client) WaitReady(ctx context.Context) error {
 	for retry := 1; ; retry++ {
-		response, err := c.transport.checkHealth(ctx, &healthpb.HealthCheckRequest{})
+		response, reason, err := c.transport.checkHealth(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil && response.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return nil
 		}
-		if err == nil {
+		if err == nil && reason != "" {
+			err = fmt.Errorf("health is %s: %s", response.GetStatus(), reason)
+		} else if err == nil {
 			err = fmt.Errorf("health is %s", response.GetStatus())
 		}
 		if sleepErr := c.retry.sleep(ctx, retry); sleepErr != nil {
@@ -307,6 +310,42 @@ func (c *Client) GetState(ctx context.Context, request *contextdv1.GetStateReque
 	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.GetStateResponse, error) {
 		return c.transport.getState(ctx, request)
 	})
+}
+
+// ReadMessages reads one page of a window of a segment's messages: the last request.Last, or the
+// positions request.Start to request.End (the whole segment when neither is set), at most
+// request.MaxBytes of messages a page (0 = 4 MiB; a larger message comes alone). Every page of a
+// window is read at the first page's version; a version the sidecar no longer keeps is a
+// *VersionConflictError. Retried on UNAVAILABLE like every read. MessagePages reads every page.
+func (c *Client) ReadMessages(ctx context.Context, request *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.ReadMessagesResponse, error) {
+		return c.transport.readMessages(ctx, request)
+	})
+}
+
+// MessagePages yields every page of the window request names, in order, each read at the version
+// of the first (request.PageToken, when set, starts from that page). An error is yielded once,
+// last. A conversation larger than GetState can answer (over the message limit) reads this way:
+//
+//	for page, err := range client.MessagePages(ctx, &contextdv1.ReadMessagesRequest{ConversationId: id}) {
+//		if err != nil { return err }
+//		messages = append(messages, page.GetMessages()...)
+//	}
+func (c *Client) MessagePages(ctx context.Context, request *contextdv1.ReadMessagesRequest) iter.Seq2[*contextdv1.ReadMessagesResponse, error] {
+	return func(yield func(*contextdv1.ReadMessagesResponse, error) bool) {
+		next := request
+		for {
+			page, err := c.ReadMessages(ctx, next)
+			if err != nil {
+				yield(nil, fmt.Errorf("contextd: read messages of %q: %w", request.GetConversationId(), err))
+				return
+			}
+			if !yield(page, nil) || page.GetNextPageToken() == "" {
+				return
+			}
+			next = &contextdv1.ReadMessagesRequest{ConversationId: request.GetConversationId(), MaxBytes: request.GetMaxBytes(), PageToken: page.GetNextPageToken()}
+		}
+	}
 }
 
 // Commit applies a batch of deltas atomically. The response carries the new version; the state

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 	contextdv1 "github.com/contextd-dev/contextd/gen/go/contextd/v1"
@@ -27,6 +28,7 @@ type transport interface {
 	clear(context.Context, *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error)
 	listConversations(context.Context, *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error)
 	readToolResult(context.Context, *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error)
+	readMessages(context.Context, *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error)
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
 	compile(context.Context, *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error)
 	compileStream(context.Context, *contextdv1.CompileStreamRequest) (receiver[contextdv1.CompileStreamResponse], error)
@@ -35,7 +37,8 @@ type transport interface {
 	reportUsage(context.Context, *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error)
 	render(context.Context, *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error)
 	watchEvents(context.Context, *contextdv1.WatchEventsRequest) (receiver[contextdv1.WatchEventsResponse], error)
-	checkHealth(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error)
+	// checkHealth also returns the contextd-health-reason header: why the sidecar is not SERVING.
+	checkHealth(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, string, error)
 	close() error
 }
 
@@ -108,6 +111,10 @@ func (t *grpcTransport) readToolResult(ctx context.Context, r *contextdv1.ReadTo
 	return grpcUnary(ctx, t.conversations.ReadToolResult, r)
 }
 
+func (t *grpcTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
+	return grpcUnary(ctx, t.conversations.ReadMessages, r)
+}
+
 func (t *grpcTransport) watch(ctx context.Context, r *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error) {
 	return grpcStream(ctx, t.conversations.Watch, r)
 }
@@ -136,8 +143,13 @@ func (t *grpcTransport) watchEvents(ctx context.Context, r *contextdv1.WatchEven
 	return grpcStream(ctx, t.telemetry.WatchEvents, r)
 }
 
-func (t *grpcTransport) checkHealth(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	return grpcUnary(ctx, t.health.Check, r)
+func (t *grpcTransport) checkHealth(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, string, error) {
+	var header, trailer metadata.MD
+	response, err := t.health.Check(ctx, r, grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil {
+		return nil, "", newError(err, trailer)
+	}
+	return response, strings.Join(header.Get(healthReasonHeader), "; "), nil
 }
 
 func (t *grpcTransport) close() error { return t.conn.Close() }
@@ -221,6 +233,10 @@ func (t *connectTransport) readToolResult(ctx context.Context, r *contextdv1.Rea
 	return connectUnary(ctx, t.conversations.ReadToolResult, r)
 }
 
+func (t *connectTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
+	return connectUnary(ctx, t.conversations.ReadMessages, r)
+}
+
 func (t *connectTransport) watch(ctx context.Context, r *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error) {
 	return connectStream(ctx, t.conversations.Watch, r)
 }
@@ -249,9 +265,16 @@ func (t *connectTransport) watchEvents(ctx context.Context, r *contextdv1.WatchE
 	return connectStream(ctx, t.telemetry.WatchEvents, r)
 }
 
-func (t *connectTransport) checkHealth(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	return connectUnary(ctx, t.health.CallUnary, r)
+func (t *connectTransport) checkHealth(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, string, error) {
+	response, err := t.health.CallUnary(ctx, connect.NewRequest(r))
+	if err != nil {
+		return nil, "", newError(err, nil)
+	}
+	return response.Msg, response.Header().Get(healthReasonHeader), nil
 }
+
+// healthReasonHeader is the response header in which the sidecar says why it is not SERVING.
+const healthReasonHeader = "contextd-health-reason"
 
 func (t *connectTransport) close() error {
 	t.httpClient.CloseIdleConnections()

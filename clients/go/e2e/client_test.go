@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -60,5 +61,23 @@ func TestWaitReadyEndsWithItsContext(t *testing.T) {
 	defer cancel()
 	if err := client.WaitReady(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitReady with nothing listening = %v, want the context's deadline error", err)
+	}
+}
+
+func TestWaitReadyNamesWhyTheSidecarIsNotServing(t *testing.T) {
+	// The sidecar's Redis does not listen: health says why, and WaitReady's error quotes it.
+	sidecar := sidecartest.Start(t, "--redis-url", fmt.Sprintf("redis://127.0.0.1:%d", sidecartest.FreePort(t)), "--health-interval-ms", "100")
+	for name, opts := range map[string][]contextd.Option{
+		"grpc":    nil,
+		"connect": {contextd.WithConnectProtocol(&http.Client{})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			err := dial(t, sidecar.Address, opts...).WaitReady(ctx)
+			if err == nil || !regexp.MustCompile(`health is NOT_SERVING: .*(ECONNREFUSED|connect|unavailable)`).MatchString(err.Error()) {
+				t.Fatalf("WaitReady = %v, want NOT_SERVING with the store's connection error", err)
+			}
+		})
 	}
 }

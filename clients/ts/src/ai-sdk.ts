@@ -5,12 +5,16 @@
 // (`ModelMessage[]`) and `tools`, and gets back `responseMessages` (assistant and tool messages).
 // Without these two conversions every such agent hand-writes the mapping between those shapes and
 // contextd's typed messages, tool rounds included.
-import { create } from "@bufbuild/protobuf";
-import { jsonSchema, tool, type AssistantModelMessage, type JSONValue, type ModelMessage, type SystemModelMessage, type ToolModelMessage, type ToolSet } from "ai";
-import type { CompileResult, CompiledPayload } from "../generated/contextd/v1/compile_pb.js";
-import { ImagePartSchema, MessageSchema, PartSchema, Role, type Message, type Part, type ToolPayload } from "../generated/contextd/v1/message_pb.js";
+import { create, equals, type MessageInitShape } from "@bufbuild/protobuf";
+import { jsonSchema, tool, type AssistantModelMessage, type Instructions, type JSONValue, type ModelMessage, type SystemModelMessage, type ToolModelMessage, type ToolSet } from "ai";
+import { BudgetSchema, CompileRequestSchema, MessageListSchema, type CompileResult, type CompiledPayload } from "../generated/contextd/v1/compile_pb.js";
+import type { Client } from "./client.js";
+import { ExtensionSchema, ImagePartSchema, MessageSchema, PartSchema, Provider, Role, type Message, type Part, type ToolPayload } from "../generated/contextd/v1/message_pb.js";
 import { Segment, type Delta, type ToolDefinition } from "../generated/contextd/v1/state_pb.js";
 import { appendMessages, errorPayload, jsonPayload, textPart, textPayload, toolResultMessage } from "./builders.js";
+
+/** The AI SDK's provider options of a message or part (`{ anthropic: { signature: "..." } }`). */
+type ProviderOptions = NonNullable<ModelMessage["providerOptions"]>;
 
 /** What `generateText`/`streamText` take from a compile: spread it into the call's options. */
 export interface AiSdkPrompt {
@@ -97,27 +101,68 @@ function openRoundStart(history: Message[]): number {
 export function toModelMessages(messages: Message[]): ModelMessage[] {
   return messages.map((message, index): ModelMessage => {
     const where = `message ${index} (${Role[message.role]})`;
+    const options = providerOptionsOf(message);
+    const withOptions = <T extends object>(value: T, at?: number): T => {
+      const found = at === undefined ? options.message : options.parts.get(at);
+      return found === undefined ? value : { ...value, providerOptions: found };
+    };
     switch (message.role) {
       case Role.SYSTEM:
       case Role.DEVELOPER:
-        return { role: "system", content: message.parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : "")).join("") };
+        return withOptions({ role: "system", content: message.parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : "")).join("") });
       case Role.USER:
-        return { role: "user", content: message.parts.flatMap((p) => userPart(p, where)) };
+        return withOptions({ role: "user", content: message.parts.flatMap((p, at) => userPart(p, where).map((part) => withOptions(part, at))) });
       case Role.ASSISTANT:
-        return { role: "assistant", content: message.parts.flatMap((p) => assistantPart(p, where)) };
+        return withOptions({ role: "assistant", content: message.parts.flatMap((p, at) => assistantPart(p, where, options.parts.has(at)).map((part) => withOptions(part, at))) });
       case Role.TOOL:
-        return {
+        return withOptions({
           role: "tool",
-          content: message.parts.flatMap((p) => {
+          content: message.parts.flatMap((p, at) => {
             if (p.kind.case !== "toolResult") return [];
             const result = p.kind.value;
-            return [{ type: "tool-result" as const, toolCallId: result.toolCallId, toolName: result.name, output: toolOutput(result.payload, result.isError, result.contentParts) }];
+            return [withOptions({ type: "tool-result" as const, toolCallId: result.toolCallId, toolName: result.name, output: toolOutput(result.payload, result.isError, result.contentParts) }, at)];
           }),
-        };
+        });
       default:
         throw new Error(`toModelMessages: ${where} has no role`);
     }
   });
+}
+
+/**
+ * The `Extension.type_id` under which `fromModelMessages` keeps the AI SDK `providerOptions` of a
+ * message and of its parts (the provider metadata the SDK hands back on response messages, such
+ * as an Anthropic reasoning signature or an OpenAI reasoning item id), so `toModelMessages` gives
+ * them back as they were. Payload: `{"message"?: ProviderOptions, "parts"?: [[partIndex,
+ * ProviderOptions], ...]}`. Never sent to a provider by contextd's own rendering, which reads the
+ * typed fields (`ReasoningPart.signature`, ...) instead.
+ */
+export const PROVIDER_OPTIONS_EXTENSION = "ai-sdk.provider-options/v1";
+
+interface StoredOptions {
+  message: ProviderOptions | undefined;
+  parts: Map<number, ProviderOptions>;
+}
+
+function providerOptionsOf(message: Message): StoredOptions {
+  const extension = message.extensions.find((e) => e.typeId === PROVIDER_OPTIONS_EXTENSION);
+  if (extension !== undefined) {
+    const stored = JSON.parse(extension.payload) as { message?: ProviderOptions; parts?: [number, ProviderOptions][] };
+    return { message: stored.message, parts: new Map(stored.parts ?? []) };
+  }
+  // A message contextd got another way (a provider stream, a provider response): the provider
+  // fields of its typed reasoning parts, in the shape the SDK's providers read them.
+  const parts = new Map<number, ProviderOptions>();
+  message.parts.forEach((part, at) => {
+    if (part.kind.case !== "reasoning") return;
+    const reasoning = part.kind.value;
+    if (reasoning.provider === Provider.ANTHROPIC_MESSAGES && (reasoning.signature || reasoning.redactedData)) {
+      parts.set(at, { anthropic: reasoning.redactedData ? { redactedData: reasoning.redactedData } : { signature: reasoning.signature } });
+    } else if (reasoning.provider === Provider.OPENAI_RESPONSES && (reasoning.itemId || reasoning.redactedData)) {
+      parts.set(at, { openai: { ...(reasoning.itemId ? { itemId: reasoning.itemId } : {}), ...(reasoning.redactedData ? { reasoningEncryptedContent: reasoning.redactedData } : {}) } });
+    }
+  });
+  return { message: undefined, parts };
 }
 
 type UserContentPart = Exclude<Extract<ModelMessage, { role: "user" }>["content"], string>[number];
@@ -144,13 +189,14 @@ function userPart(part: Part, where: string): UserContentPart[] {
   throw new Error(`toModelMessages: ${where} has a ${part.kind.case ?? "empty"} part, which a user message cannot hold`);
 }
 
-function assistantPart(part: Part, where: string): AssistantContentPart[] {
+function assistantPart(part: Part, where: string, hasProviderOptions: boolean): AssistantContentPart[] {
   switch (part.kind.case) {
     case "text":
       return [{ type: "text", text: part.kind.value.text }];
     case "reasoning":
-      // Redacted reasoning has no text and no AI SDK shape outside a provider's options.
-      return part.kind.value.text ? [{ type: "reasoning", text: part.kind.value.text }] : [];
+      // Redacted reasoning has no text: its AI SDK shape is an empty reasoning part whose provider
+      // options carry the data; without them there is nothing to send.
+      return part.kind.value.text || hasProviderOptions ? [{ type: "reasoning", text: part.kind.value.text }] : [];
     case "toolCall": {
       const call = part.kind.value;
       const args = call.arguments?.data || call.arguments?.text || "{}";
@@ -194,13 +240,14 @@ export function fromModelMessages(messages: ModelMessage[]): Message[] {
     const where = `message ${index} (${message.role})`;
     switch (message.role) {
       case "system":
-        out.push(create(MessageSchema, { role: Role.SYSTEM, parts: [textPart(message.content)] }));
+        out.push(withProviderOptions(create(MessageSchema, { role: Role.SYSTEM, parts: [textPart(message.content)] }), message.providerOptions, []));
         return;
       case "user":
       case "assistant": {
         const role = message.role === "user" ? Role.USER : Role.ASSISTANT;
         const content = typeof message.content === "string" ? [{ type: "text" as const, text: message.content }] : message.content;
-        out.push(create(MessageSchema, { role, parts: content.map((part, p) => contextdPart(part, `${where} part ${p}`)) }));
+        const parts = content.map((part, p) => contextdPart(part, `${where} part ${p}`));
+        out.push(withProviderOptions(create(MessageSchema, { role, parts }), message.providerOptions, content.map((part) => ("providerOptions" in part ? part.providerOptions : undefined))));
         return;
       }
       case "tool":
@@ -211,12 +258,21 @@ export function fromModelMessages(messages: ModelMessage[]): Message[] {
           if (part.output.type === "content" && result.parts[0]?.kind.case === "toolResult") {
             result.parts[0].kind.value.contentParts = part.output.value.flatMap((v) => (v.type === "file" ? [contextdPart(v, `${where} part ${p}`)] : []));
           }
-          out.push(result);
+          out.push(withProviderOptions(result, message.providerOptions, [part.providerOptions]));
         });
         return;
     }
   });
   return out;
+}
+
+/** `message` keeping the AI SDK provider options of the message and of its parts (by index) in its PROVIDER_OPTIONS_EXTENSION. */
+function withProviderOptions(message: Message, options: ProviderOptions | undefined, partOptions: (ProviderOptions | undefined)[]): Message {
+  const parts = partOptions.flatMap((value, at): [number, ProviderOptions][] => (value === undefined ? [] : [[at, value]]));
+  if (options === undefined && parts.length === 0) return message;
+  const payload = JSON.stringify({ ...(options === undefined ? {} : { message: options }), ...(parts.length === 0 ? {} : { parts }) });
+  message.extensions.push(create(ExtensionSchema, { typeId: PROVIDER_OPTIONS_EXTENSION, payload }));
+  return message;
 }
 
 type ToolContentFile = Extract<Extract<ToolOutput, { type: "content" }>["value"][number], { type: "file" }>;
@@ -226,7 +282,7 @@ function contextdPart(part: UserContentPart | AssistantContentPart | ToolContent
     case "text":
       return textPart(part.text);
     case "reasoning":
-      return create(PartSchema, { kind: { case: "reasoning", value: { text: part.text } } });
+      return create(PartSchema, { kind: { case: "reasoning", value: { text: part.text, ...typedReasoning(part.providerOptions) } } });
     case "tool-call":
       return create(PartSchema, { kind: { case: "toolCall", value: { id: part.toolCallId, name: part.toolName, arguments: jsonPayload(JSON.stringify(part.input ?? {})) } } });
     case "image": {
@@ -249,6 +305,24 @@ function contextdPart(part: UserContentPart | AssistantContentPart | ToolContent
     default:
       throw new Error(`fromModelMessages: ${where} is a ${part.type} part, which contextd has no typed form for`);
   }
+}
+
+/**
+ * The typed fields of a reasoning part from its provider options, so contextd's own rendering and
+ * clearing know it: an Anthropic signature or redacted data, an OpenAI reasoning item id or
+ * encrypted content. (The options themselves are kept whole in the extension.)
+ */
+function typedReasoning(options: ProviderOptions | undefined): { provider?: Provider; signature?: string; redactedData?: string; itemId?: string } {
+  const text = (value: unknown): string => (typeof value === "string" ? value : "");
+  const anthropic = options?.anthropic;
+  if (anthropic && (text(anthropic.signature) || text(anthropic.redactedData))) {
+    return { provider: Provider.ANTHROPIC_MESSAGES, signature: text(anthropic.signature), redactedData: text(anthropic.redactedData) };
+  }
+  const openai = options?.openai;
+  if (openai && (text(openai.itemId) || text(openai.reasoningEncryptedContent))) {
+    return { provider: Provider.OPENAI_RESPONSES, itemId: text(openai.itemId), redactedData: text(openai.reasoningEncryptedContent) };
+  }
+  return {};
 }
 
 function bytesOf(data: unknown, where: string): Uint8Array {
@@ -286,4 +360,87 @@ function contextdPayload(output: ToolOutput, where: string): [ToolPayload, boole
  */
 export function responseDeltas(messages: ResponseMessage[]): Delta[] {
   return messages.length === 0 ? [] : [appendMessages(Segment.HISTORY, ...fromModelMessages(messages))];
+}
+
+/** The compile options of `budgetedPrepareStep`: the budget, and the other options of an inline compile. */
+export interface PrepareStepOptions {
+  /** The token budget of each step's messages (with the instructions counted). */
+  budget?: MessageInitShape<typeof BudgetSchema>;
+  /** Other compile options (tool-result and reasoning clearing, tool-round repair, the estimator): no conversation, no commit. */
+  template?: MessageInitShape<typeof CompileRequestSchema>;
+  /** Called with each step's compile result (tokens, decisions, warnings), for logs and tests. */
+  onResult?: (result: CompileResult) => void;
+}
+
+/**
+ * A `prepareStep` for `generateText`/`streamText` that budgets each step's messages through
+ * contextd: the step's messages and instructions are compiled inline (nothing is stored) within
+ * `options.budget` with `options.template`'s options, and the step is sent the messages contextd
+ * keeps, in order — the newest first, whole tool rounds, the latest user message protected.
+ * Messages kept unchanged are the SDK's own objects (their provider options included); a message
+ * contextd changed (a cleared tool result) is its compiled form; one contextd made (a summary) is
+ * converted from its typed parts. The returned `messages` carry forward to later steps, as the SDK
+ * documents for a `prepareStep` override.
+ *
+ *     await generateText({ model, messages, tools, prepareStep: budgetedPrepareStep(client, { budget: { maxTokens: 8000n } }) });
+ */
+export function budgetedPrepareStep(client: Client, options: PrepareStepOptions = {}): (step: { messages: ModelMessage[]; instructions?: Instructions | undefined }) => Promise<{ messages: ModelMessage[] }> {
+  return async ({ messages, instructions }) => {
+    // Each model message is one contextd message, except a tool message with several results:
+    // one TOOL message each. `owner[i]` is the model message contextd message i came from.
+    const sent: Message[] = [];
+    const owner: number[] = [];
+    messages.forEach((message, index) => {
+      fromModelMessages([message]).forEach((converted, piece) => {
+        converted.id = `step-${index}-${piece}`;
+        sent.push(converted);
+        owner.push(index);
+      });
+    });
+    const system = instructionMessages(instructions);
+    const request = create(CompileRequestSchema, options.template ?? {});
+    if (request.conversationId || request.commit) throw new Error("budgetedPrepareStep: the step's compile is inline: its template may not name a conversation or commit");
+    request.history = create(MessageListSchema, { messages: sent });
+    if (system.length > 0) request.system = create(MessageListSchema, { messages: system });
+    if (options.budget) request.budget = create(BudgetSchema, options.budget);
+    const result = (await client.compile(request)).result!;
+    options.onResult?.(result);
+    const byId = new Map(sent.map((message, at) => [message.id, at]));
+    const kept: ModelMessage[] = [];
+    const compiled = result.payload?.history ?? [];
+    for (let at = 0; at < compiled.length; at++) {
+      const message = compiled[at]!;
+      const index = byId.get(message.id);
+      if (index === undefined) {
+        kept.push(...toModelMessages([message]));
+        continue;
+      }
+      // The pieces of one model message come one after another (whole tool rounds are kept whole).
+      const pieces = [message];
+      while (at + 1 < compiled.length && owner[byId.get(compiled[at + 1]!.id) ?? -1] === owner[index]) pieces.push(compiled[++at]!);
+      const own = sent.filter((_, i) => owner[i] === owner[index]);
+      const unchanged = pieces.length === own.length && pieces.every((piece, i) => samePartsAs(piece, own[i]!));
+      if (unchanged) kept.push(messages[owner[index]!]!);
+      else kept.push(...mergeTools(toModelMessages(pieces)));
+    }
+    return { messages: kept };
+  };
+}
+
+function samePartsAs(compiled: Message, sent: Message): boolean {
+  return compiled.parts.length === sent.parts.length && compiled.parts.every((part, at) => equals(PartSchema, part, sent.parts[at]!));
+}
+
+/** The step's instructions as contextd SYSTEM messages (counted by the budget, not returned). */
+function instructionMessages(instructions: Instructions | undefined): Message[] {
+  if (instructions === undefined) return [];
+  const list = typeof instructions === "string" ? [{ role: "system" as const, content: instructions }] : Array.isArray(instructions) ? instructions : [instructions];
+  return fromModelMessages(list).map((message, at) => Object.assign(message, { id: `instructions-${at}` }));
+}
+
+/** Tool messages of one model message, merged back into one (the others are one each already). */
+function mergeTools(converted: ModelMessage[]): ModelMessage[] {
+  if (converted.length < 2 || !converted.every((message) => message.role === "tool")) return converted;
+  const tools = converted as ToolModelMessage[];
+  return [{ ...tools[0]!, content: tools.flatMap((message) => message.content) }];
 }

@@ -37,6 +37,8 @@ import {
   type GetStateResponse,
   type ListConversationsRequestSchema,
   type ListConversationsResponse,
+  type ReadMessagesRequestSchema,
+  type ReadMessagesResponse,
   type WatchRequestSchema,
 } from "../generated/contextd/v1/conversation_service_pb.js";
 import type { Message, MessageSchema } from "../generated/contextd/v1/message_pb.js";
@@ -194,9 +196,11 @@ export class Client {
     for (let retry = 1; ; retry++) {
       let last: string;
       try {
-        const response = await this.health.check({}, { timeoutMs: deadline.remaining(), signal });
+        // The sidecar says why it is not SERVING in a response header (say, the store's connection error).
+        let reason: string | null = null;
+        const response = await this.health.check({}, { timeoutMs: deadline.remaining(), signal, onHeader: (header) => (reason = header.get("contextd-health-reason")) });
         if (response.status === HealthCheckResponse_ServingStatus.SERVING) return;
-        last = `health is ${HealthCheckResponse_ServingStatus[response.status]}`;
+        last = `health is ${HealthCheckResponse_ServingStatus[response.status]}${reason ? `: ${reason}` : ""}`;
       } catch (thrown) {
         const failure = toContextdError(thrown);
         if (failure.code === Code.Canceled) throw failure;
@@ -211,6 +215,31 @@ export class Client {
   /** Reads a conversation; an unknown one is an empty state at version 0. */
   getState(request: Init<typeof GetStateRequestSchema>, options?: CallOptions): Promise<GetStateResponse> {
     return this.unary((o) => this.conversations.getState(request, o), true, options);
+  }
+
+  /**
+   * Reads one page of a window of a segment's messages: the last `last`, or the positions `start`
+   * to `end` (the whole segment when neither is set), at most `maxBytes` of messages a page (0 =
+   * 4 MiB; a larger message comes alone). Every page of a window is read at the first page's
+   * version; a version the sidecar no longer keeps throws VersionConflictError. Retried on
+   * UNAVAILABLE like every read; `messagePages` reads every page.
+   */
+  readMessages(request: Init<typeof ReadMessagesRequestSchema>, options?: CallOptions): Promise<ReadMessagesResponse> {
+    return this.unary((o) => this.conversations.readMessages(request, o), true, options);
+  }
+
+  /**
+   * Yields every page of the window `request` names, in order, each at the first page's version
+   * (`pageToken`, when set, starts there). What reads a conversation larger than getState can
+   * answer (over the message limit): `for await (const page of client.messagePages({ conversationId }))`.
+   */
+  async *messagePages(request: Init<typeof ReadMessagesRequestSchema>, options?: CallOptions): AsyncGenerator<ReadMessagesResponse, void, undefined> {
+    let page = await this.readMessages(request, options);
+    yield page;
+    while (page.nextPageToken !== "") {
+      page = await this.readMessages({ conversationId: request.conversationId, maxBytes: request.maxBytes, pageToken: page.nextPageToken }, options);
+      yield page;
+    }
   }
 
   /**

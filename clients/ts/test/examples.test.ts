@@ -50,3 +50,15 @@ for (const [name, file] of [["docs/typescript-client.md's ten-line example", "ex
     await sidecar.stop();
   }
 });
+
+test("examples/typescript/ai_sdk_prepare_step.ts budgets each step of an AI SDK tool loop, twice against one sidecar", async () => {
+  const sidecar = await startSidecar();
+  try {
+    for (const run of [1, 2]) {
+      const { stdout } = await promisify(execFile)(process.execPath, ["examples/ai_sdk_prepare_step.ts"], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
+      assert.equal(stdout, "5 steps; I was sent 4 tool results, 1 of them whole.\n", `run ${run}`);
+    }
+  } finally {
+    await sidecar.stop();
+  }
+});

@@ -2,6 +2,7 @@ import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   BudgetStrategy,
+  type Budget,
   HistoryStart,
   IntroducedMessageSchema,
   TransformationAction,
@@ -166,8 +167,14 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const protectedRoles = new Set(budget?.protectedRoles ?? []);
       const retained = new Set(budget?.retainedIds ?? []);
       const protectsMessages = protectedRoles.size > 0 || retained.size > 0;
-      // Without a current turn, the latest user message of history is the one being answered.
-      const latestUser = !turn && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
+      // Without a current turn or a user message in pending, the latest user message of history is
+      // the one being answered. With either, that is the question, and history's last user message
+      // is an older one: protecting it would keep it without its answer. Unless pending starts with
+      // a round in progress (an assistant or tool message): that round answers history's latest
+      // user message, and dropping it would leave the body starting on a tool call.
+      const tail = [...work.pending, ...(turnMessage ? [turnMessage] : [])];
+      const answeredAfterHistory = tail.some((message) => message.role === Role.USER) && !isRoundInProgress(tail[0]!);
+      const latestUser = !answeredAfterHistory && !budget?.trimLatestUserMessage ? lastUserMessageIndex(history) : -1;
       if (latestUser >= 0 && historyCounts[latestUser]! > available) {
         throw budgetExceeded(`budget exceeded: the latest user message "${history[latestUser]!.id}" (history[${latestUser + (known?.offset ?? 0)}]) needs ${historyCounts[latestUser]} tokens and is protected like the current turn (set budget.trim_latest_user_message to let the budget drop it); ${available} are left after ${reserved} reserved (${figures}), the limit is ${limit.tokens}`, limit.tokens);
       }
@@ -239,6 +246,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
         }
       }
       const dropSet: Set<number> = drop;
+      if (!summarize && strategy !== BudgetStrategy.DROP && strategy !== BudgetStrategy.DROP_TAIL) warnOversizedUnit(work, units, dropSet, history, known?.offset ?? 0, available, budget);
 
       const kept: Message[] = [];
       const keptCounts: number[] = [];
@@ -426,6 +434,38 @@ function lastUserMessageIndex(history: readonly Message[]): number {
   return -1;
 }
 
+/**
+ * Says so when one unit larger than all the room history has made the head-first trim drop
+ * everything older with it ("oversized_unit"). Dropping oldest first keeps a contiguous tail, so a
+ * single 2,700-token tool round under a 2,000-token budget took the whole history with it and kept
+ * 63 tokens, silently. The trim is right — the unit can never fit — but the caller can fix what it
+ * cost: clearing old tool results (`tool_result_clearing`) shrinks the unit instead.
+ */
+function warnOversizedUnit(
+  work: CompileWork,
+  units: readonly CostedUnit[],
+  dropped: ReadonlySet<number>,
+  history: readonly Message[],
+  headLeftOut: number,
+  available: number,
+  budget: Budget | undefined,
+): void {
+  // A compile that leaves out the stored head (incremental compile) must say exactly what the
+  // full one says: the older messages are counted by position (the head left out plus the walked
+  // ones before the unit), never by what they cost.
+  let newest = -1;
+  for (const index of dropped) if (index > newest) newest = index;
+  const olderMessages = units[newest] === undefined ? 0 : units[newest]!.start + headLeftOut;
+  if (newest < 0 || units[newest]!.tokens <= available || olderMessages === 0) return;
+  const unit = units[newest]!;
+  const fix = budget?.toolResultClearing ? "a larger budget" : "tool_result_clearing (old tool results cleared instead of rounds dropped) or a larger budget";
+  addWarning(
+    work,
+    "oversized_unit",
+    `history unit at message "${history[unit.start]!.id}" (${unit.end - unit.start} message(s)) needs ${unit.tokens} tokens, more than the ${available} history may use: trimming oldest first dropped it and the ${olderMessages} older message(s) with it; ${fix} would keep them`,
+  );
+}
+
 /** Message ids for a warning: all of them up to 10, then how many more. */
 function quoteIds(messages: readonly Message[]): string {
   const shown = messages.slice(0, 10).map((message) => `"${message.id}"`).join(", ");
@@ -435,4 +475,9 @@ function quoteIds(messages: readonly Message[]): string {
 /** RESOURCE_EXHAUSTED, reason BUDGET_EXCEEDED, with the limit in the metadata (`limit_tokens`). */
 function budgetExceeded(message: string, limitTokens: number): ConnectError {
   return withErrorDetails(new ConnectError(message, Code.ResourceExhausted), ErrorReason.budgetExceeded, { metadata: { limit_tokens: String(limitTokens) } });
+}
+
+/** True for a message that continues a turn rather than asking: an assistant turn or a tool result. */
+function isRoundInProgress(message: Message): boolean {
+  return message.role === Role.ASSISTANT || message.role === Role.TOOL;
 }

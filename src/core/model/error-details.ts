@@ -43,6 +43,12 @@ export const ErrorReason = {
   requestTooLarge: "REQUEST_TOO_LARGE",
   /** DEADLINE_EXCEEDED: the request body did not arrive within `--request-body-timeout-ms`; metadata `timeout_ms`, `flag`. */
   requestBodyTimeout: "REQUEST_BODY_TIMEOUT",
+  /** PERMISSION_DENIED: without bearer tokens, a Host that is not loopback nor in `--allowed-hosts` (DNS rebinding); metadata `flag`. */
+  hostNotAllowed: "HOST_NOT_ALLOWED",
+  /** PERMISSION_DENIED: a browser request whose `Origin` is not the origin it was sent to. */
+  originNotAllowed: "ORIGIN_NOT_ALLOWED",
+  /** RESOURCE_EXHAUSTED: a GetState answer over the message limit; metadata `limit_bytes`, `flag`, `read_with` (the paged read). */
+  stateTooLarge: "STATE_TOO_LARGE",
 } as const;
 
 export type ErrorReason = (typeof ErrorReason)[keyof typeof ErrorReason];

@@ -20,6 +20,8 @@ import { renderOpenAIResponses } from "./openai-responses/render.js";
 import { validateOpenAIResponses } from "./openai-responses/validate.js";
 import type { DeadlineCheck } from "../compile/deadline.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
+import type { RenamedCallId } from "./rendered-ids.js";
+import type { MediaPolicy } from "./media-capabilities.js";
 
 /** The first part of every rule name of a provider ("anthropic.open_call_position"). */
 const ruleNamePrefixes: Partial<Record<Provider, string>> = {
@@ -62,11 +64,11 @@ type RenderWarningSink = (warning: Warning) => void;
  */
 export function renderRequest(payload: CompiledPayload, options: RenderOptions, deadline?: DeadlineCheck): RenderedRequest {
   const warnings: Warning[] = [];
-  const { body, validate } = renderBody(payload, options, (warning) => warnings.push(warning));
+  const rendered = renderBody(payload, options, (warning) => warnings.push(warning));
   deadline?.checkNow("render");
-  validate();
+  rendered.validate();
   deadline?.checkNow("render");
-  return renderedRequest(options, body, warnings);
+  return renderedRequest(options, rendered, warnings);
 }
 
 /**
@@ -75,44 +77,53 @@ export function renderRequest(payload: CompiledPayload, options: RenderOptions, 
  */
 export async function renderRequestPaced(payload: CompiledPayload, options: RenderOptions, clock: DeadlineCheck): Promise<RenderedRequest> {
   const warnings: Warning[] = [];
-  const { body, validate } = renderBody(payload, options, (warning) => warnings.push(warning));
+  const rendered = renderBody(payload, options, (warning) => warnings.push(warning));
   if (clock.checkNow("render")) await clock.pause("render");
-  validate();
+  rendered.validate();
   if (clock.checkNow("render")) await clock.pause("render");
-  return renderedRequest(options, body, warnings);
+  return renderedRequest(options, rendered, warnings);
 }
 
-function renderedRequest(options: RenderOptions, body: unknown, warnings: Warning[]): RenderedRequest {
+function renderedRequest(options: RenderOptions, rendered: RenderedBody, warnings: Warning[]): RenderedRequest {
   return create(RenderedRequestSchema, {
     provider: options.provider,
     model: options.model,
-    json: new TextEncoder().encode(JSON.stringify(body)),
+    json: new TextEncoder().encode(JSON.stringify(rendered.body)),
     warnings,
+    renamedToolCallIds: rendered.renamed.map((entry) => ({ messageId: entry.messageId, stored: entry.stored, rendered: entry.rendered })),
   });
 }
 
+interface RenderedBody {
+  body: unknown;
+  /** Tool-call ids the body sends in another form than stored. */
+  renamed: RenamedCallId[];
+  validate: () => void;
+}
+
 /** The body for the provider, and the check of its rules (separate, so a deadline or a turn can come between). */
-function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): { body: unknown; validate: () => void } {
+function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): RenderedBody {
   const rulePrefix = ruleNamePrefixes[options.provider];
   if (rulePrefix !== undefined) assertOpenRoundLast(payload, rulePrefix);
+  const media: MediaPolicy = { drop: options.dropUnsupportedMedia, report };
   switch (options.provider) {
     case Provider.OPENAI_CHAT: {
-      const { body, origins } = renderOpenAIChat(payload, options.model);
-      return { body: withPromptCacheKey(body, options), validate: () => validateOpenAIChat(body, origins, payload) };
+      const { body, origins, renamed } = renderOpenAIChat(payload, options.model, media);
+      return { body: withPromptCacheKey(body, options), renamed, validate: () => validateOpenAIChat(body, origins, payload) };
     }
     case Provider.OPENAI_RESPONSES: {
-      const { body, origins } = renderOpenAIResponses(payload, options.model);
-      return { body: withPromptCacheKey(body, options), validate: () => validateOpenAIResponses(body, origins, payload) };
+      const { body, origins, renamed } = renderOpenAIResponses(payload, options.model, media);
+      return { body: withPromptCacheKey(body, options), renamed, validate: () => validateOpenAIResponses(body, origins, payload) };
     }
     case Provider.ANTHROPIC_MESSAGES: {
       promptCacheKeyIgnored(options, report);
-      const { body, origins } = renderAnthropic(payload, options.model, report, options.autoCacheBreakpoints);
-      return { body, validate: () => validateAnthropic(body, origins, payload) };
+      const { body, origins, renamed } = renderAnthropic(payload, options.model, report, options.autoCacheBreakpoints, media);
+      return { body, renamed, validate: () => validateAnthropic(body, origins, payload) };
     }
     case Provider.GEMINI: {
       promptCacheKeyIgnored(options, report);
-      const { body, origins } = renderGemini(payload, options.model);
-      return { body, validate: () => validateGemini(body, origins, payload) };
+      const { body, origins, renamed } = renderGemini(payload, options.model, media);
+      return { body, renamed, validate: () => validateGemini(body, origins, payload) };
     }
     case Provider.UNSPECIFIED:
       throw new ConnectError("render.provider: a provider is required to render", Code.InvalidArgument);

@@ -37,7 +37,7 @@ export interface Config {
   /** Postgres URL for the Postgres store; empty = not used. Exclusive with `redisUrl`. */
   postgresUrl: string;
   /** Log level: "debug" logs one line per RPC, "info" start/stop and errors, "error" only errors. */
-  logLevel: "debug" | "info" | "error";
+  logLevel: "debug" | "info" | "warn" | "error";
   /** Largest request message accepted, in bytes (RESOURCE_EXHAUSTED above). */
   maxRequestBytes: number;
   /** Request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond). */
@@ -102,6 +102,34 @@ export interface Config {
   historyFactsConversations: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
+  /** Exit at start when the store cannot be reached (fail fast) instead of serving NOT_SERVING while it retries. */
+  storeRequired: boolean;
+  /**
+   * Host names served besides localhost, 127.0.0.1 and [::1] while no bearer tokens are configured
+   * (lower case, no port; ".example.com" = every name under it). Others are PERMISSION_DENIED:
+   * DNS rebinding (policy/request-origin.ts).
+   */
+  allowedHosts: string[];
+  /** A connection with no request in flight for this long is closed (HTTP/2: GOAWAY), in milliseconds. */
+  idleTimeoutMs: number;
+  /**
+   * How long a new connection may take to send its first request's headers (HTTP/1.1: each
+   * request's), in milliseconds; the connection is closed past it.
+   */
+  headersTimeoutMs: number;
+  /**
+   * Most connections open at once; a connection beyond it closes the one idle the longest, or is
+   * closed itself when none is idle. 0 = the process's open-file limit less 128 (at least 64).
+   */
+  maxConnections: number;
+  /** Bytes of events queued per `WatchEvents` subscriber before new ones are dropped (besides `telemetryQueue` events). */
+  telemetryQueueBytes: number;
+  /** Bytes of events one tenant's `WatchEvents` subscribers together may hold queued (each queue counted). */
+  telemetryBytes: number;
+  /** Most streaming calls open at once per tenant; 0 = `maxStreams` divided among the tenants of the tokens. */
+  maxStreamsPerTenant: number;
+  /** Bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped. */
+  traceQueueBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -143,6 +171,15 @@ export const defaultConfig: Config = {
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   inspector: true,
+  storeRequired: false,
+  allowedHosts: [],
+  idleTimeoutMs: 120_000,
+  headersTimeoutMs: 10_000,
+  maxConnections: 0,
+  telemetryQueueBytes: 1024 * 1024,
+  telemetryBytes: 32 * 1024 * 1024,
+  maxStreamsPerTenant: 0,
+  traceQueueBytes: 16 * 1024 * 1024,
 };
 
 /**
@@ -157,9 +194,10 @@ export const flags = {
   "redis-tls-ca": "PEM file of the CAs that signed the Redis servers' certificates, for rediss:// (default: the system's CAs)",
   "redis-wait-replicas": "replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none",
   "redis-wait-timeout-ms": "how long a commit waits for those replicas before answering UNAVAILABLE",
-  workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a Redis store",
+  workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a shared store (Redis, Redis Cluster or Postgres)",
   "postgres-url": "Postgres store (tested with PostgreSQL 15), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
-  "log-level": "debug (one line per RPC), info or error; failed RPCs are always logged",
+  "log-level": "debug (one line per RPC), info, warn or error; a failed RPC is logged at error when the server is at fault (INTERNAL, UNAVAILABLE, DATA_LOSS, ...), warn for refused callers (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED), info for the caller's normal failures (ABORTED version conflicts, INVALID_ARGUMENT, NOT_FOUND, ...)",
+  "store-required": "true = exit (status 1) when the store cannot be reached at start, instead of serving NOT_SERVING and retrying",
   "max-request-bytes": "largest request message, bytes (RESOURCE_EXHAUSTED above)",
   "max-buffered-request-bytes": "request bytes all calls in progress may hold together (RESOURCE_EXHAUSTED beyond; health is never refused)",
   "request-body-timeout-ms": "how long a request body may take to arrive after its headers",
@@ -169,10 +207,13 @@ export const flags = {
   "max-compile-text-bytes": "most text one compile may produce (also capped at 1 MiB + 8x the request's text)",
   "summarize-timeout-ms": "how long a CompileSession waits for each summary",
   "max-streams": "open streaming RPCs, server-wide",
+  "max-streams-per-tenant": "open streaming RPCs per tenant (tokens without a tenant, or no tokens, count as one); 0 = --max-streams divided among the tenants of the tokens",
   "compress-min-bytes": "compress responses at least this large when the caller accepts it; 0 = never",
   "shutdown-grace-ms": "how long unary calls may finish after SIGTERM",
   "health-interval-ms": "store ping interval (and ping timeout)",
   "telemetry-queue": "queued events per WatchEvents subscriber",
+  "telemetry-queue-bytes": "bytes of queued events per WatchEvents subscriber (events beyond are dropped and counted)",
+  "telemetry-bytes": "bytes of queued events of one tenant's WatchEvents subscribers together (tokens without a tenant, or no tokens, are one), counted in every queue",
   "metrics-path": "Prometheus text endpoint (GET)",
   "auth-tokens-file": "file of bearer tokens (or CONTEXTD_AUTH_TOKENS), token or token=tenant per line",
   "tls-cert": "PEM certificate chain file; with --tls-key the port serves TLS only (h2 and http/1.1 by ALPN); empty = cleartext",
@@ -188,6 +229,11 @@ export const flags = {
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
+  "allowed-hosts": "host names served besides localhost, 127.0.0.1 and [::1] while no bearer tokens are configured, comma separated (.example.com = every name under it); other Hosts get PERMISSION_DENIED (DNS rebinding)",
+  "idle-timeout-ms": "close a connection with no request in flight for this long (HTTP/2: GOAWAY)",
+  "headers-timeout-ms": "close a connection whose request headers have not all arrived this long after it opened (HTTP/1.1: after the previous request)",
+  "max-connections": "most open connections; one more closes the longest idle, or is closed when none is idle; 0 = the open-file limit less 128",
+  "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
 } as const;
 type Flag = keyof typeof flags;
 
@@ -322,6 +368,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     inspector: boolean("inspector", defaultConfig.inspector),
+    storeRequired: boolean("store-required", defaultConfig.storeRequired),
+    allowedHosts: parseAllowedHosts(pick("allowed-hosts").text ?? ""),
+    idleTimeoutMs: integer("idle-timeout-ms", defaultConfig.idleTimeoutMs, 100, 2 ** 31 - 1),
+    headersTimeoutMs: integer("headers-timeout-ms", defaultConfig.headersTimeoutMs, 100, 2 ** 31 - 1),
+    maxConnections: integer("max-connections", defaultConfig.maxConnections, 0, 10_000_000),
+    telemetryQueueBytes: integer("telemetry-queue-bytes", defaultConfig.telemetryQueueBytes, 1024),
+    telemetryBytes: integer("telemetry-bytes", defaultConfig.telemetryBytes, 1024),
+    maxStreamsPerTenant: integer("max-streams-per-tenant", defaultConfig.maxStreamsPerTenant, 0, 0xffffffff),
+    traceQueueBytes: integer("trace-queue-bytes", defaultConfig.traceQueueBytes, 64 * 1024),
   };
 }
 
@@ -362,6 +417,17 @@ export function parseAuthTokens(text: string, where: string): AuthToken[] {
   return tokens;
 }
 
+/** `--allowed-hosts`: comma-separated host names without ports, lower-cased; ".name" allows every name under it. */
+export function parseAllowedHosts(text: string): string[] {
+  const hosts = text.split(",").map((host) => host.trim().toLowerCase()).filter((host) => host !== "");
+  for (const host of hosts) {
+    if (!/^\.?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?$/.test(host) && !/^\[[0-9a-f:.]+\]$/.test(host)) {
+      throw new Error(`invalid --allowed-hosts or CONTEXTD_ALLOWED_HOSTS entry "${host}": want a host name without a port (example.internal, .example.internal, 10.0.0.5 or [fd00::5])`);
+    }
+  }
+  return hosts;
+}
+
 /** The Postgres URL, refused beside a Redis URL (one store per sidecar). */
 function checkedPostgresUrl(url: string, redisUrl: string, redisClusterNodes: readonly string[]): string {
   if (url !== "" && (redisUrl !== "" || redisClusterNodes.length > 0)) {
@@ -374,6 +440,6 @@ function checkedPostgresUrl(url: string, redisUrl: string, redisClusterNodes: re
 }
 
 function parseLogLevel(text: string): Config["logLevel"] {
-  if (text === "debug" || text === "info" || text === "error") return text;
-  throw new Error(`invalid log level "${text}": want debug, info or error (--log-level or CONTEXTD_LOG_LEVEL)`);
+  if (text === "debug" || text === "info" || text === "warn" || text === "error") return text;
+  throw new Error(`invalid log level "${text}": want debug, info, warn or error (--log-level or CONTEXTD_LOG_LEVEL)`);
 }

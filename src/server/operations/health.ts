@@ -13,6 +13,7 @@ export { ServingStatus };
  */
 export class HealthStatus {
   private status = ServingStatus.NOT_SERVING;
+  private why = "starting";
   private readonly listeners = new Set<(status: ServingStatus) => void>();
 
   constructor(private readonly services: ReadonlySet<string>) {}
@@ -21,7 +22,13 @@ export class HealthStatus {
     return this.status;
   }
 
-  set(status: ServingStatus): void {
+  /** Why the status is not SERVING ("" while SERVING): the store's last failure, "shutting down", … */
+  get reason(): string {
+    return this.why;
+  }
+
+  set(status: ServingStatus, reason = ""): void {
+    this.why = status === ServingStatus.SERVING ? "" : reason;
     if (status === this.status) return;
     this.status = status;
     for (const listener of this.listeners) listener(status);
@@ -38,11 +45,23 @@ export class HealthStatus {
   }
 }
 
+/**
+ * The response header that says why health is not SERVING. The health protocol's answer has only
+ * a status; a client waiting for readiness quotes this header so that its timeout names the cause
+ * (say, `connect ECONNREFUSED 127.0.0.1:6999`). Printable ASCII, at most `maxReasonLength` characters.
+ */
+export const healthReasonHeader = "contextd-health-reason";
+const maxReasonLength = 300;
+
 export function healthService(health: HealthStatus): ServiceImpl<typeof Health> {
   return {
-    check(request) {
+    check(request, context) {
       if (!health.knows(request.service)) {
         throw new ConnectError(`unknown service "${request.service}"`, Code.NotFound);
+      }
+      const reason = health.reason;
+      if (health.current !== ServingStatus.SERVING && reason !== "") {
+        context.responseHeader.set(healthReasonHeader, reason.replace(/[^\x20-\x7e]/g, "?").slice(0, maxReasonLength));
       }
       return { status: health.current };
     },

@@ -2,7 +2,7 @@ import type { Config } from "./config.js";
 
 export type LogLevel = Config["logLevel"];
 
-const rank: Record<LogLevel, number> = { debug: 0, info: 1, error: 2 };
+const rank: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
 /** Structured logs: one JSON object per line on stdout, with `level`, `time` and `msg`. */
 export interface Logger {

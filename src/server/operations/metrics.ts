@@ -181,6 +181,20 @@ export class Metrics {
     });
   }
 
+  /** A counter with one label whose totals per label value `read` returns at every scrape (counts since start). */
+  countedBy(name: string, help: string, label: string, read: () => Readonly<Record<string, number>>): void {
+    new Counter({
+      name,
+      help,
+      labelNames: [label],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const [value, count] of Object.entries(read())) this.labels(value).inc(count);
+      },
+    });
+  }
+
   /** A cache whose counters `read` returns at every scrape (counts since the cache was made). */
   cache(cache: string, read: () => CacheReading): void {
     this.caches.push({ cache, read });

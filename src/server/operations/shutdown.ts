@@ -29,7 +29,7 @@ const sessionFlushMs = 1_000;
 export async function shutDown(parts: ShutdownParts, graceMs: number): Promise<void> {
   const { health, listener, sessions, sockets, calls, logger } = parts;
   parts.stopStoreHealth();
-  health.set(ServingStatus.NOT_SERVING);
+  health.set(ServingStatus.NOT_SERVING, "shutting down");
   // Let health watchers write NOT_SERVING before their streams are ended.
   await new Promise((resolve) => setImmediate(resolve));
   await new Promise((resolve) => setImmediate(resolve));

@@ -6,6 +6,10 @@ import { BatchSpanProcessor, TracerProvider, type SpanProcessor } from "@opentel
 import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import { SpanQueueBound } from "./span-queue.js";
+
+/** Characters of a string attribute taken from a request (ids, model) before it is truncated with a marker. */
+export const defaultMaxAttributeChars = 256;
 
 /**
  * OpenTelemetry tracing: a SERVER span per RPC (parented on an incoming W3C `traceparent`), and
@@ -17,19 +21,32 @@ import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js"
  * The provider is this server's own, never registered as the process-global one: two servers in a
  * process (tests) keep their traces apart, and nothing else in the process starts exporting. The
  * call's span travels with the call's async work through one AsyncLocalStorage per instance.
+ *
+ * Strings a request brings (conversation and message ids, the model) become attributes of at most
+ * `maxAttributeChars` characters, cut with a marker saying how long they were: a span is kept until
+ * the collector answers, and a 4 MB model made each one 4 MB (issue 29 #4). The SDK's own limit (the
+ * same plus room for the marker) bounds every other attribute, without a marker.
  */
 export class Tracing {
   private readonly provider: TracerProvider;
   private readonly tracer: Tracer;
   private readonly propagator = new W3CTraceContextPropagator();
   private readonly active = new AsyncLocalStorage<Span>();
+  private readonly maxAttributeChars: number;
 
-  constructor(processors: SpanProcessor[], serviceName: string, resourceAttributes: Attributes = {}) {
+  constructor(processors: SpanProcessor[], serviceName: string, resourceAttributes: Attributes = {}, maxAttributeChars = defaultMaxAttributeChars, readonly queue?: SpanQueueBound) {
+    this.maxAttributeChars = maxAttributeChars;
     this.provider = new TracerProvider({
       resource: resourceFromAttributes({ "service.name": serviceName, ...resourceAttributes }),
       spanProcessors: processors,
+      spanLimits: { attributeValueLengthLimit: maxAttributeChars + 64 },
     });
     this.tracer = this.provider.getTracer("contextd");
+  }
+
+  /** `value` as an attribute: cut to `maxAttributeChars` with a marker when longer. */
+  private bounded(value: string): string {
+    return truncatedAttribute(value, this.maxAttributeChars);
   }
 
   /**
@@ -73,7 +90,7 @@ export class Tracing {
     const parent = this.active.getStore();
     if (parent === undefined) return undefined;
     const attributes: Attributes = { "db.operation.name": operation, "db.system.name": "contextd" };
-    if (conversationId !== undefined) attributes["contextd.conversation.id"] = conversationId;
+    if (conversationId !== undefined) attributes["contextd.conversation.id"] = this.bounded(conversationId);
     return this.tracer.startSpan(`store.${operation}`, { kind: SpanKind.INTERNAL, attributes }, trace.setSpan(ROOT_CONTEXT, parent));
   }
 
@@ -98,18 +115,18 @@ export class Tracing {
     } else if (body.case === "pipelineCompiled") {
       parent.setAttribute("contextd.compile.total_tokens", Number(body.value.totalCost));
     } else if (body.case === "messageDropped") {
-      parent.addEvent("contextd.message_dropped", { "contextd.message.id": body.value.messageId, "contextd.reason": body.value.reason });
+      parent.addEvent("contextd.message_dropped", { "contextd.message.id": this.bounded(body.value.messageId), "contextd.reason": body.value.reason });
     } else if (body.case === "messageCleared") {
       parent.addEvent("contextd.message_cleared", {
-        "contextd.message.id": body.value.messageId,
+        "contextd.message.id": this.bounded(body.value.messageId),
         "contextd.reason": body.value.reason,
         "contextd.freed_tokens": Number(body.value.freedTokens),
       });
     } else if (body.case === "historyHeadDropped") {
       parent.addEvent("contextd.history_head_dropped", {
         "contextd.messages.count": Number(body.value.count),
-        "contextd.message.first_id": body.value.firstMessageId,
-        "contextd.message.last_id": body.value.lastMessageId,
+        "contextd.message.first_id": this.bounded(body.value.firstMessageId),
+        "contextd.message.last_id": this.bounded(body.value.lastMessageId),
       });
     }
   };
@@ -124,8 +141,8 @@ export class Tracing {
     const attributes: Attributes = { "gen_ai.operation.name": "contextd.compile" };
     const provider = request.render?.provider ?? Provider.UNSPECIFIED;
     if (provider !== Provider.UNSPECIFIED) attributes["gen_ai.provider.name"] = genAiProviderName(provider);
-    if (request.render?.model) attributes["gen_ai.request.model"] = request.render.model;
-    if (request.conversationId !== "") attributes["contextd.conversation.id"] = request.conversationId;
+    if (request.render?.model) attributes["gen_ai.request.model"] = this.bounded(request.render.model);
+    if (request.conversationId !== "") attributes["contextd.conversation.id"] = this.bounded(request.conversationId);
     attributes["contextd.conversation.version"] = Number(result.version);
     if (result.committedVersion !== 0n) attributes["contextd.conversation.committed_version"] = Number(result.committedVersion);
     const usage = result.usage;
@@ -149,6 +166,15 @@ export class Tracing {
   forceFlush(): Promise<void> {
     return this.provider.forceFlush();
   }
+}
+
+/** `value` cut to `maxChars` characters (never inside a surrogate pair) and marked, when longer. */
+export function truncatedAttribute(value: string, maxChars: number): string {
+  if (value.length <= maxChars) return value;
+  let end = maxChars;
+  const last = value.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return `${value.slice(0, end)}…[truncated, ${value.length} chars]`;
 }
 
 const headerGetter = {
@@ -180,7 +206,7 @@ function genAiProviderName(provider: Provider): string {
  * same variables; `OTEL_BSP_*` tune the batching. `OTEL_SERVICE_NAME` (default
  * "contextd") and `OTEL_RESOURCE_ATTRIBUTES` describe the process.
  */
-export async function tracingFromEnvironment(env: NodeJS.ProcessEnv): Promise<Tracing | undefined> {
+export async function tracingFromEnvironment(env: NodeJS.ProcessEnv, bounds: { queueBytes: number }): Promise<Tracing | undefined> {
   if (env.OTEL_SDK_DISABLED === "true") return undefined;
   const exporters = (env.OTEL_TRACES_EXPORTER ?? "otlp").split(",").map((name) => name.trim());
   if (exporters.includes("none")) return undefined;
@@ -201,8 +227,14 @@ export async function tracingFromEnvironment(env: NodeJS.ProcessEnv): Promise<Tr
   };
   // Loaded only when tracing is on: the gRPC exporter brings grpc-js with it.
   const { OTLPTraceExporter } = protocol === "grpc" ? await import("@opentelemetry/exporter-trace-otlp-grpc") : await import("@opentelemetry/exporter-trace-otlp-proto");
-  const processor = new BatchSpanProcessor({ exporter: new OTLPTraceExporter(), ...Object.fromEntries(Object.entries(batching).filter(([, value]) => value !== undefined)) });
-  return new Tracing([processor], env.OTEL_SERVICE_NAME || "contextd", resource.attributes as Attributes);
+  // What waits for the collector is bounded in bytes (--trace-queue-bytes) besides the processor's count.
+  const queue = new SpanQueueBound({ maxBytes: bounds.queueBytes, maxSpans: batching.maxQueueSize ?? 2_048 });
+  const processor = new BatchSpanProcessor({
+    exporter: queue.exporter(new OTLPTraceExporter()),
+    ...Object.fromEntries(Object.entries(batching).filter(([, value]) => value !== undefined)),
+  });
+  const maxAttributeChars = positiveInteger(env, "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") ?? positiveInteger(env, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") ?? defaultMaxAttributeChars;
+  return new Tracing([queue.processor(processor)], env.OTEL_SERVICE_NAME || "contextd", resource.attributes as Attributes, maxAttributeChars, queue);
 }
 
 // The batch span processor's OTEL_BSP_* settings (the SDK leaves reading them to the caller).

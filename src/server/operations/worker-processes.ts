@@ -1,7 +1,7 @@
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import cluster, { type Worker } from "node:cluster";
 import { ObserverEventSchema, type ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
-import type { TelemetryHub } from "../../application/telemetry-hub.js";
+import { matchesFilter, observerEventBytes, type EventFilter, type TelemetryHub } from "../../application/telemetry-hub.js";
 import type { Logger } from "./logger.js";
 
 // `--workers N`: N processes serve the one port through node:cluster. The primary process serves
@@ -21,13 +21,30 @@ type WorkerMessage =
   | { contextd: "render-metrics"; request: number }
   | { contextd: "rendered-metrics"; request: number; text: string }
   | { contextd: "metrics"; request: number; text: string }
-  // A worker's WatchEvents subscribers came (true) or all left (false).
-  | { contextd: "telemetry-wanted"; wanted: boolean }
-  // Whether a worker sends its compile events: on while another worker has subscribers.
-  | { contextd: "telemetry-forward"; on: boolean }
-  // One event-loop turn's events of one worker (binary ObserverEvents, base64), and how many it
-  // left out because the batch was full; relayed as is to the workers that want them.
+  // The events a worker's WatchEvents subscribers would receive (their filters), sent when one
+  // comes or goes.
+  | { contextd: "telemetry-wanted"; wanted: WantedEvents }
+  // Which of its compile events a worker sends: those another worker's subscribers would receive.
+  | { contextd: "telemetry-forward"; wanted: WantedEvents }
+  // One event-loop turn's events of one worker (binary ObserverEvents, base64), and how many were
+  // left out before them (the batch full, or the channel backed up); relayed to the workers that want them.
   | { contextd: "telemetry-events"; events: string[]; dropped: number };
+
+/** Events some subscribers would receive: none, every event, or those matching one of the filters. */
+export type WantedEvents = "none" | "all" | EventFilter[];
+
+/**
+ * Filters beyond which a worker's wanted events are sent coarser (tenant prefixes only, then
+ * "all"), so that announcing them stays a small message whatever the subscribers asked for.
+ */
+const maxWantedFilters = 128;
+const maxWantedChars = 16 * 1024;
+
+/** How much telemetry crosses the IPC channel: bytes of one message, and bytes sent but not yet written, per channel. */
+export interface TelemetryRelayBounds {
+  batchEvents: number;
+  batchBytes: number;
+}
 
 function isWorkerMessage(message: unknown): message is WorkerMessage {
   return typeof message === "object" && message !== null && typeof (message as { contextd?: unknown }).contextd === "string";
@@ -56,7 +73,7 @@ export interface WorkerSupervision {
  * exits before all of them listen fails the start; one that dies later is logged and replaced
  * after a second.
  */
-export function superviseWorkers(count: number, logger: Logger): WorkerSupervision {
+export function superviseWorkers(count: number, logger: Logger, relayBounds: TelemetryRelayBounds): WorkerSupervision {
   let stopping = false;
   let started = false;
   const workers = new Set<Worker>();
@@ -69,15 +86,38 @@ export function superviseWorkers(count: number, logger: Logger): WorkerSupervisi
     rejectListening = reject;
   });
   const listeningWorkers = new Map<number, { address: string; port: number }>();
-  // Workers with WatchEvents subscribers, and what each was last told about forwarding.
-  const wantingTelemetry = new Set<number>();
-  const forwarding = new Map<number, boolean>();
+  // What each worker's WatchEvents subscribers would receive, and what each was last told to forward.
+  const wantingTelemetry = new Map<number, WantedEvents>();
+  const forwarding = new Map<number, string>();
   const updateForwarding = () => {
     for (const worker of workers) {
-      const on = [...wantingTelemetry].some((id) => id !== worker.id);
-      if ((forwarding.get(worker.id) ?? false) === on || !worker.isConnected()) continue;
-      forwarding.set(worker.id, on);
-      worker.send({ contextd: "telemetry-forward", on } satisfies WorkerMessage);
+      const wanted = unionOfWanted([...wantingTelemetry].filter(([id]) => id !== worker.id).map(([, each]) => each));
+      const told = JSON.stringify(wanted);
+      if ((forwarding.get(worker.id) ?? '"none"') === told || !worker.isConnected()) continue;
+      forwarding.set(worker.id, told);
+      worker.send({ contextd: "telemetry-forward", wanted } satisfies WorkerMessage);
+    }
+  };
+  // Relayed bytes not yet written to each worker's channel, and events left out for it since.
+  const relaying = new Map<number, { inFlight: number; dropped: number }>();
+  const relay = (from: Worker, message: Extract<WorkerMessage, { contextd: "telemetry-events" }>) => {
+    const bytes = messageBytes(message);
+    for (const other of workers) {
+      const wanted = wantingTelemetry.get(other.id);
+      if (other === from || wanted === undefined || wanted === "none" || !other.isConnected()) continue;
+      let channel = relaying.get(other.id);
+      if (channel === undefined) relaying.set(other.id, (channel = { inFlight: 0, dropped: 0 }));
+      // A worker that does not read its channel (its event loop held) makes the primary buffer
+      // what is sent to it: past the bound, events are left out and counted instead.
+      if (channel.inFlight + bytes > relayBounds.batchBytes * 4) {
+        channel.dropped += message.events.length + message.dropped;
+        continue;
+      }
+      const sent = { ...message, dropped: message.dropped + channel.dropped };
+      channel.dropped = 0;
+      channel.inFlight += bytes;
+      const written = channel;
+      other.send(sent satisfies WorkerMessage, undefined, undefined, () => (written.inFlight -= bytes));
     }
   };
 
@@ -112,10 +152,10 @@ export function superviseWorkers(count: number, logger: Logger): WorkerSupervisi
     worker.on("message", (message: unknown) => {
       if (!isWorkerMessage(message)) return;
       if (message.contextd === "telemetry-events") {
-        for (const other of workers) if (other !== worker && wantingTelemetry.has(other.id) && other.isConnected()) other.send(message);
+        relay(worker, message);
       } else if (message.contextd === "telemetry-wanted") {
-        if (message.wanted) wantingTelemetry.add(worker.id);
-        else wantingTelemetry.delete(worker.id);
+        if (message.wanted === "none") wantingTelemetry.delete(worker.id);
+        else wantingTelemetry.set(worker.id, message.wanted);
         updateForwarding();
       } else if (message.contextd === "listening") {
         listeningWorkers.set(worker.id, { address: message.address, port: message.port });
@@ -139,6 +179,7 @@ export function superviseWorkers(count: number, logger: Logger): WorkerSupervisi
       listeningWorkers.delete(worker.id);
       wantingTelemetry.delete(worker.id);
       forwarding.delete(worker.id);
+      relaying.delete(worker.id);
       updateForwarding();
       for (const pending of pendingMetrics.values()) if (pending.texts.size === workers.size) pending.done();
       if (stopping) return;
@@ -222,43 +263,103 @@ export function shareWorkerMetrics(render: () => Promise<string>): () => Promise
 
 /**
  * In a worker: makes `hub`'s WatchEvents subscribers see the compiles of every worker. The
- * primary tells each worker whether another one has subscribers; while it does, this worker sends
- * its events (binary, batched per event-loop turn, at most `batchLimit` a turn, the rest counted
- * as dropped) and the primary relays them to the workers that want them, where they reach the
- * subscribers only (metrics and traces counted them where the compile ran). Nothing is sent while
- * no worker watches, so a sidecar without subscribers pays nothing for this.
+ * primary tells each worker which events the other workers' subscribers would receive (their
+ * filters: a conversation, a tenant's prefix, or all); this worker sends only those (binary,
+ * batched per event-loop turn, at most `bounds.batchEvents` events and `bounds.batchBytes` bytes a
+ * turn, the rest counted as dropped) and the primary relays them to the workers that want them,
+ * where they reach the subscribers only (metrics and traces counted them where the compile ran).
+ * Nothing is sent while no other worker watches, so a sidecar without subscribers pays nothing.
+ *
+ * Why bounded in bytes: every compile event of one worker crossed the primary while any other
+ * worker had a subscriber, carrying the conversation id: 40 compiles with 1 MB ids took the primary
+ * from 90 to 777 MB, and 60 with 4 MB ids killed it with out-of-memory in `JSON.parse` (the IPC
+ * channel's encoding), and the sidecar with it. Now no message exceeds about `batchBytes`, and
+ * neither side buffers more than four of them for a channel that is not being read.
  */
-export function shareWorkerTelemetry(hub: TelemetryHub, batchLimit: number): void {
+export function shareWorkerTelemetry(hub: TelemetryHub, bounds: TelemetryRelayBounds): void {
   let batch: string[] = [];
+  let batchBytes = 0;
   let dropped = 0;
+  let inFlight = 0;
   let flushScheduled = false;
+  let forwarded: WantedEvents = "none";
   const flush = () => {
     flushScheduled = false;
-    if (process.connected) process.send!({ contextd: "telemetry-events", events: batch, dropped } satisfies WorkerMessage);
+    const bytes = batchBytes + 64;
+    if (!process.connected || inFlight + bytes > bounds.batchBytes * 4) {
+      dropped += batch.length;
+    } else {
+      inFlight += bytes;
+      process.send!({ contextd: "telemetry-events", events: batch, dropped } satisfies WorkerMessage, undefined, undefined, () => (inFlight -= bytes));
+      dropped = 0;
+    }
     batch = [];
-    dropped = 0;
+    batchBytes = 0;
   };
   const forward = (event: ObserverEvent) => {
-    if (batch.length >= batchLimit) dropped++;
-    else batch.push(Buffer.from(toBinary(ObserverEventSchema, event)).toString("base64"));
+    if (forwarded === "none" || (forwarded !== "all" && !forwarded.some((filter) => matchesFilter(filter, event)))) return;
+    // Base64 is 4/3 of the binary encoding, which is at most about the event's size.
+    if (batch.length >= bounds.batchEvents || batchBytes + (observerEventBytes(event) * 4) / 3 > bounds.batchBytes) dropped++;
+    else {
+      const encoded = Buffer.from(toBinary(ObserverEventSchema, event)).toString("base64");
+      batch.push(encoded);
+      batchBytes += encoded.length + 3;
+    }
     if (!flushScheduled) {
       flushScheduled = true;
       setImmediate(flush);
     }
   };
-  let wanted = false;
-  hub.onSubscriberCount((count) => {
-    if (count > 0 === wanted || !process.connected) return;
-    wanted = count > 0;
+  let announced = '"none"';
+  hub.onSubscribers((filters) => {
+    const wanted = wantedBy(filters);
+    const text = JSON.stringify(wanted);
+    if (text === announced || !process.connected) return;
+    announced = text;
     process.send!({ contextd: "telemetry-wanted", wanted } satisfies WorkerMessage);
   });
   process.on("message", (message: unknown) => {
     if (!isWorkerMessage(message)) return;
-    if (message.contextd === "telemetry-forward") hub.forwardTo(message.on ? forward : undefined);
-    else if (message.contextd === "telemetry-events") {
+    if (message.contextd === "telemetry-forward") {
+      forwarded = message.wanted;
+      hub.forwardTo(forwarded === "none" ? undefined : forward);
+    } else if (message.contextd === "telemetry-events") {
       message.events.forEach((encoded, index) => hub.deliver(fromBinary(ObserverEventSchema, Buffer.from(encoded, "base64")), index === 0 ? BigInt(message.dropped) : 0n));
     }
   });
+}
+
+/** What subscribers with `filters` would receive, announced small: coarser (tenant prefixes, then all) past the bounds. */
+export function wantedBy(filters: readonly EventFilter[]): WantedEvents {
+  if (filters.length === 0) return "none";
+  if (filters.some((filter) => filter.conversationId === "" && filter.conversationPrefix === "")) return "all";
+  const exact = distinctFilters(filters);
+  if (exact.length <= maxWantedFilters && filterChars(exact) <= maxWantedChars) return exact;
+  const prefixes = distinctFilters(filters.map((filter) => ({ conversationId: "", conversationPrefix: filter.conversationPrefix })));
+  if (prefixes.some((filter) => filter.conversationPrefix === "") || prefixes.length > maxWantedFilters || filterChars(prefixes) > maxWantedChars) return "all";
+  return prefixes;
+}
+
+/** What the subscribers of several workers would receive together. */
+export function unionOfWanted(wanted: readonly WantedEvents[]): WantedEvents {
+  if (wanted.includes("all")) return "all";
+  const filters = wanted.flatMap((each) => (each === "none" || each === "all" ? [] : each));
+  return filters.length === 0 ? "none" : distinctFilters(filters);
+}
+
+function distinctFilters(filters: readonly EventFilter[]): EventFilter[] {
+  const byKey = new Map<string, EventFilter>();
+  for (const filter of filters) byKey.set(`${filter.conversationPrefix}\u0000${filter.conversationId}`, { conversationId: filter.conversationId, conversationPrefix: filter.conversationPrefix });
+  return [...byKey.values()];
+}
+
+function filterChars(filters: readonly EventFilter[]): number {
+  return filters.reduce((sum, filter) => sum + filter.conversationId.length + filter.conversationPrefix.length, 0);
+}
+
+// About the JSON text of a relayed message: its events are base64, which JSON leaves as is.
+function messageBytes(message: { events: string[] }): number {
+  return message.events.reduce((sum, event) => sum + event.length + 3, 64);
 }
 
 /**

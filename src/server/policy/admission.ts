@@ -1,10 +1,13 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { completeErrorDetails, ErrorReason, withErrorDetails } from "../../core/model/error-details.js";
 import type { BearerTokens } from "./auth.js";
+import type { RequestOrigins } from "./request-origin.js";
 import type { RequestHolding, RequestMemoryBudget } from "./request-memory.js";
 
 /**
  * What a call must pass before the server reads its body, the same for every protocol.
+ *
+ * First of all its Host and Origin (`RequestOrigins`: no DNS-rebinding page, no other site's page).
  *
  * Why: reading a body is what costs memory, and the memory budget is shared by every caller.
  * Before this, 16 gRPC calls of five bytes each (an envelope header announcing 16 MiB, then
@@ -23,7 +26,13 @@ export class Admission {
     readonly bodyTimeoutMs: number,
     /** `--max-request-bytes`: the largest request message. */
     readonly maxRequestBytes: number,
+    private readonly origins: RequestOrigins,
   ) {}
+
+  /** PERMISSION_DENIED when the Host or Origin may not be served (any path, any method); undefined otherwise. */
+  refusalByOrigin(path: string, host: string | string[] | undefined, origin: string | string[] | undefined): ConnectError | undefined {
+    return this.origins.refusal(path, Array.isArray(host) ? host[0] : host, Array.isArray(origin) ? origin[0] : origin);
+  }
 
   /**
    * The refusal of a request message of `bytes` over `--max-request-bytes`, named by its flag (the

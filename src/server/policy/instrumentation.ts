@@ -11,7 +11,37 @@ import type { Metrics } from "../operations/metrics.js";
  * debug, failed ones always (level "error"), with the request id the caller can quote. Being the
  * outermost interceptor, it is also where every failed call's error gets the structured details
  * it lacks (`completeErrorDetails`: ErrorInfo always, BadRequest for INVALID_ARGUMENT).
+ *
+ * A failed call's level says who is at fault (`failureLogLevel`): a version conflict is how
+ * optimistic concurrency works and a refused argument is the caller's to fix, so neither pages an
+ * operator who alerts on level "error".
  */
+/**
+ * The log level of a failed call: "error" when the server is at fault (the codes OpenTelemetry's
+ * RPC conventions count as server errors: UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL,
+ * UNAVAILABLE, DATA_LOSS), "warn" for callers the server refused (UNAUTHENTICATED,
+ * PERMISSION_DENIED, RESOURCE_EXHAUSTED: worth seeing, maybe an attack or a limit to raise), "info"
+ * for the failures a correct caller meets in normal work (ABORTED, CANCELED, INVALID_ARGUMENT,
+ * NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, OUT_OF_RANGE).
+ */
+export function failureLogLevel(code: Code): "info" | "warn" | "error" {
+  switch (code) {
+    case Code.Unknown:
+    case Code.DeadlineExceeded:
+    case Code.Unimplemented:
+    case Code.Internal:
+    case Code.Unavailable:
+    case Code.DataLoss:
+      return "error";
+    case Code.Unauthenticated:
+    case Code.PermissionDenied:
+    case Code.ResourceExhausted:
+      return "warn";
+    default:
+      return "info";
+  }
+}
+
 export function instrumentCalls(logger: Logger, metrics: Metrics): Interceptor {
   return (next) => async (request) => {
     const method = `${request.method.parent.typeName}/${request.method.name}`;
@@ -20,7 +50,7 @@ export function instrumentCalls(logger: Logger, metrics: Metrics): Interceptor {
       const code = error === undefined ? "ok" : codeName(ConnectError.from(error).code);
       const seconds = (performance.now() - started) / 1000;
       metrics.recordRpc(method, code, seconds);
-      const level = error === undefined ? "debug" : "error";
+      const level = error === undefined ? "debug" : failureLogLevel(ConnectError.from(error).code);
       if (!logger.enabled(level)) return;
       logger.log(level, "rpc", {
         method,

@@ -1,13 +1,23 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
 import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
+import { MessageWindows } from "../../application/message-windows.js";
+import { assertStateFits } from "../../application/state-size.js";
 import { ToolResultTexts } from "../../application/tool-result-texts.js";
+import { Codec } from "../../codec/codec.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 
-/** The store, and what Watch needs besides (see `WatchDependencies`). */
-export type ConversationServiceDependencies = WatchDependencies;
+/** The store, what Watch needs besides (see `WatchDependencies`), and what reads are sized with. */
+export interface ConversationServiceDependencies extends WatchDependencies {
+  /** The server's codec: message sizes come from its kept encodings (a private one when absent). */
+  codec?: Codec;
+  /** The message limit (`--max-request-bytes`), which bounds GetState answers and ReadMessages pages; 16 MiB when absent. */
+  maxResponseBytes?: number;
+}
+
+const defaultMaxResponseBytes = 16 * 1024 * 1024;
 
 /** ReadToolResult slice size when the request leaves it 0, and the largest allowed. */
 const defaultReadBytes = 65_536;
@@ -23,11 +33,32 @@ const maxPageSize = 1000;
 export function conversationService(dependencies: ConversationServiceDependencies): ServiceImpl<typeof ConversationService> {
   const { store } = dependencies;
   const toolResultTexts = new ToolResultTexts(toolResultTextBytes);
+  const codec = dependencies.codec ?? new Codec();
+  const maxResponseBytes = dependencies.maxResponseBytes ?? defaultMaxResponseBytes;
+  const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;
+  const sizing = { messageBytes, restBytes: (state: ConversationState) => codec.encodeStateRest(state).byteLength };
+  const windows = new MessageWindows(store, { messageBytes, messageLimitBytes: maxResponseBytes });
+  // Stored states already sized under the limit (states are immutable): a GetState of a state read
+  // before sizes nothing again.
+  const fitting = new WeakSet<ConversationState>();
   return {
     async getState(request) {
       requireConversationId(request.conversationId);
-      const state = await store.load(request.conversationId);
-      return { state };
+      const loaded = await store.load(request.conversationId);
+      if (request.withoutMessages) {
+        const rest = { ...loaded, system: [], history: [], memory: [], tools: [] };
+        assertStateFits(rest, maxResponseBytes, sizing);
+        return { state: rest };
+      }
+      if (!fitting.has(loaded)) {
+        assertStateFits(loaded, maxResponseBytes, sizing);
+        fitting.add(loaded);
+      }
+      return { state: loaded };
+    },
+
+    async readMessages(request) {
+      return windows.read(request);
     },
 
     async commit(request) {

@@ -22,6 +22,7 @@ import { telemetryService } from "./telemetry-service.js";
 import type { TelemetryHub } from "../../application/telemetry-hub.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
 import type { RegexSearch } from "../../core/compile/compile-context.js";
+import type { Codec } from "../../codec/codec.js";
 
 /** The contextd services whose health follows the store. */
 export const contextdServiceNames = [ContextService.typeName, ConversationService.typeName, TelemetryService.typeName];
@@ -53,6 +54,10 @@ export interface RouteDependencies {
   calibrationKeys?: number;
   /** See `ContextServiceDependencies.calibrationStorage`. */
   calibrationStorage?: ContextServiceDependencies["calibrationStorage"];
+  /** The server's codec (message sizes for ConversationService's reads). */
+  codec?: Codec;
+  /** The largest GetState answer: the message limit, `--max-request-bytes`. */
+  maxResponseBytes?: number;
   /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }

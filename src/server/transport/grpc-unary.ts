@@ -129,7 +129,7 @@ export function serveUnaryCall(
   stream.on("error", ignoreStreamError);
   const { admission } = options;
   const path = headers[":path"] ?? "";
-  const refusal = admission.refusalByHeaders(path, headers.authorization);
+  const refusal = admission.refusalByOrigin(path, headers[":authority"] ?? headers.host, headers.origin) ?? admission.refusalByHeaders(path, headers.authorization);
   if (refusal !== undefined) {
     respondError(stream, new Headers(responseHeaders), refusal);
     return;
@@ -138,16 +138,32 @@ export function serveUnaryCall(
   let received = 0;
   let declared: number | undefined;
   let rejected = false;
+  // A refusal waiting for the rest of an oversized body to arrive (and be discarded) before it is sent.
+  let refusalAfterBody: ConnectError | undefined;
   // What the call holds is what has arrived, given back when the call is over.
   const holding = admission.open(path);
   stream.once("close", holding.release);
-  const bodyTimer = setTimeout(() => reject(admission.bodyTimeout(received)), admission.bodyTimeoutMs);
+  const bodyTimer = setTimeout(() => reject(refusalAfterBody ?? admission.bodyTimeout(received)), admission.bodyTimeoutMs);
   const reject = (error: ConnectError) => {
     rejected = true;
+    refusalAfterBody = undefined;
     clearTimeout(bodyTimer);
     chunks.length = 0;
     holding.release();
     respondError(stream, new Headers(responseHeaders), error);
+  };
+  // Why wait: a client still sending tens of MB (node's, connect-node's) cannot take the response
+  // headers while its own unsent data is over its session memory (10 MB by default): it reset the
+  // stream with ENHANCE_YOUR_CALM and its caller saw INTERNAL instead of RESOURCE_EXHAUSTED (17 to
+  // 40 MB requests). The body is discarded as it arrives, nothing is held, and
+  // --request-body-timeout-ms still bounds the wait; a body announced past `maxDrainedBytes` is
+  // refused at once.
+  const rejectAfterBody = (error: ConnectError) => {
+    if (declared! > maxDrainedBytes(admission.maxRequestBytes)) return reject(error);
+    rejected = true;
+    refusalAfterBody = error;
+    chunks.length = 0;
+    holding.release();
   };
   stream.on("data", (chunk: Buffer) => {
     if (rejected) return;
@@ -159,7 +175,7 @@ export function serveUnaryCall(
       if (chunks.length > 1) chunks.splice(0, chunks.length, Buffer.concat(chunks));
       declared = chunks[0]!.readUInt32BE(1);
       if (declared > admission.maxRequestBytes) {
-        reject(admission.tooLarge(declared));
+        rejectAfterBody(admission.tooLarge(declared));
         return;
       }
     }
@@ -173,6 +189,7 @@ export function serveUnaryCall(
   });
   stream.once("end", () => {
     clearTimeout(bodyTimer);
+    if (refusalAfterBody !== undefined) reject(refusalAfterBody);
     if (rejected) return;
     const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
     void answer(stream, headers, spec, options, contextValues, new Headers(responseHeaders), body);
@@ -277,6 +294,11 @@ function respondError(stream: http2.ServerHttp2Stream, header: Headers, error: C
 }
 
 function ignoreStreamError(): void {}
+
+/** The largest oversized body read to its end (and discarded) before it is refused: 4x the limit, at least 64 MiB. */
+export function maxDrainedBytes(maxRequestBytes: number): number {
+  return Math.max(64 * 1024 * 1024, 4 * maxRequestBytes);
+}
 
 // How long the status of a refused call gets to leave before its stream is reset.
 const statusFlushMs = 200;

@@ -2,6 +2,7 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import * as tls from "node:tls";
+import { OpenConnections, type ConnectionBounds } from "./open-connections.js";
 
 export type Handler = (
   request: http.IncomingMessage | http2.Http2ServerRequest,
@@ -26,6 +27,8 @@ export interface DualProtocolServer {
   h2: http2.Http2Server;
   /** Every open TCP connection, for shutdown. */
   sockets: Set<net.Socket>;
+  /** The same connections with what they have in flight: timeouts and the connection cap. */
+  connections: OpenConnections;
 }
 
 /**
@@ -56,10 +59,14 @@ export interface ListenerTls {
  */
 export function createDualProtocolServer(
   handler: Handler,
-  options: { maxConcurrentStreams: number; streamHandler?: StreamHandler; tls?: ListenerTls },
+  options: { maxConcurrentStreams: number; streamHandler?: StreamHandler; tls?: ListenerTls; connections: ConnectionBounds },
 ): DualProtocolServer {
-  // Streams over HTTP/1.1 (Connect server streaming) live as long as the caller wants: no request timeout.
-  const h1 = http.createServer({ requestTimeout: 0, keepAliveTimeout: 65_000 }, handler);
+  const connections = new OpenConnections(options.connections);
+  // Streams over HTTP/1.1 (Connect server streaming) live as long as the caller wants: no request
+  // timeout. Node enforces its header and request timeouts only for a server that listens itself
+  // (this one is handed sockets), so `connections` bounds headers and idle time instead.
+  const h1 = http.createServer({ requestTimeout: 0, keepAliveTimeout: options.connections.idleTimeoutMs }, handler);
+  h1.on("request", (request: http.IncomingMessage, response: http.ServerResponse) => response.once("close", connections.begin(request.socket)));
   // No request listener: node would then wrap every stream in a request/response pair before we
   // could look at it. Streams the stream handler declines are wrapped here, as node does.
   const h2 = http2.createServer({
@@ -67,12 +74,24 @@ export function createDualProtocolServer(
     maxSessionMemory: 64,
   });
   h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+    stream.once("close", connections.begin(stream.session!));
     if (options.streamHandler?.(stream, headers)) return;
     handleCompatibly(handler, stream, headers, rawHeaders);
   });
+  // The socket being handed to the HTTP/2 server: node makes its session synchronously.
+  let handing: net.Socket | undefined;
   h2.on("session", (session) => {
     session.once("localSettings", () => session.setLocalWindowSize(sessionWindowBytes));
+    if (handing !== undefined) connections.alias(handing, session, () => session.close());
   });
+  const handTo = (server: http.Server | http2.Http2Server, socket: net.Socket) => {
+    handing = socket;
+    try {
+      server.emit("connection", socket);
+    } finally {
+      handing = undefined;
+    }
+  };
   const sockets = new Set<net.Socket>();
   const track = (socket: net.Socket) => {
     sockets.add(socket);
@@ -89,7 +108,7 @@ export function createDualProtocolServer(
       socket.unshift(head);
       const prefix = head.subarray(0, Math.min(head.length, http2Preface.length));
       const isHttp2 = prefix.equals(http2Preface.subarray(0, prefix.length));
-      (isHttp2 ? h2 : h1).emit("connection", socket);
+      handTo(isHttp2 ? h2 : h1, socket);
     });
   };
   // Without setNoDelay, Nagle's algorithm holds back the small frames that end a response (gRPC
@@ -105,14 +124,20 @@ export function createDualProtocolServer(
       ALPNProtocols: ["h2", "http/1.1"],
       minVersion: "TLSv1.2",
     });
+    // A handshake is bounded by the headers timeout of the accepted socket, which ends the TLS
+    // socket over it too.
     secure.on("connection", (socket: net.Socket) => {
+      if (!connections.accept(socket)) return;
       track(socket);
       socket.setNoDelay(true);
     });
     secure.on("secureConnection", (socket: tls.TLSSocket) => {
       track(socket);
+      // node keeps the accepted socket a TLS socket wraps as `_parent`.
+      const raw = (socket as unknown as { _parent?: net.Socket })._parent;
+      if (raw !== undefined) connections.alias(raw, socket);
       // HTTP/2 over TLS is negotiated by ALPN only (RFC 9113 §3.2); without it, HTTP/1.1.
-      (socket.alpnProtocol === "h2" ? h2 : h1).emit("connection", socket);
+      handTo(socket.alpnProtocol === "h2" ? h2 : h1, socket);
     });
     // A failed handshake (no or a wrong client certificate, plain HTTP on the TLS port) only ends
     // that connection.
@@ -120,12 +145,13 @@ export function createDualProtocolServer(
     tcp = secure;
   } else {
     tcp = net.createServer((socket) => {
+      if (!connections.accept(socket)) return;
       track(socket);
       socket.setNoDelay(true);
       routeByPreface(socket);
     });
   }
-  return { tcp, h1, h2, sockets };
+  return { tcp, h1, h2, sockets, connections };
 }
 
 // What node's HTTP/2 server does for a stream when it has a request listener.

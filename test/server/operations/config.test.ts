@@ -34,7 +34,7 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig([], { CONTEXTD_MAX_STREAMS: "0" })).toThrow(/--max-streams or CONTEXTD_MAX_STREAMS/);
     expect(() => loadConfig([], { CONTEXTD_SHUTDOWN_GRACE_MS: "soon" })).toThrow(/CONTEXTD_SHUTDOWN_GRACE_MS "soon"/);
     expect(() => loadConfig(["--metrics-path", "metrics"], {})).toThrow(/starting with "\/"/);
-    expect(() => loadConfig(["--log-level", "loud"], {})).toThrow(/debug, info or error/);
+    expect(() => loadConfig(["--log-level", "loud"], {})).toThrow(/debug, info, warn or error/);
     expect(() => loadConfig(["--no-such-flag"], {})).toThrow();
   });
 

@@ -6,6 +6,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { freePort } from "../../support/redis.js";
+import { makeTestCertificates } from "../../support/tls-certificates.js";
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL("../../..", import.meta.url));
@@ -57,5 +58,60 @@ describe("Dockerfile", () => {
     expect((await exited)[0]).toBe(0);
     const unhealthy = await run(probe!, probeArgs, { cwd: root, env }).catch((error: { code: number; stderr: string }) => error);
     expect(unhealthy).toMatchObject({ code: 1, stderr: expect.stringContaining("contextd health") });
+  });
+});
+
+describe("the HEALTHCHECK probe reads the server's own invocation", () => {
+  /** Starts the image's ENTRYPOINT with flags on its command line (as `docker run contextd --port …` does). */
+  async function entrypoint(flags: string[], env: NodeJS.ProcessEnv) {
+    const [command, ...args] = execForm("ENTRYPOINT");
+    const server = spawn(command!, [...args, ...flags], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+    const lines = createInterface({ input: server.stdout! });
+    await new Promise<void>((resolve, reject) => {
+      server.once("exit", (code) => reject(new Error(`exited with ${code}`)));
+      lines.on("line", (line) => {
+        if ((JSON.parse(line) as { msg: string }).msg === "contextd listening") resolve();
+      });
+    });
+    return server;
+  }
+  const probe = execForm("HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 CMD");
+  const image = { PATH: process.env.PATH, NODE_ENV: "production", CONTEXTD_HOST: "0.0.0.0", CONTEXTD_PORT: "7420" };
+
+  it("finds --port and --tls-cert given on the command line (not in the environment), and speaks HTTPS", async () => {
+    const certificates = makeTestCertificates();
+    const port = await freePort();
+    const server = await entrypoint(["--port", String(port), "--tls-cert", certificates.serverCert, "--tls-key", certificates.serverKey], image);
+    try {
+      const healthy = await run(probe[0]!, probe.slice(1), { cwd: root, env: { ...image, CONTEXTD_HEALTHCHECK_PID: String(server.pid) } });
+      expect(healthy.stderr).toBe("");
+      // Its own configuration alone (7420, cleartext) does not find this server: the invocation is what made it healthy.
+      const blind = await run(probe[0]!, probe.slice(1), { cwd: root, env: { ...image, CONTEXTD_HEALTHCHECK_PID: String(process.pid) } }).catch((error: { code: number; stderr: string }) => error);
+      expect(blind).toMatchObject({ code: 1, stderr: expect.stringContaining(":7420/") });
+    } finally {
+      server.kill("SIGTERM");
+      await once(server, "exit");
+      certificates.remove();
+    }
+  });
+
+  it("with client certificates required, presents CONTEXTD_HEALTHCHECK_CERT, and says what is missing without it", async () => {
+    const certificates = makeTestCertificates();
+    const port = await freePort();
+    const server = await entrypoint(
+      ["--port", String(port), "--tls-cert", certificates.serverCert, "--tls-key", certificates.serverKey, "--tls-client-ca", certificates.caCert],
+      image,
+    );
+    try {
+      const env = { ...image, CONTEXTD_HEALTHCHECK_PID: String(server.pid) };
+      const healthy = await run(probe[0]!, probe.slice(1), { cwd: root, env: { ...env, CONTEXTD_HEALTHCHECK_CERT: certificates.clientCert, CONTEXTD_HEALTHCHECK_KEY: certificates.clientKey } });
+      expect(healthy.stderr).toBe("");
+      const refused = await run(probe[0]!, probe.slice(1), { cwd: root, env }).catch((error: { code: number; stderr: string }) => error);
+      expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining("set CONTEXTD_HEALTHCHECK_CERT") });
+    } finally {
+      server.kill("SIGTERM");
+      await once(server, "exit");
+      certificates.remove();
+    }
   });
 });

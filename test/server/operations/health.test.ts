@@ -1,7 +1,10 @@
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
-import { startRedis, type RedisProcess } from "../../support/redis.js";
+import { freePort, startRedis, type RedisProcess } from "../../support/redis.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 
 describe("health follows the store (real redis-server)", () => {
@@ -40,5 +43,41 @@ describe("health follows the store (real redis-server)", () => {
       watch.cancel();
       client.close();
     }
+  });
+});
+
+describe("an unreachable store is loud (nothing listens on the Redis port)", () => {
+  let sidecar: Sidecar;
+  let redisUrl: string;
+  beforeAll(async () => {
+    redisUrl = `redis://127.0.0.1:${await freePort()}`;
+    sidecar = await startSidecar(["--redis-url", redisUrl, "--health-interval-ms", "100"]);
+  });
+  afterAll(async () => {
+    await sidecar?.stop();
+  });
+
+  it("names the cause at start, repeats it with backoff, and health's answer carries it", async () => {
+    const listening = JSON.parse(sidecar.logs.find((line) => line.includes('"contextd listening"'))!) as { store: { reachable: boolean; error?: string } };
+    expect(listening.store.reachable).toBe(false);
+    expect(listening.store.error).toMatch(/ECONNREFUSED|connect|unavailable/i);
+    const first = sidecar.logs.find((line) => line.includes('"store unreachable: NOT_SERVING"'));
+    expect(first).toBeDefined();
+    expect(JSON.parse(first!)).toMatchObject({ level: "error" });
+    // The cause keeps being said while the store stays down (1 s, 2 s, … apart), not once.
+    await expect.poll(() => sidecar.logs.filter((line) => line.includes('"store still unreachable: NOT_SERVING"')).length, { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
+
+    const response = await fetch(`${sidecar.url}/grpc.health.v1.Health/Check`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    expect(await response.json()).toEqual({ status: "NOT_SERVING" });
+    expect(response.headers.get("contextd-health-reason")).toMatch(/ECONNREFUSED|connect|unavailable/i);
+  });
+
+  it("--store-required true exits with status 1 and the cause instead of serving", async () => {
+    const child = spawn(process.execPath, [fileURLToPath(new URL("../../../dist/src/main.js", import.meta.url)), "--port", "0", "--redis-url", redisUrl, "--store-required", "true"], { stdio: ["ignore", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (chunk) => (stderr += chunk));
+    const [code] = (await once(child, "exit")) as [number | null];
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/--store-required true: the store is not reachable: .*(ECONNREFUSED|connect|unavailable)/i);
   });
 });

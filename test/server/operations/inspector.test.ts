@@ -190,6 +190,32 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.close();
   });
 
+  it("shows the newest 200 history messages of a long conversation, more on request, and a conversation over the message limit", async () => {
+    const long = "acme/long-history";
+    const messages = Array.from({ length: 250 }, (_, index) => textMessage(`h${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `message ${index}`));
+    await admin.conversations.commit({ conversationId: long, deltas: [appendHistory(...messages)] });
+    const page = await openWithToken(`/inspector/#/c/${encodeURIComponent(long)}`);
+    const shown = () => page.getByTestId("messages").getByTestId("message").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-id")));
+    await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(200);
+    expect((await shown())[0]).toBe("h50");
+    expect(await page.getByTestId("history-window").textContent()).toContain("the newest 200 of 250 shown");
+    await page.getByTestId("earlier").click();
+    await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(250);
+    expect(await page.getByTestId("history-window").count()).toBe(0);
+
+    // 20 messages of 1 MB: GetState refuses the whole state (over 16 MiB); the page shows its newest 200 all the same.
+    const big = "acme/over-the-limit";
+    for (let index = 0; index < 20; index++) {
+      await admin.conversations.commit({ conversationId: big, deltas: [appendHistory(textMessage(`b${index}`, Role.USER, `${index} ${"b".repeat(1_000_000)}`))] });
+    }
+    const refused = await admin.conversations.getState({ conversationId: big }).catch((error: unknown) => error);
+    expect(String(refused)).toContain("read its messages in pages with ConversationService.ReadMessages");
+    const bigPage = await openWithToken(`/inspector/#/c/${encodeURIComponent(big)}`);
+    await expect.poll(() => bigPage.getByTestId("version").textContent(), { timeout: 20_000 }).toBe("v20");
+    await expect.poll(async () => (await bigPage.getByTestId("messages").getByTestId("message").count()), { timeout: 20_000 }).toBe(20);
+    expect(await bigPage.getByTestId("error").count()).toBe(0);
+  }, 60_000);
+
   it("runs a compile with a chosen budget and provider and shows its token bars, what was trimmed and why, the rendered body and the cache impact", async () => {
     const page = await openWithToken(`/inspector/#/c/${encodeURIComponent(conversationId)}?tab=compile`);
     await page.getByTestId("budget").fill("80");

@@ -11,7 +11,7 @@ import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_
 import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
 import { loadConfig } from "../../../src/server/operations/config.js";
-import { mergeWorkerMetrics } from "../../../src/server/operations/worker-processes.js";
+import { mergeWorkerMetrics, unionOfWanted, wantedBy } from "../../../src/server/operations/worker-processes.js";
 import { startRedis, type RedisProcess } from "../../support/redis.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
@@ -51,6 +51,22 @@ function heldCall(port: number, conversationId: string) {
   request.write(body.slice(0, 5));
   return { finish: () => request.end(body.slice(5)), response };
 }
+
+describe("which compile events cross the primary", () => {
+  const filter = (conversationId: string, conversationPrefix = "") => ({ conversationId, conversationPrefix });
+  it("only those a subscriber elsewhere would receive: its conversations, coarser (tenant prefixes, then all) when they are many or long", () => {
+    expect(wantedBy([])).toBe("none");
+    expect(wantedBy([filter("a"), filter("a"), filter("b", "t/")])).toEqual([filter("a"), filter("b", "t/")]);
+    expect(wantedBy([filter("a"), filter("")])).toBe("all");
+    const many = Array.from({ length: 200 }, (_, index) => filter(`t/${index}`, "t/"));
+    expect(wantedBy(many)).toEqual([filter("", "t/")]);
+    expect(wantedBy([filter("x".repeat(20_000), "u/")])).toEqual([filter("", "u/")]);
+    expect(wantedBy([filter("x".repeat(20_000))])).toBe("all");
+    expect(unionOfWanted([])).toBe("none");
+    expect(unionOfWanted(["none", [filter("a")], [filter("a"), filter("b")]])).toEqual([filter("a"), filter("b")]);
+    expect(unionOfWanted([[filter("a")], "all"])).toBe("all");
+  });
+});
 
 describe("mergeWorkerMetrics", () => {
   it("keeps each family together, once, with every worker's samples labelled by worker", () => {

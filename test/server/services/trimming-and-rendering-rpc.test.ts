@@ -193,4 +193,36 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     const unknown = await compile({ history, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-sonnet-4-5" } });
     expect(unknown.usage!.estimator).toBe(EstimatorKind.CHAR_FALLBACK);
   });
+
+  it("stores other frameworks' call ids, sends each provider its form, and says which were renamed (issue 27)", async () => {
+    const conversationId = newId();
+    await client.unary(ConversationService.method.commit, {
+      conversationId,
+      deltas: [appendHistory(textMessage("u1", Role.USER, "Weather in Oslo?"), withParts("a1", Role.ASSISTANT, callPart("call/1@373", '{"city":"Oslo"}')), withParts("t1", Role.TOOL, resultPart("call/1@373", "4C")))],
+    });
+    const anthropic = await compile({ conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "m" } });
+    const messages = json(anthropic.rendered!.json)["messages"] as Array<{ content: Array<{ type: string; id?: string; tool_use_id?: string }> }>;
+    const rendered = anthropic.rendered!.renamedToolCallIds;
+    expect(rendered.map((entry) => [entry.messageId, entry.stored])).toEqual([["a1", "call/1@373"]]);
+    expect(rendered[0]!.rendered).toMatch(/^call_1_373_[0-9a-f]{12}$/);
+    expect(messages[1]!.content[0]!.id).toBe(rendered[0]!.rendered);
+    expect(messages[2]!.content[0]!.tool_use_id).toBe(rendered[0]!.rendered);
+    // OpenAI Chat takes any 40 characters but the same alphabet is kept; the stored state is unchanged.
+    const chat = await compile({ conversationId, render: { provider: Provider.OPENAI_CHAT, model: "m" } });
+    expect(chat.rendered!.renamedToolCallIds.map((entry) => entry.rendered)).toEqual([rendered[0]!.rendered]);
+    const stored = (await client.unary(ConversationService.method.getState, { conversationId })).state!;
+    expect(stored.history[1]!.parts[0]!.kind.value).toMatchObject({ id: "call/1@373" });
+  });
+
+  it("keeps the pending user message and drops history's older question when they do not both fit (issue 27, E1)", async () => {
+    const result = await compile({
+      history: { messages: [textMessage("a", Role.USER, "first"), textMessage("b", Role.ASSISTANT, "answer"), textMessage("c", Role.USER, "older question")] },
+      pending: [textMessage("p", Role.USER, "the question")],
+      budget: { maxTokens: 15n, estimator: ten },
+      render: { provider: Provider.ANTHROPIC_MESSAGES, model: "m" },
+      include: [CompileResultPart.ALL_TRANSFORMATIONS],
+    });
+    expect(json(result.rendered!.json)["messages"]).toEqual([{ role: "user", content: [{ type: "text", text: "the question" }] }]);
+    expect(result.transformations["c"]!.reason).toBe(TransformationReason.TOKEN_BUDGET_EXCEEDED);
+  });
 });

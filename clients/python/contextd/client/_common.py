@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import grpc
+from grpc_health.v1 import health_pb2
 
 from contextd.v1 import compile_pb2, context_service_pb2, conversation_service_pb2, message_pb2, state_pb2
 
@@ -27,7 +28,7 @@ def channel_options(max_receive_bytes: int, max_send_bytes: int) -> List[Tuple[s
 
 
 def channel_credentials(
-    token: Optional[str], tls: bool, ca_file: Optional[str]
+    token: Optional[str], tls: bool, ca_file: Optional[str], cert_file: Optional[str] = None, key_file: Optional[str] = None
 ) -> Optional[grpc.ChannelCredentials]:
     """The credentials of a channel the client creates; None for plain cleartext.
 
@@ -35,19 +36,38 @@ def channel_credentials(
     or grpcio's default roots without it (its bundled list, or the file named by
     GRPC_DEFAULT_SSL_ROOTS_FILE_PATH). A `token` is sent as "authorization: Bearer <token>" with
     every call; without TLS it is sent in cleartext, which grpcio allows to a loopback address only
-    (a sidecar next to the agent)."""
-    if ca_file is not None:
+    (a sidecar next to the agent). `cert_file` and `key_file` (PEM, both or neither) are the client
+    certificate a sidecar started with --tls-client-ca requires (mutual TLS); they imply TLS."""
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("cert_file and key_file go together: the client certificate and its private key")
+    if ca_file is not None or cert_file is not None:
         tls = True
     if not tls and token is None:
         return None
     if tls:
         roots = Path(ca_file).read_bytes() if ca_file is not None else None
-        transport = grpc.ssl_channel_credentials(root_certificates=roots)
+        transport = grpc.ssl_channel_credentials(
+            root_certificates=roots,
+            private_key=Path(key_file).read_bytes() if key_file is not None else None,
+            certificate_chain=Path(cert_file).read_bytes() if cert_file is not None else None,
+        )
     else:
         transport = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
     if token is None:
         return transport
     return grpc.composite_channel_credentials(transport, grpc.access_token_call_credentials(token))
+
+
+HEALTH_REASON_HEADER = "contextd-health-reason"
+
+
+def health_status_text(status: int, metadata: Optional[Sequence[Tuple[str, Union[str, bytes]]]]) -> str:
+    """How wait_ready describes a health answer that is not SERVING: the status and, when the
+    sidecar says why (its contextd-health-reason header, e.g. the store's connection error), the
+    reason, so that a readiness timeout names its cause."""
+    text = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+    reasons = [value if isinstance(value, str) else value.decode("utf-8", "replace") for key, value in (metadata or ()) if key == HEALTH_REASON_HEADER]
+    return f"{text}: {'; '.join(reasons)}" if reasons else text
 
 
 def keyed_commit(request: conversation_service_pb2.CommitRequest) -> conversation_service_pb2.CommitRequest:
@@ -173,3 +193,13 @@ class Deadline:
     def allows(self, pause: float) -> bool:
         """Whether a pause of `pause` seconds still leaves time for another try."""
         return self._at is None or time.monotonic() + pause < self._at
+
+
+def next_page_request(
+    first: conversation_service_pb2.ReadMessagesRequest, page: conversation_service_pb2.ReadMessagesResponse
+) -> conversation_service_pb2.ReadMessagesRequest:
+    """The request for the page after `page` of the window `first` named: the token carries the
+    window and its version, so only the conversation and the page bound go with it."""
+    return conversation_service_pb2.ReadMessagesRequest(
+        conversation_id=first.conversation_id, max_bytes=first.max_bytes, page_token=page.next_page_token
+    )

@@ -18,10 +18,12 @@ from contextd.client._common import (
     channel_credentials,
     channel_options,
     has_prompt,
+    health_status_text,
     keyed_commit,
     keyed_compile,
     lean_commit,
     lean_compile,
+    next_page_request,
     replay_with_prompt,
     session_answer,
     turn_request,
@@ -76,25 +78,28 @@ class Client:
         token: Optional[str] = None,
         tls: bool = False,
         ca_file: Optional[str] = None,
+        cert_file: Optional[str] = None,
+        key_file: Optional[str] = None,
     ) -> None:
         """Connects lazily to `address` ("host:port") over gRPC on HTTP/2, or uses `channel` (for
-        interceptors or client certificates). `token` is a bearer token for a sidecar started with
+        interceptors). `token` is a bearer token for a sidecar started with
         --auth-tokens-file; `tls=True` speaks TLS verified against grpcio's default roots, `ca_file`
-        (a PEM file) TLS verified against that CA; without TLS a token is only sent to a loopback
-        address. `conflict_attempts` bounds commit_with_retry.
+        (a PEM file) TLS verified against that CA; `cert_file` and `key_file` (PEM) present a client
+        certificate to a sidecar started with --tls-client-ca (mutual TLS); without TLS a token is
+        only sent to a loopback address. `conflict_attempts` bounds commit_with_retry.
         `max_receive_bytes` and `max_send_bytes` (default: the sidecar's 16 MiB plus the frame
         header) bound the messages of a channel the client creates; create a channel you pass with
         `options=contextd.client.channel_options(max_receive_bytes, max_send_bytes)`."""
         if channel is None:
             options = channel_options(max_receive_bytes, max_send_bytes)
-            credentials = channel_credentials(token, tls, ca_file)
+            credentials = channel_credentials(token, tls, ca_file, cert_file, key_file)
             channel = (
                 grpc.insecure_channel(address, options=options)
                 if credentials is None
                 else grpc.secure_channel(address, credentials, options=options)
             )
-        elif token is not None or tls or ca_file is not None:
-            raise ValueError("token, tls and ca_file configure a channel the client creates; give them to your channel instead")
+        elif token is not None or tls or ca_file is not None or cert_file is not None or key_file is not None:
+            raise ValueError("token, tls, ca_file, cert_file and key_file configure a channel the client creates; give them to your channel instead")
         self._channel = channel
         self._timeout = timeout
         self._retry = retry
@@ -127,10 +132,10 @@ class Client:
         retry = 0
         while True:
             try:
-                response = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+                last = health_status_text(response.status, call.initial_metadata())
             except grpc.RpcError as error:
                 last = str(from_rpc_error(error))
             retry += 1
@@ -221,6 +226,29 @@ class Client:
             if slice_.next_offset >= slice_.total_bytes:
                 return "".join(pieces)
             offset = slice_.next_offset
+
+    def read_messages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ReadMessagesResponse:
+        """Reads one page of a window of a segment's messages: the last `request.last`, or the
+        positions `start` to `end` (the whole segment when neither is set), at most `max_bytes`
+        of messages a page (0 = 4 MiB; a larger message comes alone). Every page of a window is
+        read at the first page's version; a version the sidecar no longer keeps is
+        `VersionConflict`. Retried on UNAVAILABLE like every read; `message_pages` reads every
+        page."""
+        return self._unary(self._conversations.ReadMessages, request, True, timeout)
+
+    def message_pages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> Iterator[conversation_pb2.ReadMessagesResponse]:
+        """Every page of the window `request` names, in order, each at the first page's version
+        (`request.page_token`, when set, starts there). `timeout` applies to each page. What
+        reads a conversation larger than `get_state` can answer (over the message limit)."""
+        page = self.read_messages(request, timeout=timeout)
+        yield page
+        while page.next_page_token:
+            page = self.read_messages(next_page_request(request, page), timeout=timeout)
+            yield page
 
     def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None

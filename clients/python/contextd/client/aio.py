@@ -19,10 +19,12 @@ from contextd.client._common import (
     channel_credentials,
     channel_options,
     has_prompt,
+    health_status_text,
     keyed_commit,
     keyed_compile,
     lean_commit,
     lean_compile,
+    next_page_request,
     replay_with_prompt,
     session_answer,
     turn_request,
@@ -78,20 +80,22 @@ class AsyncClient:
         token: Optional[str] = None,
         tls: bool = False,
         ca_file: Optional[str] = None,
+        cert_file: Optional[str] = None,
+        key_file: Optional[str] = None,
     ) -> None:
         """Connects lazily to `address` ("host:port") over gRPC on HTTP/2 cleartext, or uses
-        `channel`. Create it inside the event loop that will use it. `token`, `tls`, `ca_file` and
-        the message size limits are as in `Client`."""
+        `channel`. Create it inside the event loop that will use it. `token`, `tls`, `ca_file`,
+        `cert_file`, `key_file` and the message size limits are as in `Client`."""
         if channel is None:
             options = channel_options(max_receive_bytes, max_send_bytes)
-            credentials = channel_credentials(token, tls, ca_file)
+            credentials = channel_credentials(token, tls, ca_file, cert_file, key_file)
             channel = (
                 grpc.aio.insecure_channel(address, options=options)
                 if credentials is None
                 else grpc.aio.secure_channel(address, credentials, options=options)
             )
-        elif token is not None or tls or ca_file is not None:
-            raise ValueError("token, tls and ca_file configure a channel the client creates; give them to your channel instead")
+        elif token is not None or tls or ca_file is not None or cert_file is not None or key_file is not None:
+            raise ValueError("token, tls, ca_file, cert_file and key_file configure a channel the client creates; give them to your channel instead")
         self._channel = channel
         self._timeout = timeout
         self._retry = retry
@@ -122,10 +126,11 @@ class AsyncClient:
         retry = 0
         while True:
             try:
-                response = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                response = await call
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)}"
+                last = health_status_text(response.status, await call.initial_metadata())
             except grpc.RpcError as error:
                 last = str(from_rpc_error(error))
             retry += 1
@@ -201,6 +206,22 @@ class AsyncClient:
             if slice_.next_offset >= slice_.total_bytes:
                 return "".join(pieces)
             offset = slice_.next_offset
+
+    async def read_messages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ReadMessagesResponse:
+        """As `Client.read_messages`."""
+        return await self._unary(self._conversations.ReadMessages, request, True, timeout)
+
+    async def message_pages(
+        self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
+    ) -> AsyncIterator[conversation_pb2.ReadMessagesResponse]:
+        """As `Client.message_pages`: `async for page in client.message_pages(request)`."""
+        page = await self.read_messages(request, timeout=timeout)
+        yield page
+        while page.next_page_token:
+            page = await self.read_messages(next_page_request(request, page), timeout=timeout)
+            yield page
 
     async def compile(
         self, request: compile_pb2.CompileRequest, *, timeout: Optional[float] = None

@@ -1231,11 +1231,12 @@ type Budget struct {
 	// Where history may start once trimming dropped part of it; UNSPECIFIED = USER_TURN. Trimming
 	// keeps tool rounds whole whatever this says.
 	HistoryStart HistoryStart `protobuf:"varint,10,opt,name=history_start,json=historyStart,proto3,enum=contextd.v1.HistoryStart" json:"history_start,omitempty"`
-	// By default, when the compile has no current turn, the latest USER message of history is the
-	// message being answered (the flow "commit the user message, then compile") and is protected
-	// like the current turn: never trimmed, and when it alone does not fit the budget the compile is
-	// RESOURCE_EXHAUSTED naming it and the figures. Set this to let the budget trim it like any other
-	// message. With a current turn, the current turn is what is protected.
+	// By default, when the compile has no current turn and no USER message in `pending`, the latest
+	// USER message of history is the message being answered (the flow "commit the user message, then
+	// compile") and is protected like the current turn: never trimmed, and when it alone does not fit
+	// the budget the compile is RESOURCE_EXHAUSTED naming it and the figures. Set this to let the
+	// budget trim it like any other message. With a current turn or a pending user message, that is
+	// what is protected, and history's latest user message is trimmed like any other.
 	TrimLatestUserMessage bool `protobuf:"varint,11,opt,name=trim_latest_user_message,json=trimLatestUserMessage,proto3" json:"trim_latest_user_message,omitempty"`
 	// Before whole rounds are dropped, replace old tool results with a short placeholder (the call
 	// stays, so no round is broken). Absent = off. See `ToolResultClearing`.
@@ -2082,8 +2083,15 @@ type RenderOptions struct {
 	// At most 1,024 bytes (INVALID_ARGUMENT over it). Other providers: not sent, with the warning
 	// `prompt_cache_key_ignored`.
 	PromptCacheKey string `protobuf:"bytes,51,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What happens to an image or file part the provider does not take in its type and form (the
+	// table in docs/provider-media.md: for example a file by URL for OpenAI Chat, which takes PDF
+	// inline or as an uploaded id only). Off (the default): the compile is FAILED_PRECONDITION, rule
+	// `<provider>.media_type`, naming the message, the part and what the provider takes. On: the
+	// part is left out of the body and the warning `media_dropped` names it. Either way an inline
+	// `text/plain` file is sent as a text part to providers without plain-text documents (no loss).
+	DropUnsupportedMedia bool `protobuf:"varint,101,opt,name=drop_unsupported_media,json=dropUnsupportedMedia,proto3" json:"drop_unsupported_media,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RenderOptions) Reset() {
@@ -2142,6 +2150,13 @@ func (x *RenderOptions) GetPromptCacheKey() string {
 		return x.PromptCacheKey
 	}
 	return ""
+}
+
+func (x *RenderOptions) GetDropUnsupportedMedia() bool {
+	if x != nil {
+		return x.DropUnsupportedMedia
+	}
+	return false
 }
 
 // A named side projection computed from the same normalised input as the main compile: either a
@@ -3285,9 +3300,19 @@ type RenderedRequest struct {
 	Json []byte `protobuf:"bytes,3,opt,name=json,proto3" json:"json,omitempty"`
 	// Non-fatal notices of this render (for example Anthropic cache breakpoints beyond 4 dropped).
 	// Also copied into `CompileResult.warnings` for the main render.
-	Warnings      []*Warning `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Warnings []*Warning `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// The tool-call ids this body sends in another form than the stored one, in body order: ids
+	// outside the provider's alphabet or length (OpenAI Chat: at most 40 characters; Responses: 64;
+	// Anthropic: `^[a-zA-Z0-9_-]+$`), and ids an earlier round of the body already used (a framework
+	// that numbers calls `call_0` every turn). The form is deterministic (the same conversation renders
+	// the same ids on every compile, so cache prefixes hold) and its results carry the same form.
+	// Empty when every id is sent as stored. A caller that reads call ids out of `json` (for example
+	// to run the calls of an open round) maps them back with this list and commits results under the
+	// stored id; results of calls the provider's response makes need nothing, since their ids are the
+	// provider's own. See docs/provider-ids.md.
+	RenamedToolCallIds []*RenamedToolCallId `protobuf:"bytes,100,rep,name=renamed_tool_call_ids,json=renamedToolCallIds,proto3" json:"renamed_tool_call_ids,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RenderedRequest) Reset() {
@@ -3348,6 +3373,77 @@ func (x *RenderedRequest) GetWarnings() []*Warning {
 	return nil
 }
 
+func (x *RenderedRequest) GetRenamedToolCallIds() []*RenamedToolCallId {
+	if x != nil {
+		return x.RenamedToolCallIds
+	}
+	return nil
+}
+
+// One tool-call id sent in another form than stored (`RenderedRequest.renamed_tool_call_ids`).
+type RenamedToolCallId struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The assistant message holding the call.
+	MessageId string `protobuf:"bytes,100,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The id as stored (`ToolCallPart.id`, and `ToolResultPart.tool_call_id` of its results).
+	Stored string `protobuf:"bytes,101,opt,name=stored,proto3" json:"stored,omitempty"`
+	// The id as the body sends it, for the call and for its results.
+	Rendered      string `protobuf:"bytes,102,opt,name=rendered,proto3" json:"rendered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenamedToolCallId) Reset() {
+	*x = RenamedToolCallId{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenamedToolCallId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenamedToolCallId) ProtoMessage() {}
+
+func (x *RenamedToolCallId) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenamedToolCallId.ProtoReflect.Descriptor instead.
+func (*RenamedToolCallId) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RenamedToolCallId) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *RenamedToolCallId) GetStored() string {
+	if x != nil {
+		return x.Stored
+	}
+	return ""
+}
+
+func (x *RenamedToolCallId) GetRendered() string {
+	if x != nil {
+		return x.Rendered
+	}
+	return ""
+}
+
 // A named side projection's result.
 type Projection struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3378,7 +3474,7 @@ type Projection struct {
 
 func (x *Projection) Reset() {
 	*x = Projection{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +3486,7 @@ func (x *Projection) String() string {
 func (*Projection) ProtoMessage() {}
 
 func (x *Projection) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[30]
+	mi := &file_contextd_v1_compile_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +3499,7 @@ func (x *Projection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Projection.ProtoReflect.Descriptor instead.
 func (*Projection) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{30}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Projection) GetName() string {
@@ -3481,7 +3577,7 @@ type Persistence struct {
 
 func (x *Persistence) Reset() {
 	*x = Persistence{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3589,7 @@ func (x *Persistence) String() string {
 func (*Persistence) ProtoMessage() {}
 
 func (x *Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[31]
+	mi := &file_contextd_v1_compile_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3602,7 @@ func (x *Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Persistence.ProtoReflect.Descriptor instead.
 func (*Persistence) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{31}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Persistence) GetSystem() []*Message {
@@ -3584,7 +3680,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3692,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[32]
+	mi := &file_contextd_v1_compile_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3705,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{32}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Usage) GetSystem() int64 {
@@ -3716,7 +3812,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3824,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[33]
+	mi := &file_contextd_v1_compile_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3837,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{33}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Warning) GetCode() string {
@@ -3771,7 +3867,7 @@ type StageTiming struct {
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3879,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[34]
+	mi := &file_contextd_v1_compile_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +3892,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{34}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StageTiming) GetStage() string {
@@ -3880,7 +3976,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +3988,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[35]
+	mi := &file_contextd_v1_compile_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4001,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{35}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CompileResult) GetPayload() *CompiledPayload {
@@ -4080,7 +4176,7 @@ type TokenCalibration struct {
 
 func (x *TokenCalibration) Reset() {
 	*x = TokenCalibration{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +4188,7 @@ func (x *TokenCalibration) String() string {
 func (*TokenCalibration) ProtoMessage() {}
 
 func (x *TokenCalibration) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[36]
+	mi := &file_contextd_v1_compile_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +4201,7 @@ func (x *TokenCalibration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenCalibration.ProtoReflect.Descriptor instead.
 func (*TokenCalibration) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{36}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TokenCalibration) GetProvider() Provider {
@@ -4201,7 +4297,7 @@ type CacheImpact struct {
 
 func (x *CacheImpact) Reset() {
 	*x = CacheImpact{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4309,7 @@ func (x *CacheImpact) String() string {
 func (*CacheImpact) ProtoMessage() {}
 
 func (x *CacheImpact) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[37]
+	mi := &file_contextd_v1_compile_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4322,7 @@ func (x *CacheImpact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheImpact.ProtoReflect.Descriptor instead.
 func (*CacheImpact) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{37}
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CacheImpact) GetPreviousVersion() int64 {
@@ -4268,7 +4364,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4376,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[38]
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4410,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4422,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4364,7 +4460,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4376,7 +4472,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4520,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[41]
+	mi := &file_contextd_v1_compile_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4436,7 +4532,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[41]
+	mi := &file_contextd_v1_compile_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4472,7 +4568,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[42]
+	mi := &file_contextd_v1_compile_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4484,7 +4580,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[42]
+	mi := &file_contextd_v1_compile_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4613,12 +4709,13 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xb8\x01\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xee\x01\n" +
 	"\rRenderOptions\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
 	"\x16auto_cache_breakpoints\x182 \x01(\bR\x14autoCacheBreakpoints\x12(\n" +
-	"\x10prompt_cache_key\x183 \x01(\tR\x0epromptCacheKey\"\x82\x02\n" +
+	"\x10prompt_cache_key\x183 \x01(\tR\x0epromptCacheKey\x124\n" +
+	"\x16drop_unsupported_media\x18e \x01(\bR\x14dropUnsupportedMedia\"\x82\x02\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\tR\x04view\x120\n" +
@@ -4706,12 +4803,18 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x05tools\x18\x03 \x03(\v2\x14.contextd.v1.MessageR\x05tools\x12,\n" +
 	"\x06memory\x18\x04 \x03(\v2\x14.contextd.v1.MessageR\x06memory\x12.\n" +
 	"\ascratch\x18\x05 \x03(\v2\x14.contextd.v1.MessageR\ascratch\x12F\n" +
-	"\x10tool_definitions\x18\x06 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\"\xa0\x01\n" +
+	"\x10tool_definitions\x18\x06 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\"\xf3\x01\n" +
 	"\x0fRenderedRequest\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x12\n" +
 	"\x04json\x18\x03 \x01(\fR\x04json\x120\n" +
-	"\bwarnings\x18\x04 \x03(\v2\x14.contextd.v1.WarningR\bwarnings\"\xe7\x03\n" +
+	"\bwarnings\x18\x04 \x03(\v2\x14.contextd.v1.WarningR\bwarnings\x12Q\n" +
+	"\x15renamed_tool_call_ids\x18d \x03(\v2\x1e.contextd.v1.RenamedToolCallIdR\x12renamedToolCallIds\"f\n" +
+	"\x11RenamedToolCallId\x12\x1d\n" +
+	"\n" +
+	"message_id\x18d \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06stored\x18e \x01(\tR\x06stored\x12\x1a\n" +
+	"\brendered\x18f \x01(\tR\brendered\"\xe7\x03\n" +
 	"\n" +
 	"Projection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -4892,7 +4995,7 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -4936,70 +5039,71 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(*CompileSource)(nil),             // 39: contextd.v1.CompileSource
 	(*CompiledPayload)(nil),           // 40: contextd.v1.CompiledPayload
 	(*RenderedRequest)(nil),           // 41: contextd.v1.RenderedRequest
-	(*Projection)(nil),                // 42: contextd.v1.Projection
-	(*Persistence)(nil),               // 43: contextd.v1.Persistence
-	(*Usage)(nil),                     // 44: contextd.v1.Usage
-	(*Warning)(nil),                   // 45: contextd.v1.Warning
-	(*StageTiming)(nil),               // 46: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 47: contextd.v1.CompileResult
-	(*TokenCalibration)(nil),          // 48: contextd.v1.TokenCalibration
-	(*CacheImpact)(nil),               // 49: contextd.v1.CacheImpact
-	(*SegmentFormatter_XmlTag)(nil),   // 50: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 51: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 52: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 53: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 54: contextd.v1.RoleProjection.Rule
-	nil,                               // 55: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 56: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 57: contextd.v1.CompileResult.TransformationsEntry
-	(*Message)(nil),                   // 58: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 59: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 60: contextd.v1.Experience
-	(Provider)(0),                     // 61: contextd.v1.Provider
-	(Role)(0),                         // 62: contextd.v1.Role
-	(Segment)(0),                      // 63: contextd.v1.Segment
-	(MergePolicy)(0),                  // 64: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 65: contextd.v1.Delta
-	(*Artifact)(nil),                  // 66: contextd.v1.Artifact
-	(ActorKind)(0),                    // 67: contextd.v1.ActorKind
+	(*RenamedToolCallId)(nil),         // 42: contextd.v1.RenamedToolCallId
+	(*Projection)(nil),                // 43: contextd.v1.Projection
+	(*Persistence)(nil),               // 44: contextd.v1.Persistence
+	(*Usage)(nil),                     // 45: contextd.v1.Usage
+	(*Warning)(nil),                   // 46: contextd.v1.Warning
+	(*StageTiming)(nil),               // 47: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 48: contextd.v1.CompileResult
+	(*TokenCalibration)(nil),          // 49: contextd.v1.TokenCalibration
+	(*CacheImpact)(nil),               // 50: contextd.v1.CacheImpact
+	(*SegmentFormatter_XmlTag)(nil),   // 51: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 52: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 53: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 54: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 55: contextd.v1.RoleProjection.Rule
+	nil,                               // 56: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 57: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 58: contextd.v1.CompileResult.TransformationsEntry
+	(*Message)(nil),                   // 59: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 60: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 61: contextd.v1.Experience
+	(Provider)(0),                     // 62: contextd.v1.Provider
+	(Role)(0),                         // 63: contextd.v1.Role
+	(Segment)(0),                      // 64: contextd.v1.Segment
+	(MergePolicy)(0),                  // 65: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 66: contextd.v1.Delta
+	(*Artifact)(nil),                  // 67: contextd.v1.Artifact
+	(ActorKind)(0),                    // 68: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	58,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	59,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	60,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	58,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	58,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	59,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	60,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	61,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	59,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	59,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	61,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	62,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
 	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	62,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	63,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
 	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
 	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	63,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	58,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	64,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	64,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	59,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	65,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
 	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	63,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	64,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
 	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	63,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	50,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	51,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	52,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	53,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	54,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	63,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	61,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	63,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	64,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	51,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	52,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	53,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	54,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	55,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	64,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	62,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	64,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
 	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
 	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
 	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	65,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	66,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
 	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
 	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
 	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
@@ -5007,19 +5111,19 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
 	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
 	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	58,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	66,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	59,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	67,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
 	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
 	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
 	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	55,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	56,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
 	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
 	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
 	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
 	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
 	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	58,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	59,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
 	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
 	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
@@ -5028,65 +5132,66 @@ var file_contextd_v1_compile_proto_depIdxs = []int32{
 	32,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
 	10,  // 62: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
 	11,  // 63: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	63,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	63,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	58,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	58,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	58,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	58,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	66,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	64,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	64,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	59,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	59,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	59,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	59,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	67,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
 	35,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
 	36,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	63,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	58,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	64,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	59,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
 	36,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	58,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	59,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
 	15,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	58,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	58,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	58,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	58,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	58,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	59,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	61,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	45,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	58,  // 86: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	56,  // 87: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	41,  // 88: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	44,  // 89: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	48,  // 90: contextd.v1.Projection.calibration:type_name -> contextd.v1.TokenCalibration
-	58,  // 91: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	58,  // 92: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	58,  // 93: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	58,  // 94: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	66,  // 95: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
-	6,   // 96: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	40,  // 97: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	41,  // 98: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	39,  // 99: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	36,  // 100: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	37,  // 101: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	38,  // 102: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	57,  // 103: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	42,  // 104: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	43,  // 105: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	44,  // 106: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	45,  // 107: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	46,  // 108: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	49,  // 109: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
-	48,  // 110: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
-	61,  // 111: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
-	6,   // 112: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
-	62,  // 113: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	67,  // 114: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	62,  // 115: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	34,  // 116: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	34,  // 117: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	118, // [118:118] is the sub-list for method output_type
-	118, // [118:118] is the sub-list for method input_type
-	118, // [118:118] is the sub-list for extension type_name
-	118, // [118:118] is the sub-list for extension extendee
-	0,   // [0:118] is the sub-list for field type_name
+	59,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	59,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	59,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	59,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	59,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	60,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	62,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	46,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	42,  // 86: contextd.v1.RenderedRequest.renamed_tool_call_ids:type_name -> contextd.v1.RenamedToolCallId
+	59,  // 87: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	57,  // 88: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	41,  // 89: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	45,  // 90: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	49,  // 91: contextd.v1.Projection.calibration:type_name -> contextd.v1.TokenCalibration
+	59,  // 92: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	59,  // 93: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	59,  // 94: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	59,  // 95: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	67,  // 96: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	6,   // 97: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
+	40,  // 98: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	41,  // 99: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	39,  // 100: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	36,  // 101: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	37,  // 102: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	38,  // 103: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	58,  // 104: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	43,  // 105: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	44,  // 106: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	45,  // 107: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	46,  // 108: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	47,  // 109: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	50,  // 110: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
+	49,  // 111: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
+	62,  // 112: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
+	6,   // 113: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
+	63,  // 114: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	68,  // 115: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	63,  // 116: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	34,  // 117: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	34,  // 118: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	119, // [119:119] is the sub-list for method output_type
+	119, // [119:119] is the sub-list for method input_type
+	119, // [119:119] is the sub-list for extension type_name
+	119, // [119:119] is the sub-list for extension extendee
+	0,   // [0:119] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -5113,7 +5218,7 @@ func file_contextd_v1_compile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -26,8 +26,12 @@ type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The conversation.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Leave the four segments' messages out: the answer is the version, artifacts, experiences and
+	// tool definitions only (`ReadMessagesResponse.segment_sizes` counts the messages). What a
+	// reader of a conversation over the message limit pairs with `ReadMessages`.
+	WithoutMessages bool `protobuf:"varint,140,opt,name=without_messages,json=withoutMessages,proto3" json:"without_messages,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetStateRequest) Reset() {
@@ -65,6 +69,13 @@ func (x *GetStateRequest) GetConversationId() string {
 		return x.ConversationId
 	}
 	return ""
+}
+
+func (x *GetStateRequest) GetWithoutMessages() bool {
+	if x != nil {
+		return x.WithoutMessages
+	}
+	return false
 }
 
 // The response of `GetState`.
@@ -113,6 +124,332 @@ func (x *GetStateResponse) GetState() *ConversationState {
 	return nil
 }
 
+// The request of `ReadMessages`. The window is either the last `last` messages of the segment, or
+// the positions `start` (inclusive) to `end` (exclusive), 0 being the segment's first message; with
+// neither, the whole segment. A window reaching past the segment's end stops there (a `start` past
+// the end is an empty window), so "the last 10 of a segment of 3" is those 3.
+//
+// Paging: a response holds the window's messages from its start, in order, up to `max_bytes`; when
+// the window has more, `next_page_token` reads on from there. Every page of one window is read at
+// the version of the first page, so the pages fit together even while the conversation is being
+// written to. The sidecar keeps a state that a page token points to for at least 60 seconds after
+// the page that named it (at most 64 such states per process); while it is the current state it is
+// always readable. A page token or `version` naming a version that is neither current nor kept is
+// ABORTED (reason `VERSION_CONFLICT`, `current_version` in the details and the
+// `contextd-current-version` trailer): start the read again at the current version.
+type ReadMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation. Required. An unknown conversation is an empty segment at version 0.
+	ConversationId string `protobuf:"bytes,140,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The segment to read; SEGMENT_UNSPECIFIED = SEGMENT_HISTORY.
+	Segment Segment `protobuf:"varint,141,opt,name=segment,proto3,enum=contextd.v1.Segment" json:"segment,omitempty"`
+	// The last this many messages of the segment. 0 = the window is `start` to `end`. Setting
+	// `last` together with `start` or `end` is INVALID_ARGUMENT.
+	Last uint32 `protobuf:"varint,142,opt,name=last,proto3" json:"last,omitempty"`
+	// The position of the window's first message (0-based). Used when `last` is 0.
+	Start uint64 `protobuf:"varint,143,opt,name=start,proto3" json:"start,omitempty"`
+	// The position after the window's last message; absent = the segment's end. Less than `start`
+	// is INVALID_ARGUMENT.
+	End *uint64 `protobuf:"varint,144,opt,name=end,proto3,oneof" json:"end,omitempty"`
+	// Read at this version, which must be the current one or one the sidecar still keeps (see the
+	// message comment); absent = the current version (the first page) or the page token's.
+	Version *int64 `protobuf:"varint,145,opt,name=version,proto3,oneof" json:"version,omitempty"`
+	// The most bytes of messages a page holds (their protobuf encoding, as counted on the wire:
+	// `ReadMessagesResponse.page_bytes`). 0 = 4 MiB (4,194,304), or the largest allowed when that
+	// is smaller. At most 15/16 of the sidecar's
+	// message limit (`--max-request-bytes`): 15 MiB (15,728,640) at the default 16 MiB, so a page
+	// fits what the clients receive; more is INVALID_ARGUMENT naming the limit. A message larger
+	// than `max_bytes` is sent alone as a page of its own, so every message is readable (a stored
+	// message is never larger than the request that brought it).
+	MaxBytes uint32 `protobuf:"varint,146,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// From the previous page's `next_page_token`; empty = the first page. With a token, the window
+	// fields (`segment`, `last`, `start`, `end`, `version`) may be left unset or repeat the first
+	// request's values; anything else is INVALID_ARGUMENT, as is a token from another
+	// conversation or a token that no `ReadMessages` response sent.
+	PageToken     string `protobuf:"bytes,147,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadMessagesRequest) Reset() {
+	*x = ReadMessagesRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadMessagesRequest) ProtoMessage() {}
+
+func (x *ReadMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadMessagesRequest.ProtoReflect.Descriptor instead.
+func (*ReadMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReadMessagesRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ReadMessagesRequest) GetSegment() Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return Segment_SEGMENT_UNSPECIFIED
+}
+
+func (x *ReadMessagesRequest) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *ReadMessagesRequest) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ReadMessagesRequest) GetEnd() uint64 {
+	if x != nil && x.End != nil {
+		return *x.End
+	}
+	return 0
+}
+
+func (x *ReadMessagesRequest) GetVersion() int64 {
+	if x != nil && x.Version != nil {
+		return *x.Version
+	}
+	return 0
+}
+
+func (x *ReadMessagesRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ReadMessagesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// How many messages each segment holds at the version read.
+type SegmentSizes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Messages in the system segment.
+	System uint64 `protobuf:"varint,140,opt,name=system,proto3" json:"system,omitempty"`
+	// Messages in the history segment.
+	History uint64 `protobuf:"varint,141,opt,name=history,proto3" json:"history,omitempty"`
+	// Messages in the memory segment.
+	Memory uint64 `protobuf:"varint,142,opt,name=memory,proto3" json:"memory,omitempty"`
+	// Messages in the tools segment.
+	Tools         uint64 `protobuf:"varint,143,opt,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentSizes) Reset() {
+	*x = SegmentSizes{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentSizes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentSizes) ProtoMessage() {}
+
+func (x *SegmentSizes) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentSizes.ProtoReflect.Descriptor instead.
+func (*SegmentSizes) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SegmentSizes) GetSystem() uint64 {
+	if x != nil {
+		return x.System
+	}
+	return 0
+}
+
+func (x *SegmentSizes) GetHistory() uint64 {
+	if x != nil {
+		return x.History
+	}
+	return 0
+}
+
+func (x *SegmentSizes) GetMemory() uint64 {
+	if x != nil {
+		return x.Memory
+	}
+	return 0
+}
+
+func (x *SegmentSizes) GetTools() uint64 {
+	if x != nil {
+		return x.Tools
+	}
+	return 0
+}
+
+// The response of `ReadMessages`: one page.
+type ReadMessagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page's messages, in segment order.
+	Messages []*Message `protobuf:"bytes,140,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The version read; the same on every page of one window.
+	Version int64 `protobuf:"varint,141,opt,name=version,proto3" json:"version,omitempty"`
+	// The segment read (SEGMENT_HISTORY for a request that left it unspecified).
+	Segment Segment `protobuf:"varint,142,opt,name=segment,proto3,enum=contextd.v1.Segment" json:"segment,omitempty"`
+	// The position of `messages[0]` in the segment (for an empty page, where it would be).
+	Position uint64 `protobuf:"varint,143,opt,name=position,proto3" json:"position,omitempty"`
+	// The window in positions, `window_start` inclusive, `window_end` exclusive, as resolved at this
+	// version: `window_end - window_start` messages in all pages together.
+	WindowStart uint64 `protobuf:"varint,144,opt,name=window_start,json=windowStart,proto3" json:"window_start,omitempty"`
+	// See `window_start`.
+	WindowEnd uint64 `protobuf:"varint,145,opt,name=window_end,json=windowEnd,proto3" json:"window_end,omitempty"`
+	// The number of messages of every segment at this version (`segment_sizes.history` is the
+	// history's length, whatever the window).
+	SegmentSizes *SegmentSizes `protobuf:"bytes,146,opt,name=segment_sizes,json=segmentSizes,proto3" json:"segment_sizes,omitempty"`
+	// Pass as `page_token` to read the rest of the window; empty = this page reaches `window_end`.
+	NextPageToken string `protobuf:"bytes,147,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The bytes `messages` take in this response (their encodings with tag and length).
+	PageBytes     uint64 `protobuf:"varint,148,opt,name=page_bytes,json=pageBytes,proto3" json:"page_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadMessagesResponse) Reset() {
+	*x = ReadMessagesResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadMessagesResponse) ProtoMessage() {}
+
+func (x *ReadMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadMessagesResponse.ProtoReflect.Descriptor instead.
+func (*ReadMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReadMessagesResponse) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ReadMessagesResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ReadMessagesResponse) GetSegment() Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return Segment_SEGMENT_UNSPECIFIED
+}
+
+func (x *ReadMessagesResponse) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *ReadMessagesResponse) GetWindowStart() uint64 {
+	if x != nil {
+		return x.WindowStart
+	}
+	return 0
+}
+
+func (x *ReadMessagesResponse) GetWindowEnd() uint64 {
+	if x != nil {
+		return x.WindowEnd
+	}
+	return 0
+}
+
+func (x *ReadMessagesResponse) GetSegmentSizes() *SegmentSizes {
+	if x != nil {
+		return x.SegmentSizes
+	}
+	return nil
+}
+
+func (x *ReadMessagesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ReadMessagesResponse) GetPageBytes() uint64 {
+	if x != nil {
+		return x.PageBytes
+	}
+	return 0
+}
+
 // The request of `Commit`.
 type CommitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -139,7 +476,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +488,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +501,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{2}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CommitRequest) GetConversationId() string {
@@ -218,7 +555,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +567,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +580,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CommitResponse) GetVersion() int64 {
@@ -280,7 +617,7 @@ type ClearRequest struct {
 
 func (x *ClearRequest) Reset() {
 	*x = ClearRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +629,7 @@ func (x *ClearRequest) String() string {
 func (*ClearRequest) ProtoMessage() {}
 
 func (x *ClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +642,7 @@ func (x *ClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRequest.ProtoReflect.Descriptor instead.
 func (*ClearRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClearRequest) GetConversationId() string {
@@ -333,7 +670,7 @@ type ClearResponse struct {
 
 func (x *ClearResponse) Reset() {
 	*x = ClearResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +682,7 @@ func (x *ClearResponse) String() string {
 func (*ClearResponse) ProtoMessage() {}
 
 func (x *ClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +695,7 @@ func (x *ClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResponse.ProtoReflect.Descriptor instead.
 func (*ClearResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClearResponse) GetVersion() int64 {
@@ -375,7 +712,8 @@ type WatchRequest struct {
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Deliver changes with a version greater than this; 0 = from the beginning of the retained
 	// stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
-	// older than that is OUT_OF_RANGE (reload with GetState, then watch from its version).
+	// older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
+	// the message limit, then watch from its version).
 	FromVersion   int64 `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -383,7 +721,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +733,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +746,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchRequest) GetConversationId() string {
@@ -446,7 +784,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +796,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +809,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Change) GetConversationId() string {
@@ -532,7 +870,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +882,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +895,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchResponse) GetKind() isWatchResponse_Kind {
@@ -614,7 +952,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +964,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +977,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetVersion() int64 {
@@ -664,7 +1002,7 @@ type ListConversationsRequest struct {
 
 func (x *ListConversationsRequest) Reset() {
 	*x = ListConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +1014,7 @@ func (x *ListConversationsRequest) String() string {
 func (*ListConversationsRequest) ProtoMessage() {}
 
 func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +1027,7 @@ func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsRequest.ProtoReflect.Descriptor instead.
 func (*ListConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListConversationsRequest) GetPageSize() int32 {
@@ -726,7 +1064,7 @@ type ConversationSummary struct {
 
 func (x *ConversationSummary) Reset() {
 	*x = ConversationSummary{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +1076,7 @@ func (x *ConversationSummary) String() string {
 func (*ConversationSummary) ProtoMessage() {}
 
 func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +1089,7 @@ func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConversationSummary.ProtoReflect.Descriptor instead.
 func (*ConversationSummary) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{11}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConversationSummary) GetConversationId() string {
@@ -781,7 +1119,7 @@ type ListConversationsResponse struct {
 
 func (x *ListConversationsResponse) Reset() {
 	*x = ListConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1131,7 @@ func (x *ListConversationsResponse) String() string {
 func (*ListConversationsResponse) ProtoMessage() {}
 
 func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1144,7 @@ func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsResponse.ProtoReflect.Descriptor instead.
 func (*ListConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{12}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListConversationsResponse) GetConversations() []*ConversationSummary {
@@ -844,7 +1182,7 @@ type ReadToolResultRequest struct {
 
 func (x *ReadToolResultRequest) Reset() {
 	*x = ReadToolResultRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1194,7 @@ func (x *ReadToolResultRequest) String() string {
 func (*ReadToolResultRequest) ProtoMessage() {}
 
 func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1207,7 @@ func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultRequest.ProtoReflect.Descriptor instead.
 func (*ReadToolResultRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReadToolResultRequest) GetConversationId() string {
@@ -921,7 +1259,7 @@ type ReadToolResultResponse struct {
 
 func (x *ReadToolResultResponse) Reset() {
 	*x = ReadToolResultResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1271,7 @@ func (x *ReadToolResultResponse) String() string {
 func (*ReadToolResultResponse) ProtoMessage() {}
 
 func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1284,7 @@ func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultResponse.ProtoReflect.Descriptor instead.
 func (*ReadToolResultResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadToolResultResponse) GetText() string {
@@ -995,11 +1333,42 @@ var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
-	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x17contextd/v1/state.proto\":\n" +
+	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\"f\n" +
 	"\x0fGetStateRequest\x12'\n" +
-	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\"H\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12*\n" +
+	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\"H\n" +
 	"\x10GetStateResponse\x124\n" +
-	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\x89\x02\n" +
+	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xa6\x02\n" +
+	"\x13ReadMessagesRequest\x12(\n" +
+	"\x0fconversation_id\x18\x8c\x01 \x01(\tR\x0econversationId\x12/\n" +
+	"\asegment\x18\x8d\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x13\n" +
+	"\x04last\x18\x8e\x01 \x01(\rR\x04last\x12\x15\n" +
+	"\x05start\x18\x8f\x01 \x01(\x04R\x05start\x12\x16\n" +
+	"\x03end\x18\x90\x01 \x01(\x04H\x00R\x03end\x88\x01\x01\x12\x1e\n" +
+	"\aversion\x18\x91\x01 \x01(\x03H\x01R\aversion\x88\x01\x01\x12\x1c\n" +
+	"\tmax_bytes\x18\x92\x01 \x01(\rR\bmaxBytes\x12\x1e\n" +
+	"\n" +
+	"page_token\x18\x93\x01 \x01(\tR\tpageTokenB\x06\n" +
+	"\x04_endB\n" +
+	"\n" +
+	"\b_version\"r\n" +
+	"\fSegmentSizes\x12\x17\n" +
+	"\x06system\x18\x8c\x01 \x01(\x04R\x06system\x12\x19\n" +
+	"\ahistory\x18\x8d\x01 \x01(\x04R\ahistory\x12\x17\n" +
+	"\x06memory\x18\x8e\x01 \x01(\x04R\x06memory\x12\x15\n" +
+	"\x05tools\x18\x8f\x01 \x01(\x04R\x05tools\"\x80\x03\n" +
+	"\x14ReadMessagesResponse\x121\n" +
+	"\bmessages\x18\x8c\x01 \x03(\v2\x14.contextd.v1.MessageR\bmessages\x12\x19\n" +
+	"\aversion\x18\x8d\x01 \x01(\x03R\aversion\x12/\n" +
+	"\asegment\x18\x8e\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1b\n" +
+	"\bposition\x18\x8f\x01 \x01(\x04R\bposition\x12\"\n" +
+	"\fwindow_start\x18\x90\x01 \x01(\x04R\vwindowStart\x12\x1e\n" +
+	"\n" +
+	"window_end\x18\x91\x01 \x01(\x04R\twindowEnd\x12?\n" +
+	"\rsegment_sizes\x18\x92\x01 \x01(\v2\x19.contextd.v1.SegmentSizesR\fsegmentSizes\x12'\n" +
+	"\x0fnext_page_token\x18\x93\x01 \x01(\tR\rnextPageToken\x12\x1e\n" +
+	"\n" +
+	"page_bytes\x18\x94\x01 \x01(\x04R\tpageBytes\"\x89\x02\n" +
 	"\rCommitRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12.\n" +
 	"\x10expected_version\x18\x02 \x01(\x03H\x00R\x0fexpectedVersion\x88\x01\x01\x12*\n" +
@@ -1059,9 +1428,10 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
 	"totalBytes\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\x03R\aversion2\xe2\x03\n" +
+	"\aversion\x18\x06 \x01(\x03R\aversion2\xb7\x04\n" +
 	"\x13ConversationService\x12G\n" +
-	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12A\n" +
+	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
+	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
 	"\x06Commit\x12\x1a.contextd.v1.CommitRequest\x1a\x1b.contextd.v1.CommitResponse\x12>\n" +
 	"\x05Clear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n" +
 	"\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12b\n" +
@@ -1081,51 +1451,62 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_conversation_service_proto_rawDescData
 }
 
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(*GetStateRequest)(nil),           // 0: contextd.v1.GetStateRequest
 	(*GetStateResponse)(nil),          // 1: contextd.v1.GetStateResponse
-	(*CommitRequest)(nil),             // 2: contextd.v1.CommitRequest
-	(*CommitResponse)(nil),            // 3: contextd.v1.CommitResponse
-	(*ClearRequest)(nil),              // 4: contextd.v1.ClearRequest
-	(*ClearResponse)(nil),             // 5: contextd.v1.ClearResponse
-	(*WatchRequest)(nil),              // 6: contextd.v1.WatchRequest
-	(*Change)(nil),                    // 7: contextd.v1.Change
-	(*WatchResponse)(nil),             // 8: contextd.v1.WatchResponse
-	(*Heartbeat)(nil),                 // 9: contextd.v1.Heartbeat
-	(*ListConversationsRequest)(nil),  // 10: contextd.v1.ListConversationsRequest
-	(*ConversationSummary)(nil),       // 11: contextd.v1.ConversationSummary
-	(*ListConversationsResponse)(nil), // 12: contextd.v1.ListConversationsResponse
-	(*ReadToolResultRequest)(nil),     // 13: contextd.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),    // 14: contextd.v1.ReadToolResultResponse
-	(*ConversationState)(nil),         // 15: contextd.v1.ConversationState
-	(*Delta)(nil),                     // 16: contextd.v1.Delta
+	(*ReadMessagesRequest)(nil),       // 2: contextd.v1.ReadMessagesRequest
+	(*SegmentSizes)(nil),              // 3: contextd.v1.SegmentSizes
+	(*ReadMessagesResponse)(nil),      // 4: contextd.v1.ReadMessagesResponse
+	(*CommitRequest)(nil),             // 5: contextd.v1.CommitRequest
+	(*CommitResponse)(nil),            // 6: contextd.v1.CommitResponse
+	(*ClearRequest)(nil),              // 7: contextd.v1.ClearRequest
+	(*ClearResponse)(nil),             // 8: contextd.v1.ClearResponse
+	(*WatchRequest)(nil),              // 9: contextd.v1.WatchRequest
+	(*Change)(nil),                    // 10: contextd.v1.Change
+	(*WatchResponse)(nil),             // 11: contextd.v1.WatchResponse
+	(*Heartbeat)(nil),                 // 12: contextd.v1.Heartbeat
+	(*ListConversationsRequest)(nil),  // 13: contextd.v1.ListConversationsRequest
+	(*ConversationSummary)(nil),       // 14: contextd.v1.ConversationSummary
+	(*ListConversationsResponse)(nil), // 15: contextd.v1.ListConversationsResponse
+	(*ReadToolResultRequest)(nil),     // 16: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),    // 17: contextd.v1.ReadToolResultResponse
+	(*ConversationState)(nil),         // 18: contextd.v1.ConversationState
+	(Segment)(0),                      // 19: contextd.v1.Segment
+	(*Message)(nil),                   // 20: contextd.v1.Message
+	(*Delta)(nil),                     // 21: contextd.v1.Delta
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	15, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	16, // 1: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	15, // 2: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	16, // 3: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
-	7,  // 4: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
-	9,  // 5: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	11, // 6: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	0,  // 7: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	2,  // 8: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	4,  // 9: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	6,  // 10: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	10, // 11: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	13, // 12: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	1,  // 13: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	3,  // 14: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	5,  // 15: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	8,  // 16: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	12, // 17: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	14, // 18: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	18, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	19, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	20, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	19, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	3,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
+	21, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	18, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	21, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	10, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
+	12, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
+	14, // 10: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
+	0,  // 11: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	2,  // 12: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	5,  // 13: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	7,  // 14: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	9,  // 15: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	13, // 16: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	16, // 17: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	1,  // 18: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	4,  // 19: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	6,  // 20: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	8,  // 21: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	11, // 22: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	15, // 23: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	17, // 24: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -1133,10 +1514,12 @@ func file_contextd_v1_conversation_service_proto_init() {
 	if File_contextd_v1_conversation_service_proto != nil {
 		return
 	}
+	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
 	file_contextd_v1_conversation_service_proto_msgTypes[2].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[4].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[8].OneofWrappers = []any{
+	file_contextd_v1_conversation_service_proto_msgTypes[5].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[7].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[11].OneofWrappers = []any{
 		(*WatchResponse_Change)(nil),
 		(*WatchResponse_Heartbeat)(nil),
 	}
@@ -1146,7 +1529,7 @@ func file_contextd_v1_conversation_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

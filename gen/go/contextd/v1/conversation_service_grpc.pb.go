@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	ConversationService_GetState_FullMethodName          = "/contextd.v1.ConversationService/GetState"
+	ConversationService_ReadMessages_FullMethodName      = "/contextd.v1.ConversationService/ReadMessages"
 	ConversationService_Commit_FullMethodName            = "/contextd.v1.ConversationService/Commit"
 	ConversationService_Clear_FullMethodName             = "/contextd.v1.ConversationService/Clear"
 	ConversationService_Watch_FullMethodName             = "/contextd.v1.ConversationService/Watch"
@@ -39,8 +40,17 @@ const (
 // naming the field's path and the limit, on every store and every protocol, before anything is read
 // or applied.
 type ConversationServiceClient interface {
-	// Read a conversation. An unknown conversation returns an empty state with version 0.
+	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
+	// state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
+	// 16 MiB by default: what the clients receive by default) is refused with RESOURCE_EXHAUSTED
+	// (reason `STATE_TOO_LARGE`, naming its size, the limit and `ReadMessages`) instead of a
+	// response no client could receive: read such a conversation's messages with `ReadMessages`.
 	GetState(ctx context.Context, in *GetStateRequest, opts ...grpc.CallOption) (*GetStateResponse, error)
+	// Read a window of one segment's messages (the last N, or a range by position) at one version,
+	// in pages bounded in bytes, with the segments' sizes. What a chat view, a session's
+	// `get_items(limit)` or the inspector reads: the cost of a page is bounded by the page, not by
+	// the conversation.
+	ReadMessages(ctx context.Context, in *ReadMessagesRequest, opts ...grpc.CallOption) (*ReadMessagesResponse, error)
 	// Apply a batch of deltas atomically. A stale `expected_version` is ABORTED; the error message
 	// and the `contextd-current-version` trailer carry the current version.
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
@@ -69,6 +79,16 @@ func (c *conversationServiceClient) GetState(ctx context.Context, in *GetStateRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetStateResponse)
 	err := c.cc.Invoke(ctx, ConversationService_GetState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationServiceClient) ReadMessages(ctx context.Context, in *ReadMessagesRequest, opts ...grpc.CallOption) (*ReadMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadMessagesResponse)
+	err := c.cc.Invoke(ctx, ConversationService_ReadMessages_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +166,17 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, in *Read
 // naming the field's path and the limit, on every store and every protocol, before anything is read
 // or applied.
 type ConversationServiceServer interface {
-	// Read a conversation. An unknown conversation returns an empty state with version 0.
+	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
+	// state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
+	// 16 MiB by default: what the clients receive by default) is refused with RESOURCE_EXHAUSTED
+	// (reason `STATE_TOO_LARGE`, naming its size, the limit and `ReadMessages`) instead of a
+	// response no client could receive: read such a conversation's messages with `ReadMessages`.
 	GetState(context.Context, *GetStateRequest) (*GetStateResponse, error)
+	// Read a window of one segment's messages (the last N, or a range by position) at one version,
+	// in pages bounded in bytes, with the segments' sizes. What a chat view, a session's
+	// `get_items(limit)` or the inspector reads: the cost of a page is bounded by the page, not by
+	// the conversation.
+	ReadMessages(context.Context, *ReadMessagesRequest) (*ReadMessagesResponse, error)
 	// Apply a batch of deltas atomically. A stale `expected_version` is ABORTED; the error message
 	// and the `contextd-current-version` trailer carry the current version.
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
@@ -174,6 +203,9 @@ type UnimplementedConversationServiceServer struct{}
 
 func (UnimplementedConversationServiceServer) GetState(context.Context, *GetStateRequest) (*GetStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetState not implemented")
+}
+func (UnimplementedConversationServiceServer) ReadMessages(context.Context, *ReadMessagesRequest) (*ReadMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadMessages not implemented")
 }
 func (UnimplementedConversationServiceServer) Commit(context.Context, *CommitRequest) (*CommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
@@ -225,6 +257,24 @@ func _ConversationService_GetState_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ConversationServiceServer).GetState(ctx, req.(*GetStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationService_ReadMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).ReadMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_ReadMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).ReadMessages(ctx, req.(*ReadMessagesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -322,6 +372,10 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetState",
 			Handler:    _ConversationService_GetState_Handler,
+		},
+		{
+			MethodName: "ReadMessages",
+			Handler:    _ConversationService_ReadMessages_Handler,
 		},
 		{
 			MethodName: "Commit",

@@ -392,16 +392,18 @@ class TextReplacement(_message.Message):
     def __init__(self, segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., message_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RenderOptions(_message.Message):
-    __slots__ = ("provider", "model", "auto_cache_breakpoints", "prompt_cache_key")
+    __slots__ = ("provider", "model", "auto_cache_breakpoints", "prompt_cache_key", "drop_unsupported_media")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     AUTO_CACHE_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
+    DROP_UNSUPPORTED_MEDIA_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
     auto_cache_breakpoints: bool
     prompt_cache_key: str
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., auto_cache_breakpoints: bool = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
+    drop_unsupported_media: bool
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., auto_cache_breakpoints: bool = ..., prompt_cache_key: _Optional[str] = ..., drop_unsupported_media: bool = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ("name", "view", "segments", "budget", "formatters", "render")
@@ -595,16 +597,28 @@ class CompiledPayload(_message.Message):
     def __init__(self, system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., scratch: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[_state_pb2.ToolDefinition, _Mapping]]] = ...) -> None: ...
 
 class RenderedRequest(_message.Message):
-    __slots__ = ("provider", "model", "json", "warnings")
+    __slots__ = ("provider", "model", "json", "warnings", "renamed_tool_call_ids")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     JSON_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    RENAMED_TOOL_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
     json: bytes
     warnings: _containers.RepeatedCompositeFieldContainer[Warning]
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., json: _Optional[bytes] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ...) -> None: ...
+    renamed_tool_call_ids: _containers.RepeatedCompositeFieldContainer[RenamedToolCallId]
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., json: _Optional[bytes] = ..., warnings: _Optional[_Iterable[_Union[Warning, _Mapping]]] = ..., renamed_tool_call_ids: _Optional[_Iterable[_Union[RenamedToolCallId, _Mapping]]] = ...) -> None: ...
+
+class RenamedToolCallId(_message.Message):
+    __slots__ = ("message_id", "stored", "rendered")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    RENDERED_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    stored: str
+    rendered: str
+    def __init__(self, message_id: _Optional[str] = ..., stored: _Optional[str] = ..., rendered: _Optional[str] = ...) -> None: ...
 
 class Projection(_message.Message):
     __slots__ = ("name", "text", "messages", "transformations", "artifact_ids", "rendered", "usage", "calibration")

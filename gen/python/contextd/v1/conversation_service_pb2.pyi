@@ -1,3 +1,4 @@
+from contextd.v1 import message_pb2 as _message_pb2
 from contextd.v1 import state_pb2 as _state_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -8,16 +9,72 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetStateRequest(_message.Message):
-    __slots__ = ("conversation_id",)
+    __slots__ = ("conversation_id", "without_messages")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
-    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+    without_messages: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., without_messages: bool = ...) -> None: ...
 
 class GetStateResponse(_message.Message):
     __slots__ = ("state",)
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: _state_pb2.ConversationState
     def __init__(self, state: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ...) -> None: ...
+
+class ReadMessagesRequest(_message.Message):
+    __slots__ = ("conversation_id", "segment", "last", "start", "end", "version", "max_bytes", "page_token")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    segment: _state_pb2.Segment
+    last: int
+    start: int
+    end: int
+    version: int
+    max_bytes: int
+    page_token: str
+    def __init__(self, conversation_id: _Optional[str] = ..., segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., last: _Optional[int] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., version: _Optional[int] = ..., max_bytes: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SegmentSizes(_message.Message):
+    __slots__ = ("system", "history", "memory", "tools")
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    system: int
+    history: int
+    memory: int
+    tools: int
+    def __init__(self, system: _Optional[int] = ..., history: _Optional[int] = ..., memory: _Optional[int] = ..., tools: _Optional[int] = ...) -> None: ...
+
+class ReadMessagesResponse(_message.Message):
+    __slots__ = ("messages", "version", "segment", "position", "window_start", "window_end", "segment_sizes", "next_page_token", "page_bytes")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_END_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_SIZES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    version: int
+    segment: _state_pb2.Segment
+    position: int
+    window_start: int
+    window_end: int
+    segment_sizes: SegmentSizes
+    next_page_token: str
+    page_bytes: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., version: _Optional[int] = ..., segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., position: _Optional[int] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., segment_sizes: _Optional[_Union[SegmentSizes, _Mapping]] = ..., next_page_token: _Optional[str] = ..., page_bytes: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("conversation_id", "expected_version", "deltas", "idempotency_key", "include_state")

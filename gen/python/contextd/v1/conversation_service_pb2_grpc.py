@@ -46,6 +46,11 @@ class ConversationServiceStub(object):
                 request_serializer=contextd_dot_v1_dot_conversation__service__pb2.GetStateRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.GetStateResponse.FromString,
                 _registered_method=True)
+        self.ReadMessages = channel.unary_unary(
+                '/contextd.v1.ConversationService/ReadMessages',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ReadMessagesRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ReadMessagesResponse.FromString,
+                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/contextd.v1.ConversationService/Commit',
                 request_serializer=contextd_dot_v1_dot_conversation__service__pb2.CommitRequest.SerializeToString,
@@ -84,7 +89,21 @@ class ConversationServiceServicer(object):
     """
 
     def GetState(self, request, context):
-        """Read a conversation. An unknown conversation returns an empty state with version 0.
+        """Read a conversation whole. An unknown conversation returns an empty state with version 0. A
+        state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
+        16 MiB by default: what the clients receive by default) is refused with RESOURCE_EXHAUSTED
+        (reason `STATE_TOO_LARGE`, naming its size, the limit and `ReadMessages`) instead of a
+        response no client could receive: read such a conversation's messages with `ReadMessages`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadMessages(self, request, context):
+        """Read a window of one segment's messages (the last N, or a range by position) at one version,
+        in pages bounded in bytes, with the segments' sizes. What a chat view, a session's
+        `get_items(limit)` or the inspector reads: the cost of a page is bounded by the page, not by
+        the conversation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,6 +155,11 @@ def add_ConversationServiceServicer_to_server(servicer, server):
                     servicer.GetState,
                     request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.GetStateRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_conversation__service__pb2.GetStateResponse.SerializeToString,
+            ),
+            'ReadMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadMessages,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ReadMessagesRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ReadMessagesResponse.SerializeToString,
             ),
             'Commit': grpc.unary_unary_rpc_method_handler(
                     servicer.Commit,
@@ -197,6 +221,33 @@ class ConversationService(object):
             '/contextd.v1.ConversationService/GetState',
             contextd_dot_v1_dot_conversation__service__pb2.GetStateRequest.SerializeToString,
             contextd_dot_v1_dot_conversation__service__pb2.GetStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/ReadMessages',
+            contextd_dot_v1_dot_conversation__service__pb2.ReadMessagesRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.ReadMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,7 +4,9 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { ConversationState, Delta } from "./state_pb.js";
+import type { Message as Message$1 } from "./message_pb.js";
+import { file_contextd_v1_message } from "./message_pb.js";
+import type { ConversationState, Delta, Segment } from "./state_pb.js";
 import { file_contextd_v1_state } from "./state_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiKgoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIp4BCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgiawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIlEKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkiPwoTQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAyJtChlMaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEjcKDWNvbnZlcnNhdGlvbnMYASADKAsyIC5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJpChVSZWFkVG9vbFJlc3VsdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRIOCgZvZmZzZXQYAyABKAQSEQoJbWF4X2J5dGVzGAQgASgNIn8KFlJlYWRUb29sUmVzdWx0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIOCgZvZmZzZXQYAiABKAQSEwoLbmV4dF9vZmZzZXQYAyABKAQSEwoLdG90YWxfYnl0ZXMYBCABKAQSDAoEbmFtZRgFIAEoCRIPCgd2ZXJzaW9uGAYgASgDMuIDChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJBCgZDb21taXQSGi5jb250ZXh0ZC52MS5Db21taXRSZXF1ZXN0GhsuY29udGV4dGQudjEuQ29tbWl0UmVzcG9uc2USPgoFQ2xlYXISGS5jb250ZXh0ZC52MS5DbGVhclJlcXVlc3QaGi5jb250ZXh0ZC52MS5DbGVhclJlc3BvbnNlEkAKBVdhdGNoEhkuY29udGV4dGQudjEuV2F0Y2hSZXF1ZXN0GhouY29udGV4dGQudjEuV2F0Y2hSZXNwb25zZTABEmIKEUxpc3RDb252ZXJzYXRpb25zEiUuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0GiYuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRJZCg5SZWFkVG9vbFJlc3VsdBIiLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBojLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_state]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMiUQoYTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnByZWZpeBgDIAEoCSI/ChNDb252ZXJzYXRpb25TdW1tYXJ5EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMytwQKE0NvbnZlcnNhdGlvblNlcnZpY2USRwoIR2V0U3RhdGUSHC5jb250ZXh0ZC52MS5HZXRTdGF0ZVJlcXVlc3QaHS5jb250ZXh0ZC52MS5HZXRTdGF0ZVJlc3BvbnNlElMKDFJlYWRNZXNzYWdlcxIgLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1JlcXVlc3QaIS5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXNwb25zZRJBCgZDb21taXQSGi5jb250ZXh0ZC52MS5Db21taXRSZXF1ZXN0GhsuY29udGV4dGQudjEuQ29tbWl0UmVzcG9uc2USPgoFQ2xlYXISGS5jb250ZXh0ZC52MS5DbGVhclJlcXVlc3QaGi5jb250ZXh0ZC52MS5DbGVhclJlc3BvbnNlEkAKBVdhdGNoEhkuY29udGV4dGQudjEuV2F0Y2hSZXF1ZXN0GhouY29udGV4dGQudjEuV2F0Y2hSZXNwb25zZTABEmIKEUxpc3RDb252ZXJzYXRpb25zEiUuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0GiYuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRJZCg5SZWFkVG9vbFJlc3VsdBIiLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBojLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state]);
 
 /**
  * The request of `GetState`.
@@ -26,6 +28,15 @@ export type GetStateRequest = Message<"contextd.v1.GetStateRequest"> & {
    * @generated from field: string conversation_id = 1;
    */
   conversationId: string;
+
+  /**
+   * Leave the four segments' messages out: the answer is the version, artifacts, experiences and
+   * tool definitions only (`ReadMessagesResponse.segment_sizes` counts the messages). What a
+   * reader of a conversation over the message limit pairs with `ReadMessages`.
+   *
+   * @generated from field: bool without_messages = 140;
+   */
+  withoutMessages: boolean;
 };
 
 /**
@@ -55,6 +66,221 @@ export type GetStateResponse = Message<"contextd.v1.GetStateResponse"> & {
  */
 export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*/
   messageDesc(file_contextd_v1_conversation_service, 1);
+
+/**
+ * The request of `ReadMessages`. The window is either the last `last` messages of the segment, or
+ * the positions `start` (inclusive) to `end` (exclusive), 0 being the segment's first message; with
+ * neither, the whole segment. A window reaching past the segment's end stops there (a `start` past
+ * the end is an empty window), so "the last 10 of a segment of 3" is those 3.
+ *
+ * Paging: a response holds the window's messages from its start, in order, up to `max_bytes`; when
+ * the window has more, `next_page_token` reads on from there. Every page of one window is read at
+ * the version of the first page, so the pages fit together even while the conversation is being
+ * written to. The sidecar keeps a state that a page token points to for at least 60 seconds after
+ * the page that named it (at most 64 such states per process); while it is the current state it is
+ * always readable. A page token or `version` naming a version that is neither current nor kept is
+ * ABORTED (reason `VERSION_CONFLICT`, `current_version` in the details and the
+ * `contextd-current-version` trailer): start the read again at the current version.
+ *
+ * @generated from message contextd.v1.ReadMessagesRequest
+ */
+export type ReadMessagesRequest = Message<"contextd.v1.ReadMessagesRequest"> & {
+  /**
+   * The conversation. Required. An unknown conversation is an empty segment at version 0.
+   *
+   * @generated from field: string conversation_id = 140;
+   */
+  conversationId: string;
+
+  /**
+   * The segment to read; SEGMENT_UNSPECIFIED = SEGMENT_HISTORY.
+   *
+   * @generated from field: contextd.v1.Segment segment = 141;
+   */
+  segment: Segment;
+
+  /**
+   * The last this many messages of the segment. 0 = the window is `start` to `end`. Setting
+   * `last` together with `start` or `end` is INVALID_ARGUMENT.
+   *
+   * @generated from field: uint32 last = 142;
+   */
+  last: number;
+
+  /**
+   * The position of the window's first message (0-based). Used when `last` is 0.
+   *
+   * @generated from field: uint64 start = 143;
+   */
+  start: bigint;
+
+  /**
+   * The position after the window's last message; absent = the segment's end. Less than `start`
+   * is INVALID_ARGUMENT.
+   *
+   * @generated from field: optional uint64 end = 144;
+   */
+  end?: bigint | undefined;
+
+  /**
+   * Read at this version, which must be the current one or one the sidecar still keeps (see the
+   * message comment); absent = the current version (the first page) or the page token's.
+   *
+   * @generated from field: optional int64 version = 145;
+   */
+  version?: bigint | undefined;
+
+  /**
+   * The most bytes of messages a page holds (their protobuf encoding, as counted on the wire:
+   * `ReadMessagesResponse.page_bytes`). 0 = 4 MiB (4,194,304), or the largest allowed when that
+   * is smaller. At most 15/16 of the sidecar's
+   * message limit (`--max-request-bytes`): 15 MiB (15,728,640) at the default 16 MiB, so a page
+   * fits what the clients receive; more is INVALID_ARGUMENT naming the limit. A message larger
+   * than `max_bytes` is sent alone as a page of its own, so every message is readable (a stored
+   * message is never larger than the request that brought it).
+   *
+   * @generated from field: uint32 max_bytes = 146;
+   */
+  maxBytes: number;
+
+  /**
+   * From the previous page's `next_page_token`; empty = the first page. With a token, the window
+   * fields (`segment`, `last`, `start`, `end`, `version`) may be left unset or repeat the first
+   * request's values; anything else is INVALID_ARGUMENT, as is a token from another
+   * conversation or a token that no `ReadMessages` response sent.
+   *
+   * @generated from field: string page_token = 147;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message contextd.v1.ReadMessagesRequest.
+ * Use `create(ReadMessagesRequestSchema)` to create a new message.
+ */
+export const ReadMessagesRequestSchema: GenMessage<ReadMessagesRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 2);
+
+/**
+ * How many messages each segment holds at the version read.
+ *
+ * @generated from message contextd.v1.SegmentSizes
+ */
+export type SegmentSizes = Message<"contextd.v1.SegmentSizes"> & {
+  /**
+   * Messages in the system segment.
+   *
+   * @generated from field: uint64 system = 140;
+   */
+  system: bigint;
+
+  /**
+   * Messages in the history segment.
+   *
+   * @generated from field: uint64 history = 141;
+   */
+  history: bigint;
+
+  /**
+   * Messages in the memory segment.
+   *
+   * @generated from field: uint64 memory = 142;
+   */
+  memory: bigint;
+
+  /**
+   * Messages in the tools segment.
+   *
+   * @generated from field: uint64 tools = 143;
+   */
+  tools: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.SegmentSizes.
+ * Use `create(SegmentSizesSchema)` to create a new message.
+ */
+export const SegmentSizesSchema: GenMessage<SegmentSizes> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 3);
+
+/**
+ * The response of `ReadMessages`: one page.
+ *
+ * @generated from message contextd.v1.ReadMessagesResponse
+ */
+export type ReadMessagesResponse = Message<"contextd.v1.ReadMessagesResponse"> & {
+  /**
+   * The page's messages, in segment order.
+   *
+   * @generated from field: repeated contextd.v1.Message messages = 140;
+   */
+  messages: Message$1[];
+
+  /**
+   * The version read; the same on every page of one window.
+   *
+   * @generated from field: int64 version = 141;
+   */
+  version: bigint;
+
+  /**
+   * The segment read (SEGMENT_HISTORY for a request that left it unspecified).
+   *
+   * @generated from field: contextd.v1.Segment segment = 142;
+   */
+  segment: Segment;
+
+  /**
+   * The position of `messages[0]` in the segment (for an empty page, where it would be).
+   *
+   * @generated from field: uint64 position = 143;
+   */
+  position: bigint;
+
+  /**
+   * The window in positions, `window_start` inclusive, `window_end` exclusive, as resolved at this
+   * version: `window_end - window_start` messages in all pages together.
+   *
+   * @generated from field: uint64 window_start = 144;
+   */
+  windowStart: bigint;
+
+  /**
+   * See `window_start`.
+   *
+   * @generated from field: uint64 window_end = 145;
+   */
+  windowEnd: bigint;
+
+  /**
+   * The number of messages of every segment at this version (`segment_sizes.history` is the
+   * history's length, whatever the window).
+   *
+   * @generated from field: contextd.v1.SegmentSizes segment_sizes = 146;
+   */
+  segmentSizes?: SegmentSizes | undefined;
+
+  /**
+   * Pass as `page_token` to read the rest of the window; empty = this page reaches `window_end`.
+   *
+   * @generated from field: string next_page_token = 147;
+   */
+  nextPageToken: string;
+
+  /**
+   * The bytes `messages` take in this response (their encodings with tag and length).
+   *
+   * @generated from field: uint64 page_bytes = 148;
+   */
+  pageBytes: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.ReadMessagesResponse.
+ * Use `create(ReadMessagesResponseSchema)` to create a new message.
+ */
+export const ReadMessagesResponseSchema: GenMessage<ReadMessagesResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 4);
 
 /**
  * The request of `Commit`.
@@ -110,7 +336,7 @@ export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
  * Use `create(CommitRequestSchema)` to create a new message.
  */
 export const CommitRequestSchema: GenMessage<CommitRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 2);
+  messageDesc(file_contextd_v1_conversation_service, 5);
 
 /**
  * The response of `Commit`.
@@ -146,7 +372,7 @@ export type CommitResponse = Message<"contextd.v1.CommitResponse"> & {
  * Use `create(CommitResponseSchema)` to create a new message.
  */
 export const CommitResponseSchema: GenMessage<CommitResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 3);
+  messageDesc(file_contextd_v1_conversation_service, 6);
 
 /**
  * The request of `Clear`.
@@ -174,7 +400,7 @@ export type ClearRequest = Message<"contextd.v1.ClearRequest"> & {
  * Use `create(ClearRequestSchema)` to create a new message.
  */
 export const ClearRequestSchema: GenMessage<ClearRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 4);
+  messageDesc(file_contextd_v1_conversation_service, 7);
 
 /**
  * The response of `Clear`.
@@ -195,7 +421,7 @@ export type ClearResponse = Message<"contextd.v1.ClearResponse"> & {
  * Use `create(ClearResponseSchema)` to create a new message.
  */
 export const ClearResponseSchema: GenMessage<ClearResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 5);
+  messageDesc(file_contextd_v1_conversation_service, 8);
 
 /**
  * The request of `Watch`.
@@ -213,7 +439,8 @@ export type WatchRequest = Message<"contextd.v1.WatchRequest"> & {
   /**
    * Deliver changes with a version greater than this; 0 = from the beginning of the retained
    * stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
-   * older than that is OUT_OF_RANGE (reload with GetState, then watch from its version).
+   * older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
+   * the message limit, then watch from its version).
    *
    * @generated from field: int64 from_version = 2;
    */
@@ -225,7 +452,7 @@ export type WatchRequest = Message<"contextd.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 6);
+  messageDesc(file_contextd_v1_conversation_service, 9);
 
 /**
  * One committed batch.
@@ -281,7 +508,7 @@ export type Change = Message<"contextd.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 7);
+  messageDesc(file_contextd_v1_conversation_service, 10);
 
 /**
  * A message of the `Watch` stream.
@@ -318,7 +545,7 @@ export type WatchResponse = Message<"contextd.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 8);
+  messageDesc(file_contextd_v1_conversation_service, 11);
 
 /**
  * Sent while a `Watch` stream is idle.
@@ -339,7 +566,7 @@ export type Heartbeat = Message<"contextd.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 9);
+  messageDesc(file_contextd_v1_conversation_service, 12);
 
 /**
  * The request of `ListConversations`.
@@ -374,7 +601,7 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
  * Use `create(ListConversationsRequestSchema)` to create a new message.
  */
 export const ListConversationsRequestSchema: GenMessage<ListConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 10);
+  messageDesc(file_contextd_v1_conversation_service, 13);
 
 /**
  * A conversation in a listing.
@@ -402,7 +629,7 @@ export type ConversationSummary = Message<"contextd.v1.ConversationSummary"> & {
  * Use `create(ConversationSummarySchema)` to create a new message.
  */
 export const ConversationSummarySchema: GenMessage<ConversationSummary> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 11);
+  messageDesc(file_contextd_v1_conversation_service, 14);
 
 /**
  * The response of `ListConversations`.
@@ -430,7 +657,7 @@ export type ListConversationsResponse = Message<"contextd.v1.ListConversationsRe
  * Use `create(ListConversationsResponseSchema)` to create a new message.
  */
 export const ListConversationsResponseSchema: GenMessage<ListConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 12);
+  messageDesc(file_contextd_v1_conversation_service, 15);
 
 /**
  * The request of `ReadToolResult`.
@@ -476,7 +703,7 @@ export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest">
  * Use `create(ReadToolResultRequestSchema)` to create a new message.
  */
 export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 13);
+  messageDesc(file_contextd_v1_conversation_service, 16);
 
 /**
  * The response of `ReadToolResult`.
@@ -532,7 +759,7 @@ export type ReadToolResultResponse = Message<"contextd.v1.ReadToolResultResponse
  * Use `create(ReadToolResultResponseSchema)` to create a new message.
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 14);
+  messageDesc(file_contextd_v1_conversation_service, 17);
 
 /**
  * Stores conversations with optimistic concurrency.
@@ -547,7 +774,11 @@ export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = 
  */
 export const ConversationService: GenService<{
   /**
-   * Read a conversation. An unknown conversation returns an empty state with version 0.
+   * Read a conversation whole. An unknown conversation returns an empty state with version 0. A
+   * state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
+   * 16 MiB by default: what the clients receive by default) is refused with RESOURCE_EXHAUSTED
+   * (reason `STATE_TOO_LARGE`, naming its size, the limit and `ReadMessages`) instead of a
+   * response no client could receive: read such a conversation's messages with `ReadMessages`.
    *
    * @generated from rpc contextd.v1.ConversationService.GetState
    */
@@ -555,6 +786,19 @@ export const ConversationService: GenService<{
     methodKind: "unary";
     input: typeof GetStateRequestSchema;
     output: typeof GetStateResponseSchema;
+  },
+  /**
+   * Read a window of one segment's messages (the last N, or a range by position) at one version,
+   * in pages bounded in bytes, with the segments' sizes. What a chat view, a session's
+   * `get_items(limit)` or the inspector reads: the cost of a page is bounded by the page, not by
+   * the conversation.
+   *
+   * @generated from rpc contextd.v1.ConversationService.ReadMessages
+   */
+  readMessages: {
+    methodKind: "unary";
+    input: typeof ReadMessagesRequestSchema;
+    output: typeof ReadMessagesResponseSchema;
   },
   /**
    * Apply a batch of deltas atomically. A stale `expected_version` is ABORTED; the error message

@@ -4,7 +4,10 @@ import { CacheType, Provider, Role, type FilePart, type ImagePart, type Message,
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage } from "../media.js";
+import { mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
+import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
+import { isSummary } from "../summary-role.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -28,9 +31,10 @@ export const anthropicMaxCacheBreakpoints = 4;
 export interface RenderedAnthropic {
   body: AnthropicMessagesBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
-const imageMediaTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"]);
 
 /**
  * Renders the payload as Anthropic `system`, `messages` and `tools`.
@@ -45,13 +49,14 @@ const imageMediaTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png",
  *   More than 4 hints: see `breakpointsToDrop`; a warning names the messages whose hints were
  *   dropped.
  */
-export function renderAnthropic(payload: CompiledPayload, model: string, report: (warning: Warning) => void, autoCacheBreakpoints = false): RenderedAnthropic {
+export function renderAnthropic(payload: CompiledPayload, model: string, report: (warning: Warning) => void, autoCacheBreakpoints: boolean, media: MediaPolicy): RenderedAnthropic {
   const system: AnthropicTextBlock[] = [];
   const messages: AnthropicMessage[] = [];
   const origins: BodyOrigin[] = [];
   // Per body message: how many leading tool_result blocks it has, so merged results stay first.
   const leadingResults: number[] = [];
   const breakpoints: Breakpoint[] = [];
+  const ids = new CallIdAssignment(callIdRules.anthropic);
   // Where the system slot's breakpoints end in `breakpoints`, for its automatic one.
   let systemBreakpointsEnd = 0;
 
@@ -66,8 +71,10 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
       systemBreakpointsEnd = breakpoints.length;
       continue;
     }
-    const role = message.role === Role.ASSISTANT ? "assistant" : "user";
-    const { results, rest } = contentBlocks(message);
+    // A summary is context, not something the assistant said: as a user turn it gives a body that
+    // starts with the user's turn, which Anthropic (and Bedrock, Vertex) require.
+    const role = message.role === Role.ASSISTANT && !isSummary(message) ? "assistant" : "user";
+    const { results, rest } = contentBlocks(message, ids, media);
     markCacheBreakpoint(message, [...results, ...rest], breakpoints);
     // The summary heads history and stays until the next compaction: a stable boundary.
     if (autoCacheBreakpoints && segment === "history" && message.provenance?.kind.case === "summary") autoBreakpoint([...results, ...rest], message.id, breakpoints);
@@ -122,9 +129,29 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
     );
   }
 
+  withoutTrailingWhitespaceInPrefill(messages, origins);
   const body: AnthropicMessagesBody = { ...(model !== "" ? { model } : {}), ...(system.length > 0 ? { system } : {}), messages };
   if (tools.length > 0) body.tools = tools;
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
+}
+
+/**
+ * A body ending in an assistant turn asks the model to continue it (a prefill), and Anthropic
+ * rejects one whose final content ends in whitespace. Trailing whitespace of that last text block
+ * is left out (it carries nothing the model continues from); a block of only whitespace goes, and
+ * a turn left empty with it.
+ */
+function withoutTrailingWhitespaceInPrefill(messages: AnthropicMessage[], origins: BodyOrigin[]): void {
+  const last = messages.at(-1);
+  if (!last || last.role !== "assistant") return;
+  const block = last.content.at(-1);
+  if (!block || block.type !== "text") return;
+  block.text = block.text.trimEnd();
+  if (block.text !== "") return;
+  last.content.pop();
+  if (last.content.length > 0) return;
+  messages.pop();
+  origins.pop();
 }
 
 /**
@@ -140,7 +167,7 @@ function breakpointsToDrop<T>(breakpoints: readonly T[]): T[] {
 }
 
 /** A message's blocks: its tool results (which must lead a user turn) and everything else. */
-function contentBlocks(message: Message): { results: AnthropicToolResultBlock[]; rest: AnthropicBlock[] } {
+function contentBlocks(message: Message, ids: CallIdAssignment, media: MediaPolicy): { results: AnthropicToolResultBlock[]; rest: AnthropicBlock[] } {
   const results: AnthropicToolResultBlock[] = [];
   const rest: AnthropicBlock[] = [];
   message.parts.forEach((part, index) => {
@@ -150,10 +177,10 @@ function contentBlocks(message: Message): { results: AnthropicToolResultBlock[];
         if (kind.value.text !== "") rest.push({ type: "text", text: kind.value.text });
         return;
       case "image":
-        rest.push(imageBlock(kind.value, message.id));
+        if (mediaPlan("anthropic", message, index, { kind: "image", image: kind.value }, media).send) rest.push(imageBlock(kind.value));
         return;
       case "file":
-        rest.push(documentBlock(kind.value, message.id, index));
+        if (mediaPlan("anthropic", message, index, { kind: "file", file: kind.value }, media).send) rest.push(documentBlock(kind.value));
         return;
       case "reasoning":
         if (kind.value.provider !== Provider.ANTHROPIC_MESSAGES) return;
@@ -164,7 +191,7 @@ function contentBlocks(message: Message): { results: AnthropicToolResultBlock[];
         );
         return;
       case "toolCall":
-        rest.push({ type: "tool_use", id: kind.value.id, name: kind.value.name, input: toolArgumentsObject(kind.value, message.id, "anthropic.tool_use_input") });
+        rest.push({ type: "tool_use", id: ids.call(message.id, kind.value.id), name: kind.value.name, input: toolArgumentsObject(kind.value, message.id, "anthropic.tool_use_input") });
         return;
       case "toolResult": {
         const result = kind.value;
@@ -172,9 +199,9 @@ function contentBlocks(message: Message): { results: AnthropicToolResultBlock[];
         let content: AnthropicToolResultBlock["content"] = text;
         if (result.contentParts.length > 0) {
           content = text === "" ? [] : [{ type: "text", text }];
-          for (const inner of result.contentParts) content.push(...toolResultContent(inner, message.id));
+          for (const inner of result.contentParts) content.push(...toolResultContent(inner, message, index, media));
         }
-        results.push({ type: "tool_result", tool_use_id: result.toolCallId, content, ...(result.isError ? { is_error: true } : {}) });
+        results.push({ type: "tool_result", tool_use_id: ids.result(result.toolCallId), content, ...(result.isError ? { is_error: true } : {}) });
         return;
       }
       default:
@@ -184,32 +211,25 @@ function contentBlocks(message: Message): { results: AnthropicToolResultBlock[];
   return { results, rest };
 }
 
-function toolResultContent(part: Part, messageId: string): Array<AnthropicTextBlock | AnthropicImageBlock> {
+function toolResultContent(part: Part, message: Message, index: number, media: MediaPolicy): Array<AnthropicTextBlock | AnthropicImageBlock> {
   if (part.kind.case === "text") return part.kind.value.text === "" ? [] : [{ type: "text", text: part.kind.value.text }];
-  if (part.kind.case === "image") return [imageBlock(part.kind.value, messageId)];
-  throw providerRuleViolation("anthropic.content_type", atMessage(messageId), `a tool result's content part (${part.kind.case ?? "empty"}) must be text or an image`);
+  if (part.kind.case === "image") return mediaPlan("anthropic", message, index, { kind: "image", image: part.kind.value }, media).send ? [imageBlock(part.kind.value)] : [];
+  throw providerRuleViolation("anthropic.content_type", atMessage(message.id), `a tool result's content part (${part.kind.case ?? "empty"}) must be text or an image`);
 }
 
-function imageBlock(image: ImagePart, messageId: string): AnthropicImageBlock {
+/** An image the table let through (media-capabilities.ts): by URL, or inline of a type Anthropic takes. */
+function imageBlock(image: ImagePart): AnthropicImageBlock {
   const inline = inlineImage(image);
   if (!inline) return { type: "image", source: { type: "url", url: image.url } };
-  if (!imageMediaTypes.has(inline.mimeType)) {
-    throw providerRuleViolation("anthropic.image_media_type", atMessage(messageId), `image type "${inline.mimeType}" is not one of ${[...imageMediaTypes].join(", ")}`);
-  }
   return { type: "image", source: { type: "base64", media_type: inline.mimeType as AnthropicImageMediaType, data: inline.base64 } };
 }
 
-function documentBlock(file: FilePart, messageId: string, index: number): AnthropicDocumentBlock {
+/** A document the table let through: a PDF by URL or inline, or inline plain text. */
+function documentBlock(file: FilePart): AnthropicDocumentBlock {
   const title = file.name !== "" ? { title: file.name } : {};
-  if (file.uri !== "") {
-    if (/^https?:\/\//.test(file.uri)) return { type: "document", source: { type: "url", url: file.uri }, ...title };
-    throw providerRuleViolation("anthropic.document_source", atMessage(messageId), `part ${index}: file URI "${file.uri}" is not an http(s) URL`);
-  }
+  if (file.uri !== "") return { type: "document", source: { type: "url", url: file.uri }, ...title };
   if (file.mimeType === "application/pdf") return { type: "document", source: { type: "base64", media_type: "application/pdf", data: base64(file.data) }, ...title };
-  if (file.mimeType === "text/plain") {
-    return { type: "document", source: { type: "text", media_type: "text/plain", data: new TextDecoder().decode(file.data) }, ...title };
-  }
-  throw providerRuleViolation("anthropic.document_source", atMessage(messageId), `part ${index}: file type "${file.mimeType}" is neither application/pdf nor text/plain`);
+  return { type: "document", source: { type: "text", media_type: "text/plain", data: new TextDecoder().decode(file.data) }, ...title };
 }
 
 /** One `cache_control` in the body; `auto` when `RenderOptions.auto_cache_breakpoints` put it there. */

@@ -7,6 +7,10 @@ import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { checkToolNames } from "../tool-definitions.js";
 import type { AnthropicBlock, AnthropicCacheControl, AnthropicMessagesBody } from "./body.js";
 import { anthropicMaxCacheBreakpoints } from "./render.js";
+import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
+
+/** Anthropic tool_use ids: `^[a-zA-Z0-9_-]+$` (a 64-character cap kept by contextd, rendered-ids.ts). */
+const toolUseIdPattern = /^[a-zA-Z0-9_-]{1,64}$/;
 
 /** Anthropic tool names: letters, digits, underscores and dashes, at most 64. */
 export const anthropicToolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -17,6 +21,18 @@ export const anthropicToolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
  */
 export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.messages.length === 0) throw providerRuleViolation("anthropic.messages_non_empty", "request", "there is no message to send");
+  if (body.messages[0]!.role !== "user") {
+    throw providerRuleViolation(
+      "anthropic.first_turn_user",
+      atMessage(origins[0]!.messageId),
+      `the first turn would be the assistant's; Anthropic (with Bedrock and Vertex) takes a body that starts with a user turn: start history with a user message, or leave budget.history_start at HISTORY_START_USER_TURN so trimming aligns it`,
+    );
+  }
+  const final = body.messages.at(-1)!;
+  const finalBlock = final.content.at(-1);
+  if (final.role === "assistant" && finalBlock?.type === "text" && /\s$/.test(finalBlock.text)) {
+    throw providerRuleViolation("anthropic.prefill_trailing_whitespace", atMessage(origins.at(-1)!.messageId), "the final assistant content ends in whitespace");
+  }
   const seenCallIds = new Set<string>();
 
   body.messages.forEach((message, index) => {
@@ -42,6 +58,7 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
       leading = false;
       if (block.type === "tool_use") {
         if (message.role !== "assistant") throw providerRuleViolation("anthropic.call_result_pairing", where, `tool_use "${block.id}" outside an assistant turn`);
+        if (!toolUseIdPattern.test(block.id)) throw providerRuleViolation("anthropic.tool_use_id", where, `tool_use id "${block.id}" does not match ^[a-zA-Z0-9_-]{1,64}$`);
         if (block.id === "" || seenCallIds.has(block.id)) throw providerRuleViolation("anthropic.call_result_pairing", where, `tool_use id "${block.id}" is empty or used twice`);
         seenCallIds.add(block.id);
       }
@@ -67,13 +84,14 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
 
   const expectedSystem: string[] = [];
   const expectedOpaque: string[] = [];
+  const ids = new CallIdAssignment(callIdRules.anthropic);
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
     const inSystemSlot = segment === "system" && isInstructionRole(message.role);
     for (const part of message.parts) {
       const kind = part.kind;
       if (kind.case === "text" && inSystemSlot && kind.value.text !== "") expectedSystem.push(kind.value.text);
-      if (kind.case === "toolCall") expectedOpaque.push(`tool_use:${kind.value.id}`);
-      if (kind.case === "toolResult") expectedOpaque.push(`tool_result:${kind.value.toolCallId}`);
+      if (kind.case === "toolCall") expectedOpaque.push(`tool_use:${ids.call(message.id, kind.value.id)}`);
+      if (kind.case === "toolResult") expectedOpaque.push(`tool_result:${ids.result(kind.value.toolCallId)}`);
       if (kind.case === "reasoning" && kind.value.provider === Provider.ANTHROPIC_MESSAGES) {
         expectedOpaque.push(kind.value.redactedData !== "" ? `redacted:${kind.value.redactedData}` : `signature:${kind.value.signature}`);
       }

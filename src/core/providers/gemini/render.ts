@@ -4,7 +4,10 @@ import { Provider, Role, type Message, type Part, type ToolResultPart } from "..
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage, type InlineMedia } from "../media.js";
+import { mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
+import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
+import { isSummary } from "../summary-role.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { isJsonObject, toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -14,6 +17,8 @@ import type { GeminiBody, GeminiContent, GeminiFunctionResponse, GeminiPart } fr
 export interface RenderedGemini {
   body: GeminiBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
 /**
@@ -31,7 +36,7 @@ export interface RenderedGemini {
  *   (other providers never see it); a text part that is empty but signed is still sent, since the
  *   signature is what Gemini needs.
  */
-export function renderGemini(payload: CompiledPayload, _model: string): RenderedGemini {
+export function renderGemini(payload: CompiledPayload, _model: string, media: MediaPolicy): RenderedGemini {
   const systemParts: Array<{ text: string }> = [];
   const contents: GeminiContent[] = [];
   const origins: BodyOrigin[] = [];
@@ -59,6 +64,7 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
   };
   // functionResponse needs the function name; a result that does not carry one takes its call's.
   const callNames = new Map<string, string>();
+  const ids = new CallIdAssignment(callIdRules.gemini);
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
     for (const part of message.parts) if (part.kind.case === "toolCall") callNames.set(part.kind.value.id, part.kind.value.name);
     if (segment === "system" && isInstructionRole(message.role)) {
@@ -77,21 +83,23 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
       const followUp = toolFollowUp.parts;
       message.parts.forEach((part, index) => {
         if (part.kind.case === "toolResult") {
-          const response = functionResponse(part.kind.value, callNames);
+          const response = functionResponse(part.kind.value, callNames, ids);
           for (const inner of part.kind.value.contentParts) {
-            const media = functionResponseMedia(inner);
-            if (media) (response.parts ??= []).push({ inlineData: media });
-            else followUp.push(...contentParts([inner], message, index));
+            const inline = functionResponseMedia(inner);
+            if (inline) (response.parts ??= []).push({ inlineData: inline });
+            else followUp.push(...contentParts([inner], message, index, ids, media));
           }
           responses.push({ functionResponse: response });
         } else {
-          followUp.push(...contentParts([part], message, index));
+          followUp.push(...contentParts([part], message, index, ids, media));
         }
       });
       append("user", responses, message, true);
       continue;
     }
-    append(message.role === Role.ASSISTANT ? "model" : "user", contentParts(message.parts, message, 0), message, false);
+    // A summary is context, not a model turn: as user content it never heads the body as a model
+    // turn (merged with a following function call, that is a body Gemini rejects).
+    append(message.role === Role.ASSISTANT && !isSummary(message) ? "model" : "user", contentParts(message.parts, message, 0, ids, media), message, false);
   }
 
   flushToolFollowUp();
@@ -108,14 +116,14 @@ export function renderGemini(payload: CompiledPayload, _model: string): Rendered
       },
     ];
   }
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
 }
 
 /**
  * Gemini wants an object: JSON object data is sent as is; a failed tool is `{error: text}` and
  * anything else `{output: value}`, the keys Gemini documents for function responses.
  */
-function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string, string>): GeminiFunctionResponse {
+function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string, string>, ids: CallIdAssignment): GeminiFunctionResponse {
   const text = toolPayloadText(result.payload);
   let response: Record<string, unknown>;
   if (result.isError || (result.payload?.error && result.payload.text === "" && result.payload.data === "")) {
@@ -132,7 +140,7 @@ function functionResponse(result: ToolResultPart, callNames: ReadonlyMap<string,
   } else {
     response = { output: text };
   }
-  return { id: result.toolCallId, name: result.name || (callNames.get(result.toolCallId) ?? ""), response };
+  return { id: ids.result(result.toolCallId), name: result.name || (callNames.get(result.toolCallId) ?? ""), response };
 }
 
 /** The media types Gemini documents for inline data in function responses. */
@@ -149,7 +157,7 @@ function functionResponseMedia(part: Part): { mimeType: string; data: string } |
 }
 
 /** Parts of a user or model turn. `firstIndex` offsets part numbers in errors. */
-function contentParts(parts: readonly Part[], message: Message, firstIndex: number): GeminiPart[] {
+function contentParts(parts: readonly Part[], message: Message, firstIndex: number, ids: CallIdAssignment, media: MediaPolicy): GeminiPart[] {
   const rendered: GeminiPart[] = [];
   parts.forEach((part, offset) => {
     const index = firstIndex + offset;
@@ -160,6 +168,7 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         else if (kind.value.text !== "") rendered.push({ text: kind.value.text });
         return;
       case "image": {
+        if (!mediaPlan("gemini", message, index, { kind: "image", image: kind.value }, media).send) return;
         const inline = inlineImage(kind.value);
         rendered.push(
           inline
@@ -169,6 +178,7 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         return;
       }
       case "file":
+        if (!mediaPlan("gemini", message, index, { kind: "file", file: kind.value }, media).send) return;
         rendered.push(
           kind.value.uri !== ""
             ? { fileData: { fileUri: kind.value.uri, ...(kind.value.mimeType !== "" ? { mimeType: kind.value.mimeType } : {}) } }
@@ -181,7 +191,7 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
         return;
       case "toolCall":
         rendered.push({
-          functionCall: { id: kind.value.id, name: kind.value.name, args: toolArgumentsObject(kind.value, message.id, "gemini.function_call_args") },
+          functionCall: { id: ids.call(message.id, kind.value.id), name: kind.value.name, args: toolArgumentsObject(kind.value, message.id, "gemini.function_call_args") },
           ...(kind.value.signature !== "" ? { thoughtSignature: kind.value.signature } : {}),
         });
         return;

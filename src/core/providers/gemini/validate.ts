@@ -6,6 +6,7 @@ import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { checkToolNames } from "../tool-definitions.js";
 import type { GeminiBody, GeminiContent } from "./body.js";
+import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
 
 /** Gemini function names: a letter or underscore, then letters, digits, `_ . : -`; at most 64. */
 export const geminiToolNamePattern = /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$/;
@@ -16,6 +17,13 @@ export const geminiToolNamePattern = /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$/;
  */
 export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.contents.length === 0) throw providerRuleViolation("gemini.contents_non_empty", "request", "there is no content to send");
+  if (body.contents[0]!.parts.some((part) => part.functionCall !== undefined)) {
+    throw providerRuleViolation(
+      "gemini.function_call_turn_position",
+      atMessage(origins[0]!.messageId),
+      "the body would start with a function call turn; Gemini takes one only right after a user turn or a function response turn: start history with a user message, or leave budget.history_start at HISTORY_START_USER_TURN so trimming aligns it",
+    );
+  }
   const seenCallIds = new Set<string>();
   const isResponses = (content: GeminiContent) => content.parts.some((part) => part.functionResponse !== undefined);
 
@@ -70,13 +78,14 @@ export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[],
 
   const expectedSystem: string[] = [];
   const expectedOpaque: string[] = [];
+  const ids = new CallIdAssignment(callIdRules.gemini);
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
     if (segment === "system" && isInstructionRole(message.role)) {
       // systemInstruction takes plain text: a signature there has no model turn to go back to.
       for (const part of message.parts) if (part.kind.case === "text" && part.kind.value.text !== "") expectedSystem.push(part.kind.value.text);
       continue;
     }
-    for (const part of message.parts) expectedOpaque.push(...opaqueValuesOf(part));
+    for (const part of message.parts) expectedOpaque.push(...opaqueValuesOf(part, message.id, ids));
   }
   const actualSystem = body.systemInstruction?.parts.map((part) => part.text) ?? [];
   if (actualSystem.join("\u0000") !== expectedSystem.join("\u0000")) {
@@ -96,17 +105,17 @@ export function validateGemini(body: GeminiBody, origins: readonly BodyOrigin[],
  * call ids, and the signatures of calls, text and Gemini reasoning, also inside tool results'
  * content (rendered in the user content after the function responses).
  */
-function opaqueValuesOf(part: Part): string[] {
+function opaqueValuesOf(part: Part, messageId: string, ids: CallIdAssignment): string[] {
   const kind = part.kind;
   switch (kind.case) {
     case "toolCall":
-      return [`call:${kind.value.id}`, ...(kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [])];
+      return [`call:${ids.call(messageId, kind.value.id)}`, ...(kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [])];
     case "text":
       return kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [];
     case "reasoning":
       return kind.value.provider === Provider.GEMINI && kind.value.signature !== "" ? [`signature:${kind.value.signature}`] : [];
     case "toolResult":
-      return kind.value.contentParts.flatMap(opaqueValuesOf);
+      return kind.value.contentParts.flatMap((inner) => opaqueValuesOf(inner, messageId, ids));
     default:
       return [];
   }

@@ -4,7 +4,9 @@ import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";
 import { fileDataUrl, imageUrl } from "../media.js";
+import { fileName, mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
+import { acceptedChatName, CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsJson } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -21,16 +23,20 @@ import type {
 export interface RenderedOpenAIChat {
   body: OpenAIChatBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
 /**
  * Renders the payload as Chat Completions `messages` and `tools`. Every payload message keeps its
  * place and role (SYSTEM → system, DEVELOPER → developer, scratch as system messages at the end).
- * Reasoning parts are never sent: Chat Completions has no way to take reasoning back.
+ * Reasoning parts are never sent: Chat Completions has no way to take reasoning back. Tool-call
+ * ids and sender names are sent in the form Chat takes (`rendered-ids.ts`).
  */
-export function renderOpenAIChat(payload: CompiledPayload, model: string): RenderedOpenAIChat {
+export function renderOpenAIChat(payload: CompiledPayload, model: string, media: MediaPolicy): RenderedOpenAIChat {
   const messages: ChatMessage[] = [];
   const origins: BodyOrigin[] = [];
+  const ids = new CallIdAssignment(callIdRules.openai_chat);
   const push = (message: ChatMessage, origin: Message) => {
     messages.push(message);
     origins.push({ messageId: origin.id, role: origin.role });
@@ -55,7 +61,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
         break;
       }
       case Role.USER: {
-        const content = message.parts.flatMap((part, index) => userContent(part, message, index));
+        const content = message.parts.flatMap((part, index) => userContent(part, message, index, media));
         if (content.length > 0) push({ role: "user", content: compact(content), ...named(message) }, message);
         break;
       }
@@ -65,7 +71,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
         for (const part of message.parts) {
           if (part.kind.case !== "toolCall") continue;
           const call = part.kind.value;
-          toolCalls.push({ id: call.id, type: "function", function: { name: call.name, arguments: toolArgumentsJson(call) } });
+          toolCalls.push({ id: ids.call(message.id, call.id), type: "function", function: { name: call.name, arguments: toolArgumentsJson(call) } });
         }
         if (content.length === 0 && toolCalls.length === 0) break;
         push(
@@ -83,14 +89,15 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
         toolFollowUp ??= { parts: [], origin: message };
         message.parts.forEach((part, index) => {
           if (part.kind.case !== "toolResult") {
-            toolFollowUp!.parts.push(...userContent(part, message, index));
+            toolFollowUp!.parts.push(...userContent(part, message, index, media));
             return;
           }
           const result = part.kind.value;
-          push({ role: "tool", tool_call_id: result.toolCallId, content: toolPayloadText(result.payload) }, message);
+          const callId = ids.result(result.toolCallId);
+          push({ role: "tool", tool_call_id: callId, content: toolPayloadText(result.payload) }, message);
           if (result.contentParts.length > 0) {
-            toolFollowUp!.parts.push({ type: "text", text: `Content returned by tool call ${result.toolCallId}:` });
-            result.contentParts.forEach((inner) => toolFollowUp!.parts.push(...userContent(inner, message, index)));
+            toolFollowUp!.parts.push({ type: "text", text: `Content returned by tool call ${callId}:` });
+            result.contentParts.forEach((inner) => toolFollowUp!.parts.push(...userContent(inner, message, index, media)));
           }
         });
         break;
@@ -114,7 +121,7 @@ export function renderOpenAIChat(payload: CompiledPayload, model: string): Rende
       }),
     );
   }
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
 }
 
 /** One text part is sent as a plain string, anything else as a parts array. */
@@ -123,7 +130,7 @@ function compact<P extends ChatUserContentPart>(content: P[]): string | P[] {
 }
 
 function named(message: Message): { name?: string } {
-  return message.senderName !== "" ? { name: message.senderName } : {};
+  return message.senderName !== "" ? { name: acceptedChatName(message.senderName) } : {};
 }
 
 /**
@@ -153,19 +160,23 @@ function textOnlyContent(message: Message, roleName: string): ChatTextPart[] {
   return content;
 }
 
-/** A part as user content (text, image, file). */
-function userContent(part: Part, message: Message, index: number): ChatUserContentPart[] {
+/** A part as user content (text, image, file; media as `media-capabilities.ts` allows). */
+function userContent(part: Part, message: Message, index: number, media: MediaPolicy): ChatUserContentPart[] {
   switch (part.kind.case) {
     case "text":
       return part.kind.value.text === "" ? [] : [{ type: "text", text: part.kind.value.text }];
     case "image": {
+      const plan = mediaPlan("openai_chat", message, index, { kind: "image", image: part.kind.value }, media);
+      if (!plan.send) return [];
       const detail = openAIImageDetail(part.kind.value.detail);
       return [{ type: "image_url", image_url: { url: imageUrl(part.kind.value), ...(detail ? { detail } : {}) } }];
     }
     case "file": {
       const file = part.kind.value;
+      const plan = mediaPlan("openai_chat", message, index, { kind: "file", file }, media);
+      if (!plan.send) return plan.text !== undefined ? [{ type: "text", text: plan.text }] : [];
       if (file.uri !== "") return [{ type: "file", file: { file_id: file.uri } }];
-      return [{ type: "file", file: { file_data: fileDataUrl(file), ...(file.name !== "" ? { filename: file.name } : {}) } }];
+      return [{ type: "file", file: { file_data: fileDataUrl(file), filename: fileName(file, message.id, index) } }];
     }
     case "reasoning":
       return [];

@@ -5,11 +5,14 @@ import { checkOpaquePassthrough } from "../opaque-passthrough.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { checkToolNames } from "../tool-definitions.js";
+import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
 import { toolCallsOf, toolResultsOf } from "../../model/tool-rounds.js";
 import type { OpenAIChatBody } from "./body.js";
 
 /** OpenAI function names: letters, digits, underscores and dashes, at most 64. */
 export const openAIToolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
+/** A Chat message's `name` (the sender): the same pattern. */
+const chatNamePattern = openAIToolNamePattern;
 
 /**
  * Checks a Chat Completions body against providers.md. `origins[i]` is the payload message of
@@ -27,6 +30,9 @@ export function validateOpenAIChat(body: OpenAIChatBody, origins: readonly BodyO
   body.messages.forEach((message, index) => {
     const origin = origins[index]!;
     const where = atMessage(origin.messageId);
+    if ("name" in message && message.name !== undefined && !chatNamePattern.test(message.name)) {
+      throw providerRuleViolation("openai_chat.name", where, `name "${message.name}" does not match ^[a-zA-Z0-9_-]{1,64}$`);
+    }
     if ((origin.role === Role.SYSTEM && message.role !== "system") || (origin.role === Role.DEVELOPER && message.role !== "developer")) {
       throw providerRuleViolation("openai_chat.system_slot", where, `a ${Role[origin.role]} message was rendered as "${message.role}"`);
     }
@@ -60,6 +66,9 @@ export function validateOpenAIChat(body: OpenAIChatBody, origins: readonly BodyO
     if (message.role === "assistant" && message.tool_calls && message.tool_calls.length > 0) {
       round = { messageId: origin.messageId, unanswered: new Set(), answered: new Set(), attachmentsSeen: false };
       for (const call of message.tool_calls) {
+        if (call.id.length > callIdRules.openai_chat.maxLength) {
+          throw providerRuleViolation("openai_chat.tool_call_id_length", where, `tool call id "${call.id}" has ${call.id.length} characters; the limit is ${callIdRules.openai_chat.maxLength}`);
+        }
         if (call.id === "" || seenCallIds.has(call.id)) {
           throw providerRuleViolation("openai_chat.call_result_pairing", where, `tool call id "${call.id}" is empty or used twice`);
         }
@@ -72,9 +81,10 @@ export function validateOpenAIChat(body: OpenAIChatBody, origins: readonly BodyO
   checkToolNames(body.tools?.map((tool) => tool.function.name) ?? [], openAIToolNamePattern, "openai_chat");
 
   const expected: string[] = [];
+  const ids = new CallIdAssignment(callIdRules.openai_chat);
   for (const { message } of messagesInRenderingOrder(payload)) {
-    for (const call of toolCallsOf(message)) expected.push(`call:${call.id}`);
-    for (const result of toolResultsOf(message)) expected.push(`result:${result.toolCallId}`);
+    for (const call of toolCallsOf(message)) expected.push(`call:${ids.call(message.id, call.id)}`);
+    for (const result of toolResultsOf(message)) expected.push(`result:${ids.result(result.toolCallId)}`);
   }
   const actual: string[] = [];
   for (const message of body.messages) {

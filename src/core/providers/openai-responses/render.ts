@@ -4,7 +4,10 @@ import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";
 import { fileDataUrl, imageUrl } from "../media.js";
+import { fileName, mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";
+import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
+import { responsesPairs } from "./reasoning-pairs.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsJson } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -14,6 +17,8 @@ import type { OpenAIResponsesBody, ResponsesInputContent, ResponsesInputItem } f
 export interface RenderedOpenAIResponses {
   body: OpenAIResponsesBody;
   origins: BodyOrigin[];
+  /** Tool-call ids sent in another form than stored (`rendered-ids.ts`). */
+  renamed: RenamedCallId[];
 }
 
 /** Joins the system segment's SYSTEM texts into `instructions`. */
@@ -26,16 +31,17 @@ export const instructionsSeparator = "\n\n";
  *   developer/system messages, in place.
  * - An assistant message becomes items in part order: `reasoning` (only Responses reasoning, with
  *   its id, summary and encrypted content byte for byte), assistant text, `function_call` (with its
- *   item `id` when it came from a Responses response: the API recognises the items a reasoning
- *   item produced by their ids, and rejects reasoning sent back without them).
+ *   item `id` only beside the reasoning item it was produced with: `reasoning-pairs.ts`). Call ids
+ *   are sent in the form Responses takes (`rendered-ids.ts`).
  * - A tool result becomes `function_call_output`; images a tool returned go in the output list.
  * - Function tools are sent with `strict: false`: contextd does not know whether a schema meets
  *   strict mode's rules, and the API's default (true) would reject those that do not.
  */
-export function renderOpenAIResponses(payload: CompiledPayload, model: string): RenderedOpenAIResponses {
+export function renderOpenAIResponses(payload: CompiledPayload, model: string, media: MediaPolicy): RenderedOpenAIResponses {
   const instructions: string[] = [];
   const input: ResponsesInputItem[] = [];
   const origins: BodyOrigin[] = [];
+  const ids = new CallIdAssignment(callIdRules.openai_responses);
   const push = (item: ResponsesInputItem, message: Message) => {
     input.push(item);
     origins.push({ messageId: message.id, role: message.role });
@@ -45,7 +51,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
     switch (message.role) {
       case Role.SYSTEM:
       case Role.DEVELOPER: {
-        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "text"));
+        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "text", media));
         if (content.length === 0) break;
         if (segment === "system" && message.role === Role.SYSTEM) {
           instructions.push(...content.map((part) => (part as { text: string }).text));
@@ -55,11 +61,12 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
         break;
       }
       case Role.USER: {
-        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "any"));
+        const content = message.parts.flatMap((part, index) => inputContent(part, message, index, "any", media));
         if (content.length > 0) push({ type: "message", role: "user", content: compact(content) }, message);
         break;
       }
-      case Role.ASSISTANT:
+      case Role.ASSISTANT: {
+        const pairs = responsesPairs(message);
         message.parts.forEach((part, index) => {
           const kind = part.kind;
           switch (kind.case) {
@@ -67,7 +74,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
               if (kind.value.text !== "") push({ type: "message", role: "assistant", content: kind.value.text }, message);
               return;
             case "reasoning":
-              if (kind.value.provider !== Provider.OPENAI_RESPONSES) return;
+              if (kind.value.provider !== Provider.OPENAI_RESPONSES || !pairs.reasoning.has(index)) return;
               push(
                 {
                   type: "reasoning",
@@ -82,8 +89,8 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
               push(
                 {
                   type: "function_call",
-                  ...(kind.value.itemId !== "" ? { id: kind.value.itemId } : {}),
-                  call_id: kind.value.id,
+                  ...(pairs.itemIds.has(index) ? { id: kind.value.itemId } : {}),
+                  call_id: ids.call(message.id, kind.value.id),
                   name: kind.value.name,
                   arguments: toolArgumentsJson(kind.value),
                 },
@@ -95,11 +102,12 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
           }
         });
         break;
+      }
       case Role.TOOL: {
         const extra: ResponsesInputContent[] = [];
         message.parts.forEach((part, index) => {
           if (part.kind.case !== "toolResult") {
-            extra.push(...inputContent(part, message, index, "any"));
+            extra.push(...inputContent(part, message, index, "any", media));
             return;
           }
           const result = part.kind.value;
@@ -107,9 +115,9 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
           let output: string | ResponsesInputContent[] = text;
           if (result.contentParts.length > 0) {
             output = text === "" ? [] : [{ type: "input_text", text }];
-            for (const inner of result.contentParts) output.push(...inputContent(inner, message, index, "any"));
+            for (const inner of result.contentParts) output.push(...inputContent(inner, message, index, "any", media));
           }
-          push({ type: "function_call_output", call_id: result.toolCallId, output }, message);
+          push({ type: "function_call_output", call_id: ids.result(result.toolCallId), output }, message);
         });
         if (extra.length > 0) push({ type: "message", role: "user", content: compact(extra) }, message);
         break;
@@ -133,7 +141,7 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string): 
       strict: false,
     }));
   }
-  return { body, origins };
+  return { body, origins, renamed: ids.renamed };
 }
 
 function compact(content: ResponsesInputContent[]): string | ResponsesInputContent[] {
@@ -141,16 +149,19 @@ function compact(content: ResponsesInputContent[]): string | ResponsesInputConte
 }
 
 /** A part as Responses input content; `allowed: "text"` for instruction messages. */
-function inputContent(part: Part, message: Message, index: number, allowed: "text" | "any"): ResponsesInputContent[] {
+function inputContent(part: Part, message: Message, index: number, allowed: "text" | "any", media: MediaPolicy): ResponsesInputContent[] {
   const kind = part.kind;
   if (kind.case === "text") return kind.value.text === "" ? [] : [{ type: "input_text", text: kind.value.text }];
   if (kind.case === "reasoning") return [];
   if (allowed === "any" && kind.case === "image") {
+    if (!mediaPlan("openai_responses", message, index, { kind: "image", image: kind.value }, media).send) return [];
     return [{ type: "input_image", image_url: imageUrl(kind.value), detail: openAIImageDetail(kind.value.detail) ?? "auto" }];
   }
   if (allowed === "any" && kind.case === "file") {
     const file = kind.value;
-    if (file.uri === "") return [{ type: "input_file", file_data: fileDataUrl(file), ...(file.name !== "" ? { filename: file.name } : {}) }];
+    const plan = mediaPlan("openai_responses", message, index, { kind: "file", file }, media);
+    if (!plan.send) return plan.text !== undefined ? [{ type: "input_text", text: plan.text }] : [];
+    if (file.uri === "") return [{ type: "input_file", file_data: fileDataUrl(file), filename: fileName(file, message.id, index) }];
     return [/^https?:\/\//.test(file.uri) ? { type: "input_file", file_url: file.uri } : { type: "input_file", file_id: file.uri }];
   }
   throw providerRuleViolation("openai_responses.content_type", atMessage(message.id), `part ${index} (${kind.case ?? "empty"}) cannot be sent in a ${Role[message.role]} message`);

@@ -9,6 +9,8 @@ import { openAIToolNamePattern } from "../openai-chat/validate.js";
 import { toolResultsOf } from "../../model/tool-rounds.js";
 import type { OpenAIResponsesBody } from "./body.js";
 import { instructionsSeparator } from "./render.js";
+import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
+import { responsesPairs } from "./reasoning-pairs.js";
 
 /** The longest `function_call_output` the Responses API accepts, in characters. */
 export const responsesMaxOutputCharacters = 256_000;
@@ -20,6 +22,14 @@ export const responsesMaxOutputCharacters = 256_000;
 export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.input.length === 0) throw providerRuleViolation("openai_responses.input_non_empty", "request", "there is no input item to send");
   const calls = new Map<string, { answered: boolean; index: number }>();
+  // The message of the latest reasoning item, for the pairing of item ids (linear, not a scan back).
+  let lastReasoningOf: string | undefined;
+  // For each input index, the index of the first item after it that is not reasoning (or the length).
+  const nextItem: number[] = new Array<number>(body.input.length);
+  for (let index = body.input.length - 1, next = body.input.length; index >= 0; index--) {
+    nextItem[index] = next;
+    if (body.input[index]!.type !== "reasoning") next = index;
+  }
 
   body.input.forEach((item, index) => {
     const origin = origins[index]!;
@@ -31,6 +41,12 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
         }
         return;
       case "function_call":
+        if (item.call_id.length > callIdRules.openai_responses.maxLength) {
+          throw providerRuleViolation("openai_responses.call_id_length", where, `call_id "${item.call_id}" has ${item.call_id.length} characters; the limit is ${callIdRules.openai_responses.maxLength}`);
+        }
+        if (item.id !== undefined && lastReasoningOf !== origin.messageId) {
+          throw providerRuleViolation("openai_responses.reasoning_pair", where, `function_call "${item.call_id}" carries item id "${item.id}" without the reasoning item it was produced with`);
+        }
         if (item.call_id === "" || calls.has(item.call_id)) {
           throw providerRuleViolation("openai_responses.call_result_pairing", where, `function_call call_id "${item.call_id}" is empty or used twice`);
         }
@@ -48,9 +64,15 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
         }
         return;
       }
-      case "reasoning":
+      case "reasoning": {
         if (item.id === "") throw providerRuleViolation("openai_responses.reasoning_item_id", where, "a reasoning item without its id cannot be sent back");
+        lastReasoningOf = origin.messageId;
+        const next = nextItem[index]!;
+        if (next === body.input.length || origins[next]!.messageId !== origin.messageId) {
+          throw providerRuleViolation("openai_responses.reasoning_pair", where, `reasoning item "${item.id}" is not followed by an item of its own assistant turn`);
+        }
         return;
+      }
     }
   });
 
@@ -74,17 +96,19 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
 
   const expectedInstructions: string[] = [];
   const expectedOpaque: string[] = [];
+  const ids = new CallIdAssignment(callIdRules.openai_responses);
   for (const { message, segment } of messagesInRenderingOrder(payload)) {
+    const pairs = message.role === Role.ASSISTANT ? responsesPairs(message) : undefined;
     if (segment === "system" && message.role === Role.SYSTEM) {
       for (const part of message.parts) if (part.kind.case === "text" && part.kind.value.text !== "") expectedInstructions.push(part.kind.value.text);
     }
-    for (const part of message.parts) {
-      if (part.kind.case === "reasoning" && part.kind.value.provider === Provider.OPENAI_RESPONSES) {
+    message.parts.forEach((part, index) => {
+      if (part.kind.case === "reasoning" && part.kind.value.provider === Provider.OPENAI_RESPONSES && pairs?.reasoning.has(index)) {
         expectedOpaque.push(`reasoning:${part.kind.value.itemId}:${part.kind.value.redactedData}`);
       }
-      if (part.kind.case === "toolCall") expectedOpaque.push(`call:${part.kind.value.id}:${part.kind.value.itemId}`);
-    }
-    for (const result of toolResultsOf(message)) expectedOpaque.push(`output:${result.toolCallId}`);
+      if (part.kind.case === "toolCall") expectedOpaque.push(`call:${ids.call(message.id, part.kind.value.id)}:${pairs?.itemIds.has(index) ? part.kind.value.itemId : ""}`);
+    });
+    for (const result of toolResultsOf(message)) expectedOpaque.push(`output:${ids.result(result.toolCallId)}`);
   }
   if ((body.instructions ?? "") !== expectedInstructions.join(instructionsSeparator)) {
     throw providerRuleViolation("openai_responses.system_slot", "instructions", "instructions do not hold exactly the system segment's SYSTEM texts");

@@ -36,6 +36,9 @@ const (
 	// ConversationServiceGetStateProcedure is the fully-qualified name of the ConversationService's
 	// GetState RPC.
 	ConversationServiceGetStateProcedure = "/contextd.v1.ConversationService/GetState"
+	// ConversationServiceReadMessagesProcedure is the fully-qualified name of the ConversationService's
+	// ReadMessages RPC.
+	ConversationServiceReadMessagesProcedure = "/contextd.v1.ConversationService/ReadMessages"
 	// ConversationServiceCommitProcedure is the fully-qualified name of the ConversationService's
 	// Commit RPC.
 	ConversationServiceCommitProcedure = "/contextd.v1.ConversationService/Commit"
@@ -55,8 +58,17 @@ const (
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
 type ConversationServiceClient interface {
-	// Read a conversation. An unknown conversation returns an empty state with version 0.
+	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
+	// state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
+	// 16 MiB by default: what the clients receive by default) is refused with RESOURCE_EXHAUSTED
+	// (reason `STATE_TOO_LARGE`, naming its size, the limit and `ReadMessages`) instead of a
+	// response no client could receive: read such a conversation's messages with `ReadMessages`.
 	GetState(context.Context, *connect.Request[v1.GetStateRequest]) (*connect.Response[v1.GetStateResponse], error)
+	// Read a window of one segment's messages (the last N, or a range by position) at one version,
+	// in pages bounded in bytes, with the segments' sizes. What a chat view, a session's
+	// `get_items(limit)` or the inspector reads: the cost of a page is bounded by the page, not by
+	// the conversation.
+	ReadMessages(context.Context, *connect.Request[v1.ReadMessagesRequest]) (*connect.Response[v1.ReadMessagesResponse], error)
 	// Apply a batch of deltas atomically. A stale `expected_version` is ABORTED; the error message
 	// and the `contextd-current-version` trailer carry the current version.
 	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
@@ -88,6 +100,12 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			httpClient,
 			baseURL+ConversationServiceGetStateProcedure,
 			connect.WithSchema(conversationServiceMethods.ByName("GetState")),
+			connect.WithClientOptions(opts...),
+		),
+		readMessages: connect.NewClient[v1.ReadMessagesRequest, v1.ReadMessagesResponse](
+			httpClient,
+			baseURL+ConversationServiceReadMessagesProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("ReadMessages")),
 			connect.WithClientOptions(opts...),
 		),
 		commit: connect.NewClient[v1.CommitRequest, v1.CommitResponse](
@@ -126,6 +144,7 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 // conversationServiceClient implements ConversationServiceClient.
 type conversationServiceClient struct {
 	getState          *connect.Client[v1.GetStateRequest, v1.GetStateResponse]
+	readMessages      *connect.Client[v1.ReadMessagesRequest, v1.ReadMessagesResponse]
 	commit            *connect.Client[v1.CommitRequest, v1.CommitResponse]
 	clear             *connect.Client[v1.ClearRequest, v1.ClearResponse]
 	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
@@ -136,6 +155,11 @@ type conversationServiceClient struct {
 // GetState calls contextd.v1.ConversationService.GetState.
 func (c *conversationServiceClient) GetState(ctx context.Context, req *connect.Request[v1.GetStateRequest]) (*connect.Response[v1.GetStateResponse], error) {
 	return c.getState.CallUnary(ctx, req)
+}
+
+// ReadMessages calls contextd.v1.ConversationService.ReadMessages.
+func (c *conversationServiceClient) ReadMessages(ctx context.Context, req *connect.Request[v1.ReadMessagesRequest]) (*connect.Response[v1.ReadMessagesResponse], error) {
+	return c.readMessages.CallUnary(ctx, req)
 }
 
 // Commit calls contextd.v1.ConversationService.Commit.
@@ -165,8 +189,17 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, req *con
 
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
-	// Read a conversation. An unknown conversation returns an empty state with version 0.
+	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
+	// state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
+	// 16 MiB by default: what the clients receive by default) is refused with RESOURCE_EXHAUSTED
+	// (reason `STATE_TOO_LARGE`, naming its size, the limit and `ReadMessages`) instead of a
+	// response no client could receive: read such a conversation's messages with `ReadMessages`.
 	GetState(context.Context, *connect.Request[v1.GetStateRequest]) (*connect.Response[v1.GetStateResponse], error)
+	// Read a window of one segment's messages (the last N, or a range by position) at one version,
+	// in pages bounded in bytes, with the segments' sizes. What a chat view, a session's
+	// `get_items(limit)` or the inspector reads: the cost of a page is bounded by the page, not by
+	// the conversation.
+	ReadMessages(context.Context, *connect.Request[v1.ReadMessagesRequest]) (*connect.Response[v1.ReadMessagesResponse], error)
 	// Apply a batch of deltas atomically. A stale `expected_version` is ABORTED; the error message
 	// and the `contextd-current-version` trailer carry the current version.
 	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
@@ -194,6 +227,12 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		ConversationServiceGetStateProcedure,
 		svc.GetState,
 		connect.WithSchema(conversationServiceMethods.ByName("GetState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	conversationServiceReadMessagesHandler := connect.NewUnaryHandler(
+		ConversationServiceReadMessagesProcedure,
+		svc.ReadMessages,
+		connect.WithSchema(conversationServiceMethods.ByName("ReadMessages")),
 		connect.WithHandlerOptions(opts...),
 	)
 	conversationServiceCommitHandler := connect.NewUnaryHandler(
@@ -230,6 +269,8 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
 			conversationServiceGetStateHandler.ServeHTTP(w, r)
+		case ConversationServiceReadMessagesProcedure:
+			conversationServiceReadMessagesHandler.ServeHTTP(w, r)
 		case ConversationServiceCommitProcedure:
 			conversationServiceCommitHandler.ServeHTTP(w, r)
 		case ConversationServiceClearProcedure:
@@ -251,6 +292,10 @@ type UnimplementedConversationServiceHandler struct{}
 
 func (UnimplementedConversationServiceHandler) GetState(context.Context, *connect.Request[v1.GetStateRequest]) (*connect.Response[v1.GetStateResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.GetState is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) ReadMessages(context.Context, *connect.Request[v1.ReadMessagesRequest]) (*connect.Response[v1.ReadMessagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ReadMessages is not implemented"))
 }
 
 func (UnimplementedConversationServiceHandler) Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {

@@ -1,0 +1,106 @@
+"""Reads of a conversation's history through `ReadMessages`, for the adapters: the whole history in
+pages (any size, where `get_state` refuses a state over the message limit), or only the tail that
+holds the last N of something (the Agents SDK's items, of which one message may hold several).
+
+The tail read asks for the last `wanted` messages, then for earlier ranges twice as long each time,
+all at the first read's version (explicit `version`), until the messages read hold `wanted` units
+or the history's start is reached: a read of the last 10 items of 1,000 messages moves about 10
+messages, not 1,000. When the conversation moves on between two of those reads and the sidecar no
+longer keeps the first version (`VersionConflict`), the read starts over, up to three times.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, List, Optional
+
+from contextd.client.errors import VersionConflict
+from contextd.v1 import conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
+
+if TYPE_CHECKING:
+    from contextd.client._sync import Client
+    from contextd.client.aio import AsyncClient
+
+_ATTEMPTS = 3
+_MAX_LAST = 2**32 - 1
+
+
+def read_history(client: "Client", conversation_id: str) -> List[message_pb2.Message]:
+    """Every history message, in order, read in pages at one version."""
+    request = conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY)
+    return [message for page in client.message_pages(request) for message in page.messages]
+
+
+async def read_history_async(client: "AsyncClient", conversation_id: str) -> List[message_pb2.Message]:
+    """As `read_history`, over the asyncio client."""
+    request = conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY)
+    return [message async for page in client.message_pages(request) for message in page.messages]
+
+
+def read_history_tail(
+    client: "Client", conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]
+) -> List[message_pb2.Message]:
+    """The shortest tail of the history whose messages hold at least `wanted` units (`units`
+    counts them per message), or the whole history when it holds fewer."""
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            messages, version, start = _messages(client, _window(conversation_id, last=wanted))
+            held = sum(units(message) for message in messages)
+            step = max(wanted, 1)
+            while held < wanted and start > 0:
+                step *= 2
+                earlier_start = max(0, start - step)
+                earlier, _, _ = _messages(client, _window(conversation_id, start=earlier_start, end=start, version=version))
+                held += sum(units(message) for message in earlier)
+                messages = earlier + messages
+                start = earlier_start
+            return messages
+        except VersionConflict:
+            if attempt == _ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def read_history_tail_async(
+    client: "AsyncClient", conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]
+) -> List[message_pb2.Message]:
+    """As `read_history_tail`, over the asyncio client."""
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            messages, version, start = await _messages_async(client, _window(conversation_id, last=wanted))
+            held = sum(units(message) for message in messages)
+            step = max(wanted, 1)
+            while held < wanted and start > 0:
+                step *= 2
+                earlier_start = max(0, start - step)
+                earlier, _, _ = await _messages_async(client, _window(conversation_id, start=earlier_start, end=start, version=version))
+                held += sum(units(message) for message in earlier)
+                messages = earlier + messages
+                start = earlier_start
+            return messages
+        except VersionConflict:
+            if attempt == _ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _window(
+    conversation_id: str, *, last: int = 0, start: int = 0, end: Optional[int] = None, version: Optional[int] = None
+) -> conversation_pb2.ReadMessagesRequest:
+    # `last` is a uint32; more than that many messages is the whole history anyway.
+    request = conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY, last=min(last, _MAX_LAST), start=start)
+    if end is not None:
+        request.end = end
+    if version is not None:
+        request.version = version
+    return request
+
+
+def _messages(client: "Client", request: conversation_pb2.ReadMessagesRequest) -> "tuple[List[message_pb2.Message], int, int]":
+    """The window's messages (every page), its version and where it starts."""
+    pages = list(client.message_pages(request))
+    return [message for page in pages for message in page.messages], pages[0].version, pages[0].window_start
+
+
+async def _messages_async(client: "AsyncClient", request: conversation_pb2.ReadMessagesRequest) -> "tuple[List[message_pb2.Message], int, int]":
+    pages = [page async for page in client.message_pages(request)]
+    return [message for page in pages for message in page.messages], pages[0].version, pages[0].window_start

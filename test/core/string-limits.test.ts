@@ -53,6 +53,7 @@ describe("request string limits", () => {
       "contextd.v1.ObserverEvent.conversation_id",
       "contextd.v1.Projection.artifact_ids",
       "contextd.v1.WritebackMessage.id",
+      "contextd.v1.RenamedToolCallId.message_id",
       "contextd.v1.MessageCleared.message_id",
       "contextd.v1.MessageDropped.message_id",
       "contextd.v1.HistoryHeadDropped.first_message_id",

@@ -198,7 +198,17 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
   const [changes, setChanges] = useState<Change[]>([]);
   const [error, setError] = useState("");
   const [live, setLive] = useState(false);
+  // A new id is a new page: nothing of the previous conversation stays (its versions and keys
+  // were listed under the next one's), and nothing its calls still answer is shown.
   useEffect(() => {
+    setView(undefined);
+    setError("");
+    setHistoryShown(historyStep);
+  }, [id]);
+  useEffect(() => {
+    // The watch below replays from version 0, so the timeline starts empty each time it starts.
+    setChanges([]);
+    setLive(false);
     const stop = new AbortController();
     let refreshing: Promise<void> | undefined;
     let again = false;
@@ -210,6 +220,7 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       }
       refreshing = readView(id, historyShown, stop.signal)
         .then((read) => {
+          if (stop.signal.aborted) return;
           setView(read);
           setError("");
         })
@@ -230,6 +241,7 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
     (async () => {
       try {
         for await (const response of conversations.watch({ conversationId: id, fromVersion: 0n }, { signal: stop.signal })) {
+          if (stop.signal.aborted) break;
           setLive(true);
           if (response.kind.case !== "change") continue;
           const change = response.kind.value;
@@ -239,7 +251,7 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       } catch (failure) {
         if (!stop.signal.aborted) setError(errorText(failure));
       } finally {
-        setLive(false);
+        if (!stop.signal.aborted) setLive(false);
       }
     })();
     return () => stop.abort();

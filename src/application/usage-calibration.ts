@@ -6,9 +6,10 @@ import { maxBudgetTokens } from "../core/compile/max-budget-tokens.js";
 import { uncorrected, type CalibrationKey, type TokenCorrection } from "../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey, CalibrationStore } from "../store/calibration-store.js";
 import { isStorableText, requireStorableText } from "../store/store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 /** The longest model name a report may carry, in UTF-8 bytes. */
-export const maxCalibrationModelBytes = 256;
+export const maxCalibrationModelBytes = stringLimits.model;
 
 /** What the store keeps of calibration, and how long a copy read from it is used. */
 export interface CalibrationStorage {
@@ -42,6 +43,8 @@ export interface UsageCalibrationOptions extends CalibrationStorage {
 
 /** One cached key: its correction, when it was read (or learnt), and the read in flight. */
 interface CachedCorrection {
+  /** Whose key it is: the cache's bound is shared by tenants (see `remember`). */
+  tenant: string;
   correction: TokenCorrection;
   readAtMs: number;
   /** Bumped by every update, so a read that finishes after a newer report does not undo it. */
@@ -63,13 +66,16 @@ interface CachedCorrection {
  * `refreshMs` later: a compile never fails for calibration. A report is learnt by the store, and
  * its store errors are the call's (UNAVAILABLE when the store cannot be reached).
  *
- * Bounded by the number of keys (`--calibration-keys`), the least recently used forgotten first;
+ * Bounded by the number of keys (`--calibration-keys`), the least recently used key of the tenant
+ * with the most keys forgotten first;
  * a cached key takes ~300 bytes (299 measured for 100,000 keys with 20-character model names,
  * `npm run bench:calibration`), so the default 1,024 keys is ~300 KB. A tenant's reports only
  * correct that tenant's compiles.
  */
 export class UsageCalibration {
   private readonly cached = new Map<string, CachedCorrection>();
+  /** Each tenant's cached keys, least recently used first. */
+  private readonly tenantKeys = new Map<string, Set<string>>();
   private readonly now: () => number;
   private generations = 0;
 
@@ -91,14 +97,14 @@ export class UsageCalibration {
     const nowMs = this.now();
     if (entry && nowMs - entry.readAtMs < this.options.refreshMs) return entry.correction;
     if (entry?.reading) return this.waitBounded(entry.reading, entry.correction);
-    const held = entry ?? { correction: uncorrected, readAtMs: -Infinity, generation: 0 };
+    const held = entry ?? { tenant, correction: uncorrected, readAtMs: -Infinity, generation: 0 };
     const generation = held.generation;
     const record: CalibrationRecordKey = { tenant, ...key };
     const reading = this.options.store.readCalibration(record, nowMs, this.options.bounds).then(
-      (found) => this.update(id, generation, found ?? uncorrected),
+      (found) => this.update(tenant, id, generation, found ?? uncorrected),
       (error: unknown) => {
         const { storeReadError: _previous, ...last } = this.cached.get(id)?.correction ?? held.correction;
-        return this.update(id, generation, { ...last, storeReadError: `reading the correction from the store failed: ${ConnectError.from(error).rawMessage}` });
+        return this.update(tenant, id, generation, { ...last, storeReadError: `reading the correction from the store failed: ${ConnectError.from(error).rawMessage}` });
       },
     );
     held.reading = reading;
@@ -144,7 +150,7 @@ export class UsageCalibration {
     const learnt = await this.options.store.reportCalibration({ tenant, ...key }, estimated, actual, this.now(), this.options.bounds);
     const id = keyOf(tenant, key);
     const entry = this.cached.get(id);
-    this.update(id, entry?.generation ?? 0, learnt.correction);
+    this.update(tenant, id, entry?.generation ?? 0, learnt.correction);
     return {
       $typeName: "contextd.v1.ReportUsageResponse",
       correction: learnt.correction.factor,
@@ -163,26 +169,43 @@ export class UsageCalibration {
    * Caches `correction` as read (or learnt) now, unless the entry changed since `generation` (a
    * report here answered while a read was in flight: the read is older). Answers what is in force.
    */
-  private update(id: string, generation: number, correction: TokenCorrection): TokenCorrection {
+  private update(tenant: string, id: string, generation: number, correction: TokenCorrection): TokenCorrection {
     const entry = this.cached.get(id);
     if (entry && entry.generation !== generation) return entry.correction;
-    this.remember(id, { correction, readAtMs: this.now(), generation: ++this.generations });
+    this.remember(id, { tenant, correction, readAtMs: this.now(), generation: ++this.generations });
     return correction;
   }
 
+  /**
+   * Caches `entry`; past `maxKeys`, the least recently used key of the tenant with the most keys
+   * cached is forgotten. So a tenant compiling or reporting many models only pushes out its own
+   * keys while another holds fewer (which would then wait for a store read at every compile). The
+   * tenants are the auth tokens' (a few), so finding the largest is a short scan.
+   */
   private remember(id: string, entry: CachedCorrection): void {
     this.cached.delete(id);
     this.cached.set(id, entry);
-    for (const [oldest] of this.cached) {
-      if (this.cached.size <= this.options.maxKeys) break;
+    this.touch(id, entry);
+    while (this.cached.size > this.options.maxKeys) {
+      let largest: Set<string> | undefined;
+      for (const keys of this.tenantKeys.values()) if (largest === undefined || keys.size > largest.size) largest = keys;
+      const oldest: string = largest!.values().next().value!;
+      const forgotten = this.cached.get(oldest)!;
       this.cached.delete(oldest);
+      largest!.delete(oldest);
+      if (largest!.size === 0) this.tenantKeys.delete(forgotten.tenant);
     }
   }
 
-  /** Most recently used last: a Map iterates in insertion order. */
+  /** Most recently used last, within its tenant: a Set iterates in insertion order. */
   private touch(id: string, entry: CachedCorrection): void {
-    this.cached.delete(id);
-    this.cached.set(id, entry);
+    let keys = this.tenantKeys.get(entry.tenant);
+    if (keys === undefined) {
+      keys = new Set();
+      this.tenantKeys.set(entry.tenant, keys);
+    }
+    keys.delete(id);
+    keys.add(id);
   }
 }
 

@@ -1,12 +1,16 @@
 import { ScalarType, fromBinary, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { scalarZeroValue } from "@bufbuild/protobuf/reflect";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
+import { streamEventsOverLimit } from "../core/deltas/apply-deltas.js";
+import { maxRepeatedElements, repeatedElementsOverLimit } from "../core/model/decode-limits.js";
+import { maxStreamEvents } from "../core/providers/stream-events.js";
 import { RecentMessages } from "./recent-messages.js";
 
 /**
  * Protobuf binary decoding that yields exactly what `fromBinary(schema, bytes)` yields: the same
  * plain message objects (property for property, `$unknown` included) and an error wherever
- * `fromBinary` throws.
+ * `fromBinary` throws, but for two limits on what one request may hold (`maxRepeatedElements`,
+ * `maxStreamEvents`), which are RESOURCE_EXHAUSTED as soon as the decode passes them.
  *
  * Why it exists: it can hand out the object decoded last time for a `contextd.v1.Message` list
  * element whose bytes it saw before (`RecentMessages`), which `fromBinary` cannot. Raw decoding no
@@ -171,6 +175,11 @@ function readMessage(plan: DecodePlan, reader: Reader, message: Fields, length: 
 }
 
 class Reader extends BinaryReader {
+  /** Elements of every repeated field read so far (see `maxRepeatedElements`). */
+  elements = 0;
+  /** `AppendProviderStream.events` read so far, in all deltas together. */
+  streamEvents = 0;
+
   constructor(
     /** The whole buffer being read (private in BinaryReader). */
     readonly wholeBuffer: Uint8Array,
@@ -199,6 +208,13 @@ function readSubMessage(plan: DecodePlan, reader: Reader, target: Fields, depth:
   readMessage(plan, reader, target, reader.uint32(), depth + 1);
   return target;
 }
+
+function countElement(reader: Reader): void {
+  if (++reader.elements > maxRepeatedElements) throw repeatedElementsOverLimit();
+}
+
+/** The field whose elements count against `maxStreamEvents` per request, as they are read. */
+const streamEventsField = { typeName: "contextd.v1.AppendProviderStream", name: "events" };
 
 // Conversation messages repeat from one request to the next (see RecentMessages), in lists.
 const conversationMessageTypeName = "contextd.v1.Message";
@@ -316,26 +332,39 @@ function fieldReader(field: DescField): FieldReader {
         if (childSchema.typeName === conversationMessageTypeName) {
           return (reader, message, _wireType, depth) => {
             child ??= planFor(childSchema)!;
+            countElement(reader);
             (message[name] as unknown[]).push(readRecentMessage(child, reader, depth));
           };
         }
         return (reader, message, _wireType, depth) => {
           child ??= planFor(childSchema)!;
+          countElement(reader);
           (message[name] as unknown[]).push(readSubMessage(child, reader, child.zero(), depth));
         };
       }
       const scalar = field.listKind === "enum" ? ScalarType.INT32 : field.scalar;
       const read = scalarReader(scalar, field.utf8Validation, isLongAsString(field));
       const packable = scalar !== ScalarType.STRING && scalar !== ScalarType.BYTES;
+      if (field.parent.typeName === streamEventsField.typeName && field.name === streamEventsField.name) {
+        return (reader, message) => {
+          if (++reader.streamEvents > maxStreamEvents) throw streamEventsOverLimit(reader.streamEvents);
+          countElement(reader);
+          (message[name] as unknown[]).push(read(reader));
+        };
+      }
       // Either encoding is accepted whatever the field declares, as the protobuf spec requires.
       return (reader, message, wireType) => {
         const list = message[name] as unknown[];
         if (!(packable && wireType === WireType.LengthDelimited)) {
+          countElement(reader);
           list.push(read(reader));
           return;
         }
         const end = reader.uint32() + reader.pos;
-        while (reader.pos < end) list.push(read(reader));
+        while (reader.pos < end) {
+          countElement(reader);
+          list.push(read(reader));
+        }
       };
     }
     case "map":

@@ -25,7 +25,7 @@ import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
 import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
 import { instrumentCalls } from "./policy/instrumentation.js";
-import { enforceDeadlines, limitMessagesPerRequest } from "./policy/limits.js";
+import { enforceDeadlines, limitMessagesPerRequest, limitRequestStrings } from "./policy/limits.js";
 import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
 import { defaultMaxConnections } from "./transport/open-connections.js";
 import { createLogger, type Logger } from "./operations/logger.js";
@@ -152,6 +152,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     enforceDeadlines(),
     authenticate(tokens),
     limitMessagesPerRequest(config.maxMessages),
+    limitRequestStrings(),
     guardStreams(
       { maxStreams: config.maxStreams, maxStreamsPerTenant: streamsPerTenant(config.maxStreams, config.maxStreamsPerTenant, config.authTokens.map((token) => token.tenant)) },
       streams,

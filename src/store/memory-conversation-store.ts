@@ -18,7 +18,8 @@ import { segmentEdit, storedSegments } from "./segment-edits.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { changesNotRetained, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
+import { changesNotRetained, idempotencyKeyReused, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 export interface MemoryStoreOptions {
   /** Changes kept per conversation for Watch resumption (oldest dropped first). */
@@ -99,7 +100,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async load(conversationId: string): Promise<ConversationState> {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
     this.codec.retainState(state, this.lineage);
     return state;
@@ -116,7 +117,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
@@ -166,7 +167,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     let last = fromVersion;
     let first = true;
     while (!signal.aborted) {
@@ -210,8 +211,8 @@ export class MemoryConversationStore implements ConversationStore {
     requestFingerprint?: string,
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
-    requireStorableText("conversation_id", conversationId);
-    requireStorableText("idempotency_key", idempotencyKey);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const conversation = this.conversations.get(conversationId);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     if (idempotencyKey !== "") {

@@ -15,13 +15,14 @@ import { DecodedStateCache } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
-import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
+import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import type { RunningFacts } from "../codec/stored-token-counts.js";
-import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableText, versionConflict } from "./store-errors.js";
+import { changesNotRetained, corruptConversation, idempotencyKeyReused, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 export interface PostgresStoreOptions {
   /** Changes kept per conversation for Watch resumption (the oldest deleted by the commit that goes past it). */
@@ -435,8 +436,8 @@ export class PostgresConversationStore implements ConversationStore {
   async reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
     const { rows } = await this.query<{ factor: number; reports: string; mean_error: number; relative_error: number }>(
       "reporting usage",
-      "SELECT * FROM contextd_report_usage($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-      [Buffer.from(key.tenant, "utf8"), Buffer.from(calibrationField(key), "utf8"), estimatedTokens, actualTokens, nowMs, bounds.ttlMs, bounds.maxKeysPerTenant, minCorrection, maxCorrection, calibrationWindow],
+      "SELECT * FROM contextd_report_usage($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+      [Buffer.from(key.tenant, "utf8"), Buffer.from(calibrationField(key), "utf8"), estimatedTokens, actualTokens, nowMs, bounds.ttlMs, bounds.maxKeysPerTenant, minCorrection, maxCorrection, calibrationWindow, maxCorrectionStep],
       "contextd_report_usage",
     );
     const row = rows[0]!;
@@ -666,7 +667,7 @@ export class PostgresConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const id = idBytes(conversationId);
-    requireStorableText("idempotency_key", idempotencyKey);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const key = Buffer.from(idempotencyKey, "utf8");
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // As in the Redis store: the first attempt may start from the cached state without reading;
@@ -861,7 +862,7 @@ function isConnectionFailure(sqlState: string | undefined): boolean {
 
 /** The id's UTF-8, refusing lone surrogates (both other stores refuse them alike). */
 function idBytes(conversationId: string): Buffer {
-  requireStorableText("conversation_id", conversationId);
+  requireStorableKey("conversation_id", conversationId, stringLimits.id);
   return Buffer.from(conversationId, "utf8");
 }
 

@@ -425,6 +425,63 @@ END
 $$;
 `,
   },
+  {
+    version: 4,
+    name: "token calibration moves by bounded steps",
+    sql: `
+-- contextd_report_usage with p_step: one report moves a correction to at most p_step times, and
+-- at least 1 / p_step of, the one before (learnCorrection's maxCorrectionStep), so one report of
+-- 4000:1 no longer moves it to p_max. A new overload beside migration 2's: sidecars of the
+-- previous release, still running during an upgrade, call the old one and keep working.
+CREATE FUNCTION contextd_report_usage(
+  p_tenant bytea, p_field bytea, p_estimated double precision, p_actual double precision,
+  p_now_ms bigint, p_ttl_ms bigint, p_max_keys integer,
+  p_min double precision, p_max double precision, p_window double precision, p_step double precision
+) RETURNS TABLE (factor double precision, reports bigint, mean_error double precision, relative_error double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r contextd_calibration%ROWTYPE;
+  v_added boolean;
+  v_factor double precision := 1;
+  v_reports bigint := 0;
+  v_error double precision := 0;
+  v_ratio double precision;
+  v_relative double precision;
+  v_weight double precision;
+  v_learnt double precision;
+BEGIN
+  -- A new key's row first, so two first reports of a key serialize on it like later ones.
+  INSERT INTO contextd_calibration AS c (tenant, field, factor, reports, mean_error, reported_at_ms)
+    VALUES (p_tenant, p_field, 1, 0, 0, p_now_ms) ON CONFLICT (tenant, field) DO NOTHING;
+  v_added := FOUND;
+  SELECT * INTO r FROM contextd_calibration c WHERE c.tenant = p_tenant AND c.field = p_field FOR UPDATE;
+  IF r.reported_at_ms > p_now_ms - p_ttl_ms THEN
+    v_factor := r.factor;
+    v_reports := r.reports;
+    v_error := r.mean_error;
+  END IF;
+  v_ratio := LEAST(p_max, GREATEST(p_min, p_actual / p_estimated));
+  v_relative := abs(p_estimated * v_factor - p_actual) / p_actual;
+  v_reports := v_reports + 1;
+  v_weight := 1 / LEAST(v_reports::double precision, p_window);
+  v_learnt := v_factor + v_weight * (v_ratio - v_factor);
+  v_error := v_error + v_weight * (v_relative - v_error);
+  v_learnt := LEAST(v_factor * p_step, GREATEST(v_factor / p_step, v_learnt));
+  v_learnt := LEAST(p_max, GREATEST(p_min, v_learnt));
+  UPDATE contextd_calibration c SET factor = v_learnt, reports = v_reports, mean_error = v_error, reported_at_ms = p_now_ms
+    WHERE c.tenant = p_tenant AND c.field = p_field;
+  IF v_added THEN
+    DELETE FROM contextd_calibration c WHERE c.ctid IN (
+      SELECT o.ctid FROM contextd_calibration o WHERE o.tenant = p_tenant
+        ORDER BY o.field = p_field DESC, o.reported_at_ms DESC, o.field OFFSET p_max_keys FOR UPDATE SKIP LOCKED);
+  END IF;
+  DELETE FROM contextd_calibration c WHERE c.ctid IN (
+    SELECT e.ctid FROM contextd_calibration e WHERE e.reported_at_ms <= p_now_ms - p_ttl_ms ORDER BY e.reported_at_ms LIMIT 8 FOR UPDATE SKIP LOCKED);
+  RETURN QUERY SELECT v_learnt, v_reports, v_error, v_relative;
+END
+$$;
+`,
+  },
 ];
 
 /** The table recording which migrations were applied. */

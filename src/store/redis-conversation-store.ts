@@ -22,13 +22,14 @@ import { decodePageToken, encodePageToken } from "./page-token.js";
 import { clusterRedirection } from "./redis-cluster-redirection.js";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { calibrationKeys, commitScript, conversationIndexKey, conversationKeys, loadScript, reportUsageScript, windowScript, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
-import { calibrationWindow, maxCorrection, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
+import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import type { RunningFacts } from "../codec/stored-token-counts.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
-import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
+import { changesNotRetained, corruptCalibration, corruptConversation, idempotencyKeyReused, requireStorableKey, requireStorableText, storeOutOfMemory, versionConflict } from "./store-errors.js";
+import { stringLimits } from "../core/model/string-limits.js";
 
 export interface RedisStoreOptions {
   /** Prefix of every key; lets several deployments share one Redis. Must not hold `{` or `}` (it would take the hash tag). */
@@ -454,6 +455,7 @@ export class RedisConversationStore implements ConversationStore {
         minCorrection,
         maxCorrection,
         calibrationWindow,
+        maxCorrectionStep,
       ),
     );
     if (reply[0] !== "ok") throw corruptCalibration(keys.records, String(reply[1]));
@@ -606,7 +608,7 @@ export class RedisConversationStore implements ConversationStore {
   }
 
   private keys(conversationId: string): ConversationKeys {
-    requireStorableText("conversation_id", conversationId);
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
     return conversationKeys(this.keyPrefix, conversationId);
   }
 
@@ -730,7 +732,7 @@ export class RedisConversationStore implements ConversationStore {
     messageIds?: readonly string[],
   ): Promise<CommitOutcome> {
     const keys = this.keys(conversationId);
-    requireStorableText("idempotency_key", idempotencyKey);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     // The first attempt may start from the cached state without reading: the script compares its
     // version (and its lists' lengths) with the stored ones, so a stale cache costs a retry, never

@@ -408,8 +408,8 @@ export function calibrationKeys(keyPrefix: string, tenant: string): { records: s
 /**
  * One usage report (`CalibrationStore.reportCalibration`), atomically. KEYS: the tenant's records
  * hash and its report-time index. ARGV: the field, estimated and actual tokens, now (ms), the
- * expiry (ms), the tenant's key bound, then the core's minimum and maximum correction and its
- * window. A field's value is `<factor> <reports> <mean absolute relative error> <reported at ms>`,
+ * expiry (ms), the tenant's key bound, then the core's minimum and maximum correction, its
+ * window and its largest step per report. A field's value is `<factor> <reports> <mean absolute relative error> <reported at ms>`,
  * numbers as %.17g, which a double survives exactly. The arithmetic is `learnCorrection`'s, the
  * same IEEE double operations in the same order. Then up to 8 expired fields go, and the least
  * recently reported ones past the bound; both keys expire with the tenant's last report. Replies
@@ -419,7 +419,7 @@ export function calibrationKeys(keyPrefix: string, tenant: string): { records: s
 export const reportUsageScript = `#!lua
 local field = ARGV[1]
 local estimated, actual, now, ttl, maxKeys = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local minCorrection, maxCorrection, window = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local minCorrection, maxCorrection, window, step = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 for _, key in ipairs({{KEYS[1], 'hash'}, {KEYS[2], 'zset'}}) do
   local actualType = redis.call('TYPE', key[1])['ok']
   if actualType ~= 'none' and actualType ~= key[2] then return {'corrupt', key[1] .. ' is a ' .. actualType .. ', not a ' .. key[2]} end
@@ -438,6 +438,7 @@ reports = reports + 1
 local weight = 1 / math.min(reports, window)
 local learnt = factor + weight * (ratio - factor)
 meanError = meanError + weight * (relativeError - meanError)
+learnt = math.min(factor * step, math.max(factor / step, learnt))
 learnt = math.min(maxCorrection, math.max(minCorrection, learnt))
 redis.call('HSET', KEYS[1], field, string.format('%.17g %.17g %.17g %.17g', learnt, reports, meanError, now))
 redis.call('ZADD', KEYS[2], now, field)

@@ -67,6 +67,19 @@ export function requireStorableText(field: string, text: string): void {
   if (match) throw unstorableText(field, match.index);
 }
 
+/**
+ * `requireStorableText`, and at most `maxBytes` UTF-8 bytes: a conversation id or idempotency key
+ * names rows and keys in every store, and Postgres cannot index one over 2,704 bytes (it answered
+ * INTERNAL "index row size ... exceeds btree"). The server refuses longer ones at the door
+ * (core/model/string-limits.ts); each store refuses them too, alike, for embedders.
+ */
+export function requireStorableKey(field: string, text: string, maxBytes: number): void {
+  requireStorableText(field, text);
+  if (text.length * 3 <= maxBytes) return;
+  const bytes = Buffer.byteLength(text, "utf8");
+  if (bytes > maxBytes) throw new ConnectError(`${field} has ${bytes} bytes, over the limit of ${maxBytes} bytes the store keeps (docs/limits.md)`, Code.InvalidArgument);
+}
+
 /** Whether `requireStorableText` takes the text. */
 export function isStorableText(text: string): boolean {
   return !loneSurrogate.test(text);

@@ -67,6 +67,22 @@ describe("UsageCalibration", () => {
     expect(calibration.size).toBe(2);
   });
 
+  it("forgets from the tenant with the most keys cached: one tenant's many models do not push out another's", async () => {
+    const store = new ObservedCalibrationStore();
+    const calibration = calibrationOn(store, { maxKeys: 4 });
+    await calibration.report("b", report("b-model", 100n, 150n));
+    for (let index = 0; index < 20; index++) await calibration.report("a", report(`a-model-${index}`, 100n, 120n));
+    expect(calibration.size).toBe(4);
+    // b's key is still cached: no store read for it.
+    expect(await calibration.correction("b", key("b-model"))).toMatchObject({ factor: 1.5, reports: 1 });
+    expect(store.reads).toBe(0);
+    // a kept its three most recent keys; its oldest is read again.
+    expect(await calibration.correction("a", key("a-model-19"))).toMatchObject({ factor: 1.2 });
+    expect(store.reads).toBe(0);
+    expect(await calibration.correction("a", key("a-model-0"))).toMatchObject({ factor: 1.2 });
+    expect(store.reads).toBe(1);
+  });
+
   it("learns per tenant, provider, model and estimator", async () => {
     const calibration = calibrationOn(new MemoryConversationStore());
     const first = await calibration.report("t1", report("m", 1_000n, 1_300n));

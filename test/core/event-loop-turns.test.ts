@@ -6,6 +6,7 @@ import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { DeadlineCheck } from "../../src/core/compile/deadline.js";
 import { maxCustomPatternText } from "../../src/core/compile/redaction.js";
+import { toolGuidanceText } from "../../src/core/compile/system-prompt.js";
 import { loadEncoding, loadPacedEncoding } from "../../src/core/tokens/encodings.js";
 import { testContext } from "./compile-context.js";
 import { user } from "./messages.js";
@@ -108,6 +109,29 @@ describe("long stages give the event loop turns and compute the same result", ()
     expect(unknown).toHaveLength(10_000);
     expect(unknown[0]!.message).toBe('deferred_blocks[0].messages[0] (message "d1"): unknown variable {{missing}} left as written');
     expect(turns()).toBeGreaterThan(0);
+  });
+
+  it("system-prompt assembly yields between tools, checks the deadline there, and builds the unpaced block (issue 29 #10)", async () => {
+    // 2,000 tools × 20 practices (6,000 × 20 held the loop 592 ms in one slice).
+    const toolDefinitions = Array.from({ length: 2_000 }, (_, tool) => ({
+      name: `tool_${String(tool).padStart(4, "0")}`,
+      description: `Does thing ${tool}.`,
+      bestPractices: Array.from({ length: 20 }, (_, practice) => `Practice ${practice} of tool ${tool}: check the input first.`),
+    }));
+    const request = create(CompileRequestSchema, { toolDefinitions: { toolDefinitions }, systemPrompt: { toolGuidance: true } });
+    const { yieldToEventLoop, turns } = countingYield();
+    const paced = await compile(request, testContext({ now: movingClock(), yieldToEventLoop }));
+    expect(turns()).toBeGreaterThan(3);
+    const block = paced.payload!.system[0]!.parts[0]!.kind;
+    expect(block.case === "text" && block.value.text).toBe(toolGuidanceText(request.toolDefinitions!.toolDefinitions));
+    // A call that ends at its first turn gives up inside the stage, naming it.
+    const ended = new AbortController();
+    const abortAtTurn = () => (ended.abort(new ConnectError("the caller went away", Code.Canceled)), new Promise<void>((resolve) => setImmediate(resolve)));
+    await rejectsWith(
+      compile(request, testContext({ now: movingClock(), yieldToEventLoop: abortAtTurn, deadline: { signal: ended.signal } })),
+      Code.Canceled,
+      /^system_prompt\.tool_guidance: the call ended/,
+    );
   });
 
   it("redaction of a long text yields between patterns and redacts as before", async () => {

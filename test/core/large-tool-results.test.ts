@@ -5,7 +5,7 @@ import { CompileRequestSchema, RedactionPattern, TransformationReason } from "..
 import { PartSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { readToolResultName } from "../../src/core/compile/large-tool-results.js";
-import { utf8Head, utf8Slice } from "../../src/core/model/utf8-slice.js";
+import { utf8Head, utf8Slice, utf8SliceOf } from "../../src/core/model/utf8-slice.js";
 import { testContext } from "./compile-context.js";
 import { call, message, user } from "./messages.js";
 import { rejectsWith } from "./rejects.js";
@@ -80,32 +80,43 @@ describe("large tool results by reference", () => {
 });
 
 describe("utf8Slice", () => {
-  it("puts a text with characters of every width back together from slices of any size", () => {
+  it("puts a text with characters of every width back together from slices of any size, always moving forward", () => {
     const text = "aé€😀b".repeat(50);
-    // Four bytes hold any character, so every slice of at least four moves on.
-    for (const size of [4, 5, 7, 64]) {
+    for (const size of [1, 2, 3, 4, 5, 7, 64]) {
       let offset = 0;
       let joined = "";
       for (;;) {
         const slice = utf8Slice(text, offset, size);
         expect(slice.end).toBeGreaterThan(slice.start);
+        // Never more than asked, but for the one whole character that does not fit.
+        if (slice.end - slice.start > size) expect([...slice.text]).toHaveLength(1);
         joined += slice.text;
         if (slice.end === slice.totalBytes) break;
         offset = slice.end;
       }
       expect(joined).toBe(text);
     }
-    // Smaller than the character at the offset: nothing, at that character's start.
-    expect(utf8Slice("😀", 0, 3)).toMatchObject({ start: 0, end: 0, text: "" });
+    // Smaller than the character at the offset: that character, whole (issue 29 #13: an empty
+    // slice ending at its start left a reader paging by next_offset in place).
+    expect(utf8Slice("😀", 0, 3)).toMatchObject({ start: 0, end: 4, text: "😀" });
+    expect(utf8Slice("aé", 1, 1)).toMatchObject({ start: 1, end: 3, text: "é" });
     expect(utf8Slice("é", 1, 10)).toMatchObject({ start: 0, text: "é" });
     expect(utf8Slice("abc", 99, 10)).toMatchObject({ start: 3, end: 3, text: "" });
+    expect(utf8Slice("abc", 1, 0)).toMatchObject({ start: 1, end: 1, text: "" });
+    // Encoded once, sliced the same.
+    const bytes = Buffer.from(text, "utf8");
+    for (const [start, size] of [[0, 1], [2, 1], [4, 2], [6, 100], [1_000, 5]] as const) expect(utf8SliceOf(bytes, start, size)).toEqual(utf8Slice(text, start, size));
   });
 
-  it("utf8Head equals the slice from the start, without encoding the whole text", () => {
+  it("utf8Head equals the slice from the start, without encoding the whole text, and is never over max_bytes", () => {
     const texts = ["😀".repeat(400), "a😀".repeat(300), "é€".repeat(500), "x".repeat(1_000), "short"];
     for (const text of texts) {
       for (const maxBytes of [1, 3, 4, 300, 301, 1_024]) {
         const slice = utf8Slice(text, 0, maxBytes);
+        if (slice.end > maxBytes) {
+          expect(utf8Head(text, maxBytes)).toEqual({ text: "", bytes: 0, totalBytes: slice.totalBytes });
+          continue;
+        }
         expect(utf8Head(text, maxBytes)).toEqual({ text: slice.text, bytes: slice.end, totalBytes: slice.totalBytes });
       }
     }

@@ -4,7 +4,7 @@ import { CompileRequestSchema, EstimatorKind, TransformationReason, type Compile
 import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
 import { compile } from "../../src/core/compile/compile.js";
 import type { CalibrationKey, TokenCorrection } from "../../src/core/compile/token-calibration.js";
-import { calibratedLimit, correctedTokens, learnCorrection, maxCorrection, minCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
+import { calibratedLimit, correctedTokens, learnCorrection, maxCorrection, maxCorrectionStep, minCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
 import { testContext } from "./compile-context.js";
 import { call, message, result, user } from "./messages.js";
 
@@ -56,14 +56,23 @@ describe("calibrated limits", () => {
     expect(eleventh.factor).toBeCloseTo(correction.factor + (2 - correction.factor) / 10, 12);
   });
 
-  it("clamp each report's ratio to [0.25, 4]", () => {
-    expect(learnCorrection(uncorrected, 10, 1_000).correction.factor).toBe(maxCorrection);
-    expect(learnCorrection(uncorrected, 1_000, 1).correction.factor).toBe(minCorrection);
+  it("clamp each report's ratio to [0.25, 4], and move a correction by at most ×2 or ÷2 per report", () => {
+    // Issue 29: one report of 4000:1 moved the correction straight to its clamp, for every caller.
+    expect(learnCorrection(uncorrected, 1, 4_000).correction.factor).toBe(maxCorrectionStep);
+    expect(learnCorrection(uncorrected, 1_000, 1).correction.factor).toBe(1 / maxCorrectionStep);
     // The error is the real one, unclamped: 1,000 estimated and 1 actual is 99,900% off.
     expect(learnCorrection(uncorrected, 1_000, 1).relativeError).toBe(999);
+    const factors: number[] = [];
     let correction = uncorrected;
-    for (let index = 0; index < 50; index++) correction = learnCorrection(correction, 1, 1_000_000).correction;
-    expect(correction.factor).toBe(maxCorrection);
+    for (let index = 0; index < 50; index++) factors.push((correction = learnCorrection(correction, 1, 1_000_000).correction).factor);
+    // The first report doubles it; the second (weight 1/2: 2 + (4 − 2) / 2 = 3) stays within ×2;
+    // the third (3 + (4 − 3) / 3) and later ones approach the clamp as the mean does.
+    expect(factors.slice(0, 3)).toEqual([2, 3, 3 + 1 / 3]);
+    expect(factors.every((factor) => factor <= maxCorrection)).toBe(true);
+    expect(correction.factor).toBeCloseTo(maxCorrection, 2);
+    correction = uncorrected;
+    for (let index = 0; index < 50; index++) correction = learnCorrection(correction, 1_000_000, 1).correction;
+    expect(correction.factor).toBeCloseTo(minCorrection, 2);
   });
 });
 

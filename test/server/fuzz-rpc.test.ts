@@ -1,5 +1,5 @@
 import * as http2 from "node:http2";
-import { toBinary, toJsonString, type DescMethod } from "@bufbuild/protobuf";
+import { create, toBinary, toJsonString, type DescMethod } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContextService } from "../../gen/ts/contextd/v1/context_service_pb.js";
@@ -7,6 +7,7 @@ import { ConversationService } from "../../gen/ts/contextd/v1/conversation_servi
 import { TelemetryService } from "../../gen/ts/contextd/v1/telemetry_service_pb.js";
 import { Health } from "../../gen/ts/grpc/health/v1/health_pb.js";
 import { grpcEnvelope, grpcStatus, rawHttp2Request } from "../support/raw-http2.js";
+import { stringLimitOf } from "../../src/core/model/string-limits.js";
 import { fill, randomSource } from "../support/random-messages.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";
 
@@ -138,6 +139,38 @@ describe("fuzz: random and mutated requests over every RPC", () => {
       }
     }
     expect(unexpected).toEqual([]);
+  });
+
+  it("refuses every request field with a length limit one byte over it, on gRPC and Connect JSON, naming the field", async () => {
+    const unexpected: string[] = [];
+    let checked = 0;
+    for (const method of methods) {
+      for (const field of method.input.fields) {
+        const limit = stringLimitOf(method.input.typeName, field.name);
+        if (limit === undefined || field.fieldKind !== "scalar") continue;
+        const request = create(method.input, { [field.localName]: "z".repeat(limit.bytes + 1) } as never);
+        const expected = `${field.name} has ${limit.bytes + 1} bytes, over the limit of ${limit.bytes} bytes`;
+        const path = `/${method.parent.typeName}/${method.name}`;
+        const response = await rawHttp2Request(session, path, { "content-type": "application/grpc", te: "trailers", "grpc-timeout": "2S" }, grpcEnvelope(toBinary(method.input, request)));
+        const status = grpcStatus(response);
+        if (status.code !== 3 || !status.message.startsWith(expected)) unexpected.push(`gRPC ${path} ${field.name}: ${status.code} "${status.message}"`);
+        if (method.methodKind === "bidi_streaming") continue;
+        const streaming = method.methodKind !== "unary";
+        const json = Buffer.from(toJsonString(method.input, request));
+        const connect = await fetch(`${sidecar.url}${path}`, {
+          method: "POST",
+          headers: { "content-type": `application/${streaming ? "connect+" : ""}json`, "connect-timeout-ms": "2000", "connect-protocol-version": "1" },
+          body: streaming ? grpcEnvelope(json) : json,
+        });
+        const answer = Buffer.from(await connect.arrayBuffer());
+        const error = (streaming ? JSON.parse(answer.subarray(5).toString()).error : JSON.parse(answer.toString())) as { code: string; message: string };
+        if (error.code !== "invalid_argument" || !error.message.startsWith(expected)) unexpected.push(`Connect ${path} ${field.name}: ${error.code} "${error.message}"`);
+        checked++;
+      }
+    }
+    expect(unexpected).toEqual([]);
+    // GetState, Commit (id and key), Clear, Watch, ListConversations, ReadToolResult (id and call), ReportUsage, Render (id and view), WatchEvents, ...
+    expect(checked).toBeGreaterThanOrEqual(12);
   });
 
   it("is still serving afterwards", async () => {

@@ -11,13 +11,14 @@ import { PostgresConversationStore } from "../../src/store/postgres-conversation
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { learnCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";
+import { learnCorrection, maxCorrectionStep, uncorrected } from "../../src/core/compile/token-calibration.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
 import { randomSource } from "../support/random-messages.js";
+import { stringLimits } from "../../src/core/model/string-limits.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
@@ -317,6 +318,21 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(await store.currentVersion(id)).toBe(0n);
   });
 
+  it("stores ids and keys up to the limit and refuses longer ones as INVALID_ARGUMENT, alike (Postgres' btree said INTERNAL past 2,704 bytes)", async () => {
+    const id = freshId("long");
+    const atLimit = id + "x".repeat(stringLimits.id - id.length);
+    const key = "k".repeat(stringLimits.idempotencyKey);
+    expect((await store.commit(atLimit, undefined, [appendHistory(textMessage("", Role.USER, "x"))], key)).version).toBe(1n);
+    expect((await store.commit(atLimit, undefined, [appendHistory(textMessage("", Role.USER, "x"))], key)).replayed).toBe(true);
+    const longId = await rejection(store.commit(id + "x".repeat(3_000), undefined, [appendHistory(textMessage("", Role.USER, "x"))], ""));
+    expect(longId.code).toBe(Code.InvalidArgument);
+    expect(longId.rawMessage).toBe(`conversation_id has ${id.length + 3_000} bytes, over the limit of 1024 bytes the store keeps (docs/limits.md)`);
+    const longKey = await rejection(store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k".repeat(3_000)));
+    expect(longKey.rawMessage).toBe("idempotency_key has 3000 bytes, over the limit of 1024 bytes the store keeps (docs/limits.md)");
+    expect((await rejection(store.load(id + "x".repeat(3_000)))).code).toBe(Code.InvalidArgument);
+    expect(await store.currentVersion(id)).toBe(0n);
+  });
+
   it("lets exactly one of 32 concurrent writers with the same expected version win", async () => {
     const id = freshId("race");
     await store.commit(id, 0n, [appendHistory(textMessage("u0", Role.USER, "start"))], "");
@@ -596,13 +612,15 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect(await store.readCalibration(key(tenant), now, bounds)).toBeUndefined();
       // Ratios around 1, extreme ones the clamp cuts, token counts up to 2^53 - 1, past the window of 10.
       const reports: [number, number][] = [
-        [1_000, 1_300], [977, 1_013], [3, 1_000], [1_000, 1], [2 ** 53 - 1, 2 ** 53 - 2], [12_345, 23_456], [7, 9], [1, 1],
+        [1, 4_000], [1_000, 1_300], [977, 1_013], [3, 1_000], [1_000, 1], [2 ** 53 - 1, 2 ** 53 - 2], [12_345, 23_456], [7, 9], [1, 1],
         [40_000, 31_337], [100, 101], [999_999, 1_000_001], [5, 3], [123_456_789, 98_765_432], [2, 7], [65_536, 65_537],
       ];
       let expected = uncorrected;
       for (const [index, [estimated, actual]] of reports.entries()) {
         const learnt = learnCorrection(expected, estimated, actual);
         expect(await store.reportCalibration(key(tenant), estimated, actual, now + index, bounds), `report ${index}`).toEqual(learnt);
+        // One report of 4000:1 moves the correction by the largest step, not to the clamp.
+        if (index === 0) expect(learnt.correction.factor).toBe(maxCorrectionStep);
         expected = learnt.correction;
       }
       expect(await store.readCalibration(key(tenant), now + reports.length, bounds)).toEqual(expected);

@@ -21,4 +21,43 @@ describe("IdempotencyRecords", () => {
     expect(records.get("a:", "b", 0)?.fingerprint).toBe("first");
     expect(records.get("a", ":b", 0)?.fingerprint).toBe("second");
   });
+
+  it("forgets the oldest record of the tenant using the largest share, so one tenant never pushes out another's", () => {
+    const records = new IdempotencyRecords({ maxRecords: 1_000, maxBytes: 100_000, ttlMs: 1_000 });
+    records.add("b/conversation", "charge-once", "fb", 1n, 0);
+    records.add("c/conversation", "c-1", "fc", 1n, 0);
+    // Tenant a writes 40 times the byte bound, in keys of 2 KB each.
+    for (let index = 0; index < 1_000; index++) records.add(`a/conversation-${index}`, `${index}-${"k".repeat(2_000)}`, "fa", 1n, 1);
+    expect(records.get("b/conversation", "charge-once", 2)).toMatchObject({ fingerprint: "fb", version: 1n });
+    expect(records.get("c/conversation", "c-1", 2)).toMatchObject({ fingerprint: "fc" });
+    expect(records.bytes).toBeLessThanOrEqual(100_000);
+    // a keeps its newest records, the oldest gone first.
+    expect(records.get("a/conversation-999", `999-${"k".repeat(2_000)}`, 2)).toBeDefined();
+    expect(records.get("a/conversation-0", `0-${"k".repeat(2_000)}`, 2)).toBeUndefined();
+    expect(records.sizeOf("a")).toBe(records.size - 2);
+    // By count too: b writes past a's share, and then b's oldest go.
+    const counted = new IdempotencyRecords({ maxRecords: 10, maxBytes: 1 << 20, ttlMs: 1_000 });
+    for (let index = 0; index < 4; index++) counted.add("a/x", `a${index}`, "f", 1n, 0);
+    for (let index = 0; index < 20; index++) counted.add("b/x", `b${index}`, "f", 1n, 0);
+    expect(counted.sizeOf("a")).toBe(4);
+    expect(counted.sizeOf("b")).toBe(6);
+    expect(counted.get("b/x", "b19", 0)).toBeDefined();
+    expect(counted.get("b/x", "b13", 0)).toBeUndefined();
+  });
+
+  it("takes conversations without a tenant prefix as one tenant, the oldest first as before", () => {
+    const records = new IdempotencyRecords({ maxRecords: 3, maxBytes: 1 << 20, ttlMs: 1_000 });
+    for (const key of ["k1", "k2", "k3", "k4"]) records.add(`plain-${key}`, key, "f", 1n, 0);
+    expect(records.get("plain-k1", "k1", 0)).toBeUndefined();
+    expect(["k2", "k3", "k4"].map((key) => records.get(`plain-${key}`, key, 0)?.fingerprint)).toEqual(["f", "f", "f"]);
+    expect(records.sizeOf("")).toBe(3);
+  });
+
+  it("keeps its share index small however often shares change (outdated entries dropped)", () => {
+    const records = new IdempotencyRecords({ maxRecords: 50, maxBytes: 1 << 20, ttlMs: 1_000 });
+    for (let index = 0; index < 10_000; index++) records.add(`t${index % 7}/c`, `k${index}`, "f", 1n, 0);
+    expect(records.size).toBe(50);
+    for (let tenant = 0; tenant < 7; tenant++) expect(records.sizeOf(`t${tenant}`)).toBeGreaterThanOrEqual(7);
+    expect((records as unknown as { byShare: { size: number } }).byShare.size).toBeLessThanOrEqual(2 * 7 + 64 + 1);
+  });
 });

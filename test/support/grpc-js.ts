@@ -5,8 +5,8 @@ import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type M
  * A foreign gRPC client: grpc-js with protobuf-es only for (de)serialisation, so the request goes
  * through grpc-js's own HTTP/2 framing, not connect's.
  */
-export function grpcJsClient(address: string, credentials = grpc.credentials.createInsecure()) {
-  const client = new grpc.Client(address, credentials);
+export function grpcJsClient(address: string, credentials = grpc.credentials.createInsecure(), options: grpc.ChannelOptions = {}) {
+  const client = new grpc.Client(address, credentials, options);
   const path = (method: DescMethod) => `/${method.parent.typeName}/${method.name}`;
   return {
     raw: client,

@@ -14,7 +14,9 @@ export function randomSource(seed: number) {
   };
 }
 
-const texts = ["", "a", "héllo wörld", "emoji 🎉 and \u{1F600}", "x".repeat(300), "<|endoftext|>"];
+// With strings at and past the request string limits (core/model/string-limits.ts: names and
+// models 256 bytes, ids and keys 1,024), so fuzzed requests meet them on every field.
+const texts = ["", "a", "héllo wörld", "emoji 🎉 and \u{1F600}", "x".repeat(300), "<|endoftext|>", "n".repeat(256), "i".repeat(1_024), "é".repeat(513)];
 
 function randomScalar(type: ScalarType, random: () => number): unknown {
   const pick = <T>(values: T[]) => values[Math.floor(random() * values.length)]!;

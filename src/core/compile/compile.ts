@@ -121,7 +121,7 @@ export async function compile(request: CompileRequest, context: CompileContext):
   // 5. System-prompt assembly: the tool guidance and tool-call rules blocks, compile-only (after
   // the baseline, so persistence never sees them; before presentation, which treats them as any
   // system message).
-  applySystemPrompt(work);
+  await applySystemPrompt(work);
   if (deadline.checkNow("system_prompt")) await deadline.pause("system_prompt");
   await events.stageDone("system_prompt");
 

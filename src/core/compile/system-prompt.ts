@@ -3,6 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { IntroducedMessageSchema, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
 import { MessageSchema, PartSchema, Role, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { Segment, type ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { DeadlineCheck } from "./deadline.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 
 /**
@@ -213,6 +214,29 @@ function entryPractices(definition: ToolDefinition): string[] {
  * INVALID_ARGUMENT (which one to show would depend on their order).
  */
 export function toolGuidanceText(definitions: readonly ToolDefinition[], path = "tool_definitions"): string | undefined {
+  const steps = toolGuidanceSteps(definitions, path);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/**
+ * `toolGuidanceText` giving the event loop its turns and checking the deadline between tools
+ * (`DeadlineCheck`): 6,000 tools with 20 practices each held the loop 592 ms in one slice, past
+ * a 300 ms deadline (issue 29 #10).
+ */
+export async function toolGuidanceTextPaced(definitions: readonly ToolDefinition[], deadline: DeadlineCheck, stage: string): Promise<string | undefined> {
+  const steps = toolGuidanceSteps(definitions, "tool_definitions");
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+    if (deadline.check(stage, step.value)) await deadline.pause(stage);
+  }
+}
+
+/** Builds the block tool by tool, yielding after each the units of work it took (1 + 1 per KiB of its text). */
+function* toolGuidanceSteps(definitions: readonly ToolDefinition[], path: string): Generator<number, string | undefined> {
   const named = new Map<string, number>();
   definitions.forEach((definition, index) => {
     if (definition.name.trim() === "") return;
@@ -227,6 +251,7 @@ export function toolGuidanceText(definitions: readonly ToolDefinition[], path = 
   });
   if (named.size === 0) return undefined;
   const names = [...named.keys()].sort((left, right) => (left < right ? -1 : left > right ? 1 : 0));
+  yield 1 + (names.length >> 5);
   const lines = [guidanceOpen, guidanceIntro];
   for (const name of names) {
     const definition = definitions[named.get(name)!]!;
@@ -239,6 +264,9 @@ export function toolGuidanceText(definitions: readonly ToolDefinition[], path = 
       practices.forEach((practice, index) => lines.push(`${index + 1}. ${practice}`));
     }
     if (definition.promptInjection.trim() !== "") lines.push(definition.promptInjection);
+    let characters = definition.description.length + definition.promptInjection.length;
+    for (const practice of definition.bestPractices) characters += practice.length;
+    yield 1 + (characters >> 10);
   }
   lines.push(guidanceClose);
   return lines.join("\n");
@@ -300,13 +328,15 @@ function withoutRulesBlocks(message: Message, work: CompileWork): Message | "unc
  * block on, copies of it in the system messages' text are taken out for this compile (FORMATTED,
  * or DROPPED when nothing is left; the stored message persists unchanged).
  */
-export function applySystemPrompt(work: CompileWork): void {
+export async function applySystemPrompt(work: CompileWork): Promise<void> {
   const options = work.request.systemPrompt;
   if (!options || (!options.toolGuidance && !options.toolCallRules)) return;
   let system = work.segments.system;
+  const { deadline } = work;
   if (options.toolCallRules) {
     const kept: Message[] = [];
     for (const message of system) {
+      if (deadline.check("system_prompt.tool_call_rules")) await deadline.pause("system_prompt.tool_call_rules");
       const changed = withoutRulesBlocks(message, work);
       if (changed === "unchanged") {
         kept.push(message);
@@ -321,7 +351,7 @@ export function applySystemPrompt(work: CompileWork): void {
     system = [...kept, introduce(work, blockMessage(toolCallRulesId, toolCallRulesText))];
   }
   if (options.toolGuidance) {
-    const text = toolGuidanceText(work.toolDefinitions);
+    const text = await toolGuidanceTextPaced(work.toolDefinitions, deadline, "system_prompt.tool_guidance");
     if (text !== undefined) {
       work.textAllowance.charge(text.length, "system_prompt.tool_guidance");
       system = [introduce(work, blockMessage(toolGuidanceId, text)), ...system];

@@ -150,7 +150,7 @@ async function segmentProjection(
   await applyDeferredBlocks(work, extras.deferredBlocks.filter((block) => included.has(block.segment)));
   // The default tool-round repair, where the main payload gets it: after the deferred blocks.
   if (request.repair === ToolRoundRepair.UNSPECIFIED) repairToolRoundsForPrompt(work, context.randomId);
-  if (included.has(Segment.SYSTEM)) applySystemPrompt(work);
+  if (included.has(Segment.SYSTEM)) await applySystemPrompt(work);
   if (clock.checkNow("targets")) await clock.pause("targets");
   showToolArgumentsAsString(work);
   sendLargeToolResultsAsPreviews(work);

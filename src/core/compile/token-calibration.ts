@@ -16,6 +16,14 @@ export const minCorrection = 0.25;
 export const maxCorrection = 4;
 /** A plain mean over the first reports, then each new report weighs 1/this (an exponential mean). */
 export const calibrationWindow = 10;
+/**
+ * The most one report moves a correction: to at most this times, and at least 1/this of, the one
+ * before. Without it the first report of a key weighed 1, so one report of 4000:1 (any client's,
+ * with auth off) moved every caller's correction for that model straight to `maxCorrection`, for
+ * the TTL. Estimators are off by less than this (0.7 to 1.5 on the providers' own counts), so an
+ * honest first report still sets the ratio it saw.
+ */
+export const maxCorrectionStep = 2;
 
 /** What a compile's budget is corrected by, and how well that has predicted so far. */
 export interface TokenCorrection {
@@ -74,9 +82,11 @@ export function learnCorrection(previous: TokenCorrection, estimatedTokens: numb
   const relativeError = Math.abs(estimatedTokens * previous.factor - actualTokens) / actualTokens;
   const reports = previous.reports + 1;
   const weight = 1 / Math.min(reports, calibrationWindow);
-  const factor = previous.factor + weight * (ratio - previous.factor);
+  const mean = previous.factor + weight * (ratio - previous.factor);
   const meanAbsoluteRelativeError = previous.meanAbsoluteRelativeError + weight * (relativeError - previous.meanAbsoluteRelativeError);
-  return { correction: { factor: Math.min(maxCorrection, Math.max(minCorrection, factor)), reports, meanAbsoluteRelativeError }, relativeError };
+  // The stores repeat these operations in this order (redis-scripts.ts, postgres-schema.ts).
+  const stepped = Math.min(previous.factor * maxCorrectionStep, Math.max(previous.factor / maxCorrectionStep, mean));
+  return { correction: { factor: Math.min(maxCorrection, Math.max(minCorrection, stepped)), reports, meanAbsoluteRelativeError }, relativeError };
 }
 
 /**

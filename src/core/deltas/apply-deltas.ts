@@ -11,6 +11,7 @@ import { appendProviderStream } from "./provider-stream.js";
 import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
 import { setToolDefinitions } from "./tool-definitions.js";
 import { prefixError } from "../model/error-details.js";
+import { maxStreamEvents } from "../providers/stream-events.js";
 
 /**
  * Applies a batch in order and returns the resulting state; the version is left as it was (the
@@ -19,6 +20,7 @@ import { prefixError } from "../model/error-details.js";
  * naming its index, its operation and the rule: `deltas[2].append_user: tool round still open, ...`.
  */
 export function applyDeltas(state: ConversationState, deltas: readonly Delta[], context: DeltaContext): ConversationState {
+  assertStreamEventsPerCommit(deltas);
   let current = state;
   deltas.forEach((delta, index) => {
     try {
@@ -30,6 +32,26 @@ export function applyDeltas(state: ConversationState, deltas: readonly Delta[], 
     }
   });
   return current;
+}
+
+/**
+ * The events of every `append_provider_stream` of one batch together are at most `maxStreamEvents`:
+ * the limit was per delta, so 9 deltas of 100,000 events each were merged in one go and held the
+ * event loop 1.06 to 1.49 s (issue 29 #9). RESOURCE_EXHAUSTED before any event is decoded. The
+ * binary decoder counts them too, while it reads a request (codec/protobuf-decoder.ts).
+ */
+function assertStreamEventsPerCommit(deltas: readonly Delta[]): void {
+  let events = 0;
+  for (const delta of deltas) if (delta.operation.case === "appendProviderStream") events += delta.operation.value.events.length;
+  if (events > maxStreamEvents) throw streamEventsOverLimit(events);
+}
+
+/** RESOURCE_EXHAUSTED for a batch whose provider streams carry `events` events, over `maxStreamEvents`. */
+export function streamEventsOverLimit(events: number): ConnectError {
+  return new ConnectError(
+    `deltas: the append_provider_stream deltas carry ${events} events, more than the limit of ${maxStreamEvents} per commit`,
+    Code.ResourceExhausted,
+  );
 }
 
 /**

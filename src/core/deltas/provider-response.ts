@@ -4,6 +4,8 @@ import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";
 import { withAppendedMessages } from "./segment-operations.js";
 import { assertNoOpenRound } from "./agent-mutations.js";
+import { MessageSchema } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { assertStringLimits } from "../model/string-limits.js";
 
 /**
  * Parses a provider's response body into ASSISTANT messages and appends them to history.
@@ -12,6 +14,8 @@ import { assertNoOpenRound } from "./agent-mutations.js";
 export function appendProviderResponse(state: ConversationState, delta: AppendProviderResponse, context: DeltaContext, deltaIndex: number): ConversationState {
   const parsed = parseProviderResponse(delta.provider, delta.json, { callIdSeed: callIdSeed(state, deltaIndex) });
   if (parsed.length === 0) return state;
+  // Ids and names in a provider's body are bounded like those a request carries itself.
+  parsed.forEach((message, index) => assertStringLimits(MessageSchema, message, `messages[${index}]`));
   assertNoOpenRound(state.history, "a provider response", context);
   const messages = prepareMessages(state, parsed, context, "parsed");
   return withAppendedMessages(state, "history", messages, context);

@@ -4,6 +4,7 @@ import { defaultCalibrationStorage } from "../../application/usage-calibration.j
 import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
+import { stringLimits } from "../../core/model/string-limits.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
 
 /** One accepted bearer token; `tenant` empty = the token sees every conversation. */
@@ -431,6 +432,9 @@ export function parseAuthTokens(text: string, where: string): AuthToken[] {
     if (token.length < 16) throw new Error(`invalid token in ${where}: tokens must have at least 16 characters`);
     if (equals >= 0 && !/^[A-Za-z0-9._-]+$/.test(tenant)) {
       throw new Error(`invalid tenant "${tenant}" in ${where}: want letters, digits, ".", "_" or "-"`);
+    }
+    if (tenant.length > stringLimits.tenant) {
+      throw new Error(`invalid tenant "${tenant.slice(0, 32)}..." in ${where}: ${tenant.length} characters, at most ${stringLimits.tenant}`);
     }
     tokens.push({ token, tenant });
   }

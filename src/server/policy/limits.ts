@@ -1,6 +1,7 @@
 import type { DescField, DescMessage, DescOneof, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { MessageSchema } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { assertStringLimits } from "../../core/model/string-limits.js";
 
 /**
  * Rejects requests carrying more than `maxMessages` conversation messages (`contextd.v1.Message`,
@@ -20,6 +21,31 @@ export function limitMessagesPerRequest(maxMessages: number): Interceptor {
       message: (async function* () {
         for await (const message of messages) {
           assertMessageCount(input, message, maxMessages);
+          yield message;
+        }
+      })(),
+    });
+  };
+}
+
+/**
+ * Rejects requests carrying an id, key, model or name longer than its limit (core/model/string-limits.ts)
+ * with INVALID_ARGUMENT naming the field and the limit, before any store or compile sees it.
+ * Streamed requests are checked message by message.
+ */
+export function limitRequestStrings(): Interceptor {
+  return (next) => async (request) => {
+    const input = request.method.input;
+    if (!request.stream) {
+      assertStringLimits(input, request.message);
+      return next(request);
+    }
+    const messages = request.message;
+    return next({
+      ...request,
+      message: (async function* () {
+        for await (const message of messages) {
+          assertStringLimits(input, message);
           yield message;
         }
       })(),

@@ -5,9 +5,9 @@ import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js"
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
 import { MessageWindows } from "../../application/message-windows.js";
 import { assertStateFits } from "../../application/state-size.js";
+import { ToolResultTexts } from "../../application/tool-result-texts.js";
 import { Codec } from "../../codec/codec.js";
-import { toolPayloadText } from "../../core/model/payload-text.js";
-import { utf8Slice } from "../../core/model/utf8-slice.js";
+import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { tenantKey } from "../policy/call-context.js";
 
 /** The store, what Watch needs besides (see `WatchDependencies`), and what reads are sized with. */
@@ -23,6 +23,8 @@ const defaultMaxResponseBytes = 16 * 1024 * 1024;
 /** ReadToolResult slice size when the request leaves it 0, and the largest allowed. */
 const defaultReadBytes = 65_536;
 const maxReadBytes = 1_048_576;
+/** Encoded tool-result texts kept for the reads that follow (see `ToolResultTexts`). */
+const toolResultTextBytes = 32 * 1024 * 1024;
 
 /** ListConversations page size when the request leaves it 0, and the largest honoured. */
 const defaultPageSize = 100;
@@ -31,6 +33,7 @@ const maxPageSize = 1000;
 /** ConversationService: stored state, versioned commits and the change stream. */
 export function conversationService(dependencies: ConversationServiceDependencies): ServiceImpl<typeof ConversationService> {
   const { store } = dependencies;
+  const toolResultTexts = new ToolResultTexts(toolResultTextBytes);
   const codec = dependencies.codec ?? new Codec();
   const maxResponseBytes = dependencies.maxResponseBytes ?? defaultMaxResponseBytes;
   const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;
@@ -91,7 +94,7 @@ export function conversationService(dependencies: ConversationServiceDependencie
       const found = findToolResult(state, request.toolCallId);
       if (!found) throw new ConnectError(`conversation "${request.conversationId}" (version ${state.version}) has no result for tool call "${request.toolCallId}"`, Code.NotFound);
       const offset = request.offset > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(request.offset);
-      const slice = utf8Slice(toolPayloadText(found.payload), offset, request.maxBytes === 0 ? defaultReadBytes : request.maxBytes);
+      const slice = utf8SliceOf(toolResultTexts.of(found.payload), offset, request.maxBytes === 0 ? defaultReadBytes : request.maxBytes);
       return { text: slice.text, offset: BigInt(slice.start), nextOffset: BigInt(slice.end), totalBytes: BigInt(slice.totalBytes), name: found.name, version: state.version };
     },
 

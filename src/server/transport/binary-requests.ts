@@ -84,6 +84,8 @@ function decodeCarrier(codec: Codec, schema: DescMessage, carrier: Message): Mes
   try {
     return codec.decode(schema, bytes);
   } catch (error) {
+    // The decoder's own limits (repeated elements, stream events) are answered as they are.
+    if (error instanceof ConnectError) throw error;
     // What connect's binary serialization reports when fromBinary fails, so clients see no change.
     throw new ConnectError(`parse binary: ${error instanceof Error ? error.message : String(error)}`, Code.Internal);
   }

@@ -267,6 +267,8 @@ function parseRequest(codec: Codec, spec: UnaryMethodSpec, body: Buffer): unknow
   try {
     return codec.decode(spec.method.input, body.subarray(envelopeHeaderBytes, end));
   } catch (error) {
+    // The decoder's own limits (repeated elements, stream events) are answered as they are.
+    if (error instanceof ConnectError) throw error;
     throw new ConnectError(`parse binary: ${(error as Error).message}`, Code.Internal);
   }
 }

@@ -211,6 +211,34 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.close();
   });
 
+  it("shows only the conversation it is on: going from X to Y lists Y's versions and keys, not X's (issue 29 #12)", async () => {
+    const x = "acme/nav-x";
+    const y = "acme/nav-y";
+    for (let version = 1; version <= 3; version++) {
+      await admin.conversations.commit({ conversationId: x, idempotencyKey: `x-key-${version}`, deltas: [appendHistory(textMessage(`x${version}`, Role.USER, `x says ${version}`))] });
+    }
+    await admin.conversations.commit({ conversationId: y, idempotencyKey: "y-key-1", deltas: [appendHistory(textMessage("y1", Role.USER, "y says 1"))] });
+    const page = await openWithToken(`/inspector/#/c/${encodeURIComponent(x)}`);
+    const timeline = page.getByTestId("timeline");
+    const versions = () => timeline.locator("li").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-version")));
+    await expect.poll(versions, { timeout: 10_000 }).toEqual(["3", "2", "1"]);
+    await page.getByTestId("live").waitFor();
+
+    await page.goto(`${sidecar.url}/inspector/#/c/${encodeURIComponent(y)}`);
+    await expect.poll(() => page.getByTestId("conversation-id").textContent(), { timeout: 10_000 }).toBe(y);
+    await expect.poll(versions, { timeout: 10_000 }).toEqual(["1"]);
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v1");
+    expect(await timeline.textContent()).toContain("key y-key-1");
+    expect(await timeline.textContent()).not.toContain("x-key");
+    expect(await page.getByTestId("messages").getByTestId("message").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-id")))).toEqual(["y1"]);
+
+    // And back: X's own three versions, once each.
+    await page.goto(`${sidecar.url}/inspector/#/c/${encodeURIComponent(x)}`);
+    await expect.poll(versions, { timeout: 10_000 }).toEqual(["3", "2", "1"]);
+    expect(await timeline.textContent()).not.toContain("y-key");
+    await page.close();
+  });
+
   it("shows the newest 200 history messages of a long conversation, more on request, and a conversation over the message limit", async () => {
     const long = "acme/long-history";
     const messages = Array.from({ length: 250 }, (_, index) => textMessage(`h${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `message ${index}`));

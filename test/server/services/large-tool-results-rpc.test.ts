@@ -81,6 +81,23 @@ describe.each(sidecarStores)("large tool results by reference (real sidecar, %s)
     expect(whole.text).toBe(fileText);
   });
 
+  it("moves forward when max_bytes is smaller than the character at offset: that one character, whole (issue 29 #13)", async () => {
+    // "0 aé€😀\n": offset 3 starts "é" (2 bytes), 5 "€" (3), 8 "😀" (4). Paging by next_offset
+    // with 1 byte asked used to stay at 3 with an empty slice.
+    const texts: string[] = [];
+    let offset = 0n;
+    while (offset < 13n) {
+      const slice = await client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "call-1", offset, maxBytes: 1 });
+      expect(slice.nextOffset).toBeGreaterThan(offset);
+      texts.push(slice.text);
+      offset = slice.nextOffset;
+    }
+    expect(texts).toEqual(["0", " ", "a", "é", "€", "😀", "\n"]);
+    // Inside a character the offset still moves back to its start, and 3 bytes asked there give the whole 4.
+    const inside = await client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "call-1", offset: 9n, maxBytes: 3 });
+    expect(inside).toMatchObject({ text: "😀", offset: 8n, nextOffset: 12n });
+  });
+
   it("answers NOT_FOUND for a call without a result and INVALID_ARGUMENT for bad requests", async () => {
     const missing = await failure(client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "nope" }));
     expect(missing.code).toBe(grpc.status.NOT_FOUND);

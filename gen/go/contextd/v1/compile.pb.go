@@ -2102,7 +2102,8 @@ type RenderOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The provider; UNSPECIFIED = do not render (the answer then carries `payload`, always).
 	Provider Provider `protobuf:"varint,1,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
-	// The model name, used for model-specific rules and estimates.
+	// The model name, used for model-specific rules and estimates. At most 256 UTF-8 bytes
+	// (INVALID_ARGUMENT naming `render.model` otherwise): it is part of the calibration key.
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// Anthropic: put cache breakpoints (`cache_control`, ephemeral) on the stable boundaries the
 	// payload has, in prefix order: the last tool definition, the last system block, the history's
@@ -2313,7 +2314,7 @@ type CommitOptions struct {
 	// answer was lost costs one retry. Otherwise the compile is not run again and the result has no
 	// prompt, neither `payload` nor `rendered` (`version` is then the expected version). The same key with a different request is
 	// INVALID_ARGUMENT. The Go and Python clients add a random key to every compile with `commit`
-	// that has none and retry unknown outcomes with it.
+	// that has none and retry unknown outcomes with it. At most 1,024 UTF-8 bytes.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Deltas applied, in order, before the compile reads the conversation, with exactly the rules of
 	// `CommitRequest.deltas` (an invalid delta is INVALID_ARGUMENT naming its index; messages
@@ -2379,7 +2380,7 @@ func (x *CommitOptions) GetDeltas() []*Delta {
 // stateful when it is set (stored segments, overridden by present request fields).
 type CompileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The conversation to compile; empty = stateless.
+	// The conversation to compile; empty = stateless. At most 1,024 UTF-8 bytes.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// The system segment (override when stateful).
 	System *MessageList `protobuf:"bytes,2,opt,name=system,proto3" json:"system,omitempty"`

@@ -453,7 +453,7 @@ func (x *ReadMessagesResponse) GetPageBytes() uint64 {
 // The request of `Commit`.
 type CommitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The conversation. Required.
+	// The conversation. Required; at most 1,024 UTF-8 bytes.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// The version the caller last saw; a different stored version is ABORTED. Absent = no check.
 	ExpectedVersion *int64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
@@ -465,6 +465,7 @@ type CommitRequest struct {
 	// with different deltas is INVALID_ARGUMENT (`include_state` is not part of what must match). The
 	// Go and Python clients add a random key to every commit that has none and retry a commit whose
 	// outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, a response over the receive limit) with it.
+	// At most 1,024 UTF-8 bytes.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Also send the state after the commit in `CommitResponse.state`. Off by default: a long
 	// conversation's state is megabytes, and a writer needs the new version only.
@@ -1174,6 +1175,9 @@ type ReadToolResultRequest struct {
 	// of the character it falls in. Past the end = an empty slice.
 	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// The most UTF-8 bytes to return, cut at a character boundary. 0 = 65,536; at most 1,048,576.
+	// A slice always moves forward: when `max_bytes` is smaller than the character at `offset`
+	// (1 byte asked where a 2- to 4-byte character starts), the slice is that one whole character,
+	// up to 3 bytes more than asked, so a reader paging by `next_offset` never stays in place.
 	MaxBytes      uint32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -33,6 +33,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Stores conversations with optimistic concurrency.
+//
+// Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+// "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+// keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+// naming the field's path and the limit, on every store and every protocol, before anything is read
+// or applied.
 type ConversationServiceClient interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
 	// state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,
@@ -153,6 +159,12 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, in *Read
 // for forward compatibility.
 //
 // Stores conversations with optimistic concurrency.
+//
+// Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+// "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+// keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+// naming the field's path and the limit, on every store and every protocol, before anything is read
+// or applied.
 type ConversationServiceServer interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
 	// state whose encoding would be larger than the sidecar's message limit (`--max-request-bytes`,

@@ -774,7 +774,7 @@ type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message id. Unique across the whole compile request (all segments, pending, current turn).
 	// Empty ids are assigned by the identity policy of the compile (see `IdentityOptions`) or, in
-	// stored state, by the commit.
+	// stored state, by the commit. At most 1,024 UTF-8 bytes (INVALID_ARGUMENT naming its path).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The provider-facing role.
 	Role Role `protobuf:"varint,2,opt,name=role,proto3,enum=contextd.v1.Role" json:"role,omitempty"`
@@ -1196,9 +1196,10 @@ func (x *ImagePart) GetDetail() ImageDetail {
 // A tool call made by the assistant.
 type ToolCallPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The call id. Required and unique within the conversation; results refer to it.
+	// The call id. Required and unique within the conversation; results refer to it. At most 1,024
+	// UTF-8 bytes.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The tool's name, as in `ToolDefinition.name`.
+	// The tool's name, as in `ToolDefinition.name`. At most 256 UTF-8 bytes.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The arguments: JSON text of an object, in `data` (or in `text` when `data` is empty; both
 	// empty = no arguments, `{}`); sent to providers unchanged. Anything but a JSON object is

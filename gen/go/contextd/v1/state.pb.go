@@ -1715,10 +1715,13 @@ func (x *AppendProviderResponse) GetJson() []byte {
 //     text parts of the same kind are joined; a `thoughtSignature` ends the part it is on. Complete
 //     when a chunk has a `finishReason`.
 //
-// Limits: at most 100,000 events, each nested no deeper than 64 levels; the whole request is
-// bounded by the sidecar's request size limit. A malformed event, or a stream that is neither
-// complete nor `interrupted`, is INVALID_ARGUMENT naming the event (`events[3]: ...`) and the JSON
-// path inside it; more events than the limit is RESOURCE_EXHAUSTED; nothing is appended.
+// Limits: at most 100,000 events in all the `append_provider_stream` deltas of one commit
+// together (RESOURCE_EXHAUSTED naming the total, before any event is merged), each nested no
+// deeper than 64 levels; the whole request is bounded by the sidecar's request size limit. Ids and
+// names the merged body brings in are bounded like a request's own (docs/limits.md, "Names and
+// ids"). A malformed event, or a stream that is neither complete nor `interrupted`, is
+// INVALID_ARGUMENT naming the event (`events[3]: ...`) and the JSON path inside it; nothing is
+// appended.
 type AppendProviderStream struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Which provider's format the events are in.

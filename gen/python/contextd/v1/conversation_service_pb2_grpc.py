@@ -27,6 +27,12 @@ if _version_not_supported:
 
 class ConversationServiceStub(object):
     """Stores conversations with optimistic concurrency.
+
+    Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+    "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+    keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+    naming the field's path and the limit, on every store and every protocol, before anything is read
+    or applied.
     """
 
     def __init__(self, channel):
@@ -74,6 +80,12 @@ class ConversationServiceStub(object):
 
 class ConversationServiceServicer(object):
     """Stores conversations with optimistic concurrency.
+
+    Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+    "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+    keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+    naming the field's path and the limit, on every store and every protocol, before anything is read
+    or applied.
     """
 
     def GetState(self, request, context):
@@ -184,6 +196,12 @@ def add_ConversationServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ConversationService(object):
     """Stores conversations with optimistic concurrency.
+
+    Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+    "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+    keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+    naming the field's path and the limit, on every store and every protocol, before anything is read
+    or applied.
     """
 
     @staticmethod

@@ -857,7 +857,8 @@ export type RenderOptions = Message<"contextd.v1.RenderOptions"> & {
   provider: Provider;
 
   /**
-   * The model name, used for model-specific rules and estimates.
+   * The model name, used for model-specific rules and estimates. At most 256 UTF-8 bytes
+   * (INVALID_ARGUMENT naming `render.model` otherwise): it is part of the calibration key.
    *
    * @generated from field: string model = 2;
    */
@@ -1000,7 +1001,7 @@ export type CommitOptions = Message<"contextd.v1.CommitOptions"> & {
    * answer was lost costs one retry. Otherwise the compile is not run again and the result has no
    * prompt, neither `payload` nor `rendered` (`version` is then the expected version). The same key with a different request is
    * INVALID_ARGUMENT. The Go and Python clients add a random key to every compile with `commit`
-   * that has none and retry unknown outcomes with it.
+   * that has none and retry unknown outcomes with it. At most 1,024 UTF-8 bytes.
    *
    * @generated from field: string idempotency_key = 2;
    */
@@ -1032,7 +1033,7 @@ export const CommitOptionsSchema: GenMessage<CommitOptions> = /*@__PURE__*/
  */
 export type CompileRequest = Message<"contextd.v1.CompileRequest"> & {
   /**
-   * The conversation to compile; empty = stateless.
+   * The conversation to compile; empty = stateless. At most 1,024 UTF-8 bytes.
    *
    * @generated from field: string conversation_id = 1;
    */

@@ -289,7 +289,7 @@ export const ReadMessagesResponseSchema: GenMessage<ReadMessagesResponse> = /*@_
  */
 export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
   /**
-   * The conversation. Required.
+   * The conversation. Required; at most 1,024 UTF-8 bytes.
    *
    * @generated from field: string conversation_id = 1;
    */
@@ -316,6 +316,7 @@ export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
    * with different deltas is INVALID_ARGUMENT (`include_state` is not part of what must match). The
    * Go and Python clients add a random key to every commit that has none and retry a commit whose
    * outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED, a response over the receive limit) with it.
+   * At most 1,024 UTF-8 bytes.
    *
    * @generated from field: string idempotency_key = 4;
    */
@@ -691,6 +692,9 @@ export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest">
 
   /**
    * The most UTF-8 bytes to return, cut at a character boundary. 0 = 65,536; at most 1,048,576.
+   * A slice always moves forward: when `max_bytes` is smaller than the character at `offset`
+   * (1 byte asked where a 2- to 4-byte character starts), the slice is that one whole character,
+   * up to 3 bytes more than asked, so a reader paging by `next_offset` never stays in place.
    *
    * @generated from field: uint32 max_bytes = 4;
    */
@@ -762,6 +766,12 @@ export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = 
 
 /**
  * Stores conversations with optimistic concurrency.
+ *
+ * Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
+ * "Names and ids"): conversation, message, tool-call, artifact and experience ids and idempotency
+ * keys at most 1,024, models, tool and other names at most 256. A longer one is INVALID_ARGUMENT
+ * naming the field's path and the limit, on every store and every protocol, before anything is read
+ * or applied.
  *
  * @generated from service contextd.v1.ConversationService
  */

@@ -356,7 +356,7 @@ export type Message = Message$1<"contextd.v1.Message"> & {
   /**
    * The message id. Unique across the whole compile request (all segments, pending, current turn).
    * Empty ids are assigned by the identity policy of the compile (see `IdentityOptions`) or, in
-   * stored state, by the commit.
+   * stored state, by the commit. At most 1,024 UTF-8 bytes (INVALID_ARGUMENT naming its path).
    *
    * @generated from field: string id = 1;
    */
@@ -589,14 +589,15 @@ export const ImagePartSchema: GenMessage<ImagePart> = /*@__PURE__*/
  */
 export type ToolCallPart = Message$1<"contextd.v1.ToolCallPart"> & {
   /**
-   * The call id. Required and unique within the conversation; results refer to it.
+   * The call id. Required and unique within the conversation; results refer to it. At most 1,024
+   * UTF-8 bytes.
    *
    * @generated from field: string id = 1;
    */
   id: string;
 
   /**
-   * The tool's name, as in `ToolDefinition.name`.
+   * The tool's name, as in `ToolDefinition.name`. At most 256 UTF-8 bytes.
    *
    * @generated from field: string name = 2;
    */

@@ -1,0 +1,73 @@
+import { create, createRegistry } from "@bufbuild/protobuf";
+import { ConnectError } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { file_contextd_v1_artifact } from "../../gen/ts/contextd/v1/artifact_pb.js";
+import { CompileRequestSchema, file_contextd_v1_compile } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { file_contextd_v1_context_service } from "../../gen/ts/contextd/v1/context_service_pb.js";
+import { file_contextd_v1_conversation_service } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { file_contextd_v1_message, MessageSchema } from "../../gen/ts/contextd/v1/message_pb.js";
+import { file_contextd_v1_state } from "../../gen/ts/contextd/v1/state_pb.js";
+import { file_contextd_v1_telemetry } from "../../gen/ts/contextd/v1/telemetry_pb.js";
+import { file_contextd_v1_telemetry_service } from "../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { assertStringLimits, limitedStringFields, stringLimitOf, stringLimits } from "../../src/core/model/string-limits.js";
+
+const registry = createRegistry(
+  file_contextd_v1_artifact,
+  file_contextd_v1_compile,
+  file_contextd_v1_context_service,
+  file_contextd_v1_conversation_service,
+  file_contextd_v1_message,
+  file_contextd_v1_state,
+  file_contextd_v1_telemetry,
+  file_contextd_v1_telemetry_service,
+);
+
+describe("request string limits", () => {
+  it("names only string fields that exist (a typo would leave a field unbounded)", () => {
+    for (const [typeName, fieldName] of limitedStringFields()) {
+      const schema = registry.getMessage(typeName);
+      expect(schema, typeName).toBeDefined();
+      const field = schema!.fields.find((candidate) => candidate.name === fieldName);
+      expect(field, `${typeName}.${fieldName}`).toBeDefined();
+      const scalar = field!.fieldKind === "scalar" ? field!.scalar : field!.fieldKind === "list" && field!.listKind === "scalar" ? field!.scalar : undefined;
+      expect(scalar, `${typeName}.${fieldName} is a string`).toBe(9 /* ScalarType.STRING */);
+    }
+  });
+
+  it("bounds every id field of every request type the services take", () => {
+    // Every field called *_id, *_ids or id that a request can reach is limited; free text is not.
+    const unlimited: string[] = [];
+    for (const type of registry) {
+      if (type.kind !== "message" || !type.typeName.startsWith("contextd.v1.")) continue;
+      for (const field of type.fields) {
+        const stringy = (field.fieldKind === "scalar" || (field.fieldKind === "list" && field.listKind === "scalar")) && field.scalar === 9;
+        if (stringy && /(^id$|_id$|_ids$|^ids$)/.test(field.name) && stringLimitOf(type.typeName, field.name) === undefined) unlimited.push(`${type.typeName}.${field.name}`);
+      }
+    }
+    // Results only: the server writes them, no request carries them.
+    expect(unlimited.sort()).toEqual([
+      "contextd.v1.Change.conversation_id",
+      "contextd.v1.ConversationState.conversation_id",
+      "contextd.v1.ConversationSummary.conversation_id",
+      "contextd.v1.ObserverEvent.compile_id",
+      "contextd.v1.ObserverEvent.conversation_id",
+      "contextd.v1.Projection.artifact_ids",
+      "contextd.v1.WritebackMessage.id",
+      "contextd.v1.RenamedToolCallId.message_id",
+      "contextd.v1.MessageCleared.message_id",
+      "contextd.v1.MessageDropped.message_id",
+      "contextd.v1.HistoryHeadDropped.first_message_id",
+      "contextd.v1.HistoryHeadDropped.last_message_id",
+    ].sort());
+  });
+
+  it("measures UTF-8 bytes, names the path with indices, and passes free text of any length", () => {
+    const message = create(MessageSchema, { id: "é".repeat(513), parts: [{ kind: { case: "text", value: { text: "x".repeat(100_000) } } }] });
+    expect(() => assertStringLimits(MessageSchema, message, "messages[2]")).toThrow(
+      new ConnectError(`messages[2].id has 1026 bytes, over the limit of ${stringLimits.id} bytes for ids (docs/limits.md)`, 3),
+    );
+    const nested = create(CompileRequestSchema, { history: { messages: [{ id: "ok" }, { id: "ok", parts: [{ kind: { case: "toolResult", value: { toolCallId: "c".repeat(1025) } } }] }] } });
+    expect(() => assertStringLimits(CompileRequestSchema, nested)).toThrow(/^\[invalid_argument\] history\.messages\[1\]\.parts\[0\]\.tool_result\.tool_call_id has 1025 bytes/);
+    expect(() => assertStringLimits(MessageSchema, create(MessageSchema, { id: "x".repeat(stringLimits.id), parts: [{ kind: { case: "text", value: { text: "y".repeat(1 << 20) } } }] }))).not.toThrow();
+  });
+});

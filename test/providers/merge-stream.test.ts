@@ -186,7 +186,8 @@ describe("append_provider_stream limits", () => {
     const delta = create(DeltaSchema, { operation: { case: "appendProviderStream", value: { provider: Provider.OPENAI_CHAT, events } } });
     const error = thrownConnectError(() => history([delta]));
     expect(error.code).toBe(Code.ResourceExhausted);
-    expect(error.rawMessage).toBe(`deltas[0].append_provider_stream: events: ${maxStreamEvents + 1} events, more than the limit of ${maxStreamEvents} per stream`);
+    // Counted per commit over every stream delta (issue 29 #9), so the message names the batch, not one delta.
+    expect(error.rawMessage).toBe(`deltas: the append_provider_stream deltas carry ${maxStreamEvents + 1} events, more than the limit of ${maxStreamEvents} per commit`);
   });
 
   it("refuses an event nested deeper than the JSON depth limit", () => {

@@ -58,7 +58,9 @@ describe("the default compile answer of a long conversation (real sidecar, Conne
     const payload = toBinary(CompiledPayloadSchema, asked.message.result!.payload!).length;
     expect(payload).toBeGreaterThan(body / 2);
     expect(asked.message.result!.rendered!.json).toEqual(lean.message.result!.rendered!.json);
-    expect(asked.bytes).toBeGreaterThan(lean.bytes + payload);
+    // The answers' stage timings are durations (varints of a few bytes each), so two answers of the
+    // same compile differ by a few bytes: compared with that slack, the payload comes on top.
+    expect(asked.bytes).toBeGreaterThan(lean.bytes + payload - 64);
     expect(asked.bytes).toBeGreaterThan(2 * body);
   });
 });

@@ -3,6 +3,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Message } from "@bufbuild/protobuf";
 import type { AuthToken } from "../operations/config.js";
 import { tenantKey } from "./call-context.js";
+import { inspectRequestMessages } from "./request-messages.js";
 
 /** Services anyone may call: probes and tooling must work without credentials. */
 const openServices = new Set(["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]);
@@ -46,21 +47,7 @@ export function authenticate(tokens: BearerTokens): Interceptor {
     if (tenant === undefined) return next(request);
     request.contextValues.set(tenantKey, tenant);
     if (tenant === "") return next(request);
-    if (!request.stream) {
-      assertTenantScope(tenant, request.message);
-      return next(request);
-    }
-    // Client and bidi streams: check every message as it arrives.
-    const messages = request.message;
-    return next({
-      ...request,
-      message: (async function* () {
-        for await (const message of messages) {
-          assertTenantScope(tenant, message);
-          yield message;
-        }
-      })(),
-    });
+    return next(inspectRequestMessages(request, (message) => assertTenantScope(tenant, message)));
   };
 }
 

@@ -2,6 +2,7 @@ import type { DescField, DescMessage, DescOneof, Message } from "@bufbuild/proto
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { MessageSchema } from "../../../gen/ts/contextd/v1/message_pb.js";
 import { assertStringLimits } from "../../core/model/string-limits.js";
+import { inspectRequestMessages } from "./request-messages.js";
 
 /**
  * Rejects requests carrying more than `maxMessages` conversation messages (`contextd.v1.Message`,
@@ -9,23 +10,7 @@ import { assertStringLimits } from "../../core/model/string-limits.js";
  * naming the fields that hold them. Streamed requests are checked message by message.
  */
 export function limitMessagesPerRequest(maxMessages: number): Interceptor {
-  return (next) => async (request) => {
-    if (!request.stream) {
-      assertMessageCount(request.method.input, request.message, maxMessages);
-      return next(request);
-    }
-    const messages = request.message;
-    const input = request.method.input;
-    return next({
-      ...request,
-      message: (async function* () {
-        for await (const message of messages) {
-          assertMessageCount(input, message, maxMessages);
-          yield message;
-        }
-      })(),
-    });
-  };
+  return (next) => async (request) => next(inspectRequestMessages(request, (message) => assertMessageCount(request.method.input, message, maxMessages)));
 }
 
 /**
@@ -34,23 +19,7 @@ export function limitMessagesPerRequest(maxMessages: number): Interceptor {
  * Streamed requests are checked message by message.
  */
 export function limitRequestStrings(): Interceptor {
-  return (next) => async (request) => {
-    const input = request.method.input;
-    if (!request.stream) {
-      assertStringLimits(input, request.message);
-      return next(request);
-    }
-    const messages = request.message;
-    return next({
-      ...request,
-      message: (async function* () {
-        for await (const message of messages) {
-          assertStringLimits(input, message);
-          yield message;
-        }
-      })(),
-    });
-  };
+  return (next) => async (request) => next(inspectRequestMessages(request, (message) => assertStringLimits(request.method.input, message)));
 }
 
 export function assertMessageCount(schema: DescMessage, message: Message, maxMessages: number): void {

@@ -1,5 +1,6 @@
 import type { Interceptor } from "@connectrpc/connect";
 import { freezeConversationMessages } from "../../codec/immutability.js";
+import { inspectRequestMessages } from "../policy/request-messages.js";
 
 /**
  * Requests connect decodes itself (JSON) get the codec's immutability rule too: their
@@ -7,20 +8,5 @@ import { freezeConversationMessages } from "../../codec/immutability.js";
  * services and the engine may do with a request does not depend on its codec.
  */
 export function freezeJsonRequests(): Interceptor {
-  return (next) => async (request) => {
-    if (!request.stream) {
-      freezeConversationMessages(request.message);
-      return next(request);
-    }
-    const messages = request.message;
-    return next({
-      ...request,
-      message: (async function* () {
-        for await (const message of messages) {
-          freezeConversationMessages(message);
-          yield message;
-        }
-      })(),
-    });
-  };
+  return (next) => async (request) => next(inspectRequestMessages(request, freezeConversationMessages));
 }

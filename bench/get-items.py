@@ -18,13 +18,9 @@ Needs redis-server on PATH and bench/requirements-peers.txt (the npm script inst
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
@@ -33,6 +29,7 @@ import redis.asyncio
 from agents import SQLiteSession
 from agents.extensions.memory.redis_session import RedisSession
 
+from bench_processes import start_redis, start_sidecar
 from contextd.client import Client
 from contextd.client.openai_agents import ContextdSession
 from contextd.v1 import conversation_service_pb2 as conversation_pb2
@@ -42,21 +39,6 @@ ITEMS = int(os.environ.get("BENCH_GET_ITEMS_SIZE", "1000"))
 READS = int(os.environ.get("BENCH_GET_ITEMS_READS", "300"))
 WARMUP = 20
 KB = ("The agent reads the repository, plans the change, runs the tests and reports what it found. " * 12)[:1000]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_sidecar(main_js: str, *arguments: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(["node", main_js, "--port", "0", "--log-level", "info", *arguments], stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    for line in process.stdout:
-        if "contextd listening" in line:
-            return process, json.loads(line)["address"]
-    raise RuntimeError("contextd did not start")
 
 
 def items() -> list[dict]:
@@ -83,18 +65,10 @@ async def fill(session) -> None:
 
 
 async def main() -> None:
-    port = free_port()
-    directory = tempfile.mkdtemp(prefix="contextd-get-items-")
-    redis_server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", directory], stdout=subprocess.DEVNULL)
+    redis_server, port = start_redis("contextd-get-items-")
     main_js = os.path.join(ROOT, "dist/src/main.js")
     processes = [redis_server]
     try:
-        for _ in range(100):
-            try:
-                redis.Redis(host="127.0.0.1", port=port).ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
         memory, memory_address = start_sidecar(main_js)
         on_redis, redis_address = start_sidecar(main_js, "--redis-url", f"redis://127.0.0.1:{port}")
         processes += [memory, on_redis]

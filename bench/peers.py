@@ -23,11 +23,8 @@ installs them into .venv). Prints p50 / p99 per system and size, and the issue's
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import redis
@@ -36,6 +33,7 @@ from agents.extensions.memory.redis_session import RedisSession
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, convert_to_openai_messages, messages_from_dict, messages_to_dict, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
 
+from bench_processes import start_redis, start_sidecar
 from contextd.client import Client, ToolRound, append_assistant, append_user, text_payload, tool_call, user_text
 from contextd.v1 import compile_pb2, message_pb2, state_pb2
 from contextd.v1 import conversation_service_pb2 as conversation_pb2
@@ -46,12 +44,6 @@ SIZES = [int(size) for size in os.environ.get("BENCH_PEERS_SIZES", "100,1000,100
 KB = ("The agent reads the repository, plans the change, runs the tests and reports what it found. " * 12)[:1000]
 RESULT_4KB = ("line of tool output: file.py:42 passed in 0.01 s; " * 90)[:4000]
 SYSTEM = "You are a careful coding agent."
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def conversation(count: int, tools: bool) -> list[dict]:
@@ -136,15 +128,6 @@ def contextd_deltas(messages: list[dict]) -> list[state_pb2.Delta]:
         deltas.append(append_user(user_text(message["content"])) if message["role"] == "user" else append_assistant(message["content"]))
         index += 1
     return deltas
-
-
-def start_process(arguments: list[str], ready: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, text=True)
-    for line in process.stdout:
-        if ready in line:
-            entry = json.loads(line)
-            return process, entry["address"]
-    raise RuntimeError(f"{arguments[0]} did not start")
 
 
 class ContextdSystem:
@@ -263,21 +246,13 @@ async def run_size(size: int, profile: str, redis_address: str, sidecars: dict[s
 
 
 async def main() -> None:
-    port = free_port()
-    directory = tempfile.mkdtemp(prefix="contextd-peers-")
-    redis_server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", directory], stdout=subprocess.DEVNULL)
+    redis_server, port = start_redis("contextd-peers-")
     redis_address = f"127.0.0.1:{port}"
     main_js = os.path.join(ROOT, "dist/src/main.js")
     processes = [redis_server]
     try:
-        for _ in range(100):
-            try:
-                redis.Redis(host="127.0.0.1", port=port).ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        memory, memory_address = start_process(["node", main_js, "--port", "0", "--log-level", "info", "--max-messages", "100000"], "contextd listening")
-        on_redis, redis_sidecar = start_process(["node", main_js, "--port", "0", "--log-level", "info", "--max-messages", "100000", "--redis-url", f"redis://{redis_address}"], "contextd listening")
+        memory, memory_address = start_sidecar(main_js, "--max-messages", "100000")
+        on_redis, redis_sidecar = start_sidecar(main_js, "--max-messages", "100000", "--redis-url", f"redis://{redis_address}")
         processes += [memory, on_redis]
         sidecars = {"memory": memory_address, "redis": redis_sidecar}
         client = redis.Redis(host="127.0.0.1", port=port)

@@ -2,13 +2,13 @@
 // Anthropic reasoning signature) through contextd, and budgetedPrepareStep budgets each step of a
 // tool loop, against a real sidecar with the `ai` package's own mock language model.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { generateText, stepCountIs, tool, jsonSchema, type ModelMessage } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
-import { Client, appendUser } from "@contextd/client";
+import { appendUser } from "@contextd/client";
 import { aiSdkPrompt, budgetedPrepareStep, fromModelMessages, responseDeltas, toModelMessages } from "@contextd/client/ai-sdk";
 import { EstimatorKind, Provider, type CompileResult } from "@contextd/client/v1";
-import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
+import { freshId, sidecarForFile } from "./sidecar.ts";
 
 const usage = { inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 5, text: 5, reasoning: 0 } };
 const signature = "EqQBCkYIBxgCKkD+sig/with+bytes==";
@@ -17,17 +17,7 @@ function plain(messages: ModelMessage[]): unknown {
   return JSON.parse(JSON.stringify(messages));
 }
 
-let sidecar: Sidecar;
-let client: Client;
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client({ address: sidecar.address });
-  await client.waitReady();
-});
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const file = sidecarForFile();
 
 describe("AI SDK provider metadata", () => {
   test("providerOptions of messages and parts come back from a compile as they were given", async () => {
@@ -45,22 +35,22 @@ describe("AI SDK provider metadata", () => {
       { role: "tool", content: [{ type: "tool-result", toolCallId: "call_1", toolName: "lookup", output: { type: "text", value: "found" }, providerOptions: { anthropic: { cacheControl: { type: "ephemeral" } } } }] },
     ];
     const conversationId = freshId("ai-sdk-metadata");
-    await client.commit({ conversationId, deltas: responseDeltas(messages as never) });
-    const state = (await client.getState({ conversationId })).state!;
+    await file.client.commit({ conversationId, deltas: responseDeltas(messages as never) });
+    const state = (await file.client.getState({ conversationId })).state!;
     // The typed reasoning parts carry what contextd's own rendering needs.
     const [thinking, redacted] = state.history[1]!.parts.map((part) => part.kind);
     assert.ok(thinking?.case === "reasoning" && thinking.value.signature === signature && thinking.value.provider === Provider.ANTHROPIC_MESSAGES);
     assert.ok(redacted?.case === "reasoning" && redacted.value.redactedData === "cmVkYWN0ZWQ=");
-    const compiled = (await client.compile({ conversationId })).result!;
+    const compiled = (await file.client.compile({ conversationId })).result!;
     assert.deepEqual(plain(aiSdkPrompt(compiled).messages), plain(messages));
     // Rendered for Anthropic by contextd itself, the signature is there too.
-    const anthropic = (await client.compile({ conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-sonnet-4-5" } })).result!;
+    const anthropic = (await file.client.compile({ conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude-sonnet-4-5" } })).result!;
     assert.ok(new TextDecoder().decode(anthropic.rendered!.json).includes(signature));
   });
 
   test("a generateText answer's reasoning signature reaches the next request's prompt", async () => {
     const conversationId = freshId("ai-sdk-signature");
-    const first = await client.turn({ conversationId }, 0n, [appendUser("Why is the sky blue?")]);
+    const first = await file.client.turn({ conversationId }, 0n, [appendUser("Why is the sky blue?")]);
     const model = new MockLanguageModelV4({
       doGenerate: [
         { content: [{ type: "reasoning", text: "Rayleigh scattering.", providerMetadata: { anthropic: { signature } } }, { type: "text", text: "Short waves scatter more." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] },
@@ -68,7 +58,7 @@ describe("AI SDK provider metadata", () => {
       ],
     });
     const answer = await generateText({ model, ...aiSdkPrompt(first) });
-    const second = await client.turn({ conversationId }, first.committedVersion, [...responseDeltas(answer.responseMessages), appendUser("Thanks")]);
+    const second = await file.client.turn({ conversationId }, first.committedVersion, [...responseDeltas(answer.responseMessages), appendUser("Thanks")]);
     await generateText({ model, ...aiSdkPrompt(second) });
     const sent = model.doGenerateCalls[1]!.prompt.find((message) => message.role === "assistant")!;
     const reasoning = (sent.content as { type: string; providerOptions?: unknown }[]).find((part) => part.type === "reasoning");
@@ -93,7 +83,7 @@ describe("budgetedPrepareStep", () => {
       },
     });
     const results: CompileResult[] = [];
-    const prepareStep = budgetedPrepareStep(client, {
+    const prepareStep = budgetedPrepareStep(file.client, {
       template: { budget: { toolResultClearing: { triggerTokens: 400n, keepRecent: 1, placeholder: "[cleared {name}]" } } },
       onResult: (result) => results.push(result),
     });
@@ -114,7 +104,7 @@ describe("budgetedPrepareStep", () => {
     const messages: ModelMessage[] = [];
     for (let turn = 0; turn < 5; turn++) messages.push({ role: "user", content: `q${turn} ${"x".repeat(200)}` }, { role: "assistant", content: `a${turn} ${"y".repeat(200)}` });
     messages.push({ role: "user", content: "last" });
-    const step = await budgetedPrepareStep(client, { budget: { maxTokens: 900n, estimator: { kind: EstimatorKind.CHARS } } })({ messages });
+    const step = await budgetedPrepareStep(file.client, { budget: { maxTokens: 900n, estimator: { kind: EstimatorKind.CHARS } } })({ messages });
     assert.ok(step.messages.length > 1 && step.messages.length < messages.length);
     assert.deepEqual(step.messages, messages.slice(-step.messages.length));
     assert.ok(step.messages.every((message, at) => message === messages[messages.length - step.messages.length + at]));

@@ -2,14 +2,14 @@
 // mock language model (`ai/test`): compile → generateText/streamText → responseMessages → turn.
 import assert from "node:assert/strict";
 import { readFile, readdir } from "node:fs/promises";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
 import { MockLanguageModelV4, convertArrayToReadableStream } from "ai/test";
 import { create } from "@bufbuild/protobuf";
-import { Client, appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
+import { appendMessages, appendToolResult, appendUser, setToolDefinitions, systemText, textPayload } from "@contextd/client";
 import { aiSdkPrompt, fromModelMessages, responseDeltas, toModelMessages } from "@contextd/client/ai-sdk";
 import { CompileResultPart, EstimatorKind, MessageSchema, Provider, Role, Segment, TokenizerEncoding, ToolDefinitionSchema, type Message } from "@contextd/client/v1";
-import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
+import { freshId, sidecarForFile } from "./sidecar.ts";
 
 const usage = { inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 5, text: 5, reasoning: 0 } };
 // The AI SDK takes the typed payload; these tests check the rendered body too, so they ask for both.
@@ -26,17 +26,7 @@ function shape(messages: Message[]): string {
   return messages.map((m) => `${Role[m.role]}:${m.parts.map((p) => p.kind.case).join(",")}`).join(" ");
 }
 
-let sidecar: Sidecar;
-let client: Client;
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client({ address: sidecar.address });
-  await client.waitReady();
-});
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const file = sidecarForFile();
 
 describe("AI SDK", () => {
   test("generateText runs a tool loop on a compiled prompt, and its responseMessages come back equal from the next compile", async () => {
@@ -49,7 +39,7 @@ describe("AI SDK", () => {
         { kind: { case: "image", value: { data: pixel, mimeType: "image/png" } } },
       ],
     });
-    const first = await client.turn(request, 0n, [appendMessages(Segment.SYSTEM, systemText("You are terse.")), setToolDefinitions(weather), appendUser(question)]);
+    const first = await file.client.turn(request, 0n, [appendMessages(Segment.SYSTEM, systemText("You are terse.")), setToolDefinitions(weather), appendUser(question)]);
     const prompt = aiSdkPrompt(first, { weather: (input) => ({ city: (input as { city: string }).city, celsius: 4 }) });
     assert.deepEqual(prompt.instructions, [{ role: "system", content: "You are terse." }]);
     assert.deepEqual(Object.keys(prompt.tools), ["weather"]);
@@ -83,9 +73,9 @@ describe("AI SDK", () => {
     const responseMessages = result.responseMessages;
     assert.deepEqual(result.response.messages.map((m) => m.role), ["assistant"]);
     assert.deepEqual(responseMessages.map((m) => m.role), ["assistant", "tool", "assistant"]);
-    const second = await client.turn(request, first.committedVersion, responseDeltas(responseMessages));
+    const second = await file.client.turn(request, first.committedVersion, responseDeltas(responseMessages));
     assert.equal(second.committedVersion, first.committedVersion + 1n);
-    const state = await client.getState({ conversationId: request.conversationId });
+    const state = await file.client.getState({ conversationId: request.conversationId });
     assert.equal(shape(state.state!.history), "USER:text,image,image ASSISTANT:toolCall TOOL:toolResult ASSISTANT:text");
 
     // The next compile gives the SDK back what it produced, and the question as it was asked.
@@ -98,7 +88,7 @@ describe("AI SDK", () => {
 
   test("a finished streamText's responseMessages are stored like a generated answer, reasoning included", async () => {
     const request = { conversationId: freshId("ai-sdk-stream"), render, include };
-    const first = await client.turn(request, 0n, [appendUser("Why is the sky blue?")]);
+    const first = await file.client.turn(request, 0n, [appendUser("Why is the sky blue?")]);
     const model = new MockLanguageModelV4({
       doStream: {
         stream: convertArrayToReadableStream([
@@ -121,8 +111,8 @@ describe("AI SDK", () => {
     assert.equal(streamed, "Short waves scatter more.");
     const messages = await result.responseMessages;
 
-    const second = await client.turn(request, first.committedVersion, responseDeltas(messages));
-    const state = await client.getState({ conversationId: request.conversationId });
+    const second = await file.client.turn(request, first.committedVersion, responseDeltas(messages));
+    const state = await file.client.getState({ conversationId: request.conversationId });
     assert.equal(shape(state.state!.history), "USER:text ASSISTANT:reasoning,text");
     const reasoning = state.state!.history[1]!.parts[0]!.kind;
     assert.ok(reasoning.case === "reasoning" && reasoning.value.text === "Rayleigh scattering.");
@@ -131,16 +121,16 @@ describe("AI SDK", () => {
 
   test("a tool without execute ends the SDK's loop at its call; the call is stored open and answered later", async () => {
     const request = { conversationId: freshId("ai-sdk-open"), render, include };
-    const first = await client.turn(request, 0n, [setToolDefinitions(weather), appendUser("Weather in Bergen?")]);
+    const first = await file.client.turn(request, 0n, [setToolDefinitions(weather), appendUser("Weather in Bergen?")]);
     const model = new MockLanguageModelV4({
       doGenerate: { content: [{ type: "tool-call", toolCallId: "call-9", toolName: "weather", input: '{"city":"Bergen"}' }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] },
     });
     const result = await generateText({ model, ...aiSdkPrompt(first), stopWhen: stepCountIs(5) });
     assert.equal(model.doGenerateCalls.length, 1);
     assert.deepEqual(result.toolCalls.map((c) => [c.toolCallId, c.input]), [["call-9", { city: "Bergen" }]]);
-    const open = await client.turn(request, first.committedVersion, responseDeltas(result.responseMessages));
+    const open = await file.client.turn(request, first.committedVersion, responseDeltas(result.responseMessages));
     assert.equal(shape(open.payload!.history), "USER:text ASSISTANT:toolCall");
-    const answered = await client.turn(request, open.committedVersion, [appendToolResult("call-9", "weather", textPayload("rain"))]);
+    const answered = await file.client.turn(request, open.committedVersion, [appendToolResult("call-9", "weather", textPayload("rain"))]);
     const tail = aiSdkPrompt(answered).messages.at(-1)!;
     assert.deepEqual(tail, { role: "tool", content: [{ type: "tool-result", toolCallId: "call-9", toolName: "weather", output: { type: "text", value: "rain" } }] });
   });
@@ -148,10 +138,10 @@ describe("AI SDK", () => {
   test("a compile without render carries the payload the SDK needs; a rendered one without PAYLOAD is refused by name", async () => {
     const conversationId = freshId("ai-sdk-unrendered");
     const estimator = { kind: EstimatorKind.TOKENIZER, encoding: TokenizerEncoding.O200K_BASE, provider: Provider.OPENAI_CHAT };
-    const unrendered = await client.turn({ conversationId, budget: { maxTokens: 2000n, estimator } }, 0n, [appendUser("Hi!")]);
+    const unrendered = await file.client.turn({ conversationId, budget: { maxTokens: 2000n, estimator } }, 0n, [appendUser("Hi!")]);
     assert.equal(unrendered.rendered, undefined);
     assert.deepEqual(plain(aiSdkPrompt(unrendered).messages), [{ role: "user", content: [{ type: "text", text: "Hi!" }] }]);
-    const rendered = await client.turn({ conversationId, render }, unrendered.committedVersion, [appendUser("Again?")]);
+    const rendered = await file.client.turn({ conversationId, render }, unrendered.committedVersion, [appendUser("Again?")]);
     assert.equal(rendered.payload, undefined);
     assert.throws(() => aiSdkPrompt(rendered), /CompileResultPart\.PAYLOAD/);
   });
@@ -167,12 +157,12 @@ describe("AI SDK", () => {
     assert.throws(() => fromModelMessages(referenced), /message 0 \(user\) part 0 is a file given as a provider reference/);
 
     const conversationId = freshId("ai-sdk-unpaired");
-    await client.commit({ conversationId, deltas: [appendUser("hi")] });
+    await file.client.commit({ conversationId, deltas: [appendUser("hi")] });
     const stray = responseDeltas([{ role: "tool", content: [{ type: "tool-result", toolCallId: "nope", toolName: "weather", output: { type: "text", value: "?" } }] }]);
-    await client.commit({ conversationId, deltas: stray });
-    const state = await client.getState({ conversationId });
+    await file.client.commit({ conversationId, deltas: stray });
+    const state = await file.client.getState({ conversationId });
     assert.equal(shape(state.state!.history), "USER:text TOOL:toolResult", "stored as it came");
-    const next = await client.compile({ conversationId });
+    const next = await file.client.compile({ conversationId });
     assert.equal(shape(next.result!.payload!.history), "USER:text", "the compile's repair leaves it out");
     assert.deepEqual(next.result!.warnings.map((w) => w.code), ["tool_round_repaired"]);
   });

@@ -4,6 +4,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
+import { after, before } from "node:test";
+import { Client } from "@contextd/client";
 
 export interface Sidecar {
   address: string;
@@ -49,4 +51,28 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
 /** A fresh conversation id per test run, so that reruns never collide. */
 export function freshId(prefix: string): string {
   return `${prefix}-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+}
+
+/**
+ * One sidecar and one ready client for a whole test file: started before its first test, both
+ * stopped after its last. Tests read `client` once the file has started.
+ */
+export function sidecarForFile(args: string[] = []): { readonly client: Client } {
+  let sidecar: Sidecar | undefined;
+  let client: Client | undefined;
+  before(async () => {
+    sidecar = await startSidecar(args);
+    client = new Client({ address: sidecar.address });
+    await client.waitReady();
+  });
+  after(async () => {
+    client?.close();
+    await sidecar?.stop();
+  });
+  return {
+    get client(): Client {
+      if (!client) throw new Error("the test file's sidecar has not started");
+      return client;
+    },
+  };
 }

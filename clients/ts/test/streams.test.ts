@@ -1,30 +1,21 @@
 // Streams against a real sidecar: Watch and WatchEvents as async iterators, CompileStream's
 // events, CompileSession's summaries, and the bearer token option.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Client, Code, ContextdError, ToolRound, appendAssistant, appendUser, assistantText, remember, textPayload, toolCall } from "@contextd/client";
 import { BudgetStrategy, CompileResultPart, EstimatorKind, Provider, type Change } from "@contextd/client/v1";
-import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
+import { freshId, sidecarForFile, startSidecar } from "./sidecar.ts";
 
-let sidecar: Sidecar;
-let client: Client;
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client({ address: sidecar.address });
-});
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const file = sidecarForFile();
 
 test("watch yields the stored changes after fromVersion, then live ones, until the loop stops", async () => {
   const conversationId = freshId("watch");
-  await client.commit({ conversationId, deltas: [remember("one")] });
-  await client.commit({ conversationId, deltas: [remember("two")] });
+  await file.client.commit({ conversationId, deltas: [remember("one")] });
+  await file.client.commit({ conversationId, deltas: [remember("two")] });
   const seen: Change[] = [];
-  for await (const change of client.watch({ conversationId, fromVersion: 0n })) {
+  for await (const change of file.client.watch({ conversationId, fromVersion: 0n })) {
     seen.push(change);
-    if (change.version === 2n) await client.commit({ conversationId, deltas: [remember("three")], idempotencyKey: "live-" + conversationId });
+    if (change.version === 2n) await file.client.commit({ conversationId, deltas: [remember("three")], idempotencyKey: "live-" + conversationId });
     if (change.version === 3n) break;
   }
   assert.deepEqual(seen.map((c) => c.version), [1n, 2n, 3n]);
@@ -33,16 +24,16 @@ test("watch yields the stored changes after fromVersion, then live ones, until t
 
 test("watchEvents yields the observer events of compiles; compileStream calls back with them before the result", async () => {
   const conversationId = freshId("events");
-  await client.commit({ conversationId, deltas: [appendUser("hello"), appendAssistant("hi"), appendUser("again")] });
+  await file.client.commit({ conversationId, deltas: [appendUser("hello"), appendAssistant("hi"), appendUser("again")] });
   const abort = new AbortController();
-  const events = client.watchEvents({ conversationId }, { signal: abort.signal });
+  const events = file.client.watchEvents({ conversationId }, { signal: abort.signal });
   const first = events.next();
   // The subscription is open once the server has it; compile until an event arrives.
   const streamed: string[] = [];
   let result;
   let received;
   for (let tries = 0; received === undefined && tries < 50; tries++) {
-    result = await client.compileStream({ request: { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, include: [CompileResultPart.PAYLOAD] } }, (event) => streamed.push(event.event.case ?? ""));
+    result = await file.client.compileStream({ request: { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt-4o" }, include: [CompileResultPart.PAYLOAD] } }, (event) => streamed.push(event.event.case ?? ""));
     received = await Promise.race([first, new Promise<undefined>((resolve) => setTimeout(resolve, 100, undefined))]);
   }
   assert.ok(received && !received.done && received.value.event !== undefined, "no telemetry event arrived");
@@ -55,7 +46,7 @@ test("watchEvents yields the observer events of compiles; compileStream calls ba
 test("compileSession asks for a summary, stores it and remembers the facts in the same commit", async () => {
   const conversationId = freshId("session");
   const round = new ToolRound("", toolCall("c1", "search", '{"q":"a"}'), toolCall("c2", "search", '{"q":"b"}')).answer("c1", textPayload("a")).answer("c2", textPayload("b")).delta();
-  const stored = await client.commit({
+  const stored = await file.client.commit({
     conversationId,
     includeState: true,
     deltas: [appendUser("look up a and b"), round, appendUser("thanks"), appendAssistant("you're welcome"), appendUser("one more"), appendAssistant("sure")],
@@ -63,7 +54,7 @@ test("compileSession asks for a summary, stores it and remembers the facts in th
   const history = stored.state!.history.map((m) => m.id);
   let asked: string[] = [];
   let target = 0n;
-  const result = await client.compileSession(
+  const result = await file.client.compileSession(
     {
       conversationId,
       budget: { maxTokens: 50n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } },
@@ -80,18 +71,18 @@ test("compileSession asks for a summary, stores it and remembers the facts in th
   const head = result.payload!.history[0]!;
   assert.ok(head.provenance?.kind.case === "summary");
   assert.deepEqual(result.payload!.history.slice(1).map((m) => m.id), history.slice(6));
-  const state = await client.getState({ conversationId });
+  const state = await file.client.getState({ conversationId });
   assert.equal(state.state!.version, stored.version + 1n);
   assert.deepEqual(state.state!.experiences.map((e) => e.text), ["the user likes short answers"]);
 
   // A summarize function that fails cancels the session; nothing is committed.
   await assert.rejects(
-    client.compileSession({ conversationId, budget: { maxTokens: 30n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } }, commit: { expectedVersion: state.state!.version } }, () => {
+    file.client.compileSession({ conversationId, budget: { maxTokens: 30n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } }, commit: { expectedVersion: state.state!.version } }, () => {
       throw new Error("model down");
     }),
     (error: unknown) => error instanceof Error && /summarize \d+ messages .*model down/.test(error.message) && (error.cause as Error).message === "model down",
   );
-  assert.equal((await client.getState({ conversationId })).state!.version, state.state!.version);
+  assert.equal((await file.client.getState({ conversationId })).state!.version, state.state!.version);
 });
 
 test("the token option sends a bearer token; without it an authenticated sidecar refuses the call", async () => {

@@ -11,7 +11,7 @@ longer keeps the first version (`VersionConflict`), the read starts over, up to 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, Generator, List, Optional, Tuple
 
 from contextd.client.errors import VersionConflict
 from contextd.v1 import conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
@@ -42,18 +42,13 @@ def read_history_tail(
     """The shortest tail of the history whose messages hold at least `wanted` units (`units`
     counts them per message), or the whole history when it holds fewer."""
     for attempt in range(1, _ATTEMPTS + 1):
+        plan = _tail_plan(conversation_id, wanted, units)
         try:
-            messages, version, start = _messages(client, _window(conversation_id, last=wanted))
-            held = sum(units(message) for message in messages)
-            step = max(wanted, 1)
-            while held < wanted and start > 0:
-                step *= 2
-                earlier_start = max(0, start - step)
-                earlier, _, _ = _messages(client, _window(conversation_id, start=earlier_start, end=start, version=version))
-                held += sum(units(message) for message in earlier)
-                messages = earlier + messages
-                start = earlier_start
-            return messages
+            window = next(plan)
+            while True:
+                window = plan.send(_messages(client, window))
+        except StopIteration as done:
+            return done.value
         except VersionConflict:
             if attempt == _ATTEMPTS:
                 raise
@@ -65,22 +60,38 @@ async def read_history_tail_async(
 ) -> List[message_pb2.Message]:
     """As `read_history_tail`, over the asyncio client."""
     for attempt in range(1, _ATTEMPTS + 1):
+        plan = _tail_plan(conversation_id, wanted, units)
         try:
-            messages, version, start = await _messages_async(client, _window(conversation_id, last=wanted))
-            held = sum(units(message) for message in messages)
-            step = max(wanted, 1)
-            while held < wanted and start > 0:
-                step *= 2
-                earlier_start = max(0, start - step)
-                earlier, _, _ = await _messages_async(client, _window(conversation_id, start=earlier_start, end=start, version=version))
-                held += sum(units(message) for message in earlier)
-                messages = earlier + messages
-                start = earlier_start
-            return messages
+            window = next(plan)
+            while True:
+                window = plan.send(await _messages_async(client, window))
+        except StopIteration as done:
+            return done.value
         except VersionConflict:
             if attempt == _ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
+
+
+_Read = Tuple[List[message_pb2.Message], int, int]
+
+
+def _tail_plan(
+    conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]
+) -> Generator[conversation_pb2.ReadMessagesRequest, _Read, List[message_pb2.Message]]:
+    """The tail read once, for both clients: yields each window to read, is sent back what it read
+    (messages, version, window start) and returns the tail; the callers only do the I/O."""
+    messages, version, start = yield _window(conversation_id, last=wanted)
+    held = sum(units(message) for message in messages)
+    step = max(wanted, 1)
+    while held < wanted and start > 0:
+        step *= 2
+        earlier_start = max(0, start - step)
+        earlier, _, _ = yield _window(conversation_id, start=earlier_start, end=start, version=version)
+        held += sum(units(message) for message in earlier)
+        messages = earlier + messages
+        start = earlier_start
+    return messages
 
 
 def _window(
@@ -95,12 +106,12 @@ def _window(
     return request
 
 
-def _messages(client: "Client", request: conversation_pb2.ReadMessagesRequest) -> "tuple[List[message_pb2.Message], int, int]":
+def _messages(client: "Client", request: conversation_pb2.ReadMessagesRequest) -> _Read:
     """The window's messages (every page), its version and where it starts."""
     pages = list(client.message_pages(request))
     return [message for page in pages for message in page.messages], pages[0].version, pages[0].window_start
 
 
-async def _messages_async(client: "AsyncClient", request: conversation_pb2.ReadMessagesRequest) -> "tuple[List[message_pb2.Message], int, int]":
+async def _messages_async(client: "AsyncClient", request: conversation_pb2.ReadMessagesRequest) -> _Read:
     pages = [page async for page in client.message_pages(request)]
     return [message for page in pages for message in page.messages], pages[0].version, pages[0].window_start

@@ -48,6 +48,12 @@ export const changesChannel = "contextd_changes";
 /** The key of the advisory lock migrations hold (any constant; this one spells "ctxdmigr"). */
 const migrationLockKey = "7234243234373039";
 
+/**
+ * Append only: a migration is never edited once a sidecar may have applied it (the table records
+ * versions, not text), and one that changes a function states the whole new function. So
+ * migrations 3 and 4 repeat most of the function bodies of 1 and 2 on purpose; generating both
+ * from one template would let an edit meant for the new function rewrite what old databases ran.
+ */
 export const postgresMigrations: readonly PostgresMigration[] = [
   {
     version: 1,

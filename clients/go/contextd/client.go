@@ -265,18 +265,22 @@ func (c *Client) Close() error {
 // with the retry policy's backoff. Agents call it once at start, since the sidecar may start
 // after them.
 func (c *Client) WaitReady(ctx context.Context) error {
+	var last error
 	for retry := 1; ; retry++ {
 		response, reason, err := c.transport.checkHealth(ctx, &healthpb.HealthCheckRequest{})
-		if err == nil && response.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		switch {
+		case err == nil && response.GetStatus() == healthpb.HealthCheckResponse_SERVING:
 			return nil
-		}
-		if err == nil && reason != "" {
-			err = fmt.Errorf("health is %s: %s", response.GetStatus(), reason)
-		} else if err == nil {
-			err = fmt.Errorf("health is %s", response.GetStatus())
+		case err == nil && reason != "":
+			last = fmt.Errorf("health is %s: %s", response.GetStatus(), reason)
+		case err == nil:
+			last = fmt.Errorf("health is %s", response.GetStatus())
+		case last == nil || ctx.Err() == nil:
+			// An attempt that ctx's end cut short says nothing new: keep what the sidecar last answered.
+			last = err
 		}
 		if sleepErr := c.retry.sleep(ctx, retry); sleepErr != nil {
-			return fmt.Errorf("contextd: sidecar not ready: %w (last: %v)", sleepErr, err)
+			return fmt.Errorf("contextd: sidecar not ready: %w (last: %v)", sleepErr, last)
 		}
 	}
 }

@@ -193,8 +193,8 @@ export class Client {
    */
   async waitReady(timeoutMs = 30_000, signal?: AbortSignal): Promise<void> {
     const deadline = new Deadline(timeoutMs);
+    let last = "";
     for (let retry = 1; ; retry++) {
-      let last: string;
       try {
         // The sidecar says why it is not SERVING in a response header (say, the store's connection error).
         let reason: string | null = null;
@@ -204,7 +204,9 @@ export class Client {
       } catch (thrown) {
         const failure = toContextdError(thrown);
         if (failure.code === Code.Canceled) throw failure;
-        last = failure.message;
+        // An attempt the overall deadline cut short says nothing new: keep what the sidecar last
+        // answered (say, why it is NOT_SERVING).
+        if (!(failure.code === Code.DeadlineExceeded && last !== "")) last = failure.message;
       }
       const pause = backoff(this.retry, retry);
       if (!deadline.allows(pause)) throw new ContextdError(`sidecar not ready after ${timeoutMs} ms (last: ${last})`, Code.DeadlineExceeded);

@@ -130,6 +130,7 @@ class Client:
         start, since the sidecar may start after them."""
         deadline = Deadline(timeout)
         retry = 0
+        last = ""
         while True:
             try:
                 response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
@@ -137,7 +138,11 @@ class Client:
                     return
                 last = health_status_text(response.status, call.initial_metadata())
             except grpc.RpcError as error:
-                last = str(from_rpc_error(error))
+                failure = from_rpc_error(error)
+                # An attempt the overall deadline cut short says nothing new: keep what the sidecar
+                # last answered (say, why it is NOT_SERVING).
+                if not (isinstance(failure, DeadlineExceeded) and last):
+                    last = str(failure)
             retry += 1
             pause = self._retry.backoff(retry)
             if not deadline.allows(pause):

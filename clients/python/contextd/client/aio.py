@@ -124,6 +124,7 @@ class AsyncClient:
         """As `Client.wait_ready`."""
         deadline = Deadline(timeout)
         retry = 0
+        last = ""
         while True:
             try:
                 call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
@@ -132,7 +133,11 @@ class AsyncClient:
                     return
                 last = health_status_text(response.status, await call.initial_metadata())
             except grpc.RpcError as error:
-                last = str(from_rpc_error(error))
+                failure = from_rpc_error(error)
+                # An attempt the overall deadline cut short says nothing new: keep what the sidecar
+                # last answered (say, why it is NOT_SERVING).
+                if not (isinstance(failure, DeadlineExceeded) and last):
+                    last = str(failure)
             retry += 1
             pause = self._retry.backoff(retry)
             if not deadline.allows(pause):

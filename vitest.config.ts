@@ -1,6 +1,9 @@
+import { defaultServerConditions } from "vite";
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
+  // Tests import the generated sources, not dist/: package.json maps #gen/* under this condition.
+  ssr: { resolve: { conditions: ["contextd-source", ...defaultServerConditions] } },
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,

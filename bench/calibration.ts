@@ -6,8 +6,8 @@
 // shared: compare ratios within one run. Run with `npm run bench:calibration`.
 import { loadavg, cpus } from "node:os";
 import { Redis } from "ioredis";
-import { EstimatorKind } from "../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../gen/ts/contextd/v1/message_pb.js";
+import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { UsageCalibration } from "../src/application/usage-calibration.js";
 import type { ConversationStore } from "../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";

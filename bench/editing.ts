@@ -17,8 +17,8 @@
 // Run with `npm run bench:editing`.
 import { loadavg } from "node:os";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { BudgetSchema, CompileRequestSchema, EstimatorKind } from "../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema, Provider, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
+import { BudgetSchema, CompileRequestSchema, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, PartSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { compile } from "../src/core/compile/compile.js";
 import { TokenCountCache } from "../src/core/tokens/token-count-cache.js";
 

@@ -10,10 +10,10 @@ import { Worker } from "node:worker_threads";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment } from "../gen/ts/contextd/v1/state_pb.js";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { startBuiltSidecar } from "./bench-processes.js";
 
 const sidecar = await startBuiltSidecar([], ["--max-old-space-size=512"]);

@@ -4,7 +4,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { Health } from "../gen/ts/grpc/health/v1/health_pb.js";
+import { Health } from "#gen/grpc/health/v1/health_pb";
 
 const health = createClient(Health, createGrpcTransport({ baseUrl: (workerData as { url: string }).url }));
 let series: number[] | undefined;

@@ -7,8 +7,8 @@
 import { create } from "@bufbuild/protobuf";
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { MessageSchema, Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment } from "../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 
 const commits = 4_000;

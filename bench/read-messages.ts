@@ -13,9 +13,9 @@ import { MessageWindows } from "../src/application/message-windows.js";
 import { assertStateFits } from "../src/application/state-size.js";
 import { Codec } from "../src/codec/codec.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
-import { ReadMessagesRequestSchema, ReadMessagesResponseSchema } from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment } from "../gen/ts/contextd/v1/state_pb.js";
+import { ReadMessagesRequestSchema, ReadMessagesResponseSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
 
 const repeats = Number(process.env.BENCH_READ_MESSAGES_REPEATS ?? 200);
 const filler = "x".repeat(500);

@@ -14,10 +14,10 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { Compiler } from "../src/application/compiler.js";
 import { TokenCountCache } from "../src/core/tokens/token-count-cache.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
-import { CompileRequestSchema, CompileResultPart, CompileResultSchema, EstimatorKind } from "../gen/ts/contextd/v1/compile_pb.js";
-import { CommitResponseSchema } from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, CompileResultPart, CompileResultSchema, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { CommitResponseSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 
 const everyPart = [CompileResultPart.SOURCE, CompileResultPart.NORMALIZED_SNAPSHOT, CompileResultPart.WRITEBACK_SNAPSHOT, CompileResultPart.PERSISTENCE, CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.PAYLOAD];
 const sentence = "The agent read the file, ran the tests and noted what failed and why it failed. ";

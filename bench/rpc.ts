@@ -18,8 +18,8 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { CompileRequestSchema, CompileResultPart } from "../gen/ts/contextd/v1/compile_pb.js";
-import { Role } from "../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema, CompileResultPart } from "#gen/contextd/v1/compile_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { buildLoadGenerator, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 

@@ -11,11 +11,11 @@
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import { Redis } from "ioredis";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema, ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
-import { CommitRequestSchema, CommitResponseSchema, ConversationService } from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { CompileResponseSchema, ContextService } from "#gen/contextd/v1/context_service_pb";
+import { CommitRequestSchema, CommitResponseSchema, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../src/codec/codec.js";
 import { contextService } from "../src/server/services/context-service.js";
 import type { ConversationStore } from "../src/store/conversation-store.js";

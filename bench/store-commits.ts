@@ -8,8 +8,8 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Redis } from "ioredis";
 import pg from "pg";
-import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import type { ConversationStore } from "../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../src/store/postgres-conversation-store.js";

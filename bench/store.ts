@@ -8,8 +8,8 @@ import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/p
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Redis } from "ioredis";
-import { CompileRequestSchema, CompileResultPart } from "../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { CompileRequestSchema, CompileResultPart } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import * as grpc from "@grpc/grpc-js";
 import {
   ChangeSchema,
@@ -17,12 +17,12 @@ import {
   CommitResponseSchema,
   ConversationService,
   type CommitResponse,
-} from "../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { commitScript, conversationKeys, type ConversationKeys } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
-import { CompileResponseSchema } from "../gen/ts/contextd/v1/context_service_pb.js";
+import { CompileResponseSchema } from "#gen/contextd/v1/context_service_pb";
 import { Codec } from "../src/codec/codec.js";
 import { contextService } from "../src/server/services/context-service.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";

@@ -5,8 +5,8 @@
 // merging stays linear. Run with `npm run bench:stream-merge`.
 import { loadavg } from "node:os";
 import { create } from "@bufbuild/protobuf";
-import { Provider } from "../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, type Delta } from "../gen/ts/contextd/v1/state_pb.js";
+import { Provider } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../src/core/deltas/apply-deltas.js";
 import { emptyConversationState } from "../src/store/commit-plan.js";
 

@@ -7,9 +7,9 @@
 // into its system segment (same text to count and render, no assembly). Run with `npm run bench:system-prompt`.
 import { loadavg } from "node:os";
 import { create } from "@bufbuild/protobuf";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Role } from "../gen/ts/contextd/v1/message_pb.js";
-import { ToolDefinitionSchema } from "../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { ToolDefinitionSchema } from "#gen/contextd/v1/state_pb";
 import { compile } from "../src/core/compile/compile.js";
 import { occursIn } from "../src/core/compile/system-prompt.js";
 import { TokenCountCache } from "../src/core/tokens/token-count-cache.js";

@@ -4,9 +4,9 @@
 // tool-round check, the store's id index answering for message ids).
 // Run: npm run build --silent && node dist/bench/tool-round-repair.js
 import { create } from "@bufbuild/protobuf";
-import { CompileRequestSchema } from "../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Role, type Message } from "../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState } from "../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { compile } from "../src/core/compile/compile.js";
 import { applyDeltas } from "../src/core/deltas/apply-deltas.js";
 import { TokenCountCache } from "../src/core/tokens/token-count-cache.js";

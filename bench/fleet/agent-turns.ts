@@ -4,11 +4,11 @@
 // with gpt-4o, o200k) over the minimal HTTP/2 gRPC client, and the figures' formatting.
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { loadavg } from "node:os";
-import { CompileRequestSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { CommitRequestSchema, ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { CommitRequestSchema, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import type { MinimalGrpcClient } from "../minimal-grpc-client.js";
 
 export const commitPath = `/${ConversationService.typeName}/${ConversationService.method.commit.name}`;

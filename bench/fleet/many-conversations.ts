@@ -8,8 +8,8 @@
 // Env: CONTEXTD_FLEET_CONVERSATIONS (10000), CONTEXTD_FLEET_MESSAGES (1000), CONTEXTD_FLEET_TURNS (2000).
 import { create } from "@bufbuild/protobuf";
 import { Redis } from "ioredis";
-import { DeltaSchema, Segment } from "../../gen/ts/contextd/v1/state_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { Codec, defaultCodecLimits } from "../../src/codec/codec.js";
 import { storedTokenEstimator } from "../../src/server/operations/stored-token-estimator.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";

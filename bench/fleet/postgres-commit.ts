@@ -12,8 +12,8 @@
 // CONTEXTD_FLEET_ROUNDS (default 5), commits per round: CONTEXTD_FLEET_COMMITS (default 300).
 import { create, toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
-import { GetStateRequestSchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { GetStateRequestSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { startPostgres } from "../../test/support/postgres.js";
 import { startBuiltSidecar } from "../bench-processes.js";

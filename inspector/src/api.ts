@@ -1,7 +1,7 @@
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
-import { ContextService } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 
 // The sidecar's own Connect JSON API, from the page's origin: the inspector sees exactly what a
 // client with the same token would (authentication and tenant scoping are the RPCs').

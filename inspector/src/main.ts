@@ -8,10 +8,10 @@ import {
   TransformationReason,
   type CompileResult,
   type Transformation,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { contexts, conversations, credentials } from "./api.js";
 import { groupToolRounds, isSummary, partText, roleName } from "./messages.js";
 import "./style.css";

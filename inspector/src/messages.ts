@@ -1,5 +1,5 @@
-import type { Message, Part } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, Part } from "#gen/contextd/v1/message_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 
 /** One row of the history as shown: a message alone, or a tool round (the call and its results). */
 export type HistoryItem = { kind: "message"; message: Message } | { kind: "round"; call: Message; results: Message[] };

@@ -1,6 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
-import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult, type Warning } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultSchema, WarningSchema, type CompileRequest, type CompileResult, type Warning } from "#gen/contextd/v1/compile_pb";
 import type { CommitOutcome } from "../store/conversation-store.js";
 
 /**

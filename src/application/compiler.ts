@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import { create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ArtifactSchema } from "../../gen/ts/contextd/v1/artifact_pb.js";
+import { ArtifactSchema } from "#gen/contextd/v1/artifact_pb";
 import {
   CompileResultPart,
   TransformationAction,
@@ -10,9 +10,9 @@ import {
   type CompileRequest,
   type CompileResult,
   type Transformation,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Provider, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Provider, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { compile } from "../core/compile/compile.js";
 import type { CompileMemory } from "../core/compile/cache-impact.js";
 import type { CompileContext, RegexSearch, Summarizer } from "../core/compile/compile-context.js";

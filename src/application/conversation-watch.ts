@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { WatchResponseSchema, type Change, type WatchResponse } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { WatchResponseSchema, type Change, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationStore } from "../store/conversation-store.js";
 
 /** What a watch needs from the server. */

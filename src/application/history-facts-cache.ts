@@ -1,5 +1,5 @@
 import { HistoryFacts } from "../core/compile/history-facts.js";
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 
 /** Bounds of `HistoryFactsCache` (`--history-facts-bytes`, `--history-facts-conversations`). */

@@ -5,9 +5,9 @@ import {
   SegmentSizesSchema,
   type ReadMessagesRequest,
   type ReadMessagesResponse,
-} from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/conversation_service_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { versionConflict } from "../store/store-errors.js";
 import { decodeMessageWindowToken, encodeMessageWindowToken, tokenFits, windowCheck, type WindowFields } from "./message-window-token.js";

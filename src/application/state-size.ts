@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { withErrorDetails, ErrorReason } from "../core/model/error-details.js";
 import { varintBytes } from "./message-windows.js";
 

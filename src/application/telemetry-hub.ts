@@ -1,4 +1,4 @@
-import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import type { Observer } from "../core/observer.js";
 
 /** Which events a subscriber wants. */

@@ -1,4 +1,4 @@
-import type { ToolPayload } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { ToolPayload } from "#gen/contextd/v1/message_pb";
 import { toolPayloadText } from "../core/model/payload-text.js";
 
 /**

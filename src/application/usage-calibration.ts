@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import type { ReportUsageRequest, ReportUsageResponse } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
+import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import type { ReportUsageRequest, ReportUsageResponse } from "#gen/contextd/v1/context_service_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { maxBudgetTokens } from "../core/compile/max-budget-tokens.js";
 import { uncorrected, type CalibrationKey, type TokenCorrection } from "../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey, CalibrationStore } from "../store/calibration-store.js";

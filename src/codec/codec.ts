@@ -1,8 +1,8 @@
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import type { WireType } from "@bufbuild/protobuf/wire";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, type Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { freezeConversationMessages } from "./immutability.js";
 import { decodeMessage, type DecodedObjectReuse, type Fields } from "./protobuf-decoder.js";
 import { ProtobufEncoder } from "./protobuf-encoder.js";

@@ -1,5 +1,5 @@
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 
 /**

@@ -1,5 +1,5 @@
 import { toBinary } from "@bufbuild/protobuf";
-import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
 
 /**
  * Everything of a state but its four segments and its version: what the Redis store keeps beside

@@ -1,11 +1,11 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import { MessageSchema, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, type Message } from "#gen/contextd/v1/message_pb";
 import type { TokenEstimator } from "../core/tokens/estimator.js";
 import type { KnownTokenCounts } from "../core/tokens/token-count-cache.js";
 import type { StoredRunningFacts } from "../core/compile/stored-head.js";
 import { varintLength, writeVarint } from "./varint.js";
 import { toolPayloadText } from "../core/model/payload-text.js";
-import type { Part } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Part } from "#gen/contextd/v1/message_pb";
 
 /**
  * Why it exists: a sidecar that has never seen a conversation used to count its whole history

@@ -1,4 +1,4 @@
-import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 
 /**
  * Receives the observer events of a compile as they happen. The compile pipeline calls it; the

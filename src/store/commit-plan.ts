@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
-import { ChangeSchema, type Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";

@@ -1,4 +1,4 @@
-import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 
 /**
  * The states a store committed after finding that another process had written the conversation

@@ -1,5 +1,5 @@
-import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";

@@ -1,4 +1,4 @@
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import type { RunningFacts, StoredTokenCounts } from "../codec/stored-token-counts.js";
 import { wellFormedStored } from "../core/compile/history-facts.js";
 import { textCharacters } from "../core/compile/text-allowance.js";

@@ -3,9 +3,9 @@ import type { LearntCorrection, TokenCorrection } from "../core/compile/token-ca
 import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
 import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
 import { randomUUID } from "node:crypto";
-import type { Change, ConversationSummary } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { ConversationSummarySchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { ConversationState, Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationSummarySchema } from "#gen/contextd/v1/conversation_service_pb";
+import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";

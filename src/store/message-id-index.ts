@@ -1,5 +1,5 @@
-import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import type { MessageIdLookup } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { storedSegments, type StoredSegment } from "./segment-edits.js";

@@ -7,9 +7,9 @@ import {
   ChangeSchema,
   ConversationSummarySchema,
   type Change,
-} from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/conversation_service_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";

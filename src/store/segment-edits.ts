@@ -1,5 +1,5 @@
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { segmentCheck } from "../core/deltas/segment-operations.js";
 import { assertValidExtension } from "../core/model/tool-rounds.js";

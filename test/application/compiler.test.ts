@@ -1,8 +1,8 @@
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompiledPayloadSchema, CompileRequestSchema, CompileResultPart, CompileResultSchema, EstimatorKind, type CompileRequest, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompiledPayloadSchema, CompileRequestSchema, CompileResultPart, CompileResultSchema, EstimatorKind, type CompileRequest, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema } from "#gen/contextd/v1/state_pb";
 import { Compiler } from "../../src/application/compiler.js";
 import { RecentCompiles } from "../../src/application/recent-compiles.js";
 import { compile } from "../../src/core/compile/compile.js";

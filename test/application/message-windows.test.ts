@@ -1,9 +1,9 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { GetStateResponseSchema, ReadMessagesRequestSchema, ReadMessagesResponseSchema, type ReadMessagesResponse } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { GetStateResponseSchema, ReadMessagesRequestSchema, ReadMessagesResponseSchema, type ReadMessagesResponse } from "#gen/contextd/v1/conversation_service_pb";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { MessageWindows } from "../../src/application/message-windows.js";
 import { assertStateFits } from "../../src/application/state-size.js";
 import { Codec } from "../../src/codec/codec.js";

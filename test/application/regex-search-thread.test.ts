@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultSchema, RedactionPattern, type CompileRequest } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, CompileResultSchema, RedactionPattern, type CompileRequest } from "#gen/contextd/v1/compile_pb";
 import { RegexSearchThread } from "../../src/application/regex-search-thread.js";
 import { compile } from "../../src/core/compile/compile.js";
 import type { RegexSearch } from "../../src/core/compile/compile-context.js";

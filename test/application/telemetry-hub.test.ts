@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { ObserverEventSchema, type ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
+import { ObserverEventSchema, type ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import { TelemetryHub, type DeliveredEvent } from "../../src/application/telemetry-hub.js";
 
 const event = (conversationId: string): ObserverEvent =>

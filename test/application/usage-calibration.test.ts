@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultPart, EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ReportUsageRequestSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema, CompileResultPart, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { ReportUsageRequestSchema } from "#gen/contextd/v1/context_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { Compiler } from "../../src/application/compiler.js";
 import { HistoryFactsCache } from "../../src/application/history-facts-cache.js";
 import { UsageCalibration } from "../../src/application/usage-calibration.js";

@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { Codec } from "../../src/codec/codec.js";
 import { freezeConversationMessages } from "../../src/codec/immutability.js";
 

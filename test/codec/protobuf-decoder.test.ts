@@ -2,9 +2,9 @@ import { create, equals, fromBinary, toBinary, type DescMessage } from "@bufbuil
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { CommitRequestSchema } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { CommitRequestSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
 import { Codec } from "../../src/codec/codec.js";
 

@@ -1,10 +1,10 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { describe, expect, it } from "vitest";
-import { CompileResponseSchema, type CompileResponse } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { IntroducedMessageSchema, TransformationSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileResponseSchema, type CompileResponse } from "#gen/contextd/v1/context_service_pb";
+import { IntroducedMessageSchema, TransformationSchema } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, PartSchema } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { contractSchemas as schemas, fill, randomSource } from "../support/random-messages.js";
 import { Codec } from "../../src/codec/codec.js";
 

@@ -10,10 +10,10 @@ import {
   TransformationSchema,
   type CompileRequest,
   type CompileResult,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema, type CompileResponse } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { CompileResponseSchema, type CompileResponse } from "#gen/contextd/v1/context_service_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { RetainedEncodings } from "../../src/codec/retained-encodings.js";
 import { contextService } from "../../src/server/services/context-service.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";

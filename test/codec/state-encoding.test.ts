@@ -1,7 +1,7 @@
 import { create, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, ToolDefinitionSchema } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../../src/codec/codec.js";
 import { planCommit } from "../../src/store/commit-plan.js";
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, textMessage } from "../store/fixtures.js";

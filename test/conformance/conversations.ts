@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
-import { BudgetStrategy, CompileRequestSchema, EstimatorKind, HistoryStart, type CompileRequest } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema, Provider, Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { BudgetStrategy, CompileRequestSchema, EstimatorKind, HistoryStart, type CompileRequest } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, PartSchema, Provider, Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { call, definition, image, message, reasoning, result, text } from "../providers/build-messages.js";
 
 /**

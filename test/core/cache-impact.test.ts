@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import type { CompiledPrefix, CompileMemory } from "../../src/core/compile/cache-impact.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";

@@ -1,5 +1,5 @@
 import type { CompileContext } from "../../src/core/compile/compile-context.js";
-import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";
 
 /** A deterministic compile context: counter ids, a fixed clock, events collected in `events`. */

@@ -1,7 +1,7 @@
 import { clone, create, equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { ArtifactLifecycle, MergePolicy } from "../../gen/ts/contextd/v1/artifact_pb.js";
+import { ArtifactLifecycle, MergePolicy } from "#gen/contextd/v1/artifact_pb";
 import {
   BudgetStrategy,
   CompileRequestSchema,
@@ -13,10 +13,10 @@ import {
   TransformationAction,
   TransformationReason,
   type CompileRequest,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { SummarizeResponseSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { ActorKind, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { SummarizeResponseSchema } from "#gen/contextd/v1/context_service_pb";
+import { ActorKind, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { messageText } from "../../src/core/model/message-text.js";
 import { testContext } from "./compile-context.js";
@@ -458,6 +458,6 @@ describe("stateful inputs", () => {
 });
 
 // Origin/Actor schemas, imported lazily to keep the builders above short.
-import { ActorSchema, OriginSchema } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ActorSchema, OriginSchema } from "#gen/contextd/v1/message_pb";
 const OriginSchemaHolder = { schema: OriginSchema };
 const ActorSchemaHolder = { schema: ActorSchema };

@@ -7,8 +7,8 @@ import {
   TransformationAction,
   TransformationReason,
   type CompileResult,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { PartSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { PartSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { maxExcludedTools, maxPlaceholderBytes } from "../../src/core/compile/context-editing.js";

@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind, EstimatorSchema, RedactionPattern } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, EstimatorKind, EstimatorSchema, RedactionPattern } from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { DeadlineCheck } from "../../src/core/compile/deadline.js";
 import { createEstimator } from "../../src/core/tokens/estimator.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind, RedactionPattern, TokenizerEncoding } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, EstimatorKind, RedactionPattern, TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { DeadlineCheck } from "../../src/core/compile/deadline.js";
 import { maxCustomPatternText } from "../../src/core/compile/redaction.js";

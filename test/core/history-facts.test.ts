@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
 import { HistoryFacts } from "../../src/core/compile/history-facts.js";
 import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
 import { DeadlineCheck } from "../../src/core/compile/deadline.js";

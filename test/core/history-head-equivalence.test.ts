@@ -11,10 +11,10 @@ import {
   IdentityPolicy,
   type CompileRequest,
   type CompileResult,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { Compiler } from "../../src/application/compiler.js";
 import { HistoryFactsCache } from "../../src/application/history-facts-cache.js";
 import { HistoryFacts } from "../../src/core/compile/history-facts.js";

@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { PartSchema, Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { PartSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { jsonDepthExcess, maxJsonDepth } from "../../src/core/model/json-depth.js";

@@ -1,8 +1,8 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, RedactionPattern, TransformationReason } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { PartSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema, RedactionPattern, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { PartSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { readToolResultName } from "../../src/core/compile/large-tool-results.js";
 import { utf8Head, utf8Slice, utf8SliceOf } from "../../src/core/model/utf8-slice.js";

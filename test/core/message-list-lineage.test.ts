@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, DeltaSchema, Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
 

@@ -5,7 +5,7 @@ import {
   Role,
   type Message,
   type Part,
-} from "../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/message_pb";
 
 /** Test builders for messages; plain protobuf-es `create` calls with short names. */
 export function text(value: string): Part {

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { Role, ToolPayloadSchema } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { Role, ToolPayloadSchema } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { messageContentHash, messageContentKey } from "../../src/core/model/content-hash.js";
 import { messageText, withMessageText } from "../../src/core/model/message-text.js";
 import { toolPayloadText } from "../../src/core/model/payload-text.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { BudgetStrategy, CompileRequestSchema, EstimatorKind, IdentityPolicy, type CompileRequest } from "../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { BudgetStrategy, CompileRequestSchema, EstimatorKind, IdentityPolicy, type CompileRequest } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
 import { assistant, system, user } from "./messages.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind, EstimatorSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema, EstimatorKind, EstimatorSchema } from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { createEstimator } from "../../src/core/tokens/estimator.js";
 import { testContext } from "./compile-context.js";

@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompiledPayloadSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompiledPayloadSchema, type CompiledPayload } from "#gen/contextd/v1/compile_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { ToolDefinitionSchema } from "#gen/contextd/v1/state_pb";
 import { prefixFingerprint } from "../../src/core/compile/prefix-fingerprint.js";
 import { messageContentKey } from "../../src/core/model/content-hash.js";
 import { call, message, result } from "./messages.js";

@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultPart, MessageListSchema, RenderOptionsSchema, ToolRoundRepair, TransformationAction, TransformationReason, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message, type ToolResultPart } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, CompileResultPart, MessageListSchema, RenderOptionsSchema, ToolRoundRepair, TransformationAction, TransformationReason, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message, type ToolResultPart } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
 import { toolPayloadText } from "../../src/core/model/payload-text.js";

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, RedactionPattern } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, RedactionPattern } from "#gen/contextd/v1/compile_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { messageText } from "../../src/core/model/message-text.js";
 import { testContext } from "./compile-context.js";

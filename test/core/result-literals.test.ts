@@ -1,6 +1,6 @@
 import { create, isMessage, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind, UsageSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, EstimatorKind, UsageSchema } from "#gen/contextd/v1/compile_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
 import { assistant, system, user } from "./messages.js";

@@ -6,9 +6,9 @@ import {
   CompileResultSchema,
   CurrentTurnPersistence,
   type CompileResult,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ConversationStateSchema } from "../../gen/ts/contextd/v1/state_pb.js";
-import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { ConversationStateSchema } from "#gen/contextd/v1/state_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
 import { assistant, system, toolRound, user } from "./messages.js";

@@ -1,14 +1,14 @@
 import { create, createRegistry } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { file_contextd_v1_artifact } from "../../gen/ts/contextd/v1/artifact_pb.js";
-import { CompileRequestSchema, file_contextd_v1_compile } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { file_contextd_v1_context_service } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { file_contextd_v1_conversation_service } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { file_contextd_v1_message, MessageSchema } from "../../gen/ts/contextd/v1/message_pb.js";
-import { file_contextd_v1_state } from "../../gen/ts/contextd/v1/state_pb.js";
-import { file_contextd_v1_telemetry } from "../../gen/ts/contextd/v1/telemetry_pb.js";
-import { file_contextd_v1_telemetry_service } from "../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { file_contextd_v1_artifact } from "#gen/contextd/v1/artifact_pb";
+import { CompileRequestSchema, file_contextd_v1_compile } from "#gen/contextd/v1/compile_pb";
+import { file_contextd_v1_context_service } from "#gen/contextd/v1/context_service_pb";
+import { file_contextd_v1_conversation_service } from "#gen/contextd/v1/conversation_service_pb";
+import { file_contextd_v1_message, MessageSchema } from "#gen/contextd/v1/message_pb";
+import { file_contextd_v1_state } from "#gen/contextd/v1/state_pb";
+import { file_contextd_v1_telemetry } from "#gen/contextd/v1/telemetry_pb";
+import { file_contextd_v1_telemetry_service } from "#gen/contextd/v1/telemetry_service_pb";
 import { assertStringLimits, limitedStringFields, stringLimitOf, stringLimits } from "../../src/core/model/string-limits.js";
 
 const registry = createRegistry(

@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { BudgetStrategy, CompileRequestSchema, EstimatorKind, TransformationReason } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { SummarizeResponseSchema, type SummarizeRequest } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { BudgetStrategy, CompileRequestSchema, EstimatorKind, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { SummarizeResponseSchema, type SummarizeRequest } from "#gen/contextd/v1/context_service_pb";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { summaryCompaction } from "../../src/core/compile/summary-compaction.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { CompileRequestSchema, type CompileRequest } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ToolDefinitionSchema, type ToolDefinition } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, type CompileRequest } from "#gen/contextd/v1/compile_pb";
+import { ToolDefinitionSchema, type ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { developer, system, user } from "../providers/build-messages.js";
 
 /** The requests behind test/golden/system-prompt/*.json (format in that folder's README). */

@@ -9,8 +9,8 @@ import {
   TransformationReason,
   type CompileRequest,
   type CompileResult,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Provider } from "../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Provider } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
 import { systemPromptCases } from "./system-prompt-cases.js";

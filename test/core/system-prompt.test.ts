@@ -8,9 +8,9 @@ import {
   TransformationAction,
   TransformationReason,
   type CompileRequest,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, ToolDefinitionSchema, type ToolDefinition } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, ToolDefinitionSchema, type ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import {
   normalizePractice,

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, RedactionPattern, type SegmentFormatter } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, RedactionPattern, type SegmentFormatter } from "#gen/contextd/v1/compile_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { compileTextFactor, compileTextFloor, TextAllowance } from "../../src/core/compile/text-allowance.js";
 import { messageText } from "../../src/core/model/message-text.js";

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind, TransformationReason, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompileRequestSchema, EstimatorKind, TransformationReason, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import type { CalibrationKey, TokenCorrection } from "../../src/core/compile/token-calibration.js";
 import { calibratedLimit, correctedTokens, learnCorrection, maxCorrection, maxCorrectionStep, minCorrection, uncorrected } from "../../src/core/compile/token-calibration.js";

@@ -1,7 +1,7 @@
 import { countTokens } from "gpt-tokenizer/encoding/o200k_base";
 import { countTokens as countCl100k } from "gpt-tokenizer/encoding/cl100k_base";
 import { describe, expect, it } from "vitest";
-import { TokenizerEncoding } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
 import { loadEncoding } from "../../src/core/tokens/encodings.js";
 import { countInChunks, longestPiece } from "../../src/core/tokens/long-runs.js";
 

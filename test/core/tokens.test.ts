@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { EstimatorKind, EstimatorSchema, TokenizerEncoding } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ImageDetail, MessageSchema, PartSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ToolDefinitionSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { EstimatorKind, EstimatorSchema, TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
+import { ImageDetail, MessageSchema, PartSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ToolDefinitionSchema } from "#gen/contextd/v1/state_pb";
 import { createEstimator } from "../../src/core/tokens/estimator.js";
 import { TextCountTable, sampleHash } from "../../src/core/tokens/text-count-table.js";
 import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";

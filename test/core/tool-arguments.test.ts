@@ -9,9 +9,9 @@ import {
   TransformationAction,
   TransformationReason,
   type CompileRequest,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { encodingOfModel } from "../../src/core/tokens/model-encodings.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { Provider, Role, type Message, type ToolCallPart, type ToolResultPart } from "../../gen/ts/contextd/v1/message_pb.js";
-import { AppendAssistantSchema, AppendProviderResponseSchema, AppendProviderStreamSchema, AppendToolResultSchema, CompactSchema, ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { Provider, Role, type Message, type ToolCallPart, type ToolResultPart } from "#gen/contextd/v1/message_pb";
+import { AppendAssistantSchema, AppendProviderResponseSchema, AppendProviderStreamSchema, AppendToolResultSchema, CompactSchema, ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../../src/core/deltas/delta-context.js";
 import { givenToolCallId } from "../../src/core/deltas/message-preparation.js";

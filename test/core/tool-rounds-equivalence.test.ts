@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { analyzeToolRounds, assertValidExtension, assertValidToolRounds, type HistoryUnit, type ToolRoundAnalysis } from "../../src/core/model/tool-rounds.js";
 import { call, message, result, text } from "./messages.js";
 

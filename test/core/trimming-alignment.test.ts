@@ -9,9 +9,9 @@ import {
   TransformationAction,
   TransformationReason,
   type CompileRequest,
-} from "../../gen/ts/contextd/v1/compile_pb.js";
-import { SummarizeResponseSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { SummarizeResponseSchema } from "#gen/contextd/v1/context_service_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { testContext } from "./compile-context.js";
 import { assistant, call, message, result, toolRound, user } from "./messages.js";

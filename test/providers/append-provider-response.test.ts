@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { Provider, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../../src/core/deltas/delta-context.js";
 import { renderRequest } from "../../src/core/providers/render.js";

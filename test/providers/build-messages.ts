@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { CompiledPayloadSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
+import { CompiledPayloadSchema, type CompiledPayload } from "#gen/contextd/v1/compile_pb";
 import {
   CacheType,
   MessageSchema,
@@ -10,8 +10,8 @@ import {
   type Message,
   type Part,
   type ToolPayload,
-} from "../../gen/ts/contextd/v1/message_pb.js";
-import { ToolDefinitionSchema, type ToolDefinition } from "../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/message_pb";
+import { ToolDefinitionSchema, type ToolDefinition } from "#gen/contextd/v1/state_pb";
 
 /** Compact builders for test conversations (generated types, nothing hand-rolled). */
 

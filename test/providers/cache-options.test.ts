@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { rejectsWith } from "../core/rejects.js";
 import { assistant, definition, message, payload, reasoning, system, text, user } from "./build-messages.js";

@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { BudgetStrategy, CompileRequestSchema, EstimatorKind, RenderOptionsSchema, type CompiledPayload, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { SummarizeResponseSchema } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { ImageDetail, Provider, Role, type Message, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
+import { BudgetStrategy, CompileRequestSchema, EstimatorKind, RenderOptionsSchema, type CompiledPayload, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { SummarizeResponseSchema } from "#gen/contextd/v1/context_service_pb";
+import { ImageDetail, Provider, Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { analyzeToolRounds } from "../../src/core/model/tool-rounds.js";
 import { compile } from "../../src/core/compile/compile.js";
 import { renderRequest } from "../../src/core/providers/render.js";

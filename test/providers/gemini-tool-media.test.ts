@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { PartSchema, Provider } from "../../gen/ts/contextd/v1/message_pb.js";
+import { RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { PartSchema, Provider } from "#gen/contextd/v1/message_pb";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { assistant, call, image, payload, result, text, tool, user } from "./build-messages.js";
 

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import type { CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ImageDetail, MessageSchema, PartSchema, Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { CompiledPayload } from "#gen/contextd/v1/compile_pb";
+import { ImageDetail, MessageSchema, PartSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
 import {
   assistant,
   call,

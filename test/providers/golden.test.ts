@@ -3,8 +3,8 @@ import { fileURLToPath } from "node:url";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { CompiledPayloadSchema, RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../gen/ts/contextd/v1/message_pb.js";
+import { CompiledPayloadSchema, RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { goldenCases } from "./golden-cases.js";
 

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { PartSchema, Provider, type Part } from "../../gen/ts/contextd/v1/message_pb.js";
+import { RenderOptionsSchema, type CompiledPayload } from "#gen/contextd/v1/compile_pb";
+import { PartSchema, Provider, type Part } from "#gen/contextd/v1/message_pb";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { payload, text, user } from "./build-messages.js";
 import { thrownConnectError } from "../support/thrown.js";

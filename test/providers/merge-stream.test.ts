@@ -1,8 +1,8 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { MessageSchema, Provider, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Provider, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import { readErrorDetails } from "../../src/core/model/error-details.js";
 import { maxStreamEvents } from "../../src/core/providers/stream-events.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { parseProviderResponse } from "../../src/core/providers/parse-response.js";
 import { assistant, call, definition, image, message, payload, reasoning, result, system, tool, user } from "./build-messages.js";

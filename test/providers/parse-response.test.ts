@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
+import { RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { parseProviderResponse } from "../../src/core/providers/parse-response.js";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { payload, tool, result, user } from "./build-messages.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, RenderOptionsSchema } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, RenderOptionsSchema } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { testContext } from "../core/compile-context.js";

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { RenderOptionsSchema, type CompiledPayload } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { RenderOptionsSchema, type CompiledPayload } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { renderRequest } from "../../src/core/providers/render.js";
 import { parseProviderResponse } from "../../src/core/providers/parse-response.js";
 import { acceptedCallId, acceptedChatName, callIdRules } from "../../src/core/providers/rendered-ids.js";

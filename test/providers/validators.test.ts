@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { validateAnthropic } from "../../src/core/providers/anthropic/validate.js";
 import type { AnthropicMessagesBody } from "../../src/core/providers/anthropic/body.js";
 import { validateGemini } from "../../src/core/providers/gemini/validate.js";

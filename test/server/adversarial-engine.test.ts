@@ -1,11 +1,11 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind, RedactionPattern } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
+import { EstimatorKind, RedactionPattern } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";
 

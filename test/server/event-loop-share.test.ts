@@ -1,10 +1,10 @@
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
+import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";
 

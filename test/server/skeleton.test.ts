@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Health, HealthCheckResponse_ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
+import { Health, HealthCheckResponse_ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";
 

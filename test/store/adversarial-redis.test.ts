@@ -5,11 +5,11 @@ import { Code, ConnectError, createClient, type Client } from "@connectrpc/conne
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { toBinary } from "@bufbuild/protobuf";
-import { MessageSchema } from "../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema } from "#gen/contextd/v1/message_pb";
 import { escapeKeyPart } from "../../src/store/redis-scripts.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";

@@ -1,9 +1,9 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultSchema, EstimatorKind, type CompileRequest, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { ObserverEvent } from "../../gen/ts/contextd/v1/telemetry_pb.js";
-import type { Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, CompileResultSchema, EstimatorKind, type CompileRequest, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
+import type { Delta } from "#gen/contextd/v1/state_pb";
 import { Compiler } from "../../src/application/compiler.js";
 import { HistoryFactsCache } from "../../src/application/history-facts-cache.js";
 import { Codec, defaultCodecLimits } from "../../src/codec/codec.js";

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { MessageSchema, Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema } from "../../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema } from "#gen/contextd/v1/state_pb";
 import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
 import { DecodedStateCache } from "../../src/store/decoded-state-cache.js";
 import { indexedFromMessages } from "../../src/store/message-id-index.js";

@@ -1,7 +1,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { ArtifactKind, ArtifactLifecycle, ArtifactSchema, MergePolicy } from "../../gen/ts/contextd/v1/artifact_pb.js";
-import { ActorKind, CacheType, MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type ConversationState, type Delta } from "../../gen/ts/contextd/v1/state_pb.js";
+import { ArtifactKind, ArtifactLifecycle, ArtifactSchema, MergePolicy } from "#gen/contextd/v1/artifact_pb";
+import { ActorKind, CacheType, MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 
 /** A delta from its operation, e.g. `delta({ case: "remember", value: { text: "x" } })`. */
 export function delta(operation: NonNullable<MessageInitShape<typeof DeltaSchema>["operation"]>): Delta {

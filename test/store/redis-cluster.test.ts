@@ -1,6 +1,6 @@
 import calculateSlot from "cluster-key-slot";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import type { Change } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { Role } from "#gen/contextd/v1/message_pb";
+import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";

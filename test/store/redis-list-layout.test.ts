@@ -5,8 +5,8 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MessageSchema, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, Segment, type ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { segmentEdit } from "../../src/store/segment-edits.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";

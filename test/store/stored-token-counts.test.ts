@@ -1,8 +1,8 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultSchema, type CompileResult } from "../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, Provider, Role, type Message } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, CompileResultSchema, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { Compiler } from "../../src/application/compiler.js";
 import { HistoryFactsCache } from "../../src/application/history-facts-cache.js";
 import { Codec, defaultCodecLimits } from "../../src/codec/codec.js";

@@ -1,7 +1,7 @@
 import * as grpc from "@grpc/grpc-js";
-import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/ts/grpc/health/v1/health_pb.js";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { appendHistory, textMessage } from "../store/fixtures.js";
 import { grpcJsClient } from "./grpc-js.js";

@@ -1,8 +1,8 @@
 import type * as grpc from "@grpc/grpc-js";
 import { status } from "@grpc/grpc-js";
-import type { ConversationState } from "../../gen/ts/contextd/v1/state_pb.js";
-import { ConversationService } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../gen/ts/contextd/v1/message_pb.js";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { appendHistory, textMessage } from "../store/fixtures.js";
 import type { grpcJsClient } from "./grpc-js.js";
 

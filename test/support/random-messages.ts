@@ -1,9 +1,9 @@
 /** Random messages of the contextd contract types, for equivalence tests against protobuf-es. */
 import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import { reflect, type ReflectMessage } from "@bufbuild/protobuf/reflect";
-import { file_contextd_v1_context_service } from "../../gen/ts/contextd/v1/context_service_pb.js";
-import { file_contextd_v1_conversation_service } from "../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { file_contextd_v1_telemetry_service } from "../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { file_contextd_v1_context_service } from "#gen/contextd/v1/context_service_pb";
+import { file_contextd_v1_conversation_service } from "#gen/contextd/v1/conversation_service_pb";
+import { file_contextd_v1_telemetry_service } from "#gen/contextd/v1/telemetry_service_pb";
 
 // A small deterministic generator, so a failure reproduces.
 export function randomSource(seed: number) {

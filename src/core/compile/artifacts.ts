@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
-import { ArtifactLifecycle, ArtifactPersistence, type Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import { IntroducedMessageSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ArtifactLifecycle, ArtifactPersistence, type Artifact } from "#gen/contextd/v1/artifact_pb";
+import { IntroducedMessageSchema } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, PartSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { toolPayloadText } from "../model/payload-text.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import { addWarning, recordPassed, type CompileWork } from "./working-set.js";

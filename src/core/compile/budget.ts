@@ -7,10 +7,10 @@ import {
   IntroducedMessageSchema,
   TransformationAction,
   TransformationReason,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { SummarizeRequestSchema } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { SummarizeRequestSchema } from "#gen/contextd/v1/context_service_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";

@@ -1,5 +1,5 @@
 import { hash } from "node:crypto";
-import type { CacheImpact, CompiledPayload } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { CacheImpact, CompiledPayload } from "#gen/contextd/v1/compile_pb";
 import { messageContentKey } from "../model/content-hash.js";
 import { messagesInRenderingOrder } from "../providers/rendering-order.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";

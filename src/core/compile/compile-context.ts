@@ -1,9 +1,9 @@
-import type { CompileResultPart } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { CompileResultPart } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import type { ElidedHead } from "./elided-head.js";
 import type { HistoryFacts } from "./history-facts.js";
-import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
-import type { SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import type { SummarizeRequest, SummarizeResponse } from "#gen/contextd/v1/context_service_pb";
 import type { Observer } from "../observer.js";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import type { CompileMemory } from "./cache-impact.js";

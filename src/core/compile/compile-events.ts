@@ -1,5 +1,5 @@
-import type { StageTiming } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { StageTiming } from "#gen/contextd/v1/compile_pb";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import type { CompileContext } from "./compile-context.js";
 
 type EventBody = ObserverEvent["event"];

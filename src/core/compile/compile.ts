@@ -12,8 +12,8 @@ import {
   type Transformation,
   type Usage,
   type Writeback,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { Provider, type Message } from "#gen/contextd/v1/message_pb";
 import { renderRequestPaced } from "../providers/render.js";
 import { createEstimator } from "../tokens/estimator.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { TransformationAction, TransformationReason, type Budget, type ToolResultClearing } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Role, ToolPayloadSchema, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { TransformationAction, TransformationReason, type Budget, type ToolResultClearing } from "#gen/contextd/v1/compile_pb";
+import { Role, ToolPayloadSchema, type Message, type Part } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 import { calibratedLimit } from "./token-calibration.js";

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { MergePolicy } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import { IntroducedMessageSchema, TransformationAction, TransformationReason, type DeferredBlock } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MergePolicy } from "#gen/contextd/v1/artifact_pb";
+import { IntroducedMessageSchema, TransformationAction, TransformationReason, type DeferredBlock } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import { segmentField } from "../model/segments.js";
 import { mapTextParts } from "../model/message-text.js";
 import type { DeadlineCheck } from "./deadline.js";

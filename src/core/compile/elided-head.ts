@@ -1,4 +1,4 @@
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 
 /**
  * The head of a stored history that the budget is certain to drop, left out of the stages: they

@@ -1,5 +1,5 @@
 import { equals } from "@bufbuild/protobuf";
-import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { firstInvalidToolCall } from "../model/tool-call-arguments.js";
 import type { MessageListLineage } from "../model/message-list-lineage.js";
 import { analyzeToolRoundsFrom } from "../model/tool-rounds.js";

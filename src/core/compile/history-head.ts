@@ -1,6 +1,6 @@
-import { BudgetStrategy, CompileResultPart, type CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { BudgetStrategy, CompileResultPart, type CompileRequest } from "#gen/contextd/v1/compile_pb";
 import { calibratedLimit } from "./token-calibration.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { maxBudgetTokens } from "./max-budget-tokens.js";
 import type { CompileContext } from "./compile-context.js";

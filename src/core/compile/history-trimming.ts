@@ -1,4 +1,4 @@
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
 import type { HistoryUnit } from "../model/tool-rounds.js";
 
 /** History units with their token costs, from prefix sums over per-message counts. */

@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { IdentityPolicy, WritebackMessageSchema, type CompileRequest, type WritebackMessage } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { IdentityPolicy, WritebackMessageSchema, type CompileRequest, type WritebackMessage } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { messageContentHash } from "../model/content-hash.js";
 
 /** Where a message without an id sits, which decides how its id is derived and reported. */

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { TransformationAction, TransformationReason, type LargeToolResults } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Role, ToolPayloadSchema, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { ToolDefinitionSchema, type ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { TransformationAction, TransformationReason, type LargeToolResults } from "#gen/contextd/v1/compile_pb";
+import { Role, ToolPayloadSchema, type Message, type Part } from "#gen/contextd/v1/message_pb";
+import { ToolDefinitionSchema, type ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { toolPayloadText } from "../model/payload-text.js";
 import { segmentEnumerationOrder, segmentField } from "../model/segments.js";
 import { utf8Head } from "../model/utf8-slice.js";

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
 import { assertMessageJsonDepth } from "../model/json-depth.js";
 
 /**

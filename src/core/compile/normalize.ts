@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { CurrentTurnPersistence, type CompileRequest, type DeferredBlock, type Transformation } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { CurrentTurnPersistence, type CompileRequest, type DeferredBlock, type Transformation } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { segmentEnumerationOrder, segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import { IdentityAssigner } from "./identity.js";

@@ -1,7 +1,7 @@
-import { CurrentTurnPersistence, type CompiledPayload, type Persistence, type Snapshot } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { CurrentTurnPersistence, type CompiledPayload, type Persistence, type Snapshot } from "#gen/contextd/v1/compile_pb";
+import type { Artifact } from "#gen/contextd/v1/artifact_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import type { ToolDefinition } from "#gen/contextd/v1/state_pb";
 import type { SegmentHolder } from "../model/segments.js";
 import { isArtifactPersisted } from "./artifacts.js";
 import { isRemovedFromPersistence, type CompileWork, type NormalizedCurrentTurn } from "./working-set.js";

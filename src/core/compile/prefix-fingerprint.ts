@@ -1,5 +1,5 @@
 import { hash } from "node:crypto";
-import type { CompiledPayload } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { CompiledPayload } from "#gen/contextd/v1/compile_pb";
 import { messageContentKey } from "../model/content-hash.js";
 
 /**

@@ -1,6 +1,6 @@
-import { Role, type Message, type ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { Role, type Message, type ToolResultPart } from "#gen/contextd/v1/message_pb";
+import { TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { cancelledToolResultMessage } from "../model/cancellation.js";
 import { analyzeToolRounds, findOpenToolRound, toolCallsOf, toolResultsOf, type ToolRoundRule } from "../model/tool-rounds.js";
 import { addWarning, setRecord, type CompileWork } from "./working-set.js";

@@ -5,9 +5,9 @@ import {
   TransformationAction,
   TransformationReason,
   type RedactionHook,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message, Part } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import type { Message, Part } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { segmentEnumerationOrder, segmentField } from "../model/segments.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { RegexSearch } from "./compile-context.js";

@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import type { CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState, Experience, ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { Artifact } from "#gen/contextd/v1/artifact_pb";
+import type { CompileRequest } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState, Experience, ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { mergeArtifact } from "../deltas/artifact-merge.js";
 import type { SegmentField, SegmentHolder } from "../model/segments.js";
 

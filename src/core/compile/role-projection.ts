@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ActorKind, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { ActorKind, Role } from "#gen/contextd/v1/message_pb";
 import { segmentEnumerationOrder, segmentField } from "../model/segments.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 

@@ -1,5 +1,5 @@
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { recordPassed, type CompileWork } from "./working-set.js";
 
 /**

@@ -5,9 +5,9 @@ import {
   TransformationAction,
   TransformationReason,
   type SegmentFormatter,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, PartSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { Segment } from "#gen/contextd/v1/state_pb";
 import { hasTextPart, mapTextParts, messageText } from "../model/message-text.js";
 import { segmentField, segmentName, type SegmentHolder } from "../model/segments.js";
 import { occurrences } from "./text-allowance.js";

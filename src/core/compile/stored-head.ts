@@ -1,6 +1,6 @@
-import { CompileResultPart, type CompileRequest } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { CompileResultPart, type CompileRequest } from "#gen/contextd/v1/compile_pb";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { analyzeToolRoundsFrom, toolResultsOf } from "../model/tool-rounds.js";
 import type { ElidedHead } from "./elided-head.js";
 import { headElisionAllowed } from "./history-head.js";

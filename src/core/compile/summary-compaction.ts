@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { TransformationReason, type CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Segment, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { TransformationReason, type CompileResult } from "#gen/contextd/v1/compile_pb";
+import { Segment, type Delta } from "#gen/contextd/v1/state_pb";
 
 /**
  * The `compact` delta that stores a compile's summary (SUMMARIZE / auto_compact over

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { IntroducedMessageSchema, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { MessageSchema, PartSchema, Role, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { IntroducedMessageSchema, TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { MessageSchema, PartSchema, Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
+import { Segment, type ToolDefinition } from "#gen/contextd/v1/state_pb";
 import type { DeadlineCheck } from "./deadline.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 

@@ -11,9 +11,9 @@ import {
   type CompileRequest,
   type Projection,
   type Target,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { renderRequestPaced } from "../providers/render.js";
 import { segmentField, segmentRenderingOrder } from "../model/segments.js";
 import { createEstimator } from "../tokens/estimator.js";

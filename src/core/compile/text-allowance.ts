@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Message, Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, Part } from "#gen/contextd/v1/message_pb";
 
 /**
  * Why it exists: formatters, templates, `{{var}}` resolution and joins make text out of text, and

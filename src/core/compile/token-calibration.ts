@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { TokenCalibrationSchema, type EstimatorKind, type TokenCalibration } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { TokenCalibrationSchema, type EstimatorKind, type TokenCalibration } from "#gen/contextd/v1/compile_pb";
+import type { Provider } from "#gen/contextd/v1/message_pb";
 
 /**
  * Calibrated token counts (compile.proto `TokenCalibration`). Why it exists: estimates are off in

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ToolArgumentsRepair, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ToolPayloadSchema, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ToolArgumentsRepair, TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { ToolPayloadSchema, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { segmentEnumerationOrder, segmentField, segmentName } from "../model/segments.js";
 import { assertToolArgumentsAreObjects, firstInvalidToolCall, toolArgumentsProblem, toolArgumentsText } from "../model/tool-call-arguments.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";

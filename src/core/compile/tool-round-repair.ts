@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ToolRoundRepair, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ToolRoundRepair, TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { cancelledToolResultMessage } from "../model/cancellation.js";
 import { analyzeToolRounds, toolRoundError, type ToolRoundViolation } from "../model/tool-rounds.js";
 import { addWarning, setRecord, type CompileWork } from "./working-set.js";

@@ -9,10 +9,10 @@ import {
   type Transformation,
   type Warning,
   type WritebackMessage,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type Experience, type ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import type { Artifact } from "#gen/contextd/v1/artifact_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { Segment, type Experience, type ToolDefinition } from "#gen/contextd/v1/state_pb";
 import type { SegmentHolder } from "../model/segments.js";
 import type { ToolRoundAnalysis } from "../model/tool-rounds.js";
 import type { TokenEstimator } from "../tokens/estimator.js";

@@ -8,7 +8,7 @@ import {
   ToolResultPartSchema,
   type Message,
   type Part,
-} from "../../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/message_pb";
 import type {
   AppendAssistant,
   AppendToolResult,
@@ -17,7 +17,7 @@ import type {
   CancelToolCalls,
   ConversationState,
   TruncateAssistant,
-} from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/state_pb";
 import { assertCompleteToolRound, findOpenToolRound, type HistoryUnit, type ToolRoundShape } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ConversationStateSchema, type ConversationState, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationStateSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { appendAssistant, appendToolResult, appendToolRound, appendUser, cancelToolCalls, truncateAssistant } from "./agent-mutations.js";
 import { mergeArtifact } from "./artifact-merge.js";
 import { compact } from "./compact.js";

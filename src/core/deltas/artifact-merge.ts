@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ArtifactLifecycle, MergePolicy, type Artifact } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import { ToolPayloadSchema, type SourceRef } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ArtifactLifecycle, MergePolicy, type Artifact } from "#gen/contextd/v1/artifact_pb";
+import { ToolPayloadSchema, type SourceRef } from "#gen/contextd/v1/message_pb";
 import { toolPayloadText } from "../model/payload-text.js";
 
 /**

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ProvenanceSchema, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { Compact, ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ProvenanceSchema, type Message } from "#gen/contextd/v1/message_pb";
+import type { Compact, ConversationState } from "#gen/contextd/v1/state_pb";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";
 import { remember } from "./experiences.js";

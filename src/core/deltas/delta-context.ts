@@ -1,4 +1,4 @@
-import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import type { MessageListLineage } from "../model/message-list-lineage.js";
 import type { SegmentField } from "../model/segments.js";
 

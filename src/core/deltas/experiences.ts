@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ExperienceSchema, type ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ExperienceSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
 
 /**
  * Remembers a fact: whitespace runs become single spaces and the ends are trimmed; a fact already

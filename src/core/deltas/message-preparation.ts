@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { assertMessageJsonDepth } from "../model/json-depth.js";
 import { assertToolArgumentsAreObjects, firstInvalidToolCall, keepsStoredInvalidCalls } from "../model/tool-call-arguments.js";
 import type { DeltaContext, MessageIdLookup } from "./delta-context.js";

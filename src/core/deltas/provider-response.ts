@@ -1,10 +1,10 @@
-import type { AppendProviderResponse, ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { AppendProviderResponse, ConversationState } from "#gen/contextd/v1/state_pb";
 import { parseProviderResponse } from "../providers/parse-response.js";
 import type { DeltaContext } from "./delta-context.js";
 import { prepareMessages } from "./message-preparation.js";
 import { withAppendedMessages } from "./segment-operations.js";
 import { assertNoOpenRound } from "./agent-mutations.js";
-import { MessageSchema } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema } from "#gen/contextd/v1/message_pb";
 import { assertStringLimits } from "../model/string-limits.js";
 
 /**

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { AppendProviderResponseSchema, TruncateAssistantSchema, type AppendProviderStream, type ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { AppendProviderResponseSchema, TruncateAssistantSchema, type AppendProviderStream, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { prefixError } from "../model/error-details.js";
 import { mergeProviderStream } from "../providers/merge-stream.js";
 import { truncateAssistant } from "./agent-mutations.js";

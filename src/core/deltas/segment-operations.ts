@@ -1,12 +1,12 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import type {
   AppendMessages,
   ClearSegment,
   ConversationState,
   RemoveMessages,
   ReplaceSegment,
-} from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/state_pb";
 import { segmentField, type SegmentField } from "../model/segments.js";
 import { analyzeToolRounds, assertValidExtension, pairingRules, type ToolRoundCheck } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { ConversationState, SetToolDefinitions, ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { ConversationState, SetToolDefinitions, ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { assertJsonDepth } from "../model/json-depth.js";
 
 /**

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { MessageSchema, PartSchema, Role, ToolPayloadSchema, ToolResultPartSchema, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, PartSchema, Role, ToolPayloadSchema, ToolResultPartSchema, type Message } from "#gen/contextd/v1/message_pb";
 
 /**
  * The text of a tool call closed by cancellation (semantics §2, matching the agent framework

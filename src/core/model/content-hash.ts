@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { toBinary } from "@bufbuild/protobuf";
-import { MessageSchema, type Message, type Part, type ToolPayload } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema, type Message, type Part, type ToolPayload } from "#gen/contextd/v1/message_pb";
 
 /**
  * Hex SHA-256 of everything a message says except its id: role, actor, parts, source refs, origin,

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { BadRequestSchema, ErrorInfoSchema, type BadRequest, type ErrorInfo } from "../../../gen/ts/google/rpc/error_details_pb.js";
+import { BadRequestSchema, ErrorInfoSchema, type BadRequest, type ErrorInfo } from "#gen/google/rpc/error_details_pb";
 
 /**
  * The structured details every contextd error carries, so clients act on a stable reason instead

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Message, Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, Part } from "#gen/contextd/v1/message_pb";
 
 /**
  * Why it exists: `JSON.parse` is iterative in V8 but `JSON.stringify` (and any recursive walk) is

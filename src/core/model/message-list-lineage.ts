@@ -1,4 +1,4 @@
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 
 /**
  * Which message lists were made by appending to which, so that a caller can tell in constant time

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { PartSchema, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { PartSchema, type Message, type Part } from "#gen/contextd/v1/message_pb";
 
 /**
  * The text a message says: its text parts joined by "\n". Formatters, redaction, text

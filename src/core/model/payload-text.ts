@@ -1,4 +1,4 @@
-import type { ToolPayload } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ToolPayload } from "#gen/contextd/v1/message_pb";
 
 /**
  * The plain text of a tool payload (semantics §1): the first non-empty of `text`, `data` as compact

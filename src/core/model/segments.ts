@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 
 /**
  * Anything holding the four message segments under their field names: `ConversationState`,

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Message, ToolCallPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, ToolCallPart } from "#gen/contextd/v1/message_pb";
 import { ErrorReason, withErrorDetails } from "./error-details.js";
 import { describeJsonValue } from "./json-value-description.js";
 

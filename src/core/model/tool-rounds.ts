@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Role, type Message, type ToolCallPart, type ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message, type ToolCallPart, type ToolResultPart } from "#gen/contextd/v1/message_pb";
 import { ErrorReason, withErrorDetails } from "./error-details.js";
 
 /**

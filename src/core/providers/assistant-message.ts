@@ -8,7 +8,7 @@ import {
   type Part,
   type Provider,
   type ToolPayload,
-} from "../../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/message_pb";
 
 /**
  * Building blocks for ingested responses. Messages get no id: the commit assigns one, as for any

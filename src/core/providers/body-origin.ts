@@ -1,4 +1,4 @@
-import type { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Role } from "#gen/contextd/v1/message_pb";
 
 /**
  * Which payload message a body entry (a message, content, or input item) was rendered from, so a

@@ -1,4 +1,4 @@
-import { ImageDetail } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ImageDetail } from "#gen/contextd/v1/message_pb";
 
 /** OpenAI's `detail` for an image; undefined = let the provider default apply. */
 export function openAIImageDetail(detail: ImageDetail): "auto" | "low" | "high" | undefined {

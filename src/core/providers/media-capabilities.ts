@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { WarningSchema, type Warning } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { FilePart, ImagePart, Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { WarningSchema, type Warning } from "#gen/contextd/v1/compile_pb";
+import type { FilePart, ImagePart, Message } from "#gen/contextd/v1/message_pb";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
 
 /** The providers of the table, by their rule-name prefix. */

@@ -1,4 +1,4 @@
-import type { FilePart, ImagePart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { FilePart, ImagePart } from "#gen/contextd/v1/message_pb";
 
 /** Standard base64 of raw bytes (what every provider expects for inline media). */
 export function base64(bytes: Uint8Array): string {

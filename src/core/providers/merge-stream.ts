@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { mergeAnthropicStream } from "./anthropic/merge-stream.js";
 import { mergeGeminiStream } from "./gemini/merge-stream.js";
 import { mergeOpenAIChatStream } from "./openai-chat/merge-stream.js";

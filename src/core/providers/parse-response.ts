@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Provider, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, type Message } from "#gen/contextd/v1/message_pb";
 import { parseAnthropicResponse } from "./anthropic/parse-response.js";
 import { parseGeminiResponse } from "./gemini/parse-response.js";
 import { parseOpenAIChatResponse } from "./openai-chat/parse-response.js";

@@ -7,8 +7,8 @@ import {
   type RenderedRequest,
   type RenderOptions,
   type Warning,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import { renderAnthropic } from "./anthropic/render.js";
 import { validateAnthropic } from "./anthropic/validate.js";

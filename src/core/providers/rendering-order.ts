@@ -1,5 +1,5 @@
-import { Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { CompiledPayload } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { CompiledPayload } from "#gen/contextd/v1/compile_pb";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 
 /** The payload field a message came from. */

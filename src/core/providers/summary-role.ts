@@ -1,4 +1,4 @@
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 
 /**
  * True for a message that stands in for earlier ones (provenance `summary`). Providers that want

@@ -1,4 +1,4 @@
-import type { ToolCallPart } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { ToolCallPart } from "#gen/contextd/v1/message_pb";
 import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
 import { toolArgumentsText } from "../model/tool-call-arguments.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";

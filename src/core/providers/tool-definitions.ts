@@ -1,4 +1,4 @@
-import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { jsonDepthExcess, maxJsonDepth } from "../model/json-depth.js";
 import { atToolDefinition, providerRuleViolation } from "./rule-violation.js";
 import { isJsonObject } from "./tool-arguments.js";

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { TokenizerEncoding } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
 import type { DeadlineCheck } from "../compile/deadline.js";
 import { countInChunks, countInChunksPaced } from "./long-runs.js";
 

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { EstimatorKind, TokenizerEncoding, type Estimator } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { EstimatorKind, TokenizerEncoding, type Estimator } from "#gen/contextd/v1/compile_pb";
+import { Provider, type Message, type Part } from "#gen/contextd/v1/message_pb";
+import type { ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { toolPayloadText } from "../model/payload-text.js";
 import { imageTokens, providerFraming } from "./framing.js";
 import { runeCount, utf8ByteCount } from "./text-measures.js";

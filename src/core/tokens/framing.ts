@@ -1,4 +1,4 @@
-import { ImageDetail, Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ImageDetail, Provider } from "#gen/contextd/v1/message_pb";
 
 /**
  * What a provider adds around content, in tokens, for the TOKENIZER estimator. The BPE count of

@@ -1,4 +1,4 @@
-import { TokenizerEncoding } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
 
 /**
  * Why it exists: a request that names its render model (`render{provider, model}`) but no

@@ -1,4 +1,4 @@
-import type { Message, Part, ToolPayload } from "../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, Part, ToolPayload } from "#gen/contextd/v1/message_pb";
 
 /**
  * True when every estimator must count `a` and `b` the same: equal role, sender name and, part by

@@ -1,6 +1,6 @@
-import type { TokenizerEncoding } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ToolDefinition } from "../../../gen/ts/contextd/v1/state_pb.js";
+import type { TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import type { ToolDefinition } from "#gen/contextd/v1/state_pb";
 import { DeadlineCheck } from "../compile/deadline.js";
 import type { PacedTextTokenCounter, TextTokenCounter } from "./encodings.js";
 import type { TextCounterSource, TokenEstimator } from "./estimator.js";

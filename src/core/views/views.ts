@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Role, type Message, type Part } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { toolPayloadText } from "../model/payload-text.js";
 
 /** The built-in view names. */

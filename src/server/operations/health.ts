@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import {
   Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
-} from "../../../gen/ts/grpc/health/v1/health_pb.js";
+} from "#gen/grpc/health/v1/health_pb";
 
 export { ServingStatus };
 

@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric, type MetricObjectWithValues, type MetricValue, type MetricValueWithName } from "prom-client";
-import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
-import { TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
+import { TransformationReason } from "#gen/contextd/v1/compile_pb";
 
 // Seconds; covers a sub-millisecond health check up to a slow stateful compile.
 const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];

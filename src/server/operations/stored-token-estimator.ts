@@ -1,4 +1,4 @@
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider } from "#gen/contextd/v1/message_pb";
 import { createEstimator, type TokenEstimator } from "../../core/tokens/estimator.js";
 
 /**

@@ -3,9 +3,9 @@ import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Sp
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, TracerProvider, type SpanProcessor } from "@opentelemetry/sdk-trace";
-import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { CompileRequest, CompileResult } from "#gen/contextd/v1/compile_pb";
+import { Provider } from "#gen/contextd/v1/message_pb";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import { SpanQueueBound } from "./span-queue.js";
 
 /** Characters of a string attribute taken from a request (ids, model) before it is truncated with a marker. */

@@ -1,6 +1,6 @@
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import cluster, { type Worker } from "node:cluster";
-import { ObserverEventSchema, type ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import { ObserverEventSchema, type ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import { matchesFilter, observerEventBytes, type EventFilter, type TelemetryHub } from "../../application/telemetry-hub.js";
 import type { Logger } from "./logger.js";
 

@@ -1,6 +1,6 @@
 import type { DescField, DescMessage, DescOneof, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import { MessageSchema } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema } from "#gen/contextd/v1/message_pb";
 import { assertStringLimits } from "../../core/model/string-limits.js";
 import { inspectRequestMessages } from "./request-messages.js";
 

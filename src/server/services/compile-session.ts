@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import type { CompileSessionRequest, CompileSessionResponse, SummarizeRequest, SummarizeResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import type { CompileRequest, CompileResult } from "#gen/contextd/v1/compile_pb";
+import type { CompileSessionRequest, CompileSessionResponse, SummarizeRequest, SummarizeResponse } from "#gen/contextd/v1/context_service_pb";
 import type { Summarizer } from "../../core/compile/compile-context.js";
 import type { Observer } from "../../core/observer.js";
 import { whileRunning } from "./live-stream.js";

@@ -1,7 +1,7 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { CompileRequest, CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+import type { CompileRequest, CompileResult } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import { Compiler } from "../../application/compiler.js";
 import { RecentCompiles } from "../../application/recent-compiles.js";
 import { defaultCalibrationStorage, UsageCalibration, type CalibrationStorage } from "../../application/usage-calibration.js";

@@ -1,7 +1,7 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import type { Message, ToolResultPart } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ConversationState } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import type { Message, ToolResultPart } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
 import { MessageWindows } from "../../application/message-windows.js";
 import { assertStateFits } from "../../application/state-size.js";

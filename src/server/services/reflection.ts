@@ -2,8 +2,8 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import type { DescFile, Registry } from "@bufbuild/protobuf";
 import { toBinary } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
-import * as v1 from "../../../gen/ts/grpc/reflection/v1/reflection_pb.js";
-import * as v1alpha from "../../../gen/ts/grpc/reflection/v1alpha/reflection_pb.js";
+import * as v1 from "#gen/grpc/reflection/v1/reflection_pb";
+import * as v1alpha from "#gen/grpc/reflection/v1alpha/reflection_pb";
 
 type Request = v1.ServerReflectionRequest | v1alpha.ServerReflectionRequest;
 

@@ -1,18 +1,18 @@
 import type { HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
-import { ContextService, file_contextd_v1_context_service } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import { ContextService, file_contextd_v1_context_service } from "#gen/contextd/v1/context_service_pb";
 import {
   ConversationService,
   file_contextd_v1_conversation_service,
-} from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+} from "#gen/contextd/v1/conversation_service_pb";
 import {
   TelemetryService,
   file_contextd_v1_telemetry_service,
-} from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { Health, file_grpc_health_v1_health } from "../../../gen/ts/grpc/health/v1/health_pb.js";
-import * as reflectionV1 from "../../../gen/ts/grpc/reflection/v1/reflection_pb.js";
-import * as reflectionV1alpha from "../../../gen/ts/grpc/reflection/v1alpha/reflection_pb.js";
+} from "#gen/contextd/v1/telemetry_service_pb";
+import { Health, file_grpc_health_v1_health } from "#gen/grpc/health/v1/health_pb";
+import * as reflectionV1 from "#gen/grpc/reflection/v1/reflection_pb";
+import * as reflectionV1alpha from "#gen/grpc/reflection/v1alpha/reflection_pb";
 import { HealthStatus, healthService } from "../operations/health.js";
 import { registerReflection } from "./reflection.js";
 import { contextService, type ContextServiceDependencies } from "./context-service.js";

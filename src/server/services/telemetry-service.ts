@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import type { TelemetryService } from "#gen/contextd/v1/telemetry_service_pb";
 import { tenantKey } from "../policy/call-context.js";
 import type { TelemetryHub } from "../../application/telemetry-hub.js";
 

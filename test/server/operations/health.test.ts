@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { freePort, startRedis, type RedisProcess } from "../../support/redis.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

@@ -1,10 +1,10 @@
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { Registry } from "prom-client";

@@ -2,8 +2,8 @@ import * as http from "node:http";
 import * as net from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { describe, expect, it } from "vitest";
-import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { TelemetryService } from "#gen/contextd/v1/telemetry_service_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar } from "../../support/sidecar.js";
 

@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { Health } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { TelemetryService } from "#gen/contextd/v1/telemetry_service_pb";
+import { Health } from "#gen/grpc/health/v1/health_pb";
 import { stringLimits } from "../../../src/core/model/string-limits.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startRedis, type RedisProcess } from "../../support/redis.js";

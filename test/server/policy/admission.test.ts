@@ -2,11 +2,11 @@ import * as http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
-import { CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { ErrorInfoSchema } from "../../../gen/ts/google/rpc/error_details_pb.js";
-import { StatusSchema } from "../../../gen/ts/google/rpc/status_pb.js";
-import { HealthCheckRequestSchema } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { ErrorInfoSchema } from "#gen/google/rpc/error_details_pb";
+import { StatusSchema } from "#gen/google/rpc/status_pb";
+import { HealthCheckRequestSchema } from "#gen/grpc/health/v1/health_pb";
 import { grpcEnvelope, grpcStatus, rawHttp2Request } from "../../support/raw-http2.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 

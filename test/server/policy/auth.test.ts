@@ -1,9 +1,9 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { TelemetryService } from "#gen/contextd/v1/telemetry_service_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

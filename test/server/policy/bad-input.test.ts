@@ -1,9 +1,9 @@
 import * as grpc from "@grpc/grpc-js";
 import { toBinary, create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommitRequestSchema, ConversationService, GetStateRequestSchema } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { CommitRequestSchema, ConversationService, GetStateRequestSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { grpcEnvelope, grpcStatus, rawHttp2 } from "../../support/raw-http2.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

@@ -1,8 +1,8 @@
 import { Code, ConnectError, createContextValues, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { assertMessageCount, enforceDeadlines } from "../../../src/server/policy/limits.js";
 
 function unaryRequest(header: Headers, signal: AbortSignal): UnaryRequest {

@@ -2,7 +2,7 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { ConversationService, ListConversationsRequestSchema } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
+import { ConversationService, ListConversationsRequestSchema } from "#gen/contextd/v1/conversation_service_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { grpcEnvelope, grpcStatus, rawHttp2 } from "../../support/raw-http2.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

@@ -1,6 +1,6 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { TelemetryService } from "#gen/contextd/v1/telemetry_service_pb";
 import { streamsPerTenant } from "../../../src/server/policy/stream-guard.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

@@ -1,12 +1,12 @@
 import * as grpc from "@grpc/grpc-js";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { CompileSessionRequestSchema, ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { CommitRequestSchema, ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { TelemetryService } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { CompileSessionRequestSchema, ContextService } from "#gen/contextd/v1/context_service_pb";
+import { CommitRequestSchema, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
+import { TelemetryService } from "#gen/contextd/v1/telemetry_service_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { stringLimits } from "../../../src/core/model/string-limits.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";

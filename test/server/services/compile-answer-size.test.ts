@@ -1,9 +1,9 @@
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompiledPayloadSchema, CompileRequestSchema, CompileResultPart, EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { CommitRequestSchema, CommitResponseSchema } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { CompiledPayloadSchema, CompileRequestSchema, CompileResultPart, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { CompileResponseSchema } from "#gen/contextd/v1/context_service_pb";
+import { CommitRequestSchema, CommitResponseSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 

@@ -1,10 +1,10 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BudgetSchema, CompileResultPart, CurrentTurnPersistence, EstimatorKind, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { BudgetSchema, CompileResultPart, CurrentTurnPersistence, EstimatorKind, type CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";

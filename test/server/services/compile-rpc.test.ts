@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileResultPart, EstimatorKind, TransformationAction, TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService, type CompileStreamResponse } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { CompileResultPart, EstimatorKind, TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { ContextService, type CompileStreamResponse } from "#gen/contextd/v1/context_service_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 

@@ -1,16 +1,16 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BudgetStrategy, EstimatorKind, TransformationReason, type CompileRequestSchema, type CompileResult } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { BudgetStrategy, EstimatorKind, TransformationReason, type CompileRequestSchema, type CompileResult } from "#gen/contextd/v1/compile_pb";
 import {
   ContextService,
   type CompileSessionResponse,
   type SummarizeRequest,
   type SummarizeResponseSchema,
-} from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type DeltaSchema } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment, type DeltaSchema } from "#gen/contextd/v1/state_pb";
 import { analyzeToolRounds } from "../../../src/core/model/tool-rounds.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startRedis, type RedisProcess } from "../../support/redis.js";

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CompileRequestSchema, EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
+import { CompileRequestSchema, EstimatorKind } from "#gen/contextd/v1/compile_pb";
 import { compile } from "../../../src/core/compile/compile.js";
 import { whileRunning, type LiveItem } from "../../../src/server/services/live-stream.js";
 import { testContext } from "../../core/compile-context.js";

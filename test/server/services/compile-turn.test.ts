@@ -1,11 +1,11 @@
 import { type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileResultPart, EstimatorKind, type CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService, type WatchResponse } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { CompileResultPart, EstimatorKind, type CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
+import { Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";

@@ -1,9 +1,9 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { ArtifactLifecycle, ArtifactSchema, MergePolicy } from "../../../gen/ts/contextd/v1/artifact_pb.js";
-import { Provider, Role, type Message } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { ConversationStateSchema, Segment, type ConversationState, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ArtifactLifecycle, ArtifactSchema, MergePolicy } from "#gen/contextd/v1/artifact_pb";
+import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../../src/core/deltas/apply-deltas.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
 import { thrownConnectError } from "../../support/thrown.js";

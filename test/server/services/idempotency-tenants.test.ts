@@ -1,8 +1,8 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { stringLimits } from "../../../src/core/model/string-limits.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

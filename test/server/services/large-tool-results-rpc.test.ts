@@ -1,13 +1,13 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { create } from "@bufbuild/protobuf";
-import { MessageSchema } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { MessageSchema } from "#gen/contextd/v1/message_pb";
 
 // A large tool result is sent as a preview; the model's read_tool_result call is answered by
 // ReadToolResult from the stored conversation, slice by slice. Real sidecar, grpc-js, both stores.

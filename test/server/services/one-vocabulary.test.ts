@@ -13,11 +13,11 @@ import {
   TransformationReason,
   type CompileRequestSchema,
   type CompileResult,
-} from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
+} from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
+import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 

@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TransformationReason } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ObserverEventSchema, type ObserverEvent } from "../../../gen/ts/contextd/v1/telemetry_pb.js";
-import { TelemetryService, type WatchEventsResponse } from "../../../gen/ts/contextd/v1/telemetry_service_pb.js";
+import { TransformationReason } from "#gen/contextd/v1/compile_pb";
+import { ObserverEventSchema, type ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
+import { TelemetryService, type WatchEventsResponse } from "#gen/contextd/v1/telemetry_service_pb";
 import { startServer, type RunningServer } from "../../../src/server/server.js";
 import { TelemetryHub } from "../../../src/application/telemetry-hub.js";
 import { createLogger } from "../../../src/server/operations/logger.js";

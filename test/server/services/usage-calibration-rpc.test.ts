@@ -1,9 +1,9 @@
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileResultPart, EstimatorKind } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
+import { CompileResultPart, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startRedis } from "../../support/redis.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";

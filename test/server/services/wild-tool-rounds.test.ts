@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { status, type ServiceError } from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import type { Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
+import type { Delta } from "#gen/contextd/v1/state_pb";
 import { analyzeToolRounds } from "../../../src/core/model/tool-rounds.js";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startRedis, type RedisProcess } from "../../support/redis.js";

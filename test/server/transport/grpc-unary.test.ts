@@ -3,16 +3,16 @@ import { gzipSync } from "node:zlib";
 import { create, fromBinary, toBinary, toJsonString, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema } from "../../../gen/ts/contextd/v1/context_service_pb.js";
+import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { CompileResponseSchema } from "#gen/contextd/v1/context_service_pb";
 import {
   CommitRequestSchema,
   CommitResponseSchema,
   GetStateRequestSchema,
   GetStateResponseSchema,
-} from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
+} from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { takesStream } from "../../../src/server/transport/grpc-unary.js";
 import { grpcEnvelope, grpcStatus, rawHttp2Request, type RawResponse } from "../../support/raw-http2.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";

@@ -2,9 +2,9 @@ import { createClient, ConnectError } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ServiceError } from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Health } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { Health } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 

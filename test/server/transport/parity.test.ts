@@ -2,11 +2,11 @@ import { create, toJson, type JsonObject, type MessageInitShape } from "@bufbuil
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompileRequestSchema, CompileResultPart, CompileResultSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { CommitResponseSchema, ConversationService, GetStateResponseSchema } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { MessageSchema, Provider, Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { DeltaSchema, Segment, type Delta } from "../../../gen/ts/contextd/v1/state_pb.js";
+import { CompileRequestSchema, CompileResultPart, CompileResultSchema } from "#gen/contextd/v1/compile_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { CommitResponseSchema, ConversationService, GetStateResponseSchema } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Provider, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 
 // One request path (docs/architecture.md): whichever way bytes reach the services — unary gRPC

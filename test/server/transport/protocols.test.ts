@@ -5,12 +5,12 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, equals, fromBinary, fromJson, toBinary, toJsonString, type JsonValue } from "@bufbuild/protobuf";
-import { CompiledPayloadSchema, CompileRequestSchema } from "../../../gen/ts/contextd/v1/compile_pb.js";
-import { CompileResponseSchema, ContextService } from "../../../gen/ts/contextd/v1/context_service_pb.js";
-import { ConversationService } from "../../../gen/ts/contextd/v1/conversation_service_pb.js";
-import { Role } from "../../../gen/ts/contextd/v1/message_pb.js";
-import { Segment } from "../../../gen/ts/contextd/v1/state_pb.js";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../../gen/ts/grpc/health/v1/health_pb.js";
+import { CompiledPayloadSchema, CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
+import { CompileResponseSchema, ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "#gen/grpc/health/v1/health_pb";
 import { grpcJsClient } from "../../support/grpc-js.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 

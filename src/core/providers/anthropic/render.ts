@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { WarningSchema, type CompiledPayload, type Warning } from "../../../../gen/ts/contextd/v1/compile_pb.js";
-import { CacheType, Provider, Role, type FilePart, type ImagePart, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { WarningSchema, type CompiledPayload, type Warning } from "#gen/contextd/v1/compile_pb";
+import { CacheType, Provider, Role, type FilePart, type ImagePart, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage } from "../media.js";

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { PartSchema, Provider, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { PartSchema, Provider, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { assistantMessage, reasoningPart, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
 import { expectArray, expectObject, expectString, malformed, optionalString, parseJsonObject } from "../json-reader.js";
 

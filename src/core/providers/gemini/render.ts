@@ -1,6 +1,6 @@
 import { jsonDepthExcess } from "../../model/json-depth.js";
-import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message, type Part, type ToolResultPart } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import type { CompiledPayload } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message, type Part, type ToolResultPart } from "#gen/contextd/v1/message_pb";
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { base64, inlineImage, type InlineMedia } from "../media.js";

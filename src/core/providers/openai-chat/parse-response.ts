@@ -1,4 +1,4 @@
-import type { Message, Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import type { Message, Part } from "#gen/contextd/v1/message_pb";
 import { assistantMessage, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
 import { streamEventHint } from "../stream-events.js";
 import { expectArray, expectObject, expectString, malformed, optionalArray, optionalString, parseJsonObject } from "../json-reader.js";

@@ -1,4 +1,4 @@
-import { Provider, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { assistantMessage, reasoningPart, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
 import { streamEventHint } from "../stream-events.js";
 import { expectArray, expectObject, expectString, malformed, optionalArray, optionalString, parseJsonObject } from "../json-reader.js";

@@ -1,4 +1,4 @@
-import { Provider, type Message } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import { Provider, type Message } from "#gen/contextd/v1/message_pb";
 import { isSendableCallItemId } from "../rendered-ids.js";
 
 /**

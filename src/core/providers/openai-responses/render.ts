@@ -1,5 +1,5 @@
-import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
-import { Provider, Role, type Message, type Part } from "../../../../gen/ts/contextd/v1/message_pb.js";
+import type { CompiledPayload } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { toolPayloadText } from "../../model/payload-text.js";
 import type { BodyOrigin } from "../body-origin.js";
 import { openAIImageDetail } from "../image-detail.js";

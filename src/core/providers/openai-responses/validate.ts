@@ -1,5 +1,5 @@
-import { Provider, Role } from "../../../../gen/ts/contextd/v1/message_pb.js";
-import type { CompiledPayload } from "../../../../gen/ts/contextd/v1/compile_pb.js";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
+import type { CompiledPayload } from "#gen/contextd/v1/compile_pb";
 import type { BodyOrigin } from "../body-origin.js";
 import { checkOpaquePassthrough } from "../opaque-passthrough.js";
 import { messagesInRenderingOrder } from "../rendering-order.js";

@@ -18,6 +18,8 @@ import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/me
 import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../src/codec/codec.js";
 import { contextService } from "../src/server/services/context-service.js";
+import { composeApplication } from "../src/server/composition-root.js";
+import { defaultConfig } from "../src/server/operations/config.js";
 import type { ConversationStore } from "../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
@@ -304,7 +306,7 @@ async function measureSplit(storeName: string, size: number): Promise<{ commit: 
   const codec = new Codec();
   const store: ConversationStore = storeName === "memory" ? new MemoryConversationStore({ codec }) : new RedisConversationStore(redis.url, { codec });
   if (store instanceof RedisConversationStore) await store.connected();
-  const service = contextService({ store, publish: () => {}, summarizeTimeoutMs: 1_000 });
+  const service = contextService({ ...composeApplication(defaultConfig, store, codec), publish: () => {}, summarizeTimeoutMs: 1_000 });
   const conversationId = `split-${run}-${storeName}-${size}`;
   try {
     let batch: Message[] = [];

@@ -25,6 +25,8 @@ import { redisConnectionOptions } from "../src/store/redis-conversation-store.js
 import { CompileResponseSchema } from "#gen/contextd/v1/context_service_pb";
 import { Codec } from "../src/codec/codec.js";
 import { contextService } from "../src/server/services/context-service.js";
+import { composeApplication } from "../src/server/composition-root.js";
+import { defaultConfig } from "../src/server/operations/config.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
@@ -358,7 +360,7 @@ try {
   const inProcessCodec = new Codec();
   const inProcessStore = new RedisConversationStore(redis.url, { codec: inProcessCodec });
   await inProcessStore.connected();
-  const inProcessService = contextService({ store: inProcessStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
+  const inProcessService = contextService({ ...composeApplication(defaultConfig, inProcessStore, inProcessCodec), publish: () => {}, summarizeTimeoutMs: 1_000 });
   // The response is encoded as the unary gRPC path sends it (one enveloped buffer), and as chunks
   // that reference the kept encodings of the stored history instead of copying them.
   const compileInProcess = (chunked: boolean) => async (request: Buffer) => {

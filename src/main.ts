@@ -1,16 +1,15 @@
 #!/usr/bin/env node
 import { readFileSync } from "node:fs";
-import { storedTokenEstimator } from "./server/operations/stored-token-estimator.js";
-import { Codec } from "./codec/codec.js";
+import { composeSidecar, openConfiguredStore } from "./server/composition-root.js";
 import { loadConfig, printableConfig, usage, type Config } from "./server/operations/config.js";
 import { ServingStatus } from "./server/operations/health.js";
 import { createLogger, type Logger } from "./server/operations/logger.js";
 import { tracingFromEnvironment } from "./server/operations/tracing.js";
 import { isWorkerProcess, reportListening, shareWorkerMetrics, shareWorkerTelemetry, superviseWorkers } from "./server/operations/worker-processes.js";
-import { startServer } from "./server/server.js";
-import { createConversationStore } from "./store/create-conversation-store.js";
+import { serveSidecar } from "./server/server.js";
 
-// Wiring only: read the configuration, build the store, start the server, stop on SIGTERM/SIGINT;
+// Wiring only: read the configuration, compose the sidecar from it (server/composition-root.ts),
+// serve it, stop on SIGTERM/SIGINT;
 // with --workers N, the primary process forks N workers that each do that (see worker-processes.ts).
 const argv = process.argv.slice(2);
 if (argv.includes("--help") || argv.includes("-h")) {
@@ -74,18 +73,16 @@ async function serve(config: Config, logger: Logger): Promise<void> {
   const tracing = await tracingFromEnvironment(process.env, { queueBytes: config.traceQueueBytes }).catch(fail);
   // One codec for the store and the server: the encodings of the states the store hands out are
   // reused by the responses that carry them.
-  // It also counts the tokens of the messages the store writes, with the estimator most compiles use.
-  const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes }, await storedTokenEstimator(config.storedTokenEstimator));
-  const store = await createConversationStore(
-    config.redisUrl,
-    codec,
-    5_000,
-    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...redisTlsCa(config) },
-    config.postgresUrl,
-    config.strictToolRounds,
-  );
+  const { codec, store } = await openConfiguredStore(config, redisTlsCa(config));
   const worker = isWorkerProcess();
-  const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}) }).catch(fail);
+  const sidecar = composeSidecar(config, {
+    store,
+    codec,
+    logger,
+    tracing,
+    ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}),
+  });
+  const server = await serveSidecar(sidecar).catch(fail);
   if (config.storeRequired && server.health.current !== ServingStatus.SERVING) {
     console.error(`contextd: --store-required true: the store is not reachable: ${server.health.reason}`);
     await server.shutdown(0);

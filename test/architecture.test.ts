@@ -92,7 +92,7 @@ describe("architecture", () => {
     expect(violations).toEqual([]);
   });
 
-  it("inside the server: operations < policy < services and transport, which never import each other; server.ts composes them", () => {
+  it("inside the server: operations < policy < services and transport, which never import each other; composition-root.ts and server.ts compose them", () => {
     const order: Record<string, number> = { operations: 0, policy: 1, services: 2, transport: 2 };
     const part = (file: string) => relative(join(source, "server"), file).split("/")[0]!;
     const violations: string[] = [];
@@ -108,6 +108,22 @@ describe("architecture", () => {
       }
     }
     expect(violations).toEqual([]);
+  });
+
+  it("services construct nothing: a service file builds no application object (server/composition-root.ts does)", () => {
+    // Every class src/ exports is an object the composition root builds and hands over, except the
+    // engine's per-call values a handler may make for the one call it serves.
+    const perCallValues = new Set(["DeadlineCheck"]);
+    const classes = new Set(files.flatMap((file) => [...readFileSync(file, "utf8").matchAll(/^export (?:abstract )?class (\w+)/gm)].map((match) => match[1]!)));
+    for (const name of perCallValues) expect(classes.has(name), `${name} is still a class of src/`).toBe(true);
+    expect(classes.has("Compiler") && classes.has("MemoryConversationStore") && classes.has("Codec"), "finds the application, store and codec classes").toBe(true);
+    const constructions: string[] = [];
+    for (const file of files.filter((file) => relative(source, file).startsWith("server/services/"))) {
+      for (const match of readFileSync(file, "utf8").matchAll(/\bnew\s+(\w+)\s*[<(]/g)) {
+        if (classes.has(match[1]!) && !perCallValues.has(match[1]!)) constructions.push(`${relative(root, file)}: new ${match[1]}`);
+      }
+    }
+    expect(constructions).toEqual([]);
   });
 
   it("keeps connect's unversioned protocol internals in one file", () => {

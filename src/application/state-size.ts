@@ -32,6 +32,32 @@ export function assertStateFits(state: ConversationState, limitBytes: number, si
   if (1 + varintBytes(stateBytes) + stateBytes > limitBytes) throw stateTooLarge(state, limitBytes);
 }
 
+/**
+ * One server's GetState limit: `assertStateFits` against the message limit, remembering the
+ * stored states already found to fit. States are immutable, so a GetState of a state read before
+ * sizes nothing again; the set is weak, so it keeps no state alive that the store has let go.
+ */
+export class StateSizeLimit {
+  private readonly fitting = new WeakSet<ConversationState>();
+
+  constructor(
+    readonly limitBytes: number,
+    private readonly sizing: StateSizing,
+  ) {}
+
+  /** Refuses a stored state (as the store handed it out) over the limit; sizes each state once. */
+  assertStoredFits(state: ConversationState): void {
+    if (this.fitting.has(state)) return;
+    assertStateFits(state, this.limitBytes, this.sizing);
+    this.fitting.add(state);
+  }
+
+  /** Refuses a state built for one answer (a state without its messages) over the limit. */
+  assertFits(state: ConversationState): void {
+    assertStateFits(state, this.limitBytes, this.sizing);
+  }
+}
+
 function stateTooLarge(state: ConversationState, limitBytes: number): ConnectError {
   const messages = state.system.length + state.history.length + state.memory.length + state.tools.length;
   const error = new ConnectError(

@@ -5,69 +5,29 @@ import type { AddressInfo } from "node:net";
 import * as tls from "node:tls";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { RegexSearchThread } from "../application/regex-search-thread.js";
-import { Codec } from "../codec/codec.js";
-import type { ConversationStore } from "../store/conversation-store.js";
-import { Admission } from "./policy/admission.js";
-import { authenticate, BearerTokens } from "./policy/auth.js";
-import { RequestOrigins } from "./policy/request-origin.js";
+import type { TelemetryHub } from "../application/telemetry-hub.js";
+import { composeSidecar, type Sidecar, type SidecarParts } from "./composition-root.js";
 import { decodeOpaqueRequests, withOpaqueRequests } from "./transport/binary-requests.js";
 import { classifyContentType } from "./transport/content-type.js";
 import { requestIdKey } from "./policy/call-context.js";
 import { defaultConfig, type Config } from "./operations/config.js";
 import { respondWithError } from "./transport/error-responses.js";
-import { CallTracker } from "./operations/call-tracker.js";
-import { HealthStatus } from "./operations/health.js";
+import type { HealthStatus } from "./operations/health.js";
 import { serveMetrics } from "./operations/metrics-route.js";
-import { InspectorAssets } from "./operations/inspector-route.js";
 import { registerServerGauges } from "./server-gauges.js";
 import { shutDown } from "./operations/shutdown.js";
 import { encodeGrpcMessagesMinimally } from "./transport/grpc-message-encoding.js";
 import { encodeUnaryResponses, recordUnaryMethods, serveUnaryCall, takesStream } from "./transport/grpc-unary.js";
-import { instrumentCalls } from "./policy/instrumentation.js";
-import { enforceDeadlines, limitMessagesPerRequest, limitRequestStrings } from "./policy/limits.js";
 import { createDualProtocolServer, type ListenerTls } from "./transport/listen.js";
 import { defaultMaxConnections } from "./transport/open-connections.js";
-import { createLogger, type Logger } from "./operations/logger.js";
-import { Metrics } from "./operations/metrics.js";
+import type { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
 import { preEncodeBinaryResponses } from "./transport/pre-encoded-responses.js";
 import { requestIdOf } from "./transport/request-ids.js";
-import { RequestMemoryBudget } from "./policy/request-memory.js";
-import { contextdServiceNames, routes } from "./services/routes.js";
 import { pollStoreHealth } from "./operations/store-health.js";
-import { guardStreams, StreamCounter, streamsPerTenant } from "./policy/stream-guard.js";
-import { TelemetryHub } from "../application/telemetry-hub.js";
-import { TokenCountCache } from "../core/tokens/token-count-cache.js";
-import { ObservedStore } from "./operations/observed-store.js";
-import type { Tracing } from "./operations/tracing.js";
-import { traceCalls } from "./policy/call-tracing.js";
 
-export interface ServerOptions extends Partial<Config> {
-  store: ConversationStore;
-  /**
-   * Decodes requests and encodes responses; give the store the same one, so responses reuse the
-   * encodings of the states it hands out. A new one bounded by the configuration otherwise.
-   */
-  codec?: Codec;
-  logger?: Logger;
-  /** Idle time after which a Watch stream sends a heartbeat; 15 s when not given. */
-  watchHeartbeatMs?: number;
-  /** Where metrics are kept; a new `Metrics` (own registry, the process's runtime metrics) when not given. */
-  metrics?: Metrics;
-  /** OpenTelemetry tracing; off when not given (`src/main.ts` reads the OTEL_* environment). */
-  tracing?: Tracing;
-  /**
-   * What the metrics path serves, given this server's own rendering: with `--workers`, every
-   * worker's metrics gathered by the primary (operations/worker-processes.ts). This server's alone otherwise.
-   */
-  gatherMetrics?: (render: () => Promise<string>) => () => Promise<string>;
-  /**
-   * Connects this server's telemetry to other processes': with `--workers`, WatchEvents sees the
-   * compiles of every worker (operations/worker-processes.ts). This server's alone otherwise.
-   */
-  shareTelemetry?: (telemetry: TelemetryHub) => void;
-}
+/** The configuration (defaults for what is not given) and what the caller brings (see `SidecarParts`). */
+export interface ServerOptions extends Partial<Config>, SidecarParts {}
 
 export interface RunningServer {
   /** The bound address, with the real port when 0 was asked for. */
@@ -90,75 +50,23 @@ export interface RunningServer {
 const unaryStreamSlots = 128;
 
 /**
- * Starts the sidecar on one port serving gRPC, gRPC-Web, Connect and the metrics path. This
- * function only composes: each concern has one owner — listening (transport/listen.ts),
- * admission before a body is read (policy/admission.ts), the policy interceptors every call runs
- * through (the one list below), request ids (transport/request-ids.ts), the metrics route,
- * call tracking and the bounded shutdown (operations/).
+ * Composes the sidecar from `options` over defaults (composition-root.ts) and serves it: the
+ * entry point for embedders, tests and benchmarks.
  */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  const config: Config = { ...defaultConfig, ...withoutUndefined(options) };
-  const logger = options.logger ?? createLogger(config.logLevel);
-  const health = new HealthStatus(new Set(contextdServiceNames));
-  const telemetry = new TelemetryHub(config.telemetryQueue, { queueBytes: config.telemetryQueueBytes, tenantBytes: config.telemetryBytes });
-  const metrics = options.metrics ?? new Metrics();
-  const tracing = options.tracing;
-  // Every store operation the services make is timed (and spanned when tracing is on).
-  const store = new ObservedStore(options.store, metrics, tracing);
-  const codec = options.codec ?? new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes });
-  // The counts the store read with its messages are not counted again (StoredTokenCounts).
-  const tokenCounts = new TokenCountCache(undefined, codec.storedTokenCounts, config.tokenCountTextBytes);
-  const inspector = config.inspector ? new InspectorAssets() : undefined;
-  const streams = new StreamCounter();
-  const calls = new CallTracker();
-  const shutdownController = new AbortController();
-  const tokens = new BearerTokens(config.authTokens);
-  const origins = new RequestOrigins({ allowedHosts: config.allowedHosts, checkHost: config.authTokens.length === 0, metricsPath: config.metricsPath, tls: config.tlsCert !== "" });
-  const admission = new Admission(tokens, new RequestMemoryBudget(config.maxBufferedRequestBytes), config.requestBodyTimeoutMs, config.maxRequestBytes, origins);
-  telemetry.listen(metrics.observe);
-  if (tracing) telemetry.listen(tracing.observe);
-  options.shareTelemetry?.(telemetry);
-  const regexSearch = new RegexSearchThread();
-  const renderMetrics = () => metrics.render();
-  const metricsText = options.gatherMetrics ? options.gatherMetrics(renderMetrics) : renderMetrics;
+  return serveSidecar(composeSidecar({ ...defaultConfig, ...withoutUndefined(options) }, options));
+}
 
-  const registerServices = routes({
-    health,
-    store,
-    telemetry,
-    shutdown: shutdownController.signal,
-    watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
-    codec,
-    maxResponseBytes: config.maxRequestBytes,
-    summarizeTimeoutMs: config.summarizeTimeoutMs,
-    maxCompileTextBytes: config.maxCompileTextBytes,
-    tokenCounts,
-    compiled: tracing ? (request, result) => tracing.annotateCompile(request, result) : undefined,
-    searchRegexOffThread: regexSearch.search,
-    cacheImpactBytes: config.cacheImpactBytes,
-    calibrationKeys: config.calibrationKeys,
-    calibrationStorage: {
-      bounds: { maxKeysPerTenant: config.calibrationKeysPerTenant, ttlMs: config.calibrationTtlDays * 86_400_000 },
-      refreshMs: config.calibrationRefreshMs,
-    },
-    historyFacts: { maxBytes: config.historyFactsBytes, maxConversations: config.historyFactsConversations },
-  });
-  // The one list of policy interceptors, outermost first: every call, on every path, is timed and
-  // logged, then given its deadline, authenticated, and checked.
-  const policy = [
-    // Tracing, when on, is outermost: its span is current for everything the call does.
-    ...(tracing ? [traceCalls(tracing)] : []),
-    instrumentCalls(logger, metrics),
-    enforceDeadlines(),
-    authenticate(tokens),
-    limitMessagesPerRequest(config.maxMessages),
-    limitRequestStrings(),
-    guardStreams(
-      { maxStreams: config.maxStreams, maxStreamsPerTenant: streamsPerTenant(config.maxStreams, config.maxStreamsPerTenant, config.authTokens.map((token) => token.tenant)) },
-      streams,
-      shutdownController.signal,
-    ),
-  ];
+/**
+ * Serves a composed sidecar on one port: gRPC, gRPC-Web, Connect and the metrics path. This file
+ * owns the transport only — the listener (HTTP/1.1 and h2c, TLS: transport/listen.ts), how bytes
+ * become messages and back (the three paths below), admission before a body is read, request
+ * ids, and the bounded shutdown; what it serves, and the policy every call runs through, come
+ * composed (composition-root.ts).
+ */
+export async function serveSidecar(sidecar: Sidecar): Promise<RunningServer> {
+  const { config, logger, application, health, metrics, tracing, admission, policy, registerServices, calls, streams, inspector, metricsText } = sidecar;
+  const { codec, store, telemetry, tokenCounts, regexSearch } = application;
   // Three ways bytes become messages, one policy (docs/architecture.md, "One request path"):
   // unary binary gRPC straight from the HTTP/2 stream; other binary requests through connect with
   // the codec decoding and encoding; JSON and the rest through connect as it is.
@@ -319,7 +227,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     shutdown(graceMs = config.shutdownGraceMs) {
       stopping = true;
       stopped ??= shutDown(
-        { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => shutdownController.abort(), sessions, sockets, calls, logger },
+        { health, stopStoreHealth: storeHealth.stop, listener: tcp, endStreams: () => sidecar.endStreams.abort(), sessions, sockets, calls, logger },
         graceMs,
       ).finally(() => {
         regexSearch.close();

@@ -16,6 +16,9 @@ import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { RetainedEncodings } from "../../src/codec/retained-encodings.js";
 import { contextService } from "../../src/server/services/context-service.js";
+import { composeApplication } from "../../src/server/composition-root.js";
+import { defaultConfig } from "../../src/server/operations/config.js";
+import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { message as buildMessage, toolRound } from "../core/messages.js";
 import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
@@ -336,10 +339,15 @@ function appendDelta(segment: Segment, messages: Message[]): Delta {
   return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment, messages } } });
 }
 
+/** ContextService over `store` and this file's codec, composed as the server composes it. */
+function inProcessContextService(store: ConversationStore) {
+  return contextService({ ...composeApplication(defaultConfig, store, codec), publish: () => {}, summarizeTimeoutMs: 1_000 });
+}
+
 describe("stateless compile responses", () => {
   it("encode exactly as toBinary while the decoder hands out the same frozen messages for a growing history", async () => {
     const random = randomSource(41);
-    const service = contextService({ store: new MemoryConversationStore({ codec }), publish: () => {}, summarizeTimeoutMs: 1_000 });
+    const service = inProcessContextService(new MemoryConversationStore({ codec }));
     const history: Message[] = [];
     let next = 0;
     const words = ["alpha", "beta gamma", "δέλτα", "emoji 🎉", "lorem ipsum dolor sit amet ".repeat(6)];
@@ -375,7 +383,7 @@ describe("stateful compile responses", () => {
     const store = new MemoryConversationStore({ codec });
     const frozenStore: typeof store = Object.create(store);
     frozenStore.load = async (conversationId) => deepFreeze(await store.load(conversationId));
-    const service = contextService({ store: frozenStore, publish: () => {}, summarizeTimeoutMs: 1_000 });
+    const service = inProcessContextService(frozenStore);
     const words = ["alpha", "beta gamma", "δέλτα", "emoji 🎉", "lorem ipsum dolor sit amet ".repeat(6)];
     let next = 0;
     const turn = (): Message[] => {

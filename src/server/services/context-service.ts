@@ -2,44 +2,31 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import type { CompileRequest, CompileResult } from "#gen/contextd/v1/compile_pb";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
-import { Compiler } from "../../application/compiler.js";
-import { RecentCompiles } from "../../application/recent-compiles.js";
-import { defaultCalibrationStorage, UsageCalibration, type CalibrationStorage } from "../../application/usage-calibration.js";
+import type { Compiler } from "../../application/compiler.js";
+import type { UsageCalibration } from "../../application/usage-calibration.js";
 import { tenantKey } from "../policy/call-context.js";
-import type { RegexSearch } from "../../core/compile/compile-context.js";
-import { defaultHistoryFactsLimits, HistoryFactsCache, type HistoryFactsLimits } from "../../application/history-facts-cache.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
 import type { Observer } from "../../core/observer.js";
 import { createEstimator } from "../../core/tokens/estimator.js";
-import { TokenCountCache } from "../../core/tokens/token-count-cache.js";
 import { renderView } from "../../core/views/views.js";
 import type { ConversationStore } from "../../store/conversation-store.js";
 import { runCompileSession } from "./compile-session.js";
 import { whileRunning, yieldToEventLoop } from "./live-stream.js";
 
 export interface ContextServiceDependencies {
+  /** Where Render reads a stored conversation. */
   store: ConversationStore;
+  /** Every compile (Compile, CompileStream, CompileSession) and the token counts CountTokens shares with them. */
+  compiler: Compiler;
+  /** The corrections ReportUsage teaches; without it (`--calibration-keys 0`) ReportUsage is FAILED_PRECONDITION. */
+  calibration?: UsageCalibration;
   /** Every compile's observer events go here too (TelemetryService fan-out). */
   publish: Observer;
   /** How long a CompileSession waits for each summarize_response (the call's deadline also holds). */
   summarizeTimeoutMs: number;
-  /** Most UTF-8 bytes of text one compile may produce (see `CompileContext.maxCompileTextBytes`). */
-  maxCompileTextBytes?: number;
-  /** Per-message token counts shared by every compile and count of this server (its metrics read it); a fresh cache when not given. */
-  tokenCounts?: TokenCountCache;
   /** Called with every finished compile's request and result (tracing annotates its span). */
   compiled?: (request: CompileRequest, result: CompileResult) => void;
-  /** See `CompilerDependencies.searchRegexOffThread`. */
-  searchRegexOffThread?: RegexSearch;
-  /** Bytes of memory of recent compiles for `cache_impact` (`--cache-impact-bytes`); 0 = none. */
-  cacheImpactBytes?: number;
-  /** Keys of token calibration corrections cached (`--calibration-keys`); 0 = no calibration. */
-  calibrationKeys?: number;
-  /** What the store keeps of calibration, and how long a read copy is used (see `UsageCalibrationOptions`). */
-  calibrationStorage?: CalibrationStorage;
-  /** Bounds of the stored histories' facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
-  historyFacts?: HistoryFactsLimits;
 }
 
 /**
@@ -48,14 +35,7 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens, Render and ReportUsage (token calibration).
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, publish, summarizeTimeoutMs, maxCompileTextBytes, compiled, searchRegexOffThread, cacheImpactBytes = 0 } = dependencies;
-  // One cache per server: a conversation is tokenized once, whichever RPC counts it.
-  const compileMemory = cacheImpactBytes > 0 ? new RecentCompiles(cacheImpactBytes) : undefined;
-  const historyFacts = new HistoryFactsCache(dependencies.historyFacts ?? defaultHistoryFactsLimits, store.lineage);
-  const calibration = (dependencies.calibrationKeys ?? 0) > 0
-    ? new UsageCalibration({ store, maxKeys: dependencies.calibrationKeys!, ...(dependencies.calibrationStorage ?? defaultCalibrationStorage) })
-    : undefined;
-  const compiler = new Compiler({ store, tokenCounts: dependencies.tokenCounts ?? new TokenCountCache(), maxCompileTextBytes, searchRegexOffThread, compileMemory, historyFacts, calibration });
+  const { store, compiler, calibration, publish, summarizeTimeoutMs, compiled } = dependencies;
   const { tokenCounts } = compiler;
   const compileAndCommit: Compiler["compileAndCommit"] = compiled
     ? (request, run) => compiler.compileAndCommit(request, run).then((result) => (compiled(request, result), result))

@@ -1,66 +1,46 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
-import type { Message, ToolResultPart } from "#gen/contextd/v1/message_pb";
+import type { ToolResultPart } from "#gen/contextd/v1/message_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
-import { MessageWindows } from "../../application/message-windows.js";
-import { assertStateFits } from "../../application/state-size.js";
-import { ToolResultTexts } from "../../application/tool-result-texts.js";
-import { Codec } from "../../codec/codec.js";
+import type { MessageWindows } from "../../application/message-windows.js";
+import type { StateSizeLimit } from "../../application/state-size.js";
+import type { ToolResultTexts } from "../../application/tool-result-texts.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { tenantKey } from "../policy/call-context.js";
 
-/** The store, what Watch needs besides (see `WatchDependencies`), and what reads are sized with. */
-export interface ConversationServiceDependencies extends WatchDependencies {
-  /** The server's codec: message sizes come from its kept encodings (a private one when absent). */
-  codec?: Codec;
-  /** The message limit (`--max-request-bytes`), which bounds GetState answers and ReadMessages pages; 16 MiB when absent. */
-  maxResponseBytes?: number;
+/** What GetState, ReadMessages and ReadToolResult read through; the composition root builds them. */
+export interface ConversationReads {
+  /** GetState's answers under the message limit (`--max-request-bytes`). */
+  stateLimit: StateSizeLimit;
+  /** ReadMessages' pages, and the states it pins for their tokens. */
+  windows: MessageWindows;
+  /** The encoded tool-result texts ReadToolResult slices. */
+  toolResultTexts: ToolResultTexts;
 }
 
-const defaultMaxResponseBytes = 16 * 1024 * 1024;
+/** The store, what Watch needs besides (see `WatchDependencies`), and what reads go through. */
+export interface ConversationServiceDependencies extends WatchDependencies {
+  /**
+   * Without them the service serves commits, listings and Watch only, and GetState, ReadMessages
+   * and ReadToolResult answer UNIMPLEMENTED, as every method a service leaves out does.
+   */
+  reads?: ConversationReads;
+}
 
 /** ReadToolResult slice size when the request leaves it 0, and the largest allowed. */
 const defaultReadBytes = 65_536;
 const maxReadBytes = 1_048_576;
-/** Encoded tool-result texts kept for the reads that follow (see `ToolResultTexts`). */
-const toolResultTextBytes = 32 * 1024 * 1024;
 
 /** ListConversations page size when the request leaves it 0, and the largest honoured. */
 const defaultPageSize = 100;
 const maxPageSize = 1000;
 
 /** ConversationService: stored state, versioned commits and the change stream. */
-export function conversationService(dependencies: ConversationServiceDependencies): ServiceImpl<typeof ConversationService> {
-  const { store } = dependencies;
-  const toolResultTexts = new ToolResultTexts(toolResultTextBytes);
-  const codec = dependencies.codec ?? new Codec();
-  const maxResponseBytes = dependencies.maxResponseBytes ?? defaultMaxResponseBytes;
-  const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;
-  const sizing = { messageBytes, restBytes: (state: ConversationState) => codec.encodeStateRest(state).byteLength };
-  const windows = new MessageWindows(store, { messageBytes, messageLimitBytes: maxResponseBytes });
-  // Stored states already sized under the limit (states are immutable): a GetState of a state read
-  // before sizes nothing again.
-  const fitting = new WeakSet<ConversationState>();
+export function conversationService(dependencies: ConversationServiceDependencies): Partial<ServiceImpl<typeof ConversationService>> {
+  const { store, reads } = dependencies;
   return {
-    async getState(request) {
-      requireConversationId(request.conversationId);
-      const loaded = await store.load(request.conversationId);
-      if (request.withoutMessages) {
-        const rest = { ...loaded, system: [], history: [], memory: [], tools: [] };
-        assertStateFits(rest, maxResponseBytes, sizing);
-        return { state: rest };
-      }
-      if (!fitting.has(loaded)) {
-        assertStateFits(loaded, maxResponseBytes, sizing);
-        fitting.add(loaded);
-      }
-      return { state: loaded };
-    },
-
-    async readMessages(request) {
-      return windows.read(request);
-    },
+    ...(reads ? conversationReads(dependencies, reads) : {}),
 
     async commit(request) {
       requireConversationId(request.conversationId);
@@ -86,6 +66,33 @@ export function conversationService(dependencies: ConversationServiceDependencie
       return { conversations: page.conversations, nextPageToken: page.nextPageToken };
     },
 
+    async *watch(request, context) {
+      requireConversationId(request.conversationId);
+      if (request.fromVersion < 0n) throw new ConnectError(`from_version: must not be negative, got ${request.fromVersion}`, Code.InvalidArgument);
+      yield* watchWithHeartbeats(dependencies, request.conversationId, request.fromVersion, context.signal);
+    },
+  };
+}
+
+/** GetState, ReadMessages and ReadToolResult. */
+function conversationReads({ store }: ConversationServiceDependencies, { stateLimit, windows, toolResultTexts }: ConversationReads): Partial<ServiceImpl<typeof ConversationService>> {
+  return {
+    async getState(request) {
+      requireConversationId(request.conversationId);
+      const loaded = await store.load(request.conversationId);
+      if (request.withoutMessages) {
+        const rest = { ...loaded, system: [], history: [], memory: [], tools: [] };
+        stateLimit.assertFits(rest);
+        return { state: rest };
+      }
+      stateLimit.assertStoredFits(loaded);
+      return { state: loaded };
+    },
+
+    async readMessages(request) {
+      return windows.read(request);
+    },
+
     async readToolResult(request) {
       requireConversationId(request.conversationId);
       if (request.toolCallId === "") throw new ConnectError("tool_call_id is required", Code.InvalidArgument);
@@ -96,12 +103,6 @@ export function conversationService(dependencies: ConversationServiceDependencie
       const offset = request.offset > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(request.offset);
       const slice = utf8SliceOf(toolResultTexts.of(found.payload), offset, request.maxBytes === 0 ? defaultReadBytes : request.maxBytes);
       return { text: slice.text, offset: BigInt(slice.start), nextOffset: BigInt(slice.end), totalBytes: BigInt(slice.totalBytes), name: found.name, version: state.version };
-    },
-
-    async *watch(request, context) {
-      requireConversationId(request.conversationId);
-      if (request.fromVersion < 0n) throw new ConnectError(`from_version: must not be negative, got ${request.fromVersion}`, Code.InvalidArgument);
-      yield* watchWithHeartbeats(dependencies, request.conversationId, request.fromVersion, context.signal);
     },
   };
 }

@@ -75,13 +75,19 @@ async function serve(config: Config, logger: Logger): Promise<void> {
   // reused by the responses that carry them.
   const { codec, store } = await openConfiguredStore(config, redisTlsCa(config));
   const worker = isWorkerProcess();
-  const sidecar = composeSidecar(config, {
-    store,
-    codec,
-    logger,
-    tracing,
-    ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}),
-  });
+  const sidecar = (() => {
+    try {
+      return composeSidecar(config, {
+        store,
+        codec,
+        logger,
+        tracing,
+        ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}),
+      });
+    } catch (error) {
+      return fail(error);
+    }
+  })();
   const server = await serveSidecar(sidecar).catch(fail);
   if (config.storeRequired && server.health.current !== ServingStatus.SERVING) {
     console.error(`contextd: --store-required true: the store is not reachable: ${server.health.reason}`);

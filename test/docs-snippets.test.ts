@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import ts from "typescript";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSidecar, type Sidecar } from "./support/sidecar.js";
 
@@ -236,6 +237,21 @@ describe("the docs' snippets", () => {
         const answer = await fetch(`${sidecar.url}/contextd.v1.${rpc}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
         expect({ run, status: answer.status, body: answer.status === 200 ? "" : await answer.text() }).toEqual({ run, status: 200, body: "" });
       }
+    });
+  }
+
+  // A fragment is not run, but it must parse: a user pastes it into a program of their own.
+  for (const block of blocks.filter((candidate) => candidate.attributes.has("fragment"))) {
+    it(`${named(block)} parses`, async () => {
+      if (block.language === "ts") {
+        const { diagnostics = [] } = ts.transpileModule(block.body, { reportDiagnostics: true, compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } });
+        expect(diagnostics.map((diagnostic) => ts.flattenDiagnosticMessageText(diagnostic.messageText, "\n"))).toEqual([]);
+        return;
+      }
+      // gofmt takes a list of statements or declarations as well as a file.
+      const [command, args] = block.language === "go" ? ["gofmt", ["-e"]] : ["python3", ["-c", "import ast, sys; ast.parse(sys.stdin.read())"]];
+      const parsed = await execute(command, args, { cwd: root, env: process.env, input: block.body });
+      expect({ code: parsed.code, stderr: parsed.stderr }).toEqual({ code: 0, stderr: "" });
     });
   }
 

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -220,7 +221,9 @@ describe("the docs' snippets", () => {
           });
           expect(JSON.parse(listening)).toMatchObject({ msg: "contextd listening" });
         } finally {
+          const exited = once(child, "exit");
           process.kill(-child.pid!, "SIGTERM");
+          await exited;
         }
         return;
       }

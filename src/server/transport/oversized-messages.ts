@@ -1,7 +1,7 @@
 import type * as http from "node:http";
 import type * as http2 from "node:http2";
-import { envelopeHeaderBytes } from "../../codec/protobuf-encoder.js";
 import type { ConnectError } from "@connectrpc/connect";
+import { envelopeHeaderBytes } from "../../codec/protobuf-encoder.js";
 import type { Admission } from "../policy/admission.js";
 import type { RequestKind } from "./content-type.js";
 import { respondWithError } from "./error-responses.js";
@@ -23,7 +23,8 @@ import { maxDrainedBytes } from "./grpc-unary.js";
  */
 export function refuseOversizedMessages(request: http.IncomingMessage | http2.Http2ServerRequest, kind: RequestKind, admission: Admission): void {
   const read = request.iterator.bind(request);
-  // connect-node reads a request body only through `iterator` (universalRequestFromNodeRequest).
+  // connect-node reads a request body only through `iterator` (universalRequestFromNodeRequest);
+  // were that to change, test/server/transport/oversized-messages.test.ts would see connect's wording.
   request.iterator = ((options?: Parameters<typeof read>[0]) =>
     withinLimit(read(options), kind.stream ? new EnvelopeSizes(admission.maxRequestBytes) : new BodySize(admission.maxRequestBytes), admission)) as typeof read;
 }

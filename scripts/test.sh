@@ -47,7 +47,7 @@ fi
 
 set -e
 # The suites run on the Node.js LTS the Docker image uses, installed from the npm registry (the
-# machine's own Node may be older); every `node` the suites start (vitest, pytest, go test) is it.
+# machine's own Node may be older), with its npm (which runs `npm ci`); every `node` the suites start (vitest, pytest, go test) is it.
 log "Node.js (scripts/install-node.sh)"
 PATH="$(bash scripts/install-node.sh):$PATH"
 export PATH

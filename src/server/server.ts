@@ -23,6 +23,7 @@ import { defaultMaxConnections } from "./transport/open-connections.js";
 import type { Metrics } from "./operations/metrics.js";
 import { freezeJsonRequests } from "./transport/json-requests.js";
 import { preEncodeBinaryResponses } from "./transport/pre-encoded-responses.js";
+import { refuseOnceBodyEnds, refuseOversizedMessages } from "./transport/oversized-messages.js";
 import { requestIdOf } from "./transport/request-ids.js";
 import { pollStoreHealth } from "./operations/store-health.js";
 
@@ -134,6 +135,7 @@ export async function serveSidecar(sidecar: Sidecar): Promise<RunningServer> {
     sent.once("finish", settle);
     response.once("close", settle);
     if (request.method === "POST" && !admit(request, response, sent)) return;
+    if (request.method === "POST" && kind !== undefined) refuseOversizedMessages(request, kind, admission);
     (request.method === "POST" && kind?.binary ? binaryHandler : connectHandler)(request, response);
   };
   // Admission for what connect serves: auth on the headers, a body of known size held up front,
@@ -151,7 +153,8 @@ export async function serveSidecar(sidecar: Sidecar): Promise<RunningServer> {
     // A Connect unary body is the message itself (uncompressed: no content-encoding).
     const kind = classifyContentType(request.headers["content-type"]);
     if (kind?.protocol === "connect" && !kind.stream && request.headers["content-encoding"] === undefined && declared > admission.maxRequestBytes) {
-      if (respondWithError(request, response, admission.tooLarge(declared))) return false;
+      refuseOnceBodyEnds(request, response, admission.tooLarge(declared), admission);
+      return false;
     }
     if (declared > 0) {
       const release = admission.tryHold(path, declared);

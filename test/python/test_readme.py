@@ -1,40 +1,15 @@
-"""The README's Python snippets, and the packages the tests import, as a user gets them."""
+"""The packages the tests import, as a user gets them. (The README's and docs' Python snippets run in
+test/docs-snippets.test.ts, in a venv their own install line fills.)"""
 
 from __future__ import annotations
 
 import os
 import pathlib
-import re
-import subprocess
-import sys
 
 import contextd.client
 import contextd.v1
 
 from conftest import REPO_ROOT
-
-
-def python_blocks() -> list[str]:
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"^```python[ \t]*\n(.*?)^```[ \t]*$", readme, flags=re.MULTILINE | re.DOTALL)
-
-
-def test_every_readme_snippet_runs_twice(sidecar, tmp_path):
-    """Each ```python block runs as a script against a real sidecar, twice: the second run finds
-    the first one's conversations in the store, so a snippet must use fresh ids."""
-    blocks = python_blocks()
-    assert blocks, "README.md has no ```python block"
-    for index, block in enumerate(blocks):
-        script = tmp_path / f"readme_{index}.py"
-        script.write_text(block, encoding="utf-8")
-        for run in (1, 2):
-            completed = subprocess.run(
-                [sys.executable, str(script)],
-                env={**os.environ, "CONTEXTD_ADDRESS": sidecar.address},
-                capture_output=True, text=True, timeout=60, cwd=tmp_path,
-            )
-            assert completed.returncode == 0, f"README python block {index}, run {run}:\n{completed.stderr}"
-            assert completed.stdout.strip(), f"README python block {index}, run {run} printed nothing"
 
 
 def test_the_packages_come_from_where_the_suite_says():

@@ -29,10 +29,7 @@ cp -R "$package_dir/test" test
 cp "$repo/test/support/tls-certificates.ts" test/tls-certificates.ts
 cp "$repo/test/support/redis.ts" test/redis.ts
 cp -R "$repo/examples/typescript" examples
-# The "Ten lines" example of docs/typescript-client.md, as a file: type-checked and run like the others.
-awk '/^## Ten lines/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/docs/typescript-client.md" >examples/ten_lines.ts
-# The README's TypeScript example, the same way.
-awk '/^## TypeScript/{f=1} f && /^```ts$/{g=1; next} g && /^```$/{exit} g' "$repo/README.md" >examples/readme.ts
+# The README's and docs' TypeScript snippets run in test/docs-snippets.test.ts.
 cat >tsconfig.json <<JSON
 {
   "compilerOptions": {

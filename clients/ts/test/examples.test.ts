@@ -38,19 +38,6 @@ test("examples/typescript/ai_sdk_agent.ts runs an AI SDK tool loop on contextd, 
   }
 });
 
-for (const [name, file] of [["docs/typescript-client.md's ten-line example", "examples/ten_lines.ts"], ["the README's TypeScript example", "examples/readme.ts"]]) test(`${name} runs, twice against one sidecar`, async () => {
-  const sidecar = await startSidecar();
-  try {
-    for (const run of [1, 2]) {
-      const { stdout } = await promisify(execFile)(process.execPath, [file], { env: { ...process.env, CONTEXTD_ADDRESS: sidecar.address } });
-      assert.match(stdout, /role: 'user'/, `run ${run}: the rendered body has the user's message`);
-      assert.match(stdout, /3 messages in the next prompt/, `run ${run} printed: ${stdout}`);
-    }
-  } finally {
-    await sidecar.stop();
-  }
-});
-
 test("examples/typescript/ai_sdk_prepare_step.ts budgets each step of an AI SDK tool loop, twice against one sidecar", async () => {
   const sidecar = await startSidecar();
   try {

@@ -1,8 +1,8 @@
-// Package installed runs the README's Go snippets and the Go examples as a user would: from a
-// module outside the repository that requires the client and the generated API by their import
-// paths (scripts/test-installed.sh makes that module, with `go mod edit -replace` onto the
-// checkout). A snippet that only works inside the repository, or a file the modules do not hold,
-// fails here.
+// Package installed runs the Go examples as a user would: from a module outside the repository
+// that requires the client and the generated API by their import paths (scripts/install-clients.sh
+// makes that module, with `go mod edit -replace` onto the checkout). An example that only works
+// inside the repository, or a file the modules do not hold, fails here. The README's and docs' Go
+// snippets run in test/docs-snippets.test.ts, in a module their own install lines make.
 package installed
 
 import (
@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,33 +63,12 @@ func startSidecar(t *testing.T) string {
 	}
 }
 
-// fencedBlocks returns the bodies of the ```language blocks of a Markdown text, in order.
-func fencedBlocks(markdown, language string) []string {
-	pattern := regexp.MustCompile("(?ms)^```" + regexp.QuoteMeta(language) + "[ \t]*\n(.*?)^```[ \t]*$")
-	var blocks []string
-	for _, match := range pattern.FindAllStringSubmatch(markdown, -1) {
-		blocks = append(blocks, match[1])
-	}
-	return blocks
-}
-
 // program is one Go main package to build in this module and run.
 type program struct{ name, source string }
 
 func programs(t *testing.T) []program {
 	root := repoRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var all []program
-	blocks := fencedBlocks(string(readme), "go")
-	if len(blocks) == 0 {
-		t.Fatal("README.md has no ```go block")
-	}
-	for i, block := range blocks {
-		all = append(all, program{name: "readme_" + string(rune('a'+i)), source: block})
-	}
 	mains, err := filepath.Glob(filepath.Join(root, "examples", "go", "*", "main.go"))
 	if err != nil || len(mains) == 0 {
 		t.Fatalf("no examples/go/*/main.go (%v)", err)
@@ -105,9 +83,9 @@ func programs(t *testing.T) []program {
 	return all
 }
 
-// Every README snippet and every example builds here and runs twice against a real sidecar: a
-// second run finds the first one's conversations in the store, so each must use fresh ids.
-func TestSnippetsAndExamplesRunTwice(t *testing.T) {
+// Every example builds here and runs twice against a real sidecar: a second run finds the first
+// one's conversations in the store, so each must use fresh ids.
+func TestExamplesRunTwice(t *testing.T) {
 	address := startSidecar(t)
 	module, err := os.Getwd()
 	if err != nil {

@@ -62,13 +62,19 @@ describe("CommitEngine", () => {
   it("answers a conflict with an expected version ABORTED carrying the current version, and gives up after its attempts without one", async () => {
     const expected = scriptedStore(["ok", "conflict"]);
     await expected.engine.commit("c", undefined, turn("a"), "");
-    const conflict = await expected.engine.commit("c", 1n, turn("b"), "").catch((error: unknown) => error as ConnectError);
+    const conflict = await expected.engine.commit("c", 1n, turn("b"), "").then(
+      () => expect.unreachable("the commit was expected to fail"),
+      (error: unknown) => error as ConnectError,
+    );
     expect(conflict).toBeInstanceOf(ConnectError);
     expect(conflict.code).toBe(Code.Aborted);
     expect(conflict.metadata.get(currentVersionTrailer)).toBe("2");
 
     const busy = scriptedStore(["conflict", "stale", "conflict"]);
-    const gaveUp = await busy.engine.commit("c", undefined, turn("a"), "").catch((error: unknown) => error as ConnectError);
+    const gaveUp = await busy.engine.commit("c", undefined, turn("a"), "").then(
+      () => expect.unreachable("the commit was expected to fail"),
+      (error: unknown) => error as ConnectError,
+    );
     expect(gaveUp.code).toBe(Code.Aborted);
     expect(gaveUp.rawMessage).toMatch(/gave up after 3 attempts, other writers kept committing \(current version 3\)/);
     expect(busy.calls.filter((call) => call.startsWith("write"))).toHaveLength(3);
@@ -77,14 +83,20 @@ describe("CommitEngine", () => {
   it("refuses a key whose record holds another batch's fingerprint, and reads before refusing a delta the copy cannot take", async () => {
     const replay = scriptedStore(["ok", "replay"]);
     await replay.engine.commit("c", undefined, turn("a"), "");
-    const reused = await replay.engine.commit("c", undefined, turn("b"), "key").catch((error: unknown) => error as ConnectError);
+    const reused = await replay.engine.commit("c", undefined, turn("b"), "key").then(
+      () => expect.unreachable("the commit was expected to fail"),
+      (error: unknown) => error as ConnectError,
+    );
     expect(reused.code).toBe(Code.InvalidArgument);
     expect(reused.rawMessage).toMatch(/idempotency_key "key" of conversation "c" was already used with different deltas/);
 
     const behind = scriptedStore(["ok"]);
     await behind.engine.commit("c", undefined, turn("a"), "");
     behind.calls.length = 0;
-    const refused = await behind.engine.commit("c", undefined, turn("a"), "").catch((error: unknown) => error as ConnectError);
+    const refused = await behind.engine.commit("c", undefined, turn("a"), "").then(
+      () => expect.unreachable("the commit was expected to fail"),
+      (error: unknown) => error as ConnectError,
+    );
     expect(refused.code).toBe(Code.InvalidArgument);
     expect(refused.rawMessage).toMatch(/duplicate message id "a"/);
     expect(behind.calls).toEqual(["read"]);

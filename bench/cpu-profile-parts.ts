@@ -29,7 +29,7 @@ function partOf(stack: ProfileNode["callFrame"][]): string | undefined {
   if (leaf.functionName === "(garbage collector)") return "garbage collector";
   if (leaf.functionName === "(program)") return "native, unattributed";
   if (/^(writev|writeBuffer|writeUtf8String|writeLatin1String)$/.test(leaf.functionName)) {
-    return stack.some((frame) => /ioredis|redis-conversation-store/.test(frame.url)) ? "socket writes to Redis" : "socket writes to clients (HTTP/2)";
+    return stack.some((frame) => /ioredis|\/store\/redis-/.test(frame.url)) ? "socket writes to Redis" : "socket writes to clients (HTTP/2)";
   }
   const url = stack.find((frame) => frame.url !== "")?.url ?? "";
   const parts: [RegExp, string][] = [

@@ -24,7 +24,7 @@ import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { ChangeSchema, CommitRequestSchema, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
-import { redisClusterOptions, redisConnectionOptions } from "../src/store/redis-conversation-store.js";
+import { redisClusterOptions, redisConnectionOptions } from "../src/store/redis-connection.js";
 import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
 import { startRedis } from "../test/support/redis.js";
 import { startRedisCluster } from "../test/support/redis-cluster.js";

@@ -21,7 +21,7 @@ import {
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { commitScript, conversationKeys, type ConversationKeys } from "../src/store/redis-scripts.js";
-import { redisConnectionOptions } from "../src/store/redis-conversation-store.js";
+import { redisConnectionOptions } from "../src/store/redis-connection.js";
 import { CompileResponseSchema } from "#gen/contextd/v1/context_service_pb";
 import { Codec } from "../src/codec/codec.js";
 import { contextService } from "../src/server/services/context-service.js";

@@ -2,23 +2,23 @@ import { create } from "@bufbuild/protobuf";
 import type { LearntCorrection, TokenCorrection } from "../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
 import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
-import { randomUUID } from "node:crypto";
 import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
 import { ConversationSummarySchema } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { SortedIds } from "./sorted-ids.js";
-import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
-import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
-import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords, type IdempotencyRecord } from "./idempotency-records.js";
+import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
+import { CommitEngine, EngineCommittedStore, type CommitIo, type CommitWrite } from "./commit-engine.js";
+import type { ConversationPage, ConversationStore } from "./conversation-store.js";
+import { defaultMaxIdempotencyBytes, defaultMaxIdempotencyRecords, IdempotencyRecords } from "./idempotency-records.js";
 import { MessageIdIndex } from "./message-id-index.js";
 import { segmentEdit, storedSegments } from "./segment-edits.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { changesNotRetained, idempotencyKeyReused, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { changesNotRetained, requireStorableKey, requireStorableText } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
 
 export interface MemoryStoreOptions {
@@ -52,7 +52,7 @@ export const defaultIdempotencyTtlMs = 24 * 60 * 60 * 1000;
  * The embedded default store. A commit runs synchronously between awaits, so JavaScript's single
  * thread makes compare, apply and publish atomic without locks. Nothing survives the process.
  */
-export class MemoryConversationStore implements ConversationStore {
+export class MemoryConversationStore extends EngineCommittedStore implements ConversationStore {
   private readonly conversations = new Map<string, Conversation>();
   /** The conversations' ids in order, so `list` pages without sorting them all. */
   private readonly ids = new SortedIds();
@@ -60,13 +60,14 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly maxChanges: number;
   private readonly idempotency: IdempotencyRecords;
   private readonly now: () => number;
-  private readonly deltaContext: DeltaContext;
+  protected readonly engine: CommitEngine;
   private readonly codec: Codec;
   /** Which segment lists the commits made by appending to which. */
   readonly lineage = new MessageListLineage();
   private readonly calibration = new MemoryCalibrationRecords();
 
   constructor(options: MemoryStoreOptions = {}) {
+    super();
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotency = new IdempotencyRecords({
@@ -75,7 +76,15 @@ export class MemoryConversationStore implements ConversationStore {
       maxBytes: options.maxIdempotencyBytes ?? defaultMaxIdempotencyBytes,
     });
     this.now = options.now ?? Date.now;
-    this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
+    const copies = { copy: (conversationId: string) => this.conversations.get(conversationId)?.state, idIndex: this.idIndexOf.bind(this) };
+    const io = {
+      read: async (conversationId: string, idempotencyKey: string) => ({
+        state: this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId),
+        record: idempotencyKey === "" ? undefined : this.idempotency.get(conversationId, idempotencyKey, this.now()),
+      }),
+      write: async (...args: Parameters<CommitIo["write"]>) => this.write(...args),
+    };
+    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now });
   }
 
   /**
@@ -121,37 +130,12 @@ export class MemoryConversationStore implements ConversationStore {
     return this.conversations.get(conversationId)?.state.version ?? 0n;
   }
 
-  get strictToolRounds(): boolean {
-    return this.deltaContext.strictToolRounds === true;
-  }
-
-  idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
-    return indexedLookups(this.lineage, () => this.idIndexOf(conversationId, base));
-  }
-
   /** The id index of `base` when it is the conversation's current state, built on first use. */
   private idIndexOf(conversationId: string, base: ConversationState): MessageIdIndex | undefined {
     const conversation = this.conversations.get(conversationId);
     if (conversation?.state !== base) return undefined;
     if (conversation.ids?.state !== base) conversation.ids = MessageIdIndex.of(base);
     return conversation.ids;
-  }
-
-  async commit(
-    conversationId: string,
-    expectedVersion: bigint | undefined,
-    deltas: Delta[],
-    idempotencyKey: string,
-    requestFingerprint?: string,
-    messageIds?: readonly string[],
-  ): Promise<CommitOutcome> {
-    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
-    if (outcome.state) this.codec.retainState(outcome.state, this.lineage);
-    return outcome;
-  }
-
-  async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
-    return (await this.apply(conversationId, expectedVersion, [...clearStateDeltas], "", true)).version;
   }
 
   async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
@@ -202,57 +186,29 @@ export class MemoryConversationStore implements ConversationStore {
     for (const callbacks of this.listeners.values()) for (const callback of callbacks) callback();
   }
 
-  private async apply(
-    conversationId: string,
-    expectedVersion: bigint | undefined,
-    deltas: Delta[],
-    idempotencyKey: string,
-    cleared: boolean,
-    requestFingerprint?: string,
-    messageIds?: readonly string[],
-  ): Promise<CommitOutcome> {
-    requireStorableKey("conversation_id", conversationId, stringLimits.id);
-    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
+  /**
+   * The engine's write: atomic because it runs between awaits (JavaScript's one thread), a
+   * compare-and-swap of the conversation's state object.
+   */
+  private write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): CommitWrite {
     const conversation = this.conversations.get(conversationId);
-    const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
+    const current = conversation?.state.version ?? 0n;
     if (idempotencyKey !== "") {
       const record = this.idempotency.get(conversationId, idempotencyKey, this.now());
-      if (record) {
-        if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
-        return this.replay(conversation, record);
-      }
+      if (record) return { outcome: "replay", record, current };
     }
-    const base = conversation?.state ?? emptyConversationState(conversationId);
-    if (expectedVersion !== undefined && expectedVersion !== base.version) {
-      throw versionConflict(conversationId, expectedVersion, base.version);
-    }
-    const ids = messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext;
-    const plan = planCommit(base, deltas, {
-      deltaContext: ids,
-      lineage: this.lineage,
-      idIndex: () => this.idIndexOf(conversationId, base),
-      idempotencyKey,
-      committedAtUnixMs: BigInt(this.now()),
-      cleared,
-    });
+    if (conversation === undefined ? base.version !== 0n : conversation.state !== base) return { outcome: "conflict", current };
     this.noteTokenCounts(base, plan.state);
     const target: Conversation = conversation ?? { state: base, changes: [] };
     target.ids = target.ids?.advancedTo(plan.state, this.lineage);
     target.state = plan.state;
     target.changes.push(plan.change);
     if (target.changes.length > this.maxChanges) target.changes.splice(0, target.changes.length - this.maxChanges);
-    const outcome: CommitOutcome = { version: plan.state.version, state: plan.state, replayed: false };
     if (idempotencyKey !== "") this.idempotency.add(conversationId, idempotencyKey, fingerprint, plan.state.version, this.now());
     if (conversation === undefined) this.ids.add(conversationId);
     this.conversations.set(conversationId, target);
     for (const callback of this.listeners.get(conversationId) ?? []) callback();
-    return outcome;
-  }
-
-  /** A retried commit's outcome: its version, and its state while that is still the current one. */
-  private replay(conversation: Conversation | undefined, record: IdempotencyRecord): CommitOutcome {
-    const current = conversation?.state;
-    return { version: record.version, state: current?.version === record.version ? current : undefined, replayed: true };
+    return { outcome: "ok" };
   }
 
   /** Resolves at the next commit to `conversationId`, or when `signal` aborts or the store closes. */

@@ -32,7 +32,7 @@ import type pg from "pg";
  * commit, WAL flush included, so such commits cannot share a flush (measured: 32 concurrent bare
  * INSERT transactions did 6,581-7,171/s, 2,218-3,827/s with a pg_notify in each); so a sidecar
  * with other commits in flight notifies after them instead, one statement per event-loop
- * iteration (see `PostgresConversationStore.notifyCommitted`). `contextd_load`
+ * iteration (see `PostgresChangeFeed.notifyCommitted`). `contextd_load`
  * reads a state, or what a cached copy lacks, from one snapshot (it is STABLE).
  */
 

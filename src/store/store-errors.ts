@@ -97,3 +97,14 @@ export function storeOutOfMemory(what: string, redisMessage: string): ConnectErr
     Code.ResourceExhausted,
   );
 }
+
+/** The URL without a password, for error messages; `what` names the store when the URL does not parse. */
+export function redactUrl(url: string, what: "redis" | "postgres"): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = "***";
+    return parsed.toString();
+  } catch {
+    return `(unparsable ${what} url)`;
+  }
+}

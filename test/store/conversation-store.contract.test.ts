@@ -732,6 +732,71 @@ describe.each([
   });
 });
 
+// What a fresh sidecar's first commit to a long conversation must decide without its history in
+// memory (issue 30): whatever a store reads to decide it, the answers are those of a warm one. The
+// memory store has no other process: its "fresh" commit is the first one to the conversation
+// since it was written, before anything built its id index.
+describe.each([
+  ["memory", (writer: ConversationStore) => writer],
+  ["redis", () => new RedisConversationStore(redis.url)],
+  ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) })],
+  ["postgres", () => new PostgresConversationStore(postgres.url)],
+] as const)("%s store: a commit from a process with nothing cached", (name, openFresh) => {
+  const openWriter = (): ConversationStore =>
+    name === "memory" ? new MemoryConversationStore() : name === "postgres" ? new PostgresConversationStore(postgres.url) : name === "redis" ? new RedisConversationStore(redis.url) : new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) });
+  const connected = async (store: ConversationStore) => {
+    if (store instanceof RedisConversationStore || store instanceof PostgresConversationStore) expect(await store.connected()).toBe(true);
+  };
+
+  it("refuses a duplicate id naming it, takes a new one, and answers a tool result for a call far in the head, as a warm store does", async () => {
+    const writer = openWriter();
+    await connected(writer);
+    const stores: ConversationStore[] = [writer];
+    const fresh = () => {
+      const store = (openFresh as (writer: ConversationStore) => ConversationStore)(writer);
+      if (!stores.includes(store)) stores.push(store);
+      return store;
+    };
+    try {
+      const id = freshId("cold-commit");
+      const headCall = create(MessageSchema, { id: "head-a", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "head-call", name: "lookup", arguments: { data: "{}" } } } }] });
+      const head = [textMessage("h0", Role.USER, "start"), headCall];
+      const body = Array.from({ length: 3_000 }, (_, index) => textMessage(`h${index + 1}`, Role.USER, `message ${index + 1}`));
+      await writer.commit(id, undefined, [appendHistory(...head, ...body)], "");
+
+      const first = fresh();
+      await connected(first);
+      const duplicate = await rejection(first.commit(id, 1n, [appendHistory(textMessage("h7", Role.USER, "again"))], ""));
+      expect(duplicate.code).toBe(Code.InvalidArgument);
+      expect(duplicate.rawMessage).toMatch(/duplicate message id "h7"/);
+      expect(await writer.currentVersion(id)).toBe(1n);
+
+      const second = fresh();
+      await connected(second);
+      const added = await second.commit(id, 1n, [appendHistory(textMessage("new-1", Role.USER, "new"))], "");
+      expect(added.version).toBe(2n);
+      expect(added.state!.history.at(-1)!.id).toBe("new-1");
+
+      // The result answers the call 3,000 messages back: it takes the call's name from the head.
+      const third = fresh();
+      await connected(third);
+      const answered = await third.commit(id, 2n, [delta({ case: "appendToolResult", value: { toolCallId: "head-call", messageId: "head-r", payload: { text: "found" } } })], "");
+      expect(answered.version).toBe(3n);
+      expect(answered.state!.history.at(-1)!.parts[0]!.kind.value).toMatchObject({ toolCallId: "head-call", name: "lookup" });
+
+      // What every process reads back is one state, the one the last commit returned.
+      const reread = fresh();
+      await connected(reread);
+      const stored = await reread.load(id);
+      expect(stored.history.length).toBe(head.length + body.length + 2);
+      expect(Buffer.from(toBinary(ConversationStateSchema, stored)).equals(toBinary(ConversationStateSchema, answered.state!))).toBe(true);
+      expect(Buffer.from(toBinary(ConversationStateSchema, await writer.load(id))).equals(toBinary(ConversationStateSchema, stored))).toBe(true);
+    } finally {
+      await Promise.all(stores.map((store) => store.close()));
+    }
+  }, 60_000);
+});
+
 describe.each([
   ["redis", () => new RedisConversationStore(redis.url)],
   ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) })],

@@ -1,0 +1,210 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { randomUUID } from "node:crypto";
+import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
+import type { Codec } from "../codec/codec.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
+import { stringLimits } from "../core/model/string-limits.js";
+import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, presetMessageIds, type CommitPlan } from "./commit-plan.js";
+import { ContendedCopies } from "./contended-copies.js";
+import type { CommitOutcome, ConversationStore } from "./conversation-store.js";
+import type { MessageIdIndex } from "./message-id-index.js";
+import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
+
+/**
+ * The one commit flow of every store: the idempotency and version checks, the plan (the batch's
+ * rules, ids, tool rounds and limits, in `planCommit`), the retries of a commit another writer got
+ * ahead of, and the outcome. Why it exists: the memory, Redis and Postgres stores each wrote this
+ * flow out, and a rule changed in one had to be changed alike in the others. A store now supplies
+ * only its I/O (`CommitIo`): its copy to start from, a read, and one atomic conditional write.
+ *
+ * A commit starts from the store's copy without reading when it can (the write compares the
+ * stored version, so a stale copy costs a retry, never a lost update); what the copy cannot decide
+ * (another expected version, a delta it refuses, a copy others wrote after: `ContendedCopies`) is
+ * read first, which catches the copy up.
+ */
+
+/** What a store keeps per idempotency key: the commit's response without its state. */
+export interface RecordedCommit {
+  fingerprint: string;
+  /** The version the commit produced. */
+  version: bigint;
+}
+
+/** A read for a commit: the stored state and, for a non-empty key, its record if one is kept. */
+export interface CommitRead {
+  state: ConversationState;
+  record?: RecordedCommit;
+}
+
+/** What a store's conditional write answered. */
+export type CommitWrite =
+  /** Written: the plan's state is the stored one now (and the store's copy). */
+  | { outcome: "ok" }
+  /** The key's record answered first; nothing was written. `current` is the stored version. */
+  | { outcome: "replay"; record: RecordedCommit; current: bigint }
+  /** Another writer moved the version past the base; nothing was written. */
+  | { outcome: "conflict"; current: bigint }
+  /** The stored lists are not the base's at its version (written behind the store's back): the store forgot its copy. */
+  | { outcome: "stale"; current: bigint };
+
+/** The copies a store holds in this process, as a commit starts from them. */
+export interface CommitCopies {
+  /** The copy a commit may start from without reading, if the store holds one. */
+  copy(conversationId: string): ConversationState | undefined;
+  /** The index of `base`'s message ids, when the store keeps one beside it. */
+  idIndex(conversationId: string, base: ConversationState): MessageIdIndex | undefined;
+}
+
+/** A store's I/O for a commit (see the file's header). */
+export interface CommitIo {
+  /** The stored state (catching the copy up) and the record of `idempotencyKey` when it is non-empty. */
+  read(conversationId: string, idempotencyKey: string): Promise<CommitRead>;
+  /**
+   * Writes `plan` as one atomic batch if the stored conversation is still at `base` and the key
+   * has no record: the state, the change for Watch, the key's record; nothing otherwise.
+   */
+  write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite>;
+}
+
+export interface CommitEngineOptions {
+  copies: CommitCopies;
+  io: CommitIo;
+  codec: Codec;
+  lineage: MessageListLineage;
+  /** Ids for messages committed without one (random UUIDs by default), and whether tool-round rules are strict. */
+  deltaContext?: DeltaContext;
+  now: () => number;
+  /** Attempts of a commit without expected version while other writers keep getting there first (default 100). */
+  maxCommitAttempts?: number;
+}
+
+export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds"> {
+  private readonly contended = new ContendedCopies();
+  private readonly deltaContext: DeltaContext;
+  private readonly maxCommitAttempts: number;
+
+  constructor(private readonly options: CommitEngineOptions) {
+    this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
+    this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
+  }
+
+  get strictToolRounds(): boolean {
+    return this.deltaContext.strictToolRounds === true;
+  }
+
+  idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
+    return indexedLookups(this.options.lineage, () => this.options.copies.idIndex(conversationId, base));
+  }
+
+  async commit(...[conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds]: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
+    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
+    if (outcome.state) this.options.codec.retainState(outcome.state, this.options.lineage);
+    return outcome;
+  }
+
+  async clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    return (await this.apply(conversationId, expectedVersion, [...clearStateDeltas], "", true)).version;
+  }
+
+  private async apply(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    cleared: boolean,
+    requestFingerprint?: string,
+    messageIds?: readonly string[],
+  ): Promise<CommitOutcome> {
+    const { copies, io, lineage } = this.options;
+    const deltaContext = this.deltaContext;
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
+    requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
+    const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
+    let trustCopy = true;
+    let othersWrote = false;
+    for (let attempt = 1; ; attempt++) {
+      const copy = trustCopy ? copies.copy(conversationId) : undefined;
+      trustCopy = false;
+      let base: ConversationState;
+      const fromCopy = copy !== undefined && this.contended.trusted(copy) && (expectedVersion === undefined || expectedVersion === copy.version);
+      if (fromCopy) {
+        base = copy;
+      } else {
+        const before = copies.copy(conversationId);
+        const read = await io.read(conversationId, idempotencyKey);
+        if (before !== undefined && read.state !== before) othersWrote = true;
+        if (read.record) return replayed(conversationId, idempotencyKey, fingerprint, read.record, read.state);
+        base = read.state;
+        if (expectedVersion !== undefined && expectedVersion !== base.version) throw versionConflict(conversationId, expectedVersion, base.version);
+      }
+      let plan: CommitPlan;
+      try {
+        plan = planCommit(base, deltas, {
+          deltaContext: messageIds ? presetMessageIds(messageIds, deltaContext) : deltaContext,
+          lineage,
+          idIndex: () => copies.idIndex(conversationId, base),
+          idempotencyKey,
+          committedAtUnixMs: BigInt(this.options.now()),
+          cleared,
+        });
+      } catch (error) {
+        // The copy may be behind (or a retry's batch already applied): read, then decide.
+        if (!fromCopy) throw error;
+        attempt--;
+        continue;
+      }
+      const written = await io.write(conversationId, base, plan, idempotencyKey, fingerprint);
+      if (written.outcome === "ok") {
+        if (othersWrote) this.contended.add(plan.state);
+        return { version: plan.state.version, state: plan.state, replayed: false };
+      }
+      if (written.outcome === "replay") {
+        const { record, current } = written;
+        if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, idempotencyKey);
+        // The state goes with the replay only while the conversation is still at the recorded version.
+        const now = copies.copy(conversationId);
+        const state = current !== record.version ? undefined : now?.version === current ? now : (await io.read(conversationId, "")).state;
+        return replayed(conversationId, idempotencyKey, fingerprint, record, state);
+      }
+      if (written.outcome === "conflict" && expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, written.current);
+      othersWrote = true;
+      if (attempt >= this.maxCommitAttempts) {
+        throw new ConnectError(
+          `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${written.current})`,
+          Code.Aborted,
+        );
+      }
+    }
+  }
+}
+
+/**
+ * What every store answers through its engine: commits, clears, and the id lookups and tool-round
+ * rules a compile-commit applies its batch by beforehand. A store extends it and sets `engine`.
+ */
+export abstract class EngineCommittedStore implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds"> {
+  protected abstract readonly engine: CommitEngine;
+
+  get strictToolRounds(): boolean {
+    return this.engine.strictToolRounds;
+  }
+
+  idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
+    return this.engine.idLookupsFor(conversationId, base);
+  }
+
+  commit(...args: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
+    return this.engine.commit(...args);
+  }
+
+  clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    return this.engine.clear(conversationId, expectedVersion);
+  }
+}
+
+/** A retried commit's outcome: the recorded version, and the state only if it is that version's. */
+function replayed(conversationId: string, key: string, fingerprint: string, record: RecordedCommit, current: ConversationState | undefined): CommitOutcome {
+  if (record.fingerprint !== fingerprint) throw idempotencyKeyReused(conversationId, key);
+  return { version: record.version, state: current?.version === record.version ? current : undefined, replayed: true };
+}

@@ -1,0 +1,306 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { fromBinary } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
+import type { Message } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
+import type { Codec } from "../codec/codec.js";
+import type { RunningFacts } from "../codec/stored-token-counts.js";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
+import { DecodedStateCache } from "./decoded-state-cache.js";
+import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
+import type { CommitCopies } from "./commit-engine.js";
+import type { MessageIdIndex } from "./message-id-index.js";
+import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
+import { windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
+import { corruptConversation } from "./store-errors.js";
+
+/**
+ * The decoded copies a store of one element or row per message (Redis, Postgres) keeps of the
+ * states it read or wrote, with where each stands in storage (`StoredLayout`), and the two
+ * translations between them that both stores make alike: what a commit writes for a new state
+ * (`writeOf`: per segment nothing, the appended messages, or the part beside the longer kept
+ * head or tail) and the state a load's reply builds on top of the copy (`assemble`: only what the
+ * copy lacks crossed the wire). Why it exists: both stores wrote these out, line for line; the
+ * wire formats (script arguments, SQL arrays) are theirs alone.
+ */
+
+/** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
+const defaultCacheEncodedBytes = 32 * 1024 * 1024;
+
+/** One segment list as stored: its last rewrite (the version that did more than append), its length, and its messages' encoded size. */
+export interface SegmentLayout {
+  at: string;
+  length: number;
+  bytes: number;
+}
+
+/** Where a state the process holds stands in storage, so a load sends only what it lacks, and its encoded size for the cache's byte bound. */
+export interface StoredLayout {
+  /** A random id written by the conversation's first commit: a copy never mixes lists of a conversation lost and recreated. */
+  created: string;
+  restAt: string;
+  restBytes: number;
+  /** In `storedSegments` order. */
+  segments: SegmentLayout[];
+}
+
+/** What a commit writes to one segment: "=" nothing, "p" keep `keep` from the head, "s" from the tail, and write `encodings` beside them. */
+export interface SegmentWrite {
+  mode: "=" | "p" | "s";
+  baseLength: number;
+  keep: number;
+  encodings: Buffer[];
+}
+
+/** What a commit writes, and the layout it leaves. */
+export interface StoredWrite {
+  created: string;
+  /** The state's encoding without segments and version; undefined when unchanged. */
+  rest: Buffer | undefined;
+  /** In `storedSegments` order. */
+  segments: SegmentWrite[];
+  /** The bytes of messages and rest written. */
+  bytes: number;
+  layout: StoredLayout;
+}
+
+/** One segment as a load received it: the stored list's `at`, the messages from position `from` on. */
+export interface ReceivedSegment {
+  at: string;
+  from: number;
+  items: Buffer[];
+  /** The stored length, when the reply says it apart from the items (checked against them). */
+  length?: number;
+}
+
+/** How a store names its parts in messages (DATA_LOSS details and internal errors). */
+export interface StoredNames {
+  /** "redis store: the load script", "postgres store: the load". */
+  loader: string;
+  /** The header as a message names it: "the header <key>", "the header row". */
+  header(conversationId: string): string;
+  /** The place of the rest in the header: "the header <key> field rest", "the header row's rest". */
+  rest(conversationId: string): string;
+  /** A segment list: "history list <key>", "history segment". */
+  segment(conversationId: string, segment: string): string;
+}
+
+export interface StoredCopiesOptions {
+  codec: Codec;
+  lineage: MessageListLineage;
+  /** Copies kept (default 1,000). */
+  cacheSize: number | undefined;
+  /** Bound on the copies' encoded size (default `defaultCacheEncodedBytes`). */
+  cacheEncodedBytes: number | undefined;
+  strictToolRounds: boolean;
+  names: StoredNames;
+}
+
+export class StoredCopies implements CommitCopies {
+  private readonly cache: DecodedStateCache;
+  private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
+  private readonly codec: Codec;
+  private readonly lineage: MessageListLineage;
+  private readonly names: StoredNames;
+
+  constructor(private readonly options: StoredCopiesOptions) {
+    this.codec = options.codec;
+    this.lineage = options.lineage;
+    this.names = options.names;
+    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, options.lineage);
+  }
+
+  /** The copy of the conversation's state kept, if any. */
+  copy(conversationId: string): ConversationState | undefined {
+    return this.cache.get(conversationId);
+  }
+
+  /** The kept copy with its layout: what a read may ask only the difference from. */
+  withLayout(conversationId: string): { state: ConversationState; layout: StoredLayout } | undefined {
+    const state = this.cache.get(conversationId);
+    const layout = state && this.layouts.get(state);
+    return layout && { state: state!, layout };
+  }
+
+  /** The id index of `base` when it is the kept copy (see `DecodedStateCache.idIndex`). */
+  idIndex(_conversationId: string, base: ConversationState): MessageIdIndex | undefined {
+    return this.cache.idIndex(base);
+  }
+
+  /** Keeps `state` (as stored per `layout`) as the conversation's copy. */
+  remember(state: ConversationState, layout: StoredLayout): void {
+    this.layouts.set(state, layout);
+    this.cache.remember(state, layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes));
+  }
+
+  /** Marks the copy as just used. */
+  touch(conversationId: string): void {
+    this.cache.touch(conversationId);
+  }
+
+  forget(conversationId: string): void {
+    this.cache.delete(conversationId);
+  }
+
+  /**
+   * What storage needs written for `next`, computed from `base`: per segment list nothing when it
+   * is the same list, its new messages when it extends the base list, and otherwise the part that
+   * differs from the longer of the kept prefix and the kept suffix (compaction keeps the tail, a
+   * removal near the end keeps the head); `rest` only when something besides the segments changed.
+   * Lists are compared by message identity: core never mutates a message, so the same object is
+   * the same message, and a changed one is a new object.
+   */
+  writeOf(base: ConversationState, next: ConversationState): StoredWrite {
+    const counts = this.codec.storedTokenCounts;
+    const baseLayout = this.layouts.get(base);
+    const first = base.version === 0n || baseLayout === undefined;
+    const version = String(next.version);
+    let bytes = 0;
+    const writes: SegmentWrite[] = [];
+    const segments: SegmentLayout[] = [];
+    storedSegments.forEach((segment, index) => {
+      const before = base[segment];
+      const after = next[segment];
+      const was = baseLayout?.segments[index] ?? { at: version, length: 0, bytes: 0 };
+      const edit = segmentEdit(before, after, this.lineage);
+      if (edit === undefined) {
+        if (after !== before) counts.rememberRunning(after, counts.runningOf(before));
+        writes.push({ mode: "=", baseLength: before.length, keep: before.length, encodings: [] });
+        segments.push(first ? { ...was, at: version } : was);
+        return;
+      }
+      const appended = edit.keepPrefix && edit.keep === before.length;
+      const at = appended && !first ? was.at : version;
+      // The history's entries carry what a reader of its tail needs of the head (history-running-facts.ts).
+      const running = segment === "history" ? runningFactsOfWrite(counts, before, after, edit, BigInt(at)) : undefined;
+      const encodings = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
+      const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
+      bytes += added;
+      writes.push({ mode: edit.keepPrefix ? "p" : "s", baseLength: before.length, keep: edit.keep, encodings });
+      // The kept part's size is only counted for the cache's byte bound: proportional is close enough.
+      const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
+      segments.push({ at, length: after.length, bytes: kept + added });
+    });
+    const rest = first || restDiffers(base, next) ? bufferOf(this.codec.encodeStateRest(next)) : undefined;
+    bytes += rest?.length ?? 0;
+    const created = baseLayout?.created ?? randomUUID();
+    return {
+      created,
+      rest,
+      segments: writes,
+      bytes,
+      layout: { created, restAt: rest ? version : baseLayout!.restAt, restBytes: rest ? rest.length : baseLayout!.restBytes, segments },
+    };
+  }
+
+  /**
+   * The state a load's reply describes, on top of `cached` (the copy the load was asked the
+   * difference from) for whatever the reply left out; kept as the conversation's copy. DATA_LOSS
+   * for anything that does not decode, does not add up or belongs to another conversation.
+   */
+  assemble(
+    conversationId: string,
+    version: bigint,
+    header: { created: string; restAt: string; rest: Buffer | null },
+    received: readonly ReceivedSegment[],
+    cached: ConversationState | undefined,
+  ): ConversationState {
+    const { loader } = this.names;
+    const cachedLayout = cached && this.layouts.get(cached);
+    let rest: ConversationState;
+    let restBytes: number;
+    if (header.rest !== null) {
+      rest = this.decodeRest(conversationId, header.rest);
+      if (rest.conversationId !== conversationId) throw corruptConversation(conversationId, `${this.names.header(conversationId)} holds the rest of "${rest.conversationId}"`);
+      restBytes = header.rest.length;
+    } else {
+      if (!cached || !cachedLayout) throw new ConnectError(`${loader} left out the rest of "${conversationId}" without a cached copy`, Code.Internal);
+      rest = cached;
+      restBytes = cachedLayout.restBytes;
+    }
+    const segments: SegmentLayout[] = [];
+    const lists: Message[][] = [];
+    storedSegments.forEach((segment, index) => {
+      const { at, from, items, length } = received[index]!;
+      if (from > 0 && (!cached || !cachedLayout || cached[segment].length !== from)) {
+        throw new ConnectError(`${loader} sent ${segment} of "${conversationId}" from ${from} without a cached copy that long`, Code.Internal);
+      }
+      if (length !== undefined && from + items.length !== length) {
+        throw corruptConversation(conversationId, `the ${segment} segment has ${from + items.length} message rows but the header row says ${length}`);
+      }
+      let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
+      for (const item of items) bytes += item.length;
+      const { messages: decoded, running } = this.decodeWithFacts(conversationId, items, from, segment);
+      // The cached list itself where nothing was added (an empty one too), so what was derived
+      // from it by identity (encodings, token counts) is found again.
+      const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
+      const list = unchanged ? cached[segment] : from === 0 ? decoded : cached![segment].concat(decoded);
+      if (from > 0 && list !== cached![segment]) {
+        this.lineage.appended(cached![segment], list);
+        trustCaughtUpSegment(segment, cached![segment], list, this.options.strictToolRounds);
+      }
+      // What the next commit's history facts continue from (history-running-facts.ts).
+      const last = running[running.length - 1];
+      if (segment === "history" && decoded.length > 0 && last?.epoch === BigInt(at)) this.codec.storedTokenCounts.rememberRunning(list, last);
+      lists.push(list);
+      segments.push({ at, length: from + decoded.length, bytes });
+    });
+    const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];
+    const state: ConversationState = { ...rest, conversationId, version, system, history, memory, tools };
+    this.remember(state, { created: header.created, restAt: header.restAt, restBytes, segments });
+    return state;
+  }
+
+  /** A window of the kept copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */
+  heldWindow(cached: ConversationState, query: WindowQuery): SegmentWindow {
+    const window = windowOf(cached, query);
+    const layout = this.layouts.get(cached);
+    if (query.segment !== "history" || !layout) return window;
+    const stored = heldWindowFacts(this.codec.storedTokenCounts, cached.history, window.start, window.start + window.state.history.length, BigInt(layout.segments[1]!.at));
+    return stored ? { ...window, stored } : window;
+  }
+
+  /** The rest of a state as stored (its parts but the segments), or DATA_LOSS naming where it is. */
+  decodeRest(conversationId: string, bytes: Buffer): ConversationState {
+    try {
+      return fromBinary(ConversationStateSchema, bytes);
+    } catch (error) {
+      throw corruptConversation(conversationId, `${this.names.rest(conversationId)} does not decode: ${(error as Error).message}`);
+    }
+  }
+
+  /** Stored entries of `segment` from position `from` on, as messages; DATA_LOSS naming the first that does not decode. */
+  decode(conversationId: string, items: readonly Buffer[], from: number, segment: string): Message[] {
+    return items.map((item, position) => {
+      try {
+        return this.codec.decodeStoredEntry(item);
+      } catch (error) {
+        throw this.undecodable(conversationId, from + position, segment, error);
+      }
+    });
+  }
+
+  /** `decode`, with each entry's stored running facts. */
+  decodeWithFacts(conversationId: string, items: readonly Buffer[], from: number, segment: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
+    const running: (RunningFacts | undefined)[] = [];
+    const messages = items.map((item, position) => {
+      try {
+        const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw this.undecodable(conversationId, from + position, segment, error);
+      }
+    });
+    return { messages, running };
+  }
+
+  private undecodable(conversationId: string, position: number, segment: string, error: unknown): ConnectError {
+    return corruptConversation(conversationId, `message ${position} of the ${this.names.segment(conversationId, segment)} does not decode: ${(error as Error).message}`);
+  }
+}
+
+/** The bytes as a Buffer (what the database clients send as binary), without copying them. */
+export function bufferOf(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}

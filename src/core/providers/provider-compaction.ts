@@ -214,7 +214,7 @@ export function cutAtLatestCompaction(history: readonly Message[], provider: Pro
       throw providerRuleViolation(
         `${rulePrefix}.provider_compaction`,
         atMessage(compactionMessage.id),
-        `part ${latest.part} is a ${producer} compaction, which stands for the conversation before it and only ${producer} can read; ` +
+        `part ${latest.part} is the ${producer} compaction of the conversation before it, which only ${producer} can read; ` +
           (summaries === 0 ? "no contextd summary stands for that range" : `message "${uncovered!.id}" before it is in no contextd summary`) +
           `: render for ${producer}, or compact that range with a compact delta (or budget.strategy SUMMARIZE before the compaction) so other providers get the summary`,
       );

@@ -101,7 +101,7 @@ describe("applyDeltas", () => {
     expect(incomplete.rawMessage).toContain("deltas[0].append_tool_round: invalid tool round (open_tool_round_not_last)");
   });
 
-  it("compacts a prefix into a summary listing every covered id, rolling earlier summaries, never cutting or covering an open round", () => {
+  it("compacts a prefix into a summary listing every covered id, replacing earlier summaries (never covering one), never cutting or covering an open round", () => {
     let state = apply([
       appendHistory(textMessage("u1", Role.USER, "1"), textMessage("a1", Role.ASSISTANT, "2"), textMessage("u2", Role.USER, "3")),
       delta({ case: "compact", value: { summary: textMessage("s1", Role.SYSTEM, "first two"), throughMessageId: "a1", remember: ["  user  likes\ttea "] } }),
@@ -114,7 +114,8 @@ describe("applyDeltas", () => {
     state = apply([openTwoCalls, delta({ case: "compact", value: { summary: textMessage("s2", Role.SYSTEM, "all") } })], state);
     expect(state.history.map((message) => message.id)).toEqual(["s2", "gen_1"]);
     const rolled = state.history[0]!.provenance!.kind;
-    expect(rolled.case === "summary" && rolled.value.coveredMessageIds).toEqual(["u1", "a1", "s1", "u2"]);
+    expect(rolled.case === "summary" && rolled.value.coveredMessageIds).toEqual(["u1", "a1", "u2"]);
+    expect(rolled.case === "summary" && rolled.value.replacedSummaryIds).toEqual(["s1"]);
 
     const open = thrownConnectError(() => apply([delta({ case: "compact", value: { summary: textMessage("s3", Role.SYSTEM, "x"), throughMessageId: "gen_1" } })], state));
     expect(open.rawMessage).toContain("deltas[0].compact: through_message_id: \"gen_1\" is in the open tool round");

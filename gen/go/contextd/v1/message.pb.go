@@ -2073,10 +2073,14 @@ func (x *Provenance_System) GetComponent() string {
 type Provenance_Summary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Ids of every message this summary covers, including messages covered by earlier summaries
-	// that this one replaced (rolling summaries).
+	// that this one replaced (rolling summaries). Never the id of a summary: a summary that covers
+	// an earlier one replaces it and takes over what it covered, so summaries never nest.
 	CoveredMessageIds []string `protobuf:"bytes,1,rep,name=covered_message_ids,json=coveredMessageIds,proto3" json:"covered_message_ids,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Ids of the earlier summaries this one replaced, oldest first (they are no longer in history;
+	// what they covered is in `covered_message_ids`).
+	ReplacedSummaryIds []string `protobuf:"bytes,400,rep,name=replaced_summary_ids,json=replacedSummaryIds,proto3" json:"replaced_summary_ids,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Provenance_Summary) Reset() {
@@ -2112,6 +2116,13 @@ func (*Provenance_Summary) Descriptor() ([]byte, []int) {
 func (x *Provenance_Summary) GetCoveredMessageIds() []string {
 	if x != nil {
 		return x.CoveredMessageIds
+	}
+	return nil
+}
+
+func (x *Provenance_Summary) GetReplacedSummaryIds() []string {
+	if x != nil {
+		return x.ReplacedSummaryIds
 	}
 	return nil
 }
@@ -2194,7 +2205,7 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\blayer_id\x18\x02 \x01(\tR\alayerId\"I\n" +
 	"\tCacheHint\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.contextd.v1.CacheTypeR\x04type\x12\x10\n" +
-	"\x03ttl\x18\x02 \x01(\tR\x03ttl\"\xcc\x03\n" +
+	"\x03ttl\x18\x02 \x01(\tR\x03ttl\"\xff\x03\n" +
 	"\n" +
 	"Provenance\x122\n" +
 	"\x04user\x18\x01 \x01(\v2\x1c.contextd.v1.Provenance.UserH\x00R\x04user\x128\n" +
@@ -2205,9 +2216,10 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x1a&\n" +
 	"\x06System\x12\x1c\n" +
-	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x1a9\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x1al\n" +
 	"\aSummary\x12.\n" +
-	"\x13covered_message_ids\x18\x01 \x03(\tR\x11coveredMessageIds\x1a9\n" +
+	"\x13covered_message_ids\x18\x01 \x03(\tR\x11coveredMessageIds\x121\n" +
+	"\x14replaced_summary_ids\x18\x90\x03 \x03(\tR\x12replacedSummaryIds\x1a9\n" +
 	"\x04Host\x12\x17\n" +
 	"\atype_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\tR\apayloadB\x06\n" +

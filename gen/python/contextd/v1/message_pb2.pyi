@@ -125,10 +125,12 @@ class Provenance(_message.Message):
         component: str
         def __init__(self, component: _Optional[str] = ...) -> None: ...
     class Summary(_message.Message):
-        __slots__ = ("covered_message_ids",)
+        __slots__ = ("covered_message_ids", "replaced_summary_ids")
         COVERED_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+        REPLACED_SUMMARY_IDS_FIELD_NUMBER: _ClassVar[int]
         covered_message_ids: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, covered_message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+        replaced_summary_ids: _containers.RepeatedScalarFieldContainer[str]
+        def __init__(self, covered_message_ids: _Optional[_Iterable[str]] = ..., replaced_summary_ids: _Optional[_Iterable[str]] = ...) -> None: ...
     class Host(_message.Message):
         __slots__ = ("type_id", "payload")
         TYPE_ID_FIELD_NUMBER: _ClassVar[int]

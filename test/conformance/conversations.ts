@@ -129,6 +129,7 @@ export function generateConversation(seed: number): GeneratedConversation {
     }
   }
   if (turns === 0) traits.add("empty-history");
+  insertProviderCompaction(seed, history, traits);
 
   // Pending: a round in progress, or the user's new message; then perhaps a current turn.
   const pending: Message[] = [];
@@ -162,6 +163,37 @@ export function generateConversation(seed: number): GeneratedConversation {
   const stored = create(ConversationStateSchema, { conversationId: `conv-${seed}`, version: 1n, system, history, toolDefinitions });
   const statefulRequest = create(CompileRequestSchema, { ...common, conversationId: `conv-${seed}` });
   return { seed, traits: [...traits], stateless, stateful: { request: statefulRequest, stored } };
+}
+
+/**
+ * In about one conversation of eight, an answer that compacted the turns before it: an Anthropic
+ * compaction block or a Responses compaction item heading an assistant message that goes before a
+ * user turn, and in half of those a contextd summary at the head covering every message before it
+ * (so the other providers render the summary instead of refusing). Its own PRNG: the other traits
+ * of every seed stay as they were.
+ */
+function insertProviderCompaction(seed: number, history: Message[], traits: Set<string>): void {
+  const random = prng(seed * 104_729);
+  if (random() >= 0.125) return;
+  const userTurns = history.flatMap((message, index) => (message.role === Role.USER && index > 0 ? [index] : []));
+  if (userTurns.length === 0) return;
+  const at = userTurns[Math.floor(random() * userTurns.length)]!;
+  const anthropic = random() < 0.5;
+  const compaction = create(PartSchema, {
+    kind: {
+      case: "providerCompaction",
+      value: anthropic
+        ? { provider: Provider.ANTHROPIC_MESSAGES, summary: "Summary of the turns so far.", encryptedContent: Buffer.from(`enc${seed}`).toString("base64"), signature: Buffer.from(`sig${seed}`).toString("base64"), ...(random() < 0.5 ? { toolChangesJson: "[]" } : {}) }
+        : { provider: Provider.OPENAI_RESPONSES, itemId: `cmp_${seed}`, encryptedContent: `gAAAAB${seed}` },
+    },
+  });
+  history.splice(at, 0, message(`cmp${seed}`, Role.ASSISTANT, [compaction, text("Continuing from the compacted context.")]));
+  traits.add(`compaction:${anthropic ? "anthropic" : "openai_responses"}`);
+  if (random() < 0.5) {
+    const covered = history.slice(0, at).flatMap((entry) => (entry.provenance?.kind.case === "summary" ? entry.provenance.kind.value.coveredMessageIds : [entry.id]));
+    history.unshift(create(MessageSchema, { id: `summary-cmp${seed}`, role: Role.USER, parts: [text("Summary: what happened before the compaction.")], provenance: { kind: { case: "summary", value: { coveredMessageIds: covered } } } }));
+    traits.add("compaction:covered");
+  }
 }
 
 /** Whether a seed's renders leave unsupported media out (half do; the other half refuse them). */

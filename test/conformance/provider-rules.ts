@@ -176,11 +176,25 @@ const responsesRules: Rule[] = [
 const anthropicRules: Rule[] = [
   {
     id: "anthropic.first_turn_user",
-    // Bedrock and Vertex reject a first assistant turn; contextd promises a user-first body.
+    // Bedrock and Vertex reject a first assistant turn; contextd promises a user-first body, except
+    // one that starts with a compaction block, which the beta API wants first in `messages`.
     source: "https://docs.anthropic.com/en/api/messages",
     check: (body, report) => {
-      if (list(body["messages"])[0]?.["role"] !== "user") report("messages[0].role", "the first message is not the user's");
+      const first = list(body["messages"])[0];
+      if (first?.["role"] !== "user" && list(first?.["content"])[0]?.["type"] !== "compaction") report("messages[0].role", "the first message is not the user's");
     },
+  },
+  {
+    id: "anthropic.compaction_first",
+    // @anthropic-ai/sdk CompactionBlockMisplacedError: "The compaction block is not the first block of
+    // the conversation"; CompactionBlockAmbiguousError: more than one compaction block with content.
+    source: "https://docs.anthropic.com/en/docs/build-with-claude/compaction",
+    check: (body, report) =>
+      list(body["messages"]).forEach((message, index) =>
+        list(message["content"]).forEach((block, at) => {
+          if (block["type"] === "compaction" && (index > 0 || at > 0)) report(`messages[${index}].content[${at}]`, "a compaction block that is not the first block of messages");
+        }),
+      ),
   },
   {
     id: "anthropic.tool_use_id_pattern",

@@ -21,6 +21,7 @@ import typing_extensions
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from anthropic.types import message_create_params
+from anthropic.types.beta import message_create_params as beta_message_create_params
 from google.genai import types as genai
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
@@ -75,6 +76,12 @@ def typed_dict_check(root: object):
 chat = typed_dict_check(completion_create_params.CompletionCreateParamsNonStreaming)
 responses = typed_dict_check(response_create_params.ResponseCreateParamsNonStreaming)
 anthropic_messages = typed_dict_check(message_create_params.MessageCreateParamsNonStreaming)
+# A body holding a compaction block goes to the beta Messages API (compact-2026-01-12).
+anthropic_beta_messages = typed_dict_check(beta_message_create_params.MessageCreateParamsNonStreaming)
+
+
+def has_compaction(body: dict) -> bool:
+    return any(isinstance(block, dict) and block.get("type") == "compaction" for message in body.get("messages", []) for block in (message.get("content") if isinstance(message.get("content"), list) else []))
 gemini_contents = TypeAdapter(list[genai.Content])
 gemini_tools = TypeAdapter(list[genai.Tool])
 gemini_keys = {"contents", "systemInstruction", "tools"}
@@ -98,7 +105,8 @@ def check(provider: str, body: dict) -> None:
     elif provider == "openai_responses":
         responses({"model": "gpt-4.1", **body})
     elif provider == "anthropic":
-        anthropic_messages({"model": "claude-sonnet-4-5", "max_tokens": 1024, **body})
+        check_anthropic = anthropic_beta_messages if has_compaction(body) else anthropic_messages
+        check_anthropic({"model": "claude-sonnet-4-5", "max_tokens": 1024, **body})
     elif provider == "gemini":
         gemini(body)
     else:
@@ -130,13 +138,19 @@ def main() -> None:
     firsts: dict[str, dict] = {}
     for entry in entries:
         firsts.setdefault(entry["provider"], entry["body"])
-    for provider, body in firsts.items():
-        for broken in controls(provider, body):
-            run += 1
-            try:
-                check(provider, broken)
-            except Exception:
-                refused += 1
+    broken_bodies = [(provider, broken) for provider, body in firsts.items() for broken in controls(provider, body)]
+    # The beta check is strict too: an unknown key inside a compaction block is refused.
+    compacted = next((entry["body"] for entry in entries if entry["provider"] == "anthropic" and has_compaction(entry["body"])), None)
+    if compacted is not None:
+        broken = copy.deepcopy(compacted)
+        broken["messages"][0]["content"][0]["not_a_field"] = 1
+        broken_bodies.append(("anthropic", broken))
+    for provider, broken in broken_bodies:
+        run += 1
+        try:
+            check(provider, broken)
+        except Exception:
+            refused += 1
     for entry in entries:
         try:
             check(entry["provider"], entry["body"])

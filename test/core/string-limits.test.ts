@@ -58,6 +58,8 @@ describe("request string limits", () => {
       "contextd.v1.MessageDropped.message_id",
       "contextd.v1.HistoryHeadDropped.first_message_id",
       "contextd.v1.HistoryHeadDropped.last_message_id",
+      // A summarize request's facts name messages the request already carries.
+      "contextd.v1.SummaryFact.message_id",
     ].sort());
   });
 

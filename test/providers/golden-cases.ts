@@ -276,7 +276,59 @@ export const goldenCases: GoldenCase[] = [
       history: [user("u1", text("Summarize this report."), fileByUrl("application/pdf", "https://example.com/report.pdf"))],
     }),
   },
+  {
+    name: "anthropic_compaction",
+    description:
+      "An Anthropic compaction block (beta compact_20260112) at the head of the answer that compacted the conversation: Anthropic gets the body from that block on (the turns before it are what it summarizes), the block byte for byte, tool_changes included. No contextd summary covers those turns, so the other providers refuse (<provider>.provider_compaction at the compaction's message).",
+    model: "test-model",
+    payload: payload({
+      system: [system("sys", "You are a coding agent.")],
+      history: [
+        user("u1", "Fix the failing test in src/app.ts."),
+        assistant("a1", "Looking at src/app.ts."),
+        user("u2", "Go on."),
+        assistant("a2", anthropicCompaction({ summary: "The user asked to fix the failing test in src/app.ts; the agent is reading it.", encryptedContent: "EuYBCkYIBRgCKkD+compact/enc==", signature: "EqQBCkYIARgCIkD+compact/sig==", toolChangesJson: '[{"type":"tool_removal","tool":{"type":"tool_reference","name":"get_weather"}}]' }), text("Next I will run the tests.")),
+        user("u3", "Run them."),
+      ],
+    }),
+  },
+  {
+    name: "anthropic_compaction_after_summary",
+    description:
+      "A contextd summary covers every turn before an Anthropic compaction block: Anthropic gets the body from the block on (the summary is behind it too); the other providers get the summary, the rest of the compaction's message without the block, and what follows.",
+    model: "test-model",
+    payload: payload({
+      history: [
+        create(MessageSchema, { id: "summary1", role: Role.USER, parts: [text("Summary: the user wants the failing test in src/app.ts fixed.")], provenance: { kind: { case: "summary", value: { coveredMessageIds: ["u1", "a1", "u2"] } } } }),
+        assistant("a2", anthropicCompaction({ summary: "The user wants the failing test in src/app.ts fixed.", encryptedContent: "EuYBCkYIBRgCKkD+compact/enc==", signature: "EqQBCkYIARgCIkD+compact/sig==" }), text("I will run the tests.")),
+        user("u3", "Run them."),
+      ],
+    }),
+  },
+  {
+    name: "openai_responses_compaction",
+    description:
+      "An OpenAI Responses compaction item (context_management compact_threshold) after the turns it compacted: Responses gets the input from the item on, id and encrypted_content byte for byte; the earlier compaction item is behind it too. No contextd summary covers those turns, so the other providers refuse (<provider>.provider_compaction).",
+    model: "test-model",
+    payload: payload({
+      history: [
+        user("u1", "Summarize the logs in /var/log/app.log."),
+        assistant("a1", responsesCompaction("cmp_0001", "gAAAAABo+compact-early==")),
+        user("u2", "And the errors?"),
+        assistant("a2", responsesCompaction("cmp_0002", "gAAAAABo+compact-latest=="), text("The log shows two timeouts.")),
+        user("u3", "Which service?"),
+      ],
+    }),
+  },
 ];
+
+function anthropicCompaction(fields: { summary?: string; encryptedContent?: string; signature?: string; toolChangesJson?: string }) {
+  return create(PartSchema, { kind: { case: "providerCompaction", value: { provider: Provider.ANTHROPIC_MESSAGES, ...fields } } });
+}
+
+function responsesCompaction(itemId: string, encryptedContent: string) {
+  return create(PartSchema, { kind: { case: "providerCompaction", value: { provider: Provider.OPENAI_RESPONSES, itemId, encryptedContent } } });
+}
 
 function file(mimeType: string, data: Uint8Array, name = "") {
   return create(PartSchema, { kind: { case: "file", value: { mimeType, data, name } } });

@@ -43,19 +43,30 @@ export const responsesAssistant = (m: responses.ResponsesAssistantMessage) => kn
 export const responsesCall = (c: responses.ResponsesFunctionCall) => knownKeys<responses.ResponsesFunctionCall, OpenAI.Responses.ResponseFunctionToolCall>(c);
 export const responsesOutput = (o: responses.ResponsesFunctionCallOutput) =>
   knownKeys<responses.ResponsesFunctionCallOutput, OpenAI.Responses.ResponseInputItem.FunctionCallOutput>(o);
+export const responsesCompaction = (c: responses.ResponsesCompactionItem) => knownKeys<responses.ResponsesCompactionItem, OpenAI.Responses.ResponseCompactionItemParam>(c);
 export const responsesReasoning = (r: responses.ResponsesReasoning) => knownKeys<responses.ResponsesReasoning, OpenAI.Responses.ResponseReasoningItem>(r);
 export const responsesImage = (p: responses.ResponsesInputImage) => knownKeys<responses.ResponsesInputImage, OpenAI.Responses.ResponseInputImage>(p);
 export const responsesFile = (p: responses.ResponsesInputFile) => knownKeys<responses.ResponsesInputFile, OpenAI.Responses.ResponseInputFile>(p);
 export const responsesTool = (t: responses.ResponsesFunctionTool) => knownKeys<responses.ResponsesFunctionTool, OpenAI.Responses.FunctionTool>(t);
 
-// Anthropic Messages (`max_tokens` is the caller's).
-export const anthropicBody = (body: anthropic.AnthropicMessagesBody): Anthropic.MessageCreateParamsNonStreaming => ({
+// Anthropic Messages (`max_tokens` is the caller's). A body that holds a compaction block goes to the
+// beta Messages API (`compact-2026-01-12`), so whole bodies and messages are checked against the beta
+// request types; every other block against the GA ones too.
+export const anthropicBody = (body: anthropic.AnthropicMessagesBody): Anthropic.Beta.Messages.MessageCreateParamsNonStreaming => ({
   ...body,
   model: body.model ?? "claude-sonnet-4-5",
   max_tokens: 1024,
 });
-export const anthropicMessage = (m: anthropic.AnthropicMessage): Anthropic.MessageParam => m;
-export const anthropicBlock = (b: anthropic.AnthropicBlock): Anthropic.ContentBlockParam => b;
+type AnthropicBodyWithoutCompaction = Omit<anthropic.AnthropicMessagesBody, "messages"> & { messages: Array<{ role: "user" | "assistant"; content: Array<Exclude<anthropic.AnthropicBlock, anthropic.AnthropicCompactionBlock>> }> };
+export const anthropicGABody = (body: AnthropicBodyWithoutCompaction): Anthropic.MessageCreateParamsNonStreaming => ({
+  ...body,
+  model: body.model ?? "claude-sonnet-4-5",
+  max_tokens: 1024,
+});
+export const anthropicMessage = (m: anthropic.AnthropicMessage): Anthropic.Beta.BetaMessageParam => m;
+export const anthropicBlock = (b: Exclude<anthropic.AnthropicBlock, anthropic.AnthropicCompactionBlock>): Anthropic.ContentBlockParam => b;
+export const anthropicBetaBlock = (b: anthropic.AnthropicBlock): Anthropic.Beta.BetaContentBlockParam => b;
+export const anthropicCompaction = (b: anthropic.AnthropicCompactionBlock) => knownKeys<anthropic.AnthropicCompactionBlock, Anthropic.Beta.BetaCompactionBlockParam>(b);
 export const anthropicText = (b: anthropic.AnthropicTextBlock) => knownKeys<anthropic.AnthropicTextBlock, Anthropic.TextBlockParam>(b);
 export const anthropicImage = (b: anthropic.AnthropicImageBlock) => knownKeys<anthropic.AnthropicImageBlock, Anthropic.ImageBlockParam>(b);
 export const anthropicDocument = (b: anthropic.AnthropicDocumentBlock) => knownKeys<anthropic.AnthropicDocumentBlock, Anthropic.DocumentBlockParam>(b);

@@ -11,7 +11,8 @@ import {
 import { SummarizeRequestSchema } from "#gen/contextd/v1/context_service_pb";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { Segment } from "#gen/contextd/v1/state_pb";
-import { assertSummaryContent, coveredIds } from "../deltas/compact.js";
+import { assertSummaryContent, summaryCoverage } from "../deltas/compact.js";
+import { extractSummaryFacts, summaryTemplate } from "./summary-evidence.js";
 import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
 import { alignToUserTurn, costUnits, selectAllUnprotected, selectHeadUnitsInSteps, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
@@ -407,6 +408,7 @@ async function requestSummary(
   reason: string,
 ): Promise<Message> {
   const previous = droppedMessages[0]!.provenance?.kind.case === "summary" ? droppedMessages[0] : undefined;
+  const facts = extractSummaryFacts(droppedMessages);
   const response = await context.summarize!(
     create(SummarizeRequestSchema, {
       requestId: context.randomId(),
@@ -414,18 +416,21 @@ async function requestSummary(
       targetTokens: BigInt(Math.max(1, targetTokens)),
       previousSummary: previous,
       reason,
+      template: summaryTemplate,
+      facts: facts.facts,
+      factsTruncated: facts.truncated,
     }),
   );
   if (!response.summary) throw new ConnectError("summarize_response.summary is required", Code.InvalidArgument);
   assertSummaryContent(response.summary, "summarize_response.summary");
-  const covered = coveredIds(droppedMessages);
+  const coverage = summaryCoverage(droppedMessages);
   const summary: Message = {
     ...response.summary,
     role: response.summary.role === Role.UNSPECIFIED ? Role.ASSISTANT : response.summary.role,
     id: response.summary.id === "" ? `summary:${context.randomId()}` : response.summary.id,
     provenance: {
       $typeName: "contextd.v1.Provenance",
-      kind: { case: "summary", value: { $typeName: "contextd.v1.Provenance.Summary", coveredMessageIds: covered } },
+      kind: { case: "summary", value: { $typeName: "contextd.v1.Provenance.Summary", ...coverage } },
     },
   };
   assertWellFormedMessage(summary, "summarize_response.summary");

@@ -40,6 +40,7 @@ import { computeTargets, validateTargets } from "./targets.js";
 import { applyTextReplacements } from "./text-replacements.js";
 import { checkToolArguments, showToolArgumentsAsString } from "./tool-arguments-repair.js";
 import { validateAndRepairToolRounds } from "./tool-round-repair.js";
+import { cutHistoryAtProviderCompaction } from "./provider-compaction-cut.js";
 import { repairToolRoundsForPrompt } from "./prompt-tool-round-repair.js";
 import { DeadlineCheck } from "./deadline.js";
 import { TextAllowance, textCharacters } from "./text-allowance.js";
@@ -142,6 +143,8 @@ export async function compile(request: CompileRequest, context: CompileContext):
   if (deadline.checkNow("text_replacements")) await deadline.pause("text_replacements");
   await events.stageDone("text_replacements");
 
+  // What a provider compaction part stands for is not sent, so the budget never weighs it.
+  cutHistoryAtProviderCompaction(work, renderProvider);
   // 10. Budget (appends pending and the current turn). 11. Scratch goes last in the payload but is
   // prepared first: the budget reserves its tokens.
   const scratch = scratchMessages(work, extras.scratch);

@@ -21,6 +21,7 @@ import { renderView } from "../views/views.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applySystemPrompt } from "./system-prompt.js";
 import { applyBudget } from "./budget.js";
+import { cutHistoryAtProviderCompaction } from "./provider-compaction-cut.js";
 import { calibrationReport } from "./token-calibration.js";
 import { prefixError } from "../model/error-details.js";
 import { payloadOf } from "./persistence.js";
@@ -160,6 +161,7 @@ async function segmentProjection(
   await applySegmentFormatters(work, target.formatters, `${path}.formatters`);
   if (clock.checkNow("targets")) await clock.pause("targets");
   await applyTextReplacements(work);
+  cutHistoryAtProviderCompaction(work, renderProvider);
   // The target's budget refuses in its own words (`budget.max_tokens ...`, `context full ...`);
   // the prefix says which target, own budget or inherited.
   // The target's own calibration key: its render provider and model, its budget's estimator.

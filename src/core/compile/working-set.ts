@@ -143,13 +143,15 @@ export function addWarning(work: CompileWork, code: string, message: string): vo
 /**
  * True when the record says the message must not be persisted: dropped by the budget or a repair,
  * replaced by a deferred block, or summarised. Presentation (hooks, formatters, role projection,
- * text replacements) and the system-prompt assembly never change what is stored, so those records
- * do not count.
+ * text replacements), the system-prompt assembly and the cut at a provider compaction never change
+ * what is stored, so those records do not count.
  */
 export function isRemovedFromPersistence(record: Transformation | undefined): boolean {
   if (!record) return false;
   return (
-    (record.action === TransformationAction.DROPPED && record.reason !== TransformationReason.SYSTEM_PROMPT_ASSEMBLY) ||
+    (record.action === TransformationAction.DROPPED &&
+      record.reason !== TransformationReason.SYSTEM_PROMPT_ASSEMBLY &&
+      record.reason !== TransformationReason.PROVIDER_COMPACTION) ||
     record.reason === TransformationReason.REPLACED_BY_DEFERRED ||
     record.reason === TransformationReason.SUMMARIZED
   );

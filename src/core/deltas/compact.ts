@@ -12,8 +12,9 @@ import { prefixError } from "../model/error-details.js";
 /**
  * Replaces a history prefix (through `through_message_id`, inclusive; empty = everything before an
  * open round at the tail) with the summary, whose provenance lists every covered id. A summary that
- * covers an earlier summary inherits that one's covered ids (rolling summaries), so the record of
- * what was condensed is never lost. The prefix must end on a unit boundary: a tool round is covered
+ * covers an earlier summary replaces it: it inherits that one's covered ids (rolling summaries) and
+ * lists it in `replaced_summary_ids`, never among its covered ids, so summaries never nest and the
+ * record of what was condensed is never lost. The prefix must end on a unit boundary: a tool round is covered
  * whole or not at all, and an open round is never covered (its results are still to come).
  */
 export function compact(state: ConversationState, delta: Compact, context: DeltaContext): ConversationState {
@@ -48,7 +49,7 @@ export function compact(state: ConversationState, delta: Compact, context: Delta
   const remaining = history.slice(end);
   const summary = {
     ...delta.summary,
-    provenance: create(ProvenanceSchema, { kind: { case: "summary", value: { coveredMessageIds: coveredIds(covered) } } }),
+    provenance: create(ProvenanceSchema, { kind: { case: "summary", value: summaryCoverage(covered) } }),
   };
   const [prepared] = prepareMessages(state, [summary], context, "summary");
   let next = withValidSegment(state, "history", [prepared!, ...remaining], context);
@@ -69,17 +70,28 @@ export function assertSummaryContent(summary: Message, where: string): void {
   }
 }
 
-/** Covered ids in history order; an earlier summary contributes what it covered, then itself. */
-export function coveredIds(covered: readonly Message[]): string[] {
-  const ids: string[] = [];
+/**
+ * What a summary of `covered` stands for: the covered ids in history order, an earlier summary
+ * contributing what it covered instead of itself, and the earlier summaries it replaces (with
+ * those they had replaced), oldest first.
+ */
+export function summaryCoverage(covered: readonly Message[]): { coveredMessageIds: string[]; replacedSummaryIds: string[] } {
+  const coveredMessageIds: string[] = [];
+  const replacedSummaryIds: string[] = [];
   const seen = new Set<string>();
-  const add = (id: string) => {
+  const add = (ids: string[], id: string) => {
     if (!seen.has(id)) ids.push(id);
     seen.add(id);
   };
   for (const message of covered) {
-    if (message.provenance?.kind.case === "summary") message.provenance.kind.value.coveredMessageIds.forEach(add);
-    add(message.id);
+    if (message.provenance?.kind.case !== "summary") {
+      add(coveredMessageIds, message.id);
+      continue;
+    }
+    const earlier = message.provenance.kind.value;
+    for (const id of earlier.replacedSummaryIds) add(replacedSummaryIds, id);
+    for (const id of earlier.coveredMessageIds) add(coveredMessageIds, id);
+    add(replacedSummaryIds, message.id);
   }
-  return ids;
+  return { coveredMessageIds, replacedSummaryIds };
 }

@@ -37,6 +37,8 @@ export function prepareMessages(
   // Ids given to calls of this batch that had none, not yet answered: a result without a call id
   // later in the batch answers the first of them (a LangChain AIMessage and its ToolMessages).
   let unansweredGivenIds: string[] = [];
+  // Ids of the summaries in the conversation and this batch, built only when a summary arrives.
+  let summaryIds: Set<string> | undefined;
   return messages.map((message, index) => {
     const path = singularMessageFields.has(where) ? where : `${where}[${index}]`;
     let role = message.role;
@@ -57,6 +59,17 @@ export function prepareMessages(
     if (firstInvalidToolCall(message) && !keepsStoredInvalidCalls(message, replacedMessages)) assertToolArgumentsAreObjects(message, path, id);
     if (inBatch.has(id) || inConversation(id)) throw new ConnectError(`${path}: duplicate message id "${id}"`, Code.InvalidArgument);
     inBatch.add(id);
+    if (message.provenance?.kind.case === "summary") {
+      summaryIds ??= summaryIdsOf(state);
+      const nested = message.provenance.kind.value.coveredMessageIds.find((covered) => summaryIds!.has(covered));
+      if (nested !== undefined) {
+        throw new ConnectError(
+          `${path}.provenance.summary.covered_message_ids names "${nested}", which is a summary: a summary replaces an earlier one instead of covering it (take over its covered_message_ids and name it in replaced_summary_ids)`,
+          Code.InvalidArgument,
+        );
+      }
+      summaryIds.add(id);
+    }
     let parts = message.parts;
     if (role === Role.ASSISTANT) {
       const given = withGivenCallIds(parts, id);
@@ -69,6 +82,15 @@ export function prepareMessages(
     }
     return id === message.id && role === message.role && parts === message.parts ? message : { ...message, id, role, parts };
   });
+}
+
+/** Ids of the summary messages of every segment of `state`. */
+function summaryIdsOf(state: ConversationState): Set<string> {
+  const ids = new Set<string>();
+  for (const segment of [state.system, state.history, state.memory, state.tools]) {
+    for (const message of segment) if (message.provenance?.kind.case === "summary") ids.add(message.id);
+  }
+  return ids;
 }
 
 /**

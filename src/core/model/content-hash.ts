@@ -42,6 +42,11 @@ function partKey(part: Part): string {
     }
     case "reasoning":
       return `\u0002z${kind.value.provider}:${kind.value.text.length}:${kind.value.text}${kind.value.signature.length}:${kind.value.signature}${kind.value.redactedData.length}:${kind.value.redactedData}`;
+    case "providerCompaction": {
+      const value = kind.value;
+      const summary = value.summary === undefined ? "-" : `${value.summary.length}:${value.summary}`;
+      return `\u0002p${value.provider}:${summary}${(value.encryptedContent ?? "").length}:${value.encryptedContent ?? ""}`;
+    }
     case "file":
       return `\u0002f${kind.value.mimeType}:${kind.value.data.length}:${kind.value.name.length}:${kind.value.name}${kind.value.uri}`;
     default:

@@ -22,9 +22,10 @@ import type { DeadlineCheck } from "../compile/deadline.js";
 import { atMessage, providerRuleViolation } from "./rule-violation.js";
 import type { RenamedCallId } from "./rendered-ids.js";
 import type { MediaPolicy } from "./media-capabilities.js";
+import { cutAtLatestCompaction } from "./provider-compaction.js";
 
 /** The first part of every rule name of a provider ("anthropic.open_call_position"). */
-const ruleNamePrefixes: Partial<Record<Provider, string>> = {
+export const ruleNamePrefixes: Partial<Record<Provider, string>> = {
   [Provider.OPENAI_CHAT]: "openai_chat",
   [Provider.OPENAI_RESPONSES]: "openai_responses",
   [Provider.ANTHROPIC_MESSAGES]: "anthropic",
@@ -102,8 +103,13 @@ interface RenderedBody {
 }
 
 /** The body for the provider, and the check of its rules (separate, so a deadline or a turn can come between). */
-function renderBody(payload: CompiledPayload, options: RenderOptions, report: RenderWarningSink): RenderedBody {
+function renderBody(given: CompiledPayload, options: RenderOptions, report: RenderWarningSink): RenderedBody {
   const rulePrefix = ruleNamePrefixes[options.provider];
+  // A compile has cut history at its latest provider compaction before the budget (compile/
+  // provider-compaction-cut.ts), and cutting again changes nothing; a payload rendered by itself
+  // gets the same body that way.
+  const cut = rulePrefix !== undefined ? cutAtLatestCompaction(given.history, options.provider, rulePrefix) : undefined;
+  const payload = cut ? { ...given, history: cut.history } : given;
   if (rulePrefix !== undefined) assertOpenRoundLast(payload, rulePrefix);
   const media: MediaPolicy = { drop: options.dropUnsupportedMedia, report };
   switch (options.provider) {

@@ -174,6 +174,9 @@ function forEachText(parts: readonly Part[], visit: (text: string) => void): voi
       case "reasoning":
         visit(kind.value.text);
         break;
+      case "providerCompaction":
+        visit(kind.value.summary ?? "");
+        break;
       case "toolCall":
         visit(kind.value.name);
         visit(toolPayloadText(kind.value.arguments));
@@ -215,6 +218,9 @@ const charsEstimator: TokenEstimator = {
           case "text":
           case "reasoning":
             total += runeCount(kind.value.text);
+            break;
+          case "providerCompaction":
+            total += runeCount(kind.value.summary ?? "");
             break;
           case "toolCall":
             total += utf8ByteCount(kind.value.id) + utf8ByteCount(kind.value.name) + utf8ByteCount(toolPayloadText(kind.value.arguments));
@@ -298,6 +304,9 @@ function tokenizerEstimator(countText: TextTokenCounter, countPaced: PacedTextTo
           break;
         case "reasoning":
           total += count(kind.value.text);
+          break;
+        case "providerCompaction":
+          total += count(kind.value.summary ?? "");
           break;
         case "toolCall":
           total += framing.perToolCall + count(kind.value.name) + count(toolPayloadText(kind.value.arguments));

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BudgetStrategy, EstimatorKind, TransformationReason, type CompileRequestSchema, type CompileResult } from "#gen/contextd/v1/compile_pb";
 import {
   ContextService,
+  SummaryFactKind,
   type CompileSessionResponse,
   type SummarizeRequest,
   type SummarizeResponseSchema,
@@ -138,8 +139,11 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
     const [request] = second.asked;
     expect(request!.previousSummary?.id).toBe(firstSummary.id);
     expect(request!.messages[0]!.id).toBe(firstSummary.id);
-    const covered = ["m0", "m1", "m2", "m3", "m4", "m5", firstSummary.id, ...ids(request!.messages.slice(1))];
+    // The second summary replaces the first: it covers what the first covered, never the first itself.
+    const covered = ["m0", "m1", "m2", "m3", "m4", "m5", ...ids(request!.messages.slice(1))];
     expect(coveredBy(second.result.payload!.history[0])).toEqual(covered);
+    const replaced = second.result.payload!.history[0]!.provenance!.kind;
+    expect(replaced.case === "summary" && replaced.value.replacedSummaryIds).toEqual([firstSummary.id]);
     // The experiences block counts: it took history's room (the budget left less for it).
     expect(second.result.payload!.system.map((message) => message.id)).toEqual(["experiences"]);
     expect(second.result.usage!.reserved).toBe(10n);
@@ -147,6 +151,37 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
     const stored = await state(id);
     expect(coveredBy(stored.history[0])).toEqual(covered);
     expect(stored.history.filter((message) => coveredBy(message).length > 0)).toHaveLength(1);
+  });
+
+  it("asks with the summary template and the evidence of the range: paths, URLs, commands, errors, tool names, ids", async () => {
+    const id = "session/evidence";
+    const bash = (messageId: string, callId: string, command: string) =>
+      create(MessageSchema, { id: messageId, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: callId, name: "bash", arguments: { data: JSON.stringify({ command }) } } } }] });
+    const failed = (messageId: string, callId: string, output: string) =>
+      create(MessageSchema, { id: messageId, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "bash", payload: { text: output }, isError: true } } }] });
+    const version = await seed(id, [
+      text("e0", Role.USER, "The build of src/server.ts fails; see https://ci.example.com/runs/77."),
+      bash("e1", "k1", "npm run build"),
+      failed("e2", "k1", "error TS2345: Argument of type 'string' is not assignable\nsrc/server.ts(12,5)"),
+      text("e3", Role.ASSISTANT, "The fix is in commit 9c1e2f3a."),
+      text("e4", Role.USER, "Thanks, now the docs."),
+      text("e5", Role.ASSISTANT, "On it."),
+    ]);
+    const { asked, result: compiled } = await session({ conversationId: id, budget: { maxTokens: 30n, strategy: BudgetStrategy.SUMMARIZE, estimator: ten }, commit: { expectedVersion: version } }, (request) => summaryOf(request));
+    expect(asked[0]!.template!.sections.map((section) => section.key)).toEqual(["goal", "decisions", "open_questions", "files", "commands", "errors"]);
+    expect(asked[0]!.template!.text).toContain("## Commands\n");
+    expect(asked[0]!.facts.map((fact) => [SummaryFactKind[fact.kind], fact.text, fact.messageId])).toEqual([
+      ["URL", "https://ci.example.com/runs/77", "e0"],
+      ["FILE_PATH", "src/server.ts", "e0"],
+      ["TOOL_NAME", "bash", "e1"],
+      ["COMMAND", "npm run build", "e1"],
+      ["ERROR_MESSAGE", "error TS2345: Argument of type 'string' is not assignable", "e2"],
+      ["ID", "9c1e2f3a", "e3"],
+    ]);
+    expect(asked[0]!.factsTruncated).toBe(false);
+    // What the summary covered is readable from the stored state.
+    expect(coveredBy((await state(id)).history[0])).toEqual(ids(asked[0]!.messages));
+    expect(compiled.committedVersion).toBeGreaterThan(version);
   });
 
   it("auto_compact asks for a summary when the conversation exceeds the window, and says why", async () => {
@@ -277,6 +312,13 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
       // Only the head may be a summary.
       expect(payload.slice(1).every((message) => coveredBy(message).length === 0)).toBe(true);
       if (asked.length > 0) expect(coveredBy(payload[0])).toEqual(expect.arrayContaining(ids(asked[0]!.messages).filter((messageId) => !messageId.startsWith("summary:"))));
+      // No summary ever covers another summary: an earlier one is replaced and named as such.
+      expect(coveredBy(payload[0]).filter((messageId) => messageId.startsWith("summary:"))).toEqual([]);
+      const previous = asked[0]?.previousSummary;
+      if (previous) {
+        const kind = payload[0]!.provenance!.kind;
+        expect(kind.case === "summary" && kind.value.replacedSummaryIds.at(-1)).toBe(previous.id);
+      }
       version = compiled.committedVersion;
 
       // The model answers: a tool round (two calls on even turns), then text.
@@ -292,8 +334,9 @@ describe("CompileSession over gRPC (real sidecar on a real redis-server, grpc-js
     expect(ids(stored.system)).toEqual(["sys"]);
     const [head, ...rest] = stored.history;
     expect(rest.every((message) => coveredBy(message).length === 0)).toBe(true);
-    const coveredIds = coveredBy(head).filter((messageId) => !messageId.startsWith("summary:"));
-    expect([...coveredIds, ...ids(rest)]).toEqual(everything);
+    expect([...coveredBy(head), ...ids(rest)]).toEqual(everything);
+    const headKind = head!.provenance!.kind;
+    expect(headKind.case === "summary" && headKind.value.replacedSummaryIds).toHaveLength(summaries - 1);
     expect(analyzeToolRounds(stored.history, { allowOpenTail: false }).violations).toEqual([]);
   });
 });

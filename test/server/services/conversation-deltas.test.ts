@@ -2,7 +2,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ArtifactLifecycle, ArtifactSchema, MergePolicy } from "#gen/contextd/v1/artifact_pb";
-import { Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { ProvenanceSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../../src/core/deltas/apply-deltas.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
@@ -101,7 +101,7 @@ describe("applyDeltas", () => {
     expect(incomplete.rawMessage).toContain("deltas[0].append_tool_round: invalid tool round (open_tool_round_not_last)");
   });
 
-  it("compacts a prefix into a summary listing every covered id, rolling earlier summaries, never cutting or covering an open round", () => {
+  it("compacts a prefix into a summary listing every covered id, replacing earlier summaries (never covering one), never cutting or covering an open round", () => {
     let state = apply([
       appendHistory(textMessage("u1", Role.USER, "1"), textMessage("a1", Role.ASSISTANT, "2"), textMessage("u2", Role.USER, "3")),
       delta({ case: "compact", value: { summary: textMessage("s1", Role.SYSTEM, "first two"), throughMessageId: "a1", remember: ["  user  likes\ttea "] } }),
@@ -114,7 +114,14 @@ describe("applyDeltas", () => {
     state = apply([openTwoCalls, delta({ case: "compact", value: { summary: textMessage("s2", Role.SYSTEM, "all") } })], state);
     expect(state.history.map((message) => message.id)).toEqual(["s2", "gen_1"]);
     const rolled = state.history[0]!.provenance!.kind;
-    expect(rolled.case === "summary" && rolled.value.coveredMessageIds).toEqual(["u1", "a1", "s1", "u2"]);
+    expect(rolled.case === "summary" && rolled.value.coveredMessageIds).toEqual(["u1", "a1", "u2"]);
+    expect(rolled.case === "summary" && rolled.value.replacedSummaryIds).toEqual(["s1"]);
+
+    // A summary appended by hand that covers another summary is refused: summaries never nest.
+    const nesting = { ...textMessage("s9", Role.SYSTEM, "nested"), provenance: create(ProvenanceSchema, { kind: { case: "summary", value: { coveredMessageIds: ["u1", "s2"] } } }) };
+    const nested = thrownConnectError(() => apply([appendHistory(nesting)], state));
+    expect(nested.code).toBe(Code.InvalidArgument);
+    expect(nested.rawMessage).toContain('deltas[0].append_messages: messages[0].provenance.summary.covered_message_ids names "s2", which is a summary: a summary replaces an earlier one');
 
     const open = thrownConnectError(() => apply([delta({ case: "compact", value: { summary: textMessage("s3", Role.SYSTEM, "x"), throughMessageId: "gen_1" } })], state));
     expect(open.rawMessage).toContain("deltas[0].compact: through_message_id: \"gen_1\" is in the open tool round");

@@ -21,6 +21,78 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What kind of fact a `SummaryFact` is.
+type SummaryFactKind int32
+
+const (
+	// Not set.
+	SummaryFactKind_SUMMARY_FACT_KIND_UNSPECIFIED SummaryFactKind = 0
+	// A file path ("src/app.ts", "/var/log/app.log", "./scripts/test.sh").
+	SummaryFactKind_SUMMARY_FACT_KIND_FILE_PATH SummaryFactKind = 1
+	// An http(s) URL.
+	SummaryFactKind_SUMMARY_FACT_KIND_URL SummaryFactKind = 2
+	// A command: a tool call's `command` / `cmd` argument, a line after a "$ " prompt, or inline code
+	// that starts with a common command-line program.
+	SummaryFactKind_SUMMARY_FACT_KIND_COMMAND SummaryFactKind = 3
+	// An error message: the first line of a tool result marked `is_error`, or a line naming an error
+	// ("TypeError: ...", "error: ...", "FAIL ...", "panic: ...").
+	SummaryFactKind_SUMMARY_FACT_KIND_ERROR_MESSAGE SummaryFactKind = 4
+	// The name of a tool that was called.
+	SummaryFactKind_SUMMARY_FACT_KIND_TOOL_NAME SummaryFactKind = 5
+	// An identifier: a UUID, a commit hash (7 to 40 hex digits with a letter and a digit), an issue
+	// key ("PROJ-123").
+	SummaryFactKind_SUMMARY_FACT_KIND_ID SummaryFactKind = 6
+)
+
+// Enum value maps for SummaryFactKind.
+var (
+	SummaryFactKind_name = map[int32]string{
+		0: "SUMMARY_FACT_KIND_UNSPECIFIED",
+		1: "SUMMARY_FACT_KIND_FILE_PATH",
+		2: "SUMMARY_FACT_KIND_URL",
+		3: "SUMMARY_FACT_KIND_COMMAND",
+		4: "SUMMARY_FACT_KIND_ERROR_MESSAGE",
+		5: "SUMMARY_FACT_KIND_TOOL_NAME",
+		6: "SUMMARY_FACT_KIND_ID",
+	}
+	SummaryFactKind_value = map[string]int32{
+		"SUMMARY_FACT_KIND_UNSPECIFIED":   0,
+		"SUMMARY_FACT_KIND_FILE_PATH":     1,
+		"SUMMARY_FACT_KIND_URL":           2,
+		"SUMMARY_FACT_KIND_COMMAND":       3,
+		"SUMMARY_FACT_KIND_ERROR_MESSAGE": 4,
+		"SUMMARY_FACT_KIND_TOOL_NAME":     5,
+		"SUMMARY_FACT_KIND_ID":            6,
+	}
+)
+
+func (x SummaryFactKind) Enum() *SummaryFactKind {
+	p := new(SummaryFactKind)
+	*p = x
+	return p
+}
+
+func (x SummaryFactKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SummaryFactKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_contextd_v1_context_service_proto_enumTypes[0].Descriptor()
+}
+
+func (SummaryFactKind) Type() protoreflect.EnumType {
+	return &file_contextd_v1_context_service_proto_enumTypes[0]
+}
+
+func (x SummaryFactKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SummaryFactKind.Descriptor instead.
+func (SummaryFactKind) EnumDescriptor() ([]byte, []int) {
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{0}
+}
+
 // The request of `ReportUsage`: one provider response's input token count for one compile. A
 // separate call and not a delta, because a correction belongs to a provider and model, not to a
 // conversation: stateless compiles learn too, and no conversation's version moves.
@@ -630,9 +702,21 @@ type SummarizeRequest struct {
 	// The summary already at the head of history, if any (it is among `messages` too).
 	PreviousSummary *Message `protobuf:"bytes,4,opt,name=previous_summary,json=previousSummary,proto3" json:"previous_summary,omitempty"`
 	// Why: "summarize_strategy" or "auto_compact".
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The sections the summary should have, so decisions survive with their evidence: goal,
+	// decisions, open questions, files, commands, errors. Always set; the caller's summarizer may
+	// put `template.text` in its prompt.
+	Template *SummaryTemplate `protobuf:"bytes,400,opt,name=template,proto3" json:"template,omitempty"`
+	// Facts found mechanically in `messages` (file paths, URLs, commands, error messages, tool names,
+	// ids), each once, in the order they first appear, for the summary to keep word for word. Found
+	// by linear-time patterns; at most 256 facts of at most 512 characters each, from at most 64 Ki
+	// characters of each text (the first and last 32 Ki of a longer one) and 1 Mi characters in all
+	// (`facts_truncated` says when a bound cut the list short).
+	Facts []*SummaryFact `protobuf:"bytes,401,rep,name=facts,proto3" json:"facts,omitempty"`
+	// True when a bound above left facts out.
+	FactsTruncated bool `protobuf:"varint,402,opt,name=facts_truncated,json=factsTruncated,proto3" json:"facts_truncated,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SummarizeRequest) Reset() {
@@ -700,6 +784,210 @@ func (x *SummarizeRequest) GetReason() string {
 	return ""
 }
 
+func (x *SummarizeRequest) GetTemplate() *SummaryTemplate {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *SummarizeRequest) GetFacts() []*SummaryFact {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *SummarizeRequest) GetFactsTruncated() bool {
+	if x != nil {
+		return x.FactsTruncated
+	}
+	return false
+}
+
+// A structured summary's sections, in order.
+type SummaryTemplate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sections.
+	Sections []*SummaryTemplateSection `protobuf:"bytes,400,rep,name=sections,proto3" json:"sections,omitempty"`
+	// The sections as prompt text: one "## <title>" heading per section with its instruction.
+	Text          string `protobuf:"bytes,401,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryTemplate) Reset() {
+	*x = SummaryTemplate{}
+	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryTemplate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryTemplate) ProtoMessage() {}
+
+func (x *SummaryTemplate) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryTemplate.ProtoReflect.Descriptor instead.
+func (*SummaryTemplate) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SummaryTemplate) GetSections() []*SummaryTemplateSection {
+	if x != nil {
+		return x.Sections
+	}
+	return nil
+}
+
+func (x *SummaryTemplate) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// One section of a `SummaryTemplate`.
+type SummaryTemplateSection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The section's stable key: "goal", "decisions", "open_questions", "files", "commands", "errors".
+	Key string `protobuf:"bytes,400,opt,name=key,proto3" json:"key,omitempty"`
+	// Its heading, for example "Open questions".
+	Title string `protobuf:"bytes,401,opt,name=title,proto3" json:"title,omitempty"`
+	// What belongs in it.
+	Instruction   string `protobuf:"bytes,402,opt,name=instruction,proto3" json:"instruction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryTemplateSection) Reset() {
+	*x = SummaryTemplateSection{}
+	mi := &file_contextd_v1_context_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryTemplateSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryTemplateSection) ProtoMessage() {}
+
+func (x *SummaryTemplateSection) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_context_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryTemplateSection.ProtoReflect.Descriptor instead.
+func (*SummaryTemplateSection) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SummaryTemplateSection) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SummaryTemplateSection) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SummaryTemplateSection) GetInstruction() string {
+	if x != nil {
+		return x.Instruction
+	}
+	return ""
+}
+
+// One fact found in the messages to summarise.
+type SummaryFact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What kind of fact.
+	Kind SummaryFactKind `protobuf:"varint,400,opt,name=kind,proto3,enum=contextd.v1.SummaryFactKind" json:"kind,omitempty"`
+	// The fact as it appears (cut to 512 characters at a character boundary).
+	Text string `protobuf:"bytes,401,opt,name=text,proto3" json:"text,omitempty"`
+	// The message it first appears in.
+	MessageId     string `protobuf:"bytes,402,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryFact) Reset() {
+	*x = SummaryFact{}
+	mi := &file_contextd_v1_context_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryFact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryFact) ProtoMessage() {}
+
+func (x *SummaryFact) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_context_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryFact.ProtoReflect.Descriptor instead.
+func (*SummaryFact) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SummaryFact) GetKind() SummaryFactKind {
+	if x != nil {
+		return x.Kind
+	}
+	return SummaryFactKind_SUMMARY_FACT_KIND_UNSPECIFIED
+}
+
+func (x *SummaryFact) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *SummaryFact) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
 // The caller's summary.
 type SummarizeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -716,7 +1004,7 @@ type SummarizeResponse struct {
 
 func (x *SummarizeResponse) Reset() {
 	*x = SummarizeResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1016,7 @@ func (x *SummarizeResponse) String() string {
 func (*SummarizeResponse) ProtoMessage() {}
 
 func (x *SummarizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1029,7 @@ func (x *SummarizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SummarizeResponse) GetRequestId() string {
@@ -781,7 +1069,7 @@ type CompileSessionRequest struct {
 
 func (x *CompileSessionRequest) Reset() {
 	*x = CompileSessionRequest{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1081,7 @@ func (x *CompileSessionRequest) String() string {
 func (*CompileSessionRequest) ProtoMessage() {}
 
 func (x *CompileSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1094,7 @@ func (x *CompileSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSessionRequest.ProtoReflect.Descriptor instead.
 func (*CompileSessionRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{11}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompileSessionRequest) GetKind() isCompileSessionRequest_Kind {
@@ -869,7 +1157,7 @@ type CompileSessionResponse struct {
 
 func (x *CompileSessionResponse) Reset() {
 	*x = CompileSessionResponse{}
-	mi := &file_contextd_v1_context_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1169,7 @@ func (x *CompileSessionResponse) String() string {
 func (*CompileSessionResponse) ProtoMessage() {}
 
 func (x *CompileSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_context_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_context_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1182,7 @@ func (x *CompileSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileSessionResponse.ProtoReflect.Descriptor instead.
 func (*CompileSessionResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{12}
+	return file_contextd_v1_context_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompileSessionResponse) GetKind() isCompileSessionResponse_Kind {
@@ -998,14 +1286,29 @@ const file_contextd_v1_context_service_proto_rawDesc = "" +
 	"\bsnapshot\x18\x03 \x01(\v2\x15.contextd.v1.SnapshotR\bsnapshot\x120\n" +
 	"\bsegments\x18\x04 \x03(\x0e2\x14.contextd.v1.SegmentR\bsegments\"$\n" +
 	"\x0eRenderResponse\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\xe1\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\xf7\x02\n" +
 	"\x10SummarizeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.contextd.v1.MessageR\bmessages\x12#\n" +
 	"\rtarget_tokens\x18\x03 \x01(\x03R\ftargetTokens\x12?\n" +
 	"\x10previous_summary\x18\x04 \x01(\v2\x14.contextd.v1.MessageR\x0fpreviousSummary\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"~\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x129\n" +
+	"\btemplate\x18\x90\x03 \x01(\v2\x1c.contextd.v1.SummaryTemplateR\btemplate\x12/\n" +
+	"\x05facts\x18\x91\x03 \x03(\v2\x18.contextd.v1.SummaryFactR\x05facts\x12(\n" +
+	"\x0ffacts_truncated\x18\x92\x03 \x01(\bR\x0efactsTruncated\"h\n" +
+	"\x0fSummaryTemplate\x12@\n" +
+	"\bsections\x18\x90\x03 \x03(\v2#.contextd.v1.SummaryTemplateSectionR\bsections\x12\x13\n" +
+	"\x04text\x18\x91\x03 \x01(\tR\x04text\"e\n" +
+	"\x16SummaryTemplateSection\x12\x11\n" +
+	"\x03key\x18\x90\x03 \x01(\tR\x03key\x12\x15\n" +
+	"\x05title\x18\x91\x03 \x01(\tR\x05title\x12!\n" +
+	"\vinstruction\x18\x92\x03 \x01(\tR\vinstruction\"u\n" +
+	"\vSummaryFact\x121\n" +
+	"\x04kind\x18\x90\x03 \x01(\x0e2\x1c.contextd.v1.SummaryFactKindR\x04kind\x12\x13\n" +
+	"\x04text\x18\x91\x03 \x01(\tR\x04text\x12\x1e\n" +
+	"\n" +
+	"message_id\x18\x92\x03 \x01(\tR\tmessageId\"~\n" +
 	"\x11SummarizeResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12.\n" +
@@ -1019,7 +1322,15 @@ const file_contextd_v1_context_service_proto_rawDesc = "" +
 	"\x11summarize_request\x18\x01 \x01(\v2\x1d.contextd.v1.SummarizeRequestH\x00R\x10summarizeRequest\x122\n" +
 	"\x05event\x18\x02 \x01(\v2\x1a.contextd.v1.ObserverEventH\x00R\x05event\x124\n" +
 	"\x06result\x18\x03 \x01(\v2\x1a.contextd.v1.CompileResultH\x00R\x06resultB\x06\n" +
-	"\x04kind2\xf6\x03\n" +
+	"\x04kind*\xef\x01\n" +
+	"\x0fSummaryFactKind\x12!\n" +
+	"\x1dSUMMARY_FACT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bSUMMARY_FACT_KIND_FILE_PATH\x10\x01\x12\x19\n" +
+	"\x15SUMMARY_FACT_KIND_URL\x10\x02\x12\x1d\n" +
+	"\x19SUMMARY_FACT_KIND_COMMAND\x10\x03\x12#\n" +
+	"\x1fSUMMARY_FACT_KIND_ERROR_MESSAGE\x10\x04\x12\x1f\n" +
+	"\x1bSUMMARY_FACT_KIND_TOOL_NAME\x10\x05\x12\x18\n" +
+	"\x14SUMMARY_FACT_KIND_ID\x10\x062\xf6\x03\n" +
 	"\x0eContextService\x12D\n" +
 	"\aCompile\x12\x1b.contextd.v1.CompileRequest\x1a\x1c.contextd.v1.CompileResponse\x12X\n" +
 	"\rCompileStream\x12!.contextd.v1.CompileStreamRequest\x1a\".contextd.v1.CompileStreamResponse0\x01\x12P\n" +
@@ -1041,69 +1352,78 @@ func file_contextd_v1_context_service_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_context_service_proto_rawDescData
 }
 
-var file_contextd_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_contextd_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_contextd_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_contextd_v1_context_service_proto_goTypes = []any{
-	(*ReportUsageRequest)(nil),     // 0: contextd.v1.ReportUsageRequest
-	(*ReportUsageResponse)(nil),    // 1: contextd.v1.ReportUsageResponse
-	(*CompileResponse)(nil),        // 2: contextd.v1.CompileResponse
-	(*CompileStreamRequest)(nil),   // 3: contextd.v1.CompileStreamRequest
-	(*CompileStreamResponse)(nil),  // 4: contextd.v1.CompileStreamResponse
-	(*CountTokensRequest)(nil),     // 5: contextd.v1.CountTokensRequest
-	(*CountTokensResponse)(nil),    // 6: contextd.v1.CountTokensResponse
-	(*RenderRequest)(nil),          // 7: contextd.v1.RenderRequest
-	(*RenderResponse)(nil),         // 8: contextd.v1.RenderResponse
-	(*SummarizeRequest)(nil),       // 9: contextd.v1.SummarizeRequest
-	(*SummarizeResponse)(nil),      // 10: contextd.v1.SummarizeResponse
-	(*CompileSessionRequest)(nil),  // 11: contextd.v1.CompileSessionRequest
-	(*CompileSessionResponse)(nil), // 12: contextd.v1.CompileSessionResponse
-	(Provider)(0),                  // 13: contextd.v1.Provider
-	(EstimatorKind)(0),             // 14: contextd.v1.EstimatorKind
-	(*CompileResult)(nil),          // 15: contextd.v1.CompileResult
-	(*CompileRequest)(nil),         // 16: contextd.v1.CompileRequest
-	(*ObserverEvent)(nil),          // 17: contextd.v1.ObserverEvent
-	(*Message)(nil),                // 18: contextd.v1.Message
-	(*ToolDefinition)(nil),         // 19: contextd.v1.ToolDefinition
-	(*Estimator)(nil),              // 20: contextd.v1.Estimator
-	(*Snapshot)(nil),               // 21: contextd.v1.Snapshot
-	(Segment)(0),                   // 22: contextd.v1.Segment
+	(SummaryFactKind)(0),           // 0: contextd.v1.SummaryFactKind
+	(*ReportUsageRequest)(nil),     // 1: contextd.v1.ReportUsageRequest
+	(*ReportUsageResponse)(nil),    // 2: contextd.v1.ReportUsageResponse
+	(*CompileResponse)(nil),        // 3: contextd.v1.CompileResponse
+	(*CompileStreamRequest)(nil),   // 4: contextd.v1.CompileStreamRequest
+	(*CompileStreamResponse)(nil),  // 5: contextd.v1.CompileStreamResponse
+	(*CountTokensRequest)(nil),     // 6: contextd.v1.CountTokensRequest
+	(*CountTokensResponse)(nil),    // 7: contextd.v1.CountTokensResponse
+	(*RenderRequest)(nil),          // 8: contextd.v1.RenderRequest
+	(*RenderResponse)(nil),         // 9: contextd.v1.RenderResponse
+	(*SummarizeRequest)(nil),       // 10: contextd.v1.SummarizeRequest
+	(*SummaryTemplate)(nil),        // 11: contextd.v1.SummaryTemplate
+	(*SummaryTemplateSection)(nil), // 12: contextd.v1.SummaryTemplateSection
+	(*SummaryFact)(nil),            // 13: contextd.v1.SummaryFact
+	(*SummarizeResponse)(nil),      // 14: contextd.v1.SummarizeResponse
+	(*CompileSessionRequest)(nil),  // 15: contextd.v1.CompileSessionRequest
+	(*CompileSessionResponse)(nil), // 16: contextd.v1.CompileSessionResponse
+	(Provider)(0),                  // 17: contextd.v1.Provider
+	(EstimatorKind)(0),             // 18: contextd.v1.EstimatorKind
+	(*CompileResult)(nil),          // 19: contextd.v1.CompileResult
+	(*CompileRequest)(nil),         // 20: contextd.v1.CompileRequest
+	(*ObserverEvent)(nil),          // 21: contextd.v1.ObserverEvent
+	(*Message)(nil),                // 22: contextd.v1.Message
+	(*ToolDefinition)(nil),         // 23: contextd.v1.ToolDefinition
+	(*Estimator)(nil),              // 24: contextd.v1.Estimator
+	(*Snapshot)(nil),               // 25: contextd.v1.Snapshot
+	(Segment)(0),                   // 26: contextd.v1.Segment
 }
 var file_contextd_v1_context_service_proto_depIdxs = []int32{
-	13, // 0: contextd.v1.ReportUsageRequest.provider:type_name -> contextd.v1.Provider
-	14, // 1: contextd.v1.ReportUsageRequest.estimator:type_name -> contextd.v1.EstimatorKind
-	15, // 2: contextd.v1.CompileResponse.result:type_name -> contextd.v1.CompileResult
-	16, // 3: contextd.v1.CompileStreamRequest.request:type_name -> contextd.v1.CompileRequest
-	17, // 4: contextd.v1.CompileStreamResponse.event:type_name -> contextd.v1.ObserverEvent
-	15, // 5: contextd.v1.CompileStreamResponse.result:type_name -> contextd.v1.CompileResult
-	18, // 6: contextd.v1.CountTokensRequest.messages:type_name -> contextd.v1.Message
-	19, // 7: contextd.v1.CountTokensRequest.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	20, // 8: contextd.v1.CountTokensRequest.estimator:type_name -> contextd.v1.Estimator
-	21, // 9: contextd.v1.RenderRequest.snapshot:type_name -> contextd.v1.Snapshot
-	22, // 10: contextd.v1.RenderRequest.segments:type_name -> contextd.v1.Segment
-	18, // 11: contextd.v1.SummarizeRequest.messages:type_name -> contextd.v1.Message
-	18, // 12: contextd.v1.SummarizeRequest.previous_summary:type_name -> contextd.v1.Message
-	18, // 13: contextd.v1.SummarizeResponse.summary:type_name -> contextd.v1.Message
-	16, // 14: contextd.v1.CompileSessionRequest.compile:type_name -> contextd.v1.CompileRequest
-	10, // 15: contextd.v1.CompileSessionRequest.summarize_response:type_name -> contextd.v1.SummarizeResponse
-	9,  // 16: contextd.v1.CompileSessionResponse.summarize_request:type_name -> contextd.v1.SummarizeRequest
-	17, // 17: contextd.v1.CompileSessionResponse.event:type_name -> contextd.v1.ObserverEvent
-	15, // 18: contextd.v1.CompileSessionResponse.result:type_name -> contextd.v1.CompileResult
-	16, // 19: contextd.v1.ContextService.Compile:input_type -> contextd.v1.CompileRequest
-	3,  // 20: contextd.v1.ContextService.CompileStream:input_type -> contextd.v1.CompileStreamRequest
-	5,  // 21: contextd.v1.ContextService.CountTokens:input_type -> contextd.v1.CountTokensRequest
-	7,  // 22: contextd.v1.ContextService.Render:input_type -> contextd.v1.RenderRequest
-	11, // 23: contextd.v1.ContextService.CompileSession:input_type -> contextd.v1.CompileSessionRequest
-	0,  // 24: contextd.v1.ContextService.ReportUsage:input_type -> contextd.v1.ReportUsageRequest
-	2,  // 25: contextd.v1.ContextService.Compile:output_type -> contextd.v1.CompileResponse
-	4,  // 26: contextd.v1.ContextService.CompileStream:output_type -> contextd.v1.CompileStreamResponse
-	6,  // 27: contextd.v1.ContextService.CountTokens:output_type -> contextd.v1.CountTokensResponse
-	8,  // 28: contextd.v1.ContextService.Render:output_type -> contextd.v1.RenderResponse
-	12, // 29: contextd.v1.ContextService.CompileSession:output_type -> contextd.v1.CompileSessionResponse
-	1,  // 30: contextd.v1.ContextService.ReportUsage:output_type -> contextd.v1.ReportUsageResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	17, // 0: contextd.v1.ReportUsageRequest.provider:type_name -> contextd.v1.Provider
+	18, // 1: contextd.v1.ReportUsageRequest.estimator:type_name -> contextd.v1.EstimatorKind
+	19, // 2: contextd.v1.CompileResponse.result:type_name -> contextd.v1.CompileResult
+	20, // 3: contextd.v1.CompileStreamRequest.request:type_name -> contextd.v1.CompileRequest
+	21, // 4: contextd.v1.CompileStreamResponse.event:type_name -> contextd.v1.ObserverEvent
+	19, // 5: contextd.v1.CompileStreamResponse.result:type_name -> contextd.v1.CompileResult
+	22, // 6: contextd.v1.CountTokensRequest.messages:type_name -> contextd.v1.Message
+	23, // 7: contextd.v1.CountTokensRequest.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	24, // 8: contextd.v1.CountTokensRequest.estimator:type_name -> contextd.v1.Estimator
+	25, // 9: contextd.v1.RenderRequest.snapshot:type_name -> contextd.v1.Snapshot
+	26, // 10: contextd.v1.RenderRequest.segments:type_name -> contextd.v1.Segment
+	22, // 11: contextd.v1.SummarizeRequest.messages:type_name -> contextd.v1.Message
+	22, // 12: contextd.v1.SummarizeRequest.previous_summary:type_name -> contextd.v1.Message
+	11, // 13: contextd.v1.SummarizeRequest.template:type_name -> contextd.v1.SummaryTemplate
+	13, // 14: contextd.v1.SummarizeRequest.facts:type_name -> contextd.v1.SummaryFact
+	12, // 15: contextd.v1.SummaryTemplate.sections:type_name -> contextd.v1.SummaryTemplateSection
+	0,  // 16: contextd.v1.SummaryFact.kind:type_name -> contextd.v1.SummaryFactKind
+	22, // 17: contextd.v1.SummarizeResponse.summary:type_name -> contextd.v1.Message
+	20, // 18: contextd.v1.CompileSessionRequest.compile:type_name -> contextd.v1.CompileRequest
+	14, // 19: contextd.v1.CompileSessionRequest.summarize_response:type_name -> contextd.v1.SummarizeResponse
+	10, // 20: contextd.v1.CompileSessionResponse.summarize_request:type_name -> contextd.v1.SummarizeRequest
+	21, // 21: contextd.v1.CompileSessionResponse.event:type_name -> contextd.v1.ObserverEvent
+	19, // 22: contextd.v1.CompileSessionResponse.result:type_name -> contextd.v1.CompileResult
+	20, // 23: contextd.v1.ContextService.Compile:input_type -> contextd.v1.CompileRequest
+	4,  // 24: contextd.v1.ContextService.CompileStream:input_type -> contextd.v1.CompileStreamRequest
+	6,  // 25: contextd.v1.ContextService.CountTokens:input_type -> contextd.v1.CountTokensRequest
+	8,  // 26: contextd.v1.ContextService.Render:input_type -> contextd.v1.RenderRequest
+	15, // 27: contextd.v1.ContextService.CompileSession:input_type -> contextd.v1.CompileSessionRequest
+	1,  // 28: contextd.v1.ContextService.ReportUsage:input_type -> contextd.v1.ReportUsageRequest
+	3,  // 29: contextd.v1.ContextService.Compile:output_type -> contextd.v1.CompileResponse
+	5,  // 30: contextd.v1.ContextService.CompileStream:output_type -> contextd.v1.CompileStreamResponse
+	7,  // 31: contextd.v1.ContextService.CountTokens:output_type -> contextd.v1.CountTokensResponse
+	9,  // 32: contextd.v1.ContextService.Render:output_type -> contextd.v1.RenderResponse
+	16, // 33: contextd.v1.ContextService.CompileSession:output_type -> contextd.v1.CompileSessionResponse
+	2,  // 34: contextd.v1.ContextService.ReportUsage:output_type -> contextd.v1.ReportUsageResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_context_service_proto_init() }
@@ -1119,11 +1439,11 @@ func file_contextd_v1_context_service_proto_init() {
 		(*CompileStreamResponse_Event)(nil),
 		(*CompileStreamResponse_Result)(nil),
 	}
-	file_contextd_v1_context_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_contextd_v1_context_service_proto_msgTypes[14].OneofWrappers = []any{
 		(*CompileSessionRequest_Compile)(nil),
 		(*CompileSessionRequest_SummarizeResponse)(nil),
 	}
-	file_contextd_v1_context_service_proto_msgTypes[12].OneofWrappers = []any{
+	file_contextd_v1_context_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*CompileSessionResponse_SummarizeRequest)(nil),
 		(*CompileSessionResponse_Event)(nil),
 		(*CompileSessionResponse_Result)(nil),
@@ -1133,13 +1453,14 @@ func file_contextd_v1_context_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_context_service_proto_rawDesc), len(file_contextd_v1_context_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   13,
+			NumEnums:      1,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_contextd_v1_context_service_proto_goTypes,
 		DependencyIndexes: file_contextd_v1_context_service_proto_depIdxs,
+		EnumInfos:         file_contextd_v1_context_service_proto_enumTypes,
 		MessageInfos:      file_contextd_v1_context_service_proto_msgTypes,
 	}.Build()
 	File_contextd_v1_context_service_proto = out.File

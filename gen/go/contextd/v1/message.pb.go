@@ -921,6 +921,7 @@ type Part struct {
 	//	*Part_ToolResult
 	//	*Part_Reasoning
 	//	*Part_File
+	//	*Part_ProviderCompaction
 	Kind          isPart_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1017,6 +1018,15 @@ func (x *Part) GetFile() *FilePart {
 	return nil
 }
 
+func (x *Part) GetProviderCompaction() *ProviderCompactionPart {
+	if x != nil {
+		if x, ok := x.Kind.(*Part_ProviderCompaction); ok {
+			return x.ProviderCompaction
+		}
+	}
+	return nil
+}
+
 type isPart_Kind interface {
 	isPart_Kind()
 }
@@ -1051,6 +1061,13 @@ type Part_File struct {
 	File *FilePart `protobuf:"bytes,6,opt,name=file,proto3,oneof"`
 }
 
+type Part_ProviderCompaction struct {
+	// A provider's own compaction of the conversation before it (an Anthropic `compaction`
+	// block, an OpenAI Responses `compaction` item), sent back byte for byte only to that
+	// provider. See `ProviderCompactionPart`.
+	ProviderCompaction *ProviderCompactionPart `protobuf:"bytes,400,opt,name=provider_compaction,json=providerCompaction,proto3,oneof"`
+}
+
 func (*Part_Text) isPart_Kind() {}
 
 func (*Part_Image) isPart_Kind() {}
@@ -1062,6 +1079,8 @@ func (*Part_ToolResult) isPart_Kind() {}
 func (*Part_Reasoning) isPart_Kind() {}
 
 func (*Part_File) isPart_Kind() {}
+
+func (*Part_ProviderCompaction) isPart_Kind() {}
 
 // Plain text content.
 type TextPart struct {
@@ -1449,6 +1468,110 @@ func (x *ReasoningPart) GetItemId() string {
 	return ""
 }
 
+// A provider's compaction of everything before it: an Anthropic Messages `compaction` block (beta
+// `compact_20260112`) or an OpenAI Responses `compaction` item (`context_management` with
+// `compact_threshold`, or `/responses/compact`). `append_provider_response` and
+// `append_provider_stream` store it as it came; the opaque fields are kept byte for byte.
+//
+// Rendering for `provider`: the latest compaction part with content in history stands for
+// everything before it, which is not sent (nor counted by the budget and `Usage`); the body starts
+// with it. For another provider: contextd's own summary of that range is sent instead (the
+// summaries before the compaction part, when they cover every other message there), and the
+// compaction part is left out; without such a summary the compile is FAILED_PRECONDITION with rule
+// `<provider>.provider_compaction` naming the message (docs/provider-bodies.md).
+type ProviderCompactionPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider that produced it: PROVIDER_ANTHROPIC_MESSAGES or PROVIDER_OPENAI_RESPONSES.
+	Provider Provider `protobuf:"varint,400,opt,name=provider,proto3,enum=contextd.v1.Provider" json:"provider,omitempty"`
+	// Anthropic `content`: the summary text the block carries. Unset when the block's `content` is
+	// null, a failed compaction, which Anthropic treats as a no-op and contextd does not send.
+	// OpenAI compaction items carry no readable summary: unset.
+	Summary *string `protobuf:"bytes,401,opt,name=summary,proto3,oneof" json:"summary,omitempty"`
+	// `encrypted_content`, byte for byte. Unset when Anthropic sent null; an OpenAI item always has it.
+	EncryptedContent *string `protobuf:"bytes,402,opt,name=encrypted_content,json=encryptedContent,proto3,oneof" json:"encrypted_content,omitempty"`
+	// Anthropic `signature` over the summary, byte for byte. Unset when absent or null.
+	Signature *string `protobuf:"bytes,403,opt,name=signature,proto3,oneof" json:"signature,omitempty"`
+	// Anthropic `tool_changes` as the JSON text of the array the block came with (re-serialized
+	// compactly), sent back unchanged; "null" when the block said null, empty when it had none.
+	ToolChangesJson string `protobuf:"bytes,404,opt,name=tool_changes_json,json=toolChangesJson,proto3" json:"tool_changes_json,omitempty"`
+	// OpenAI compaction item `id` ("cmp_..."), byte for byte; empty when the item had none.
+	ItemId        string `protobuf:"bytes,405,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderCompactionPart) Reset() {
+	*x = ProviderCompactionPart{}
+	mi := &file_contextd_v1_message_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderCompactionPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderCompactionPart) ProtoMessage() {}
+
+func (x *ProviderCompactionPart) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_message_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderCompactionPart.ProtoReflect.Descriptor instead.
+func (*ProviderCompactionPart) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ProviderCompactionPart) GetProvider() Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return Provider_PROVIDER_UNSPECIFIED
+}
+
+func (x *ProviderCompactionPart) GetSummary() string {
+	if x != nil && x.Summary != nil {
+		return *x.Summary
+	}
+	return ""
+}
+
+func (x *ProviderCompactionPart) GetEncryptedContent() string {
+	if x != nil && x.EncryptedContent != nil {
+		return *x.EncryptedContent
+	}
+	return ""
+}
+
+func (x *ProviderCompactionPart) GetSignature() string {
+	if x != nil && x.Signature != nil {
+		return *x.Signature
+	}
+	return ""
+}
+
+func (x *ProviderCompactionPart) GetToolChangesJson() string {
+	if x != nil {
+		return x.ToolChangesJson
+	}
+	return ""
+}
+
+func (x *ProviderCompactionPart) GetItemId() string {
+	if x != nil {
+		return x.ItemId
+	}
+	return ""
+}
+
 // A file. Set either `data` or `uri`.
 type FilePart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1466,7 +1589,7 @@ type FilePart struct {
 
 func (x *FilePart) Reset() {
 	*x = FilePart{}
-	mi := &file_contextd_v1_message_proto_msgTypes[13]
+	mi := &file_contextd_v1_message_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1601,7 @@ func (x *FilePart) String() string {
 func (*FilePart) ProtoMessage() {}
 
 func (x *FilePart) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[13]
+	mi := &file_contextd_v1_message_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1614,7 @@ func (x *FilePart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilePart.ProtoReflect.Descriptor instead.
 func (*FilePart) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_message_proto_rawDescGZIP(), []int{13}
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FilePart) GetMimeType() string {
@@ -1546,7 +1669,7 @@ type ToolPayload struct {
 
 func (x *ToolPayload) Reset() {
 	*x = ToolPayload{}
-	mi := &file_contextd_v1_message_proto_msgTypes[14]
+	mi := &file_contextd_v1_message_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1681,7 @@ func (x *ToolPayload) String() string {
 func (*ToolPayload) ProtoMessage() {}
 
 func (x *ToolPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[14]
+	mi := &file_contextd_v1_message_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1694,7 @@ func (x *ToolPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolPayload.ProtoReflect.Descriptor instead.
 func (*ToolPayload) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_message_proto_rawDescGZIP(), []int{14}
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolPayload) GetText() string {
@@ -1629,7 +1752,7 @@ type BinaryPayload struct {
 
 func (x *BinaryPayload) Reset() {
 	*x = BinaryPayload{}
-	mi := &file_contextd_v1_message_proto_msgTypes[15]
+	mi := &file_contextd_v1_message_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1764,7 @@ func (x *BinaryPayload) String() string {
 func (*BinaryPayload) ProtoMessage() {}
 
 func (x *BinaryPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[15]
+	mi := &file_contextd_v1_message_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1777,7 @@ func (x *BinaryPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryPayload.ProtoReflect.Descriptor instead.
 func (*BinaryPayload) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_message_proto_rawDescGZIP(), []int{15}
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BinaryPayload) GetData() []byte {
@@ -1684,7 +1807,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_contextd_v1_message_proto_msgTypes[16]
+	mi := &file_contextd_v1_message_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1819,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[16]
+	mi := &file_contextd_v1_message_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1832,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_message_proto_rawDescGZIP(), []int{16}
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolError) GetCode() string {
@@ -1741,7 +1864,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_contextd_v1_message_proto_msgTypes[17]
+	mi := &file_contextd_v1_message_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1876,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[17]
+	mi := &file_contextd_v1_message_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1889,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_message_proto_rawDescGZIP(), []int{17}
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolProgress) GetCurrent() float64 {
@@ -1803,7 +1926,7 @@ type ToolControl struct {
 
 func (x *ToolControl) Reset() {
 	*x = ToolControl{}
-	mi := &file_contextd_v1_message_proto_msgTypes[18]
+	mi := &file_contextd_v1_message_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1938,7 @@ func (x *ToolControl) String() string {
 func (*ToolControl) ProtoMessage() {}
 
 func (x *ToolControl) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[18]
+	mi := &file_contextd_v1_message_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1951,7 @@ func (x *ToolControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolControl.ProtoReflect.Descriptor instead.
 func (*ToolControl) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_message_proto_rawDescGZIP(), []int{18}
+	return file_contextd_v1_message_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolControl) GetAction() string {
@@ -1858,7 +1981,7 @@ type Provenance_User struct {
 
 func (x *Provenance_User) Reset() {
 	*x = Provenance_User{}
-	mi := &file_contextd_v1_message_proto_msgTypes[19]
+	mi := &file_contextd_v1_message_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1993,7 @@ func (x *Provenance_User) String() string {
 func (*Provenance_User) ProtoMessage() {}
 
 func (x *Provenance_User) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[19]
+	mi := &file_contextd_v1_message_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2034,7 @@ type Provenance_System struct {
 
 func (x *Provenance_System) Reset() {
 	*x = Provenance_System{}
-	mi := &file_contextd_v1_message_proto_msgTypes[20]
+	mi := &file_contextd_v1_message_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2046,7 @@ func (x *Provenance_System) String() string {
 func (*Provenance_System) ProtoMessage() {}
 
 func (x *Provenance_System) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[20]
+	mi := &file_contextd_v1_message_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,15 +2073,19 @@ func (x *Provenance_System) GetComponent() string {
 type Provenance_Summary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Ids of every message this summary covers, including messages covered by earlier summaries
-	// that this one replaced (rolling summaries).
+	// that this one replaced (rolling summaries). Never the id of a summary: a summary that covers
+	// an earlier one replaces it and takes over what it covered, so summaries never nest.
 	CoveredMessageIds []string `protobuf:"bytes,1,rep,name=covered_message_ids,json=coveredMessageIds,proto3" json:"covered_message_ids,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Ids of the earlier summaries this one replaced, oldest first (they are no longer in history;
+	// what they covered is in `covered_message_ids`).
+	ReplacedSummaryIds []string `protobuf:"bytes,400,rep,name=replaced_summary_ids,json=replacedSummaryIds,proto3" json:"replaced_summary_ids,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Provenance_Summary) Reset() {
 	*x = Provenance_Summary{}
-	mi := &file_contextd_v1_message_proto_msgTypes[21]
+	mi := &file_contextd_v1_message_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2097,7 @@ func (x *Provenance_Summary) String() string {
 func (*Provenance_Summary) ProtoMessage() {}
 
 func (x *Provenance_Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[21]
+	mi := &file_contextd_v1_message_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,6 +2120,13 @@ func (x *Provenance_Summary) GetCoveredMessageIds() []string {
 	return nil
 }
 
+func (x *Provenance_Summary) GetReplacedSummaryIds() []string {
+	if x != nil {
+		return x.ReplacedSummaryIds
+	}
+	return nil
+}
+
 // A host-defined provenance type.
 type Provenance_Host struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2006,7 +2140,7 @@ type Provenance_Host struct {
 
 func (x *Provenance_Host) Reset() {
 	*x = Provenance_Host{}
-	mi := &file_contextd_v1_message_proto_msgTypes[22]
+	mi := &file_contextd_v1_message_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2152,7 @@ func (x *Provenance_Host) String() string {
 func (*Provenance_Host) ProtoMessage() {}
 
 func (x *Provenance_Host) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_message_proto_msgTypes[22]
+	mi := &file_contextd_v1_message_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2205,7 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\blayer_id\x18\x02 \x01(\tR\alayerId\"I\n" +
 	"\tCacheHint\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.contextd.v1.CacheTypeR\x04type\x12\x10\n" +
-	"\x03ttl\x18\x02 \x01(\tR\x03ttl\"\xcc\x03\n" +
+	"\x03ttl\x18\x02 \x01(\tR\x03ttl\"\xff\x03\n" +
 	"\n" +
 	"Provenance\x122\n" +
 	"\x04user\x18\x01 \x01(\v2\x1c.contextd.v1.Provenance.UserH\x00R\x04user\x128\n" +
@@ -2082,9 +2216,10 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x1a&\n" +
 	"\x06System\x12\x1c\n" +
-	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x1a9\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x1al\n" +
 	"\aSummary\x12.\n" +
-	"\x13covered_message_ids\x18\x01 \x03(\tR\x11coveredMessageIds\x1a9\n" +
+	"\x13covered_message_ids\x18\x01 \x03(\tR\x11coveredMessageIds\x121\n" +
+	"\x14replaced_summary_ids\x18\x90\x03 \x03(\tR\x12replacedSummaryIds\x1a9\n" +
 	"\x04Host\x12\x17\n" +
 	"\atype_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\tR\apayloadB\x06\n" +
@@ -2110,7 +2245,7 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\x12created_at_unix_ms\x18\n" +
 	" \x01(\x03R\x0fcreatedAtUnixMs\x12\x1f\n" +
 	"\vsender_name\x18\v \x01(\tR\n" +
-	"senderNameJ\x06\b\xb4\x01\x10\xb5\x01\"\xce\x02\n" +
+	"senderNameJ\x06\b\xb4\x01\x10\xb5\x01\"\xa7\x03\n" +
 	"\x04Part\x12+\n" +
 	"\x04text\x18\x01 \x01(\v2\x15.contextd.v1.TextPartH\x00R\x04text\x12.\n" +
 	"\x05image\x18\x02 \x01(\v2\x16.contextd.v1.ImagePartH\x00R\x05image\x128\n" +
@@ -2118,7 +2253,8 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\vtool_result\x18\x04 \x01(\v2\x1b.contextd.v1.ToolResultPartH\x00R\n" +
 	"toolResult\x12:\n" +
 	"\treasoning\x18\x05 \x01(\v2\x1a.contextd.v1.ReasoningPartH\x00R\treasoning\x12+\n" +
-	"\x04file\x18\x06 \x01(\v2\x15.contextd.v1.FilePartH\x00R\x04fileB\x06\n" +
+	"\x04file\x18\x06 \x01(\v2\x15.contextd.v1.FilePartH\x00R\x04file\x12W\n" +
+	"\x13provider_compaction\x18\x90\x03 \x01(\v2#.contextd.v1.ProviderCompactionPartH\x00R\x12providerCompactionB\x06\n" +
 	"\x04kind\"<\n" +
 	"\bTextPart\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n" +
@@ -2146,7 +2282,19 @@ const file_contextd_v1_message_proto_rawDesc = "" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\x12#\n" +
 	"\rredacted_data\x18\x03 \x01(\tR\fredactedData\x121\n" +
 	"\bprovider\x18\x04 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x17\n" +
-	"\aitem_id\x18\x05 \x01(\tR\x06itemId\"a\n" +
+	"\aitem_id\x18\x05 \x01(\tR\x06itemId\"\xba\x02\n" +
+	"\x16ProviderCompactionPart\x122\n" +
+	"\bprovider\x18\x90\x03 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x1e\n" +
+	"\asummary\x18\x91\x03 \x01(\tH\x00R\asummary\x88\x01\x01\x121\n" +
+	"\x11encrypted_content\x18\x92\x03 \x01(\tH\x01R\x10encryptedContent\x88\x01\x01\x12\"\n" +
+	"\tsignature\x18\x93\x03 \x01(\tH\x02R\tsignature\x88\x01\x01\x12+\n" +
+	"\x11tool_changes_json\x18\x94\x03 \x01(\tR\x0ftoolChangesJson\x12\x18\n" +
+	"\aitem_id\x18\x95\x03 \x01(\tR\x06itemIdB\n" +
+	"\n" +
+	"\b_summaryB\x14\n" +
+	"\x12_encrypted_contentB\f\n" +
+	"\n" +
+	"_signature\"a\n" +
 	"\bFilePart\x12\x1b\n" +
 	"\tmime_type\x18\x01 \x01(\tR\bmimeType\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
@@ -2215,45 +2363,46 @@ func file_contextd_v1_message_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_contextd_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_contextd_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_contextd_v1_message_proto_goTypes = []any{
-	(Role)(0),                  // 0: contextd.v1.Role
-	(ActorKind)(0),             // 1: contextd.v1.ActorKind
-	(CacheType)(0),             // 2: contextd.v1.CacheType
-	(ImageDetail)(0),           // 3: contextd.v1.ImageDetail
-	(Provider)(0),              // 4: contextd.v1.Provider
-	(*SourceRef)(nil),          // 5: contextd.v1.SourceRef
-	(*Actor)(nil),              // 6: contextd.v1.Actor
-	(*Origin)(nil),             // 7: contextd.v1.Origin
-	(*CacheHint)(nil),          // 8: contextd.v1.CacheHint
-	(*Provenance)(nil),         // 9: contextd.v1.Provenance
-	(*Extension)(nil),          // 10: contextd.v1.Extension
-	(*Message)(nil),            // 11: contextd.v1.Message
-	(*Part)(nil),               // 12: contextd.v1.Part
-	(*TextPart)(nil),           // 13: contextd.v1.TextPart
-	(*ImagePart)(nil),          // 14: contextd.v1.ImagePart
-	(*ToolCallPart)(nil),       // 15: contextd.v1.ToolCallPart
-	(*ToolResultPart)(nil),     // 16: contextd.v1.ToolResultPart
-	(*ReasoningPart)(nil),      // 17: contextd.v1.ReasoningPart
-	(*FilePart)(nil),           // 18: contextd.v1.FilePart
-	(*ToolPayload)(nil),        // 19: contextd.v1.ToolPayload
-	(*BinaryPayload)(nil),      // 20: contextd.v1.BinaryPayload
-	(*ToolError)(nil),          // 21: contextd.v1.ToolError
-	(*ToolProgress)(nil),       // 22: contextd.v1.ToolProgress
-	(*ToolControl)(nil),        // 23: contextd.v1.ToolControl
-	(*Provenance_User)(nil),    // 24: contextd.v1.Provenance.User
-	(*Provenance_System)(nil),  // 25: contextd.v1.Provenance.System
-	(*Provenance_Summary)(nil), // 26: contextd.v1.Provenance.Summary
-	(*Provenance_Host)(nil),    // 27: contextd.v1.Provenance.Host
+	(Role)(0),                      // 0: contextd.v1.Role
+	(ActorKind)(0),                 // 1: contextd.v1.ActorKind
+	(CacheType)(0),                 // 2: contextd.v1.CacheType
+	(ImageDetail)(0),               // 3: contextd.v1.ImageDetail
+	(Provider)(0),                  // 4: contextd.v1.Provider
+	(*SourceRef)(nil),              // 5: contextd.v1.SourceRef
+	(*Actor)(nil),                  // 6: contextd.v1.Actor
+	(*Origin)(nil),                 // 7: contextd.v1.Origin
+	(*CacheHint)(nil),              // 8: contextd.v1.CacheHint
+	(*Provenance)(nil),             // 9: contextd.v1.Provenance
+	(*Extension)(nil),              // 10: contextd.v1.Extension
+	(*Message)(nil),                // 11: contextd.v1.Message
+	(*Part)(nil),                   // 12: contextd.v1.Part
+	(*TextPart)(nil),               // 13: contextd.v1.TextPart
+	(*ImagePart)(nil),              // 14: contextd.v1.ImagePart
+	(*ToolCallPart)(nil),           // 15: contextd.v1.ToolCallPart
+	(*ToolResultPart)(nil),         // 16: contextd.v1.ToolResultPart
+	(*ReasoningPart)(nil),          // 17: contextd.v1.ReasoningPart
+	(*ProviderCompactionPart)(nil), // 18: contextd.v1.ProviderCompactionPart
+	(*FilePart)(nil),               // 19: contextd.v1.FilePart
+	(*ToolPayload)(nil),            // 20: contextd.v1.ToolPayload
+	(*BinaryPayload)(nil),          // 21: contextd.v1.BinaryPayload
+	(*ToolError)(nil),              // 22: contextd.v1.ToolError
+	(*ToolProgress)(nil),           // 23: contextd.v1.ToolProgress
+	(*ToolControl)(nil),            // 24: contextd.v1.ToolControl
+	(*Provenance_User)(nil),        // 25: contextd.v1.Provenance.User
+	(*Provenance_System)(nil),      // 26: contextd.v1.Provenance.System
+	(*Provenance_Summary)(nil),     // 27: contextd.v1.Provenance.Summary
+	(*Provenance_Host)(nil),        // 28: contextd.v1.Provenance.Host
 }
 var file_contextd_v1_message_proto_depIdxs = []int32{
 	1,  // 0: contextd.v1.Actor.kind:type_name -> contextd.v1.ActorKind
 	5,  // 1: contextd.v1.Actor.source_refs:type_name -> contextd.v1.SourceRef
 	2,  // 2: contextd.v1.CacheHint.type:type_name -> contextd.v1.CacheType
-	24, // 3: contextd.v1.Provenance.user:type_name -> contextd.v1.Provenance.User
-	25, // 4: contextd.v1.Provenance.system:type_name -> contextd.v1.Provenance.System
-	26, // 5: contextd.v1.Provenance.summary:type_name -> contextd.v1.Provenance.Summary
-	27, // 6: contextd.v1.Provenance.host:type_name -> contextd.v1.Provenance.Host
+	25, // 3: contextd.v1.Provenance.user:type_name -> contextd.v1.Provenance.User
+	26, // 4: contextd.v1.Provenance.system:type_name -> contextd.v1.Provenance.System
+	27, // 5: contextd.v1.Provenance.summary:type_name -> contextd.v1.Provenance.Summary
+	28, // 6: contextd.v1.Provenance.host:type_name -> contextd.v1.Provenance.Host
 	0,  // 7: contextd.v1.Message.role:type_name -> contextd.v1.Role
 	6,  // 8: contextd.v1.Message.actor:type_name -> contextd.v1.Actor
 	12, // 9: contextd.v1.Message.parts:type_name -> contextd.v1.Part
@@ -2267,21 +2416,23 @@ var file_contextd_v1_message_proto_depIdxs = []int32{
 	15, // 17: contextd.v1.Part.tool_call:type_name -> contextd.v1.ToolCallPart
 	16, // 18: contextd.v1.Part.tool_result:type_name -> contextd.v1.ToolResultPart
 	17, // 19: contextd.v1.Part.reasoning:type_name -> contextd.v1.ReasoningPart
-	18, // 20: contextd.v1.Part.file:type_name -> contextd.v1.FilePart
-	3,  // 21: contextd.v1.ImagePart.detail:type_name -> contextd.v1.ImageDetail
-	19, // 22: contextd.v1.ToolCallPart.arguments:type_name -> contextd.v1.ToolPayload
-	19, // 23: contextd.v1.ToolResultPart.payload:type_name -> contextd.v1.ToolPayload
-	12, // 24: contextd.v1.ToolResultPart.content_parts:type_name -> contextd.v1.Part
-	4,  // 25: contextd.v1.ReasoningPart.provider:type_name -> contextd.v1.Provider
-	20, // 26: contextd.v1.ToolPayload.binary:type_name -> contextd.v1.BinaryPayload
-	21, // 27: contextd.v1.ToolPayload.error:type_name -> contextd.v1.ToolError
-	22, // 28: contextd.v1.ToolPayload.progress:type_name -> contextd.v1.ToolProgress
-	23, // 29: contextd.v1.ToolPayload.control:type_name -> contextd.v1.ToolControl
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	19, // 20: contextd.v1.Part.file:type_name -> contextd.v1.FilePart
+	18, // 21: contextd.v1.Part.provider_compaction:type_name -> contextd.v1.ProviderCompactionPart
+	3,  // 22: contextd.v1.ImagePart.detail:type_name -> contextd.v1.ImageDetail
+	20, // 23: contextd.v1.ToolCallPart.arguments:type_name -> contextd.v1.ToolPayload
+	20, // 24: contextd.v1.ToolResultPart.payload:type_name -> contextd.v1.ToolPayload
+	12, // 25: contextd.v1.ToolResultPart.content_parts:type_name -> contextd.v1.Part
+	4,  // 26: contextd.v1.ReasoningPart.provider:type_name -> contextd.v1.Provider
+	4,  // 27: contextd.v1.ProviderCompactionPart.provider:type_name -> contextd.v1.Provider
+	21, // 28: contextd.v1.ToolPayload.binary:type_name -> contextd.v1.BinaryPayload
+	22, // 29: contextd.v1.ToolPayload.error:type_name -> contextd.v1.ToolError
+	23, // 30: contextd.v1.ToolPayload.progress:type_name -> contextd.v1.ToolProgress
+	24, // 31: contextd.v1.ToolPayload.control:type_name -> contextd.v1.ToolControl
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_message_proto_init() }
@@ -2302,14 +2453,16 @@ func file_contextd_v1_message_proto_init() {
 		(*Part_ToolResult)(nil),
 		(*Part_Reasoning)(nil),
 		(*Part_File)(nil),
+		(*Part_ProviderCompaction)(nil),
 	}
+	file_contextd_v1_message_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_message_proto_rawDesc), len(file_contextd_v1_message_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -115,6 +115,7 @@ class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_REASONING_CLEARED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: _ClassVar[TransformationReason]
+    TRANSFORMATION_REASON_PROVIDER_COMPACTION: _ClassVar[TransformationReason]
 CURRENT_TURN_PERSISTENCE_UNSPECIFIED: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_RAW: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_PROMPT_SAFE: CurrentTurnPersistence
@@ -185,6 +186,7 @@ TRANSFORMATION_REASON_SYSTEM_PROMPT_ASSEMBLY: TransformationReason
 TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: TransformationReason
 TRANSFORMATION_REASON_REASONING_CLEARED: TransformationReason
 TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: TransformationReason
+TRANSFORMATION_REASON_PROVIDER_COMPACTION: TransformationReason
 
 class MessageList(_message.Message):
     __slots__ = ("messages",)

@@ -3,12 +3,30 @@ from contextd.v1 import message_pb2 as _message_pb2
 from contextd.v1 import state_pb2 as _state_pb2
 from contextd.v1 import telemetry_pb2 as _telemetry_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SummaryFactKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUMMARY_FACT_KIND_UNSPECIFIED: _ClassVar[SummaryFactKind]
+    SUMMARY_FACT_KIND_FILE_PATH: _ClassVar[SummaryFactKind]
+    SUMMARY_FACT_KIND_URL: _ClassVar[SummaryFactKind]
+    SUMMARY_FACT_KIND_COMMAND: _ClassVar[SummaryFactKind]
+    SUMMARY_FACT_KIND_ERROR_MESSAGE: _ClassVar[SummaryFactKind]
+    SUMMARY_FACT_KIND_TOOL_NAME: _ClassVar[SummaryFactKind]
+    SUMMARY_FACT_KIND_ID: _ClassVar[SummaryFactKind]
+SUMMARY_FACT_KIND_UNSPECIFIED: SummaryFactKind
+SUMMARY_FACT_KIND_FILE_PATH: SummaryFactKind
+SUMMARY_FACT_KIND_URL: SummaryFactKind
+SUMMARY_FACT_KIND_COMMAND: SummaryFactKind
+SUMMARY_FACT_KIND_ERROR_MESSAGE: SummaryFactKind
+SUMMARY_FACT_KIND_TOOL_NAME: SummaryFactKind
+SUMMARY_FACT_KIND_ID: SummaryFactKind
 
 class ReportUsageRequest(_message.Message):
     __slots__ = ("provider", "model", "estimator", "estimated_tokens", "actual_input_tokens")
@@ -97,18 +115,52 @@ class RenderResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
 class SummarizeRequest(_message.Message):
-    __slots__ = ("request_id", "messages", "target_tokens", "previous_summary", "reason")
+    __slots__ = ("request_id", "messages", "target_tokens", "previous_summary", "reason", "template", "facts", "facts_truncated")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TARGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    FACTS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     target_tokens: int
     previous_summary: _message_pb2.Message
     reason: str
-    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., target_tokens: _Optional[int] = ..., previous_summary: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    template: SummaryTemplate
+    facts: _containers.RepeatedCompositeFieldContainer[SummaryFact]
+    facts_truncated: bool
+    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., target_tokens: _Optional[int] = ..., previous_summary: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., reason: _Optional[str] = ..., template: _Optional[_Union[SummaryTemplate, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[SummaryFact, _Mapping]]] = ..., facts_truncated: bool = ...) -> None: ...
+
+class SummaryTemplate(_message.Message):
+    __slots__ = ("sections", "text")
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    sections: _containers.RepeatedCompositeFieldContainer[SummaryTemplateSection]
+    text: str
+    def __init__(self, sections: _Optional[_Iterable[_Union[SummaryTemplateSection, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class SummaryTemplateSection(_message.Message):
+    __slots__ = ("key", "title", "instruction")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    title: str
+    instruction: str
+    def __init__(self, key: _Optional[str] = ..., title: _Optional[str] = ..., instruction: _Optional[str] = ...) -> None: ...
+
+class SummaryFact(_message.Message):
+    __slots__ = ("kind", "text", "message_id")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    kind: SummaryFactKind
+    text: str
+    message_id: str
+    def __init__(self, kind: _Optional[_Union[SummaryFactKind, str]] = ..., text: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class SummarizeResponse(_message.Message):
     __slots__ = ("request_id", "summary", "remember")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63ontextd/v1/message.proto\x12\x0b\x63ontextd.v1\"\x84\x01\n\tSourceRef\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n\x04kind\x18\x02 \x01(\tR\x04kind\x12\x0e\n\x02id\x18\x03 \x01(\tR\x02id\x12#\n\rcheckpoint_id\x18\x04 \x01(\tR\x0c\x63heckpointId\x12\x10\n\x03uri\x18\x05 \x01(\tR\x03uri\"\x9f\x01\n\x05\x41\x63tor\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x16.contextd.v1.ActorKindR\x04kind\x12\x0e\n\x02id\x18\x02 \x01(\tR\x02id\x12!\n\x0c\x64isplay_name\x18\x03 \x01(\tR\x0b\x64isplayName\x12\x37\n\x0bsource_refs\x18\x04 \x03(\x0b\x32\x16.contextd.v1.SourceRefR\nsourceRefs\"D\n\x06Origin\x12\x1f\n\x0btemplate_id\x18\x01 \x01(\tR\ntemplateId\x12\x19\n\x08layer_id\x18\x02 \x01(\tR\x07layerId\"I\n\tCacheHint\x12*\n\x04type\x18\x01 \x01(\x0e\x32\x16.contextd.v1.CacheTypeR\x04type\x12\x10\n\x03ttl\x18\x02 \x01(\tR\x03ttl\"\xcc\x03\n\nProvenance\x12\x32\n\x04user\x18\x01 \x01(\x0b\x32\x1c.contextd.v1.Provenance.UserH\x00R\x04user\x12\x38\n\x06system\x18\x02 \x01(\x0b\x32\x1e.contextd.v1.Provenance.SystemH\x00R\x06system\x12;\n\x07summary\x18\x03 \x01(\x0b\x32\x1f.contextd.v1.Provenance.SummaryH\x00R\x07summary\x12\x32\n\x04host\x18\x04 \x01(\x0b\x32\x1c.contextd.v1.Provenance.HostH\x00R\x04host\x1a\x39\n\x04User\x12\x18\n\x07\x63hannel\x18\x01 \x01(\tR\x07\x63hannel\x12\x17\n\x07user_id\x18\x02 \x01(\tR\x06userId\x1a&\n\x06System\x12\x1c\n\tcomponent\x18\x01 \x01(\tR\tcomponent\x1a\x39\n\x07Summary\x12.\n\x13\x63overed_message_ids\x18\x01 \x03(\tR\x11\x63overedMessageIds\x1a\x39\n\x04Host\x12\x17\n\x07type_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n\x07payload\x18\x02 \x01(\tR\x07payloadB\x06\n\x04kind\">\n\tExtension\x12\x17\n\x07type_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n\x07payload\x18\x02 \x01(\tR\x07payload\"\xee\x03\n\x07Message\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12%\n\x04role\x18\x02 \x01(\x0e\x32\x11.contextd.v1.RoleR\x04role\x12(\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x12.contextd.v1.ActorR\x05\x61\x63tor\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x11.contextd.v1.PartR\x05parts\x12\x37\n\x0bsource_refs\x18\x05 \x03(\x0b\x32\x16.contextd.v1.SourceRefR\nsourceRefs\x12+\n\x06origin\x18\x06 \x01(\x0b\x32\x13.contextd.v1.OriginR\x06origin\x12,\n\x05\x63\x61\x63he\x18\x07 \x01(\x0b\x32\x16.contextd.v1.CacheHintR\x05\x63\x61\x63he\x12\x37\n\nprovenance\x18\x08 \x01(\x0b\x32\x17.contextd.v1.ProvenanceR\nprovenance\x12\x36\n\nextensions\x18\t \x03(\x0b\x32\x16.contextd.v1.ExtensionR\nextensions\x12+\n\x12\x63reated_at_unix_ms\x18\n \x01(\x03R\x0f\x63reatedAtUnixMs\x12\x1f\n\x0bsender_name\x18\x0b \x01(\tR\nsenderNameJ\x06\x08\xb4\x01\x10\xb5\x01\"\xce\x02\n\x04Part\x12+\n\x04text\x18\x01 \x01(\x0b\x32\x15.contextd.v1.TextPartH\x00R\x04text\x12.\n\x05image\x18\x02 \x01(\x0b\x32\x16.contextd.v1.ImagePartH\x00R\x05image\x12\x38\n\ttool_call\x18\x03 \x01(\x0b\x32\x19.contextd.v1.ToolCallPartH\x00R\x08toolCall\x12>\n\x0btool_result\x18\x04 \x01(\x0b\x32\x1b.contextd.v1.ToolResultPartH\x00R\ntoolResult\x12:\n\treasoning\x18\x05 \x01(\x0b\x32\x1a.contextd.v1.ReasoningPartH\x00R\treasoning\x12+\n\x04\x66ile\x18\x06 \x01(\x0b\x32\x15.contextd.v1.FilePartH\x00R\x04\x66ileB\x06\n\x04kind\"<\n\x08TextPart\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n\tsignature\x18\x02 \x01(\tR\tsignature\"\x80\x01\n\tImagePart\x12\x10\n\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x1b\n\tmime_type\x18\x03 \x01(\tR\x08mimeType\x12\x30\n\x06\x64\x65tail\x18\x04 \x01(\x0e\x32\x18.contextd.v1.ImageDetailR\x06\x64\x65tail\"\xa1\x01\n\x0cToolCallPart\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x36\n\targuments\x18\x03 \x01(\x0b\x32\x18.contextd.v1.ToolPayloadR\targuments\x12\x1c\n\tsignature\x18\x04 \x01(\tR\tsignature\x12\x17\n\x07item_id\x18\x05 \x01(\tR\x06itemId\"\xcd\x01\n\x0eToolResultPart\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x32\n\x07payload\x18\x03 \x01(\x0b\x32\x18.contextd.v1.ToolPayloadR\x07payload\x12\x19\n\x08is_error\x18\x04 \x01(\x08R\x07isError\x12\x36\n\rcontent_parts\x18\x05 \x03(\x0b\x32\x11.contextd.v1.PartR\x0c\x63ontentParts\"\xb2\x01\n\rReasoningPart\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n\tsignature\x18\x02 \x01(\tR\tsignature\x12#\n\rredacted_data\x18\x03 \x01(\tR\x0credactedData\x12\x31\n\x08provider\x18\x04 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x17\n\x07item_id\x18\x05 \x01(\tR\x06itemId\"a\n\x08\x46ilePart\x12\x1b\n\tmime_type\x18\x01 \x01(\tR\x08mimeType\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x10\n\x03uri\x18\x03 \x01(\tR\x03uri\x12\x12\n\x04name\x18\x04 \x01(\tR\x04name\"\x82\x02\n\x0bToolPayload\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\tR\x04\x64\x61ta\x12\x32\n\x06\x62inary\x18\x03 \x01(\x0b\x32\x1a.contextd.v1.BinaryPayloadR\x06\x62inary\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.contextd.v1.ToolErrorR\x05\x65rror\x12\x35\n\x08progress\x18\x05 \x01(\x0b\x32\x19.contextd.v1.ToolProgressR\x08progress\x12\x32\n\x07\x63ontrol\x18\x06 \x01(\x0b\x32\x18.contextd.v1.ToolControlR\x07\x63ontrol\"@\n\rBinaryPayload\x12\x12\n\x04\x64\x61ta\x18\x01 \x01(\x0cR\x04\x64\x61ta\x12\x1b\n\tmime_type\x18\x02 \x01(\tR\x08mimeType\"9\n\tToolError\x12\x12\n\x04\x63ode\x18\x01 \x01(\tR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\"X\n\x0cToolProgress\x12\x18\n\x07\x63urrent\x18\x01 \x01(\x01R\x07\x63urrent\x12\x14\n\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"=\n\x0bToolControl\x12\x16\n\x06\x61\x63tion\x18\x01 \x01(\tR\x06\x61\x63tion\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason*s\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\x12\n\x0eROLE_DEVELOPER\x10\x02\x12\r\n\tROLE_USER\x10\x03\x12\x12\n\x0eROLE_ASSISTANT\x10\x04\x12\r\n\tROLE_TOOL\x10\x05*\x9a\x01\n\tActorKind\x12\x1a\n\x16\x41\x43TOR_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43TOR_KIND_HUMAN\x10\x01\x12\x14\n\x10\x41\x43TOR_KIND_AGENT\x10\x02\x12\x19\n\x15\x41\x43TOR_KIND_PEER_AGENT\x10\x03\x12\x13\n\x0f\x41\x43TOR_KIND_TOOL\x10\x04\x12\x15\n\x11\x41\x43TOR_KIND_SYSTEM\x10\x05*A\n\tCacheType\x12\x1a\n\x16\x43\x41\x43HE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43\x41\x43HE_TYPE_EPHEMERAL\x10\x01*o\n\x0bImageDetail\x12\x1c\n\x18IMAGE_DETAIL_UNSPECIFIED\x10\x00\x12\x15\n\x11IMAGE_DETAIL_AUTO\x10\x01\x12\x14\n\x10IMAGE_DETAIL_LOW\x10\x02\x12\x15\n\x11IMAGE_DETAIL_HIGH\x10\x03*\x93\x01\n\x08Provider\x12\x18\n\x14PROVIDER_UNSPECIFIED\x10\x00\x12\x18\n\x14PROVIDER_OPENAI_CHAT\x10\x01\x12\x1d\n\x19PROVIDER_OPENAI_RESPONSES\x10\x02\x12\x1f\n\x1bPROVIDER_ANTHROPIC_MESSAGES\x10\x03\x12\x13\n\x0fPROVIDER_GEMINI\x10\x04\x42\xac\x01\n\x0f\x63om.contextd.v1B\x0cMessageProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63ontextd/v1/message.proto\x12\x0b\x63ontextd.v1\"\x84\x01\n\tSourceRef\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n\x04kind\x18\x02 \x01(\tR\x04kind\x12\x0e\n\x02id\x18\x03 \x01(\tR\x02id\x12#\n\rcheckpoint_id\x18\x04 \x01(\tR\x0c\x63heckpointId\x12\x10\n\x03uri\x18\x05 \x01(\tR\x03uri\"\x9f\x01\n\x05\x41\x63tor\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x16.contextd.v1.ActorKindR\x04kind\x12\x0e\n\x02id\x18\x02 \x01(\tR\x02id\x12!\n\x0c\x64isplay_name\x18\x03 \x01(\tR\x0b\x64isplayName\x12\x37\n\x0bsource_refs\x18\x04 \x03(\x0b\x32\x16.contextd.v1.SourceRefR\nsourceRefs\"D\n\x06Origin\x12\x1f\n\x0btemplate_id\x18\x01 \x01(\tR\ntemplateId\x12\x19\n\x08layer_id\x18\x02 \x01(\tR\x07layerId\"I\n\tCacheHint\x12*\n\x04type\x18\x01 \x01(\x0e\x32\x16.contextd.v1.CacheTypeR\x04type\x12\x10\n\x03ttl\x18\x02 \x01(\tR\x03ttl\"\xff\x03\n\nProvenance\x12\x32\n\x04user\x18\x01 \x01(\x0b\x32\x1c.contextd.v1.Provenance.UserH\x00R\x04user\x12\x38\n\x06system\x18\x02 \x01(\x0b\x32\x1e.contextd.v1.Provenance.SystemH\x00R\x06system\x12;\n\x07summary\x18\x03 \x01(\x0b\x32\x1f.contextd.v1.Provenance.SummaryH\x00R\x07summary\x12\x32\n\x04host\x18\x04 \x01(\x0b\x32\x1c.contextd.v1.Provenance.HostH\x00R\x04host\x1a\x39\n\x04User\x12\x18\n\x07\x63hannel\x18\x01 \x01(\tR\x07\x63hannel\x12\x17\n\x07user_id\x18\x02 \x01(\tR\x06userId\x1a&\n\x06System\x12\x1c\n\tcomponent\x18\x01 \x01(\tR\tcomponent\x1al\n\x07Summary\x12.\n\x13\x63overed_message_ids\x18\x01 \x03(\tR\x11\x63overedMessageIds\x12\x31\n\x14replaced_summary_ids\x18\x90\x03 \x03(\tR\x12replacedSummaryIds\x1a\x39\n\x04Host\x12\x17\n\x07type_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n\x07payload\x18\x02 \x01(\tR\x07payloadB\x06\n\x04kind\">\n\tExtension\x12\x17\n\x07type_id\x18\x01 \x01(\tR\x06typeId\x12\x18\n\x07payload\x18\x02 \x01(\tR\x07payload\"\xee\x03\n\x07Message\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12%\n\x04role\x18\x02 \x01(\x0e\x32\x11.contextd.v1.RoleR\x04role\x12(\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x12.contextd.v1.ActorR\x05\x61\x63tor\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x11.contextd.v1.PartR\x05parts\x12\x37\n\x0bsource_refs\x18\x05 \x03(\x0b\x32\x16.contextd.v1.SourceRefR\nsourceRefs\x12+\n\x06origin\x18\x06 \x01(\x0b\x32\x13.contextd.v1.OriginR\x06origin\x12,\n\x05\x63\x61\x63he\x18\x07 \x01(\x0b\x32\x16.contextd.v1.CacheHintR\x05\x63\x61\x63he\x12\x37\n\nprovenance\x18\x08 \x01(\x0b\x32\x17.contextd.v1.ProvenanceR\nprovenance\x12\x36\n\nextensions\x18\t \x03(\x0b\x32\x16.contextd.v1.ExtensionR\nextensions\x12+\n\x12\x63reated_at_unix_ms\x18\n \x01(\x03R\x0f\x63reatedAtUnixMs\x12\x1f\n\x0bsender_name\x18\x0b \x01(\tR\nsenderNameJ\x06\x08\xb4\x01\x10\xb5\x01\"\xa7\x03\n\x04Part\x12+\n\x04text\x18\x01 \x01(\x0b\x32\x15.contextd.v1.TextPartH\x00R\x04text\x12.\n\x05image\x18\x02 \x01(\x0b\x32\x16.contextd.v1.ImagePartH\x00R\x05image\x12\x38\n\ttool_call\x18\x03 \x01(\x0b\x32\x19.contextd.v1.ToolCallPartH\x00R\x08toolCall\x12>\n\x0btool_result\x18\x04 \x01(\x0b\x32\x1b.contextd.v1.ToolResultPartH\x00R\ntoolResult\x12:\n\treasoning\x18\x05 \x01(\x0b\x32\x1a.contextd.v1.ReasoningPartH\x00R\treasoning\x12+\n\x04\x66ile\x18\x06 \x01(\x0b\x32\x15.contextd.v1.FilePartH\x00R\x04\x66ile\x12W\n\x13provider_compaction\x18\x90\x03 \x01(\x0b\x32#.contextd.v1.ProviderCompactionPartH\x00R\x12providerCompactionB\x06\n\x04kind\"<\n\x08TextPart\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n\tsignature\x18\x02 \x01(\tR\tsignature\"\x80\x01\n\tImagePart\x12\x10\n\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x1b\n\tmime_type\x18\x03 \x01(\tR\x08mimeType\x12\x30\n\x06\x64\x65tail\x18\x04 \x01(\x0e\x32\x18.contextd.v1.ImageDetailR\x06\x64\x65tail\"\xa1\x01\n\x0cToolCallPart\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x36\n\targuments\x18\x03 \x01(\x0b\x32\x18.contextd.v1.ToolPayloadR\targuments\x12\x1c\n\tsignature\x18\x04 \x01(\tR\tsignature\x12\x17\n\x07item_id\x18\x05 \x01(\tR\x06itemId\"\xcd\x01\n\x0eToolResultPart\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x32\n\x07payload\x18\x03 \x01(\x0b\x32\x18.contextd.v1.ToolPayloadR\x07payload\x12\x19\n\x08is_error\x18\x04 \x01(\x08R\x07isError\x12\x36\n\rcontent_parts\x18\x05 \x03(\x0b\x32\x11.contextd.v1.PartR\x0c\x63ontentParts\"\xb2\x01\n\rReasoningPart\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n\tsignature\x18\x02 \x01(\tR\tsignature\x12#\n\rredacted_data\x18\x03 \x01(\tR\x0credactedData\x12\x31\n\x08provider\x18\x04 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x17\n\x07item_id\x18\x05 \x01(\tR\x06itemId\"\xba\x02\n\x16ProviderCompactionPart\x12\x32\n\x08provider\x18\x90\x03 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x1e\n\x07summary\x18\x91\x03 \x01(\tH\x00R\x07summary\x88\x01\x01\x12\x31\n\x11\x65ncrypted_content\x18\x92\x03 \x01(\tH\x01R\x10\x65ncryptedContent\x88\x01\x01\x12\"\n\tsignature\x18\x93\x03 \x01(\tH\x02R\tsignature\x88\x01\x01\x12+\n\x11tool_changes_json\x18\x94\x03 \x01(\tR\x0ftoolChangesJson\x12\x18\n\x07item_id\x18\x95\x03 \x01(\tR\x06itemIdB\n\n\x08_summaryB\x14\n\x12_encrypted_contentB\x0c\n\n_signature\"a\n\x08\x46ilePart\x12\x1b\n\tmime_type\x18\x01 \x01(\tR\x08mimeType\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x10\n\x03uri\x18\x03 \x01(\tR\x03uri\x12\x12\n\x04name\x18\x04 \x01(\tR\x04name\"\x82\x02\n\x0bToolPayload\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\tR\x04\x64\x61ta\x12\x32\n\x06\x62inary\x18\x03 \x01(\x0b\x32\x1a.contextd.v1.BinaryPayloadR\x06\x62inary\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.contextd.v1.ToolErrorR\x05\x65rror\x12\x35\n\x08progress\x18\x05 \x01(\x0b\x32\x19.contextd.v1.ToolProgressR\x08progress\x12\x32\n\x07\x63ontrol\x18\x06 \x01(\x0b\x32\x18.contextd.v1.ToolControlR\x07\x63ontrol\"@\n\rBinaryPayload\x12\x12\n\x04\x64\x61ta\x18\x01 \x01(\x0cR\x04\x64\x61ta\x12\x1b\n\tmime_type\x18\x02 \x01(\tR\x08mimeType\"9\n\tToolError\x12\x12\n\x04\x63ode\x18\x01 \x01(\tR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\"X\n\x0cToolProgress\x12\x18\n\x07\x63urrent\x18\x01 \x01(\x01R\x07\x63urrent\x12\x14\n\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"=\n\x0bToolControl\x12\x16\n\x06\x61\x63tion\x18\x01 \x01(\tR\x06\x61\x63tion\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason*s\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\x12\n\x0eROLE_DEVELOPER\x10\x02\x12\r\n\tROLE_USER\x10\x03\x12\x12\n\x0eROLE_ASSISTANT\x10\x04\x12\r\n\tROLE_TOOL\x10\x05*\x9a\x01\n\tActorKind\x12\x1a\n\x16\x41\x43TOR_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43TOR_KIND_HUMAN\x10\x01\x12\x14\n\x10\x41\x43TOR_KIND_AGENT\x10\x02\x12\x19\n\x15\x41\x43TOR_KIND_PEER_AGENT\x10\x03\x12\x13\n\x0f\x41\x43TOR_KIND_TOOL\x10\x04\x12\x15\n\x11\x41\x43TOR_KIND_SYSTEM\x10\x05*A\n\tCacheType\x12\x1a\n\x16\x43\x41\x43HE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43\x41\x43HE_TYPE_EPHEMERAL\x10\x01*o\n\x0bImageDetail\x12\x1c\n\x18IMAGE_DETAIL_UNSPECIFIED\x10\x00\x12\x15\n\x11IMAGE_DETAIL_AUTO\x10\x01\x12\x14\n\x10IMAGE_DETAIL_LOW\x10\x02\x12\x15\n\x11IMAGE_DETAIL_HIGH\x10\x03*\x93\x01\n\x08Provider\x12\x18\n\x14PROVIDER_UNSPECIFIED\x10\x00\x12\x18\n\x14PROVIDER_OPENAI_CHAT\x10\x01\x12\x1d\n\x19PROVIDER_OPENAI_RESPONSES\x10\x02\x12\x1f\n\x1bPROVIDER_ANTHROPIC_MESSAGES\x10\x03\x12\x13\n\x0fPROVIDER_GEMINI\x10\x04\x42\xac\x01\n\x0f\x63om.contextd.v1B\x0cMessageProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,16 +32,16 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'contextd.v1.message_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.contextd.v1B\014MessageProtoP\001Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\242\002\003CXX\252\002\013Contextd.V1\312\002\013Contextd\\V1\342\002\027Contextd\\V1\\GPBMetadata\352\002\014Contextd::V1'
-  _globals['_ROLE']._serialized_start=3229
-  _globals['_ROLE']._serialized_end=3344
-  _globals['_ACTORKIND']._serialized_start=3347
-  _globals['_ACTORKIND']._serialized_end=3501
-  _globals['_CACHETYPE']._serialized_start=3503
-  _globals['_CACHETYPE']._serialized_end=3568
-  _globals['_IMAGEDETAIL']._serialized_start=3570
-  _globals['_IMAGEDETAIL']._serialized_end=3681
-  _globals['_PROVIDER']._serialized_start=3684
-  _globals['_PROVIDER']._serialized_end=3831
+  _globals['_ROLE']._serialized_start=3686
+  _globals['_ROLE']._serialized_end=3801
+  _globals['_ACTORKIND']._serialized_start=3804
+  _globals['_ACTORKIND']._serialized_end=3958
+  _globals['_CACHETYPE']._serialized_start=3960
+  _globals['_CACHETYPE']._serialized_end=4025
+  _globals['_IMAGEDETAIL']._serialized_start=4027
+  _globals['_IMAGEDETAIL']._serialized_end=4138
+  _globals['_PROVIDER']._serialized_start=4141
+  _globals['_PROVIDER']._serialized_end=4288
   _globals['_SOURCEREF']._serialized_start=43
   _globals['_SOURCEREF']._serialized_end=175
   _globals['_ACTOR']._serialized_start=178
@@ -51,41 +51,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CACHEHINT']._serialized_start=409
   _globals['_CACHEHINT']._serialized_end=482
   _globals['_PROVENANCE']._serialized_start=485
-  _globals['_PROVENANCE']._serialized_end=945
+  _globals['_PROVENANCE']._serialized_end=996
   _globals['_PROVENANCE_USER']._serialized_start=722
   _globals['_PROVENANCE_USER']._serialized_end=779
   _globals['_PROVENANCE_SYSTEM']._serialized_start=781
   _globals['_PROVENANCE_SYSTEM']._serialized_end=819
   _globals['_PROVENANCE_SUMMARY']._serialized_start=821
-  _globals['_PROVENANCE_SUMMARY']._serialized_end=878
-  _globals['_PROVENANCE_HOST']._serialized_start=880
-  _globals['_PROVENANCE_HOST']._serialized_end=937
-  _globals['_EXTENSION']._serialized_start=947
-  _globals['_EXTENSION']._serialized_end=1009
-  _globals['_MESSAGE']._serialized_start=1012
-  _globals['_MESSAGE']._serialized_end=1506
-  _globals['_PART']._serialized_start=1509
-  _globals['_PART']._serialized_end=1843
-  _globals['_TEXTPART']._serialized_start=1845
-  _globals['_TEXTPART']._serialized_end=1905
-  _globals['_IMAGEPART']._serialized_start=1908
-  _globals['_IMAGEPART']._serialized_end=2036
-  _globals['_TOOLCALLPART']._serialized_start=2039
-  _globals['_TOOLCALLPART']._serialized_end=2200
-  _globals['_TOOLRESULTPART']._serialized_start=2203
-  _globals['_TOOLRESULTPART']._serialized_end=2408
-  _globals['_REASONINGPART']._serialized_start=2411
-  _globals['_REASONINGPART']._serialized_end=2589
-  _globals['_FILEPART']._serialized_start=2591
-  _globals['_FILEPART']._serialized_end=2688
-  _globals['_TOOLPAYLOAD']._serialized_start=2691
-  _globals['_TOOLPAYLOAD']._serialized_end=2949
-  _globals['_BINARYPAYLOAD']._serialized_start=2951
-  _globals['_BINARYPAYLOAD']._serialized_end=3015
-  _globals['_TOOLERROR']._serialized_start=3017
-  _globals['_TOOLERROR']._serialized_end=3074
-  _globals['_TOOLPROGRESS']._serialized_start=3076
-  _globals['_TOOLPROGRESS']._serialized_end=3164
-  _globals['_TOOLCONTROL']._serialized_start=3166
-  _globals['_TOOLCONTROL']._serialized_end=3227
+  _globals['_PROVENANCE_SUMMARY']._serialized_end=929
+  _globals['_PROVENANCE_HOST']._serialized_start=931
+  _globals['_PROVENANCE_HOST']._serialized_end=988
+  _globals['_EXTENSION']._serialized_start=998
+  _globals['_EXTENSION']._serialized_end=1060
+  _globals['_MESSAGE']._serialized_start=1063
+  _globals['_MESSAGE']._serialized_end=1557
+  _globals['_PART']._serialized_start=1560
+  _globals['_PART']._serialized_end=1983
+  _globals['_TEXTPART']._serialized_start=1985
+  _globals['_TEXTPART']._serialized_end=2045
+  _globals['_IMAGEPART']._serialized_start=2048
+  _globals['_IMAGEPART']._serialized_end=2176
+  _globals['_TOOLCALLPART']._serialized_start=2179
+  _globals['_TOOLCALLPART']._serialized_end=2340
+  _globals['_TOOLRESULTPART']._serialized_start=2343
+  _globals['_TOOLRESULTPART']._serialized_end=2548
+  _globals['_REASONINGPART']._serialized_start=2551
+  _globals['_REASONINGPART']._serialized_end=2729
+  _globals['_PROVIDERCOMPACTIONPART']._serialized_start=2732
+  _globals['_PROVIDERCOMPACTIONPART']._serialized_end=3046
+  _globals['_FILEPART']._serialized_start=3048
+  _globals['_FILEPART']._serialized_end=3145
+  _globals['_TOOLPAYLOAD']._serialized_start=3148
+  _globals['_TOOLPAYLOAD']._serialized_end=3406
+  _globals['_BINARYPAYLOAD']._serialized_start=3408
+  _globals['_BINARYPAYLOAD']._serialized_end=3472
+  _globals['_TOOLERROR']._serialized_start=3474
+  _globals['_TOOLERROR']._serialized_end=3531
+  _globals['_TOOLPROGRESS']._serialized_start=3533
+  _globals['_TOOLPROGRESS']._serialized_end=3621
+  _globals['_TOOLCONTROL']._serialized_start=3623
+  _globals['_TOOLCONTROL']._serialized_end=3684
 # @@protoc_insertion_point(module_scope)

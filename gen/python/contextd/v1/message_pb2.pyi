@@ -125,10 +125,12 @@ class Provenance(_message.Message):
         component: str
         def __init__(self, component: _Optional[str] = ...) -> None: ...
     class Summary(_message.Message):
-        __slots__ = ("covered_message_ids",)
+        __slots__ = ("covered_message_ids", "replaced_summary_ids")
         COVERED_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+        REPLACED_SUMMARY_IDS_FIELD_NUMBER: _ClassVar[int]
         covered_message_ids: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, covered_message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+        replaced_summary_ids: _containers.RepeatedScalarFieldContainer[str]
+        def __init__(self, covered_message_ids: _Optional[_Iterable[str]] = ..., replaced_summary_ids: _Optional[_Iterable[str]] = ...) -> None: ...
     class Host(_message.Message):
         __slots__ = ("type_id", "payload")
         TYPE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -181,20 +183,22 @@ class Message(_message.Message):
     def __init__(self, id: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., source_refs: _Optional[_Iterable[_Union[SourceRef, _Mapping]]] = ..., origin: _Optional[_Union[Origin, _Mapping]] = ..., cache: _Optional[_Union[CacheHint, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., extensions: _Optional[_Iterable[_Union[Extension, _Mapping]]] = ..., created_at_unix_ms: _Optional[int] = ..., sender_name: _Optional[str] = ...) -> None: ...
 
 class Part(_message.Message):
-    __slots__ = ("text", "image", "tool_call", "tool_result", "reasoning", "file")
+    __slots__ = ("text", "image", "tool_call", "tool_result", "reasoning", "file", "provider_compaction")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     REASONING_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_COMPACTION_FIELD_NUMBER: _ClassVar[int]
     text: TextPart
     image: ImagePart
     tool_call: ToolCallPart
     tool_result: ToolResultPart
     reasoning: ReasoningPart
     file: FilePart
-    def __init__(self, text: _Optional[_Union[TextPart, _Mapping]] = ..., image: _Optional[_Union[ImagePart, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallPart, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultPart, _Mapping]] = ..., reasoning: _Optional[_Union[ReasoningPart, _Mapping]] = ..., file: _Optional[_Union[FilePart, _Mapping]] = ...) -> None: ...
+    provider_compaction: ProviderCompactionPart
+    def __init__(self, text: _Optional[_Union[TextPart, _Mapping]] = ..., image: _Optional[_Union[ImagePart, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallPart, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultPart, _Mapping]] = ..., reasoning: _Optional[_Union[ReasoningPart, _Mapping]] = ..., file: _Optional[_Union[FilePart, _Mapping]] = ..., provider_compaction: _Optional[_Union[ProviderCompactionPart, _Mapping]] = ...) -> None: ...
 
 class TextPart(_message.Message):
     __slots__ = ("text", "signature")
@@ -257,6 +261,22 @@ class ReasoningPart(_message.Message):
     provider: Provider
     item_id: str
     def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ..., redacted_data: _Optional[str] = ..., provider: _Optional[_Union[Provider, str]] = ..., item_id: _Optional[str] = ...) -> None: ...
+
+class ProviderCompactionPart(_message.Message):
+    __slots__ = ("provider", "summary", "encrypted_content", "signature", "tool_changes_json", "item_id")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ENCRYPTED_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHANGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    provider: Provider
+    summary: str
+    encrypted_content: str
+    signature: str
+    tool_changes_json: str
+    item_id: str
+    def __init__(self, provider: _Optional[_Union[Provider, str]] = ..., summary: _Optional[str] = ..., encrypted_content: _Optional[str] = ..., signature: _Optional[str] = ..., tool_changes_json: _Optional[str] = ..., item_id: _Optional[str] = ...) -> None: ...
 
 class FilePart(_message.Message):
     __slots__ = ("mime_type", "data", "uri", "name")

@@ -2,8 +2,8 @@
 // @generated from file contextd/v1/context_service.proto (package contextd.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { CompileRequest, CompileRequestSchema, CompileResult, Estimator, EstimatorKind, Snapshot } from "./compile_pb.js";
 import { file_contextd_v1_compile } from "./compile_pb.js";
 import type { Message as Message$1, Provider } from "./message_pb.js";
@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/context_service.proto.
  */
 export const file_contextd_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFjb250ZXh0ZC92MS9jb250ZXh0X3NlcnZpY2UucHJvdG8SC2NvbnRleHRkLnYxIrIBChJSZXBvcnRVc2FnZVJlcXVlc3QSJwoIcHJvdmlkZXIYASABKA4yFS5jb250ZXh0ZC52MS5Qcm92aWRlchINCgVtb2RlbBgCIAEoCRItCgllc3RpbWF0b3IYAyABKA4yGi5jb250ZXh0ZC52MS5Fc3RpbWF0b3JLaW5kEhgKEGVzdGltYXRlZF90b2tlbnMYBCABKAMSGwoTYWN0dWFsX2lucHV0X3Rva2VucxgFIAEoAyJ4ChNSZXBvcnRVc2FnZVJlc3BvbnNlEhIKCmNvcnJlY3Rpb24YASABKAESDwoHcmVwb3J0cxgCIAEoAxIkChxtZWFuX2Fic29sdXRlX3JlbGF0aXZlX2Vycm9yGAMgASgBEhYKDnJlbGF0aXZlX2Vycm9yGAQgASgBIj0KD0NvbXBpbGVSZXNwb25zZRIqCgZyZXN1bHQYASABKAsyGi5jb250ZXh0ZC52MS5Db21waWxlUmVzdWx0IkQKFENvbXBpbGVTdHJlYW1SZXF1ZXN0EiwKB3JlcXVlc3QYASABKAsyGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdCJ6ChVDb21waWxlU3RyZWFtUmVzcG9uc2USKwoFZXZlbnQYASABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAIgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQingEKEkNvdW50VG9rZW5zUmVxdWVzdBImCghtZXNzYWdlcxgBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USNQoQdG9vbF9kZWZpbml0aW9ucxgCIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEikKCWVzdGltYXRvchgDIAEoCzIWLmNvbnRleHRkLnYxLkVzdGltYXRvciJqChNDb3VudFRva2Vuc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgDEhMKC3Blcl9tZXNzYWdlGAIgAygDEhgKEHRvb2xfZGVmaW5pdGlvbnMYAyABKAMSFQoNcmVwbHlfcHJpbWluZxgEIAEoAyKHAQoNUmVuZGVyUmVxdWVzdBIMCgR2aWV3GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRInCghzbmFwc2hvdBgDIAEoCzIVLmNvbnRleHRkLnYxLlNuYXBzaG90EiYKCHNlZ21lbnRzGAQgAygOMhQuY29udGV4dGQudjEuU2VnbWVudCIeCg5SZW5kZXJSZXNwb25zZRIMCgR0ZXh0GAEgASgJIqUBChBTdW1tYXJpemVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEhUKDXRhcmdldF90b2tlbnMYAyABKAMSLgoQcHJldmlvdXNfc3VtbWFyeRgEIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USDgoGcmVhc29uGAUgASgJImAKEVN1bW1hcml6ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSJQoHc3VtbWFyeRgCIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoIcmVtZW1iZXIYAyADKAkijQEKFUNvbXBpbGVTZXNzaW9uUmVxdWVzdBIuCgdjb21waWxlGAEgASgLMhsuY29udGV4dGQudjEuQ29tcGlsZVJlcXVlc3RIABI8ChJzdW1tYXJpemVfcmVzcG9uc2UYAiABKAsyHi5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXNwb25zZUgAQgYKBGtpbmQitwEKFkNvbXBpbGVTZXNzaW9uUmVzcG9uc2USOgoRc3VtbWFyaXplX3JlcXVlc3QYASABKAsyHS5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXF1ZXN0SAASKwoFZXZlbnQYAiABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAMgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQy9gMKDkNvbnRleHRTZXJ2aWNlEkQKB0NvbXBpbGUSGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdBocLmNvbnRleHRkLnYxLkNvbXBpbGVSZXNwb25zZRJYCg1Db21waWxlU3RyZWFtEiEuY29udGV4dGQudjEuQ29tcGlsZVN0cmVhbVJlcXVlc3QaIi5jb250ZXh0ZC52MS5Db21waWxlU3RyZWFtUmVzcG9uc2UwARJQCgtDb3VudFRva2VucxIfLmNvbnRleHRkLnYxLkNvdW50VG9rZW5zUmVxdWVzdBogLmNvbnRleHRkLnYxLkNvdW50VG9rZW5zUmVzcG9uc2USQQoGUmVuZGVyEhouY29udGV4dGQudjEuUmVuZGVyUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlbmRlclJlc3BvbnNlEl0KDkNvbXBpbGVTZXNzaW9uEiIuY29udGV4dGQudjEuQ29tcGlsZVNlc3Npb25SZXF1ZXN0GiMuY29udGV4dGQudjEuQ29tcGlsZVNlc3Npb25SZXNwb25zZSgBMAESUAoLUmVwb3J0VXNhZ2USHy5jb250ZXh0ZC52MS5SZXBvcnRVc2FnZVJlcXVlc3QaIC5jb250ZXh0ZC52MS5SZXBvcnRVc2FnZVJlc3BvbnNlQrMBCg9jb20uY29udGV4dGQudjFCE0NvbnRleHRTZXJ2aWNlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_compile, file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_telemetry]);
+  fileDesc("CiFjb250ZXh0ZC92MS9jb250ZXh0X3NlcnZpY2UucHJvdG8SC2NvbnRleHRkLnYxIrIBChJSZXBvcnRVc2FnZVJlcXVlc3QSJwoIcHJvdmlkZXIYASABKA4yFS5jb250ZXh0ZC52MS5Qcm92aWRlchINCgVtb2RlbBgCIAEoCRItCgllc3RpbWF0b3IYAyABKA4yGi5jb250ZXh0ZC52MS5Fc3RpbWF0b3JLaW5kEhgKEGVzdGltYXRlZF90b2tlbnMYBCABKAMSGwoTYWN0dWFsX2lucHV0X3Rva2VucxgFIAEoAyJ4ChNSZXBvcnRVc2FnZVJlc3BvbnNlEhIKCmNvcnJlY3Rpb24YASABKAESDwoHcmVwb3J0cxgCIAEoAxIkChxtZWFuX2Fic29sdXRlX3JlbGF0aXZlX2Vycm9yGAMgASgBEhYKDnJlbGF0aXZlX2Vycm9yGAQgASgBIj0KD0NvbXBpbGVSZXNwb25zZRIqCgZyZXN1bHQYASABKAsyGi5jb250ZXh0ZC52MS5Db21waWxlUmVzdWx0IkQKFENvbXBpbGVTdHJlYW1SZXF1ZXN0EiwKB3JlcXVlc3QYASABKAsyGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdCJ6ChVDb21waWxlU3RyZWFtUmVzcG9uc2USKwoFZXZlbnQYASABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAIgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQingEKEkNvdW50VG9rZW5zUmVxdWVzdBImCghtZXNzYWdlcxgBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USNQoQdG9vbF9kZWZpbml0aW9ucxgCIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEikKCWVzdGltYXRvchgDIAEoCzIWLmNvbnRleHRkLnYxLkVzdGltYXRvciJqChNDb3VudFRva2Vuc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgDEhMKC3Blcl9tZXNzYWdlGAIgAygDEhgKEHRvb2xfZGVmaW5pdGlvbnMYAyABKAMSFQoNcmVwbHlfcHJpbWluZxgEIAEoAyKHAQoNUmVuZGVyUmVxdWVzdBIMCgR2aWV3GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRInCghzbmFwc2hvdBgDIAEoCzIVLmNvbnRleHRkLnYxLlNuYXBzaG90EiYKCHNlZ21lbnRzGAQgAygOMhQuY29udGV4dGQudjEuU2VnbWVudCIeCg5SZW5kZXJSZXNwb25zZRIMCgR0ZXh0GAEgASgJIpoCChBTdW1tYXJpemVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEhUKDXRhcmdldF90b2tlbnMYAyABKAMSLgoQcHJldmlvdXNfc3VtbWFyeRgEIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USDgoGcmVhc29uGAUgASgJEi8KCHRlbXBsYXRlGJADIAEoCzIcLmNvbnRleHRkLnYxLlN1bW1hcnlUZW1wbGF0ZRIoCgVmYWN0cxiRAyADKAsyGC5jb250ZXh0ZC52MS5TdW1tYXJ5RmFjdBIYCg9mYWN0c190cnVuY2F0ZWQYkgMgASgIIlgKD1N1bW1hcnlUZW1wbGF0ZRI2CghzZWN0aW9ucxiQAyADKAsyIy5jb250ZXh0ZC52MS5TdW1tYXJ5VGVtcGxhdGVTZWN0aW9uEg0KBHRleHQYkQMgASgJIkwKFlN1bW1hcnlUZW1wbGF0ZVNlY3Rpb24SDAoDa2V5GJADIAEoCRIOCgV0aXRsZRiRAyABKAkSFAoLaW5zdHJ1Y3Rpb24YkgMgASgJIl4KC1N1bW1hcnlGYWN0EisKBGtpbmQYkAMgASgOMhwuY29udGV4dGQudjEuU3VtbWFyeUZhY3RLaW5kEg0KBHRleHQYkQMgASgJEhMKCm1lc3NhZ2VfaWQYkgMgASgJImAKEVN1bW1hcml6ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSJQoHc3VtbWFyeRgCIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoIcmVtZW1iZXIYAyADKAkijQEKFUNvbXBpbGVTZXNzaW9uUmVxdWVzdBIuCgdjb21waWxlGAEgASgLMhsuY29udGV4dGQudjEuQ29tcGlsZVJlcXVlc3RIABI8ChJzdW1tYXJpemVfcmVzcG9uc2UYAiABKAsyHi5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXNwb25zZUgAQgYKBGtpbmQitwEKFkNvbXBpbGVTZXNzaW9uUmVzcG9uc2USOgoRc3VtbWFyaXplX3JlcXVlc3QYASABKAsyHS5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXF1ZXN0SAASKwoFZXZlbnQYAiABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAMgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQq7wEKD1N1bW1hcnlGYWN0S2luZBIhCh1TVU1NQVJZX0ZBQ1RfS0lORF9VTlNQRUNJRklFRBAAEh8KG1NVTU1BUllfRkFDVF9LSU5EX0ZJTEVfUEFUSBABEhkKFVNVTU1BUllfRkFDVF9LSU5EX1VSTBACEh0KGVNVTU1BUllfRkFDVF9LSU5EX0NPTU1BTkQQAxIjCh9TVU1NQVJZX0ZBQ1RfS0lORF9FUlJPUl9NRVNTQUdFEAQSHwobU1VNTUFSWV9GQUNUX0tJTkRfVE9PTF9OQU1FEAUSGAoUU1VNTUFSWV9GQUNUX0tJTkRfSUQQBjL2AwoOQ29udGV4dFNlcnZpY2USRAoHQ29tcGlsZRIbLmNvbnRleHRkLnYxLkNvbXBpbGVSZXF1ZXN0GhwuY29udGV4dGQudjEuQ29tcGlsZVJlc3BvbnNlElgKDUNvbXBpbGVTdHJlYW0SIS5jb250ZXh0ZC52MS5Db21waWxlU3RyZWFtUmVxdWVzdBoiLmNvbnRleHRkLnYxLkNvbXBpbGVTdHJlYW1SZXNwb25zZTABElAKC0NvdW50VG9rZW5zEh8uY29udGV4dGQudjEuQ291bnRUb2tlbnNSZXF1ZXN0GiAuY29udGV4dGQudjEuQ291bnRUb2tlbnNSZXNwb25zZRJBCgZSZW5kZXISGi5jb250ZXh0ZC52MS5SZW5kZXJSZXF1ZXN0GhsuY29udGV4dGQudjEuUmVuZGVyUmVzcG9uc2USXQoOQ29tcGlsZVNlc3Npb24SIi5jb250ZXh0ZC52MS5Db21waWxlU2Vzc2lvblJlcXVlc3QaIy5jb250ZXh0ZC52MS5Db21waWxlU2Vzc2lvblJlc3BvbnNlKAEwARJQCgtSZXBvcnRVc2FnZRIfLmNvbnRleHRkLnYxLlJlcG9ydFVzYWdlUmVxdWVzdBogLmNvbnRleHRkLnYxLlJlcG9ydFVzYWdlUmVzcG9uc2VCswEKD2NvbS5jb250ZXh0ZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile, file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_telemetry]);
 
 /**
  * The request of `ReportUsage`: one provider response's input token count for one compile. A
@@ -377,6 +377,33 @@ export type SummarizeRequest = Message<"contextd.v1.SummarizeRequest"> & {
    * @generated from field: string reason = 5;
    */
   reason: string;
+
+  /**
+   * The sections the summary should have, so decisions survive with their evidence: goal,
+   * decisions, open questions, files, commands, errors. Always set; the caller's summarizer may
+   * put `template.text` in its prompt.
+   *
+   * @generated from field: contextd.v1.SummaryTemplate template = 400;
+   */
+  template?: SummaryTemplate | undefined;
+
+  /**
+   * Facts found mechanically in `messages` (file paths, URLs, commands, error messages, tool names,
+   * ids), each once, in the order they first appear, for the summary to keep word for word. Found
+   * by linear-time patterns; at most 256 facts of at most 512 characters each, from at most 64 Ki
+   * characters of each text (the first and last 32 Ki of a longer one) and 1 Mi characters in all
+   * (`facts_truncated` says when a bound cut the list short).
+   *
+   * @generated from field: repeated contextd.v1.SummaryFact facts = 401;
+   */
+  facts: SummaryFact[];
+
+  /**
+   * True when a bound above left facts out.
+   *
+   * @generated from field: bool facts_truncated = 402;
+   */
+  factsTruncated: boolean;
 };
 
 /**
@@ -385,6 +412,104 @@ export type SummarizeRequest = Message<"contextd.v1.SummarizeRequest"> & {
  */
 export const SummarizeRequestSchema: GenMessage<SummarizeRequest> = /*@__PURE__*/
   messageDesc(file_contextd_v1_context_service, 9);
+
+/**
+ * A structured summary's sections, in order.
+ *
+ * @generated from message contextd.v1.SummaryTemplate
+ */
+export type SummaryTemplate = Message<"contextd.v1.SummaryTemplate"> & {
+  /**
+   * The sections.
+   *
+   * @generated from field: repeated contextd.v1.SummaryTemplateSection sections = 400;
+   */
+  sections: SummaryTemplateSection[];
+
+  /**
+   * The sections as prompt text: one "## <title>" heading per section with its instruction.
+   *
+   * @generated from field: string text = 401;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message contextd.v1.SummaryTemplate.
+ * Use `create(SummaryTemplateSchema)` to create a new message.
+ */
+export const SummaryTemplateSchema: GenMessage<SummaryTemplate> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_context_service, 10);
+
+/**
+ * One section of a `SummaryTemplate`.
+ *
+ * @generated from message contextd.v1.SummaryTemplateSection
+ */
+export type SummaryTemplateSection = Message<"contextd.v1.SummaryTemplateSection"> & {
+  /**
+   * The section's stable key: "goal", "decisions", "open_questions", "files", "commands", "errors".
+   *
+   * @generated from field: string key = 400;
+   */
+  key: string;
+
+  /**
+   * Its heading, for example "Open questions".
+   *
+   * @generated from field: string title = 401;
+   */
+  title: string;
+
+  /**
+   * What belongs in it.
+   *
+   * @generated from field: string instruction = 402;
+   */
+  instruction: string;
+};
+
+/**
+ * Describes the message contextd.v1.SummaryTemplateSection.
+ * Use `create(SummaryTemplateSectionSchema)` to create a new message.
+ */
+export const SummaryTemplateSectionSchema: GenMessage<SummaryTemplateSection> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_context_service, 11);
+
+/**
+ * One fact found in the messages to summarise.
+ *
+ * @generated from message contextd.v1.SummaryFact
+ */
+export type SummaryFact = Message<"contextd.v1.SummaryFact"> & {
+  /**
+   * What kind of fact.
+   *
+   * @generated from field: contextd.v1.SummaryFactKind kind = 400;
+   */
+  kind: SummaryFactKind;
+
+  /**
+   * The fact as it appears (cut to 512 characters at a character boundary).
+   *
+   * @generated from field: string text = 401;
+   */
+  text: string;
+
+  /**
+   * The message it first appears in.
+   *
+   * @generated from field: string message_id = 402;
+   */
+  messageId: string;
+};
+
+/**
+ * Describes the message contextd.v1.SummaryFact.
+ * Use `create(SummaryFactSchema)` to create a new message.
+ */
+export const SummaryFactSchema: GenMessage<SummaryFact> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_context_service, 12);
 
 /**
  * The caller's summary.
@@ -420,7 +545,7 @@ export type SummarizeResponse = Message<"contextd.v1.SummarizeResponse"> & {
  * Use `create(SummarizeResponseSchema)` to create a new message.
  */
 export const SummarizeResponseSchema: GenMessage<SummarizeResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 10);
+  messageDesc(file_contextd_v1_context_service, 13);
 
 /**
  * One message from the caller in a `CompileSession`.
@@ -457,7 +582,7 @@ export type CompileSessionRequest = Message<"contextd.v1.CompileSessionRequest">
  * Use `create(CompileSessionRequestSchema)` to create a new message.
  */
 export const CompileSessionRequestSchema: GenMessage<CompileSessionRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 11);
+  messageDesc(file_contextd_v1_context_service, 14);
 
 /**
  * One message from the engine in a `CompileSession`.
@@ -502,7 +627,72 @@ export type CompileSessionResponse = Message<"contextd.v1.CompileSessionResponse
  * Use `create(CompileSessionResponseSchema)` to create a new message.
  */
 export const CompileSessionResponseSchema: GenMessage<CompileSessionResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_context_service, 12);
+  messageDesc(file_contextd_v1_context_service, 15);
+
+/**
+ * What kind of fact a `SummaryFact` is.
+ *
+ * @generated from enum contextd.v1.SummaryFactKind
+ */
+export enum SummaryFactKind {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A file path ("src/app.ts", "/var/log/app.log", "./scripts/test.sh").
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_FILE_PATH = 1;
+   */
+  FILE_PATH = 1,
+
+  /**
+   * An http(s) URL.
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_URL = 2;
+   */
+  URL = 2,
+
+  /**
+   * A command: a tool call's `command` / `cmd` argument, a line after a "$ " prompt, or inline code
+   * that starts with a common command-line program.
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_COMMAND = 3;
+   */
+  COMMAND = 3,
+
+  /**
+   * An error message: the first line of a tool result marked `is_error`, or a line naming an error
+   * ("TypeError: ...", "error: ...", "FAIL ...", "panic: ...").
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_ERROR_MESSAGE = 4;
+   */
+  ERROR_MESSAGE = 4,
+
+  /**
+   * The name of a tool that was called.
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_TOOL_NAME = 5;
+   */
+  TOOL_NAME = 5,
+
+  /**
+   * An identifier: a UUID, a commit hash (7 to 40 hex digits with a letter and a digit), an issue
+   * key ("PROJ-123").
+   *
+   * @generated from enum value: SUMMARY_FACT_KIND_ID = 6;
+   */
+  ID = 6,
+}
+
+/**
+ * Describes the enum contextd.v1.SummaryFactKind.
+ */
+export const SummaryFactKindSchema: GenEnum<SummaryFactKind> = /*@__PURE__*/
+  enumDesc(file_contextd_v1_context_service, 0);
 
 /**
  * Compiles prompts.

@@ -10,7 +10,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/message.proto.
  */
 export const file_contextd_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("Chljb250ZXh0ZC92MS9tZXNzYWdlLnByb3RvEgtjb250ZXh0ZC52MSJcCglTb3VyY2VSZWYSEQoJbmFtZXNwYWNlGAEgASgJEgwKBGtpbmQYAiABKAkSCgoCaWQYAyABKAkSFQoNY2hlY2twb2ludF9pZBgEIAEoCRILCgN1cmkYBSABKAkifAoFQWN0b3ISJAoEa2luZBgBIAEoDjIWLmNvbnRleHRkLnYxLkFjdG9yS2luZBIKCgJpZBgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSKwoLc291cmNlX3JlZnMYBCADKAsyFi5jb250ZXh0ZC52MS5Tb3VyY2VSZWYiLwoGT3JpZ2luEhMKC3RlbXBsYXRlX2lkGAEgASgJEhAKCGxheWVyX2lkGAIgASgJIj4KCUNhY2hlSGludBIkCgR0eXBlGAEgASgOMhYuY29udGV4dGQudjEuQ2FjaGVUeXBlEgsKA3R0bBgCIAEoCSLvAgoKUHJvdmVuYW5jZRIsCgR1c2VyGAEgASgLMhwuY29udGV4dGQudjEuUHJvdmVuYW5jZS5Vc2VySAASMAoGc3lzdGVtGAIgASgLMh4uY29udGV4dGQudjEuUHJvdmVuYW5jZS5TeXN0ZW1IABIyCgdzdW1tYXJ5GAMgASgLMh8uY29udGV4dGQudjEuUHJvdmVuYW5jZS5TdW1tYXJ5SAASLAoEaG9zdBgEIAEoCzIcLmNvbnRleHRkLnYxLlByb3ZlbmFuY2UuSG9zdEgAGigKBFVzZXISDwoHY2hhbm5lbBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJGhsKBlN5c3RlbRIRCgljb21wb25lbnQYASABKAkaJgoHU3VtbWFyeRIbChNjb3ZlcmVkX21lc3NhZ2VfaWRzGAEgAygJGigKBEhvc3QSDwoHdHlwZV9pZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgJQgYKBGtpbmQiLQoJRXh0ZW5zaW9uEg8KB3R5cGVfaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoCSKGAwoHTWVzc2FnZRIKCgJpZBgBIAEoCRIfCgRyb2xlGAIgASgOMhEuY29udGV4dGQudjEuUm9sZRIhCgVhY3RvchgDIAEoCzISLmNvbnRleHRkLnYxLkFjdG9yEiAKBXBhcnRzGAQgAygLMhEuY29udGV4dGQudjEuUGFydBIrCgtzb3VyY2VfcmVmcxgFIAMoCzIWLmNvbnRleHRkLnYxLlNvdXJjZVJlZhIjCgZvcmlnaW4YBiABKAsyEy5jb250ZXh0ZC52MS5PcmlnaW4SJQoFY2FjaGUYByABKAsyFi5jb250ZXh0ZC52MS5DYWNoZUhpbnQSKwoKcHJvdmVuYW5jZRgIIAEoCzIXLmNvbnRleHRkLnYxLlByb3ZlbmFuY2USKgoKZXh0ZW5zaW9ucxgJIAMoCzIWLmNvbnRleHRkLnYxLkV4dGVuc2lvbhIaChJjcmVhdGVkX2F0X3VuaXhfbXMYCiABKAMSEwoLc2VuZGVyX25hbWUYCyABKAlKBgi0ARC1ASKaAgoEUGFydBIlCgR0ZXh0GAEgASgLMhUuY29udGV4dGQudjEuVGV4dFBhcnRIABInCgVpbWFnZRgCIAEoCzIWLmNvbnRleHRkLnYxLkltYWdlUGFydEgAEi4KCXRvb2xfY2FsbBgDIAEoCzIZLmNvbnRleHRkLnYxLlRvb2xDYWxsUGFydEgAEjIKC3Rvb2xfcmVzdWx0GAQgASgLMhsuY29udGV4dGQudjEuVG9vbFJlc3VsdFBhcnRIABIvCglyZWFzb25pbmcYBSABKAsyGi5jb250ZXh0ZC52MS5SZWFzb25pbmdQYXJ0SAASJQoEZmlsZRgGIAEoCzIVLmNvbnRleHRkLnYxLkZpbGVQYXJ0SABCBgoEa2luZCIrCghUZXh0UGFydBIMCgR0ZXh0GAEgASgJEhEKCXNpZ25hdHVyZRgCIAEoCSJjCglJbWFnZVBhcnQSCwoDdXJsGAEgASgJEgwKBGRhdGEYAiABKAwSEQoJbWltZV90eXBlGAMgASgJEigKBmRldGFpbBgEIAEoDjIYLmNvbnRleHRkLnYxLkltYWdlRGV0YWlsInkKDFRvb2xDYWxsUGFydBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEisKCWFyZ3VtZW50cxgDIAEoCzIYLmNvbnRleHRkLnYxLlRvb2xQYXlsb2FkEhEKCXNpZ25hdHVyZRgEIAEoCRIPCgdpdGVtX2lkGAUgASgJIpsBCg5Ub29sUmVzdWx0UGFydBIUCgx0b29sX2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIpCgdwYXlsb2FkGAMgASgLMhguY29udGV4dGQudjEuVG9vbFBheWxvYWQSEAoIaXNfZXJyb3IYBCABKAgSKAoNY29udGVudF9wYXJ0cxgFIAMoCzIRLmNvbnRleHRkLnYxLlBhcnQigQEKDVJlYXNvbmluZ1BhcnQSDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkSFQoNcmVkYWN0ZWRfZGF0YRgDIAEoCRInCghwcm92aWRlchgEIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEg8KB2l0ZW1faWQYBSABKAkiRgoIRmlsZVBhcnQSEQoJbWltZV90eXBlGAEgASgJEgwKBGRhdGEYAiABKAwSCwoDdXJpGAMgASgJEgwKBG5hbWUYBCABKAki1AEKC1Rvb2xQYXlsb2FkEgwKBHRleHQYASABKAkSDAoEZGF0YRgCIAEoCRIqCgZiaW5hcnkYAyABKAsyGi5jb250ZXh0ZC52MS5CaW5hcnlQYXlsb2FkEiUKBWVycm9yGAQgASgLMhYuY29udGV4dGQudjEuVG9vbEVycm9yEisKCHByb2dyZXNzGAUgASgLMhkuY29udGV4dGQudjEuVG9vbFByb2dyZXNzEikKB2NvbnRyb2wYBiABKAsyGC5jb250ZXh0ZC52MS5Ub29sQ29udHJvbCIwCg1CaW5hcnlQYXlsb2FkEgwKBGRhdGEYASABKAwSEQoJbWltZV90eXBlGAIgASgJIioKCVRvb2xFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiPwoMVG9vbFByb2dyZXNzEg8KB2N1cnJlbnQYASABKAESDQoFdG90YWwYAiABKAESDwoHbWVzc2FnZRgDIAEoCSItCgtUb29sQ29udHJvbBIOCgZhY3Rpb24YASABKAkSDgoGcmVhc29uGAIgASgJKnMKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfU1lTVEVNEAESEgoOUk9MRV9ERVZFTE9QRVIQAhINCglST0xFX1VTRVIQAxISCg5ST0xFX0FTU0lTVEFOVBAEEg0KCVJPTEVfVE9PTBAFKpoBCglBY3RvcktpbmQSGgoWQUNUT1JfS0lORF9VTlNQRUNJRklFRBAAEhQKEEFDVE9SX0tJTkRfSFVNQU4QARIUChBBQ1RPUl9LSU5EX0FHRU5UEAISGQoVQUNUT1JfS0lORF9QRUVSX0FHRU5UEAMSEwoPQUNUT1JfS0lORF9UT09MEAQSFQoRQUNUT1JfS0lORF9TWVNURU0QBSpBCglDYWNoZVR5cGUSGgoWQ0FDSEVfVFlQRV9VTlNQRUNJRklFRBAAEhgKFENBQ0hFX1RZUEVfRVBIRU1FUkFMEAEqbwoLSW1hZ2VEZXRhaWwSHAoYSU1BR0VfREVUQUlMX1VOU1BFQ0lGSUVEEAASFQoRSU1BR0VfREVUQUlMX0FVVE8QARIUChBJTUFHRV9ERVRBSUxfTE9XEAISFQoRSU1BR0VfREVUQUlMX0hJR0gQAyqTAQoIUHJvdmlkZXISGAoUUFJPVklERVJfVU5TUEVDSUZJRUQQABIYChRQUk9WSURFUl9PUEVOQUlfQ0hBVBABEh0KGVBST1ZJREVSX09QRU5BSV9SRVNQT05TRVMQAhIfChtQUk9WSURFUl9BTlRIUk9QSUNfTUVTU0FHRVMQAxITCg9QUk9WSURFUl9HRU1JTkkQBEKsAQoPY29tLmNvbnRleHRkLnYxQgxNZXNzYWdlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw");
+  fileDesc("Chljb250ZXh0ZC92MS9tZXNzYWdlLnByb3RvEgtjb250ZXh0ZC52MSJcCglTb3VyY2VSZWYSEQoJbmFtZXNwYWNlGAEgASgJEgwKBGtpbmQYAiABKAkSCgoCaWQYAyABKAkSFQoNY2hlY2twb2ludF9pZBgEIAEoCRILCgN1cmkYBSABKAkifAoFQWN0b3ISJAoEa2luZBgBIAEoDjIWLmNvbnRleHRkLnYxLkFjdG9yS2luZBIKCgJpZBgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSKwoLc291cmNlX3JlZnMYBCADKAsyFi5jb250ZXh0ZC52MS5Tb3VyY2VSZWYiLwoGT3JpZ2luEhMKC3RlbXBsYXRlX2lkGAEgASgJEhAKCGxheWVyX2lkGAIgASgJIj4KCUNhY2hlSGludBIkCgR0eXBlGAEgASgOMhYuY29udGV4dGQudjEuQ2FjaGVUeXBlEgsKA3R0bBgCIAEoCSKOAwoKUHJvdmVuYW5jZRIsCgR1c2VyGAEgASgLMhwuY29udGV4dGQudjEuUHJvdmVuYW5jZS5Vc2VySAASMAoGc3lzdGVtGAIgASgLMh4uY29udGV4dGQudjEuUHJvdmVuYW5jZS5TeXN0ZW1IABIyCgdzdW1tYXJ5GAMgASgLMh8uY29udGV4dGQudjEuUHJvdmVuYW5jZS5TdW1tYXJ5SAASLAoEaG9zdBgEIAEoCzIcLmNvbnRleHRkLnYxLlByb3ZlbmFuY2UuSG9zdEgAGigKBFVzZXISDwoHY2hhbm5lbBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJGhsKBlN5c3RlbRIRCgljb21wb25lbnQYASABKAkaRQoHU3VtbWFyeRIbChNjb3ZlcmVkX21lc3NhZ2VfaWRzGAEgAygJEh0KFHJlcGxhY2VkX3N1bW1hcnlfaWRzGJADIAMoCRooCgRIb3N0Eg8KB3R5cGVfaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoCUIGCgRraW5kIi0KCUV4dGVuc2lvbhIPCgd0eXBlX2lkGAEgASgJEg8KB3BheWxvYWQYAiABKAkihgMKB01lc3NhZ2USCgoCaWQYASABKAkSHwoEcm9sZRgCIAEoDjIRLmNvbnRleHRkLnYxLlJvbGUSIQoFYWN0b3IYAyABKAsyEi5jb250ZXh0ZC52MS5BY3RvchIgCgVwYXJ0cxgEIAMoCzIRLmNvbnRleHRkLnYxLlBhcnQSKwoLc291cmNlX3JlZnMYBSADKAsyFi5jb250ZXh0ZC52MS5Tb3VyY2VSZWYSIwoGb3JpZ2luGAYgASgLMhMuY29udGV4dGQudjEuT3JpZ2luEiUKBWNhY2hlGAcgASgLMhYuY29udGV4dGQudjEuQ2FjaGVIaW50EisKCnByb3ZlbmFuY2UYCCABKAsyFy5jb250ZXh0ZC52MS5Qcm92ZW5hbmNlEioKCmV4dGVuc2lvbnMYCSADKAsyFi5jb250ZXh0ZC52MS5FeHRlbnNpb24SGgoSY3JlYXRlZF9hdF91bml4X21zGAogASgDEhMKC3NlbmRlcl9uYW1lGAsgASgJSgYItAEQtQEi3wIKBFBhcnQSJQoEdGV4dBgBIAEoCzIVLmNvbnRleHRkLnYxLlRleHRQYXJ0SAASJwoFaW1hZ2UYAiABKAsyFi5jb250ZXh0ZC52MS5JbWFnZVBhcnRIABIuCgl0b29sX2NhbGwYAyABKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnRIABIyCgt0b29sX3Jlc3VsdBgEIAEoCzIbLmNvbnRleHRkLnYxLlRvb2xSZXN1bHRQYXJ0SAASLwoJcmVhc29uaW5nGAUgASgLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydEgAEiUKBGZpbGUYBiABKAsyFS5jb250ZXh0ZC52MS5GaWxlUGFydEgAEkMKE3Byb3ZpZGVyX2NvbXBhY3Rpb24YkAMgASgLMiMuY29udGV4dGQudjEuUHJvdmlkZXJDb21wYWN0aW9uUGFydEgAQgYKBGtpbmQiKwoIVGV4dFBhcnQSDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiYwoJSW1hZ2VQYXJ0EgsKA3VybBgBIAEoCRIMCgRkYXRhGAIgASgMEhEKCW1pbWVfdHlwZRgDIAEoCRIoCgZkZXRhaWwYBCABKA4yGC5jb250ZXh0ZC52MS5JbWFnZURldGFpbCJ5CgxUb29sQ2FsbFBhcnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIrCglhcmd1bWVudHMYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIRCglzaWduYXR1cmUYBCABKAkSDwoHaXRlbV9pZBgFIAEoCSKbAQoOVG9vbFJlc3VsdFBhcnQSFAoMdG9vbF9jYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSKQoHcGF5bG9hZBgDIAEoCzIYLmNvbnRleHRkLnYxLlRvb2xQYXlsb2FkEhAKCGlzX2Vycm9yGAQgASgIEigKDWNvbnRlbnRfcGFydHMYBSADKAsyES5jb250ZXh0ZC52MS5QYXJ0IoEBCg1SZWFzb25pbmdQYXJ0EgwKBHRleHQYASABKAkSEQoJc2lnbmF0dXJlGAIgASgJEhUKDXJlZGFjdGVkX2RhdGEYAyABKAkSJwoIcHJvdmlkZXIYBCABKA4yFS5jb250ZXh0ZC52MS5Qcm92aWRlchIPCgdpdGVtX2lkGAUgASgJIvEBChZQcm92aWRlckNvbXBhY3Rpb25QYXJ0EigKCHByb3ZpZGVyGJADIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEhUKB3N1bW1hcnkYkQMgASgJSACIAQESHwoRZW5jcnlwdGVkX2NvbnRlbnQYkgMgASgJSAGIAQESFwoJc2lnbmF0dXJlGJMDIAEoCUgCiAEBEhoKEXRvb2xfY2hhbmdlc19qc29uGJQDIAEoCRIQCgdpdGVtX2lkGJUDIAEoCUIKCghfc3VtbWFyeUIUChJfZW5jcnlwdGVkX2NvbnRlbnRCDAoKX3NpZ25hdHVyZSJGCghGaWxlUGFydBIRCgltaW1lX3R5cGUYASABKAkSDAoEZGF0YRgCIAEoDBILCgN1cmkYAyABKAkSDAoEbmFtZRgEIAEoCSLUAQoLVG9vbFBheWxvYWQSDAoEdGV4dBgBIAEoCRIMCgRkYXRhGAIgASgJEioKBmJpbmFyeRgDIAEoCzIaLmNvbnRleHRkLnYxLkJpbmFyeVBheWxvYWQSJQoFZXJyb3IYBCABKAsyFi5jb250ZXh0ZC52MS5Ub29sRXJyb3ISKwoIcHJvZ3Jlc3MYBSABKAsyGS5jb250ZXh0ZC52MS5Ub29sUHJvZ3Jlc3MSKQoHY29udHJvbBgGIAEoCzIYLmNvbnRleHRkLnYxLlRvb2xDb250cm9sIjAKDUJpbmFyeVBheWxvYWQSDAoEZGF0YRgBIAEoDBIRCgltaW1lX3R5cGUYAiABKAkiKgoJVG9vbEVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSI/CgxUb29sUHJvZ3Jlc3MSDwoHY3VycmVudBgBIAEoARINCgV0b3RhbBgCIAEoARIPCgdtZXNzYWdlGAMgASgJIi0KC1Rvb2xDb250cm9sEg4KBmFjdGlvbhgBIAEoCRIOCgZyZWFzb24YAiABKAkqcwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9TWVNURU0QARISCg5ST0xFX0RFVkVMT1BFUhACEg0KCVJPTEVfVVNFUhADEhIKDlJPTEVfQVNTSVNUQU5UEAQSDQoJUk9MRV9UT09MEAUqmgEKCUFjdG9yS2luZBIaChZBQ1RPUl9LSU5EX1VOU1BFQ0lGSUVEEAASFAoQQUNUT1JfS0lORF9IVU1BThABEhQKEEFDVE9SX0tJTkRfQUdFTlQQAhIZChVBQ1RPUl9LSU5EX1BFRVJfQUdFTlQQAxITCg9BQ1RPUl9LSU5EX1RPT0wQBBIVChFBQ1RPUl9LSU5EX1NZU1RFTRAFKkEKCUNhY2hlVHlwZRIaChZDQUNIRV9UWVBFX1VOU1BFQ0lGSUVEEAASGAoUQ0FDSEVfVFlQRV9FUEhFTUVSQUwQASpvCgtJbWFnZURldGFpbBIcChhJTUFHRV9ERVRBSUxfVU5TUEVDSUZJRUQQABIVChFJTUFHRV9ERVRBSUxfQVVUTxABEhQKEElNQUdFX0RFVEFJTF9MT1cQAhIVChFJTUFHRV9ERVRBSUxfSElHSBADKpMBCghQcm92aWRlchIYChRQUk9WSURFUl9VTlNQRUNJRklFRBAAEhgKFFBST1ZJREVSX09QRU5BSV9DSEFUEAESHQoZUFJPVklERVJfT1BFTkFJX1JFU1BPTlNFUxACEh8KG1BST1ZJREVSX0FOVEhST1BJQ19NRVNTQUdFUxADEhMKD1BST1ZJREVSX0dFTUlOSRAEQqwBCg9jb20uY29udGV4dGQudjFCDE1lc3NhZ2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z");
 
 /**
  * A reference to an object owned by the host application (a database row, a chat event, a
@@ -276,11 +276,20 @@ export const Provenance_SystemSchema: GenMessage<Provenance_System> = /*@__PURE_
 export type Provenance_Summary = Message$1<"contextd.v1.Provenance.Summary"> & {
   /**
    * Ids of every message this summary covers, including messages covered by earlier summaries
-   * that this one replaced (rolling summaries).
+   * that this one replaced (rolling summaries). Never the id of a summary: a summary that covers
+   * an earlier one replaces it and takes over what it covered, so summaries never nest.
    *
    * @generated from field: repeated string covered_message_ids = 1;
    */
   coveredMessageIds: string[];
+
+  /**
+   * Ids of the earlier summaries this one replaced, oldest first (they are no longer in history;
+   * what they covered is in `covered_message_ids`).
+   *
+   * @generated from field: repeated string replaced_summary_ids = 400;
+   */
+  replacedSummaryIds: string[];
 };
 
 /**
@@ -500,6 +509,16 @@ export type Part = Message$1<"contextd.v1.Part"> & {
      */
     value: FilePart;
     case: "file";
+  } | {
+    /**
+     * A provider's own compaction of the conversation before it (an Anthropic `compaction`
+     * block, an OpenAI Responses `compaction` item), sent back byte for byte only to that
+     * provider. See `ProviderCompactionPart`.
+     *
+     * @generated from field: contextd.v1.ProviderCompactionPart provider_compaction = 400;
+     */
+    value: ProviderCompactionPart;
+    case: "providerCompaction";
   } | { case: undefined; value?: undefined };
 };
 
@@ -740,6 +759,75 @@ export const ReasoningPartSchema: GenMessage<ReasoningPart> = /*@__PURE__*/
   messageDesc(file_contextd_v1_message, 12);
 
 /**
+ * A provider's compaction of everything before it: an Anthropic Messages `compaction` block (beta
+ * `compact_20260112`) or an OpenAI Responses `compaction` item (`context_management` with
+ * `compact_threshold`, or `/responses/compact`). `append_provider_response` and
+ * `append_provider_stream` store it as it came; the opaque fields are kept byte for byte.
+ *
+ * Rendering for `provider`: the latest compaction part with content in history stands for
+ * everything before it, which is not sent (nor counted by the budget and `Usage`); the body starts
+ * with it. For another provider: contextd's own summary of that range is sent instead (the
+ * summaries before the compaction part, when they cover every other message there), and the
+ * compaction part is left out; without such a summary the compile is FAILED_PRECONDITION with rule
+ * `<provider>.provider_compaction` naming the message (docs/provider-bodies.md).
+ *
+ * @generated from message contextd.v1.ProviderCompactionPart
+ */
+export type ProviderCompactionPart = Message$1<"contextd.v1.ProviderCompactionPart"> & {
+  /**
+   * The provider that produced it: PROVIDER_ANTHROPIC_MESSAGES or PROVIDER_OPENAI_RESPONSES.
+   *
+   * @generated from field: contextd.v1.Provider provider = 400;
+   */
+  provider: Provider;
+
+  /**
+   * Anthropic `content`: the summary text the block carries. Unset when the block's `content` is
+   * null, a failed compaction, which Anthropic treats as a no-op and contextd does not send.
+   * OpenAI compaction items carry no readable summary: unset.
+   *
+   * @generated from field: optional string summary = 401;
+   */
+  summary?: string | undefined;
+
+  /**
+   * `encrypted_content`, byte for byte. Unset when Anthropic sent null; an OpenAI item always has it.
+   *
+   * @generated from field: optional string encrypted_content = 402;
+   */
+  encryptedContent?: string | undefined;
+
+  /**
+   * Anthropic `signature` over the summary, byte for byte. Unset when absent or null.
+   *
+   * @generated from field: optional string signature = 403;
+   */
+  signature?: string | undefined;
+
+  /**
+   * Anthropic `tool_changes` as the JSON text of the array the block came with (re-serialized
+   * compactly), sent back unchanged; "null" when the block said null, empty when it had none.
+   *
+   * @generated from field: string tool_changes_json = 404;
+   */
+  toolChangesJson: string;
+
+  /**
+   * OpenAI compaction item `id` ("cmp_..."), byte for byte; empty when the item had none.
+   *
+   * @generated from field: string item_id = 405;
+   */
+  itemId: string;
+};
+
+/**
+ * Describes the message contextd.v1.ProviderCompactionPart.
+ * Use `create(ProviderCompactionPartSchema)` to create a new message.
+ */
+export const ProviderCompactionPartSchema: GenMessage<ProviderCompactionPart> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_message, 13);
+
+/**
  * A file. Set either `data` or `uri`.
  *
  * @generated from message contextd.v1.FilePart
@@ -779,7 +867,7 @@ export type FilePart = Message$1<"contextd.v1.FilePart"> & {
  * Use `create(FilePartSchema)` to create a new message.
  */
 export const FilePartSchema: GenMessage<FilePart> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_message, 13);
+  messageDesc(file_contextd_v1_message, 14);
 
 /**
  * A tool payload: call arguments or a tool result. Several fields may be set; its plain text (used
@@ -838,7 +926,7 @@ export type ToolPayload = Message$1<"contextd.v1.ToolPayload"> & {
  * Use `create(ToolPayloadSchema)` to create a new message.
  */
 export const ToolPayloadSchema: GenMessage<ToolPayload> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_message, 14);
+  messageDesc(file_contextd_v1_message, 15);
 
 /**
  * Binary tool output.
@@ -866,7 +954,7 @@ export type BinaryPayload = Message$1<"contextd.v1.BinaryPayload"> & {
  * Use `create(BinaryPayloadSchema)` to create a new message.
  */
 export const BinaryPayloadSchema: GenMessage<BinaryPayload> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_message, 15);
+  messageDesc(file_contextd_v1_message, 16);
 
 /**
  * A structured tool error.
@@ -894,7 +982,7 @@ export type ToolError = Message$1<"contextd.v1.ToolError"> & {
  * Use `create(ToolErrorSchema)` to create a new message.
  */
 export const ToolErrorSchema: GenMessage<ToolError> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_message, 16);
+  messageDesc(file_contextd_v1_message, 17);
 
 /**
  * Progress of a long-running tool.
@@ -929,7 +1017,7 @@ export type ToolProgress = Message$1<"contextd.v1.ToolProgress"> & {
  * Use `create(ToolProgressSchema)` to create a new message.
  */
 export const ToolProgressSchema: GenMessage<ToolProgress> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_message, 17);
+  messageDesc(file_contextd_v1_message, 18);
 
 /**
  * A control signal from a tool.
@@ -957,7 +1045,7 @@ export type ToolControl = Message$1<"contextd.v1.ToolControl"> & {
  * Use `create(ToolControlSchema)` to create a new message.
  */
 export const ToolControlSchema: GenMessage<ToolControl> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_message, 18);
+  messageDesc(file_contextd_v1_message, 19);
 
 /**
  * The provider-facing role of a message. It decides where the message goes in a provider request;

@@ -1,3 +1,7 @@
+import type { AnthropicCompactionBlock } from "../provider-compaction.js";
+
+export type { AnthropicCompactionBlock };
+
 /**
  * The Anthropic Messages request parts contextd renders. Field names follow the API exactly;
  * test/providers/sdk-types.typecheck.ts assigns these shapes to the `@anthropic-ai/sdk` types.
@@ -60,6 +64,7 @@ export interface AnthropicRedactedThinkingBlock {
 }
 
 export type AnthropicBlock =
+  | AnthropicCompactionBlock
   | AnthropicTextBlock
   | AnthropicImageBlock
   | AnthropicDocumentBlock

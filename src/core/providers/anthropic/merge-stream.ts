@@ -4,7 +4,7 @@ import { eventObject, eventType, expectStreamIndex, mergeStreamEvents, type Merg
 
 /** A content block being streamed: the start event's block plus the deltas so far. */
 interface StreamedBlock {
-  type: "text" | "thinking" | "redacted_thinking" | "tool_use";
+  type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "compaction";
   /** The block as `content_block_start` gave it. */
   start: JsonObject;
   text: string[];
@@ -13,9 +13,14 @@ interface StreamedBlock {
   stopped: boolean;
   /** The event that started the block, for errors found when it is closed. */
   startEvent: number;
+  /**
+   * A compaction block's `content` and `encrypted_content` as the last `compaction_delta` gave
+   * them: each delta carries the final value (as the SDK's stream accumulator assigns it), not a piece.
+   */
+  compaction?: { content?: unknown; encrypted_content?: unknown };
 }
 
-const blockTypes = new Set(["text", "thinking", "redacted_thinking", "tool_use"]);
+const blockTypes = new Set(["text", "thinking", "redacted_thinking", "tool_use", "compaction"]);
 
 /** Which block type each delta type extends. `citations_delta` adds nothing a body keeps. */
 const deltaBlockType: Record<string, StreamedBlock["type"]> = {
@@ -24,13 +29,15 @@ const deltaBlockType: Record<string, StreamedBlock["type"]> = {
   signature_delta: "thinking",
   input_json_delta: "tool_use",
   citations_delta: "text",
+  compaction_delta: "compaction",
 };
 
 /**
  * Anthropic Messages SSE events → the `message` body they stand for. `message_start` gives the
- * message, `content_block_start` opens block `index` (text, thinking, redacted_thinking, tool_use:
+ * message, `content_block_start` opens block `index` (text, thinking, redacted_thinking, tool_use, compaction:
  * the types a body may hold), `content_block_delta` extends it (`text_delta`, `thinking_delta`,
- * `signature_delta`, `input_json_delta`: the tool input's JSON text, parsed when the block stops),
+ * `signature_delta`, `input_json_delta`: the tool input's JSON text, parsed when the block stops;
+ * `compaction_delta`: a compaction block's final `content` and `encrypted_content`),
  * `content_block_stop` closes it. Complete at `message_stop`; an `error` event ends the stream
  * without completing it; `ping` and `message_delta` carry nothing the body keeps.
  */
@@ -103,6 +110,7 @@ export function mergeAnthropicStream(events: readonly Uint8Array[]): MergedStrea
           else if (deltaType === "thinking_delta") block.text.push(expectString(delta["thinking"], "delta.thinking"));
           else if (deltaType === "signature_delta") block.signature.push(expectString(delta["signature"], "delta.signature"));
           else if (deltaType === "input_json_delta") block.json.push(expectString(delta["partial_json"], "delta.partial_json"));
+          else if (deltaType === "compaction_delta") block.compaction = compactionDelta(delta, block.compaction);
           return;
         }
         case "content_block_stop": {
@@ -138,6 +146,19 @@ export function mergeAnthropicStream(events: readonly Uint8Array[]): MergedStrea
   });
 }
 
+/** A `compaction_delta`'s values over the block's so far; `encrypted_content` only when the delta has the key. */
+function compactionDelta(delta: JsonObject, before: StreamedBlock["compaction"]): NonNullable<StreamedBlock["compaction"]> {
+  if (!("content" in delta)) throw malformed("delta.content", "a compaction_delta carries the block's content (a string or null)");
+  const content = delta["content"];
+  if (content !== null) expectString(content, "delta.content");
+  const next: NonNullable<StreamedBlock["compaction"]> = { ...before, content };
+  if ("encrypted_content" in delta) {
+    if (delta["encrypted_content"] !== null) expectString(delta["encrypted_content"], "delta.encrypted_content");
+    next.encrypted_content = delta["encrypted_content"];
+  }
+  return next;
+}
+
 function unstoppedFailure(blocks: readonly StreamedBlock[], index: number): string {
   return index < 0 ? "" : `content block ${index} (started at events[${blocks[index]!.startEvent}]) never stopped`;
 }
@@ -170,5 +191,8 @@ function blockBody(block: StreamedBlock, input: unknown): JsonObject {
       return { type: "redacted_thinking", data: block.start["data"] };
     case "tool_use":
       return { type: "tool_use", id: block.start["id"], name: block.start["name"], input: input ?? {} };
+    case "compaction":
+      // The start block's fields (signature, tool_changes) with the deltas' values over them.
+      return { ...block.start, ...block.compaction };
   }
 }

@@ -1,12 +1,14 @@
 import { Provider, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { assistantMessage, reasoningPart, textPart, toolArgumentsPayload, toolCallPart } from "../assistant-message.js";
 import { streamEventHint } from "../stream-events.js";
+import { anthropicCompactionPart } from "../provider-compaction.js";
 import { expectArray, expectObject, expectString, malformed, parseJsonObject } from "../json-reader.js";
 
 /**
  * An Anthropic Messages response (`type: "message"`) → one ASSISTANT message with its blocks in
  * order: text, `thinking` (text + signature), `redacted_thinking` (data), `tool_use` (input as
- * compact JSON text). Other block types (server tools, citations-only blocks) are INVALID_ARGUMENT:
+ * compact JSON text), `compaction` (beta compaction: summary, encrypted content, signature and tool
+ * changes as `ProviderCompactionPart`). Other block types (server tools, citations-only blocks) are INVALID_ARGUMENT:
  * contextd could not send them back faithfully.
  */
 export function parseAnthropicResponse(json: Uint8Array): Message[] {
@@ -36,6 +38,8 @@ export function parseAnthropicResponse(json: Uint8Array): Message[] {
           expectString(block["name"], `${path}.name`),
           toolArgumentsPayload(JSON.stringify(expectObject(block["input"], `${path}.input`))),
         );
+      case "compaction":
+        return anthropicCompactionPart(block, path);
       default:
         throw malformed(`${path}.type`, `unknown content block type "${blockType}"`);
     }

@@ -8,6 +8,7 @@ import { mediaPlan, type MediaPolicy } from "../media-capabilities.js";
 import { isInstructionRole, messagesInRenderingOrder } from "../rendering-order.js";
 import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { isSummary } from "../summary-role.js";
+import { anthropicCompactionBlock, compactsHistory } from "../provider-compaction.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsObject } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -76,8 +77,10 @@ export function renderAnthropic(payload: CompiledPayload, model: string, report:
     const role = message.role === Role.ASSISTANT && !isSummary(message) ? "assistant" : "user";
     const { results, rest } = contentBlocks(message, ids, media);
     markCacheBreakpoint(message, [...results, ...rest], breakpoints);
-    // The summary heads history and stays until the next compaction: a stable boundary.
+    // The summary heads history and stays until the next compaction: a stable boundary. So does a
+    // compaction block, which the compile's cut puts first.
     if (autoCacheBreakpoints && segment === "history" && message.provenance?.kind.case === "summary") autoBreakpoint([...results, ...rest], message.id, breakpoints);
+    if (autoCacheBreakpoints && rest[0]?.type === "compaction") autoBreakpoint([rest[0]], message.id, breakpoints);
     if (results.length + rest.length === 0) continue;
     const last = messages[messages.length - 1];
     if (last && last.role === role) {
@@ -189,6 +192,10 @@ function contentBlocks(message: Message, ids: CallIdAssignment, media: MediaPoli
             ? { type: "redacted_thinking", data: kind.value.redactedData }
             : { type: "thinking", thinking: kind.value.text, signature: kind.value.signature },
         );
+        return;
+      case "providerCompaction":
+        // Only Anthropic's own with content: a null-content block is a no-op Anthropic ignores.
+        if (kind.value.provider === Provider.ANTHROPIC_MESSAGES && compactsHistory(kind.value)) rest.push(anthropicCompactionBlock(kind.value, message.id));
         return;
       case "toolCall":
         rest.push({ type: "tool_use", id: ids.call(message.id, kind.value.id), name: kind.value.name, input: toolArgumentsObject(kind.value, message.id, "anthropic.tool_use_input") });

@@ -8,6 +8,7 @@ import { checkToolNames } from "../tool-definitions.js";
 import type { AnthropicBlock, AnthropicCacheControl, AnthropicMessagesBody } from "./body.js";
 import { anthropicMaxCacheBreakpoints } from "./render.js";
 import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
+import { compactsHistory } from "../provider-compaction.js";
 
 /** Anthropic tool_use ids: `^[a-zA-Z0-9_-]+$` (a 64-character cap kept by contextd, rendered-ids.ts). */
 const toolUseIdPattern = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -21,7 +22,10 @@ export const anthropicToolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
  */
 export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly BodyOrigin[], payload: CompiledPayload): void {
   if (body.messages.length === 0) throw providerRuleViolation("anthropic.messages_non_empty", "request", "there is no message to send");
-  if (body.messages[0]!.role !== "user") {
+  // A compaction block stands for the conversation before it and must come first in `messages`
+  // (the SDK's CompactionBlockMisplacedError), in the assistant turn it came with.
+  const startsWithCompaction = body.messages[0]!.content[0]?.type === "compaction";
+  if (body.messages[0]!.role !== "user" && !startsWithCompaction) {
     throw providerRuleViolation(
       "anthropic.first_turn_user",
       atMessage(origins[0]!.messageId),
@@ -44,6 +48,11 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
     const previousCalls = index > 0 ? toolUseIds(body.messages[index - 1]!.content) : [];
     const answered = new Set<string>();
     let leading = true;
+    message.content.forEach((block, blockIndex) => {
+      if (block.type === "compaction" && (index > 0 || blockIndex > 0)) {
+        throw providerRuleViolation("anthropic.compaction_position", where, "a compaction block may only be the first block of messages, and there only one");
+      }
+    });
     for (const block of message.content) {
       if (block.type === "tool_result") {
         if (message.role !== "user" || !leading) {
@@ -92,6 +101,9 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
       if (kind.case === "text" && inSystemSlot && kind.value.text !== "") expectedSystem.push(kind.value.text);
       if (kind.case === "toolCall") expectedOpaque.push(`tool_use:${ids.call(message.id, kind.value.id)}`);
       if (kind.case === "toolResult") expectedOpaque.push(`tool_result:${ids.result(kind.value.toolCallId)}`);
+      if (kind.case === "providerCompaction" && kind.value.provider === Provider.ANTHROPIC_MESSAGES && compactsHistory(kind.value)) {
+        expectedOpaque.push(`compaction:${kind.value.encryptedContent ?? null}:${kind.value.signature ?? null}:${kind.value.summary ?? null}`);
+      }
       if (kind.case === "reasoning" && kind.value.provider === Provider.ANTHROPIC_MESSAGES) {
         expectedOpaque.push(kind.value.redactedData !== "" ? `redacted:${kind.value.redactedData}` : `signature:${kind.value.signature}`);
       }
@@ -105,7 +117,7 @@ export function validateAnthropic(body: AnthropicMessagesBody, origins: readonly
   // its own sequence; within a kind the order is the payload's.
   const byKind = (values: string[], prefix: string) => values.filter((value) => value.startsWith(prefix));
   const actualOpaque = body.messages.flatMap((message) => message.content.flatMap(opaqueValues));
-  for (const prefix of ["tool_use:", "tool_result:", "signature:", "redacted:"]) {
+  for (const prefix of ["tool_use:", "tool_result:", "signature:", "redacted:", "compaction:"]) {
     checkOpaquePassthrough("anthropic", byKind(expectedOpaque, prefix), byKind(actualOpaque, prefix));
   }
 }
@@ -124,6 +136,8 @@ function opaqueValues(block: AnthropicBlock): string[] {
       return [`signature:${block.signature}`];
     case "redacted_thinking":
       return [`redacted:${block.data}`];
+    case "compaction":
+      return [`compaction:${block.encrypted_content}:${block.signature ?? null}:${block.content}`];
     default:
       return [];
   }

@@ -185,6 +185,9 @@ function contentParts(parts: readonly Part[], message: Message, firstIndex: numb
             : { inlineData: { mimeType: kind.value.mimeType, data: base64(kind.value.data) } },
         );
         return;
+      // Another provider's compaction, which the compile's cut left (a failed one) or replaced.
+      case "providerCompaction":
+        return;
       case "reasoning":
         if (kind.value.provider !== Provider.GEMINI) return;
         rendered.push({ text: kind.value.text, thought: true, ...(kind.value.signature !== "" ? { thoughtSignature: kind.value.signature } : {}) });

@@ -146,6 +146,7 @@ function textOnlyContent(message: Message, roleName: string): ChatTextPart[] {
         if (part.kind.value.text !== "") content.push({ type: "text", text: part.kind.value.text });
         return;
       case "reasoning":
+      case "providerCompaction":
         return;
       case "toolCall":
         if (message.role === Role.ASSISTANT) return;
@@ -179,6 +180,7 @@ function userContent(part: Part, message: Message, index: number, media: MediaPo
       return [{ type: "file", file: { file_data: fileDataUrl(file), filename: fileName(file, message.id, index) } }];
     }
     case "reasoning":
+    case "providerCompaction":
       return [];
     default:
       throw providerRuleViolation(

@@ -1,3 +1,7 @@
+import type { ResponsesCompactionItem } from "../provider-compaction.js";
+
+export type { ResponsesCompactionItem };
+
 /**
  * The OpenAI Responses request parts contextd renders. Field names follow the API exactly;
  * test/providers/sdk-types.typecheck.ts assigns these shapes to the `openai` SDK types.
@@ -60,6 +64,7 @@ export interface ResponsesReasoning {
 }
 
 export type ResponsesInputItem =
+  | ResponsesCompactionItem
   | ResponsesInputMessage
   | ResponsesAssistantMessage
   | ResponsesFunctionCall

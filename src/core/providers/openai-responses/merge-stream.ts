@@ -2,7 +2,7 @@ import { expectObject, expectString, malformed, optionalString, type JsonObject 
 import { eventType, expectStreamIndex, mergeStreamEvents, type MergedStream } from "../stream-events.js";
 
 /** The output item types a Responses body may hold for contextd (parseOpenAIResponsesResponse). */
-const knownItemTypes = new Set(["message", "reasoning", "function_call"]);
+const knownItemTypes = new Set(["message", "reasoning", "function_call", "compaction"]);
 
 /** Event types that carry nothing the body keeps (lifecycle, annotations, reasoning text). */
 const ignoredEventTypes = new Set([
@@ -155,6 +155,9 @@ function rebuiltItem(streamed: StreamedItem): JsonObject {
       };
     case "function_call":
       return { ...item, arguments: streamed.arguments.length > 0 ? streamed.arguments.join("") : (item["arguments"] ?? "") };
+    case "compaction":
+      // No deltas build a compaction item: its added event has it whole, or the parser names what is missing.
+      return item;
     default:
       return { ...item, summary: streamed.summary.map((text) => ({ type: "summary_text", text: text.join("") })) };
   }

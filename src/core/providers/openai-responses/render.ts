@@ -8,6 +8,7 @@ import { fileName, mediaPlan, type MediaPolicy } from "../media-capabilities.js"
 import { messagesInRenderingOrder } from "../rendering-order.js";
 import { CallIdAssignment, callIdRules, type RenamedCallId } from "../rendered-ids.js";
 import { responsesPairs } from "./reasoning-pairs.js";
+import { compactsHistory, responsesCompactionItem } from "../provider-compaction.js";
 import { atMessage, providerRuleViolation } from "../rule-violation.js";
 import { toolArgumentsJson } from "../tool-arguments.js";
 import { toolParametersSchema } from "../tool-definitions.js";
@@ -85,6 +86,10 @@ export function renderOpenAIResponses(payload: CompiledPayload, model: string, m
                 message,
               );
               return;
+            case "providerCompaction":
+              // The compile's cut leaves the latest compaction item first; another provider's is never sent.
+              if (kind.value.provider === Provider.OPENAI_RESPONSES && compactsHistory(kind.value)) push(responsesCompactionItem(kind.value, message.id), message);
+              return;
             case "toolCall":
               push(
                 {
@@ -152,7 +157,7 @@ function compact(content: ResponsesInputContent[]): string | ResponsesInputConte
 function inputContent(part: Part, message: Message, index: number, allowed: "text" | "any", media: MediaPolicy): ResponsesInputContent[] {
   const kind = part.kind;
   if (kind.case === "text") return kind.value.text === "" ? [] : [{ type: "input_text", text: kind.value.text }];
-  if (kind.case === "reasoning") return [];
+  if (kind.case === "reasoning" || kind.case === "providerCompaction") return [];
   if (allowed === "any" && kind.case === "image") {
     if (!mediaPlan("openai_responses", message, index, { kind: "image", image: kind.value }, media).send) return [];
     return [{ type: "input_image", image_url: imageUrl(kind.value), detail: openAIImageDetail(kind.value.detail) ?? "auto" }];

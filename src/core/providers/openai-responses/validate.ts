@@ -11,6 +11,7 @@ import type { OpenAIResponsesBody } from "./body.js";
 import { instructionsSeparator } from "./render.js";
 import { CallIdAssignment, callIdRules } from "../rendered-ids.js";
 import { responsesPairs } from "./reasoning-pairs.js";
+import { compactsHistory } from "../provider-compaction.js";
 
 /** The longest `function_call_output` the Responses API accepts, in characters. */
 export const responsesMaxOutputCharacters = 256_000;
@@ -106,6 +107,9 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
       if (part.kind.case === "reasoning" && part.kind.value.provider === Provider.OPENAI_RESPONSES && pairs?.reasoning.has(index)) {
         expectedOpaque.push(`reasoning:${part.kind.value.itemId}:${part.kind.value.redactedData}`);
       }
+      if (part.kind.case === "providerCompaction" && part.kind.value.provider === Provider.OPENAI_RESPONSES && compactsHistory(part.kind.value)) {
+        expectedOpaque.push(`compaction:${part.kind.value.itemId}:${part.kind.value.encryptedContent ?? ""}`);
+      }
       if (part.kind.case === "toolCall") expectedOpaque.push(`call:${ids.call(message.id, part.kind.value.id)}:${pairs?.itemIds.has(index) ? part.kind.value.itemId : ""}`);
     });
     for (const result of toolResultsOf(message)) expectedOpaque.push(`output:${ids.result(result.toolCallId)}`);
@@ -117,6 +121,7 @@ export function validateOpenAIResponses(body: OpenAIResponsesBody, origins: read
     if (item.type === "reasoning") return [`reasoning:${item.id}:${item.encrypted_content ?? ""}`];
     if (item.type === "function_call") return [`call:${item.call_id}:${item.id ?? ""}`];
     if (item.type === "function_call_output") return [`output:${item.call_id}`];
+    if (item.type === "compaction") return [`compaction:${item.id ?? ""}:${item.encrypted_content}`];
     return [];
   });
   checkOpaquePassthrough("openai_responses", expectedOpaque, actualOpaque);

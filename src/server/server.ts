@@ -130,6 +130,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     watchHeartbeatMs: options.watchHeartbeatMs ?? 15_000,
     codec,
     maxResponseBytes: config.maxRequestBytes,
+    readPinBytes: config.readPinBytes,
     summarizeTimeoutMs: config.summarizeTimeoutMs,
     maxCompileTextBytes: config.maxCompileTextBytes,
     tokenCounts,

@@ -16,6 +16,8 @@ export interface ConversationServiceDependencies extends WatchDependencies {
   codec?: Codec;
   /** The message limit (`--max-request-bytes`), which bounds GetState answers and ReadMessages pages; 16 MiB when absent. */
   maxResponseBytes?: number;
+  /** Bytes of messages ReadMessages keeps for page tokens (`--read-pin-bytes`); 256 MiB when absent. */
+  readPinBytes?: number;
 }
 
 const defaultMaxResponseBytes = 16 * 1024 * 1024;
@@ -38,7 +40,7 @@ export function conversationService(dependencies: ConversationServiceDependencie
   const maxResponseBytes = dependencies.maxResponseBytes ?? defaultMaxResponseBytes;
   const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;
   const sizing = { messageBytes, restBytes: (state: ConversationState) => codec.encodeStateRest(state).byteLength };
-  const windows = new MessageWindows(store, { messageBytes, messageLimitBytes: maxResponseBytes });
+  const windows = new MessageWindows(store, { messageBytes, messageLimitBytes: maxResponseBytes, maxPinnedBytes: dependencies.readPinBytes });
   // Stored states already sized under the limit (states are immutable): a GetState of a state read
   // before sizes nothing again.
   const fitting = new WeakSet<ConversationState>();

@@ -58,6 +58,8 @@ export interface RouteDependencies {
   codec?: Codec;
   /** The largest GetState answer: the message limit, `--max-request-bytes`. */
   maxResponseBytes?: number;
+  /** Bytes of messages ReadMessages keeps for page tokens (`--read-pin-bytes`). */
+  readPinBytes?: number;
   /** Bounds of the history facts kept between compiles (`--history-facts-bytes`, `--history-facts-conversations`). */
   historyFacts?: HistoryFactsLimits;
 }

@@ -203,3 +203,10 @@ def next_page_request(
     return conversation_service_pb2.ReadMessagesRequest(
         conversation_id=first.conversation_id, max_bytes=first.max_bytes, page_token=page.next_page_token
     )
+
+
+def tail_request(conversation_id: str, last: int, version: int) -> conversation_service_pb2.ReadMessagesRequest:
+    """The history's last `last` messages at `version` (what `commit_with_retry(history_tail=...)` reads)."""
+    return conversation_service_pb2.ReadMessagesRequest(
+        conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY, last=min(last, 2**32 - 1), version=version
+    )

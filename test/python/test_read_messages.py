@@ -86,15 +86,16 @@ def test_a_tail_read_moves_only_the_messages_that_hold_the_wanted_units(sidecar)
     with Client(sidecar.address) as client:
         commit_long_conversation(client, conversation_id, 1_000, 10)
         # One unit per message: the last 10 messages, read once.
-        assert [m.id for m in read_history_tail(client, conversation_id, 10, lambda message: 1)] == [f"m{i}" for i in range(990, 1_000)]
+        assert [m.id for m in read_history_tail(client, conversation_id, 10, lambda message: 1).messages] == [f"m{i}" for i in range(990, 1_000)]
         # Units only in every 100th message: earlier ranges until three are held.
-        held = read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)
+        held, version = read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)
+        assert version == 1  # the version the tail was read at, for a commit on top of it
         assert held[-1].id == "m999" and sum(1 for m in held if int(m.id[1:]) % 100 == 0) >= 3
         assert len(held) < 1_000
         # Fewer units than wanted in the whole history: all of it.
-        assert len(read_history_tail(client, conversation_id, 5, lambda message: 0)) == 1_000
+        assert len(read_history_tail(client, conversation_id, 5, lambda message: 0).messages) == 1_000
         # A wanted count past the uint32 `last` reads the whole history.
-        assert len(read_history_tail(client, conversation_id, 2**40, lambda message: 1)) == 1_000
+        assert len(read_history_tail(client, conversation_id, 2**40, lambda message: 1).messages) == 1_000
 
 
 def test_the_async_history_reads_match_the_sync_ones(sidecar):
@@ -102,13 +103,13 @@ def test_the_async_history_reads_match_the_sync_ones(sidecar):
     with Client(sidecar.address) as client:
         commit_long_conversation(client, conversation_id, 1_000, 10)
         whole = [message.id for message in read_history(client, conversation_id)]
-        sparse = [m.id for m in read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)]
+        sparse = [m.id for m in read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0).messages]
 
     async def read() -> tuple:
         async with AsyncClient(sidecar.address) as client:
             all_ids = [message.id for message in await read_history_async(client, conversation_id)]
-            last = [m.id for m in await read_history_tail_async(client, conversation_id, 10, lambda message: 1)]
-            held = [m.id for m in await read_history_tail_async(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)]
+            last = [m.id for m in (await read_history_tail_async(client, conversation_id, 10, lambda message: 1)).messages]
+            held = [m.id for m in (await read_history_tail_async(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)).messages]
             return all_ids, last, held
 
     all_ids, last, held = asyncio.run(asyncio.wait_for(read(), timeout=60))

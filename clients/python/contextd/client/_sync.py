@@ -134,7 +134,7 @@ class Client:
         last = ""
         while True:
             try:
-                response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.grpc_timeout())
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
                 last = health_status_text(response.status, call.initial_metadata())
@@ -459,7 +459,7 @@ class Client:
         attempts = max(self._retry.max_attempts, 1) if retryable else 1
         for attempt in range(1, attempts + 1):
             try:
-                return method(request, timeout=deadline.remaining())
+                return method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 pause = self._retry.backoff(attempt)
@@ -483,7 +483,7 @@ class Client:
         attempts = max(self._retry.max_attempts, 1)
         for attempt in range(1, attempts + 1):
             try:
-                return method(request, timeout=deadline.remaining())
+                return method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 if not outcome_unknown(failure):

@@ -128,7 +128,7 @@ class AsyncClient:
         last = ""
         while True:
             try:
-                call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.grpc_timeout())
                 response = await call
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
@@ -381,7 +381,7 @@ class AsyncClient:
         attempts = max(self._retry.max_attempts, 1) if retryable else 1
         for attempt in range(1, attempts + 1):
             try:
-                return await method(request, timeout=deadline.remaining())
+                return await method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 pause = self._retry.backoff(attempt)
@@ -403,7 +403,7 @@ class AsyncClient:
         attempts = max(self._retry.max_attempts, 1)
         for attempt in range(1, attempts + 1):
             try:
-                return await method(request, timeout=deadline.remaining())
+                return await method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 if not outcome_unknown(failure):

@@ -7,12 +7,21 @@
  * In-process on the memory store, as the service calls it; the first read of each case is not
  * counted (it encodes and keeps the messages' bytes once). The point: the page's cost follows the
  * page, not the conversation.
+ *
+ * Then on Redis (a redis-server this script starts): the last 10 messages read by a process that
+ * never loaded the conversation ("cold": a new store, codec and MessageWindows each time, as a
+ * fresh sidecar has), beside the same read again in one process ("warm"; a window
+ * read is not cached, so it is the script's round trip again unless a load cached the state), the bare store read it makes
+ * (`readWindow` of the last 10 with the other segments) and what the first read cost when
+ * ReadMessages went through `load` (the whole state, read and decoded).
  */
 import { create } from "@bufbuild/protobuf";
 import { MessageWindows } from "../src/application/message-windows.js";
 import { assertStateFits } from "../src/application/state-size.js";
 import { Codec } from "../src/codec/codec.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
+import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
+import { startRedis } from "../test/support/redis.js";
 import { ReadMessagesRequestSchema, ReadMessagesResponseSchema } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
@@ -69,4 +78,62 @@ for (const count of [1_000, 10_000, 100_000]) {
   });
   const f = (ms: number) => ms.toFixed(3);
   console.log(`${count.toLocaleString("en-US")} | ${f(readLast)} | ${f(encodeLast)} | ${middlePage.messages.length} | ${f(readMiddle)} | ${f(encodeMiddle)} | ${f(check)}`);
+}
+
+const coldRepeats = Number(process.env.BENCH_READ_MESSAGES_COLD_REPEATS ?? 15);
+const redis = await startRedis();
+try {
+  console.log("");
+  console.log(`ReadMessages of the last 10 on Redis, from a process that never loaded the conversation (median of ${coldRepeats}; ms)`);
+  console.log("stored messages | cold: ReadMessages | warm: ReadMessages | cold: store readWindow | cold: store load (the whole state)");
+  for (const count of [1_000, 10_000, 100_000]) {
+    const conversationId = `cold-${count}`;
+    const writer = new RedisConversationStore(redis.url, { codec: new Codec() });
+    await writer.connected();
+    for (let start = 0; start < count; start += 10_000) {
+      const messages = Array.from({ length: Math.min(10_000, count - start) }, (_, offset) =>
+        create(MessageSchema, { id: `m${start + offset}`, role: Role.USER, parts: [{ kind: { case: "text", value: { text: `${start + offset} ${filler}` } } }] }),
+      );
+      await writer.commit(conversationId, undefined, [create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages } } })], "");
+    }
+    await writer.close();
+    const last = create(ReadMessagesRequestSchema, { conversationId, last: 10 });
+    // A fresh store (its own decoded-state cache), codec and windows per sample: a process that never read the conversation.
+    const fresh = async () => {
+      const codec = new Codec();
+      const store = new RedisConversationStore(redis.url, { codec });
+      await store.connected();
+      const windows = new MessageWindows(store, { messageBytes: (message) => codec.encodeStoredMessage(message).byteLength, messageLimitBytes: 16 * 1024 * 1024 });
+      return { store, windows };
+    };
+    const cold = async (run: (opened: Awaited<ReturnType<typeof fresh>>) => Promise<unknown>) => {
+      const samples: number[] = [];
+      for (let index = 0; index < coldRepeats; index++) {
+        const opened = await fresh();
+        try {
+          const started = performance.now();
+          await run(opened);
+          samples.push(performance.now() - started);
+        } finally {
+          await opened.store.close();
+        }
+      }
+      return median(samples);
+    };
+    const coldRead = await cold(({ windows }) => windows.read(last));
+    const warmStore = await fresh();
+    await warmStore.windows.read(last);
+    const warmRead = await timed(repeats, () => warmStore.windows.read(last));
+    await warmStore.store.close();
+    const coldWindow = await cold(({ store }) => store.readWindow(conversationId, { segment: "history", count: 10, withRest: true }));
+    // The whole state in one script reply can pass the store's 2 s command timeout on a loaded machine: said, not hidden.
+    const coldLoad = await cold(({ store }) => store.load(conversationId)).then(
+      (ms) => ms.toFixed(3),
+      (error: Error) => `failed: ${error.message.slice(0, 80)}`,
+    );
+    const f = (ms: number) => ms.toFixed(3);
+    console.log(`${count.toLocaleString("en-US")} | ${f(coldRead)} | ${f(warmRead)} | ${f(coldWindow)} | ${coldLoad}`);
+  }
+} finally {
+  await redis.stop();
 }

@@ -21,7 +21,7 @@ mkdir -p "$cache"
 
 # framework | sdist | sha256 | test files (relative to the sdist's root)
 suites=(
-  "openai-agents|openai_agents-0.24.0.tar.gz|4b4b285f4fed81fdf1b4ac426a9101658d9cd29b4fb1aaeee18f639b77e704e3|tests/memory/test_session.py tests/memory/test_session_limit.py tests/test_agent_runner.py tests/test_agent_runner_streamed.py tests/test_max_turns.py tests/test_run_impl_resume_paths.py tests/test_soft_cancel.py tests/test_tool_batch_failure_history.py tests/test_native_tool_failure_history.py tests/test_tool_failure_boundaries.py tests/test_programmatic_tool_calling.py"
+  "openai-agents|openai_agents-0.24.0.tar.gz|4b4b285f4fed81fdf1b4ac426a9101658d9cd29b4fb1aaeee18f639b77e704e3|tests/memory/test_session.py tests/memory/test_session_limit.py tests/memory/test_openai_responses_compaction_session.py tests/memory/test_compaction_model_visibility.py tests/test_agent_runner.py tests/test_agent_runner_streamed.py tests/test_max_turns.py tests/test_run_impl_resume_paths.py tests/test_soft_cancel.py tests/test_tool_batch_failure_history.py tests/test_native_tool_failure_history.py tests/test_tool_failure_boundaries.py tests/test_programmatic_tool_calling.py"
   "langchain-core|langchain_core-1.8.1.tar.gz|778b9bf1d18d4b7a716311defa230db190006ef75fe175930e00012d82df603b|tests/unit_tests/runnables/test_history.py tests/unit_tests/chat_history/test_chat_history.py"
 )
 

@@ -122,7 +122,7 @@ export function composeApplication(config: Config, store: ConversationStore, cod
   const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;
   const reads: ConversationReads = {
     stateLimit: new StateSizeLimit(config.maxRequestBytes, { messageBytes, restBytes: (state) => codec.encodeStateRest(state).byteLength }),
-    windows: new MessageWindows(store, { messageBytes, messageLimitBytes: config.maxRequestBytes }),
+    windows: new MessageWindows(store, { messageBytes, messageLimitBytes: config.maxRequestBytes, maxPinnedBytes: config.readPinBytes }),
     toolResultTexts: new ToolResultTexts(toolResultTextBytes),
   };
   return { store, codec, tokenCounts, telemetry, regexSearch, compiler, calibration, reads };

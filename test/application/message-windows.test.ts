@@ -1,6 +1,6 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { GetStateResponseSchema, ReadMessagesRequestSchema, ReadMessagesResponseSchema, type ReadMessagesResponse } from "#gen/contextd/v1/conversation_service_pb";
 import { Role, type Message } from "#gen/contextd/v1/message_pb";
 import { Segment } from "#gen/contextd/v1/state_pb";
@@ -11,7 +11,7 @@ import { readErrorDetails } from "../../src/core/model/error-details.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { appendHistory, delta, textMessage } from "../store/fixtures.js";
 
-function setup(options: { pinMs?: number; maxPinnedStates?: number } = {}) {
+function setup(options: { pinMs?: number; maxPinnedStates?: number; maxPinnedBytes?: number } = {}) {
   const codec = new Codec();
   const store = new MemoryConversationStore({ codec });
   const sized: Message[] = [];
@@ -146,6 +146,49 @@ describe("MessageWindows (ReadMessages over a store's loaded state)", () => {
     expect((await read({ conversationId: "c", pageToken: tokens[2]! })).version).toBe(1n);
   });
 
+  it("keeps windows within maxPinnedBytes: the least recently used leave first, and a window larger than the bound alone is not kept", async () => {
+    // Each conversation's window: 20 messages of ~1,000 bytes (about 20 KB); the bound holds two.
+    const { store, read, windows } = setup({ maxPinnedBytes: 45_000 });
+    const tokens: string[] = [];
+    for (const id of ["a", "b", "c"]) {
+      await seed(store, id, 20, () => "z".repeat(1_000));
+      tokens.push((await read({ conversationId: id, maxBytes: 2_000 })).nextPageToken);
+      await store.commit(id, undefined, [appendHistory(textMessage("late", Role.USER, "late"))], "");
+      expect(windows.pinnedBytes).toBeLessThanOrEqual(45_000);
+    }
+    expect(windows.pinnedBytes).toBeGreaterThan(40_000);
+    expect((await refusal(read({ conversationId: "a", pageToken: tokens[0]! }))).code).toBe(Code.Aborted);
+    expect((await read({ conversationId: "b", pageToken: tokens[1]! })).version).toBe(1n);
+    expect((await read({ conversationId: "c", pageToken: tokens[2]! })).version).toBe(1n);
+
+    // 60 KB alone is over the bound: not kept, yet read to its end while its version is current.
+    await seed(store, "big", 60, () => "z".repeat(1_000));
+    const pages: ReadMessagesResponse[] = [await read({ conversationId: "big", maxBytes: 20_000 })];
+    while (pages.at(-1)!.nextPageToken !== "") pages.push(await read({ conversationId: "big", pageToken: pages.at(-1)!.nextPageToken }));
+    expect(pages.flatMap(ids)).toHaveLength(60);
+    expect(windows.pinnedBytes).toBeLessThanOrEqual(45_000);
+    const again = await read({ conversationId: "big", maxBytes: 20_000 });
+    await store.commit("big", undefined, [appendHistory(textMessage("late", Role.USER, "late"))], "");
+    const moved = await refusal(read({ conversationId: "big", pageToken: again.nextPageToken }));
+    expect([moved.code, moved.metadata.get("contextd-current-version")]).toEqual([Code.Aborted, "2"]);
+  });
+
+  it("reads windows from the store's readWindow, never loading the whole state", async () => {
+    const { store, read } = setup();
+    await seed(store, "long", 1_000);
+    const load = vi.spyOn(store, "load");
+    const readWindow = vi.spyOn(store, "readWindow");
+    expect(ids(await read({ conversationId: "long", last: 3 }))).toEqual(["m997", "m998", "m999"]);
+    expect(readWindow.mock.calls.map(([, query]) => [query.count, query.end])).toEqual([[3, undefined]]);
+    expect(ids(await read({ conversationId: "long", start: 10n, end: 12n }))).toEqual(["m10", "m11"]);
+    expect(readWindow.mock.calls.at(-1)![1]).toMatchObject({ end: 12, count: 2 });
+    // From a position to the end: the length first (no messages), then that range at its version.
+    readWindow.mockClear();
+    expect(ids(await read({ conversationId: "long", start: 998n }))).toEqual(["m998", "m999"]);
+    expect(readWindow.mock.calls.map(([, query]) => [query.count, query.end, query.atVersion])).toEqual([[0, undefined, undefined], [2, 1000, 1n]]);
+    expect(load).not.toHaveBeenCalled();
+  });
+
   it("refuses bad windows, bounds and tokens with INVALID_ARGUMENT naming the field", async () => {
     const { store, read } = setup();
     await seed(store, "c", 30);
@@ -187,9 +230,13 @@ describe("MessageWindows (ReadMessages over a store's loaded state)", () => {
     const page = await read({ conversationId: "long", last: 10 });
     expect(ids(page)).toEqual(Array.from({ length: 10 }, (_, index) => `m${99_990 + index}`));
     expect(sized).toEqual(page.messages);
+    // A window with pages to come is sized once whole, for the bytes its pin holds; each page after it sizes the page.
     sized.length = 0;
     const middle = await read({ conversationId: "long", start: 50_000n, maxBytes: 1_000 });
-    expect(sized.length).toBe(middle.messages.length + 1);
+    expect(sized.length - 50_000 - middle.messages.length).toBeOneOf([0, 1]);
+    sized.length = 0;
+    const next = await read({ conversationId: "long", pageToken: middle.nextPageToken });
+    expect(sized.length - next.messages.length).toBeOneOf([0, 1]);
   });
 });
 

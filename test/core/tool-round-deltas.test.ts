@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { Provider, Role, type Message, type ToolCallPart, type ToolResultPart } from "#gen/contextd/v1/message_pb";
-import { AppendAssistantSchema, AppendProviderResponseSchema, AppendProviderStreamSchema, AppendToolResultSchema, CompactSchema, ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
+import { AppendAssistantSchema, AppendProviderResponseSchema, AppendToolRoundSchema, AppendProviderStreamSchema, AppendToolResultSchema, CompactSchema, ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../../src/core/deltas/delta-context.js";
 import { givenToolCallId } from "../../src/core/deltas/message-preparation.js";
@@ -82,6 +82,24 @@ describe("commits store what frameworks produce; strict mode refuses it", () => 
     // A later commit names the call by its given id.
     const later = apply([append(message(Role.ASSISTANT, "a9", call(""))), appendResult(givenToolCallId("a9", 0), "t9")], true, stored);
     expect(resultOf(later, "t9")).toMatchObject({ toolCallId: "call_a9_0", name: "lookup" });
+  });
+
+  it("append_tool_round: results without a call id answer the calls sent without one, in order", () => {
+    const round = delta({
+      case: "appendToolRound",
+      value: create(AppendToolRoundSchema, {
+        assistant: message(Role.ASSISTANT, "a1", call("", "search"), call("kept", "fetch"), call("", "read")),
+        results: [message(Role.TOOL, "t1", result("", "found")), message(Role.TOOL, "t2", result("kept", "fetched")), message(Role.TOOL, "t3", result("", "read"))],
+      }),
+    });
+    for (const strict of [false, true]) {
+      const stored = apply([appendUser("u1", "go"), round], strict);
+      expect(stored.history[1]!.parts.map((part) => (part.kind.value as ToolCallPart).id)).toEqual(["call_a1_0", "kept", "call_a1_2"]);
+      expect(["t1", "t2", "t3"].map((id) => resultOf(stored, id).toolCallId)).toEqual(["call_a1_0", "kept", "call_a1_2"]);
+    }
+    // More id-less results than id-less calls: the extra one is still refused as unanswering.
+    const extra = delta({ case: "appendToolRound", value: create(AppendToolRoundSchema, { assistant: message(Role.ASSISTANT, "a2", call("", "search")), results: [message(Role.TOOL, "t1", result("", "x")), message(Role.TOOL, "t2", result("", "y"))] }) });
+    expect(refusal(() => apply([appendUser("u1", "go"), extra])).code).toBe(Code.InvalidArgument);
   });
 
   it("gives an OpenAI Chat call without id, in a body or a stream, the same call_<message id>_<n>", () => {

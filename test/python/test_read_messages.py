@@ -1,7 +1,8 @@
 """ReadMessages from the Python clients against a real sidecar (Redis store): a 100,000-message,
 50 MB conversation that GetState refuses is read whole in pages, sync and asyncio; the Agents SDK
-session's `get_items(limit=...)` and LangChain's `messages` read a conversation over the 16 MiB
-message limit."""
+session and LangChain's history read a 52 MB conversation whole and by its tail, and write on it
+(add_items, pop_item, clear_session, add_messages, clear), as `commit_with_retry(history_tail=...)`
+does, reading only the tail they change."""
 
 from __future__ import annotations
 
@@ -85,15 +86,16 @@ def test_a_tail_read_moves_only_the_messages_that_hold_the_wanted_units(sidecar)
     with Client(sidecar.address) as client:
         commit_long_conversation(client, conversation_id, 1_000, 10)
         # One unit per message: the last 10 messages, read once.
-        assert [m.id for m in read_history_tail(client, conversation_id, 10, lambda message: 1)] == [f"m{i}" for i in range(990, 1_000)]
+        assert [m.id for m in read_history_tail(client, conversation_id, 10, lambda message: 1).messages] == [f"m{i}" for i in range(990, 1_000)]
         # Units only in every 100th message: earlier ranges until three are held.
-        held = read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)
+        held, version = read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)
+        assert version == 1  # the version the tail was read at, for a commit on top of it
         assert held[-1].id == "m999" and sum(1 for m in held if int(m.id[1:]) % 100 == 0) >= 3
         assert len(held) < 1_000
         # Fewer units than wanted in the whole history: all of it.
-        assert len(read_history_tail(client, conversation_id, 5, lambda message: 0)) == 1_000
+        assert len(read_history_tail(client, conversation_id, 5, lambda message: 0).messages) == 1_000
         # A wanted count past the uint32 `last` reads the whole history.
-        assert len(read_history_tail(client, conversation_id, 2**40, lambda message: 1)) == 1_000
+        assert len(read_history_tail(client, conversation_id, 2**40, lambda message: 1).messages) == 1_000
 
 
 def test_the_async_history_reads_match_the_sync_ones(sidecar):
@@ -101,13 +103,13 @@ def test_the_async_history_reads_match_the_sync_ones(sidecar):
     with Client(sidecar.address) as client:
         commit_long_conversation(client, conversation_id, 1_000, 10)
         whole = [message.id for message in read_history(client, conversation_id)]
-        sparse = [m.id for m in read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)]
+        sparse = [m.id for m in read_history_tail(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0).messages]
 
     async def read() -> tuple:
         async with AsyncClient(sidecar.address) as client:
             all_ids = [message.id for message in await read_history_async(client, conversation_id)]
-            last = [m.id for m in await read_history_tail_async(client, conversation_id, 10, lambda message: 1)]
-            held = [m.id for m in await read_history_tail_async(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)]
+            last = [m.id for m in (await read_history_tail_async(client, conversation_id, 10, lambda message: 1)).messages]
+            held = [m.id for m in (await read_history_tail_async(client, conversation_id, 3, lambda message: 1 if int(message.id[1:]) % 100 == 0 else 0)).messages]
             return all_ids, last, held
 
     all_ids, last, held = asyncio.run(asyncio.wait_for(read(), timeout=60))
@@ -116,46 +118,119 @@ def test_the_async_history_reads_match_the_sync_ones(sidecar):
     assert held == sparse
 
 
-def test_agents_session_get_items_with_limit_reads_a_conversation_over_the_message_limit(sidecar):
+# What the adapters are tried on: 20 items or messages of 2.6 MB, in 4 commits of about 13 MB (each
+# under the 16 MiB message limit), 52 MB stored: GetState refuses it.
+_BIG_COMMITS = 4
+_BIG_PER_COMMIT = 5
+_BIG_BYTES = 2_600_000
+
+
+def _big_text(index: int, letter: str) -> str:
+    return f"{index} " + letter * _BIG_BYTES
+
+
+def _commit_with_retry_on_the_tail(client: Client, address: str, conversation_id: str) -> None:
+    """`commit_with_retry(history_tail=...)` takes turns on a conversation GetState refuses, sync and asyncio."""
+    seen = []
+
+    def append_after(state: state_pb2.ConversationState) -> list:
+        seen.append((state.version, [message.id for message in state.history]))
+        return [append_user(user_text(f"after {len(state.history)}"))]
+
+    before = list(client.message_pages(conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, last=2)))
+    committed = client.commit_with_retry(conversation_id, append_after, history_tail=2)
+    assert committed.version == before[0].version + 1
+    assert seen == [(before[0].version, [message.id for page in before for message in page.messages])]
+
+    async def turn() -> int:
+        async with AsyncClient(address) as async_client:
+            return (await async_client.commit_with_retry(conversation_id, lambda state: [append_user(user_text(f"async after {len(state.history)}"))], history_tail=1)).version
+
+    assert asyncio.run(asyncio.wait_for(turn(), timeout=60)) == committed.version + 1
+    last = client.read_messages(conversation_pb2.ReadMessagesRequest(conversation_id=conversation_id, last=2))
+    assert [message.parts[0].text.text for message in last.messages] == ["after 2", "async after 1"]
+    # Without history_tail the whole state is read, and refused as before.
+    with pytest.raises(ResourceExhausted):
+        client.commit_with_retry(conversation_id, append_after)
+
+
+def test_agents_session_reads_and_writes_a_52_mb_conversation(sidecar):
+    """get_items / get_items(limit) read a 52 MB session; add_items (input, model and output items),
+    pop_item and clear_session write on it; commit_with_retry(history_tail=...) takes turns."""
     pytest.importorskip("agents")
     from contextd.client.openai_agents import ContextdSession
 
     with Client(sidecar.address) as client:
         session = ContextdSession(f"big-session-{uuid.uuid4().hex}", client)
-        # 20 items of 1 MB: the stored conversation is over the 16 MiB message limit.
-        for index in range(20):
-            asyncio.run(session.add_items([{"role": "user", "content": f"{index} " + "y" * 1_000_000}]))
-        with pytest.raises(ResourceExhausted):
+        for commit in range(_BIG_COMMITS):
+            first = commit * _BIG_PER_COMMIT
+            asyncio.run(session.add_items([{"role": "user", "content": _big_text(index, "y")} for index in range(first, first + _BIG_PER_COMMIT)]))
+        count = _BIG_COMMITS * _BIG_PER_COMMIT
+        with pytest.raises(ResourceExhausted) as refused:
             client.get_state(conversation_pb2.GetStateRequest(conversation_id=session.conversation_id))
+        assert refused.value.reason == "STATE_TOO_LARGE"
         last = asyncio.run(session.get_items(limit=1))
-        assert len(last) == 1 and last[0]["content"].startswith("19 ")
-        assert [item["content"][:3] for item in asyncio.run(session.get_items(limit=3))] == ["17 ", "18 ", "19 "]
+        assert len(last) == 1 and last[0]["content"].startswith(f"{count - 1} ")
+        assert [item["content"].split(" ")[0] for item in asyncio.run(session.get_items(limit=3))] == [str(index) for index in range(count - 3, count)]
         everything = asyncio.run(session.get_items())
-        assert [item["content"].split(" ")[0] for item in everything] == [str(index) for index in range(20)]
+        assert [item["content"].split(" ")[0] for item in everything] == [str(index) for index in range(count)]
+        assert sum(len(item["content"]) for item in everything) > 52_000_000
 
-    async def read_async() -> tuple:
+        # Writes that read the tail: a model response in two add_items (the second joins the first's
+        # ASSISTANT message), its outputs (their tool names from that message), pop_item inside the round.
+        call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": "{}", "status": "completed"}
+        reasoning = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look it up."}]}
+        output = {"type": "function_call_output", "call_id": "call_1", "output": "22C"}
+        asyncio.run(session.add_items([reasoning]))
+        asyncio.run(session.add_items([call]))
+        asyncio.run(session.add_items([output]))
+        assert asyncio.run(session.get_items(limit=3)) == [reasoning, call, output]
+        tail = client.read_messages(conversation_pb2.ReadMessagesRequest(conversation_id=session.conversation_id, last=2))
+        assert [len(message.parts) for message in tail.messages] == [2, 1]
+        assert tail.messages[1].parts[0].tool_result.name == "get_weather"
+        assert asyncio.run(session.pop_item()) == output
+        assert asyncio.run(session.pop_item()) == call
+        assert asyncio.run(session.get_items(limit=2)) == [everything[-1], reasoning]
+        assert asyncio.run(session.pop_item()) == reasoning
+        assert asyncio.run(session.pop_item())["content"].startswith(f"{count - 1} ")
+        assert len(asyncio.run(session.get_items())) == count - 1
+
+        _commit_with_retry_on_the_tail(client, sidecar.address, session.conversation_id)
+
+    async def over_async() -> tuple:
         async with AsyncClient(sidecar.address) as async_client:
-            over_async = ContextdSession(session.session_id, async_client, conversation_id=session.conversation_id)
-            return await over_async.get_items(limit=2), await over_async.get_items()
+            again = ContextdSession(session.session_id, async_client, conversation_id=session.conversation_id)
+            limited = await again.get_items(limit=2)
+            await again.add_items([reasoning])
+            popped = await again.pop_item()
+            whole = await again.get_items()
+            await again.clear_session()
+            return limited, popped, whole, await again.get_items()
 
-    last_two, all_async = asyncio.run(asyncio.wait_for(read_async(), timeout=60))
-    assert [item["content"][:3] for item in last_two] == ["18 ", "19 "]
-    assert len(all_async) == 20
+    limited, popped, whole, cleared = asyncio.run(asyncio.wait_for(over_async(), timeout=120))
+    assert [item["role"] for item in limited] == ["user", "user"] and popped == reasoning
+    assert len(whole) == count + 1 and cleared == []
 
 
-def test_langchain_history_reads_a_conversation_over_the_message_limit(sidecar):
+def test_langchain_history_reads_and_writes_a_52_mb_conversation(sidecar):
     pytest.importorskip("langchain_core")
-    from langchain_core.messages import HumanMessage
+    from langchain_core.messages import AIMessage, HumanMessage
 
     from contextd.client.langchain_history import ContextdChatMessageHistory
 
     with Client(sidecar.address) as client:
         history = ContextdChatMessageHistory(f"big-history-{uuid.uuid4().hex}", client)
-        for index in range(20):
-            history.add_messages([HumanMessage(content=f"{index} " + "z" * 1_000_000)])
+        for commit in range(_BIG_COMMITS):
+            first = commit * _BIG_PER_COMMIT
+            history.add_messages([HumanMessage(content=_big_text(index, "z")) for index in range(first, first + _BIG_PER_COMMIT)])
+        count = _BIG_COMMITS * _BIG_PER_COMMIT
         with pytest.raises(ResourceExhausted):
             client.get_state(conversation_pb2.GetStateRequest(conversation_id=history.conversation_id))
         messages = history.messages
-        assert [message.content.split(" ")[0] for message in messages] == [str(index) for index in range(20)]
-
-
+        assert [message.content.split(" ")[0] for message in messages] == [str(index) for index in range(count)]
+        assert sum(len(message.content) for message in messages) > 52_000_000
+        history.add_messages([AIMessage(content="read it all"), HumanMessage(content="thanks")])
+        tail = client.read_messages(conversation_pb2.ReadMessagesRequest(conversation_id=history.conversation_id, last=2))
+        assert [message.parts[0].text.text for message in tail.messages] == ["read it all", "thanks"]
+        history.clear()
+        assert history.messages == []

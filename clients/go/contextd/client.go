@@ -379,8 +379,40 @@ func (c *Client) Commit(ctx context.Context, request *contextdv1.CommitRequest) 
 // state, and commits them with the state's version as the expected version. When another writer
 // got there first (a version conflict) it reloads and calls apply again, up to the client's
 // conflict attempts. apply must be safe to call more than once and return at least one delta; an
-// error from apply stops the loop and is returned wrapped.
+// error from apply stops the loop and is returned wrapped. A conversation over the message limit
+// (GetState refuses it) is written with CommitWithRetryOnTail.
 func (c *Client) CommitWithRetry(ctx context.Context, conversationID string, apply func(*contextdv1.ConversationState) ([]*contextdv1.Delta, error)) (*contextdv1.CommitResponse, error) {
+	return c.commitWithRetry(ctx, conversationID, func(ctx context.Context) (*contextdv1.ConversationState, error) {
+		loaded, err := c.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: conversationID})
+		return loaded.GetState(), err
+	}, apply)
+}
+
+// CommitWithRetryOnTail is CommitWithRetry reading only what a writer of the history's tail
+// needs, at any size of the conversation: apply gets the version, artifacts, experiences and tool
+// definitions (GetState with WithoutMessages) and, as its History, the last historyTail history
+// messages read at that version (ReadMessages); the other segments are left empty. 0 reads no
+// messages. A commit landing between the two reads is a version conflict, retried as a stale
+// commit is.
+func (c *Client) CommitWithRetryOnTail(ctx context.Context, conversationID string, historyTail uint32, apply func(*contextdv1.ConversationState) ([]*contextdv1.Delta, error)) (*contextdv1.CommitResponse, error) {
+	return c.commitWithRetry(ctx, conversationID, func(ctx context.Context) (*contextdv1.ConversationState, error) {
+		loaded, err := c.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: conversationID, WithoutMessages: true})
+		if err != nil || historyTail == 0 {
+			return loaded.GetState(), err
+		}
+		state := loaded.GetState()
+		request := &contextdv1.ReadMessagesRequest{ConversationId: conversationID, Segment: contextdv1.Segment_SEGMENT_HISTORY, Last: historyTail, Version: proto.Int64(state.GetVersion())}
+		for page, err := range c.MessagePages(ctx, request) {
+			if err != nil {
+				return nil, err
+			}
+			state.History = append(state.History, page.GetMessages()...)
+		}
+		return state, nil
+	}, apply)
+}
+
+func (c *Client) commitWithRetry(ctx context.Context, conversationID string, read func(context.Context) (*contextdv1.ConversationState, error), apply func(*contextdv1.ConversationState) ([]*contextdv1.Delta, error)) (*contextdv1.CommitResponse, error) {
 	var conflict error
 	for attempt := 1; attempt <= c.conflictAttempts; attempt++ {
 		if attempt > 1 {
@@ -388,11 +420,14 @@ func (c *Client) CommitWithRetry(ctx context.Context, conversationID string, app
 				return nil, fmt.Errorf("contextd: commit to %q: %w (after %v)", conversationID, err, conflict)
 			}
 		}
-		loaded, err := c.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: conversationID})
+		state, err := read(ctx)
+		if errors.Is(err, ErrVersionConflict) {
+			conflict = err
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("contextd: load %q for commit: %w", conversationID, err)
 		}
-		state := loaded.GetState()
 		deltas, err := apply(state)
 		if err != nil {
 			return nil, fmt.Errorf("contextd: prepare commit to %q at version %d: %w", conversationID, state.GetVersion(), err)

@@ -111,3 +111,71 @@ func TestMessagePagesStayAtOneVersion(t *testing.T) {
 		t.Fatalf("reading version 0 = %v, want a version conflict at 2", err)
 	}
 }
+
+// CommitWithRetryOnTail takes turns on a conversation GetState refuses (18 MB, over the 16 MiB
+// message limit), over gRPC and Connect, reading only the tail it asks for; a writer that gets
+// in between is a conflict it retries with the new tail. CommitWithRetry, which reads the whole
+// state, is refused there as GetState is.
+func TestCommitWithRetryOnTailWritesAConversationOverTheLimit(t *testing.T) {
+	sidecar := sidecartest.Start(t)
+	client := dial(t, sidecar.Address)
+	const id = "eighteen-mb"
+	for index := range 3 {
+		message := contextd.UserText(fmt.Sprintf("%d %s", index, strings.Repeat("y", 6_000_000)))
+		message.Id = fmt.Sprintf("big%d", index)
+		if _, err := client.Commit(testContext(t), &contextdv1.CommitRequest{ConversationId: id, Deltas: []*contextdv1.Delta{contextd.AppendMessages(contextdv1.Segment_SEGMENT_HISTORY, message)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := client.CommitWithRetry(testContext(t), id, func(*contextdv1.ConversationState) ([]*contextdv1.Delta, error) {
+		t.Fatal("apply called without a state")
+		return nil, nil
+	})
+	if !errors.Is(err, contextd.ErrResourceExhausted) {
+		t.Fatalf("CommitWithRetry of 18 MB = %v, want RESOURCE_EXHAUSTED", err)
+	}
+
+	for name, c := range map[string]*contextd.Client{"grpc": client, "connect": dial(t, sidecar.Address, contextd.WithConnectProtocol(&http.Client{}))} {
+		var seen [][]string
+		response, err := c.CommitWithRetryOnTail(testContext(t), id, 2, func(state *contextdv1.ConversationState) ([]*contextdv1.Delta, error) {
+			ids := []string{}
+			for _, message := range state.GetHistory() {
+				ids = append(ids, message.GetId())
+			}
+			seen = append(seen, ids)
+			if len(seen) == 1 {
+				// Another writer lands between this read and its commit.
+				interloper := contextd.UserText("in between")
+				interloper.Id = name + "-between"
+				if _, err := client.Commit(testContext(t), &contextdv1.CommitRequest{ConversationId: id, Deltas: []*contextdv1.Delta{contextd.AppendMessages(contextdv1.Segment_SEGMENT_HISTORY, interloper)}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			turn := contextd.UserText(name + " turn")
+			turn.Id = name + "-turn"
+			return []*contextdv1.Delta{contextd.AppendMessages(contextdv1.Segment_SEGMENT_HISTORY, turn)}, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(seen) != 2 || len(seen[0]) != 2 || len(seen[1]) != 2 || seen[1][1] != name+"-between" {
+			t.Fatalf("%s: apply saw %v; want two tails of 2, the second ending with the writer in between", name, seen)
+		}
+		last, err := c.ReadMessages(testContext(t), &contextdv1.ReadMessagesRequest{ConversationId: id, Last: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last.GetVersion() != response.GetVersion() || last.GetMessages()[0].GetId() != name+"-between" || last.GetMessages()[1].GetId() != name+"-turn" {
+			t.Fatalf("%s: after the commit the tail is %v at version %d; want the writer in between, then the turn, at %d", name, last.GetMessages(), last.GetVersion(), response.GetVersion())
+		}
+	}
+	// 0 reads no messages: the version and the rest alone.
+	if _, err := client.CommitWithRetryOnTail(testContext(t), id, 0, func(state *contextdv1.ConversationState) ([]*contextdv1.Delta, error) {
+		if len(state.GetHistory()) != 0 || state.GetVersion() == 0 {
+			t.Fatalf("historyTail 0 gave %d messages at version %d", len(state.GetHistory()), state.GetVersion())
+		}
+		return []*contextdv1.Delta{contextd.AppendUser(contextd.UserText("no tail"))}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

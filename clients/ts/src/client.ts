@@ -42,7 +42,7 @@ import {
   type WatchRequestSchema,
 } from "../generated/contextd/v1/conversation_service_pb.js";
 import type { Message, MessageSchema } from "../generated/contextd/v1/message_pb.js";
-import type { ConversationState, Delta } from "../generated/contextd/v1/state_pb.js";
+import { Segment, type ConversationState, type Delta } from "../generated/contextd/v1/state_pb.js";
 import type { ObserverEvent } from "../generated/contextd/v1/telemetry_pb.js";
 import { TelemetryService, type WatchEventsRequestSchema, type WatchEventsResponse } from "../generated/contextd/v1/telemetry_service_pb.js";
 import { ContextdError, OutcomeUnknownError, VersionConflictError, isOutcomeUnknown, isResponseTooLarge, toContextdError } from "./errors.js";
@@ -272,14 +272,24 @@ export class Client {
    * them with the state's version as the expected version; on a version conflict it reloads and
    * calls `apply` again, up to the client's conflictAttempts. `apply` must be safe to call more
    * than once.
+   *
+   * With `historyTail: N` only what a writer of the tail needs is read, at any size of the
+   * conversation (where getState refuses one over the message limit): `apply` gets the version,
+   * artifacts, experiences and tool definitions (getState with `withoutMessages`) and, as its
+   * `history`, the last N history messages read at that version (readMessages); the other
+   * segments are left empty. 0 reads no messages. A commit landing between the two reads is a
+   * version conflict, retried as a stale commit is.
    */
-  async commitWithRetry(conversationId: string, apply: (state: ConversationState) => Delta[] | Promise<Delta[]>, options?: CallOptions): Promise<CommitResponse> {
+  async commitWithRetry(
+    conversationId: string,
+    apply: (state: ConversationState) => Delta[] | Promise<Delta[]>,
+    options?: CallOptions & { historyTail?: number },
+  ): Promise<CommitResponse> {
     let conflict: VersionConflictError | undefined;
     for (let attempt = 1; attempt <= this.conflictAttempts; attempt++) {
       if (conflict) await sleep(backoff(this.retry, attempt - 1), options?.signal);
-      const loaded = await this.getState({ conversationId }, options);
-      const state = loaded.state!;
       try {
+        const state = await this.stateForCommit(conversationId, options?.historyTail, options);
         return await this.commit({ conversationId, expectedVersion: state.version, deltas: await apply(state) }, options);
       } catch (error) {
         if (!(error instanceof VersionConflictError)) throw error;
@@ -287,6 +297,17 @@ export class Client {
       }
     }
     throw conflict!;
+  }
+
+  /** The whole state, or (`historyTail`) the rest of it with the history's last messages at its version. */
+  private async stateForCommit(conversationId: string, historyTail: number | undefined, options: CallOptions | undefined): Promise<ConversationState> {
+    if (historyTail === undefined) return (await this.getState({ conversationId }, options)).state!;
+    const state = (await this.getState({ conversationId, withoutMessages: true }, options)).state!;
+    if (historyTail > 0) {
+      const request = { conversationId, segment: Segment.HISTORY, last: Math.min(historyTail, 2 ** 32 - 1), version: state.version };
+      for await (const page of this.messagePages(request, options)) state.history.push(...page.messages);
+    }
+    return state;
   }
 
   /** Empties a conversation. Not retried: it has no idempotency key, and clearing twice advances the version twice. */

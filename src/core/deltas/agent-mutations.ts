@@ -20,7 +20,7 @@ import type {
 } from "#gen/contextd/v1/state_pb";
 import { assertCompleteToolRound, findOpenToolRound, type HistoryUnit, type ToolRoundShape } from "../model/tool-rounds.js";
 import type { DeltaContext } from "./delta-context.js";
-import { prepareMessages } from "./message-preparation.js";
+import { prepareMessages, withAnsweredGivenIds } from "./message-preparation.js";
 import { withAppendedMessages } from "./segment-operations.js";
 
 // The agent mutations of the Python agent framework (semantics §2). Every one appends to history
@@ -29,12 +29,32 @@ import { withAppendedMessages } from "./segment-operations.js";
 export function appendToolRound(state: ConversationState, delta: AppendToolRound, context: DeltaContext): ConversationState {
   if (!delta.assistant) throw new ConnectError("assistant is required", Code.InvalidArgument);
   const [assistant] = prepareMessages(state, [delta.assistant], context, "assistant", Role.ASSISTANT);
+  // Results without a call id answer the calls that came without one, in order, as in
+  // append_messages: the assistant was prepared alone, so its given ids are handed on here.
+  const given = givenCallIds(delta.assistant, assistant!);
+  const answering = given.length === 0 ? delta.results : delta.results.map((result) => answeringGiven(result, given));
   // Checked against the state and the assistant (not a copy of history with it: the state's id
   // index, when the store keeps one, answers for the state alone).
-  const results = prepareMessages(state, delta.results, context, "results", Role.TOOL, undefined, undefined, assistant!.id);
+  const results = prepareMessages(state, answering, context, "results", Role.TOOL, undefined, undefined, assistant!.id);
   assertCompleteToolRound(assistant!, results, "append_tool_round");
   assertNoOpenRound(state.history, "a new tool round", context);
   return withAppendedMessages(state, "history", [assistant!, ...results], context);
+}
+
+/** The ids the preparation gave `prepared`'s calls that `original` sent without one, in call order. */
+function givenCallIds(original: Message, prepared: Message): string[] {
+  const ids: string[] = [];
+  original.parts.forEach((part, index) => {
+    const stored = prepared.parts[index]?.kind;
+    if (part.kind.case === "toolCall" && part.kind.value.id === "" && stored?.case === "toolCall") ids.push(stored.value.id);
+  });
+  return ids;
+}
+
+/** `result` with its call-id-less results answering `unanswered` (taken from it); the request's message is left as it was. */
+function answeringGiven(result: Message, unanswered: string[]): Message {
+  const parts = withAnsweredGivenIds(result.parts, unanswered);
+  return parts === result.parts ? result : { ...result, parts };
 }
 
 /** Appends nothing when there is neither text nor a call; reasoning alone is not a turn. */

@@ -122,7 +122,7 @@ function withGivenCallIds(parts: Message["parts"], messageId: string): { parts: 
 }
 
 /** `parts` with results that have no call id answering `unanswered` in order (taken from it). */
-function withAnsweredGivenIds(parts: Message["parts"], unanswered: string[]): Message["parts"] {
+export function withAnsweredGivenIds(parts: Message["parts"], unanswered: string[]): Message["parts"] {
   let answered: Message["parts"] | undefined;
   parts.forEach((part, index) => {
     if (part.kind.case !== "toolResult" || part.kind.value.toolCallId !== "" || unanswered.length === 0) return;

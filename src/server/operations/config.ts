@@ -145,6 +145,14 @@ export interface Config {
   maxStreamsPerTenant: number;
   /** Bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped. */
   traceQueueBytes: number;
+
+  /**
+   * Bytes of messages the ReadMessages windows kept for page tokens hold together (counted as on
+   * the wire), so a later page is read at its first page's version after the conversation moved
+   * on; past it the least recently used window goes, and a window larger alone is not kept (its
+   * pages are read while its version is current).
+   */
+  readPinBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -198,6 +206,8 @@ export const defaultConfig: Config = {
   telemetryBytes: 32 * 1024 * 1024,
   maxStreamsPerTenant: 0,
   traceQueueBytes: 16 * 1024 * 1024,
+
+  readPinBytes: 256 * 1024 * 1024,
 };
 
 /**
@@ -254,6 +264,7 @@ export const flags = {
   "headers-timeout-ms": "close a connection whose request headers have not all arrived this long after it opened (HTTP/1.1: after the previous request)",
   "max-connections": "most open connections; one more closes the longest idle, or is closed when none is idle; 0 = the open-file limit less 128",
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
+  "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -401,6 +412,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     telemetryBytes: integer("telemetry-bytes", defaultConfig.telemetryBytes, 1024),
     maxStreamsPerTenant: integer("max-streams-per-tenant", defaultConfig.maxStreamsPerTenant, 0, 0xffffffff),
     traceQueueBytes: integer("trace-queue-bytes", defaultConfig.traceQueueBytes, 64 * 1024),
+
+    readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
   };
 }
 

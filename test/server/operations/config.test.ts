@@ -29,6 +29,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--history-facts-conversations", "many"], {})).toThrow(/--history-facts-conversations or CONTEXTD_HISTORY_FACTS_CONVERSATIONS/);
   });
 
+  it("reads the ReadMessages pin bound from --read-pin-bytes or CONTEXTD_READ_PIN_BYTES; 256 MiB by default, 0 keeps none", () => {
+    expect(defaultConfig.readPinBytes).toBe(256 * 1024 * 1024);
+    expect(loadConfig([], { CONTEXTD_READ_PIN_BYTES: "0" }).readPinBytes).toBe(0);
+    expect(loadConfig(["--read-pin-bytes", "1048576"], { CONTEXTD_READ_PIN_BYTES: "0" }).readPinBytes).toBe(1_048_576);
+    expect(() => loadConfig(["--read-pin-bytes", "lots"], {})).toThrow(/--read-pin-bytes or CONTEXTD_READ_PIN_BYTES/);
+  });
+
   it("reads --strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS; off by default", () => {
     expect(defaultConfig.strictToolRounds).toBe(false);
     expect(loadConfig(["--strict-tool-rounds", "true"], {}).strictToolRounds).toBe(true);

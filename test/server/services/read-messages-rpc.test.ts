@@ -93,6 +93,30 @@ describe.each([
     expect(tooLarge.details).toBe(`max_bytes: at most ${(messageLimit / 16) * 15} (15/16 of the message limit, --max-request-bytes), got ${messageLimit}`);
   });
 
+  it("reads windows through the store's readWindow, never loading the state: on Redis and Postgres from a sidecar that never loaded the conversation", async () => {
+    const storeArgs = redis ? ["--redis-url", redis.url] : postgres ? ["--postgres-url", postgres.url] : undefined;
+    const fresh = storeArgs ? await startSidecar(["--max-request-bytes", String(messageLimit), ...storeArgs]) : sidecar;
+    const freshClient = storeArgs ? grpcJsClient(`127.0.0.1:${fresh.port}`) : client;
+    const count = async (operation: string) => {
+      const metrics = await (await fetch(`${fresh.url}/metrics`)).text();
+      const line = metrics.split("\n").find((line) => line.startsWith(`contextd_store_operation_duration_seconds_count{operation="${operation}",outcome="ok"} `));
+      return line === undefined ? 0 : Number(line.split(" ")[1]);
+    };
+    try {
+      const before = { load: await count("load"), readWindow: await count("read_window") };
+      const last = await freshClient.unary(ConversationService.method.readMessages, { conversationId, last: 1 });
+      expect([last.messages.map((message) => message.id), last.segmentSizes!.history]).toEqual([["m5"], 6n]);
+      const middle = await freshClient.unary(ConversationService.method.readMessages, { conversationId, start: 2n, end: 3n });
+      expect(middle.messages.map((message) => message.id)).toEqual(["m2"]);
+      expect([(await count("read_window")) - before.readWindow, (await count("load")) - before.load]).toEqual([2, 0]);
+    } finally {
+      if (storeArgs) {
+        freshClient.close();
+        await fresh.stop();
+      }
+    }
+  });
+
   it("answers a page token whose version moved on and is not kept with ABORTED and the current version", async () => {
     const first = await client.unary(ConversationService.method.readMessages, { conversationId, maxBytes: 1 });
     await client.unary(ConversationService.method.commit, { conversationId: `other-${storeKind}`, deltas: [appendHistory(textMessage("x", Role.USER, "x"))] });

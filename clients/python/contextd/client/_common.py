@@ -180,8 +180,26 @@ def _new_key() -> str:
     return "contextd-py-" + uuid.uuid4().hex
 
 
+# The wall clock as it was when the client was imported. grpcio turns a call's timeout into a
+# deadline with `time.time()` (grpc/_channel.py, grpc/aio/_utils.py) and its core compares that with
+# the real clock, so code that replaces `time.time` process-wide (a test's monkeypatch, mock.patch or
+# freezegun; the Agents SDK's own tests do) would move every deadline by the difference.
+_WALL_CLOCK = time.time
+
+
+def grpc_timeout(seconds: Optional[float]) -> Optional[float]:
+    """The timeout to give grpcio so that its deadline is `seconds` from now on the real clock.
+    While `time.time` is the real one it is `seconds`; while something has replaced it, the
+    replacement is read once and its distance from the real clock added, so a frozen or shifted
+    clock neither expires a call at once nor lets it run unbounded."""
+    replaced = time.time
+    if seconds is None or replaced is _WALL_CLOCK:
+        return seconds
+    return seconds + (_WALL_CLOCK() - float(replaced()))
+
+
 class Deadline:
-    """One call's deadline across its retries; None = unbounded."""
+    """One call's deadline across its retries, on the monotonic clock; None = unbounded."""
 
     def __init__(self, timeout: Optional[float]) -> None:
         self._at = None if timeout is None else time.monotonic() + timeout
@@ -189,6 +207,10 @@ class Deadline:
     def remaining(self) -> Optional[float]:
         """Seconds left (at least 0), or None when unbounded."""
         return None if self._at is None else max(self._at - time.monotonic(), 0.0)
+
+    def grpc_timeout(self) -> Optional[float]:
+        """`remaining()` as the timeout of a grpcio call (`grpc_timeout`)."""
+        return grpc_timeout(self.remaining())
 
     def allows(self, pause: float) -> bool:
         """Whether a pause of `pause` seconds still leaves time for another try."""
@@ -202,4 +224,11 @@ def next_page_request(
     window and its version, so only the conversation and the page bound go with it."""
     return conversation_service_pb2.ReadMessagesRequest(
         conversation_id=first.conversation_id, max_bytes=first.max_bytes, page_token=page.next_page_token
+    )
+
+
+def tail_request(conversation_id: str, last: int, version: int) -> conversation_service_pb2.ReadMessagesRequest:
+    """The history's last `last` messages at `version` (what `commit_with_retry(history_tail=...)` reads)."""
+    return conversation_service_pb2.ReadMessagesRequest(
+        conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY, last=min(last, 2**32 - 1), version=version
     )

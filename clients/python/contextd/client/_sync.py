@@ -26,6 +26,7 @@ from contextd.client._common import (
     next_page_request,
     replay_with_prompt,
     session_answer,
+    tail_request,
     turn_request,
     without_commit,
 )
@@ -133,7 +134,7 @@ class Client:
         last = ""
         while True:
             try:
-                response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                response, call = self._health.Check.with_call(health_pb2.HealthCheckRequest(), timeout=deadline.grpc_timeout())
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
                 last = health_status_text(response.status, call.initial_metadata())
@@ -177,26 +178,44 @@ class Client:
         apply: Callable[[state_pb2.ConversationState], Sequence[state_pb2.Delta]],
         *,
         timeout: Optional[float] = None,
+        history_tail: Optional[int] = None,
     ) -> conversation_pb2.CommitResponse:
         """Reads the conversation, asks `apply` for the deltas to commit on top of that state, and
         commits them expecting the state's version. When another writer got there first it
         reloads and calls `apply` again, up to the client's conflict attempts, then raises the
         last VersionConflict. `apply` must be safe to call more than once and return at least
-        one delta."""
+        one delta.
+
+        With `history_tail=N` only what a writer of the tail needs is read, at any size of the
+        conversation (where `get_state` refuses one over the message limit): `apply` gets the
+        version, artifacts, experiences and tool definitions (`get_state` with
+        `without_messages`) and, as its `history`, the last N history messages read at that
+        version (`read_messages`); the other segments are left empty. 0 reads no messages."""
         conflict: Optional[VersionConflict] = None
         for attempt in range(1, self._conflict_attempts + 1):
             if conflict is not None:
                 time.sleep(self._retry.backoff(attempt - 1))
-            state = self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout).state
-            request = conversation_pb2.CommitRequest(
-                conversation_id=conversation_id, expected_version=state.version, deltas=apply(state)
-            )
             try:
+                state = self._state_for_commit(conversation_id, history_tail, timeout)
+                request = conversation_pb2.CommitRequest(
+                    conversation_id=conversation_id, expected_version=state.version, deltas=apply(state)
+                )
                 return self.commit(request, timeout=timeout)
             except VersionConflict as error:
                 conflict = error
         assert conflict is not None
         raise conflict
+
+    def _state_for_commit(self, conversation_id: str, history_tail: Optional[int], timeout: Optional[float]) -> state_pb2.ConversationState:
+        """The whole state, or (`history_tail`) the rest of it with the history's last messages at its version."""
+        if history_tail is None:
+            return self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout).state
+        state = self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id, without_messages=True), timeout=timeout).state
+        if history_tail > 0:
+            # At the version just read: a commit in between is a VersionConflict, retried as a stale commit is.
+            request = tail_request(conversation_id, history_tail, state.version)
+            state.history.extend(message for page in self.message_pages(request, timeout=timeout) for message in page.messages)
+        return state
 
     def clear(
         self, request: conversation_pb2.ClearRequest, *, timeout: Optional[float] = None
@@ -440,7 +459,7 @@ class Client:
         attempts = max(self._retry.max_attempts, 1) if retryable else 1
         for attempt in range(1, attempts + 1):
             try:
-                return method(request, timeout=deadline.remaining())
+                return method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 pause = self._retry.backoff(attempt)
@@ -464,7 +483,7 @@ class Client:
         attempts = max(self._retry.max_attempts, 1)
         for attempt in range(1, attempts + 1):
             try:
-                return method(request, timeout=deadline.remaining())
+                return method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 if not outcome_unknown(failure):

@@ -27,6 +27,7 @@ from contextd.client._common import (
     next_page_request,
     replay_with_prompt,
     session_answer,
+    tail_request,
     turn_request,
     without_commit,
 )
@@ -127,7 +128,7 @@ class AsyncClient:
         last = ""
         while True:
             try:
-                call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.remaining())
+                call = self._health.Check(health_pb2.HealthCheckRequest(), timeout=deadline.grpc_timeout())
                 response = await call
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
@@ -163,22 +164,32 @@ class AsyncClient:
         apply: Callable[[state_pb2.ConversationState], Sequence[state_pb2.Delta]],
         *,
         timeout: Optional[float] = None,
+        history_tail: Optional[int] = None,
     ) -> conversation_pb2.CommitResponse:
-        """As `Client.commit_with_retry`; `apply` is a plain (not async) function."""
+        """As `Client.commit_with_retry` (`history_tail` too); `apply` is a plain (not async) function."""
         conflict: Optional[VersionConflict] = None
         for attempt in range(1, self._conflict_attempts + 1):
             if conflict is not None:
                 await asyncio.sleep(self._retry.backoff(attempt - 1))
-            loaded = await self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout)
-            request = conversation_pb2.CommitRequest(
-                conversation_id=conversation_id, expected_version=loaded.state.version, deltas=apply(loaded.state)
-            )
             try:
+                state = await self._state_for_commit(conversation_id, history_tail, timeout)
+                request = conversation_pb2.CommitRequest(
+                    conversation_id=conversation_id, expected_version=state.version, deltas=apply(state)
+                )
                 return await self.commit(request, timeout=timeout)
             except VersionConflict as error:
                 conflict = error
         assert conflict is not None
         raise conflict
+
+    async def _state_for_commit(self, conversation_id: str, history_tail: Optional[int], timeout: Optional[float]) -> state_pb2.ConversationState:
+        if history_tail is None:
+            return (await self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id), timeout=timeout)).state
+        state = (await self.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id, without_messages=True), timeout=timeout)).state
+        if history_tail > 0:
+            request = tail_request(conversation_id, history_tail, state.version)
+            state.history.extend([message async for page in self.message_pages(request, timeout=timeout) for message in page.messages])
+        return state
 
     async def clear(
         self, request: conversation_pb2.ClearRequest, *, timeout: Optional[float] = None
@@ -370,7 +381,7 @@ class AsyncClient:
         attempts = max(self._retry.max_attempts, 1) if retryable else 1
         for attempt in range(1, attempts + 1):
             try:
-                return await method(request, timeout=deadline.remaining())
+                return await method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 pause = self._retry.backoff(attempt)
@@ -392,7 +403,7 @@ class AsyncClient:
         attempts = max(self._retry.max_attempts, 1)
         for attempt in range(1, attempts + 1):
             try:
-                return await method(request, timeout=deadline.remaining())
+                return await method(request, timeout=deadline.grpc_timeout())
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
                 if not outcome_unknown(failure):

@@ -2,7 +2,9 @@
 pages (any size, where `get_state` refuses a state over the message limit), or only the tail that
 holds the last N of something (the Agents SDK's items, of which one message may hold several).
 
-The tail read asks for the last `wanted` messages, then for earlier ranges twice as long each time,
+The tail read returns the messages with the version they were read at, so a writer can commit on top
+of what it read (`expected_version`) without reading the rest of the conversation. It asks for the
+last `wanted` messages, then for earlier ranges twice as long each time,
 all at the first read's version (explicit `version`), until the messages read hold `wanted` units
 or the history's start is reached: a read of the last 10 items of 1,000 messages moves about 10
 messages, not 1,000. When the conversation moves on between two of those reads and the sidecar no
@@ -11,7 +13,7 @@ longer keeps the first version (`VersionConflict`), the read starts over, up to 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Generator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Generator, List, NamedTuple, Optional, Tuple
 
 from contextd.client.errors import VersionConflict
 from contextd.v1 import conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
@@ -22,6 +24,13 @@ if TYPE_CHECKING:
 
 _ATTEMPTS = 3
 _MAX_LAST = 2**32 - 1
+
+
+class HistoryTail(NamedTuple):
+    """A tail of the history and the version it was read at (0 for a conversation never written)."""
+
+    messages: List[message_pb2.Message]
+    version: int
 
 
 def read_history(client: "Client", conversation_id: str) -> List[message_pb2.Message]:
@@ -38,9 +47,9 @@ async def read_history_async(client: "AsyncClient", conversation_id: str) -> Lis
 
 def read_history_tail(
     client: "Client", conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]
-) -> List[message_pb2.Message]:
+) -> HistoryTail:
     """The shortest tail of the history whose messages hold at least `wanted` units (`units`
-    counts them per message), or the whole history when it holds fewer."""
+    counts them per message), or the whole history when it holds fewer, with its version."""
     for attempt in range(1, _ATTEMPTS + 1):
         plan = _tail_plan(conversation_id, wanted, units)
         try:
@@ -57,7 +66,7 @@ def read_history_tail(
 
 async def read_history_tail_async(
     client: "AsyncClient", conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]
-) -> List[message_pb2.Message]:
+) -> HistoryTail:
     """As `read_history_tail`, over the asyncio client."""
     for attempt in range(1, _ATTEMPTS + 1):
         plan = _tail_plan(conversation_id, wanted, units)
@@ -78,7 +87,7 @@ _Read = Tuple[List[message_pb2.Message], int, int]
 
 def _tail_plan(
     conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]
-) -> Generator[conversation_pb2.ReadMessagesRequest, _Read, List[message_pb2.Message]]:
+) -> Generator[conversation_pb2.ReadMessagesRequest, _Read, HistoryTail]:
     """The tail read once, for both clients: yields each window to read, is sent back what it read
     (messages, version, window start) and returns the tail; the callers only do the I/O."""
     messages, version, start = yield _window(conversation_id, last=wanted)
@@ -91,7 +100,7 @@ def _tail_plan(
         held += sum(units(message) for message in earlier)
         messages = earlier + messages
         start = earlier_start
-    return messages
+    return HistoryTail(messages, version)
 
 
 def _window(

@@ -38,7 +38,7 @@ from contextd.client._stored_json import Path, PartsBuilder, json_text, restore,
 from contextd.client._sync import Client
 from contextd.client.aio import AsyncClient
 from contextd.client.errors import OutcomeUnknown, VersionConflict
-from contextd.client.history_reads import read_history, read_history_async, read_history_tail, read_history_tail_async
+from contextd.client.history_reads import HistoryTail, read_history, read_history_async, read_history_tail, read_history_tail_async
 from contextd.client.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
@@ -245,6 +245,10 @@ def _round_start(history: Sequence[message_pb2.Message]) -> int:
     return index
 
 
+def _assistant_unit(message: message_pb2.Message) -> int:
+    return 1 if message.role == message_pb2.ROLE_ASSISTANT else 0
+
+
 def _history_delta_append(messages: Sequence[message_pb2.Message]) -> state_pb2.Delta:
     return state_pb2.Delta(append_messages=state_pb2.AppendMessages(segment=state_pb2.SEGMENT_HISTORY, messages=messages))
 
@@ -259,16 +263,12 @@ class _BlockingConversation:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def state(self, conversation_id: str) -> state_pb2.ConversationState:
-        request = conversation_pb2.GetStateRequest(conversation_id=conversation_id)
-        return (await asyncio.to_thread(self.client.get_state, request)).state
-
     async def history(self, conversation_id: str) -> List[message_pb2.Message]:
         """The whole history, in pages (`ReadMessages`): any size."""
         return await asyncio.to_thread(read_history, self.client, conversation_id)
 
-    async def history_tail(self, conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]) -> List[message_pb2.Message]:
-        """The shortest tail of the history holding `wanted` units (`read_history_tail`)."""
+    async def history_tail(self, conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]) -> HistoryTail:
+        """The shortest tail of the history holding `wanted` units, and its version (`read_history_tail`)."""
         return await asyncio.to_thread(read_history_tail, self.client, conversation_id, wanted, units)
 
     async def commit(self, request: conversation_pb2.CommitRequest) -> None:
@@ -287,13 +287,10 @@ class _AsyncConversation:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
 
-    async def state(self, conversation_id: str) -> state_pb2.ConversationState:
-        return (await self.client.get_state(conversation_pb2.GetStateRequest(conversation_id=conversation_id))).state
-
     async def history(self, conversation_id: str) -> List[message_pb2.Message]:
         return await read_history_async(self.client, conversation_id)
 
-    async def history_tail(self, conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]) -> List[message_pb2.Message]:
+    async def history_tail(self, conversation_id: str, wanted: int, units: Callable[[message_pb2.Message], int]) -> HistoryTail:
         return await read_history_tail_async(self.client, conversation_id, wanted, units)
 
     async def commit(self, request: conversation_pb2.CommitRequest) -> None:
@@ -396,7 +393,7 @@ class ContextdSession:
             return []
         if chosen_budget is None and session_limit is not None and session_limit > 0:
             # Only the tail holding the last `limit` items is read, not the conversation.
-            history = await self._conversation.history_tail(self.conversation_id, session_limit, lambda message: len(items_of(message)))
+            history = (await self._conversation.history_tail(self.conversation_id, session_limit, lambda message: len(items_of(message)))).messages
         else:
             history = await self._conversation.history(self.conversation_id)
         if chosen_budget is not None and history:
@@ -427,30 +424,32 @@ class ContextdSession:
 
     async def _add(self, new_items: List[Item]) -> None:
         if _kind(new_items[0]) != "model":
-            names = _call_names((await self._conversation.state(self.conversation_id)).history) if _kind(new_items[0]) == "output" else {}
+            # An output's call names come from the last ASSISTANT message: the tail up to it is read, not the conversation.
+            names = _call_names((await self._conversation.history_tail(self.conversation_id, 1, _assistant_unit)).messages) if _kind(new_items[0]) == "output" else {}
             request = conversation_pb2.CommitRequest(conversation_id=self.conversation_id, deltas=[_history_delta_append(messages_for_items(new_items, names))])
             await self._commit(request)
             return
 
-        def apply(state: state_pb2.ConversationState) -> List[state_pb2.Delta]:
-            history = state.history
-            last = history[-1] if history else None
+        def apply(tail: List[message_pb2.Message]) -> List[state_pb2.Delta]:
+            last = tail[-1] if tail else None
             if last is not None and last.role == message_pb2.ROLE_ASSISTANT and _has_items(last):
                 merged = messages_for_items(items_of(last) + new_items)
                 return [_history_delta_remove([last.id]), _history_delta_append(merged)]
             return [_history_delta_append(messages_for_items(new_items))]
 
-        await self._commit_on_state(apply)
+        # Only the last message can be rewritten: it is all that is read.
+        await self._commit_on_tail(1, lambda message: 1, apply)
 
     async def pop_item(self) -> Optional[Item]:
         """Removes and returns the most recent item (None when there is none). The messages from
         the last tool round's ASSISTANT message on are rewritten without it, in one commit that
-        checks the version."""
+        checks the version. Only the tail holding the last two ASSISTANT messages is read (the
+        round and the calls before it that its outputs may answer), at any size of the
+        conversation."""
         self._check_open()
         popped: List[Optional[Item]] = [None]
 
-        def apply(state: state_pb2.ConversationState) -> Optional[List[state_pb2.Delta]]:
-            history = list(state.history)
+        def apply(history: List[message_pb2.Message]) -> Optional[List[state_pb2.Delta]]:
             popped[0] = None
             if not history:
                 return None
@@ -464,7 +463,7 @@ class ContextdSession:
                 deltas.append(_history_delta_append(messages_for_items(tail_items, _call_names(history[:start]))))
             return deltas
 
-        await settled(self._commit_on_state(apply))
+        await settled(self._commit_on_tail(2, _assistant_unit, apply))
         return popped[0]
 
     async def clear_session(self) -> None:
@@ -472,16 +471,21 @@ class ContextdSession:
         self._check_open()
         await settled(self._conversation.clear(self.conversation_id))
 
-    async def _commit_on_state(self, apply: Callable[[state_pb2.ConversationState], Optional[List[state_pb2.Delta]]]) -> None:
-        """Reads the conversation and commits `apply`'s deltas expecting its version; on a
-        conflict reads again, up to the session's conflict attempts. `apply` returning None
-        commits nothing."""
+    async def _commit_on_tail(
+        self,
+        wanted: int,
+        units: Callable[[message_pb2.Message], int],
+        apply: Callable[[List[message_pb2.Message]], Optional[List[state_pb2.Delta]]],
+    ) -> None:
+        """Reads the shortest tail of the history holding `wanted` units (`read_history_tail`) and
+        commits `apply`'s deltas expecting the version it was read at; on a conflict reads again,
+        up to the session's conflict attempts. `apply` returning None commits nothing."""
         for attempt in range(1, self._conflict_attempts + 1):
-            state = await self._conversation.state(self.conversation_id)
-            deltas = apply(state)
+            tail = await self._conversation.history_tail(self.conversation_id, wanted, units)
+            deltas = apply(tail.messages)
             if deltas is None:
                 return
-            request = conversation_pb2.CommitRequest(conversation_id=self.conversation_id, expected_version=state.version, deltas=deltas)
+            request = conversation_pb2.CommitRequest(conversation_id=self.conversation_id, expected_version=tail.version, deltas=deltas)
             try:
                 await self._commit(request)
                 return

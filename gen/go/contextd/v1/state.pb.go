@@ -1095,7 +1095,9 @@ type AppendToolRound struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The assistant message; must contain at least one tool call.
 	Assistant *Message `protobuf:"bytes,1,opt,name=assistant,proto3" json:"assistant,omitempty"`
-	// The TOOL messages answering every call exactly once.
+	// The TOOL messages answering every call exactly once. A call sent without an id gets
+	// `call_<message id>_<n>` (as in `AppendMessages`), and a result without a call id answers the
+	// first such call still unanswered, in order.
 	Results       []*Message `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -76,9 +76,10 @@ export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*
  * Paging: a response holds the window's messages from its start, in order, up to `max_bytes`; when
  * the window has more, `next_page_token` reads on from there. Every page of one window is read at
  * the version of the first page, so the pages fit together even while the conversation is being
- * written to. The sidecar keeps a state that a page token points to for at least 60 seconds after
- * the page that named it (at most 64 such states per process); while it is the current state it is
- * always readable. A page token or `version` naming a version that is neither current nor kept is
+ * written to. The sidecar keeps the window that a page token points to for 60 seconds after the
+ * page that named it (at most 64 such windows per process, holding at most `--read-pin-bytes` of
+ * messages together; a window larger alone is not kept); while its version is the current one it
+ * is always readable. A page token or `version` naming a version that is neither current nor kept is
  * ABORTED (reason `VERSION_CONFLICT`, `current_version` in the details and the
  * `contextd-current-version` trailer): start the read again at the current version.
  *

@@ -552,7 +552,9 @@ export type AppendToolRound = Message<"contextd.v1.AppendToolRound"> & {
   assistant?: Message$1 | undefined;
 
   /**
-   * The TOOL messages answering every call exactly once.
+   * The TOOL messages answering every call exactly once. A call sent without an id gets
+   * `call_<message id>_<n>` (as in `AppendMessages`), and a result without a call id answers the
+   * first such call still unanswered, in order.
    *
    * @generated from field: repeated contextd.v1.Message results = 2;
    */

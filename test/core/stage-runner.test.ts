@@ -96,6 +96,18 @@ describe("StageRunner", () => {
     expect(ms).toBe(2);
   });
 
+  it("is held by the type checker to what each stage declares (tsc checks these lines)", () => {
+    const stages = StageRunner.over<{ count: number }>();
+    // @ts-expect-error: "later" is what no stage before this one produced
+    stages.stage({ name: "reads-too-early", reads: ["later"], run: () => undefined });
+    // @ts-expect-error: declares "doubled" and returns nothing
+    stages.stage({ name: "produces-nothing", reads: ["count"], produces: ["doubled"], run: () => undefined });
+    // @ts-expect-error: `run` is handed only what the stage named
+    stages.stage({ name: "reads-undeclared", run: (input) => input.count });
+    // Adding a stage makes a new runner: this one still has none.
+    expect(stages.names).toEqual([]);
+  });
+
   it("lends the event loop a turn between stages once a slice of work has passed", async () => {
     const log: string[] = [];
     let ms = 0;

@@ -15,7 +15,7 @@ import { rejectsWith } from "./rejects.js";
 const stageEvents = (events: readonly ObserverEvent[]) =>
   events.flatMap((event) => (event.event.case === "stageTiming" ? [[event.event.value.stage, event.event.value.durationNs] as const] : []));
 
-/** A runner of three stages that log what they were handed: `count` → `doubled` → `sum`. */
+/** A runner of three stages that log what they read: `count` → `doubled` → `sum`. */
 function threeStages(log: string[]) {
   return StageRunner.over<{ count: number; label: string }>()
     .stage({
@@ -23,7 +23,7 @@ function threeStages(log: string[]) {
       reads: ["count"],
       produces: ["doubled"],
       run: (input) => {
-        log.push(`first sees ${Object.keys(input).join(",")}`);
+        log.push(`first reads ${input.count}`);
         return { doubled: input.count * 2, dropped: "not declared, not kept" };
       },
     })
@@ -32,7 +32,7 @@ function threeStages(log: string[]) {
       reads: ["doubled", "label"],
       produces: ["sum"],
       run: async (input) => {
-        log.push(`second sees ${Object.keys(input).join(",")}`);
+        log.push(`second reads ${input.doubled}, ${input.label}`);
         await Promise.resolve();
         return { sum: `${input.label}=${input.doubled + 1}` };
       },
@@ -41,19 +41,19 @@ function threeStages(log: string[]) {
       name: "third",
       reads: ["sum"],
       run: (input) => {
-        log.push(`third sees ${Object.keys(input).join(",")}`);
+        log.push(`third reads ${input.sum}`);
       },
     });
 }
 
 describe("StageRunner", () => {
-  it("runs the stages in order, hands each only what it declared and keeps only what it produces", async () => {
+  it("runs the stages in order, each on what the stages before it produced, and keeps only what a stage declares producing", async () => {
     const log: string[] = [];
     const context = testContext();
     const stages = threeStages(log);
     const initial = { count: 4, label: "n" };
     const { state, timings } = await stages.run(initial, { context, deadline: DeadlineCheck.none, events: new CompileEvents(context, "c") });
-    expect(log).toEqual(["first sees count", "second sees doubled,label", "third sees sum"]);
+    expect(log).toEqual(["first reads 4", "second reads 8, n", "third reads n=9"]);
     expect(state).toEqual({ count: 4, label: "n", doubled: 8, sum: "n=9" });
     expect(initial).toEqual({ count: 4, label: "n" });
     expect(stages.names).toEqual(["first", "second", "third"]);
@@ -83,7 +83,7 @@ describe("StageRunner", () => {
     const context = testContext({ now: () => ++ms, observer: undefined });
     const deadline = new DeadlineCheck({ atMs: 2 }, context.now);
     await rejectsWith(threeStages(log).run({ count: 1, label: "" }, { context, deadline, events: new CompileEvents(context, "c") }), Code.DeadlineExceeded, /^second: the call's deadline passed/);
-    expect(log).toEqual(["first sees count", "second sees doubled,label"]);
+    expect(log).toEqual(["first reads 1", "second reads 2, "]);
   });
 
   it("does not check the deadline after the last stage: a finished result is returned", async () => {

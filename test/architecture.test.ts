@@ -150,7 +150,7 @@ describe("architecture", () => {
 // like protobuf-es's own per-descriptor caches.
 const descriptorTables = [
   "src/codec/protobuf-decoder.ts: plans = new WeakMap",
-  "src/codec/protobuf-encoder.ts: reachesSpecialCache = new WeakMap",
+  "src/codec/special-shapes.ts: reachesSpecialShapeCache = new WeakMap",
   "src/codec/protobuf-encoder.ts: planCache = new WeakMap",
   "src/server/transport/binary-requests.ts: realMethods = new WeakMap",
   "src/server/transport/binary-requests.ts: opaqueServices = new WeakMap",

@@ -5,6 +5,7 @@ import { streamEventsOverLimit } from "../core/deltas/apply-deltas.js";
 import { maxRepeatedElements, repeatedElementsOverLimit } from "../core/model/decode-limits.js";
 import { maxStreamEvents } from "../core/providers/stream-events.js";
 import { RecentMessages } from "./recent-messages.js";
+import { specialShapeTypes } from "./special-shapes.js";
 
 /**
  * Protobuf binary decoding that yields exactly what `fromBinary(schema, bytes)` yields: the same
@@ -75,14 +76,6 @@ function planFor(schema: DescMessage): DecodePlan | undefined {
   return plan ?? undefined;
 }
 
-// In-memory shapes that protobuf-es's reflection converts on set (unboxed wrappers, JSON Struct).
-const specialTypes = new Set([
-  "google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue",
-  "google.protobuf.DoubleValue", "google.protobuf.FloatValue", "google.protobuf.Int64Value", "google.protobuf.UInt64Value",
-  "google.protobuf.Int32Value", "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.StringValue",
-  "google.protobuf.BytesValue",
-]);
-
 /**
  * Whether this type and every type it reaches decode the plain way: no special in-memory shapes,
  * no prototype-chain zero messages (proto2/editions presence), no groups, no closed enums (whose
@@ -98,7 +91,7 @@ function supported(schema: DescMessage, visiting: Set<DescMessage>): boolean {
     if ("delimitedEncoding" in field && field.delimitedEncoding) return false;
     if (field.enum !== undefined && !field.enum.open) return false;
     const child = field.message;
-    return child === undefined || (!specialTypes.has(child.typeName) && supported(child, visiting));
+    return child === undefined || (!specialShapeTypes.has(child.typeName) && supported(child, visiting));
   });
 }
 

@@ -19,6 +19,7 @@ import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.j
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
 import { randomSource } from "../support/random-messages.js";
 import { stringLimits } from "../../src/core/model/string-limits.js";
+import { listById } from "../../src/store/conversation-listing.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
@@ -164,7 +165,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     // Experience ids are never reused, also across a clear.
     const after = await store.commit(id, 2n, [delta({ case: "remember", value: { text: "likes coffee" } })], "");
     expect(after.state!.experiences.map((experience) => experience.id)).toEqual(["exp_2"]);
-    expect(await store.list(id, 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 3n }] });
+    expect(await store.list(listById(id, 10, ""))).toMatchObject({ conversations: [{ conversationId: id, version: 3n }] });
   });
 
   it("round-trips every part kind, actor, source refs, origin, cache hint, provenance, extensions and artifacts byte-identically", async () => {
@@ -298,7 +299,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect(state.history.map((message) => message.id)).toEqual([`m${index + 1}`]);
       expect((await store.commit(other, 1n, [appendHistory(textMessage("", Role.USER, "second"))], "x}:version")).version).toBe(2n);
     }
-    const listed = await store.list(`${base}/`, 100, "");
+    const listed = await store.list(listById(`${base}/`, 100, ""));
     expect(listed.conversations.map((summary) => [summary.conversationId, summary.version])).toEqual(
       [...ids].sort().map((listedId) => [listedId, listedId === id ? 9n : 2n]),
     );
@@ -312,7 +313,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await rejection(store.load(`${id}\udfff`))).code).toBe(Code.InvalidArgument);
     const key = await rejection(store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k\udc00"));
     expect(key.rawMessage).toMatch(/^idempotency_key has a lone UTF-16 surrogate at index 1/);
-    expect((await rejection(store.list("\ud800", 10, ""))).rawMessage).toMatch(/^prefix /);
+    expect((await rejection(store.list(listById("\ud800", 10, "")))).rawMessage).toMatch(/^prefix /);
     // A well-formed pair is an ordinary character.
     expect((await store.commit(`${id}😀`, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k😀")).version).toBe(1n);
     expect(await store.currentVersion(id)).toBe(0n);
@@ -686,14 +687,14 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
   it("lists conversations by id, paged and filtered by prefix", async () => {
     const prefix = freshId("list") + "/";
     for (const suffix of ["c", "a", "e", "b", "d"]) await store.commit(prefix + suffix, undefined, [delta({ case: "remember", value: { text: suffix } })], "");
-    const first = await store.list(prefix, 2, "");
+    const first = await store.list(listById(prefix, 2, ""));
     expect(first.conversations.map((summary) => summary.conversationId)).toEqual([prefix + "a", prefix + "b"]);
-    const second = await store.list(prefix, 2, first.nextPageToken);
-    const third = await store.list(prefix, 2, second.nextPageToken);
+    const second = await store.list(listById(prefix, 2, first.nextPageToken));
+    const third = await store.list(listById(prefix, 2, second.nextPageToken));
     expect([...second.conversations, ...third.conversations].map((summary) => summary.conversationId)).toEqual([prefix + "c", prefix + "d", prefix + "e"]);
     expect(third.nextPageToken).toBe("");
     expect(first.conversations[0]!.version).toBe(1n);
-    expect((await rejection(store.list(prefix, 2, "not a token!"))).code).toBe(Code.InvalidArgument);
+    expect((await rejection(store.list(listById(prefix, 2, "not a token!")))).code).toBe(Code.InvalidArgument);
   });
 });
 
@@ -1011,7 +1012,7 @@ describe("RedisConversationStore specifics", () => {
       // behind its cached copy, starts over and indexes the conversation again.
       await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:header`, `${keyPrefix}:{${id}}:segment:history`, `${keyPrefix}:{${id}}:changes`);
       expect((await store.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "after loss"))], "")).version).toBe(1n);
-      expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
+      expect(await store.list(listById("", 10, ""))).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
     } finally {
       raw.disconnect();
       await store.close();
@@ -1031,7 +1032,7 @@ describe("RedisConversationStore specifics", () => {
       expect((await store.load(id)).history.map((message) => message.id)).toEqual(["u1"]);
       await raw.del(indexKey);
       await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
-      expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 2n }] });
+      expect(await store.list(listById("", 10, ""))).toMatchObject({ conversations: [{ conversationId: id, version: 2n }] });
     } finally {
       raw.disconnect();
       await store.close();

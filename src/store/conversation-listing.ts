@@ -1,7 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ConversationSummarySchema, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationPage } from "./conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 
 /**
@@ -12,6 +11,13 @@ import { decodePageToken, encodePageToken } from "./page-token.js";
  */
 
 export type ListOrder = "id" | "updated";
+
+/** One page of `list`. */
+export interface ConversationPage {
+  conversations: ConversationSummary[];
+  /** Empty when there are no more pages. */
+  nextPageToken: string;
+}
 
 export interface ListQuery {
   prefix: string;

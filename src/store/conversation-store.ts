@@ -1,9 +1,9 @@
-import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
-import type { ListQuery } from "./conversation-listing.js";
+import type { ConversationPage, ListQuery } from "./conversation-listing.js";
 import type { SegmentWindow, WindowQuery } from "./segment-window.js";
 
 /** The outcome of a successful commit. */
@@ -19,12 +19,7 @@ export interface CommitOutcome {
   replayed: boolean;
 }
 
-/** One page of `list`. */
-export interface ConversationPage {
-  conversations: ConversationSummary[];
-  /** Empty when there are no more pages. */
-  nextPageToken: string;
-}
+export type { ConversationPage } from "./conversation-listing.js";
 
 /**
  * Where conversations live. The implementations obey one contract (tested by one shared suite):

@@ -1072,7 +1072,8 @@ type ListConversationsRequest struct {
 	Labels map[string]string `protobuf:"bytes,440,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Only conversations whose latest commit is at or after this time (Unix milliseconds); 0 = any.
 	// Conversations last written before the sidecar kept update times have update time 0 and are
-	// left out by any non-zero value.
+	// left out by any non-zero value. By update, such conversations come last on Postgres; on Redis
+	// they are in the update order only from their next commit on (listed by id meanwhile).
 	UpdatedSinceUnixMs int64 `protobuf:"varint,441,opt,name=updated_since_unix_ms,json=updatedSinceUnixMs,proto3" json:"updated_since_unix_ms,omitempty"`
 	// The order; unspecified = by id.
 	Order         ConversationOrder `protobuf:"varint,442,opt,name=order,proto3,enum=contextd.v1.ConversationOrder" json:"order,omitempty"`

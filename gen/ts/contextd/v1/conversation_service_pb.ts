@@ -624,7 +624,8 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
   /**
    * Only conversations whose latest commit is at or after this time (Unix milliseconds); 0 = any.
    * Conversations last written before the sidecar kept update times have update time 0 and are
-   * left out by any non-zero value.
+   * left out by any non-zero value. By update, such conversations come last on Postgres; on Redis
+   * they are in the update order only from their next commit on (listed by id meanwhile).
    *
    * @generated from field: int64 updated_since_unix_ms = 441;
    */

@@ -725,6 +725,8 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await rejection(store.commit(id, 3n, [set({ labels: { k: "v".repeat(257) } })], ""))).rawMessage).toMatch(/value is 257 UTF-8 bytes, more than the limit of 256/);
     expect((await rejection(store.commit(id, 3n, [set({ title: "t".repeat(513) })], ""))).rawMessage).toMatch(/title is 513 UTF-8 bytes, more than the limit of 512/);
     expect((await rejection(store.commit(id, 3n, [set({ labels: { "": "v" } })], ""))).rawMessage).toMatch(/must not be empty/);
+    expect((await rejection(store.commit(id, 3n, [set({ title: "a\u0000b" })], ""))).rawMessage).toMatch(/title holds a NUL character/);
+    expect((await rejection(store.commit(id, 3n, [set({ labels: { k: "\ud800" } })], ""))).rawMessage).toMatch(/value holds a lone surrogate/);
     expect(await store.load(id)).toMatchObject({ version: 3n, history: [], labels: { team: "ops" } });
   });
 

@@ -69,6 +69,8 @@ const loneSurrogate = /\p{Cs}/u;
 
 function assertText(where: string, text: string, maxBytes: number): void {
   if (loneSurrogate.test(text)) throw new ConnectError(`${where} holds a lone surrogate, which no store can keep`, Code.InvalidArgument);
+  // Postgres keeps them as text and jsonb, which cannot hold U+0000; refused on every store alike.
+  if (text.includes("\u0000")) throw new ConnectError(`${where} holds a NUL character (U+0000), which the Postgres store cannot keep`, Code.InvalidArgument);
   const bytes = Buffer.byteLength(text, "utf8");
   if (bytes > maxBytes) throw new ConnectError(`${where} is ${bytes} UTF-8 bytes, more than the limit of ${maxBytes}`, Code.InvalidArgument);
 }

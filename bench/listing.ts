@@ -70,13 +70,21 @@ async function measure(name: string, open: () => Promise<ConversationStore>, siz
 await measure("memory", async () => new MemoryConversationStore(), [1_000, 10_000, 100_000]);
 const redis = await startRedis();
 try {
-  await measure("redis", async () => new RedisConversationStore(redis.url), [1_000, 10_000]);
+  await measure("redis", async () => {
+    const store = new RedisConversationStore(redis.url);
+    if (!(await store.connected())) throw new Error("redis store did not connect");
+    return store;
+  }, [1_000, 10_000]);
 } finally {
   await redis.stop();
 }
 const postgres = await startPostgres();
 try {
-  await measure("postgres", async () => new PostgresConversationStore(postgres.url), [1_000, 10_000]);
+  await measure("postgres", async () => {
+    const store = new PostgresConversationStore(postgres.url);
+    if (!(await store.connected())) throw new Error("postgres store did not connect");
+    return store;
+  }, [1_000, 10_000]);
 } finally {
   await postgres.destroy();
 }

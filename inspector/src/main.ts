@@ -9,7 +9,7 @@ import {
   type CompileResult,
   type Transformation,
 } from "#gen/contextd/v1/compile_pb";
-import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationOrder, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, type Message } from "#gen/contextd/v1/message_pb";
 import { Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { contexts, conversations, credentials } from "./api.js";
@@ -65,6 +65,11 @@ const listRefreshMs = 3_000;
 /** The most a refresh re-reads: the rows shown, up to ListConversations' largest page. */
 const listRefreshMax = 1_000;
 
+/** A listing's update time for people; conversations last written before the sidecar kept it have none. */
+function updatedText(summary: ConversationSummary): string {
+  return summary.updatedAtUnixMs === 0n ? "unknown" : new Date(Number(summary.updatedAtUnixMs)).toLocaleString();
+}
+
 function ConversationList() {
   const [prefix, setPrefix] = useState(sessionStorage.getItem("contextd-inspector-prefix") ?? "");
   const [items, setItems] = useState<ConversationSummary[] | undefined>();
@@ -76,7 +81,7 @@ function ConversationList() {
     // What the refresh reads from now on, also when this read fails (it then keeps saying why).
     if (pageToken === "") shown.current = { prefix, count: 100 };
     try {
-      const page = await conversations.listConversations({ prefix, pageSize: 100, pageToken });
+      const page = await conversations.listConversations({ prefix, pageSize: 100, pageToken, order: ConversationOrder.UPDATED_DESC });
       const all = [...(pageToken === "" ? [] : (items ?? [])), ...page.conversations];
       if (shown.current.prefix !== prefix) return;
       shown.current = { prefix, count: Math.max(100, all.length) };
@@ -99,7 +104,7 @@ function ConversationList() {
       reading = true;
       try {
         const { prefix: listed, count } = shown.current;
-        const page = await conversations.listConversations({ prefix: listed, pageSize: Math.min(count, listRefreshMax) });
+        const page = await conversations.listConversations({ prefix: listed, pageSize: Math.min(count, listRefreshMax), order: ConversationOrder.UPDATED_DESC });
         if (shown.current.prefix !== listed) return;
         setItems(page.conversations);
         setNext(page.nextPageToken);
@@ -135,12 +140,20 @@ function ConversationList() {
         <button type="submit">list</button>
       </form>
       ${error && html`<p class="error" data-testid="error">${error}</p>`}
-      ${readAt && html`<p class="note" data-testid="list-read-at">ordered by id, read again every ${listRefreshMs / 1000} s; last read ${readAt.toLocaleTimeString()}</p>`}
+      ${readAt && html`<p class="note" data-testid="list-read-at">newest update first, read again every ${listRefreshMs / 1000} s; last read ${readAt.toLocaleTimeString()}</p>`}
       ${items &&
       html`<table data-testid="conversations">
-        <thead><tr><th>conversation</th><th>version</th></tr></thead>
+        <thead><tr><th>conversation</th><th>title</th><th>updated</th><th>version</th></tr></thead>
         <tbody>
-          ${items.map((item) => html`<tr><td><a href=${conversationHref(item.conversationId)}>${item.conversationId}</a></td><td class="number">${String(item.version)}</td></tr>`)}
+          ${items.map(
+            (item) =>
+              html`<tr>
+                <td><a href=${conversationHref(item.conversationId)}>${item.conversationId}</a></td>
+                <td>${item.title}</td>
+                <td class="updated" data-updated=${String(item.updatedAtUnixMs)}>${updatedText(item)}</td>
+                <td class="number">${String(item.version)}</td>
+              </tr>`,
+          )}
         </tbody>
       </table>
       ${items.length === 0 && html`<p>No conversations${prefix ? ` under "${prefix}"` : ""}.</p>`}

@@ -24,7 +24,7 @@ import { specialShapeTypes } from "./special-shapes.js";
  * The reading itself is protobuf-es's: the same `BinaryReader` (varints, bounds checks, strict
  * UTF-8) and the same loop structure as `readMessage` / `readField` / `readMapEntry` in
  * protobuf-es's from-binary.ts, quirks included (wire types of known fields are not checked; map
- * entries do not skip unexpected fields), so edge cases cannot diverge.
+ * entries skip unexpected fields), so edge cases cannot diverge.
  */
 export function decodeMessage<Desc extends DescMessage>(schema: Desc, bytes: Uint8Array, reuse?: DecodedObjectReuse): MessageShape<Desc> {
   const plan = planFor(schema);
@@ -401,15 +401,20 @@ function mapEntryReader(field: DescField & { fieldKind: "map" }): FieldReader {
     const length = reader.uint32();
     const end = reader.pos + length;
     while (reader.pos < end) {
-      // Like protobuf-es, an entry field other than 1 and 2 is neither read nor skipped.
-      const fieldNo = reader.tagNumber() >>> 3;
+      // Like protobuf-es 2.17, an entry field other than 1 and 2 is skipped (an end-group tag
+      // there is an error): the first map fields of the contract's random tests (SetMetadata's
+      // labels) found the earlier "neither read nor skipped" diverging from fromBinary.
+      const tag = reader.tagNumber();
+      const fieldNo = tag >>> 3;
       if (fieldNo === 1) key = readKey(reader);
       else if (fieldNo === 2) value = readValue(reader, depth);
+      else reader.skip((tag & 7) as WireType, fieldNo, recursionLimit - depth);
     }
     key ??= zeroKey;
     value ??= zeroValue();
     // Reflection's mapKeyToLocal: object keys are strings or numbers, the rest are stringified.
     const localKey = typeof key === "string" || typeof key === "number" ? key : String(key);
-    (message[name] as Record<string | number, unknown>)[localKey] = value;
+    // An own property, as protobuf-es's setOwn: a key "__proto__" (a label) is a key, not the prototype.
+    Object.defineProperty(message[name] as object, localKey, { value, writable: true, enumerable: true, configurable: true });
   };
 }

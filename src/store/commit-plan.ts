@@ -12,10 +12,25 @@ export function emptyConversationState(conversationId: string): ConversationStat
   return create(ConversationStateSchema, { conversationId });
 }
 
-/** What a commit writes: the next state (version + 1) and the change record published to Watch. */
+/**
+ * What a store keeps beside a conversation's header for listings (`ConversationSummary`): the
+ * commit time of its latest version, and its title and labels (also in the state's rest, which a
+ * listing does not decode).
+ */
+export interface ListedMetadata {
+  /** `Change.committed_at_unix_ms` of the version; a first commit is also the creation time. */
+  updatedAtUnixMs: bigint;
+  title: string;
+  labels: Record<string, string>;
+  /** The title or labels differ from the base's (always on a first commit): a store rewrites them only then. */
+  changed: boolean;
+}
+
+/** What a commit writes: the next state (version + 1), the change record published to Watch, and what listings read. */
 export interface CommitPlan {
   state: ConversationState;
   change: Change;
+  metadata: ListedMetadata;
 }
 
 export interface CommitPlanOptions {
@@ -70,7 +85,13 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
     committedAtUnixMs: options.committedAtUnixMs,
     cleared: options.cleared,
   });
-  return { state, change };
+  const metadata: ListedMetadata = {
+    updatedAtUnixMs: options.committedAtUnixMs,
+    title: state.title,
+    labels: state.labels,
+    changed: base.version === 0n || state.title !== base.title || state.labels !== base.labels,
+  };
+  return { state, change, metadata };
 }
 
 /**

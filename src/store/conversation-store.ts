@@ -1,8 +1,9 @@
-import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
+import type { ConversationPage, ListQuery } from "./conversation-listing.js";
 import type { SegmentWindow, WindowQuery } from "./segment-window.js";
 
 /** The outcome of a successful commit. */
@@ -18,12 +19,7 @@ export interface CommitOutcome {
   replayed: boolean;
 }
 
-/** One page of `list`. */
-export interface ConversationPage {
-  conversations: ConversationSummary[];
-  /** Empty when there are no more pages. */
-  nextPageToken: string;
-}
+export type { ConversationPage } from "./conversation-listing.js";
 
 /**
  * Where conversations live. The implementations obey one contract (tested by one shared suite):
@@ -95,8 +91,11 @@ export interface ConversationStore extends CalibrationStore {
   currentVersion(conversationId: string): Promise<bigint>;
   /** Empties the conversation and advances its version (a tombstone). */
   clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
-  /** Conversations ordered by id. */
-  list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage>;
+  /**
+   * Conversations by id or newest update first, filtered, examining at most a bounded number of
+   * entries per call (see `conversation-listing.ts` and `ListConversationsRequest`).
+   */
+  list(query: ListQuery): Promise<ConversationPage>;
   /**
    * Every change with a version greater than `fromVersion`, in version order, then live changes
    * until `signal` aborts. Idle periods yield nothing; the caller sends heartbeats. Resuming from a

@@ -1,9 +1,7 @@
-import { create } from "@bufbuild/protobuf";
 import type { LearntCorrection, TokenCorrection } from "../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
 import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
-import type { Change, ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
-import { ConversationSummarySchema } from "#gen/contextd/v1/conversation_service_pb";
+import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -17,7 +15,7 @@ import { MessageIdIndex } from "./message-id-index.js";
 import { segmentEdit, storedSegments } from "./segment-edits.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
-import { decodePageToken, encodePageToken } from "./page-token.js";
+import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
 import { changesNotRetained, requireStorableKey, requireStorableText } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
 
@@ -40,9 +38,23 @@ export interface MemoryStoreOptions {
 
 interface Conversation {
   state: ConversationState;
+  /** Commit times (Unix ms) of the first and the latest version. */
+  createdAtUnixMs: bigint;
+  updatedAtUnixMs: bigint;
   changes: Change[];
   /** The ids of every message of `state`, once a commit to a long conversation asked for them. */
   ids?: MessageIdIndex;
+}
+
+/** Hex digits of the time part of an update-order key. */
+const updateOrderKeyDigits = 14;
+
+/**
+ * A conversation's key in the update order: newest first as the keys sort ascending (the time
+ * subtracted from the largest safe integer, fixed-width hex), then the id.
+ */
+function updateOrderKey(updatedAtUnixMs: bigint, conversationId: string): string {
+  return (BigInt(Number.MAX_SAFE_INTEGER) - updatedAtUnixMs).toString(16).padStart(updateOrderKeyDigits, "0") + conversationId;
 }
 
 export const defaultMaxChangesPerConversation = 10_000;
@@ -56,6 +68,8 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
   private readonly conversations = new Map<string, Conversation>();
   /** The conversations' ids in order, so `list` pages without sorting them all. */
   private readonly ids = new SortedIds();
+  /** The conversations newest update first (`updateOrderKey`), so `list` by update pages without sorting. */
+  private readonly byUpdate = new SortedIds();
   private readonly listeners = new Map<string, Set<() => void>>();
   private readonly maxChanges: number;
   private readonly idempotency: IdempotencyRecords;
@@ -138,16 +152,21 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     return conversation.ids;
   }
 
-  async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
-    requireStorableText("prefix", prefix);
-    const after = decodePageToken(pageToken);
-    // One more than the page says whether another page follows.
-    const ids = this.ids.page(prefix, after, pageSize + 1);
-    const page = ids.slice(0, pageSize);
-    const conversations: ConversationSummary[] = page.map((id) =>
-      create(ConversationSummarySchema, { conversationId: id, version: this.conversations.get(id)!.state.version }),
-    );
-    return { conversations, nextPageToken: ids.length > pageSize ? encodePageToken(page[page.length - 1]!) : "" };
+  async list(query: ListQuery): Promise<ConversationPage> {
+    requireStorableText("prefix", query.prefix);
+    const position = positionOf(query);
+    const count = entriesToRead(query);
+    const keys =
+      query.order === "id"
+        ? this.ids.page(query.prefix, position?.conversationId ?? "", count)
+        : this.byUpdate.page("", position ? updateOrderKey(position.updatedAtUnixMs, position.conversationId) : "", count);
+    const read: ExaminedEntry[] = keys.map((key) => {
+      const id = query.order === "id" ? key : key.slice(updateOrderKeyDigits);
+      const conversation = this.conversations.get(id)!;
+      const { state, createdAtUnixMs, updatedAtUnixMs } = conversation;
+      return { position: { conversationId: id, updatedAtUnixMs }, summary: summaryOf(id, state.version, createdAtUnixMs, updatedAtUnixMs, state.title, state.labels) };
+    });
+    return pageOf(query, read);
   }
 
   async *watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
@@ -199,7 +218,11 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     }
     if (conversation === undefined ? base.version !== 0n : conversation.state !== base) return { outcome: "conflict", current };
     this.noteTokenCounts(base, plan.state);
-    const target: Conversation = conversation ?? { state: base, changes: [] };
+    const updatedAtUnixMs = plan.metadata.updatedAtUnixMs;
+    const target: Conversation = conversation ?? { state: base, changes: [], createdAtUnixMs: updatedAtUnixMs, updatedAtUnixMs };
+    this.byUpdate.delete(updateOrderKey(target.updatedAtUnixMs, conversationId));
+    this.byUpdate.add(updateOrderKey(updatedAtUnixMs, conversationId));
+    target.updatedAtUnixMs = updatedAtUnixMs;
     target.ids = target.ids?.advancedTo(plan.state, this.lineage);
     target.state = plan.state;
     target.changes.push(plan.change);

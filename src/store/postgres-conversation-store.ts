@@ -1,6 +1,6 @@
-import { create, toBinary } from "@bufbuild/protobuf";
+import { toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ChangeSchema, ConversationSummarySchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
+import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -9,7 +9,7 @@ import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
 import type { ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
-import { decodePageToken, encodePageToken } from "./page-token.js";
+import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
 import { PostgresConnection } from "./postgres-connection.js";
 import { changesChannel } from "./postgres-schema.js";
@@ -190,22 +190,33 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     return rows.length === 0 ? 0n : BigInt(rows[0]!.version);
   }
 
-  async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
+  async list(query: ListQuery): Promise<ConversationPage> {
+    const { prefix } = query;
     requireStorableText("prefix", prefix);
-    const after = decodePageToken(pageToken);
+    const position = positionOf(query);
     const lower = Buffer.from(prefix, "utf8");
     // UTF-8 never holds 0xff, so prefix + 0xff is past every id that starts with the prefix.
     const upper = prefix === "" ? null : Buffer.concat([lower, Buffer.from([0xff])]);
-    const { rows } = await this.connection.query<{ id: Buffer; version: string }>(
+    const after = Buffer.from(position?.conversationId ?? "", "utf8");
+    const columns = "id, version, created_at_ms, updated_at_ms, title, labels";
+    // By update the prefix is a filter (it does not narrow the index's range): the rows read are
+    // bounded by the limit, as for the other filters.
+    const { rows } = await this.connection.query<ListedRow>(
       "listing conversations",
-      "SELECT id, version FROM contextd_conversations WHERE id >= $1 AND id > $2 AND ($3::bytea IS NULL OR id < $3) ORDER BY id LIMIT $4",
-      [lower, Buffer.from(after, "utf8"), upper, pageSize + 1],
+      query.order === "id"
+        ? `SELECT ${columns} FROM contextd_conversations WHERE id >= $1 AND id > $2 AND ($3::bytea IS NULL OR id < $3) ORDER BY id LIMIT $4`
+        : `SELECT ${columns} FROM contextd_conversations WHERE ($1::bigint IS NULL OR (-updated_at_ms, id) > (-$1::bigint, $2)) ORDER BY (-updated_at_ms), id LIMIT $3`,
+      query.order === "id"
+        ? [lower, after, upper, entriesToRead(query)]
+        : [position === undefined ? null : position.updatedAtUnixMs, after, entriesToRead(query)],
     );
-    const page = rows.slice(0, pageSize).map((row) => ({ id: row.id.toString("utf8"), version: BigInt(row.version) }));
-    return {
-      conversations: page.map(({ id, version }) => create(ConversationSummarySchema, { conversationId: id, version })),
-      nextPageToken: rows.length > pageSize ? encodePageToken(page[page.length - 1]!.id) : "",
-    };
+    const read: ExaminedEntry[] = rows.map((row) => {
+      const conversationId = row.id.toString("utf8");
+      const updatedAtUnixMs = BigInt(row.updated_at_ms);
+      const summary = summaryOf(conversationId, BigInt(row.version), BigInt(row.created_at_ms), updatedAtUnixMs, row.title, row.labels);
+      return { position: { conversationId, updatedAtUnixMs }, summary };
+    });
+    return pageOf(query, read);
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
@@ -319,7 +330,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.commitsInFlight++;
     const committing = this.connection.query<CommitRow>(
       "committing",
-      "SELECT * FROM contextd_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+      "SELECT * FROM contextd_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
       [
         id,
         base.version,
@@ -339,6 +350,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         Buffer.concat(encodings),
         starts,
         lengths,
+        plan.metadata.updatedAtUnixMs,
+        plan.metadata.changed ? plan.metadata.title : null,
+        plan.metadata.changed ? JSON.stringify(plan.metadata.labels) : null,
       ],
       "contextd_commit",
     );
@@ -365,4 +379,14 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 function idBytes(conversationId: string): Buffer {
   requireStorableKey("conversation_id", conversationId, stringLimits.id);
   return Buffer.from(conversationId, "utf8");
+}
+
+/** A row of a listing. */
+interface ListedRow {
+  id: Buffer;
+  version: string;
+  created_at_ms: string;
+  updated_at_ms: string;
+  title: string;
+  labels: Record<string, string>;
 }

@@ -25,6 +25,10 @@ import type pg from "pg";
  *   `calibrationField` (provider:estimator:model) — one token calibration correction: `factor`,
  *   `reports`, `mean_error` and `reported_at_ms` (the last report, Unix ms, the sidecar's clock).
  *   `contextd_report_usage` applies one report in one statement (see `CalibrationStore`).
+ * - Migration 5 adds to `contextd_conversations` what listings read: `created_at_ms` and
+ *   `updated_at_ms` (commit times of the first and the current version, Unix ms, the sidecar's
+ *   clock; 0 for rows written before), `title` and `labels` (jsonb; copies of the state's), and
+ *   the index `((-updated_at_ms), id)` a listing by update pages through.
  *
  * Every write of a commit happens in `contextd_commit`, one statement (so one transaction and one
  * round trip): it locks the header row, compares versions, writes, and notifies when asked to
@@ -486,6 +490,130 @@ BEGIN
   RETURN QUERY SELECT v_learnt, v_reports, v_error, v_relative;
 END
 $$;
+`,
+  },
+  {
+    version: 5,
+    name: "conversation metadata for listings: created and updated times, title, labels; an index by update",
+    // Rows written before keep 0 for both times (unknown); a listing by update puts them last.
+    // contextd_commit gets a new overload that sets them, beside migration 3's, which sidecars of
+    // the previous release keep calling during a rolling upgrade (their commits leave the times
+    // as they were). The title and labels are copies of the state's (in rest), which a listing
+    // does not decode; NULL leaves them unchanged.
+    sql: `
+ALTER TABLE contextd_conversations
+  ADD COLUMN created_at_ms bigint NOT NULL DEFAULT 0,
+  ADD COLUMN updated_at_ms bigint NOT NULL DEFAULT 0,
+  ADD COLUMN title text NOT NULL DEFAULT '',
+  ADD COLUMN labels jsonb NOT NULL DEFAULT '{}';
+-- Newest first, ties by id: what a listing by update reads in order from its page token.
+CREATE INDEX contextd_conversations_updated ON contextd_conversations ((-updated_at_ms), id);
+CREATE FUNCTION contextd_commit(
+  p_id bytea, p_base_version bigint, p_change bytea, p_key bytea, p_fingerprint text,
+  p_now_ms bigint, p_ttl_ms bigint, p_max_changes bigint, p_notify text,
+  p_created text, p_rest bytea,
+  p_base_length integer[], p_mode text[], p_keep integer[], p_count integer[],
+  p_blob bytea, p_starts integer[], p_lengths integer[],
+  p_updated_ms bigint, p_title text, p_labels jsonb
+) RETURNS TABLE (outcome text, version bigint, fingerprint text, recorded bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_exists boolean;
+  v_current bigint;
+  v_version bigint;
+  v_first bigint[];
+  v_length integer[];
+  v_at bigint[];
+  v_fingerprint text;
+  v_recorded bigint;
+  v_offset integer := 0;
+  v_start bigint;
+  i integer;
+BEGIN
+  SELECT c.version, c.segment_first, c.segment_length, c.segment_at INTO v_current, v_first, v_length, v_at
+    FROM contextd_conversations c WHERE c.id = p_id FOR UPDATE;
+  v_exists := FOUND;
+  v_current := COALESCE(v_current, 0);
+  IF p_key <> ''::bytea THEN
+    SELECT k.fingerprint, k.version INTO v_fingerprint, v_recorded FROM contextd_idempotency k
+      WHERE k.conversation_id = p_id AND k.key = p_key AND k.expires_at_ms > p_now_ms;
+    IF FOUND THEN
+      RETURN QUERY SELECT 'replay'::text, v_current, v_fingerprint, v_recorded;
+      RETURN;
+    END IF;
+  END IF;
+  IF p_base_version <> v_current THEN
+    RETURN QUERY SELECT 'conflict'::text, v_current, NULL::text, NULL::bigint;
+    RETURN;
+  END IF;
+  v_version := v_current + 1;
+  IF NOT v_exists THEN
+    -- A first commit: another writer may be inserting the same conversation. The primary key
+    -- lets one in; the other waits for it, finds the row and answers 'conflict'.
+    INSERT INTO contextd_conversations AS c (id, version, created, rest, rest_at, segment_first, segment_length, segment_at, created_at_ms, updated_at_ms)
+      VALUES (p_id, v_version, p_created, COALESCE(p_rest, ''::bytea), v_version, '{0,0,0,0}', '{0,0,0,0}', ARRAY[v_version, v_version, v_version, v_version], p_updated_ms, p_updated_ms)
+      ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND THEN
+      SELECT c.version INTO v_current FROM contextd_conversations c WHERE c.id = p_id;
+      RETURN QUERY SELECT 'conflict'::text, v_current, NULL::text, NULL::bigint;
+      RETURN;
+    END IF;
+    v_first := '{0,0,0,0}';
+    v_length := '{0,0,0,0}';
+    v_at := ARRAY[v_version, v_version, v_version, v_version];
+  ELSIF v_length <> p_base_length THEN
+    RETURN QUERY SELECT 'stale'::text, v_current, NULL::text, NULL::bigint;
+    RETURN;
+  END IF;
+  FOR i IN 1..4 LOOP
+    IF p_mode[i] <> '=' THEN
+      IF p_mode[i] = 'p' THEN
+        -- An append (keeping every row) deletes nothing: no statement for it.
+        IF p_keep[i] <> v_length[i] THEN
+          DELETE FROM contextd_messages m WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position >= v_first[i] + p_keep[i];
+          v_at[i] := v_version;
+        END IF;
+        v_start := v_first[i] + p_keep[i];
+      ELSE
+        DELETE FROM contextd_messages m WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position < v_first[i] + v_length[i] - p_keep[i];
+        v_first[i] := v_first[i] + v_length[i] - p_keep[i] - p_count[i];
+        v_start := v_first[i];
+        v_at[i] := v_version;
+      END IF;
+      INSERT INTO contextd_messages (conversation_id, segment, position, message)
+        SELECT p_id, i - 1, v_start + n - 1, substring(p_blob FROM p_starts[v_offset + n] FOR p_lengths[v_offset + n])
+        FROM generate_series(1, p_count[i]) AS n;
+      v_length[i] := p_keep[i] + p_count[i];
+      v_offset := v_offset + p_count[i];
+    END IF;
+  END LOOP;
+  UPDATE contextd_conversations c SET
+    version = v_version,
+    rest = COALESCE(p_rest, c.rest),
+    rest_at = CASE WHEN p_rest IS NULL THEN c.rest_at ELSE v_version END,
+    segment_first = v_first, segment_length = v_length, segment_at = v_at,
+    updated_at_ms = p_updated_ms,
+    title = COALESCE(p_title, c.title),
+    labels = COALESCE(p_labels, c.labels)
+  WHERE c.id = p_id;
+  INSERT INTO contextd_changes (conversation_id, version, change) VALUES (p_id, v_version, p_change);
+  IF v_version > p_max_changes THEN
+    DELETE FROM contextd_changes ch WHERE ch.conversation_id = p_id AND ch.version <= v_version - p_max_changes;
+  END IF;
+  IF p_key <> ''::bytea THEN
+    INSERT INTO contextd_idempotency AS k (conversation_id, key, fingerprint, version, expires_at_ms)
+      VALUES (p_id, p_key, p_fingerprint, v_version, p_now_ms + p_ttl_ms)
+      ON CONFLICT (conversation_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, version = EXCLUDED.version, expires_at_ms = EXCLUDED.expires_at_ms;
+    -- Each keyed commit removes up to 8 expired records (of any conversation), so expired records
+    -- go eight times as fast as new ones come; SKIP LOCKED keeps concurrent commits off each other's.
+    DELETE FROM contextd_idempotency k WHERE k.ctid IN (
+      SELECT e.ctid FROM contextd_idempotency e WHERE e.expires_at_ms <= p_now_ms ORDER BY e.expires_at_ms LIMIT 8 FOR UPDATE SKIP LOCKED);
+  END IF;
+  IF p_notify <> '' THEN PERFORM pg_notify(p_notify, md5(p_id)); END IF;
+  RETURN QUERY SELECT 'ok'::text, v_version, NULL::text, NULL::bigint;
+END
+$$;
+
 `,
   },
 ];

@@ -1,8 +1,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cluster } from "ioredis";
-import { ChangeSchema, ConversationSummarySchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
-import { create } from "@bufbuild/protobuf";
+import { ChangeSchema, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
@@ -11,11 +10,11 @@ import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
 import type { ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
-import { decodePageToken, encodePageToken } from "./page-token.js";
+import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListPosition, type ListQuery } from "./conversation-listing.js";
 import { RedisChangeFeed } from "./redis-change-feed.js";
 import { isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
 import { RedisReplicaAcknowledgement } from "./redis-replica-acknowledgement.js";
-import { calibrationKeys, conversationIndexKey, conversationKeys, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { storedSegments } from "./segment-edits.js";
@@ -206,33 +205,80 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     return version === null ? 0n : storedVersion(conversationId, version);
   }
 
-  async list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
-    requireStorableText("prefix", prefix);
-    const after = decodePageToken(pageToken);
-    const index = conversationIndexKey(this.keyPrefix);
-    const lower = after !== "" && after >= prefix ? Buffer.from("(" + after) : Buffer.from("[" + prefix);
-    const upper = prefix === "" ? "+" : Buffer.concat([Buffer.from("[" + prefix), Buffer.from([0xff])]);
-    const ids = await this.connection.call("listing conversations", () => this.redis.zrangebylex(index, lower, upper, "LIMIT", 0, pageSize + 1));
-    const page = ids.slice(0, pageSize);
-    // One GET per listed conversation, issued together: on one Redis they leave in one write (see
-    // `call`); on a cluster each goes to the master of its conversation's slot.
-    const versions = await this.connection.call("listing conversations", () => Promise.allSettled(page.map((id) => this.redis.get(this.keys(id).version))));
-    const conversations = page.flatMap((id, position) => {
-      const settled = versions[position]!;
-      const [error, version] = settled.status === "rejected" ? [settled.reason as unknown, undefined] : [undefined, settled.value];
-      // A conversation whose version key is of the wrong type or holds no version is left out of
-      // the listing, so one corrupt conversation does not break every page; reading it answers
-      // DATA_LOSS naming it.
-      if (error) {
-        if (isWrongType(error)) return [];
-        throw this.connection.failure("listing conversations", error);
-      }
-      // An index entry whose first commit never applied (the index is written beside the script).
-      if (version === null || version === undefined) return [];
-      if (!isVersionText(version as string)) return [];
-      return [create(ConversationSummarySchema, { conversationId: id, version: BigInt(version as string) })];
+  async list(query: ListQuery): Promise<ConversationPage> {
+    requireStorableText("prefix", query.prefix);
+    const { prefix } = query;
+    const position = positionOf(query);
+    const count = entriesToRead(query);
+    let positions: ListPosition[];
+    if (query.order === "id") {
+      const after = position?.conversationId ?? "";
+      const lower = after !== "" && after >= prefix ? Buffer.from("(" + after) : Buffer.from("[" + prefix);
+      const upper = prefix === "" ? "+" : Buffer.concat([Buffer.from("[" + prefix), Buffer.from([0xff])]);
+      const ids = await this.connection.call("listing conversations", () => this.redis.zrangebylex(conversationIndexKey(this.keyPrefix), lower, upper, "LIMIT", 0, count));
+      positions = ids.map((conversationId) => ({ conversationId, updatedAtUnixMs: 0n }));
+    } else {
+      positions = await this.updateOrderAfter(position, count);
+    }
+    // One read per listed conversation (its version, and its header's listing fields), issued
+    // together: on one Redis they leave in one write (see `call`); on a cluster each goes to the
+    // master of its conversation's slot. Ids the prefix leaves out are not read.
+    const summaries = await this.connection.call("listing conversations", () =>
+      Promise.allSettled(positions.map(({ conversationId: id }) => (id.startsWith(prefix) ? this.summaryOf(id) : Promise.resolve(undefined)))),
+    );
+    const read: ExaminedEntry[] = positions.map((position, index) => {
+      const settled = summaries[index]!;
+      if (settled.status === "fulfilled") return { position, summary: settled.value };
+      // A conversation whose keys are of the wrong type is left out of the listing, so one corrupt
+      // conversation does not break every page; reading it answers DATA_LOSS naming it.
+      if (isWrongType(settled.reason)) return { position, summary: undefined };
+      throw this.connection.failure("listing conversations", settled.reason);
     });
-    return { conversations, nextPageToken: ids.length > pageSize ? encodePageToken(page[page.length - 1]!) : "" };
+    return pageOf(query, read);
+  }
+
+  /**
+   * Up to `count` entries of the update order strictly after `position`. While the position's
+   * conversation is still where the position says, its rank starts the range: O(log n + count).
+   * When a commit has moved it since, the entries of the position's millisecond are sorted by id,
+   * and those up to its id are read and passed over (many only if many conversations committed in
+   * that one millisecond).
+   */
+  private async updateOrderAfter(position: ListPosition | undefined, count: number): Promise<ListPosition[]> {
+    const key = conversationUpdateIndexKey(this.keyPrefix);
+    const entriesOf = (reply: string[], after: ListPosition | undefined) => {
+      const entries: ListPosition[] = [];
+      for (let index = 0; index + 1 < reply.length; index += 2) {
+        const conversationId = reply[index]!;
+        const updatedAtUnixMs = BigInt(-Number(reply[index + 1]!));
+        if (after && updatedAtUnixMs === after.updatedAtUnixMs && conversationId <= after.conversationId) continue;
+        entries.push({ conversationId, updatedAtUnixMs });
+      }
+      return entries;
+    };
+    if (position === undefined) {
+      return entriesOf(await this.connection.call("listing conversations", () => this.redis.zrange(key, 0, count - 1, "WITHSCORES")), undefined);
+    }
+    const score = String(-position.updatedAtUnixMs);
+    const [rank, stored] = await this.connection.call("listing conversations", () => Promise.all([this.redis.zrank(key, position.conversationId), this.redis.zscore(key, position.conversationId)]));
+    if (rank !== null && stored !== null && BigInt(-Number(stored)) === position.updatedAtUnixMs) {
+      return entriesOf(await this.connection.call("listing conversations", () => this.redis.zrange(key, rank + 1, rank + count, "WITHSCORES")), undefined);
+    }
+    const entries: ListPosition[] = [];
+    for (let offset = 0; ; offset += count) {
+      const reply = await this.connection.call("listing conversations", () => this.redis.zrangebyscore(key, score, "+inf", "WITHSCORES", "LIMIT", offset, count));
+      entries.push(...entriesOf(reply, position));
+      if (entries.length >= count || reply.length < 2 * count) return entries.slice(0, count);
+    }
+  }
+
+  /** A conversation's listing entry: undefined for an index entry whose first commit never applied. */
+  private async summaryOf(conversationId: string): Promise<ConversationSummary | undefined> {
+    const keys = this.keys(conversationId);
+    const [version, fields] = await Promise.all([this.redis.get(keys.version), this.redis.hmget(keys.header, "created_at_ms", "updated_at_ms", "title", "labels")]);
+    if (version === null || !isVersionText(version)) return undefined;
+    const [created, updated, title, labels] = fields;
+    return summaryOf(conversationId, BigInt(version), storedMs(created), storedMs(updated), title ?? "", storedLabels(labels));
   }
 
   async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
@@ -400,7 +446,16 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite> {
     const keys = this.keys(conversationId);
     const write = this.copies.writeOf(base, plan.state);
-    const args: (string | Buffer)[] = [write.created, write.rest ?? Buffer.alloc(0), write.rest ? "1" : "0"];
+    const { metadata } = plan;
+    const args: (string | Buffer)[] = [
+      write.created,
+      write.rest ?? Buffer.alloc(0),
+      write.rest ? "1" : "0",
+      String(metadata.updatedAtUnixMs),
+      metadata.changed ? "1" : "0",
+      metadata.changed ? metadata.title : "",
+      metadata.changed ? JSON.stringify(metadata.labels) : "",
+    ];
     for (const segment of write.segments) {
       args.push(segment.mode, String(segment.baseLength), String(segment.keep), String(segment.encodings.length));
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
@@ -438,8 +493,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     // write. A failed index write does not fail a commit that applied: the entry is retried on
     // the next commit, and listing skips ids whose commit did not apply.
     const indexing = (this.indexedConversations.get(conversationId) ?? 0) > this.now() ? undefined : this.writeIndexEntry(conversationId);
+    // The update order's entry moves with every commit, so it is written every time (LT: an older
+    // commit's late write never moves it back); a lost write leaves it at its previous time until
+    // the next commit, and a listing reports the header's time.
+    const ordering = this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-metadata.updatedAtUnixMs), conversationId).catch(() => undefined);
     const { reply, acknowledged } = await committing;
     await indexing;
+    await ordering;
     const outcome = String(reply[0]);
     if (outcome === "ok") {
       this.copies.remember(plan.state, write.layout);
@@ -477,5 +537,22 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (this.indexedConversations.size > indexedConversationsLimit) {
       this.indexedConversations.delete(this.indexedConversations.keys().next().value!);
     }
+  }
+}
+
+/** A header's time field: 0 when absent (written before it was kept) or not a count. */
+function storedMs(text: string | null): bigint {
+  return text !== null && /^\d{1,16}$/.test(text) ? BigInt(text) : 0n;
+}
+
+/** A header's labels (a JSON object of strings); none when absent or not such an object. */
+function storedLabels(text: string | null): Record<string, string> {
+  if (text === null || text === "") return {};
+  try {
+    const parsed: unknown = JSON.parse(text);
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return {};
+    return Object.fromEntries(Object.entries(parsed).filter((entry): entry is [string, string] => typeof entry[1] === "string"));
+  } catch {
+    return {};
   }
 }

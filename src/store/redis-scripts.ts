@@ -58,6 +58,16 @@ export function conversationIndexKey(keyPrefix: string): string {
 }
 
 /**
+ * The listing index newest update first: a sorted set of every conversation id scored by minus its
+ * latest commit time (Unix ms), so ascending order is newest first and ties go by id. Like the id
+ * index it is one key, in its own Cluster slot, written beside the commit script (ZADD LT: a late
+ * write of an older commit never moves an entry back).
+ */
+export function conversationUpdateIndexKey(keyPrefix: string): string {
+  return `${keyPrefix}:conversations:updated`;
+}
+
+/**
  * Shared by the scripts: the type of a key (`none` when absent), a reply naming what is corrupt,
  * and the header read and checked against the segment lists. A key of the wrong type (or holding
  * a non-version, or a header that disagrees with its lists) is answered as corrupt before the
@@ -67,7 +77,10 @@ export function conversationIndexKey(keyPrefix: string): string {
  * so a cache never mixes lists of a conversation Redis lost and recreated), `rest` (the state's
  * encoding without its segments and version: artifacts, experiences, tool definitions, the
  * experience counter), `rest_at` (the version that last wrote `rest`), and per segment `<name>`
- * (the list's length) and `<name>_at` (the last version that did anything to the list but append).
+ * (the list's length) and `<name>_at` (the last version that did anything to the list but append);
+ * and for listings, which never decode `rest`: `updated_at_ms` (the commit time of the current
+ * version), `created_at_ms` (of the first; absent for conversations first written before it was
+ * kept), `title` and `labels` (a JSON object), copies of the state's.
  */
 const scriptPrelude = `
 local segmentNames = {'system', 'history', 'memory', 'tools'}
@@ -244,7 +257,9 @@ return reply
  * KEYS: version, header, the four segment lists, changes stream, idempotency record.
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
- * "1" if `rest` changed (required on a first commit) else "0"; then per segment: mode ("=" the
+ * "1" if `rest` changed (required on a first commit) else "0", the commit time (Unix ms: the
+ * header's `updated_at_ms`, and `created_at_ms` on a first commit), "1" if the title or labels
+ * changed else "0", the title, the labels' JSON; then per segment: mode ("=" the
  * list is unchanged, "p" keep its first `keep` messages and append the given ones, "s" keep its
  * last `keep` and put the given ones before them), the length the client's base state has, `keep`,
  * the count of messages that follow, and those messages.
@@ -268,14 +283,16 @@ ${scriptPrelude}
 local function isCount(text) return string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15 end
 local function invalid(detail) return {'invalid', detail} end
 if #KEYS ~= 8 then return invalid('the commit script takes 8 keys') end
-if #ARGV < 24 then return invalid('the commit script takes at least 24 arguments') end
+if #ARGV < 28 then return invalid('the commit script takes at least 28 arguments') end
 if not isVersion(ARGV[1]) then return invalid('expected version "' .. ARGV[1] .. '" is not a version') end
 if ARGV[2] == '' then return invalid('the change record is empty') end
 if not isCount(ARGV[4]) then return invalid('idempotency TTL "' .. ARGV[4] .. '" is not a positive number of seconds') end
 if not isCount(ARGV[5]) then return invalid('change stream MAXLEN "' .. ARGV[5] .. '" is not a positive count') end
 if ARGV[8] ~= '0' and ARGV[8] ~= '1' then return invalid('the rest flag "' .. ARGV[8] .. '" is neither 0 nor 1') end
+if not isVersion(ARGV[9]) then return invalid('commit time "' .. ARGV[9] .. '" is not a count of milliseconds') end
+if ARGV[10] ~= '0' and ARGV[10] ~= '1' then return invalid('the metadata flag "' .. ARGV[10] .. '" is neither 0 nor 1') end
 local edits = {}
-local at = 9
+local at = 13
 for i, name in ipairs(segmentNames) do
   local mode, base, keep, count = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   if mode ~= '=' and mode ~= 'p' and mode ~= 's' then return invalid(name .. ': mode "' .. tostring(mode) .. '" is not =, p or s') end
@@ -329,9 +346,18 @@ local added = redis.pcall('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], version .. '-
 if type(added) == 'table' and added.err then
   return corrupt('the change stream ' .. KEYS[7] .. ' does not take version ' .. version .. ' (' .. added.err .. ')')
 end
-local fields = {}
+local fields = {'updated_at_ms', ARGV[9]}
+if ARGV[10] == '1' then
+  fields[#fields + 1] = 'title'
+  fields[#fields + 1] = ARGV[11]
+  fields[#fields + 1] = 'labels'
+  fields[#fields + 1] = ARGV[12]
+end
 if not header then
-  fields = {'created', ARGV[6]}
+  fields[#fields + 1] = 'created'
+  fields[#fields + 1] = ARGV[6]
+  fields[#fields + 1] = 'created_at_ms'
+  fields[#fields + 1] = ARGV[9]
   for _, name in ipairs(segmentNames) do
     fields[#fields + 1] = name
     fields[#fields + 1] = '0'
@@ -374,7 +400,7 @@ if ARGV[8] == '1' then
   fields[#fields + 1] = 'rest_at'
   fields[#fields + 1] = version
 end
-if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
+redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('SET', KEYS[1], version)
 if keyed then
   redis.call('HSET', KEYS[8], 'fingerprint', ARGV[3], 'version', version)

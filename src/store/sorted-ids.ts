@@ -2,7 +2,8 @@
  * Conversation ids in code-unit order (what `Array.prototype.sort` and `<` use), for paging
  * `list` by prefix without sorting every id on every page: a page costs a binary search and its
  * own ids, O(log n + page). Adding an id is a binary search and one array insertion (a native
- * move of the ids after it). Ids are never removed: a cleared conversation still exists.
+ * move of the ids after it). The id order never removes one (a cleared conversation still exists);
+ * the memory store's update order removes a conversation's key when a commit gives it a new one.
  */
 export class SortedIds {
   private readonly ids: string[] = [];
@@ -15,6 +16,12 @@ export class SortedIds {
   add(id: string): void {
     const at = this.firstAtLeast(id);
     if (this.ids[at] !== id) this.ids.splice(at, 0, id);
+  }
+
+  /** Removes `id` if it is there. */
+  delete(id: string): void {
+    const at = this.firstAtLeast(id);
+    if (this.ids[at] === id) this.ids.splice(at, 1);
   }
 
   /** Up to `limit` ids starting with `prefix` and greater than `after`, in order. */

@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
 import { CommitRequestSchema } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { SetMetadataSchema } from "#gen/contextd/v1/state_pb";
 import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
 import { Codec } from "../../src/codec/codec.js";
 
@@ -153,6 +154,18 @@ describe("protobuf decoder", () => {
     // Both outcomes must occur, or the comparison proved little.
     expect(outcomes.decoded).toBeGreaterThan(20);
     expect(outcomes.threw).toBeGreaterThan(20);
+  });
+
+  it("keeps a map key \"__proto__\" as a key, and skips an unknown field inside a map entry, as fromBinary does", () => {
+    const bytes = toBinary(SetMetadataSchema, create(SetMetadataSchema, { labels: Object.fromEntries([["__proto__", "x"], ["k", "v"]]) }));
+    const decoded = codec.decode(SetMetadataSchema, bytes);
+    expect(Object.hasOwn(decoded.labels, "__proto__")).toBe(true);
+    expect(Object.getPrototypeOf(decoded.labels)).toBe(Object.prototype);
+    expect(decoded.labels).toStrictEqual(fromBinary(SetMetadataSchema, bytes).labels);
+    // Field 441 (labels), an entry of: field 3 varint 7, key "k", value "v".
+    const withUnknown = new Uint8Array([0xca, 0x1b, 0x08, 0x18, 0x07, 0x0a, 0x01, 0x6b, 0x12, 0x01, 0x76]);
+    expect(expectSameDecoding(SetMetadataSchema, withUnknown, "unknown entry field")).toBe("decoded");
+    expect(codec.decode(SetMetadataSchema, withUnknown).labels).toEqual({ k: "v" });
   });
 
   it("nests no deeper than fromBinary's recursion limit", () => {

@@ -19,6 +19,7 @@ import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.j
 import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolRound, randomEdits, textMessage } from "./fixtures.js";
 import { randomSource } from "../support/random-messages.js";
 import { stringLimits } from "../../src/core/model/string-limits.js";
+import { listById, type ListQuery } from "../../src/store/conversation-listing.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
@@ -43,12 +44,13 @@ async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
   return error as ConnectError;
 }
 
-const stores: [string, () => Promise<ConversationStore>][] = [
-  ["memory", async () => new MemoryConversationStore()],
+/** `now`: the store's clock (the commit times it records), the system's when absent. */
+const stores: [string, (now?: () => number) => Promise<ConversationStore>][] = [
+  ["memory", async (now) => new MemoryConversationStore({ now })],
   [
     "redis",
-    async () => {
-      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200 });
+    async (now) => {
+      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200, now });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -57,16 +59,16 @@ const stores: [string, () => Promise<ConversationStore>][] = [
     // Three masters with a replica each: a conversation's keys on one master, the listing index on
     // whichever master its slot is.
     "redis cluster",
-    async () => {
-      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200 });
+    async (now) => {
+      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, now });
       expect(await store.connected()).toBe(true);
       return store;
     },
   ],
   [
     "postgres",
-    async () => {
-      const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200 });
+    async (now) => {
+      const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200, now });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -164,7 +166,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     // Experience ids are never reused, also across a clear.
     const after = await store.commit(id, 2n, [delta({ case: "remember", value: { text: "likes coffee" } })], "");
     expect(after.state!.experiences.map((experience) => experience.id)).toEqual(["exp_2"]);
-    expect(await store.list(id, 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 3n }] });
+    expect(await store.list(listById(id, 10, ""))).toMatchObject({ conversations: [{ conversationId: id, version: 3n }] });
   });
 
   it("round-trips every part kind, actor, source refs, origin, cache hint, provenance, extensions and artifacts byte-identically", async () => {
@@ -298,7 +300,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect(state.history.map((message) => message.id)).toEqual([`m${index + 1}`]);
       expect((await store.commit(other, 1n, [appendHistory(textMessage("", Role.USER, "second"))], "x}:version")).version).toBe(2n);
     }
-    const listed = await store.list(`${base}/`, 100, "");
+    const listed = await store.list(listById(`${base}/`, 100, ""));
     expect(listed.conversations.map((summary) => [summary.conversationId, summary.version])).toEqual(
       [...ids].sort().map((listedId) => [listedId, listedId === id ? 9n : 2n]),
     );
@@ -312,7 +314,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect((await rejection(store.load(`${id}\udfff`))).code).toBe(Code.InvalidArgument);
     const key = await rejection(store.commit(id, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k\udc00"));
     expect(key.rawMessage).toMatch(/^idempotency_key has a lone UTF-16 surrogate at index 1/);
-    expect((await rejection(store.list("\ud800", 10, ""))).rawMessage).toMatch(/^prefix /);
+    expect((await rejection(store.list(listById("\ud800", 10, "")))).rawMessage).toMatch(/^prefix /);
     // A well-formed pair is an ordinary character.
     expect((await store.commit(`${id}😀`, undefined, [appendHistory(textMessage("", Role.USER, "x"))], "k😀")).version).toBe(1n);
     expect(await store.currentVersion(id)).toBe(0n);
@@ -686,14 +688,84 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
   it("lists conversations by id, paged and filtered by prefix", async () => {
     const prefix = freshId("list") + "/";
     for (const suffix of ["c", "a", "e", "b", "d"]) await store.commit(prefix + suffix, undefined, [delta({ case: "remember", value: { text: suffix } })], "");
-    const first = await store.list(prefix, 2, "");
+    const first = await store.list(listById(prefix, 2, ""));
     expect(first.conversations.map((summary) => summary.conversationId)).toEqual([prefix + "a", prefix + "b"]);
-    const second = await store.list(prefix, 2, first.nextPageToken);
-    const third = await store.list(prefix, 2, second.nextPageToken);
+    const second = await store.list(listById(prefix, 2, first.nextPageToken));
+    const third = await store.list(listById(prefix, 2, second.nextPageToken));
     expect([...second.conversations, ...third.conversations].map((summary) => summary.conversationId)).toEqual([prefix + "c", prefix + "d", prefix + "e"]);
     expect(third.nextPageToken).toBe("");
     expect(first.conversations[0]!.version).toBe(1n);
-    expect((await rejection(store.list(prefix, 2, "not a token!"))).code).toBe(Code.InvalidArgument);
+    expect((await rejection(store.list(listById(prefix, 2, "not a token!")))).code).toBe(Code.InvalidArgument);
+  });
+
+  it("keeps a title and labels in the state: set by a versioned delta, seen by Watch, kept by Clear, refused over their limits", async () => {
+    const id = freshId("metadata");
+    const set = (value: { title?: string; labels?: Record<string, string>; removeLabels?: string[] }) => delta({ case: "setMetadata", value });
+    const first = await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), set({ title: "Trip to Oslo", labels: { user: "u-7", team: "travel" } })], "");
+    expect(first.state).toMatchObject({ version: 1n, title: "Trip to Oslo", labels: { user: "u-7", team: "travel" } });
+    const second = await store.commit(id, 1n, [set({ labels: { team: "ops" }, removeLabels: ["user"] })], "meta-key");
+    expect(second.version).toBe(2n);
+    expect(await store.commit(id, undefined, [set({ labels: { team: "ops" }, removeLabels: ["user"] })], "meta-key")).toMatchObject({ version: 2n, replayed: true });
+    expect((await store.load(id))).toMatchObject({ title: "Trip to Oslo", labels: { team: "ops" } });
+    const changes: Change[] = [];
+    const abort = new AbortController();
+    for await (const change of store.watch(id, 1n, abort.signal)) {
+      changes.push(change);
+      abort.abort();
+    }
+    expect(changes[0]!.deltas[0]!.operation.case).toBe("setMetadata");
+    await store.clear(id, 2n);
+    const cleared = await store.load(id);
+    expect(cleared).toMatchObject({ version: 3n, title: "Trip to Oslo", labels: { team: "ops" }, history: [] });
+    const tooMany = Object.fromEntries(Array.from({ length: 32 }, (_, index) => [`k${index}`, "v"]));
+    const over = await rejection(store.commit(id, 3n, [appendHistory(textMessage("u2", Role.USER, "more")), set({ labels: tooMany })], ""));
+    expect(over.code).toBe(Code.InvalidArgument);
+    expect(over.rawMessage).toMatch(/^deltas\[1\]\.set_metadata: the conversation would have 33 labels, more than the limit of 32/);
+    expect((await rejection(store.commit(id, 3n, [set({ labels: { ["k".repeat(65)]: "v" } })], ""))).rawMessage).toMatch(/key is 65 UTF-8 bytes, more than the limit of 64/);
+    expect((await rejection(store.commit(id, 3n, [set({ labels: { k: "v".repeat(257) } })], ""))).rawMessage).toMatch(/value is 257 UTF-8 bytes, more than the limit of 256/);
+    expect((await rejection(store.commit(id, 3n, [set({ title: "t".repeat(513) })], ""))).rawMessage).toMatch(/title is 513 UTF-8 bytes, more than the limit of 512/);
+    expect((await rejection(store.commit(id, 3n, [set({ labels: { "": "v" } })], ""))).rawMessage).toMatch(/must not be empty/);
+    expect((await rejection(store.commit(id, 3n, [set({ title: "a\u0000b" })], ""))).rawMessage).toMatch(/title holds a NUL character/);
+    expect((await rejection(store.commit(id, 3n, [set({ labels: { k: "\ud800" } })], ""))).rawMessage).toMatch(/value holds a lone surrogate/);
+    expect(await store.load(id)).toMatchObject({ version: 3n, history: [], labels: { team: "ops" } });
+  });
+
+  it("lists newest update first with times, title and labels, filtered by labels and updated time, pages correct while commits land", async () => {
+    // A clock ahead of every other test's commits, so this test's conversations are the newest.
+    let clock = 4_000_000_000_000 + conversationCounter * 1_000;
+    const start = clock;
+    const timed = await open(() => clock);
+    try {
+      const prefix = freshId("by-update") + "/";
+      const labelled = (labels: Record<string, string>) => delta({ case: "setMetadata", value: { title: "t", labels } });
+      await timed.commit(prefix + "a", 0n, [labelled({ team: "x", tier: "1" })], "");
+      clock += 10;
+      await timed.commit(prefix + "b", 0n, [labelled({ team: "y" })], "");
+      clock += 10;
+      await timed.commit(prefix + "d", 0n, [labelled({ team: "x" })], "");
+      await timed.commit(prefix + "c", 0n, [labelled({ team: "x", tier: "1" })], ""); // same millisecond as d: ties go by id
+      clock += 10;
+      const query = (pageToken: string, more: Partial<ListQuery> = {}): ListQuery => ({ ...listById(prefix, 2, pageToken), order: "updated", updatedSinceUnixMs: BigInt(start), ...more });
+      const ids = (page: { conversations: { conversationId: string }[] }) => page.conversations.map((summary) => summary.conversationId.slice(prefix.length));
+      const first = await timed.list(query(""));
+      expect(ids(first)).toEqual(["c", "d"]);
+      expect(first.conversations[0]).toMatchObject({ version: 1n, title: "t", labels: { team: "x", tier: "1" }, createdAtUnixMs: BigInt(start + 20), updatedAtUnixMs: BigInt(start + 20) });
+      // b is committed to while the pages are read: it moves ahead of what was read and is not listed again.
+      await timed.commit(prefix + "b", 1n, [delta({ case: "remember", value: { text: "later" } })], "");
+      const second = await timed.list(query(first.nextPageToken));
+      expect(ids(second)).toEqual(["a"]);
+      expect(second.nextPageToken).toBe("");
+      const again = await timed.list(query("", { pageSize: 10 }));
+      expect(ids(again)).toEqual(["b", "c", "d", "a"]);
+      expect(again.conversations[0]).toMatchObject({ version: 2n, createdAtUnixMs: BigInt(start + 10), updatedAtUnixMs: BigInt(start + 30) });
+      expect(ids(await timed.list(query("", { pageSize: 10, updatedSinceUnixMs: BigInt(start + 20) })))).toEqual(["b", "c", "d"]);
+      expect(ids(await timed.list(query("", { pageSize: 10, labels: { team: "x", tier: "1" } })))).toEqual(["c", "a"]);
+      const byId = await timed.list({ ...listById(prefix, 10, ""), labels: { team: "x" } });
+      expect(ids(byId)).toEqual(["a", "c", "d"]);
+      expect((await rejection(timed.list(query(byId.nextPageToken || (await timed.list(listById(prefix, 1, ""))).nextPageToken)))).rawMessage).toMatch(/token of the id order/);
+    } finally {
+      await timed.close();
+    }
   });
 });
 
@@ -1011,7 +1083,7 @@ describe("RedisConversationStore specifics", () => {
       // behind its cached copy, starts over and indexes the conversation again.
       await raw.del(`${keyPrefix}:{${id}}:version`, `${keyPrefix}:{${id}}:header`, `${keyPrefix}:{${id}}:segment:history`, `${keyPrefix}:{${id}}:changes`);
       expect((await store.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "after loss"))], "")).version).toBe(1n);
-      expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
+      expect(await store.list(listById("", 10, ""))).toMatchObject({ conversations: [{ conversationId: id, version: 1n }] });
     } finally {
       raw.disconnect();
       await store.close();
@@ -1031,7 +1103,7 @@ describe("RedisConversationStore specifics", () => {
       expect((await store.load(id)).history.map((message) => message.id)).toEqual(["u1"]);
       await raw.del(indexKey);
       await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
-      expect(await store.list("", 10, "")).toMatchObject({ conversations: [{ conversationId: id, version: 2n }] });
+      expect(await store.list(listById("", 10, ""))).toMatchObject({ conversations: [{ conversationId: id, version: 2n }] });
     } finally {
       raw.disconnect();
       await store.close();

@@ -1,7 +1,7 @@
 // The Postgres store beyond the shared contract (docs/stores.md, "The Postgres store"): its
 // migrations, the rows a commit writes, catching a cached copy up, idempotency expiry, change
 // retention, LISTEN/NOTIFY delivery, DATA_LOSS and UNAVAILABLE. Against a real PostgreSQL.
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,6 +10,7 @@ import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { PostgresConversationStore, type PostgresStoreOptions } from "../../src/store/postgres-conversation-store.js";
 import { migratePostgres, postgresMigrations } from "../../src/store/postgres-schema.js";
+import { listById } from "../../src/store/conversation-listing.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { randomSource } from "../support/random-messages.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
@@ -100,6 +101,28 @@ describe("migrations", () => {
       await client.end();
     }
   });
+  it("migration 5 lists a conversation written before it with created and updated time 0, and its next commit sets the updated time only", async () => {
+    const fresh = await postgres.createDatabase("before-metadata");
+    const client = new pg.Client({ connectionString: fresh });
+    await client.connect();
+    try {
+      expect(await migratePostgres(client, postgresMigrations.slice(0, 4))).toEqual([1, 2, 3, 4]);
+      // A header row as migration 3's contextd_commit leaves a first commit with an empty state.
+      const rest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: "older" })));
+      await client.query(
+        "INSERT INTO contextd_conversations (id, version, created, rest, rest_at, segment_first, segment_length, segment_at) VALUES ($1, 1, 'c-older', $2, 1, '{0,0,0,0}', '{0,0,0,0}', '{1,1,1,1}')",
+        [Buffer.from("older"), rest],
+      );
+    } finally {
+      await client.end();
+    }
+    const store = await openStore({ now: () => 1_800_000_000_000 }, fresh);
+    expect((await store.list(listById("", 10, ""))).conversations).toMatchObject([{ conversationId: "older", version: 1n, createdAtUnixMs: 0n, updatedAtUnixMs: 0n, title: "", labels: {} }]);
+    await store.commit("older", 1n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+    const byUpdate = await store.list({ ...listById("", 10, ""), order: "updated" });
+    expect(byUpdate.conversations).toMatchObject([{ conversationId: "older", version: 2n, createdAtUnixMs: 0n, updatedAtUnixMs: 1_800_000_000_000n }]);
+  });
+
   it("answers UNAVAILABLE saying why when its user may not create the schema", async () => {
     const fresh = await postgres.createDatabase("no-rights");
     await raw.query("CREATE ROLE contextd_no_rights LOGIN");

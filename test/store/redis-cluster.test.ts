@@ -9,6 +9,7 @@ import { Cluster, Redis } from "ioredis";
 import { startRedis } from "../support/redis.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { appendHistory, textMessage } from "./fixtures.js";
+import { listById } from "../../src/store/conversation-listing.js";
 
 // The Redis store on a real six-node cluster (three masters, one replica each): what the shared
 // contract suite does not show by itself. The contract suite runs on a cluster too.
@@ -57,7 +58,7 @@ describe("Redis Cluster store", () => {
     const listed: string[] = [];
     let token = "";
     do {
-      const page = await store.list("", 5, token);
+      const page = await store.list(listById("", 5, token));
       listed.push(...page.conversations.map((summary) => summary.conversationId));
       token = page.nextPageToken;
     } while (token !== "");
@@ -83,10 +84,10 @@ describe("Redis Cluster store", () => {
       await raw.zrem(`${keyPrefix}:conversations`, "listed");
       now += 59_000;
       await refreshing.commit("listed", 1n, [appendHistory(textMessage("m2", Role.USER, "hi"))], "");
-      expect((await refreshing.list("", 10, "")).conversations).toEqual([]);
+      expect((await refreshing.list(listById("", 10, ""))).conversations).toEqual([]);
       now += 2_000;
       await refreshing.commit("listed", 2n, [appendHistory(textMessage("m3", Role.USER, "hi"))], "");
-      expect((await refreshing.list("", 10, "")).conversations.map((summary) => [summary.conversationId, summary.version])).toEqual([["listed", 3n]]);
+      expect((await refreshing.list(listById("", 10, ""))).conversations.map((summary) => [summary.conversationId, summary.version])).toEqual([["listed", 3n]]);
     } finally {
       raw.disconnect();
       await refreshing.close();

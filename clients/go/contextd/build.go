@@ -179,6 +179,18 @@ func Remember(text string) *contextdv1.Delta {
 	return &contextdv1.Delta{Operation: &contextdv1.Delta_Remember{Remember: &contextdv1.Remember{Text: text}}}
 }
 
+// SetTitle is a delta setting the conversation's title (at most 512 UTF-8 bytes; "" = none),
+// committed like any batch.
+func SetTitle(title string) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_SetMetadata{SetMetadata: &contextdv1.SetMetadata{Title: &title}}}
+}
+
+// SetLabels is a delta adding or changing the labels in labels and removing those in remove; the
+// others are kept. At most 32 labels, keys 1 to 64 UTF-8 bytes, values at most 256.
+func SetLabels(labels map[string]string, remove ...string) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_SetMetadata{SetMetadata: &contextdv1.SetMetadata{Labels: labels, RemoveLabels: remove}}}
+}
+
 // SetToolDefinitions is a delta replacing the tools the model may call.
 func SetToolDefinitions(definitions ...*contextdv1.ToolDefinition) *contextdv1.Delta {
 	return &contextdv1.Delta{Operation: &contextdv1.Delta_SetToolDefinitions{

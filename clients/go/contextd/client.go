@@ -456,7 +456,8 @@ func (c *Client) Clear(ctx context.Context, request *contextdv1.ClearRequest) (*
 	})
 }
 
-// ListConversations lists conversations, paged, ordered by id.
+// ListConversations lists conversations, paged, by id or newest update first (Order), optionally
+// only those with Labels or updated since UpdatedSinceUnixMs; a page may be short with a token.
 func (c *Client) ListConversations(ctx context.Context, request *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
 	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.ListConversationsResponse, error) {
 		return c.transport.listConversations(ctx, request)

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/contextd-dev/contextd/clients/go/contextd"
 	"github.com/contextd-dev/contextd/clients/go/internal/sidecartest"
@@ -234,5 +236,45 @@ func TestWatchSeesEachCommit(t *testing.T) {
 				t.Fatalf("resumed from version 1: %v, want [2 3]", resumed)
 			}
 		})
+	}
+}
+
+// TestListConversationsByUpdate labels conversations with SetTitle and SetLabels and lists them
+// newest update first, filtered by a label, with their titles and update times.
+func TestListConversationsByUpdate(t *testing.T) {
+	sidecar := sidecartest.StartWithRedis(t)
+	client := dial(t, sidecar.Address)
+	ctx := testContext(t)
+	prefix := "go-listed/"
+	since := time.Now().UnixMilli()
+	commit := func(id string, deltas ...*contextdv1.Delta) {
+		t.Helper()
+		if _, err := client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: prefix + id, Deltas: deltas}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit("first", contextd.AppendUser(contextd.UserText("one")), contextd.SetTitle("First"), contextd.SetLabels(map[string]string{"app": "demo"}))
+	commit("skipped", contextd.SetLabels(map[string]string{"app": "other"}))
+	commit("second", contextd.SetTitle("Second"), contextd.SetLabels(map[string]string{"app": "demo", "draft": "yes"}))
+	commit("second", contextd.SetLabels(nil, "draft"))
+	page, err := client.ListConversations(ctx, &contextdv1.ListConversationsRequest{
+		Prefix: prefix, Labels: map[string]string{"app": "demo"}, Order: contextdv1.ConversationOrder_CONVERSATION_ORDER_UPDATED_DESC, UpdatedSinceUnixMs: since,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, summary := range page.GetConversations() {
+		listed = append(listed, summary.GetConversationId()+" "+summary.GetTitle()+" "+summary.GetLabels()["app"]+" "+strconv.Itoa(len(summary.GetLabels())))
+	}
+	if want := []string{prefix + "second Second demo 1", prefix + "first First demo 1"}; !slices.Equal(listed, want) {
+		t.Fatalf("listed %q, want %q", listed, want)
+	}
+	newest, older := page.GetConversations()[0], page.GetConversations()[1]
+	if newest.GetUpdatedAtUnixMs() < older.GetUpdatedAtUnixMs() || older.GetCreatedAtUnixMs() < since {
+		t.Fatalf("times: newest updated %d, older updated %d created %d, since %d", newest.GetUpdatedAtUnixMs(), older.GetUpdatedAtUnixMs(), older.GetCreatedAtUnixMs(), since)
+	}
+	if page.GetNextPageToken() != "" {
+		t.Fatalf("next page token %q, want none", page.GetNextPageToken())
 	}
 }

@@ -149,6 +149,15 @@ export function remember(text: string): Delta {
   return create(DeltaSchema, { operation: { case: "remember", value: { text } } });
 }
 
+/**
+ * A delta setting the conversation's title (absent = unchanged) and labels (`labels` added or
+ * changed, `removeLabels` removed, the others kept). Committed like any batch; at most 32 labels,
+ * keys 1 to 64 UTF-8 bytes, values at most 256, a title at most 512.
+ */
+export function setMetadata(metadata: { title?: string; labels?: Record<string, string>; removeLabels?: string[] }): Delta {
+  return create(DeltaSchema, { operation: { case: "setMetadata", value: { title: metadata.title, labels: metadata.labels ?? {}, removeLabels: metadata.removeLabels ?? [] } } });
+}
+
 /** A delta replacing the tools the model may call. */
 export function setToolDefinitions(...definitions: ToolDefinition[]): Delta {
   return create(DeltaSchema, { operation: { case: "setToolDefinitions", value: { toolDefinitions: definitions } } });

@@ -315,7 +315,10 @@ export class Client {
     return this.unary((o) => this.conversations.clear(request, o), false, options);
   }
 
-  /** Lists conversations, paged, ordered by id. */
+  /**
+   * Lists conversations, paged, by id or newest update first (`order`), optionally only those with
+   * `labels` or updated since `updatedSinceUnixMs`; a page may be short with a `nextPageToken`.
+   */
   listConversations(request: Init<typeof ListConversationsRequestSchema>, options?: CallOptions): Promise<ListConversationsResponse> {
     return this.unary((o) => this.conversations.listConversations(request, o), true, options);
   }

@@ -11,6 +11,7 @@ export {
   errorPayload,
   jsonPayload,
   remember,
+  setMetadata,
   setToolDefinitions,
   systemText,
   textMessage,

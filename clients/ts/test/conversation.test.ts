@@ -14,12 +14,13 @@ import {
   appendProviderResponse,
   appendUser,
   remember,
+  setMetadata,
   systemText,
   textPayload,
   toolCall,
   type ClientOptions,
 } from "@contextd/client";
-import { CompileResultPart, EstimatorKind, Provider, Segment, type Message } from "@contextd/client/v1";
+import { CompileResultPart, ConversationOrder, EstimatorKind, Provider, Segment, type Message } from "@contextd/client/v1";
 import { freshId, startSidecar, type Sidecar } from "./sidecar.ts";
 
 const protocols: ["grpc" | "connect"][] = [["grpc"], ["connect"]];
@@ -205,6 +206,28 @@ for (const [protocol] of protocols) {
     });
   });
 }
+
+test("setMetadata labels conversations; listConversations lists them newest update first, filtered by label, with title and update time", async () => {
+  const client = dial();
+  await client.waitReady();
+  const prefix = freshId("listed") + "/";
+  const since = BigInt(Date.now());
+  await client.commit({ conversationId: prefix + "first", deltas: [appendUser("one"), setMetadata({ title: "First", labels: { app: "demo" } })] });
+  await client.commit({ conversationId: prefix + "skipped", deltas: [setMetadata({ labels: { app: "other" } })] });
+  await client.commit({ conversationId: prefix + "second", deltas: [setMetadata({ title: "Second", labels: { app: "demo", draft: "yes" } })] });
+  await client.commit({ conversationId: prefix + "second", deltas: [setMetadata({ removeLabels: ["draft"] })] });
+  const page = await client.listConversations({ prefix, labels: { app: "demo" }, order: ConversationOrder.UPDATED_DESC, updatedSinceUnixMs: since });
+  assert.deepEqual(
+    page.conversations.map((summary) => [summary.conversationId.slice(prefix.length), summary.title, summary.labels]),
+    [
+      ["second", "Second", { app: "demo" }],
+      ["first", "First", { app: "demo" }],
+    ],
+  );
+  assert.ok(page.conversations[0]!.updatedAtUnixMs >= page.conversations[1]!.updatedAtUnixMs);
+  assert.ok(page.conversations[1]!.createdAtUnixMs >= since);
+  assert.equal(page.nextPageToken, "");
+});
 
 test("a commit whose deadline runs out is of unknown outcome; sent again with its key it is stored once", async () => {
   const client = dial();

@@ -10,6 +10,7 @@ import { appendProviderResponse } from "./provider-response.js";
 import { appendProviderStream } from "./provider-stream.js";
 import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
 import { setToolDefinitions } from "./tool-definitions.js";
+import { setMetadata } from "./conversation-metadata.js";
 import { prefixError } from "../model/error-details.js";
 import { maxStreamEvents } from "../providers/stream-events.js";
 
@@ -70,11 +71,14 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
     case "clearSegment":
       return clearSegment(state, operation.value);
     case "clearState":
-      // Experience numbering survives a clear so an old exp_<n> never names a new fact.
+      // Experience numbering survives a clear so an old exp_<n> never names a new fact; the title
+      // and labels name the conversation, not its contents, and survive it too.
       return create(ConversationStateSchema, {
         conversationId: state.conversationId,
         version: state.version,
         lastExperienceNumber: state.lastExperienceNumber,
+        title: state.title,
+        labels: state.labels,
       });
     case "upsertArtifact":
       if (!operation.value.artifact) throw new ConnectError("artifact is required", Code.InvalidArgument);
@@ -107,6 +111,8 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
       return appendProviderStream(state, operation.value, context, index);
     case "setToolDefinitions":
       return setToolDefinitions(state, operation.value);
+    case "setMetadata":
+      return setMetadata(state, operation.value);
     case undefined:
       throw new ConnectError("no operation set", Code.InvalidArgument);
   }

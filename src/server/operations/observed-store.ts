@@ -8,6 +8,7 @@ import type { LearntCorrection, TokenCorrection } from "../../core/compile/token
 import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibration-store.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
 import type { SegmentWindow, WindowQuery } from "../../store/segment-window.js";
+import type { ListQuery } from "../../store/conversation-listing.js";
 import type { Metrics } from "./metrics.js";
 import type { Tracing } from "./tracing.js";
 
@@ -63,8 +64,8 @@ export class ObservedStore implements ConversationStore {
     return this.observe("clear", conversationId, () => this.store.clear(conversationId, expectedVersion));
   }
 
-  list(prefix: string, pageSize: number, pageToken: string): Promise<ConversationPage> {
-    return this.observe("list", undefined, () => this.store.list(prefix, pageSize, pageToken));
+  list(query: ListQuery): Promise<ConversationPage> {
+    return this.observe("list", undefined, () => this.store.list(query));
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationOrder, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import type { ToolResultPart } from "#gen/contextd/v1/message_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
@@ -7,6 +7,8 @@ import type { MessageWindows } from "../../application/message-windows.js";
 import type { StateSizeLimit } from "../../application/state-size.js";
 import type { ToolResultTexts } from "../../application/tool-result-texts.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
+import { assertLabelFilter } from "../../core/deltas/conversation-metadata.js";
+import type { ListOrder } from "../../store/conversation-listing.js";
 import { tenantKey } from "../policy/call-context.js";
 
 /** What GetState, ReadMessages and ReadToolResult read through; the composition root builds them. */
@@ -62,7 +64,10 @@ export function conversationService(dependencies: ConversationServiceDependencie
       // listing a tenant's caller (the inspector among them) asks for first works without one.
       const tenant = context.values.get(tenantKey);
       const prefix = request.prefix === "" && tenant !== "" ? `${tenant}/` : request.prefix;
-      const page = await store.list(prefix, pageSize, request.pageToken);
+      assertLabelFilter("labels", request.labels);
+      if (request.updatedSinceUnixMs < 0n) throw new ConnectError(`updated_since_unix_ms: must not be negative, got ${request.updatedSinceUnixMs}`, Code.InvalidArgument);
+      const order = listOrderOf(request.order);
+      const page = await store.list({ prefix, pageSize, pageToken: request.pageToken, labels: request.labels, updatedSinceUnixMs: request.updatedSinceUnixMs, order });
       return { conversations: page.conversations, nextPageToken: page.nextPageToken };
     },
 
@@ -121,4 +126,17 @@ function findToolResult(state: ConversationState, toolCallId: string): ToolResul
     }
   }
   return undefined;
+}
+
+/** The store's order for the request's; INVALID_ARGUMENT naming an order this sidecar does not know. */
+function listOrderOf(order: ConversationOrder): ListOrder {
+  switch (order) {
+    case ConversationOrder.UNSPECIFIED:
+    case ConversationOrder.ID:
+      return "id";
+    case ConversationOrder.UPDATED_DESC:
+      return "updated";
+    default:
+      throw new ConnectError(`order: ${order} is not a ConversationOrder this sidecar knows`, Code.InvalidArgument);
+  }
 }

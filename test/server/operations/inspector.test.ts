@@ -132,12 +132,19 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     expect(await table.textContent()).not.toContain("globex");
     expect(await table.locator("tr", { hasText: conversationId }).locator("td.number").textContent()).toBe("3");
     expect(await page.getByTestId("error").count()).toBe(0);
-    expect(await page.getByTestId("list-read-at").textContent()).toContain("ordered by id");
+    expect(await page.getByTestId("list-read-at").textContent()).toContain("newest update first");
     // A conversation committed while the page is open appears, and a version that moves shows, without a click.
     await admin.conversations.commit({ conversationId: "acme/arrived-later", expectedVersion: 0n, deltas: [appendHistory(textMessage("n1", Role.USER, "new"))] });
     await expect.poll(() => table.textContent(), { timeout: 10_000 }).toContain("acme/arrived-later");
     await admin.conversations.commit({ conversationId: "acme/arrived-later", expectedVersion: 1n, deltas: [appendHistory(textMessage("n2", Role.USER, "again"))] });
     await expect.poll(() => table.locator("tr", { hasText: "acme/arrived-later" }).locator("td.number").textContent(), { timeout: 10_000 }).toBe("2");
+    // Newest update first, each row with its update time: the conversation just written leads.
+    const rows = table.locator("tbody tr");
+    expect(await rows.first().textContent()).toContain("acme/arrived-later");
+    const updated = (await table.locator("td.updated").evaluateAll((cells) => cells.map((cell) => Number(cell.getAttribute("data-updated")))));
+    expect(updated.length).toBeGreaterThan(1);
+    expect(updated).toEqual([...updated].sort((a, b) => b - a));
+    expect(updated.every((time) => time > 0)).toBe(true);
     await page.screenshot({ path: join(results, "inspector-list.png") });
     // A prefix outside the tenant is refused, and stays refused when the list reads itself again.
     await page.getByTestId("prefix").fill("globex/");

@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConversationService, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationOrder, ConversationService, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
 import { Role } from "#gen/contextd/v1/message_pb";
 import { conversationService } from "../../../src/server/services/conversation-service.js";
 import { MemoryConversationStore } from "../../../src/store/memory-conversation-store.js";
@@ -89,6 +89,36 @@ describe.each([
     expect(retry.version).toBe(2n);
     const listed = await client.unary(ConversationService.method.listConversations, { prefix: conversationId });
     expect(listed.conversations.map((summary) => [summary.conversationId, summary.version])).toEqual([[conversationId, 2n]]);
+  });
+
+  it("lists by newest update with title, labels and times, filtered by label; bad filters are INVALID_ARGUMENT naming the limit", async () => {
+    const prefix = `c-listed-${useRedis}/`;
+    const before = BigInt(Date.now());
+    const setMetadata = (title: string, labels: Record<string, string>) => ({ operation: { case: "setMetadata" as const, value: { title, labels } } });
+    await client.unary(ConversationService.method.commit, { conversationId: prefix + "old", deltas: [setMetadata("Old", { kind: "chat" })] });
+    await client.unary(ConversationService.method.commit, { conversationId: prefix + "other", deltas: [setMetadata("Other", { kind: "batch" })] });
+    await client.unary(ConversationService.method.commit, { conversationId: prefix + "new", deltas: [setMetadata("New", { kind: "chat" })] });
+    // A second commit makes "old" the newest.
+    await client.unary(ConversationService.method.commit, { conversationId: prefix + "old", deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))] });
+    const listed = await client.unary(ConversationService.method.listConversations, { prefix, labels: { kind: "chat" }, order: ConversationOrder.UPDATED_DESC, updatedSinceUnixMs: before });
+    expect(listed.conversations.map((summary) => [summary.conversationId.slice(prefix.length), summary.title, summary.version])).toEqual([
+      ["old", "Old", 2n],
+      ["new", "New", 1n],
+    ]);
+    const [old] = listed.conversations;
+    expect(old!.labels).toEqual({ kind: "chat" });
+    expect(old!.updatedAtUnixMs).toBeGreaterThanOrEqual(old!.createdAtUnixMs);
+    expect(old!.createdAtUnixMs).toBeGreaterThanOrEqual(before);
+    expect(listed.nextPageToken).toBe("");
+    const tooLong = await grpcError(client.unary(ConversationService.method.listConversations, { labels: { ["k".repeat(65)]: "v" } }));
+    expect(tooLong.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(tooLong.details).toMatch(/^labels\["k+"\] key is 65 UTF-8 bytes, more than the limit of 64/);
+    const negative = await grpcError(client.unary(ConversationService.method.listConversations, { updatedSinceUnixMs: -1n }));
+    expect(negative.details).toMatch(/^updated_since_unix_ms: must not be negative/);
+    const byId = await client.unary(ConversationService.method.listConversations, { prefix, pageSize: 1 });
+    const mixed = await grpcError(client.unary(ConversationService.method.listConversations, { prefix, pageToken: byId.nextPageToken, order: ConversationOrder.UPDATED_DESC }));
+    expect(mixed.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(mixed.details).toMatch(/token of the id order/);
   });
 
   it("streams committed batches over Watch in version order and resumes from a version", async () => {

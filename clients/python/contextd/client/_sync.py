@@ -226,7 +226,8 @@ class Client:
     def list_conversations(
         self, request: conversation_pb2.ListConversationsRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.ListConversationsResponse:
-        """Lists conversations, paged, ordered by id."""
+        """Lists conversations, paged, by id or newest update first (`order`), optionally only those
+        with `labels` or updated since `updated_since_unix_ms`; a page may be short with a token."""
         return self._unary(self._conversations.ListConversations, request, True, timeout)
 
     def read_tool_result(

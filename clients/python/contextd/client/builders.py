@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Union
 
 from contextd.v1 import message_pb2, state_pb2
 
@@ -140,6 +140,18 @@ def remember(text: str) -> state_pb2.Delta:
 def set_tool_definitions(*definitions: state_pb2.ToolDefinition) -> state_pb2.Delta:
     """A delta replacing the tools the model may call."""
     return state_pb2.Delta(set_tool_definitions=state_pb2.SetToolDefinitions(tool_definitions=definitions))
+
+
+def set_metadata(
+    *, title: Optional[str] = None, labels: Optional[Mapping[str, str]] = None, remove_labels: Iterable[str] = ()
+) -> state_pb2.Delta:
+    """A delta setting the conversation's title (None = unchanged) and labels (`labels` added or
+    changed, `remove_labels` removed; the others kept). Committed like any batch; at most 32
+    labels, keys 1 to 64 UTF-8 bytes, values at most 256, a title at most 512."""
+    operation = state_pb2.SetMetadata(labels=dict(labels or {}), remove_labels=list(remove_labels))
+    if title is not None:
+        operation.title = title
+    return state_pb2.Delta(set_metadata=operation)
 
 
 def append_provider_stream(

@@ -21,6 +21,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The order of a listing.
+type ConversationOrder int32
+
+const (
+	// By id (bytewise on the id's UTF-8), as `CONVERSATION_ORDER_ID`.
+	ConversationOrder_CONVERSATION_ORDER_UNSPECIFIED ConversationOrder = 0
+	// By id (bytewise on the id's UTF-8).
+	ConversationOrder_CONVERSATION_ORDER_ID ConversationOrder = 1
+	// Newest update first (`ConversationSummary.updated_at_unix_ms` descending), ties by id.
+	ConversationOrder_CONVERSATION_ORDER_UPDATED_DESC ConversationOrder = 2
+)
+
+// Enum value maps for ConversationOrder.
+var (
+	ConversationOrder_name = map[int32]string{
+		0: "CONVERSATION_ORDER_UNSPECIFIED",
+		1: "CONVERSATION_ORDER_ID",
+		2: "CONVERSATION_ORDER_UPDATED_DESC",
+	}
+	ConversationOrder_value = map[string]int32{
+		"CONVERSATION_ORDER_UNSPECIFIED":  0,
+		"CONVERSATION_ORDER_ID":           1,
+		"CONVERSATION_ORDER_UPDATED_DESC": 2,
+	}
+)
+
+func (x ConversationOrder) Enum() *ConversationOrder {
+	p := new(ConversationOrder)
+	*p = x
+	return p
+}
+
+func (x ConversationOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConversationOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_contextd_v1_conversation_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ConversationOrder) Type() protoreflect.EnumType {
+	return &file_contextd_v1_conversation_service_proto_enumTypes[0]
+}
+
+func (x ConversationOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConversationOrder.Descriptor instead.
+func (ConversationOrder) EnumDescriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
+}
+
 // The request of `GetState`.
 type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -989,6 +1042,20 @@ func (x *Heartbeat) GetVersion() int64 {
 }
 
 // The request of `ListConversations`.
+//
+// What one request costs is bounded: it examines at most 1,000 + `page_size` stored conversations
+// after the page token, in the listing's order, and answers those of them that match. So a page
+// may hold fewer than `page_size` conversations — even none — while `next_page_token` is set:
+// read on until it is empty.
+//
+// What a page token guarantees: it is the position of the last conversation the page examined
+// (its id, and in `CONVERSATION_ORDER_UPDATED_DESC` its update time), and the next page starts
+// strictly after it, so pages never repeat a conversation that stayed where it was. By id, every
+// conversation that existed before the first page and matches is listed exactly once, whatever
+// is written meanwhile. By update, a conversation committed to while the pages are read moves
+// ahead of the position already read and is not listed again in this pass (nor, if the pass had
+// not reached it yet, at all): ask again with `updated_since_unix_ms` = the time the pass began
+// to pick those up. A token belongs to its order: another order's token is INVALID_ARGUMENT.
 type ListConversationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most this many; 0 = 100, at most 1000.
@@ -999,7 +1066,18 @@ type ListConversationsRequest struct {
 	// start with "<tenant>/" (else PERMISSION_DENIED naming it), and an empty prefix lists that
 	// tenant's conversations, as "<tenant>/" would; with an unscoped token or without auth, empty
 	// lists every conversation.
-	Prefix        string `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Prefix string `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Only conversations that have every one of these labels with exactly this value
+	// (`ConversationState.labels`). At most 32 entries, keys of 1 to 64 UTF-8 bytes, values of at
+	// most 256 (INVALID_ARGUMENT naming the limit).
+	Labels map[string]string `protobuf:"bytes,440,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only conversations whose latest commit is at or after this time (Unix milliseconds); 0 = any.
+	// Conversations last written before the sidecar kept update times have update time 0 and are
+	// left out by any non-zero value. By update, such conversations come last on Postgres; on Redis
+	// they are in the update order only from their next commit on (listed by id meanwhile).
+	UpdatedSinceUnixMs int64 `protobuf:"varint,441,opt,name=updated_since_unix_ms,json=updatedSinceUnixMs,proto3" json:"updated_since_unix_ms,omitempty"`
+	// The order; unspecified = by id.
+	Order         ConversationOrder `protobuf:"varint,442,opt,name=order,proto3,enum=contextd.v1.ConversationOrder" json:"order,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1055,13 +1133,44 @@ func (x *ListConversationsRequest) GetPrefix() string {
 	return ""
 }
 
+func (x *ListConversationsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ListConversationsRequest) GetUpdatedSinceUnixMs() int64 {
+	if x != nil {
+		return x.UpdatedSinceUnixMs
+	}
+	return 0
+}
+
+func (x *ListConversationsRequest) GetOrder() ConversationOrder {
+	if x != nil {
+		return x.Order
+	}
+	return ConversationOrder_CONVERSATION_ORDER_UNSPECIFIED
+}
+
 // A conversation in a listing.
 type ConversationSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The id.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Its version.
-	Version       int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// When its first commit was made (Unix milliseconds, the committing sidecar's clock); 0 =
+	// unknown: written before the sidecar kept creation times.
+	CreatedAtUnixMs int64 `protobuf:"varint,440,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	// When its latest commit (or `Clear`) was made: the `Change.committed_at_unix_ms` of its current
+	// version; 0 = unknown, as for `created_at_unix_ms`.
+	UpdatedAtUnixMs int64 `protobuf:"varint,441,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
+	// Its title (`ConversationState.title`).
+	Title string `protobuf:"bytes,442,opt,name=title,proto3" json:"title,omitempty"`
+	// Its labels (`ConversationState.labels`).
+	Labels        map[string]string `protobuf:"bytes,443,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1110,12 +1219,41 @@ func (x *ConversationSummary) GetVersion() int64 {
 	return 0
 }
 
+func (x *ConversationSummary) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *ConversationSummary) GetUpdatedAtUnixMs() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *ConversationSummary) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ConversationSummary) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // The response of `ListConversations`.
 type ListConversationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The page.
 	Conversations []*ConversationSummary `protobuf:"bytes,1,rep,name=conversations,proto3" json:"conversations,omitempty"`
-	// Pass to get the next page; empty = done.
+	// Pass to get the next page; empty = done. May be set on a page shorter than `page_size` (see
+	// `ListConversationsRequest`).
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1406,15 +1544,28 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\theartbeat\x18\x02 \x01(\v2\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
 	"\x04kind\"%\n" +
 	"\tHeartbeat\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x03R\aversion\"n\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\"\xe0\x02\n" +
 	"\x18ListConversationsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n" +
-	"\x06prefix\x18\x03 \x01(\tR\x06prefix\"X\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12J\n" +
+	"\x06labels\x18\xb8\x03 \x03(\v21.contextd.v1.ListConversationsRequest.LabelsEntryR\x06labels\x122\n" +
+	"\x15updated_since_unix_ms\x18\xb9\x03 \x01(\x03R\x12updatedSinceUnixMs\x125\n" +
+	"\x05order\x18\xba\x03 \x01(\x0e2\x1e.contextd.v1.ConversationOrderR\x05order\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x02\n" +
 	"\x13ConversationSummary\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x03R\aversion\"\x8b\x01\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12,\n" +
+	"\x12created_at_unix_ms\x18\xb8\x03 \x01(\x03R\x0fcreatedAtUnixMs\x12,\n" +
+	"\x12updated_at_unix_ms\x18\xb9\x03 \x01(\x03R\x0fupdatedAtUnixMs\x12\x15\n" +
+	"\x05title\x18\xba\x03 \x01(\tR\x05title\x12E\n" +
+	"\x06labels\x18\xbb\x03 \x03(\v2,.contextd.v1.ConversationSummary.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
 	"\x19ListConversationsResponse\x12F\n" +
 	"\rconversations\x18\x01 \x03(\v2 .contextd.v1.ConversationSummaryR\rconversations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
@@ -1432,7 +1583,11 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
 	"totalBytes\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\x03R\aversion2\xb7\x04\n" +
+	"\aversion\x18\x06 \x01(\x03R\aversion*w\n" +
+	"\x11ConversationOrder\x12\"\n" +
+	"\x1eCONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15CONVERSATION_ORDER_ID\x10\x01\x12#\n" +
+	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xb7\x04\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
 	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
@@ -1455,62 +1610,69 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_conversation_service_proto_rawDescData
 }
 
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_contextd_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
-	(*GetStateRequest)(nil),           // 0: contextd.v1.GetStateRequest
-	(*GetStateResponse)(nil),          // 1: contextd.v1.GetStateResponse
-	(*ReadMessagesRequest)(nil),       // 2: contextd.v1.ReadMessagesRequest
-	(*SegmentSizes)(nil),              // 3: contextd.v1.SegmentSizes
-	(*ReadMessagesResponse)(nil),      // 4: contextd.v1.ReadMessagesResponse
-	(*CommitRequest)(nil),             // 5: contextd.v1.CommitRequest
-	(*CommitResponse)(nil),            // 6: contextd.v1.CommitResponse
-	(*ClearRequest)(nil),              // 7: contextd.v1.ClearRequest
-	(*ClearResponse)(nil),             // 8: contextd.v1.ClearResponse
-	(*WatchRequest)(nil),              // 9: contextd.v1.WatchRequest
-	(*Change)(nil),                    // 10: contextd.v1.Change
-	(*WatchResponse)(nil),             // 11: contextd.v1.WatchResponse
-	(*Heartbeat)(nil),                 // 12: contextd.v1.Heartbeat
-	(*ListConversationsRequest)(nil),  // 13: contextd.v1.ListConversationsRequest
-	(*ConversationSummary)(nil),       // 14: contextd.v1.ConversationSummary
-	(*ListConversationsResponse)(nil), // 15: contextd.v1.ListConversationsResponse
-	(*ReadToolResultRequest)(nil),     // 16: contextd.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),    // 17: contextd.v1.ReadToolResultResponse
-	(*ConversationState)(nil),         // 18: contextd.v1.ConversationState
-	(Segment)(0),                      // 19: contextd.v1.Segment
-	(*Message)(nil),                   // 20: contextd.v1.Message
-	(*Delta)(nil),                     // 21: contextd.v1.Delta
+	(ConversationOrder)(0),            // 0: contextd.v1.ConversationOrder
+	(*GetStateRequest)(nil),           // 1: contextd.v1.GetStateRequest
+	(*GetStateResponse)(nil),          // 2: contextd.v1.GetStateResponse
+	(*ReadMessagesRequest)(nil),       // 3: contextd.v1.ReadMessagesRequest
+	(*SegmentSizes)(nil),              // 4: contextd.v1.SegmentSizes
+	(*ReadMessagesResponse)(nil),      // 5: contextd.v1.ReadMessagesResponse
+	(*CommitRequest)(nil),             // 6: contextd.v1.CommitRequest
+	(*CommitResponse)(nil),            // 7: contextd.v1.CommitResponse
+	(*ClearRequest)(nil),              // 8: contextd.v1.ClearRequest
+	(*ClearResponse)(nil),             // 9: contextd.v1.ClearResponse
+	(*WatchRequest)(nil),              // 10: contextd.v1.WatchRequest
+	(*Change)(nil),                    // 11: contextd.v1.Change
+	(*WatchResponse)(nil),             // 12: contextd.v1.WatchResponse
+	(*Heartbeat)(nil),                 // 13: contextd.v1.Heartbeat
+	(*ListConversationsRequest)(nil),  // 14: contextd.v1.ListConversationsRequest
+	(*ConversationSummary)(nil),       // 15: contextd.v1.ConversationSummary
+	(*ListConversationsResponse)(nil), // 16: contextd.v1.ListConversationsResponse
+	(*ReadToolResultRequest)(nil),     // 17: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),    // 18: contextd.v1.ReadToolResultResponse
+	nil,                               // 19: contextd.v1.ListConversationsRequest.LabelsEntry
+	nil,                               // 20: contextd.v1.ConversationSummary.LabelsEntry
+	(*ConversationState)(nil),         // 21: contextd.v1.ConversationState
+	(Segment)(0),                      // 22: contextd.v1.Segment
+	(*Message)(nil),                   // 23: contextd.v1.Message
+	(*Delta)(nil),                     // 24: contextd.v1.Delta
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	18, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	19, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
-	20, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
-	19, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
-	3,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
-	21, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	18, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	21, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
-	10, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
-	12, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	14, // 10: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	0,  // 11: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	2,  // 12: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
-	5,  // 13: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	7,  // 14: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	9,  // 15: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	13, // 16: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	16, // 17: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	1,  // 18: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	4,  // 19: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	6,  // 20: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	8,  // 21: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	11, // 22: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	15, // 23: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	17, // 24: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	21, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	22, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	23, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	22, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	4,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
+	24, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	21, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	24, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	11, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
+	13, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
+	19, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
+	0,  // 11: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
+	20, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
+	15, // 13: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
+	1,  // 14: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	3,  // 15: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	6,  // 16: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	8,  // 17: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	10, // 18: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	14, // 19: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	17, // 20: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	2,  // 21: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	5,  // 22: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	7,  // 23: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	9,  // 24: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	12, // 25: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	16, // 26: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	18, // 27: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -1532,13 +1694,14 @@ func file_contextd_v1_conversation_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   18,
+			NumEnums:      1,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_contextd_v1_conversation_service_proto_goTypes,
 		DependencyIndexes: file_contextd_v1_conversation_service_proto_depIdxs,
+		EnumInfos:         file_contextd_v1_conversation_service_proto_enumTypes,
 		MessageInfos:      file_contextd_v1_conversation_service_proto_msgTypes,
 	}.Build()
 	File_contextd_v1_conversation_service_proto = out.File

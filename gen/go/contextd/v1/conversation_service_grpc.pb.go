@@ -59,7 +59,8 @@ type ConversationServiceClient interface {
 	// Stream committed changes in version order, starting after `from_version`, then live changes,
 	// with heartbeats while idle. Ends with UNAVAILABLE when the server shuts down.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
-	// List conversations, paged, ordered by id.
+	// List conversations, paged, ordered by id (the default) or newest update first, optionally only
+	// those with given labels or updated since a time.
 	ListConversations(ctx context.Context, in *ListConversationsRequest, opts ...grpc.CallOption) (*ListConversationsResponse, error)
 	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
@@ -185,7 +186,8 @@ type ConversationServiceServer interface {
 	// Stream committed changes in version order, starting after `from_version`, then live changes,
 	// with heartbeats while idle. Ends with UNAVAILABLE when the server shuts down.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
-	// List conversations, paged, ordered by id.
+	// List conversations, paged, ordered by id (the default) or newest update first, optionally only
+	// those with given labels or updated since a time.
 	ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error)
 	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the

@@ -254,8 +254,15 @@ type ConversationState struct {
 	ToolDefinitions []*ToolDefinition `protobuf:"bytes,9,rep,name=tool_definitions,json=toolDefinitions,proto3" json:"tool_definitions,omitempty"`
 	// The largest n ever used in an "exp_<n>" id, so ids are never reused after `forget`.
 	LastExperienceNumber int64 `protobuf:"varint,10,opt,name=last_experience_number,json=lastExperienceNumber,proto3" json:"last_experience_number,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// A name for people (a chat list's title); empty = none. Set with `Delta.set_metadata`, at most
+	// 512 UTF-8 bytes. Kept by `clear_state` and `Clear`: they empty the contents, not the name.
+	Title string `protobuf:"bytes,440,opt,name=title,proto3" json:"title,omitempty"`
+	// Labels for finding the conversation (`ListConversationsRequest.labels` filters by them): at
+	// most 32, each key 1 to 64 UTF-8 bytes, each value at most 256. Set with `Delta.set_metadata`;
+	// kept by `clear_state` and `Clear`, as `title` is.
+	Labels        map[string]string `protobuf:"bytes,441,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConversationState) Reset() {
@@ -358,6 +365,20 @@ func (x *ConversationState) GetLastExperienceNumber() int64 {
 	return 0
 }
 
+func (x *ConversationState) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ConversationState) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // One change to a conversation. Deltas are applied in order inside a commit; the whole batch
 // applies or nothing does. Exactly one operation must be set.
 type Delta struct {
@@ -385,6 +406,7 @@ type Delta struct {
 	//	*Delta_AppendProviderResponse
 	//	*Delta_SetToolDefinitions
 	//	*Delta_AppendProviderStream
+	//	*Delta_SetMetadata
 	Operation     isDelta_Operation `protobuf_oneof:"operation"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -598,6 +620,15 @@ func (x *Delta) GetAppendProviderStream() *AppendProviderStream {
 	return nil
 }
 
+func (x *Delta) GetSetMetadata() *SetMetadata {
+	if x != nil {
+		if x, ok := x.Operation.(*Delta_SetMetadata); ok {
+			return x.SetMetadata
+		}
+	}
+	return nil
+}
+
 type isDelta_Operation interface {
 	isDelta_Operation()
 }
@@ -697,6 +728,11 @@ type Delta_AppendProviderStream struct {
 	AppendProviderStream *AppendProviderStream `protobuf:"bytes,60,opt,name=append_provider_stream,json=appendProviderStream,proto3,oneof"`
 }
 
+type Delta_SetMetadata struct {
+	// Set the title or labels.
+	SetMetadata *SetMetadata `protobuf:"bytes,440,opt,name=set_metadata,json=setMetadata,proto3,oneof"`
+}
+
 func (*Delta_AppendMessages) isDelta_Operation() {}
 
 func (*Delta_ReplaceSegment) isDelta_Operation() {}
@@ -734,6 +770,8 @@ func (*Delta_AppendProviderResponse) isDelta_Operation() {}
 func (*Delta_SetToolDefinitions) isDelta_Operation() {}
 
 func (*Delta_AppendProviderStream) isDelta_Operation() {}
+
+func (*Delta_SetMetadata) isDelta_Operation() {}
 
 // Append messages to the end of a segment. Messages without an id get a random one; a tool call
 // without an id gets `call_<message id>_<n>` (n its place among the message's calls, from 0), and
@@ -1799,6 +1837,77 @@ func (x *AppendProviderStream) GetAbortReason() string {
 	return ""
 }
 
+// Set the conversation's title and labels (`ConversationState.title`, `labels`). A delta and not
+// fields of `CommitRequest`: the metadata is part of the state, so setting it is committed like any
+// batch — one new version, with the batch's expected-version check and idempotency key, delivered
+// by Watch — and a batch may set it together with the turn it belongs to. Labels absent from both
+// `labels` and `remove_labels` stay as they are. Over a limit (32 labels after the delta, a key of
+// 1 to 64 UTF-8 bytes, a value of at most 256, a title of at most 512) is INVALID_ARGUMENT naming
+// the delta, the key and the limit; the batch then applies nothing.
+type SetMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new title; absent = unchanged, empty = none.
+	Title *string `protobuf:"bytes,440,opt,name=title,proto3,oneof" json:"title,omitempty"`
+	// Labels to add, or to give a new value.
+	Labels map[string]string `protobuf:"bytes,441,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Keys of labels to remove (an absent key is no error). A key both here and in `labels` is
+	// INVALID_ARGUMENT.
+	RemoveLabels  []string `protobuf:"bytes,442,rep,name=remove_labels,json=removeLabels,proto3" json:"remove_labels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMetadata) Reset() {
+	*x = SetMetadata{}
+	mi := &file_contextd_v1_state_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMetadata) ProtoMessage() {}
+
+func (x *SetMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_state_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMetadata.ProtoReflect.Descriptor instead.
+func (*SetMetadata) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SetMetadata) GetTitle() string {
+	if x != nil && x.Title != nil {
+		return *x.Title
+	}
+	return ""
+}
+
+func (x *SetMetadata) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SetMetadata) GetRemoveLabels() []string {
+	if x != nil {
+		return x.RemoveLabels
+	}
+	return nil
+}
+
 // Replace the conversation's tool definitions.
 type SetToolDefinitions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1810,7 +1919,7 @@ type SetToolDefinitions struct {
 
 func (x *SetToolDefinitions) Reset() {
 	*x = SetToolDefinitions{}
-	mi := &file_contextd_v1_state_proto_msgTypes[22]
+	mi := &file_contextd_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1931,7 @@ func (x *SetToolDefinitions) String() string {
 func (*SetToolDefinitions) ProtoMessage() {}
 
 func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[22]
+	mi := &file_contextd_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1944,7 @@ func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetToolDefinitions.ProtoReflect.Descriptor instead.
 func (*SetToolDefinitions) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetToolDefinitions) GetToolDefinitions() []*ToolDefinition {
@@ -1861,7 +1970,7 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"parameters\x18\x03 \x01(\tR\n" +
 	"parameters\x12%\n" +
 	"\x0ebest_practices\x18( \x03(\tR\rbestPractices\x12)\n" +
-	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\xfc\x03\n" +
+	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\x93\x05\n" +
 	"\x11ConversationState\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12,\n" +
@@ -1873,8 +1982,12 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\vexperiences\x18\b \x03(\v2\x17.contextd.v1.ExperienceR\vexperiences\x12F\n" +
 	"\x10tool_definitions\x18\t \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x124\n" +
 	"\x16last_experience_number\x18\n" +
-	" \x01(\x03R\x14lastExperienceNumber\"\xe3\n" +
-	"\n" +
+	" \x01(\x03R\x14lastExperienceNumber\x12\x15\n" +
+	"\x05title\x18\xb8\x03 \x01(\tR\x05title\x12C\n" +
+	"\x06labels\x18\xb9\x03 \x03(\v2*.contextd.v1.ConversationState.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\v\n" +
 	"\x05Delta\x12F\n" +
 	"\x0fappend_messages\x18\x01 \x01(\v2\x1b.contextd.v1.AppendMessagesH\x00R\x0eappendMessages\x12F\n" +
 	"\x0freplace_segment\x18\x02 \x01(\v2\x1b.contextd.v1.ReplaceSegmentH\x00R\x0ereplaceSegment\x12F\n" +
@@ -1897,7 +2010,8 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\x06forget\x18\x10 \x01(\v2\x13.contextd.v1.ForgetH\x00R\x06forget\x12_\n" +
 	"\x18append_provider_response\x18\x11 \x01(\v2#.contextd.v1.AppendProviderResponseH\x00R\x16appendProviderResponse\x12S\n" +
 	"\x14set_tool_definitions\x18\x12 \x01(\v2\x1f.contextd.v1.SetToolDefinitionsH\x00R\x12setToolDefinitions\x12Y\n" +
-	"\x16append_provider_stream\x18< \x01(\v2!.contextd.v1.AppendProviderStreamH\x00R\x14appendProviderStreamB\v\n" +
+	"\x16append_provider_stream\x18< \x01(\v2!.contextd.v1.AppendProviderStreamH\x00R\x14appendProviderStream\x12>\n" +
+	"\fset_metadata\x18\xb8\x03 \x01(\v2\x18.contextd.v1.SetMetadataH\x00R\vsetMetadataB\v\n" +
 	"\toperation\"r\n" +
 	"\x0eAppendMessages\x12.\n" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x120\n" +
@@ -1959,7 +2073,15 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x16\n" +
 	"\x06events\x18\x02 \x03(\fR\x06events\x12 \n" +
 	"\vinterrupted\x18\x03 \x01(\bR\vinterrupted\x12!\n" +
-	"\fabort_reason\x18\x04 \x01(\tR\vabortReason\"\\\n" +
+	"\fabort_reason\x18\x04 \x01(\tR\vabortReason\"\xd3\x01\n" +
+	"\vSetMetadata\x12\x1a\n" +
+	"\x05title\x18\xb8\x03 \x01(\tH\x00R\x05title\x88\x01\x01\x12=\n" +
+	"\x06labels\x18\xb9\x03 \x03(\v2$.contextd.v1.SetMetadata.LabelsEntryR\x06labels\x12$\n" +
+	"\rremove_labels\x18\xba\x03 \x03(\tR\fremoveLabels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06_title\"\\\n" +
 	"\x12SetToolDefinitions\x12F\n" +
 	"\x10tool_definitions\x18\x01 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions*r\n" +
 	"\aSegment\x12\x17\n" +
@@ -1984,7 +2106,7 @@ func file_contextd_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_contextd_v1_state_proto_goTypes = []any{
 	(Segment)(0),                   // 0: contextd.v1.Segment
 	(*Experience)(nil),             // 1: contextd.v1.Experience
@@ -2009,65 +2131,71 @@ var file_contextd_v1_state_proto_goTypes = []any{
 	(*Forget)(nil),                 // 20: contextd.v1.Forget
 	(*AppendProviderResponse)(nil), // 21: contextd.v1.AppendProviderResponse
 	(*AppendProviderStream)(nil),   // 22: contextd.v1.AppendProviderStream
-	(*SetToolDefinitions)(nil),     // 23: contextd.v1.SetToolDefinitions
-	(*Message)(nil),                // 24: contextd.v1.Message
-	(*Artifact)(nil),               // 25: contextd.v1.Artifact
-	(*ToolCallPart)(nil),           // 26: contextd.v1.ToolCallPart
-	(*ReasoningPart)(nil),          // 27: contextd.v1.ReasoningPart
-	(*ToolPayload)(nil),            // 28: contextd.v1.ToolPayload
-	(*Part)(nil),                   // 29: contextd.v1.Part
-	(Provider)(0),                  // 30: contextd.v1.Provider
+	(*SetMetadata)(nil),            // 23: contextd.v1.SetMetadata
+	(*SetToolDefinitions)(nil),     // 24: contextd.v1.SetToolDefinitions
+	nil,                            // 25: contextd.v1.ConversationState.LabelsEntry
+	nil,                            // 26: contextd.v1.SetMetadata.LabelsEntry
+	(*Message)(nil),                // 27: contextd.v1.Message
+	(*Artifact)(nil),               // 28: contextd.v1.Artifact
+	(*ToolCallPart)(nil),           // 29: contextd.v1.ToolCallPart
+	(*ReasoningPart)(nil),          // 30: contextd.v1.ReasoningPart
+	(*ToolPayload)(nil),            // 31: contextd.v1.ToolPayload
+	(*Part)(nil),                   // 32: contextd.v1.Part
+	(Provider)(0),                  // 33: contextd.v1.Provider
 }
 var file_contextd_v1_state_proto_depIdxs = []int32{
-	24, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
-	24, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
-	24, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
-	24, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
-	25, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
+	27, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
+	27, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
+	27, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
+	27, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
+	28, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
 	1,  // 5: contextd.v1.ConversationState.experiences:type_name -> contextd.v1.Experience
 	2,  // 6: contextd.v1.ConversationState.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	5,  // 7: contextd.v1.Delta.append_messages:type_name -> contextd.v1.AppendMessages
-	6,  // 8: contextd.v1.Delta.replace_segment:type_name -> contextd.v1.ReplaceSegment
-	7,  // 9: contextd.v1.Delta.remove_messages:type_name -> contextd.v1.RemoveMessages
-	8,  // 10: contextd.v1.Delta.clear_segment:type_name -> contextd.v1.ClearSegment
-	9,  // 11: contextd.v1.Delta.clear_state:type_name -> contextd.v1.ClearState
-	10, // 12: contextd.v1.Delta.upsert_artifact:type_name -> contextd.v1.UpsertArtifact
-	11, // 13: contextd.v1.Delta.remove_artifacts:type_name -> contextd.v1.RemoveArtifacts
-	12, // 14: contextd.v1.Delta.append_tool_round:type_name -> contextd.v1.AppendToolRound
-	13, // 15: contextd.v1.Delta.append_assistant:type_name -> contextd.v1.AppendAssistant
-	14, // 16: contextd.v1.Delta.append_tool_result:type_name -> contextd.v1.AppendToolResult
-	15, // 17: contextd.v1.Delta.append_user:type_name -> contextd.v1.AppendUser
-	16, // 18: contextd.v1.Delta.truncate_assistant:type_name -> contextd.v1.TruncateAssistant
-	17, // 19: contextd.v1.Delta.cancel_tool_calls:type_name -> contextd.v1.CancelToolCalls
-	18, // 20: contextd.v1.Delta.compact:type_name -> contextd.v1.Compact
-	19, // 21: contextd.v1.Delta.remember:type_name -> contextd.v1.Remember
-	20, // 22: contextd.v1.Delta.forget:type_name -> contextd.v1.Forget
-	21, // 23: contextd.v1.Delta.append_provider_response:type_name -> contextd.v1.AppendProviderResponse
-	23, // 24: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
-	22, // 25: contextd.v1.Delta.append_provider_stream:type_name -> contextd.v1.AppendProviderStream
-	0,  // 26: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
-	24, // 27: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
-	0,  // 28: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
-	24, // 29: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
-	0,  // 30: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
-	0,  // 31: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
-	25, // 32: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
-	24, // 33: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
-	24, // 34: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
-	26, // 35: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
-	27, // 36: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
-	28, // 37: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
-	29, // 38: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
-	24, // 39: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
-	24, // 40: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
-	30, // 41: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
-	30, // 42: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
-	2,  // 43: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	25, // 7: contextd.v1.ConversationState.labels:type_name -> contextd.v1.ConversationState.LabelsEntry
+	5,  // 8: contextd.v1.Delta.append_messages:type_name -> contextd.v1.AppendMessages
+	6,  // 9: contextd.v1.Delta.replace_segment:type_name -> contextd.v1.ReplaceSegment
+	7,  // 10: contextd.v1.Delta.remove_messages:type_name -> contextd.v1.RemoveMessages
+	8,  // 11: contextd.v1.Delta.clear_segment:type_name -> contextd.v1.ClearSegment
+	9,  // 12: contextd.v1.Delta.clear_state:type_name -> contextd.v1.ClearState
+	10, // 13: contextd.v1.Delta.upsert_artifact:type_name -> contextd.v1.UpsertArtifact
+	11, // 14: contextd.v1.Delta.remove_artifacts:type_name -> contextd.v1.RemoveArtifacts
+	12, // 15: contextd.v1.Delta.append_tool_round:type_name -> contextd.v1.AppendToolRound
+	13, // 16: contextd.v1.Delta.append_assistant:type_name -> contextd.v1.AppendAssistant
+	14, // 17: contextd.v1.Delta.append_tool_result:type_name -> contextd.v1.AppendToolResult
+	15, // 18: contextd.v1.Delta.append_user:type_name -> contextd.v1.AppendUser
+	16, // 19: contextd.v1.Delta.truncate_assistant:type_name -> contextd.v1.TruncateAssistant
+	17, // 20: contextd.v1.Delta.cancel_tool_calls:type_name -> contextd.v1.CancelToolCalls
+	18, // 21: contextd.v1.Delta.compact:type_name -> contextd.v1.Compact
+	19, // 22: contextd.v1.Delta.remember:type_name -> contextd.v1.Remember
+	20, // 23: contextd.v1.Delta.forget:type_name -> contextd.v1.Forget
+	21, // 24: contextd.v1.Delta.append_provider_response:type_name -> contextd.v1.AppendProviderResponse
+	24, // 25: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
+	22, // 26: contextd.v1.Delta.append_provider_stream:type_name -> contextd.v1.AppendProviderStream
+	23, // 27: contextd.v1.Delta.set_metadata:type_name -> contextd.v1.SetMetadata
+	0,  // 28: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
+	27, // 29: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
+	0,  // 30: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
+	27, // 31: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
+	0,  // 32: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
+	0,  // 33: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
+	28, // 34: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
+	27, // 35: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
+	27, // 36: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
+	29, // 37: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
+	30, // 38: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
+	31, // 39: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
+	32, // 40: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
+	27, // 41: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
+	27, // 42: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
+	33, // 43: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
+	33, // 44: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
+	26, // 45: contextd.v1.SetMetadata.labels:type_name -> contextd.v1.SetMetadata.LabelsEntry
+	2,  // 46: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	47, // [47:47] is the sub-list for method output_type
+	47, // [47:47] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_state_proto_init() }
@@ -2097,14 +2225,16 @@ func file_contextd_v1_state_proto_init() {
 		(*Delta_AppendProviderResponse)(nil),
 		(*Delta_SetToolDefinitions)(nil),
 		(*Delta_AppendProviderStream)(nil),
+		(*Delta_SetMetadata)(nil),
 	}
+	file_contextd_v1_state_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_state_proto_rawDesc), len(file_contextd_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

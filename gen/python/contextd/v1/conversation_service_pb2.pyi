@@ -1,12 +1,22 @@
 from contextd.v1 import message_pb2 as _message_pb2
 from contextd.v1 import state_pb2 as _state_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ConversationOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONVERSATION_ORDER_UNSPECIFIED: _ClassVar[ConversationOrder]
+    CONVERSATION_ORDER_ID: _ClassVar[ConversationOrder]
+    CONVERSATION_ORDER_UPDATED_DESC: _ClassVar[ConversationOrder]
+CONVERSATION_ORDER_UNSPECIFIED: ConversationOrder
+CONVERSATION_ORDER_ID: ConversationOrder
+CONVERSATION_ORDER_UPDATED_DESC: ConversationOrder
 
 class GetStateRequest(_message.Message):
     __slots__ = ("conversation_id", "without_messages")
@@ -153,22 +163,50 @@ class Heartbeat(_message.Message):
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class ListConversationsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "prefix")
+    __slots__ = ("page_size", "page_token", "prefix", "labels", "updated_since_unix_ms", "order")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_SINCE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     prefix: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., prefix: _Optional[str] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    updated_since_unix_ms: int
+    order: ConversationOrder
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., prefix: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., updated_since_unix_ms: _Optional[int] = ..., order: _Optional[_Union[ConversationOrder, str]] = ...) -> None: ...
 
 class ConversationSummary(_message.Message):
-    __slots__ = ("conversation_id", "version")
+    __slots__ = ("conversation_id", "version", "created_at_unix_ms", "updated_at_unix_ms", "title", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    created_at_unix_ms: int
+    updated_at_unix_ms: int
+    title: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., updated_at_unix_ms: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListConversationsResponse(_message.Message):
     __slots__ = ("conversations", "next_page_token")

@@ -133,7 +133,8 @@ class ConversationServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListConversations(self, request, context):
-        """List conversations, paged, ordered by id.
+        """List conversations, paged, ordered by id (the default) or newest update first, optionally only
+        those with given labels or updated since a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -45,7 +45,14 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ..., best_practices: _Optional[_Iterable[str]] = ..., prompt_injection: _Optional[str] = ...) -> None: ...
 
 class ConversationState(_message.Message):
-    __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number")
+    __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number", "title", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +63,8 @@ class ConversationState(_message.Message):
     EXPERIENCES_FIELD_NUMBER: _ClassVar[int]
     TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
     LAST_EXPERIENCE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
     system: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -66,10 +75,12 @@ class ConversationState(_message.Message):
     experiences: _containers.RepeatedCompositeFieldContainer[Experience]
     tool_definitions: _containers.RepeatedCompositeFieldContainer[ToolDefinition]
     last_experience_number: int
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ...) -> None: ...
+    title: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions", "append_provider_stream")
+    __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions", "append_provider_stream", "set_metadata")
     APPEND_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     REPLACE_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     REMOVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +100,7 @@ class Delta(_message.Message):
     APPEND_PROVIDER_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     SET_TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
     APPEND_PROVIDER_STREAM_FIELD_NUMBER: _ClassVar[int]
+    SET_METADATA_FIELD_NUMBER: _ClassVar[int]
     append_messages: AppendMessages
     replace_segment: ReplaceSegment
     remove_messages: RemoveMessages
@@ -108,7 +120,8 @@ class Delta(_message.Message):
     append_provider_response: AppendProviderResponse
     set_tool_definitions: SetToolDefinitions
     append_provider_stream: AppendProviderStream
-    def __init__(self, append_messages: _Optional[_Union[AppendMessages, _Mapping]] = ..., replace_segment: _Optional[_Union[ReplaceSegment, _Mapping]] = ..., remove_messages: _Optional[_Union[RemoveMessages, _Mapping]] = ..., clear_segment: _Optional[_Union[ClearSegment, _Mapping]] = ..., clear_state: _Optional[_Union[ClearState, _Mapping]] = ..., upsert_artifact: _Optional[_Union[UpsertArtifact, _Mapping]] = ..., remove_artifacts: _Optional[_Union[RemoveArtifacts, _Mapping]] = ..., append_tool_round: _Optional[_Union[AppendToolRound, _Mapping]] = ..., append_assistant: _Optional[_Union[AppendAssistant, _Mapping]] = ..., append_tool_result: _Optional[_Union[AppendToolResult, _Mapping]] = ..., append_user: _Optional[_Union[AppendUser, _Mapping]] = ..., truncate_assistant: _Optional[_Union[TruncateAssistant, _Mapping]] = ..., cancel_tool_calls: _Optional[_Union[CancelToolCalls, _Mapping]] = ..., compact: _Optional[_Union[Compact, _Mapping]] = ..., remember: _Optional[_Union[Remember, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., append_provider_response: _Optional[_Union[AppendProviderResponse, _Mapping]] = ..., set_tool_definitions: _Optional[_Union[SetToolDefinitions, _Mapping]] = ..., append_provider_stream: _Optional[_Union[AppendProviderStream, _Mapping]] = ...) -> None: ...
+    set_metadata: SetMetadata
+    def __init__(self, append_messages: _Optional[_Union[AppendMessages, _Mapping]] = ..., replace_segment: _Optional[_Union[ReplaceSegment, _Mapping]] = ..., remove_messages: _Optional[_Union[RemoveMessages, _Mapping]] = ..., clear_segment: _Optional[_Union[ClearSegment, _Mapping]] = ..., clear_state: _Optional[_Union[ClearState, _Mapping]] = ..., upsert_artifact: _Optional[_Union[UpsertArtifact, _Mapping]] = ..., remove_artifacts: _Optional[_Union[RemoveArtifacts, _Mapping]] = ..., append_tool_round: _Optional[_Union[AppendToolRound, _Mapping]] = ..., append_assistant: _Optional[_Union[AppendAssistant, _Mapping]] = ..., append_tool_result: _Optional[_Union[AppendToolResult, _Mapping]] = ..., append_user: _Optional[_Union[AppendUser, _Mapping]] = ..., truncate_assistant: _Optional[_Union[TruncateAssistant, _Mapping]] = ..., cancel_tool_calls: _Optional[_Union[CancelToolCalls, _Mapping]] = ..., compact: _Optional[_Union[Compact, _Mapping]] = ..., remember: _Optional[_Union[Remember, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., append_provider_response: _Optional[_Union[AppendProviderResponse, _Mapping]] = ..., set_tool_definitions: _Optional[_Union[SetToolDefinitions, _Mapping]] = ..., append_provider_stream: _Optional[_Union[AppendProviderStream, _Mapping]] = ..., set_metadata: _Optional[_Union[SetMetadata, _Mapping]] = ...) -> None: ...
 
 class AppendMessages(_message.Message):
     __slots__ = ("segment", "messages")
@@ -255,6 +268,23 @@ class AppendProviderStream(_message.Message):
     interrupted: bool
     abort_reason: str
     def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., events: _Optional[_Iterable[bytes]] = ..., interrupted: bool = ..., abort_reason: _Optional[str] = ...) -> None: ...
+
+class SetMetadata(_message.Message):
+    __slots__ = ("title", "labels", "remove_labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_LABELS_FIELD_NUMBER: _ClassVar[int]
+    title: str
+    labels: _containers.ScalarMap[str, str]
+    remove_labels: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., remove_labels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SetToolDefinitions(_message.Message):
     __slots__ = ("tool_definitions",)

@@ -2,8 +2,8 @@
 // @generated from file contextd/v1/conversation_service.proto (package contextd.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message as Message$1 } from "./message_pb.js";
 import { file_contextd_v1_message } from "./message_pb.js";
 import type { ConversationState, Delta, Segment } from "./state_pb.js";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMiUQoYTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnByZWZpeBgDIAEoCSI/ChNDb252ZXJzYXRpb25TdW1tYXJ5EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMytwQKE0NvbnZlcnNhdGlvblNlcnZpY2USRwoIR2V0U3RhdGUSHC5jb250ZXh0ZC52MS5HZXRTdGF0ZVJlcXVlc3QaHS5jb250ZXh0ZC52MS5HZXRTdGF0ZVJlc3BvbnNlElMKDFJlYWRNZXNzYWdlcxIgLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1JlcXVlc3QaIS5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXNwb25zZRJBCgZDb21taXQSGi5jb250ZXh0ZC52MS5Db21taXRSZXF1ZXN0GhsuY29udGV4dGQudjEuQ29tbWl0UmVzcG9uc2USPgoFQ2xlYXISGS5jb250ZXh0ZC52MS5DbGVhclJlcXVlc3QaGi5jb250ZXh0ZC52MS5DbGVhclJlc3BvbnNlEkAKBVdhdGNoEhkuY29udGV4dGQudjEuV2F0Y2hSZXF1ZXN0GhouY29udGV4dGQudjEuV2F0Y2hSZXNwb25zZTABEmIKEUxpc3RDb252ZXJzYXRpb25zEiUuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0GiYuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRJZCg5SZWFkVG9vbFJlc3VsdBIiLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBojLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMilAIKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkSQgoGbGFiZWxzGLgDIAMoCzIxLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdC5MYWJlbHNFbnRyeRIeChV1cGRhdGVkX3NpbmNlX3VuaXhfbXMYuQMgASgDEi4KBW9yZGVyGLoDIAEoDjIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvbk9yZGVyGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9wEKE0NvbnZlcnNhdGlvblN1bW1hcnkSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSGwoSY3JlYXRlZF9hdF91bml4X21zGLgDIAEoAxIbChJ1cGRhdGVkX2F0X3VuaXhfbXMYuQMgASgDEg4KBXRpdGxlGLoDIAEoCRI9CgZsYWJlbHMYuwMgAygLMiwuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeS5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMqdwoRQ29udmVyc2F0aW9uT3JkZXISIgoeQ09OVkVSU0FUSU9OX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVQ09OVkVSU0FUSU9OX09SREVSX0lEEAESIwofQ09OVkVSU0FUSU9OX09SREVSX1VQREFURURfREVTQxACMrcEChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJTCgxSZWFkTWVzc2FnZXMSIC5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXF1ZXN0GiEuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USWQoOUmVhZFRvb2xSZXN1bHQSIi5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIy5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlc3BvbnNlQrgBCg9jb20uY29udGV4dGQudjFCGENvbnZlcnNhdGlvblNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_message, file_contextd_v1_state]);
 
 /**
  * The request of `GetState`.
@@ -572,6 +572,20 @@ export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
 /**
  * The request of `ListConversations`.
  *
+ * What one request costs is bounded: it examines at most 1,000 + `page_size` stored conversations
+ * after the page token, in the listing's order, and answers those of them that match. So a page
+ * may hold fewer than `page_size` conversations — even none — while `next_page_token` is set:
+ * read on until it is empty.
+ *
+ * What a page token guarantees: it is the position of the last conversation the page examined
+ * (its id, and in `CONVERSATION_ORDER_UPDATED_DESC` its update time), and the next page starts
+ * strictly after it, so pages never repeat a conversation that stayed where it was. By id, every
+ * conversation that existed before the first page and matches is listed exactly once, whatever
+ * is written meanwhile. By update, a conversation committed to while the pages are read moves
+ * ahead of the position already read and is not listed again in this pass (nor, if the pass had
+ * not reached it yet, at all): ask again with `updated_since_unix_ms` = the time the pass began
+ * to pick those up. A token belongs to its order: another order's token is INVALID_ARGUMENT.
+ *
  * @generated from message contextd.v1.ListConversationsRequest
  */
 export type ListConversationsRequest = Message<"contextd.v1.ListConversationsRequest"> & {
@@ -598,6 +612,32 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
    * @generated from field: string prefix = 3;
    */
   prefix: string;
+
+  /**
+   * Only conversations that have every one of these labels with exactly this value
+   * (`ConversationState.labels`). At most 32 entries, keys of 1 to 64 UTF-8 bytes, values of at
+   * most 256 (INVALID_ARGUMENT naming the limit).
+   *
+   * @generated from field: map<string, string> labels = 440;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * Only conversations whose latest commit is at or after this time (Unix milliseconds); 0 = any.
+   * Conversations last written before the sidecar kept update times have update time 0 and are
+   * left out by any non-zero value. By update, such conversations come last on Postgres; on Redis
+   * they are in the update order only from their next commit on (listed by id meanwhile).
+   *
+   * @generated from field: int64 updated_since_unix_ms = 441;
+   */
+  updatedSinceUnixMs: bigint;
+
+  /**
+   * The order; unspecified = by id.
+   *
+   * @generated from field: contextd.v1.ConversationOrder order = 442;
+   */
+  order: ConversationOrder;
 };
 
 /**
@@ -626,6 +666,36 @@ export type ConversationSummary = Message<"contextd.v1.ConversationSummary"> & {
    * @generated from field: int64 version = 2;
    */
   version: bigint;
+
+  /**
+   * When its first commit was made (Unix milliseconds, the committing sidecar's clock); 0 =
+   * unknown: written before the sidecar kept creation times.
+   *
+   * @generated from field: int64 created_at_unix_ms = 440;
+   */
+  createdAtUnixMs: bigint;
+
+  /**
+   * When its latest commit (or `Clear`) was made: the `Change.committed_at_unix_ms` of its current
+   * version; 0 = unknown, as for `created_at_unix_ms`.
+   *
+   * @generated from field: int64 updated_at_unix_ms = 441;
+   */
+  updatedAtUnixMs: bigint;
+
+  /**
+   * Its title (`ConversationState.title`).
+   *
+   * @generated from field: string title = 442;
+   */
+  title: string;
+
+  /**
+   * Its labels (`ConversationState.labels`).
+   *
+   * @generated from field: map<string, string> labels = 443;
+   */
+  labels: { [key: string]: string };
 };
 
 /**
@@ -649,7 +719,8 @@ export type ListConversationsResponse = Message<"contextd.v1.ListConversationsRe
   conversations: ConversationSummary[];
 
   /**
-   * Pass to get the next page; empty = done.
+   * Pass to get the next page; empty = done. May be set on a page shorter than `page_size` (see
+   * `ListConversationsRequest`).
    *
    * @generated from field: string next_page_token = 2;
    */
@@ -766,6 +837,40 @@ export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = 
   messageDesc(file_contextd_v1_conversation_service, 17);
 
 /**
+ * The order of a listing.
+ *
+ * @generated from enum contextd.v1.ConversationOrder
+ */
+export enum ConversationOrder {
+  /**
+   * By id (bytewise on the id's UTF-8), as `CONVERSATION_ORDER_ID`.
+   *
+   * @generated from enum value: CONVERSATION_ORDER_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * By id (bytewise on the id's UTF-8).
+   *
+   * @generated from enum value: CONVERSATION_ORDER_ID = 1;
+   */
+  ID = 1,
+
+  /**
+   * Newest update first (`ConversationSummary.updated_at_unix_ms` descending), ties by id.
+   *
+   * @generated from enum value: CONVERSATION_ORDER_UPDATED_DESC = 2;
+   */
+  UPDATED_DESC = 2,
+}
+
+/**
+ * Describes the enum contextd.v1.ConversationOrder.
+ */
+export const ConversationOrderSchema: GenEnum<ConversationOrder> = /*@__PURE__*/
+  enumDesc(file_contextd_v1_conversation_service, 0);
+
+/**
  * Stores conversations with optimistic concurrency.
  *
  * Every id, key and name a request carries has a length limit in UTF-8 bytes (docs/limits.md,
@@ -837,7 +942,8 @@ export const ConversationService: GenService<{
     output: typeof WatchResponseSchema;
   },
   /**
-   * List conversations, paged, ordered by id.
+   * List conversations, paged, ordered by id (the default) or newest update first, optionally only
+   * those with given labels or updated since a time.
    *
    * @generated from rpc contextd.v1.ConversationService.ListConversations
    */

@@ -77,7 +77,8 @@ type ConversationServiceClient interface {
 	// Stream committed changes in version order, starting after `from_version`, then live changes,
 	// with heartbeats while idle. Ends with UNAVAILABLE when the server shuts down.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
-	// List conversations, paged, ordered by id.
+	// List conversations, paged, ordered by id (the default) or newest update first, optionally only
+	// those with given labels or updated since a time.
 	ListConversations(context.Context, *connect.Request[v1.ListConversationsRequest]) (*connect.Response[v1.ListConversationsResponse], error)
 	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
@@ -208,7 +209,8 @@ type ConversationServiceHandler interface {
 	// Stream committed changes in version order, starting after `from_version`, then live changes,
 	// with heartbeats while idle. Ends with UNAVAILABLE when the server shuts down.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
-	// List conversations, paged, ordered by id.
+	// List conversations, paged, ordered by id (the default) or newest update first, optionally only
+	// those with given labels or updated since a time.
 	ListConversations(context.Context, *connect.Request[v1.ListConversationsRequest]) (*connect.Response[v1.ListConversationsResponse], error)
 	// Read a stored tool result, whole or a slice: what the `read_tool_result` tool asks for when a
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the

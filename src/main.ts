@@ -83,6 +83,7 @@ async function serve(config: Config, logger: Logger): Promise<void> {
     { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...redisTlsCa(config) },
     config.postgresUrl,
     config.strictToolRounds,
+    config.decodedStateBytes,
   );
   const worker = isWorkerProcess();
   const server = await startServer({ ...config, store, codec, logger, tracing, ...(worker ? { gatherMetrics: shareWorkerMetrics, shareTelemetry: (telemetry) => shareWorkerTelemetry(telemetry, { batchEvents: config.telemetryQueue, batchBytes: config.telemetryQueueBytes }) } : {}) }).catch(fail);

@@ -11,7 +11,7 @@ import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { ContendedCopies } from "./contended-copies.js";
-import { DecodedStateCache } from "./decoded-state-cache.js";
+import { DecodedStateCache, defaultDecodedStateBytes, defaultDecodedStates } from "./decoded-state-cache.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { changesChannel, migratePostgres } from "./postgres-schema.js";
@@ -30,8 +30,8 @@ export interface PostgresStoreOptions {
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
-  /** Bound on the encoded size of the states kept (decoded they take several times as much). */
-  cacheEncodedBytes?: number;
+  /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
+  cacheBytes?: number;
   /** How often a Watch reads its changes again without a notification (covers notifications missed while the listener reconnects). */
   watchPollMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -51,9 +51,6 @@ export interface PostgresStoreOptions {
  */
 const connectTimeoutMs = 2_000;
 const statementTimeoutMs = 30_000;
-
-/** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
-const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 
 /** Rows of changes one Watch query reads at most. */
 const watchPageRows = 500;
@@ -193,7 +190,7 @@ export class PostgresConversationStore implements ConversationStore {
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
-    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, this.lineage);
+    this.cache = new DecodedStateCache(options.cacheSize ?? defaultDecodedStates, options.cacheBytes ?? defaultDecodedStateBytes, this.lineage);
     this.watchPollMs = options.watchPollMs ?? 1_000;
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;

@@ -15,7 +15,7 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { clearStateDeltas, deltasFingerprint, emptyConversationState, indexedLookups, planCommit, presetMessageIds } from "./commit-plan.js";
 import { ContendedCopies } from "./contended-copies.js";
-import { DecodedStateCache } from "./decoded-state-cache.js";
+import { DecodedStateCache, defaultDecodedStateBytes, defaultDecodedStates } from "./decoded-state-cache.js";
 import type { CommitOutcome, ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -39,8 +39,8 @@ export interface RedisStoreOptions {
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
-  /** Bound on the encoded size of the states kept (decoded they take several times as much). */
-  cacheEncodedBytes?: number;
+  /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
+  cacheBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -120,9 +120,6 @@ export const redisClusterOptions: ClusterOptions = {
 
 /** How many of the commit script's arguments are keys. */
 const commitScriptKeys = 8;
-
-/** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
-const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 
 /** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
 const indexedConversationsLimit = 100_000;
@@ -231,7 +228,7 @@ export class RedisConversationStore implements ConversationStore {
     if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
-    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, this.lineage);
+    this.cache = new DecodedStateCache(options.cacheSize ?? defaultDecodedStates, options.cacheBytes ?? defaultDecodedStateBytes, this.lineage);
     this.watchBlockMs = options.watchBlockMs ?? 1_000;
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
     this.now = options.now ?? Date.now;

@@ -5,6 +5,7 @@ import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
 import { stringLimits } from "../../core/model/string-limits.js";
+import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
 
 /** One accepted bearer token; `tenant` empty = the token sees every conversation. */
@@ -145,6 +146,12 @@ export interface Config {
   maxStreamsPerTenant: number;
   /** Bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped. */
   traceQueueBytes: number;
+  /**
+   * Approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep
+   * between calls (DecodedStateCache); the least recently used go past it. The newest state is
+   * kept even when it alone is larger.
+   */
+  decodedStateBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -198,6 +205,7 @@ export const defaultConfig: Config = {
   telemetryBytes: 32 * 1024 * 1024,
   maxStreamsPerTenant: 0,
   traceQueueBytes: 16 * 1024 * 1024,
+  decodedStateBytes: defaultDecodedStateBytes,
 };
 
 /**
@@ -254,6 +262,7 @@ export const flags = {
   "headers-timeout-ms": "close a connection whose request headers have not all arrived this long after it opened (HTTP/1.1: after the previous request)",
   "max-connections": "most open connections; one more closes the longest idle, or is closed when none is idle; 0 = the open-file limit less 128",
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
+  "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -401,6 +410,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     telemetryBytes: integer("telemetry-bytes", defaultConfig.telemetryBytes, 1024),
     maxStreamsPerTenant: integer("max-streams-per-tenant", defaultConfig.maxStreamsPerTenant, 0, 0xffffffff),
     traceQueueBytes: integer("trace-queue-bytes", defaultConfig.traceQueueBytes, 64 * 1024),
+    decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
   };
 }
 

@@ -5,7 +5,7 @@ import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { watchWithHeartbeats, type WatchDependencies } from "../../application/conversation-watch.js";
 import { MessageWindows } from "../../application/message-windows.js";
 import { assertStateFits } from "../../application/state-size.js";
-import { ToolResultTexts } from "../../application/tool-result-texts.js";
+import { defaultToolResultTextBytes, ToolResultTexts } from "../../application/tool-result-texts.js";
 import { Codec } from "../../codec/codec.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { tenantKey } from "../policy/call-context.js";
@@ -23,8 +23,6 @@ const defaultMaxResponseBytes = 16 * 1024 * 1024;
 /** ReadToolResult slice size when the request leaves it 0, and the largest allowed. */
 const defaultReadBytes = 65_536;
 const maxReadBytes = 1_048_576;
-/** Encoded tool-result texts kept for the reads that follow (see `ToolResultTexts`). */
-const toolResultTextBytes = 32 * 1024 * 1024;
 
 /** ListConversations page size when the request leaves it 0, and the largest honoured. */
 const defaultPageSize = 100;
@@ -33,7 +31,7 @@ const maxPageSize = 1000;
 /** ConversationService: stored state, versioned commits and the change stream. */
 export function conversationService(dependencies: ConversationServiceDependencies): ServiceImpl<typeof ConversationService> {
   const { store } = dependencies;
-  const toolResultTexts = new ToolResultTexts(toolResultTextBytes);
+  const toolResultTexts = new ToolResultTexts(defaultToolResultTextBytes);
   const codec = dependencies.codec ?? new Codec();
   const maxResponseBytes = dependencies.maxResponseBytes ?? defaultMaxResponseBytes;
   const messageBytes = (message: Message) => codec.encodeStoredMessage(message).byteLength;

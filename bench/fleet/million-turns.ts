@@ -7,7 +7,8 @@
 // conversations themselves are data, not cache: their stored size is printed beside it.
 // A turn is agent-turns.ts's: Commit of one ~250-byte user message, then the stateful Compile.
 // Env: CONTEXTD_FLEET_MILLION_TURNS (1000000), CONTEXTD_FLEET_MILLION_CONVERSATIONS (1000),
-// CONTEXTD_FLEET_MILLION_SEEDED (1000 messages each),
+// CONTEXTD_FLEET_MILLION_SEEDED (1000 messages each), CONTEXTD_FLEET_MILLION_AGENTS (8; a turn
+// answered UNAVAILABLE, as a store timeout on a loaded machine is, is sent again, as clients do, and counted),
 // CONTEXTD_FLEET_MILLION_STORES (memory,redis), CONTEXTD_FLEET_HEAP_SNAPSHOT (a path prefix:
 // a heap snapshot per store at the end), CONTEXTD_FLEET_SIDECAR_MAIN (another build's
 // dist/src/main.js, for a before/after: it must know the flags it is given, none here).
@@ -18,7 +19,7 @@ import { turnMemoryBounds } from "../../src/server/operations/memory-bounds.js";
 import { decodedMessageOverheadBytes } from "../../src/store/decoded-state-cache.js";
 import { startBuiltSidecar } from "../bench-processes.js";
 import { MinimalGrpcClient } from "../minimal-grpc-client.js";
-import { agentTurn, loadAverage, mb, ms, percentile, seedConversation } from "./agent-turns.js";
+import { agentTurn, type TurnTime, loadAverage, mb, ms, percentile, seedConversation } from "./agent-turns.js";
 import { seedCopies } from "./many-conversations.js";
 
 const totalTurns = Number(process.env.CONTEXTD_FLEET_MILLION_TURNS ?? 1_000_000);
@@ -28,8 +29,22 @@ const stores = (process.env.CONTEXTD_FLEET_MILLION_STORES ?? "memory,redis").spl
 const snapshotPrefix = process.env.CONTEXTD_FLEET_HEAP_SNAPSHOT ?? "";
 const sidecarMain = process.env.CONTEXTD_FLEET_SIDECAR_MAIN;
 /** Agents turning at once (each its own share of the conversations), over a few HTTP/2 connections. */
-const agents = 8;
+const agents = Number(process.env.CONTEXTD_FLEET_MILLION_AGENTS ?? 8);
 const connections = 4;
+
+let unavailable = 0;
+/** One agent turn, sent again (up to 5 times) when answered UNAVAILABLE. */
+async function turnRetryingUnavailable(client: MinimalGrpcClient, conversationId: string, turn: number): Promise<TurnTime> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await agentTurn(client, conversationId, turn * 8 + attempt);
+    } catch (error) {
+      if (attempt >= 5 || !String((error as Error).message).includes("grpc-status 14")) throw error;
+      unavailable++;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
 
 /** Where the figures are read: turns done. */
 function checkpoints(total: number): number[] {
@@ -72,7 +87,7 @@ async function turnStore(store: string): Promise<void> {
           const client = clients[agent % connections]!;
           for (let turn = 0; turn < share; turn++) {
             const pick = Math.floor(random() * Math.ceil(conversations / agents)) * agents + agent;
-            const measured = await agentTurn(client, ids[Math.min(pick, conversations - 1)]!, done + agent * share + turn);
+            const measured = await turnRetryingUnavailable(client, ids[Math.min(pick, conversations - 1)]!, done + agent * share + turn);
             if (times.length < 100_000 || turn % 10 === 0) times.push(measured.total);
           }
           storedBytes += share * messageBytes;
@@ -81,7 +96,7 @@ async function turnStore(store: string): Promise<void> {
       done = until;
       const live = await inspector.liveMemory();
       console.log(
-        `  ${store}: ${done.toLocaleString("en-US")} turns (${((Date.now() - started) / 1000).toFixed(0)} s, turn p50 ${ms(percentile(times, 50))}): RSS ${mb(sidecar.rssBytes())}; after a full GC heap in use ${mb(live.heapUsed)}, external ${mb(live.external)}, RSS ${mb(live.rss)}` +
+        `  ${store}: ${done.toLocaleString("en-US")} turns (${((Date.now() - started) / 1000).toFixed(0)} s, turn p50 ${ms(percentile(times, 50))}, ${unavailable} UNAVAILABLE sent again): RSS ${mb(sidecar.rssBytes())}; after a full GC heap in use ${mb(live.heapUsed)}, external ${mb(live.external)}, RSS ${mb(live.rss)}` +
           ` — beside the caches' bounds ${mb(boundSum)}${store === "memory" ? ` + the stored conversations (~${mb(storedBytes)} decoded)` : ""}`,
       );
       times.length = 0;

@@ -13,7 +13,7 @@ import { appendHistory, textMessage } from "../../store/fixtures.js";
 
 // Issue 30: "RSS bounded by the flags". A sidecar on Redis turning more long conversations than its
 // caches hold keeps, after a full collection, no more heap than it had at start plus the caches'
-// byte bounds its flags give (turnMemoryBounds) and a fixed allowance for its own small structures.
+// byte bounds its flags give (turnMemoryBounds) and a fixed allowance (16 MB) for its own small structures.
 // Before, the history facts held every recently compiled conversation's whole decoded history
 // (10,000 conversations, counted at 8 bytes a message) and the decoded states were bounded by their
 // encodings (a third of their heap): here 60 conversations of 1,000 messages weigh ~55 MB decoded,
@@ -29,7 +29,7 @@ const flags = [
   "--cache-impact-bytes", String(1 << 20),
 ];
 /** What a sidecar holds besides its caches after turning: lineage and layout records, connection state, per-conversation index entries. */
-const ownStructuresBytes = 12 << 20;
+const ownStructuresBytes = 16 << 20;
 const conversations = 60;
 const messagesEach = 1_000;
 

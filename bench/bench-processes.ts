@@ -5,6 +5,7 @@ import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { HeapInspector, inspectorAddress, inspectorNodeArg } from "../test/support/heap-inspector.js";
 
 export interface BuiltSidecar {
   url: string;
@@ -14,17 +15,23 @@ export interface BuiltSidecar {
   rssBytes(): number;
   /** Its processes: the one process, or with --workers the primary and then every worker it announced. */
   pids: number[];
+  /** Its V8 inspector (started with `{ inspect: true }` and test/support/heap-inspector.ts's node argument). */
+  inspector(): Promise<HeapInspector>;
   stop(): Promise<void>;
 }
 
 /**
  * The built sidecar, next to this file in dist/ (test/support/sidecar.ts resolves dist/ from the
  * source tree, which does not hold once compiled), with `args` after `--port 0`, and `nodeArgs`
- * (such as `--cpu-prof`) given to node itself; with --workers the workers inherit them.
+ * (such as `--cpu-prof`) given to node itself; with --workers the workers inherit them. `main`: another
+ * build's dist/src/main.js, to compare two builds with one bench.
  */
-export async function startBuiltSidecar(args: string[], nodeArgs: string[] = []): Promise<BuiltSidecar> {
-  const main = fileURLToPath(new URL("../src/main.js", import.meta.url));
-  const child = spawn(process.execPath, [...nodeArgs, main, "--port", "0", ...args], { stdio: ["ignore", "pipe", "inherit"] });
+export async function startBuiltSidecar(args: string[], nodeArgs: string[] = [], options: { inspect?: boolean; main?: string } = {}): Promise<BuiltSidecar> {
+  const main = options.main ?? fileURLToPath(new URL("../src/main.js", import.meta.url));
+  const child = spawn(process.execPath, [...nodeArgs, ...(options.inspect ? [inspectorNodeArg] : []), main, "--port", "0", ...args], { stdio: ["ignore", "pipe", options.inspect ? "pipe" : "inherit"] });
+  // The inspector's address comes on stderr; everything else there is passed on.
+  const address = options.inspect ? inspectorAddress(child.stderr!) : undefined;
+  if (options.inspect) child.stderr!.on("data", (chunk: Buffer) => process.stderr.write(chunk));
   let workers: number[] = [];
   const port = await new Promise<number>((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`sidecar exited with ${code}`)));
@@ -40,6 +47,10 @@ export async function startBuiltSidecar(args: string[], nodeArgs: string[] = [])
     url: `http://127.0.0.1:${port}`,
     pid: child.pid!,
     pids: [child.pid!, ...workers],
+    inspector: async () => {
+      if (!address) throw new Error("the sidecar was started without { inspect: true }");
+      return HeapInspector.connect(await address);
+    },
     rssBytes: () => Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))![1]) * 1024,
     stop: () => new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : (child.once("exit", () => resolve()), child.kill("SIGTERM")))),
   };

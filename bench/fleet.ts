@@ -5,7 +5,8 @@
 // (many-conversations), turn p50/p99 with 64 concurrent agents on memory, Redis and Postgres and the
 // turn after 1 s of idle beside the bare responder's (concurrent-agents), the Postgres Commit beside
 // a bare transaction (postgres-commit), and Redis Cluster commits through a master's kill with
-// --redis-wait-replicas (cluster-failover). Each section is also runnable alone
+// --redis-wait-replicas (cluster-failover), and the RSS and live heap after 1,000,000 turns of
+// many conversations beside the caches' byte bounds (million-turns). Each section is also runnable alone
 // (`node dist/bench/fleet-<section>.js`); CONTEXTD_FLEET_SECTIONS=round-robin,postgres-commit picks some.
 // Every section prints its target and whether this run met it; the figures are wall-clock on this
 // machine, so run it with the machine to itself.
@@ -13,6 +14,7 @@ import { run as clusterFailover } from "./fleet/cluster-failover.js";
 import { run as coldFirstTurn } from "./fleet/cold-first-turn.js";
 import { run as concurrentAgents } from "./fleet/concurrent-agents.js";
 import { run as manyConversations } from "./fleet/many-conversations.js";
+import { run as millionTurns } from "./fleet/million-turns.js";
 import { run as postgresCommit } from "./fleet/postgres-commit.js";
 import { run as roundRobin } from "./fleet/round-robin.js";
 
@@ -23,6 +25,7 @@ const sections: Record<string, () => Promise<void>> = {
   "concurrent-agents": concurrentAgents,
   "postgres-commit": postgresCommit,
   "cluster-failover": clusterFailover,
+  "million-turns": millionTurns,
 };
 const chosen = (process.env.CONTEXTD_FLEET_SECTIONS ?? Object.keys(sections).join(",")).split(",").map((name) => name.trim());
 for (const name of chosen) {

@@ -26,12 +26,13 @@ export class MinimalGrpcClient {
       const stream = this.session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
       const chunks: Buffer[] = [];
       let status: string | undefined;
-      stream.on("response", (headers) => (status = headers["grpc-status"] as string | undefined));
-      stream.on("trailers", (trailers) => (status = trailers["grpc-status"] as string | undefined));
+      let message: string | undefined;
+      stream.on("response", (headers) => ((status = headers["grpc-status"] as string | undefined), (message = headers["grpc-message"] as string | undefined)));
+      stream.on("trailers", (trailers) => ((status = trailers["grpc-status"] as string | undefined), (message = trailers["grpc-message"] as string | undefined)));
       stream.on("data", (chunk: Buffer) => chunks.push(chunk));
       stream.on("error", reject);
       stream.on("end", () => {
-        if (status !== "0") return reject(new Error(`${path}: grpc-status ${status}`));
+        if (status !== "0") return reject(new Error(`${path}: grpc-status ${status}${message ? ` ${decodeURIComponent(message)}` : ""}`));
         const body = Buffer.concat(chunks);
         resolve(body.subarray(5, 5 + body.readUInt32BE(1)));
       });

@@ -26,7 +26,7 @@ const messages = Number(process.env.CONTEXTD_FLEET_MESSAGES ?? 1_000);
 const turns = Number(process.env.CONTEXTD_FLEET_TURNS ?? 2_000);
 
 /** `conversations` copies of one conversation of `messages` messages, written by the store itself once. */
-async function seed(url: string, prefix: string): Promise<string[]> {
+export async function seedCopies(url: string, prefix: string, conversations: number, messages: number): Promise<string[]> {
   const codec = new Codec(defaultCodecLimits, await storedTokenEstimator("openai_chat:gpt-4o"));
   const store = new RedisConversationStore(url, { codec });
   const raw = new Redis(url);
@@ -62,7 +62,7 @@ export async function run(): Promise<void> {
   const redis = await startRedis();
   try {
     const started = Date.now();
-    const ids = await seed(redis.url, `many-${Date.now()}`);
+    const ids = await seedCopies(redis.url, `many-${Date.now()}`, conversations, messages);
     console.log(`  seeded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
     const sidecar = await startBuiltSidecar(["--redis-url", redis.url]);
     const client = new MinimalGrpcClient(new URL(sidecar.url).host);

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { WatchResponseSchema, type Change, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationStore } from "../store/conversation-store.js";
+import { raceAbort } from "./abort-race.js";
 
 /** What a watch needs from the server. */
 export interface WatchDependencies {
@@ -27,14 +28,14 @@ export async function* watchWithHeartbeats(
   const signal = AbortSignal.any([callSignal, shutdown, finished.signal]);
   const shuttingDown = () => new ConnectError("server is shutting down; resume the watch from the last version received", Code.Unavailable);
   if (shutdown.aborted) throw shuttingDown();
-  const stopped = new Promise<"stopped">((resolve) => signal.addEventListener("abort", () => resolve("stopped"), { once: true }));
   const changes = store.watch(conversationId, fromVersion, signal)[Symbol.asyncIterator]();
   let next = changes.next();
   try {
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
       const idle = new Promise<"idle">((resolve) => (timer = setTimeout(() => resolve("idle"), watchHeartbeatMs)));
-      const winner = await Promise.race([next, idle, stopped]).finally(() => clearTimeout(timer));
+      // The signal is raced per read (raceAbort): one promise for the whole watch kept every change sent alive.
+      const winner = await Promise.race([raceAbort(next, signal, () => "stopped" as const), idle]).finally(() => clearTimeout(timer));
       if (shutdown.aborted) throw shuttingDown();
       if (signal.aborted) return;
       if (winner === "idle") {

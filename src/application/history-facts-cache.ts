@@ -52,8 +52,14 @@ export class HistoryFactsCache {
     };
   }
 
-  /** Whether facts of `conversationId` are kept (a compile without them may plan from the stored tail instead). */
+  /**
+   * Whether facts of `conversationId` are kept whose history is still in memory (a compile without
+   * them may plan from the stored tail instead). Facts whose history the store let go of are
+   * forgotten here: they could only be rebuilt by walking the whole history the store reads again.
+   */
   has(conversationId: string): boolean {
+    const entry = this.entries.get(conversationId);
+    if (entry && entry.facts.history === undefined) this.take(conversationId);
     return this.entries.has(conversationId);
   }
 

@@ -14,6 +14,9 @@ import { toolPayloadText } from "../core/model/payload-text.js";
  * commit is a different object. Bounded by bytes, the least recently read forgotten first; a text
  * larger than the bound alone is encoded for its read and not kept.
  */
+/** What `ToolResultTexts` keeps in the server (no flag). */
+export const defaultToolResultTextBytes = 32 * 1024 * 1024;
+
 export class ToolResultTexts {
   private readonly encoded = new Map<ToolPayload, Buffer>();
   private bytes = 0;

@@ -186,7 +186,9 @@ function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage
   while (i >= 0) {
     const retained = retainedMark(writer, schema, list[i]!);
     if (retained === undefined) immutable = false;
-    if (retained?.home === undefined) {
+    // A home list that was collected (held weakly, see RetainedList) is no home.
+    const home = retained?.home?.list;
+    if (retained?.home === undefined || home === undefined) {
       if (retained !== undefined) unhomed++;
       writeNested(writer, field, schema, list[i]!);
       i--;
@@ -194,7 +196,6 @@ function writeRuns(writer: BackwardWriter, field: DescField, schema: DescMessage
     }
     // list[first..i] is home[from..from + i - first], compared by identity, so a copy of those
     // bytes is exactly what encoding the elements would write.
-    const home = retained.home.list;
     let first = i;
     let from = retained.index;
     while (first > 0 && from > 0 && list[first - 1] === home[from - 1]) {
@@ -236,6 +237,7 @@ function retainedMark(writer: BackwardWriter, schema: DescMessage, message: obje
 function retainedListEncoding(encodings: RetainedEncodings, retained: RetainedList, field: DescField, schema: DescMessage): ListEncoding {
   const kept = listEncodingFor(retained, field.number);
   if (kept !== undefined) return kept;
+  // The caller holds the list (it is encoding it, or a run of it).
   const list = retained.list as Fields[];
   const writer = new BackwardWriter(Math.max(256, list.length * 128), encodings);
   // After writing element i (back to front), the length is where it starts counted from the end.

@@ -8,7 +8,7 @@ import { RecentCompiles } from "../application/recent-compiles.js";
 import { RegexSearchThread } from "../application/regex-search-thread.js";
 import { StateSizeLimit } from "../application/state-size.js";
 import { TelemetryHub } from "../application/telemetry-hub.js";
-import { ToolResultTexts } from "../application/tool-result-texts.js";
+import { defaultToolResultTextBytes, ToolResultTexts } from "../application/tool-result-texts.js";
 import { UsageCalibration } from "../application/usage-calibration.js";
 import { Codec } from "../codec/codec.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
@@ -87,9 +87,6 @@ export interface Application {
   reads: ConversationReads;
 }
 
-/** Bytes of encoded tool-result texts kept for the ReadToolResult calls that follow (see `ToolResultTexts`). */
-const toolResultTextBytes = 32 * 1024 * 1024;
-
 /**
  * The application objects over `store`, each bounded by its flag. Tests and benchmarks that call a
  * service in process compose it with this, as the server does.
@@ -123,7 +120,7 @@ export function composeApplication(config: Config, store: ConversationStore, cod
   const reads: ConversationReads = {
     stateLimit: new StateSizeLimit(config.maxRequestBytes, { messageBytes, restBytes: (state) => codec.encodeStateRest(state).byteLength }),
     windows: new MessageWindows(store, { messageBytes, messageLimitBytes: config.maxRequestBytes, maxPinnedBytes: config.readPinBytes }),
-    toolResultTexts: new ToolResultTexts(toolResultTextBytes),
+    toolResultTexts: new ToolResultTexts(defaultToolResultTextBytes),
   };
   return { store, codec, tokenCounts, telemetry, regexSearch, compiler, calibration, reads };
 }
@@ -234,6 +231,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...tlsCa },
     config.postgresUrl,
     config.strictToolRounds,
+    config.decodedStateBytes,
   );
   return { codec, store };
 }

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "./conversation-store.js";
+import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
@@ -18,6 +19,7 @@ export interface RedisDeployment {
 /**
  * The store for a configured Postgres URL, Redis URL or Redis Cluster: none = the embedded in-memory store.
  * `strictToolRounds` (`--strict-tool-rounds`): its commits refuse the tool-round pairing rules.
+ * `decodedStateBytes` (`--decoded-state-bytes`): what the Redis and Postgres stores' decoded states may weigh.
  * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
@@ -29,12 +31,13 @@ export async function createConversationStore(
   redis: RedisDeployment = {},
   postgresUrl = "",
   strictToolRounds = false,
+  decodedStateBytes = defaultDecodedStateBytes,
 ): Promise<ConversationStore> {
   // How every store applies deltas: random ids for messages without one, and the tool-round rules.
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes });
     await store.connected(connectTimeoutMs);
     return store;
   }
@@ -43,6 +46,7 @@ export async function createConversationStore(
   const store = new RedisConversationStore(clusterNodes.length > 0 ? { clusterNodes } : redisUrl, {
     codec,
     deltaContext,
+    cacheBytes: decodedStateBytes,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
     ...(redis.tlsCa !== undefined ? { tlsCa: redis.tlsCa } : {}),

@@ -1,23 +1,53 @@
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { MessageIdIndex } from "./message-id-index.js";
+import { storedSegments } from "./segment-edits.js";
+
+/** `--decoded-state-bytes`: what the decoded states a store keeps may weigh in the heap, approximately. */
+export const defaultDecodedStateBytes = 128 * 1024 * 1024;
+/** Conversations whose decoded states a store keeps at most, whatever their weight. */
+export const defaultDecodedStates = 1_000;
+
+/**
+ * Heap bytes a decoded message costs beyond its encoding: its objects (message, part, the part's
+ * oneof and body), their headers, and its entries in the id index. Measured with a forced GC
+ * around decoding 20,000 stored entries, one shape per process: one text part of 20 / 250 / 4,000
+ * characters took 642 / 874 / 4,618 heap bytes a message, against an estimate of 690 / 923 /
+ * 4,673; eight parts of 20 characters took 2,210 against 872 (each further part ~220 bytes the
+ * estimate does not see: it is low for messages of many short parts).
+ */
+export const decodedMessageOverheadBytes = 640;
+
+/**
+ * What a decoded state weighs in the heap, approximately: its encoding (strings decode into at most
+ * as many bytes as their UTF-8 takes, one-byte strings for Latin-1 text) plus a fixed overhead per
+ * message. O(1): the segments' lengths, not their messages, so a commit does not walk its history.
+ */
+export function approximateDecodedBytes(state: ConversationState, encodedBytes: number): number {
+  let messages = 0;
+  for (const segment of storedSegments) messages += state[segment].length;
+  return encodedBytes + messages * decodedMessageOverheadBytes;
+}
 
 /**
  * The decoded states a store keeps in this process, the least recently used leaving first, bounded
- * by count and by the size of their encodings. The byte bound is what keeps memory in check: one
- * state of a long conversation can weigh as much as thousands of short ones, and decoded it takes
- * several times its encoding (~15x for short messages, less for long texts). The newest state is
- * kept even when it alone is over the bound. Beside a state of a long conversation it keeps the
- * index of its message ids (`MessageIdIndex`, a few tens of bytes per message, not counted in the
- * bound), carried forward to each newer state of the conversation that extends it (per `lineage`).
+ * by count and by what they weigh in the heap (`approximateDecodedBytes`). The byte bound is what
+ * keeps memory in check: one state of a long conversation can weigh as much as thousands of short
+ * ones, and decoded it takes about three times its encoding for ~250-byte messages (more for
+ * shorter ones). It is counted by the decoded weight, not the encoding, so that
+ * `--decoded-state-bytes` is what the heap holds for it (issue 30: a sidecar whose caches were
+ * bounded by encodings reached 1.94 GB of heap). The newest state is kept even when it alone is
+ * over the bound. Beside a state of a long conversation it keeps the index of its message ids
+ * (`MessageIdIndex`, counted in the per-message overhead), carried forward to each newer state of
+ * the conversation that extends it (per `lineage`).
  */
 export class DecodedStateCache {
-  private readonly entries = new Map<string, { state: ConversationState; encodedBytes: number; ids?: MessageIdIndex }>();
-  private encodedBytes = 0;
+  private readonly entries = new Map<string, { state: ConversationState; bytes: number; ids?: MessageIdIndex }>();
+  private bytes = 0;
 
   constructor(
     private readonly maxStates: number,
-    private readonly maxEncodedBytes: number,
+    private readonly maxBytes: number,
     private readonly lineage: MessageListLineage,
   ) {}
 
@@ -40,9 +70,10 @@ export class DecodedStateCache {
   remember(state: ConversationState, encodedBytes: number): void {
     const ids = this.entries.get(state.conversationId)?.ids?.advancedTo(state, this.lineage);
     this.delete(state.conversationId);
-    this.entries.set(state.conversationId, { state, encodedBytes, ids });
-    this.encodedBytes += encodedBytes;
-    while (this.entries.size > 1 && (this.entries.size > this.maxStates || this.encodedBytes > this.maxEncodedBytes)) {
+    const bytes = approximateDecodedBytes(state, encodedBytes);
+    this.entries.set(state.conversationId, { state, bytes, ids });
+    this.bytes += bytes;
+    while (this.entries.size > 1 && (this.entries.size > this.maxStates || this.bytes > this.maxBytes)) {
       this.delete(this.entries.keys().next().value!);
     }
   }
@@ -59,15 +90,15 @@ export class DecodedStateCache {
     const entry = this.entries.get(conversationId);
     if (!entry) return;
     this.entries.delete(conversationId);
-    this.encodedBytes -= entry.encodedBytes;
+    this.bytes -= entry.bytes;
   }
 
   get size(): number {
     return this.entries.size;
   }
 
-  /** The encodings' total size of the states kept. */
-  get keptEncodedBytes(): number {
-    return this.encodedBytes;
+  /** What the states kept weigh together (`approximateDecodedBytes`). */
+  get keptBytes(): number {
+    return this.bytes;
   }
 }

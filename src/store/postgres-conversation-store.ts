@@ -28,8 +28,8 @@ export interface PostgresStoreOptions {
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
-  /** Bound on the encoded size of the states kept (decoded they take several times as much). */
-  cacheEncodedBytes?: number;
+  /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
+  cacheBytes?: number;
   /** How often a Watch reads its changes again without a notification (covers notifications missed while the listener reconnects). */
   watchPollMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -99,7 +99,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       codec: this.codec,
       lineage: this.lineage,
       cacheSize: options.cacheSize,
-      cacheEncodedBytes: options.cacheEncodedBytes,
+      cacheBytes: options.cacheBytes,
       strictToolRounds: options.deltaContext?.strictToolRounds === true,
       names: {
         loader: "postgres store: the load",

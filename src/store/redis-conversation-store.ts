@@ -33,8 +33,8 @@ export interface RedisStoreOptions {
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
-  /** Bound on the encoded size of the states kept (decoded they take several times as much). */
-  cacheEncodedBytes?: number;
+  /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
+  cacheBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -116,7 +116,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       codec: this.codec,
       lineage: this.lineage,
       cacheSize: options.cacheSize,
-      cacheEncodedBytes: options.cacheEncodedBytes,
+      cacheBytes: options.cacheBytes,
       strictToolRounds: options.deltaContext?.strictToolRounds === true,
       names: {
         loader: "redis store: the load script",

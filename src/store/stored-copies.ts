@@ -6,7 +6,7 @@ import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v
 import type { Codec } from "../codec/codec.js";
 import type { RunningFacts } from "../codec/stored-token-counts.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
-import { DecodedStateCache } from "./decoded-state-cache.js";
+import { DecodedStateCache, defaultDecodedStateBytes, defaultDecodedStates } from "./decoded-state-cache.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import type { CommitCopies } from "./commit-engine.js";
 import type { MessageIdIndex } from "./message-id-index.js";
@@ -23,9 +23,6 @@ import { corruptConversation } from "./store-errors.js";
  * copy lacks crossed the wire). Why it exists: both stores wrote these out, line for line; the
  * wire formats (script arguments, SQL arrays) are theirs alone.
  */
-
-/** Default bound on the encoded size of the decoded states a store keeps (see DecodedStateCache). */
-const defaultCacheEncodedBytes = 32 * 1024 * 1024;
 
 /** One segment list as stored: its last rewrite (the version that did more than append), its length, and its messages' encoded size. */
 export interface SegmentLayout {
@@ -88,10 +85,10 @@ export interface StoredNames {
 export interface StoredCopiesOptions {
   codec: Codec;
   lineage: MessageListLineage;
-  /** Copies kept (default 1,000). */
+  /** Copies kept (default `defaultDecodedStates`). */
   cacheSize: number | undefined;
-  /** Bound on the copies' encoded size (default `defaultCacheEncodedBytes`). */
-  cacheEncodedBytes: number | undefined;
+  /** Approximate heap bytes of the copies kept (`--decoded-state-bytes`; default `defaultDecodedStateBytes`). */
+  cacheBytes: number | undefined;
   strictToolRounds: boolean;
   names: StoredNames;
 }
@@ -107,7 +104,7 @@ export class StoredCopies implements CommitCopies {
     this.codec = options.codec;
     this.lineage = options.lineage;
     this.names = options.names;
-    this.cache = new DecodedStateCache(options.cacheSize ?? 1_000, options.cacheEncodedBytes ?? defaultCacheEncodedBytes, options.lineage);
+    this.cache = new DecodedStateCache(options.cacheSize ?? defaultDecodedStates, options.cacheBytes ?? defaultDecodedStateBytes, options.lineage);
   }
 
   /** The copy of the conversation's state kept, if any. */

@@ -23,6 +23,7 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { message as buildMessage, toolRound } from "../core/messages.js";
 import { contractSchemas, fill, randomSource } from "../support/random-messages.js";
 import { Codec } from "../../src/codec/codec.js";
+import { collectGarbage } from "../support/forced-gc.js";
 
 // What an RPC hands a service implementation, reduced to what ContextService reads: no deadline.
 const callWithoutDeadline = { signal: new AbortController().signal, timeoutMs: () => undefined } as unknown as HandlerContext;
@@ -189,6 +190,24 @@ describe("protobuf encoder with retained encodings", () => {
         expect(same(appendCodec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
       }
     }
+  });
+
+  it("does not keep a stored list alive for one of its messages that lives on, and encodes that message alone once the list is gone", async () => {
+    const random = randomSource(31);
+    const listCodec = new Codec();
+    let state: ConversationState | undefined = randomState(random, undefined, 200);
+    listCodec.retainState(state);
+    // One message outlives its state, as a request message the codec hands out again does.
+    const survivor = state.history[7]!;
+    const list = new WeakRef(state.history);
+    const whole = create(CompileResponseSchema, { result: { payload: { history: state.history } } });
+    expect(same(listCodec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
+    state = undefined;
+    whole.result = undefined;
+    await collectGarbage();
+    expect(list.deref()).toBeUndefined();
+    const alone = create(CompileResponseSchema, { result: { payload: { history: [survivor, randomMessage(random)] } } });
+    expect(same(listCodec.encode(CompileResponseSchema, alone), toBinary(CompileResponseSchema, alone))).toBe(true);
   });
 
   it("drops every kept encoding and mark once the bound is exceeded, and marks states again when asked", () => {

@@ -6,6 +6,7 @@ import { DeadlineCheck } from "../../src/core/compile/deadline.js";
 import { createEstimator } from "../../src/core/tokens/estimator.js";
 import { TokenCountCache } from "../../src/core/tokens/token-count-cache.js";
 import { HistoryFactsCache } from "../../src/application/history-facts-cache.js";
+import { collectGarbage } from "../support/forced-gc.js";
 import { randomSource } from "../support/random-messages.js";
 import { call, message, result, toolRound, user } from "./messages.js";
 
@@ -16,7 +17,7 @@ async function observed(facts: HistoryFacts) {
   const { counts, prefix } = await facts.tokenPrefix(estimator, tokenCounts, DeadlineCheck.none);
   // Unclean facts are never used past `clean` (the compile walks the whole history).
   if (!facts.clean) return { clean: false };
-  return { clean: facts.clean, unitStarts: [...facts.unitStarts], lastUser: facts.lastUser, characters: [...facts.characters], counts: [...counts], prefix: [...prefix], ids: facts.history.map((m) => facts.hasId(m.id)) };
+  return { clean: facts.clean, unitStarts: [...facts.unitStarts], lastUser: facts.lastUser, characters: [...facts.characters], counts: [...counts], prefix: [...prefix], ids: facts.history!.map((m) => facts.hasId(m.id)) };
 }
 
 describe("HistoryFacts", () => {
@@ -79,6 +80,33 @@ describe("HistoryFacts", () => {
     expect(earlyReads).toBeGreaterThanOrEqual(base.length);
   });
 
+  it("hold their history weakly, and once it is gone still extend to a list the lineage says continues it", async () => {
+    const lineage = new MessageListLineage();
+    let base: Message[] | undefined = Array.from({ length: 20 }, (_, index) => user(`u${index}`, `message ${index}`));
+    const facts = HistoryFacts.of(base, undefined, lineage);
+    const next = base.concat([user("u20", "more")]);
+    lineage.appended(base, next);
+    // Only the store's newer list (and its messages) stays: the facts must not keep the old list.
+    const held = new WeakRef(base);
+    base = undefined;
+    await collectGarbage();
+    expect(held.deref()).toBeUndefined();
+    expect(facts.history).toBeUndefined();
+    const extended = HistoryFacts.of(next, facts, lineage);
+    expect(extended).toBe(facts);
+    expect(await observed(extended)).toEqual(await observed(HistoryFacts.of(next, undefined)));
+    // A list with the same messages that the lineage does not know to continue the gone one gets facts built anew.
+    let short: Message[] | undefined = next.slice(0, 5);
+    const shortFacts = HistoryFacts.of(short, undefined, lineage);
+    short = undefined;
+    await collectGarbage();
+    expect(shortFacts.history).toBeUndefined();
+    const copy = [...next];
+    const rebuilt = HistoryFacts.of(copy, shortFacts, lineage);
+    expect(rebuilt).not.toBe(shortFacts);
+    expect(await observed(rebuilt)).toEqual(await observed(HistoryFacts.of(next, undefined)));
+  });
+
   it("are rebuilt when the history is not an extension (a message replaced or removed), and turn unclean on a duplicate id or a broken round", async () => {
     const history = [user("u1", "a"), user("u2", "b"), user("u3", "c")];
     const facts = HistoryFacts.of(history, undefined);
@@ -94,6 +122,24 @@ describe("HistoryFacts", () => {
 
 describe("HistoryFactsCache", () => {
   const history = (prefix: string, length: number) => Array.from({ length }, (_, index) => user(`${prefix}${index}`, "x"));
+
+  it("forgets facts whose history nothing else holds, so a compile takes the cold path instead of walking the whole history", async () => {
+    const cache = new HistoryFactsCache({ maxBytes: 1 << 20, maxConversations: 10 });
+    let messages: Message[] | undefined = history("gone", 50);
+    const lent = cache.lend("gone");
+    lent.facts(messages);
+    lent.giveBack();
+    const kept = history("kept", 5);
+    const other = cache.lend("kept");
+    other.facts(kept);
+    other.giveBack();
+    expect(cache.stats.conversations).toBe(2);
+    messages = undefined;
+    await collectGarbage();
+    expect([cache.has("gone"), cache.has("kept")]).toEqual([false, true]);
+    expect(cache.stats.conversations).toBe(1);
+    expect(kept.length).toBe(5);
+  });
 
   it("lends a conversation's facts to one compile at a time and keeps what it gives back", () => {
     const cache = new HistoryFactsCache({ maxBytes: 1 << 20, maxConversations: 10 });

@@ -23,6 +23,22 @@ describe("MessageListLineage", () => {
     expect(lineage.extends(two, [message("a")])).toBe(false);
   });
 
+  it("names a list's line with a token that holds no list: a later list of the line extends it, another line's does not", () => {
+    const lineage = new MessageListLineage();
+    const base = [message("a")];
+    const line = lineage.lineOf(base);
+    expect(lineage.lineOf(base)).toBe(line);
+    const one = base.concat(message("b"));
+    lineage.appended(base, one);
+    expect(lineage.extendsLine(one, line, base.length)).toBe(true);
+    expect(lineage.extendsLine(one, line, one.length + 1)).toBe(false);
+    // A second append to `base` starts another line: its lists do not extend `one`'s line.
+    const branch = base.concat(message("x"));
+    lineage.appended(base, branch);
+    expect(lineage.extendsLine(branch, line, base.length)).toBe(false);
+    expect(lineage.extendsLine([message("a"), message("b")], line, 1)).toBe(false);
+  });
+
   it("starts a new line for an append to a list that is not its line's newest, so the branches never extend each other", () => {
     const lineage = new MessageListLineage();
     const base = [message("a")];

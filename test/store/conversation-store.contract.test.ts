@@ -1112,7 +1112,7 @@ describe("RedisConversationStore specifics", () => {
 
   it("reads a state again once its cached copy was let go for the byte bound", async () => {
     // A bound of one byte keeps only the newest state.
-    const store = new RedisConversationStore(redis.url, { cacheEncodedBytes: 1 });
+    const store = new RedisConversationStore(redis.url, { cacheBytes: 1 });
     const raw = new Redis(redis.url);
     try {
       await store.connected();

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { HeapInspector, inspectorAddress, inspectorNodeArg } from "./heap-inspector.js";
 import { startPostgres } from "./postgres.js";
 import { startRedis } from "./redis.js";
 
@@ -16,6 +17,8 @@ export interface Sidecar {
   logs: string[];
   /** SIGTERM, then wait for exit; returns the exit code. */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** Its V8 inspector, when started with `{ inspect: true }` (heap-inspector.ts). */
+  inspector(): Promise<HeapInspector>;
 }
 
 /** How the sidecar process is confined, as an operator or an attack test would run it. */
@@ -24,10 +27,12 @@ export interface SidecarLimits {
   heapMb?: number;
   /** Its soft open-file limit (`ulimit -n`). */
   openFiles?: number;
+  /** Open the V8 inspector on a loopback port, for live-heap figures (`Sidecar.inspector`). */
+  inspect?: boolean;
 }
 
 export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, limits: SidecarLimits = {}): Promise<Sidecar> {
-  const nodeArgs = [...(limits.heapMb ? [`--max-old-space-size=${limits.heapMb}`] : []), mainScript, "--port", "0", ...args];
+  const nodeArgs = [...(limits.heapMb ? [`--max-old-space-size=${limits.heapMb}`] : []), ...(limits.inspect ? [inspectorNodeArg] : []), mainScript, "--port", "0", ...args];
   const [command, commandArgs] = limits.openFiles
     ? ["sh", ["-c", `ulimit -n ${limits.openFiles} && exec "$0" "$@"`, process.execPath, ...nodeArgs]]
     : [process.execPath, nodeArgs];
@@ -38,6 +43,7 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
   const logs: string[] = [];
   let stderr = "";
   child.stderr!.on("data", (chunk) => (stderr += chunk));
+  const inspecting = limits.inspect ? inspectorAddress(child.stderr!) : undefined;
   const lines = createInterface({ input: child.stdout! });
   const port = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`sidecar did not start in 15 s: ${stderr}`)), 15_000);
@@ -60,6 +66,10 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
     url: `http://127.0.0.1:${port}`,
     process: child,
     logs,
+    async inspector() {
+      if (!inspecting) throw new Error("the sidecar was started without { inspect: true }");
+      return HeapInspector.connect(await inspecting);
+    },
     async stop(signal = "SIGTERM") {
       if (child.exitCode !== null) return child.exitCode;
       const exited = once(child, "exit");

@@ -21,8 +21,20 @@ import { textCharacters } from "./text-allowance.js";
  * facts are extended in place.
  */
 export class HistoryFacts {
-  /** The history these facts describe; extended in place, so compare by identity. */
-  history: readonly Message[] = [];
+  /**
+   * The history these facts describe, held weakly: the facts must not keep a history alive that
+   * the store has let go of (issue 30: 10,000 conversations' facts held their whole decoded
+   * histories, counted at 8 bytes a message). Once it is gone, `line` still tells a later list
+   * of the store's that extends it (`MessageListLineage.extendsLine`).
+   */
+  private historyRef: WeakRef<readonly Message[]> = new WeakRef(noMessages);
+  /** The length of that history. */
+  private length = 0;
+  /** Its line in `lineage`, when the facts were given one. */
+  private line: object | undefined;
+  private lineage: MessageListLineage | undefined;
+  /** UTF-16 code units of the ids `ids` holds, for `approximateBytes`. */
+  private idCharacters = 0;
   /**
    * True while every message passes what stage 1 checks of a stored message (a known role, a
    * content variant per part), has an id, unique in the history, has tool calls whose arguments
@@ -43,14 +55,27 @@ export class HistoryFacts {
 
   /** The facts of `history`: `previous` extended when `history` starts with its messages (the same objects), else built anew. */
   static of(history: readonly Message[], previous: HistoryFacts | undefined, lineage?: MessageListLineage): HistoryFacts {
-    if (previous && previous.history === history) return previous;
-    if (previous && (lineage?.extends(history, previous.history) || extends_(history, previous.history))) {
-      previous.append(history);
-      return previous;
+    if (previous) {
+      const known = previous.history;
+      if (known === history) return previous;
+      const extended = known
+        ? (lineage?.extends(history, known) ?? false) || extends_(history, known)
+        : lineage !== undefined && previous.line !== undefined && lineage.extendsLine(history, previous.line, previous.length);
+      if (extended) {
+        previous.lineage = lineage;
+        previous.append(history);
+        return previous;
+      }
     }
     const facts = new HistoryFacts();
+    facts.lineage = lineage;
     facts.append(history);
     return facts;
+  }
+
+  /** The history these facts describe (compare by identity), or undefined once nothing else holds it. */
+  get history(): readonly Message[] | undefined {
+    return this.historyRef.deref();
   }
 
   /**
@@ -62,14 +87,14 @@ export class HistoryFacts {
    */
   adopt(history: readonly Message[], knownShared = 0): void {
     const own = this.history;
-    if (history === own || history.length !== own.length) return;
+    if (own === undefined || history === own || history.length !== own.length) return;
     let copies = 0;
     // `knownShared`: how many leading messages the caller knows both lists hold (the store's lineage).
     for (let index = history.length - 1; index >= knownShared; index--) {
       if (history[index] === own[index]) continue;
       if (++copies > maxAdoptedCopies || !equals(MessageSchema, history[index]!, own[index]!)) return;
     }
-    this.history = history;
+    this.describe(history);
   }
 
   /** Whether `id` is the id of a message of the history. */
@@ -96,7 +121,8 @@ export class HistoryFacts {
    */
   async tokenPrefix(estimator: TokenEstimator, tokenCounts: TokenCountCache, clock: DeadlineCheck): Promise<{ counts: readonly number[]; prefix: readonly number[] }> {
     let column = this.tokenPrefixes.get(estimator.cacheKey);
-    const history = this.history;
+    // The caller compiles this history, so it holds it.
+    const history = this.history ?? noMessages;
     if (!column) {
       // The first count of a history is the full path's own (its list cache and recent lists).
       const counted = tokenCounts.countAll(estimator, history, clock);
@@ -116,26 +142,35 @@ export class HistoryFacts {
   }
 
   /**
-   * Roughly what these facts hold in memory, for the cache's bound: map entries ~80 bytes, array
-   * slots 8 (the history array they keep included). The ids and messages are not counted: they
-   * are the stored state's, which holds the same objects (docs/incremental-compile.md says when
-   * the facts alone keep them alive).
+   * Roughly what these facts hold in memory, for the cache's bound: map entries ~80 bytes plus the
+   * ids' characters (the map keeps the id strings alive after the messages are gone), array slots
+   * 8. The messages are not counted: the facts hold their history weakly.
    */
   get approximateBytes(): number {
-    return 256 + this.ids.size * 80 + (this.history.length + this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.history.length * 16;
+    return 256 + this.ids.size * 80 + this.idCharacters * 2 + (this.unitStarts.length + this.characters.length) * 8 + this.tokenPrefixes.size * this.length * 16;
+  }
+
+  /** Makes `history` the one described (weakly held), with its line in the lineage. */
+  private describe(history: readonly Message[]): void {
+    this.historyRef = new WeakRef(history);
+    this.length = history.length;
+    this.line = this.lineage?.lineOf(history);
   }
 
   /** Takes in the messages of `history` past the current end (which `history` starts with). */
   private append(history: readonly Message[]): void {
-    const from = this.history.length;
-    this.history = history;
+    const from = this.length;
+    this.describe(history);
     for (let index = from; index < history.length; index++) {
       const message = history[index]!;
       this.characters.push(this.characters[index]! + textCharacters([message]));
       if (message.role === Role.USER) this.lastUser = index;
       if (!this.clean) continue;
       if (!wellFormedStored(message) || message.id === "" || this.ids.has(message.id)) this.clean = false;
-      else this.ids.set(message.id, index);
+      else {
+        this.ids.set(message.id, index);
+        this.idCharacters += message.id.length;
+      }
     }
     // Token counts are stale past `from` only in length: the column grows on the next `tokenPrefix`.
     if (!this.clean || from === history.length) return;
@@ -150,6 +185,8 @@ export class HistoryFacts {
     for (const unit of analysis.units) this.unitStarts.push(unit.start);
   }
 }
+
+const noMessages: readonly Message[] = Object.freeze([]);
 
 /** Most messages `adopt` compares by content (a turn's deltas bring a few). */
 const maxAdoptedCopies = 64;

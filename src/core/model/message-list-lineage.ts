@@ -30,6 +30,27 @@ export class MessageListLineage {
     this.lines.set(extended, line);
   }
 
+  /**
+   * The line `list` belongs to, started with `list` as its tip when it has none: a token that holds
+   * no list, for `extendsLine` once the list itself may be gone.
+   */
+  lineOf(list: readonly Message[]): object {
+    let line = this.lines.get(list);
+    if (line === undefined) {
+      line = { tipLength: list.length };
+      this.lines.set(list, line);
+    }
+    return line;
+  }
+
+  /**
+   * True when `list` is known to start with a list of `length` messages that belonged to `line`
+   * (every list of a line is a prefix of its tip, and tips only grow).
+   */
+  extendsLine(list: readonly Message[], line: object, length: number): boolean {
+    return this.lines.get(list) === line && list.length >= length;
+  }
+
   /** True when `list` is known to be `base` followed by zero or more messages. */
   extends(list: readonly Message[], base: readonly Message[]): boolean {
     if (list === base) return true;

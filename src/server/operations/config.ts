@@ -5,6 +5,7 @@ import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
 import { stringLimits } from "../../core/model/string-limits.js";
+import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
 
 /** One accepted bearer token; `tenant` empty = the token sees every conversation. */
@@ -153,6 +154,12 @@ export interface Config {
    * pages are read while its version is current).
    */
   readPinBytes: number;
+  /**
+   * Approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep
+   * between calls (DecodedStateCache); the least recently used go past it. The newest state is
+   * kept even when it alone is larger.
+   */
+  decodedStateBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -208,6 +215,7 @@ export const defaultConfig: Config = {
   traceQueueBytes: 16 * 1024 * 1024,
 
   readPinBytes: 256 * 1024 * 1024,
+  decodedStateBytes: defaultDecodedStateBytes,
 };
 
 /**
@@ -265,6 +273,7 @@ export const flags = {
   "max-connections": "most open connections; one more closes the longest idle, or is closed when none is idle; 0 = the open-file limit less 128",
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
+  "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -414,6 +423,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     traceQueueBytes: integer("trace-queue-bytes", defaultConfig.traceQueueBytes, 64 * 1024),
 
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
+    decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
   };
 }
 

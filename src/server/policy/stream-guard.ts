@@ -1,5 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { tenantKey } from "./call-context.js";
+import { raceAbort } from "../../application/abort-race.js";
 
 /** Counts the streaming calls in flight, in all and per tenant (for the limits and the metrics gauge). */
 export class StreamCounter {
@@ -82,21 +83,16 @@ export function guardStreams(limits: StreamLimits, counter: StreamCounter, shutd
 
 async function* untilShutdown<T>(messages: AsyncIterable<T>, signal: AbortSignal, name: string, release: () => void): AsyncGenerator<T> {
   const iterator = messages[Symbol.asyncIterator]();
-  let onAbort: (() => void) | undefined;
-  const stopped = new Promise<never>((_, reject) => {
-    onAbort = () => reject(shuttingDown(name));
-    if (signal.aborted) onAbort();
-    else signal.addEventListener("abort", onAbort, { once: true });
-  });
-  stopped.catch(() => undefined);
   try {
     for (;;) {
-      const result = await Promise.race([iterator.next(), stopped]);
+      // Not a race with one promise for the whole stream: that kept every message sent alive (raceAbort).
+      const result = await raceAbort(iterator.next(), signal, () => {
+        throw shuttingDown(name);
+      });
       if (result.done) return;
       yield result.value;
     }
   } finally {
-    signal.removeEventListener("abort", onAbort!);
     release();
     // Do not wait: a generator blocked on a pending promise finishes only once connect aborts its signal.
     void iterator.return?.()?.catch(() => undefined);

@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { BudgetStrategy, CompileRequestSchema, EstimatorKind, TransformationReason } from "#gen/contextd/v1/compile_pb";
 import { SummarizeResponseSchema, type SummarizeRequest } from "#gen/contextd/v1/context_service_pb";
-import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import { PartSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { compile } from "../../src/core/compile/compile.js";
 import { summaryCompaction } from "../../src/core/compile/summary-compaction.js";
@@ -40,6 +40,33 @@ describe("summaries", () => {
     expect(result.warnings.map((warning) => warning.code)).toEqual(["summary_over_target"]);
     expect(ids(result.payload!.history).slice(1)).toEqual(["h2", "h6", "h7"]);
     expect(result.transformations["h3"]!.reason).toBe(TransformationReason.TOKEN_BUDGET_EXCEEDED);
+  });
+
+  it("never summarises a message holding a provider compaction part (its encrypted content would leave the store)", async () => {
+    const compacted = (): Message[] => {
+      const messages = history(8);
+      const block = create(PartSchema, { kind: { case: "providerCompaction", value: { provider: Provider.ANTHROPIC_MESSAGES, summary: "earlier work", encryptedContent: "ZW5j" } } });
+      messages[3] = { ...messages[3]!, parts: [block, ...messages[3]!.parts] };
+      return messages;
+    };
+    const holdsCompaction = (message: Message) => message.parts.some((part) => part.kind.case === "providerCompaction");
+    // Provider-neutral: a summary may stand for the messages before the block, never the block,
+    // and the compact delta that stores it leaves the block in the stored history.
+    const neutral = summarizing();
+    const stored = create(ConversationStateSchema, { conversationId: "c", version: 3n, history: compacted() });
+    const budget = { maxTokens: 40n, strategy: BudgetStrategy.SUMMARIZE, estimator: ten, trimLatestUserMessage: true };
+    const before = await compile(create(CompileRequestSchema, { conversationId: "c", budget }), { ...neutral.context, stored });
+    expect(ids(neutral.asked[0]!.messages)).toEqual(["h0", "h1", "h2"]);
+    const delta = summaryCompaction(before, [])!;
+    expect(delta.operation).toMatchObject({ case: "compact", value: { throughMessageId: "h2" } });
+    expect(applyDeltas(stored, [delta], { newMessageId: () => "unused" }).history.filter(holdsCompaction).map((message) => message.id)).toEqual(["h3"]);
+    // For the provider that made it, the cut puts the block at the head: nothing is summarised and
+    // the strategy trims the prompt instead (no compact delta, the store keeps everything).
+    const anthropic = summarizing();
+    const cut = await compile(create(CompileRequestSchema, { conversationId: "c", render: { provider: Provider.ANTHROPIC_MESSAGES, model: "m" }, budget }), { ...anthropic.context, stored });
+    expect(anthropic.asked).toEqual([]);
+    expect(Object.values(cut.transformations).map((record) => record.reason)).not.toContain(TransformationReason.SUMMARIZED);
+    expect(summaryCompaction(cut, [])).toBeUndefined();
   });
 
   it("trims by the strategy when the head itself is protected (nothing to summarise)", async () => {

@@ -216,15 +216,17 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
       const reason = TransformationReason.TOKEN_BUDGET_EXCEEDED;
       const action = TransformationAction.DROPPED;
       // Keep a quarter of the available tokens free for the summary that replaces the prefix.
-      let drop = summarize ? selectUnitsToDrop(summarizablePrefix(units), available - summaryReserve(available), "head") : undefined;
+      const summaryUnits = summarize ? summarizablePrefix(units, history) : undefined;
+      let drop = summaryUnits ? selectUnitsToDrop(summaryUnits, available - summaryReserve(available), "head") : undefined;
       if (drop?.size === 0) {
         // A protected unit at the very head leaves nothing to summarise: the strategy trims instead.
         summarize = false;
         drop = undefined;
       }
       if (drop !== undefined) {
-        // The summary covers the prefix up to the next user turn, so no orphaned answer follows it.
-        align(drop, units);
+        // The summary covers the prefix up to the next user turn, so no orphaned answer follows it
+        // (never past what a summary may stand in for).
+        align(drop, summaryUnits!);
       } else {
         if (strategy === BudgetStrategy.DROP) {
           drop = selectAllUnprotected(units);
@@ -370,12 +372,19 @@ function noteMessageTokens(work: CompileWork, messages: readonly Message[], coun
 }
 
 /**
- * The units a summary may stand in for: the run before the first protected unit, the rest marked
- * protected. A summary sits at the head of history, so it can only replace a contiguous prefix
- * (the stored `compact` delta covers exactly that prefix); an open round is always protected.
+ * The units a summary may stand in for: the run before the first protected unit or the first
+ * message holding a provider compaction part, the rest marked protected. A summary sits at the
+ * head of history, so it can only replace a contiguous prefix (the stored `compact` delta covers
+ * exactly that prefix); an open round is always protected. A compaction part is never covered: a
+ * stored summary replaces what it covers, and the provider's encrypted content would be gone from
+ * the store (trimming drops it from the prompt only).
  */
-function summarizablePrefix(units: readonly CostedUnit[]): CostedUnit[] {
-  const firstProtected = units.findIndex((unit) => unit.protected);
+function summarizablePrefix(units: readonly CostedUnit[], history: readonly Message[]): CostedUnit[] {
+  const holdsCompaction = (unit: CostedUnit) => {
+    for (let index = unit.start; index < unit.end; index++) if (history[index]!.parts.some((part) => part.kind.case === "providerCompaction")) return true;
+    return false;
+  };
+  const firstProtected = units.findIndex((unit) => unit.protected || holdsCompaction(unit));
   if (firstProtected < 0) return [...units];
   return units.map((unit, index) => (index < firstProtected ? unit : { ...unit, protected: true }));
 }

@@ -1,4 +1,5 @@
 import * as grpc from "@grpc/grpc-js";
+import { expect } from "vitest";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 
 /**
@@ -58,4 +59,14 @@ export function grpcJsClient(address: string, credentials = grpc.credentials.cre
     },
     close: () => client.close(),
   };
+}
+
+/** The gRPC error `call` ends with; fails the test when it succeeds. */
+export async function rpcFailure(call: Promise<unknown>): Promise<grpc.ServiceError> {
+  const error = await call.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  );
+  expect(error, "expected the RPC to fail").toBeDefined();
+  return error as grpc.ServiceError;
 }

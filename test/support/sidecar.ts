@@ -2,6 +2,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll } from "vitest";
+import { grpcJsClient } from "./grpc-js.js";
 import { HeapInspector, inspectorAddress, inspectorNodeArg } from "./heap-inspector.js";
 import { startPostgres } from "./postgres.js";
 import { startRedis } from "./redis.js";
@@ -85,7 +87,10 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
  * sidecar arguments for each, and how to stop what was started for it (a real redis-server, a
  * real PostgreSQL).
  */
-export const sidecarStores: [name: string, start: () => Promise<{ args: string[]; stop?: () => Promise<void> }>][] = [
+/** Starts what one of `sidecarStores` needs: the sidecar arguments, and how to stop it. */
+export type StoreBackend = () => Promise<{ args: string[]; stop?: () => Promise<void> }>;
+
+export const sidecarStores: [name: string, start: StoreBackend][] = [
   ["memory store", async () => ({ args: [] })],
   [
     "redis store",
@@ -102,3 +107,34 @@ export const sidecarStores: [name: string, start: () => Promise<{ args: string[]
     },
   ],
 ];
+
+/**
+ * A sidecar on `backend` and a grpc-js client to it for the tests of the enclosing describe block:
+ * started before them, stopped (client, sidecar, then the store) after. Read its fields inside tests.
+ */
+export function sidecarForSuite(backend: StoreBackend): { readonly sidecar: Sidecar; readonly client: ReturnType<typeof grpcJsClient> } {
+  let sidecar: Sidecar | undefined;
+  let client: ReturnType<typeof grpcJsClient> | undefined;
+  let stopBackend: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    const started = await backend();
+    stopBackend = started.stop;
+    sidecar = await startSidecar(started.args);
+    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+  });
+  afterAll(async () => {
+    client?.close();
+    await sidecar?.stop();
+    await stopBackend?.();
+  });
+  return {
+    get sidecar() {
+      if (!sidecar) throw new Error("the sidecar is started in beforeAll");
+      return sidecar;
+    },
+    get client() {
+      if (!client) throw new Error("the client is made in beforeAll");
+      return client;
+    },
+  };
+}

@@ -1,29 +1,18 @@
 import { type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CompileResultPart, EstimatorKind, type CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { ConversationService, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { Segment, type Delta } from "#gen/contextd/v1/state_pb";
-import { grpcJsClient } from "../../support/grpc-js.js";
-import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { rpcFailure } from "../../support/grpc-js.js";
+import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
 
 // One RPC per model call: a Compile whose `commit.deltas` carry what the agent produced since its
 // last call, committed in the same atomic batch as the writeback, with the compile run on the
 // state they produce. Real sidecar, grpc-js, both stores.
-
-type Client = ReturnType<typeof grpcJsClient>;
-
-async function failure(promise: Promise<unknown>): Promise<grpc.ServiceError> {
-  const error = await promise.then(
-    () => undefined,
-    (reason: unknown) => reason,
-  );
-  expect(error, "expected the RPC to fail").toBeDefined();
-  return error as grpc.ServiceError;
-}
 
 /** The deltas of one agent turn, without message ids (the sidecar assigns them). */
 function turnDeltas(answer: string, question: string): Delta[] {
@@ -49,14 +38,12 @@ function turn(
 }
 
 describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn (real sidecar, %s)", (_name, backend) => {
-  let sidecar: Sidecar;
-  let client: Client;
-  let stopBackend: (() => Promise<void>) | undefined;
+  const running = sidecarForSuite(backend);
   let run = 0;
   const newId = () => `turn-${Date.now()}-${++run}`;
-  const state = async (conversationId: string) => (await client.unary(ConversationService.method.getState, { conversationId })).state!;
+  const state = async (conversationId: string) => (await running.client.unary(ConversationService.method.getState, { conversationId })).state!;
   const seed = async (conversationId: string) =>
-    client.unary(ConversationService.method.commit, {
+    running.client.unary(ConversationService.method.commit, {
       conversationId,
       expectedVersion: 0n,
       deltas: [
@@ -65,22 +52,11 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
       ],
     });
 
-  beforeAll(async () => {
-    const started = await backend();
-    stopBackend = started.stop;
-    sidecar = await startSidecar(started.args);
-    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
-  });
-  afterAll(async () => {
-    client?.close();
-    await sidecar?.stop();
-    await stopBackend?.();
-  });
 
   it("commits the deltas, compiles the state they produce, and stores the ids it compiled", async () => {
     const conversationId = newId();
     await seed(conversationId);
-    const { result } = await client.unary(ContextService.method.compile, turn(conversationId, 1n, turnDeltas("Hi! How can I help?", "What is 2 + 2?"), { include: [CompileResultPart.PAYLOAD] }));
+    const { result } = await running.client.unary(ContextService.method.compile, turn(conversationId, 1n, turnDeltas("Hi! How can I help?", "What is 2 + 2?"), { include: [CompileResultPart.PAYLOAD] }));
     expect(result!.version).toBe(2n);
     expect(result!.committedVersion).toBe(2n);
     const stored = await state(conversationId);
@@ -95,7 +71,7 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     expect(JSON.stringify(body.messages.at(-1))).toContain("What is 2 + 2?");
 
     // Watch delivers the batch as sent: the agent's deltas.
-    const watch = client.serverStream(ConversationService.method.watch, { conversationId, fromVersion: 1n });
+    const watch = running.client.serverStream(ConversationService.method.watch, { conversationId, fromVersion: 1n });
     for await (const item of watch) {
       const change = (item as WatchResponse).kind;
       if (change.case !== "change") continue;
@@ -109,21 +85,21 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     const conversationId = newId();
     await seed(conversationId);
     // The new user message alone is over the budget: RESOURCE_EXHAUSTED, and the deltas are not stored.
-    const overBudget = await failure(
-      client.unary(ContextService.method.compile, turn(conversationId, 1n, turnDeltas("ok", "x".repeat(5_000)), { maxTokens: 100n })),
+    const overBudget = await rpcFailure(
+      running.client.unary(ContextService.method.compile, turn(conversationId, 1n, turnDeltas("ok", "x".repeat(5_000)), { maxTokens: 100n })),
     );
     expect(overBudget.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
     expect((await state(conversationId)).version).toBe(1n);
     // A call id twice in one round: INVALID_ARGUMENT naming it, nothing stored.
     const twice = { id: "call_404", name: "f", arguments: { data: "{}" } };
-    const invalid = await failure(
-      client.unary(ContextService.method.compile, turn(conversationId, 1n, [delta({ case: "appendAssistant", value: { toolCalls: [twice, twice] } })])),
+    const invalid = await rpcFailure(
+      running.client.unary(ContextService.method.compile, turn(conversationId, 1n, [delta({ case: "appendAssistant", value: { toolCalls: [twice, twice] } })])),
     );
     expect(invalid.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(invalid.details).toContain("call_404");
     expect((await state(conversationId)).version).toBe(1n);
     // A stale expected version: ABORTED with the current one, nothing stored.
-    const stale = await failure(client.unary(ContextService.method.compile, turn(conversationId, 0n, turnDeltas("ok", "next"))));
+    const stale = await rpcFailure(running.client.unary(ContextService.method.compile, turn(conversationId, 0n, turnDeltas("ok", "next"))));
     expect(stale.code).toBe(grpc.status.ABORTED);
     expect(stale.metadata.get("contextd-current-version")).toEqual(["1"]);
     const stored = await state(conversationId);
@@ -135,9 +111,9 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     const conversationId = newId();
     await seed(conversationId);
     const request = turn(conversationId, 1n, turnDeltas("Sure.", "Tell me more."), { idempotencyKey: "turn-1" });
-    const first = (await client.unary(ContextService.method.compile, request)).result!;
+    const first = (await running.client.unary(ContextService.method.compile, request)).result!;
     expect(first.warnings).toEqual([]);
-    const retry = (await client.unary(ContextService.method.compile, request)).result!;
+    const retry = (await running.client.unary(ContextService.method.compile, request)).result!;
     expect(retry.committedVersion).toBe(2n);
     expect(retry.version).toBe(2n);
     expect(retry.warnings.map((warning) => warning.code)).toEqual(["idempotent_replay"]);
@@ -148,8 +124,8 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     expect(stored.history).toHaveLength(3);
 
     // Once the conversation moved on, the retry says what it committed and compiles nothing.
-    await client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage("a2", Role.ASSISTANT, "more"))] });
-    const late = (await client.unary(ContextService.method.compile, request)).result!;
+    await running.client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage("a2", Role.ASSISTANT, "more"))] });
+    const late = (await running.client.unary(ContextService.method.compile, request)).result!;
     expect(late.committedVersion).toBe(2n);
     expect(late.payload).toBeUndefined();
     expect(late.rendered).toBeUndefined();
@@ -161,7 +137,7 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
     const conversationId = newId();
     await seed(conversationId);
     const post = async (path: string, body: unknown) => {
-      const response = await fetch(`http://127.0.0.1:${sidecar.port}/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      const response = await fetch(`http://127.0.0.1:${running.sidecar.port}/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
       expect(response.status, await response.clone().text()).toBe(200);
       return (await response.json()) as Record<string, any>;
     };
@@ -183,15 +159,15 @@ describe.each(sidecarStores)("Compile with commit.deltas: one RPC per agent turn
   it("sends the heavy parts only when included, and rejects an unset part", async () => {
     const conversationId = newId();
     await seed(conversationId);
-    const lean = (await client.unary(ContextService.method.compile, { conversationId })).result!;
+    const lean = (await running.client.unary(ContextService.method.compile, { conversationId })).result!;
     expect(lean.source).toBeUndefined();
     expect(lean.writeback!.snapshot).toBeUndefined();
     expect(lean.transformations).toEqual({});
-    const full = (await client.unary(ContextService.method.compile, { conversationId, include: [CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.SOURCE] })).result!;
+    const full = (await running.client.unary(ContextService.method.compile, { conversationId, include: [CompileResultPart.ALL_TRANSFORMATIONS, CompileResultPart.SOURCE] })).result!;
     expect(Object.keys(full.transformations).sort()).toEqual(["s", "u0"]);
     expect(full.source!.snapshot!.history.map((message) => message.id)).toEqual(["u0"]);
     expect(full.persistence).toBeUndefined();
-    const unset = await failure(client.unary(ContextService.method.compile, { conversationId, include: [CompileResultPart.SOURCE, CompileResultPart.UNSPECIFIED] }));
+    const unset = await rpcFailure(running.client.unary(ContextService.method.compile, { conversationId, include: [CompileResultPart.SOURCE, CompileResultPart.UNSPECIFIED] }));
     expect(unset.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(unset.details).toContain("include[1]");
   });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, Role } from "#gen/contextd/v1/message_pb";
-import { grpcJsClient } from "../../support/grpc-js.js";
+import { grpcJsClient, rpcFailure } from "../../support/grpc-js.js";
 import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 import { create } from "@bufbuild/protobuf";
@@ -11,15 +11,6 @@ import { MessageSchema } from "#gen/contextd/v1/message_pb";
 
 // A large tool result is sent as a preview; the model's read_tool_result call is answered by
 // ReadToolResult from the stored conversation, slice by slice. Real sidecar, grpc-js, both stores.
-
-async function failure(promise: Promise<unknown>): Promise<grpc.ServiceError> {
-  const error = await promise.then(
-    () => undefined,
-    (reason: unknown) => reason,
-  );
-  expect(error, "expected the RPC to fail").toBeDefined();
-  return error as grpc.ServiceError;
-}
 
 describe.each(sidecarStores)("large tool results by reference (real sidecar, %s)", (_name, backend) => {
   let sidecar: Sidecar;
@@ -99,13 +90,13 @@ describe.each(sidecarStores)("large tool results by reference (real sidecar, %s)
   });
 
   it("answers NOT_FOUND for a call without a result and INVALID_ARGUMENT for bad requests", async () => {
-    const missing = await failure(client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "nope" }));
+    const missing = await rpcFailure(client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "nope" }));
     expect(missing.code).toBe(grpc.status.NOT_FOUND);
     expect(missing.details).toBe(`conversation "${conversationId}" (version 1) has no result for tool call "nope"`);
-    const tooMuch = await failure(client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "call-1", maxBytes: 1_048_577 }));
+    const tooMuch = await rpcFailure(client.unary(ConversationService.method.readToolResult, { conversationId, toolCallId: "call-1", maxBytes: 1_048_577 }));
     expect(tooMuch.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(tooMuch.details).toBe("max_bytes: at most 1048576, got 1048577");
-    const noCall = await failure(client.unary(ConversationService.method.readToolResult, { conversationId }));
+    const noCall = await rpcFailure(client.unary(ConversationService.method.readToolResult, { conversationId }));
     expect(noCall.details).toBe("tool_call_id is required");
   });
 });

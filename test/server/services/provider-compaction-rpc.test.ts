@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { EstimatorKind, TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, Role } from "#gen/contextd/v1/message_pb";
-import { grpcJsClient } from "../../support/grpc-js.js";
-import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { rpcFailure } from "../../support/grpc-js.js";
+import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
 
 // Provider compaction parts through a real sidecar on every store: a response (whole and streamed)
@@ -28,41 +28,19 @@ const decode = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 // Ten tokens a message, so usage says exactly which messages were counted.
 const fixed = { estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } };
 
-async function failure(promise: Promise<unknown>): Promise<grpc.ServiceError> {
-  const error = await promise.then(
-    () => undefined,
-    (reason: unknown) => reason,
-  );
-  expect(error, "expected the RPC to fail").toBeDefined();
-  return error as grpc.ServiceError;
-}
-
 describe.each(sidecarStores)("provider compaction (real sidecar, %s)", (_name, backend) => {
-  let sidecar: Sidecar;
-  let client: ReturnType<typeof grpcJsClient>;
-  let stopBackend: (() => Promise<void>) | undefined;
+  const running = sidecarForSuite(backend);
   const run = Date.now();
 
-  beforeAll(async () => {
-    const started = await backend();
-    stopBackend = started.stop;
-    sidecar = await startSidecar(started.args);
-    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
-  });
-  afterAll(async () => {
-    client?.close();
-    await sidecar?.stop();
-    await stopBackend?.();
-  });
 
   /** u1, a1, u2, then the provider's answer (whole or streamed), then u3; returns the conversation id. */
   async function conversation(name: string, provider: Provider, answer: ReturnType<typeof delta>): Promise<string> {
     const conversationId = `${name}-${run}`;
-    await client.unary(ConversationService.method.commit, {
+    await running.client.unary(ConversationService.method.commit, {
       conversationId,
       deltas: [appendHistory(textMessage("u1", Role.USER, "Fix the failing test."), textMessage("a1", Role.ASSISTANT, "Reading src/app.ts."), textMessage("u2", Role.USER, "Go on."))],
     });
-    await client.unary(ConversationService.method.commit, { conversationId, expectedVersion: 1n, deltas: [answer, appendHistory(textMessage("u3", Role.USER, "Run them."))] });
+    await running.client.unary(ConversationService.method.commit, { conversationId, expectedVersion: 1n, deltas: [answer, appendHistory(textMessage("u3", Role.USER, "Run them."))] });
     expect(provider).toBeDefined();
     return conversationId;
   }
@@ -74,9 +52,9 @@ describe.each(sidecarStores)("provider compaction (real sidecar, %s)", (_name, b
     const block = JSON.stringify(anthropic.body.content![0]);
     for (const [name, answer] of [["anthropic-whole", whole(anthropic)], ["anthropic-stream", streamed(anthropic)]] as const) {
       const conversationId = await conversation(name, Provider.ANTHROPIC_MESSAGES, answer);
-      const { state } = await client.unary(ConversationService.method.getState, { conversationId });
+      const { state } = await running.client.unary(ConversationService.method.getState, { conversationId });
       expect(state!.history[3]!.parts[0]!.kind.case).toBe("providerCompaction");
-      const { result } = await client.unary(ContextService.method.compile, { conversationId, budget: fixed, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" } });
+      const { result } = await running.client.unary(ContextService.method.compile, { conversationId, budget: fixed, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" } });
       const json = decode(result!.rendered!.json);
       // The block the response carried, key order and bytes, is in the body as it came.
       expect(json).toContain(block);
@@ -96,23 +74,23 @@ describe.each(sidecarStores)("provider compaction (real sidecar, %s)", (_name, b
 
   it("puts an automatic cache breakpoint on the compaction block", async () => {
     const conversationId = `anthropic-whole-${run}`;
-    const { result } = await client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude", autoCacheBreakpoints: true } });
+    const { result } = await running.client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude", autoCacheBreakpoints: true } });
     const body = JSON.parse(decode(result!.rendered!.json)) as { messages: { content: { type: string; cache_control?: unknown }[] }[] };
     expect(body.messages[0]!.content[0]).toMatchObject({ type: "compaction", cache_control: { type: "ephemeral" } });
   });
 
   it("refuses another provider until a contextd summary covers the compacted range, then sends the summary", async () => {
     const conversationId = `anthropic-whole-${run}`;
-    const refused = await failure(client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt" } }));
+    const refused = await rpcFailure(running.client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt" } }));
     expect(refused.code).toBe(grpc.status.FAILED_PRECONDITION);
     expect(refused.details).toMatch(/^provider rule openai_chat\.provider_compaction violated at message "[^"]+": part 0 is the Anthropic Messages compaction of the conversation before it, which only Anthropic Messages can read; no contextd summary stands for that range/);
-    const { state } = await client.unary(ConversationService.method.getState, { conversationId });
-    await client.unary(ConversationService.method.commit, {
+    const { state } = await running.client.unary(ConversationService.method.getState, { conversationId });
+    await running.client.unary(ConversationService.method.commit, {
       conversationId,
       expectedVersion: state!.version,
       deltas: [delta({ case: "compact", value: { summary: textMessage("", Role.USER, "Summary: fix the failing test in src/app.ts."), throughMessageId: state!.history[2]!.id } })],
     });
-    const { result } = await client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt" } });
+    const { result } = await running.client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.OPENAI_CHAT, model: "gpt" } });
     expect(JSON.parse(decode(result!.rendered!.json))).toMatchObject({
       messages: [
         { role: "user", content: "Summary: fix the failing test in src/app.ts." },
@@ -121,7 +99,7 @@ describe.each(sidecarStores)("provider compaction (real sidecar, %s)", (_name, b
       ],
     });
     // Anthropic still starts at its block: the summary is behind it too.
-    const anthropicBody = await client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" } });
+    const anthropicBody = await running.client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.ANTHROPIC_MESSAGES, model: "claude" } });
     expect(decode(anthropicBody.result!.rendered!.json)).toContain(`"messages":[{"role":"assistant","content":[${JSON.stringify(anthropic.body.content![0])}`);
   });
 
@@ -129,7 +107,7 @@ describe.each(sidecarStores)("provider compaction (real sidecar, %s)", (_name, b
     const item = openai.body.output![0] as { id: string; encrypted_content: string };
     for (const [name, answer] of [["openai-whole", whole(openai)], ["openai-stream", streamed(openai)]] as const) {
       const conversationId = await conversation(name, Provider.OPENAI_RESPONSES, answer);
-      const { result } = await client.unary(ContextService.method.compile, { conversationId, budget: fixed, render: { provider: Provider.OPENAI_RESPONSES, model: "gpt" } });
+      const { result } = await running.client.unary(ContextService.method.compile, { conversationId, budget: fixed, render: { provider: Provider.OPENAI_RESPONSES, model: "gpt" } });
       const json = decode(result!.rendered!.json);
       expect(json).toContain(`"input":[${JSON.stringify({ type: "compaction", id: item.id, encrypted_content: item.encrypted_content })},`);
       expect((JSON.parse(json) as { input: unknown[] }).input).toEqual([
@@ -138,7 +116,7 @@ describe.each(sidecarStores)("provider compaction (real sidecar, %s)", (_name, b
         { type: "message", role: "user", content: "Run them." },
       ]);
       expect(result!.usage!.history).toBe(20n);
-      const refused = await failure(client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.GEMINI, model: "gemini" } }));
+      const refused = await rpcFailure(running.client.unary(ContextService.method.compile, { conversationId, render: { provider: Provider.GEMINI, model: "gemini" } }));
       expect(refused.code).toBe(grpc.status.FAILED_PRECONDITION);
       expect(refused.details).toContain("gemini.provider_compaction");
     }

@@ -1,35 +1,21 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CompileResultPart, TransformationAction, TransformationReason } from "#gen/contextd/v1/compile_pb";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { Segment } from "#gen/contextd/v1/state_pb";
 import { toolCallRulesId, toolGuidanceId } from "../../../src/core/compile/system-prompt.js";
-import { grpcJsClient } from "../../support/grpc-js.js";
-import { sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
+import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
 import { textMessage } from "../../store/fixtures.js";
 
 describe.each(sidecarStores)("system-prompt blocks in a compile-commit (real sidecar, %s)", (_name, backend) => {
-  let sidecar: Sidecar;
-  let client: ReturnType<typeof grpcJsClient>;
-  let stopBackend: (() => Promise<void>) | undefined;
+  const running = sidecarForSuite(backend);
 
-  beforeAll(async () => {
-    const started = await backend();
-    stopBackend = started.stop;
-    sidecar = await startSidecar(started.args);
-    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
-  });
-  afterAll(async () => {
-    client?.close();
-    await sidecar?.stop();
-    await stopBackend?.();
-  });
 
   it("sends the blocks and their records by default, and stores neither the blocks nor the trimmed base prompt", async () => {
     const conversationId = `system-prompt-${Date.now()}`;
     const basePrompt = "You are a travel assistant.\n\n<tool_call_rules>\n- An older copy.\n</tool_call_rules>";
-    await client.unary(ConversationService.method.commit, {
+    await running.client.unary(ConversationService.method.commit, {
       conversationId,
       expectedVersion: 0n,
       deltas: [
@@ -42,7 +28,7 @@ describe.each(sidecarStores)("system-prompt blocks in a compile-commit (real sid
         },
       ],
     });
-    const { result } = await client.unary(ContextService.method.compile, {
+    const { result } = await running.client.unary(ContextService.method.compile, {
       conversationId,
       currentTurn: { raw: textMessage("q1", Role.USER, "Weather in Oslo?") },
       systemPrompt: { toolGuidance: true, toolCallRules: true },
@@ -61,7 +47,7 @@ describe.each(sidecarStores)("system-prompt blocks in a compile-commit (real sid
     expect(body.instructions.split("<tool_call_rules>")).toHaveLength(2);
     expect(body.instructions).toContain("1. Give the city in English.");
 
-    const { state } = await client.unary(ConversationService.method.getState, { conversationId });
+    const { state } = await running.client.unary(ConversationService.method.getState, { conversationId });
     expect(state!.version).toBe(2n);
     expect(state!.system.map((message) => [message.id, message.parts[0]!.kind.value])).toEqual([["sys", expect.objectContaining({ text: basePrompt })]]);
     expect(state!.history.map((message) => message.id)).toEqual(["q1"]);

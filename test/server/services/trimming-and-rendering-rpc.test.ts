@@ -8,7 +8,7 @@ import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, PartSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema } from "#gen/contextd/v1/state_pb";
 import { conversationKeys } from "../../../src/store/redis-scripts.js";
-import { grpcJsClient } from "../../support/grpc-js.js";
+import { grpcJsClient, rpcFailure } from "../../support/grpc-js.js";
 import { startRedis, type RedisProcess } from "../../support/redis.js";
 import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
@@ -21,12 +21,6 @@ const exchange = (pairs: number): Message[] =>
   Array.from({ length: pairs }, (_, i) => [textMessage(`q${i}`, Role.USER, `Question ${i}?`), textMessage(`a${i}`, Role.ASSISTANT, `Answer ${i}: forty-two.`)]).flat();
 const ten = { kind: EstimatorKind.FIXED, fixedPerMessage: 10n };
 const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
-
-async function failure(promise: Promise<unknown>): Promise<grpc.ServiceError> {
-  const error = await promise.then(() => undefined, (reason: unknown) => reason);
-  expect(error, "expected the RPC to fail").toBeDefined();
-  return error as grpc.ServiceError;
-}
 
 describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
   let redis: RedisProcess;
@@ -72,7 +66,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     // The README's flow: commit the user's message, then compile. 2 MB against max_tokens 8000.
     const huge = textMessage("huge", Role.USER, "x".repeat(2 * 1024 * 1024));
     await client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(...exchange(2), huge)] });
-    const error = await failure(compile({ conversationId, budget: { maxTokens: 8000n }, render: { provider: Provider.OPENAI_CHAT, model: "m" } }));
+    const error = await rpcFailure(compile({ conversationId, budget: { maxTokens: 8000n }, render: { provider: Provider.OPENAI_CHAT, model: "m" } }));
     expect(error.code).toBe(8);
     expect(error.details).toMatch(
       /^budget exceeded: the latest user message "huge" \(history\[4\]\) needs 524288 tokens and is protected like the current turn \(set budget\.trim_latest_user_message to let the budget drop it\); 8000 are left after 0 reserved .*the limit is 8000$/,
@@ -85,7 +79,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
 
   it("refuses an open call followed by the current turn with the same rule for every provider (with REJECT; the default repair closes the call)", async () => {
     for (const [provider, prefix] of [[Provider.OPENAI_CHAT, "openai_chat"], [Provider.OPENAI_RESPONSES, "openai_responses"], [Provider.ANTHROPIC_MESSAGES, "anthropic"], [Provider.GEMINI, "gemini"]] as const) {
-      const error = await failure(
+      const error = await rpcFailure(
         compile({
           history: { messages: [textMessage("u1", Role.USER, "Weather in Oslo?"), withParts("a1", Role.ASSISTANT, callPart("oc1", '{"city":"Oslo"}'))] },
           currentTurn: { raw: textMessage("u2", Role.USER, "Never mind.") },
@@ -113,7 +107,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
 
   it("refuses tool-call arguments that are not a JSON object at commit, at ingestion and in stateless compiles", async () => {
     const conversationId = newId();
-    const commitError = await failure(
+    const commitError = await rpcFailure(
       client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage("u1", Role.USER, "hi")), appendHistory(withParts("a1", Role.ASSISTANT, callPart("k1", "city=Oslo")))] }),
     );
     expect(commitError.code).toBe(3);
@@ -123,7 +117,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
 
     await client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))] });
     const response = { choices: [{ message: { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "[1]" } }] } }] };
-    const ingestError = await failure(
+    const ingestError = await rpcFailure(
       client.unary(ConversationService.method.commit, {
         conversationId,
         deltas: [delta({ case: "appendProviderResponse", value: { provider: Provider.OPENAI_CHAT, json: new TextEncoder().encode(JSON.stringify(response)) } })],
@@ -132,7 +126,7 @@ describe("trimming and rendering over gRPC (real sidecar, real Redis)", () => {
     expect(ingestError.code).toBe(3);
     expect(ingestError.details).toMatch(/^deltas\[0\]\.append_provider_response: parsed\[0\]\.parts\[0\]\.tool_call\.arguments: the arguments of tool call "call_1" must be a JSON object, got "\[1\]" \(not a JSON object but a JSON array\) \(message "[^"]+"\)$/);
 
-    const compileError = await failure(compile({ history: { messages: [textMessage("u1", Role.USER, "hi"), withParts("a1", Role.ASSISTANT, callPart("k1", "city=Oslo")), withParts("t1", Role.TOOL, resultPart("k1", "rain"))] } }));
+    const compileError = await rpcFailure(compile({ history: { messages: [textMessage("u1", Role.USER, "hi"), withParts("a1", Role.ASSISTANT, callPart("k1", "city=Oslo")), withParts("t1", Role.TOOL, resultPart("k1", "rain"))] } }));
     expect(compileError.code).toBe(3);
     expect(compileError.details).toContain('history[1].parts[0].tool_call.arguments: the arguments of tool call "k1" must be a JSON object, got "city=Oslo" (not valid JSON) (message "a1")');
   });

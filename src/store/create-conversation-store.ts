@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Codec } from "../codec/codec.js";
 import type { ConversationStore } from "./conversation-store.js";
+import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
@@ -20,6 +21,8 @@ export interface RedisDeployment {
  * The store for a configured Postgres URL, Redis URL or Redis Cluster: none = the embedded in-memory store.
  * `strictToolRounds` (`--strict-tool-rounds`): its commits refuse the tool-round pairing rules.
  * `decodedStateBytes` (`--decoded-state-bytes`): what the Redis and Postgres stores' decoded states may weigh.
+ * `values` (`--encryption-key-file`): how the Redis and Postgres stores keep contents; the memory
+ * store holds nothing outside the process and takes none.
  * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
@@ -32,12 +35,13 @@ export async function createConversationStore(
   postgresUrl = "",
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
+  values: StoredValues = plainValues,
 ): Promise<ConversationStore> {
   // How every store applies deltas: random ids for messages without one, and the tool-round rules.
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values });
     await store.connected(connectTimeoutMs);
     return store;
   }
@@ -47,6 +51,7 @@ export async function createConversationStore(
     codec,
     deltaContext,
     cacheBytes: decodedStateBytes,
+    values,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
     ...(redis.tlsCa !== undefined ? { tlsCa: redis.tlsCa } : {}),

@@ -154,7 +154,7 @@ interface TenantRecords {
 }
 
 /** The tenant of a conversation: what `--auth-tokens-file` scopes tokens by (policy/auth.ts). */
-function tenantOf(conversationId: string): string {
+export function tenantOf(conversationId: string): string {
   const slash = conversationId.indexOf("/");
   return slash < 0 ? "" : conversationId.slice(0, slash);
 }

@@ -5,6 +5,7 @@ import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service
 import { connectTimeoutMs, type PostgresConnection } from "./postgres-connection.js";
 import { changesChannel } from "./postgres-schema.js";
 import { changesNotRetained, corruptConversation } from "./store-errors.js";
+import type { StoredValues } from "./at-rest-encryption.js";
 
 /**
  * Watch on the Postgres store: the changes table read from a version, woken by LISTEN/NOTIFY on
@@ -31,6 +32,8 @@ export class PostgresChangeFeed {
     private readonly pollMs: number,
     /** The conversation's version (for a resume whose changes are all trimmed). */
     private readonly currentVersion: (conversationId: string) => Promise<bigint>,
+    /** How `contextd_commit`'s change rows were kept (sealed under encryption at rest). */
+    private readonly values: StoredValues,
   ) {}
 
   async *watch(conversationId: string, id: Buffer, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
@@ -69,7 +72,7 @@ export class PostgresChangeFeed {
         first = false;
         for (const row of rows) {
           if (signal.aborted) return;
-          const change = decodeChange(conversationId, row.version, row.change);
+          const change = decodeChange(this.values, conversationId, row.version, row.change);
           yield change;
           last = change.version;
         }
@@ -164,7 +167,8 @@ export class PostgresChangeFeed {
 }
 
 /** A changes row: protobuf binary `Change` of this conversation and this version, or DATA_LOSS. */
-function decodeChange(conversationId: string, version: string, bytes: Buffer): Change {
+function decodeChange(values: StoredValues, conversationId: string, version: string, stored: Buffer): Change {
+  const bytes = values.open(conversationId, "change", stored, () => `change row ${version}`);
   let change: Change;
   try {
     change = fromBinary(ChangeSchema, bytes);

@@ -11,6 +11,7 @@ import type { ConversationPage, ConversationStore } from "./conversation-store.j
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
+import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { PostgresConnection } from "./postgres-connection.js";
 import { changesChannel } from "./postgres-schema.js";
 import { windowQuery, type WindowRow } from "./postgres-window-query.js";
@@ -18,7 +19,7 @@ import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, typ
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { storedSegments } from "./segment-edits.js";
-import { bufferOf, StoredCopies } from "./stored-copies.js";
+import { StoredCopies } from "./stored-copies.js";
 import { corruptConversation, redactUrl, requireStorableKey, requireStorableText } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
 
@@ -40,6 +41,8 @@ export interface PostgresStoreOptions {
   deltaContext?: DeltaContext;
   /** The server's codec: encodes states for storage and is told which are immutable; a private one otherwise. */
   codec?: Codec;
+  /** How contents are kept: AES-256-GCM under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
+  values?: StoredValues;
 }
 
 /** A row of `contextd_load` (int8 columns arrive as decimal strings). */
@@ -83,6 +86,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
   readonly lineage = new MessageListLineage();
   private readonly copies: StoredCopies;
+  private readonly values: StoredValues;
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
   /** Commits of this store waiting for `contextd_commit`. */
@@ -95,7 +99,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
     this.now = options.now ?? Date.now;
     this.connection = new PostgresConnection(url, options.poolSize ?? 16);
+    this.values = options.values ?? plainValues;
     this.copies = new StoredCopies({
+      values: this.values,
       codec: this.codec,
       lineage: this.lineage,
       cacheSize: options.cacheSize,
@@ -111,7 +117,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const io = { read: this.read.bind(this), write: this.write.bind(this) };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts });
-    this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId));
+    this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
   }
 
   /** Resolves true once the database is reached and migrated, false after `timeoutMs` (the store then answers UNAVAILABLE and keeps trying). */
@@ -213,7 +219,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const read: ExaminedEntry[] = rows.map((row) => {
       const conversationId = row.id.toString("utf8");
       const updatedAtUnixMs = BigInt(row.updated_at_ms);
-      const summary = summaryOf(conversationId, BigInt(row.version), BigInt(row.created_at_ms), updatedAtUnixMs, row.title, row.labels);
+      const summary = summaryOf(conversationId, BigInt(row.version), BigInt(row.created_at_ms), updatedAtUnixMs, ...this.listingFields(conversationId, row));
       return { position: { conversationId, updatedAtUnixMs }, summary };
     });
     return pageOf(query, read);
@@ -311,6 +317,29 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     return { state, record };
   }
 
+  /**
+   * A listing field as the header row keeps it: under encryption the title column holds the
+   * sealed title in base64 and the labels column (jsonb) a JSON string of the sealed labels' base64.
+   */
+  private sealedText(conversationId: string, kind: "title" | "labels", text: string): string {
+    if (!this.values.encrypts) return text;
+    const sealed = this.values.seal(conversationId, kind, Buffer.from(text, "utf8")).toString("base64");
+    return kind === "labels" ? JSON.stringify(sealed) : sealed;
+  }
+
+  /** A listing row's title and labels, opened when sealed (an empty title was never written). */
+  private listingFields(conversationId: string, row: ListedRow): [string, Record<string, string>] {
+    if (!this.values.encrypts) return [row.title, row.labels as Record<string, string>];
+    const open = (kind: "title" | "labels", stored: string) =>
+      this.values.open(conversationId, kind, Buffer.from(stored, "base64"), () => `the header row's ${kind}`).toString("utf8");
+    const title = row.title === "" ? "" : open("title", row.title);
+    if (typeof row.labels !== "string" && Object.keys(row.labels).length > 0) {
+      throw corruptConversation(conversationId, "the header row's labels are not encrypted (the sidecar runs with encryption at rest; were they written without?)");
+    }
+    const labels = typeof row.labels === "string" ? (JSON.parse(open("labels", row.labels)) as Record<string, string>) : {};
+    return [title, labels];
+  }
+
   /** The engine's write: one call of `contextd_commit` (one transaction), notifying watchers. */
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite> {
     const id = idBytes(conversationId);
@@ -334,7 +363,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       [
         id,
         base.version,
-        bufferOf(toBinary(ChangeSchema, plan.change)),
+        this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change)),
         Buffer.from(idempotencyKey, "utf8"),
         fingerprint,
         this.now(),
@@ -351,8 +380,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         starts,
         lengths,
         plan.metadata.updatedAtUnixMs,
-        plan.metadata.changed ? plan.metadata.title : null,
-        plan.metadata.changed ? JSON.stringify(plan.metadata.labels) : null,
+        plan.metadata.changed ? this.sealedText(conversationId, "title", plan.metadata.title) : null,
+        plan.metadata.changed ? this.sealedText(conversationId, "labels", JSON.stringify(plan.metadata.labels)) : null,
       ],
       "contextd_commit",
     );
@@ -388,5 +417,6 @@ interface ListedRow {
   created_at_ms: string;
   updated_at_ms: string;
   title: string;
-  labels: Record<string, string>;
+  /** A JSON string (the sealed labels' base64) under encryption. */
+  labels: Record<string, string> | string;
 }

@@ -4,6 +4,7 @@ import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service
 import { clusterRedirection } from "./redis-cluster-redirection.js";
 import { clusterNode, isWrongType, redisConnectionOptions, redisReplyError, whenReady, type RedisConnection } from "./redis-connection.js";
 import type { ConversationKeys } from "./redis-scripts.js";
+import type { StoredValues } from "./at-rest-encryption.js";
 import { changesNotRetained, corruptConversation } from "./store-errors.js";
 
 /**
@@ -21,6 +22,8 @@ export class RedisChangeFeed {
     private readonly blockMs: number,
     /** The conversation's version (for a resume whose changes are all trimmed). */
     private readonly currentVersion: (conversationId: string) => Promise<bigint>,
+    /** How the commit script's change records were kept (sealed under encryption at rest). */
+    private readonly values: StoredValues,
   ) {}
 
   async *watch(conversationId: string, keys: ConversationKeys, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
@@ -28,14 +31,14 @@ export class RedisChangeFeed {
     let last = fromVersion;
     const backlog = await this.connection.call("reading changes", () => redis.xrangeBuffer(keys.changes, `${fromVersion + 1n}-0`, "+"), conversationId);
     if (fromVersion > 0n) {
-      const oldest = backlog.length > 0 ? decodeChange(conversationId, backlog[0]!).version : undefined;
+      const oldest = backlog.length > 0 ? decodeChange(this.values, conversationId, backlog[0]!).version : undefined;
       const current = oldest === undefined ? await this.currentVersion(conversationId) : oldest - 1n;
       if (current > fromVersion && (oldest === undefined || oldest > fromVersion + 1n)) {
         throw changesNotRetained(conversationId, fromVersion, oldest ?? current + 1n);
       }
     }
     for (const entry of backlog) {
-      const change = decodeChange(conversationId, entry);
+      const change = decodeChange(this.values, conversationId, entry);
       yield change;
       last = change.version;
     }
@@ -78,7 +81,7 @@ export class RedisChangeFeed {
         }
         for (const [, entries] of reply ?? []) {
           for (const entry of entries) {
-            const change = decodeChange(conversationId, entry);
+            const change = decodeChange(this.values, conversationId, entry);
             if (change.version <= last) continue;
             yield change;
             last = change.version;
@@ -112,12 +115,13 @@ export class RedisChangeFeed {
 }
 
 /** A stream entry as the commit script writes it: id `<version>-0`, the single field pair ("change", bytes). */
-function decodeChange(conversationId: string, [id, fields]: [Buffer | string, Buffer[]]): Change {
+function decodeChange(values: StoredValues, conversationId: string, [id, fields]: [Buffer | string, Buffer[]]): Change {
   const malformed = (detail: string) => corruptConversation(conversationId, `change stream entry ${String(id)} ${detail}`);
   if (fields.length !== 2 || String(fields[0]) !== "change") throw malformed(`has fields ${fields.filter((_, index) => index % 2 === 0).map(String).join(", ") || "(none)"}, not one "change"`);
+  const bytes = values.open(conversationId, "change", fields[1]!, () => `change stream entry ${String(id)}`);
   let change: Change;
   try {
-    change = fromBinary(ChangeSchema, fields[1]!);
+    change = fromBinary(ChangeSchema, bytes);
   } catch (error) {
     throw malformed(`does not decode: ${(error as Error).message}`);
   }

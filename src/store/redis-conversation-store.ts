@@ -12,13 +12,14 @@ import type { ConversationPage, ConversationStore } from "./conversation-store.j
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListPosition, type ListQuery } from "./conversation-listing.js";
 import { RedisChangeFeed } from "./redis-change-feed.js";
+import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
 import { RedisReplicaAcknowledgement } from "./redis-replica-acknowledgement.js";
 import { calibrationKeys, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { storedSegments } from "./segment-edits.js";
-import { bufferOf, StoredCopies, type ReceivedSegment } from "./stored-copies.js";
+import { StoredCopies, type ReceivedSegment } from "./stored-copies.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
@@ -62,6 +63,8 @@ export interface RedisStoreOptions {
    * or rediss:// cluster seeds; undefined = the system's CAs. Server names are verified.
    */
   tlsCa?: string;
+  /** How contents are kept: AES-256-GCM under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
+  values?: StoredValues;
 }
 
 /** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
@@ -84,6 +87,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /** Which segment lists were made by appending to which (commits, and loads that catch a cached copy up). */
   readonly lineage = new MessageListLineage();
   private readonly copies: StoredCopies;
+  private readonly values: StoredValues;
   protected readonly engine: CommitEngine;
   private readonly changes: RedisChangeFeed;
   private readonly replicas: RedisReplicaAcknowledgement;
@@ -112,7 +116,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.now = options.now ?? Date.now;
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
     this.connection = new RedisConnection(target, options.tlsCa);
+    this.values = options.values ?? plainValues;
     this.copies = new StoredCopies({
+      values: this.values,
       codec: this.codec,
       lineage: this.lineage,
       cacheSize: options.cacheSize,
@@ -128,7 +134,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const io = { read: this.readForCommit.bind(this), write: this.write.bind(this) };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts });
-    this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId));
+    this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
     this.replicas = new RedisReplicaAcknowledgement(this.connection, options.waitReplicas ?? 0, options.waitTimeoutMs ?? 1_000);
   }
 
@@ -275,10 +281,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /** A conversation's listing entry: undefined for an index entry whose first commit never applied. */
   private async summaryOf(conversationId: string): Promise<ConversationSummary | undefined> {
     const keys = this.keys(conversationId);
-    const [version, fields] = await Promise.all([this.redis.get(keys.version), this.redis.hmget(keys.header, "created_at_ms", "updated_at_ms", "title", "labels")]);
+    const [version, fields] = await Promise.all([this.redis.get(keys.version), this.redis.hmgetBuffer(keys.header, "created_at_ms", "updated_at_ms", "title", "labels")]);
     if (version === null || !isVersionText(version)) return undefined;
-    const [created, updated, title, labels] = fields;
-    return summaryOf(conversationId, BigInt(version), storedMs(created), storedMs(updated), title ?? "", storedLabels(labels));
+    const [created, updated, title, labels] = fields as (Buffer | null)[];
+    // Listing fields are sealed like the rest of the contents; an empty one was never written.
+    const text = (kind: "title" | "labels", stored: Buffer | null | undefined) =>
+      !stored || stored.length === 0 ? null : this.values.open(conversationId, kind, stored, () => `the header ${keys.header} field ${kind}`).toString("utf8");
+    return summaryOf(conversationId, BigInt(version), storedMs(created?.toString("latin1") ?? null), storedMs(updated?.toString("latin1") ?? null), text("title", title) ?? "", storedLabels(text("labels", labels)));
   }
 
   async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
@@ -453,15 +462,15 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       write.rest ? "1" : "0",
       String(metadata.updatedAtUnixMs),
       metadata.changed ? "1" : "0",
-      metadata.changed ? metadata.title : "",
-      metadata.changed ? JSON.stringify(metadata.labels) : "",
+      metadata.changed ? this.sealedText(conversationId, "title", metadata.title) : "",
+      metadata.changed ? this.sealedText(conversationId, "labels", JSON.stringify(metadata.labels)) : "",
     ];
     for (const segment of write.segments) {
       args.push(segment.mode, String(segment.baseLength), String(segment.keep), String(segment.encodings.length));
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       for (const encoding of segment.encodings) args.push(encoding);
     }
-    const changeBytes = bufferOf(toBinary(ChangeSchema, plan.change));
+    const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
     const committing = this.connection
       .call(
         "committing",
@@ -523,6 +532,11 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     // "conflict": another writer committed between our read and our script; the next read
     // catches the cached copy up.
     return { outcome: "conflict", current };
+  }
+
+  /** A listing field as the header keeps it: sealed under encryption, as it is otherwise (an empty title too). */
+  private sealedText(conversationId: string, kind: "title" | "labels", text: string): string | Buffer {
+    return this.values.encrypts ? this.values.seal(conversationId, kind, Buffer.from(text, "utf8")) : text;
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */

@@ -8,6 +8,7 @@ import type { RunningFacts } from "../codec/stored-token-counts.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { DecodedStateCache, defaultDecodedStateBytes, defaultDecodedStates } from "./decoded-state-cache.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
+import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import type { CommitCopies } from "./commit-engine.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
@@ -91,6 +92,8 @@ export interface StoredCopiesOptions {
   cacheBytes: number | undefined;
   strictToolRounds: boolean;
   names: StoredNames;
+  /** How entries and rests are kept: sealed under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
+  values?: StoredValues;
 }
 
 export class StoredCopies implements CommitCopies {
@@ -99,9 +102,12 @@ export class StoredCopies implements CommitCopies {
   private readonly codec: Codec;
   private readonly lineage: MessageListLineage;
   private readonly names: StoredNames;
+  /** Every stored entry and rest goes through it, both ways: the one place a store's contents become stored bytes. */
+  readonly values: StoredValues;
 
   constructor(private readonly options: StoredCopiesOptions) {
     this.codec = options.codec;
+    this.values = options.values ?? plainValues;
     this.lineage = options.lineage;
     this.names = options.names;
     this.cache = new DecodedStateCache(options.cacheSize ?? defaultDecodedStates, options.cacheBytes ?? defaultDecodedStateBytes, options.lineage);
@@ -149,6 +155,8 @@ export class StoredCopies implements CommitCopies {
    */
   writeOf(base: ConversationState, next: ConversationState): StoredWrite {
     const counts = this.codec.storedTokenCounts;
+    const { values } = this;
+    const conversationId = next.conversationId;
     const baseLayout = this.layouts.get(base);
     const first = base.version === 0n || baseLayout === undefined;
     const version = String(next.version);
@@ -170,7 +178,7 @@ export class StoredCopies implements CommitCopies {
       const at = appended && !first ? was.at : version;
       // The history's entries carry what a reader of its tail needs of the head (history-running-facts.ts).
       const running = segment === "history" ? runningFactsOfWrite(counts, before, after, edit, BigInt(at)) : undefined;
-      const encodings = edit.messages.map((message, position) => bufferOf(this.codec.encodeStoredEntry(message, running?.[position])));
+      const encodings = edit.messages.map((message, position) => values.seal(conversationId, "message", this.codec.encodeStoredEntry(message, running?.[position])));
       const added = encodings.reduce((sum, encoding) => sum + encoding.length, 0);
       bytes += added;
       writes.push({ mode: edit.keepPrefix ? "p" : "s", baseLength: before.length, keep: edit.keep, encodings });
@@ -178,7 +186,7 @@ export class StoredCopies implements CommitCopies {
       const kept = edit.keep === before.length ? was.bytes : Math.round((was.bytes * edit.keep) / Math.max(1, before.length));
       segments.push({ at, length: after.length, bytes: kept + added });
     });
-    const rest = first || restDiffers(base, next) ? bufferOf(this.codec.encodeStateRest(next)) : undefined;
+    const rest = first || restDiffers(base, next) ? values.seal(conversationId, "rest", this.codec.encodeStateRest(next)) : undefined;
     bytes += rest?.length ?? 0;
     const created = baseLayout?.created ?? randomUUID();
     return {
@@ -258,7 +266,8 @@ export class StoredCopies implements CommitCopies {
   }
 
   /** The rest of a state as stored (its parts but the segments), or DATA_LOSS naming where it is. */
-  decodeRest(conversationId: string, bytes: Buffer): ConversationState {
+  decodeRest(conversationId: string, stored: Buffer): ConversationState {
+    const bytes = this.values.open(conversationId, "rest", stored, () => this.names.rest(conversationId));
     try {
       return fromBinary(ConversationStateSchema, bytes);
     } catch (error) {
@@ -268,7 +277,8 @@ export class StoredCopies implements CommitCopies {
 
   /** Stored entries of `segment` from position `from` on, as messages; DATA_LOSS naming the first that does not decode. */
   decode(conversationId: string, items: readonly Buffer[], from: number, segment: string): Message[] {
-    return items.map((item, position) => {
+    return items.map((stored, position) => {
+      const item = this.opened(conversationId, stored, from + position, segment);
       try {
         return this.codec.decodeStoredEntry(item);
       } catch (error) {
@@ -280,7 +290,8 @@ export class StoredCopies implements CommitCopies {
   /** `decode`, with each entry's stored running facts. */
   decodeWithFacts(conversationId: string, items: readonly Buffer[], from: number, segment: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
     const running: (RunningFacts | undefined)[] = [];
-    const messages = items.map((item, position) => {
+    const messages = items.map((stored, position) => {
+      const item = this.opened(conversationId, stored, from + position, segment);
       try {
         const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
         running.push(entry.running);
@@ -290,6 +301,11 @@ export class StoredCopies implements CommitCopies {
       }
     });
     return { messages, running };
+  }
+
+  /** A stored entry's plaintext (see `StoredValues.open`). */
+  private opened(conversationId: string, stored: Buffer, position: number, segment: string): Buffer {
+    return this.values.open(conversationId, "message", stored, () => `message ${position} of the ${this.names.segment(conversationId, segment)}`);
   }
 
   private undecodable(conversationId: string, position: number, segment: string, error: unknown): ConnectError {

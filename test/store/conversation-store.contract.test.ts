@@ -20,12 +20,24 @@ import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolR
 import { randomSource } from "../support/random-messages.js";
 import { stringLimits } from "../../src/core/model/string-limits.js";
 import { listById, type ListQuery } from "../../src/store/conversation-listing.js";
+import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
+
+/** The keys of the encrypted runs (encryption at rest): one store of each kind runs the whole contract again with them. */
+const encrypted = new AtRestCipher([
+  { id: "contract-2", key: Buffer.alloc(32, 2), tenant: "" },
+  { id: "contract-1", key: Buffer.alloc(32, 1), tenant: "" },
+  { id: "tenant-a-1", key: Buffer.alloc(32, 3), tenant: "tenant-a" },
+]);
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
 let postgres: PostgresProcess;
+/** The encrypted runs keep their conversations apart (a database, a key prefix), as a deployment does: listings never meet the plain runs' conversations. */
+let encryptedPostgresUrl: string;
+const encryptedKeyPrefix = "contextd-encrypted";
 beforeAll(async () => {
   [redis, redisCluster, postgres] = await Promise.all([startRedis(), startRedisCluster(), startPostgres()]);
+  encryptedPostgresUrl = await postgres.createDatabase("contract_encrypted");
 }, 30_000);
 afterAll(async () => {
   await Promise.all([redis?.stop(), redisCluster?.stop(), postgres?.destroy()]);
@@ -69,6 +81,31 @@ const stores: [string, (now?: () => number) => Promise<ConversationStore>][] = [
     "postgres",
     async (now) => {
       const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200, now });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+  // The same contract with contents encrypted at rest (docs/encryption-at-rest.md).
+  [
+    "redis, encrypted",
+    async (now) => {
+      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200, now, values: encrypted, keyPrefix: encryptedKeyPrefix });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+  [
+    "redis cluster, encrypted",
+    async (now) => {
+      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, now, values: encrypted, keyPrefix: encryptedKeyPrefix });
+      expect(await store.connected()).toBe(true);
+      return store;
+    },
+  ],
+  [
+    "postgres, encrypted",
+    async (now) => {
+      const store = new PostgresConversationStore(encryptedPostgresUrl, { watchPollMs: 200, now, values: encrypted });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -873,6 +910,8 @@ describe.each([
   ["redis", () => new RedisConversationStore(redis.url)],
   ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) })],
   ["postgres", () => new PostgresConversationStore(postgres.url)],
+  ["redis, encrypted,", () => new RedisConversationStore(redis.url, { values: encrypted, keyPrefix: encryptedKeyPrefix })],
+  ["postgres, encrypted,", () => new PostgresConversationStore(encryptedPostgresUrl, { values: encrypted })],
 ] as const)("%s store: windows read by a process without a cached copy", (_name, open) => {
   it("after each of 120 random edits (compactions and replaces included) a fresh process's windows are the writer's slices", async () => {
     const [writer, reader] = [open(), open()];

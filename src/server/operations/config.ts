@@ -7,6 +7,7 @@ import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js
 import { stringLimits } from "../../core/model/string-limits.js";
 import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
+import { parseEncryptionKeys, type AtRestKey } from "../../store/at-rest-encryption.js";
 
 /** One accepted bearer token; `tenant` empty = the token sees every conversation. */
 export interface AuthToken {
@@ -160,6 +161,12 @@ export interface Config {
    * kept even when it alone is larger.
    */
   decodedStateBytes: number;
+  /**
+   * The keys the Redis and Postgres stores encrypt contents with (AES-256-GCM), from
+   * `--encryption-key-file` or `CONTEXTD_ENCRYPTION_KEYS`: the first without a tenant writes, a
+   * tenant's first writes its conversations, every one reads. Empty = contents stored as they are.
+   */
+  encryptionKeys: AtRestKey[];
 }
 
 export const defaultConfig: Config = {
@@ -216,6 +223,7 @@ export const defaultConfig: Config = {
 
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
+  encryptionKeys: [],
 };
 
 /**
@@ -274,6 +282,7 @@ export const flags = {
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
+  "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -367,6 +376,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
         "so each worker would see different ones",
     );
   }
+  const encryptionKeyFile = pick("encryption-key-file").text;
+  const encryptionKeys = encryptionKeysOf(encryptionKeyFile, env.CONTEXTD_ENCRYPTION_KEYS);
   const tokensFile = pick("auth-tokens-file").text;
   const tokensText = tokensFile ? readFileSync(tokensFile, "utf8") : env.CONTEXTD_AUTH_TOKENS ?? "";
   return {
@@ -424,6 +435,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
 
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
+    encryptionKeys,
   };
 }
 
@@ -437,7 +449,26 @@ export function printableConfig(config: Config) {
     postgresUrl: config.postgresUrl.replace(/\/\/[^@/]*@/, "//(credentials)@"),
     authTokens: config.authTokens.length,
     tenants,
+    encryptionKeys: config.encryptionKeys.map((key) => (key.tenant === "" ? key.id : `${key.tenant}/${key.id}`)),
   };
+}
+
+/**
+ * The keys of `--encryption-key-file` (or `CONTEXTD_ENCRYPTION_KEYS`, never a flag value, so keys
+ * stay out of process listings); a file that is missing, unreadable or holds a bad key stops the
+ * start, naming the file and the entry.
+ */
+function encryptionKeysOf(file: string | undefined, variable: string | undefined): AtRestKey[] {
+  if (file !== undefined && file !== "") {
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch (error) {
+      throw new Error(`cannot read --encryption-key-file ${file}: ${(error as Error).message}`);
+    }
+    return parseEncryptionKeys(text, `--encryption-key-file ${file}`);
+  }
+  return variable === undefined || variable.trim() === "" ? [] : parseEncryptionKeys(variable, "CONTEXTD_ENCRYPTION_KEYS");
 }
 
 /**

@@ -1,0 +1,193 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { createCipheriv, createDecipheriv, randomFillSync } from "node:crypto";
+import { stringLimits } from "../core/model/string-limits.js";
+import { tenantOf } from "./idempotency-records.js";
+import { corruptConversation } from "./store-errors.js";
+
+/**
+ * Encryption at rest: what the Redis and Postgres stores write of a conversation's contents
+ * (message entries, the state's rest, the change Watch serves, the title and labels) goes out as
+ * AES-256-GCM ciphertext, and comes back through `open`. Why it exists: the stores' one seam for
+ * the bytes they keep (`StoredCopies`, the change feeds, the listing fields) takes a
+ * `StoredValues`, so the stores stay the same with encryption on or off (`plainValues`).
+ *
+ * A sealed value: `0xce 0x01`, the key id's length (1 byte) and ASCII, a 12-byte random nonce,
+ * the ciphertext, the 16-byte tag. The additional authenticated data binds it to where it belongs:
+ * `contextd at rest 1`, the kind of value, the key id and the conversation id (UTF-8), each
+ * followed by a NUL. So a value copied to another conversation, or into another kind of field,
+ * fails to open (DATA_LOSS), as does any changed byte. A copy of stored values to another
+ * conversation (a fork) must open them with the source's id and seal them with the new one's.
+ */
+
+/** What a sealed value is, bound into its authenticated data: a value never opens as another kind. */
+export type SealedKind = "message" | "rest" | "change" | "title" | "labels";
+
+/** The bytes a store keeps of a conversation's contents, sealed or as they are. */
+export interface StoredValues {
+  /** True when values are encrypted (the stores then also seal titles and labels). */
+  readonly encrypts: boolean;
+  /** The bytes to store for `plaintext`, a value of `kind` of the conversation. */
+  seal(conversationId: string, kind: SealedKind, plaintext: Uint8Array): Buffer;
+  /**
+   * The plaintext of a stored value. DATA_LOSS naming `where` when it is not a sealed value of
+   * this conversation and kind, or was changed; FAILED_PRECONDITION naming the key id when the
+   * key that sealed it is not configured (or belongs to another tenant).
+   */
+  open(conversationId: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer;
+}
+
+/** Without encryption: the bytes as they are. */
+export const plainValues: StoredValues = {
+  encrypts: false,
+  seal: (_conversationId, _kind, plaintext) => Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength),
+  open: (_conversationId, _kind, stored) => Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength),
+};
+
+/** One configured key: its id (stored with every value it seals), its 32 bytes, and its tenant ("" = every conversation's). */
+export interface AtRestKey {
+  id: string;
+  key: Buffer;
+  tenant: string;
+}
+
+const formatMarker = 0xce;
+const formatVersion = 0x01;
+const nonceBytes = 12;
+const tagBytes = 16;
+const keyIdPattern = /^[A-Za-z0-9._-]{1,64}$/;
+const tenantPattern = /^[A-Za-z0-9._-]+$/;
+/** Nonces are drawn from a buffer refilled this many at a time: one `randomFillSync` per 256 values, not per value. */
+const noncesPerFill = 256;
+
+/**
+ * Keys separated by newlines or commas, each `[tenant/]key-id:key` with the key as 32 bytes in
+ * base64 (or 64 hex digits); `#` starts a comment line. The first key listed for every
+ * conversation (no tenant) writes; the first listed for a tenant writes that tenant's
+ * conversations; every key listed reads. Throws naming `where`, the entry and what is wrong.
+ */
+export function parseEncryptionKeys(text: string, where: string): AtRestKey[] {
+  const keys: AtRestKey[] = [];
+  const ids = new Set<string>();
+  text.split(/[,\n]/).forEach((raw, index) => {
+    const entry = raw.trim();
+    if (entry === "" || entry.startsWith("#")) return;
+    const colon = entry.indexOf(":");
+    const name = `entry ${index + 1} of ${where}`;
+    if (colon < 0) throw new Error(`invalid ${name}: want [tenant/]key-id:key (the key as 32 bytes in base64 or 64 hex digits)`);
+    const scoped = entry.slice(0, colon).trim();
+    const slash = scoped.indexOf("/");
+    const tenant = slash < 0 ? "" : scoped.slice(0, slash);
+    const id = slash < 0 ? scoped : scoped.slice(slash + 1);
+    if (slash >= 0 && (!tenantPattern.test(tenant) || tenant.length > stringLimits.tenant)) {
+      throw new Error(`invalid tenant "${tenant.slice(0, 32)}" in ${name}: want 1 to ${stringLimits.tenant} letters, digits, ".", "_" or "-"`);
+    }
+    if (!keyIdPattern.test(id)) throw new Error(`invalid key id "${id.slice(0, 80)}" in ${name}: want 1 to 64 letters, digits, ".", "_" or "-"`);
+    if (ids.has(id)) throw new Error(`key id "${id}" is listed twice in ${where}: a stored value names its key by id, so ids must be unique`);
+    const material = entry.slice(colon + 1).trim();
+    const key = /^[0-9a-fA-F]{64}$/.test(material) ? Buffer.from(material, "hex") : /^[A-Za-z0-9+/]{43}=?$/.test(material) ? Buffer.from(material, "base64") : undefined;
+    if (key === undefined || key.length !== 32) {
+      throw new Error(`invalid key "${id}" in ${name}: want 32 bytes (AES-256) as base64 (44 characters) or 64 hex digits, e.g. from \`openssl rand -base64 32\``);
+    }
+    ids.add(id);
+    keys.push({ id, key, tenant });
+  });
+  if (keys.length === 0) throw new Error(`${where} lists no key: want at least one key-id:key line`);
+  if (!keys.some((key) => key.tenant === "")) {
+    throw new Error(`${where} lists only tenants' keys: want a key without a tenant too, for conversations of other tenants (the first such key writes)`);
+  }
+  return keys;
+}
+
+/** AES-256-GCM over the configured keys (see the top of this file for the format and what it binds). */
+export class AtRestCipher implements StoredValues {
+  readonly encrypts = true;
+  private readonly byId = new Map<string, AtRestKey>();
+  /** The key that seals: per tenant with keys of its own, and "" for every other conversation. */
+  private readonly writers = new Map<string, AtRestKey & { header: Buffer }>();
+  private readonly nonces = Buffer.alloc(nonceBytes * noncesPerFill);
+  private noncesUsed = noncesPerFill;
+
+  constructor(keys: readonly AtRestKey[]) {
+    for (const key of keys) {
+      if (key.key.length !== 32) throw new Error(`encryption key "${key.id}" has ${key.key.length} bytes, not 32`);
+      this.byId.set(key.id, key);
+      if (!this.writers.has(key.tenant)) this.writers.set(key.tenant, { ...key, header: Buffer.from([formatMarker, formatVersion, key.id.length, ...Buffer.from(key.id, "ascii")]) });
+    }
+    if (!this.writers.has("")) throw new Error("encryption needs a key without a tenant");
+  }
+
+  /** The id of the key that seals the conversation's values now. */
+  writingKeyId(conversationId: string): string {
+    return this.writerOf(conversationId).id;
+  }
+
+  seal(conversationId: string, kind: SealedKind, plaintext: Uint8Array): Buffer {
+    const writer = this.writerOf(conversationId);
+    const nonce = this.nextNonce();
+    const cipher = createCipheriv("aes-256-gcm", writer.key, nonce);
+    cipher.setAAD(additionalData(kind, writer.id, conversationId));
+    const body = cipher.update(plaintext);
+    const last = cipher.final();
+    return Buffer.concat([writer.header, nonce, body, last, cipher.getAuthTag()]);
+  }
+
+  open(conversationId: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer {
+    const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
+    if (bytes.length < 3 || bytes[0] !== formatMarker || bytes[1] !== formatVersion) {
+      throw corruptConversation(conversationId, `${where()} is not an encrypted value (the sidecar runs with encryption at rest; was it written without?)`);
+    }
+    const idLength = bytes[2]!;
+    const bodyStart = 3 + idLength + nonceBytes;
+    if (bytes.length < bodyStart + tagBytes) throw corruptConversation(conversationId, `${where()} is cut short: ${bytes.length} bytes, an encrypted value has at least ${bodyStart + tagBytes}`);
+    const id = bytes.toString("latin1", 3, 3 + idLength);
+    const key = this.byId.get(id);
+    if (key === undefined) {
+      throw new ConnectError(
+        `conversation "${conversationId}": ${where()} was encrypted with key "${id.replace(/[^\x20-\x7e]/g, "?")}", which the configured encryption keys (--encryption-key-file or CONTEXTD_ENCRYPTION_KEYS) do not list; add it back to read this value`,
+        Code.FailedPrecondition,
+      );
+    }
+    if (key.tenant !== "" && key.tenant !== tenantOf(conversationId)) {
+      throw new ConnectError(`conversation "${conversationId}": ${where()} names key "${id}", which is tenant "${key.tenant}"'s, not this conversation's tenant's`, Code.FailedPrecondition);
+    }
+    const decipher = createDecipheriv("aes-256-gcm", key.key, bytes.subarray(3 + idLength, bodyStart));
+    decipher.setAAD(additionalData(kind, id, conversationId));
+    decipher.setAuthTag(bytes.subarray(bytes.length - tagBytes));
+    const body = decipher.update(bytes.subarray(bodyStart, bytes.length - tagBytes));
+    try {
+      const last = decipher.final();
+      return last.length === 0 ? body : Buffer.concat([body, last]);
+    } catch {
+      throw corruptConversation(conversationId, `${where()} does not decrypt with key "${id}": it was changed, or belongs to another conversation or field`);
+    }
+  }
+
+  private writerOf(conversationId: string): AtRestKey & { header: Buffer } {
+    if (this.writers.size > 1) {
+      const tenant = tenantOf(conversationId);
+      const own = tenant === "" ? undefined : this.writers.get(tenant);
+      if (own) return own;
+    }
+    return this.writers.get("")!;
+  }
+
+  private nextNonce(): Buffer {
+    if (this.noncesUsed === noncesPerFill) {
+      randomFillSync(this.nonces);
+      this.noncesUsed = 0;
+    }
+    // A copy: the pool's bytes are overwritten by the next fill.
+    const nonce = Buffer.from(this.nonces.subarray(this.noncesUsed * nonceBytes, (this.noncesUsed + 1) * nonceBytes));
+    this.noncesUsed++;
+    return nonce;
+  }
+}
+
+function additionalData(kind: SealedKind, keyId: string, conversationId: string): Buffer {
+  return Buffer.from(`contextd at rest 1\0${kind}\0${keyId}\0${conversationId}\0`, "utf8");
+}
+
+/** The stored values for a configuration's keys: none = as they are. */
+export function storedValuesOf(keys: readonly AtRestKey[]): StoredValues {
+  return keys.length === 0 ? plainValues : new AtRestCipher(keys);
+}

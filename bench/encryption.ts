@@ -1,0 +1,120 @@
+// `npm run bench:encryption`: what encryption at rest (AES-256-GCM of every stored entry, rest,
+// change and listing field; docs/encryption-at-rest.md) costs per commit and per cold read, on a
+// real redis-server and a real PostgreSQL, at 1,000, 10,000 and 100,000 messages, beside the same
+// store without encryption in the same run (the anchor). Stores are used in process, as the
+// sidecar uses them, so what differs between the two lines is the encryption alone. Plus the
+// cipher alone per message, the floor of the difference.
+//
+// A commit: one 200-byte user message appended to a conversation of N messages by a store that
+// holds its copy (what every turn of an agent does). A cold read: `load` by a store process with
+// nothing cached (a restarted sidecar, another worker): every entry crosses the wire and is
+// decrypted. Modes alternate per round so load on the machine falls on both alike.
+import { create } from "@bufbuild/protobuf";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
+import { Codec } from "../src/codec/codec.js";
+import { AtRestCipher, type StoredValues } from "../src/store/at-rest-encryption.js";
+import type { ConversationStore } from "../src/store/conversation-store.js";
+import { PostgresConversationStore } from "../src/store/postgres-conversation-store.js";
+import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
+import { startPostgres } from "../test/support/postgres.js";
+import { startRedis } from "../test/support/redis.js";
+
+const sizes = (process.env.BENCH_SIZES ?? "1000,10000,100000").split(",").map(Number);
+const commitsPerSize = Number(process.env.BENCH_COMMITS ?? 100);
+const cipher = new AtRestCipher([{ id: "bench-1", key: Buffer.alloc(32, 5), tenant: "" }]);
+const text = (index: number) => `message ${index}: ` + "the quick brown fox jumps over the lazy dog, ".repeat(4);
+
+function message(id: string, index: number) {
+  return create(MessageSchema, { id, role: index % 2 === 0 ? Role.USER : Role.ASSISTANT, parts: [{ kind: { case: "text", value: { text: text(index) } } }] });
+}
+function append(messages: ReturnType<typeof message>[]): Delta {
+  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages } } });
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const ms = (since: bigint) => Number(process.hrtime.bigint() - since) / 1e6;
+
+type Open = (values: StoredValues | undefined) => Promise<ConversationStore & { close(): Promise<void> }>;
+
+async function fill(store: ConversationStore, conversationId: string, count: number): Promise<void> {
+  for (let start = 0; start < count; start += 10_000) {
+    const batch = Array.from({ length: Math.min(10_000, count - start) }, (_, offset) => message(`m${start + offset}`, start + offset));
+    await store.commit(conversationId, undefined, [append(batch)], "");
+  }
+}
+
+async function benchStore(name: string, open: Open): Promise<void> {
+  for (const size of sizes) {
+    const modes = [
+      { label: "plain", values: undefined as StoredValues | undefined },
+      { label: "encrypted", values: cipher as StoredValues | undefined },
+    ];
+    const ids = modes.map((mode) => `bench-${mode.label}-${size}-${process.pid}`);
+    const writers = await Promise.all(modes.map((mode) => open(mode.values)));
+    for (const [index, writer] of writers.entries()) await fill(writer, ids[index]!, size);
+    const commits: number[][] = [[], []];
+    for (let round = 0; round < commitsPerSize; round++) {
+      for (const [index, writer] of writers.entries()) {
+        const started = process.hrtime.bigint();
+        await writer.commit(ids[index]!, undefined, [append([message(`t${round}`, round)])], "");
+        commits[index]!.push(ms(started));
+      }
+    }
+    const reads: number[][] = [[], []];
+    const readRounds = size >= 100_000 ? 3 : size >= 10_000 ? 7 : 21;
+    for (let round = 0; round < readRounds; round++) {
+      for (const [index, mode] of modes.entries()) {
+        const cold = await open(mode.values);
+        const started = process.hrtime.bigint();
+        const state = await cold.load(ids[index]!);
+        reads[index]!.push(ms(started));
+        if (state.history.length !== size + commitsPerSize) throw new Error(`read ${state.history.length} messages, want ${size + commitsPerSize}`);
+        await cold.close();
+      }
+    }
+    await Promise.all(writers.map((writer) => writer.close()));
+    const [plainCommit, sealedCommit] = commits.map(median);
+    const [plainRead, sealedRead] = reads.map(median);
+    console.log(
+      `${name.padEnd(9)} ${String(size).padStart(7)} messages  commit p50 ${plainCommit!.toFixed(3)} ms plain, ${sealedCommit!.toFixed(3)} ms encrypted (${(sealedCommit! - plainCommit!).toFixed(3)} ms)` +
+        `  cold read p50 ${plainRead!.toFixed(1)} ms plain, ${sealedRead!.toFixed(1)} ms encrypted (+${(((sealedRead! - plainRead!) / plainRead!) * 100).toFixed(0)}%)  (n=${commitsPerSize} commits, ${readRounds} reads)`,
+    );
+  }
+}
+
+/** The cipher alone: seal and open of one stored message entry (the floor of the difference per message). */
+function benchCipher(): void {
+  const codec = new Codec();
+  const entry = codec.encodeStoredEntry(message("m1", 1));
+  const rounds = 200_000;
+  let sealed = cipher.seal("c", "message", entry);
+  let started = process.hrtime.bigint();
+  for (let index = 0; index < rounds; index++) sealed = cipher.seal("c", "message", entry);
+  const sealUs = (ms(started) * 1000) / rounds;
+  started = process.hrtime.bigint();
+  for (let index = 0; index < rounds; index++) cipher.open("c", "message", sealed, () => "bench");
+  const openUs = (ms(started) * 1000) / rounds;
+  started = process.hrtime.bigint();
+  for (let index = 0; index < rounds; index++) codec.decodeStoredEntry(entry);
+  const decodeUs = (ms(started) * 1000) / rounds;
+  console.log(`cipher alone, one ${entry.length}-byte entry: seal ${sealUs.toFixed(2)} µs, open ${openUs.toFixed(2)} µs (its protobuf decode, the anchor: ${decodeUs.toFixed(2)} µs; +${sealed.length - entry.length} bytes stored)`);
+}
+
+const [redis, postgres] = await Promise.all([startRedis(), startPostgres()]);
+try {
+  console.log(`encryption at rest, ${commitsPerSize} one-message commits per size, cold reads by a fresh store; machine load shared (2 cores)`);
+  benchCipher();
+  await benchStore("redis", async (values) => {
+    const store = new RedisConversationStore(redis.url, values ? { values } : {});
+    await store.connected();
+    return store;
+  });
+  await benchStore("postgres", async (values) => {
+    const store = new PostgresConversationStore(postgres.url, values ? { values } : {});
+    await store.connected();
+    return store;
+  });
+} finally {
+  await Promise.all([redis.stop(), postgres.destroy()]);
+}

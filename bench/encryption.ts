@@ -10,6 +10,7 @@
 // nothing cached (a restarted sidecar, another worker): every entry crosses the wire and is
 // decrypted. Modes alternate per round so load on the machine falls on both alike.
 import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../src/codec/codec.js";
@@ -32,7 +33,7 @@ function append(messages: ReturnType<typeof message>[]): Delta {
   return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages } } });
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const ms = (since: bigint) => Number(process.hrtime.bigint() - since) / 1e6;
 
 type Open = (values: StoredValues | undefined) => Promise<ConversationStore & { close(): Promise<void> }>;
@@ -62,15 +63,24 @@ async function benchStore(name: string, open: Open): Promise<void> {
       }
     }
     const reads: number[][] = [[], []];
+    // A loaded machine can make a whole-state reply of 100,000 messages miss the Redis client's 2 s
+    // command timeout (before anything is decrypted): such reads are counted and left out.
+    const timedOut = [0, 0];
     const readRounds = size >= 100_000 ? 3 : size >= 10_000 ? 7 : 21;
     for (let round = 0; round < readRounds; round++) {
       for (const [index, mode] of modes.entries()) {
         const cold = await open(mode.values);
-        const started = process.hrtime.bigint();
-        const state = await cold.load(ids[index]!);
-        reads[index]!.push(ms(started));
-        if (state.history.length !== size + commitsPerSize) throw new Error(`read ${state.history.length} messages, want ${size + commitsPerSize}`);
-        await cold.close();
+        try {
+          const started = process.hrtime.bigint();
+          const state = await cold.load(ids[index]!);
+          reads[index]!.push(ms(started));
+          if (state.history.length !== size + commitsPerSize) throw new Error(`read ${state.history.length} messages, want ${size + commitsPerSize}`);
+        } catch (error) {
+          if (!(error instanceof ConnectError && error.code === Code.Unavailable && /timed out/.test(error.rawMessage))) throw error;
+          timedOut[index]!++;
+        } finally {
+          await cold.close();
+        }
       }
     }
     await Promise.all(writers.map((writer) => writer.close()));
@@ -78,7 +88,8 @@ async function benchStore(name: string, open: Open): Promise<void> {
     const [plainRead, sealedRead] = reads.map(median);
     console.log(
       `${name.padEnd(9)} ${String(size).padStart(7)} messages  commit p50 ${plainCommit!.toFixed(3)} ms plain, ${sealedCommit!.toFixed(3)} ms encrypted (${(sealedCommit! - plainCommit!).toFixed(3)} ms)` +
-        `  cold read p50 ${plainRead!.toFixed(1)} ms plain, ${sealedRead!.toFixed(1)} ms encrypted (+${(((sealedRead! - plainRead!) / plainRead!) * 100).toFixed(0)}%)  (n=${commitsPerSize} commits, ${readRounds} reads)`,
+        `  cold read p50 ${plainRead?.toFixed(1)} ms plain, ${sealedRead?.toFixed(1)} ms encrypted (+${(((sealedRead! - plainRead!) / plainRead!) * 100).toFixed(0)}%)  (n=${commitsPerSize} commits, ${readRounds} reads` +
+        (timedOut[0]! + timedOut[1]! > 0 ? `; timed out: ${timedOut[0]} plain, ${timedOut[1]} encrypted)` : ")"),
     );
   }
 }

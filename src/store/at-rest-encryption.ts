@@ -56,6 +56,8 @@ const nonceBytes = 12;
 const tagBytes = 16;
 const keyIdPattern = /^[A-Za-z0-9._-]{1,64}$/;
 const tenantPattern = /^[A-Za-z0-9._-]+$/;
+/** Keys one configuration may list: each is held by every sidecar process for as long as it runs. */
+export const maxEncryptionKeys = 1_000;
 /** Nonces are drawn from a buffer refilled this many at a time: one `randomFillSync` per 256 values, not per value. */
 const noncesPerFill = 256;
 
@@ -90,6 +92,7 @@ export function parseEncryptionKeys(text: string, where: string): AtRestKey[] {
     }
     ids.add(id);
     keys.push({ id, key, tenant });
+    if (keys.length > maxEncryptionKeys) throw new Error(`${where} lists more than ${maxEncryptionKeys} keys, the most one sidecar takes: retire keys no stored value names any more`);
   });
   if (keys.length === 0) throw new Error(`${where} lists no key: want at least one key-id:key line`);
   if (!keys.some((key) => key.tenant === "")) {

@@ -45,6 +45,12 @@ describe("parseEncryptionKeys", () => {
     expect(() => parseEncryptionKeys(input, "the test")).toThrow(message);
   });
 
+  it("takes at most 1,000 keys (maxEncryptionKeys)", () => {
+    const lines = (count: number) => Array.from({ length: count }, (_, index) => `k${index}:${keyA.toString("base64")}`).join("\n");
+    expect(parseEncryptionKeys(lines(1_000), "the test")).toHaveLength(1_000);
+    expect(() => parseEncryptionKeys(lines(1_001), "the test")).toThrow(/the test lists more than 1000 keys, the most one sidecar takes/);
+  });
+
   it("never puts the key material in an error", () => {
     const material = keyA.toString("base64").slice(0, 40);
     const error = thrown(() => parseEncryptionKeys(`k1:${material}`, "the test")) as Error;

@@ -16,7 +16,8 @@ import { corruptConversation } from "./store-errors.js";
  * `contextd at rest 1`, the kind of value, the key id and the conversation id (UTF-8), each
  * followed by a NUL. So a value copied to another conversation, or into another kind of field,
  * fails to open (DATA_LOSS), as does any changed byte. A copy of stored values to another
- * conversation (a fork) must open them with the source's id and seal them with the new one's.
+ * conversation (a fork) must open them with the source's id and seal them with the new one's
+ * (`reseal`): one decryption and one encryption per value copied, none without keys.
  */
 
 /** What a sealed value is, bound into its authenticated data: a value never opens as another kind. */
@@ -34,6 +35,12 @@ export interface StoredValues {
    * key that sealed it is not configured (or belongs to another tenant).
    */
   open(conversationId: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer;
+  /**
+   * A stored value of conversation `from` as conversation `to` must store it (a copy, a fork):
+   * the same bytes without encryption; opened and sealed again with it, since the conversation
+   * id is bound into every sealed value. Fails as `open` does.
+   */
+  reseal(from: string, to: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer;
 }
 
 /** Without encryption: the bytes as they are. */
@@ -41,6 +48,7 @@ export const plainValues: StoredValues = {
   encrypts: false,
   seal: (_conversationId, _kind, plaintext) => Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength),
   open: (_conversationId, _kind, stored) => Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength),
+  reseal: (_from, _to, _kind, stored) => Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength),
 };
 
 /** One configured key: its id (stored with every value it seals), its 32 bytes, and its tenant ("" = every conversation's). */
@@ -171,6 +179,10 @@ export class AtRestCipher implements StoredValues {
     } catch {
       throw corruptConversation(conversationId, `${where()} does not decrypt with key "${id}": it was changed, or belongs to another conversation or field`);
     }
+  }
+
+  reseal(from: string, to: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer {
+    return this.seal(to, kind, this.open(from, kind, stored, where));
   }
 
   private writerOf(conversationId: string): { id: string; secret: KeyObject; header: Buffer } {

@@ -148,6 +148,17 @@ describe("AtRestCipher", () => {
     expect(error.rawMessage).toMatch(/names key "acme-1", which is tenant "acme"'s, not this conversation's tenant's/);
   });
 
+  it("reseal: a value copied to another conversation opens there, with the writing key of the target's tenant; without keys the bytes are the same", () => {
+    const before = new AtRestCipher([{ id: "old", key: keyB, tenant: "" }]).seal("c1", "message", text("copied"));
+    const copied = cipher.reseal("c1", "acme/fork", "message", before, where);
+    expect(copied.subarray(3, 9).toString()).toBe("acme-1");
+    expect(cipher.open("acme/fork", "message", copied, where).toString()).toBe("copied");
+    expect(connectError(() => cipher.open("c1", "message", copied, where)).code).toBe(Code.FailedPrecondition);
+    expect(connectError(() => cipher.reseal("c2", "c3", "message", before, where)).code).toBe(Code.DataLoss);
+    const plain = text("as is");
+    expect(plainValues.reseal("c1", "c2", "message", plain, where)).toEqual(plain);
+  });
+
   it("storedValuesOf: no keys = the bytes as they are", () => {
     expect(storedValuesOf([])).toBe(plainValues);
     expect(plainValues.open("c1", "message", plainValues.seal("c1", "message", text("as is")), where).toString()).toBe("as is");

@@ -21,6 +21,8 @@ import { storedSegments } from "./segment-edits.js";
 import { bufferOf, StoredCopies } from "./stored-copies.js";
 import { corruptConversation, redactUrl, requireStorableKey, requireStorableText } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
+import { PostgresUsageLedger } from "./postgres-usage-ledger.js";
+import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
 
 export interface PostgresStoreOptions {
   /** Changes kept per conversation for Watch resumption (the oldest deleted by the commit that goes past it). */
@@ -85,6 +87,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private readonly copies: StoredCopies;
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
+  private readonly usage: PostgresUsageLedger;
   /** Commits of this store waiting for `contextd_commit`. */
   private commitsInFlight = 0;
 
@@ -95,6 +98,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
     this.now = options.now ?? Date.now;
     this.connection = new PostgresConnection(url, options.poolSize ?? 16);
+    this.usage = new PostgresUsageLedger(this.connection);
     this.copies = new StoredCopies({
       codec: this.codec,
       lineage: this.lineage,
@@ -243,6 +247,18 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     );
     const row = rows[0]!;
     return { correction: { factor: row.factor, reports: Number(row.reports), meanAbsoluteRelativeError: row.mean_error }, relativeError: row.relative_error };
+  }
+
+  async recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
+    return this.usage.record(tenant, conversationId, report, bounds);
+  }
+
+  async readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
+    return this.usage.read(tenant, conversationId);
+  }
+
+  async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
+    return this.usage.list(tenant, after, limit);
   }
 
   /**

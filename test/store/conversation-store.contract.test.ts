@@ -20,6 +20,7 @@ import { appendHistory, artifactDelta, delta, everyFieldMessage, everyFieldToolR
 import { randomSource } from "../support/random-messages.js";
 import { stringLimits } from "../../src/core/model/string-limits.js";
 import { listById, type ListQuery } from "../../src/store/conversation-listing.js";
+import { usageLedgerContract } from "./usage-ledger.contract.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
@@ -603,6 +604,8 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(committed.history.length).toBe(2_001);
     expect(committed.history.at(-1)!.id).toBe("t0");
   });
+
+  describe("usage ledger", () => usageLedgerContract(() => store, async () => (_name === "memory" ? store : await open()), freshId));
 
   describe("token calibration records", () => {
     const bounds = { maxKeysPerTenant: 64, ttlMs: 86_400_000 };

@@ -1,4 +1,3 @@
-import { Code, ConnectError } from "@connectrpc/connect";
 import { expect, it } from "vitest";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { noUsage, type UsageReport, type UsageSums } from "../../src/store/usage-ledger.js";
@@ -154,11 +153,4 @@ export function usageLedgerContract(store: () => ConversationStore, another: () 
     for (const id of ids) expect((await store().readUsage(tenant, id)).entries).toHaveLength(1);
     expect((await store().listTenantUsage(tenant, "", 10)).conversations.map((entry) => entry.conversationId)).toEqual([...ids].sort());
   });
-}
-
-/** The DATA_LOSS a corrupt ledger answers, for the per-store specifics. */
-export function expectCorruptUsage(error: unknown, where: string): void {
-  expect(error).toBeInstanceOf(ConnectError);
-  expect((error as ConnectError).code).toBe(Code.DataLoss);
-  expect((error as ConnectError).rawMessage).toContain(where);
 }

@@ -8,10 +8,15 @@ import { tracingFromEnvironment } from "./server/operations/tracing.js";
 import { isWorkerProcess, reportListening, shareWorkerMetrics, shareWorkerTelemetry, superviseWorkers } from "./server/operations/worker-processes.js";
 import { serveSidecar } from "./server/server.js";
 
-// Wiring only: read the configuration, compose the sidecar from it (server/composition-root.ts),
+// Wiring only: the admin command when asked for; else read the configuration, compose the sidecar from it (server/composition-root.ts),
 // serve it, stop on SIGTERM/SIGINT;
 // with --workers N, the primary process forks N workers that each do that (see worker-processes.ts).
 const argv = process.argv.slice(2);
+// `contextd conversations ...`: the admin command, a client of a running sidecar (src/admin).
+if (argv[0] === "conversations") {
+  const { runConversationsCommand } = await import("./admin/conversations-command.js");
+  process.exit(await runConversationsCommand(argv.slice(1), process.env));
+}
 if (argv.includes("--help") || argv.includes("-h")) {
   console.log(usage());
   process.exit(0);

@@ -12,19 +12,54 @@ import {
 import { ConversationOrder, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, type Message } from "#gen/contextd/v1/message_pb";
 import { Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
+import type { GetUsageResponse, UsageTotals } from "#gen/contextd/v1/usage_ledger_pb";
 import { contexts, conversations, credentials } from "./api.js";
 import { groupToolRounds, isSummary, partText, roleName } from "./messages.js";
 import "./style.css";
 
-type Route = { page: "list" } | { page: "conversation"; id: string; tab: "messages" | "compile" };
+type Tab = "messages" | "compile" | "usage";
+type Route = { page: "list" } | { page: "conversation"; id: string; tab: Tab };
 
 function routeOf(hash: string): Route {
   const match = /^#\/c\/([^?]+)(?:\?tab=(\w+))?$/.exec(hash);
   if (!match) return { page: "list" };
-  return { page: "conversation", id: decodeURIComponent(match[1]!), tab: match[2] === "compile" ? "compile" : "messages" };
+  return { page: "conversation", id: decodeURIComponent(match[1]!), tab: match[2] === "compile" || match[2] === "usage" ? match[2] : "messages" };
 }
 
-const conversationHref = (id: string, tab = "messages") => `#/c/${encodeURIComponent(id)}${tab === "compile" ? "?tab=compile" : ""}`;
+const conversationHref = (id: string, tab: Tab = "messages") => `#/c/${encodeURIComponent(id)}${tab === "messages" ? "" : `?tab=${tab}`}`;
+
+/** Labels as people read them, sorted by key. */
+function labelsText(labels: Record<string, string>): string {
+  return Object.entries(labels)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([key, value]) => `${key}=${value}`)
+    .join(", ");
+}
+
+/** A ledger's totals in one line: reports, then input (cached), output tokens. */
+function usageText(totals: UsageTotals | undefined): string {
+  if (!totals || totals.reports === 0n) return "none reported";
+  return `${totals.reports} reports: ${totals.inputTokens} in (${totals.cachedInputTokens} cached), ${totals.outputTokens} out`;
+}
+
+/**
+ * The usage totals of the listed conversations, one GetUsage each (at most the rows shown, read
+ * when the list is read, not on every refresh). A sidecar without a ledger answers UNIMPLEMENTED:
+ * the column then says so once instead of failing the list.
+ */
+async function readUsageTotals(ids: string[]): Promise<Map<string, UsageTotals | "off">> {
+  const read = await Promise.all(
+    ids.map(async (conversationId): Promise<[string, UsageTotals | "off"]> => {
+      try {
+        return [conversationId, (await conversations.getUsage({ conversationId })).totals!];
+      } catch (failure) {
+        if (failure instanceof ConnectError && failure.code === Code.Unimplemented) return [conversationId, "off"];
+        throw failure;
+      }
+    }),
+  );
+  return new Map(read);
+}
 
 function errorText(error: unknown): string {
   return error instanceof ConnectError ? `${ConnectError.from(error).code === 16 ? "unauthenticated" : "error"}: ${error.rawMessage}` : String(error);
@@ -76,6 +111,7 @@ function ConversationList() {
   const [next, setNext] = useState("");
   const [error, setError] = useState("");
   const [readAt, setReadAt] = useState<Date | undefined>();
+  const [usage, setUsage] = useState<Map<string, UsageTotals | "off">>(new Map());
   const shown = useRef({ prefix, count: 100 });
   const load = async (pageToken: string) => {
     // What the refresh reads from now on, also when this read fails (it then keeps saying why).
@@ -89,6 +125,8 @@ function ConversationList() {
       setNext(page.nextPageToken);
       setReadAt(new Date());
       setError("");
+      const totals = await readUsageTotals(page.conversations.map((item) => item.conversationId));
+      setUsage((known) => new Map([...(pageToken === "" ? [] : known), ...totals]));
     } catch (failure) {
       setItems(undefined);
       setError(errorText(failure));
@@ -143,15 +181,17 @@ function ConversationList() {
       ${readAt && html`<p class="note" data-testid="list-read-at">newest update first, read again every ${listRefreshMs / 1000} s; last read ${readAt.toLocaleTimeString()}</p>`}
       ${items &&
       html`<table data-testid="conversations">
-        <thead><tr><th>conversation</th><th>title</th><th>updated</th><th>version</th></tr></thead>
+        <thead><tr><th>conversation</th><th>title</th><th>labels</th><th>updated</th><th>version</th><th>usage</th></tr></thead>
         <tbody>
           ${items.map(
             (item) =>
               html`<tr>
                 <td><a href=${conversationHref(item.conversationId)}>${item.conversationId}</a></td>
                 <td>${item.title}</td>
+                <td class="labels" data-testid="labels">${labelsText(item.labels)}</td>
                 <td class="updated" data-updated=${String(item.updatedAtUnixMs)}>${updatedText(item)}</td>
                 <td class="number">${String(item.version)}</td>
+                <td class="usage" data-testid="usage">${((totals) => (totals === "off" ? "no ledger" : totals === undefined ? "…" : usageText(totals)))(usage.get(item.conversationId))}</td>
               </tr>`,
           )}
         </tbody>
@@ -205,7 +245,7 @@ async function readView(conversationId: string, historyShown: number, signal: Ab
   return { state, system: system!.messages, memory: memory!.messages, tools: tools!.messages, history: history!.messages, historyTotal: history!.total };
 }
 
-function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile" }) {
+function ConversationPage({ id, tab }: { id: string; tab: Tab }) {
   const [view, setView] = useState<ConversationView | undefined>();
   const [historyShown, setHistoryShown] = useState(historyStep);
   const [changes, setChanges] = useState<Change[]>([]);
@@ -279,7 +319,9 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
       <nav class="tabs">
         <a href=${conversationHref(id)} class=${tab === "messages" ? "active" : ""}>messages</a>
         <a href=${conversationHref(id, "compile")} class=${tab === "compile" ? "active" : ""}>compile</a>
+        <a href=${conversationHref(id, "usage")} class=${tab === "usage" ? "active" : ""}>usage</a>
       </nav>
+      ${state && !missing && html`<p class="metadata"><span data-testid="title">${state.title === "" ? "untitled" : state.title}</span>${Object.keys(state.labels).length > 0 && html` · <span data-testid="conversation-labels">${labelsText(state.labels)}</span>`}</p>`}
       ${error && html`<p class="error" data-testid="error">${error}</p>`}
       <div class="columns">
         <${Timeline} changes=${changes} />
@@ -288,10 +330,72 @@ function ConversationPage({ id, tab }: { id: string; tab: "messages" | "compile"
             ? html`<p data-testid="not-found">No such conversation: nothing is stored under "${id}" (version 0). A first commit to it shows up here.</p>`
             : tab === "messages"
               ? view && html`<${StateView} view=${view} onEarlier=${() => setHistoryShown((shown) => shown + historyStep)} />`
-              : html`<${CompileView} id=${id} version=${state?.version} known=${view} />`}
+              : tab === "compile"
+                ? html`<${CompileView} id=${id} version=${state?.version} known=${view} />`
+                : html`<${UsageView} id=${id} version=${state?.version} />`}
         </div>
       </div>
     </section>
+  `;
+}
+
+/**
+ * The conversation's usage ledger: its totals and its kept reports, one row per report (per turn
+ * where the report named it). Read again with each new version (a turn's report usually follows
+ * its commit) and with the button; reports carry no version of their own.
+ */
+function UsageView({ id, version }: { id: string; version: bigint | undefined }) {
+  const [ledger, setLedger] = useState<GetUsageResponse | undefined>();
+  const [error, setError] = useState("");
+  const [readAt, setReadAt] = useState<Date | undefined>();
+  const read = async () => {
+    try {
+      setLedger(await conversations.getUsage({ conversationId: id }));
+      setReadAt(new Date());
+      setError("");
+    } catch (failure) {
+      setError(failure instanceof ConnectError && failure.code === Code.Unimplemented ? "this sidecar keeps no usage ledger (--usage-entries-per-conversation 0)" : errorText(failure));
+    }
+  };
+  useEffect(() => void read(), [id, version]);
+  const totals = ledger?.totals;
+  return html`
+    <div data-testid="usage-view">
+      ${error && html`<p class="error" data-testid="usage-error">${error}</p>`}
+      ${ledger &&
+      html`<h2>totals <button class="more" onClick=${() => void read()}>read again</button></h2>
+        <table data-testid="usage-totals">
+          <tbody>
+            <tr><th>reports</th><td class="number" data-testid="usage-reports">${String(totals?.reports ?? 0n)}</td></tr>
+            <tr><th>input tokens</th><td class="number" data-testid="usage-input">${String(totals?.inputTokens ?? 0n)}</td></tr>
+            <tr><th>cached input tokens</th><td class="number" data-testid="usage-cached">${String(totals?.cachedInputTokens ?? 0n)}</td></tr>
+            <tr><th>output tokens</th><td class="number" data-testid="usage-output">${String(totals?.outputTokens ?? 0n)}</td></tr>
+            <tr><th>compiled (estimated) tokens</th><td class="number" data-testid="usage-compiled">${String(totals?.compiledTokens ?? 0n)}</td></tr>
+          </tbody>
+        </table>
+        ${readAt && html`<p class="note">read ${readAt.toLocaleTimeString()}${ledger.entriesRolledUp > 0n ? `; ${ledger.entriesRolledUp} older reports are counted in the totals only` : ""}</p>`}
+        <h2>per turn <small>${ledger.entries.length}</small></h2>
+        ${ledger.entries.length === 0
+          ? html`<p data-testid="usage-none">No usage reported for this conversation (ReportUsage with its conversation_id).</p>`
+          : html`<table class="records" data-testid="usage-entries">
+              <thead><tr><th>reported</th><th>turn</th><th>provider</th><th>model</th><th>input</th><th>cached</th><th>output</th><th>compiled</th><th>report</th></tr></thead>
+              <tbody>
+                ${ledger.entries.map(
+                  (entry) => html`<tr>
+                    <td>${new Date(Number(entry.reportedAtUnixMs)).toLocaleString()}</td>
+                    <td class="turn">${entry.turnId}</td>
+                    <td>${Provider[entry.provider]?.toLowerCase() ?? String(entry.provider)}</td>
+                    <td>${entry.model}</td>
+                    <td class="number">${String(entry.inputTokens)}</td>
+                    <td class="number">${String(entry.cachedInputTokens)}</td>
+                    <td class="number">${String(entry.outputTokens)}</td>
+                    <td class="number">${String(entry.compiledTokens)}</td>
+                    <td class="id">${entry.reportId}</td>
+                  </tr>`,
+                )}
+              </tbody>
+            </table>`}`}
+    </div>
   `;
 }
 

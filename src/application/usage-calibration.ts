@@ -157,6 +157,7 @@ export class UsageCalibration {
       reports: BigInt(learnt.correction.reports),
       meanAbsoluteRelativeError: learnt.correction.meanAbsoluteRelativeError,
       relativeError: learnt.relativeError,
+      duplicate: false,
     };
   }
 

@@ -10,6 +10,7 @@ import { StateSizeLimit } from "../application/state-size.js";
 import { TelemetryHub } from "../application/telemetry-hub.js";
 import { defaultToolResultTextBytes, ToolResultTexts } from "../application/tool-result-texts.js";
 import { UsageCalibration } from "../application/usage-calibration.js";
+import { UsageLedger } from "../application/usage-ledger.js";
 import { Codec } from "../codec/codec.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { ConversationStore } from "../store/conversation-store.js";
@@ -84,6 +85,8 @@ export interface Application {
   compiler: Compiler;
   /** The token calibration corrections (`--calibration-keys`); none at 0. */
   calibration?: UsageCalibration;
+  /** The usage ledger (`--usage-entries-per-conversation`); none at 0. */
+  usageLedger?: UsageLedger;
   /** What GetState, ReadMessages and ReadToolResult read through. */
   reads: ConversationReads;
 }
@@ -123,7 +126,8 @@ export function composeApplication(config: Config, store: ConversationStore, cod
     windows: new MessageWindows(store, { messageBytes, messageLimitBytes: config.maxRequestBytes, maxPinnedBytes: config.readPinBytes }),
     toolResultTexts: new ToolResultTexts(defaultToolResultTextBytes),
   };
-  return { store, codec, tokenCounts, telemetry, regexSearch, compiler, calibration, reads };
+  const usageLedger = config.usageEntriesPerConversation > 0 ? new UsageLedger({ store, bounds: { maxEntriesPerConversation: config.usageEntriesPerConversation } }) : undefined;
+  return { store, codec, tokenCounts, telemetry, regexSearch, compiler, calibration, usageLedger, reads };
 }
 
 /** Everything the transport (server.ts) serves with, composed once per server. */
@@ -176,11 +180,12 @@ export function composeSidecar(config: Config, parts: SidecarParts): Sidecar {
       store,
       compiler: application.compiler,
       calibration: application.calibration,
+      usageLedger: application.usageLedger,
       publish: telemetry.publish,
       summarizeTimeoutMs: config.summarizeTimeoutMs,
       compiled: tracing ? (request, result) => tracing.annotateCompile(request, result) : undefined,
     },
-    conversation: { store, shutdown: endStreams.signal, watchHeartbeatMs: parts.watchHeartbeatMs ?? 15_000, reads: application.reads },
+    conversation: { store, shutdown: endStreams.signal, watchHeartbeatMs: parts.watchHeartbeatMs ?? 15_000, reads: application.reads, usageLedger: application.usageLedger },
     telemetry,
     health,
   });

@@ -5,6 +5,7 @@ import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
 import type { ConversationPage, ListQuery } from "./conversation-listing.js";
 import type { SegmentWindow, WindowQuery } from "./segment-window.js";
+import type { UsageLedgerStore } from "./usage-ledger.js";
 
 /** The outcome of a successful commit. */
 export interface CommitOutcome {
@@ -36,9 +37,10 @@ export type { ConversationPage } from "./conversation-listing.js";
  * States returned by `load` and `commit` may be shared with the store's cache: treat them as
  * immutable (core functions never mutate their inputs).
  *
- * Every store also keeps the deployment's token calibration records (`CalibrationStore`).
+ * Every store also keeps the deployment's token calibration records (`CalibrationStore`) and its
+ * usage ledger (`UsageLedgerStore`).
  */
-export interface ConversationStore extends CalibrationStore {
+export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
   /**
    * Which segment lists of the states this store hands out were made by appending to which: a
    * reader that keeps something per list (the compiler's history facts) learns in constant time

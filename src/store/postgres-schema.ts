@@ -1,4 +1,5 @@
 import type pg from "pg";
+import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
  * The Postgres store's schema, as numbered migrations the sidecar applies at start (see
@@ -29,6 +30,7 @@ import type pg from "pg";
  *   `updated_at_ms` (commit times of the first and the current version, Unix ms, the sidecar's
  *   clock; 0 for rows written before), `title` and `labels` (jsonb; copies of the state's), and
  *   the index `((-updated_at_ms), id)` a listing by update pages through.
+ * - Migration 10: the usage ledger's tables and `contextd_record_usage` (postgres-usage-ledger-schema.ts).
  *
  * Every write of a commit happens in `contextd_commit`, one statement (so one transaction and one
  * round trip): it locks the header row, compares versions, writes, and notifies when asked to
@@ -616,6 +618,7 @@ $$;
 
 `,
   },
+  usageLedgerMigration,
 ];
 
 /** The table recording which migrations were applied. */

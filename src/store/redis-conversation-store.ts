@@ -23,6 +23,8 @@ import { StoredCopies, type ReceivedSegment } from "./stored-copies.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
+import { RedisUsageLedger } from "./redis-usage-ledger.js";
+import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
 
 export type { RedisClusterNodes } from "./redis-connection.js";
 
@@ -91,6 +93,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   protected readonly engine: CommitEngine;
   private readonly changes: RedisChangeFeed;
   private readonly replicas: RedisReplicaAcknowledgement;
+  private readonly usage: RedisUsageLedger;
   /**
    * Conversations whose entry in the listing index this process wrote and Redis acknowledged.
    * Entries are never removed from the index, so later commits skip the write (a second command
@@ -117,6 +120,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
     this.connection = new RedisConnection(target, options.tlsCa);
     this.values = options.values ?? plainValues;
+    this.usage = new RedisUsageLedger(this.connection, this.keyPrefix);
     this.copies = new StoredCopies({
       values: this.values,
       codec: this.codec,
@@ -329,6 +333,18 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (reply[0] !== "ok") throw corruptCalibration(keys.records, String(reply[1]));
     const [factor, reports, meanAbsoluteRelativeError, relativeError] = reply.slice(1).map(Number);
     return { correction: { factor: factor!, reports: reports!, meanAbsoluteRelativeError: meanAbsoluteRelativeError! }, relativeError: relativeError! };
+  }
+
+  async recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
+    return this.usage.record(tenant, conversationId, report, bounds);
+  }
+
+  async readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
+    return this.usage.read(tenant, conversationId);
+  }
+
+  async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
+    return this.usage.list(tenant, after, limit);
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {

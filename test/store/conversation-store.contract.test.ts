@@ -21,6 +21,7 @@ import { randomSource } from "../support/random-messages.js";
 import { stringLimits } from "../../src/core/model/string-limits.js";
 import { listById, type ListQuery } from "../../src/store/conversation-listing.js";
 import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
+import { usageLedgerContract } from "./usage-ledger.contract.js";
 
 /** The keys of the encrypted runs (encryption at rest): one store of each kind runs the whole contract again with them. */
 const encrypted = new AtRestCipher([
@@ -640,6 +641,8 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     expect(committed.history.length).toBe(2_001);
     expect(committed.history.at(-1)!.id).toBe("t0");
   });
+
+  describe("usage ledger", () => usageLedgerContract(() => store, async () => (_name === "memory" ? store : await open()), freshId));
 
   describe("token calibration records", () => {
     const bounds = { maxKeysPerTenant: 64, ttlMs: 86_400_000 };

@@ -524,10 +524,30 @@ func (c *Client) CountTokens(ctx context.Context, request *contextdv1.CountToken
 // ReportUsage reports the provider's input token count for a compile, so later compiles with the
 // same provider, model and estimator are budgeted with a corrected estimate: copy Provider, Model,
 // Estimator and EstimatedTokens from the result's Calibration and set ActualInputTokens from the
-// provider's usage (every input token, cached or not). Not retried: a repeated report counts twice.
+// provider's usage (every input token, cached or not). With ConversationId the report is also
+// recorded in the conversation's usage ledger (GetUsage), which requires ReportId (say, the
+// provider's response id): such a report is retried, since the sidecar counts a report id once.
+// Without them it is not retried: a repeated report would count twice.
 func (c *Client) ReportUsage(ctx context.Context, request *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error) {
-	return unary(c, ctx, false, func(ctx context.Context) (*contextdv1.ReportUsageResponse, error) {
+	identified := request.GetConversationId() != "" && request.GetReportId() != ""
+	return unary(c, ctx, identified, func(ctx context.Context) (*contextdv1.ReportUsageResponse, error) {
 		return c.transport.reportUsage(ctx, request)
+	})
+}
+
+// GetUsage reads a conversation's usage ledger: the totals of every report recorded for it and
+// its newest reports (the rest counted in the totals only, EntriesRolledUp).
+func (c *Client) GetUsage(ctx context.Context, request *contextdv1.GetUsageRequest) (*contextdv1.GetUsageResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.GetUsageResponse, error) {
+		return c.transport.getUsage(ctx, request)
+	})
+}
+
+// ListTenantUsage reads a tenant's usage totals and a page of its conversations' totals, by id
+// (NextPageToken for the next page).
+func (c *Client) ListTenantUsage(ctx context.Context, request *contextdv1.ListTenantUsageRequest) (*contextdv1.ListTenantUsageResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.ListTenantUsageResponse, error) {
+		return c.transport.listTenantUsage(ctx, request)
 	})
 }
 

@@ -35,6 +35,8 @@ type transport interface {
 	compileSession(context.Context) (sessionStream, error)
 	countTokens(context.Context, *contextdv1.CountTokensRequest) (*contextdv1.CountTokensResponse, error)
 	reportUsage(context.Context, *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error)
+	getUsage(context.Context, *contextdv1.GetUsageRequest) (*contextdv1.GetUsageResponse, error)
+	listTenantUsage(context.Context, *contextdv1.ListTenantUsageRequest) (*contextdv1.ListTenantUsageResponse, error)
 	render(context.Context, *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error)
 	watchEvents(context.Context, *contextdv1.WatchEventsRequest) (receiver[contextdv1.WatchEventsResponse], error)
 	// checkHealth also returns the contextd-health-reason header: why the sidecar is not SERVING.
@@ -133,6 +135,14 @@ func (t *grpcTransport) countTokens(ctx context.Context, r *contextdv1.CountToke
 
 func (t *grpcTransport) reportUsage(ctx context.Context, r *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error) {
 	return grpcUnary(ctx, t.contexts.ReportUsage, r)
+}
+
+func (t *grpcTransport) getUsage(ctx context.Context, r *contextdv1.GetUsageRequest) (*contextdv1.GetUsageResponse, error) {
+	return grpcUnary(ctx, t.conversations.GetUsage, r)
+}
+
+func (t *grpcTransport) listTenantUsage(ctx context.Context, r *contextdv1.ListTenantUsageRequest) (*contextdv1.ListTenantUsageResponse, error) {
+	return grpcUnary(ctx, t.conversations.ListTenantUsage, r)
 }
 
 func (t *grpcTransport) render(ctx context.Context, r *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error) {
@@ -255,6 +265,14 @@ func (t *connectTransport) countTokens(ctx context.Context, r *contextdv1.CountT
 
 func (t *connectTransport) reportUsage(ctx context.Context, r *contextdv1.ReportUsageRequest) (*contextdv1.ReportUsageResponse, error) {
 	return connectUnary(ctx, t.contexts.ReportUsage, r)
+}
+
+func (t *connectTransport) getUsage(ctx context.Context, r *contextdv1.GetUsageRequest) (*contextdv1.GetUsageResponse, error) {
+	return connectUnary(ctx, t.conversations.GetUsage, r)
+}
+
+func (t *connectTransport) listTenantUsage(ctx context.Context, r *contextdv1.ListTenantUsageRequest) (*contextdv1.ListTenantUsageResponse, error) {
+	return connectUnary(ctx, t.conversations.ListTenantUsage, r)
 }
 
 func (t *connectTransport) render(ctx context.Context, r *contextdv1.RenderRequest) (*contextdv1.RenderResponse, error) {

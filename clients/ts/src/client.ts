@@ -42,6 +42,7 @@ import {
   type WatchRequestSchema,
 } from "../generated/contextd/v1/conversation_service_pb.js";
 import type { Message, MessageSchema } from "../generated/contextd/v1/message_pb.js";
+import type { GetUsageResponse, ListTenantUsageRequestSchema, ListTenantUsageResponse } from "../generated/contextd/v1/usage_ledger_pb.js";
 import { Segment, type ConversationState, type Delta } from "../generated/contextd/v1/state_pb.js";
 import type { ObserverEvent } from "../generated/contextd/v1/telemetry_pb.js";
 import { TelemetryService, type WatchEventsRequestSchema, type WatchEventsResponse } from "../generated/contextd/v1/telemetry_service_pb.js";
@@ -324,6 +325,19 @@ export class Client {
   }
 
   /**
+   * A conversation's usage ledger: the totals of every report recorded for it (`reportUsage` with
+   * its `conversationId` and a `reportId`) and its newest reports, the rest counted in the totals only.
+   */
+  getUsage(conversationId: string, options?: CallOptions): Promise<GetUsageResponse> {
+    return this.unary((o) => this.conversations.getUsage({ conversationId }, o), true, options);
+  }
+
+  /** A tenant's usage totals and a page of its conversations' totals, by id (`nextPageToken` for the next page). */
+  listTenantUsage(request: Init<typeof ListTenantUsageRequestSchema>, options?: CallOptions): Promise<ListTenantUsageResponse> {
+    return this.unary((o) => this.conversations.listTenantUsage(request, o), true, options);
+  }
+
+  /**
    * Compiles a prompt. A compile that commits (`commit`) is a write and is treated as commit is:
    * it gets a random idempotency key when it has none, and an unknown outcome is retried with the
    * same key (after an answer over the receive limit, without `include`). A compile that commits
@@ -385,10 +399,12 @@ export class Client {
    * Reports the provider's input token count for a compile, so later compiles with the same
    * provider, model and estimator are budgeted with a corrected estimate: copy `provider`, `model`,
    * `estimator` and `estimatedTokens` from `result.calibration` and set `actualInputTokens` from the
-   * provider's usage (every input token, cached or not). Not retried: a repeated report counts twice.
+   * provider's usage (every input token, cached or not). With `conversationId` and `reportId` it is also recorded in that conversation's usage ledger (`getUsage`) and retried, since the sidecar counts a report id once; without them it is not retried: a repeated report would count twice.
    */
   reportUsage(request: Init<typeof ReportUsageRequestSchema>, options?: CallOptions): Promise<ReportUsageResponse> {
-    return this.unary((o) => this.contexts.reportUsage(request, o), false, options);
+    // A report identified in a conversation's ledger counts once, so it may be sent again.
+    const identified = (request.conversationId ?? "") !== "" && (request.reportId ?? "") !== "";
+    return this.unary((o) => this.contexts.reportUsage(request, o), identified, options);
   }
 
   /** Renders a view of a stored or inline snapshot. */

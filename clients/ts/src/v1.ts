@@ -9,3 +9,4 @@ export * from "../generated/contextd/v1/message_pb.js";
 export * from "../generated/contextd/v1/state_pb.js";
 export * from "../generated/contextd/v1/telemetry_pb.js";
 export * from "../generated/contextd/v1/telemetry_service_pb.js";
+export * from "../generated/contextd/v1/usage_ledger_pb.js";

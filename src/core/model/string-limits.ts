@@ -54,7 +54,10 @@ const limitedFields: Record<string, Record<string, StringLimitKind>> = {
   "contextd.v1.ReadToolResultRequest": { conversation_id: "id", tool_call_id: "id" },
   "contextd.v1.ReadMessagesRequest": { conversation_id: "id" },
   // context_service.proto, telemetry_service.proto
-  "contextd.v1.ReportUsageRequest": { model: "model" },
+  "contextd.v1.ReportUsageRequest": { model: "model", conversation_id: "id", turn_id: "id", report_id: "idempotencyKey" },
+  // usage_ledger.proto
+  "contextd.v1.GetUsageRequest": { conversation_id: "id" },
+  "contextd.v1.ListTenantUsageRequest": { tenant: "tenant" },
   "contextd.v1.RenderRequest": { conversation_id: "id", view: "name" },
   "contextd.v1.SummarizeRequest": { request_id: "id" },
   // A CompileSession caller's answer to a summarize request.

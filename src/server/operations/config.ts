@@ -95,6 +95,8 @@ export interface Config {
   calibrationTtlDays: number;
   /** How long a correction read from the store is used before it is read again. */
   calibrationRefreshMs: number;
+  /** Usage ledger entries kept per conversation, older ones counted in its totals only; 0 = no ledger (usage_ledger.proto). */
+  usageEntriesPerConversation: number;
   /**
    * Approximate bytes of the stored histories' facts kept between compiles, so a stateful compile
    * walks only the tail the budget may keep (docs/incremental-compile.md); 0 = none, every compile
@@ -205,6 +207,7 @@ export const defaultConfig: Config = {
   calibrationKeysPerTenant: defaultCalibrationStorage.bounds.maxKeysPerTenant,
   calibrationTtlDays: defaultCalibrationStorage.bounds.ttlMs / 86_400_000,
   calibrationRefreshMs: defaultCalibrationStorage.refreshMs,
+  usageEntriesPerConversation: 1_000,
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
   storedTokenEstimator: "openai_chat:gpt-4o",
@@ -270,6 +273,7 @@ export const flags = {
   "calibration-keys-per-tenant": "token calibration keys the store keeps per tenant, the least recently reported forgotten first",
   "calibration-ttl-days": "days after which the store forgets a token calibration key no report came for",
   "calibration-refresh-ms": "how long a token calibration correction read from the store is used before it is read again (how stale another sidecar's reports can be)",
+  "usage-entries-per-conversation": "usage ledger entries (ReportUsage with a conversation) the store keeps per conversation, older ones counted in its totals only; 0 = no ledger",
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
   "token-count-text-bytes": "approximate bytes of the texts whose token counts are kept across compiles (2 per character + 64 each); the oldest go past it",
@@ -417,6 +421,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     calibrationKeysPerTenant: integer("calibration-keys-per-tenant", defaultConfig.calibrationKeysPerTenant, 1, 1_000_000),
     calibrationTtlDays: integer("calibration-ttl-days", defaultConfig.calibrationTtlDays, 1, 3_650),
     calibrationRefreshMs: integer("calibration-refresh-ms", defaultConfig.calibrationRefreshMs, 0, 86_400_000),
+    // At most 10,000: the Redis scripts hand a conversation's kept report ids to one HMGET.
+    usageEntriesPerConversation: integer("usage-entries-per-conversation", defaultConfig.usageEntriesPerConversation, 0, 10_000),
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
     tokenCountTextBytes: integer("token-count-text-bytes", defaultConfig.tokenCountTextBytes, 1024),

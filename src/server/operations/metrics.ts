@@ -72,7 +72,7 @@ export class Metrics {
     this.clearedTokens = new SeriesCounter("contextd_cleared_tokens_total", "Estimated tokens tool-result and reasoning clearing freed (message_cleared freed_tokens), by reason.", ["reason"], this.registry);
     this.storeLatency = new SeriesHistogram(
       "contextd_store_operation_duration_seconds",
-      "Conversation store operations (load, read_window, commit, current_version, clear, list, ping, read_calibration, report_calibration), by outcome (ok or error).",
+      "Conversation store operations (load, read_window, commit, current_version, clear, list, ping, read_calibration, report_calibration, record_usage, read_usage, list_tenant_usage), by outcome (ok or error).",
       ["operation", "outcome"],
       storeBuckets,
       this.registry,

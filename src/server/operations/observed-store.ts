@@ -9,6 +9,7 @@ import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibr
 import type { CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
 import type { SegmentWindow, WindowQuery } from "../../store/segment-window.js";
 import type { ListQuery } from "../../store/conversation-listing.js";
+import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "../../store/usage-ledger.js";
 import type { Metrics } from "./metrics.js";
 import type { Tracing } from "./tracing.js";
 
@@ -78,6 +79,18 @@ export class ObservedStore implements ConversationStore {
 
   reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
     return this.observe("report_calibration", undefined, () => this.store.reportCalibration(key, estimatedTokens, actualTokens, nowMs, bounds));
+  }
+
+  recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
+    return this.observe("record_usage", conversationId, () => this.store.recordUsage(tenant, conversationId, report, bounds));
+  }
+
+  readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
+    return this.observe("read_usage", conversationId, () => this.store.readUsage(tenant, conversationId));
+  }
+
+  listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
+    return this.observe("list_tenant_usage", undefined, () => this.store.listTenantUsage(tenant, after, limit));
   }
 
   ping(): Promise<void> {

@@ -1,9 +1,10 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { CompileRequest, CompileResult } from "#gen/contextd/v1/compile_pb";
-import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { ContextService, type ReportUsageRequest } from "#gen/contextd/v1/context_service_pb";
 import type { ObserverEvent } from "#gen/contextd/v1/telemetry_pb";
 import type { Compiler } from "../../application/compiler.js";
 import type { UsageCalibration } from "../../application/usage-calibration.js";
+import { totalsMessage, type UsageLedger } from "../../application/usage-ledger.js";
 import { tenantKey } from "../policy/call-context.js";
 import { DeadlineCheck, type CallDeadline } from "../../core/compile/deadline.js";
 import { segmentField, segmentRenderingOrder } from "../../core/model/segments.js";
@@ -21,6 +22,8 @@ export interface ContextServiceDependencies {
   compiler: Compiler;
   /** The corrections ReportUsage teaches; without it (`--calibration-keys 0`) ReportUsage is FAILED_PRECONDITION. */
   calibration?: UsageCalibration;
+  /** Where ReportUsage records a report that names a conversation; without it (`--usage-entries-per-conversation 0`) such a report is FAILED_PRECONDITION. */
+  usageLedger?: UsageLedger;
   /** Every compile's observer events go here too (TelemetryService fan-out). */
   publish: Observer;
   /** How long a CompileSession waits for each summarize_response (the call's deadline also holds). */
@@ -35,7 +38,7 @@ export interface ContextServiceDependencies {
  * summaries the budget asks for), CountTokens, Render and ReportUsage (token calibration).
  */
 export function contextService(dependencies: ContextServiceDependencies): Partial<ServiceImpl<typeof ContextService>> {
-  const { store, compiler, calibration, publish, summarizeTimeoutMs, compiled } = dependencies;
+  const { store, compiler, calibration, usageLedger, publish, summarizeTimeoutMs, compiled } = dependencies;
   const { tokenCounts } = compiler;
   const compileAndCommit: Compiler["compileAndCommit"] = compiled
     ? (request, run) => compiler.compileAndCommit(request, run).then((result) => (compiled(request, result), result))
@@ -45,6 +48,24 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
     publish(event);
     extra?.(event);
   };
+
+
+  /**
+   * A report naming a conversation: recorded in its ledger first (once per report id), then learnt
+   * from. A retry finds the report recorded and learns nothing again; so a report whose learning
+   * failed after it was recorded (the store unreachable between the two) is not learnt from.
+   */
+  async function recordAndLearn(request: ReportUsageRequest, tenant: string) {
+    if (!usageLedger) {
+      throw new ConnectError("report_usage.conversation_id: this sidecar keeps no usage ledger (--usage-entries-per-conversation 0)", Code.FailedPrecondition);
+    }
+    const recorded = await usageLedger.record(request);
+    const conversationTotals = totalsMessage(recorded.totals);
+    if (recorded.duplicate || !calibration) {
+      return { correction: 0, reports: 0n, meanAbsoluteRelativeError: 0, relativeError: 0, duplicate: recorded.duplicate, conversationTotals };
+    }
+    return { ...(await calibration.report(tenant, request)), conversationTotals };
+  }
 
   return {
     async compile(request, call) {
@@ -77,6 +98,7 @@ export function contextService(dependencies: ContextServiceDependencies): Partia
     },
 
     async reportUsage(request, call) {
+      if (request.conversationId !== "") return await recordAndLearn(request, call?.values?.get(tenantKey) ?? "");
       if (!calibration) {
         throw new ConnectError("report_usage: this sidecar keeps no token calibration (--calibration-keys 0)", Code.FailedPrecondition);
       }

@@ -6,6 +6,7 @@ import { watchWithHeartbeats, type WatchDependencies } from "../../application/c
 import type { MessageWindows } from "../../application/message-windows.js";
 import type { StateSizeLimit } from "../../application/state-size.js";
 import type { ToolResultTexts } from "../../application/tool-result-texts.js";
+import type { UsageLedger } from "../../application/usage-ledger.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { assertLabelFilter } from "../../core/deltas/conversation-metadata.js";
 import type { ListOrder } from "../../store/conversation-listing.js";
@@ -28,6 +29,8 @@ export interface ConversationServiceDependencies extends WatchDependencies {
    * and ReadToolResult answer UNIMPLEMENTED, as every method a service leaves out does.
    */
   reads?: ConversationReads;
+  /** GetUsage and ListTenantUsage read it; without it (`--usage-entries-per-conversation 0`) they answer UNIMPLEMENTED. */
+  usageLedger?: UsageLedger;
 }
 
 /** ReadToolResult slice size when the request leaves it 0, and the largest allowed. */
@@ -43,6 +46,7 @@ export function conversationService(dependencies: ConversationServiceDependencie
   const { store, reads } = dependencies;
   return {
     ...(reads ? conversationReads(dependencies, reads) : {}),
+    ...(dependencies.usageLedger ? usageReads(dependencies.usageLedger) : {}),
 
     async commit(request) {
       requireConversationId(request.conversationId);
@@ -76,6 +80,14 @@ export function conversationService(dependencies: ConversationServiceDependencie
       if (request.fromVersion < 0n) throw new ConnectError(`from_version: must not be negative, got ${request.fromVersion}`, Code.InvalidArgument);
       yield* watchWithHeartbeats(dependencies, request.conversationId, request.fromVersion, context.signal);
     },
+  };
+}
+
+/** GetUsage and ListTenantUsage. */
+function usageReads(ledger: UsageLedger): Partial<ServiceImpl<typeof ConversationService>> {
+  return {
+    getUsage: (request) => ledger.read(request.conversationId),
+    listTenantUsage: (request, context) => ledger.listTenant(context.values.get(tenantKey) ?? "", request),
   };
 }
 

@@ -156,6 +156,45 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.close();
   });
 
+  it("shows labels, title and usage totals in the list, and a conversation's usage per turn, read again when a new version lands", async () => {
+    const id = "acme/usage-shown";
+    await admin.conversations.commit({
+      conversationId: id,
+      expectedVersion: 0n,
+      deltas: [appendHistory(textMessage("q1", Role.USER, "Refund please")), delta({ case: "setMetadata", value: { title: "Refund A-17", labels: { team: "billing", tier: "gold" } } })],
+    });
+    const report = (n: number, input: bigint, cached: bigint, output: bigint) =>
+      admin.contexts.reportUsage({ conversationId: id, turnId: `turn-${n}`, reportId: `resp-${n}`, provider: Provider.ANTHROPIC_MESSAGES, model: "claude-sonnet-4", estimator: EstimatorKind.TOKENIZER, estimatedTokens: input - 7n, actualInputTokens: input, cachedInputTokens: cached, outputTokens: output });
+    await report(1, 1_200n, 0n, 90n);
+    await report(2, 1_450n, 1_150n, 60n);
+    const page = await openWithToken("/inspector/");
+    const row = page.getByTestId("conversations").locator("tr", { hasText: id });
+    await expect.poll(() => row.getByTestId("usage").textContent(), { timeout: 10_000 }).toBe("2 reports: 2650 in (1150 cached), 150 out");
+    expect(await row.getByTestId("labels").textContent()).toBe("team=billing, tier=gold");
+    expect(await row.textContent()).toContain("Refund A-17");
+    // A conversation without reports says so.
+    expect(await page.getByTestId("conversations").locator("tr", { hasText: conversationId }).getByTestId("usage").textContent()).toBe("none reported");
+    await page.screenshot({ path: join(results, "inspector-list-usage.png") });
+    await page.goto(`${sidecar.url}/inspector/#/c/${encodeURIComponent(id)}?tab=usage`);
+    await expect.poll(() => page.getByTestId("usage-reports").textContent(), { timeout: 10_000 }).toBe("2");
+    expect(await page.getByTestId("title").textContent()).toBe("Refund A-17");
+    expect(await page.getByTestId("conversation-labels").textContent()).toBe("team=billing, tier=gold");
+    expect(await page.getByTestId("usage-input").textContent()).toBe("2650");
+    expect(await page.getByTestId("usage-cached").textContent()).toBe("1150");
+    expect(await page.getByTestId("usage-output").textContent()).toBe("150");
+    expect(await page.getByTestId("usage-compiled").textContent()).toBe("2636");
+    const turns = () => page.getByTestId("usage-entries").locator("td.turn").allTextContents();
+    expect(await turns()).toEqual(["turn-1", "turn-2"]);
+    expect(await page.getByTestId("usage-entries").locator("tbody tr").last().textContent()).toContain("anthropic_messages");
+    // The next turn: its report, then its commit; the new version reads the ledger again.
+    await report(3, 1_600n, 1_400n, 75n);
+    await admin.conversations.commit({ conversationId: id, expectedVersion: 1n, deltas: [appendHistory(textMessage("a1", Role.ASSISTANT, "Done."))] });
+    await expect.poll(turns, { timeout: 10_000 }).toEqual(["turn-1", "turn-2", "turn-3"]);
+    expect(await page.getByTestId("usage-reports").textContent()).toBe("3");
+    await page.screenshot({ path: join(results, "inspector-usage.png") });
+    await page.close();
+  });
+
   it("says no such conversation for an id with nothing stored, instead of an empty v0", async () => {
     const page = await openWithToken(`/inspector/#/c/${encodeURIComponent("acme/never-written")}`);
     await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("no such conversation");

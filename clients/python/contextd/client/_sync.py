@@ -51,6 +51,7 @@ from contextd.v1 import (
     telemetry_pb2,
     telemetry_service_pb2,
     telemetry_service_pb2_grpc,
+    usage_ledger_pb2,
 )
 
 Request = TypeVar("Request")
@@ -333,9 +334,26 @@ class Client:
         """Reports the provider's input token count for a compile, so later compiles with the same
         provider, model and estimator are budgeted with a corrected estimate: copy ``provider``,
         ``model``, ``estimator`` and ``estimated_tokens`` from ``result.calibration`` and set
-        ``actual_input_tokens`` from the provider's usage (every input token, cached or not). Not
-        retried: a repeated report counts twice."""
-        return self._unary(self._contexts.ReportUsage, request, False, timeout)
+        ``actual_input_tokens`` from the provider's usage (every input token, cached or not). With
+        ``conversation_id`` the report is also recorded in the conversation's usage ledger
+        (`get_usage`), which requires ``report_id`` (say, the provider's response id): such a report
+        is retried, since the sidecar counts a report id once. Without them it is not retried: a
+        repeated report would count twice."""
+        identified = bool(request.conversation_id and request.report_id)
+        return self._unary(self._contexts.ReportUsage, request, identified, timeout)
+
+    def get_usage(self, conversation_id: str, *, timeout: Optional[float] = None) -> usage_ledger_pb2.GetUsageResponse:
+        """Reads a conversation's usage ledger: the totals of every report recorded for it and its
+        newest reports (the rest counted in the totals only, ``entries_rolled_up``)."""
+        request = usage_ledger_pb2.GetUsageRequest(conversation_id=conversation_id)
+        return self._unary(self._conversations.GetUsage, request, True, timeout)
+
+    def list_tenant_usage(
+        self, request: usage_ledger_pb2.ListTenantUsageRequest, *, timeout: Optional[float] = None
+    ) -> usage_ledger_pb2.ListTenantUsageResponse:
+        """Reads a tenant's usage totals and a page of its conversations' totals, by id
+        (``next_page_token`` for the next page)."""
+        return self._unary(self._conversations.ListTenantUsage, request, True, timeout)
 
     def render(
         self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None

@@ -53,6 +53,7 @@ from contextd.v1 import (
     telemetry_pb2,
     telemetry_service_pb2,
     telemetry_service_pb2_grpc,
+    usage_ledger_pb2,
 )
 
 #: As `contextd.client.Client.compile_session`'s summarize, and it may be a coroutine function.
@@ -274,7 +275,19 @@ class AsyncClient:
         self, request: context_service_pb2.ReportUsageRequest, *, timeout: Optional[float] = None
     ) -> context_service_pb2.ReportUsageResponse:
         """As `Client.report_usage`."""
-        return await self._unary(self._contexts.ReportUsage, request, False, timeout)
+        identified = bool(request.conversation_id and request.report_id)
+        return await self._unary(self._contexts.ReportUsage, request, identified, timeout)
+
+    async def get_usage(self, conversation_id: str, *, timeout: Optional[float] = None) -> usage_ledger_pb2.GetUsageResponse:
+        """As `Client.get_usage`."""
+        request = usage_ledger_pb2.GetUsageRequest(conversation_id=conversation_id)
+        return await self._unary(self._conversations.GetUsage, request, True, timeout)
+
+    async def list_tenant_usage(
+        self, request: usage_ledger_pb2.ListTenantUsageRequest, *, timeout: Optional[float] = None
+    ) -> usage_ledger_pb2.ListTenantUsageResponse:
+        """As `Client.list_tenant_usage`."""
+        return await self._unary(self._conversations.ListTenantUsage, request, True, timeout)
 
     async def render(
         self, request: context_service_pb2.RenderRequest, *, timeout: Optional[float] = None

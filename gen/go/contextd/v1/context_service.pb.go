@@ -110,6 +110,24 @@ type ReportUsageRequest struct {
 	// `input_tokens + cache_creation_input_tokens + cache_read_input_tokens`, OpenAI
 	// `prompt_tokens` (Chat) or `input_tokens` (Responses), Gemini `promptTokenCount`; 1 to 2^53 - 1.
 	ActualInputTokens int64 `protobuf:"varint,5,opt,name=actual_input_tokens,json=actualInputTokens,proto3" json:"actual_input_tokens,omitempty"`
+	// The conversation the request belonged to: set, the report is also recorded in its usage
+	// ledger (usage_ledger.proto, `ConversationService.GetUsage`), which then requires `report_id`.
+	// At most 1,024 UTF-8 bytes; under a tenant's token it must start with "<tenant>/".
+	ConversationId string `protobuf:"bytes,520,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The turn (`CompileRequest.turn_id`); empty = not given. At most 1,024 UTF-8 bytes.
+	TurnId string `protobuf:"bytes,521,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// What identifies this report in the ledger, so a retry counts once: the provider's response id
+	// or any id the caller keeps with the response. The same id with other values is
+	// INVALID_ARGUMENT; with the same values it is answered `duplicate` and nothing is counted or
+	// learnt again. Required with `conversation_id`; at most 1,024 UTF-8 bytes.
+	ReportId string `protobuf:"bytes,522,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
+	// Output tokens the provider counted (Anthropic `output_tokens`, OpenAI `completion_tokens` or
+	// `output_tokens`, Gemini `candidatesTokenCount`); 0 to 2^53 - 1.
+	OutputTokens int64 `protobuf:"varint,523,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Of `actual_input_tokens`, those served from the provider's cache (Anthropic
+	// `cache_read_input_tokens`, OpenAI `cached_tokens`, Gemini `cachedContentTokenCount`); at most
+	// `actual_input_tokens`.
+	CachedInputTokens int64 `protobuf:"varint,524,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -179,6 +197,41 @@ func (x *ReportUsageRequest) GetActualInputTokens() int64 {
 	return 0
 }
 
+func (x *ReportUsageRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ReportUsageRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *ReportUsageRequest) GetReportId() string {
+	if x != nil {
+		return x.ReportId
+	}
+	return ""
+}
+
+func (x *ReportUsageRequest) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *ReportUsageRequest) GetCachedInputTokens() int64 {
+	if x != nil {
+		return x.CachedInputTokens
+	}
+	return 0
+}
+
 // The response of `ReportUsage`: the key's correction after the report.
 type ReportUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -190,8 +243,13 @@ type ReportUsageResponse struct {
 	MeanAbsoluteRelativeError float64 `protobuf:"fixed64,3,opt,name=mean_absolute_relative_error,json=meanAbsoluteRelativeError,proto3" json:"mean_absolute_relative_error,omitempty"`
 	// This report's relative error: |estimated × previous correction - actual| / actual.
 	RelativeError float64 `protobuf:"fixed64,4,opt,name=relative_error,json=relativeError,proto3" json:"relative_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// With `conversation_id`: true when the ledger already held this `report_id` (a retry): nothing
+	// was counted or learnt, and the correction fields are zero.
+	Duplicate bool `protobuf:"varint,520,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// With `conversation_id`: the conversation's ledger totals after this report.
+	ConversationTotals *UsageTotals `protobuf:"bytes,521,opt,name=conversation_totals,json=conversationTotals,proto3" json:"conversation_totals,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ReportUsageResponse) Reset() {
@@ -250,6 +308,20 @@ func (x *ReportUsageResponse) GetRelativeError() float64 {
 		return x.RelativeError
 	}
 	return 0
+}
+
+func (x *ReportUsageResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *ReportUsageResponse) GetConversationTotals() *UsageTotals {
+	if x != nil {
+		return x.ConversationTotals
+	}
+	return nil
 }
 
 // The response of `Compile`.
@@ -1248,20 +1320,27 @@ var File_contextd_v1_context_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_context_service_proto_rawDesc = "" +
 	"\n" +
-	"!contextd/v1/context_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1bcontextd/v1/telemetry.proto\"\xf2\x01\n" +
+	"!contextd/v1/context_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/compile.proto\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1bcontextd/v1/telemetry.proto\x1a\x1econtextd/v1/usage_ledger.proto\"\xab\x03\n" +
 	"\x12ReportUsageRequest\x121\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
 	"\testimator\x18\x03 \x01(\x0e2\x1a.contextd.v1.EstimatorKindR\testimator\x12)\n" +
 	"\x10estimated_tokens\x18\x04 \x01(\x03R\x0festimatedTokens\x12.\n" +
-	"\x13actual_input_tokens\x18\x05 \x01(\x03R\x11actualInputTokens\"\xb7\x01\n" +
+	"\x13actual_input_tokens\x18\x05 \x01(\x03R\x11actualInputTokens\x12(\n" +
+	"\x0fconversation_id\x18\x88\x04 \x01(\tR\x0econversationId\x12\x18\n" +
+	"\aturn_id\x18\x89\x04 \x01(\tR\x06turnId\x12\x1c\n" +
+	"\treport_id\x18\x8a\x04 \x01(\tR\breportId\x12$\n" +
+	"\routput_tokens\x18\x8b\x04 \x01(\x03R\foutputTokens\x12/\n" +
+	"\x13cached_input_tokens\x18\x8c\x04 \x01(\x03R\x11cachedInputTokens\"\xa2\x02\n" +
 	"\x13ReportUsageResponse\x12\x1e\n" +
 	"\n" +
 	"correction\x18\x01 \x01(\x01R\n" +
 	"correction\x12\x18\n" +
 	"\areports\x18\x02 \x01(\x03R\areports\x12?\n" +
 	"\x1cmean_absolute_relative_error\x18\x03 \x01(\x01R\x19meanAbsoluteRelativeError\x12%\n" +
-	"\x0erelative_error\x18\x04 \x01(\x01R\rrelativeError\"E\n" +
+	"\x0erelative_error\x18\x04 \x01(\x01R\rrelativeError\x12\x1d\n" +
+	"\tduplicate\x18\x88\x04 \x01(\bR\tduplicate\x12J\n" +
+	"\x13conversation_totals\x18\x89\x04 \x01(\v2\x18.contextd.v1.UsageTotalsR\x12conversationTotals\"E\n" +
 	"\x0fCompileResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\v2\x1a.contextd.v1.CompileResultR\x06result\"M\n" +
 	"\x14CompileStreamRequest\x125\n" +
@@ -1374,56 +1453,58 @@ var file_contextd_v1_context_service_proto_goTypes = []any{
 	(*CompileSessionResponse)(nil), // 16: contextd.v1.CompileSessionResponse
 	(Provider)(0),                  // 17: contextd.v1.Provider
 	(EstimatorKind)(0),             // 18: contextd.v1.EstimatorKind
-	(*CompileResult)(nil),          // 19: contextd.v1.CompileResult
-	(*CompileRequest)(nil),         // 20: contextd.v1.CompileRequest
-	(*ObserverEvent)(nil),          // 21: contextd.v1.ObserverEvent
-	(*Message)(nil),                // 22: contextd.v1.Message
-	(*ToolDefinition)(nil),         // 23: contextd.v1.ToolDefinition
-	(*Estimator)(nil),              // 24: contextd.v1.Estimator
-	(*Snapshot)(nil),               // 25: contextd.v1.Snapshot
-	(Segment)(0),                   // 26: contextd.v1.Segment
+	(*UsageTotals)(nil),            // 19: contextd.v1.UsageTotals
+	(*CompileResult)(nil),          // 20: contextd.v1.CompileResult
+	(*CompileRequest)(nil),         // 21: contextd.v1.CompileRequest
+	(*ObserverEvent)(nil),          // 22: contextd.v1.ObserverEvent
+	(*Message)(nil),                // 23: contextd.v1.Message
+	(*ToolDefinition)(nil),         // 24: contextd.v1.ToolDefinition
+	(*Estimator)(nil),              // 25: contextd.v1.Estimator
+	(*Snapshot)(nil),               // 26: contextd.v1.Snapshot
+	(Segment)(0),                   // 27: contextd.v1.Segment
 }
 var file_contextd_v1_context_service_proto_depIdxs = []int32{
 	17, // 0: contextd.v1.ReportUsageRequest.provider:type_name -> contextd.v1.Provider
 	18, // 1: contextd.v1.ReportUsageRequest.estimator:type_name -> contextd.v1.EstimatorKind
-	19, // 2: contextd.v1.CompileResponse.result:type_name -> contextd.v1.CompileResult
-	20, // 3: contextd.v1.CompileStreamRequest.request:type_name -> contextd.v1.CompileRequest
-	21, // 4: contextd.v1.CompileStreamResponse.event:type_name -> contextd.v1.ObserverEvent
-	19, // 5: contextd.v1.CompileStreamResponse.result:type_name -> contextd.v1.CompileResult
-	22, // 6: contextd.v1.CountTokensRequest.messages:type_name -> contextd.v1.Message
-	23, // 7: contextd.v1.CountTokensRequest.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	24, // 8: contextd.v1.CountTokensRequest.estimator:type_name -> contextd.v1.Estimator
-	25, // 9: contextd.v1.RenderRequest.snapshot:type_name -> contextd.v1.Snapshot
-	26, // 10: contextd.v1.RenderRequest.segments:type_name -> contextd.v1.Segment
-	22, // 11: contextd.v1.SummarizeRequest.messages:type_name -> contextd.v1.Message
-	22, // 12: contextd.v1.SummarizeRequest.previous_summary:type_name -> contextd.v1.Message
-	11, // 13: contextd.v1.SummarizeRequest.template:type_name -> contextd.v1.SummaryTemplate
-	13, // 14: contextd.v1.SummarizeRequest.facts:type_name -> contextd.v1.SummaryFact
-	12, // 15: contextd.v1.SummaryTemplate.sections:type_name -> contextd.v1.SummaryTemplateSection
-	0,  // 16: contextd.v1.SummaryFact.kind:type_name -> contextd.v1.SummaryFactKind
-	22, // 17: contextd.v1.SummarizeResponse.summary:type_name -> contextd.v1.Message
-	20, // 18: contextd.v1.CompileSessionRequest.compile:type_name -> contextd.v1.CompileRequest
-	14, // 19: contextd.v1.CompileSessionRequest.summarize_response:type_name -> contextd.v1.SummarizeResponse
-	10, // 20: contextd.v1.CompileSessionResponse.summarize_request:type_name -> contextd.v1.SummarizeRequest
-	21, // 21: contextd.v1.CompileSessionResponse.event:type_name -> contextd.v1.ObserverEvent
-	19, // 22: contextd.v1.CompileSessionResponse.result:type_name -> contextd.v1.CompileResult
-	20, // 23: contextd.v1.ContextService.Compile:input_type -> contextd.v1.CompileRequest
-	4,  // 24: contextd.v1.ContextService.CompileStream:input_type -> contextd.v1.CompileStreamRequest
-	6,  // 25: contextd.v1.ContextService.CountTokens:input_type -> contextd.v1.CountTokensRequest
-	8,  // 26: contextd.v1.ContextService.Render:input_type -> contextd.v1.RenderRequest
-	15, // 27: contextd.v1.ContextService.CompileSession:input_type -> contextd.v1.CompileSessionRequest
-	1,  // 28: contextd.v1.ContextService.ReportUsage:input_type -> contextd.v1.ReportUsageRequest
-	3,  // 29: contextd.v1.ContextService.Compile:output_type -> contextd.v1.CompileResponse
-	5,  // 30: contextd.v1.ContextService.CompileStream:output_type -> contextd.v1.CompileStreamResponse
-	7,  // 31: contextd.v1.ContextService.CountTokens:output_type -> contextd.v1.CountTokensResponse
-	9,  // 32: contextd.v1.ContextService.Render:output_type -> contextd.v1.RenderResponse
-	16, // 33: contextd.v1.ContextService.CompileSession:output_type -> contextd.v1.CompileSessionResponse
-	2,  // 34: contextd.v1.ContextService.ReportUsage:output_type -> contextd.v1.ReportUsageResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 2: contextd.v1.ReportUsageResponse.conversation_totals:type_name -> contextd.v1.UsageTotals
+	20, // 3: contextd.v1.CompileResponse.result:type_name -> contextd.v1.CompileResult
+	21, // 4: contextd.v1.CompileStreamRequest.request:type_name -> contextd.v1.CompileRequest
+	22, // 5: contextd.v1.CompileStreamResponse.event:type_name -> contextd.v1.ObserverEvent
+	20, // 6: contextd.v1.CompileStreamResponse.result:type_name -> contextd.v1.CompileResult
+	23, // 7: contextd.v1.CountTokensRequest.messages:type_name -> contextd.v1.Message
+	24, // 8: contextd.v1.CountTokensRequest.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	25, // 9: contextd.v1.CountTokensRequest.estimator:type_name -> contextd.v1.Estimator
+	26, // 10: contextd.v1.RenderRequest.snapshot:type_name -> contextd.v1.Snapshot
+	27, // 11: contextd.v1.RenderRequest.segments:type_name -> contextd.v1.Segment
+	23, // 12: contextd.v1.SummarizeRequest.messages:type_name -> contextd.v1.Message
+	23, // 13: contextd.v1.SummarizeRequest.previous_summary:type_name -> contextd.v1.Message
+	11, // 14: contextd.v1.SummarizeRequest.template:type_name -> contextd.v1.SummaryTemplate
+	13, // 15: contextd.v1.SummarizeRequest.facts:type_name -> contextd.v1.SummaryFact
+	12, // 16: contextd.v1.SummaryTemplate.sections:type_name -> contextd.v1.SummaryTemplateSection
+	0,  // 17: contextd.v1.SummaryFact.kind:type_name -> contextd.v1.SummaryFactKind
+	23, // 18: contextd.v1.SummarizeResponse.summary:type_name -> contextd.v1.Message
+	21, // 19: contextd.v1.CompileSessionRequest.compile:type_name -> contextd.v1.CompileRequest
+	14, // 20: contextd.v1.CompileSessionRequest.summarize_response:type_name -> contextd.v1.SummarizeResponse
+	10, // 21: contextd.v1.CompileSessionResponse.summarize_request:type_name -> contextd.v1.SummarizeRequest
+	22, // 22: contextd.v1.CompileSessionResponse.event:type_name -> contextd.v1.ObserverEvent
+	20, // 23: contextd.v1.CompileSessionResponse.result:type_name -> contextd.v1.CompileResult
+	21, // 24: contextd.v1.ContextService.Compile:input_type -> contextd.v1.CompileRequest
+	4,  // 25: contextd.v1.ContextService.CompileStream:input_type -> contextd.v1.CompileStreamRequest
+	6,  // 26: contextd.v1.ContextService.CountTokens:input_type -> contextd.v1.CountTokensRequest
+	8,  // 27: contextd.v1.ContextService.Render:input_type -> contextd.v1.RenderRequest
+	15, // 28: contextd.v1.ContextService.CompileSession:input_type -> contextd.v1.CompileSessionRequest
+	1,  // 29: contextd.v1.ContextService.ReportUsage:input_type -> contextd.v1.ReportUsageRequest
+	3,  // 30: contextd.v1.ContextService.Compile:output_type -> contextd.v1.CompileResponse
+	5,  // 31: contextd.v1.ContextService.CompileStream:output_type -> contextd.v1.CompileStreamResponse
+	7,  // 32: contextd.v1.ContextService.CountTokens:output_type -> contextd.v1.CountTokensResponse
+	9,  // 33: contextd.v1.ContextService.Render:output_type -> contextd.v1.RenderResponse
+	16, // 34: contextd.v1.ContextService.CompileSession:output_type -> contextd.v1.CompileSessionResponse
+	2,  // 35: contextd.v1.ContextService.ReportUsage:output_type -> contextd.v1.ReportUsageResponse
+	30, // [30:36] is the sub-list for method output_type
+	24, // [24:30] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_context_service_proto_init() }
@@ -1435,6 +1516,7 @@ func file_contextd_v1_context_service_proto_init() {
 	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
 	file_contextd_v1_telemetry_proto_init()
+	file_contextd_v1_usage_ledger_proto_init()
 	file_contextd_v1_context_service_proto_msgTypes[4].OneofWrappers = []any{
 		(*CompileStreamResponse_Event)(nil),
 		(*CompileStreamResponse_Result)(nil),

@@ -52,10 +52,14 @@ type ContextServiceClient interface {
 	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
 	// The correction is kept in the conversation store (memory, Redis or Postgres), so every
 	// sidecar on the same store learns from every report, and a restart keeps it; a report is
-	// applied atomically, so concurrent reports are all counted.
-	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
-	// corrections: `--calibration-keys 0`), UNAVAILABLE (the store could not be reached; nothing
-	// was learnt, retry), DATA_LOSS (the stored record of the key cannot be read as one).
+	// applied atomically, so concurrent reports are all counted. With `conversation_id` the report
+	// is first recorded in the conversation's usage ledger (usage_ledger.proto), once per
+	// `report_id`, and then learnt from; a retry of a recorded report learns nothing again.
+	// Errors: INVALID_ARGUMENT (a field out of range, a `report_id` reused with other values),
+	// FAILED_PRECONDITION (the sidecar keeps no corrections, `--calibration-keys 0`, and the report
+	// names no conversation; or it names one and the ledger is off,
+	// `--usage-entries-per-conversation 0`), UNAVAILABLE (the store could not be reached; retry with
+	// the same `report_id`), DATA_LOSS (the stored record of the key or the ledger cannot be read as one).
 	ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error)
 }
 
@@ -164,10 +168,14 @@ type ContextServiceServer interface {
 	// same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
 	// The correction is kept in the conversation store (memory, Redis or Postgres), so every
 	// sidecar on the same store learns from every report, and a restart keeps it; a report is
-	// applied atomically, so concurrent reports are all counted.
-	// Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
-	// corrections: `--calibration-keys 0`), UNAVAILABLE (the store could not be reached; nothing
-	// was learnt, retry), DATA_LOSS (the stored record of the key cannot be read as one).
+	// applied atomically, so concurrent reports are all counted. With `conversation_id` the report
+	// is first recorded in the conversation's usage ledger (usage_ledger.proto), once per
+	// `report_id`, and then learnt from; a retry of a recorded report learns nothing again.
+	// Errors: INVALID_ARGUMENT (a field out of range, a `report_id` reused with other values),
+	// FAILED_PRECONDITION (the sidecar keeps no corrections, `--calibration-keys 0`, and the report
+	// names no conversation; or it names one and the ledger is off,
+	// `--usage-entries-per-conversation 0`), UNAVAILABLE (the store could not be reached; retry with
+	// the same `report_id`), DATA_LOSS (the stored record of the key or the ledger cannot be read as one).
 	ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error)
 	mustEmbedUnimplementedContextServiceServer()
 }

@@ -1475,7 +1475,7 @@ var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
-	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\"f\n" +
+	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1econtextd/v1/usage_ledger.proto\"f\n" +
 	"\x0fGetStateRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12*\n" +
 	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\"H\n" +
@@ -1587,7 +1587,7 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x11ConversationOrder\x12\"\n" +
 	"\x1eCONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONVERSATION_ORDER_ID\x10\x01\x12#\n" +
-	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xb7\x04\n" +
+	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xde\x05\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
 	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
@@ -1595,7 +1595,9 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x05Clear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n" +
 	"\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12b\n" +
 	"\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponse\x12Y\n" +
-	"\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponseB\xb8\x01\n" +
+	"\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponse\x12G\n" +
+	"\bGetUsage\x12\x1c.contextd.v1.GetUsageRequest\x1a\x1d.contextd.v1.GetUsageResponse\x12\\\n" +
+	"\x0fListTenantUsage\x12#.contextd.v1.ListTenantUsageRequest\x1a$.contextd.v1.ListTenantUsageResponseB\xb8\x01\n" +
 	"\x0fcom.contextd.v1B\x18ConversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -1638,6 +1640,10 @@ var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(Segment)(0),                      // 22: contextd.v1.Segment
 	(*Message)(nil),                   // 23: contextd.v1.Message
 	(*Delta)(nil),                     // 24: contextd.v1.Delta
+	(*GetUsageRequest)(nil),           // 25: contextd.v1.GetUsageRequest
+	(*ListTenantUsageRequest)(nil),    // 26: contextd.v1.ListTenantUsageRequest
+	(*GetUsageResponse)(nil),          // 27: contextd.v1.GetUsageResponse
+	(*ListTenantUsageResponse)(nil),   // 28: contextd.v1.ListTenantUsageResponse
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
 	21, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
@@ -1661,15 +1667,19 @@ var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
 	10, // 18: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
 	14, // 19: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
 	17, // 20: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	2,  // 21: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	5,  // 22: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	7,  // 23: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	9,  // 24: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	12, // 25: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	16, // 26: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	18, // 27: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
+	25, // 21: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
+	26, // 22: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
+	2,  // 23: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	5,  // 24: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	7,  // 25: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	9,  // 26: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	12, // 27: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	16, // 28: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	18, // 29: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	27, // 30: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
+	28, // 31: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1682,6 +1692,7 @@ func file_contextd_v1_conversation_service_proto_init() {
 	}
 	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
+	file_contextd_v1_usage_ledger_proto_init()
 	file_contextd_v1_conversation_service_proto_msgTypes[2].OneofWrappers = []any{}
 	file_contextd_v1_conversation_service_proto_msgTypes[5].OneofWrappers = []any{}
 	file_contextd_v1_conversation_service_proto_msgTypes[7].OneofWrappers = []any{}

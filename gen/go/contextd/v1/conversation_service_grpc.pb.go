@@ -26,6 +26,8 @@ const (
 	ConversationService_Watch_FullMethodName             = "/contextd.v1.ConversationService/Watch"
 	ConversationService_ListConversations_FullMethodName = "/contextd.v1.ConversationService/ListConversations"
 	ConversationService_ReadToolResult_FullMethodName    = "/contextd.v1.ConversationService/ReadToolResult"
+	ConversationService_GetUsage_FullMethodName          = "/contextd.v1.ConversationService/GetUsage"
+	ConversationService_ListTenantUsage_FullMethodName   = "/contextd.v1.ConversationService/ListTenantUsage"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -66,6 +68,14 @@ type ConversationServiceClient interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error)
+	// Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
+	// DATA_LOSS (the stored ledger cannot be read as one).
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
+	// Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
+	// (a tenant's token naming another tenant), UNAVAILABLE.
+	ListTenantUsage(ctx context.Context, in *ListTenantUsageRequest, opts ...grpc.CallOption) (*ListTenantUsageResponse, error)
 }
 
 type conversationServiceClient struct {
@@ -155,6 +165,26 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, in *Read
 	return out, nil
 }
 
+func (c *conversationServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, ConversationService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationServiceClient) ListTenantUsage(ctx context.Context, in *ListTenantUsageRequest, opts ...grpc.CallOption) (*ListTenantUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTenantUsageResponse)
+	err := c.cc.Invoke(ctx, ConversationService_ListTenantUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -193,6 +223,14 @@ type ConversationServiceServer interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error)
+	// Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
+	// DATA_LOSS (the stored ledger cannot be read as one).
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
+	// Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
+	// (a tenant's token naming another tenant), UNAVAILABLE.
+	ListTenantUsage(context.Context, *ListTenantUsageRequest) (*ListTenantUsageResponse, error)
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -223,6 +261,12 @@ func (UnimplementedConversationServiceServer) ListConversations(context.Context,
 }
 func (UnimplementedConversationServiceServer) ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadToolResult not implemented")
+}
+func (UnimplementedConversationServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedConversationServiceServer) ListTenantUsage(context.Context, *ListTenantUsageRequest) (*ListTenantUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTenantUsage not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -364,6 +408,42 @@ func _ConversationService_ReadToolResult_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationService_ListTenantUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTenantUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).ListTenantUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_ListTenantUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).ListTenantUsage(ctx, req.(*ListTenantUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +474,14 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadToolResult",
 			Handler:    _ConversationService_ReadToolResult_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _ConversationService_GetUsage_Handler,
+		},
+		{
+			MethodName: "ListTenantUsage",
+			Handler:    _ConversationService_ListTenantUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -26,9 +26,10 @@ from contextd.v1 import compile_pb2 as contextd_dot_v1_dot_compile__pb2
 from contextd.v1 import message_pb2 as contextd_dot_v1_dot_message__pb2
 from contextd.v1 import state_pb2 as contextd_dot_v1_dot_state__pb2
 from contextd.v1 import telemetry_pb2 as contextd_dot_v1_dot_telemetry__pb2
+from contextd.v1 import usage_ledger_pb2 as contextd_dot_v1_dot_usage__ledger__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!contextd/v1/context_service.proto\x12\x0b\x63ontextd.v1\x1a\x19\x63ontextd/v1/compile.proto\x1a\x19\x63ontextd/v1/message.proto\x1a\x17\x63ontextd/v1/state.proto\x1a\x1b\x63ontextd/v1/telemetry.proto\"\xf2\x01\n\x12ReportUsageRequest\x12\x31\n\x08provider\x18\x01 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\x12\x38\n\testimator\x18\x03 \x01(\x0e\x32\x1a.contextd.v1.EstimatorKindR\testimator\x12)\n\x10\x65stimated_tokens\x18\x04 \x01(\x03R\x0f\x65stimatedTokens\x12.\n\x13\x61\x63tual_input_tokens\x18\x05 \x01(\x03R\x11\x61\x63tualInputTokens\"\xb7\x01\n\x13ReportUsageResponse\x12\x1e\n\ncorrection\x18\x01 \x01(\x01R\ncorrection\x12\x18\n\x07reports\x18\x02 \x01(\x03R\x07reports\x12?\n\x1cmean_absolute_relative_error\x18\x03 \x01(\x01R\x19meanAbsoluteRelativeError\x12%\n\x0erelative_error\x18\x04 \x01(\x01R\rrelativeError\"E\n\x0f\x43ompileResponse\x12\x32\n\x06result\x18\x01 \x01(\x0b\x32\x1a.contextd.v1.CompileResultR\x06result\"M\n\x14\x43ompileStreamRequest\x12\x35\n\x07request\x18\x01 \x01(\x0b\x32\x1b.contextd.v1.CompileRequestR\x07request\"\x89\x01\n\x15\x43ompileStreamResponse\x12\x32\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.contextd.v1.ObserverEventH\x00R\x05\x65vent\x12\x34\n\x06result\x18\x02 \x01(\x0b\x32\x1a.contextd.v1.CompileResultH\x00R\x06resultB\x06\n\x04kind\"\xc4\x01\n\x12\x43ountTokensRequest\x12\x30\n\x08messages\x18\x01 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\x12\x46\n\x10tool_definitions\x18\x02 \x03(\x0b\x32\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x12\x34\n\testimator\x18\x03 \x01(\x0b\x32\x16.contextd.v1.EstimatorR\testimator\"\x9c\x01\n\x13\x43ountTokensResponse\x12\x14\n\x05total\x18\x01 \x01(\x03R\x05total\x12\x1f\n\x0bper_message\x18\x02 \x03(\x03R\nperMessage\x12)\n\x10tool_definitions\x18\x03 \x01(\x03R\x0ftoolDefinitions\x12#\n\rreply_priming\x18\x04 \x01(\x03R\x0creplyPriming\"\xb1\x01\n\rRenderRequest\x12\x12\n\x04view\x18\x01 \x01(\tR\x04view\x12\'\n\x0f\x63onversation_id\x18\x02 \x01(\tR\x0e\x63onversationId\x12\x31\n\x08snapshot\x18\x03 \x01(\x0b\x32\x15.contextd.v1.SnapshotR\x08snapshot\x12\x30\n\x08segments\x18\x04 \x03(\x0e\x32\x14.contextd.v1.SegmentR\x08segments\"$\n\x0eRenderResponse\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\"\xf7\x02\n\x10SummarizeRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x30\n\x08messages\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\x12#\n\rtarget_tokens\x18\x03 \x01(\x03R\x0ctargetTokens\x12?\n\x10previous_summary\x18\x04 \x01(\x0b\x32\x14.contextd.v1.MessageR\x0fpreviousSummary\x12\x16\n\x06reason\x18\x05 \x01(\tR\x06reason\x12\x39\n\x08template\x18\x90\x03 \x01(\x0b\x32\x1c.contextd.v1.SummaryTemplateR\x08template\x12/\n\x05\x66\x61\x63ts\x18\x91\x03 \x03(\x0b\x32\x18.contextd.v1.SummaryFactR\x05\x66\x61\x63ts\x12(\n\x0f\x66\x61\x63ts_truncated\x18\x92\x03 \x01(\x08R\x0e\x66\x61\x63tsTruncated\"h\n\x0fSummaryTemplate\x12@\n\x08sections\x18\x90\x03 \x03(\x0b\x32#.contextd.v1.SummaryTemplateSectionR\x08sections\x12\x13\n\x04text\x18\x91\x03 \x01(\tR\x04text\"e\n\x16SummaryTemplateSection\x12\x11\n\x03key\x18\x90\x03 \x01(\tR\x03key\x12\x15\n\x05title\x18\x91\x03 \x01(\tR\x05title\x12!\n\x0binstruction\x18\x92\x03 \x01(\tR\x0binstruction\"u\n\x0bSummaryFact\x12\x31\n\x04kind\x18\x90\x03 \x01(\x0e\x32\x1c.contextd.v1.SummaryFactKindR\x04kind\x12\x13\n\x04text\x18\x91\x03 \x01(\tR\x04text\x12\x1e\n\nmessage_id\x18\x92\x03 \x01(\tR\tmessageId\"~\n\x11SummarizeResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12.\n\x07summary\x18\x02 \x01(\x0b\x32\x14.contextd.v1.MessageR\x07summary\x12\x1a\n\x08remember\x18\x03 \x03(\tR\x08remember\"\xa9\x01\n\x15\x43ompileSessionRequest\x12\x37\n\x07\x63ompile\x18\x01 \x01(\x0b\x32\x1b.contextd.v1.CompileRequestH\x00R\x07\x63ompile\x12O\n\x12summarize_response\x18\x02 \x01(\x0b\x32\x1e.contextd.v1.SummarizeResponseH\x00R\x11summarizeResponseB\x06\n\x04kind\"\xd8\x01\n\x16\x43ompileSessionResponse\x12L\n\x11summarize_request\x18\x01 \x01(\x0b\x32\x1d.contextd.v1.SummarizeRequestH\x00R\x10summarizeRequest\x12\x32\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x1a.contextd.v1.ObserverEventH\x00R\x05\x65vent\x12\x34\n\x06result\x18\x03 \x01(\x0b\x32\x1a.contextd.v1.CompileResultH\x00R\x06resultB\x06\n\x04kind*\xef\x01\n\x0fSummaryFactKind\x12!\n\x1dSUMMARY_FACT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSUMMARY_FACT_KIND_FILE_PATH\x10\x01\x12\x19\n\x15SUMMARY_FACT_KIND_URL\x10\x02\x12\x1d\n\x19SUMMARY_FACT_KIND_COMMAND\x10\x03\x12#\n\x1fSUMMARY_FACT_KIND_ERROR_MESSAGE\x10\x04\x12\x1f\n\x1bSUMMARY_FACT_KIND_TOOL_NAME\x10\x05\x12\x18\n\x14SUMMARY_FACT_KIND_ID\x10\x06\x32\xf6\x03\n\x0e\x43ontextService\x12\x44\n\x07\x43ompile\x12\x1b.contextd.v1.CompileRequest\x1a\x1c.contextd.v1.CompileResponse\x12X\n\rCompileStream\x12!.contextd.v1.CompileStreamRequest\x1a\".contextd.v1.CompileStreamResponse0\x01\x12P\n\x0b\x43ountTokens\x12\x1f.contextd.v1.CountTokensRequest\x1a .contextd.v1.CountTokensResponse\x12\x41\n\x06Render\x12\x1a.contextd.v1.RenderRequest\x1a\x1b.contextd.v1.RenderResponse\x12]\n\x0e\x43ompileSession\x12\".contextd.v1.CompileSessionRequest\x1a#.contextd.v1.CompileSessionResponse(\x01\x30\x01\x12P\n\x0bReportUsage\x12\x1f.contextd.v1.ReportUsageRequest\x1a .contextd.v1.ReportUsageResponseB\xb3\x01\n\x0f\x63om.contextd.v1B\x13\x43ontextServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!contextd/v1/context_service.proto\x12\x0b\x63ontextd.v1\x1a\x19\x63ontextd/v1/compile.proto\x1a\x19\x63ontextd/v1/message.proto\x1a\x17\x63ontextd/v1/state.proto\x1a\x1b\x63ontextd/v1/telemetry.proto\x1a\x1e\x63ontextd/v1/usage_ledger.proto\"\xab\x03\n\x12ReportUsageRequest\x12\x31\n\x08provider\x18\x01 \x01(\x0e\x32\x15.contextd.v1.ProviderR\x08provider\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\x12\x38\n\testimator\x18\x03 \x01(\x0e\x32\x1a.contextd.v1.EstimatorKindR\testimator\x12)\n\x10\x65stimated_tokens\x18\x04 \x01(\x03R\x0f\x65stimatedTokens\x12.\n\x13\x61\x63tual_input_tokens\x18\x05 \x01(\x03R\x11\x61\x63tualInputTokens\x12(\n\x0f\x63onversation_id\x18\x88\x04 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07turn_id\x18\x89\x04 \x01(\tR\x06turnId\x12\x1c\n\treport_id\x18\x8a\x04 \x01(\tR\x08reportId\x12$\n\routput_tokens\x18\x8b\x04 \x01(\x03R\x0coutputTokens\x12/\n\x13\x63\x61\x63hed_input_tokens\x18\x8c\x04 \x01(\x03R\x11\x63\x61\x63hedInputTokens\"\xa2\x02\n\x13ReportUsageResponse\x12\x1e\n\ncorrection\x18\x01 \x01(\x01R\ncorrection\x12\x18\n\x07reports\x18\x02 \x01(\x03R\x07reports\x12?\n\x1cmean_absolute_relative_error\x18\x03 \x01(\x01R\x19meanAbsoluteRelativeError\x12%\n\x0erelative_error\x18\x04 \x01(\x01R\rrelativeError\x12\x1d\n\tduplicate\x18\x88\x04 \x01(\x08R\tduplicate\x12J\n\x13\x63onversation_totals\x18\x89\x04 \x01(\x0b\x32\x18.contextd.v1.UsageTotalsR\x12\x63onversationTotals\"E\n\x0f\x43ompileResponse\x12\x32\n\x06result\x18\x01 \x01(\x0b\x32\x1a.contextd.v1.CompileResultR\x06result\"M\n\x14\x43ompileStreamRequest\x12\x35\n\x07request\x18\x01 \x01(\x0b\x32\x1b.contextd.v1.CompileRequestR\x07request\"\x89\x01\n\x15\x43ompileStreamResponse\x12\x32\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.contextd.v1.ObserverEventH\x00R\x05\x65vent\x12\x34\n\x06result\x18\x02 \x01(\x0b\x32\x1a.contextd.v1.CompileResultH\x00R\x06resultB\x06\n\x04kind\"\xc4\x01\n\x12\x43ountTokensRequest\x12\x30\n\x08messages\x18\x01 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\x12\x46\n\x10tool_definitions\x18\x02 \x03(\x0b\x32\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions\x12\x34\n\testimator\x18\x03 \x01(\x0b\x32\x16.contextd.v1.EstimatorR\testimator\"\x9c\x01\n\x13\x43ountTokensResponse\x12\x14\n\x05total\x18\x01 \x01(\x03R\x05total\x12\x1f\n\x0bper_message\x18\x02 \x03(\x03R\nperMessage\x12)\n\x10tool_definitions\x18\x03 \x01(\x03R\x0ftoolDefinitions\x12#\n\rreply_priming\x18\x04 \x01(\x03R\x0creplyPriming\"\xb1\x01\n\rRenderRequest\x12\x12\n\x04view\x18\x01 \x01(\tR\x04view\x12\'\n\x0f\x63onversation_id\x18\x02 \x01(\tR\x0e\x63onversationId\x12\x31\n\x08snapshot\x18\x03 \x01(\x0b\x32\x15.contextd.v1.SnapshotR\x08snapshot\x12\x30\n\x08segments\x18\x04 \x03(\x0e\x32\x14.contextd.v1.SegmentR\x08segments\"$\n\x0eRenderResponse\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\"\xf7\x02\n\x10SummarizeRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x30\n\x08messages\x18\x02 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\x12#\n\rtarget_tokens\x18\x03 \x01(\x03R\x0ctargetTokens\x12?\n\x10previous_summary\x18\x04 \x01(\x0b\x32\x14.contextd.v1.MessageR\x0fpreviousSummary\x12\x16\n\x06reason\x18\x05 \x01(\tR\x06reason\x12\x39\n\x08template\x18\x90\x03 \x01(\x0b\x32\x1c.contextd.v1.SummaryTemplateR\x08template\x12/\n\x05\x66\x61\x63ts\x18\x91\x03 \x03(\x0b\x32\x18.contextd.v1.SummaryFactR\x05\x66\x61\x63ts\x12(\n\x0f\x66\x61\x63ts_truncated\x18\x92\x03 \x01(\x08R\x0e\x66\x61\x63tsTruncated\"h\n\x0fSummaryTemplate\x12@\n\x08sections\x18\x90\x03 \x03(\x0b\x32#.contextd.v1.SummaryTemplateSectionR\x08sections\x12\x13\n\x04text\x18\x91\x03 \x01(\tR\x04text\"e\n\x16SummaryTemplateSection\x12\x11\n\x03key\x18\x90\x03 \x01(\tR\x03key\x12\x15\n\x05title\x18\x91\x03 \x01(\tR\x05title\x12!\n\x0binstruction\x18\x92\x03 \x01(\tR\x0binstruction\"u\n\x0bSummaryFact\x12\x31\n\x04kind\x18\x90\x03 \x01(\x0e\x32\x1c.contextd.v1.SummaryFactKindR\x04kind\x12\x13\n\x04text\x18\x91\x03 \x01(\tR\x04text\x12\x1e\n\nmessage_id\x18\x92\x03 \x01(\tR\tmessageId\"~\n\x11SummarizeResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12.\n\x07summary\x18\x02 \x01(\x0b\x32\x14.contextd.v1.MessageR\x07summary\x12\x1a\n\x08remember\x18\x03 \x03(\tR\x08remember\"\xa9\x01\n\x15\x43ompileSessionRequest\x12\x37\n\x07\x63ompile\x18\x01 \x01(\x0b\x32\x1b.contextd.v1.CompileRequestH\x00R\x07\x63ompile\x12O\n\x12summarize_response\x18\x02 \x01(\x0b\x32\x1e.contextd.v1.SummarizeResponseH\x00R\x11summarizeResponseB\x06\n\x04kind\"\xd8\x01\n\x16\x43ompileSessionResponse\x12L\n\x11summarize_request\x18\x01 \x01(\x0b\x32\x1d.contextd.v1.SummarizeRequestH\x00R\x10summarizeRequest\x12\x32\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x1a.contextd.v1.ObserverEventH\x00R\x05\x65vent\x12\x34\n\x06result\x18\x03 \x01(\x0b\x32\x1a.contextd.v1.CompileResultH\x00R\x06resultB\x06\n\x04kind*\xef\x01\n\x0fSummaryFactKind\x12!\n\x1dSUMMARY_FACT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSUMMARY_FACT_KIND_FILE_PATH\x10\x01\x12\x19\n\x15SUMMARY_FACT_KIND_URL\x10\x02\x12\x1d\n\x19SUMMARY_FACT_KIND_COMMAND\x10\x03\x12#\n\x1fSUMMARY_FACT_KIND_ERROR_MESSAGE\x10\x04\x12\x1f\n\x1bSUMMARY_FACT_KIND_TOOL_NAME\x10\x05\x12\x18\n\x14SUMMARY_FACT_KIND_ID\x10\x06\x32\xf6\x03\n\x0e\x43ontextService\x12\x44\n\x07\x43ompile\x12\x1b.contextd.v1.CompileRequest\x1a\x1c.contextd.v1.CompileResponse\x12X\n\rCompileStream\x12!.contextd.v1.CompileStreamRequest\x1a\".contextd.v1.CompileStreamResponse0\x01\x12P\n\x0b\x43ountTokens\x12\x1f.contextd.v1.CountTokensRequest\x1a .contextd.v1.CountTokensResponse\x12\x41\n\x06Render\x12\x1a.contextd.v1.RenderRequest\x1a\x1b.contextd.v1.RenderResponse\x12]\n\x0e\x43ompileSession\x12\".contextd.v1.CompileSessionRequest\x1a#.contextd.v1.CompileSessionResponse(\x01\x30\x01\x12P\n\x0bReportUsage\x12\x1f.contextd.v1.ReportUsageRequest\x1a .contextd.v1.ReportUsageResponseB\xb3\x01\n\x0f\x63om.contextd.v1B\x13\x43ontextServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,40 +37,40 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'contextd.v1.context_service
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.contextd.v1B\023ContextServiceProtoP\001Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\242\002\003CXX\252\002\013Contextd.V1\312\002\013Contextd\\V1\342\002\027Contextd\\V1\\GPBMetadata\352\002\014Contextd::V1'
-  _globals['_SUMMARYFACTKIND']._serialized_start=2681
-  _globals['_SUMMARYFACTKIND']._serialized_end=2920
-  _globals['_REPORTUSAGEREQUEST']._serialized_start=159
-  _globals['_REPORTUSAGEREQUEST']._serialized_end=401
-  _globals['_REPORTUSAGERESPONSE']._serialized_start=404
-  _globals['_REPORTUSAGERESPONSE']._serialized_end=587
-  _globals['_COMPILERESPONSE']._serialized_start=589
-  _globals['_COMPILERESPONSE']._serialized_end=658
-  _globals['_COMPILESTREAMREQUEST']._serialized_start=660
-  _globals['_COMPILESTREAMREQUEST']._serialized_end=737
-  _globals['_COMPILESTREAMRESPONSE']._serialized_start=740
-  _globals['_COMPILESTREAMRESPONSE']._serialized_end=877
-  _globals['_COUNTTOKENSREQUEST']._serialized_start=880
-  _globals['_COUNTTOKENSREQUEST']._serialized_end=1076
-  _globals['_COUNTTOKENSRESPONSE']._serialized_start=1079
-  _globals['_COUNTTOKENSRESPONSE']._serialized_end=1235
-  _globals['_RENDERREQUEST']._serialized_start=1238
-  _globals['_RENDERREQUEST']._serialized_end=1415
-  _globals['_RENDERRESPONSE']._serialized_start=1417
-  _globals['_RENDERRESPONSE']._serialized_end=1453
-  _globals['_SUMMARIZEREQUEST']._serialized_start=1456
-  _globals['_SUMMARIZEREQUEST']._serialized_end=1831
-  _globals['_SUMMARYTEMPLATE']._serialized_start=1833
-  _globals['_SUMMARYTEMPLATE']._serialized_end=1937
-  _globals['_SUMMARYTEMPLATESECTION']._serialized_start=1939
-  _globals['_SUMMARYTEMPLATESECTION']._serialized_end=2040
-  _globals['_SUMMARYFACT']._serialized_start=2042
-  _globals['_SUMMARYFACT']._serialized_end=2159
-  _globals['_SUMMARIZERESPONSE']._serialized_start=2161
-  _globals['_SUMMARIZERESPONSE']._serialized_end=2287
-  _globals['_COMPILESESSIONREQUEST']._serialized_start=2290
-  _globals['_COMPILESESSIONREQUEST']._serialized_end=2459
-  _globals['_COMPILESESSIONRESPONSE']._serialized_start=2462
-  _globals['_COMPILESESSIONRESPONSE']._serialized_end=2678
-  _globals['_CONTEXTSERVICE']._serialized_start=2923
-  _globals['_CONTEXTSERVICE']._serialized_end=3425
+  _globals['_SUMMARYFACTKIND']._serialized_start=3005
+  _globals['_SUMMARYFACTKIND']._serialized_end=3244
+  _globals['_REPORTUSAGEREQUEST']._serialized_start=191
+  _globals['_REPORTUSAGEREQUEST']._serialized_end=618
+  _globals['_REPORTUSAGERESPONSE']._serialized_start=621
+  _globals['_REPORTUSAGERESPONSE']._serialized_end=911
+  _globals['_COMPILERESPONSE']._serialized_start=913
+  _globals['_COMPILERESPONSE']._serialized_end=982
+  _globals['_COMPILESTREAMREQUEST']._serialized_start=984
+  _globals['_COMPILESTREAMREQUEST']._serialized_end=1061
+  _globals['_COMPILESTREAMRESPONSE']._serialized_start=1064
+  _globals['_COMPILESTREAMRESPONSE']._serialized_end=1201
+  _globals['_COUNTTOKENSREQUEST']._serialized_start=1204
+  _globals['_COUNTTOKENSREQUEST']._serialized_end=1400
+  _globals['_COUNTTOKENSRESPONSE']._serialized_start=1403
+  _globals['_COUNTTOKENSRESPONSE']._serialized_end=1559
+  _globals['_RENDERREQUEST']._serialized_start=1562
+  _globals['_RENDERREQUEST']._serialized_end=1739
+  _globals['_RENDERRESPONSE']._serialized_start=1741
+  _globals['_RENDERRESPONSE']._serialized_end=1777
+  _globals['_SUMMARIZEREQUEST']._serialized_start=1780
+  _globals['_SUMMARIZEREQUEST']._serialized_end=2155
+  _globals['_SUMMARYTEMPLATE']._serialized_start=2157
+  _globals['_SUMMARYTEMPLATE']._serialized_end=2261
+  _globals['_SUMMARYTEMPLATESECTION']._serialized_start=2263
+  _globals['_SUMMARYTEMPLATESECTION']._serialized_end=2364
+  _globals['_SUMMARYFACT']._serialized_start=2366
+  _globals['_SUMMARYFACT']._serialized_end=2483
+  _globals['_SUMMARIZERESPONSE']._serialized_start=2485
+  _globals['_SUMMARIZERESPONSE']._serialized_end=2611
+  _globals['_COMPILESESSIONREQUEST']._serialized_start=2614
+  _globals['_COMPILESESSIONREQUEST']._serialized_end=2783
+  _globals['_COMPILESESSIONRESPONSE']._serialized_start=2786
+  _globals['_COMPILESESSIONRESPONSE']._serialized_end=3002
+  _globals['_CONTEXTSERVICE']._serialized_start=3247
+  _globals['_CONTEXTSERVICE']._serialized_end=3749
 # @@protoc_insertion_point(module_scope)

@@ -2,6 +2,7 @@ from contextd.v1 import compile_pb2 as _compile_pb2
 from contextd.v1 import message_pb2 as _message_pb2
 from contextd.v1 import state_pb2 as _state_pb2
 from contextd.v1 import telemetry_pb2 as _telemetry_pb2
+from contextd.v1 import usage_ledger_pb2 as _usage_ledger_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -29,30 +30,44 @@ SUMMARY_FACT_KIND_TOOL_NAME: SummaryFactKind
 SUMMARY_FACT_KIND_ID: SummaryFactKind
 
 class ReportUsageRequest(_message.Message):
-    __slots__ = ("provider", "model", "estimator", "estimated_tokens", "actual_input_tokens")
+    __slots__ = ("provider", "model", "estimator", "estimated_tokens", "actual_input_tokens", "conversation_id", "turn_id", "report_id", "output_tokens", "cached_input_tokens")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     provider: _message_pb2.Provider
     model: str
     estimator: _compile_pb2.EstimatorKind
     estimated_tokens: int
     actual_input_tokens: int
-    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[_compile_pb2.EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., actual_input_tokens: _Optional[int] = ...) -> None: ...
+    conversation_id: str
+    turn_id: str
+    report_id: str
+    output_tokens: int
+    cached_input_tokens: int
+    def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[_compile_pb2.EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., actual_input_tokens: _Optional[int] = ..., conversation_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., report_id: _Optional[str] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ...) -> None: ...
 
 class ReportUsageResponse(_message.Message):
-    __slots__ = ("correction", "reports", "mean_absolute_relative_error", "relative_error")
+    __slots__ = ("correction", "reports", "mean_absolute_relative_error", "relative_error", "duplicate", "conversation_totals")
     CORRECTION_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FIELD_NUMBER: _ClassVar[int]
     MEAN_ABSOLUTE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_TOTALS_FIELD_NUMBER: _ClassVar[int]
     correction: float
     reports: int
     mean_absolute_relative_error: float
     relative_error: float
-    def __init__(self, correction: _Optional[float] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
+    duplicate: bool
+    conversation_totals: _usage_ledger_pb2.UsageTotals
+    def __init__(self, correction: _Optional[float] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ..., relative_error: _Optional[float] = ..., duplicate: bool = ..., conversation_totals: _Optional[_Union[_usage_ledger_pb2.UsageTotals, _Mapping]] = ...) -> None: ...
 
 class CompileResponse(_message.Message):
     __slots__ = ("result",)

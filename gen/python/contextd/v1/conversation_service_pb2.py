@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from contextd.v1 import message_pb2 as contextd_dot_v1_dot_message__pb2
 from contextd.v1 import state_pb2 as contextd_dot_v1_dot_state__pb2
+from contextd.v1 import usage_ledger_pb2 as contextd_dot_v1_dot_usage__ledger__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&contextd/v1/conversation_service.proto\x12\x0b\x63ontextd.v1\x1a\x19\x63ontextd/v1/message.proto\x1a\x17\x63ontextd/v1/state.proto\"f\n\x0fGetStateRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12*\n\x10without_messages\x18\x8c\x01 \x01(\x08R\x0fwithoutMessages\"H\n\x10GetStateResponse\x12\x34\n\x05state\x18\x01 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"\xa6\x02\n\x13ReadMessagesRequest\x12(\n\x0f\x63onversation_id\x18\x8c\x01 \x01(\tR\x0e\x63onversationId\x12/\n\x07segment\x18\x8d\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x13\n\x04last\x18\x8e\x01 \x01(\rR\x04last\x12\x15\n\x05start\x18\x8f\x01 \x01(\x04R\x05start\x12\x16\n\x03\x65nd\x18\x90\x01 \x01(\x04H\x00R\x03\x65nd\x88\x01\x01\x12\x1e\n\x07version\x18\x91\x01 \x01(\x03H\x01R\x07version\x88\x01\x01\x12\x1c\n\tmax_bytes\x18\x92\x01 \x01(\rR\x08maxBytes\x12\x1e\n\npage_token\x18\x93\x01 \x01(\tR\tpageTokenB\x06\n\x04_endB\n\n\x08_version\"r\n\x0cSegmentSizes\x12\x17\n\x06system\x18\x8c\x01 \x01(\x04R\x06system\x12\x19\n\x07history\x18\x8d\x01 \x01(\x04R\x07history\x12\x17\n\x06memory\x18\x8e\x01 \x01(\x04R\x06memory\x12\x15\n\x05tools\x18\x8f\x01 \x01(\x04R\x05tools\"\x80\x03\n\x14ReadMessagesResponse\x12\x31\n\x08messages\x18\x8c\x01 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\x12\x19\n\x07version\x18\x8d\x01 \x01(\x03R\x07version\x12/\n\x07segment\x18\x8e\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x1b\n\x08position\x18\x8f\x01 \x01(\x04R\x08position\x12\"\n\x0cwindow_start\x18\x90\x01 \x01(\x04R\x0bwindowStart\x12\x1e\n\nwindow_end\x18\x91\x01 \x01(\x04R\twindowEnd\x12?\n\rsegment_sizes\x18\x92\x01 \x01(\x0b\x32\x19.contextd.v1.SegmentSizesR\x0csegmentSizes\x12\'\n\x0fnext_page_token\x18\x93\x01 \x01(\tR\rnextPageToken\x12\x1e\n\npage_bytes\x18\x94\x01 \x01(\x04R\tpageBytes\"\x89\x02\n\rCommitRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12#\n\rinclude_state\x18\x06 \x01(\x08R\x0cincludeStateB\x13\n\x11_expected_versionJ\x04\x08\x05\x10\x06R\nomit_state\"|\n\x0e\x43ommitResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\x12\x1a\n\x08replayed\x18\x02 \x01(\x08R\x08replayed\x12\x34\n\x05state\x18\x03 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"|\n\x0c\x43learRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x42\x13\n\x11_expected_version\")\n\rClearResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"Z\n\x0cWatchRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12!\n\x0c\x66rom_version\x18\x02 \x01(\x03R\x0b\x66romVersion\"\xeb\x01\n\x06\x43hange\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n\x14\x63ommitted_at_unix_ms\x18\x05 \x01(\x03R\x11\x63ommittedAtUnixMs\x12\x18\n\x07\x63leared\x18\x06 \x01(\x08R\x07\x63leared\"~\n\rWatchResponse\x12-\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x13.contextd.v1.ChangeH\x00R\x06\x63hange\x12\x36\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n\x04kind\"%\n\tHeartbeat\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"\xe0\x02\n\x18ListConversationsRequest\x12\x1b\n\tpage_size\x18\x01 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n\x06prefix\x18\x03 \x01(\tR\x06prefix\x12J\n\x06labels\x18\xb8\x03 \x03(\x0b\x32\x31.contextd.v1.ListConversationsRequest.LabelsEntryR\x06labels\x12\x32\n\x15updated_since_unix_ms\x18\xb9\x03 \x01(\x03R\x12updatedSinceUnixMs\x12\x35\n\x05order\x18\xba\x03 \x01(\x0e\x32\x1e.contextd.v1.ConversationOrderR\x05order\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xcd\x02\n\x13\x43onversationSummary\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12,\n\x12\x63reated_at_unix_ms\x18\xb8\x03 \x01(\x03R\x0f\x63reatedAtUnixMs\x12,\n\x12updated_at_unix_ms\x18\xb9\x03 \x01(\x03R\x0fupdatedAtUnixMs\x12\x15\n\x05title\x18\xba\x03 \x01(\tR\x05title\x12\x45\n\x06labels\x18\xbb\x03 \x03(\x0b\x32,.contextd.v1.ConversationSummary.LabelsEntryR\x06labels\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x8b\x01\n\x19ListConversationsResponse\x12\x46\n\rconversations\x18\x01 \x03(\x0b\x32 .contextd.v1.ConversationSummaryR\rconversations\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n\x15ReadToolResultRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12 \n\x0ctool_call_id\x18\x02 \x01(\tR\ntoolCallId\x12\x16\n\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n\tmax_bytes\x18\x04 \x01(\rR\x08maxBytes\"\xb4\x01\n\x16ReadToolResultResponse\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1f\n\x0bnext_offset\x18\x03 \x01(\x04R\nnextOffset\x12\x1f\n\x0btotal_bytes\x18\x04 \x01(\x04R\ntotalBytes\x12\x12\n\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n\x07version\x18\x06 \x01(\x03R\x07version*w\n\x11\x43onversationOrder\x12\"\n\x1e\x43ONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43ONVERSATION_ORDER_ID\x10\x01\x12#\n\x1f\x43ONVERSATION_ORDER_UPDATED_DESC\x10\x02\x32\xb7\x04\n\x13\x43onversationService\x12G\n\x08GetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n\x0cReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12\x41\n\x06\x43ommit\x12\x1a.contextd.v1.CommitRequest\x1a\x1b.contextd.v1.CommitResponse\x12>\n\x05\x43lear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12\x62\n\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponse\x12Y\n\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponseB\xb8\x01\n\x0f\x63om.contextd.v1B\x18\x43onversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&contextd/v1/conversation_service.proto\x12\x0b\x63ontextd.v1\x1a\x19\x63ontextd/v1/message.proto\x1a\x17\x63ontextd/v1/state.proto\x1a\x1e\x63ontextd/v1/usage_ledger.proto\"f\n\x0fGetStateRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12*\n\x10without_messages\x18\x8c\x01 \x01(\x08R\x0fwithoutMessages\"H\n\x10GetStateResponse\x12\x34\n\x05state\x18\x01 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"\xa6\x02\n\x13ReadMessagesRequest\x12(\n\x0f\x63onversation_id\x18\x8c\x01 \x01(\tR\x0e\x63onversationId\x12/\n\x07segment\x18\x8d\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x13\n\x04last\x18\x8e\x01 \x01(\rR\x04last\x12\x15\n\x05start\x18\x8f\x01 \x01(\x04R\x05start\x12\x16\n\x03\x65nd\x18\x90\x01 \x01(\x04H\x00R\x03\x65nd\x88\x01\x01\x12\x1e\n\x07version\x18\x91\x01 \x01(\x03H\x01R\x07version\x88\x01\x01\x12\x1c\n\tmax_bytes\x18\x92\x01 \x01(\rR\x08maxBytes\x12\x1e\n\npage_token\x18\x93\x01 \x01(\tR\tpageTokenB\x06\n\x04_endB\n\n\x08_version\"r\n\x0cSegmentSizes\x12\x17\n\x06system\x18\x8c\x01 \x01(\x04R\x06system\x12\x19\n\x07history\x18\x8d\x01 \x01(\x04R\x07history\x12\x17\n\x06memory\x18\x8e\x01 \x01(\x04R\x06memory\x12\x15\n\x05tools\x18\x8f\x01 \x01(\x04R\x05tools\"\x80\x03\n\x14ReadMessagesResponse\x12\x31\n\x08messages\x18\x8c\x01 \x03(\x0b\x32\x14.contextd.v1.MessageR\x08messages\x12\x19\n\x07version\x18\x8d\x01 \x01(\x03R\x07version\x12/\n\x07segment\x18\x8e\x01 \x01(\x0e\x32\x14.contextd.v1.SegmentR\x07segment\x12\x1b\n\x08position\x18\x8f\x01 \x01(\x04R\x08position\x12\"\n\x0cwindow_start\x18\x90\x01 \x01(\x04R\x0bwindowStart\x12\x1e\n\nwindow_end\x18\x91\x01 \x01(\x04R\twindowEnd\x12?\n\rsegment_sizes\x18\x92\x01 \x01(\x0b\x32\x19.contextd.v1.SegmentSizesR\x0csegmentSizes\x12\'\n\x0fnext_page_token\x18\x93\x01 \x01(\tR\rnextPageToken\x12\x1e\n\npage_bytes\x18\x94\x01 \x01(\x04R\tpageBytes\"\x89\x02\n\rCommitRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12#\n\rinclude_state\x18\x06 \x01(\x08R\x0cincludeStateB\x13\n\x11_expected_versionJ\x04\x08\x05\x10\x06R\nomit_state\"|\n\x0e\x43ommitResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\x12\x1a\n\x08replayed\x18\x02 \x01(\x08R\x08replayed\x12\x34\n\x05state\x18\x03 \x01(\x0b\x32\x1e.contextd.v1.ConversationStateR\x05state\"|\n\x0c\x43learRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12.\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00R\x0f\x65xpectedVersion\x88\x01\x01\x42\x13\n\x11_expected_version\")\n\rClearResponse\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"Z\n\x0cWatchRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12!\n\x0c\x66rom_version\x18\x02 \x01(\x03R\x0b\x66romVersion\"\xeb\x01\n\x06\x43hange\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12*\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x12.contextd.v1.DeltaR\x06\x64\x65ltas\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n\x14\x63ommitted_at_unix_ms\x18\x05 \x01(\x03R\x11\x63ommittedAtUnixMs\x12\x18\n\x07\x63leared\x18\x06 \x01(\x08R\x07\x63leared\"~\n\rWatchResponse\x12-\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x13.contextd.v1.ChangeH\x00R\x06\x63hange\x12\x36\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n\x04kind\"%\n\tHeartbeat\x12\x18\n\x07version\x18\x01 \x01(\x03R\x07version\"\xe0\x02\n\x18ListConversationsRequest\x12\x1b\n\tpage_size\x18\x01 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n\x06prefix\x18\x03 \x01(\tR\x06prefix\x12J\n\x06labels\x18\xb8\x03 \x03(\x0b\x32\x31.contextd.v1.ListConversationsRequest.LabelsEntryR\x06labels\x12\x32\n\x15updated_since_unix_ms\x18\xb9\x03 \x01(\x03R\x12updatedSinceUnixMs\x12\x35\n\x05order\x18\xba\x03 \x01(\x0e\x32\x1e.contextd.v1.ConversationOrderR\x05order\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xcd\x02\n\x13\x43onversationSummary\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12\x18\n\x07version\x18\x02 \x01(\x03R\x07version\x12,\n\x12\x63reated_at_unix_ms\x18\xb8\x03 \x01(\x03R\x0f\x63reatedAtUnixMs\x12,\n\x12updated_at_unix_ms\x18\xb9\x03 \x01(\x03R\x0fupdatedAtUnixMs\x12\x15\n\x05title\x18\xba\x03 \x01(\tR\x05title\x12\x45\n\x06labels\x18\xbb\x03 \x03(\x0b\x32,.contextd.v1.ConversationSummary.LabelsEntryR\x06labels\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x8b\x01\n\x19ListConversationsResponse\x12\x46\n\rconversations\x18\x01 \x03(\x0b\x32 .contextd.v1.ConversationSummaryR\rconversations\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n\x15ReadToolResultRequest\x12\'\n\x0f\x63onversation_id\x18\x01 \x01(\tR\x0e\x63onversationId\x12 \n\x0ctool_call_id\x18\x02 \x01(\tR\ntoolCallId\x12\x16\n\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n\tmax_bytes\x18\x04 \x01(\rR\x08maxBytes\"\xb4\x01\n\x16ReadToolResultResponse\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1f\n\x0bnext_offset\x18\x03 \x01(\x04R\nnextOffset\x12\x1f\n\x0btotal_bytes\x18\x04 \x01(\x04R\ntotalBytes\x12\x12\n\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n\x07version\x18\x06 \x01(\x03R\x07version*w\n\x11\x43onversationOrder\x12\"\n\x1e\x43ONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43ONVERSATION_ORDER_ID\x10\x01\x12#\n\x1f\x43ONVERSATION_ORDER_UPDATED_DESC\x10\x02\x32\xde\x05\n\x13\x43onversationService\x12G\n\x08GetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n\x0cReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12\x41\n\x06\x43ommit\x12\x1a.contextd.v1.CommitRequest\x1a\x1b.contextd.v1.CommitResponse\x12>\n\x05\x43lear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12\x62\n\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponse\x12Y\n\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponse\x12G\n\x08GetUsage\x12\x1c.contextd.v1.GetUsageRequest\x1a\x1d.contextd.v1.GetUsageResponse\x12\\\n\x0fListTenantUsage\x12#.contextd.v1.ListTenantUsageRequest\x1a$.contextd.v1.ListTenantUsageResponseB\xb8\x01\n\x0f\x63om.contextd.v1B\x18\x43onversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43ontextd.V1\xca\x02\x0b\x43ontextd\\V1\xe2\x02\x17\x43ontextd\\V1\\GPBMetadata\xea\x02\x0c\x43ontextd::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,48 +39,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTCONVERSATIONSREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_CONVERSATIONSUMMARY_LABELSENTRY']._loaded_options = None
   _globals['_CONVERSATIONSUMMARY_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_CONVERSATIONORDER']._serialized_start=3315
-  _globals['_CONVERSATIONORDER']._serialized_end=3434
-  _globals['_GETSTATEREQUEST']._serialized_start=107
-  _globals['_GETSTATEREQUEST']._serialized_end=209
-  _globals['_GETSTATERESPONSE']._serialized_start=211
-  _globals['_GETSTATERESPONSE']._serialized_end=283
-  _globals['_READMESSAGESREQUEST']._serialized_start=286
-  _globals['_READMESSAGESREQUEST']._serialized_end=580
-  _globals['_SEGMENTSIZES']._serialized_start=582
-  _globals['_SEGMENTSIZES']._serialized_end=696
-  _globals['_READMESSAGESRESPONSE']._serialized_start=699
-  _globals['_READMESSAGESRESPONSE']._serialized_end=1083
-  _globals['_COMMITREQUEST']._serialized_start=1086
-  _globals['_COMMITREQUEST']._serialized_end=1351
-  _globals['_COMMITRESPONSE']._serialized_start=1353
-  _globals['_COMMITRESPONSE']._serialized_end=1477
-  _globals['_CLEARREQUEST']._serialized_start=1479
-  _globals['_CLEARREQUEST']._serialized_end=1603
-  _globals['_CLEARRESPONSE']._serialized_start=1605
-  _globals['_CLEARRESPONSE']._serialized_end=1646
-  _globals['_WATCHREQUEST']._serialized_start=1648
-  _globals['_WATCHREQUEST']._serialized_end=1738
-  _globals['_CHANGE']._serialized_start=1741
-  _globals['_CHANGE']._serialized_end=1976
-  _globals['_WATCHRESPONSE']._serialized_start=1978
-  _globals['_WATCHRESPONSE']._serialized_end=2104
-  _globals['_HEARTBEAT']._serialized_start=2106
-  _globals['_HEARTBEAT']._serialized_end=2143
-  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=2146
-  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=2498
-  _globals['_LISTCONVERSATIONSREQUEST_LABELSENTRY']._serialized_start=2441
-  _globals['_LISTCONVERSATIONSREQUEST_LABELSENTRY']._serialized_end=2498
-  _globals['_CONVERSATIONSUMMARY']._serialized_start=2501
-  _globals['_CONVERSATIONSUMMARY']._serialized_end=2834
-  _globals['_CONVERSATIONSUMMARY_LABELSENTRY']._serialized_start=2441
-  _globals['_CONVERSATIONSUMMARY_LABELSENTRY']._serialized_end=2498
-  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=2837
-  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=2976
-  _globals['_READTOOLRESULTREQUEST']._serialized_start=2979
-  _globals['_READTOOLRESULTREQUEST']._serialized_end=3130
-  _globals['_READTOOLRESULTRESPONSE']._serialized_start=3133
-  _globals['_READTOOLRESULTRESPONSE']._serialized_end=3313
-  _globals['_CONVERSATIONSERVICE']._serialized_start=3437
-  _globals['_CONVERSATIONSERVICE']._serialized_end=4004
+  _globals['_CONVERSATIONORDER']._serialized_start=3347
+  _globals['_CONVERSATIONORDER']._serialized_end=3466
+  _globals['_GETSTATEREQUEST']._serialized_start=139
+  _globals['_GETSTATEREQUEST']._serialized_end=241
+  _globals['_GETSTATERESPONSE']._serialized_start=243
+  _globals['_GETSTATERESPONSE']._serialized_end=315
+  _globals['_READMESSAGESREQUEST']._serialized_start=318
+  _globals['_READMESSAGESREQUEST']._serialized_end=612
+  _globals['_SEGMENTSIZES']._serialized_start=614
+  _globals['_SEGMENTSIZES']._serialized_end=728
+  _globals['_READMESSAGESRESPONSE']._serialized_start=731
+  _globals['_READMESSAGESRESPONSE']._serialized_end=1115
+  _globals['_COMMITREQUEST']._serialized_start=1118
+  _globals['_COMMITREQUEST']._serialized_end=1383
+  _globals['_COMMITRESPONSE']._serialized_start=1385
+  _globals['_COMMITRESPONSE']._serialized_end=1509
+  _globals['_CLEARREQUEST']._serialized_start=1511
+  _globals['_CLEARREQUEST']._serialized_end=1635
+  _globals['_CLEARRESPONSE']._serialized_start=1637
+  _globals['_CLEARRESPONSE']._serialized_end=1678
+  _globals['_WATCHREQUEST']._serialized_start=1680
+  _globals['_WATCHREQUEST']._serialized_end=1770
+  _globals['_CHANGE']._serialized_start=1773
+  _globals['_CHANGE']._serialized_end=2008
+  _globals['_WATCHRESPONSE']._serialized_start=2010
+  _globals['_WATCHRESPONSE']._serialized_end=2136
+  _globals['_HEARTBEAT']._serialized_start=2138
+  _globals['_HEARTBEAT']._serialized_end=2175
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=2178
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=2530
+  _globals['_LISTCONVERSATIONSREQUEST_LABELSENTRY']._serialized_start=2473
+  _globals['_LISTCONVERSATIONSREQUEST_LABELSENTRY']._serialized_end=2530
+  _globals['_CONVERSATIONSUMMARY']._serialized_start=2533
+  _globals['_CONVERSATIONSUMMARY']._serialized_end=2866
+  _globals['_CONVERSATIONSUMMARY_LABELSENTRY']._serialized_start=2473
+  _globals['_CONVERSATIONSUMMARY_LABELSENTRY']._serialized_end=2530
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=2869
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=3008
+  _globals['_READTOOLRESULTREQUEST']._serialized_start=3011
+  _globals['_READTOOLRESULTREQUEST']._serialized_end=3162
+  _globals['_READTOOLRESULTRESPONSE']._serialized_start=3165
+  _globals['_READTOOLRESULTRESPONSE']._serialized_end=3345
+  _globals['_CONVERSATIONSERVICE']._serialized_start=3469
+  _globals['_CONVERSATIONSERVICE']._serialized_end=4203
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 from contextd.v1 import message_pb2 as _message_pb2
 from contextd.v1 import state_pb2 as _state_pb2
+from contextd.v1 import usage_ledger_pb2 as _usage_ledger_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

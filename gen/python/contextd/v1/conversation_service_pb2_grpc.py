@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from contextd.v1 import conversation_service_pb2 as contextd_dot_v1_dot_conversation__service__pb2
+from contextd.v1 import usage_ledger_pb2 as contextd_dot_v1_dot_usage__ledger__pb2
 
 GRPC_GENERATED_VERSION = '1.76.0'
 GRPC_VERSION = grpc.__version__
@@ -75,6 +76,16 @@ class ConversationServiceStub(object):
                 '/contextd.v1.ConversationService/ReadToolResult',
                 request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultResponse.FromString,
+                _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/contextd.v1.ConversationService/GetUsage',
+                request_serializer=contextd_dot_v1_dot_usage__ledger__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_usage__ledger__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
+        self.ListTenantUsage = channel.unary_unary(
+                '/contextd.v1.ConversationService/ListTenantUsage',
+                request_serializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageResponse.FromString,
                 _registered_method=True)
 
 
@@ -149,6 +160,24 @@ class ConversationServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
+        Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
+        DATA_LOSS (the stored ledger cannot be read as one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenantUsage(self, request, context):
+        """Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
+        Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
+        (a tenant's token naming another tenant), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +215,16 @@ def add_ConversationServiceServicer_to_server(servicer, server):
                     servicer.ReadToolResult,
                     request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=contextd_dot_v1_dot_usage__ledger__pb2.GetUsageRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_usage__ledger__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ListTenantUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenantUsage,
+                    request_deserializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -384,6 +423,60 @@ class ConversationService(object):
             '/contextd.v1.ConversationService/ReadToolResult',
             contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultRequest.SerializeToString,
             contextd_dot_v1_dot_conversation__service__pb2.ReadToolResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/GetUsage',
+            contextd_dot_v1_dot_usage__ledger__pb2.GetUsageRequest.SerializeToString,
+            contextd_dot_v1_dot_usage__ledger__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenantUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/ListTenantUsage',
+            contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageRequest.SerializeToString,
+            contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

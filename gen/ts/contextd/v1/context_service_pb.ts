@@ -12,13 +12,15 @@ import type { Segment, ToolDefinition } from "./state_pb.js";
 import { file_contextd_v1_state } from "./state_pb.js";
 import type { ObserverEvent } from "./telemetry_pb.js";
 import { file_contextd_v1_telemetry } from "./telemetry_pb.js";
+import type { UsageTotals } from "./usage_ledger_pb.js";
+import { file_contextd_v1_usage_ledger } from "./usage_ledger_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file contextd/v1/context_service.proto.
  */
 export const file_contextd_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFjb250ZXh0ZC92MS9jb250ZXh0X3NlcnZpY2UucHJvdG8SC2NvbnRleHRkLnYxIrIBChJSZXBvcnRVc2FnZVJlcXVlc3QSJwoIcHJvdmlkZXIYASABKA4yFS5jb250ZXh0ZC52MS5Qcm92aWRlchINCgVtb2RlbBgCIAEoCRItCgllc3RpbWF0b3IYAyABKA4yGi5jb250ZXh0ZC52MS5Fc3RpbWF0b3JLaW5kEhgKEGVzdGltYXRlZF90b2tlbnMYBCABKAMSGwoTYWN0dWFsX2lucHV0X3Rva2VucxgFIAEoAyJ4ChNSZXBvcnRVc2FnZVJlc3BvbnNlEhIKCmNvcnJlY3Rpb24YASABKAESDwoHcmVwb3J0cxgCIAEoAxIkChxtZWFuX2Fic29sdXRlX3JlbGF0aXZlX2Vycm9yGAMgASgBEhYKDnJlbGF0aXZlX2Vycm9yGAQgASgBIj0KD0NvbXBpbGVSZXNwb25zZRIqCgZyZXN1bHQYASABKAsyGi5jb250ZXh0ZC52MS5Db21waWxlUmVzdWx0IkQKFENvbXBpbGVTdHJlYW1SZXF1ZXN0EiwKB3JlcXVlc3QYASABKAsyGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdCJ6ChVDb21waWxlU3RyZWFtUmVzcG9uc2USKwoFZXZlbnQYASABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAIgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQingEKEkNvdW50VG9rZW5zUmVxdWVzdBImCghtZXNzYWdlcxgBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USNQoQdG9vbF9kZWZpbml0aW9ucxgCIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEikKCWVzdGltYXRvchgDIAEoCzIWLmNvbnRleHRkLnYxLkVzdGltYXRvciJqChNDb3VudFRva2Vuc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgDEhMKC3Blcl9tZXNzYWdlGAIgAygDEhgKEHRvb2xfZGVmaW5pdGlvbnMYAyABKAMSFQoNcmVwbHlfcHJpbWluZxgEIAEoAyKHAQoNUmVuZGVyUmVxdWVzdBIMCgR2aWV3GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRInCghzbmFwc2hvdBgDIAEoCzIVLmNvbnRleHRkLnYxLlNuYXBzaG90EiYKCHNlZ21lbnRzGAQgAygOMhQuY29udGV4dGQudjEuU2VnbWVudCIeCg5SZW5kZXJSZXNwb25zZRIMCgR0ZXh0GAEgASgJIpoCChBTdW1tYXJpemVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEhUKDXRhcmdldF90b2tlbnMYAyABKAMSLgoQcHJldmlvdXNfc3VtbWFyeRgEIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USDgoGcmVhc29uGAUgASgJEi8KCHRlbXBsYXRlGJADIAEoCzIcLmNvbnRleHRkLnYxLlN1bW1hcnlUZW1wbGF0ZRIoCgVmYWN0cxiRAyADKAsyGC5jb250ZXh0ZC52MS5TdW1tYXJ5RmFjdBIYCg9mYWN0c190cnVuY2F0ZWQYkgMgASgIIlgKD1N1bW1hcnlUZW1wbGF0ZRI2CghzZWN0aW9ucxiQAyADKAsyIy5jb250ZXh0ZC52MS5TdW1tYXJ5VGVtcGxhdGVTZWN0aW9uEg0KBHRleHQYkQMgASgJIkwKFlN1bW1hcnlUZW1wbGF0ZVNlY3Rpb24SDAoDa2V5GJADIAEoCRIOCgV0aXRsZRiRAyABKAkSFAoLaW5zdHJ1Y3Rpb24YkgMgASgJIl4KC1N1bW1hcnlGYWN0EisKBGtpbmQYkAMgASgOMhwuY29udGV4dGQudjEuU3VtbWFyeUZhY3RLaW5kEg0KBHRleHQYkQMgASgJEhMKCm1lc3NhZ2VfaWQYkgMgASgJImAKEVN1bW1hcml6ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSJQoHc3VtbWFyeRgCIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoIcmVtZW1iZXIYAyADKAkijQEKFUNvbXBpbGVTZXNzaW9uUmVxdWVzdBIuCgdjb21waWxlGAEgASgLMhsuY29udGV4dGQudjEuQ29tcGlsZVJlcXVlc3RIABI8ChJzdW1tYXJpemVfcmVzcG9uc2UYAiABKAsyHi5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXNwb25zZUgAQgYKBGtpbmQitwEKFkNvbXBpbGVTZXNzaW9uUmVzcG9uc2USOgoRc3VtbWFyaXplX3JlcXVlc3QYASABKAsyHS5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXF1ZXN0SAASKwoFZXZlbnQYAiABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAMgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQq7wEKD1N1bW1hcnlGYWN0S2luZBIhCh1TVU1NQVJZX0ZBQ1RfS0lORF9VTlNQRUNJRklFRBAAEh8KG1NVTU1BUllfRkFDVF9LSU5EX0ZJTEVfUEFUSBABEhkKFVNVTU1BUllfRkFDVF9LSU5EX1VSTBACEh0KGVNVTU1BUllfRkFDVF9LSU5EX0NPTU1BTkQQAxIjCh9TVU1NQVJZX0ZBQ1RfS0lORF9FUlJPUl9NRVNTQUdFEAQSHwobU1VNTUFSWV9GQUNUX0tJTkRfVE9PTF9OQU1FEAUSGAoUU1VNTUFSWV9GQUNUX0tJTkRfSUQQBjL2AwoOQ29udGV4dFNlcnZpY2USRAoHQ29tcGlsZRIbLmNvbnRleHRkLnYxLkNvbXBpbGVSZXF1ZXN0GhwuY29udGV4dGQudjEuQ29tcGlsZVJlc3BvbnNlElgKDUNvbXBpbGVTdHJlYW0SIS5jb250ZXh0ZC52MS5Db21waWxlU3RyZWFtUmVxdWVzdBoiLmNvbnRleHRkLnYxLkNvbXBpbGVTdHJlYW1SZXNwb25zZTABElAKC0NvdW50VG9rZW5zEh8uY29udGV4dGQudjEuQ291bnRUb2tlbnNSZXF1ZXN0GiAuY29udGV4dGQudjEuQ291bnRUb2tlbnNSZXNwb25zZRJBCgZSZW5kZXISGi5jb250ZXh0ZC52MS5SZW5kZXJSZXF1ZXN0GhsuY29udGV4dGQudjEuUmVuZGVyUmVzcG9uc2USXQoOQ29tcGlsZVNlc3Npb24SIi5jb250ZXh0ZC52MS5Db21waWxlU2Vzc2lvblJlcXVlc3QaIy5jb250ZXh0ZC52MS5Db21waWxlU2Vzc2lvblJlc3BvbnNlKAEwARJQCgtSZXBvcnRVc2FnZRIfLmNvbnRleHRkLnYxLlJlcG9ydFVzYWdlUmVxdWVzdBogLmNvbnRleHRkLnYxLlJlcG9ydFVzYWdlUmVzcG9uc2VCswEKD2NvbS5jb250ZXh0ZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile, file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_telemetry]);
+  fileDesc("CiFjb250ZXh0ZC92MS9jb250ZXh0X3NlcnZpY2UucHJvdG8SC2NvbnRleHRkLnYxIqgCChJSZXBvcnRVc2FnZVJlcXVlc3QSJwoIcHJvdmlkZXIYASABKA4yFS5jb250ZXh0ZC52MS5Qcm92aWRlchINCgVtb2RlbBgCIAEoCRItCgllc3RpbWF0b3IYAyABKA4yGi5jb250ZXh0ZC52MS5Fc3RpbWF0b3JLaW5kEhgKEGVzdGltYXRlZF90b2tlbnMYBCABKAMSGwoTYWN0dWFsX2lucHV0X3Rva2VucxgFIAEoAxIYCg9jb252ZXJzYXRpb25faWQYiAQgASgJEhAKB3R1cm5faWQYiQQgASgJEhIKCXJlcG9ydF9pZBiKBCABKAkSFgoNb3V0cHV0X3Rva2VucxiLBCABKAMSHAoTY2FjaGVkX2lucHV0X3Rva2VucxiMBCABKAMixAEKE1JlcG9ydFVzYWdlUmVzcG9uc2USEgoKY29ycmVjdGlvbhgBIAEoARIPCgdyZXBvcnRzGAIgASgDEiQKHG1lYW5fYWJzb2x1dGVfcmVsYXRpdmVfZXJyb3IYAyABKAESFgoOcmVsYXRpdmVfZXJyb3IYBCABKAESEgoJZHVwbGljYXRlGIgEIAEoCBI2ChNjb252ZXJzYXRpb25fdG90YWxzGIkEIAEoCzIYLmNvbnRleHRkLnYxLlVzYWdlVG90YWxzIj0KD0NvbXBpbGVSZXNwb25zZRIqCgZyZXN1bHQYASABKAsyGi5jb250ZXh0ZC52MS5Db21waWxlUmVzdWx0IkQKFENvbXBpbGVTdHJlYW1SZXF1ZXN0EiwKB3JlcXVlc3QYASABKAsyGy5jb250ZXh0ZC52MS5Db21waWxlUmVxdWVzdCJ6ChVDb21waWxlU3RyZWFtUmVzcG9uc2USKwoFZXZlbnQYASABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAIgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQingEKEkNvdW50VG9rZW5zUmVxdWVzdBImCghtZXNzYWdlcxgBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USNQoQdG9vbF9kZWZpbml0aW9ucxgCIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uEikKCWVzdGltYXRvchgDIAEoCzIWLmNvbnRleHRkLnYxLkVzdGltYXRvciJqChNDb3VudFRva2Vuc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgDEhMKC3Blcl9tZXNzYWdlGAIgAygDEhgKEHRvb2xfZGVmaW5pdGlvbnMYAyABKAMSFQoNcmVwbHlfcHJpbWluZxgEIAEoAyKHAQoNUmVuZGVyUmVxdWVzdBIMCgR2aWV3GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRInCghzbmFwc2hvdBgDIAEoCzIVLmNvbnRleHRkLnYxLlNuYXBzaG90EiYKCHNlZ21lbnRzGAQgAygOMhQuY29udGV4dGQudjEuU2VnbWVudCIeCg5SZW5kZXJSZXNwb25zZRIMCgR0ZXh0GAEgASgJIpoCChBTdW1tYXJpemVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEhUKDXRhcmdldF90b2tlbnMYAyABKAMSLgoQcHJldmlvdXNfc3VtbWFyeRgEIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USDgoGcmVhc29uGAUgASgJEi8KCHRlbXBsYXRlGJADIAEoCzIcLmNvbnRleHRkLnYxLlN1bW1hcnlUZW1wbGF0ZRIoCgVmYWN0cxiRAyADKAsyGC5jb250ZXh0ZC52MS5TdW1tYXJ5RmFjdBIYCg9mYWN0c190cnVuY2F0ZWQYkgMgASgIIlgKD1N1bW1hcnlUZW1wbGF0ZRI2CghzZWN0aW9ucxiQAyADKAsyIy5jb250ZXh0ZC52MS5TdW1tYXJ5VGVtcGxhdGVTZWN0aW9uEg0KBHRleHQYkQMgASgJIkwKFlN1bW1hcnlUZW1wbGF0ZVNlY3Rpb24SDAoDa2V5GJADIAEoCRIOCgV0aXRsZRiRAyABKAkSFAoLaW5zdHJ1Y3Rpb24YkgMgASgJIl4KC1N1bW1hcnlGYWN0EisKBGtpbmQYkAMgASgOMhwuY29udGV4dGQudjEuU3VtbWFyeUZhY3RLaW5kEg0KBHRleHQYkQMgASgJEhMKCm1lc3NhZ2VfaWQYkgMgASgJImAKEVN1bW1hcml6ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSJQoHc3VtbWFyeRgCIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoIcmVtZW1iZXIYAyADKAkijQEKFUNvbXBpbGVTZXNzaW9uUmVxdWVzdBIuCgdjb21waWxlGAEgASgLMhsuY29udGV4dGQudjEuQ29tcGlsZVJlcXVlc3RIABI8ChJzdW1tYXJpemVfcmVzcG9uc2UYAiABKAsyHi5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXNwb25zZUgAQgYKBGtpbmQitwEKFkNvbXBpbGVTZXNzaW9uUmVzcG9uc2USOgoRc3VtbWFyaXplX3JlcXVlc3QYASABKAsyHS5jb250ZXh0ZC52MS5TdW1tYXJpemVSZXF1ZXN0SAASKwoFZXZlbnQYAiABKAsyGi5jb250ZXh0ZC52MS5PYnNlcnZlckV2ZW50SAASLAoGcmVzdWx0GAMgASgLMhouY29udGV4dGQudjEuQ29tcGlsZVJlc3VsdEgAQgYKBGtpbmQq7wEKD1N1bW1hcnlGYWN0S2luZBIhCh1TVU1NQVJZX0ZBQ1RfS0lORF9VTlNQRUNJRklFRBAAEh8KG1NVTU1BUllfRkFDVF9LSU5EX0ZJTEVfUEFUSBABEhkKFVNVTU1BUllfRkFDVF9LSU5EX1VSTBACEh0KGVNVTU1BUllfRkFDVF9LSU5EX0NPTU1BTkQQAxIjCh9TVU1NQVJZX0ZBQ1RfS0lORF9FUlJPUl9NRVNTQUdFEAQSHwobU1VNTUFSWV9GQUNUX0tJTkRfVE9PTF9OQU1FEAUSGAoUU1VNTUFSWV9GQUNUX0tJTkRfSUQQBjL2AwoOQ29udGV4dFNlcnZpY2USRAoHQ29tcGlsZRIbLmNvbnRleHRkLnYxLkNvbXBpbGVSZXF1ZXN0GhwuY29udGV4dGQudjEuQ29tcGlsZVJlc3BvbnNlElgKDUNvbXBpbGVTdHJlYW0SIS5jb250ZXh0ZC52MS5Db21waWxlU3RyZWFtUmVxdWVzdBoiLmNvbnRleHRkLnYxLkNvbXBpbGVTdHJlYW1SZXNwb25zZTABElAKC0NvdW50VG9rZW5zEh8uY29udGV4dGQudjEuQ291bnRUb2tlbnNSZXF1ZXN0GiAuY29udGV4dGQudjEuQ291bnRUb2tlbnNSZXNwb25zZRJBCgZSZW5kZXISGi5jb250ZXh0ZC52MS5SZW5kZXJSZXF1ZXN0GhsuY29udGV4dGQudjEuUmVuZGVyUmVzcG9uc2USXQoOQ29tcGlsZVNlc3Npb24SIi5jb250ZXh0ZC52MS5Db21waWxlU2Vzc2lvblJlcXVlc3QaIy5jb250ZXh0ZC52MS5Db21waWxlU2Vzc2lvblJlc3BvbnNlKAEwARJQCgtSZXBvcnRVc2FnZRIfLmNvbnRleHRkLnYxLlJlcG9ydFVzYWdlUmVxdWVzdBogLmNvbnRleHRkLnYxLlJlcG9ydFVzYWdlUmVzcG9uc2VCswEKD2NvbS5jb250ZXh0ZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_compile, file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_telemetry, file_contextd_v1_usage_ledger]);
 
 /**
  * The request of `ReportUsage`: one provider response's input token count for one compile. A
@@ -64,6 +66,49 @@ export type ReportUsageRequest = Message<"contextd.v1.ReportUsageRequest"> & {
    * @generated from field: int64 actual_input_tokens = 5;
    */
   actualInputTokens: bigint;
+
+  /**
+   * The conversation the request belonged to: set, the report is also recorded in its usage
+   * ledger (usage_ledger.proto, `ConversationService.GetUsage`), which then requires `report_id`.
+   * At most 1,024 UTF-8 bytes; under a tenant's token it must start with "<tenant>/".
+   *
+   * @generated from field: string conversation_id = 520;
+   */
+  conversationId: string;
+
+  /**
+   * The turn (`CompileRequest.turn_id`); empty = not given. At most 1,024 UTF-8 bytes.
+   *
+   * @generated from field: string turn_id = 521;
+   */
+  turnId: string;
+
+  /**
+   * What identifies this report in the ledger, so a retry counts once: the provider's response id
+   * or any id the caller keeps with the response. The same id with other values is
+   * INVALID_ARGUMENT; with the same values it is answered `duplicate` and nothing is counted or
+   * learnt again. Required with `conversation_id`; at most 1,024 UTF-8 bytes.
+   *
+   * @generated from field: string report_id = 522;
+   */
+  reportId: string;
+
+  /**
+   * Output tokens the provider counted (Anthropic `output_tokens`, OpenAI `completion_tokens` or
+   * `output_tokens`, Gemini `candidatesTokenCount`); 0 to 2^53 - 1.
+   *
+   * @generated from field: int64 output_tokens = 523;
+   */
+  outputTokens: bigint;
+
+  /**
+   * Of `actual_input_tokens`, those served from the provider's cache (Anthropic
+   * `cache_read_input_tokens`, OpenAI `cached_tokens`, Gemini `cachedContentTokenCount`); at most
+   * `actual_input_tokens`.
+   *
+   * @generated from field: int64 cached_input_tokens = 524;
+   */
+  cachedInputTokens: bigint;
 };
 
 /**
@@ -106,6 +151,21 @@ export type ReportUsageResponse = Message<"contextd.v1.ReportUsageResponse"> & {
    * @generated from field: double relative_error = 4;
    */
   relativeError: number;
+
+  /**
+   * With `conversation_id`: true when the ledger already held this `report_id` (a retry): nothing
+   * was counted or learnt, and the correction fields are zero.
+   *
+   * @generated from field: bool duplicate = 520;
+   */
+  duplicate: boolean;
+
+  /**
+   * With `conversation_id`: the conversation's ledger totals after this report.
+   *
+   * @generated from field: contextd.v1.UsageTotals conversation_totals = 521;
+   */
+  conversationTotals?: UsageTotals | undefined;
 };
 
 /**
@@ -760,10 +820,14 @@ export const ContextService: GenService<{
    * same provider, model and estimator budget with a corrected estimate (see `TokenCalibration`).
    * The correction is kept in the conversation store (memory, Redis or Postgres), so every
    * sidecar on the same store learns from every report, and a restart keeps it; a report is
-   * applied atomically, so concurrent reports are all counted.
-   * Errors: INVALID_ARGUMENT (a field out of range), FAILED_PRECONDITION (the sidecar keeps no
-   * corrections: `--calibration-keys 0`), UNAVAILABLE (the store could not be reached; nothing
-   * was learnt, retry), DATA_LOSS (the stored record of the key cannot be read as one).
+   * applied atomically, so concurrent reports are all counted. With `conversation_id` the report
+   * is first recorded in the conversation's usage ledger (usage_ledger.proto), once per
+   * `report_id`, and then learnt from; a retry of a recorded report learns nothing again.
+   * Errors: INVALID_ARGUMENT (a field out of range, a `report_id` reused with other values),
+   * FAILED_PRECONDITION (the sidecar keeps no corrections, `--calibration-keys 0`, and the report
+   * names no conversation; or it names one and the ledger is off,
+   * `--usage-entries-per-conversation 0`), UNAVAILABLE (the store could not be reached; retry with
+   * the same `report_id`), DATA_LOSS (the stored record of the key or the ledger cannot be read as one).
    *
    * @generated from rpc contextd.v1.ContextService.ReportUsage
    */

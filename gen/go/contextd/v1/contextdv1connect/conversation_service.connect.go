@@ -54,6 +54,12 @@ const (
 	// ConversationServiceReadToolResultProcedure is the fully-qualified name of the
 	// ConversationService's ReadToolResult RPC.
 	ConversationServiceReadToolResultProcedure = "/contextd.v1.ConversationService/ReadToolResult"
+	// ConversationServiceGetUsageProcedure is the fully-qualified name of the ConversationService's
+	// GetUsage RPC.
+	ConversationServiceGetUsageProcedure = "/contextd.v1.ConversationService/GetUsage"
+	// ConversationServiceListTenantUsageProcedure is the fully-qualified name of the
+	// ConversationService's ListTenantUsage RPC.
+	ConversationServiceListTenantUsageProcedure = "/contextd.v1.ConversationService/ListTenantUsage"
 )
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
@@ -84,6 +90,14 @@ type ConversationServiceClient interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error)
+	// Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
+	// DATA_LOSS (the stored ledger cannot be read as one).
+	GetUsage(context.Context, *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error)
+	// Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
+	// (a tenant's token naming another tenant), UNAVAILABLE.
+	ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error)
 }
 
 // NewConversationServiceClient constructs a client for the contextd.v1.ConversationService service.
@@ -139,6 +153,18 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(conversationServiceMethods.ByName("ReadToolResult")),
 			connect.WithClientOptions(opts...),
 		),
+		getUsage: connect.NewClient[v1.GetUsageRequest, v1.GetUsageResponse](
+			httpClient,
+			baseURL+ConversationServiceGetUsageProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("GetUsage")),
+			connect.WithClientOptions(opts...),
+		),
+		listTenantUsage: connect.NewClient[v1.ListTenantUsageRequest, v1.ListTenantUsageResponse](
+			httpClient,
+			baseURL+ConversationServiceListTenantUsageProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("ListTenantUsage")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -151,6 +177,8 @@ type conversationServiceClient struct {
 	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	listConversations *connect.Client[v1.ListConversationsRequest, v1.ListConversationsResponse]
 	readToolResult    *connect.Client[v1.ReadToolResultRequest, v1.ReadToolResultResponse]
+	getUsage          *connect.Client[v1.GetUsageRequest, v1.GetUsageResponse]
+	listTenantUsage   *connect.Client[v1.ListTenantUsageRequest, v1.ListTenantUsageResponse]
 }
 
 // GetState calls contextd.v1.ConversationService.GetState.
@@ -188,6 +216,16 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, req *con
 	return c.readToolResult.CallUnary(ctx, req)
 }
 
+// GetUsage calls contextd.v1.ConversationService.GetUsage.
+func (c *conversationServiceClient) GetUsage(ctx context.Context, req *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error) {
+	return c.getUsage.CallUnary(ctx, req)
+}
+
+// ListTenantUsage calls contextd.v1.ConversationService.ListTenantUsage.
+func (c *conversationServiceClient) ListTenantUsage(ctx context.Context, req *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error) {
+	return c.listTenantUsage.CallUnary(ctx, req)
+}
+
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
@@ -216,6 +254,14 @@ type ConversationServiceHandler interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error)
+	// Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
+	// DATA_LOSS (the stored ledger cannot be read as one).
+	GetUsage(context.Context, *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error)
+	// Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
+	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
+	// (a tenant's token naming another tenant), UNAVAILABLE.
+	ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error)
 }
 
 // NewConversationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -267,6 +313,18 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		connect.WithSchema(conversationServiceMethods.ByName("ReadToolResult")),
 		connect.WithHandlerOptions(opts...),
 	)
+	conversationServiceGetUsageHandler := connect.NewUnaryHandler(
+		ConversationServiceGetUsageProcedure,
+		svc.GetUsage,
+		connect.WithSchema(conversationServiceMethods.ByName("GetUsage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	conversationServiceListTenantUsageHandler := connect.NewUnaryHandler(
+		ConversationServiceListTenantUsageProcedure,
+		svc.ListTenantUsage,
+		connect.WithSchema(conversationServiceMethods.ByName("ListTenantUsage")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ConversationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
@@ -283,6 +341,10 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 			conversationServiceListConversationsHandler.ServeHTTP(w, r)
 		case ConversationServiceReadToolResultProcedure:
 			conversationServiceReadToolResultHandler.ServeHTTP(w, r)
+		case ConversationServiceGetUsageProcedure:
+			conversationServiceGetUsageHandler.ServeHTTP(w, r)
+		case ConversationServiceListTenantUsageProcedure:
+			conversationServiceListTenantUsageHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -318,4 +380,12 @@ func (UnimplementedConversationServiceHandler) ListConversations(context.Context
 
 func (UnimplementedConversationServiceHandler) ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ReadToolResult is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) GetUsage(context.Context, *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.GetUsage is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ListTenantUsage is not implemented"))
 }

@@ -13,6 +13,7 @@ import { UsageCalibration } from "../application/usage-calibration.js";
 import { Codec } from "../codec/codec.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { ConversationStore } from "../store/conversation-store.js";
+import { ConversationExpiry } from "../store/conversation-expiry.js";
 import { createConversationStore } from "../store/create-conversation-store.js";
 import { CallTracker } from "./operations/call-tracker.js";
 import type { Config } from "./operations/config.js";
@@ -232,6 +233,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     config.postgresUrl,
     config.strictToolRounds,
     config.decodedStateBytes,
+    { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
   );
   return { codec, store };
 }

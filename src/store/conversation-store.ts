@@ -92,6 +92,14 @@ export interface ConversationStore extends CalibrationStore {
   /** Empties the conversation and advances its version (a tombstone). */
   clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
   /**
+   * Removes every stored part of the conversation (state, segments, change log, listing entries)
+   * at once: it then reads as one never written. ABORTED (naming the current version) when
+   * `expectedVersion` is given and is not the stored one. Returns the version deleted, 0 when
+   * nothing was stored. Watches of it see no further changes; the server ends them (a version that
+   * went back, `watchWithHeartbeats`). Idempotency records are left to their own expiry.
+   */
+  delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
+  /**
    * Conversations by id or newest update first, filtered, examining at most a bounded number of
    * entries per call (see `conversation-listing.ts` and `ListConversationsRequest`).
    */
@@ -104,6 +112,6 @@ export interface ConversationStore extends CalibrationStore {
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
   /** Resolves when the store is usable, rejects when it is not; drives health. */
   ping(): Promise<void>;
-  /** Releases connections; pending watches end. */
+  /** Releases connections and stops the expiry sweep; pending watches end. */
   close(): Promise<void>;
 }

@@ -785,7 +785,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       const prefix = freshId("delete") + "/";
       const id = prefix + "a";
       await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), delta({ case: "setMetadata", value: { title: "doomed", labels: { k: "v" } } })], "");
-      await store.commit(id, 1n, [appendHistory(textMessage("a1", Role.ASSISTANT, "hello"))], "");
+      await store.commit(id, 1n, [appendHistory(textMessage("a1", Role.ASSISTANT, "hello"))], "keyed");
       await store.commit(prefix + "b", 0n, [appendHistory(textMessage("u1", Role.USER, "stays"))], "");
       const stale = await rejection(store.delete(id, 1n));
       expect(stale.code).toBe(Code.Aborted);
@@ -799,6 +799,8 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect((await store.list({ ...listById(prefix, 10, ""), order: "updated" })).conversations.map((summary) => summary.conversationId)).toEqual([prefix + "b"]);
       expect(await store.delete(id, undefined)).toBe(0n);
       expect(await store.delete(id, 0n)).toBe(0n);
+      // Idempotency records outlive the delete: a retry of a commit that applied once answers replayed.
+      expect(await store.commit(id, undefined, [appendHistory(textMessage("a1", Role.ASSISTANT, "hello"))], "keyed")).toMatchObject({ version: 2n, replayed: true, state: undefined });
       // A new conversation under the id: version 1, no change of the old one left to watch.
       expect((await store.commit(id, 0n, [appendHistory(textMessage("n1", Role.USER, "new"))], "")).version).toBe(1n);
       const abort = new AbortController();

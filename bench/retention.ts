@@ -3,7 +3,7 @@
 // the Postgres commit) beside the same commit to one that does not; a delete of a conversation of
 // 100, 1,000 and 10,000 messages beside a Clear of the same; and a prune of 1,000 to 100,000
 // messages down to 100 (the engine alone) beside a compact through the same message. Medians of
-// 20 calls (commits: of 200). Run with `npm run bench:retention`. Redis, Postgres and this process
+// 20 calls (commits: of 400 of each kind, interleaved). Run with `npm run bench:retention`. Redis, Postgres and this process
 // share the machine's cores: compare the lines of one run, with the load average beside them.
 import { create } from "@bufbuild/protobuf";
 import { loadavg } from "node:os";
@@ -45,8 +45,17 @@ async function measureStore(name: string, open: () => Promise<ConversationStore>
     const ttl = create(DeltaSchema, { operation: { case: "setMetadata", value: { idleTtlMs: 3_600_000n } } });
     await store.commit(prefix + "plain", 0n, [append(0, 1)], "");
     await store.commit(prefix + "expiring", 0n, [append(0, 1), ttl], "");
-    const plain = await medianMs(200, (call) => store.commit(prefix + "plain", undefined, [append(call + 1, 1)], ""));
-    const expiring = await medianMs(200, (call) => store.commit(prefix + "expiring", undefined, [append(call + 1, 1)], ""));
+    // Interleaved, so both kinds see the same load over the run.
+    const times: Record<"plain" | "expiring", number[]> = { plain: [], expiring: [] };
+    for (let call = 1; call <= 400; call++) {
+      for (const kind of call % 2 === 0 ? (["plain", "expiring"] as const) : (["expiring", "plain"] as const)) {
+        const start = process.hrtime.bigint();
+        await store.commit(prefix + kind, undefined, [append(call, 1)], "");
+        times[kind].push(Number(process.hrtime.bigint() - start) / 1e6);
+      }
+    }
+    const median = (values: number[]) => values.sort((a, b) => a - b)[values.length >> 1]!;
+    const [plain, expiring] = [median(times.plain), median(times.expiring)];
     console.log(`${name.padEnd(8)} one-message commit: without TTL ${plain.toFixed(3)} ms (anchor), with TTL ${expiring.toFixed(3)} ms ${load()}`);
     for (const size of [100, 1_000, 10_000]) {
       const seeded = async (kind: string, call: number) => {

@@ -709,7 +709,8 @@ BEGIN
   IF FOUND AND v_expires > 0 AND v_expires <= p_now_ms THEN PERFORM contextd_delete_rows(ARRAY[p_id]); END IF;
   SELECT * INTO r FROM contextd_commit(p_id, p_base_version, p_change, p_key, p_fingerprint, p_now_ms, p_ttl_ms, p_max_changes, p_notify,
     p_created, p_rest, p_base_length, p_mode, p_keep, p_count, p_blob, p_starts, p_lengths, p_updated_ms, p_title, p_labels);
-  IF r.outcome = 'ok' THEN
+  -- Only when the expiry is or was set: a deployment without TTLs pays no second row update.
+  IF r.outcome = 'ok' AND (p_expires_at_ms <> 0 OR COALESCE(v_expires, 0) <> 0) THEN
     UPDATE contextd_conversations c SET expires_at_ms = p_expires_at_ms WHERE c.id = p_id;
   END IF;
   RETURN QUERY SELECT r.outcome, r.version, r.fingerprint, r.recorded;

@@ -289,6 +289,15 @@ func TestDeleteAndExportConversations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pruned, err := client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: prefix + "c", IncludeState: true, Deltas: []*contextdv1.Delta{
+		contextd.AppendUser(contextd.UserText("again")), contextd.PruneHistory(1, 0), contextd.SetIdleTTL(-1),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if history := pruned.GetState().GetHistory(); len(history) != 2 || history[0].GetProvenance().GetSummary() == nil || pruned.GetState().GetIdleTtlMs() != -1 {
+		t.Fatalf("pruned history %v, idle TTL %d", history, pruned.GetState().GetIdleTtlMs())
+	}
 	var exported []string
 	for item, err := range client.ExportConversations(ctx, &contextdv1.ExportConversationsRequest{Prefix: prefix}) {
 		if err != nil {
@@ -296,7 +305,7 @@ func TestDeleteAndExportConversations(t *testing.T) {
 		}
 		exported = append(exported, item.GetState().GetConversationId()+" "+strconv.FormatInt(item.GetState().GetVersion(), 10))
 	}
-	if want := []string{prefix + "a 1", prefix + "b 1", prefix + "c 1"}; !slices.Equal(exported, want) {
+	if want := []string{prefix + "a 1", prefix + "b 1", prefix + "c 2"}; !slices.Equal(exported, want) {
 		t.Fatalf("exported %q, want %q", exported, want)
 	}
 	stale := int64(5)

@@ -37,6 +37,10 @@ export type { ConversationPage } from "./conversation-listing.js";
  * immutable (core functions never mutate their inputs).
  *
  * Every store also keeps the deployment's token calibration records (`CalibrationStore`).
+ *
+ * A conversation expires its last commit plus its idle TTL (`conversation-expiry.ts`, computed by
+ * the commit engine): from then on every method answers for it as for one never written, whether
+ * or not the store's sweep has removed it yet, and a commit starts it anew at version 1.
  */
 export interface ConversationStore extends CalibrationStore {
   /**

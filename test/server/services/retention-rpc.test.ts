@@ -17,8 +17,8 @@ function collect<T>(stream: grpc.ClientReadableStream<T>): Promise<T[]> {
 }
 
 describe.each(sidecarStores)("retention RPCs against a real sidecar (%s)", (_name, backend) => {
-  // Conversations of tenant "brief" live 300 ms without a commit; every other tenant's forever.
-  const running = sidecarForSuite(backend, ["--idle-ttl-per-tenant", "brief=300"]);
+  // Conversations of tenant "brief" live 1 s without a commit; every other tenant's forever.
+  const running = sidecarForSuite(backend, ["--idle-ttl-per-tenant", "brief=1000"]);
   const commit = (conversationId: string, id = "u1") =>
     running.client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage(id, Role.USER, `hello from ${conversationId}`))] });
 
@@ -71,7 +71,7 @@ describe.each(sidecarStores)("retention RPCs against a real sidecar (%s)", (_nam
     await commit("brief/chat");
     await commit("steady/chat");
     const listed = await client.unary(ConversationService.method.listConversations, { prefix: "brief/" });
-    expect(listed.conversations[0]!.expiresAtUnixMs).toBe(listed.conversations[0]!.updatedAtUnixMs + 300n);
+    expect(listed.conversations[0]!.expiresAtUnixMs).toBe(listed.conversations[0]!.updatedAtUnixMs + 1_000n);
     for (let attempt = 0; attempt < 200; attempt++) {
       const { state } = await client.unary(ConversationService.method.getState, { conversationId: "brief/chat" });
       if (state!.version === 0n) break;

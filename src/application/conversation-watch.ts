@@ -15,8 +15,9 @@ export interface WatchDependencies {
 
 /**
  * Relays the store's changes, inserting a heartbeat whenever nothing was sent for
- * `watchHeartbeatMs`, until the caller goes away (`callSignal`) or the server shuts down
- * (UNAVAILABLE, so the caller resumes from the last version it received).
+ * `watchHeartbeatMs`, until the caller goes away (`callSignal`), the server shuts down
+ * (UNAVAILABLE, so the caller resumes from the last version it received) or the conversation is
+ * found deleted or expired at a heartbeat (NOT_FOUND).
  */
 export async function* watchWithHeartbeats(
   { store, shutdown, watchHeartbeatMs }: WatchDependencies,
@@ -30,6 +31,9 @@ export async function* watchWithHeartbeats(
   if (shutdown.aborted) throw shuttingDown();
   const changes = store.watch(conversationId, fromVersion, signal)[Symbol.asyncIterator]();
   let next = changes.next();
+  // The highest version known to exist: a heartbeat's version below it means the conversation was
+  // deleted (or expired) since, and the watch ends rather than wait for changes that never come.
+  let seen = fromVersion;
   try {
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
@@ -40,12 +44,17 @@ export async function* watchWithHeartbeats(
       if (signal.aborted) return;
       if (winner === "idle") {
         const version = await store.currentVersion(conversationId);
+        if (version < seen) {
+          throw new ConnectError(`conversation "${conversationId}" no longer exists: it was deleted or expired (the watch had reached version ${seen}, the store is at ${version})`, Code.NotFound);
+        }
+        seen = version;
         yield create(WatchResponseSchema, { kind: { case: "heartbeat", value: { version } } });
         continue;
       }
       if (winner === "stopped") return;
       if (winner.done) throw new ConnectError(`watch of conversation "${conversationId}" ended: the store closed`, Code.Unavailable);
       const change: Change = winner.value;
+      if (change.version > seen) seen = change.version;
       yield create(WatchResponseSchema, { kind: { case: "change", value: change } });
       next = changes.next();
     }

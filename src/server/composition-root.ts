@@ -14,6 +14,7 @@ import { UsageLedger } from "../application/usage-ledger.js";
 import { Codec } from "../codec/codec.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { ConversationStore } from "../store/conversation-store.js";
+import { ConversationExpiry } from "../store/conversation-expiry.js";
 import { createConversationStore } from "../store/create-conversation-store.js";
 import { storedValuesOf } from "../store/at-rest-encryption.js";
 import { CallTracker } from "./operations/call-tracker.js";
@@ -239,6 +240,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     config.strictToolRounds,
     config.decodedStateBytes,
     storedValuesOf(config.encryptionKeys),
+    { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
   );
   return { codec, store };
 }

@@ -7,6 +7,7 @@ import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, presetMessageIds, type CommitPlan } from "./commit-plan.js";
 import { ContendedCopies } from "./contended-copies.js";
+import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { CommitOutcome, ConversationStore } from "./conversation-store.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
@@ -77,6 +78,8 @@ export interface CommitEngineOptions {
   now: () => number;
   /** Attempts of a commit without expected version while other writers keep getting there first (default 100). */
   maxCommitAttempts?: number;
+  /** The idle TTLs commits set each conversation's expiry by; none = never. */
+  expiry?: ConversationExpiry;
 }
 
 export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds"> {
@@ -147,6 +150,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
           idempotencyKey,
           committedAtUnixMs: BigInt(this.options.now()),
           cleared,
+          expiry: this.options.expiry,
         });
       } catch (error) {
         // The copy may be behind (or a retry's batch already applied): read, then decide.

@@ -5,6 +5,7 @@ import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delt
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
+import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 
 /** The state of a conversation never written (or unknown): empty, version 0. */
@@ -24,6 +25,10 @@ export interface ListedMetadata {
   labels: Record<string, string>;
   /** The title or labels differ from the base's (always on a first commit): a store rewrites them only then. */
   changed: boolean;
+  /** When the conversation expires unless committed to again (Unix ms, `ConversationExpiry`); 0n = never. */
+  expiresAtUnixMs: bigint;
+  /** The base had an expiry and this version has none: a store drops what it kept for the old one. */
+  expiryDropped: boolean;
 }
 
 /** What a commit writes: the next state (version + 1), the change record published to Watch, and what listings read. */
@@ -48,6 +53,8 @@ export interface CommitPlanOptions {
   committedAtUnixMs: bigint;
   /** True for `Clear`, so watchers can tell a clear from a batch that happens to clear. */
   cleared: boolean;
+  /** The idle TTLs the store's conversations expire by; none = never. */
+  expiry?: ConversationExpiry;
 }
 
 /** The batch a `Clear` commits (with `cleared` set, so watchers can tell it from a batch that clears). */
@@ -85,11 +92,15 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
     committedAtUnixMs: options.committedAtUnixMs,
     cleared: options.cleared,
   });
+  const { expiry } = options;
+  const expiresAtUnixMs = expiry?.expiresAt(base.conversationId, state, options.committedAtUnixMs) ?? 0n;
   const metadata: ListedMetadata = {
     updatedAtUnixMs: options.committedAtUnixMs,
     title: state.title,
     labels: state.labels,
     changed: base.version === 0n || state.title !== base.title || state.labels !== base.labels,
+    expiresAtUnixMs,
+    expiryDropped: expiresAtUnixMs === 0n && base.version > 0n && (expiry?.ttlOf(base.conversationId, base) ?? 0) > 0,
   };
   return { state, change, metadata };
 }

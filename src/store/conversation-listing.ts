@@ -120,6 +120,6 @@ export function matches(query: ListQuery, summary: ConversationSummary): boolean
 }
 
 /** A listing entry's summary. */
-export function summaryOf(conversationId: string, version: bigint, createdAtUnixMs: bigint, updatedAtUnixMs: bigint, title: string, labels: Record<string, string>): ConversationSummary {
-  return create(ConversationSummarySchema, { conversationId, version, createdAtUnixMs, updatedAtUnixMs, title, labels });
+export function summaryOf(conversationId: string, version: bigint, createdAtUnixMs: bigint, updatedAtUnixMs: bigint, title: string, labels: Record<string, string>, expiresAtUnixMs = 0n): ConversationSummary {
+  return create(ConversationSummarySchema, { conversationId, version, createdAtUnixMs, updatedAtUnixMs, title, labels, expiresAtUnixMs });
 }

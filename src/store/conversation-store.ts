@@ -39,6 +39,10 @@ export type { ConversationPage } from "./conversation-listing.js";
  *
  * Every store also keeps the deployment's token calibration records (`CalibrationStore`) and its
  * usage ledger (`UsageLedgerStore`).
+ *
+ * A conversation expires its last commit plus its idle TTL (`conversation-expiry.ts`, computed by
+ * the commit engine): from then on every method answers for it as for one never written, whether
+ * or not the store's sweep has removed it yet, and a commit starts it anew at version 1.
  */
 export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
   /**
@@ -94,6 +98,14 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
   /** Empties the conversation and advances its version (a tombstone). */
   clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
   /**
+   * Removes every stored part of the conversation (state, segments, change log, listing entries)
+   * at once: it then reads as one never written. ABORTED (naming the current version) when
+   * `expectedVersion` is given and is not the stored one. Returns the version deleted, 0 when
+   * nothing was stored. Watches of it see no further changes; the server ends them (a version that
+   * went back, `watchWithHeartbeats`). Idempotency records are left to their own expiry.
+   */
+  delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
+  /**
    * Conversations by id or newest update first, filtered, examining at most a bounded number of
    * entries per call (see `conversation-listing.ts` and `ListConversationsRequest`).
    */
@@ -106,6 +118,6 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
   /** Resolves when the store is usable, rejects when it is not; drives health. */
   ping(): Promise<void>;
-  /** Releases connections; pending watches end. */
+  /** Releases connections and stops the expiry sweep; pending watches end. */
   close(): Promise<void>;
 }

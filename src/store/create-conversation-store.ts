@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Codec } from "../codec/codec.js";
+import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { ConversationStore } from "./conversation-store.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
@@ -15,6 +16,12 @@ export interface RedisDeployment {
   tlsCa?: string;
   waitReplicas?: number;
   waitTimeoutMs?: number;
+}
+
+/** How long conversations live (`--idle-ttl-ms`, `--idle-ttl-per-tenant`) and how often the expired are swept (`--expiry-sweep-ms`). */
+export interface StoreRetention {
+  expiry?: ConversationExpiry;
+  expirySweepMs?: number;
 }
 
 /**
@@ -36,17 +43,18 @@ export async function createConversationStore(
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
   values: StoredValues = plainValues,
+  retention: StoreRetention = {},
 ): Promise<ConversationStore> {
   // How every store applies deltas: random ids for messages without one, and the tool-round rules.
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values, ...retention });
     await store.connected(connectTimeoutMs);
     return store;
   }
   const clusterNodes = redis.clusterNodes ?? [];
-  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec, deltaContext });
+  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec, deltaContext, ...retention });
   const store = new RedisConversationStore(clusterNodes.length > 0 ? { clusterNodes } : redisUrl, {
     codec,
     deltaContext,
@@ -54,6 +62,7 @@ export async function createConversationStore(
     values,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
+    ...retention,
     ...(redis.tlsCa !== undefined ? { tlsCa: redis.tlsCa } : {}),
   });
   await store.connected(connectTimeoutMs);

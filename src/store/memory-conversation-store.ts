@@ -18,7 +18,8 @@ import { segmentEdit, storedSegments } from "./segment-edits.js";
 import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js";
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
-import { changesNotRetained, requireStorableKey, requireStorableText } from "./store-errors.js";
+import { changesNotRetained, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, hasExpired, ConversationExpiry } from "./conversation-expiry.js";
 import { stringLimits } from "../core/model/string-limits.js";
 
 export interface MemoryStoreOptions {
@@ -36,6 +37,10 @@ export interface MemoryStoreOptions {
   deltaContext?: DeltaContext;
   /** The server's codec, told which states are immutable (see `Codec.retainState`); a private one otherwise. */
   codec?: Codec;
+  /** The idle TTLs conversations expire by; none = only their own (`ConversationState.idle_ttl_ms`). */
+  expiry?: ConversationExpiry;
+  /** How often expired conversations are swept, in ms (`expirySweepBatch` per batch); 0 = only as they are met. */
+  expirySweepMs?: number;
 }
 
 interface Conversation {
@@ -43,6 +48,8 @@ interface Conversation {
   /** Commit times (Unix ms) of the first and the latest version. */
   createdAtUnixMs: bigint;
   updatedAtUnixMs: bigint;
+  /** When it expires (Unix ms); 0n = never. */
+  expiresAtUnixMs: bigint;
   changes: Change[];
   /** The ids of every message of `state`, once a commit to a long conversation asked for them. */
   ids?: MessageIdIndex;
@@ -59,6 +66,16 @@ function updateOrderKey(updatedAtUnixMs: bigint, conversationId: string): string
   return (BigInt(Number.MAX_SAFE_INTEGER) - updatedAtUnixMs).toString(16).padStart(updateOrderKeyDigits, "0") + conversationId;
 }
 
+/** The update time an `updateOrderKey` holds. */
+function updatedAtOfKey(key: string): bigint {
+  return BigInt(Number.MAX_SAFE_INTEGER) - BigInt("0x" + key.slice(0, updateOrderKeyDigits));
+}
+
+/** A conversation's key in the expiry order: soonest first (the time, fixed-width hex), then the id. */
+function expiryOrderKey(expiresAtUnixMs: bigint, conversationId: string): string {
+  return expiresAtUnixMs.toString(16).padStart(updateOrderKeyDigits, "0") + conversationId;
+}
+
 export const defaultMaxChangesPerConversation = 10_000;
 export const defaultIdempotencyTtlMs = 24 * 60 * 60 * 1000;
 
@@ -72,6 +89,10 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
   private readonly ids = new SortedIds();
   /** The conversations newest update first (`updateOrderKey`), so `list` by update pages without sorting. */
   private readonly byUpdate = new SortedIds();
+  /** The conversations that expire, soonest first (`updateOrderKey`'s width, the time ascending), so a sweep finds them without a scan. */
+  private readonly byExpiry = new SortedIds();
+  private readonly sweeper: NodeJS.Timeout | undefined;
+  private sweeping = false;
   private readonly listeners = new Map<string, Set<() => void>>();
   private readonly maxChanges: number;
   private readonly idempotency: IdempotencyRecords;
@@ -93,15 +114,75 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
       maxBytes: options.maxIdempotencyBytes ?? defaultMaxIdempotencyBytes,
     });
     this.now = options.now ?? Date.now;
-    const copies = { copy: (conversationId: string) => this.conversations.get(conversationId)?.state, idIndex: this.idIndexOf.bind(this) };
+    const copies = { copy: (conversationId: string) => this.live(conversationId)?.state, idIndex: this.idIndexOf.bind(this) };
     const io = {
       read: async (conversationId: string, idempotencyKey: string) => ({
-        state: this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId),
+        state: this.live(conversationId)?.state ?? emptyConversationState(conversationId),
         record: idempotencyKey === "" ? undefined : this.idempotency.get(conversationId, idempotencyKey, this.now()),
       }),
       write: async (...args: Parameters<CommitIo["write"]>) => this.write(...args),
     };
-    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now });
+    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now, expiry: options.expiry ?? new ConversationExpiry() });
+    const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
+    if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepPass(), sweepMs).unref();
+  }
+
+  /**
+   * The conversation unless it has expired; an expired one is removed as it is met, so every read
+   * answers for it as for one never written, whether or not a sweep got to it.
+   */
+  private live(conversationId: string): Conversation | undefined {
+    const conversation = this.conversations.get(conversationId);
+    if (conversation === undefined || !hasExpired(conversation.expiresAtUnixMs, this.now())) return conversation;
+    this.remove(conversationId, conversation);
+    return undefined;
+  }
+
+  /** Forgets a conversation and its listing entries; its watches wake and find nothing more. */
+  private remove(conversationId: string, conversation: Conversation): void {
+    this.conversations.delete(conversationId);
+    this.ids.delete(conversationId);
+    this.byUpdate.delete(updateOrderKey(conversation.updatedAtUnixMs, conversationId));
+    if (conversation.expiresAtUnixMs > 0n) this.byExpiry.delete(expiryOrderKey(conversation.expiresAtUnixMs, conversationId));
+    for (const callback of this.listeners.get(conversationId) ?? []) callback();
+  }
+
+  /** Removes up to `limit` expired conversations, soonest expired first: a bounded step, never a scan of every conversation. */
+  sweepExpired(limit: number): number {
+    const now = this.now();
+    let removed = 0;
+    for (const key of this.byExpiry.page("", "", limit)) {
+      const conversationId = key.slice(updateOrderKeyDigits);
+      const conversation = this.conversations.get(conversationId);
+      if (conversation === undefined) {
+        this.byExpiry.delete(key);
+        continue;
+      }
+      if (!hasExpired(conversation.expiresAtUnixMs, now)) break;
+      this.remove(conversationId, conversation);
+      removed++;
+    }
+    return removed;
+  }
+
+  /** Up to `expirySweepBatches` batches of `sweepExpired`, the event loop turning between them (each removal moves the sorted ids after it). */
+  private async sweepPass(): Promise<void> {
+    if (this.sweeping) return;
+    this.sweeping = true;
+    try {
+      for (let batch = 0; batch < expirySweepBatches && this.sweepExpired(expirySweepBatch) === expirySweepBatch; batch++) await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  async delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
+    const conversation = this.live(conversationId);
+    const current = conversation?.state.version ?? 0n;
+    if (expectedVersion !== undefined && expectedVersion !== current) throw versionConflict(conversationId, expectedVersion, current);
+    if (conversation !== undefined) this.remove(conversationId, conversation);
+    return current;
   }
 
   /**
@@ -127,7 +208,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
 
   async load(conversationId: string): Promise<ConversationState> {
     requireStorableKey("conversation_id", conversationId, stringLimits.id);
-    const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+    const state = this.live(conversationId)?.state ?? emptyConversationState(conversationId);
     this.codec.retainState(state, this.lineage);
     return state;
   }
@@ -135,7 +216,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
   async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
     requireStorableText("conversation_id", conversationId);
     checkWindowQuery(query);
-    const state = this.conversations.get(conversationId)?.state ?? emptyConversationState(conversationId);
+    const state = this.live(conversationId)?.state ?? emptyConversationState(conversationId);
     const window = windowOf(state, query);
     if (query.segment !== "history") return window;
     const stored = heldWindowFacts(this.codec.storedTokenCounts, state.history, window.start, window.start + window.state.history.length, 0n);
@@ -144,7 +225,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
 
   async currentVersion(conversationId: string): Promise<bigint> {
     requireStorableKey("conversation_id", conversationId, stringLimits.id);
-    return this.conversations.get(conversationId)?.state.version ?? 0n;
+    return this.live(conversationId)?.state.version ?? 0n;
   }
 
   /** The id index of `base` when it is the conversation's current state, built on first use. */
@@ -165,9 +246,11 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
         : this.byUpdate.page("", position ? updateOrderKey(position.updatedAtUnixMs, position.conversationId) : "", count);
     const read: ExaminedEntry[] = keys.map((key) => {
       const id = query.order === "id" ? key : key.slice(updateOrderKeyDigits);
-      const conversation = this.conversations.get(id)!;
-      const { state, createdAtUnixMs, updatedAtUnixMs } = conversation;
-      return { position: { conversationId: id, updatedAtUnixMs }, summary: summaryOf(id, state.version, createdAtUnixMs, updatedAtUnixMs, state.title, state.labels) };
+      const position = { conversationId: id, updatedAtUnixMs: query.order === "id" ? 0n : updatedAtOfKey(key) };
+      const conversation = this.live(id);
+      if (conversation === undefined) return { position, summary: undefined };
+      const { state, createdAtUnixMs, updatedAtUnixMs, expiresAtUnixMs } = conversation;
+      return { position: { conversationId: id, updatedAtUnixMs }, summary: summaryOf(id, state.version, createdAtUnixMs, updatedAtUnixMs, state.title, state.labels, expiresAtUnixMs) };
     });
     return pageOf(query, read);
   }
@@ -177,9 +260,9 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     let last = fromVersion;
     let first = true;
     while (!signal.aborted) {
-      const changes = this.conversations.get(conversationId)?.changes ?? [];
+      const changes = this.live(conversationId)?.changes ?? [];
       if (first && fromVersion > 0n) {
-        const current = this.conversations.get(conversationId)?.state.version ?? 0n;
+        const current = this.live(conversationId)?.state.version ?? 0n;
         const oldest = changes[0]?.version ?? current + 1n;
         if (current > fromVersion && oldest > fromVersion + 1n) throw changesNotRetained(conversationId, fromVersion, oldest);
       }
@@ -217,6 +300,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {
+    clearInterval(this.sweeper);
     for (const callbacks of this.listeners.values()) for (const callback of callbacks) callback();
   }
 
@@ -225,7 +309,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
    * compare-and-swap of the conversation's state object.
    */
   private write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): CommitWrite {
-    const conversation = this.conversations.get(conversationId);
+    const conversation = this.live(conversationId);
     const current = conversation?.state.version ?? 0n;
     if (idempotencyKey !== "") {
       const record = this.idempotency.get(conversationId, idempotencyKey, this.now());
@@ -234,7 +318,10 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     if (conversation === undefined ? base.version !== 0n : conversation.state !== base) return { outcome: "conflict", current };
     this.noteTokenCounts(base, plan.state);
     const updatedAtUnixMs = plan.metadata.updatedAtUnixMs;
-    const target: Conversation = conversation ?? { state: base, changes: [], createdAtUnixMs: updatedAtUnixMs, updatedAtUnixMs };
+    const target: Conversation = conversation ?? { state: base, changes: [], createdAtUnixMs: updatedAtUnixMs, updatedAtUnixMs, expiresAtUnixMs: 0n };
+    if (target.expiresAtUnixMs > 0n) this.byExpiry.delete(expiryOrderKey(target.expiresAtUnixMs, conversationId));
+    target.expiresAtUnixMs = plan.metadata.expiresAtUnixMs;
+    if (target.expiresAtUnixMs > 0n) this.byExpiry.add(expiryOrderKey(target.expiresAtUnixMs, conversationId));
     this.byUpdate.delete(updateOrderKey(target.updatedAtUnixMs, conversationId));
     this.byUpdate.add(updateOrderKey(updatedAtUnixMs, conversationId));
     target.updatedAtUnixMs = updatedAtUnixMs;
@@ -246,6 +333,8 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     if (conversation === undefined) this.ids.add(conversationId);
     this.conversations.set(conversationId, target);
     for (const callback of this.listeners.get(conversationId) ?? []) callback();
+    // Each commit also removes a few expired conversations, so they go faster than commits come.
+    if (this.byExpiry.size > 0) this.sweepExpired(8);
     return { outcome: "ok" };
   }
 

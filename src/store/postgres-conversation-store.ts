@@ -19,8 +19,9 @@ import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, typ
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { storedSegments } from "./segment-edits.js";
-import { StoredCopies } from "./stored-copies.js";
-import { corruptConversation, redactUrl, requireStorableKey, requireStorableText } from "./store-errors.js";
+import { bufferOf, StoredCopies } from "./stored-copies.js";
+import { corruptConversation, redactUrl, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { PostgresUsageLedger } from "./postgres-usage-ledger.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
@@ -45,6 +46,10 @@ export interface PostgresStoreOptions {
   codec?: Codec;
   /** How contents are kept: AES-256-GCM under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
   values?: StoredValues;
+  /** The idle TTLs conversations expire by; none = only their own (`ConversationState.idle_ttl_ms`). */
+  expiry?: ConversationExpiry;
+  /** How often expired conversations are deleted (batches of `expirySweepBatch`), in ms; 0 = never (reads treat them as absent anyway). */
+  expirySweepMs?: number;
 }
 
 /** A row of `contextd_load` (int8 columns arrive as decimal strings). */
@@ -94,6 +99,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private readonly usage: PostgresUsageLedger;
   /** Commits of this store waiting for `contextd_commit`. */
   private commitsInFlight = 0;
+  private readonly sweeper: NodeJS.Timeout | undefined;
+  private sweeping = false;
 
   constructor(url: string, options: PostgresStoreOptions = {}) {
     super();
@@ -120,7 +127,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     });
     const io = { read: this.read.bind(this), write: this.write.bind(this) };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts });
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
+    const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
+    if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
   }
 
@@ -158,7 +167,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const { rows } = await this.connection.query<WindowRow>(
       "reading a window of a conversation",
       windowQuery,
-      [id, segmentIndex, query.end ?? null, query.count, query.withRest, copy ? copy.state.version : null, copy?.layout.created ?? null, others],
+      [id, segmentIndex, query.end ?? null, query.count, query.withRest, copy ? copy.state.version : null, copy?.layout.created ?? null, others, this.now()],
       "contextd_window",
     );
     const header = rows[0];
@@ -196,7 +205,11 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
-    const { rows } = await this.connection.query<{ version: string }>("reading the version", "SELECT version FROM contextd_conversations WHERE id = $1", [idBytes(conversationId)]);
+    const { rows } = await this.connection.query<{ version: string }>(
+      "reading the version",
+      `SELECT version FROM contextd_conversations WHERE id = $1 AND ${unexpired("$2")}`,
+      [idBytes(conversationId), this.now()],
+    );
     return rows.length === 0 ? 0n : BigInt(rows[0]!.version);
   }
 
@@ -208,22 +221,22 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     // UTF-8 never holds 0xff, so prefix + 0xff is past every id that starts with the prefix.
     const upper = prefix === "" ? null : Buffer.concat([lower, Buffer.from([0xff])]);
     const after = Buffer.from(position?.conversationId ?? "", "utf8");
-    const columns = "id, version, created_at_ms, updated_at_ms, title, labels";
+    const columns = "id, version, created_at_ms, updated_at_ms, title, labels, expires_at_ms";
     // By update the prefix is a filter (it does not narrow the index's range): the rows read are
     // bounded by the limit, as for the other filters.
     const { rows } = await this.connection.query<ListedRow>(
       "listing conversations",
       query.order === "id"
-        ? `SELECT ${columns} FROM contextd_conversations WHERE id >= $1 AND id > $2 AND ($3::bytea IS NULL OR id < $3) ORDER BY id LIMIT $4`
-        : `SELECT ${columns} FROM contextd_conversations WHERE ($1::bigint IS NULL OR (-updated_at_ms, id) > (-$1::bigint, $2)) ORDER BY (-updated_at_ms), id LIMIT $3`,
+        ? `SELECT ${columns} FROM contextd_conversations WHERE id >= $1 AND id > $2 AND ($3::bytea IS NULL OR id < $3) AND ${unexpired("$5")} ORDER BY id LIMIT $4`
+        : `SELECT ${columns} FROM contextd_conversations WHERE ($1::bigint IS NULL OR (-updated_at_ms, id) > (-$1::bigint, $2)) AND ${unexpired("$4")} ORDER BY (-updated_at_ms), id LIMIT $3`,
       query.order === "id"
-        ? [lower, after, upper, entriesToRead(query)]
-        : [position === undefined ? null : position.updatedAtUnixMs, after, entriesToRead(query)],
+        ? [lower, after, upper, entriesToRead(query), this.now()]
+        : [position === undefined ? null : position.updatedAtUnixMs, after, entriesToRead(query), this.now()],
     );
     const read: ExaminedEntry[] = rows.map((row) => {
       const conversationId = row.id.toString("utf8");
       const updatedAtUnixMs = BigInt(row.updated_at_ms);
-      const summary = summaryOf(conversationId, BigInt(row.version), BigInt(row.created_at_ms), updatedAtUnixMs, ...this.listingFields(conversationId, row));
+      const summary = summaryOf(conversationId, BigInt(row.version), BigInt(row.created_at_ms), updatedAtUnixMs, ...this.listingFields(conversationId, row), BigInt(row.expires_at_ms));
       return { position: { conversationId, updatedAtUnixMs }, summary };
     });
     return pageOf(query, read);
@@ -282,7 +295,48 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     }
   }
 
+  /** `contextd_delete`: the version check and every row of the conversation in one transaction, notifying its watchers. */
+  async delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    const id = idBytes(conversationId);
+    const { rows } = await this.connection.query<{ outcome: "ok" | "conflict"; version: string }>(
+      "deleting a conversation",
+      "SELECT * FROM contextd_delete($1, $2, $3, $4)",
+      [id, expectedVersion ?? -1n, this.now(), changesChannel],
+    );
+    const current = BigInt(rows[0]!.version);
+    if (rows[0]!.outcome === "conflict") throw versionConflict(conversationId, expectedVersion!, current);
+    this.copies.forget(conversationId);
+    this.changes.notifyCommitted(id, true);
+    return current;
+  }
+
+  /**
+   * Deletes expired conversations in batches of `expirySweepBatch` (one statement each, so each
+   * holds its rows' locks only that long, and the event loop runs between them), up to
+   * `expirySweepBatches` per pass. Returns how many went.
+   */
+  async sweepExpired(): Promise<number> {
+    if (this.sweeping) return 0;
+    this.sweeping = true;
+    try {
+      let removed = 0;
+      for (let batch = 0; batch < expirySweepBatches; batch++) {
+        const { rows } = await this.connection.query<{ deleted: number }>(
+          "deleting expired conversations",
+          "SELECT contextd_delete_expired($1, $2) AS deleted",
+          [this.now(), expirySweepBatch],
+        );
+        removed += rows[0]!.deleted;
+        if (rows[0]!.deleted < expirySweepBatch) break;
+      }
+      return removed;
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
   async close(): Promise<void> {
+    clearInterval(this.sweeper);
     await Promise.allSettled([this.changes.close(), this.connection.pool.end()]);
   }
 
@@ -297,7 +351,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const layout = copy?.layout;
     const { rows } = await this.connection.query<LoadRow>(
       "loading a conversation",
-      "SELECT * FROM contextd_load($1, $2, $3, $4, $5, $6, $7, $8)",
+      "SELECT * FROM contextd_load_unexpired($1, $2, $3, $4, $5, $6, $7, $8)",
       [
         id,
         Buffer.from(idempotencyKey, "utf8"),
@@ -308,7 +362,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         layout ? layout.segments.map((segment) => segment.at) : [0, 0, 0, 0],
         layout ? layout.segments.map((segment) => segment.length) : [0, 0, 0, 0],
       ],
-      "contextd_load",
+      "contextd_load_unexpired",
     );
     const header = rows[0]!;
     const record = header.fingerprint !== null && header.recorded !== null ? { fingerprint: header.fingerprint, version: BigInt(header.recorded) } : undefined;
@@ -375,7 +429,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.commitsInFlight++;
     const committing = this.connection.query<CommitRow>(
       "committing",
-      "SELECT * FROM contextd_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+      "SELECT * FROM contextd_commit_expiring($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
       [
         id,
         base.version,
@@ -398,8 +452,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         plan.metadata.updatedAtUnixMs,
         plan.metadata.changed ? this.sealedText(conversationId, "title", plan.metadata.title) : null,
         plan.metadata.changed ? this.sealedText(conversationId, "labels", JSON.stringify(plan.metadata.labels)) : null,
+        plan.metadata.expiresAtUnixMs,
       ],
-      "contextd_commit",
+      "contextd_commit_expiring",
     );
     const { rows } = await committing.finally(() => this.commitsInFlight--);
     const reply = rows[0]!;
@@ -435,4 +490,10 @@ interface ListedRow {
   title: string;
   /** A JSON string (the sealed labels' base64) under encryption. */
   labels: Record<string, string> | string;
+  expires_at_ms: string;
+}
+
+/** The SQL condition of a header row that has not expired at the parameter `now` (Unix ms). */
+function unexpired(now: string): string {
+  return `(expires_at_ms = 0 OR expires_at_ms > ${now}::bigint)`;
 }

@@ -30,6 +30,9 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   `updated_at_ms` (commit times of the first and the current version, Unix ms, the sidecar's
  *   clock; 0 for rows written before), `title` and `labels` (jsonb; copies of the state's), and
  *   the index `((-updated_at_ms), id)` a listing by update pages through.
+ * - Migration 8 adds `expires_at_ms` (when the conversation expires, Unix ms, the sidecar's clock;
+ *   0 = never) with a partial index for the sweep, and the retention functions: reads and commits
+ *   that treat an expired conversation as never written, a delete, a batched delete of the expired.
  * - Migration 10: the usage ledger's tables and `contextd_record_usage` (postgres-usage-ledger-schema.ts).
  *
  * Every write of a commit happens in `contextd_commit`, one statement (so one transaction and one
@@ -616,6 +619,105 @@ BEGIN
 END
 $$;
 
+`,
+  },
+  {
+    version: 8,
+    name: "retention: conversation expiry (column, index, commit and load that honour it, a batched delete of the expired) and deletes",
+    // Additive: new functions beside the old ones, which sidecars of the previous release keep
+    // calling during a rolling upgrade (their commits leave expires_at_ms as it was). Every row
+    // keyed by a conversation id goes in contextd_delete_rows, the one place a new such table must
+    // be added to; idempotency records are left to their own expiry, as on every store.
+    sql: `
+ALTER TABLE contextd_conversations ADD COLUMN expires_at_ms bigint NOT NULL DEFAULT 0;
+-- Only conversations that expire: the sweep reads them soonest first.
+CREATE INDEX contextd_conversations_expiry ON contextd_conversations (expires_at_ms) WHERE expires_at_ms > 0;
+
+CREATE FUNCTION contextd_delete_rows(p_ids bytea[]) RETURNS void LANGUAGE sql AS $$
+  DELETE FROM contextd_messages m WHERE m.conversation_id = ANY(p_ids);
+  DELETE FROM contextd_changes ch WHERE ch.conversation_id = ANY(p_ids);
+  DELETE FROM contextd_conversations c WHERE c.id = ANY(p_ids);
+$$;
+
+-- One delete after the expected-version check (p_expected -1 = any; an expired conversation is at
+-- version 0): 'ok' with the version deleted (0 = nothing stored), or 'conflict' with the current one.
+CREATE FUNCTION contextd_delete(p_id bytea, p_expected bigint, p_now_ms bigint, p_notify text)
+RETURNS TABLE (outcome text, version bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_current bigint;
+  v_expires bigint;
+BEGIN
+  SELECT c.version, c.expires_at_ms INTO v_current, v_expires FROM contextd_conversations c WHERE c.id = p_id FOR UPDATE;
+  IF NOT FOUND OR (v_expires > 0 AND v_expires <= p_now_ms) THEN v_current := 0; END IF;
+  IF p_expected >= 0 AND p_expected <> v_current THEN
+    RETURN QUERY SELECT 'conflict'::text, v_current;
+    RETURN;
+  END IF;
+  PERFORM contextd_delete_rows(ARRAY[p_id]);
+  IF p_notify <> '' THEN PERFORM pg_notify(p_notify, md5(p_id)); END IF;
+  RETURN QUERY SELECT 'ok'::text, v_current;
+END
+$$;
+
+-- One batch of the expiry sweep: up to p_limit expired conversations, soonest first, skipping rows
+-- a commit holds. Returns how many went.
+CREATE FUNCTION contextd_delete_expired(p_now_ms bigint, p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_ids bytea[];
+BEGIN
+  SELECT array_agg(e.id) INTO v_ids FROM (
+    SELECT c.id FROM contextd_conversations c WHERE c.expires_at_ms > 0 AND c.expires_at_ms <= p_now_ms
+    ORDER BY c.expires_at_ms LIMIT p_limit FOR UPDATE SKIP LOCKED) e;
+  IF v_ids IS NULL THEN RETURN 0; END IF;
+  PERFORM contextd_delete_rows(v_ids);
+  RETURN cardinality(v_ids);
+END
+$$;
+
+-- contextd_load for a conversation that has not expired; an expired one loads as never written
+-- (0xff is in no UTF-8 id, so no row has it), whether or not a sweep removed it yet.
+CREATE FUNCTION contextd_load_unexpired(
+  p_id bytea, p_key bytea, p_now_ms bigint,
+  p_cached_version bigint, p_created text, p_rest_at bigint, p_at bigint[], p_length integer[]
+) RETURNS TABLE (segment smallint, message bytea, version bigint, current boolean, created text, rest_at bigint,
+  segment_at bigint[], segment_from integer[], segment_length integer[], fingerprint text, recorded bigint)
+LANGUAGE sql STABLE AS $$
+  SELECT * FROM contextd_load(
+    CASE WHEN EXISTS (SELECT 1 FROM contextd_conversations c WHERE c.id = p_id AND c.expires_at_ms > 0 AND c.expires_at_ms <= p_now_ms)
+      THEN '\\xff'::bytea ELSE p_id END,
+    p_key, p_now_ms, p_cached_version, p_created, p_rest_at, p_at, p_length)
+$$;
+
+-- Migration 5's commit, with the expiry: an expired conversation no sweep removed yet is removed
+-- first (the reader saw it as never written, so the commit starts it anew), and an applied commit
+-- sets when the conversation expires (0 = never).
+CREATE FUNCTION contextd_commit_expiring(
+  p_expires_at_ms bigint,
+  p_id bytea, p_base_version bigint, p_change bytea, p_key bytea, p_fingerprint text,
+  p_now_ms bigint, p_ttl_ms bigint, p_max_changes bigint, p_notify text,
+  p_created text, p_rest bytea,
+  p_base_length integer[], p_mode text[], p_keep integer[], p_count integer[],
+  p_blob bytea, p_starts integer[], p_lengths integer[],
+  p_updated_ms bigint, p_title text, p_labels jsonb
+) RETURNS TABLE (outcome text, version bigint, fingerprint text, recorded bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_expires bigint;
+  r record;
+BEGIN
+  SELECT c.expires_at_ms INTO v_expires FROM contextd_conversations c WHERE c.id = p_id FOR UPDATE;
+  IF FOUND AND v_expires > 0 AND v_expires <= p_now_ms THEN PERFORM contextd_delete_rows(ARRAY[p_id]); END IF;
+  SELECT * INTO r FROM contextd_commit(p_id, p_base_version, p_change, p_key, p_fingerprint, p_now_ms, p_ttl_ms, p_max_changes, p_notify,
+    p_created, p_rest, p_base_length, p_mode, p_keep, p_count, p_blob, p_starts, p_lengths, p_updated_ms, p_title, p_labels);
+  -- Only when the expiry is or was set: a deployment without TTLs pays no second row update.
+  IF r.outcome = 'ok' AND (p_expires_at_ms <> 0 OR COALESCE(v_expires, 0) <> 0) THEN
+    UPDATE contextd_conversations c SET expires_at_ms = p_expires_at_ms WHERE c.id = p_id;
+  END IF;
+  RETURN QUERY SELECT r.outcome, r.version, r.fingerprint, r.recorded;
+END
+$$;
 `,
   },
   usageLedgerMigration,

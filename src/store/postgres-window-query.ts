@@ -22,13 +22,14 @@ export interface WindowRow {
  * end (null = the length), $4 count, $5 with the rest, $6 and $7 the cached copy's version and
  * created (null = none; when they are the stored ones no row but the header is sent), $8 the
  * other segments (empty without the rest). Rows say their kind: 0 the header, 1 the window, 2 the
- * other segments, 3 the segment's first message when the window starts after it.
+ * other segments, 3 the segment's first message when the window starts after it. $9 is now (Unix
+ * ms): an expired conversation reads as never written.
  */
 export const windowQuery = `
 WITH h AS (
   SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length, c.segment_at,
     LEAST(COALESCE($3::integer, c.segment_length[$2::smallint + 1]), c.segment_length[$2::smallint + 1]) AS stop
-  FROM contextd_conversations c WHERE c.id = $1
+  FROM contextd_conversations c WHERE c.id = $1 AND (c.expires_at_ms = 0 OR c.expires_at_ms > $9::bigint)
 ), w AS (
   SELECT h.*, GREATEST(0, h.stop - $4::integer) AS start, COALESCE(h.version = $6::bigint AND h.created = $7::text, false) AS current FROM h
 )

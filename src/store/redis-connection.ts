@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { commitScript, loadScript, reportUsageScript, windowScript, writeProbeScript } from "./redis-scripts.js";
+import { commitScript, deleteScript, loadScript, reportUsageScript, windowScript, writeProbeScript } from "./redis-scripts.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
 
 /**
@@ -70,6 +70,7 @@ export interface Scripts {
   contextdWindowBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
+  contextdDelete(...args: string[]): Promise<string[]>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
@@ -110,6 +111,7 @@ export class RedisConnection {
     this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
+    this.redis.defineCommand("contextdDelete", { numberOfKeys: 7, lua: deleteScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
   }
 

@@ -15,13 +15,14 @@ import { RedisChangeFeed } from "./redis-change-feed.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
 import { RedisReplicaAcknowledgement } from "./redis-replica-acknowledgement.js";
-import { calibrationKeys, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, conversationExpiryIndexKey, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { storedSegments } from "./segment-edits.js";
 import { StoredCopies, type ReceivedSegment } from "./stored-copies.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
-import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText } from "./store-errors.js";
+import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { RedisUsageLedger } from "./redis-usage-ledger.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
@@ -67,6 +68,10 @@ export interface RedisStoreOptions {
   tlsCa?: string;
   /** How contents are kept: AES-256-GCM under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
   values?: StoredValues;
+  /** The idle TTLs conversations expire by (every key of one gets the expiry); none = only their own. */
+  expiry?: ConversationExpiry;
+  /** How often the listing entries of expired conversations are removed, in ms; 0 = never (listings skip them anyway). */
+  expirySweepMs?: number;
 }
 
 /** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
@@ -108,6 +113,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * small writes (and the write probe) still pass; `ping` fails until the refused size fits again.
    */
   private refusedForMemory: { bytes: number; message: string } | undefined;
+  private readonly sweeper: NodeJS.Timeout | undefined;
+  private sweeping = false;
 
   constructor(target: string | RedisClusterNodes, options: RedisStoreOptions = {}) {
     super();
@@ -137,7 +144,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     });
     const io = { read: this.readForCommit.bind(this), write: this.write.bind(this) };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts });
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
+    const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
+    if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
     this.replicas = new RedisReplicaAcknowledgement(this.connection, options.waitReplicas ?? 0, options.waitTimeoutMs ?? 1_000);
   }
@@ -285,13 +294,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /** A conversation's listing entry: undefined for an index entry whose first commit never applied. */
   private async summaryOf(conversationId: string): Promise<ConversationSummary | undefined> {
     const keys = this.keys(conversationId);
-    const [version, fields] = await Promise.all([this.redis.get(keys.version), this.redis.hmgetBuffer(keys.header, "created_at_ms", "updated_at_ms", "title", "labels")]);
+    const [version, fields] = await Promise.all([this.redis.get(keys.version), this.redis.hmgetBuffer(keys.header, "created_at_ms", "updated_at_ms", "title", "labels", "expires_at_ms")]);
     if (version === null || !isVersionText(version)) return undefined;
-    const [created, updated, title, labels] = fields as (Buffer | null)[];
+    const [created, updated, title, labels, expires] = fields as (Buffer | null)[];
     // Listing fields are sealed like the rest of the contents; an empty one was never written.
     const text = (kind: "title" | "labels", stored: Buffer | null | undefined) =>
       !stored || stored.length === 0 ? null : this.values.open(conversationId, kind, stored, () => `the header ${keys.header} field ${kind}`).toString("utf8");
-    return summaryOf(conversationId, BigInt(version), storedMs(created?.toString("latin1") ?? null), storedMs(updated?.toString("latin1") ?? null), text("title", title) ?? "", storedLabels(text("labels", labels)));
+    return summaryOf(conversationId, BigInt(version), storedMs(created?.toString("latin1") ?? null), storedMs(updated?.toString("latin1") ?? null), text("title", title) ?? "", storedLabels(text("labels", labels)), storedMs(expires?.toString("latin1") ?? null));
   }
 
   async readCalibration(key: CalibrationRecordKey, nowMs: number, bounds: CalibrationBounds): Promise<TokenCorrection | undefined> {
@@ -399,7 +408,67 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     }
   }
 
+  /**
+   * Deletes the conversation's keys in one script (after the expected-version check), then its
+   * listing entries, which live in other Cluster slots: a listing skips an entry without a
+   * version meanwhile, and a failed removal is retried by the expiry sweep's next pass only for
+   * expiring conversations, so it is awaited and reported.
+   */
+  async delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    const keys = this.keys(conversationId);
+    const reply = await this.connection.call(
+      "deleting a conversation",
+      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, expectedVersion === undefined ? "" : String(expectedVersion)),
+      conversationId,
+    );
+    const outcome = String(reply[0]);
+    if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    const current = storedVersion(conversationId, String(reply[1]));
+    if (outcome === "conflict") throw versionConflict(conversationId, expectedVersion!, current);
+    this.copies.forget(conversationId);
+    this.indexedConversations.delete(conversationId);
+    await this.connection.call("deleting a conversation's listing entries", () => this.removeListingEntries([conversationId]));
+    return current;
+  }
+
+  private removeListingEntries(conversationIds: string[]): Promise<unknown> {
+    return Promise.all([
+      this.redis.zrem(conversationIndexKey(this.keyPrefix), ...conversationIds),
+      this.redis.zrem(conversationUpdateIndexKey(this.keyPrefix), ...conversationIds),
+      this.redis.zrem(conversationExpiryIndexKey(this.keyPrefix), ...conversationIds),
+    ]);
+  }
+
+  /**
+   * Removes the listing entries of conversations whose keys Redis expired: batches of
+   * `expirySweepBatch` from the expiry index, soonest first, each a few commands (an entry whose
+   * conversation was committed to again in between still has its version key and is kept), up to
+   * `expirySweepBatches` batches per pass. Returns how many entries went.
+   */
+  async sweepExpired(): Promise<number> {
+    if (this.sweeping) return 0;
+    this.sweeping = true;
+    try {
+      let removed = 0;
+      for (let batch = 0; batch < expirySweepBatches; batch++) {
+        const due = await this.connection.call("sweeping expired conversations", () =>
+          this.redis.zrangebyscore(conversationExpiryIndexKey(this.keyPrefix), "-inf", String(this.now()), "LIMIT", 0, expirySweepBatch),
+        );
+        if (due.length === 0) break;
+        const versions = await this.connection.call("sweeping expired conversations", () => Promise.all(due.map((id) => this.redis.exists(this.keys(id).version))));
+        const gone = due.filter((_, index) => versions[index] === 0);
+        if (gone.length > 0) await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
+        removed += gone.length;
+        if (due.length < expirySweepBatch || gone.length === 0) break;
+      }
+      return removed;
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
   async close(): Promise<void> {
+    clearInterval(this.sweeper);
     this.changes.close();
     this.redis.disconnect();
   }
@@ -486,6 +555,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       for (const encoding of segment.encodings) args.push(encoding);
     }
+    if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
     const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
     const committing = this.connection
       .call(
@@ -522,9 +592,17 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     // commit's late write never moves it back); a lost write leaves it at its previous time until
     // the next commit, and a listing reports the header's time.
     const ordering = this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-metadata.updatedAtUnixMs), conversationId).catch(() => undefined);
+    // The expiry index says when to look for the entries of a conversation Redis expired.
+    const expiring =
+      metadata.expiresAtUnixMs > 0n
+        ? this.redis.zadd(conversationExpiryIndexKey(this.keyPrefix), String(metadata.expiresAtUnixMs), conversationId).catch(() => undefined)
+        : metadata.expiryDropped
+          ? this.redis.zrem(conversationExpiryIndexKey(this.keyPrefix), conversationId).catch(() => undefined)
+          : undefined;
     const { reply, acknowledged } = await committing;
     await indexing;
     await ordering;
+    await expiring;
     const outcome = String(reply[0]);
     if (outcome === "ok") {
       this.copies.remember(plan.state, write.layout);

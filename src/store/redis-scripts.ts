@@ -68,6 +68,15 @@ export function conversationUpdateIndexKey(keyPrefix: string): string {
 }
 
 /**
+ * The conversations that expire, scored by when (Unix ms): how the store finds the listing entries
+ * of conversations whose keys Redis expired, and removes them (`RedisConversationStore.sweepExpired`).
+ * One key in its own Cluster slot, like the listing indexes.
+ */
+export function conversationExpiryIndexKey(keyPrefix: string): string {
+  return `${keyPrefix}:conversations:expiry`;
+}
+
+/**
  * Shared by the scripts: the type of a key (`none` when absent), a reply naming what is corrupt,
  * and the header read and checked against the segment lists. A key of the wrong type (or holding
  * a non-version, or a header that disagrees with its lists) is answered as corrupt before the
@@ -80,7 +89,8 @@ export function conversationUpdateIndexKey(keyPrefix: string): string {
  * (the list's length) and `<name>_at` (the last version that did anything to the list but append);
  * and for listings, which never decode `rest`: `updated_at_ms` (the commit time of the current
  * version), `created_at_ms` (of the first; absent for conversations first written before it was
- * kept), `title` and `labels` (a JSON object), copies of the state's.
+ * kept), `title` and `labels` (a JSON object), copies of the state's, and `expires_at_ms` (when
+ * every key of the conversation expires, "0" = never; absent for conversations written before).
  */
 const scriptPrelude = `
 local segmentNames = {'system', 'history', 'memory', 'tools'}
@@ -262,7 +272,8 @@ return reply
  * changed else "0", the title, the labels' JSON; then per segment: mode ("=" the
  * list is unchanged, "p" keep its first `keep` messages and append the given ones, "s" keep its
  * last `keep` and put the given ones before them), the length the client's base state has, `keep`,
- * the count of messages that follow, and those messages.
+ * the count of messages that follow, and those messages; then, optionally, when the conversation
+ * expires (Unix ms, "0" = never: every key of it gets that expiry, the header's `expires_at_ms`).
  * Returns {'ok', version} | {'conflict', current version} | {'stale', current version} (the
  * client's base is not the stored state at its version: it reads again) | {'replay', fingerprint,
  * recorded version, current version} | {'corrupt', detail} | {'invalid', detail}.
@@ -303,6 +314,13 @@ for i, name in ipairs(segmentNames) do
   if at + 3 + count > #ARGV then return invalid(name .. ': ' .. count .. ' messages announced, fewer given') end
   edits[i] = {mode = mode, base = base, keep = keep, count = count, first = at + 4}
   at = at + 4 + count
+end
+-- One optional argument after the last segment: when the conversation expires (Unix ms, "0" = never).
+local expireAt = '0'
+if at == #ARGV then
+  expireAt = ARGV[at]
+  if not isVersion(expireAt) then return invalid('expiry "' .. expireAt .. '" is not a count of milliseconds') end
+  at = at + 1
 end
 if at - 1 ~= #ARGV then return invalid((#ARGV - at + 1) .. ' arguments after the last segment') end
 local keyed = ARGV[3] ~= ''
@@ -400,13 +418,44 @@ if ARGV[8] == '1' then
   fields[#fields + 1] = 'rest_at'
   fields[#fields + 1] = version
 end
+local hadExpiry = header and (redis.call('HGET', KEYS[2], 'expires_at_ms') or '0') ~= '0'
+fields[#fields + 1] = 'expires_at_ms'
+fields[#fields + 1] = expireAt
 redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('SET', KEYS[1], version)
 if keyed then
   redis.call('HSET', KEYS[8], 'fingerprint', ARGV[3], 'version', version)
   redis.call('EXPIRE', KEYS[8], ARGV[4])
 end
+-- Every key of the conversation expires at one time (Redis freezes the clock inside a script, and
+-- compares each key's expiry with it as it is accessed, so a reader sees all or none of them); a
+-- conversation that no longer expires keeps them all.
+if expireAt ~= '0' then
+  for i = 1, 7 do redis.call('PEXPIREAT', KEYS[i], expireAt) end
+  if keyed and tonumber(expireAt) < redis.call('PEXPIRETIME', KEYS[8]) then redis.call('PEXPIREAT', KEYS[8], expireAt) end
+elseif hadExpiry then
+  for i = 1, 7 do redis.call('PERSIST', KEYS[i]) end
+end
 return {'ok', version}
+`;
+
+/**
+ * Deletes a conversation: its version, header, segment lists and change stream, at once.
+ * KEYS: version, header, the four segment lists, changes stream. ARGV: the expected version ("" =
+ * any). Returns {'ok', the version deleted, "0" when nothing was stored} | {'conflict', current
+ * version} | {'corrupt', detail}, checked before the first write. The listing entries (other
+ * Cluster slots) are removed beside it; idempotency records expire on their own.
+ */
+export const deleteScript = `#!lua
+${scriptPrelude}
+local headerType, bad = checkStateTypes()
+if bad then return bad end
+local current = redis.call('GET', KEYS[1]) or '0'
+if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
+if ARGV[1] ~= '' and ARGV[1] ~= current then return {'conflict', current} end
+-- UNLINK: the keys are gone at once, and a long list's memory is freed off Redis's main thread.
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+return {'ok', current}
 `;
 
 /**

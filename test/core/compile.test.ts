@@ -448,7 +448,7 @@ describe("targets and views", () => {
 
 describe("stateful inputs", () => {
   it("inherits absent segments and clears present empty ones", async () => {
-    const stored = { $typeName: "contextd.v1.ConversationState" as const, conversationId: "c", version: 3n, system: [system("s", "sys")], history: [user("h", "hist")], memory: [system("m", "mem")], tools: [], artifacts: [], experiences: [], toolDefinitions: [], lastExperienceNumber: 0n, title: "", labels: {} };
+    const stored = { $typeName: "contextd.v1.ConversationState" as const, conversationId: "c", version: 3n, system: [system("s", "sys")], history: [user("h", "hist")], memory: [system("m", "mem")], tools: [], artifacts: [], experiences: [], toolDefinitions: [], lastExperienceNumber: 0n, title: "", labels: {}, idleTtlMs: 0n };
     const result = await compile(request({ conversationId: "c", memory: { messages: [] } }), testContext({ stored }));
     expect(ids(result.payload!.system)).toEqual(["s"]);
     expect(ids(result.payload!.history)).toEqual(["h"]);

@@ -29,6 +29,8 @@ const encrypted = new AtRestCipher([
   { id: "contract-1", key: Buffer.alloc(32, 1), tenant: "" },
   { id: "tenant-a-1", key: Buffer.alloc(32, 3), tenant: "tenant-a" },
 ]);
+import { ConversationExpiry } from "../../src/store/conversation-expiry.js";
+import type { StoreRetention } from "../../src/store/create-conversation-store.js";
 
 let redis: RedisProcess;
 let redisCluster: RedisCluster;
@@ -57,13 +59,13 @@ async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
   return error as ConnectError;
 }
 
-/** `now`: the store's clock (the commit times it records), the system's when absent. */
-const stores: [string, (now?: () => number) => Promise<ConversationStore>][] = [
-  ["memory", async (now) => new MemoryConversationStore({ now })],
+/** `now`: the store's clock (the commit times it records), the system's when absent; `retention`: the idle TTLs and the sweep's interval. */
+const stores: [string, (now?: () => number, retention?: StoreRetention) => Promise<ConversationStore>][] = [
+  ["memory", async (now, retention) => new MemoryConversationStore({ now, ...retention })],
   [
     "redis",
-    async (now) => {
-      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200, now });
+    async (now, retention) => {
+      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200, now, ...retention });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -72,16 +74,16 @@ const stores: [string, (now?: () => number) => Promise<ConversationStore>][] = [
     // Three masters with a replica each: a conversation's keys on one master, the listing index on
     // whichever master its slot is.
     "redis cluster",
-    async (now) => {
-      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, now });
+    async (now, retention) => {
+      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, now, ...retention });
       expect(await store.connected()).toBe(true);
       return store;
     },
   ],
   [
     "postgres",
-    async (now) => {
-      const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200, now });
+    async (now, retention) => {
+      const store = new PostgresConversationStore(postgres.url, { watchPollMs: 200, now, ...retention });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -806,6 +808,124 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
     } finally {
       await timed.close();
     }
+  });
+  describe("retention", () => {
+    /** Resolves once `check` holds, polling; fails after 10 s (no speed is asserted: a TTL's end is awaited, not timed). */
+    async function eventually(check: () => Promise<boolean>): Promise<void> {
+      for (let attempt = 0; attempt < 200; attempt++) {
+        if (await check()) return;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      throw new Error("the condition did not hold within 10 s");
+    }
+    const ttl = (idleTtlMs: bigint) => delta({ case: "setMetadata", value: { idleTtlMs } });
+    const listed = async (where: ConversationStore, prefix: string) => (await where.list(listById(prefix, 100, ""))).conversations;
+
+    it("deletes a conversation whole after an expected-version check: it reads as never written, leaves listings, and starts again at version 1", async () => {
+      const prefix = freshId("delete") + "/";
+      const id = prefix + "a";
+      await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), delta({ case: "setMetadata", value: { title: "doomed", labels: { k: "v" } } })], "");
+      await store.commit(id, 1n, [appendHistory(textMessage("a1", Role.ASSISTANT, "hello"))], "keyed");
+      await store.commit(prefix + "b", 0n, [appendHistory(textMessage("u1", Role.USER, "stays"))], "");
+      const stale = await rejection(store.delete(id, 1n));
+      expect(stale.code).toBe(Code.Aborted);
+      expect(stale.rawMessage).toContain("2");
+      expect((await store.load(id)).version).toBe(2n);
+      expect(await store.delete(id, 2n)).toBe(2n);
+      expect(equals(ConversationStateSchema, await store.load(id), create(ConversationStateSchema, { conversationId: id }))).toBe(true);
+      expect(await store.currentVersion(id)).toBe(0n);
+      expect((await store.readWindow(id, { segment: "history", count: 10, withRest: true })).state.history).toEqual([]);
+      expect((await listed(store, prefix)).map((summary) => summary.conversationId)).toEqual([prefix + "b"]);
+      expect((await store.list({ ...listById(prefix, 10, ""), order: "updated" })).conversations.map((summary) => summary.conversationId)).toEqual([prefix + "b"]);
+      expect(await store.delete(id, undefined)).toBe(0n);
+      expect(await store.delete(id, 0n)).toBe(0n);
+      // Idempotency records outlive the delete: a retry of a commit that applied once answers replayed.
+      expect(await store.commit(id, undefined, [appendHistory(textMessage("a1", Role.ASSISTANT, "hello"))], "keyed")).toMatchObject({ version: 2n, replayed: true, state: undefined });
+      // A new conversation under the id: version 1, no change of the old one left to watch.
+      expect((await store.commit(id, 0n, [appendHistory(textMessage("n1", Role.USER, "new"))], "")).version).toBe(1n);
+      const abort = new AbortController();
+      const changes: Change[] = [];
+      for await (const change of store.watch(id, 0n, abort.signal)) {
+        changes.push(change);
+        abort.abort();
+      }
+      expect(changes.map((change) => [change.version, change.deltas[0]!.operation.case])).toEqual([[1n, "appendMessages"]]);
+      expect((await store.load(id)).history.map((message) => message.id)).toEqual(["n1"]);
+      expect((await store.load(prefix + "b")).version).toBe(1n);
+    });
+
+    it("expires a conversation idle past its own TTL (a versioned delta): reads answer as for one never written, listings leave it out, a commit starts it anew", async () => {
+      const prefix = freshId("expire") + "/";
+      const id = prefix + "short";
+      // Long enough that the listing below still finds it on a loaded machine; the test then waits it out.
+      const first = await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), ttl(1_000n)], "");
+      expect(first.state!.idleTtlMs).toBe(1_000n);
+      await store.commit(prefix + "long", 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), ttl(600_000n)], "");
+      const [long, short] = await listed(store, prefix);
+      expect(short!.expiresAtUnixMs).toBe(short!.updatedAtUnixMs + 1_000n);
+      expect(long!.expiresAtUnixMs).toBe(long!.updatedAtUnixMs + 600_000n);
+      await eventually(async () => (await store.currentVersion(id)) === 0n);
+      expect(equals(ConversationStateSchema, await store.load(id), create(ConversationStateSchema, { conversationId: id }))).toBe(true);
+      expect((await store.readWindow(id, { segment: "history", count: 10, withRest: false })).state.history).toEqual([]);
+      expect((await listed(store, prefix)).map((summary) => summary.conversationId)).toEqual([prefix + "long"]);
+      const again = await store.commit(id, 0n, [appendHistory(textMessage("u2", Role.USER, "back"))], "");
+      expect(again.version).toBe(1n);
+      expect(again.state!.history.map((message) => message.id)).toEqual(["u2"]);
+      expect(again.state!.idleTtlMs).toBe(0n);
+      // Each commit moves the expiry; -1 (never) takes it away.
+      const renewed = await store.commit(prefix + "long", 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
+      const summaryOfLong = async () => (await listed(store, prefix)).find((summary) => summary.conversationId === prefix + "long")!;
+      expect((await summaryOfLong()).expiresAtUnixMs).toBe((await summaryOfLong()).updatedAtUnixMs + 600_000n);
+      await store.commit(prefix + "long", renewed.version, [ttl(-1n)], "");
+      expect((await summaryOfLong()).expiresAtUnixMs).toBe(0n);
+    });
+
+    it("expires by the tenant's default or override, a conversation's own -1 keeping it", async () => {
+      const tenant = freshId("tenant");
+      const timed = await open(undefined, { expiry: new ConversationExpiry({ defaultMs: 600_000, perTenant: new Map([[tenant, 300]]) }) });
+      try {
+        await timed.commit(`${tenant}/brief`, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+        await timed.commit(`${tenant}/kept`, 0n, [appendHistory(textMessage("u1", Role.USER, "hi")), ttl(-1n)], "");
+        const other = `${freshId("other")}/x`;
+        await timed.commit(other, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
+        const [otherSummary] = await listed(timed, other);
+        expect(otherSummary!.expiresAtUnixMs).toBe(otherSummary!.updatedAtUnixMs + 600_000n);
+        await eventually(async () => (await timed.currentVersion(`${tenant}/brief`)) === 0n);
+        expect((await listed(timed, `${tenant}/`)).map((summary) => [summary.conversationId, summary.expiresAtUnixMs])).toEqual([[`${tenant}/kept`, 0n]]);
+        expect((await timed.load(`${tenant}/kept`)).version).toBe(1n);
+        await timed.delete(other, undefined);
+      } finally {
+        await timed.close();
+      }
+    });
+
+    it("prunes as a commit: versioned, refused at a stale version, seen by Watch, the head replaced by a summary naming what went", async () => {
+      const id = freshId("prune");
+      const turns = Array.from({ length: 6 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `turn ${index}`));
+      await store.commit(id, 0n, [appendHistory(...turns)], "");
+      const prune = delta({ case: "pruneHistory", value: { maxMessages: 2 } });
+      expect((await rejection(store.commit(id, 0n, [prune], ""))).code).toBe(Code.Aborted);
+      const pruned = await store.commit(id, 1n, [prune], "prune-key");
+      expect(pruned.version).toBe(2n);
+      const [summary, ...kept] = pruned.state!.history;
+      expect(kept.map((message) => message.id)).toEqual(["m4", "m5"]);
+      expect(summary!.provenance?.kind).toMatchObject({ case: "summary", value: { coveredMessageIds: ["m0", "m1", "m2", "m3"] } });
+      expect((await store.commit(id, undefined, [prune], "prune-key")).replayed).toBe(true);
+      // What another process reads (the memory store is one process: its own reads).
+      const fresh = _name === "memory" ? store : await open();
+      try {
+        expect((await fresh.load(id)).history.map((message) => message.id)).toEqual([summary!.id, "m4", "m5"]);
+      } finally {
+        if (fresh !== store) await fresh.close();
+      }
+      const abort = new AbortController();
+      for await (const change of store.watch(id, 1n, abort.signal)) {
+        expect([change.version, change.deltas[0]!.operation.case]).toEqual([2n, "pruneHistory"]);
+        abort.abort();
+      }
+      await store.commit(id, 2n, [appendHistory(textMessage("m6", Role.USER, "more"))], "");
+      expect((await store.load(id)).history.map((message) => message.id)).toEqual([summary!.id, "m4", "m5", "m6"]);
+    });
   });
 });
 

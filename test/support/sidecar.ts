@@ -109,17 +109,17 @@ export const sidecarStores: [name: string, start: StoreBackend][] = [
 ];
 
 /**
- * A sidecar on `backend` and a grpc-js client to it for the tests of the enclosing describe block:
+ * A sidecar on `backend` (with `args` besides) and a grpc-js client to it for the tests of the enclosing describe block:
  * started before them, stopped (client, sidecar, then the store) after. Read its fields inside tests.
  */
-export function sidecarForSuite(backend: StoreBackend): { readonly sidecar: Sidecar; readonly client: ReturnType<typeof grpcJsClient> } {
+export function sidecarForSuite(backend: StoreBackend, args: string[] = []): { readonly sidecar: Sidecar; readonly client: ReturnType<typeof grpcJsClient> } {
   let sidecar: Sidecar | undefined;
   let client: ReturnType<typeof grpcJsClient> | undefined;
   let stopBackend: (() => Promise<void>) | undefined;
   beforeAll(async () => {
     const started = await backend();
     stopBackend = started.stop;
-    sidecar = await startSidecar(started.args);
+    sidecar = await startSidecar([...started.args, ...args]);
     client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
   });
   afterAll(async () => {

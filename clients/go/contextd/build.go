@@ -191,6 +191,18 @@ func SetLabels(labels map[string]string, remove ...string) *contextdv1.Delta {
 	return &contextdv1.Delta{Operation: &contextdv1.Delta_SetMetadata{SetMetadata: &contextdv1.SetMetadata{Labels: labels, RemoveLabels: remove}}}
 }
 
+// SetIdleTTL is a delta setting how long the conversation lives without a commit, in
+// milliseconds: 0 = its tenant's default, -1 = forever, else at most 100 years.
+func SetIdleTTL(milliseconds int64) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_SetMetadata{SetMetadata: &contextdv1.SetMetadata{IdleTtlMs: &milliseconds}}}
+}
+
+// PruneHistory is a delta dropping the oldest history beyond maxMessages and/or maxBytes (0 = no
+// such limit; whole tool rounds only), leaving one summary at its head that names what was dropped.
+func PruneHistory(maxMessages uint32, maxBytes uint64) *contextdv1.Delta {
+	return &contextdv1.Delta{Operation: &contextdv1.Delta_PruneHistory{PruneHistory: &contextdv1.PruneHistory{MaxMessages: maxMessages, MaxBytes: maxBytes}}}
+}
+
 // SetToolDefinitions is a delta replacing the tools the model may call.
 func SetToolDefinitions(definitions ...*contextdv1.ToolDefinition) *contextdv1.Delta {
 	return &contextdv1.Delta{Operation: &contextdv1.Delta_SetToolDefinitions{

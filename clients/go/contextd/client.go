@@ -464,6 +464,24 @@ func (c *Client) ListConversations(ctx context.Context, request *contextdv1.List
 	})
 }
 
+// DeleteConversation deletes a conversation whole (with ExpectedVersion, only at that version:
+// ErrVersionConflict otherwise); it then reads as never written. Not retried: a retry after an
+// outcome-unknown failure may find it deleted (DeletedVersion 0).
+func (c *Client) DeleteConversation(ctx context.Context, request *contextdv1.DeleteConversationRequest) (*contextdv1.DeleteConversationResponse, error) {
+	return unary(c, ctx, false, func(ctx context.Context) (*contextdv1.DeleteConversationResponse, error) {
+		return c.transport.deleteConversation(ctx, request)
+	})
+}
+
+// DeleteConversations deletes one bounded page of the conversations under a prefix (a tenant's:
+// "<tenant>/"); call again with NextPageToken until it is empty. Retried on UNAVAILABLE: deleting
+// a page again deletes nothing more.
+func (c *Client) DeleteConversations(ctx context.Context, request *contextdv1.DeleteConversationsRequest) (*contextdv1.DeleteConversationsResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.DeleteConversationsResponse, error) {
+		return c.transport.deleteConversations(ctx, request)
+	})
+}
+
 // ReadToolResult reads a slice of a stored tool result: what a model's read_tool_result call asks
 // for after a compile sent the result as a preview (CompileRequest.LargeToolResults). Retried on
 // UNAVAILABLE like every read.

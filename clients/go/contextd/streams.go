@@ -73,6 +73,25 @@ func (c *Client) WatchEvents(ctx context.Context, request *contextdv1.WatchEvent
 	}
 }
 
+// ExportConversations yields the states of the conversations under a prefix in id order; after an
+// error, a new call with the last ResumeToken received goes on from there.
+func (c *Client) ExportConversations(ctx context.Context, request *contextdv1.ExportConversationsRequest) iter.Seq2[*contextdv1.ExportConversationsResponse, error] {
+	return func(yield func(*contextdv1.ExportConversationsResponse, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := c.transport.exportConversations(ctx, request)
+		for err == nil {
+			var response *contextdv1.ExportConversationsResponse
+			if response, err = stream.Recv(); err == nil && !yield(response, nil) {
+				return
+			}
+		}
+		if err != io.EOF {
+			yield(nil, fmt.Errorf("contextd: export %q: %w", request.GetPrefix(), err))
+		}
+	}
+}
+
 // CompileStream compiles like Compile, calling onEvent with each observer event as the engine
 // emits it, and returns the result, which the server sends last. It runs under the client's call
 // timeout and is not retried, since onEvent may already have seen events.

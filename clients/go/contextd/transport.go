@@ -27,6 +27,9 @@ type transport interface {
 	commit(context.Context, *contextdv1.CommitRequest) (*contextdv1.CommitResponse, error)
 	clear(context.Context, *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error)
 	listConversations(context.Context, *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error)
+	deleteConversation(context.Context, *contextdv1.DeleteConversationRequest) (*contextdv1.DeleteConversationResponse, error)
+	deleteConversations(context.Context, *contextdv1.DeleteConversationsRequest) (*contextdv1.DeleteConversationsResponse, error)
+	exportConversations(context.Context, *contextdv1.ExportConversationsRequest) (receiver[contextdv1.ExportConversationsResponse], error)
 	readToolResult(context.Context, *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error)
 	readMessages(context.Context, *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error)
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
@@ -107,6 +110,18 @@ func (t *grpcTransport) clear(ctx context.Context, r *contextdv1.ClearRequest) (
 
 func (t *grpcTransport) listConversations(ctx context.Context, r *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
 	return grpcUnary(ctx, t.conversations.ListConversations, r)
+}
+
+func (t *grpcTransport) deleteConversation(ctx context.Context, r *contextdv1.DeleteConversationRequest) (*contextdv1.DeleteConversationResponse, error) {
+	return grpcUnary(ctx, t.conversations.DeleteConversation, r)
+}
+
+func (t *grpcTransport) deleteConversations(ctx context.Context, r *contextdv1.DeleteConversationsRequest) (*contextdv1.DeleteConversationsResponse, error) {
+	return grpcUnary(ctx, t.conversations.DeleteConversations, r)
+}
+
+func (t *grpcTransport) exportConversations(ctx context.Context, r *contextdv1.ExportConversationsRequest) (receiver[contextdv1.ExportConversationsResponse], error) {
+	return grpcStream(ctx, t.conversations.ExportConversations, r)
 }
 
 func (t *grpcTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
@@ -237,6 +252,18 @@ func (t *connectTransport) clear(ctx context.Context, r *contextdv1.ClearRequest
 
 func (t *connectTransport) listConversations(ctx context.Context, r *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
 	return connectUnary(ctx, t.conversations.ListConversations, r)
+}
+
+func (t *connectTransport) deleteConversation(ctx context.Context, r *contextdv1.DeleteConversationRequest) (*contextdv1.DeleteConversationResponse, error) {
+	return connectUnary(ctx, t.conversations.DeleteConversation, r)
+}
+
+func (t *connectTransport) deleteConversations(ctx context.Context, r *contextdv1.DeleteConversationsRequest) (*contextdv1.DeleteConversationsResponse, error) {
+	return connectUnary(ctx, t.conversations.DeleteConversations, r)
+}
+
+func (t *connectTransport) exportConversations(ctx context.Context, r *contextdv1.ExportConversationsRequest) (receiver[contextdv1.ExportConversationsResponse], error) {
+	return connectStream(ctx, t.conversations.ExportConversations, r)
 }
 
 func (t *connectTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {

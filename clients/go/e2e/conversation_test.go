@@ -278,3 +278,51 @@ func TestListConversationsByUpdate(t *testing.T) {
 		t.Fatalf("next page token %q, want none", page.GetNextPageToken())
 	}
 }
+
+func TestDeleteAndExportConversations(t *testing.T) {
+	sidecar := sidecartest.StartWithRedis(t)
+	client := dial(t, sidecar.Address)
+	ctx := testContext(t)
+	prefix := "go-retention/"
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: prefix + id, Deltas: []*contextdv1.Delta{contextd.AppendUser(contextd.UserText("hi " + id))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruned, err := client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: prefix + "c", IncludeState: true, Deltas: []*contextdv1.Delta{
+		contextd.AppendUser(contextd.UserText("again")), contextd.PruneHistory(1, 0), contextd.SetIdleTTL(-1),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if history := pruned.GetState().GetHistory(); len(history) != 2 || history[0].GetProvenance().GetSummary() == nil || pruned.GetState().GetIdleTtlMs() != -1 {
+		t.Fatalf("pruned history %v, idle TTL %d", history, pruned.GetState().GetIdleTtlMs())
+	}
+	var exported []string
+	for item, err := range client.ExportConversations(ctx, &contextdv1.ExportConversationsRequest{Prefix: prefix}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		exported = append(exported, item.GetState().GetConversationId()+" "+strconv.FormatInt(item.GetState().GetVersion(), 10))
+	}
+	if want := []string{prefix + "a 1", prefix + "b 1", prefix + "c 2"}; !slices.Equal(exported, want) {
+		t.Fatalf("exported %q, want %q", exported, want)
+	}
+	stale := int64(5)
+	if _, err := client.DeleteConversation(ctx, &contextdv1.DeleteConversationRequest{ConversationId: prefix + "a", ExpectedVersion: &stale}); !errors.Is(err, contextd.ErrVersionConflict) {
+		t.Fatalf("delete at a stale version: %v, want ErrVersionConflict", err)
+	}
+	current := int64(1)
+	deleted, err := client.DeleteConversation(ctx, &contextdv1.DeleteConversationRequest{ConversationId: prefix + "a", ExpectedVersion: &current})
+	if err != nil || deleted.GetDeletedVersion() != 1 {
+		t.Fatalf("delete: %v, deleted version %d", err, deleted.GetDeletedVersion())
+	}
+	page, err := client.DeleteConversations(ctx, &contextdv1.DeleteConversationsRequest{Prefix: prefix})
+	if err != nil || page.GetDeleted() != 2 || page.GetNextPageToken() != "" {
+		t.Fatalf("delete the prefix: %v, %d deleted, next %q", err, page.GetDeleted(), page.GetNextPageToken())
+	}
+	state, err := client.GetState(ctx, &contextdv1.GetStateRequest{ConversationId: prefix + "b"})
+	if err != nil || state.GetState().GetVersion() != 0 {
+		t.Fatalf("a deleted conversation reads as never written: %v, version %d", err, state.GetState().GetVersion())
+	}
+}

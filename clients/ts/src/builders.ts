@@ -152,10 +152,20 @@ export function remember(text: string): Delta {
 /**
  * A delta setting the conversation's title (absent = unchanged) and labels (`labels` added or
  * changed, `removeLabels` removed, the others kept). Committed like any batch; at most 32 labels,
- * keys 1 to 64 UTF-8 bytes, values at most 256, a title at most 512.
+ * keys 1 to 64 UTF-8 bytes, values at most 256, a title at most 512. `idleTtlMs`: how long the
+ * conversation lives without a commit (absent = unchanged, 0 = the tenant's default, -1 = forever).
  */
-export function setMetadata(metadata: { title?: string; labels?: Record<string, string>; removeLabels?: string[] }): Delta {
-  return create(DeltaSchema, { operation: { case: "setMetadata", value: { title: metadata.title, labels: metadata.labels ?? {}, removeLabels: metadata.removeLabels ?? [] } } });
+export function setMetadata(metadata: { title?: string; labels?: Record<string, string>; removeLabels?: string[]; idleTtlMs?: bigint }): Delta {
+  const { title, labels, removeLabels, idleTtlMs } = metadata;
+  return create(DeltaSchema, { operation: { case: "setMetadata", value: { title, labels: labels ?? {}, removeLabels: removeLabels ?? [], idleTtlMs } } });
+}
+
+/**
+ * A delta dropping the oldest history beyond `maxMessages` and/or `maxBytes` (whole tool rounds
+ * only), leaving one summary at its head that names what was dropped (`summary`, or a marker text).
+ */
+export function pruneHistory(limits: { maxMessages?: number; maxBytes?: bigint; summary?: Message }): Delta {
+  return create(DeltaSchema, { operation: { case: "pruneHistory", value: limits } });
 }
 
 /** A delta replacing the tools the model may call. */

@@ -37,6 +37,12 @@ import {
   type GetStateResponse,
   type ListConversationsRequestSchema,
   type ListConversationsResponse,
+  type DeleteConversationRequestSchema,
+  type DeleteConversationResponse,
+  type DeleteConversationsRequestSchema,
+  type DeleteConversationsResponse,
+  type ExportConversationsRequestSchema,
+  type ExportConversationsResponse,
   type ReadMessagesRequestSchema,
   type ReadMessagesResponse,
   type WatchRequestSchema,
@@ -335,6 +341,28 @@ export class Client {
   /** A tenant's usage totals and a page of its conversations' totals, by id (`nextPageToken` for the next page). */
   listTenantUsage(request: Init<typeof ListTenantUsageRequestSchema>, options?: CallOptions): Promise<ListTenantUsageResponse> {
     return this.unary((o) => this.conversations.listTenantUsage(request, o), true, options);
+  }
+
+  /**
+   * Deletes a conversation whole (with `expectedVersion`, only at that version: `VersionConflictError`
+   * otherwise); it then reads as never written. Not retried.
+   */
+  deleteConversation(request: Init<typeof DeleteConversationRequestSchema>, options?: CallOptions): Promise<DeleteConversationResponse> {
+    return this.unary((o) => this.conversations.deleteConversation(request, o), false, options);
+  }
+
+  /** Deletes one bounded page of the conversations under `prefix` (a tenant's: "<tenant>/"); call again with `nextPageToken` until it is empty. */
+  deleteConversations(request: Init<typeof DeleteConversationsRequestSchema>, options?: CallOptions): Promise<DeleteConversationsResponse> {
+    return this.unary((o) => this.conversations.deleteConversations(request, o), true, options);
+  }
+
+  /** The states of the conversations under `prefix` in id order; after an error, a new call with the last `resumeToken` received goes on from there. */
+  async *exportConversations(request: Init<typeof ExportConversationsRequestSchema>, options: { signal?: AbortSignal } = {}): AsyncGenerator<ExportConversationsResponse, void, undefined> {
+    try {
+      yield* this.conversations.exportConversations(request, { signal: options.signal });
+    } catch (thrown) {
+      throw toContextdError(thrown);
+    }
   }
 
   /**

@@ -12,6 +12,7 @@ export {
   jsonPayload,
   remember,
   setMetadata,
+  pruneHistory,
   setToolDefinitions,
   systemText,
   textMessage,

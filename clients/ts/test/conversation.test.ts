@@ -15,6 +15,7 @@ import {
   appendUser,
   remember,
   setMetadata,
+  pruneHistory,
   systemText,
   textPayload,
   toolCall,
@@ -227,6 +228,23 @@ test("setMetadata labels conversations; listConversations lists them newest upda
   assert.ok(page.conversations[0]!.updatedAtUnixMs >= page.conversations[1]!.updatedAtUnixMs);
   assert.ok(page.conversations[1]!.createdAtUnixMs >= since);
   assert.equal(page.nextPageToken, "");
+});
+
+test("pruneHistory and setMetadata({ idleTtlMs }) commit; exportConversations streams a prefix; deleteConversation(s) delete it", async () => {
+  const client = dial();
+  await client.waitReady();
+  const prefix = freshId("retention") + "/";
+  for (const name of ["a", "b"]) await client.commit({ conversationId: prefix + name, deltas: [appendUser("one"), appendUser("two")] });
+  const pruned = await client.commit({ conversationId: prefix + "a", expectedVersion: 1n, deltas: [pruneHistory({ maxMessages: 1 }), setMetadata({ idleTtlMs: -1n })], includeState: true });
+  assert.deepEqual(pruned.state!.history.map((message) => message.provenance?.kind.case), ["summary", undefined]);
+  assert.equal(pruned.state!.idleTtlMs, -1n);
+  const exported: [string, bigint][] = [];
+  for await (const item of client.exportConversations({ prefix })) exported.push([item.state!.conversationId.slice(prefix.length), item.state!.version]);
+  assert.deepEqual(exported, [["a", 2n], ["b", 1n]]);
+  await assert.rejects(client.deleteConversation({ conversationId: prefix + "a", expectedVersion: 1n }), VersionConflictError);
+  assert.equal((await client.deleteConversation({ conversationId: prefix + "a", expectedVersion: 2n })).deletedVersion, 2n);
+  assert.deepEqual(await client.deleteConversations({ prefix }).then((page) => [page.deleted, page.nextPageToken]), [1, ""]);
+  assert.equal((await client.getState({ conversationId: prefix + "b" })).state!.version, 0n);
 });
 
 test("a commit whose deadline runs out is of unknown outcome; sent again with its key it is stored once", async () => {

@@ -11,6 +11,7 @@ import { appendProviderStream } from "./provider-stream.js";
 import { appendMessages, clearSegment, removeMessages, replaceSegment } from "./segment-operations.js";
 import { setToolDefinitions } from "./tool-definitions.js";
 import { setMetadata } from "./conversation-metadata.js";
+import { pruneHistory } from "./prune-history.js";
 import { prefixError } from "../model/error-details.js";
 import { maxStreamEvents } from "../providers/stream-events.js";
 
@@ -79,6 +80,7 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
         lastExperienceNumber: state.lastExperienceNumber,
         title: state.title,
         labels: state.labels,
+        idleTtlMs: state.idleTtlMs,
       });
     case "upsertArtifact":
       if (!operation.value.artifact) throw new ConnectError("artifact is required", Code.InvalidArgument);
@@ -113,6 +115,8 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
       return setToolDefinitions(state, operation.value);
     case "setMetadata":
       return setMetadata(state, operation.value);
+    case "pruneHistory":
+      return pruneHistory(state, operation.value, context);
     case undefined:
       throw new ConnectError("no operation set", Code.InvalidArgument);
   }

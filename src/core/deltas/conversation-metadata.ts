@@ -19,6 +19,8 @@ export const metadataLimits = {
   labelValueBytes: 256,
   /** UTF-8 bytes of the title. */
   titleBytes: 512,
+  /** The longest idle TTL (100 years, in ms); -1 = never and 0 = the tenant's default besides. */
+  maxIdleTtlMs: 3_153_600_000_000,
 } as const;
 
 /** The state with `operation` applied: a new `labels` object only when a label changed, so stores see "unchanged" by identity. */
@@ -27,6 +29,13 @@ export function setMetadata(state: ConversationState, operation: SetMetadata): C
   if (operation.title !== undefined && operation.title !== state.title) {
     assertText("title", operation.title, metadataLimits.titleBytes);
     next = { ...next, title: operation.title };
+  }
+  if (operation.idleTtlMs !== undefined && operation.idleTtlMs !== state.idleTtlMs) {
+    const ttl = operation.idleTtlMs;
+    if (ttl < -1n || ttl > BigInt(metadataLimits.maxIdleTtlMs)) {
+      throw new ConnectError(`idle_ttl_ms: ${ttl} is not -1 (never), 0 (the tenant's default) or 1 to ${metadataLimits.maxIdleTtlMs} ms`, Code.InvalidArgument);
+    }
+    next = { ...next, idleTtlMs: ttl };
   }
   const removed = new Set(operation.removeLabels);
   const setting = Object.entries(operation.labels);

@@ -53,6 +53,9 @@ const limitedFields: Record<string, Record<string, StringLimitKind>> = {
   "contextd.v1.ListConversationsRequest": { prefix: "id" },
   "contextd.v1.ReadToolResultRequest": { conversation_id: "id", tool_call_id: "id" },
   "contextd.v1.ReadMessagesRequest": { conversation_id: "id" },
+  "contextd.v1.DeleteConversationRequest": { conversation_id: "id" },
+  "contextd.v1.DeleteConversationsRequest": { prefix: "id" },
+  "contextd.v1.ExportConversationsRequest": { prefix: "id" },
   // context_service.proto, telemetry_service.proto
   "contextd.v1.ReportUsageRequest": { model: "model", conversation_id: "id", turn_id: "id", report_id: "idempotencyKey" },
   // usage_ledger.proto

@@ -6,6 +6,8 @@ import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
 import { stringLimits } from "../../core/model/string-limits.js";
 import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
+import { defaultExpirySweepMs } from "../../store/conversation-expiry.js";
+import { metadataLimits } from "../../core/deltas/conversation-metadata.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
 import { parseEncryptionKeys, type AtRestKey } from "../../store/at-rest-encryption.js";
 
@@ -169,6 +171,16 @@ export interface Config {
    * tenant's first writes its conversations, every one reads. Empty = contents stored as they are.
    */
   encryptionKeys: AtRestKey[];
+  /**
+   * How long a conversation lives without a commit, in ms, unless its tenant has an override or it
+   * has its own (`ConversationState.idle_ttl_ms`); 0 = forever. Conversation lifetime, not the
+   * retention of a change log.
+   */
+  idleTtlMs: number;
+  /** Per tenant (the conversation id's part before its first "/"), its idle TTL in ms; 0 = forever. */
+  idleTtlPerTenant: Record<string, number>;
+  /** How often a store removes expired conversations, in bounded batches, in ms; 0 = only as reads meet them. */
+  expirySweepMs: number;
 }
 
 export const defaultConfig: Config = {
@@ -227,6 +239,9 @@ export const defaultConfig: Config = {
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
   encryptionKeys: [],
+  idleTtlMs: 0,
+  idleTtlPerTenant: {},
+  expirySweepMs: defaultExpirySweepMs,
 };
 
 /**
@@ -287,6 +302,9 @@ export const flags = {
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
+  "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
+  "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
+  "expiry-sweep-ms": "how often each store removes expired conversations, a bounded batch at a time; 0 = never (reads still treat them as gone)",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -442,7 +460,24 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
     encryptionKeys,
+    idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),
+    idleTtlPerTenant: parseIdleTtlPerTenant(pick("idle-ttl-per-tenant")),
+    expirySweepMs: integer("expiry-sweep-ms", defaultConfig.expirySweepMs, 0, 2 ** 31 - 1),
   };
+}
+
+/** `tenant=ms,...`: each tenant's idle TTL; an invalid entry throws naming the flag, the entry and the limit. */
+function parseIdleTtlPerTenant({ text, where }: { text: string | undefined; where: string }): Record<string, number> {
+  const perTenant: Record<string, number> = {};
+  for (const entry of (text ?? "").split(",").map((part) => part.trim()).filter((part) => part !== "")) {
+    const match = /^([A-Za-z0-9._-]+)=(\d{1,16})$/.exec(entry);
+    if (!match || Number(match[2]) > metadataLimits.maxIdleTtlMs) {
+      throw new Error(`invalid ${where} entry "${entry}": want tenant=ms, the tenant letters, digits, ".", "_" or "-", the ms 0 to ${metadataLimits.maxIdleTtlMs}`);
+    }
+    if (Object.hasOwn(perTenant, match[1]!)) throw new Error(`invalid ${where}: tenant "${match[1]}" given twice`);
+    perTenant[match[1]!] = Number(match[2]);
+  }
+  return perTenant;
 }
 
 /** The configuration as printed at start: secrets replaced by what is safe to show. */

@@ -65,6 +65,10 @@ export class ObservedStore implements ConversationStore {
     return this.observe("clear", conversationId, () => this.store.clear(conversationId, expectedVersion));
   }
 
+  delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
+    return this.observe("delete", conversationId, () => this.store.delete(conversationId, expectedVersion));
+  }
+
   list(query: ListQuery): Promise<ConversationPage> {
     return this.observe("list", undefined, () => this.store.list(query));
   }

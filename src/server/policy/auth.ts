@@ -74,7 +74,11 @@ function conversationReferences(message: Message): { path: string; id: string; r
   const fields = message as unknown as Record<string, unknown>;
   const references: { path: string; id: string; required: boolean }[] = [];
   if (typeof fields.conversationId === "string") references.push({ path: "conversation_id", id: fields.conversationId, required: false });
-  if (message.$typeName === "contextd.v1.ListConversationsRequest") {
+  if (
+    message.$typeName === "contextd.v1.ListConversationsRequest" ||
+    message.$typeName === "contextd.v1.DeleteConversationsRequest" ||
+    message.$typeName === "contextd.v1.ExportConversationsRequest"
+  ) {
     references.push({ path: "prefix", id: String(fields.prefix ?? ""), required: false });
   }
   // CompileStreamRequest.request and CompileSessionRequest.compile wrap a CompileRequest.

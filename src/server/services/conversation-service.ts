@@ -11,6 +11,7 @@ import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { assertLabelFilter } from "../../core/deltas/conversation-metadata.js";
 import type { ListOrder } from "../../store/conversation-listing.js";
 import { tenantKey } from "../policy/call-context.js";
+import { deletePage, exportStates } from "../../application/conversation-retention.js";
 
 /** What GetState, ReadMessages and ReadToolResult read through; the composition root builds them. */
 export interface ConversationReads {
@@ -66,13 +67,23 @@ export function conversationService(dependencies: ConversationServiceDependencie
       const pageSize = request.pageSize === 0 ? defaultPageSize : Math.min(request.pageSize, maxPageSize);
       // A tenant's token sees only "<tenant>/" ids (auth.ts), so no prefix means all of those: the
       // listing a tenant's caller (the inspector among them) asks for first works without one.
-      const tenant = context.values.get(tenantKey);
-      const prefix = request.prefix === "" && tenant !== "" ? `${tenant}/` : request.prefix;
+      const prefix = tenantPrefix(request.prefix, context.values.get(tenantKey));
       assertLabelFilter("labels", request.labels);
       if (request.updatedSinceUnixMs < 0n) throw new ConnectError(`updated_since_unix_ms: must not be negative, got ${request.updatedSinceUnixMs}`, Code.InvalidArgument);
       const order = listOrderOf(request.order);
       const page = await store.list({ prefix, pageSize, pageToken: request.pageToken, labels: request.labels, updatedSinceUnixMs: request.updatedSinceUnixMs, order });
       return { conversations: page.conversations, nextPageToken: page.nextPageToken };
+    },
+
+    async deleteConversation(request) {
+      requireConversationId(request.conversationId);
+      return { deletedVersion: await store.delete(request.conversationId, request.expectedVersion) };
+    },
+
+    async deleteConversations(request, context) {
+      const prefix = tenantPrefix(request.prefix, context.values.get(tenantKey));
+      if (prefix === "") throw new ConnectError("prefix is required: DeleteConversations never deletes every conversation of the store at once", Code.InvalidArgument);
+      return deletePage(store, prefix, request.pageToken, request.pageSize);
     },
 
     async *watch(request, context) {
@@ -110,6 +121,11 @@ function conversationReads({ store }: ConversationServiceDependencies, { stateLi
       return windows.read(request);
     },
 
+    async *exportConversations(request, context) {
+      const prefix = tenantPrefix(request.prefix, context.values.get(tenantKey));
+      for await (const exported of exportStates(store, stateLimit, prefix, request.resumeToken, context.signal)) yield exported;
+    },
+
     async readToolResult(request) {
       requireConversationId(request.conversationId);
       if (request.toolCallId === "") throw new ConnectError("tool_call_id is required", Code.InvalidArgument);
@@ -122,6 +138,11 @@ function conversationReads({ store }: ConversationServiceDependencies, { stateLi
       return { text: slice.text, offset: BigInt(slice.start), nextOffset: BigInt(slice.end), totalBytes: BigInt(slice.totalBytes), name: found.name, version: state.version };
     },
   };
+}
+
+/** A request's prefix; under a tenant's token an empty one is the tenant's ("<tenant>/", auth.ts lets no other through). */
+function tenantPrefix(prefix: string, tenant: string): string {
+  return prefix === "" && tenant !== "" ? `${tenant}/` : prefix;
 }
 
 function requireConversationId(conversationId: string): void {

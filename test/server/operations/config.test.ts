@@ -43,6 +43,17 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--strict-tool-rounds", "sometimes"], {})).toThrow(/--strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS/);
   });
 
+  it("reads the idle TTLs from --idle-ttl-ms and --idle-ttl-per-tenant (tenant=ms), and the sweep's interval; refuses malformed entries naming the flag", () => {
+    expect(loadConfig([], {})).toMatchObject({ idleTtlMs: 0, idleTtlPerTenant: {}, expirySweepMs: 1_000 });
+    const config = loadConfig(["--idle-ttl-ms", "86400000", "--idle-ttl-per-tenant", "acme=60000, beta.io=0", "--expiry-sweep-ms", "0"], {});
+    expect(config).toMatchObject({ idleTtlMs: 86_400_000, idleTtlPerTenant: { acme: 60_000, "beta.io": 0 }, expirySweepMs: 0 });
+    expect(loadConfig([], { CONTEXTD_IDLE_TTL_PER_TENANT: "acme=5" }).idleTtlPerTenant).toEqual({ acme: 5 });
+    expect(() => loadConfig(["--idle-ttl-per-tenant", "acme"], {})).toThrow('invalid --idle-ttl-per-tenant or CONTEXTD_IDLE_TTL_PER_TENANT entry "acme": want tenant=ms');
+    expect(() => loadConfig(["--idle-ttl-per-tenant", "a/b=5"], {})).toThrow(/entry "a\/b=5"/);
+    expect(() => loadConfig(["--idle-ttl-per-tenant", "acme=1,acme=2"], {})).toThrow('tenant "acme" given twice');
+    expect(() => loadConfig(["--idle-ttl-ms", "3153600000001"], {})).toThrow(/--idle-ttl-ms/);
+  });
+
   it("rejects invalid values naming the flag and the variable", () => {
     expect(() => loadConfig(["--port", "70000"], {})).toThrow(/--port or CONTEXTD_PORT "70000"/);
     expect(() => loadConfig([], { CONTEXTD_MAX_STREAMS: "0" })).toThrow(/--max-streams or CONTEXTD_MAX_STREAMS/);

@@ -101,6 +101,30 @@ describe("bearer tokens and tenant scoping", () => {
     expect(everything).toEqual(expect.arrayContaining(["acme/listed-1", "other/not-listed"]));
   });
 
+  it("scopes DeleteConversations and ExportConversations to the tenant: an empty prefix is the tenant's, another tenant's is PERMISSION_DENIED", async () => {
+    for (const id of ["acme/retained-1", "acme/retained-2", "other/retained"]) {
+      await client.unary(ConversationService.method.commit, { conversationId: id, deltas: [appendHistory(textMessage("m", Role.USER, "hi"))] }, bearer(adminToken));
+    }
+    const exported = await new Promise<string[]>((resolve, reject) => {
+      const ids: string[] = [];
+      const stream = client.serverStream(ConversationService.method.exportConversations, {}, bearer(acmeToken));
+      stream.on("data", (item: { state?: { conversationId: string } }) => ids.push(item.state!.conversationId));
+      stream.on("error", reject);
+      stream.on("end", () => resolve(ids));
+    });
+    expect(exported).toEqual(expect.arrayContaining(["acme/retained-1", "acme/retained-2"]));
+    expect(exported.every((id) => id.startsWith("acme/"))).toBe(true);
+    await expect(client.unary(ConversationService.method.deleteConversations, { prefix: "other/" }, bearer(acmeToken))).rejects.toMatchObject({
+      code: grpc.status.PERMISSION_DENIED,
+      details: expect.stringContaining("prefix"),
+    });
+    let token = "";
+    do token = (await client.unary(ConversationService.method.deleteConversations, { pageToken: token }, bearer(acmeToken))).nextPageToken;
+    while (token !== "");
+    expect((await client.unary(ConversationService.method.listConversations, {}, bearer(acmeToken))).conversations).toEqual([]);
+    expect((await client.unary(ConversationService.method.getState, { conversationId: "other/retained" }, bearer(adminToken))).state!.version).toBe(1n);
+  });
+
   it("checks streaming requests too", async () => {
     const stream = client.serverStream(TelemetryService.method.watchEvents, { conversationId: "other/a" }, bearer(acmeToken));
     const error = await new Promise<grpc.ServiceError>((resolve) => stream.on("error", resolve));

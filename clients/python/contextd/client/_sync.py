@@ -231,6 +231,33 @@ class Client:
         with `labels` or updated since `updated_since_unix_ms`; a page may be short with a token."""
         return self._unary(self._conversations.ListConversations, request, True, timeout)
 
+    def delete_conversation(
+        self, request: conversation_pb2.DeleteConversationRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.DeleteConversationResponse:
+        """Deletes a conversation whole (with `expected_version`, only at that version:
+        `VersionConflict` otherwise); it then reads as never written. Not retried."""
+        return self._unary(self._conversations.DeleteConversation, request, False, timeout)
+
+    def delete_conversations(
+        self, request: conversation_pb2.DeleteConversationsRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.DeleteConversationsResponse:
+        """Deletes one bounded page of the conversations under `prefix` (a tenant's:
+        "<tenant>/"); call again with `next_page_token` until it is empty."""
+        return self._unary(self._conversations.DeleteConversations, request, True, timeout)
+
+    def export_conversations(
+        self, request: conversation_pb2.ExportConversationsRequest
+    ) -> Iterator[conversation_pb2.ExportConversationsResponse]:
+        """Yields the states of the conversations under `prefix` in id order; after an error, a
+        new call with the last `resume_token` received goes on from there."""
+        call = self._conversations.ExportConversations(request)
+        try:
+            yield from call
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+
     def read_tool_result(
         self, request: conversation_pb2.ReadToolResultRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.ReadToolResultResponse:

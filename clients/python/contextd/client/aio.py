@@ -204,6 +204,31 @@ class AsyncClient:
         """As `Client.list_conversations`."""
         return await self._unary(self._conversations.ListConversations, request, True, timeout)
 
+    async def delete_conversation(
+        self, request: conversation_pb2.DeleteConversationRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.DeleteConversationResponse:
+        """As `Client.delete_conversation`."""
+        return await self._unary(self._conversations.DeleteConversation, request, False, timeout)
+
+    async def delete_conversations(
+        self, request: conversation_pb2.DeleteConversationsRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.DeleteConversationsResponse:
+        """As `Client.delete_conversations`."""
+        return await self._unary(self._conversations.DeleteConversations, request, True, timeout)
+
+    async def export_conversations(
+        self, request: conversation_pb2.ExportConversationsRequest
+    ) -> AsyncIterator[conversation_pb2.ExportConversationsResponse]:
+        """As `Client.export_conversations`."""
+        call = self._conversations.ExportConversations(request)
+        try:
+            async for response in call:
+                yield response
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        finally:
+            call.cancel()
+
     async def read_tool_result(
         self, request: conversation_pb2.ReadToolResultRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.ReadToolResultResponse:

@@ -143,15 +143,33 @@ def set_tool_definitions(*definitions: state_pb2.ToolDefinition) -> state_pb2.De
 
 
 def set_metadata(
-    *, title: Optional[str] = None, labels: Optional[Mapping[str, str]] = None, remove_labels: Iterable[str] = ()
+    *,
+    title: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    remove_labels: Iterable[str] = (),
+    idle_ttl_ms: Optional[int] = None,
 ) -> state_pb2.Delta:
     """A delta setting the conversation's title (None = unchanged) and labels (`labels` added or
     changed, `remove_labels` removed; the others kept). Committed like any batch; at most 32
-    labels, keys 1 to 64 UTF-8 bytes, values at most 256, a title at most 512."""
+    labels, keys 1 to 64 UTF-8 bytes, values at most 256, a title at most 512. `idle_ttl_ms`: how
+    long the conversation lives without a commit (None = unchanged, 0 = the tenant's default,
+    -1 = forever)."""
     operation = state_pb2.SetMetadata(labels=dict(labels or {}), remove_labels=list(remove_labels))
     if title is not None:
         operation.title = title
+    if idle_ttl_ms is not None:
+        operation.idle_ttl_ms = idle_ttl_ms
     return state_pb2.Delta(set_metadata=operation)
+
+
+def prune_history(*, max_messages: int = 0, max_bytes: int = 0, summary: Optional[message_pb2.Message] = None) -> state_pb2.Delta:
+    """A delta dropping the oldest history beyond `max_messages` and/or `max_bytes` (whole tool
+    rounds only), leaving one summary at its head that names what was dropped (`summary`, or a
+    marker text)."""
+    operation = state_pb2.PruneHistory(max_messages=max_messages, max_bytes=max_bytes)
+    if summary is not None:
+        operation.summary.CopyFrom(summary)
+    return state_pb2.Delta(prune_history=operation)
 
 
 def append_provider_stream(

@@ -1170,9 +1170,12 @@ type ConversationSummary struct {
 	// Its title (`ConversationState.title`).
 	Title string `protobuf:"bytes,442,opt,name=title,proto3" json:"title,omitempty"`
 	// Its labels (`ConversationState.labels`).
-	Labels        map[string]string `protobuf:"bytes,443,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Labels map[string]string `protobuf:"bytes,443,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When it expires if nothing is committed to it before (Unix ms): its last commit plus its idle
+	// TTL (`ConversationState.idle_ttl_ms`, or the tenant's default); 0 = never.
+	ExpiresAtUnixMs int64 `protobuf:"varint,490,opt,name=expires_at_unix_ms,json=expiresAtUnixMs,proto3" json:"expires_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ConversationSummary) Reset() {
@@ -1245,6 +1248,13 @@ func (x *ConversationSummary) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *ConversationSummary) GetExpiresAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixMs
+	}
+	return 0
 }
 
 // The response of `ListConversations`.
@@ -1471,6 +1481,352 @@ func (x *ReadToolResultResponse) GetVersion() int64 {
 	return 0
 }
 
+// The request of `DeleteConversation`.
+type DeleteConversationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation.
+	ConversationId string `protobuf:"bytes,490,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// As in `CommitRequest`: the delete applies only at this version (ABORTED otherwise, naming the
+	// current one). Absent = whatever the version.
+	ExpectedVersion *int64 `protobuf:"varint,491,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DeleteConversationRequest) Reset() {
+	*x = DeleteConversationRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConversationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConversationRequest) ProtoMessage() {}
+
+func (x *DeleteConversationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConversationRequest.ProtoReflect.Descriptor instead.
+func (*DeleteConversationRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteConversationRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *DeleteConversationRequest) GetExpectedVersion() int64 {
+	if x != nil && x.ExpectedVersion != nil {
+		return *x.ExpectedVersion
+	}
+	return 0
+}
+
+// The response of `DeleteConversation`.
+type DeleteConversationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version the conversation had when it was deleted; 0 = there was nothing to delete.
+	DeletedVersion int64 `protobuf:"varint,490,opt,name=deleted_version,json=deletedVersion,proto3" json:"deleted_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteConversationResponse) Reset() {
+	*x = DeleteConversationResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConversationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConversationResponse) ProtoMessage() {}
+
+func (x *DeleteConversationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConversationResponse.ProtoReflect.Descriptor instead.
+func (*DeleteConversationResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteConversationResponse) GetDeletedVersion() int64 {
+	if x != nil {
+		return x.DeletedVersion
+	}
+	return 0
+}
+
+// The request of `DeleteConversations`.
+type DeleteConversationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Conversations whose id starts with this. Required: an empty prefix is INVALID_ARGUMENT (under
+	// a tenant's token it means "<tenant>/", as for `ListConversations`).
+	Prefix string `protobuf:"bytes,490,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// From `next_page_token` of the previous call; empty = from the first id.
+	PageToken string `protobuf:"bytes,491,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// At most this many conversations examined per call; 0 = 100, at most 1,000
+	// (INVALID_ARGUMENT above).
+	PageSize      int32 `protobuf:"varint,492,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConversationsRequest) Reset() {
+	*x = DeleteConversationsRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConversationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConversationsRequest) ProtoMessage() {}
+
+func (x *DeleteConversationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConversationsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteConversationsRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeleteConversationsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *DeleteConversationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *DeleteConversationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// The response of `DeleteConversations`.
+type DeleteConversationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many conversations this call deleted.
+	Deleted int32 `protobuf:"varint,490,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Set while more may follow: pass it as `page_token`. Empty = the prefix is empty now (of the
+	// conversations that existed when the first call began).
+	NextPageToken string `protobuf:"bytes,491,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConversationsResponse) Reset() {
+	*x = DeleteConversationsResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConversationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConversationsResponse) ProtoMessage() {}
+
+func (x *DeleteConversationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConversationsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteConversationsResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeleteConversationsResponse) GetDeleted() int32 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+func (x *DeleteConversationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// The request of `ExportConversations`.
+type ExportConversationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Conversations whose id starts with this; empty = every one (under a tenant's token, the
+	// tenant's).
+	Prefix string `protobuf:"bytes,490,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// A `resume_token` of an earlier response: the export goes on after that conversation. Empty =
+	// from the first id.
+	ResumeToken   string `protobuf:"bytes,491,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportConversationsRequest) Reset() {
+	*x = ExportConversationsRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportConversationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportConversationsRequest) ProtoMessage() {}
+
+func (x *ExportConversationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportConversationsRequest.ProtoReflect.Descriptor instead.
+func (*ExportConversationsRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ExportConversationsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ExportConversationsRequest) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
+// One conversation of an export.
+type ExportConversationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The state, as `GetState` answers it; without its messages when `without_messages` is set.
+	State *ConversationState `protobuf:"bytes,490,opt,name=state,proto3" json:"state,omitempty"`
+	// The state is over the message limit (`--max-request-bytes`): it is sent without its four
+	// segments; read them with `ReadMessages`.
+	WithoutMessages bool `protobuf:"varint,491,opt,name=without_messages,json=withoutMessages,proto3" json:"without_messages,omitempty"`
+	// Where to resume after this conversation (`ExportConversationsRequest.resume_token`).
+	ResumeToken   string `protobuf:"bytes,492,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportConversationsResponse) Reset() {
+	*x = ExportConversationsResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportConversationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportConversationsResponse) ProtoMessage() {}
+
+func (x *ExportConversationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportConversationsResponse.ProtoReflect.Descriptor instead.
+func (*ExportConversationsResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ExportConversationsResponse) GetState() *ConversationState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *ExportConversationsResponse) GetWithoutMessages() bool {
+	if x != nil {
+		return x.WithoutMessages
+	}
+	return false
+}
+
+func (x *ExportConversationsResponse) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
 var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
@@ -1555,14 +1911,15 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x05order\x18\xba\x03 \x01(\x0e2\x1e.contextd.v1.ConversationOrderR\x05order\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x02\n" +
 	"\x13ConversationSummary\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12,\n" +
 	"\x12created_at_unix_ms\x18\xb8\x03 \x01(\x03R\x0fcreatedAtUnixMs\x12,\n" +
 	"\x12updated_at_unix_ms\x18\xb9\x03 \x01(\x03R\x0fupdatedAtUnixMs\x12\x15\n" +
 	"\x05title\x18\xba\x03 \x01(\tR\x05title\x12E\n" +
-	"\x06labels\x18\xbb\x03 \x03(\v2,.contextd.v1.ConversationSummary.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\xbb\x03 \x03(\v2,.contextd.v1.ConversationSummary.LabelsEntryR\x06labels\x12,\n" +
+	"\x12expires_at_unix_ms\x18\xea\x03 \x01(\x03R\x0fexpiresAtUnixMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
@@ -1583,11 +1940,32 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
 	"totalBytes\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\x03R\aversion*w\n" +
+	"\aversion\x18\x06 \x01(\x03R\aversion\"\x8b\x01\n" +
+	"\x19DeleteConversationRequest\x12(\n" +
+	"\x0fconversation_id\x18\xea\x03 \x01(\tR\x0econversationId\x12/\n" +
+	"\x10expected_version\x18\xeb\x03 \x01(\x03H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
+	"\x11_expected_version\"F\n" +
+	"\x1aDeleteConversationResponse\x12(\n" +
+	"\x0fdeleted_version\x18\xea\x03 \x01(\x03R\x0edeletedVersion\"s\n" +
+	"\x1aDeleteConversationsRequest\x12\x17\n" +
+	"\x06prefix\x18\xea\x03 \x01(\tR\x06prefix\x12\x1e\n" +
+	"\n" +
+	"page_token\x18\xeb\x03 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tpage_size\x18\xec\x03 \x01(\x05R\bpageSize\"a\n" +
+	"\x1bDeleteConversationsResponse\x12\x19\n" +
+	"\adeleted\x18\xea\x03 \x01(\x05R\adeleted\x12'\n" +
+	"\x0fnext_page_token\x18\xeb\x03 \x01(\tR\rnextPageToken\"Y\n" +
+	"\x1aExportConversationsRequest\x12\x17\n" +
+	"\x06prefix\x18\xea\x03 \x01(\tR\x06prefix\x12\"\n" +
+	"\fresume_token\x18\xeb\x03 \x01(\tR\vresumeToken\"\xa4\x01\n" +
+	"\x1bExportConversationsResponse\x125\n" +
+	"\x05state\x18\xea\x03 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\x12*\n" +
+	"\x10without_messages\x18\xeb\x03 \x01(\bR\x0fwithoutMessages\x12\"\n" +
+	"\fresume_token\x18\xec\x03 \x01(\tR\vresumeToken*w\n" +
 	"\x11ConversationOrder\x12\"\n" +
 	"\x1eCONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONVERSATION_ORDER_ID\x10\x01\x12#\n" +
-	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xde\x05\n" +
+	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\x9b\b\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
 	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
@@ -1597,7 +1975,10 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponse\x12Y\n" +
 	"\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponse\x12G\n" +
 	"\bGetUsage\x12\x1c.contextd.v1.GetUsageRequest\x1a\x1d.contextd.v1.GetUsageResponse\x12\\\n" +
-	"\x0fListTenantUsage\x12#.contextd.v1.ListTenantUsageRequest\x1a$.contextd.v1.ListTenantUsageResponseB\xb8\x01\n" +
+	"\x0fListTenantUsage\x12#.contextd.v1.ListTenantUsageRequest\x1a$.contextd.v1.ListTenantUsageResponse\x12e\n" +
+	"\x12DeleteConversation\x12&.contextd.v1.DeleteConversationRequest\x1a'.contextd.v1.DeleteConversationResponse\x12h\n" +
+	"\x13DeleteConversations\x12'.contextd.v1.DeleteConversationsRequest\x1a(.contextd.v1.DeleteConversationsResponse\x12j\n" +
+	"\x13ExportConversations\x12'.contextd.v1.ExportConversationsRequest\x1a(.contextd.v1.ExportConversationsResponse0\x01B\xb8\x01\n" +
 	"\x0fcom.contextd.v1B\x18ConversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -1613,76 +1994,89 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
-	(ConversationOrder)(0),            // 0: contextd.v1.ConversationOrder
-	(*GetStateRequest)(nil),           // 1: contextd.v1.GetStateRequest
-	(*GetStateResponse)(nil),          // 2: contextd.v1.GetStateResponse
-	(*ReadMessagesRequest)(nil),       // 3: contextd.v1.ReadMessagesRequest
-	(*SegmentSizes)(nil),              // 4: contextd.v1.SegmentSizes
-	(*ReadMessagesResponse)(nil),      // 5: contextd.v1.ReadMessagesResponse
-	(*CommitRequest)(nil),             // 6: contextd.v1.CommitRequest
-	(*CommitResponse)(nil),            // 7: contextd.v1.CommitResponse
-	(*ClearRequest)(nil),              // 8: contextd.v1.ClearRequest
-	(*ClearResponse)(nil),             // 9: contextd.v1.ClearResponse
-	(*WatchRequest)(nil),              // 10: contextd.v1.WatchRequest
-	(*Change)(nil),                    // 11: contextd.v1.Change
-	(*WatchResponse)(nil),             // 12: contextd.v1.WatchResponse
-	(*Heartbeat)(nil),                 // 13: contextd.v1.Heartbeat
-	(*ListConversationsRequest)(nil),  // 14: contextd.v1.ListConversationsRequest
-	(*ConversationSummary)(nil),       // 15: contextd.v1.ConversationSummary
-	(*ListConversationsResponse)(nil), // 16: contextd.v1.ListConversationsResponse
-	(*ReadToolResultRequest)(nil),     // 17: contextd.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),    // 18: contextd.v1.ReadToolResultResponse
-	nil,                               // 19: contextd.v1.ListConversationsRequest.LabelsEntry
-	nil,                               // 20: contextd.v1.ConversationSummary.LabelsEntry
-	(*ConversationState)(nil),         // 21: contextd.v1.ConversationState
-	(Segment)(0),                      // 22: contextd.v1.Segment
-	(*Message)(nil),                   // 23: contextd.v1.Message
-	(*Delta)(nil),                     // 24: contextd.v1.Delta
-	(*GetUsageRequest)(nil),           // 25: contextd.v1.GetUsageRequest
-	(*ListTenantUsageRequest)(nil),    // 26: contextd.v1.ListTenantUsageRequest
-	(*GetUsageResponse)(nil),          // 27: contextd.v1.GetUsageResponse
-	(*ListTenantUsageResponse)(nil),   // 28: contextd.v1.ListTenantUsageResponse
+	(ConversationOrder)(0),              // 0: contextd.v1.ConversationOrder
+	(*GetStateRequest)(nil),             // 1: contextd.v1.GetStateRequest
+	(*GetStateResponse)(nil),            // 2: contextd.v1.GetStateResponse
+	(*ReadMessagesRequest)(nil),         // 3: contextd.v1.ReadMessagesRequest
+	(*SegmentSizes)(nil),                // 4: contextd.v1.SegmentSizes
+	(*ReadMessagesResponse)(nil),        // 5: contextd.v1.ReadMessagesResponse
+	(*CommitRequest)(nil),               // 6: contextd.v1.CommitRequest
+	(*CommitResponse)(nil),              // 7: contextd.v1.CommitResponse
+	(*ClearRequest)(nil),                // 8: contextd.v1.ClearRequest
+	(*ClearResponse)(nil),               // 9: contextd.v1.ClearResponse
+	(*WatchRequest)(nil),                // 10: contextd.v1.WatchRequest
+	(*Change)(nil),                      // 11: contextd.v1.Change
+	(*WatchResponse)(nil),               // 12: contextd.v1.WatchResponse
+	(*Heartbeat)(nil),                   // 13: contextd.v1.Heartbeat
+	(*ListConversationsRequest)(nil),    // 14: contextd.v1.ListConversationsRequest
+	(*ConversationSummary)(nil),         // 15: contextd.v1.ConversationSummary
+	(*ListConversationsResponse)(nil),   // 16: contextd.v1.ListConversationsResponse
+	(*ReadToolResultRequest)(nil),       // 17: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),      // 18: contextd.v1.ReadToolResultResponse
+	(*DeleteConversationRequest)(nil),   // 19: contextd.v1.DeleteConversationRequest
+	(*DeleteConversationResponse)(nil),  // 20: contextd.v1.DeleteConversationResponse
+	(*DeleteConversationsRequest)(nil),  // 21: contextd.v1.DeleteConversationsRequest
+	(*DeleteConversationsResponse)(nil), // 22: contextd.v1.DeleteConversationsResponse
+	(*ExportConversationsRequest)(nil),  // 23: contextd.v1.ExportConversationsRequest
+	(*ExportConversationsResponse)(nil), // 24: contextd.v1.ExportConversationsResponse
+	nil,                                 // 25: contextd.v1.ListConversationsRequest.LabelsEntry
+	nil,                                 // 26: contextd.v1.ConversationSummary.LabelsEntry
+	(*ConversationState)(nil),           // 27: contextd.v1.ConversationState
+	(Segment)(0),                        // 28: contextd.v1.Segment
+	(*Message)(nil),                     // 29: contextd.v1.Message
+	(*Delta)(nil),                       // 30: contextd.v1.Delta
+	(*GetUsageRequest)(nil),             // 31: contextd.v1.GetUsageRequest
+	(*ListTenantUsageRequest)(nil),      // 32: contextd.v1.ListTenantUsageRequest
+	(*GetUsageResponse)(nil),            // 33: contextd.v1.GetUsageResponse
+	(*ListTenantUsageResponse)(nil),     // 34: contextd.v1.ListTenantUsageResponse
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	21, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	22, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
-	23, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
-	22, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	27, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	28, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	29, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	28, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
 	4,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
-	24, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	21, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	24, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	30, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	27, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	30, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
 	11, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
 	13, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	19, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
+	25, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
 	0,  // 11: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
-	20, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
+	26, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
 	15, // 13: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	1,  // 14: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	3,  // 15: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
-	6,  // 16: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	8,  // 17: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	10, // 18: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	14, // 19: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	17, // 20: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	25, // 21: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
-	26, // 22: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
-	2,  // 23: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	5,  // 24: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	7,  // 25: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	9,  // 26: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	12, // 27: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	16, // 28: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	18, // 29: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	27, // 30: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
-	28, // 31: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	27, // 14: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
+	1,  // 15: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	3,  // 16: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	6,  // 17: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	8,  // 18: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	10, // 19: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	14, // 20: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	17, // 21: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	31, // 22: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
+	32, // 23: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
+	19, // 24: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
+	21, // 25: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
+	23, // 26: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
+	2,  // 27: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	5,  // 28: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	7,  // 29: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	9,  // 30: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	12, // 31: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	16, // 32: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	18, // 33: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	33, // 34: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
+	34, // 35: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
+	20, // 36: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
+	22, // 37: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
+	24, // 38: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
+	27, // [27:39] is the sub-list for method output_type
+	15, // [15:27] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -1700,13 +2094,14 @@ func file_contextd_v1_conversation_service_proto_init() {
 		(*WatchResponse_Change)(nil),
 		(*WatchResponse_Heartbeat)(nil),
 	}
+	file_contextd_v1_conversation_service_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,15 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConversationService_GetState_FullMethodName          = "/contextd.v1.ConversationService/GetState"
-	ConversationService_ReadMessages_FullMethodName      = "/contextd.v1.ConversationService/ReadMessages"
-	ConversationService_Commit_FullMethodName            = "/contextd.v1.ConversationService/Commit"
-	ConversationService_Clear_FullMethodName             = "/contextd.v1.ConversationService/Clear"
-	ConversationService_Watch_FullMethodName             = "/contextd.v1.ConversationService/Watch"
-	ConversationService_ListConversations_FullMethodName = "/contextd.v1.ConversationService/ListConversations"
-	ConversationService_ReadToolResult_FullMethodName    = "/contextd.v1.ConversationService/ReadToolResult"
-	ConversationService_GetUsage_FullMethodName          = "/contextd.v1.ConversationService/GetUsage"
-	ConversationService_ListTenantUsage_FullMethodName   = "/contextd.v1.ConversationService/ListTenantUsage"
+	ConversationService_GetState_FullMethodName            = "/contextd.v1.ConversationService/GetState"
+	ConversationService_ReadMessages_FullMethodName        = "/contextd.v1.ConversationService/ReadMessages"
+	ConversationService_Commit_FullMethodName              = "/contextd.v1.ConversationService/Commit"
+	ConversationService_Clear_FullMethodName               = "/contextd.v1.ConversationService/Clear"
+	ConversationService_Watch_FullMethodName               = "/contextd.v1.ConversationService/Watch"
+	ConversationService_ListConversations_FullMethodName   = "/contextd.v1.ConversationService/ListConversations"
+	ConversationService_ReadToolResult_FullMethodName      = "/contextd.v1.ConversationService/ReadToolResult"
+	ConversationService_GetUsage_FullMethodName            = "/contextd.v1.ConversationService/GetUsage"
+	ConversationService_ListTenantUsage_FullMethodName     = "/contextd.v1.ConversationService/ListTenantUsage"
+	ConversationService_DeleteConversation_FullMethodName  = "/contextd.v1.ConversationService/DeleteConversation"
+	ConversationService_DeleteConversations_FullMethodName = "/contextd.v1.ConversationService/DeleteConversations"
+	ConversationService_ExportConversations_FullMethodName = "/contextd.v1.ConversationService/ExportConversations"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -76,6 +79,18 @@ type ConversationServiceClient interface {
 	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
 	// (a tenant's token naming another tenant), UNAVAILABLE.
 	ListTenantUsage(ctx context.Context, in *ListTenantUsageRequest, opts ...grpc.CallOption) (*ListTenantUsageResponse, error)
+	// Delete one conversation: every stored part of it (state, segments, change log, listing
+	// entries) goes at once, and it then reads as one never written (version 0). A stale
+	// `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
+	// heartbeat interval (docs/retention.md).
+	DeleteConversation(ctx context.Context, in *DeleteConversationRequest, opts ...grpc.CallOption) (*DeleteConversationResponse, error)
+	// Delete every conversation whose id starts with a prefix (a tenant's: "<tenant>/"), a bounded
+	// number per call: call again with `next_page_token` until it is empty.
+	DeleteConversations(ctx context.Context, in *DeleteConversationsRequest, opts ...grpc.CallOption) (*DeleteConversationsResponse, error)
+	// Stream the states of every conversation whose id starts with a prefix, in id order, read from
+	// the store a few at a time (never the whole prefix in memory); resumable from any response's
+	// `resume_token`.
+	ExportConversations(ctx context.Context, in *ExportConversationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportConversationsResponse], error)
 }
 
 type conversationServiceClient struct {
@@ -185,6 +200,45 @@ func (c *conversationServiceClient) ListTenantUsage(ctx context.Context, in *Lis
 	return out, nil
 }
 
+func (c *conversationServiceClient) DeleteConversation(ctx context.Context, in *DeleteConversationRequest, opts ...grpc.CallOption) (*DeleteConversationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteConversationResponse)
+	err := c.cc.Invoke(ctx, ConversationService_DeleteConversation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationServiceClient) DeleteConversations(ctx context.Context, in *DeleteConversationsRequest, opts ...grpc.CallOption) (*DeleteConversationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteConversationsResponse)
+	err := c.cc.Invoke(ctx, ConversationService_DeleteConversations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationServiceClient) ExportConversations(ctx context.Context, in *ExportConversationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportConversationsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConversationService_ServiceDesc.Streams[1], ConversationService_ExportConversations_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportConversationsRequest, ExportConversationsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConversationService_ExportConversationsClient = grpc.ServerStreamingClient[ExportConversationsResponse]
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -231,6 +285,18 @@ type ConversationServiceServer interface {
 	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
 	// (a tenant's token naming another tenant), UNAVAILABLE.
 	ListTenantUsage(context.Context, *ListTenantUsageRequest) (*ListTenantUsageResponse, error)
+	// Delete one conversation: every stored part of it (state, segments, change log, listing
+	// entries) goes at once, and it then reads as one never written (version 0). A stale
+	// `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
+	// heartbeat interval (docs/retention.md).
+	DeleteConversation(context.Context, *DeleteConversationRequest) (*DeleteConversationResponse, error)
+	// Delete every conversation whose id starts with a prefix (a tenant's: "<tenant>/"), a bounded
+	// number per call: call again with `next_page_token` until it is empty.
+	DeleteConversations(context.Context, *DeleteConversationsRequest) (*DeleteConversationsResponse, error)
+	// Stream the states of every conversation whose id starts with a prefix, in id order, read from
+	// the store a few at a time (never the whole prefix in memory); resumable from any response's
+	// `resume_token`.
+	ExportConversations(*ExportConversationsRequest, grpc.ServerStreamingServer[ExportConversationsResponse]) error
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -267,6 +333,15 @@ func (UnimplementedConversationServiceServer) GetUsage(context.Context, *GetUsag
 }
 func (UnimplementedConversationServiceServer) ListTenantUsage(context.Context, *ListTenantUsageRequest) (*ListTenantUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTenantUsage not implemented")
+}
+func (UnimplementedConversationServiceServer) DeleteConversation(context.Context, *DeleteConversationRequest) (*DeleteConversationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteConversation not implemented")
+}
+func (UnimplementedConversationServiceServer) DeleteConversations(context.Context, *DeleteConversationsRequest) (*DeleteConversationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteConversations not implemented")
+}
+func (UnimplementedConversationServiceServer) ExportConversations(*ExportConversationsRequest, grpc.ServerStreamingServer[ExportConversationsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportConversations not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -444,6 +519,53 @@ func _ConversationService_ListTenantUsage_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_DeleteConversation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteConversationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).DeleteConversation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_DeleteConversation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).DeleteConversation(ctx, req.(*DeleteConversationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationService_DeleteConversations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteConversationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).DeleteConversations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_DeleteConversations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).DeleteConversations(ctx, req.(*DeleteConversationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationService_ExportConversations_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportConversationsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ConversationServiceServer).ExportConversations(m, &grpc.GenericServerStream[ExportConversationsRequest, ExportConversationsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConversationService_ExportConversationsServer = grpc.ServerStreamingServer[ExportConversationsResponse]
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -483,11 +605,24 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListTenantUsage",
 			Handler:    _ConversationService_ListTenantUsage_Handler,
 		},
+		{
+			MethodName: "DeleteConversation",
+			Handler:    _ConversationService_DeleteConversation_Handler,
+		},
+		{
+			MethodName: "DeleteConversations",
+			Handler:    _ConversationService_DeleteConversations_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Watch",
 			Handler:       _ConversationService_Watch_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExportConversations",
+			Handler:       _ConversationService_ExportConversations_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -260,7 +260,12 @@ type ConversationState struct {
 	// Labels for finding the conversation (`ListConversationsRequest.labels` filters by them): at
 	// most 32, each key 1 to 64 UTF-8 bytes, each value at most 256. Set with `Delta.set_metadata`;
 	// kept by `clear_state` and `Clear`, as `title` is.
-	Labels        map[string]string `protobuf:"bytes,441,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,441,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How long the conversation lives without a commit, in milliseconds: it expires its last
+	// commit's time plus this, and then reads as one never written. 0 = the tenant's default
+	// (`--idle-ttl-ms`, `--idle-ttl-per-tenant`); -1 = never, whatever the default. Set with
+	// `Delta.set_metadata`; kept by `clear_state` and `Clear`.
+	IdleTtlMs     int64 `protobuf:"varint,490,opt,name=idle_ttl_ms,json=idleTtlMs,proto3" json:"idle_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,6 +384,13 @@ func (x *ConversationState) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *ConversationState) GetIdleTtlMs() int64 {
+	if x != nil {
+		return x.IdleTtlMs
+	}
+	return 0
+}
+
 // One change to a conversation. Deltas are applied in order inside a commit; the whole batch
 // applies or nothing does. Exactly one operation must be set.
 type Delta struct {
@@ -407,6 +419,7 @@ type Delta struct {
 	//	*Delta_SetToolDefinitions
 	//	*Delta_AppendProviderStream
 	//	*Delta_SetMetadata
+	//	*Delta_PruneHistory
 	Operation     isDelta_Operation `protobuf_oneof:"operation"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -629,6 +642,15 @@ func (x *Delta) GetSetMetadata() *SetMetadata {
 	return nil
 }
 
+func (x *Delta) GetPruneHistory() *PruneHistory {
+	if x != nil {
+		if x, ok := x.Operation.(*Delta_PruneHistory); ok {
+			return x.PruneHistory
+		}
+	}
+	return nil
+}
+
 type isDelta_Operation interface {
 	isDelta_Operation()
 }
@@ -733,6 +755,11 @@ type Delta_SetMetadata struct {
 	SetMetadata *SetMetadata `protobuf:"bytes,440,opt,name=set_metadata,json=setMetadata,proto3,oneof"`
 }
 
+type Delta_PruneHistory struct {
+	// Drop the oldest history beyond a count or size, leaving a summary in its place.
+	PruneHistory *PruneHistory `protobuf:"bytes,490,opt,name=prune_history,json=pruneHistory,proto3,oneof"`
+}
+
 func (*Delta_AppendMessages) isDelta_Operation() {}
 
 func (*Delta_ReplaceSegment) isDelta_Operation() {}
@@ -772,6 +799,8 @@ func (*Delta_SetToolDefinitions) isDelta_Operation() {}
 func (*Delta_AppendProviderStream) isDelta_Operation() {}
 
 func (*Delta_SetMetadata) isDelta_Operation() {}
+
+func (*Delta_PruneHistory) isDelta_Operation() {}
 
 // Append messages to the end of a segment. Messages without an id get a random one; a tool call
 // without an id gets `call_<message id>_<n>` (n its place among the message's calls, from 0), and
@@ -1852,7 +1881,11 @@ type SetMetadata struct {
 	Labels map[string]string `protobuf:"bytes,441,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Keys of labels to remove (an absent key is no error). A key both here and in `labels` is
 	// INVALID_ARGUMENT.
-	RemoveLabels  []string `protobuf:"bytes,442,rep,name=remove_labels,json=removeLabels,proto3" json:"remove_labels,omitempty"`
+	RemoveLabels []string `protobuf:"bytes,442,rep,name=remove_labels,json=removeLabels,proto3" json:"remove_labels,omitempty"`
+	// The new idle TTL (`ConversationState.idle_ttl_ms`): absent = unchanged, 0 = the tenant's
+	// default, -1 = never, else 1 to 3,153,600,000,000 (100 years) ms; anything else is
+	// INVALID_ARGUMENT naming the limit.
+	IdleTtlMs     *int64 `protobuf:"varint,490,opt,name=idle_ttl_ms,json=idleTtlMs,proto3,oneof" json:"idle_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1908,6 +1941,84 @@ func (x *SetMetadata) GetRemoveLabels() []string {
 	return nil
 }
 
+func (x *SetMetadata) GetIdleTtlMs() int64 {
+	if x != nil && x.IdleTtlMs != nil {
+		return *x.IdleTtlMs
+	}
+	return 0
+}
+
+// Drop the oldest history so that what follows the summary fits `max_messages` and `max_bytes`.
+// Whole units only: a tool round (the assistant message and its results) is kept or dropped
+// whole, and an open round at the tail and the newest unit are always kept. The dropped messages
+// (with any summary among them, whose coverage it takes over) are replaced by one summary at the
+// head of history, whose `Provenance.Summary` lists every id it stands for, so what was dropped
+// is on record: `summary` when given, else a text "[<n> earlier messages were pruned]". Nothing
+// to drop = the batch changes nothing here. Setting neither limit is INVALID_ARGUMENT.
+type PruneHistory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Messages kept after the summary, at most; 0 = no count limit.
+	MaxMessages uint32 `protobuf:"varint,490,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
+	// Bytes kept after the summary (the messages' protobuf encodings), at most; 0 = no size limit.
+	MaxBytes uint64 `protobuf:"varint,491,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// The summary that replaces what is dropped (as `Compact.summary`); absent = the text above, as
+	// an ASSISTANT message.
+	Summary       *Message `protobuf:"bytes,492,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneHistory) Reset() {
+	*x = PruneHistory{}
+	mi := &file_contextd_v1_state_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneHistory) ProtoMessage() {}
+
+func (x *PruneHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_state_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneHistory.ProtoReflect.Descriptor instead.
+func (*PruneHistory) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PruneHistory) GetMaxMessages() uint32 {
+	if x != nil {
+		return x.MaxMessages
+	}
+	return 0
+}
+
+func (x *PruneHistory) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *PruneHistory) GetSummary() *Message {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 // Replace the conversation's tool definitions.
 type SetToolDefinitions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1919,7 +2030,7 @@ type SetToolDefinitions struct {
 
 func (x *SetToolDefinitions) Reset() {
 	*x = SetToolDefinitions{}
-	mi := &file_contextd_v1_state_proto_msgTypes[23]
+	mi := &file_contextd_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2042,7 @@ func (x *SetToolDefinitions) String() string {
 func (*SetToolDefinitions) ProtoMessage() {}
 
 func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[23]
+	mi := &file_contextd_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2055,7 @@ func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetToolDefinitions.ProtoReflect.Descriptor instead.
 func (*SetToolDefinitions) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetToolDefinitions) GetToolDefinitions() []*ToolDefinition {
@@ -1970,7 +2081,7 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"parameters\x18\x03 \x01(\tR\n" +
 	"parameters\x12%\n" +
 	"\x0ebest_practices\x18( \x03(\tR\rbestPractices\x12)\n" +
-	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\x93\x05\n" +
+	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\xb4\x05\n" +
 	"\x11ConversationState\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12,\n" +
@@ -1984,10 +2095,11 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\x16last_experience_number\x18\n" +
 	" \x01(\x03R\x14lastExperienceNumber\x12\x15\n" +
 	"\x05title\x18\xb8\x03 \x01(\tR\x05title\x12C\n" +
-	"\x06labels\x18\xb9\x03 \x03(\v2*.contextd.v1.ConversationState.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\xb9\x03 \x03(\v2*.contextd.v1.ConversationState.LabelsEntryR\x06labels\x12\x1f\n" +
+	"\vidle_ttl_ms\x18\xea\x03 \x01(\x03R\tidleTtlMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\v\n" +
 	"\x05Delta\x12F\n" +
 	"\x0fappend_messages\x18\x01 \x01(\v2\x1b.contextd.v1.AppendMessagesH\x00R\x0eappendMessages\x12F\n" +
 	"\x0freplace_segment\x18\x02 \x01(\v2\x1b.contextd.v1.ReplaceSegmentH\x00R\x0ereplaceSegment\x12F\n" +
@@ -2011,7 +2123,8 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\x18append_provider_response\x18\x11 \x01(\v2#.contextd.v1.AppendProviderResponseH\x00R\x16appendProviderResponse\x12S\n" +
 	"\x14set_tool_definitions\x18\x12 \x01(\v2\x1f.contextd.v1.SetToolDefinitionsH\x00R\x12setToolDefinitions\x12Y\n" +
 	"\x16append_provider_stream\x18< \x01(\v2!.contextd.v1.AppendProviderStreamH\x00R\x14appendProviderStream\x12>\n" +
-	"\fset_metadata\x18\xb8\x03 \x01(\v2\x18.contextd.v1.SetMetadataH\x00R\vsetMetadataB\v\n" +
+	"\fset_metadata\x18\xb8\x03 \x01(\v2\x18.contextd.v1.SetMetadataH\x00R\vsetMetadata\x12A\n" +
+	"\rprune_history\x18\xea\x03 \x01(\v2\x19.contextd.v1.PruneHistoryH\x00R\fpruneHistoryB\v\n" +
 	"\toperation\"r\n" +
 	"\x0eAppendMessages\x12.\n" +
 	"\asegment\x18\x01 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x120\n" +
@@ -2073,15 +2186,21 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\x12\x16\n" +
 	"\x06events\x18\x02 \x03(\fR\x06events\x12 \n" +
 	"\vinterrupted\x18\x03 \x01(\bR\vinterrupted\x12!\n" +
-	"\fabort_reason\x18\x04 \x01(\tR\vabortReason\"\xd3\x01\n" +
+	"\fabort_reason\x18\x04 \x01(\tR\vabortReason\"\x89\x02\n" +
 	"\vSetMetadata\x12\x1a\n" +
 	"\x05title\x18\xb8\x03 \x01(\tH\x00R\x05title\x88\x01\x01\x12=\n" +
 	"\x06labels\x18\xb9\x03 \x03(\v2$.contextd.v1.SetMetadata.LabelsEntryR\x06labels\x12$\n" +
-	"\rremove_labels\x18\xba\x03 \x03(\tR\fremoveLabels\x1a9\n" +
+	"\rremove_labels\x18\xba\x03 \x03(\tR\fremoveLabels\x12$\n" +
+	"\vidle_ttl_ms\x18\xea\x03 \x01(\x03H\x01R\tidleTtlMs\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
-	"\x06_title\"\\\n" +
+	"\x06_titleB\x0e\n" +
+	"\f_idle_ttl_ms\"\x81\x01\n" +
+	"\fPruneHistory\x12\"\n" +
+	"\fmax_messages\x18\xea\x03 \x01(\rR\vmaxMessages\x12\x1c\n" +
+	"\tmax_bytes\x18\xeb\x03 \x01(\x04R\bmaxBytes\x12/\n" +
+	"\asummary\x18\xec\x03 \x01(\v2\x14.contextd.v1.MessageR\asummary\"\\\n" +
 	"\x12SetToolDefinitions\x12F\n" +
 	"\x10tool_definitions\x18\x01 \x03(\v2\x1b.contextd.v1.ToolDefinitionR\x0ftoolDefinitions*r\n" +
 	"\aSegment\x12\x17\n" +
@@ -2106,7 +2225,7 @@ func file_contextd_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_contextd_v1_state_proto_goTypes = []any{
 	(Segment)(0),                   // 0: contextd.v1.Segment
 	(*Experience)(nil),             // 1: contextd.v1.Experience
@@ -2132,26 +2251,27 @@ var file_contextd_v1_state_proto_goTypes = []any{
 	(*AppendProviderResponse)(nil), // 21: contextd.v1.AppendProviderResponse
 	(*AppendProviderStream)(nil),   // 22: contextd.v1.AppendProviderStream
 	(*SetMetadata)(nil),            // 23: contextd.v1.SetMetadata
-	(*SetToolDefinitions)(nil),     // 24: contextd.v1.SetToolDefinitions
-	nil,                            // 25: contextd.v1.ConversationState.LabelsEntry
-	nil,                            // 26: contextd.v1.SetMetadata.LabelsEntry
-	(*Message)(nil),                // 27: contextd.v1.Message
-	(*Artifact)(nil),               // 28: contextd.v1.Artifact
-	(*ToolCallPart)(nil),           // 29: contextd.v1.ToolCallPart
-	(*ReasoningPart)(nil),          // 30: contextd.v1.ReasoningPart
-	(*ToolPayload)(nil),            // 31: contextd.v1.ToolPayload
-	(*Part)(nil),                   // 32: contextd.v1.Part
-	(Provider)(0),                  // 33: contextd.v1.Provider
+	(*PruneHistory)(nil),           // 24: contextd.v1.PruneHistory
+	(*SetToolDefinitions)(nil),     // 25: contextd.v1.SetToolDefinitions
+	nil,                            // 26: contextd.v1.ConversationState.LabelsEntry
+	nil,                            // 27: contextd.v1.SetMetadata.LabelsEntry
+	(*Message)(nil),                // 28: contextd.v1.Message
+	(*Artifact)(nil),               // 29: contextd.v1.Artifact
+	(*ToolCallPart)(nil),           // 30: contextd.v1.ToolCallPart
+	(*ReasoningPart)(nil),          // 31: contextd.v1.ReasoningPart
+	(*ToolPayload)(nil),            // 32: contextd.v1.ToolPayload
+	(*Part)(nil),                   // 33: contextd.v1.Part
+	(Provider)(0),                  // 34: contextd.v1.Provider
 }
 var file_contextd_v1_state_proto_depIdxs = []int32{
-	27, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
-	27, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
-	27, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
-	27, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
-	28, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
+	28, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
+	28, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
+	28, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
+	28, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
+	29, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
 	1,  // 5: contextd.v1.ConversationState.experiences:type_name -> contextd.v1.Experience
 	2,  // 6: contextd.v1.ConversationState.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	25, // 7: contextd.v1.ConversationState.labels:type_name -> contextd.v1.ConversationState.LabelsEntry
+	26, // 7: contextd.v1.ConversationState.labels:type_name -> contextd.v1.ConversationState.LabelsEntry
 	5,  // 8: contextd.v1.Delta.append_messages:type_name -> contextd.v1.AppendMessages
 	6,  // 9: contextd.v1.Delta.replace_segment:type_name -> contextd.v1.ReplaceSegment
 	7,  // 10: contextd.v1.Delta.remove_messages:type_name -> contextd.v1.RemoveMessages
@@ -2169,33 +2289,35 @@ var file_contextd_v1_state_proto_depIdxs = []int32{
 	19, // 22: contextd.v1.Delta.remember:type_name -> contextd.v1.Remember
 	20, // 23: contextd.v1.Delta.forget:type_name -> contextd.v1.Forget
 	21, // 24: contextd.v1.Delta.append_provider_response:type_name -> contextd.v1.AppendProviderResponse
-	24, // 25: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
+	25, // 25: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
 	22, // 26: contextd.v1.Delta.append_provider_stream:type_name -> contextd.v1.AppendProviderStream
 	23, // 27: contextd.v1.Delta.set_metadata:type_name -> contextd.v1.SetMetadata
-	0,  // 28: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
-	27, // 29: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
-	0,  // 30: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
-	27, // 31: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
-	0,  // 32: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
-	0,  // 33: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
-	28, // 34: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
-	27, // 35: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
-	27, // 36: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
-	29, // 37: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
-	30, // 38: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
-	31, // 39: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
-	32, // 40: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
-	27, // 41: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
-	27, // 42: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
-	33, // 43: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
-	33, // 44: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
-	26, // 45: contextd.v1.SetMetadata.labels:type_name -> contextd.v1.SetMetadata.LabelsEntry
-	2,  // 46: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	47, // [47:47] is the sub-list for method output_type
-	47, // [47:47] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	24, // 28: contextd.v1.Delta.prune_history:type_name -> contextd.v1.PruneHistory
+	0,  // 29: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
+	28, // 30: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
+	0,  // 31: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
+	28, // 32: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
+	0,  // 33: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
+	0,  // 34: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
+	29, // 35: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
+	28, // 36: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
+	28, // 37: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
+	30, // 38: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
+	31, // 39: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
+	32, // 40: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
+	33, // 41: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
+	28, // 42: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
+	28, // 43: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
+	34, // 44: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
+	34, // 45: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
+	27, // 46: contextd.v1.SetMetadata.labels:type_name -> contextd.v1.SetMetadata.LabelsEntry
+	28, // 47: contextd.v1.PruneHistory.summary:type_name -> contextd.v1.Message
+	2,  // 48: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_state_proto_init() }
@@ -2226,6 +2348,7 @@ func file_contextd_v1_state_proto_init() {
 		(*Delta_SetToolDefinitions)(nil),
 		(*Delta_AppendProviderStream)(nil),
 		(*Delta_SetMetadata)(nil),
+		(*Delta_PruneHistory)(nil),
 	}
 	file_contextd_v1_state_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
@@ -2234,7 +2357,7 @@ func file_contextd_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_state_proto_rawDesc), len(file_contextd_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

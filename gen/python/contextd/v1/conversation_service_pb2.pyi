@@ -187,7 +187,7 @@ class ListConversationsRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., prefix: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., updated_since_unix_ms: _Optional[int] = ..., order: _Optional[_Union[ConversationOrder, str]] = ...) -> None: ...
 
 class ConversationSummary(_message.Message):
-    __slots__ = ("conversation_id", "version", "created_at_unix_ms", "updated_at_unix_ms", "title", "labels")
+    __slots__ = ("conversation_id", "version", "created_at_unix_ms", "updated_at_unix_ms", "title", "labels", "expires_at_unix_ms")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -201,13 +201,15 @@ class ConversationSummary(_message.Message):
     UPDATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
     created_at_unix_ms: int
     updated_at_unix_ms: int
     title: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., updated_at_unix_ms: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    expires_at_unix_ms: int
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., updated_at_unix_ms: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., expires_at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class ListConversationsResponse(_message.Message):
     __slots__ = ("conversations", "next_page_token")
@@ -244,3 +246,53 @@ class ReadToolResultResponse(_message.Message):
     name: str
     version: int
     def __init__(self, text: _Optional[str] = ..., offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., name: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class DeleteConversationRequest(_message.Message):
+    __slots__ = ("conversation_id", "expected_version")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    expected_version: int
+    def __init__(self, conversation_id: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class DeleteConversationResponse(_message.Message):
+    __slots__ = ("deleted_version",)
+    DELETED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    deleted_version: int
+    def __init__(self, deleted_version: _Optional[int] = ...) -> None: ...
+
+class DeleteConversationsRequest(_message.Message):
+    __slots__ = ("prefix", "page_token", "page_size")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    page_token: str
+    page_size: int
+    def __init__(self, prefix: _Optional[str] = ..., page_token: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class DeleteConversationsResponse(_message.Message):
+    __slots__ = ("deleted", "next_page_token")
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deleted: int
+    next_page_token: str
+    def __init__(self, deleted: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ExportConversationsRequest(_message.Message):
+    __slots__ = ("prefix", "resume_token")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    resume_token: str
+    def __init__(self, prefix: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
+
+class ExportConversationsResponse(_message.Message):
+    __slots__ = ("state", "without_messages", "resume_token")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    state: _state_pb2.ConversationState
+    without_messages: bool
+    resume_token: str
+    def __init__(self, state: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ..., without_messages: bool = ..., resume_token: _Optional[str] = ...) -> None: ...

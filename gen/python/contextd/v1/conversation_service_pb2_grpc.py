@@ -87,6 +87,21 @@ class ConversationServiceStub(object):
                 request_serializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageResponse.FromString,
                 _registered_method=True)
+        self.DeleteConversation = channel.unary_unary(
+                '/contextd.v1.ConversationService/DeleteConversation',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationResponse.FromString,
+                _registered_method=True)
+        self.DeleteConversations = channel.unary_unary(
+                '/contextd.v1.ConversationService/DeleteConversations',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationsRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationsResponse.FromString,
+                _registered_method=True)
+        self.ExportConversations = channel.unary_stream(
+                '/contextd.v1.ConversationService/ExportConversations',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsResponse.FromString,
+                _registered_method=True)
 
 
 class ConversationServiceServicer(object):
@@ -178,6 +193,33 @@ class ConversationServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteConversation(self, request, context):
+        """Delete one conversation: every stored part of it (state, segments, change log, listing
+        entries) goes at once, and it then reads as one never written (version 0). A stale
+        `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
+        heartbeat interval (docs/retention.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteConversations(self, request, context):
+        """Delete every conversation whose id starts with a prefix (a tenant's: "<tenant>/"), a bounded
+        number per call: call again with `next_page_token` until it is empty.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportConversations(self, request, context):
+        """Stream the states of every conversation whose id starts with a prefix, in id order, read from
+        the store a few at a time (never the whole prefix in memory); resumable from any response's
+        `resume_token`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +267,21 @@ def add_ConversationServiceServicer_to_server(servicer, server):
                     servicer.ListTenantUsage,
                     request_deserializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageResponse.SerializeToString,
+            ),
+            'DeleteConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConversation,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationResponse.SerializeToString,
+            ),
+            'DeleteConversations': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConversations,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationsRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationsResponse.SerializeToString,
+            ),
+            'ExportConversations': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportConversations,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -477,6 +534,87 @@ class ConversationService(object):
             '/contextd.v1.ConversationService/ListTenantUsage',
             contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageRequest.SerializeToString,
             contextd_dot_v1_dot_usage__ledger__pb2.ListTenantUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/DeleteConversation',
+            contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/DeleteConversations',
+            contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationsRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.DeleteConversationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/contextd.v1.ConversationService/ExportConversations',
+            contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

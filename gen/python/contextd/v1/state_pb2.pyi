@@ -45,7 +45,7 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ..., best_practices: _Optional[_Iterable[str]] = ..., prompt_injection: _Optional[str] = ...) -> None: ...
 
 class ConversationState(_message.Message):
-    __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number", "title", "labels")
+    __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number", "title", "labels", "idle_ttl_ms")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class ConversationState(_message.Message):
     LAST_EXPERIENCE_NUMBER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
     system: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -77,10 +78,11 @@ class ConversationState(_message.Message):
     last_experience_number: int
     title: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    idle_ttl_ms: int
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions", "append_provider_stream", "set_metadata")
+    __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions", "append_provider_stream", "set_metadata", "prune_history")
     APPEND_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     REPLACE_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     REMOVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +103,7 @@ class Delta(_message.Message):
     SET_TOOL_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
     APPEND_PROVIDER_STREAM_FIELD_NUMBER: _ClassVar[int]
     SET_METADATA_FIELD_NUMBER: _ClassVar[int]
+    PRUNE_HISTORY_FIELD_NUMBER: _ClassVar[int]
     append_messages: AppendMessages
     replace_segment: ReplaceSegment
     remove_messages: RemoveMessages
@@ -121,7 +124,8 @@ class Delta(_message.Message):
     set_tool_definitions: SetToolDefinitions
     append_provider_stream: AppendProviderStream
     set_metadata: SetMetadata
-    def __init__(self, append_messages: _Optional[_Union[AppendMessages, _Mapping]] = ..., replace_segment: _Optional[_Union[ReplaceSegment, _Mapping]] = ..., remove_messages: _Optional[_Union[RemoveMessages, _Mapping]] = ..., clear_segment: _Optional[_Union[ClearSegment, _Mapping]] = ..., clear_state: _Optional[_Union[ClearState, _Mapping]] = ..., upsert_artifact: _Optional[_Union[UpsertArtifact, _Mapping]] = ..., remove_artifacts: _Optional[_Union[RemoveArtifacts, _Mapping]] = ..., append_tool_round: _Optional[_Union[AppendToolRound, _Mapping]] = ..., append_assistant: _Optional[_Union[AppendAssistant, _Mapping]] = ..., append_tool_result: _Optional[_Union[AppendToolResult, _Mapping]] = ..., append_user: _Optional[_Union[AppendUser, _Mapping]] = ..., truncate_assistant: _Optional[_Union[TruncateAssistant, _Mapping]] = ..., cancel_tool_calls: _Optional[_Union[CancelToolCalls, _Mapping]] = ..., compact: _Optional[_Union[Compact, _Mapping]] = ..., remember: _Optional[_Union[Remember, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., append_provider_response: _Optional[_Union[AppendProviderResponse, _Mapping]] = ..., set_tool_definitions: _Optional[_Union[SetToolDefinitions, _Mapping]] = ..., append_provider_stream: _Optional[_Union[AppendProviderStream, _Mapping]] = ..., set_metadata: _Optional[_Union[SetMetadata, _Mapping]] = ...) -> None: ...
+    prune_history: PruneHistory
+    def __init__(self, append_messages: _Optional[_Union[AppendMessages, _Mapping]] = ..., replace_segment: _Optional[_Union[ReplaceSegment, _Mapping]] = ..., remove_messages: _Optional[_Union[RemoveMessages, _Mapping]] = ..., clear_segment: _Optional[_Union[ClearSegment, _Mapping]] = ..., clear_state: _Optional[_Union[ClearState, _Mapping]] = ..., upsert_artifact: _Optional[_Union[UpsertArtifact, _Mapping]] = ..., remove_artifacts: _Optional[_Union[RemoveArtifacts, _Mapping]] = ..., append_tool_round: _Optional[_Union[AppendToolRound, _Mapping]] = ..., append_assistant: _Optional[_Union[AppendAssistant, _Mapping]] = ..., append_tool_result: _Optional[_Union[AppendToolResult, _Mapping]] = ..., append_user: _Optional[_Union[AppendUser, _Mapping]] = ..., truncate_assistant: _Optional[_Union[TruncateAssistant, _Mapping]] = ..., cancel_tool_calls: _Optional[_Union[CancelToolCalls, _Mapping]] = ..., compact: _Optional[_Union[Compact, _Mapping]] = ..., remember: _Optional[_Union[Remember, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., append_provider_response: _Optional[_Union[AppendProviderResponse, _Mapping]] = ..., set_tool_definitions: _Optional[_Union[SetToolDefinitions, _Mapping]] = ..., append_provider_stream: _Optional[_Union[AppendProviderStream, _Mapping]] = ..., set_metadata: _Optional[_Union[SetMetadata, _Mapping]] = ..., prune_history: _Optional[_Union[PruneHistory, _Mapping]] = ...) -> None: ...
 
 class AppendMessages(_message.Message):
     __slots__ = ("segment", "messages")
@@ -270,7 +274,7 @@ class AppendProviderStream(_message.Message):
     def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., events: _Optional[_Iterable[bytes]] = ..., interrupted: bool = ..., abort_reason: _Optional[str] = ...) -> None: ...
 
 class SetMetadata(_message.Message):
-    __slots__ = ("title", "labels", "remove_labels")
+    __slots__ = ("title", "labels", "remove_labels", "idle_ttl_ms")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -281,10 +285,22 @@ class SetMetadata(_message.Message):
     TITLE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REMOVE_LABELS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     title: str
     labels: _containers.ScalarMap[str, str]
     remove_labels: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., remove_labels: _Optional[_Iterable[str]] = ...) -> None: ...
+    idle_ttl_ms: int
+    def __init__(self, title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., remove_labels: _Optional[_Iterable[str]] = ..., idle_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class PruneHistory(_message.Message):
+    __slots__ = ("max_messages", "max_bytes", "summary")
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    max_messages: int
+    max_bytes: int
+    summary: _message_pb2.Message
+    def __init__(self, max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., summary: _Optional[_Union[_message_pb2.Message, _Mapping]] = ...) -> None: ...
 
 class SetToolDefinitions(_message.Message):
     __slots__ = ("tool_definitions",)

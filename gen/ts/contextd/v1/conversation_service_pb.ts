@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMilAIKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkSQgoGbGFiZWxzGLgDIAMoCzIxLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdC5MYWJlbHNFbnRyeRIeChV1cGRhdGVkX3NpbmNlX3VuaXhfbXMYuQMgASgDEi4KBW9yZGVyGLoDIAEoDjIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvbk9yZGVyGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9wEKE0NvbnZlcnNhdGlvblN1bW1hcnkSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSGwoSY3JlYXRlZF9hdF91bml4X21zGLgDIAEoAxIbChJ1cGRhdGVkX2F0X3VuaXhfbXMYuQMgASgDEg4KBXRpdGxlGLoDIAEoCRI9CgZsYWJlbHMYuwMgAygLMiwuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeS5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMqdwoRQ29udmVyc2F0aW9uT3JkZXISIgoeQ09OVkVSU0FUSU9OX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVQ09OVkVSU0FUSU9OX09SREVSX0lEEAESIwofQ09OVkVSU0FUSU9OX09SREVSX1VQREFURURfREVTQxACMt4FChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJTCgxSZWFkTWVzc2FnZXMSIC5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXF1ZXN0GiEuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USWQoOUmVhZFRvb2xSZXN1bHQSIi5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIy5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlc3BvbnNlEkcKCEdldFVzYWdlEhwuY29udGV4dGQudjEuR2V0VXNhZ2VSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0VXNhZ2VSZXNwb25zZRJcCg9MaXN0VGVuYW50VXNhZ2USIy5jb250ZXh0ZC52MS5MaXN0VGVuYW50VXNhZ2VSZXF1ZXN0GiQuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMilAIKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkSQgoGbGFiZWxzGLgDIAMoCzIxLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdC5MYWJlbHNFbnRyeRIeChV1cGRhdGVkX3NpbmNlX3VuaXhfbXMYuQMgASgDEi4KBW9yZGVyGLoDIAEoDjIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvbk9yZGVyGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAIKE0NvbnZlcnNhdGlvblN1bW1hcnkSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSGwoSY3JlYXRlZF9hdF91bml4X21zGLgDIAEoAxIbChJ1cGRhdGVkX2F0X3VuaXhfbXMYuQMgASgDEg4KBXRpdGxlGLoDIAEoCRI9CgZsYWJlbHMYuwMgAygLMiwuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeS5MYWJlbHNFbnRyeRIbChJleHBpcmVzX2F0X3VuaXhfbXMY6gMgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibQoZTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRI3Cg1jb252ZXJzYXRpb25zGAEgAygLMiAuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiaQoVUmVhZFRvb2xSZXN1bHRSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgx0b29sX2NhbGxfaWQYAiABKAkSDgoGb2Zmc2V0GAMgASgEEhEKCW1heF9ieXRlcxgEIAEoDSJ/ChZSZWFkVG9vbFJlc3VsdFJlc3BvbnNlEgwKBHRleHQYASABKAkSDgoGb2Zmc2V0GAIgASgEEhMKC25leHRfb2Zmc2V0GAMgASgEEhMKC3RvdGFsX2J5dGVzGAQgASgEEgwKBG5hbWUYBSABKAkSDwoHdmVyc2lvbhgGIAEoAyJqChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjqAyABKAkSHgoQZXhwZWN0ZWRfdmVyc2lvbhjrAyABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiI2ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIYCg9kZWxldGVkX3ZlcnNpb24Y6gMgASgDIlYKGkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXF1ZXN0Eg8KBnByZWZpeBjqAyABKAkSEwoKcGFnZV90b2tlbhjrAyABKAkSEgoJcGFnZV9zaXplGOwDIAEoBSJJChtEZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USEAoHZGVsZXRlZBjqAyABKAUSGAoPbmV4dF9wYWdlX3Rva2VuGOsDIAEoCSJEChpFeHBvcnRDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhUKDHJlc3VtZV90b2tlbhjrAyABKAkifwobRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEi4KBXN0YXRlGOoDIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlEhkKEHdpdGhvdXRfbWVzc2FnZXMY6wMgASgIEhUKDHJlc3VtZV90b2tlbhjsAyABKAkqdwoRQ29udmVyc2F0aW9uT3JkZXISIgoeQ09OVkVSU0FUSU9OX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVQ09OVkVSU0FUSU9OX09SREVSX0lEEAESIwofQ09OVkVSU0FUSU9OX09SREVSX1VQREFURURfREVTQxACMpsIChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJTCgxSZWFkTWVzc2FnZXMSIC5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXF1ZXN0GiEuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USWQoOUmVhZFRvb2xSZXN1bHQSIi5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIy5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlc3BvbnNlEkcKCEdldFVzYWdlEhwuY29udGV4dGQudjEuR2V0VXNhZ2VSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0VXNhZ2VSZXNwb25zZRJcCg9MaXN0VGVuYW50VXNhZ2USIy5jb250ZXh0ZC52MS5MaXN0VGVuYW50VXNhZ2VSZXF1ZXN0GiQuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVzcG9uc2USZQoSRGVsZXRlQ29udmVyc2F0aW9uEiYuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBonLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlEmgKE0RlbGV0ZUNvbnZlcnNhdGlvbnMSJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBooLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXNwb25zZRJqChNFeHBvcnRDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5FeHBvcnRDb252ZXJzYXRpb25zUmVzcG9uc2UwAUK4AQoPY29tLmNvbnRleHRkLnYxQhhDb252ZXJzYXRpb25TZXJ2aWNlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
 
 /**
  * The request of `GetState`.
@@ -698,6 +698,14 @@ export type ConversationSummary = Message<"contextd.v1.ConversationSummary"> & {
    * @generated from field: map<string, string> labels = 443;
    */
   labels: { [key: string]: string };
+
+  /**
+   * When it expires if nothing is committed to it before (Unix ms): its last commit plus its idle
+   * TTL (`ConversationState.idle_ttl_ms`, or the tenant's default); 0 = never.
+   *
+   * @generated from field: int64 expires_at_unix_ms = 490;
+   */
+  expiresAtUnixMs: bigint;
 };
 
 /**
@@ -837,6 +845,188 @@ export type ReadToolResultResponse = Message<"contextd.v1.ReadToolResultResponse
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = /*@__PURE__*/
   messageDesc(file_contextd_v1_conversation_service, 17);
+
+/**
+ * The request of `DeleteConversation`.
+ *
+ * @generated from message contextd.v1.DeleteConversationRequest
+ */
+export type DeleteConversationRequest = Message<"contextd.v1.DeleteConversationRequest"> & {
+  /**
+   * The conversation.
+   *
+   * @generated from field: string conversation_id = 490;
+   */
+  conversationId: string;
+
+  /**
+   * As in `CommitRequest`: the delete applies only at this version (ABORTED otherwise, naming the
+   * current one). Absent = whatever the version.
+   *
+   * @generated from field: optional int64 expected_version = 491;
+   */
+  expectedVersion?: bigint | undefined;
+};
+
+/**
+ * Describes the message contextd.v1.DeleteConversationRequest.
+ * Use `create(DeleteConversationRequestSchema)` to create a new message.
+ */
+export const DeleteConversationRequestSchema: GenMessage<DeleteConversationRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 18);
+
+/**
+ * The response of `DeleteConversation`.
+ *
+ * @generated from message contextd.v1.DeleteConversationResponse
+ */
+export type DeleteConversationResponse = Message<"contextd.v1.DeleteConversationResponse"> & {
+  /**
+   * The version the conversation had when it was deleted; 0 = there was nothing to delete.
+   *
+   * @generated from field: int64 deleted_version = 490;
+   */
+  deletedVersion: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.DeleteConversationResponse.
+ * Use `create(DeleteConversationResponseSchema)` to create a new message.
+ */
+export const DeleteConversationResponseSchema: GenMessage<DeleteConversationResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 19);
+
+/**
+ * The request of `DeleteConversations`.
+ *
+ * @generated from message contextd.v1.DeleteConversationsRequest
+ */
+export type DeleteConversationsRequest = Message<"contextd.v1.DeleteConversationsRequest"> & {
+  /**
+   * Conversations whose id starts with this. Required: an empty prefix is INVALID_ARGUMENT (under
+   * a tenant's token it means "<tenant>/", as for `ListConversations`).
+   *
+   * @generated from field: string prefix = 490;
+   */
+  prefix: string;
+
+  /**
+   * From `next_page_token` of the previous call; empty = from the first id.
+   *
+   * @generated from field: string page_token = 491;
+   */
+  pageToken: string;
+
+  /**
+   * At most this many conversations examined per call; 0 = 100, at most 1,000
+   * (INVALID_ARGUMENT above).
+   *
+   * @generated from field: int32 page_size = 492;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message contextd.v1.DeleteConversationsRequest.
+ * Use `create(DeleteConversationsRequestSchema)` to create a new message.
+ */
+export const DeleteConversationsRequestSchema: GenMessage<DeleteConversationsRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 20);
+
+/**
+ * The response of `DeleteConversations`.
+ *
+ * @generated from message contextd.v1.DeleteConversationsResponse
+ */
+export type DeleteConversationsResponse = Message<"contextd.v1.DeleteConversationsResponse"> & {
+  /**
+   * How many conversations this call deleted.
+   *
+   * @generated from field: int32 deleted = 490;
+   */
+  deleted: number;
+
+  /**
+   * Set while more may follow: pass it as `page_token`. Empty = the prefix is empty now (of the
+   * conversations that existed when the first call began).
+   *
+   * @generated from field: string next_page_token = 491;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message contextd.v1.DeleteConversationsResponse.
+ * Use `create(DeleteConversationsResponseSchema)` to create a new message.
+ */
+export const DeleteConversationsResponseSchema: GenMessage<DeleteConversationsResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 21);
+
+/**
+ * The request of `ExportConversations`.
+ *
+ * @generated from message contextd.v1.ExportConversationsRequest
+ */
+export type ExportConversationsRequest = Message<"contextd.v1.ExportConversationsRequest"> & {
+  /**
+   * Conversations whose id starts with this; empty = every one (under a tenant's token, the
+   * tenant's).
+   *
+   * @generated from field: string prefix = 490;
+   */
+  prefix: string;
+
+  /**
+   * A `resume_token` of an earlier response: the export goes on after that conversation. Empty =
+   * from the first id.
+   *
+   * @generated from field: string resume_token = 491;
+   */
+  resumeToken: string;
+};
+
+/**
+ * Describes the message contextd.v1.ExportConversationsRequest.
+ * Use `create(ExportConversationsRequestSchema)` to create a new message.
+ */
+export const ExportConversationsRequestSchema: GenMessage<ExportConversationsRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 22);
+
+/**
+ * One conversation of an export.
+ *
+ * @generated from message contextd.v1.ExportConversationsResponse
+ */
+export type ExportConversationsResponse = Message<"contextd.v1.ExportConversationsResponse"> & {
+  /**
+   * The state, as `GetState` answers it; without its messages when `without_messages` is set.
+   *
+   * @generated from field: contextd.v1.ConversationState state = 490;
+   */
+  state?: ConversationState | undefined;
+
+  /**
+   * The state is over the message limit (`--max-request-bytes`): it is sent without its four
+   * segments; read them with `ReadMessages`.
+   *
+   * @generated from field: bool without_messages = 491;
+   */
+  withoutMessages: boolean;
+
+  /**
+   * Where to resume after this conversation (`ExportConversationsRequest.resume_token`).
+   *
+   * @generated from field: string resume_token = 492;
+   */
+  resumeToken: string;
+};
+
+/**
+ * Describes the message contextd.v1.ExportConversationsResponse.
+ * Use `create(ExportConversationsResponseSchema)` to create a new message.
+ */
+export const ExportConversationsResponseSchema: GenMessage<ExportConversationsResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 23);
 
 /**
  * The order of a listing.
@@ -989,6 +1179,42 @@ export const ConversationService: GenService<{
     methodKind: "unary";
     input: typeof ListTenantUsageRequestSchema;
     output: typeof ListTenantUsageResponseSchema;
+  },
+  /**
+   * Delete one conversation: every stored part of it (state, segments, change log, listing
+   * entries) goes at once, and it then reads as one never written (version 0). A stale
+   * `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
+   * heartbeat interval (docs/retention.md).
+   *
+   * @generated from rpc contextd.v1.ConversationService.DeleteConversation
+   */
+  deleteConversation: {
+    methodKind: "unary";
+    input: typeof DeleteConversationRequestSchema;
+    output: typeof DeleteConversationResponseSchema;
+  },
+  /**
+   * Delete every conversation whose id starts with a prefix (a tenant's: "<tenant>/"), a bounded
+   * number per call: call again with `next_page_token` until it is empty.
+   *
+   * @generated from rpc contextd.v1.ConversationService.DeleteConversations
+   */
+  deleteConversations: {
+    methodKind: "unary";
+    input: typeof DeleteConversationsRequestSchema;
+    output: typeof DeleteConversationsResponseSchema;
+  },
+  /**
+   * Stream the states of every conversation whose id starts with a prefix, in id order, read from
+   * the store a few at a time (never the whole prefix in memory); resumable from any response's
+   * `resume_token`.
+   *
+   * @generated from rpc contextd.v1.ConversationService.ExportConversations
+   */
+  exportConversations: {
+    methodKind: "server_streaming";
+    input: typeof ExportConversationsRequestSchema;
+    output: typeof ExportConversationsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_contextd_v1_conversation_service, 0);

@@ -60,6 +60,15 @@ const (
 	// ConversationServiceListTenantUsageProcedure is the fully-qualified name of the
 	// ConversationService's ListTenantUsage RPC.
 	ConversationServiceListTenantUsageProcedure = "/contextd.v1.ConversationService/ListTenantUsage"
+	// ConversationServiceDeleteConversationProcedure is the fully-qualified name of the
+	// ConversationService's DeleteConversation RPC.
+	ConversationServiceDeleteConversationProcedure = "/contextd.v1.ConversationService/DeleteConversation"
+	// ConversationServiceDeleteConversationsProcedure is the fully-qualified name of the
+	// ConversationService's DeleteConversations RPC.
+	ConversationServiceDeleteConversationsProcedure = "/contextd.v1.ConversationService/DeleteConversations"
+	// ConversationServiceExportConversationsProcedure is the fully-qualified name of the
+	// ConversationService's ExportConversations RPC.
+	ConversationServiceExportConversationsProcedure = "/contextd.v1.ConversationService/ExportConversations"
 )
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
@@ -98,6 +107,18 @@ type ConversationServiceClient interface {
 	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
 	// (a tenant's token naming another tenant), UNAVAILABLE.
 	ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error)
+	// Delete one conversation: every stored part of it (state, segments, change log, listing
+	// entries) goes at once, and it then reads as one never written (version 0). A stale
+	// `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
+	// heartbeat interval (docs/retention.md).
+	DeleteConversation(context.Context, *connect.Request[v1.DeleteConversationRequest]) (*connect.Response[v1.DeleteConversationResponse], error)
+	// Delete every conversation whose id starts with a prefix (a tenant's: "<tenant>/"), a bounded
+	// number per call: call again with `next_page_token` until it is empty.
+	DeleteConversations(context.Context, *connect.Request[v1.DeleteConversationsRequest]) (*connect.Response[v1.DeleteConversationsResponse], error)
+	// Stream the states of every conversation whose id starts with a prefix, in id order, read from
+	// the store a few at a time (never the whole prefix in memory); resumable from any response's
+	// `resume_token`.
+	ExportConversations(context.Context, *connect.Request[v1.ExportConversationsRequest]) (*connect.ServerStreamForClient[v1.ExportConversationsResponse], error)
 }
 
 // NewConversationServiceClient constructs a client for the contextd.v1.ConversationService service.
@@ -165,20 +186,41 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(conversationServiceMethods.ByName("ListTenantUsage")),
 			connect.WithClientOptions(opts...),
 		),
+		deleteConversation: connect.NewClient[v1.DeleteConversationRequest, v1.DeleteConversationResponse](
+			httpClient,
+			baseURL+ConversationServiceDeleteConversationProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("DeleteConversation")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteConversations: connect.NewClient[v1.DeleteConversationsRequest, v1.DeleteConversationsResponse](
+			httpClient,
+			baseURL+ConversationServiceDeleteConversationsProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("DeleteConversations")),
+			connect.WithClientOptions(opts...),
+		),
+		exportConversations: connect.NewClient[v1.ExportConversationsRequest, v1.ExportConversationsResponse](
+			httpClient,
+			baseURL+ConversationServiceExportConversationsProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("ExportConversations")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // conversationServiceClient implements ConversationServiceClient.
 type conversationServiceClient struct {
-	getState          *connect.Client[v1.GetStateRequest, v1.GetStateResponse]
-	readMessages      *connect.Client[v1.ReadMessagesRequest, v1.ReadMessagesResponse]
-	commit            *connect.Client[v1.CommitRequest, v1.CommitResponse]
-	clear             *connect.Client[v1.ClearRequest, v1.ClearResponse]
-	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	listConversations *connect.Client[v1.ListConversationsRequest, v1.ListConversationsResponse]
-	readToolResult    *connect.Client[v1.ReadToolResultRequest, v1.ReadToolResultResponse]
-	getUsage          *connect.Client[v1.GetUsageRequest, v1.GetUsageResponse]
-	listTenantUsage   *connect.Client[v1.ListTenantUsageRequest, v1.ListTenantUsageResponse]
+	getState            *connect.Client[v1.GetStateRequest, v1.GetStateResponse]
+	readMessages        *connect.Client[v1.ReadMessagesRequest, v1.ReadMessagesResponse]
+	commit              *connect.Client[v1.CommitRequest, v1.CommitResponse]
+	clear               *connect.Client[v1.ClearRequest, v1.ClearResponse]
+	watch               *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	listConversations   *connect.Client[v1.ListConversationsRequest, v1.ListConversationsResponse]
+	readToolResult      *connect.Client[v1.ReadToolResultRequest, v1.ReadToolResultResponse]
+	getUsage            *connect.Client[v1.GetUsageRequest, v1.GetUsageResponse]
+	listTenantUsage     *connect.Client[v1.ListTenantUsageRequest, v1.ListTenantUsageResponse]
+	deleteConversation  *connect.Client[v1.DeleteConversationRequest, v1.DeleteConversationResponse]
+	deleteConversations *connect.Client[v1.DeleteConversationsRequest, v1.DeleteConversationsResponse]
+	exportConversations *connect.Client[v1.ExportConversationsRequest, v1.ExportConversationsResponse]
 }
 
 // GetState calls contextd.v1.ConversationService.GetState.
@@ -226,6 +268,21 @@ func (c *conversationServiceClient) ListTenantUsage(ctx context.Context, req *co
 	return c.listTenantUsage.CallUnary(ctx, req)
 }
 
+// DeleteConversation calls contextd.v1.ConversationService.DeleteConversation.
+func (c *conversationServiceClient) DeleteConversation(ctx context.Context, req *connect.Request[v1.DeleteConversationRequest]) (*connect.Response[v1.DeleteConversationResponse], error) {
+	return c.deleteConversation.CallUnary(ctx, req)
+}
+
+// DeleteConversations calls contextd.v1.ConversationService.DeleteConversations.
+func (c *conversationServiceClient) DeleteConversations(ctx context.Context, req *connect.Request[v1.DeleteConversationsRequest]) (*connect.Response[v1.DeleteConversationsResponse], error) {
+	return c.deleteConversations.CallUnary(ctx, req)
+}
+
+// ExportConversations calls contextd.v1.ConversationService.ExportConversations.
+func (c *conversationServiceClient) ExportConversations(ctx context.Context, req *connect.Request[v1.ExportConversationsRequest]) (*connect.ServerStreamForClient[v1.ExportConversationsResponse], error) {
+	return c.exportConversations.CallServerStream(ctx, req)
+}
+
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
@@ -262,6 +319,18 @@ type ConversationServiceHandler interface {
 	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
 	// (a tenant's token naming another tenant), UNAVAILABLE.
 	ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error)
+	// Delete one conversation: every stored part of it (state, segments, change log, listing
+	// entries) goes at once, and it then reads as one never written (version 0). A stale
+	// `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
+	// heartbeat interval (docs/retention.md).
+	DeleteConversation(context.Context, *connect.Request[v1.DeleteConversationRequest]) (*connect.Response[v1.DeleteConversationResponse], error)
+	// Delete every conversation whose id starts with a prefix (a tenant's: "<tenant>/"), a bounded
+	// number per call: call again with `next_page_token` until it is empty.
+	DeleteConversations(context.Context, *connect.Request[v1.DeleteConversationsRequest]) (*connect.Response[v1.DeleteConversationsResponse], error)
+	// Stream the states of every conversation whose id starts with a prefix, in id order, read from
+	// the store a few at a time (never the whole prefix in memory); resumable from any response's
+	// `resume_token`.
+	ExportConversations(context.Context, *connect.Request[v1.ExportConversationsRequest], *connect.ServerStream[v1.ExportConversationsResponse]) error
 }
 
 // NewConversationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -325,6 +394,24 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		connect.WithSchema(conversationServiceMethods.ByName("ListTenantUsage")),
 		connect.WithHandlerOptions(opts...),
 	)
+	conversationServiceDeleteConversationHandler := connect.NewUnaryHandler(
+		ConversationServiceDeleteConversationProcedure,
+		svc.DeleteConversation,
+		connect.WithSchema(conversationServiceMethods.ByName("DeleteConversation")),
+		connect.WithHandlerOptions(opts...),
+	)
+	conversationServiceDeleteConversationsHandler := connect.NewUnaryHandler(
+		ConversationServiceDeleteConversationsProcedure,
+		svc.DeleteConversations,
+		connect.WithSchema(conversationServiceMethods.ByName("DeleteConversations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	conversationServiceExportConversationsHandler := connect.NewServerStreamHandler(
+		ConversationServiceExportConversationsProcedure,
+		svc.ExportConversations,
+		connect.WithSchema(conversationServiceMethods.ByName("ExportConversations")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ConversationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
@@ -345,6 +432,12 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 			conversationServiceGetUsageHandler.ServeHTTP(w, r)
 		case ConversationServiceListTenantUsageProcedure:
 			conversationServiceListTenantUsageHandler.ServeHTTP(w, r)
+		case ConversationServiceDeleteConversationProcedure:
+			conversationServiceDeleteConversationHandler.ServeHTTP(w, r)
+		case ConversationServiceDeleteConversationsProcedure:
+			conversationServiceDeleteConversationsHandler.ServeHTTP(w, r)
+		case ConversationServiceExportConversationsProcedure:
+			conversationServiceExportConversationsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -388,4 +481,16 @@ func (UnimplementedConversationServiceHandler) GetUsage(context.Context, *connec
 
 func (UnimplementedConversationServiceHandler) ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ListTenantUsage is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) DeleteConversation(context.Context, *connect.Request[v1.DeleteConversationRequest]) (*connect.Response[v1.DeleteConversationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.DeleteConversation is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) DeleteConversations(context.Context, *connect.Request[v1.DeleteConversationsRequest]) (*connect.Response[v1.DeleteConversationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.DeleteConversations is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) ExportConversations(context.Context, *connect.Request[v1.ExportConversationsRequest], *connect.ServerStream[v1.ExportConversationsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ExportConversations is not implemented"))
 }

@@ -26,6 +26,7 @@ const (
 	ConversationService_Watch_FullMethodName             = "/contextd.v1.ConversationService/Watch"
 	ConversationService_ListConversations_FullMethodName = "/contextd.v1.ConversationService/ListConversations"
 	ConversationService_ReadToolResult_FullMethodName    = "/contextd.v1.ConversationService/ReadToolResult"
+	ConversationService_Recall_FullMethodName            = "/contextd.v1.ConversationService/Recall"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -66,6 +67,13 @@ type ConversationServiceClient interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error)
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(ctx context.Context, in *RecallRequest, opts ...grpc.CallOption) (*RecallResponse, error)
 }
 
 type conversationServiceClient struct {
@@ -155,6 +163,16 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, in *Read
 	return out, nil
 }
 
+func (c *conversationServiceClient) Recall(ctx context.Context, in *RecallRequest, opts ...grpc.CallOption) (*RecallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecallResponse)
+	err := c.cc.Invoke(ctx, ConversationService_Recall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -193,6 +211,13 @@ type ConversationServiceServer interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error)
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(context.Context, *RecallRequest) (*RecallResponse, error)
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -223,6 +248,9 @@ func (UnimplementedConversationServiceServer) ListConversations(context.Context,
 }
 func (UnimplementedConversationServiceServer) ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadToolResult not implemented")
+}
+func (UnimplementedConversationServiceServer) Recall(context.Context, *RecallRequest) (*RecallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Recall not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -364,6 +392,24 @@ func _ConversationService_ReadToolResult_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_Recall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).Recall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_Recall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).Recall(ctx, req.(*RecallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +440,10 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadToolResult",
 			Handler:    _ConversationService_ReadToolResult_Handler,
+		},
+		{
+			MethodName: "Recall",
+			Handler:    _ConversationService_Recall_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -54,6 +54,9 @@ const (
 	// ConversationServiceReadToolResultProcedure is the fully-qualified name of the
 	// ConversationService's ReadToolResult RPC.
 	ConversationServiceReadToolResultProcedure = "/contextd.v1.ConversationService/ReadToolResult"
+	// ConversationServiceRecallProcedure is the fully-qualified name of the ConversationService's
+	// Recall RPC.
+	ConversationServiceRecallProcedure = "/contextd.v1.ConversationService/Recall"
 )
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
@@ -84,6 +87,13 @@ type ConversationServiceClient interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error)
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
 }
 
 // NewConversationServiceClient constructs a client for the contextd.v1.ConversationService service.
@@ -139,6 +149,12 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(conversationServiceMethods.ByName("ReadToolResult")),
 			connect.WithClientOptions(opts...),
 		),
+		recall: connect.NewClient[v1.RecallRequest, v1.RecallResponse](
+			httpClient,
+			baseURL+ConversationServiceRecallProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("Recall")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -151,6 +167,7 @@ type conversationServiceClient struct {
 	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	listConversations *connect.Client[v1.ListConversationsRequest, v1.ListConversationsResponse]
 	readToolResult    *connect.Client[v1.ReadToolResultRequest, v1.ReadToolResultResponse]
+	recall            *connect.Client[v1.RecallRequest, v1.RecallResponse]
 }
 
 // GetState calls contextd.v1.ConversationService.GetState.
@@ -188,6 +205,11 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, req *con
 	return c.readToolResult.CallUnary(ctx, req)
 }
 
+// Recall calls contextd.v1.ConversationService.Recall.
+func (c *conversationServiceClient) Recall(ctx context.Context, req *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
+	return c.recall.CallUnary(ctx, req)
+}
+
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
@@ -216,6 +238,13 @@ type ConversationServiceHandler interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error)
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
 }
 
 // NewConversationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -267,6 +296,12 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		connect.WithSchema(conversationServiceMethods.ByName("ReadToolResult")),
 		connect.WithHandlerOptions(opts...),
 	)
+	conversationServiceRecallHandler := connect.NewUnaryHandler(
+		ConversationServiceRecallProcedure,
+		svc.Recall,
+		connect.WithSchema(conversationServiceMethods.ByName("Recall")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ConversationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
@@ -283,6 +318,8 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 			conversationServiceListConversationsHandler.ServeHTTP(w, r)
 		case ConversationServiceReadToolResultProcedure:
 			conversationServiceReadToolResultHandler.ServeHTTP(w, r)
+		case ConversationServiceRecallProcedure:
+			conversationServiceRecallHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -318,4 +355,8 @@ func (UnimplementedConversationServiceHandler) ListConversations(context.Context
 
 func (UnimplementedConversationServiceHandler) ReadToolResult(context.Context, *connect.Request[v1.ReadToolResultRequest]) (*connect.Response[v1.ReadToolResultResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ReadToolResult is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.Recall is not implemented"))
 }

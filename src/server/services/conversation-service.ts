@@ -6,6 +6,7 @@ import { watchWithHeartbeats, type WatchDependencies } from "../../application/c
 import type { MessageWindows } from "../../application/message-windows.js";
 import type { StateSizeLimit } from "../../application/state-size.js";
 import type { ToolResultTexts } from "../../application/tool-result-texts.js";
+import type { HistoryRecall } from "../../application/history-recall.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { assertLabelFilter } from "../../core/deltas/conversation-metadata.js";
 import type { ListOrder } from "../../store/conversation-listing.js";
@@ -19,6 +20,8 @@ export interface ConversationReads {
   windows: MessageWindows;
   /** The encoded tool-result texts ReadToolResult slices. */
   toolResultTexts: ToolResultTexts;
+  /** Recall's searches and recalls by id; without it Recall answers UNIMPLEMENTED. */
+  recall?: HistoryRecall;
 }
 
 /** The store, what Watch needs besides (see `WatchDependencies`), and what reads go through. */
@@ -79,9 +82,17 @@ export function conversationService(dependencies: ConversationServiceDependencie
   };
 }
 
-/** GetState, ReadMessages and ReadToolResult. */
-function conversationReads({ store }: ConversationServiceDependencies, { stateLimit, windows, toolResultTexts }: ConversationReads): Partial<ServiceImpl<typeof ConversationService>> {
+/** GetState, ReadMessages, ReadToolResult and Recall. */
+function conversationReads({ store }: ConversationServiceDependencies, { stateLimit, windows, toolResultTexts, recall }: ConversationReads): Partial<ServiceImpl<typeof ConversationService>> {
   return {
+    ...(recall
+      ? {
+          async recall(request, context) {
+            const left = context.timeoutMs();
+            return recall.recall(request, left === undefined ? undefined : Math.max(0, left));
+          },
+        }
+      : {}),
     async getState(request) {
       requireConversationId(request.conversationId);
       const loaded = await store.load(request.conversationId);

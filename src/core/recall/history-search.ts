@@ -1,0 +1,132 @@
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import { utf8Head } from "../model/utf8-slice.js";
+import { Bm25Ranking } from "./bm25-ranking.js";
+import { recallText, recallToolName } from "./recall-text.js";
+import type { TermCounts } from "./recall-terms.js";
+
+/**
+ * Why it exists: the two recalls (by id, by text) over one stored history, and the tool result
+ * text a model reads from them, kept apart from where the history and the terms come from (the
+ * application loads the one and keeps the other), so the rules are pure and tested here: which
+ * messages are looked at, in what order, when a bound stops the look, what the model is shown.
+ */
+
+/** Most history messages one recall looks at. */
+export const maxRecallMessages = 100_000;
+/** Most UTF-8 bytes of one search hit's excerpt. */
+export const maxExcerptBytes = 1_024;
+/** Characters of a long text looked through for where the excerpt starts. */
+const excerptSearchCharacters = 1024 * 1024;
+/** How far before the first match an excerpt starts, in characters. */
+const excerptLead = 160;
+
+/** What stopped a look before the history's first message. */
+export type RecallStop = "messages" | "scanned_bytes" | "deadline";
+
+/** The terms of a message, and the UTF-8 bytes of text read to find them (0 when they were kept). */
+export interface MessageTerms {
+  terms: TermCounts;
+  scannedBytes: number;
+}
+
+export interface HistorySearchOptions {
+  /** The terms of a message, or undefined when reading it would pass the scan bound (the look stops). */
+  termsOf: (message: Message) => MessageTerms | undefined;
+  /** True when the look must stop now (the deadline); asked every few messages. */
+  expired: () => boolean;
+  maxMessages?: number;
+}
+
+/** One hit: the message's position in the history and its score. */
+export interface HistoryHit {
+  position: number;
+  score: number;
+}
+
+export interface HistoryLook {
+  hits: HistoryHit[];
+  examined: number;
+  scannedBytes: number;
+  stop?: RecallStop;
+}
+
+/** The best `maxResults` messages of `history` for the query's terms, looking from the newest back. */
+export function searchHistory(history: readonly Message[], queryTerms: readonly string[], maxResults: number, options: HistorySearchOptions): HistoryLook {
+  const ranking = new Bm25Ranking(queryTerms);
+  const maxMessages = options.maxMessages ?? maxRecallMessages;
+  let scannedBytes = 0;
+  let stop: RecallStop | undefined;
+  for (let position = history.length - 1; position >= 0; position--) {
+    const examined = history.length - 1 - position;
+    if (examined >= maxMessages) {
+      stop = "messages";
+      break;
+    }
+    if (examined % 64 === 0 && options.expired()) {
+      stop = "deadline";
+      break;
+    }
+    const terms = options.termsOf(history[position]!);
+    if (terms === undefined) {
+      stop = "scanned_bytes";
+      break;
+    }
+    scannedBytes += terms.scannedBytes;
+    ranking.add(position, terms.terms);
+  }
+  return { hits: ranking.top(maxResults).map((ranked) => ({ position: ranked.index, score: ranked.score })), examined: ranking.size, scannedBytes, stop };
+}
+
+/** The positions of `ids` in `history` (the newest message with the id), looking from the newest back. */
+export function findHistoryIds(history: readonly Message[], ids: readonly string[], maxMessages = maxRecallMessages): { positions: Map<string, number>; examined: number; stop?: RecallStop } {
+  const wanted = new Set(ids);
+  const positions = new Map<string, number>();
+  let examined = 0;
+  for (let position = history.length - 1; position >= 0 && positions.size < wanted.size; position--) {
+    if (examined >= maxMessages) return { positions, examined, stop: "messages" };
+    examined++;
+    const id = history[position]!.id;
+    if (wanted.has(id) && !positions.has(id)) positions.set(id, position);
+  }
+  return { positions, examined };
+}
+
+/** A hit as the model reads it. */
+export interface ShownHit {
+  position: number;
+  score: number;
+  message: Message;
+  excerpt: string;
+}
+
+/** The header line of a shown message: its id, position, role and tool. */
+export function hitHeader(message: Message, position: number): string {
+  const tool = recallToolName(message);
+  const role = (Role[message.role] ?? "unspecified").toLowerCase();
+  return `--- message ${message.id} · position ${position} · ${role}${tool === "" ? "" : ` · ${tool}`}`;
+}
+
+/** The excerpt of a hit: up to `maxBytes` from a little before the first of `terms` found (rarest first). */
+export function searchExcerpt(message: Message, terms: readonly string[], maxBytes: number): string {
+  const text = recallText(message);
+  const head = text.length > excerptSearchCharacters ? text.slice(0, excerptSearchCharacters) : text;
+  const lowered = head.toLowerCase();
+  let at = -1;
+  for (const term of terms) {
+    at = lowered.indexOf(term);
+    if (at >= 0) break;
+  }
+  const start = at <= excerptLead ? 0 : at - excerptLead;
+  const lead = start === 0 ? "" : "…";
+  // "…" is 3 UTF-8 bytes: room is kept for one before and one after.
+  const body = utf8Head(text.slice(start, start + maxBytes), Math.max(0, maxBytes - 6));
+  const tail = start + body.text.length < text.length ? "…" : "";
+  return lead + body.text + tail;
+}
+
+/** What the model is told when a bound stopped the look. */
+export function stopNote(stop: RecallStop | undefined, examined: number, historyLength: number): string {
+  if (stop === undefined) return "";
+  const why = stop === "messages" ? "the per-request message limit" : stop === "scanned_bytes" ? "the per-request text limit" : "the time limit";
+  return ` Searched the newest ${examined} of ${historyLength} messages (${why} was reached); older ones were not searched.`;
+}

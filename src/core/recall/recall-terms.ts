@@ -5,7 +5,8 @@
  * expression, so the cost of a text is linear in its length whatever it holds.
  *
  * The terms of a text: every maximal run of letters and digits (ASCII letters and digits, and any
- * character from U+0080 up, so words of other scripts stay whole), lower-cased; and every "word"
+ * character from U+00C0 up but general and CJK punctuation, so words of other scripts stay whole),
+ * lower-cased; and every "word"
  * (a run between whitespace, quotes, brackets, commas, semicolons, pipes and backslashes, without
  * trailing `.:!?` or leading `:`) that holds anything besides letters and digits, lower-cased whole:
  * `src/store/a.ts` gives `src`, `store`, `a`, `ts` and `src/store/a.ts`. Runs longer than
@@ -80,13 +81,16 @@ export function distinctTerms(text: string): string[] {
 }
 
 function isWordCharacter(code: number): boolean {
-  return (code >= 0x30 && code <= 0x39) || (code >= 0x41 && code <= 0x5a) || (code >= 0x61 && code <= 0x7a) || (code >= 0x80 && code !== 0xa0 && code !== 0x2028 && code !== 0x2029 && code !== 0x3000 && code !== 0xfeff);
+  if (code < 0x80) return (code >= 0x30 && code <= 0x39) || (code >= 0x41 && code <= 0x5a) || (code >= 0x61 && code <= 0x7a);
+  // Latin-1 punctuation and signs, general punctuation (dashes, quotes, spaces), CJK punctuation and the BOM are not.
+  return !(code <= 0xbf || (code >= 0x2000 && code <= 0x206f) || (code >= 0x3000 && code <= 0x303f) || code === 0xfeff);
 }
 
 /** Whitespace, quotes, brackets, `,;|\`: what ends a word. */
 function isWordBoundary(code: number): boolean {
   switch (code) {
     case 0x20: case 0x09: case 0x0a: case 0x0b: case 0x0c: case 0x0d: case 0xa0: case 0x2028: case 0x2029: case 0x3000: case 0xfeff:
+    case 0x2000: case 0x2001: case 0x2002: case 0x2003: case 0x2004: case 0x2005: case 0x2006: case 0x2007: case 0x2008: case 0x2009: case 0x200a: case 0x200b:
     case 0x22: case 0x27: case 0x60: case 0x28: case 0x29: case 0x5b: case 0x5d: case 0x7b: case 0x7d: case 0x3c: case 0x3e:
     case 0x2c: case 0x3b: case 0x7c: case 0x5c:
       return true;

@@ -19,7 +19,7 @@ describe("recall tools in the compiled prompt", () => {
     const first = await stateful();
     const names = first.payload!.toolDefinitions.map((definition) => definition.name);
     expect(names).toEqual(["read_file", recallMessageToolName, searchHistoryToolName]);
-    const again = await stateful({ currentTurn: { message: user("u1", "more") } });
+    const again = await stateful({ currentTurn: { raw: user("u1", "more") } });
     expect(again.payload!.toolDefinitions).toEqual(first.payload!.toolDefinitions);
     expect(first.payload!.toolDefinitions[2]!.description).toContain("left out of this prompt");
   });

@@ -28,6 +28,7 @@ type transport interface {
 	clear(context.Context, *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error)
 	listConversations(context.Context, *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error)
 	readToolResult(context.Context, *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error)
+	recall(context.Context, *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error)
 	readMessages(context.Context, *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error)
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
 	compile(context.Context, *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error)
@@ -109,6 +110,10 @@ func (t *grpcTransport) listConversations(ctx context.Context, r *contextdv1.Lis
 
 func (t *grpcTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
 	return grpcUnary(ctx, t.conversations.ReadToolResult, r)
+}
+
+func (t *grpcTransport) recall(ctx context.Context, r *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error) {
+	return grpcUnary(ctx, t.conversations.Recall, r)
 }
 
 func (t *grpcTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
@@ -231,6 +236,10 @@ func (t *connectTransport) listConversations(ctx context.Context, r *contextdv1.
 
 func (t *connectTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
 	return connectUnary(ctx, t.conversations.ReadToolResult, r)
+}
+
+func (t *connectTransport) recall(ctx context.Context, r *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error) {
+	return connectUnary(ctx, t.conversations.Recall, r)
 }
 
 func (t *connectTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {

@@ -39,6 +39,11 @@ describe.each(sidecarStores)("Recall (real sidecar, %s)", (_name, backend) => {
     expect(body).toContain('"name":"contextd_search_history"');
     expect(body).toContain('"name":"contextd_recall_message"');
     expect(body).not.toContain("test_module3.py");
+    // The tools exist in the prompt only: a compile-commit leaves the stored definitions as they were.
+    const committed = await client.unary(ContextService.method.compile, { conversationId, budget: { maxTokens: 3_000n }, recallTools: true, commit: { expectedVersion: 1n } });
+    expect(committed.result!.payload!.toolDefinitions.map((definition) => definition.name)).toEqual(["contextd_recall_message", "contextd_search_history"]);
+    const stored = await client.unary(ConversationService.method.getState, { conversationId, withoutMessages: true });
+    expect(stored.state!.toolDefinitions).toEqual([]);
 
     const search = await client.unary(ConversationService.method.recall, {
       conversationId,
@@ -48,7 +53,7 @@ describe.each(sidecarStores)("Recall (real sidecar, %s)", (_name, backend) => {
     expect(search.text).toContain("pytest tests/unit/test_module3.py -x");
     expect(search.complete).toBe(true);
     expect(search.historyMessages).toBe(120n);
-    expect(search.version).toBe(1n);
+    expect(search.version).toBe(stored.state!.version);
 
     const byId = await client.unary(ConversationService.method.recall, { conversationId, toolCall: { name: "contextd_recall_message", arguments: '{"message_ids":["t3"]}' } });
     expect(byId.hits[0]!.position).toBe(11n);

@@ -1,3 +1,4 @@
+import { setImmediate as nextTurn } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RecallHitSchema, RecallResponseSchema, type RecallHit, type RecallRequest, type RecallResponse } from "#gen/contextd/v1/conversation_service_pb";
@@ -6,6 +7,7 @@ import { findHistoryIds, hitHeader, maxExcerptBytes, searchExcerpt, searchHistor
 import { recallText } from "../core/recall/recall-text.js";
 import { distinctTerms } from "../core/recall/recall-terms.js";
 import { defaultRecallResults, maxRecallIds, maxRecallResults, recallAskOfToolCall, recallMessageToolName, searchHistoryToolName, type RecallAsk } from "../core/recall/recall-tools.js";
+import { defaultSliceMs } from "../core/compile/deadline.js";
 import { utf8Head } from "../core/model/utf8-slice.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import type { RecallTermIndex } from "./recall-term-index.js";
@@ -26,6 +28,8 @@ export const defaultRecallIndexBytes = 256 * 1024 * 1024;
 export interface HistoryRecallOptions {
   /** UTF-8 bytes of message text one request may read and split into terms. */
   scanBytes: number;
+  /** Gives the event loop a turn; `setImmediate` by default. */
+  yieldToEventLoop?: () => Promise<void>;
   /** Clock in milliseconds; injectable for tests of the deadline. */
   now?: () => number;
 }
@@ -39,6 +43,7 @@ export interface HistoryRecallOptions {
  */
 export class HistoryRecall {
   private readonly now: () => number;
+  private readonly yieldToEventLoop: () => Promise<void>;
 
   constructor(
     private readonly store: ConversationStore,
@@ -46,10 +51,14 @@ export class HistoryRecall {
     private readonly options: HistoryRecallOptions,
   ) {
     this.now = options.now ?? Date.now;
+    this.yieldToEventLoop = options.yieldToEventLoop ?? (() => nextTurn());
   }
 
-  /** Answers `request`; `timeoutMs` is what is left of the call's deadline, if it has one. */
-  async recall(request: RecallRequest, timeoutMs?: number): Promise<RecallResponse> {
+  /**
+   * Answers `request`; `timeoutMs` is what is left of the call's deadline, if it has one, and a
+   * search stops, as at its deadline, once `signal` (the call's) is aborted.
+   */
+  async recall(request: RecallRequest, timeoutMs?: number, signal?: AbortSignal): Promise<RecallResponse> {
     const startedAt = this.now();
     if (request.conversationId === "") throw new ConnectError("conversation_id is required", Code.InvalidArgument);
     if (request.maxResults > maxRecallResults) throw new ConnectError(`max_results: at most ${maxRecallResults}, got ${request.maxResults}`, Code.InvalidArgument);
@@ -59,20 +68,29 @@ export class HistoryRecall {
     const state = await this.store.load(request.conversationId);
     const history = state.history;
     const budget = Math.min(maxRecallMilliseconds, timeoutMs ?? maxRecallMilliseconds);
-    const answer = ask.kind === "ids" ? recallByIds(history, ask.ids, maxBytes) : this.search(history, ask, maxBytes, startedAt + budget);
+    const answer = ask.kind === "ids" ? recallByIds(history, ask.ids, maxBytes) : await this.search(history, ask, maxBytes, startedAt + budget, signal);
     return create(RecallResponseSchema, { ...answer, version: state.version, historyMessages: BigInt(history.length) });
   }
 
-  private search(history: readonly Message[], ask: { query: string; maxResults: number }, maxBytes: number, deadline: number): Answer {
+  private async search(history: readonly Message[], ask: { query: string; maxResults: number }, maxBytes: number, deadline: number, signal: AbortSignal | undefined): Promise<Answer> {
     const terms = queryTerms(ask.query, "query");
     let scanned = 0;
-    const look = searchHistory(history, terms, ask.maxResults === 0 ? defaultRecallResults : Math.min(ask.maxResults, maxRecallResults), {
+    let sliceStartedMs = this.now();
+    const look = await searchHistory(history, terms, ask.maxResults === 0 ? defaultRecallResults : Math.min(ask.maxResults, maxRecallResults), {
       termsOf: (message) => {
         const found = this.index.termsOf(message, scanned, this.options.scanBytes);
         if (found) scanned += found.scannedBytes;
         return found;
       },
-      expired: () => this.now() >= deadline,
+      expired: () => signal?.aborted === true || this.now() >= deadline,
+      // Other calls get the event loop every ~20 ms of searching, as a compile gives it (docs/limits.md).
+      turn: () => {
+        const nowMs = this.now();
+        if (nowMs - sliceStartedMs < defaultSliceMs && nowMs >= sliceStartedMs) return undefined;
+        return this.yieldToEventLoop().then(() => {
+          sliceStartedMs = this.now();
+        });
+      },
     });
     // The excerpt starts at the longest query term the message holds: a whole path before its parts.
     const longestFirst = [...terms].sort((a, b) => b.length - a.length);

@@ -89,13 +89,20 @@ describe("HistoryRecall", () => {
     expect(cut.scannedBytes).toBeLessThanOrEqual(10_000n);
     expect(cut.examinedMessages).toBeLessThan(150n);
     expect(cut.text).toContain("the per-request text limit was reached");
-    // A clock that moves 1 s per reading: the 2 s budget ends after two looks.
+    // A clock that moves 400 ms per reading: the clock is read every 32 short messages, the event
+    // loop gets its turn at the first reading past 20 ms of work, and the 2 s budget ends at the second.
     let clock = 0;
-    const slow = new HistoryRecall(store, new RecallTermIndex(0), { scanBytes: 1 << 24, now: () => (clock += 1_000) });
+    let turns = 0;
+    const slow = new HistoryRecall(store, new RecallTermIndex(0), { scanBytes: 1 << 24, now: () => (clock += 400), yieldToEventLoop: async () => void turns++ });
     const late = await slow.recall(request({ query: "module1/index.ts" }));
     expect(late.complete).toBe(false);
     expect(late.examinedMessages).toBe(64n);
+    expect(turns).toBe(1);
     expect(late.text).toContain("the time limit was reached");
+    // A cancelled call stops the search as its deadline does.
+    const cancelled = new AbortController();
+    cancelled.abort();
+    expect((await new HistoryRecall(store, new RecallTermIndex(0), { scanBytes: 1 << 24 }).recall(request({ query: "x" }), undefined, cancelled.signal)).examinedMessages).toBe(0n);
     // The call's own deadline is sooner: nothing is looked at once it has passed.
     expect((await new HistoryRecall(store, new RecallTermIndex(0), { scanBytes: 1 << 24 }).recall(request({ query: "x" }), 0)).examinedMessages).toBe(0n);
   });

@@ -32,10 +32,18 @@ export interface MessageTerms {
 export interface HistorySearchOptions {
   /** The terms of a message, or undefined when reading it would pass the scan bound (the look stops). */
   termsOf: (message: Message) => MessageTerms | undefined;
-  /** True when the look must stop now (the deadline); asked every few messages. */
+  /** True when the look must stop now (the deadline, a cancelled call); asked every few messages. */
   expired: () => boolean;
+  /**
+   * A turn of the event loop when one is due (the caller keeps the slice's clock), else undefined:
+   * asked as often as `expired`, so a long search does not hold other calls up.
+   */
+  turn?: () => Promise<void> | undefined;
   maxMessages?: number;
 }
+
+/** Units of work between two readings of the clock: a message is 1, and 1 more per KiB of text read. */
+const unitsBetweenReadings = 32;
 
 /** One hit: the message's position in the history and its score. */
 export interface HistoryHit {
@@ -50,20 +58,20 @@ export interface HistoryLook {
   stop?: RecallStop;
 }
 
-/** The best `maxResults` messages of `history` for the query's terms, looking from the newest back. */
-export function searchHistory(history: readonly Message[], queryTerms: readonly string[], maxResults: number, options: HistorySearchOptions): HistoryLook {
+/**
+ * The best `maxResults` messages of `history` for the query's terms, looking from the newest back.
+ * The clock is read (`expired`, `turn`) before the first message and then every 32 units of work,
+ * so a search of a thousand short messages reads it about thirty times.
+ */
+export async function searchHistory(history: readonly Message[], queryTerms: readonly string[], maxResults: number, options: HistorySearchOptions): Promise<HistoryLook> {
   const ranking = new Bm25Ranking(queryTerms);
   const maxMessages = options.maxMessages ?? maxRecallMessages;
   let scannedBytes = 0;
-  let stop: RecallStop | undefined;
-  for (let position = history.length - 1; position >= 0; position--) {
-    const examined = history.length - 1 - position;
-    if (examined >= maxMessages) {
+  let stop: RecallStop | undefined = options.expired() ? "deadline" : undefined;
+  let units = 0;
+  for (let position = history.length - 1; position >= 0 && stop === undefined; position--) {
+    if (history.length - 1 - position >= maxMessages) {
       stop = "messages";
-      break;
-    }
-    if (examined % 64 === 0 && options.expired()) {
-      stop = "deadline";
       break;
     }
     const terms = options.termsOf(history[position]!);
@@ -73,6 +81,15 @@ export function searchHistory(history: readonly Message[], queryTerms: readonly 
     }
     scannedBytes += terms.scannedBytes;
     ranking.add(position, terms.terms);
+    units += 1 + (terms.scannedBytes >> 10);
+    if (units >= unitsBetweenReadings && position > 0) {
+      units = 0;
+      if (options.expired()) stop = "deadline";
+      else {
+        const turn = options.turn?.();
+        if (turn) await turn;
+      }
+    }
   }
   return { hits: ranking.top(maxResults).map((ranked) => ({ position: ranked.index, score: ranked.score })), examined: ranking.size, scannedBytes, stop };
 }

@@ -89,7 +89,7 @@ function conversationReads({ store }: ConversationServiceDependencies, { stateLi
       ? {
           async recall(request, context) {
             const left = context.timeoutMs();
-            return recall.recall(request, left === undefined ? undefined : Math.max(0, left));
+            return recall.recall(request, left === undefined ? undefined : Math.max(0, left), context.signal);
           },
         }
       : {}),

@@ -38,3 +38,10 @@ describe("recall terms", () => {
     expect(termCounts("a/".repeat(500_000)).length).toBe(500_000);
   });
 });
+
+describe("recall terms of characters that lower-case to two", () => {
+  it("lower-cases each term when the text's lower case changes its length", () => {
+    // "İ" (U+0130) lower-cases to "i̇" (two code units): the offsets of the lowered text no longer match.
+    expect(distinctTerms("İstanbul src/Ab.ts")).toEqual(["i̇stanbul", "src", "ab", "ts", "src/ab.ts"]);
+  });
+});

@@ -140,7 +140,26 @@ console.log(`  one recall search, top ${topK}, the path or command as the query:
 console.log(`  one recall search, top ${topK}, a part as the query (a path's file name, a command's longest word with a digit): ${foundByPart}/${facts.length} (${share(foundByPart)})`);
 console.log(`  a summary alone (the summarize request's extracted files and commands, ${summaryFacts.facts.length} facts${summaryFacts.truncated ? ", cut by its bounds" : ""}): ${summaryKept}/${facts.length} (${share(summaryKept)})`);
 
-// 2. Latency of one search beside a bare ReadMessages.
+// 2. Latency of one search beside a bare ReadMessages, and the anchor of its stalls: a loop of
+// 20 ms busy slices with a turn between (what the search does at best), for 2 s, on this machine now.
+{
+  let stall = 0;
+  let tick = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    stall = Math.max(stall, now - tick);
+    tick = now;
+  }, 1);
+  const end = performance.now() + 2_000;
+  let spin = 0;
+  while (performance.now() < end) {
+    const slice = performance.now() + 20;
+    while (performance.now() < slice) spin += Math.sqrt(spin + 1);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  clearInterval(timer);
+  console.log(`anchor: 20 ms busy slices with a turn between, for 2 s: longest event-loop stall ${stall.toFixed(0)} ms (load average now ${loadavg()[0]!.toFixed(2)})`);
+}
 console.log(`latency, median (in process, memory store, default flags): messages | search first (terms read): ms, complete, examined, longest event-loop stall ms | search again (terms kept): ms, complete, examined | ReadMessages last 20`);
 for (const count of [1_000, 5_000, 50_000]) {
   const conversation = codingConversation(count, 11);

@@ -53,6 +53,8 @@ const limitedFields: Record<string, Record<string, StringLimitKind>> = {
   "contextd.v1.ListConversationsRequest": { prefix: "id" },
   "contextd.v1.ReadToolResultRequest": { conversation_id: "id", tool_call_id: "id" },
   "contextd.v1.ReadMessagesRequest": { conversation_id: "id" },
+  "contextd.v1.RecallRequest": { conversation_id: "id", message_ids: "id" },
+  "contextd.v1.RecallToolCall": { name: "name" },
   // context_service.proto, telemetry_service.proto
   "contextd.v1.ReportUsageRequest": { model: "model" },
   "contextd.v1.RenderRequest": { conversation_id: "id", view: "name" },

@@ -1,11 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
-import { rpcFailure } from "../../support/grpc-js.js";
-import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
+import { grpcJsClient, rpcFailure } from "../../support/grpc-js.js";
+import { sidecarForSuite, sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
 
 // What the budget drops stays recallable: a compile with recall_tools sends the two tools, the
@@ -74,5 +74,34 @@ describe.each(sidecarStores)("Recall (real sidecar, %s)", (_name, backend) => {
     );
     expect(clash.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(clash.details).toContain('the name "contextd_recall_message" is reserved');
+  });
+});
+
+describe("Recall at the door (real sidecar, memory store, tenant tokens)", () => {
+  let sidecar: Sidecar;
+  let client: ReturnType<typeof grpcJsClient>;
+  const acme = new grpc.Metadata();
+  acme.set("authorization", "Bearer acme-token-0123456789abcdef");
+  beforeAll(async () => {
+    sidecar = await startSidecar([], { CONTEXTD_AUTH_TOKENS: "acme-token-0123456789abcdef=acme" });
+    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+  });
+  afterAll(async () => {
+    client?.close();
+    await sidecar?.stop();
+  });
+
+  it("searches only the tenant's own conversations and bounds ids and tool names like every request", async () => {
+    await client.unary(ConversationService.method.commit, { conversationId: "acme/c", deltas: [appendHistory(textMessage("u0", Role.USER, "see src/app.ts"))] }, acme);
+    const own = await client.unary(ConversationService.method.recall, { conversationId: "acme/c", query: "app.ts" }, acme);
+    expect(own.hits.map((hit) => hit.messageId)).toEqual(["u0"]);
+    const other = await rpcFailure(client.unary(ConversationService.method.recall, { conversationId: "other/c", query: "app.ts" }, acme));
+    expect(other.code).toBe(grpc.status.PERMISSION_DENIED);
+    const longId = await rpcFailure(client.unary(ConversationService.method.recall, { conversationId: "acme/c", messageIds: ["x".repeat(1_025)] }, acme));
+    expect(longId.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(longId.details).toContain("message_ids[0]");
+    const longName = await rpcFailure(client.unary(ConversationService.method.recall, { conversationId: "acme/c", toolCall: { name: "n".repeat(257), arguments: "{}" } }, acme));
+    expect(longName.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(longName.details).toContain("tool_call.name");
   });
 });

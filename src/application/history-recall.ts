@@ -3,13 +3,14 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RecallHitSchema, RecallResponseSchema, type RecallHit, type RecallRequest, type RecallResponse } from "#gen/contextd/v1/conversation_service_pb";
 import type { Message } from "#gen/contextd/v1/message_pb";
-import { findHistoryIds, hitHeader, maxExcerptBytes, searchExcerpt, searchHistory, stopNote } from "../core/recall/history-search.js";
+import { findHistoryIds, hitHeader, maxExcerptBytes, searchExcerpt, searchHistory, stopNote, type HistoryWindow } from "../core/recall/history-search.js";
 import { recallText } from "../core/recall/recall-text.js";
 import { distinctTerms } from "../core/recall/recall-terms.js";
 import { defaultRecallResults, maxRecallIds, maxRecallResults, recallAskOfToolCall, recallMessageToolName, searchHistoryToolName, type RecallAsk } from "../core/recall/recall-tools.js";
 import { defaultSliceMs } from "../core/compile/deadline.js";
 import { utf8Head } from "../core/model/utf8-slice.js";
 import type { ConversationStore } from "../store/conversation-store.js";
+import type { SegmentWindow } from "../store/segment-window.js";
 import type { RecallTermIndex } from "./recall-term-index.js";
 
 /** Most UTF-8 bytes of a query, and most distinct terms in it. */
@@ -37,9 +38,9 @@ export interface HistoryRecallOptions {
 /**
  * `ConversationService.Recall`: what the stored history holds, found by id or by a ranked lexical
  * search, told as a tool result for the model (see `RecallRequest` in conversation_service.proto
- * for what is searched and what one request may cost). The history is the store's whole state at
- * its current version (`ConversationStore.load`, the copy the store keeps); the search looks from
- * the newest message back, stops at the first bound it meets and ranks what it looked at.
+ * for what is searched and what one request may cost). The history is read in windows from the
+ * newest back (`HistoryReader`); the search stops at the first bound it meets and ranks what it
+ * looked at.
  */
 export class HistoryRecall {
   private readonly now: () => number;
@@ -65,18 +66,18 @@ export class HistoryRecall {
     if (request.maxBytes > maxRecallBytes) throw new ConnectError(`max_bytes: at most ${maxRecallBytes}, got ${request.maxBytes}`, Code.InvalidArgument);
     const ask = askOf(request);
     const maxBytes = request.maxBytes === 0 ? defaultRecallBytes : request.maxBytes;
-    const state = await this.store.load(request.conversationId);
-    const history = state.history;
     const budget = Math.min(maxRecallMilliseconds, timeoutMs ?? maxRecallMilliseconds);
-    const answer = ask.kind === "ids" ? recallByIds(history, ask.ids, maxBytes) : await this.search(history, ask, maxBytes, startedAt + budget, signal);
-    return create(RecallResponseSchema, { ...answer, version: state.version, historyMessages: BigInt(history.length) });
+    const history = new HistoryReader(this.store, request.conversationId);
+    const first = await history.first();
+    const answer = ask.kind === "ids" ? await recallByIds(history, ask.ids, maxBytes) : await this.search(history, ask, maxBytes, startedAt + budget, signal);
+    return create(RecallResponseSchema, { ...answer, version: first.version, historyMessages: BigInt(first.length) });
   }
 
-  private async search(history: readonly Message[], ask: { query: string; maxResults: number }, maxBytes: number, deadline: number, signal: AbortSignal | undefined): Promise<Answer> {
+  private async search(history: HistoryReader, ask: { query: string; maxResults: number }, maxBytes: number, deadline: number, signal: AbortSignal | undefined): Promise<Answer> {
     const terms = queryTerms(ask.query, "query");
     let scanned = 0;
     let sliceStartedMs = this.now();
-    const look = await searchHistory(history, terms, ask.maxResults === 0 ? defaultRecallResults : Math.min(ask.maxResults, maxRecallResults), {
+    const look = await searchHistory(history.windows(), terms, ask.maxResults === 0 ? defaultRecallResults : Math.min(ask.maxResults, maxRecallResults), {
       termsOf: (message) => {
         const found = this.index.termsOf(message, scanned, this.options.scanBytes);
         if (found) scanned += found.scannedBytes;
@@ -92,12 +93,13 @@ export class HistoryRecall {
         });
       },
     });
+    const length = (await history.first()).length;
     // The excerpt starts at the longest query term the message holds: a whole path before its parts.
     const longestFirst = [...terms].sort((a, b) => b.length - a.length);
     const hits: RecallHit[] = [];
     let text = "";
     for (const hit of look.hits) {
-      const message = history[hit.position]!;
+      const message = await history.at(hit.position);
       const header = hitHeader(message, hit.position);
       const room = maxBytes - Buffer.byteLength(text, "utf8") - Buffer.byteLength(header, "utf8") - 2;
       if (room < 64) break;
@@ -107,8 +109,8 @@ export class HistoryRecall {
     }
     const summary =
       look.hits.length === 0
-        ? `No stored message matches ${JSON.stringify(ask.query)} (searched ${look.examined} messages).${stopNote(look.stop, look.examined, history.length)}`
-        : `${hits.length} best of the stored messages matching ${JSON.stringify(ask.query)} (searched ${look.examined} messages; read one whole with ${recallMessageToolName}).${stopNote(look.stop, look.examined, history.length)}`;
+        ? `No stored message matches ${JSON.stringify(ask.query)} (searched ${look.examined} messages).${stopNote(look.stop, look.examined, length)}`
+        : `${hits.length} best of the stored messages matching ${JSON.stringify(ask.query)} (searched ${look.examined} messages; read one whole with ${recallMessageToolName}).${stopNote(look.stop, look.examined, length)}`;
     return { text: fitted(`${summary}\n${text}`, maxBytes), hits, examinedMessages: BigInt(look.examined), scannedBytes: BigInt(look.scannedBytes), complete: look.stop === undefined, missingIds: [] };
   }
 }
@@ -164,8 +166,8 @@ function queryTerms(query: string, where: string): string[] {
 }
 
 /** The messages of `ids`, in request order, their texts cut to what `maxBytes` leaves. */
-function recallByIds(history: readonly Message[], ids: readonly string[], maxBytes: number): Answer {
-  const found = findHistoryIds(history, ids);
+async function recallByIds(history: HistoryReader, ids: readonly string[], maxBytes: number): Promise<Answer> {
+  const lookup = await findHistoryIds(history.windows(), ids);
   const hits: RecallHit[] = [];
   const missingIds: string[] = [];
   let text = "";
@@ -173,12 +175,12 @@ function recallByIds(history: readonly Message[], ids: readonly string[], maxByt
   for (const id of ids) {
     if (seen.has(id)) continue;
     seen.add(id);
-    const position = found.positions.get(id);
-    if (position === undefined) {
+    const found = lookup.found.get(id);
+    if (found === undefined) {
       missingIds.push(id);
       continue;
     }
-    const message = history[position]!;
+    const { message, position } = found;
     const header = hitHeader(message, position);
     const whole = recallText(message);
     const room = Math.max(0, maxBytes - Buffer.byteLength(text, "utf8") - Buffer.byteLength(header, "utf8") - 2 - 200);
@@ -188,8 +190,53 @@ function recallByIds(history: readonly Message[], ids: readonly string[], maxByt
     text += `${header}\n${excerpt}\n`;
     hits.push(create(RecallHitSchema, { messageId: id, position: BigInt(position), score: 0, role: message.role, excerpt }));
   }
-  if (missingIds.length > 0) text += `Not in the stored history${found.stop === undefined ? "" : ` (the newest ${found.examined} messages looked at)`}: ${missingIds.join(", ")}\n`;
-  return { text: fitted(text, maxBytes), hits, examinedMessages: BigInt(found.examined), scannedBytes: 0n, complete: found.stop === undefined, missingIds };
+  if (missingIds.length > 0) text += `Not in the stored history${lookup.stop === undefined ? "" : ` (the newest ${lookup.examined} messages looked at)`}: ${missingIds.join(", ")}\n`;
+  return { text: fitted(text, maxBytes), hits, examinedMessages: BigInt(lookup.examined), scannedBytes: 0n, complete: lookup.stop === undefined, missingIds };
+}
+
+/** Messages the history is read in, per window (`ConversationStore.readWindow`). */
+export const recallWindowMessages = 1_000;
+
+/**
+ * The stored history, read in windows of `recallWindowMessages` from the newest back, every window
+ * at the first one's version: a search that stops early reads no further, and a long history on
+ * Redis or Postgres is never loaded whole for one request. A commit landing between two windows
+ * makes the next read ABORTED (VERSION_CONFLICT, naming the current version).
+ */
+class HistoryReader {
+  private firstWindow: Promise<SegmentWindow> | undefined;
+
+  constructor(
+    private readonly store: ConversationStore,
+    private readonly conversationId: string,
+  ) {}
+
+  /** The newest window, read once: its version and the history's length. */
+  async first(): Promise<{ version: bigint; length: number; window: SegmentWindow }> {
+    this.firstWindow ??= this.store.readWindow(this.conversationId, { segment: "history", count: recallWindowMessages, withRest: false });
+    const window = await this.firstWindow;
+    return { version: window.state.version, length: window.length, window };
+  }
+
+  /** The windows, newest first. */
+  async *windows(): AsyncGenerator<HistoryWindow> {
+    const { version, window } = await this.first();
+    yield { start: window.start, messages: window.state.history };
+    let end = window.start;
+    while (end > 0) {
+      const older = await this.store.readWindow(this.conversationId, { segment: "history", end, count: recallWindowMessages, withRest: false, atVersion: version });
+      yield { start: older.start, messages: older.state.history };
+      end = older.start;
+    }
+  }
+
+  /** The message at `position`, at the first window's version. */
+  async at(position: number): Promise<Message> {
+    const { version, window } = await this.first();
+    if (position >= window.start) return window.state.history[position - window.start]!;
+    const one = await this.store.readWindow(this.conversationId, { segment: "history", end: position + 1, count: 1, withRest: false, atVersion: version });
+    return one.state.history[0]!;
+  }
 }
 
 function readRestHint(message: Message): string {

@@ -122,6 +122,51 @@ describe("HistoryRecall", () => {
   });
 });
 
+describe("HistoryRecall over a history of several windows", () => {
+  /** A real memory store that counts its window reads. */
+  class CountingStore extends MemoryConversationStore {
+    reads = 0;
+    override async readWindow(...args: Parameters<MemoryConversationStore["readWindow"]>) {
+      this.reads++;
+      return super.readWindow(...args);
+    }
+  }
+
+  async function longConversation(rounds: number): Promise<CountingStore> {
+    const store = new CountingStore();
+    const messages: Message[] = [];
+    for (let index = 0; index < rounds; index++) messages.push(textMessage(`u${index}`, Role.USER, `step ${index}`), ...toolRound(index, `cat src/module${index}/index.ts`, `value${index}`));
+    await store.commit("c", 0n, [appendHistory(...messages)], "");
+    store.reads = 0;
+    return store;
+  }
+
+  it("reads the windows newest first down to the oldest, and finds and recalls a message in the oldest", async () => {
+    const store = await longConversation(1_000);
+    const recall = new HistoryRecall(store, new RecallTermIndex(1 << 24), { scanBytes: 1 << 24 });
+    const answer = await recall.recall(request({ query: "module1/index.ts", maxResults: 1 }));
+    expect(answer.hits.map((hit) => [hit.messageId, hit.position])).toEqual([["a1", 4n]]);
+    expect(answer.examinedMessages).toBe(3_000n);
+    expect(answer.complete).toBe(true);
+    // Three windows of 1,000, and the hit's message read again by its position.
+    expect(store.reads).toBe(4);
+    store.reads = 0;
+    const byId = await recall.recall(request({ messageIds: ["t0"] }));
+    expect(byId.hits[0]!.position).toBe(2n);
+    expect(byId.text).toContain("value0");
+    expect(store.reads).toBe(3);
+  });
+
+  it("reads no window past the one where a bound stopped the search", async () => {
+    const store = await longConversation(1_000);
+    const recall = new HistoryRecall(store, new RecallTermIndex(0), { scanBytes: 2_000 });
+    const answer = await recall.recall(request({ query: "module999/index.ts" }));
+    expect(answer.complete).toBe(false);
+    expect(answer.hits[0]!.messageId).toBe("a999");
+    expect(store.reads).toBe(1);
+  });
+});
+
 describe("RecallTermIndex", () => {
   it("keeps terms up to its bound, the least recently used leaving first, and none larger than the bound alone", () => {
     const messages = Array.from({ length: 10 }, (_, index) => textMessage(`m${index}`, Role.USER, `word${index} `.repeat(50)));

@@ -58,54 +58,78 @@ export interface HistoryLook {
   stop?: RecallStop;
 }
 
+/** Consecutive messages of the history: `messages[0]` is at position `start`. */
+export interface HistoryWindow {
+  start: number;
+  messages: readonly Message[];
+}
+
 /**
- * The best `maxResults` messages of `history` for the query's terms, looking from the newest back.
+ * The best `maxResults` messages of the history for the query's terms, looking from the newest
+ * back: `windows` yields the history's windows newest first (each looked at from its last message).
  * The clock is read (`expired`, `turn`) before the first message and then every 32 units of work,
- * so a search of a thousand short messages reads it about thirty times.
+ * so a search of a thousand short messages reads it about thirty times. No window is asked for
+ * once a bound stops the look.
  */
-export async function searchHistory(history: readonly Message[], queryTerms: readonly string[], maxResults: number, options: HistorySearchOptions): Promise<HistoryLook> {
+export async function searchHistory(windows: AsyncIterable<HistoryWindow>, queryTerms: readonly string[], maxResults: number, options: HistorySearchOptions): Promise<HistoryLook> {
   const ranking = new Bm25Ranking(queryTerms);
   const maxMessages = options.maxMessages ?? maxRecallMessages;
   let scannedBytes = 0;
   let stop: RecallStop | undefined = options.expired() ? "deadline" : undefined;
   let units = 0;
-  for (let position = history.length - 1; position >= 0 && stop === undefined; position--) {
-    if (history.length - 1 - position >= maxMessages) {
-      stop = "messages";
-      break;
-    }
-    const terms = options.termsOf(history[position]!);
-    if (terms === undefined) {
-      stop = "scanned_bytes";
-      break;
-    }
-    scannedBytes += terms.scannedBytes;
-    ranking.add(position, terms.terms);
-    units += 1 + (terms.scannedBytes >> 10);
-    if (units >= unitsBetweenReadings && position > 0) {
-      units = 0;
-      if (options.expired()) stop = "deadline";
-      else {
-        const turn = options.turn?.();
-        if (turn) await turn;
+  if (stop === undefined) {
+    windows: for await (const window of windows) {
+      for (let offset = window.messages.length - 1; offset >= 0; offset--) {
+        if (ranking.size >= maxMessages) {
+          stop = "messages";
+          break windows;
+        }
+        const terms = options.termsOf(window.messages[offset]!);
+        if (terms === undefined) {
+          stop = "scanned_bytes";
+          break windows;
+        }
+        scannedBytes += terms.scannedBytes;
+        ranking.add(window.start + offset, terms.terms);
+        units += 1 + (terms.scannedBytes >> 10);
+        if (units >= unitsBetweenReadings) {
+          units = 0;
+          if (options.expired()) {
+            stop = "deadline";
+            break windows;
+          }
+          const turn = options.turn?.();
+          if (turn) await turn;
+        }
       }
     }
   }
   return { hits: ranking.top(maxResults).map((ranked) => ({ position: ranked.index, score: ranked.score })), examined: ranking.size, scannedBytes, stop };
 }
 
-/** The positions of `ids` in `history` (the newest message with the id), looking from the newest back. */
-export function findHistoryIds(history: readonly Message[], ids: readonly string[], maxMessages = maxRecallMessages): { positions: Map<string, number>; examined: number; stop?: RecallStop } {
+/**
+ * The positions of `ids` in the history (the newest message with each id), and the messages there,
+ * looking from the newest back through `windows` until every id is found or `maxMessages` were looked at.
+ */
+export async function findHistoryIds(
+  windows: AsyncIterable<HistoryWindow>,
+  ids: readonly string[],
+  maxMessages = maxRecallMessages,
+): Promise<{ found: Map<string, { position: number; message: Message }>; examined: number; stop?: RecallStop }> {
   const wanted = new Set(ids);
-  const positions = new Map<string, number>();
+  const found = new Map<string, { position: number; message: Message }>();
   let examined = 0;
-  for (let position = history.length - 1; position >= 0 && positions.size < wanted.size; position--) {
-    if (examined >= maxMessages) return { positions, examined, stop: "messages" };
-    examined++;
-    const id = history[position]!.id;
-    if (wanted.has(id) && !positions.has(id)) positions.set(id, position);
+  for await (const window of windows) {
+    for (let offset = window.messages.length - 1; offset >= 0; offset--) {
+      if (found.size === wanted.size) return { found, examined };
+      if (examined >= maxMessages) return { found, examined, stop: "messages" };
+      examined++;
+      const message = window.messages[offset]!;
+      if (wanted.has(message.id) && !found.has(message.id)) found.set(message.id, { position: window.start + offset, message });
+    }
+    if (found.size === wanted.size) break;
   }
-  return { positions, examined };
+  return { found, examined };
 }
 
 /** A hit as the model reads it. */

@@ -61,6 +61,24 @@ describe.each(sidecarStores)("Recall (real sidecar, %s)", (_name, backend) => {
     expect(byId.text).toContain("--- message t3 · position 11 · tool · run_command");
   });
 
+  it("searches a history longer than one window read (1,000 messages) down to its first message", async () => {
+    const { client } = suite;
+    const longId = `${conversationId}-long`;
+    const messages = Array.from({ length: 2_500 }, (_, index) => textMessage(`m${index}`, Role.USER, `note ${index} about lib/part_${index}.rs`));
+    await client.unary(ConversationService.method.commit, { conversationId: longId, expectedVersion: 0n, deltas: [appendHistory(...messages)] });
+    const answer = await client.unary(ConversationService.method.recall, { conversationId: longId, query: "lib/part_3.rs", maxResults: 1 });
+    expect(answer.hits.map((hit) => [hit.messageId, hit.position])).toEqual([["m3", 3n]]);
+    expect(answer.examinedMessages).toBe(2_500n);
+    expect(answer.complete).toBe(true);
+    expect(answer.scannedBytes).toBeGreaterThan(0n);
+    // The store hands out the messages it keeps decoded: their terms were kept, nothing is read again.
+    const again = await client.unary(ConversationService.method.recall, { conversationId: longId, query: "lib/part_7.rs", maxResults: 1 });
+    expect(again.hits[0]!.messageId).toBe("m7");
+    expect(again.scannedBytes).toBe(0n);
+    const byId = await client.unary(ConversationService.method.recall, { conversationId: longId, messageIds: ["m0", "m2499"] });
+    expect(byId.hits.map((hit) => hit.position)).toEqual([0n, 2_499n]);
+  });
+
   it("refuses a bad request with INVALID_ARGUMENT naming the field and the limit, and a clash of tool names", async () => {
     const { client } = suite;
     const tooMany = await rpcFailure(client.unary(ConversationService.method.recall, { conversationId, query: "x", maxResults: 51 }));

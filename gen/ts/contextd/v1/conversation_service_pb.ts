@@ -848,7 +848,10 @@ export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = 
  * conversation may keep different tails), so it searches the messages the prompt still shows too;
  * each hit says its position in the history, so a caller can tell the two apart.
  *
- * What one request may cost: at most 100,000 history messages examined, newest first; at most
+ * What one request may cost: the history is read in windows of 1,000 messages from the newest back,
+ * all at the version of the first (a commit landing between two windows makes the request ABORTED,
+ * reason VERSION_CONFLICT: ask again), and no further than the search goes. At most 100,000
+ * history messages examined, newest first; at most
  * `--recall-scan-bytes` (64 MiB by default) of message text read and split into terms — the terms
  * of a message already split are kept by the sidecar (`--recall-index-bytes`, 256 MiB by default)
  * and cost no reading; at most 2 seconds, or the call's deadline when that is sooner. When a bound

@@ -6,7 +6,7 @@ import type { Message } from "#gen/contextd/v1/message_pb";
 import { findHistoryIds, hitHeader, maxExcerptBytes, searchExcerpt, searchHistory, stopNote, type HistoryWindow } from "../core/recall/history-search.js";
 import { recallText } from "../core/recall/recall-text.js";
 import { distinctTerms } from "../core/recall/recall-terms.js";
-import { defaultRecallResults, maxRecallIds, maxRecallResults, recallAskOfToolCall, recallMessageToolName, searchHistoryToolName, type RecallAsk } from "../core/recall/recall-tools.js";
+import { defaultRecallResults, maxRecallIds, maxRecallResults, recallAskOfToolCall, recallMessageToolName, type RecallAsk } from "../core/recall/recall-tools.js";
 import { defaultSliceMs } from "../core/compile/deadline.js";
 import { utf8Head } from "../core/model/utf8-slice.js";
 import type { ConversationStore } from "../store/conversation-store.js";
@@ -186,7 +186,7 @@ async function recallByIds(history: HistoryReader, ids: readonly string[], maxBy
     const room = Math.max(0, maxBytes - Buffer.byteLength(text, "utf8") - Buffer.byteLength(header, "utf8") - 2 - 200);
     const head = utf8Head(whole, room);
     const left = head.totalBytes - head.bytes;
-    const excerpt = left === 0 ? head.text : `${head.text}\n[${left} more bytes of this message not shown: ${readRestHint(message)}]`;
+    const excerpt = left === 0 ? head.text : `${head.text}\n[${left} more bytes of this message not shown: ${readRestHint(message, position)}]`;
     text += `${header}\n${excerpt}\n`;
     hits.push(create(RecallHitSchema, { messageId: id, position: BigInt(position), score: 0, role: message.role, excerpt }));
   }
@@ -239,11 +239,12 @@ class HistoryReader {
   }
 }
 
-function readRestHint(message: Message): string {
+/** How the rest of a cut message is read: a tool result by its call id, anything else by its position. */
+function readRestHint(message: Message, position: number): string {
   for (const part of message.parts) {
     if (part.kind.case === "toolResult") return `the whole result is readable with read_tool_result (tool_call_id "${part.kind.value.toolCallId}")`;
   }
-  return `search for its words with ${searchHistoryToolName}`;
+  return `the whole message is readable with ReadMessages (start ${position})`;
 }
 
 /** `text` within `maxBytes`, cut at a character boundary (the parts above stay within it; this is the guarantee). */

@@ -77,6 +77,8 @@ describe("HistoryRecall", () => {
     const answer = await recall.recall(request({ messageIds: ["t0"], maxBytes: 2_000 }));
     expect(Buffer.byteLength(answer.text)).toBeLessThanOrEqual(2_000);
     expect(answer.text).toMatch(/more bytes of this message not shown: the whole result is readable with read_tool_result \(tool_call_id "c0"\)/);
+    await store.commit("c", 1n, [appendHistory(textMessage("long", Role.USER, "word ".repeat(1_000)))], "");
+    expect((await recall.recall(request({ messageIds: ["long"], maxBytes: 1_000 }))).text).toContain("not shown: the whole message is readable with ReadMessages (start 2)");
     const search = await recall.recall(request({ query: "log", maxBytes: 300 }));
     expect(Buffer.byteLength(search.text)).toBeLessThanOrEqual(300);
   });

@@ -1517,8 +1517,8 @@ type RecallRequest struct {
 	MaxResults uint32 `protobuf:"varint,544,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
 	// Most UTF-8 bytes of `text`. 0 = 16,384; at most 262,144. A search's excerpts are each at most
 	// 1,024 bytes; a recalled message longer than what is left is cut at a character boundary, and
-	// `text` says how many bytes were left out and how to read the rest (`ReadToolResult` for a tool
-	// result, `ReadMessages` at the hit's position otherwise).
+	// `text` says how many bytes were left out and how to read the rest (`read_tool_result`, that is
+	// `ReadToolResult`, for a tool result; `ReadMessages` at the hit's position otherwise).
 	MaxBytes      uint32 `protobuf:"varint,545,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

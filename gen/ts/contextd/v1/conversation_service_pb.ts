@@ -911,8 +911,8 @@ export type RecallRequest = Message<"contextd.v1.RecallRequest"> & {
   /**
    * Most UTF-8 bytes of `text`. 0 = 16,384; at most 262,144. A search's excerpts are each at most
    * 1,024 bytes; a recalled message longer than what is left is cut at a character boundary, and
-   * `text` says how many bytes were left out and how to read the rest (`ReadToolResult` for a tool
-   * result, `ReadMessages` at the hit's position otherwise).
+   * `text` says how many bytes were left out and how to read the rest (`read_tool_result`, that is
+   * `ReadToolResult`, for a tool result; `ReadMessages` at the hit's position otherwise).
    *
    * @generated from field: uint32 max_bytes = 545;
    */

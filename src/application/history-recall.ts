@@ -37,7 +37,10 @@ export interface HistoryRecallOptions {
 
 /**
  * `ConversationService.Recall`: what the stored history holds, found by id or by a ranked lexical
- * search, told as a tool result for the model (see `RecallRequest` in conversation_service.proto
+ * search, told as a tool result for the model. Why it exists: a compile's budget, clearing and
+ * previews leave the store untouched, but what they left out of the prompt was out of the model's
+ * reach; this answers the recall tools a compile adds (`CompileRequest.recall_tools`), so the model
+ * can fetch it back (see `RecallRequest` in conversation_service.proto
  * for what is searched and what one request may cost). The history is read in windows from the
  * newest back (`HistoryReader`); the search stops at the first bound it meets and ranks what it
  * looked at.

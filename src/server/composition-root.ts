@@ -85,7 +85,7 @@ export interface Application {
   compiler: Compiler;
   /** The token calibration corrections (`--calibration-keys`); none at 0. */
   calibration?: UsageCalibration;
-  /** What GetState, ReadMessages and ReadToolResult read through. */
+  /** What GetState, ReadMessages, ReadToolResult and Recall read through. */
   reads: ConversationReads;
 }
 

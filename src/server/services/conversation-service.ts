@@ -12,7 +12,7 @@ import { assertLabelFilter } from "../../core/deltas/conversation-metadata.js";
 import type { ListOrder } from "../../store/conversation-listing.js";
 import { tenantKey } from "../policy/call-context.js";
 
-/** What GetState, ReadMessages and ReadToolResult read through; the composition root builds them. */
+/** What GetState, ReadMessages, ReadToolResult and Recall read through; the composition root builds them. */
 export interface ConversationReads {
   /** GetState's answers under the message limit (`--max-request-bytes`). */
   stateLimit: StateSizeLimit;

@@ -3,6 +3,8 @@ import type { DescService } from "@bufbuild/protobuf";
 import type { Message } from "#gen/contextd/v1/message_pb";
 import { Compiler } from "../application/compiler.js";
 import { HistoryFactsCache } from "../application/history-facts-cache.js";
+import { HistoryRecall } from "../application/history-recall.js";
+import { RecallTermIndex } from "../application/recall-term-index.js";
 import { MessageWindows } from "../application/message-windows.js";
 import { RecentCompiles } from "../application/recent-compiles.js";
 import { RegexSearchThread } from "../application/regex-search-thread.js";
@@ -88,7 +90,7 @@ export interface Application {
   calibration?: UsageCalibration;
   /** The usage ledger (`--usage-entries-per-conversation`); none at 0. */
   usageLedger?: UsageLedger;
-  /** What GetState, ReadMessages and ReadToolResult read through. */
+  /** What GetState, ReadMessages, ReadToolResult and Recall read through. */
   reads: ConversationReads;
 }
 
@@ -126,6 +128,7 @@ export function composeApplication(config: Config, store: ConversationStore, cod
     stateLimit: new StateSizeLimit(config.maxRequestBytes, { messageBytes, restBytes: (state) => codec.encodeStateRest(state).byteLength }),
     windows: new MessageWindows(store, { messageBytes, messageLimitBytes: config.maxRequestBytes, maxPinnedBytes: config.readPinBytes }),
     toolResultTexts: new ToolResultTexts(defaultToolResultTextBytes),
+    recall: new HistoryRecall(store, new RecallTermIndex(config.recallIndexBytes), { scanBytes: config.recallScanBytes }),
   };
   const usageLedger = config.usageEntriesPerConversation > 0 ? new UsageLedger({ store, bounds: { maxEntriesPerConversation: config.usageEntriesPerConversation } }) : undefined;
   return { store, codec, tokenCounts, telemetry, regexSearch, compiler, calibration, usageLedger, reads };

@@ -509,6 +509,40 @@ func (c *Client) ReadWholeToolResult(ctx context.Context, conversationID, toolCa
 	}
 }
 
+// RecallToolNames are the tools a compile with CompileRequest.RecallTools adds; AnswerRecallToolCall
+// answers their calls.
+var RecallToolNames = []string{"contextd_recall_message", "contextd_search_history"}
+
+// IsRecallTool reports whether a model's tool call is one of contextd's recall tools.
+func IsRecallTool(name string) bool {
+	for _, known := range RecallToolNames {
+		if name == known {
+			return true
+		}
+	}
+	return false
+}
+
+// Recall finds stored history messages by id or by a ranked text search, answered as a tool result
+// text (RecallResponse.Text) with the hits beside it. Retried on UNAVAILABLE like every read.
+func (c *Client) Recall(ctx context.Context, request *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error) {
+	return unary(c, ctx, true, func(ctx context.Context) (*contextdv1.RecallResponse, error) {
+		return c.transport.recall(ctx, request)
+	})
+}
+
+// AnswerRecallToolCall answers a model's call of one of contextd's recall tools (IsRecallTool): the
+// text to send back as that call's tool result, from one Recall call. Give the call's name and its
+// arguments as the JSON text the provider returned; arguments the tool does not take are an
+// INVALID_ARGUMENT error naming them.
+func (c *Client) AnswerRecallToolCall(ctx context.Context, conversationID, name, argumentsJSON string) (string, error) {
+	response, err := c.Recall(ctx, &contextdv1.RecallRequest{ConversationId: conversationID, ToolCall: &contextdv1.RecallToolCall{Name: name, Arguments: argumentsJSON}})
+	if err != nil {
+		return "", err
+	}
+	return response.GetText(), nil
+}
+
 // Compile compiles a prompt. A compile that commits (request.Commit) is a write and is treated as
 // Commit is: it gets a random idempotency key when it has none, and an unknown outcome is retried
 // with the same key (after an answer over the receive limit, without request.Include). A compile

@@ -31,6 +31,7 @@ type transport interface {
 	deleteConversations(context.Context, *contextdv1.DeleteConversationsRequest) (*contextdv1.DeleteConversationsResponse, error)
 	exportConversations(context.Context, *contextdv1.ExportConversationsRequest) (receiver[contextdv1.ExportConversationsResponse], error)
 	readToolResult(context.Context, *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error)
+	recall(context.Context, *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error)
 	readMessages(context.Context, *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error)
 	watch(context.Context, *contextdv1.WatchRequest) (receiver[contextdv1.WatchResponse], error)
 	compile(context.Context, *contextdv1.CompileRequest) (*contextdv1.CompileResponse, error)
@@ -126,6 +127,10 @@ func (t *grpcTransport) exportConversations(ctx context.Context, r *contextdv1.E
 
 func (t *grpcTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
 	return grpcUnary(ctx, t.conversations.ReadToolResult, r)
+}
+
+func (t *grpcTransport) recall(ctx context.Context, r *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error) {
+	return grpcUnary(ctx, t.conversations.Recall, r)
 }
 
 func (t *grpcTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {
@@ -268,6 +273,10 @@ func (t *connectTransport) exportConversations(ctx context.Context, r *contextdv
 
 func (t *connectTransport) readToolResult(ctx context.Context, r *contextdv1.ReadToolResultRequest) (*contextdv1.ReadToolResultResponse, error) {
 	return connectUnary(ctx, t.conversations.ReadToolResult, r)
+}
+
+func (t *connectTransport) recall(ctx context.Context, r *contextdv1.RecallRequest) (*contextdv1.RecallResponse, error) {
+	return connectUnary(ctx, t.conversations.Recall, r)
 }
 
 func (t *connectTransport) readMessages(ctx context.Context, r *contextdv1.ReadMessagesRequest) (*contextdv1.ReadMessagesResponse, error) {

@@ -45,6 +45,8 @@ import {
   type ExportConversationsResponse,
   type ReadMessagesRequestSchema,
   type ReadMessagesResponse,
+  type RecallRequestSchema,
+  type RecallResponse,
   type WatchRequestSchema,
 } from "../generated/contextd/v1/conversation_service_pb.js";
 import type { Message, MessageSchema } from "../generated/contextd/v1/message_pb.js";
@@ -137,6 +139,14 @@ export type SummaryAnswer = MessageInit | { summary: MessageInit; remember?: str
 export type Summarize = (messages: Message[], targetTokens: bigint, asked: SummarizeRequest) => SummaryAnswer | Promise<SummaryAnswer>;
 
 /** Talks to one contextd sidecar. Safe for concurrent use; close it when done. */
+/** The names of the tools a compile with `recallTools: true` adds; `Client.answerRecallToolCall` answers their calls. */
+export const RECALL_TOOL_NAMES: readonly string[] = ["contextd_recall_message", "contextd_search_history"];
+
+/** Whether a model's tool call is one of contextd's recall tools. */
+export function isRecallTool(name: string): boolean {
+  return RECALL_TOOL_NAMES.includes(name);
+}
+
 export class Client {
   /** The generated service clients, for anything the methods below do not cover. */
   readonly conversations: ServiceClient<typeof ConversationService>;
@@ -249,6 +259,26 @@ export class Client {
       page = await this.readMessages({ conversationId: request.conversationId, maxBytes: request.maxBytes, pageToken: page.nextPageToken }, options);
       yield page;
     }
+  }
+
+  /**
+   * Finds stored history messages by id or by a ranked text search, answered as a tool result text
+   * (`RecallResponse.text`) with the hits beside it. Retried on UNAVAILABLE like every read.
+   */
+  recall(request: Init<typeof RecallRequestSchema>, options?: CallOptions): Promise<RecallResponse> {
+    return this.unary((o) => this.conversations.recall(request, o), true, options);
+  }
+
+  /**
+   * Answers a model's call of one of contextd's recall tools (a compile with `recallTools: true`
+   * adds them; `isRecallTool(name)` says whether a call is one): the text to send back as that
+   * call's tool result, from one Recall call. Give the call's name and its arguments as the JSON
+   * text the provider returned. Arguments the tool does not take throw ContextdError
+   * INVALID_ARGUMENT naming them.
+   */
+  async answerRecallToolCall(conversationId: string, name: string, argumentsJson: string, options?: CallOptions): Promise<string> {
+    const response = await this.recall({ conversationId, toolCall: { name, arguments: argumentsJson } }, options);
+    return response.text;
   }
 
   /**

@@ -1,5 +1,5 @@
 // The TypeScript client of the contextd sidecar. The generated API is at "@contextd/client/v1".
-export { Client, renderedBody, DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, type CallOptions, type ClientOptions, type Summarize, type SummaryAnswer, type TlsOptions } from "./client.js";
+export { Client, RECALL_TOOL_NAMES, isRecallTool, renderedBody, DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, type CallOptions, type ClientOptions, type Summarize, type SummaryAnswer, type TlsOptions } from "./client.js";
 export {
   ToolRound,
   appendAssistant,

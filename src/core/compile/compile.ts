@@ -25,6 +25,7 @@ import { normalize } from "./normalize.js";
 import { payloadOf, snapshotOf, writebackSnapshot } from "./persistence.js";
 import type { TokenCorrection } from "./token-calibration.js";
 import { sendLargeToolResultsAsPreviews } from "./large-tool-results.js";
+import { withRecallTools } from "../recall/recall-tools.js";
 import { applyHooks } from "./redaction.js";
 import { resolveCompileInputs } from "./request-inputs.js";
 import { applyRoleProjection } from "./role-projection.js";
@@ -133,7 +134,7 @@ const stages = StageRunner.over<CompileStart>()
   // system message).
   .stage({ name: "system_prompt", changes: ["work"], run: ({ work }) => applySystemPrompt(work) })
   // 6.–9. Presentation. 6. Stored tool arguments shown as a string, large tool results as
-  // previews, hooks.
+  // previews, the recall tools, hooks.
   .stage({
     name: "hooks",
     reads: ["request", "context"],
@@ -141,6 +142,7 @@ const stages = StageRunner.over<CompileStart>()
     run: ({ request, context, work }) => {
       showToolArgumentsAsString(work);
       sendLargeToolResultsAsPreviews(work);
+      if (request.recallTools) work.toolDefinitions = withRecallTools(work.toolDefinitions, request.conversationId);
       if (request.hooks.length > 0) return applyHooks(work, context.searchRegexOffThread);
     },
   })

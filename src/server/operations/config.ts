@@ -108,6 +108,13 @@ export interface Config {
   /** Conversations whose history facts are kept (the least recently compiled go first); 0 = none. */
   historyFactsConversations: number;
   /**
+   * Approximate bytes of stored messages' terms kept for `Recall` searches (each message's terms
+   * and its text; the least recently searched go first); 0 = none, every search reads the texts.
+   */
+  recallIndexBytes: number;
+  /** UTF-8 bytes of message text one `Recall` search may read and split into terms (kept terms cost none). */
+  recallScanBytes: number;
+  /**
    * Whose token counts the stores keep with each message they write, as `provider:model` (the
    * estimator a compile rendered for that provider and model uses), or `none`
    * (docs/incremental-compile.md, "Token counts stored with the messages").
@@ -222,6 +229,8 @@ export const defaultConfig: Config = {
   usageEntriesPerConversation: 1_000,
   historyFactsBytes: 64 * 1024 * 1024,
   historyFactsConversations: 10_000,
+  recallIndexBytes: 256 * 1024 * 1024,
+  recallScanBytes: 64 * 1024 * 1024,
   storedTokenEstimator: "openai_chat:gpt-4o",
   tokenCountTextBytes: 64 * 1024 * 1024,
   inspector: true,
@@ -291,6 +300,8 @@ export const flags = {
   "usage-entries-per-conversation": "usage ledger entries (ReportUsage with a conversation) the store keeps per conversation, older ones counted in its totals only; 0 = no ledger",
   "history-facts-bytes": "approximate bytes of stored histories' facts kept so a compile walks only the tail it may keep; 0 = none",
   "history-facts-conversations": "conversations whose history facts are kept; 0 = none",
+  "recall-index-bytes": "approximate bytes of stored messages' terms (and their texts) kept for Recall searches; 0 = none, every search reads the texts again",
+  "recall-scan-bytes": "UTF-8 bytes of message text one Recall search may read and split into terms (messages whose terms are kept cost none); a search that reaches it answers from what it read, complete = false",
   "token-count-text-bytes": "approximate bytes of the texts whose token counts are kept across compiles (2 per character + 64 each); the oldest go past it",
   "stored-token-estimator": "whose token counts the stores keep with each message they write: provider:model (the estimator a compile rendered for them uses), or none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
@@ -443,6 +454,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     usageEntriesPerConversation: integer("usage-entries-per-conversation", defaultConfig.usageEntriesPerConversation, 0, 10_000),
     historyFactsBytes: integer("history-facts-bytes", defaultConfig.historyFactsBytes, 0),
     historyFactsConversations: integer("history-facts-conversations", defaultConfig.historyFactsConversations, 0),
+    recallIndexBytes: integer("recall-index-bytes", defaultConfig.recallIndexBytes, 0),
+    recallScanBytes: integer("recall-scan-bytes", defaultConfig.recallScanBytes, 1024),
     tokenCountTextBytes: integer("token-count-text-bytes", defaultConfig.tokenCountTextBytes, 1024),
     storedTokenEstimator: checkedStoredTokenEstimator(string("stored-token-estimator", defaultConfig.storedTokenEstimator), pick("stored-token-estimator").where),
     inspector: boolean("inspector", defaultConfig.inspector),

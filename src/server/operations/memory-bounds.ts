@@ -14,7 +14,7 @@ export interface MemoryBound {
   flag: string;
   bytes: number;
   /** When it fills: "always" for caches any turn fills; otherwise what must be in use. */
-  fills: "always" | "redis or postgres" | "memory store" | "ReadToolResult" | "ReadMessages" | "WatchEvents subscribers" | "tracing";
+  fills: "always" | "redis or postgres" | "memory store" | "ReadToolResult" | "ReadMessages" | "Recall" | "WatchEvents subscribers" | "tracing";
 }
 
 export function memoryBounds(config: Config): MemoryBound[] {
@@ -28,6 +28,7 @@ export function memoryBounds(config: Config): MemoryBound[] {
     { what: "idempotency records", flag: "", bytes: defaultMaxIdempotencyBytes, fills: "memory store" },
     { what: "ReadToolResult encodings", flag: "", bytes: defaultToolResultTextBytes, fills: "ReadToolResult" },
     { what: "ReadMessages windows kept for page tokens", flag: "--read-pin-bytes", bytes: config.readPinBytes, fills: "ReadMessages" },
+    { what: "Recall's kept terms of stored messages", flag: "--recall-index-bytes", bytes: config.recallIndexBytes, fills: "Recall" },
     { what: "WatchEvents queues (per tenant)", flag: "--telemetry-bytes", bytes: config.telemetryBytes, fills: "WatchEvents subscribers" },
     { what: "spans waiting for the collector", flag: "--trace-queue-bytes", bytes: config.traceQueueBytes, fills: "tracing" },
   ];

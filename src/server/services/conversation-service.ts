@@ -7,13 +7,14 @@ import type { MessageWindows } from "../../application/message-windows.js";
 import type { StateSizeLimit } from "../../application/state-size.js";
 import type { ToolResultTexts } from "../../application/tool-result-texts.js";
 import type { UsageLedger } from "../../application/usage-ledger.js";
+import type { HistoryRecall } from "../../application/history-recall.js";
 import { utf8SliceOf } from "../../core/model/utf8-slice.js";
 import { assertLabelFilter } from "../../core/deltas/conversation-metadata.js";
 import type { ListOrder } from "../../store/conversation-listing.js";
 import { tenantKey } from "../policy/call-context.js";
 import { deletePage, exportStates } from "../../application/conversation-retention.js";
 
-/** What GetState, ReadMessages and ReadToolResult read through; the composition root builds them. */
+/** What GetState, ReadMessages, ReadToolResult and Recall read through; the composition root builds them. */
 export interface ConversationReads {
   /** GetState's answers under the message limit (`--max-request-bytes`). */
   stateLimit: StateSizeLimit;
@@ -21,6 +22,8 @@ export interface ConversationReads {
   windows: MessageWindows;
   /** The encoded tool-result texts ReadToolResult slices. */
   toolResultTexts: ToolResultTexts;
+  /** Recall's searches and recalls by id; without it Recall answers UNIMPLEMENTED. */
+  recall?: HistoryRecall;
 }
 
 /** The store, what Watch needs besides (see `WatchDependencies`), and what reads go through. */
@@ -102,9 +105,17 @@ function usageReads(ledger: UsageLedger): Partial<ServiceImpl<typeof Conversatio
   };
 }
 
-/** GetState, ReadMessages and ReadToolResult. */
-function conversationReads({ store }: ConversationServiceDependencies, { stateLimit, windows, toolResultTexts }: ConversationReads): Partial<ServiceImpl<typeof ConversationService>> {
+/** GetState, ReadMessages, ReadToolResult and Recall. */
+function conversationReads({ store }: ConversationServiceDependencies, { stateLimit, windows, toolResultTexts, recall }: ConversationReads): Partial<ServiceImpl<typeof ConversationService>> {
   return {
+    ...(recall
+      ? {
+          async recall(request, context) {
+            const left = context.timeoutMs();
+            return recall.recall(request, left === undefined ? undefined : Math.max(0, left), context.signal);
+          },
+        }
+      : {}),
     async getState(request) {
       requireConversationId(request.conversationId);
       const loaded = await store.load(request.conversationId);

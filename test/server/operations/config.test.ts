@@ -29,6 +29,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--history-facts-conversations", "many"], {})).toThrow(/--history-facts-conversations or CONTEXTD_HISTORY_FACTS_CONVERSATIONS/);
   });
 
+  it("reads Recall's bounds from --recall-index-bytes / --recall-scan-bytes or their variables; the index is off at 0, a scan needs 1,024 bytes", () => {
+    expect(defaultConfig.recallIndexBytes).toBe(256 * 1024 * 1024);
+    expect(defaultConfig.recallScanBytes).toBe(64 * 1024 * 1024);
+    expect(loadConfig(["--recall-index-bytes", "0"], { CONTEXTD_RECALL_SCAN_BYTES: "4096" })).toMatchObject({ recallIndexBytes: 0, recallScanBytes: 4096 });
+    expect(() => loadConfig(["--recall-scan-bytes", "10"], {})).toThrow(/--recall-scan-bytes or CONTEXTD_RECALL_SCAN_BYTES "10": want an integer from 1024/);
+  });
+
   it("reads the ReadMessages pin bound from --read-pin-bytes or CONTEXTD_READ_PIN_BYTES; 256 MiB by default, 0 keeps none", () => {
     expect(defaultConfig.readPinBytes).toBe(256 * 1024 * 1024);
     expect(loadConfig([], { CONTEXTD_READ_PIN_BYTES: "0" }).readPinBytes).toBe(0);

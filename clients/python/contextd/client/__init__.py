@@ -4,7 +4,7 @@ until their outcome is known, one-RPC agent turns, compare-and-retry commits, ex
 status code, builders and stream iterators. `Client` blocks; `AsyncClient` runs on grpc.aio.
 """
 
-from contextd.client._common import DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, channel_options
+from contextd.client._common import DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, RECALL_TOOL_NAMES, channel_options, is_recall_tool
 from contextd.client._sync import Client
 from contextd.client.aio import AsyncClient
 from contextd.client.builders import (
@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_RETRY_POLICY",
+    "RECALL_TOOL_NAMES",
     "AsyncClient",
     "Cancelled",
     "Client",
@@ -81,6 +82,7 @@ __all__ = [
     "assistant_text",
     "channel_options",
     "error_payload",
+    "is_recall_tool",
     "json_payload",
     "remember",
     "set_metadata",

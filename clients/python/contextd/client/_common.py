@@ -232,3 +232,12 @@ def tail_request(conversation_id: str, last: int, version: int) -> conversation_
     return conversation_service_pb2.ReadMessagesRequest(
         conversation_id=conversation_id, segment=state_pb2.SEGMENT_HISTORY, last=min(last, 2**32 - 1), version=version
     )
+
+
+RECALL_TOOL_NAMES: tuple[str, ...] = ("contextd_recall_message", "contextd_search_history")
+"""The tools a compile with `recall_tools` adds; `Client.answer_recall_tool_call` answers their calls."""
+
+
+def is_recall_tool(name: str) -> bool:
+    """Whether a model's tool call is one of contextd's recall tools."""
+    return name in RECALL_TOOL_NAMES

@@ -280,6 +280,19 @@ class Client:
                 return "".join(pieces)
             offset = slice_.next_offset
 
+    def recall(self, request: conversation_pb2.RecallRequest, *, timeout: Optional[float] = None) -> conversation_pb2.RecallResponse:
+        """Finds stored history messages by id or by a ranked text search, answered as a tool result
+        text (`RecallResponse.text`) with the hits beside it. Retried on UNAVAILABLE like every read."""
+        return self._unary(self._conversations.Recall, request, True, timeout)
+
+    def answer_recall_tool_call(self, conversation_id: str, name: str, arguments_json: str, *, timeout: Optional[float] = None) -> str:
+        """Answers a model's call of one of contextd's recall tools (`is_recall_tool(name)`; a compile
+        with `recall_tools` adds them): the text to send back as that call's tool result, from one
+        Recall call. Give the call's name and its arguments as the JSON text the provider returned;
+        arguments the tool does not take raise `InvalidArgument` naming them."""
+        request = conversation_pb2.RecallRequest(conversation_id=conversation_id, tool_call=conversation_pb2.RecallToolCall(name=name, arguments=arguments_json))
+        return self.recall(request, timeout=timeout).text
+
     def read_messages(
         self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.ReadMessagesResponse:

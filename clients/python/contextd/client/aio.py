@@ -249,6 +249,15 @@ class AsyncClient:
                 return "".join(pieces)
             offset = slice_.next_offset
 
+    async def recall(self, request: conversation_pb2.RecallRequest, *, timeout: Optional[float] = None) -> conversation_pb2.RecallResponse:
+        """As `Client.recall`."""
+        return await self._unary(self._conversations.Recall, request, True, timeout)
+
+    async def answer_recall_tool_call(self, conversation_id: str, name: str, arguments_json: str, *, timeout: Optional[float] = None) -> str:
+        """As `Client.answer_recall_tool_call`."""
+        request = conversation_pb2.RecallRequest(conversation_id=conversation_id, tool_call=conversation_pb2.RecallToolCall(name=name, arguments=arguments_json))
+        return (await self.recall(request, timeout=timeout)).text
+
     async def read_messages(
         self, request: conversation_pb2.ReadMessagesRequest, *, timeout: Optional[float] = None
     ) -> conversation_pb2.ReadMessagesResponse:

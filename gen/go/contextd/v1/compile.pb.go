@@ -2449,8 +2449,18 @@ type CompileRequest struct {
 	SystemPrompt *SystemPromptOptions `protobuf:"bytes,40,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
 	// Send large tool results as a stable preview with a handle instead of whole. Absent = off.
 	LargeToolResults *LargeToolResults `protobuf:"bytes,50,opt,name=large_tool_results,json=largeToolResults,proto3" json:"large_tool_results,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Add contextd's recall tools to the payload's tool definitions, so the model can fetch what the
+	// budget trimmed, clearing cleared or a preview left out: `contextd_recall_message` (arguments
+	// `{"message_ids": [string]}`) and `contextd_search_history` (`{"query": string, "max_results":
+	// integer}`), after the request's own definitions. Their descriptions tell the model that earlier
+	// messages may have been left out of the prompt and can be recalled; they are the same in every
+	// compile, so the prompt prefix a provider caches does not move. The agent answers their calls
+	// with `ConversationService.Recall` (the clients' recall helpers do it in one call). A request or
+	// stored tool definition with one of these names is INVALID_ARGUMENT naming it. Stateful compiles
+	// only: a stateless compile has no stored history to recall from (INVALID_ARGUMENT).
+	RecallTools   bool `protobuf:"varint,540,opt,name=recall_tools,json=recallTools,proto3" json:"recall_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompileRequest) Reset() {
@@ -2677,6 +2687,13 @@ func (x *CompileRequest) GetLargeToolResults() *LargeToolResults {
 		return x.LargeToolResults
 	}
 	return nil
+}
+
+func (x *CompileRequest) GetRecallTools() bool {
+	if x != nil {
+		return x.RecallTools
+	}
+	return false
 }
 
 // Large tool results by reference: a tool result whose text is over `min_bytes` is sent as a
@@ -4788,7 +4805,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\rCommitOptions\x12)\n" +
 	"\x10expected_version\x18\x01 \x01(\x03R\x0fexpectedVersion\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12*\n" +
-	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xb4\r\n" +
+	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\"\xd8\r\n" +
 	"\x0eCompileRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x120\n" +
 	"\x06system\x18\x02 \x01(\v2\x18.contextd.v1.MessageListR\x06system\x122\n" +
@@ -4820,7 +4837,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x15tool_arguments_repair\x18\x1a \x01(\x0e2 .contextd.v1.ToolArgumentsRepairR\x13toolArgumentsRepair\x128\n" +
 	"\ainclude\x18\x1b \x03(\x0e2\x1e.contextd.v1.CompileResultPartR\ainclude\x12E\n" +
 	"\rsystem_prompt\x18( \x01(\v2 .contextd.v1.SystemPromptOptionsR\fsystemPrompt\x12K\n" +
-	"\x12large_tool_results\x182 \x01(\v2\x1d.contextd.v1.LargeToolResultsR\x10largeToolResults\x1a>\n" +
+	"\x12large_tool_results\x182 \x01(\v2\x1d.contextd.v1.LargeToolResultsR\x10largeToolResults\x12\"\n" +
+	"\frecall_tools\x18\x9c\x04 \x01(\bR\vrecallTools\x1a>\n" +
 	"\x10ResolveVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x19\x10\x1aR\x0eomit_snapshots\"\x9d\x01\n" +

@@ -1827,6 +1827,384 @@ func (x *ExportConversationsResponse) GetResumeToken() string {
 	return ""
 }
 
+// The request of `Recall`: exactly one of `message_ids`, `query` and `tool_call` (none, or more
+// than one, is INVALID_ARGUMENT).
+//
+// What is recallable: the conversation's stored history segment at its current version, every
+// message of it. The store keeps what a compile trimmed (the budget's dropped head), what clearing
+// replaced by a placeholder, what a summary covers (until a commit replaces it) and the whole of a
+// result sent by reference, so all of it is found here as it was committed. The search does not
+// know which prompt the model is looking at (a compile is not a commit, and two compiles of one
+// conversation may keep different tails), so it searches the messages the prompt still shows too;
+// each hit says its position in the history, so a caller can tell the two apart.
+//
+// What one request may cost: the history is read in windows of 1,000 messages from the newest back,
+// all at the version of the first (a commit landing between two windows makes the request ABORTED,
+// reason VERSION_CONFLICT: ask again), and no further than the search goes. At most 100,000
+// history messages examined, newest first; at most
+// `--recall-scan-bytes` (64 MiB by default) of message text read and split into terms — the terms
+// of a message already split are kept by the sidecar (`--recall-index-bytes`, 256 MiB by default)
+// and cost no reading; at most 2 seconds, or the call's deadline when that is sooner. When a bound
+// stops the search before the oldest message, the hits are the best of the messages examined and
+// `complete` is false. The work is linear in the messages examined and the text read: terms are
+// maximal runs of letters and digits, lower-cased, plus each whitespace-separated word that holds
+// punctuation, whole (so `src/store/a.ts` is found by `a.ts`, `store` or the whole path, and
+// `npm run build` by its words), split without regular expressions.
+type RecallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation. Required; at most 1,024 UTF-8 bytes. An unknown conversation is an empty
+	// history: no hits.
+	ConversationId string `protobuf:"bytes,540,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// Recall these messages of the history by id, in the order given: their whole text (text parts,
+	// tool calls with their arguments, tool results), up to `max_bytes` together. At most 16 ids; an
+	// id the history does not hold is reported in `missing_ids` and in `text`, not an error.
+	MessageIds []string `protobuf:"bytes,541,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Search the history for this text: at most 1,024 UTF-8 bytes and 32 distinct terms (more is
+	// INVALID_ARGUMENT naming the limit); a query with no term is INVALID_ARGUMENT. Ranked by BM25
+	// (k1 = 1.2, b = 0.75) over the terms of each message's text, tool call names and arguments and
+	// tool results, document frequencies taken over the messages examined.
+	Query string `protobuf:"bytes,542,opt,name=query,proto3" json:"query,omitempty"`
+	// A model's call of one of the recall tools, answered as the tool asks: `contextd_recall_message`
+	// with arguments `{"message_ids": [...]}`, `contextd_search_history` with `{"query": "...",
+	// "max_results": n}`. Another name, arguments that are not such a JSON object, or a field of the
+	// wrong type is INVALID_ARGUMENT naming it.
+	ToolCall *RecallToolCall `protobuf:"bytes,543,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
+	// Most hits of a search. 0 = 5; at most 50.
+	MaxResults uint32 `protobuf:"varint,544,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
+	// Most UTF-8 bytes of `text`. 0 = 16,384; at most 262,144. A search's excerpts are each at most
+	// 1,024 bytes; a recalled message longer than what is left is cut at a character boundary, and
+	// `text` says how many bytes were left out and how to read the rest (`read_tool_result`, that is
+	// `ReadToolResult`, for a tool result; `ReadMessages` at the hit's position otherwise).
+	MaxBytes      uint32 `protobuf:"varint,545,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallRequest) Reset() {
+	*x = RecallRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallRequest) ProtoMessage() {}
+
+func (x *RecallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
+func (*RecallRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RecallRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *RecallRequest) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *RecallRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *RecallRequest) GetToolCall() *RecallToolCall {
+	if x != nil {
+		return x.ToolCall
+	}
+	return nil
+}
+
+func (x *RecallRequest) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+func (x *RecallRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// A model's tool call: its name and its arguments as JSON text, as the provider returned them.
+type RecallToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name: `contextd_recall_message` or `contextd_search_history`.
+	Name string `protobuf:"bytes,540,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments, a JSON object as text.
+	Arguments     string `protobuf:"bytes,541,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallToolCall) Reset() {
+	*x = RecallToolCall{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallToolCall) ProtoMessage() {}
+
+func (x *RecallToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallToolCall.ProtoReflect.Descriptor instead.
+func (*RecallToolCall) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RecallToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RecallToolCall) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+// One message a recall found.
+type RecallHit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message's id.
+	MessageId string `protobuf:"bytes,540,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Its position in the history segment at `RecallResponse.version` (0 = the first message):
+	// what `ReadMessages` takes as `start` to read the message whole.
+	Position uint64 `protobuf:"varint,541,opt,name=position,proto3" json:"position,omitempty"`
+	// Its BM25 score for a search (higher is better); 0 for a recall by id.
+	Score float64 `protobuf:"fixed64,542,opt,name=score,proto3" json:"score,omitempty"`
+	// Its role.
+	Role Role `protobuf:"varint,543,opt,name=role,proto3,enum=contextd.v1.Role" json:"role,omitempty"`
+	// The text shown for it in `RecallResponse.text`: a search's excerpt around the first matching
+	// term, or a recalled message's text, cut as `max_bytes` says.
+	Excerpt       string `protobuf:"bytes,544,opt,name=excerpt,proto3" json:"excerpt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallHit) Reset() {
+	*x = RecallHit{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallHit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallHit) ProtoMessage() {}
+
+func (x *RecallHit) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallHit.ProtoReflect.Descriptor instead.
+func (*RecallHit) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RecallHit) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *RecallHit) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *RecallHit) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *RecallHit) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *RecallHit) GetExcerpt() string {
+	if x != nil {
+		return x.Excerpt
+	}
+	return ""
+}
+
+// The response of `Recall`.
+type RecallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answer as a tool result for the model: the hits, each with a header line naming its id,
+	// position and role (and tool), then its excerpt; or a line saying nothing was found. At most the
+	// request's `max_bytes`.
+	Text string `protobuf:"bytes,540,opt,name=text,proto3" json:"text,omitempty"`
+	// The hits, best first for a search, in request order for a recall by id.
+	Hits []*RecallHit `protobuf:"bytes,541,rep,name=hits,proto3" json:"hits,omitempty"`
+	// The version of the conversation read.
+	Version int64 `protobuf:"varint,542,opt,name=version,proto3" json:"version,omitempty"`
+	// How many messages the history holds at that version.
+	HistoryMessages uint64 `protobuf:"varint,543,opt,name=history_messages,json=historyMessages,proto3" json:"history_messages,omitempty"`
+	// How many of them the search examined (newest first); for a recall by id, the messages looked at
+	// to find the ids.
+	ExaminedMessages uint64 `protobuf:"varint,544,opt,name=examined_messages,json=examinedMessages,proto3" json:"examined_messages,omitempty"`
+	// UTF-8 bytes of message text this request read and split into terms (messages whose terms the
+	// sidecar kept cost none).
+	ScannedBytes uint64 `protobuf:"varint,545,opt,name=scanned_bytes,json=scannedBytes,proto3" json:"scanned_bytes,omitempty"`
+	// False when a bound (messages, scanned bytes, time) stopped the search before the history's
+	// first message: the hits are the best of the newest `examined_messages`.
+	Complete bool `protobuf:"varint,546,opt,name=complete,proto3" json:"complete,omitempty"`
+	// The requested ids the history does not hold, in request order.
+	MissingIds    []string `protobuf:"bytes,547,rep,name=missing_ids,json=missingIds,proto3" json:"missing_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallResponse) Reset() {
+	*x = RecallResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallResponse) ProtoMessage() {}
+
+func (x *RecallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallResponse.ProtoReflect.Descriptor instead.
+func (*RecallResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RecallResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *RecallResponse) GetHits() []*RecallHit {
+	if x != nil {
+		return x.Hits
+	}
+	return nil
+}
+
+func (x *RecallResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetHistoryMessages() uint64 {
+	if x != nil {
+		return x.HistoryMessages
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetExaminedMessages() uint64 {
+	if x != nil {
+		return x.ExaminedMessages
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetScannedBytes() uint64 {
+	if x != nil {
+		return x.ScannedBytes
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *RecallResponse) GetMissingIds() []string {
+	if x != nil {
+		return x.MissingIds
+	}
+	return nil
+}
+
 var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
@@ -1961,11 +2339,40 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x1bExportConversationsResponse\x125\n" +
 	"\x05state\x18\xea\x03 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\x12*\n" +
 	"\x10without_messages\x18\xeb\x03 \x01(\bR\x0fwithoutMessages\x12\"\n" +
-	"\fresume_token\x18\xec\x03 \x01(\tR\vresumeToken*w\n" +
+	"\fresume_token\x18\xec\x03 \x01(\tR\vresumeToken\"\xed\x01\n" +
+	"\rRecallRequest\x12(\n" +
+	"\x0fconversation_id\x18\x9c\x04 \x01(\tR\x0econversationId\x12 \n" +
+	"\vmessage_ids\x18\x9d\x04 \x03(\tR\n" +
+	"messageIds\x12\x15\n" +
+	"\x05query\x18\x9e\x04 \x01(\tR\x05query\x129\n" +
+	"\ttool_call\x18\x9f\x04 \x01(\v2\x1b.contextd.v1.RecallToolCallR\btoolCall\x12 \n" +
+	"\vmax_results\x18\xa0\x04 \x01(\rR\n" +
+	"maxResults\x12\x1c\n" +
+	"\tmax_bytes\x18\xa1\x04 \x01(\rR\bmaxBytes\"D\n" +
+	"\x0eRecallToolCall\x12\x13\n" +
+	"\x04name\x18\x9c\x04 \x01(\tR\x04name\x12\x1d\n" +
+	"\targuments\x18\x9d\x04 \x01(\tR\targuments\"\xa2\x01\n" +
+	"\tRecallHit\x12\x1e\n" +
+	"\n" +
+	"message_id\x18\x9c\x04 \x01(\tR\tmessageId\x12\x1b\n" +
+	"\bposition\x18\x9d\x04 \x01(\x04R\bposition\x12\x15\n" +
+	"\x05score\x18\x9e\x04 \x01(\x01R\x05score\x12&\n" +
+	"\x04role\x18\x9f\x04 \x01(\x0e2\x11.contextd.v1.RoleR\x04role\x12\x19\n" +
+	"\aexcerpt\x18\xa0\x04 \x01(\tR\aexcerpt\"\xac\x02\n" +
+	"\x0eRecallResponse\x12\x13\n" +
+	"\x04text\x18\x9c\x04 \x01(\tR\x04text\x12+\n" +
+	"\x04hits\x18\x9d\x04 \x03(\v2\x16.contextd.v1.RecallHitR\x04hits\x12\x19\n" +
+	"\aversion\x18\x9e\x04 \x01(\x03R\aversion\x12*\n" +
+	"\x10history_messages\x18\x9f\x04 \x01(\x04R\x0fhistoryMessages\x12,\n" +
+	"\x11examined_messages\x18\xa0\x04 \x01(\x04R\x10examinedMessages\x12$\n" +
+	"\rscanned_bytes\x18\xa1\x04 \x01(\x04R\fscannedBytes\x12\x1b\n" +
+	"\bcomplete\x18\xa2\x04 \x01(\bR\bcomplete\x12 \n" +
+	"\vmissing_ids\x18\xa3\x04 \x03(\tR\n" +
+	"missingIds*w\n" +
 	"\x11ConversationOrder\x12\"\n" +
 	"\x1eCONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONVERSATION_ORDER_ID\x10\x01\x12#\n" +
-	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\x9b\b\n" +
+	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xde\b\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
 	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
@@ -1978,7 +2385,8 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x0fListTenantUsage\x12#.contextd.v1.ListTenantUsageRequest\x1a$.contextd.v1.ListTenantUsageResponse\x12e\n" +
 	"\x12DeleteConversation\x12&.contextd.v1.DeleteConversationRequest\x1a'.contextd.v1.DeleteConversationResponse\x12h\n" +
 	"\x13DeleteConversations\x12'.contextd.v1.DeleteConversationsRequest\x1a(.contextd.v1.DeleteConversationsResponse\x12j\n" +
-	"\x13ExportConversations\x12'.contextd.v1.ExportConversationsRequest\x1a(.contextd.v1.ExportConversationsResponse0\x01B\xb8\x01\n" +
+	"\x13ExportConversations\x12'.contextd.v1.ExportConversationsRequest\x1a(.contextd.v1.ExportConversationsResponse0\x01\x12A\n" +
+	"\x06Recall\x12\x1a.contextd.v1.RecallRequest\x1a\x1b.contextd.v1.RecallResponseB\xb8\x01\n" +
 	"\x0fcom.contextd.v1B\x18ConversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -1994,7 +2402,7 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(ConversationOrder)(0),              // 0: contextd.v1.ConversationOrder
 	(*GetStateRequest)(nil),             // 1: contextd.v1.GetStateRequest
@@ -2021,62 +2429,72 @@ var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(*DeleteConversationsResponse)(nil), // 22: contextd.v1.DeleteConversationsResponse
 	(*ExportConversationsRequest)(nil),  // 23: contextd.v1.ExportConversationsRequest
 	(*ExportConversationsResponse)(nil), // 24: contextd.v1.ExportConversationsResponse
-	nil,                                 // 25: contextd.v1.ListConversationsRequest.LabelsEntry
-	nil,                                 // 26: contextd.v1.ConversationSummary.LabelsEntry
-	(*ConversationState)(nil),           // 27: contextd.v1.ConversationState
-	(Segment)(0),                        // 28: contextd.v1.Segment
-	(*Message)(nil),                     // 29: contextd.v1.Message
-	(*Delta)(nil),                       // 30: contextd.v1.Delta
-	(*GetUsageRequest)(nil),             // 31: contextd.v1.GetUsageRequest
-	(*ListTenantUsageRequest)(nil),      // 32: contextd.v1.ListTenantUsageRequest
-	(*GetUsageResponse)(nil),            // 33: contextd.v1.GetUsageResponse
-	(*ListTenantUsageResponse)(nil),     // 34: contextd.v1.ListTenantUsageResponse
+	(*RecallRequest)(nil),               // 25: contextd.v1.RecallRequest
+	(*RecallToolCall)(nil),              // 26: contextd.v1.RecallToolCall
+	(*RecallHit)(nil),                   // 27: contextd.v1.RecallHit
+	(*RecallResponse)(nil),              // 28: contextd.v1.RecallResponse
+	nil,                                 // 29: contextd.v1.ListConversationsRequest.LabelsEntry
+	nil,                                 // 30: contextd.v1.ConversationSummary.LabelsEntry
+	(*ConversationState)(nil),           // 31: contextd.v1.ConversationState
+	(Segment)(0),                        // 32: contextd.v1.Segment
+	(*Message)(nil),                     // 33: contextd.v1.Message
+	(*Delta)(nil),                       // 34: contextd.v1.Delta
+	(Role)(0),                           // 35: contextd.v1.Role
+	(*GetUsageRequest)(nil),             // 36: contextd.v1.GetUsageRequest
+	(*ListTenantUsageRequest)(nil),      // 37: contextd.v1.ListTenantUsageRequest
+	(*GetUsageResponse)(nil),            // 38: contextd.v1.GetUsageResponse
+	(*ListTenantUsageResponse)(nil),     // 39: contextd.v1.ListTenantUsageResponse
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	27, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	28, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
-	29, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
-	28, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	31, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	32, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	33, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	32, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
 	4,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
-	30, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	27, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	30, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	34, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	31, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	34, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
 	11, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
 	13, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	25, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
+	29, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
 	0,  // 11: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
-	26, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
+	30, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
 	15, // 13: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	27, // 14: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
-	1,  // 15: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	3,  // 16: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
-	6,  // 17: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	8,  // 18: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	10, // 19: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	14, // 20: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	17, // 21: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	31, // 22: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
-	32, // 23: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
-	19, // 24: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
-	21, // 25: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
-	23, // 26: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
-	2,  // 27: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	5,  // 28: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	7,  // 29: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	9,  // 30: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	12, // 31: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	16, // 32: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	18, // 33: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	33, // 34: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
-	34, // 35: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
-	20, // 36: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
-	22, // 37: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
-	24, // 38: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	31, // 14: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
+	26, // 15: contextd.v1.RecallRequest.tool_call:type_name -> contextd.v1.RecallToolCall
+	35, // 16: contextd.v1.RecallHit.role:type_name -> contextd.v1.Role
+	27, // 17: contextd.v1.RecallResponse.hits:type_name -> contextd.v1.RecallHit
+	1,  // 18: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	3,  // 19: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	6,  // 20: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	8,  // 21: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	10, // 22: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	14, // 23: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	17, // 24: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	36, // 25: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
+	37, // 26: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
+	19, // 27: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
+	21, // 28: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
+	23, // 29: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
+	25, // 30: contextd.v1.ConversationService.Recall:input_type -> contextd.v1.RecallRequest
+	2,  // 31: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	5,  // 32: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	7,  // 33: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	9,  // 34: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	12, // 35: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	16, // 36: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	18, // 37: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	38, // 38: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
+	39, // 39: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
+	20, // 40: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
+	22, // 41: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
+	24, // 42: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
+	28, // 43: contextd.v1.ConversationService.Recall:output_type -> contextd.v1.RecallResponse
+	31, // [31:44] is the sub-list for method output_type
+	18, // [18:31] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -2101,7 +2519,7 @@ func file_contextd_v1_conversation_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	ConversationService_DeleteConversation_FullMethodName  = "/contextd.v1.ConversationService/DeleteConversation"
 	ConversationService_DeleteConversations_FullMethodName = "/contextd.v1.ConversationService/DeleteConversations"
 	ConversationService_ExportConversations_FullMethodName = "/contextd.v1.ConversationService/ExportConversations"
+	ConversationService_Recall_FullMethodName              = "/contextd.v1.ConversationService/Recall"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -91,6 +92,13 @@ type ConversationServiceClient interface {
 	// the store a few at a time (never the whole prefix in memory); resumable from any response's
 	// `resume_token`.
 	ExportConversations(ctx context.Context, in *ExportConversationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportConversationsResponse], error)
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(ctx context.Context, in *RecallRequest, opts ...grpc.CallOption) (*RecallResponse, error)
 }
 
 type conversationServiceClient struct {
@@ -239,6 +247,16 @@ func (c *conversationServiceClient) ExportConversations(ctx context.Context, in 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConversationService_ExportConversationsClient = grpc.ServerStreamingClient[ExportConversationsResponse]
 
+func (c *conversationServiceClient) Recall(ctx context.Context, in *RecallRequest, opts ...grpc.CallOption) (*RecallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecallResponse)
+	err := c.cc.Invoke(ctx, ConversationService_Recall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -297,6 +315,13 @@ type ConversationServiceServer interface {
 	// the store a few at a time (never the whole prefix in memory); resumable from any response's
 	// `resume_token`.
 	ExportConversations(*ExportConversationsRequest, grpc.ServerStreamingServer[ExportConversationsResponse]) error
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(context.Context, *RecallRequest) (*RecallResponse, error)
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -342,6 +367,9 @@ func (UnimplementedConversationServiceServer) DeleteConversations(context.Contex
 }
 func (UnimplementedConversationServiceServer) ExportConversations(*ExportConversationsRequest, grpc.ServerStreamingServer[ExportConversationsResponse]) error {
 	return status.Error(codes.Unimplemented, "method ExportConversations not implemented")
+}
+func (UnimplementedConversationServiceServer) Recall(context.Context, *RecallRequest) (*RecallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Recall not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -566,6 +594,24 @@ func _ConversationService_ExportConversations_Handler(srv interface{}, stream gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConversationService_ExportConversationsServer = grpc.ServerStreamingServer[ExportConversationsResponse]
 
+func _ConversationService_Recall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).Recall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_Recall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).Recall(ctx, req.(*RecallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -612,6 +658,10 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteConversations",
 			Handler:    _ConversationService_DeleteConversations_Handler,
+		},
+		{
+			MethodName: "Recall",
+			Handler:    _ConversationService_Recall_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -296,3 +296,61 @@ class ExportConversationsResponse(_message.Message):
     without_messages: bool
     resume_token: str
     def __init__(self, state: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ..., without_messages: bool = ..., resume_token: _Optional[str] = ...) -> None: ...
+
+class RecallRequest(_message.Message):
+    __slots__ = ("conversation_id", "message_ids", "query", "tool_call", "max_results", "max_bytes")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    query: str
+    tool_call: RecallToolCall
+    max_results: int
+    max_bytes: int
+    def __init__(self, conversation_id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., query: _Optional[str] = ..., tool_call: _Optional[_Union[RecallToolCall, _Mapping]] = ..., max_results: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class RecallToolCall(_message.Message):
+    __slots__ = ("name", "arguments")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    arguments: str
+    def __init__(self, name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class RecallHit(_message.Message):
+    __slots__ = ("message_id", "position", "score", "role", "excerpt")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EXCERPT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    position: int
+    score: float
+    role: _message_pb2.Role
+    excerpt: str
+    def __init__(self, message_id: _Optional[str] = ..., position: _Optional[int] = ..., score: _Optional[float] = ..., role: _Optional[_Union[_message_pb2.Role, str]] = ..., excerpt: _Optional[str] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("text", "hits", "version", "history_messages", "examined_messages", "scanned_bytes", "complete", "missing_ids")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    EXAMINED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_IDS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    hits: _containers.RepeatedCompositeFieldContainer[RecallHit]
+    version: int
+    history_messages: int
+    examined_messages: int
+    scanned_bytes: int
+    complete: bool
+    missing_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, text: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[RecallHit, _Mapping]]] = ..., version: _Optional[int] = ..., history_messages: _Optional[int] = ..., examined_messages: _Optional[int] = ..., scanned_bytes: _Optional[int] = ..., complete: bool = ..., missing_ids: _Optional[_Iterable[str]] = ...) -> None: ...

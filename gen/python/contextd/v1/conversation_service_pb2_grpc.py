@@ -102,6 +102,11 @@ class ConversationServiceStub(object):
                 request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsResponse.FromString,
                 _registered_method=True)
+        self.Recall = channel.unary_unary(
+                '/contextd.v1.ConversationService/Recall',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.RecallRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.RecallResponse.FromString,
+                _registered_method=True)
 
 
 class ConversationServiceServicer(object):
@@ -220,6 +225,18 @@ class ConversationServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Recall(self, request, context):
+        """Find what a compile may have left out of the prompt in the stored history: messages by id, or
+        a lexical search of their text, answered as a tool result text for the model. What the
+        `contextd_recall_message` and `contextd_search_history` tools ask for
+        (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+        send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+        and what one request may cost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -282,6 +299,11 @@ def add_ConversationServiceServicer_to_server(servicer, server):
                     servicer.ExportConversations,
                     request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsResponse.SerializeToString,
+            ),
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.RecallRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.RecallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -615,6 +637,33 @@ class ConversationService(object):
             '/contextd.v1.ConversationService/ExportConversations',
             contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsRequest.SerializeToString,
             contextd_dot_v1_dot_conversation__service__pb2.ExportConversationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/Recall',
+            contextd_dot_v1_dot_conversation__service__pb2.RecallRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.RecallResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,7 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Message as Message$1 } from "./message_pb.js";
+import type { Message as Message$1, Role } from "./message_pb.js";
 import { file_contextd_v1_message } from "./message_pb.js";
 import type { ConversationState, Delta, Segment } from "./state_pb.js";
 import { file_contextd_v1_state } from "./state_pb.js";
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMilAIKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkSQgoGbGFiZWxzGLgDIAMoCzIxLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdC5MYWJlbHNFbnRyeRIeChV1cGRhdGVkX3NpbmNlX3VuaXhfbXMYuQMgASgDEi4KBW9yZGVyGLoDIAEoDjIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvbk9yZGVyGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAIKE0NvbnZlcnNhdGlvblN1bW1hcnkSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSGwoSY3JlYXRlZF9hdF91bml4X21zGLgDIAEoAxIbChJ1cGRhdGVkX2F0X3VuaXhfbXMYuQMgASgDEg4KBXRpdGxlGLoDIAEoCRI9CgZsYWJlbHMYuwMgAygLMiwuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeS5MYWJlbHNFbnRyeRIbChJleHBpcmVzX2F0X3VuaXhfbXMY6gMgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibQoZTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRI3Cg1jb252ZXJzYXRpb25zGAEgAygLMiAuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiaQoVUmVhZFRvb2xSZXN1bHRSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgx0b29sX2NhbGxfaWQYAiABKAkSDgoGb2Zmc2V0GAMgASgEEhEKCW1heF9ieXRlcxgEIAEoDSJ/ChZSZWFkVG9vbFJlc3VsdFJlc3BvbnNlEgwKBHRleHQYASABKAkSDgoGb2Zmc2V0GAIgASgEEhMKC25leHRfb2Zmc2V0GAMgASgEEhMKC3RvdGFsX2J5dGVzGAQgASgEEgwKBG5hbWUYBSABKAkSDwoHdmVyc2lvbhgGIAEoAyJqChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjqAyABKAkSHgoQZXhwZWN0ZWRfdmVyc2lvbhjrAyABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiI2ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIYCg9kZWxldGVkX3ZlcnNpb24Y6gMgASgDIlYKGkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXF1ZXN0Eg8KBnByZWZpeBjqAyABKAkSEwoKcGFnZV90b2tlbhjrAyABKAkSEgoJcGFnZV9zaXplGOwDIAEoBSJJChtEZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USEAoHZGVsZXRlZBjqAyABKAUSGAoPbmV4dF9wYWdlX3Rva2VuGOsDIAEoCSJEChpFeHBvcnRDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhUKDHJlc3VtZV90b2tlbhjrAyABKAkifwobRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEi4KBXN0YXRlGOoDIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlEhkKEHdpdGhvdXRfbWVzc2FnZXMY6wMgASgIEhUKDHJlc3VtZV90b2tlbhjsAyABKAkqdwoRQ29udmVyc2F0aW9uT3JkZXISIgoeQ09OVkVSU0FUSU9OX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVQ09OVkVSU0FUSU9OX09SREVSX0lEEAESIwofQ09OVkVSU0FUSU9OX09SREVSX1VQREFURURfREVTQxACMpsIChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJTCgxSZWFkTWVzc2FnZXMSIC5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXF1ZXN0GiEuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USWQoOUmVhZFRvb2xSZXN1bHQSIi5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIy5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlc3BvbnNlEkcKCEdldFVzYWdlEhwuY29udGV4dGQudjEuR2V0VXNhZ2VSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0VXNhZ2VSZXNwb25zZRJcCg9MaXN0VGVuYW50VXNhZ2USIy5jb250ZXh0ZC52MS5MaXN0VGVuYW50VXNhZ2VSZXF1ZXN0GiQuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVzcG9uc2USZQoSRGVsZXRlQ29udmVyc2F0aW9uEiYuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBonLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlEmgKE0RlbGV0ZUNvbnZlcnNhdGlvbnMSJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBooLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXNwb25zZRJqChNFeHBvcnRDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5FeHBvcnRDb252ZXJzYXRpb25zUmVzcG9uc2UwAUK4AQoPY29tLmNvbnRleHRkLnYxQhhDb252ZXJzYXRpb25TZXJ2aWNlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMilAIKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkSQgoGbGFiZWxzGLgDIAMoCzIxLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdC5MYWJlbHNFbnRyeRIeChV1cGRhdGVkX3NpbmNlX3VuaXhfbXMYuQMgASgDEi4KBW9yZGVyGLoDIAEoDjIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvbk9yZGVyGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAIKE0NvbnZlcnNhdGlvblN1bW1hcnkSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSGwoSY3JlYXRlZF9hdF91bml4X21zGLgDIAEoAxIbChJ1cGRhdGVkX2F0X3VuaXhfbXMYuQMgASgDEg4KBXRpdGxlGLoDIAEoCRI9CgZsYWJlbHMYuwMgAygLMiwuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeS5MYWJlbHNFbnRyeRIbChJleHBpcmVzX2F0X3VuaXhfbXMY6gMgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibQoZTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRI3Cg1jb252ZXJzYXRpb25zGAEgAygLMiAuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiaQoVUmVhZFRvb2xSZXN1bHRSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgx0b29sX2NhbGxfaWQYAiABKAkSDgoGb2Zmc2V0GAMgASgEEhEKCW1heF9ieXRlcxgEIAEoDSJ/ChZSZWFkVG9vbFJlc3VsdFJlc3BvbnNlEgwKBHRleHQYASABKAkSDgoGb2Zmc2V0GAIgASgEEhMKC25leHRfb2Zmc2V0GAMgASgEEhMKC3RvdGFsX2J5dGVzGAQgASgEEgwKBG5hbWUYBSABKAkSDwoHdmVyc2lvbhgGIAEoAyJqChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjqAyABKAkSHgoQZXhwZWN0ZWRfdmVyc2lvbhjrAyABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiI2ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIYCg9kZWxldGVkX3ZlcnNpb24Y6gMgASgDIlYKGkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXF1ZXN0Eg8KBnByZWZpeBjqAyABKAkSEwoKcGFnZV90b2tlbhjrAyABKAkSEgoJcGFnZV9zaXplGOwDIAEoBSJJChtEZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USEAoHZGVsZXRlZBjqAyABKAUSGAoPbmV4dF9wYWdlX3Rva2VuGOsDIAEoCSJEChpFeHBvcnRDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhUKDHJlc3VtZV90b2tlbhjrAyABKAkifwobRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEi4KBXN0YXRlGOoDIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlEhkKEHdpdGhvdXRfbWVzc2FnZXMY6wMgASgIEhUKDHJlc3VtZV90b2tlbhjsAyABKAkiqgEKDVJlY2FsbFJlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGJwEIAEoCRIUCgttZXNzYWdlX2lkcxidBCADKAkSDgoFcXVlcnkYngQgASgJEi8KCXRvb2xfY2FsbBifBCABKAsyGy5jb250ZXh0ZC52MS5SZWNhbGxUb29sQ2FsbBIUCgttYXhfcmVzdWx0cxigBCABKA0SEgoJbWF4X2J5dGVzGKEEIAEoDSIzCg5SZWNhbGxUb29sQ2FsbBINCgRuYW1lGJwEIAEoCRISCglhcmd1bWVudHMYnQQgASgJIncKCVJlY2FsbEhpdBITCgptZXNzYWdlX2lkGJwEIAEoCRIRCghwb3NpdGlvbhidBCABKAQSDgoFc2NvcmUYngQgASgBEiAKBHJvbGUYnwQgASgOMhEuY29udGV4dGQudjEuUm9sZRIQCgdleGNlcnB0GKAEIAEoCSLQAQoOUmVjYWxsUmVzcG9uc2USDQoEdGV4dBicBCABKAkSJQoEaGl0cxidBCADKAsyFi5jb250ZXh0ZC52MS5SZWNhbGxIaXQSEAoHdmVyc2lvbhieBCABKAMSGQoQaGlzdG9yeV9tZXNzYWdlcxifBCABKAQSGgoRZXhhbWluZWRfbWVzc2FnZXMYoAQgASgEEhYKDXNjYW5uZWRfYnl0ZXMYoQQgASgEEhEKCGNvbXBsZXRlGKIEIAEoCBIUCgttaXNzaW5nX2lkcxijBCADKAkqdwoRQ29udmVyc2F0aW9uT3JkZXISIgoeQ09OVkVSU0FUSU9OX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVQ09OVkVSU0FUSU9OX09SREVSX0lEEAESIwofQ09OVkVSU0FUSU9OX09SREVSX1VQREFURURfREVTQxACMt4IChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJTCgxSZWFkTWVzc2FnZXMSIC5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXF1ZXN0GiEuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USWQoOUmVhZFRvb2xSZXN1bHQSIi5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIy5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlc3BvbnNlEkcKCEdldFVzYWdlEhwuY29udGV4dGQudjEuR2V0VXNhZ2VSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0VXNhZ2VSZXNwb25zZRJcCg9MaXN0VGVuYW50VXNhZ2USIy5jb250ZXh0ZC52MS5MaXN0VGVuYW50VXNhZ2VSZXF1ZXN0GiQuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVzcG9uc2USZQoSRGVsZXRlQ29udmVyc2F0aW9uEiYuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBonLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlEmgKE0RlbGV0ZUNvbnZlcnNhdGlvbnMSJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBooLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXNwb25zZRJqChNFeHBvcnRDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5FeHBvcnRDb252ZXJzYXRpb25zUmVzcG9uc2UwARJBCgZSZWNhbGwSGi5jb250ZXh0ZC52MS5SZWNhbGxSZXF1ZXN0GhsuY29udGV4dGQudjEuUmVjYWxsUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
 
 /**
  * The request of `GetState`.
@@ -1029,6 +1029,250 @@ export const ExportConversationsResponseSchema: GenMessage<ExportConversationsRe
   messageDesc(file_contextd_v1_conversation_service, 23);
 
 /**
+ * The request of `Recall`: exactly one of `message_ids`, `query` and `tool_call` (none, or more
+ * than one, is INVALID_ARGUMENT).
+ *
+ * What is recallable: the conversation's stored history segment at its current version, every
+ * message of it. The store keeps what a compile trimmed (the budget's dropped head), what clearing
+ * replaced by a placeholder, what a summary covers (until a commit replaces it) and the whole of a
+ * result sent by reference, so all of it is found here as it was committed. The search does not
+ * know which prompt the model is looking at (a compile is not a commit, and two compiles of one
+ * conversation may keep different tails), so it searches the messages the prompt still shows too;
+ * each hit says its position in the history, so a caller can tell the two apart.
+ *
+ * What one request may cost: the history is read in windows of 1,000 messages from the newest back,
+ * all at the version of the first (a commit landing between two windows makes the request ABORTED,
+ * reason VERSION_CONFLICT: ask again), and no further than the search goes. At most 100,000
+ * history messages examined, newest first; at most
+ * `--recall-scan-bytes` (64 MiB by default) of message text read and split into terms — the terms
+ * of a message already split are kept by the sidecar (`--recall-index-bytes`, 256 MiB by default)
+ * and cost no reading; at most 2 seconds, or the call's deadline when that is sooner. When a bound
+ * stops the search before the oldest message, the hits are the best of the messages examined and
+ * `complete` is false. The work is linear in the messages examined and the text read: terms are
+ * maximal runs of letters and digits, lower-cased, plus each whitespace-separated word that holds
+ * punctuation, whole (so `src/store/a.ts` is found by `a.ts`, `store` or the whole path, and
+ * `npm run build` by its words), split without regular expressions.
+ *
+ * @generated from message contextd.v1.RecallRequest
+ */
+export type RecallRequest = Message<"contextd.v1.RecallRequest"> & {
+  /**
+   * The conversation. Required; at most 1,024 UTF-8 bytes. An unknown conversation is an empty
+   * history: no hits.
+   *
+   * @generated from field: string conversation_id = 540;
+   */
+  conversationId: string;
+
+  /**
+   * Recall these messages of the history by id, in the order given: their whole text (text parts,
+   * tool calls with their arguments, tool results), up to `max_bytes` together. At most 16 ids; an
+   * id the history does not hold is reported in `missing_ids` and in `text`, not an error.
+   *
+   * @generated from field: repeated string message_ids = 541;
+   */
+  messageIds: string[];
+
+  /**
+   * Search the history for this text: at most 1,024 UTF-8 bytes and 32 distinct terms (more is
+   * INVALID_ARGUMENT naming the limit); a query with no term is INVALID_ARGUMENT. Ranked by BM25
+   * (k1 = 1.2, b = 0.75) over the terms of each message's text, tool call names and arguments and
+   * tool results, document frequencies taken over the messages examined.
+   *
+   * @generated from field: string query = 542;
+   */
+  query: string;
+
+  /**
+   * A model's call of one of the recall tools, answered as the tool asks: `contextd_recall_message`
+   * with arguments `{"message_ids": [...]}`, `contextd_search_history` with `{"query": "...",
+   * "max_results": n}`. Another name, arguments that are not such a JSON object, or a field of the
+   * wrong type is INVALID_ARGUMENT naming it.
+   *
+   * @generated from field: contextd.v1.RecallToolCall tool_call = 543;
+   */
+  toolCall?: RecallToolCall | undefined;
+
+  /**
+   * Most hits of a search. 0 = 5; at most 50.
+   *
+   * @generated from field: uint32 max_results = 544;
+   */
+  maxResults: number;
+
+  /**
+   * Most UTF-8 bytes of `text`. 0 = 16,384; at most 262,144. A search's excerpts are each at most
+   * 1,024 bytes; a recalled message longer than what is left is cut at a character boundary, and
+   * `text` says how many bytes were left out and how to read the rest (`read_tool_result`, that is
+   * `ReadToolResult`, for a tool result; `ReadMessages` at the hit's position otherwise).
+   *
+   * @generated from field: uint32 max_bytes = 545;
+   */
+  maxBytes: number;
+};
+
+/**
+ * Describes the message contextd.v1.RecallRequest.
+ * Use `create(RecallRequestSchema)` to create a new message.
+ */
+export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 24);
+
+/**
+ * A model's tool call: its name and its arguments as JSON text, as the provider returned them.
+ *
+ * @generated from message contextd.v1.RecallToolCall
+ */
+export type RecallToolCall = Message<"contextd.v1.RecallToolCall"> & {
+  /**
+   * The tool's name: `contextd_recall_message` or `contextd_search_history`.
+   *
+   * @generated from field: string name = 540;
+   */
+  name: string;
+
+  /**
+   * The arguments, a JSON object as text.
+   *
+   * @generated from field: string arguments = 541;
+   */
+  arguments: string;
+};
+
+/**
+ * Describes the message contextd.v1.RecallToolCall.
+ * Use `create(RecallToolCallSchema)` to create a new message.
+ */
+export const RecallToolCallSchema: GenMessage<RecallToolCall> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 25);
+
+/**
+ * One message a recall found.
+ *
+ * @generated from message contextd.v1.RecallHit
+ */
+export type RecallHit = Message<"contextd.v1.RecallHit"> & {
+  /**
+   * The message's id.
+   *
+   * @generated from field: string message_id = 540;
+   */
+  messageId: string;
+
+  /**
+   * Its position in the history segment at `RecallResponse.version` (0 = the first message):
+   * what `ReadMessages` takes as `start` to read the message whole.
+   *
+   * @generated from field: uint64 position = 541;
+   */
+  position: bigint;
+
+  /**
+   * Its BM25 score for a search (higher is better); 0 for a recall by id.
+   *
+   * @generated from field: double score = 542;
+   */
+  score: number;
+
+  /**
+   * Its role.
+   *
+   * @generated from field: contextd.v1.Role role = 543;
+   */
+  role: Role;
+
+  /**
+   * The text shown for it in `RecallResponse.text`: a search's excerpt around the first matching
+   * term, or a recalled message's text, cut as `max_bytes` says.
+   *
+   * @generated from field: string excerpt = 544;
+   */
+  excerpt: string;
+};
+
+/**
+ * Describes the message contextd.v1.RecallHit.
+ * Use `create(RecallHitSchema)` to create a new message.
+ */
+export const RecallHitSchema: GenMessage<RecallHit> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 26);
+
+/**
+ * The response of `Recall`.
+ *
+ * @generated from message contextd.v1.RecallResponse
+ */
+export type RecallResponse = Message<"contextd.v1.RecallResponse"> & {
+  /**
+   * The answer as a tool result for the model: the hits, each with a header line naming its id,
+   * position and role (and tool), then its excerpt; or a line saying nothing was found. At most the
+   * request's `max_bytes`.
+   *
+   * @generated from field: string text = 540;
+   */
+  text: string;
+
+  /**
+   * The hits, best first for a search, in request order for a recall by id.
+   *
+   * @generated from field: repeated contextd.v1.RecallHit hits = 541;
+   */
+  hits: RecallHit[];
+
+  /**
+   * The version of the conversation read.
+   *
+   * @generated from field: int64 version = 542;
+   */
+  version: bigint;
+
+  /**
+   * How many messages the history holds at that version.
+   *
+   * @generated from field: uint64 history_messages = 543;
+   */
+  historyMessages: bigint;
+
+  /**
+   * How many of them the search examined (newest first); for a recall by id, the messages looked at
+   * to find the ids.
+   *
+   * @generated from field: uint64 examined_messages = 544;
+   */
+  examinedMessages: bigint;
+
+  /**
+   * UTF-8 bytes of message text this request read and split into terms (messages whose terms the
+   * sidecar kept cost none).
+   *
+   * @generated from field: uint64 scanned_bytes = 545;
+   */
+  scannedBytes: bigint;
+
+  /**
+   * False when a bound (messages, scanned bytes, time) stopped the search before the history's
+   * first message: the hits are the best of the newest `examined_messages`.
+   *
+   * @generated from field: bool complete = 546;
+   */
+  complete: boolean;
+
+  /**
+   * The requested ids the history does not hold, in request order.
+   *
+   * @generated from field: repeated string missing_ids = 547;
+   */
+  missingIds: string[];
+};
+
+/**
+ * Describes the message contextd.v1.RecallResponse.
+ * Use `create(RecallResponseSchema)` to create a new message.
+ */
+export const RecallResponseSchema: GenMessage<RecallResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 27);
+
+/**
  * The order of a listing.
  *
  * @generated from enum contextd.v1.ConversationOrder
@@ -1215,6 +1459,21 @@ export const ConversationService: GenService<{
     methodKind: "server_streaming";
     input: typeof ExportConversationsRequestSchema;
     output: typeof ExportConversationsResponseSchema;
+  },
+  /**
+   * Find what a compile may have left out of the prompt in the stored history: messages by id, or
+   * a lexical search of their text, answered as a tool result text for the model. What the
+   * `contextd_recall_message` and `contextd_search_history` tools ask for
+   * (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+   * send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+   * and what one request may cost.
+   *
+   * @generated from rpc contextd.v1.ConversationService.Recall
+   */
+  recall: {
+    methodKind: "unary";
+    input: typeof RecallRequestSchema;
+    output: typeof RecallResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_contextd_v1_conversation_service, 0);

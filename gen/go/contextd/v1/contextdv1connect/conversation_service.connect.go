@@ -69,6 +69,9 @@ const (
 	// ConversationServiceExportConversationsProcedure is the fully-qualified name of the
 	// ConversationService's ExportConversations RPC.
 	ConversationServiceExportConversationsProcedure = "/contextd.v1.ConversationService/ExportConversations"
+	// ConversationServiceRecallProcedure is the fully-qualified name of the ConversationService's
+	// Recall RPC.
+	ConversationServiceRecallProcedure = "/contextd.v1.ConversationService/Recall"
 )
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
@@ -119,6 +122,13 @@ type ConversationServiceClient interface {
 	// the store a few at a time (never the whole prefix in memory); resumable from any response's
 	// `resume_token`.
 	ExportConversations(context.Context, *connect.Request[v1.ExportConversationsRequest]) (*connect.ServerStreamForClient[v1.ExportConversationsResponse], error)
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
 }
 
 // NewConversationServiceClient constructs a client for the contextd.v1.ConversationService service.
@@ -204,6 +214,12 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(conversationServiceMethods.ByName("ExportConversations")),
 			connect.WithClientOptions(opts...),
 		),
+		recall: connect.NewClient[v1.RecallRequest, v1.RecallResponse](
+			httpClient,
+			baseURL+ConversationServiceRecallProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("Recall")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -221,6 +237,7 @@ type conversationServiceClient struct {
 	deleteConversation  *connect.Client[v1.DeleteConversationRequest, v1.DeleteConversationResponse]
 	deleteConversations *connect.Client[v1.DeleteConversationsRequest, v1.DeleteConversationsResponse]
 	exportConversations *connect.Client[v1.ExportConversationsRequest, v1.ExportConversationsResponse]
+	recall              *connect.Client[v1.RecallRequest, v1.RecallResponse]
 }
 
 // GetState calls contextd.v1.ConversationService.GetState.
@@ -283,6 +300,11 @@ func (c *conversationServiceClient) ExportConversations(ctx context.Context, req
 	return c.exportConversations.CallServerStream(ctx, req)
 }
 
+// Recall calls contextd.v1.ConversationService.Recall.
+func (c *conversationServiceClient) Recall(ctx context.Context, req *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
+	return c.recall.CallUnary(ctx, req)
+}
+
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
@@ -331,6 +353,13 @@ type ConversationServiceHandler interface {
 	// the store a few at a time (never the whole prefix in memory); resumable from any response's
 	// `resume_token`.
 	ExportConversations(context.Context, *connect.Request[v1.ExportConversationsRequest], *connect.ServerStream[v1.ExportConversationsResponse]) error
+	// Find what a compile may have left out of the prompt in the stored history: messages by id, or
+	// a lexical search of their text, answered as a tool result text for the model. What the
+	// `contextd_recall_message` and `contextd_search_history` tools ask for
+	// (`CompileRequest.recall_tools`); pass the model's tool call as `RecallRequest.tool_call` and
+	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
+	// and what one request may cost.
+	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
 }
 
 // NewConversationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -412,6 +441,12 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		connect.WithSchema(conversationServiceMethods.ByName("ExportConversations")),
 		connect.WithHandlerOptions(opts...),
 	)
+	conversationServiceRecallHandler := connect.NewUnaryHandler(
+		ConversationServiceRecallProcedure,
+		svc.Recall,
+		connect.WithSchema(conversationServiceMethods.ByName("Recall")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ConversationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
@@ -438,6 +473,8 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 			conversationServiceDeleteConversationsHandler.ServeHTTP(w, r)
 		case ConversationServiceExportConversationsProcedure:
 			conversationServiceExportConversationsHandler.ServeHTTP(w, r)
+		case ConversationServiceRecallProcedure:
+			conversationServiceRecallHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -493,4 +530,8 @@ func (UnimplementedConversationServiceHandler) DeleteConversations(context.Conte
 
 func (UnimplementedConversationServiceHandler) ExportConversations(context.Context, *connect.Request[v1.ExportConversationsRequest], *connect.ServerStream[v1.ExportConversationsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.ExportConversations is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.Recall is not implemented"))
 }

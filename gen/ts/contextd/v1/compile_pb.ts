@@ -343,20 +343,22 @@ export type Budget = Message<"contextd.v1.Budget"> & {
   trimStepTokens: bigint;
 
   /**
-   * The minimum gain of a trim step that the budget could do without: a step runs only when the
-   * tokens it frees are at least this many times the tokens of the provider's cached prompt it
-   * would re-write. The cached prompt is the previous compile of the conversation that
-   * `CompileResult.cache_impact` compares with; a step re-writes the part of it that the prompt
-   * without the step still starts with and the prompt with it no longer does (a trim invalidates
-   * the cached prefix from its first change on). The steps weighed, in the order the budget runs
-   * them: reasoning clearing and tool-result clearing (what they would change beyond what the
-   * cached prompt already has cleared), and the rounds DROP_HEAD drops beyond those the limit
-   * needs (`trim_step_tokens` rounding up). A step is never skipped when the request would then be
-   * over the limit, so the budget holds whatever this says; dropping the rounds the limit needs is
-   * never weighed. Each weighed step is reported in `CacheImpact.trim_steps`. 0 = no rule: every
-   * step runs as without it (also when the compile has no conversation, or the sidecar remembers
-   * no previous compile for it). A finite number from 0 to 1000, otherwise INVALID_ARGUMENT.
-   * Figures: `npm run bench:editing`.
+   * The minimum gain of a trim step the budget could do without: the step runs only when the
+   * tokens it frees are at least this many times the tokens it makes the provider write to its
+   * prompt cache again (a trim invalidates the cached prefix from its first change on; see
+   * `TrimStepForecast.invalidated_tokens`). The cached prompt is the previous compile of the
+   * conversation that `CompileResult.cache_impact` compares with. The steps weighed, in the order
+   * the budget runs them: reasoning clearing and tool-result clearing (what they would change
+   * beyond what the cached prompt has cleared already), and the rounds DROP_HEAD drops beyond
+   * those the limit needs (`trim_step_tokens` rounding up) while the cached prompt's cut still
+   * fits. A step is never skipped when the request would then be over the limit with history
+   * starting where the cached prompt's does, so the budget holds whatever this says; the rounds
+   * the limit needs are always dropped, and a summary is never weighed. Each weighed step is in
+   * `CacheImpact.trim_steps`. 0 (the default) = no rule: every step runs as without it; the rule
+   * is off too when the compile has no `conversation_id`, the sidecar remembers no previous
+   * compile for it (`--cache-impact-bytes 0`, a restart, another sidecar), or that compile differs
+   * before history. Not applied to a target's budget. A finite number from 0 to 1000, otherwise
+   * INVALID_ARGUMENT. Figures: `npm run bench:editing`.
    *
    * @generated from field: double min_trim_gain = 560;
    */
@@ -2386,9 +2388,11 @@ export type TrimStepForecast = Message<"contextd.v1.TrimStepForecast"> & {
   freedTokens: bigint;
 
   /**
-   * The estimated tokens of the cached prompt (the previous compile's) that the step re-writes:
-   * those the prompt without the step keeps as an unchanged prefix and the prompt with it does
-   * not. 0 when the step's first change is after the cached prefix ends.
+   * The estimated tokens the provider would write to its cache again because of the step: what
+   * the prompt with the step still sends of the cached prompt (the previous compile's) from the
+   * step's first change to where the prompt without the step stops matching it (the cleared or
+   * dropped tokens themselves are not sent, so not written). 0 when the step's first change is
+   * after the cached prefix ends.
    *
    * @generated from field: int64 invalidated_tokens = 3;
    */

@@ -60,6 +60,8 @@ describe("request string limits", () => {
       "contextd.v1.HistoryHeadDropped.last_message_id",
       // A summarize request's facts name messages the request already carries.
       "contextd.v1.SummaryFact.message_id",
+      // The minimum-gain rule's forecast in CacheImpact, a result.
+      "contextd.v1.TrimStepForecast.first_message_id",
     ].sort());
   });
 

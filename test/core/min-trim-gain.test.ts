@@ -17,6 +17,9 @@ function mapMemory(): CompileMemory {
   return { previous: (id) => last.get(id), remember: (id, prefix) => void last.set(id, prefix) };
 }
 
+/** A budget as a plain initializer (not a `Budget` message), so that it can be spread. */
+type BudgetInit = Exclude<MessageInitShape<typeof BudgetSchema>, Budget>;
+
 const fourCharsPerToken = { kind: EstimatorKind.CHAR_FALLBACK, charsPerToken: 4 };
 const reasoning = (value: string) => create(PartSchema, { kind: { case: "reasoning", value: { text: value, signature: "sig", provider: Provider.ANTHROPIC_MESSAGES } } });
 const thinking = (index: number) => message(Role.ASSISTANT, `a${index}`, reasoning(`thinking ${index} `.repeat(10)), `answer ${index}`);
@@ -24,7 +27,7 @@ const long = (id: string) => user(id, `question ${id} `.repeat(400));
 const withReasoning = (result: CompileResult) => result.payload!.history.filter((item) => item.parts.some((part) => part.kind.case === "reasoning")).map((item) => item.id);
 
 /** Compiles `history` for conversation "c" against `memory`, the budget given. */
-function compileTurn(memory: CompileMemory | undefined, history: Message[], budget: MessageInitShape<typeof BudgetSchema>, conversationId = "c") {
+function compileTurn(memory: CompileMemory | undefined, history: Message[], budget: BudgetInit, conversationId = "c") {
   return compile(
     create(CompileRequestSchema, { conversationId, system: { messages: [system("s", "rules")] }, history: { messages: history }, budget: { estimator: fourCharsPerToken, ...budget } }),
     testContext({ compileMemory: memory }),
@@ -37,7 +40,7 @@ const turnOne = [user("u0", "start"), thinking(0), user("u1", "go on"), thinking
 const turnTwo = [...turnOne, long("u3")];
 
 describe("minimum gain: reasoning clearing", () => {
-  const budget = (minTrimGain: number, extra: Partial<Budget> = {}) => ({ reasoningClearing: { keepRecentTurns: 2 }, minTrimGain, ...extra });
+  const budget = (minTrimGain: number, extra: BudgetInit = {}): BudgetInit => ({ reasoningClearing: { keepRecentTurns: 2 }, minTrimGain, ...extra });
 
   it("skips clearing that re-writes more cached tokens than the ratio allows, and reports the forecast", async () => {
     const memory = mapMemory();

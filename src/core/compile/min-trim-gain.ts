@@ -130,7 +130,8 @@ export class MinTrimGain {
    * DROP_HEAD's drop when it drops rounds at or after where the cached prompt's history starts
    * while dropping only those before it fits `available` (the `trim_step_tokens` rounding): the
    * rounds before that start when the extra ones free less than the ratio of what they re-write,
-   * otherwise `drop` itself. Weighed only when every round before the start is droppable and the
+   * otherwise undefined (the strategy's drop stands). Weighed, and reported, only while that cut
+   * fits. Weighed only when every round before the start is droppable and the
    * start begins a round; otherwise the cached prompt is not a cut this budget could hold.
    */
   weighHeadDrop(history: readonly Message[], counts: readonly number[], units: readonly CostedUnit[], drop: ReadonlySet<number>, available: number): Set<number> | undefined {
@@ -155,7 +156,9 @@ export class MinTrimGain {
         if (firstExtra < 0) firstExtra = unit.start;
       }
     }
-    if (!beyond) return undefined;
+    // A cut the limit moves past is not the budget's to hold: nothing to weigh (and nothing to
+    // report, so a compile that left the stored head out reports the same).
+    if (!beyond || keptTokens > available) return undefined;
     const heldMatch = this.cached.match(history, counts, start);
     const keptMessages: Message[] = [];
     const keptCounts: number[] = [];
@@ -173,7 +176,7 @@ export class MinTrimGain {
       if (drop.has(index) || unit.start < start) return;
       for (let at = unit.start; at < Math.min(unit.end, heldMatch.end); at++) rewritten += counts[at]!;
     });
-    const skipped = this.decide(TrimStep.HEAD_ROUNDING, extraTokens, rewritten, keptTokens > available, history[firstExtra]!.id);
+    const skipped = this.decide(TrimStep.HEAD_ROUNDING, extraTokens, rewritten, false, history[firstExtra]!.id);
     return skipped ? held : undefined;
   }
 

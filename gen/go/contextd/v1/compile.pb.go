@@ -4521,7 +4521,8 @@ type TrimStepForecast struct {
 	// after the cached prefix ends.
 	InvalidatedTokens int64 `protobuf:"varint,3,opt,name=invalidated_tokens,json=invalidatedTokens,proto3" json:"invalidated_tokens,omitempty"`
 	// The request would be over the limit without the step (after the steps before it): it ran
-	// whatever its gain.
+	// whatever its gain. Never for HEAD_ROUNDING, which is weighed (and reported) only while the
+	// cached prompt's cut still fits.
 	Needed bool `protobuf:"varint,4,opt,name=needed,proto3" json:"needed,omitempty"`
 	// The rule skipped the step: not needed, and `freed_tokens` < `min_trim_gain` ×
 	// `invalidated_tokens`. The prompt is then the one without it.

@@ -2400,7 +2400,8 @@ export type TrimStepForecast = Message<"contextd.v1.TrimStepForecast"> & {
 
   /**
    * The request would be over the limit without the step (after the steps before it): it ran
-   * whatever its gain.
+   * whatever its gain. Never for HEAD_ROUNDING, which is weighed (and reported) only while the
+   * cached prompt's cut still fits.
    *
    * @generated from field: bool needed = 4;
    */

@@ -5,7 +5,8 @@ import type { CompiledPrefix, CompileMemory } from "../core/compile/cache-impact
  * as `CompileResult.cache_impact` needs: one short
  * digest per payload entry. Bounded by bytes (`--cache-impact-bytes`), least recently compiled
  * conversations forgotten first; a forgotten conversation's next compile reports every token as
- * re-written (`previous_version` 0). 24 bytes per digest and 64 per conversation are counted: a
+ * re-written (`previous_version` 0). 24 bytes per digest, 64 per conversation and the first history
+ * message's id are counted: a
  * 200-message prompt costs about 5 KB, so the default 16 MiB holds ~3,000 such conversations.
  */
 export class RecentCompiles implements CompileMemory {
@@ -20,7 +21,7 @@ export class RecentCompiles implements CompileMemory {
 
   remember(key: string, prefix: CompiledPrefix): void {
     this.forget(key);
-    const bytes = 64 + key.length * 2 + prefix.digests.length * 24;
+    const bytes = 64 + key.length * 2 + prefix.digests.length * 24 + (prefix.history ? 16 + prefix.history.firstId.length * 2 : 0);
     if (bytes > this.maxBytes) return;
     this.entries.set(key, { prefix, bytes });
     this.usedBytes += bytes;

@@ -63,6 +63,8 @@ describe("request string limits", () => {
       // Recall's answer names stored messages; no request carries them.
       "contextd.v1.RecallHit.message_id",
       "contextd.v1.RecallResponse.missing_ids",
+      // The minimum-gain rule's forecast in CacheImpact, a result.
+      "contextd.v1.TrimStepForecast.first_message_id",
     ].sort());
   });
 

@@ -18,7 +18,7 @@ from contextd.client import (
     tool_call,
     user_text,
 )
-from contextd.v1 import compile_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
+from contextd.v1 import compile_pb2, context_service_pb2, conversation_service_pb2 as conversation_pb2, message_pb2, state_pb2
 
 TEN = compile_pb2.Estimator(kind=compile_pb2.ESTIMATOR_KIND_FIXED, fixed_per_message=10)
 
@@ -138,3 +138,79 @@ def test_async_compile_session_with_a_coroutine_summarizer(sidecar, client: Clie
     assert ids(rest[:-1]) == history[6:] and rest[-1].parts[0].text.text == "and now?"
     state = client.get_state(conversation_pb2.GetStateRequest(conversation_id="py-session-async")).state
     assert ids(state.history)[0] == head.id and state.history[-1].parts[0].text.text == "and now?"
+
+
+def store_a_failing_test_run(client: Client, conversation_id: str) -> state_pb2.ConversationState:
+    """user, a run_tests round whose result is an error, assistant, user, assistant."""
+    round_ = ToolRound("", tool_call("c1", "run_tests", '{"command":"pytest tests/test_parser.py"}')).answer(
+        "c1", text_payload("FAILED tests/test_parser.py::test_empty"), is_error=True
+    )
+    return client.commit(
+        conversation_pb2.CommitRequest(
+            conversation_id=conversation_id,
+            deltas=[
+                append_user(user_text("the parser in src/parser.py breaks on empty input")),
+                round_.delta(),
+                append_assistant("one test fails"),
+                append_user(user_text("fix it")),
+                append_assistant("fixed"),
+            ],
+            include_state=True,
+        )
+    ).state
+
+
+def summary_request(conversation_id: str, version: int) -> compile_pb2.CompileRequest:
+    return compile_pb2.CompileRequest(
+        conversation_id=conversation_id,
+        budget=compile_pb2.Budget(max_tokens=30, strategy=compile_pb2.BUDGET_STRATEGY_SUMMARIZE, estimator=TEN),
+        commit=compile_pb2.CommitOptions(expected_version=version),
+    )
+
+
+def fact_lines(asked: context_service_pb2.SummarizeRequest) -> List[str]:
+    return [f"{context_service_pb2.SummaryFactKind.Name(fact.kind)} {fact.text}" for fact in asked.facts]
+
+
+EXPECTED_FACTS = [
+    "SUMMARY_FACT_KIND_FILE_PATH src/parser.py",
+    "SUMMARY_FACT_KIND_COMMAND pytest tests/test_parser.py",
+    "SUMMARY_FACT_KIND_ERROR_MESSAGE FAILED tests/test_parser.py::test_empty",
+    "SUMMARY_FACT_KIND_TOOL_NAME run_tests",
+]
+
+
+def test_compile_session_with_evidence_hands_the_summarizer_the_template_and_facts(client: Client):
+    stored = store_a_failing_test_run(client, "py-session-evidence")
+    seen: List[context_service_pb2.SummarizeRequest] = []
+
+    def summarize(asked: context_service_pb2.SummarizeRequest):
+        seen.append(asked)
+        return assistant_text("The parser broke on empty input: " + "; ".join(fact.text for fact in asked.facts))
+
+    result = client.compile_session_with_evidence(summary_request("py-session-evidence", stored.version), summarize)
+    assert len(seen) == 1
+    asked = seen[0]
+    assert [section.key for section in asked.template.sections] == ["goal", "decisions", "open_questions", "files", "commands", "errors"]
+    assert "## Files" in asked.template.text
+    assert set(EXPECTED_FACTS) <= set(fact_lines(asked)), fact_lines(asked)
+    assert not asked.facts_truncated
+    assert [message.id for message in asked.messages] == list(result.payload.history[0].provenance.summary.covered_message_ids)
+
+
+def test_async_compile_session_with_evidence(sidecar, client: Client):
+    stored = store_a_failing_test_run(client, "py-session-evidence-async")
+    seen: List[List[str]] = []
+
+    async def summarize(asked: context_service_pb2.SummarizeRequest) -> message_pb2.Message:
+        await asyncio.sleep(0)
+        seen.append(fact_lines(asked))
+        return assistant_text(f"{len(asked.facts)} facts kept")
+
+    async def main() -> compile_pb2.CompileResult:
+        async with AsyncClient(sidecar.address) as aclient:
+            return await aclient.compile_session_with_evidence(summary_request("py-session-evidence-async", stored.version), summarize)
+
+    result = asyncio.run(main())
+    assert len(seen) == 1 and set(EXPECTED_FACTS) <= set(seen[0]), seen
+    assert result.payload.history[0].parts[0].text.text == f"{len(seen[0])} facts kept"

@@ -3,7 +3,8 @@
 // agent needs around it — dial defaults matched to the sidecar's limits, per-call deadlines,
 // retries with backoff, an idempotency key on every write and retries of writes whose outcome is
 // unknown, compare-and-retry commits, typed errors, message builders, stream iterators, a one-call
-// agent turn (Client.Turn) and summaries over CompileSession (Client.CompileWithSummaries).
+// agent turn (Client.Turn) and summaries over CompileSession (Client.CompileWithSummaries, and
+// Client.CompileWithEvidence for a summarizer that wants the request's template and facts).
 //
 // Dial connects lazily over gRPC (HTTP/2) or, with WithConnectProtocol, the Connect protocol;
 // WithBearerToken and WithTLS / WithTLSCAFile talk to a sidecar started with

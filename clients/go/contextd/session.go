@@ -35,6 +35,32 @@ func (c *Client) CompileWithSummaries(ctx context.Context, request *contextdv1.C
 	if summarize == nil {
 		return nil, errors.New("contextd: CompileWithSummaries needs a summarize function")
 	}
+	return c.compileSession(ctx, request, func(ctx context.Context, asked *contextdv1.SummarizeRequest) (*contextdv1.Message, []string, error) {
+		return summarize(ctx, asked.GetMessages(), asked.GetTargetTokens())
+	})
+}
+
+// SummarizeWithEvidence is Summarize given the whole request: asked.GetMessages() and
+// asked.GetTargetTokens() as Summarize gets them, and the evidence a summary should keep:
+// asked.GetTemplate() (the sections a summary should have — goal, decisions, open questions,
+// files, commands, errors — and the same as prompt text in GetText()), asked.GetFacts() (the file
+// paths, URLs, commands, error messages, tool names and ids found in the messages, each once with
+// the id of the message it first appears in, to be kept word for word) and
+// asked.GetFactsTruncated() (a bound left some facts out), with GetPreviousSummary() and
+// GetReason().
+type SummarizeWithEvidence func(ctx context.Context, asked *contextdv1.SummarizeRequest) (summary *contextdv1.Message, remember []string, err error)
+
+// CompileWithEvidence is CompileWithSummaries for a summarize function that wants the template
+// and the facts of each summary request (SummarizeWithEvidence); everything else is the same.
+func (c *Client) CompileWithEvidence(ctx context.Context, request *contextdv1.CompileRequest, summarize SummarizeWithEvidence) (*contextdv1.CompileResult, error) {
+	if summarize == nil {
+		return nil, errors.New("contextd: CompileWithEvidence needs a summarize function")
+	}
+	return c.compileSession(ctx, request, summarize)
+}
+
+// compileSession runs one CompileSession, answering each summary request with summarize.
+func (c *Client) compileSession(ctx context.Context, request *contextdv1.CompileRequest, summarize SummarizeWithEvidence) (*contextdv1.CompileResult, error) {
 	if request.GetCommit() != nil && request.GetCommit().GetIdempotencyKey() == "" {
 		request = proto.CloneOf(request)
 		request.Commit.IdempotencyKey = newIdempotencyKey()
@@ -58,7 +84,7 @@ func (c *Client) CompileWithSummaries(ctx context.Context, request *contextdv1.C
 		switch kind := response.GetKind().(type) {
 		case *contextdv1.CompileSessionResponse_SummarizeRequest:
 			asked := kind.SummarizeRequest
-			summary, remember, err := summarize(ctx, asked.GetMessages(), asked.GetTargetTokens())
+			summary, remember, err := summarize(ctx, asked)
 			if err != nil {
 				return nil, fmt.Errorf("contextd: summarize %d messages (%s): %w", len(asked.GetMessages()), asked.GetReason(), err)
 			}

@@ -134,3 +134,60 @@ func TestCompileWithSummariesCancelsOnASummarizeError(t *testing.T) {
 		t.Errorf("error %v, want INVALID_ARGUMENT for a summary with tool calls", err)
 	}
 }
+
+func TestCompileWithEvidenceHandsTheSummarizerTheTemplateAndFacts(t *testing.T) {
+	sidecar := sidecartest.Start(t)
+	client := dial(t, sidecar.Address)
+	ctx := testContext(t)
+	const id = "go/session-evidence"
+	round, err := contextd.NewToolRound("", contextd.ToolCall("c1", "run_tests", `{"command":"go test ./pkg/parser"}`)).
+		Answer("c1", contextd.TextPayload("FAIL pkg/parser/parse_test.go"), true).Delta()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := client.Commit(ctx, &contextdv1.CommitRequest{ConversationId: id, Deltas: []*contextdv1.Delta{
+		contextd.AppendUser(contextd.UserText("the parser tests in pkg/parser/parse.go fail")),
+		round,
+		contextd.AppendAssistant("one test fails"),
+		contextd.AppendUser(contextd.UserText("fix it")),
+		contextd.AppendAssistant("fixed"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sections, facts []string
+	truncated := true
+	_, err = client.CompileWithEvidence(ctx, &contextdv1.CompileRequest{
+		ConversationId: id,
+		Budget:         &contextdv1.Budget{MaxTokens: 30, Strategy: contextdv1.BudgetStrategy_BUDGET_STRATEGY_SUMMARIZE, Estimator: tenPerMessage},
+		Commit:         &contextdv1.CommitOptions{ExpectedVersion: stored.GetVersion()},
+	}, func(_ context.Context, asked *contextdv1.SummarizeRequest) (*contextdv1.Message, []string, error) {
+		for _, section := range asked.GetTemplate().GetSections() {
+			sections = append(sections, section.GetKey())
+		}
+		for _, fact := range asked.GetFacts() {
+			facts = append(facts, fact.GetKind().String()+" "+fact.GetText())
+		}
+		truncated = asked.GetFactsTruncated()
+		return contextd.AssistantText("The parser tests failed; fixed."), nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"goal", "decisions", "open_questions", "files", "commands", "errors"}; !slices.Equal(sections, want) {
+		t.Errorf("template sections %v, want %v", sections, want)
+	}
+	for _, want := range []string{
+		"SUMMARY_FACT_KIND_FILE_PATH pkg/parser/parse.go",
+		"SUMMARY_FACT_KIND_COMMAND go test ./pkg/parser",
+		"SUMMARY_FACT_KIND_ERROR_MESSAGE FAIL pkg/parser/parse_test.go",
+		"SUMMARY_FACT_KIND_TOOL_NAME run_tests",
+	} {
+		if !slices.Contains(facts, want) {
+			t.Errorf("facts %q lack %q", facts, want)
+		}
+	}
+	if truncated {
+		t.Error("facts_truncated is set for a few short messages")
+	}
+}

@@ -134,7 +134,11 @@ export type SummaryAnswer = MessageInit | { summary: MessageInit; remember?: str
 /**
  * Writes a summary of `messages` (whole units of the oldest history; never a split tool round,
  * the open round, pending messages or the current turn; a previous summary, when history starts
- * with one, is `messages[0]`) in about `targetTokens` tokens.
+ * with one, is `messages[0]`) in about `targetTokens` tokens. `asked` is the whole request: its
+ * `template` (the sections a summary should have, and `template.text` to put in a prompt), the
+ * `facts` found in `messages` (file paths, URLs, commands, error messages, tool names, ids, each
+ * with the message it first appears in) for the summary to keep word for word, and
+ * `factsTruncated` when a bound left some out.
  */
 export type Summarize = (messages: Message[], targetTokens: bigint, asked: SummarizeRequest) => SummaryAnswer | Promise<SummaryAnswer>;
 

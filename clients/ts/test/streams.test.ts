@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Client, Code, ContextdError, ToolRound, appendAssistant, appendUser, assistantText, remember, textPayload, toolCall } from "@contextd/client";
-import { BudgetStrategy, CompileResultPart, EstimatorKind, Provider, type Change } from "@contextd/client/v1";
+import { BudgetStrategy, CompileResultPart, EstimatorKind, Provider, SummaryFactKind, type Change } from "@contextd/client/v1";
 import { freshId, sidecarForFile, startSidecar } from "./sidecar.ts";
 
 const file = sidecarForFile();
@@ -83,6 +83,34 @@ test("compileSession asks for a summary, stores it and remembers the facts in th
     (error: unknown) => error instanceof Error && /summarize \d+ messages .*model down/.test(error.message) && (error.cause as Error).message === "model down",
   );
   assert.equal((await file.client.getState({ conversationId })).state!.version, state.state!.version);
+});
+
+test("compileSession hands the summarizer the template and the facts of the messages to summarise", async () => {
+  const conversationId = freshId("evidence");
+  const round = new ToolRound("", toolCall("c1", "run_tests", '{"command":"npm test -- src/app.ts"}')).answer("c1", textPayload("FAIL src/app.test.ts")).delta();
+  const stored = await file.client.commit({
+    conversationId,
+    deltas: [appendUser("the tests in src/app.ts fail"), round, appendAssistant("one test fails"), appendUser("fix it"), appendAssistant("fixed")],
+  });
+  let seen: { sections: string[]; facts: string[]; truncated: boolean; firstMessage: string } | undefined;
+  await file.client.compileSession(
+    { conversationId, budget: { maxTokens: 30n, strategy: BudgetStrategy.SUMMARIZE, estimator: { kind: EstimatorKind.FIXED, fixedPerMessage: 10n } }, commit: { expectedVersion: stored.version } },
+    (messages, _targetTokens, asked) => {
+      seen = {
+        sections: asked.template!.sections.map((section) => section.key),
+        facts: asked.facts.map((fact) => `${SummaryFactKind[fact.kind]} ${fact.text}`),
+        truncated: asked.factsTruncated,
+        firstMessage: messages[0]!.id,
+      };
+      return assistantText(`Tests failed in src/app.ts (${asked.facts.length} facts kept).`);
+    },
+  );
+  assert.ok(seen, "the summarizer was not called");
+  assert.deepEqual(seen.sections, ["goal", "decisions", "open_questions", "files", "commands", "errors"]);
+  assert.ok(seen.facts.includes("FILE_PATH src/app.ts"), seen.facts.join("; "));
+  assert.ok(seen.facts.includes("COMMAND npm test -- src/app.ts"), seen.facts.join("; "));
+  assert.ok(seen.facts.includes("TOOL_NAME run_tests"), seen.facts.join("; "));
+  assert.equal(seen.truncated, false);
 });
 
 test("the token option sends a bearer token; without it an authenticated sidecar refuses the call", async () => {

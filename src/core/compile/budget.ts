@@ -7,6 +7,7 @@ import {
   IntroducedMessageSchema,
   TransformationAction,
   TransformationReason,
+  type TrimStepForecast,
 } from "#gen/contextd/v1/compile_pb";
 import { SummarizeRequestSchema } from "#gen/contextd/v1/context_service_pb";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
@@ -17,6 +18,8 @@ import { analyzeToolRounds } from "../model/tool-rounds.js";
 import type { CompileContext } from "./compile-context.js";
 import { alignToUserTurn, costUnits, selectAllUnprotected, selectHeadUnitsInSteps, selectUnitsToDrop, type Alignment, type CostedUnit } from "./history-trimming.js";
 import { clearHistory, validateClearing } from "./context-editing.js";
+import type { CachedPrompt } from "./cache-impact.js";
+import { MinTrimGain, validateMinTrimGain } from "./min-trim-gain.js";
 import { calibratedLimit } from "./token-calibration.js";
 import { maxBudgetTokens } from "./max-budget-tokens.js";
 import { assertWellFormedMessage } from "./message-validation.js";
@@ -46,6 +49,8 @@ export interface BudgetReport {
   requestedLimit: number;
   total: number;
   summary?: { tokens: number; replacedTokens: number };
+  /** The steps the minimum-gain rule weighed (`Budget.min_trim_gain`); absent when none. */
+  trimSteps?: TrimStepForecast[];
 }
 
 interface Limit {
@@ -72,6 +77,7 @@ function resolveLimit(work: CompileWork): Limit {
     throw new ConnectError(`budget.strategy: unknown strategy ${budget.strategy}`, Code.InvalidArgument);
   }
   validateClearing(budget, "budget", maxBudgetTokens);
+  validateMinTrimGain(budget, "budget");
   budget.protectedRoles.forEach((role, index) => {
     if (Role[role] === undefined || role === Role.UNSPECIFIED) {
       throw new ConnectError(`budget.protected_roles[${index}]: a known role is required`, Code.InvalidArgument);
@@ -101,13 +107,15 @@ function sum(counts: readonly number[]): number {
  * strategy, tool rounds as whole units, pending and the current turn protected and appended after
  * history. The final payload is re-estimated; a compile is never silently over budget.
  */
-export async function applyBudget(work: CompileWork, scratch: readonly Message[], context: CompileContext, correction = 1): Promise<BudgetReport> {
+export async function applyBudget(work: CompileWork, scratch: readonly Message[], context: CompileContext, correction = 1, cached?: CachedPrompt): Promise<BudgetReport> {
   const { estimator } = work;
   const cache = context.tokenCounts;
   const requested = resolveLimit(work);
   // A calibrated budget holds estimates to floor(limit / correction) (token-calibration.ts).
   const limit: Limit = { tokens: calibratedLimit(requested.tokens, correction), fromWindow: requested.fromWindow };
   const budget = work.request.budget;
+  // The minimum-gain rule weighs steps against the previous compile's prompt (min-trim-gain.ts).
+  const gain = cached && budget && budget.minTrimGain > 0 ? new MinTrimGain(budget.minTrimGain, cached) : undefined;
   const turn = work.currentTurn;
   const turnMessage = turn ? (turn.promptSafe ?? turn.raw)! : undefined;
 
@@ -140,7 +148,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
   let clearedTokens = 0;
   let clearedMessages: ReadonlyMap<string, number> | undefined;
   if (budget?.toolResultClearing || budget?.reasoningClearing) {
-    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache, correction);
+    const cleared = await clearHistory(work, history, [...historyCounts], reserved, limit.tokens, cache, correction, gain);
     history = cleared.history;
     historyCounts = cleared.counts;
     clearedTokens = cleared.freedTokens;
@@ -236,6 +244,8 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
           // The step is in provider tokens like the limit: corrected the same way.
           const step = calibratedLimit(Number(budget?.trimStepTokens ?? 0n), correction);
           drop = step > 0 ? selectHeadUnitsInSteps(units, available, step) : selectUnitsToDrop(units, available, "head");
+          // Rounds dropped beyond the cached prompt's cut that the limit does not need may stay.
+          if (gain) drop = gain.weighHeadDrop(history, historyCounts, units, drop, available) ?? drop;
         }
         alignmentDrops = new Set(align(drop, units).drops);
         const minMessages = Number(budget?.minMessages ?? 0n);
@@ -361,6 +371,7 @@ export async function applyBudget(work: CompileWork, scratch: readonly Message[]
     requestedLimit: requested.tokens,
     total,
     summary,
+    trimSteps: gain && gain.forecasts.length > 0 ? gain.forecasts : undefined,
   };
 }
 

@@ -16,7 +16,7 @@ import {
 import type { Provider } from "#gen/contextd/v1/message_pb";
 import type { TokenEstimator } from "../tokens/estimator.js";
 import type { BudgetReport } from "./budget.js";
-import { cacheImpact } from "./cache-impact.js";
+import { cacheImpact, compileMemoryKey } from "./cache-impact.js";
 import type { CompileContext } from "./compile-context.js";
 import type { ElidedHead } from "./elided-head.js";
 import { persistenceProjection } from "./persistence.js";
@@ -93,12 +93,11 @@ export function compileResult({
   result.prefixFingerprint = prefixFingerprint(payload);
   result.version = inputs.version;
   if (context.compileMemory && request.conversationId !== "") {
-    // Per provider and model, as providers cache: an inspector's or a side model's compile of the
-    // same conversation is not the previous compile of the agent's model.
-    const key = JSON.stringify([request.conversationId, renderProvider, request.render?.model ?? ""]);
+    const key = compileMemoryKey(request);
     const compared = cacheImpact(payload, estimator, context.tokenCounts, inputs.version, context.compileMemory.previous(key));
     context.compileMemory.remember(key, compared.prefix);
     result.cacheImpact = compared.impact;
+    if (budget.trimSteps) result.cacheImpact.trimSteps = budget.trimSteps;
   }
   result.budgetDroppedMessages = budgetDroppedMessages(work, head);
   if (correction) {

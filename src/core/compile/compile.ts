@@ -10,11 +10,13 @@ import {
   type Writeback,
 } from "#gen/contextd/v1/compile_pb";
 import { Provider, type Message } from "#gen/contextd/v1/message_pb";
+import type { ToolDefinition } from "#gen/contextd/v1/state_pb";
 import type { SegmentHolder } from "../model/segments.js";
 import { renderRequestPaced } from "../providers/render.js";
 import { createEstimator, type TokenEstimator } from "../tokens/estimator.js";
 import { applyArtifacts, applyExperiences } from "./artifacts.js";
 import { applyBudget } from "./budget.js";
+import { CachedPrompt, compileMemoryKey } from "./cache-impact.js";
 import type { CompileContext } from "./compile-context.js";
 import { CompileEvents } from "./compile-events.js";
 import { compileResult, wantsPart } from "./compile-result.js";
@@ -178,7 +180,7 @@ const stages = StageRunner.over<CompileStart>()
       cutHistoryAtProviderCompaction(work, renderProvider);
       const scratch = scratchMessages(work, extras.scratch);
       const historyBeforeBudget = work.segments.history;
-      return { scratch, historyBeforeBudget, budget: await applyBudget(work, scratch, context, correction?.factor ?? 1) };
+      return { scratch, historyBeforeBudget, budget: await applyBudget(work, scratch, context, correction?.factor ?? 1, cachedPrompt(work.request, context, work)) };
     },
   })
   // 12. Payload and provider render.
@@ -232,6 +234,15 @@ export async function compile(request: CompileRequest, context: CompileContext):
   emitSummaryEvents(events, budget, work, { head, history: historyBeforeBudget });
   events.emit({ case: "pipelineCompiled", value: { $typeName: "contextd.v1.PipelineCompiled", totalCost: BigInt(budget.total), durationNs: events.elapsedNs() } });
   return result;
+}
+
+/**
+ * The previous compile's prompt, when the minimum-gain rule needs it (`Budget.min_trim_gain`): a
+ * stateful compile with the memory the cache-impact report compares with.
+ */
+function cachedPrompt(request: CompileRequest, context: CompileContext, work: { toolDefinitions: ToolDefinition[]; segments: SegmentHolder }): CachedPrompt | undefined {
+  if (!(request.budget?.minTrimGain ?? 0) || !context.compileMemory || request.conversationId === "") return undefined;
+  return CachedPrompt.of(context.compileMemory.previous(compileMemoryKey(request)), work.toolDefinitions, work.segments.system);
 }
 
 /**

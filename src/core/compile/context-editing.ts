@@ -1,11 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { TransformationAction, TransformationReason, type Budget, type ToolResultClearing } from "#gen/contextd/v1/compile_pb";
+import { TransformationAction, TransformationReason, TrimStep, type Budget, type ToolResultClearing } from "#gen/contextd/v1/compile_pb";
 import { Role, ToolPayloadSchema, type Message, type Part } from "#gen/contextd/v1/message_pb";
 import { Segment } from "#gen/contextd/v1/state_pb";
 import type { TokenCountCache } from "../tokens/token-count-cache.js";
 import { setRecord, type CompileWork } from "./working-set.js";
 import { calibratedLimit } from "./token-calibration.js";
+import { applyEditGroups, type EditGroup, type MinTrimGain } from "./min-trim-gain.js";
 
 /**
  * Why it exists: dropping whole rounds from the head is the bluntest way to fit a budget. Coding
@@ -62,8 +63,9 @@ export function validateClearing(budget: Budget | undefined, path: string, maxTo
  * Reasoning clearing, then tool-result clearing, over `history` whose counts are `counts`;
  * `reserved` is everything else the request holds and `limitTokens` the budget's limit (0 = none),
  * already corrected by `correction`, which corrects an explicit `trigger_tokens` and
- * `clear_at_least_tokens` the same way (`calibratedLimit`). Records each message it changes.
- * Returns the inputs themselves when nothing changed.
+ * `clear_at_least_tokens` the same way (`calibratedLimit`). Both are planned first (tool-result
+ * clearing on the history reasoning clearing leaves), then weighed together by the minimum-gain
+ * rule when one is given, then recorded. Returns the inputs themselves when nothing changed.
  */
 export async function clearHistory(
   work: CompileWork,
@@ -73,16 +75,39 @@ export async function clearHistory(
   limitTokens: number,
   cache: TokenCountCache,
   correction = 1,
+  gain?: MinTrimGain,
 ): Promise<ClearedHistory> {
   const budget = work.request.budget;
-  let cleared: ClearedHistory = { history, counts, freedTokens: 0 };
-  if (budget?.reasoningClearing) cleared = await clearReasoning(work, cleared, budget.reasoningClearing.keepRecentTurns, cache);
-  if (budget?.toolResultClearing) cleared = await clearToolResults(work, cleared, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache, correction);
-  return cleared;
+  const reasoning = budget?.reasoningClearing ? await planReasoningClearing(work, history, counts, budget.reasoningClearing.keepRecentTurns, cache) : [];
+  const afterReasoning = reasoning.length > 0 ? applyEditGroups(history, counts, reasoning) : { history, counts, freed: 0 };
+  const results = budget?.toolResultClearing
+    ? await planToolResultClearing(work, afterReasoning.history, afterReasoning.counts, budget.toolResultClearing, reserved, limitTokens, budget.retainedIds, cache, correction)
+    : [];
+  if (reasoning.length === 0 && results.length === 0) return { history, counts, freedTokens: 0 };
+  const [reasoningRuns, resultRuns] = gain
+    ? (gain.weighClearing(history, counts, [{ step: TrimStep.REASONING_CLEARING, groups: reasoning }, { step: TrimStep.TOOL_RESULT_CLEARING, groups: results }], { reserved, limit: limitTokens }) as [EditGroup[], PlannedClearing[]])
+    : [reasoning, results];
+  if (reasoningRuns.length === 0 && resultRuns.length === 0) return { history, counts, freedTokens: 0 };
+  const freedByMessage = new Map<string, number>();
+  for (const { changes } of reasoningRuns) {
+    for (const change of changes) {
+      addFreed(freedByMessage, change.after.id, change.countBefore - change.countAfter);
+      setRecord(work, change.after.id, TransformationAction.FORMATTED, TransformationReason.REASONING_CLEARED, Segment.HISTORY);
+    }
+  }
+  for (const group of resultRuns) {
+    work.textAllowance.charge(group.placeholderChars, "budget (tool result clearing)");
+    for (const change of group.changes) {
+      setRecord(work, change.after.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
+      addFreed(freedByMessage, change.after.id, change.countBefore - change.countAfter);
+    }
+  }
+  const applied = applyEditGroups(history, counts, [...reasoningRuns, ...resultRuns]);
+  return { history: applied.history, counts: applied.counts, freedTokens: applied.freed, freedByMessage };
 }
 
-async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRecentTurns: number, cache: TokenCountCache): Promise<ClearedHistory> {
-  const { history } = input;
+/** One group per assistant message whose reasoning goes, oldest first. */
+async function planReasoningClearing(work: CompileWork, history: readonly Message[], counts: readonly number[], keepRecentTurns: number, cache: TokenCountCache): Promise<EditGroup[]> {
   // Where the kept turns start: the keep-th USER message from the end (the last one at least).
   let keptFrom = history.length;
   let turns = 0;
@@ -93,11 +118,8 @@ async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRece
     }
   }
   // Fewer turns than kept, or no USER message at all: everything is recent.
-  if (turns < Math.max(1, keepRecentTurns)) return input;
-  let edited: Message[] | undefined;
-  let counts: number[] | undefined;
-  let freed = 0;
-  const freedByMessage = new Map(input.freedByMessage);
+  if (turns < Math.max(1, keepRecentTurns)) return [];
+  const groups: EditGroup[] = [];
   for (let index = 0; index < keptFrom; index++) {
     const message = history[index]!;
     if (message.role !== Role.ASSISTANT) continue;
@@ -105,15 +127,14 @@ async function clearReasoning(work: CompileWork, input: ClearedHistory, keepRece
     if (parts.length === message.parts.length || parts.length === 0) continue;
     const stripped: Message = { ...message, parts };
     const count = await cache.countPaced(work.estimator, stripped, work.deadline);
-    edited ??= [...history];
-    counts ??= [...input.counts];
-    freed += counts[index]! - count;
-    addFreed(freedByMessage, message.id, counts[index]! - count);
-    edited[index] = stripped;
-    counts[index] = count;
-    setRecord(work, message.id, TransformationAction.FORMATTED, TransformationReason.REASONING_CLEARED, Segment.HISTORY);
+    groups.push({ changes: [{ index, after: stripped, countBefore: counts[index]!, countAfter: count }] });
   }
-  return edited ? { history: edited, counts: counts!, freedTokens: input.freedTokens + freed, freedByMessage } : input;
+  return groups;
+}
+
+/** A cleared result (with its call when `clear_inputs`) and the placeholder text it adds. */
+interface PlannedClearing extends EditGroup {
+  placeholderChars: number;
 }
 
 /** One TOOL message clearing would change: where it is and which of its result parts go. */
@@ -122,39 +143,40 @@ interface Candidate {
   parts: ReadonlySet<number>;
 }
 
-async function clearToolResults(
+async function planToolResultClearing(
   work: CompileWork,
-  input: ClearedHistory,
+  history: readonly Message[],
+  historyCounts: readonly number[],
   options: ToolResultClearing,
   reserved: number,
   limitTokens: number,
   retainedIds: readonly string[],
   cache: TokenCountCache,
   correction: number,
-): Promise<ClearedHistory> {
+): Promise<PlannedClearing[]> {
   // An explicit trigger and step are provider tokens, as the limit is: corrected alike.
   const trigger = options.triggerTokens > 0n ? calibratedLimit(Number(options.triggerTokens), correction) : limitTokens;
-  if (trigger === 0) return input;
+  if (trigger === 0) return [];
   let historyTokens = 0;
-  for (const count of input.counts) historyTokens += count;
+  for (const count of historyCounts) historyTokens += count;
   const overflow = reserved + historyTokens - trigger;
-  if (overflow <= 0) return input;
+  if (overflow <= 0) return [];
   const step = calibratedLimit(Number(options.clearAtLeastTokens), correction);
   // Rounded up to whole steps: the cut stays where it is until the overflow crosses a step.
   const need = step > 0 ? Math.ceil(overflow / step) * step : overflow;
 
-  const { history } = input;
   const candidates = clearableResults(history, options, new Set(retainedIds));
-  if (candidates.length === 0) return input;
+  if (candidates.length === 0) return [];
   const placeholder = options.placeholder === "" ? defaultPlaceholder : options.placeholder;
   const callers = options.clearInputs ? callingMessages(history) : undefined;
 
   const edited = [...history];
-  const counts = [...input.counts];
-  // Every change in order: what is charged and recorded once clearing is decided.
-  const log: { index: number; message: Message; count: number; after: number; placeholderChars: number }[] = [];
-  const change = (index: number, message: Message, count: number, placeholderChars = 0) => {
-    log.push({ index, message: edited[index]!, count: counts[index]!, after: count, placeholderChars });
+  const counts = [...historyCounts];
+  // Every change in order, one group per cleared result (with its call when `clear_inputs`):
+  // what is charged and recorded once clearing is decided, and what the minimum-gain rule weighs.
+  const groups: PlannedClearing[] = [];
+  const change = (index: number, message: Message, count: number) => {
+    groups.at(-1)!.changes.push({ index, after: message, countBefore: counts[index]!, countAfter: count });
     freed += counts[index]! - count;
     edited[index] = message;
     counts[index] = count;
@@ -177,7 +199,8 @@ async function clearToolResults(
     const count = await cache.countPaced(work.estimator, replaced, work.deadline);
     // A result shorter than its placeholder stays: clearing it would cost tokens.
     if (count >= counts[candidate.index]!) continue;
-    change(candidate.index, replaced, count, placeholderChars);
+    groups.push({ changes: [], placeholderChars });
+    change(candidate.index, replaced, count);
     for (const callId of clearedCalls) {
       const callerIndex = callers?.get(callId);
       if (callerIndex === undefined) continue;
@@ -194,15 +217,9 @@ async function clearToolResults(
   // budget then dropped everything before them: the cut swung by hundreds of messages from turn to
   // turn in `npm run bench:editing`.) Clearing that cannot free one whole step is not worth the
   // cache it breaks.
-  if (step > 0 && freed < step) return input;
-  if (freed <= 0) return input;
-  const freedByMessage = new Map(input.freedByMessage);
-  for (const entry of log) {
-    work.textAllowance.charge(entry.placeholderChars, "budget (tool result clearing)");
-    setRecord(work, entry.message.id, TransformationAction.FORMATTED, TransformationReason.TOOL_RESULT_CLEARED, Segment.HISTORY);
-    addFreed(freedByMessage, entry.message.id, entry.count - entry.after);
-  }
-  return { history: edited, counts, freedTokens: input.freedTokens + freed, freedByMessage };
+  if (step > 0 && freed < step) return [];
+  if (freed <= 0) return [];
+  return groups;
 }
 
 /**

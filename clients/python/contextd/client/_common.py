@@ -163,6 +163,14 @@ SummaryAnswer = Union[message_pb2.Message, Tuple[message_pb2.Message, Sequence[s
 #: and it may not carry tool calls or results.
 Summarize = Callable[[Sequence[message_pb2.Message], int], SummaryAnswer]
 
+#: `summarize(asked)`: as `Summarize`, given the whole `SummarizeRequest`: `asked.messages` and
+#: `asked.target_tokens`, and what the summary should keep: `asked.template` (the sections a summary
+#: should have — goal, decisions, open questions, files, commands, errors — and the same as prompt
+#: text in `asked.template.text`), `asked.facts` (the file paths, URLs, commands, error messages,
+#: tool names and ids found in the messages, each once with the id of the message it first appears
+#: in, to be kept word for word) and `asked.facts_truncated` (a bound left some facts out).
+SummarizeWithEvidence = Callable[[context_service_pb2.SummarizeRequest], SummaryAnswer]
+
 
 def session_answer(
     asked: context_service_pb2.SummarizeRequest, answer: SummaryAnswer

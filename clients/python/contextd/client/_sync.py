@@ -15,6 +15,7 @@ from contextd.client._common import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Deadline,
     Summarize,
+    SummarizeWithEvidence,
     channel_credentials,
     channel_options,
     has_prompt,
@@ -442,6 +443,20 @@ class Client:
         does not apply, since summaries take as long as the model takes. The sidecar stops waiting
         for an answer after its --summarize-timeout-ms (DeadlineExceeded, nothing committed). An
         exception from `summarize` cancels the session and propagates."""
+        return self.compile_session_with_evidence(
+            request, lambda asked: summarize(list(asked.messages), asked.target_tokens), timeout=timeout
+        )
+
+    def compile_session_with_evidence(
+        self,
+        request: compile_pb2.CompileRequest,
+        summarize: SummarizeWithEvidence,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `compile_session`, for a summarizer that wants the template and the facts: it is
+        called as `summarize(asked)` with the whole `SummarizeRequest` (`asked.messages`,
+        `asked.target_tokens`, `asked.template`, `asked.facts`, `asked.facts_truncated`)."""
         answers: "queue.Queue[Optional[context_service_pb2.CompileSessionRequest]]" = queue.Queue()
 
         def requests() -> Iterator[context_service_pb2.CompileSessionRequest]:
@@ -457,7 +472,7 @@ class Client:
             for response in call:
                 if response.HasField("summarize_request"):
                     asked = response.summarize_request
-                    answers.put(session_answer(asked, summarize(list(asked.messages), asked.target_tokens)))
+                    answers.put(session_answer(asked, summarize(asked)))
                 elif response.HasField("result"):
                     return response.result
         except grpc.RpcError as error:

@@ -61,6 +61,12 @@ AsyncSummarize = Callable[
     [Sequence[message_pb2.Message], int], Union[SummaryAnswer, Awaitable[SummaryAnswer]]
 ]
 
+#: As `contextd.client.Client.compile_session_with_evidence`'s summarize, and it may be a coroutine
+#: function.
+AsyncSummarizeWithEvidence = Callable[
+    [context_service_pb2.SummarizeRequest], Union[SummaryAnswer, Awaitable[SummaryAnswer]]
+]
+
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 
@@ -358,6 +364,19 @@ class AsyncClient:
         timeout: Optional[float] = None,
     ) -> compile_pb2.CompileResult:
         """As `Client.compile_session`; `summarize` may be a plain or a coroutine function."""
+        return await self.compile_session_with_evidence(
+            request, lambda asked: summarize(list(asked.messages), asked.target_tokens), timeout=timeout
+        )
+
+    async def compile_session_with_evidence(
+        self,
+        request: compile_pb2.CompileRequest,
+        summarize: AsyncSummarizeWithEvidence,
+        *,
+        timeout: Optional[float] = None,
+    ) -> compile_pb2.CompileResult:
+        """As `Client.compile_session_with_evidence`; `summarize` may be a plain or a coroutine
+        function."""
         call = self._contexts.CompileSession(timeout=timeout)
         try:
             await call.write(context_service_pb2.CompileSessionRequest(compile=keyed_compile(request)))
@@ -367,7 +386,7 @@ class AsyncClient:
                     break
                 if response.HasField("summarize_request"):
                     asked = response.summarize_request
-                    answer = summarize(list(asked.messages), asked.target_tokens)
+                    answer = summarize(asked)
                     if inspect.isawaitable(answer):
                         answer = await answer
                     await call.write(session_answer(asked, answer))

@@ -870,6 +870,64 @@ func (TransformationReason) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{11}
 }
 
+// A budget trim step the minimum-gain rule weighed (`Budget.min_trim_gain`).
+type TrimStep int32
+
+const (
+	TrimStep_TRIM_STEP_UNSPECIFIED TrimStep = 0
+	// `Budget.reasoning_clearing`: the reasoning it would remove beyond what the cached prompt has
+	// removed already.
+	TrimStep_TRIM_STEP_REASONING_CLEARING TrimStep = 1
+	// `Budget.tool_result_clearing`: the results (and with `clear_inputs` their calls' arguments)
+	// it would clear beyond those the cached prompt has cleared already.
+	TrimStep_TRIM_STEP_TOOL_RESULT_CLEARING TrimStep = 2
+	// DROP_HEAD with `trim_step_tokens`: the rounds dropped beyond those the limit needs.
+	TrimStep_TRIM_STEP_HEAD_ROUNDING TrimStep = 3
+)
+
+// Enum value maps for TrimStep.
+var (
+	TrimStep_name = map[int32]string{
+		0: "TRIM_STEP_UNSPECIFIED",
+		1: "TRIM_STEP_REASONING_CLEARING",
+		2: "TRIM_STEP_TOOL_RESULT_CLEARING",
+		3: "TRIM_STEP_HEAD_ROUNDING",
+	}
+	TrimStep_value = map[string]int32{
+		"TRIM_STEP_UNSPECIFIED":          0,
+		"TRIM_STEP_REASONING_CLEARING":   1,
+		"TRIM_STEP_TOOL_RESULT_CLEARING": 2,
+		"TRIM_STEP_HEAD_ROUNDING":        3,
+	}
+)
+
+func (x TrimStep) Enum() *TrimStep {
+	p := new(TrimStep)
+	*p = x
+	return p
+}
+
+func (x TrimStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TrimStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_contextd_v1_compile_proto_enumTypes[12].Descriptor()
+}
+
+func (TrimStep) Type() protoreflect.EnumType {
+	return &file_contextd_v1_compile_proto_enumTypes[12]
+}
+
+func (x TrimStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TrimStep.Descriptor instead.
+func (TrimStep) EnumDescriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{12}
+}
+
 // A list of messages. As a field of `CompileRequest`, presence matters: an absent list inherits the
 // stored segment, a present but empty list clears the segment for this compile only.
 type MessageList struct {
@@ -1291,8 +1349,25 @@ type Budget struct {
 	// 2^53 - 1. With a calibration correction (`TokenCalibration`) the step is corrected like the
 	// limit: floor(trim_step_tokens / correction) estimated tokens.
 	TrimStepTokens int64 `protobuf:"varint,52,opt,name=trim_step_tokens,json=trimStepTokens,proto3" json:"trim_step_tokens,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The minimum gain of a trim step the budget could do without: the step runs only when the
+	// tokens it frees are at least this many times the tokens it makes the provider write to its
+	// prompt cache again (a trim invalidates the cached prefix from its first change on; see
+	// `TrimStepForecast.invalidated_tokens`). The cached prompt is the previous compile of the
+	// conversation that `CompileResult.cache_impact` compares with. The steps weighed, in the order
+	// the budget runs them: reasoning clearing and tool-result clearing (what they would change
+	// beyond what the cached prompt has cleared already), and the rounds DROP_HEAD drops beyond
+	// those the limit needs (`trim_step_tokens` rounding up) while the cached prompt's cut still
+	// fits. A step is never skipped when the request would then be over the limit with history
+	// starting where the cached prompt's does, so the budget holds whatever this says; the rounds
+	// the limit needs are always dropped, and a summary is never weighed. Each weighed step is in
+	// `CacheImpact.trim_steps`. 0 (the default) = no rule: every step runs as without it; the rule
+	// is off too when the compile has no `conversation_id`, the sidecar remembers no previous
+	// compile for it (`--cache-impact-bytes 0`, a restart, another sidecar), or that compile differs
+	// before history. Not applied to a target's budget. A finite number from 0 to 1000, otherwise
+	// INVALID_ARGUMENT. Figures: `npm run bench:editing`.
+	MinTrimGain   float64 `protobuf:"fixed64,560,opt,name=min_trim_gain,json=minTrimGain,proto3" json:"min_trim_gain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -1419,6 +1494,13 @@ func (x *Budget) GetReasoningClearing() *ReasoningClearing {
 func (x *Budget) GetTrimStepTokens() int64 {
 	if x != nil {
 		return x.TrimStepTokens
+	}
+	return 0
+}
+
+func (x *Budget) GetMinTrimGain() float64 {
+	if x != nil {
+		return x.MinTrimGain
 	}
 	return 0
 }
@@ -4368,8 +4450,12 @@ type CacheImpact struct {
 	RewrittenTokens int64 `protobuf:"varint,3,opt,name=rewritten_tokens,json=rewrittenTokens,proto3" json:"rewritten_tokens,omitempty"`
 	// How many messages (tool definitions counting as one) the unchanged prefix has.
 	UnchangedPrefixMessages int64 `protobuf:"varint,4,opt,name=unchanged_prefix_messages,json=unchangedPrefixMessages,proto3" json:"unchanged_prefix_messages,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The trim steps the minimum-gain rule weighed (`Budget.min_trim_gain` set, a previous compile
+	// remembered), in the order the budget ran them; empty otherwise, and for a step that changed
+	// nothing beyond the cached prompt.
+	TrimSteps     []*TrimStepForecast `protobuf:"bytes,561,rep,name=trim_steps,json=trimSteps,proto3" json:"trim_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CacheImpact) Reset() {
@@ -4430,6 +4516,113 @@ func (x *CacheImpact) GetUnchangedPrefixMessages() int64 {
 	return 0
 }
 
+func (x *CacheImpact) GetTrimSteps() []*TrimStepForecast {
+	if x != nil {
+		return x.TrimSteps
+	}
+	return nil
+}
+
+// What one trim step frees, what it would re-write of the provider's cached prompt, and what the
+// minimum-gain rule decided.
+type TrimStepForecast struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which step.
+	Step TrimStep `protobuf:"varint,1,opt,name=step,proto3,enum=contextd.v1.TrimStep" json:"step,omitempty"`
+	// The tokens the step frees (or would have freed, when skipped), in the budget's estimates.
+	FreedTokens int64 `protobuf:"varint,2,opt,name=freed_tokens,json=freedTokens,proto3" json:"freed_tokens,omitempty"`
+	// The estimated tokens the provider would write to its cache again because of the step: what
+	// the prompt with the step still sends of the cached prompt (the previous compile's) from the
+	// step's first change to where the prompt without the step stops matching it (the cleared or
+	// dropped tokens themselves are not sent, so not written). 0 when the step's first change is
+	// after the cached prefix ends.
+	InvalidatedTokens int64 `protobuf:"varint,3,opt,name=invalidated_tokens,json=invalidatedTokens,proto3" json:"invalidated_tokens,omitempty"`
+	// The request would be over the limit without the step (after the steps before it): it ran
+	// whatever its gain. Never for HEAD_ROUNDING, which is weighed (and reported) only while the
+	// cached prompt's cut still fits.
+	Needed bool `protobuf:"varint,4,opt,name=needed,proto3" json:"needed,omitempty"`
+	// The rule skipped the step: not needed, and `freed_tokens` < `min_trim_gain` ×
+	// `invalidated_tokens`. The prompt is then the one without it.
+	Skipped bool `protobuf:"varint,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// The id of the first history message the step changes (or, for HEAD_ROUNDING, the first it
+	// drops beyond those the limit needs).
+	FirstMessageId string `protobuf:"bytes,6,opt,name=first_message_id,json=firstMessageId,proto3" json:"first_message_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TrimStepForecast) Reset() {
+	*x = TrimStepForecast{}
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrimStepForecast) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrimStepForecast) ProtoMessage() {}
+
+func (x *TrimStepForecast) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrimStepForecast.ProtoReflect.Descriptor instead.
+func (*TrimStepForecast) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_compile_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TrimStepForecast) GetStep() TrimStep {
+	if x != nil {
+		return x.Step
+	}
+	return TrimStep_TRIM_STEP_UNSPECIFIED
+}
+
+func (x *TrimStepForecast) GetFreedTokens() int64 {
+	if x != nil {
+		return x.FreedTokens
+	}
+	return 0
+}
+
+func (x *TrimStepForecast) GetInvalidatedTokens() int64 {
+	if x != nil {
+		return x.InvalidatedTokens
+	}
+	return 0
+}
+
+func (x *TrimStepForecast) GetNeeded() bool {
+	if x != nil {
+		return x.Needed
+	}
+	return false
+}
+
+func (x *TrimStepForecast) GetSkipped() bool {
+	if x != nil {
+		return x.Skipped
+	}
+	return false
+}
+
+func (x *TrimStepForecast) GetFirstMessageId() string {
+	if x != nil {
+		return x.FirstMessageId
+	}
+	return ""
+}
+
 // Wrap each message's text in `<tag>...</tag>`.
 type SegmentFormatter_XmlTag struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4441,7 +4634,7 @@ type SegmentFormatter_XmlTag struct {
 
 func (x *SegmentFormatter_XmlTag) Reset() {
 	*x = SegmentFormatter_XmlTag{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +4646,7 @@ func (x *SegmentFormatter_XmlTag) String() string {
 func (*SegmentFormatter_XmlTag) ProtoMessage() {}
 
 func (x *SegmentFormatter_XmlTag) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[39]
+	mi := &file_contextd_v1_compile_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4487,7 +4680,7 @@ type SegmentFormatter_Prefix struct {
 
 func (x *SegmentFormatter_Prefix) Reset() {
 	*x = SegmentFormatter_Prefix{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4692,7 @@ func (x *SegmentFormatter_Prefix) String() string {
 func (*SegmentFormatter_Prefix) ProtoMessage() {}
 
 func (x *SegmentFormatter_Prefix) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[40]
+	mi := &file_contextd_v1_compile_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4537,7 +4730,7 @@ type SegmentFormatter_Join struct {
 
 func (x *SegmentFormatter_Join) Reset() {
 	*x = SegmentFormatter_Join{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[41]
+	mi := &file_contextd_v1_compile_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +4742,7 @@ func (x *SegmentFormatter_Join) String() string {
 func (*SegmentFormatter_Join) ProtoMessage() {}
 
 func (x *SegmentFormatter_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[41]
+	mi := &file_contextd_v1_compile_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4597,7 +4790,7 @@ type SegmentFormatter_Template struct {
 
 func (x *SegmentFormatter_Template) Reset() {
 	*x = SegmentFormatter_Template{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[42]
+	mi := &file_contextd_v1_compile_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4609,7 +4802,7 @@ func (x *SegmentFormatter_Template) String() string {
 func (*SegmentFormatter_Template) ProtoMessage() {}
 
 func (x *SegmentFormatter_Template) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[42]
+	mi := &file_contextd_v1_compile_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4838,7 @@ type RoleProjection_Rule struct {
 
 func (x *RoleProjection_Rule) Reset() {
 	*x = RoleProjection_Rule{}
-	mi := &file_contextd_v1_compile_proto_msgTypes[43]
+	mi := &file_contextd_v1_compile_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4850,7 @@ func (x *RoleProjection_Rule) String() string {
 func (*RoleProjection_Rule) ProtoMessage() {}
 
 func (x *RoleProjection_Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_compile_proto_msgTypes[43]
+	mi := &file_contextd_v1_compile_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4907,7 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0efixed_per_part\x18\x04 \x01(\x03R\ffixedPerPart\x12-\n" +
 	"\x13fixed_per_tool_call\x18\x05 \x01(\x03R\x10fixedPerToolCall\x12:\n" +
 	"\bencoding\x18\x06 \x01(\x0e2\x1e.contextd.v1.TokenizerEncodingR\bencoding\x121\n" +
-	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\xce\x05\n" +
+	"\bprovider\x18\a \x01(\x0e2\x15.contextd.v1.ProviderR\bprovider\"\xf3\x05\n" +
 	"\x06Budget\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x03R\tmaxTokens\x127\n" +
@@ -4731,7 +4924,8 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x18trim_latest_user_message\x18\v \x01(\bR\x15trimLatestUserMessage\x12Q\n" +
 	"\x14tool_result_clearing\x182 \x01(\v2\x1f.contextd.v1.ToolResultClearingR\x12toolResultClearing\x12M\n" +
 	"\x12reasoning_clearing\x183 \x01(\v2\x1e.contextd.v1.ReasoningClearingR\x11reasoningClearing\x12(\n" +
-	"\x10trim_step_tokens\x184 \x01(\x03R\x0etrimStepTokens\"\x8e\x02\n" +
+	"\x10trim_step_tokens\x184 \x01(\x03R\x0etrimStepTokens\x12#\n" +
+	"\rmin_trim_gain\x18\xb0\x04 \x01(\x01R\vminTrimGain\"\x8e\x02\n" +
 	"\x12ToolResultClearing\x12%\n" +
 	"\x0etrigger_tokens\x18\x01 \x01(\x03R\rtriggerTokens\x12$\n" +
 	"\vkeep_recent\x18\x02 \x01(\rH\x00R\n" +
@@ -4976,12 +5170,21 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	"\x0frequested_limit\x18\a \x01(\x03R\x0erequestedLimit\x12\x18\n" +
 	"\areports\x18\b \x01(\x03R\areports\x12?\n" +
 	"\x1cmean_absolute_relative_error\x18\t \x01(\x01R\x19meanAbsoluteRelativeError\x12(\n" +
-	"\x10store_read_error\x18P \x01(\tR\x0estoreReadError\"\xd7\x01\n" +
+	"\x10store_read_error\x18P \x01(\tR\x0estoreReadError\"\x96\x02\n" +
 	"\vCacheImpact\x12)\n" +
 	"\x10previous_version\x18\x01 \x01(\x03R\x0fpreviousVersion\x126\n" +
 	"\x17unchanged_prefix_tokens\x18\x02 \x01(\x03R\x15unchangedPrefixTokens\x12)\n" +
 	"\x10rewritten_tokens\x18\x03 \x01(\x03R\x0frewrittenTokens\x12:\n" +
-	"\x19unchanged_prefix_messages\x18\x04 \x01(\x03R\x17unchangedPrefixMessages*\xc9\x01\n" +
+	"\x19unchanged_prefix_messages\x18\x04 \x01(\x03R\x17unchangedPrefixMessages\x12=\n" +
+	"\n" +
+	"trim_steps\x18\xb1\x04 \x03(\v2\x1d.contextd.v1.TrimStepForecastR\ttrimSteps\"\xeb\x01\n" +
+	"\x10TrimStepForecast\x12)\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x15.contextd.v1.TrimStepR\x04step\x12!\n" +
+	"\ffreed_tokens\x18\x02 \x01(\x03R\vfreedTokens\x12-\n" +
+	"\x12invalidated_tokens\x18\x03 \x01(\x03R\x11invalidatedTokens\x12\x16\n" +
+	"\x06needed\x18\x04 \x01(\bR\x06needed\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\bR\askipped\x12(\n" +
+	"\x10first_message_id\x18\x06 \x01(\tR\x0efirstMessageId*\xc9\x01\n" +
 	"\x16CurrentTurnPersistence\x12(\n" +
 	"$CURRENT_TURN_PERSISTENCE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$CURRENT_TURN_PERSISTENCE_PERSIST_RAW\x10\x01\x120\n" +
@@ -5065,7 +5268,12 @@ const file_contextd_v1_compile_proto_rawDesc = "" +
 	")TRANSFORMATION_REASON_TOOL_RESULT_CLEARED\x102\x12+\n" +
 	"'TRANSFORMATION_REASON_REASONING_CLEARED\x103\x120\n" +
 	",TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED\x104\x12.\n" +
-	")TRANSFORMATION_REASON_PROVIDER_COMPACTION\x10\x90\x03B\xac\x01\n" +
+	")TRANSFORMATION_REASON_PROVIDER_COMPACTION\x10\x90\x03*\x88\x01\n" +
+	"\bTrimStep\x12\x19\n" +
+	"\x15TRIM_STEP_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cTRIM_STEP_REASONING_CLEARING\x10\x01\x12\"\n" +
+	"\x1eTRIM_STEP_TOOL_RESULT_CLEARING\x10\x02\x12\x1b\n" +
+	"\x17TRIM_STEP_HEAD_ROUNDING\x10\x03B\xac\x01\n" +
 	"\x0fcom.contextd.v1B\fCompileProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -5080,8 +5288,8 @@ func file_contextd_v1_compile_proto_rawDescGZIP() []byte {
 	return file_contextd_v1_compile_proto_rawDescData
 }
 
-var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_contextd_v1_compile_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_contextd_v1_compile_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_contextd_v1_compile_proto_goTypes = []any{
 	(CurrentTurnPersistence)(0),       // 0: contextd.v1.CurrentTurnPersistence
 	(IdentityPolicy)(0),               // 1: contextd.v1.IdentityPolicy
@@ -5095,191 +5303,195 @@ var file_contextd_v1_compile_proto_goTypes = []any{
 	(CompileResultPart)(0),            // 9: contextd.v1.CompileResultPart
 	(TransformationAction)(0),         // 10: contextd.v1.TransformationAction
 	(TransformationReason)(0),         // 11: contextd.v1.TransformationReason
-	(*MessageList)(nil),               // 12: contextd.v1.MessageList
-	(*ToolDefinitionList)(nil),        // 13: contextd.v1.ToolDefinitionList
-	(*ExperienceList)(nil),            // 14: contextd.v1.ExperienceList
-	(*CurrentTurn)(nil),               // 15: contextd.v1.CurrentTurn
-	(*IdentityOptions)(nil),           // 16: contextd.v1.IdentityOptions
-	(*Estimator)(nil),                 // 17: contextd.v1.Estimator
-	(*Budget)(nil),                    // 18: contextd.v1.Budget
-	(*ToolResultClearing)(nil),        // 19: contextd.v1.ToolResultClearing
-	(*ReasoningClearing)(nil),         // 20: contextd.v1.ReasoningClearing
-	(*DeferredBlock)(nil),             // 21: contextd.v1.DeferredBlock
-	(*CustomRedactionPattern)(nil),    // 22: contextd.v1.CustomRedactionPattern
-	(*RedactionHook)(nil),             // 23: contextd.v1.RedactionHook
-	(*Hook)(nil),                      // 24: contextd.v1.Hook
-	(*SegmentFormatter)(nil),          // 25: contextd.v1.SegmentFormatter
-	(*RoleProjection)(nil),            // 26: contextd.v1.RoleProjection
-	(*TextReplacement)(nil),           // 27: contextd.v1.TextReplacement
-	(*RenderOptions)(nil),             // 28: contextd.v1.RenderOptions
-	(*Target)(nil),                    // 29: contextd.v1.Target
-	(*CommitOptions)(nil),             // 30: contextd.v1.CommitOptions
-	(*CompileRequest)(nil),            // 31: contextd.v1.CompileRequest
-	(*LargeToolResults)(nil),          // 32: contextd.v1.LargeToolResults
-	(*SystemPromptOptions)(nil),       // 33: contextd.v1.SystemPromptOptions
-	(*Transformation)(nil),            // 34: contextd.v1.Transformation
-	(*WritebackMessage)(nil),          // 35: contextd.v1.WritebackMessage
-	(*Snapshot)(nil),                  // 36: contextd.v1.Snapshot
-	(*Writeback)(nil),                 // 37: contextd.v1.Writeback
-	(*IntroducedMessage)(nil),         // 38: contextd.v1.IntroducedMessage
-	(*CompileSource)(nil),             // 39: contextd.v1.CompileSource
-	(*CompiledPayload)(nil),           // 40: contextd.v1.CompiledPayload
-	(*RenderedRequest)(nil),           // 41: contextd.v1.RenderedRequest
-	(*RenamedToolCallId)(nil),         // 42: contextd.v1.RenamedToolCallId
-	(*Projection)(nil),                // 43: contextd.v1.Projection
-	(*Persistence)(nil),               // 44: contextd.v1.Persistence
-	(*Usage)(nil),                     // 45: contextd.v1.Usage
-	(*Warning)(nil),                   // 46: contextd.v1.Warning
-	(*StageTiming)(nil),               // 47: contextd.v1.StageTiming
-	(*CompileResult)(nil),             // 48: contextd.v1.CompileResult
-	(*TokenCalibration)(nil),          // 49: contextd.v1.TokenCalibration
-	(*CacheImpact)(nil),               // 50: contextd.v1.CacheImpact
-	(*SegmentFormatter_XmlTag)(nil),   // 51: contextd.v1.SegmentFormatter.XmlTag
-	(*SegmentFormatter_Prefix)(nil),   // 52: contextd.v1.SegmentFormatter.Prefix
-	(*SegmentFormatter_Join)(nil),     // 53: contextd.v1.SegmentFormatter.Join
-	(*SegmentFormatter_Template)(nil), // 54: contextd.v1.SegmentFormatter.Template
-	(*RoleProjection_Rule)(nil),       // 55: contextd.v1.RoleProjection.Rule
-	nil,                               // 56: contextd.v1.CompileRequest.ResolveVarsEntry
-	nil,                               // 57: contextd.v1.Projection.TransformationsEntry
-	nil,                               // 58: contextd.v1.CompileResult.TransformationsEntry
-	nil,                               // 59: contextd.v1.CompileResult.MessageTokensEntry
-	(*Message)(nil),                   // 60: contextd.v1.Message
-	(*ToolDefinition)(nil),            // 61: contextd.v1.ToolDefinition
-	(*Experience)(nil),                // 62: contextd.v1.Experience
-	(Provider)(0),                     // 63: contextd.v1.Provider
-	(Role)(0),                         // 64: contextd.v1.Role
-	(Segment)(0),                      // 65: contextd.v1.Segment
-	(MergePolicy)(0),                  // 66: contextd.v1.MergePolicy
-	(*Delta)(nil),                     // 67: contextd.v1.Delta
-	(*Artifact)(nil),                  // 68: contextd.v1.Artifact
-	(ActorKind)(0),                    // 69: contextd.v1.ActorKind
+	(TrimStep)(0),                     // 12: contextd.v1.TrimStep
+	(*MessageList)(nil),               // 13: contextd.v1.MessageList
+	(*ToolDefinitionList)(nil),        // 14: contextd.v1.ToolDefinitionList
+	(*ExperienceList)(nil),            // 15: contextd.v1.ExperienceList
+	(*CurrentTurn)(nil),               // 16: contextd.v1.CurrentTurn
+	(*IdentityOptions)(nil),           // 17: contextd.v1.IdentityOptions
+	(*Estimator)(nil),                 // 18: contextd.v1.Estimator
+	(*Budget)(nil),                    // 19: contextd.v1.Budget
+	(*ToolResultClearing)(nil),        // 20: contextd.v1.ToolResultClearing
+	(*ReasoningClearing)(nil),         // 21: contextd.v1.ReasoningClearing
+	(*DeferredBlock)(nil),             // 22: contextd.v1.DeferredBlock
+	(*CustomRedactionPattern)(nil),    // 23: contextd.v1.CustomRedactionPattern
+	(*RedactionHook)(nil),             // 24: contextd.v1.RedactionHook
+	(*Hook)(nil),                      // 25: contextd.v1.Hook
+	(*SegmentFormatter)(nil),          // 26: contextd.v1.SegmentFormatter
+	(*RoleProjection)(nil),            // 27: contextd.v1.RoleProjection
+	(*TextReplacement)(nil),           // 28: contextd.v1.TextReplacement
+	(*RenderOptions)(nil),             // 29: contextd.v1.RenderOptions
+	(*Target)(nil),                    // 30: contextd.v1.Target
+	(*CommitOptions)(nil),             // 31: contextd.v1.CommitOptions
+	(*CompileRequest)(nil),            // 32: contextd.v1.CompileRequest
+	(*LargeToolResults)(nil),          // 33: contextd.v1.LargeToolResults
+	(*SystemPromptOptions)(nil),       // 34: contextd.v1.SystemPromptOptions
+	(*Transformation)(nil),            // 35: contextd.v1.Transformation
+	(*WritebackMessage)(nil),          // 36: contextd.v1.WritebackMessage
+	(*Snapshot)(nil),                  // 37: contextd.v1.Snapshot
+	(*Writeback)(nil),                 // 38: contextd.v1.Writeback
+	(*IntroducedMessage)(nil),         // 39: contextd.v1.IntroducedMessage
+	(*CompileSource)(nil),             // 40: contextd.v1.CompileSource
+	(*CompiledPayload)(nil),           // 41: contextd.v1.CompiledPayload
+	(*RenderedRequest)(nil),           // 42: contextd.v1.RenderedRequest
+	(*RenamedToolCallId)(nil),         // 43: contextd.v1.RenamedToolCallId
+	(*Projection)(nil),                // 44: contextd.v1.Projection
+	(*Persistence)(nil),               // 45: contextd.v1.Persistence
+	(*Usage)(nil),                     // 46: contextd.v1.Usage
+	(*Warning)(nil),                   // 47: contextd.v1.Warning
+	(*StageTiming)(nil),               // 48: contextd.v1.StageTiming
+	(*CompileResult)(nil),             // 49: contextd.v1.CompileResult
+	(*TokenCalibration)(nil),          // 50: contextd.v1.TokenCalibration
+	(*CacheImpact)(nil),               // 51: contextd.v1.CacheImpact
+	(*TrimStepForecast)(nil),          // 52: contextd.v1.TrimStepForecast
+	(*SegmentFormatter_XmlTag)(nil),   // 53: contextd.v1.SegmentFormatter.XmlTag
+	(*SegmentFormatter_Prefix)(nil),   // 54: contextd.v1.SegmentFormatter.Prefix
+	(*SegmentFormatter_Join)(nil),     // 55: contextd.v1.SegmentFormatter.Join
+	(*SegmentFormatter_Template)(nil), // 56: contextd.v1.SegmentFormatter.Template
+	(*RoleProjection_Rule)(nil),       // 57: contextd.v1.RoleProjection.Rule
+	nil,                               // 58: contextd.v1.CompileRequest.ResolveVarsEntry
+	nil,                               // 59: contextd.v1.Projection.TransformationsEntry
+	nil,                               // 60: contextd.v1.CompileResult.TransformationsEntry
+	nil,                               // 61: contextd.v1.CompileResult.MessageTokensEntry
+	(*Message)(nil),                   // 62: contextd.v1.Message
+	(*ToolDefinition)(nil),            // 63: contextd.v1.ToolDefinition
+	(*Experience)(nil),                // 64: contextd.v1.Experience
+	(Provider)(0),                     // 65: contextd.v1.Provider
+	(Role)(0),                         // 66: contextd.v1.Role
+	(Segment)(0),                      // 67: contextd.v1.Segment
+	(MergePolicy)(0),                  // 68: contextd.v1.MergePolicy
+	(*Delta)(nil),                     // 69: contextd.v1.Delta
+	(*Artifact)(nil),                  // 70: contextd.v1.Artifact
+	(ActorKind)(0),                    // 71: contextd.v1.ActorKind
 }
 var file_contextd_v1_compile_proto_depIdxs = []int32{
-	60,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
-	61,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	62,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
-	60,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
-	60,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
+	62,  // 0: contextd.v1.MessageList.messages:type_name -> contextd.v1.Message
+	63,  // 1: contextd.v1.ToolDefinitionList.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	64,  // 2: contextd.v1.ExperienceList.experiences:type_name -> contextd.v1.Experience
+	62,  // 3: contextd.v1.CurrentTurn.raw:type_name -> contextd.v1.Message
+	62,  // 4: contextd.v1.CurrentTurn.prompt_safe:type_name -> contextd.v1.Message
 	0,   // 5: contextd.v1.CurrentTurn.persistence:type_name -> contextd.v1.CurrentTurnPersistence
 	1,   // 6: contextd.v1.IdentityOptions.policy:type_name -> contextd.v1.IdentityPolicy
 	6,   // 7: contextd.v1.Estimator.kind:type_name -> contextd.v1.EstimatorKind
 	7,   // 8: contextd.v1.Estimator.encoding:type_name -> contextd.v1.TokenizerEncoding
-	63,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
+	65,  // 9: contextd.v1.Estimator.provider:type_name -> contextd.v1.Provider
 	5,   // 10: contextd.v1.Budget.strategy:type_name -> contextd.v1.BudgetStrategy
-	17,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
-	64,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
+	18,  // 11: contextd.v1.Budget.estimator:type_name -> contextd.v1.Estimator
+	66,  // 12: contextd.v1.Budget.protected_roles:type_name -> contextd.v1.Role
 	4,   // 13: contextd.v1.Budget.history_start:type_name -> contextd.v1.HistoryStart
-	19,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
-	20,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
-	65,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
-	60,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
-	66,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
+	20,  // 14: contextd.v1.Budget.tool_result_clearing:type_name -> contextd.v1.ToolResultClearing
+	21,  // 15: contextd.v1.Budget.reasoning_clearing:type_name -> contextd.v1.ReasoningClearing
+	67,  // 16: contextd.v1.DeferredBlock.segment:type_name -> contextd.v1.Segment
+	62,  // 17: contextd.v1.DeferredBlock.messages:type_name -> contextd.v1.Message
+	68,  // 18: contextd.v1.DeferredBlock.merge_policy:type_name -> contextd.v1.MergePolicy
 	8,   // 19: contextd.v1.RedactionHook.patterns:type_name -> contextd.v1.RedactionPattern
-	22,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
-	65,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
-	23,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
-	65,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
-	51,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
-	52,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
-	53,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
-	54,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
-	55,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
-	65,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
-	63,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
-	65,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
-	18,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
-	25,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
-	28,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
-	67,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
-	12,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
-	12,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
-	12,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
-	12,  // 39: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
-	13,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
-	14,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
-	15,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
-	60,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
-	68,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
-	16,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
+	23,  // 20: contextd.v1.RedactionHook.custom_patterns:type_name -> contextd.v1.CustomRedactionPattern
+	67,  // 21: contextd.v1.RedactionHook.segments:type_name -> contextd.v1.Segment
+	24,  // 22: contextd.v1.Hook.redaction:type_name -> contextd.v1.RedactionHook
+	67,  // 23: contextd.v1.SegmentFormatter.segment:type_name -> contextd.v1.Segment
+	53,  // 24: contextd.v1.SegmentFormatter.xml_tag:type_name -> contextd.v1.SegmentFormatter.XmlTag
+	54,  // 25: contextd.v1.SegmentFormatter.prefix:type_name -> contextd.v1.SegmentFormatter.Prefix
+	55,  // 26: contextd.v1.SegmentFormatter.join:type_name -> contextd.v1.SegmentFormatter.Join
+	56,  // 27: contextd.v1.SegmentFormatter.template:type_name -> contextd.v1.SegmentFormatter.Template
+	57,  // 28: contextd.v1.RoleProjection.rules:type_name -> contextd.v1.RoleProjection.Rule
+	67,  // 29: contextd.v1.TextReplacement.segment:type_name -> contextd.v1.Segment
+	65,  // 30: contextd.v1.RenderOptions.provider:type_name -> contextd.v1.Provider
+	67,  // 31: contextd.v1.Target.segments:type_name -> contextd.v1.Segment
+	19,  // 32: contextd.v1.Target.budget:type_name -> contextd.v1.Budget
+	26,  // 33: contextd.v1.Target.formatters:type_name -> contextd.v1.SegmentFormatter
+	29,  // 34: contextd.v1.Target.render:type_name -> contextd.v1.RenderOptions
+	69,  // 35: contextd.v1.CommitOptions.deltas:type_name -> contextd.v1.Delta
+	13,  // 36: contextd.v1.CompileRequest.system:type_name -> contextd.v1.MessageList
+	13,  // 37: contextd.v1.CompileRequest.history:type_name -> contextd.v1.MessageList
+	13,  // 38: contextd.v1.CompileRequest.memory:type_name -> contextd.v1.MessageList
+	13,  // 39: contextd.v1.CompileRequest.tools:type_name -> contextd.v1.MessageList
+	14,  // 40: contextd.v1.CompileRequest.tool_definitions:type_name -> contextd.v1.ToolDefinitionList
+	15,  // 41: contextd.v1.CompileRequest.experiences:type_name -> contextd.v1.ExperienceList
+	16,  // 42: contextd.v1.CompileRequest.current_turn:type_name -> contextd.v1.CurrentTurn
+	62,  // 43: contextd.v1.CompileRequest.pending:type_name -> contextd.v1.Message
+	70,  // 44: contextd.v1.CompileRequest.artifacts:type_name -> contextd.v1.Artifact
+	17,  // 45: contextd.v1.CompileRequest.identity:type_name -> contextd.v1.IdentityOptions
 	2,   // 46: contextd.v1.CompileRequest.repair:type_name -> contextd.v1.ToolRoundRepair
-	18,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
-	21,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
-	56,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
-	24,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
-	25,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
-	26,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
-	27,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
-	29,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
-	60,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
-	28,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
-	30,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
+	19,  // 47: contextd.v1.CompileRequest.budget:type_name -> contextd.v1.Budget
+	22,  // 48: contextd.v1.CompileRequest.deferred_blocks:type_name -> contextd.v1.DeferredBlock
+	58,  // 49: contextd.v1.CompileRequest.resolve_vars:type_name -> contextd.v1.CompileRequest.ResolveVarsEntry
+	25,  // 50: contextd.v1.CompileRequest.hooks:type_name -> contextd.v1.Hook
+	26,  // 51: contextd.v1.CompileRequest.formatters:type_name -> contextd.v1.SegmentFormatter
+	27,  // 52: contextd.v1.CompileRequest.role_projection:type_name -> contextd.v1.RoleProjection
+	28,  // 53: contextd.v1.CompileRequest.text_replacements:type_name -> contextd.v1.TextReplacement
+	30,  // 54: contextd.v1.CompileRequest.targets:type_name -> contextd.v1.Target
+	62,  // 55: contextd.v1.CompileRequest.scratch:type_name -> contextd.v1.Message
+	29,  // 56: contextd.v1.CompileRequest.render:type_name -> contextd.v1.RenderOptions
+	31,  // 57: contextd.v1.CompileRequest.commit:type_name -> contextd.v1.CommitOptions
 	3,   // 58: contextd.v1.CompileRequest.tool_arguments_repair:type_name -> contextd.v1.ToolArgumentsRepair
 	9,   // 59: contextd.v1.CompileRequest.include:type_name -> contextd.v1.CompileResultPart
-	33,  // 60: contextd.v1.CompileRequest.system_prompt:type_name -> contextd.v1.SystemPromptOptions
-	32,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
+	34,  // 60: contextd.v1.CompileRequest.system_prompt:type_name -> contextd.v1.SystemPromptOptions
+	33,  // 61: contextd.v1.CompileRequest.large_tool_results:type_name -> contextd.v1.LargeToolResults
 	10,  // 62: contextd.v1.Transformation.action:type_name -> contextd.v1.TransformationAction
 	11,  // 63: contextd.v1.Transformation.reason:type_name -> contextd.v1.TransformationReason
-	65,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
-	65,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
-	60,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
-	60,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
-	60,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
-	60,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
-	68,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
-	35,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
-	36,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
-	65,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
-	60,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
-	36,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
-	60,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
-	15,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
-	60,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
-	60,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
-	60,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
-	60,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
-	60,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
-	61,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	63,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
-	46,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
-	42,  // 86: contextd.v1.RenderedRequest.renamed_tool_call_ids:type_name -> contextd.v1.RenamedToolCallId
-	60,  // 87: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
-	57,  // 88: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
-	41,  // 89: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
-	45,  // 90: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
-	49,  // 91: contextd.v1.Projection.calibration:type_name -> contextd.v1.TokenCalibration
-	60,  // 92: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
-	60,  // 93: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
-	60,  // 94: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
-	60,  // 95: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
-	68,  // 96: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
+	67,  // 64: contextd.v1.Transformation.segment:type_name -> contextd.v1.Segment
+	67,  // 65: contextd.v1.WritebackMessage.segment:type_name -> contextd.v1.Segment
+	62,  // 66: contextd.v1.Snapshot.system:type_name -> contextd.v1.Message
+	62,  // 67: contextd.v1.Snapshot.history:type_name -> contextd.v1.Message
+	62,  // 68: contextd.v1.Snapshot.memory:type_name -> contextd.v1.Message
+	62,  // 69: contextd.v1.Snapshot.tools:type_name -> contextd.v1.Message
+	70,  // 70: contextd.v1.Snapshot.artifacts:type_name -> contextd.v1.Artifact
+	36,  // 71: contextd.v1.Writeback.messages:type_name -> contextd.v1.WritebackMessage
+	37,  // 72: contextd.v1.Writeback.snapshot:type_name -> contextd.v1.Snapshot
+	67,  // 73: contextd.v1.IntroducedMessage.segment:type_name -> contextd.v1.Segment
+	62,  // 74: contextd.v1.IntroducedMessage.message:type_name -> contextd.v1.Message
+	37,  // 75: contextd.v1.CompileSource.snapshot:type_name -> contextd.v1.Snapshot
+	62,  // 76: contextd.v1.CompileSource.pending:type_name -> contextd.v1.Message
+	16,  // 77: contextd.v1.CompileSource.current_turn:type_name -> contextd.v1.CurrentTurn
+	62,  // 78: contextd.v1.CompiledPayload.system:type_name -> contextd.v1.Message
+	62,  // 79: contextd.v1.CompiledPayload.history:type_name -> contextd.v1.Message
+	62,  // 80: contextd.v1.CompiledPayload.tools:type_name -> contextd.v1.Message
+	62,  // 81: contextd.v1.CompiledPayload.memory:type_name -> contextd.v1.Message
+	62,  // 82: contextd.v1.CompiledPayload.scratch:type_name -> contextd.v1.Message
+	63,  // 83: contextd.v1.CompiledPayload.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	65,  // 84: contextd.v1.RenderedRequest.provider:type_name -> contextd.v1.Provider
+	47,  // 85: contextd.v1.RenderedRequest.warnings:type_name -> contextd.v1.Warning
+	43,  // 86: contextd.v1.RenderedRequest.renamed_tool_call_ids:type_name -> contextd.v1.RenamedToolCallId
+	62,  // 87: contextd.v1.Projection.messages:type_name -> contextd.v1.Message
+	59,  // 88: contextd.v1.Projection.transformations:type_name -> contextd.v1.Projection.TransformationsEntry
+	42,  // 89: contextd.v1.Projection.rendered:type_name -> contextd.v1.RenderedRequest
+	46,  // 90: contextd.v1.Projection.usage:type_name -> contextd.v1.Usage
+	50,  // 91: contextd.v1.Projection.calibration:type_name -> contextd.v1.TokenCalibration
+	62,  // 92: contextd.v1.Persistence.system:type_name -> contextd.v1.Message
+	62,  // 93: contextd.v1.Persistence.history:type_name -> contextd.v1.Message
+	62,  // 94: contextd.v1.Persistence.memory:type_name -> contextd.v1.Message
+	62,  // 95: contextd.v1.Persistence.tools:type_name -> contextd.v1.Message
+	70,  // 96: contextd.v1.Persistence.artifacts:type_name -> contextd.v1.Artifact
 	6,   // 97: contextd.v1.Usage.estimator:type_name -> contextd.v1.EstimatorKind
-	40,  // 98: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
-	41,  // 99: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
-	39,  // 100: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
-	36,  // 101: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
-	37,  // 102: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
-	38,  // 103: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
-	58,  // 104: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
-	43,  // 105: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
-	44,  // 106: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
-	45,  // 107: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
-	46,  // 108: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
-	47,  // 109: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
-	50,  // 110: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
-	49,  // 111: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
-	59,  // 112: contextd.v1.CompileResult.message_tokens:type_name -> contextd.v1.CompileResult.MessageTokensEntry
-	63,  // 113: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
+	41,  // 98: contextd.v1.CompileResult.payload:type_name -> contextd.v1.CompiledPayload
+	42,  // 99: contextd.v1.CompileResult.rendered:type_name -> contextd.v1.RenderedRequest
+	40,  // 100: contextd.v1.CompileResult.source:type_name -> contextd.v1.CompileSource
+	37,  // 101: contextd.v1.CompileResult.normalized_snapshot:type_name -> contextd.v1.Snapshot
+	38,  // 102: contextd.v1.CompileResult.writeback:type_name -> contextd.v1.Writeback
+	39,  // 103: contextd.v1.CompileResult.introduced:type_name -> contextd.v1.IntroducedMessage
+	60,  // 104: contextd.v1.CompileResult.transformations:type_name -> contextd.v1.CompileResult.TransformationsEntry
+	44,  // 105: contextd.v1.CompileResult.projections:type_name -> contextd.v1.Projection
+	45,  // 106: contextd.v1.CompileResult.persistence:type_name -> contextd.v1.Persistence
+	46,  // 107: contextd.v1.CompileResult.usage:type_name -> contextd.v1.Usage
+	47,  // 108: contextd.v1.CompileResult.warnings:type_name -> contextd.v1.Warning
+	48,  // 109: contextd.v1.CompileResult.stage_timings:type_name -> contextd.v1.StageTiming
+	51,  // 110: contextd.v1.CompileResult.cache_impact:type_name -> contextd.v1.CacheImpact
+	50,  // 111: contextd.v1.CompileResult.calibration:type_name -> contextd.v1.TokenCalibration
+	61,  // 112: contextd.v1.CompileResult.message_tokens:type_name -> contextd.v1.CompileResult.MessageTokensEntry
+	65,  // 113: contextd.v1.TokenCalibration.provider:type_name -> contextd.v1.Provider
 	6,   // 114: contextd.v1.TokenCalibration.estimator:type_name -> contextd.v1.EstimatorKind
-	64,  // 115: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
-	69,  // 116: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
-	64,  // 117: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
-	34,  // 118: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	34,  // 119: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
-	120, // [120:120] is the sub-list for method output_type
-	120, // [120:120] is the sub-list for method input_type
-	120, // [120:120] is the sub-list for extension type_name
-	120, // [120:120] is the sub-list for extension extendee
-	0,   // [0:120] is the sub-list for field type_name
+	52,  // 115: contextd.v1.CacheImpact.trim_steps:type_name -> contextd.v1.TrimStepForecast
+	12,  // 116: contextd.v1.TrimStepForecast.step:type_name -> contextd.v1.TrimStep
+	66,  // 117: contextd.v1.SegmentFormatter.Join.role:type_name -> contextd.v1.Role
+	71,  // 118: contextd.v1.RoleProjection.Rule.actor_kind:type_name -> contextd.v1.ActorKind
+	66,  // 119: contextd.v1.RoleProjection.Rule.role:type_name -> contextd.v1.Role
+	35,  // 120: contextd.v1.Projection.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	35,  // 121: contextd.v1.CompileResult.TransformationsEntry.value:type_name -> contextd.v1.Transformation
+	122, // [122:122] is the sub-list for method output_type
+	122, // [122:122] is the sub-list for method input_type
+	122, // [122:122] is the sub-list for extension type_name
+	122, // [122:122] is the sub-list for extension extendee
+	0,   // [0:122] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_compile_proto_init() }
@@ -5305,8 +5517,8 @@ func file_contextd_v1_compile_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_compile_proto_rawDesc), len(file_contextd_v1_compile_proto_rawDesc)),
-			NumEnums:      12,
-			NumMessages:   48,
+			NumEnums:      13,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

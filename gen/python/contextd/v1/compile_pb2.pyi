@@ -116,6 +116,13 @@ class TransformationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSFORMATION_REASON_REASONING_CLEARED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: _ClassVar[TransformationReason]
     TRANSFORMATION_REASON_PROVIDER_COMPACTION: _ClassVar[TransformationReason]
+
+class TrimStep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRIM_STEP_UNSPECIFIED: _ClassVar[TrimStep]
+    TRIM_STEP_REASONING_CLEARING: _ClassVar[TrimStep]
+    TRIM_STEP_TOOL_RESULT_CLEARING: _ClassVar[TrimStep]
+    TRIM_STEP_HEAD_ROUNDING: _ClassVar[TrimStep]
 CURRENT_TURN_PERSISTENCE_UNSPECIFIED: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_RAW: CurrentTurnPersistence
 CURRENT_TURN_PERSISTENCE_PERSIST_PROMPT_SAFE: CurrentTurnPersistence
@@ -187,6 +194,10 @@ TRANSFORMATION_REASON_TOOL_RESULT_CLEARED: TransformationReason
 TRANSFORMATION_REASON_REASONING_CLEARED: TransformationReason
 TRANSFORMATION_REASON_TOOL_RESULT_REFERENCED: TransformationReason
 TRANSFORMATION_REASON_PROVIDER_COMPACTION: TransformationReason
+TRIM_STEP_UNSPECIFIED: TrimStep
+TRIM_STEP_REASONING_CLEARING: TrimStep
+TRIM_STEP_TOOL_RESULT_CLEARING: TrimStep
+TRIM_STEP_HEAD_ROUNDING: TrimStep
 
 class MessageList(_message.Message):
     __slots__ = ("messages",)
@@ -245,7 +256,7 @@ class Estimator(_message.Message):
     def __init__(self, kind: _Optional[_Union[EstimatorKind, str]] = ..., chars_per_token: _Optional[float] = ..., fixed_per_message: _Optional[int] = ..., fixed_per_part: _Optional[int] = ..., fixed_per_tool_call: _Optional[int] = ..., encoding: _Optional[_Union[TokenizerEncoding, str]] = ..., provider: _Optional[_Union[_message_pb2.Provider, str]] = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message", "tool_result_clearing", "reasoning_clearing", "trim_step_tokens")
+    __slots__ = ("max_tokens", "strategy", "estimator", "min_messages", "protected_roles", "retained_ids", "context_window", "output_reserve", "auto_compact", "history_start", "trim_latest_user_message", "tool_result_clearing", "reasoning_clearing", "trim_step_tokens", "min_trim_gain")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +271,7 @@ class Budget(_message.Message):
     TOOL_RESULT_CLEARING_FIELD_NUMBER: _ClassVar[int]
     REASONING_CLEARING_FIELD_NUMBER: _ClassVar[int]
     TRIM_STEP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MIN_TRIM_GAIN_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     strategy: BudgetStrategy
     estimator: Estimator
@@ -274,7 +286,8 @@ class Budget(_message.Message):
     tool_result_clearing: ToolResultClearing
     reasoning_clearing: ReasoningClearing
     trim_step_tokens: int
-    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ..., tool_result_clearing: _Optional[_Union[ToolResultClearing, _Mapping]] = ..., reasoning_clearing: _Optional[_Union[ReasoningClearing, _Mapping]] = ..., trim_step_tokens: _Optional[int] = ...) -> None: ...
+    min_trim_gain: float
+    def __init__(self, max_tokens: _Optional[int] = ..., strategy: _Optional[_Union[BudgetStrategy, str]] = ..., estimator: _Optional[_Union[Estimator, _Mapping]] = ..., min_messages: _Optional[int] = ..., protected_roles: _Optional[_Iterable[_Union[_message_pb2.Role, str]]] = ..., retained_ids: _Optional[_Iterable[str]] = ..., context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., auto_compact: bool = ..., history_start: _Optional[_Union[HistoryStart, str]] = ..., trim_latest_user_message: bool = ..., tool_result_clearing: _Optional[_Union[ToolResultClearing, _Mapping]] = ..., reasoning_clearing: _Optional[_Union[ReasoningClearing, _Mapping]] = ..., trim_step_tokens: _Optional[int] = ..., min_trim_gain: _Optional[float] = ...) -> None: ...
 
 class ToolResultClearing(_message.Message):
     __slots__ = ("trigger_tokens", "keep_recent", "clear_at_least_tokens", "exclude_tools", "placeholder", "clear_inputs")
@@ -796,13 +809,31 @@ class TokenCalibration(_message.Message):
     def __init__(self, provider: _Optional[_Union[_message_pb2.Provider, str]] = ..., model: _Optional[str] = ..., estimator: _Optional[_Union[EstimatorKind, str]] = ..., estimated_tokens: _Optional[int] = ..., correction: _Optional[float] = ..., corrected_tokens: _Optional[int] = ..., requested_limit: _Optional[int] = ..., reports: _Optional[int] = ..., mean_absolute_relative_error: _Optional[float] = ..., store_read_error: _Optional[str] = ...) -> None: ...
 
 class CacheImpact(_message.Message):
-    __slots__ = ("previous_version", "unchanged_prefix_tokens", "rewritten_tokens", "unchanged_prefix_messages")
+    __slots__ = ("previous_version", "unchanged_prefix_tokens", "rewritten_tokens", "unchanged_prefix_messages", "trim_steps")
     PREVIOUS_VERSION_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REWRITTEN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_PREFIX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TRIM_STEPS_FIELD_NUMBER: _ClassVar[int]
     previous_version: int
     unchanged_prefix_tokens: int
     rewritten_tokens: int
     unchanged_prefix_messages: int
-    def __init__(self, previous_version: _Optional[int] = ..., unchanged_prefix_tokens: _Optional[int] = ..., rewritten_tokens: _Optional[int] = ..., unchanged_prefix_messages: _Optional[int] = ...) -> None: ...
+    trim_steps: _containers.RepeatedCompositeFieldContainer[TrimStepForecast]
+    def __init__(self, previous_version: _Optional[int] = ..., unchanged_prefix_tokens: _Optional[int] = ..., rewritten_tokens: _Optional[int] = ..., unchanged_prefix_messages: _Optional[int] = ..., trim_steps: _Optional[_Iterable[_Union[TrimStepForecast, _Mapping]]] = ...) -> None: ...
+
+class TrimStepForecast(_message.Message):
+    __slots__ = ("step", "freed_tokens", "invalidated_tokens", "needed", "skipped", "first_message_id")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FREED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INVALIDATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NEEDED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    step: TrimStep
+    freed_tokens: int
+    invalidated_tokens: int
+    needed: bool
+    skipped: bool
+    first_message_id: str
+    def __init__(self, step: _Optional[_Union[TrimStep, str]] = ..., freed_tokens: _Optional[int] = ..., invalidated_tokens: _Optional[int] = ..., needed: bool = ..., skipped: bool = ..., first_message_id: _Optional[str] = ...) -> None: ...

@@ -83,9 +83,24 @@ export function plannableOnTail(deltas: readonly Delta[]): boolean {
   for (const delta of deltas) {
     const operation = delta.operation;
     if (!appendingOperations.has(operation.case)) return false;
-    if (operation.case === "appendMessages" && operation.value.messages.some((message) => message.provenance?.kind.case === "summary")) return false;
+    if (broughtMessages(delta).some((message) => message.provenance?.kind.case === "summary")) return false;
   }
   return true;
+}
+
+/** The messages a delta brings as they are (the operations that build theirs make no summary). */
+function broughtMessages(delta: Delta): readonly Message[] {
+  const operation = delta.operation;
+  switch (operation.case) {
+    case "appendMessages":
+      return operation.value.messages;
+    case "appendUser":
+      return operation.value.message ? [operation.value.message] : [];
+    case "appendToolRound":
+      return operation.value.assistant ? [operation.value.assistant, ...operation.value.results] : operation.value.results;
+    default:
+      return [];
+  }
 }
 
 /** The call ids the batch's `append_tool_result` deltas answer without a name: the tail read looks their names up. */

@@ -21,6 +21,7 @@ describe("tail commits", () => {
     expect(plannableOnTail([delta({ case: "clearState", value: {} })])).toBe(false);
     const summary = create(MessageSchema, { id: "s", role: Role.USER, parts: [{ kind: { case: "text", value: { text: "sum" } } }], provenance: { kind: { case: "summary", value: { coveredMessageIds: ["a"] } } } });
     expect(plannableOnTail([appendHistory(summary)])).toBe(false);
+    expect(plannableOnTail([delta({ case: "appendUser", value: { message: summary } })])).toBe(false);
   });
 
   it("look up the names of the calls answered without one, once each", () => {

@@ -8,7 +8,7 @@ import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema, ty
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
-import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
+import { RedisConversationStore, type RedisStoreOptions } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
@@ -949,8 +949,8 @@ describe.each([
 // plans on the whole state and writes the whole index with it, once; the next cold commits plan
 // on the tail again (docs/stores.md, "The stored id index").
 describe.each([
-  ["redis", () => new RedisConversationStore(redis.url), () => new Redis(redis.url)],
-  ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }), () => new Cluster([{ host: "127.0.0.1", port: Number(redisCluster.addresses[0]!.split(":").at(-1)) }])],
+  ["redis", (options?: RedisStoreOptions) => new RedisConversationStore(redis.url, options), () => new Redis(redis.url)],
+  ["redis cluster", (options?: RedisStoreOptions) => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, options), () => new Cluster([{ host: "127.0.0.1", port: Number(redisCluster.addresses[0]!.split(":").at(-1)) }])],
 ] as const)("%s store: the id index of a conversation stored without one", (_name, open, openRaw) => {
   it("is built by the first cold commit, and answers the cold commits after it", async () => {
     const writer = open();
@@ -999,6 +999,34 @@ describe.each([
     } finally {
       raw.disconnect();
       await Promise.all(stores.map((store) => store.close()));
+    }
+  }, 60_000);
+
+  it("gives a message without an id the id a warm store gives it, also when the first id drawn is taken", async () => {
+    const counter = () => {
+      let next = 0;
+      return { newMessageId: () => `g${next++}` };
+    };
+    const writer = open();
+    const reference = new MemoryConversationStore({ deltaContext: counter() });
+    const cold = open({ deltaContext: counter() });
+    try {
+      await Promise.all([writer.connected(), cold.connected()]);
+      const id = freshId("drawn-ids");
+      // g0 is taken: a warm store's plan from its copy is refused and planned again on a read
+      // (drawing g1); the tail plan's write is refused and planned again on the whole state (g1 too).
+      const history = [textMessage("g0", Role.USER, "taken"), ...Array.from({ length: 100 }, (_, index) => textMessage(`h${index}`, Role.USER, `m${index}`))];
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(...history)], "");
+      const batch = [appendHistory(textMessage("", Role.USER, "no id"))];
+      const [warm, tail] = await Promise.all([reference.commit(id, undefined, batch, ""), cold.commit(id, undefined, batch, "", undefined, undefined, { withState: false })]);
+      expect(tail.version).toBe(warm.version);
+      const [warmIds, coldIds] = await Promise.all([reference.load(id), writer.load(id)]).then((states) => states.map((state) => state.history.map((message) => message.id)));
+      expect(coldIds).toEqual(warmIds);
+      expect(warmIds.at(-1)).toBe("g1");
+      // The write refused the tail plan (g0 taken): planned on the whole state.
+      expect(cold.tailCommits).toBe(0);
+    } finally {
+      await Promise.all([writer.close(), reference.close(), cold.close()]);
     }
   }, 60_000);
 });

@@ -131,6 +131,14 @@ describe("RedisConversationStore list layout", () => {
       stores.pop();
       expect(encoded(caughtUp), `step ${step}`).toEqual(encoded(state));
       expect(encoded(whole), `step ${step}`).toEqual(encoded(state));
+      // The id index the commits kept is the state's: every id, each history call id's latest name, current.
+      const keys = conversationKeys("contextd", id);
+      const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
+      const latest: Record<string, string> = {};
+      for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
+      expect((await raw.smembers(keys.ids)).sort(), `step ${step}`).toEqual(ids.sort());
+      expect(await raw.hgetall(keys.calls), `step ${step}`).toEqual(latest);
+      expect(await raw.hget(keys.header, "ids_at"), `step ${step}`).toBe(String(state.version));
     }
     expect(state.version).toBeGreaterThan(100n);
   });

@@ -4,7 +4,8 @@
 // other in one run: the cold commit (a store that has never read the conversation), its parts
 // measured apart — the load script's reply alone (the bytes over the socket, nothing decoded),
 // a fresh store's whole `load` (reply + decode + assemble), the id index a first commit builds
-// (`MessageIdIndex.of`) — and a warm commit on the store that has the state (the anchor a
+// (`MessageIdIndex.of`) —, the cold commit without the state asked for (planned on the stored
+// tail, store/tail-commit.ts), and a warm commit on the store that has the state (the anchor a
 // restated target is against). The machine is shared: compare lines of one run.
 // Env: CONTEXTD_COLD_SIZES=10000,100000.
 import { create } from "@bufbuild/protobuf";
@@ -44,7 +45,7 @@ try {
       const batch = Array.from({ length: Math.min(2_000, size - start) }, (_, offset) => textMessage(`${id}-${start + offset}`, (start + offset) % 2 === 0 ? Role.USER : Role.ASSISTANT, prose(start + offset, 250)));
       await writer.commit(id, undefined, [create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: batch } } })], "");
     }
-    const figures: Record<string, number[]> = { cold: [], reply: [], load: [], index: [], warm: [] };
+    const figures: Record<string, number[]> = { cold: [], tail: [], reply: [], load: [], index: [], warm: [] };
     let turn = 0;
     for (let round = 0; round < rounds; round++) {
       const fresh = store();
@@ -52,6 +53,12 @@ try {
       figures.cold!.push((await timed(() => fresh.commit(id, undefined, append(`${id}-cold-${turn++}`), "")))[0]);
       for (let index = 0; index < 5; index++) figures.warm!.push((await timed(() => fresh.commit(id, undefined, append(`${id}-warm-${turn++}`), "")))[0]);
       await fresh.close();
+      // The cold commit whose caller does not want the state back (the Commit RPC without include_state): planned on the stored tail.
+      const tailCommitter = store();
+      await tailCommitter.connected();
+      figures.tail!.push((await timed(() => tailCommitter.commit(id, undefined, append(`${id}-tail-${turn++}`), "", undefined, undefined, { withState: false })))[0]);
+      if (tailCommitter.tailCommits !== 1) throw new Error(`the cold commit without state was not planned on the tail (${tailCommitter.tailCommits} tail commits)`);
+      await tailCommitter.close();
       const reader = store();
       await reader.connected();
       const [loadMs, state] = await timed(() => reader.load(id));
@@ -68,6 +75,7 @@ try {
     const warm = p50("warm");
     console.log(
       `  ${size.toLocaleString("en-US")} messages: cold commit p50 ${ms(p50("cold"))} = ${(p50("cold") / warm).toFixed(1)}x the warm commit ${ms(warm)};` +
+        ` without the state asked for (planned on the stored tail) ${ms(p50("tail"))} = ${(p50("tail") / warm).toFixed(1)}x;` +
         ` of it: whole-state reply alone ${ms(p50("reply"))}, a fresh load (reply + decode + assemble) ${ms(p50("load"))}, building the id index ${ms(p50("index"))}`,
     );
     await writer.close();

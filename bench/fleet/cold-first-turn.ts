@@ -77,11 +77,17 @@ export async function run(): Promise<void> {
           return Number(process.hrtime.bigint() - started) / 1e6;
         });
         const stored = await onFreshSidecar(storeArgs, [], "stored", firstTurn);
-        const counting = await onFreshSidecar(storeArgs, ["--stored-token-estimator", "none"], "none", firstTurn);
+        // That sidecar's Compile reads and counts the whole history: on a loaded machine its read
+        // can pass the Redis command timeout (2 s), which is reported in place of its figures.
+        const counting = await onFreshSidecar(storeArgs, ["--stored-token-estimator", "none"], "none", firstTurn).catch((error: unknown) => (error as Error).message);
+        const countingFigures =
+          typeof counting === "string"
+            ? `failed (${counting.slice(0, 160)})`
+            : `${ms(counting.result.total)} (compile ${ms(counting.result.compile)}) = ${(counting.result.total / warm).toFixed(1)}x`;
         const ratio = stored.result.total / warm;
         console.log(
           `  ${storeName} ${size.toLocaleString("en-US")} messages: warm turn p50 ${ms(warm)}; fresh sidecar's first turn ${ms(stored.result.total)} (commit ${ms(stored.result.commit)}, compile ${ms(stored.result.compile)}) = ${ratio.toFixed(1)}x warm` +
-            `${size >= 100_000 ? ` (target <= 20x: ${ratio <= 20 ? "met" : "NOT met"})` : ""}; counting the history itself (--stored-token-estimator none) ${ms(counting.result.total)} (compile ${ms(counting.result.compile)}) = ${(counting.result.total / warm).toFixed(1)}x;` +
+            `${size >= 100_000 ? ` (target <= 20x: ${ratio <= 20 ? "met" : "NOT met"})` : ""}; counting the history itself (--stored-token-estimator none) ${countingFigures};` +
             ` first Compile alone ${ms(compileAlone.result)}; fresh sidecar RSS ${mb(stored.rss)}`,
         );
       }

@@ -2,9 +2,10 @@
 // turned in random order by one sidecar with default flags, beside turns of one conversation of
 // the same size on the same sidecar. Target: <= 2x the single-conversation turn. A sidecar with
 // more long conversations than its caches (decoded states: 1,000 conversations / 32 MiB; history
-// facts: 64 MiB) meets most of them cold: its Compile reads the stored tail, its Commit the whole
-// state. The conversations are one conversation's keys copied (COPY) under 10,000 ids, with the
-// header's `rest` written for each id: what the store's own commits would have written.
+// facts: 64 MiB) meets most of them cold: its Compile and its Commit read the stored tail. The
+// conversations are one conversation's keys copied (COPY) under 10,000 ids, with the header's
+// `rest` written for each id: what the store's own commits would have written (the id index
+// included, so a cold Commit plans on the stored tail: store/tail-commit.ts).
 // Env: CONTEXTD_FLEET_CONVERSATIONS (10000), CONTEXTD_FLEET_MESSAGES (1000), CONTEXTD_FLEET_TURNS (2000).
 import { create } from "@bufbuild/protobuf";
 import { Redis } from "ioredis";
@@ -46,6 +47,8 @@ export async function seedCopies(url: string, prefix: string, conversations: num
         pipeline.copy(from.version, to.version);
         pipeline.copy(from.header, to.header);
         pipeline.copy(from.segments[1]!, to.segments[1]!);
+        // The id index (a set of message ids; the template makes no tool calls, so no call hash).
+        pipeline.copy(from.ids, to.ids);
         pipeline.hset(to.header, "rest", Buffer.from(codec.encodeStateRest({ ...state!, conversationId: id })));
       }
       await pipeline.exec();

@@ -11,6 +11,7 @@ import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { CommitOutcome, ConversationStore } from "./conversation-store.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
+import { answeredCallIds, plannableOnTail, tailLookups, type CommitTail, type TailRead } from "./tail-commit.js";
 
 /**
  * The one commit flow of every store: the idempotency and version checks, the plan (the batch's
@@ -22,7 +23,8 @@ import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./sto
  * A commit starts from the store's copy without reading when it can (the write compares the
  * stored version, so a stale copy costs a retry, never a lost update); what the copy cannot decide
  * (another expected version, a delta it refuses, a copy others wrote after: `ContendedCopies`) is
- * read first, which catches the copy up.
+ * read first, which catches the copy up. Without a copy, a commit whose caller does not want the
+ * state back is planned on the stored tail when the store can read one (`readTail`, tail-commit.ts).
  */
 
 /** What a store keeps per idempotency key: the commit's response without its state. */
@@ -46,6 +48,8 @@ export type CommitWrite =
   | { outcome: "replay"; record: RecordedCommit; current: bigint }
   /** Another writer moved the version past the base; nothing was written. */
   | { outcome: "conflict"; current: bigint }
+  /** A plan on the tail the store's id index refuses (an id taken, the index not current): nothing was written; plan on the whole state. */
+  | { outcome: "whole" }
   /** The stored lists are not the base's at its version (written behind the store's back): the store forgot its copy. */
   | { outcome: "stale"; current: bigint };
 
@@ -66,6 +70,22 @@ export interface CommitIo {
    * has no record: the state, the change for Watch, the key's record; nothing otherwise.
    */
   write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite>;
+  /**
+   * What a commit planned on the stored tail needs (tail-commit.ts), in one read; the names of
+   * `callIds`' latest calls among it. A store without it plans every commit on the whole state.
+   */
+  readTail?(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead>;
+  /** `write` for a plan made on `tail`; "whole" when the store's id index refuses it. */
+  writeTail?(conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite>;
+}
+
+/** Most call ids one tail read looks up; a batch answering more is planned on the whole state. */
+const maxTailCallLookups = 256;
+
+/** Where a commit on the tail left the whole-state commit to go on from. */
+interface TailFallback {
+  /** The read the tail read was (a conversation never written), so the whole-state commit reads nothing more. */
+  read?: CommitRead;
 }
 
 export interface CommitEngineOptions {
@@ -96,12 +116,15 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     return this.deltaContext.strictToolRounds === true;
   }
 
+  /** Commits written from a plan on the stored tail (`commitOnTail`), for tests and gauges. */
+  tailCommits = 0;
+
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.options.lineage, () => this.options.copies.idIndex(conversationId, base));
   }
 
-  async commit(...[conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds]: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
-    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds);
+  async commit(...[conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds, options]: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
+    const outcome = await this.apply(conversationId, expectedVersion, deltas, idempotencyKey, false, requestFingerprint, messageIds, options?.withState === false);
     if (outcome.state) this.options.codec.retainState(outcome.state, this.options.lineage);
     return outcome;
   }
@@ -118,12 +141,19 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     cleared: boolean,
     requestFingerprint?: string,
     messageIds?: readonly string[],
+    withoutState = false,
   ): Promise<CommitOutcome> {
     const { copies, io, lineage } = this.options;
     const deltaContext = this.deltaContext;
     requireStorableKey("conversation_id", conversationId, stringLimits.id);
     requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
+    let preRead: CommitRead | undefined;
+    if (withoutState && io.readTail && io.writeTail && copies.copy(conversationId) === undefined && plannableOnTail(deltas)) {
+      const onTail = await this.commitOnTail(conversationId, expectedVersion, deltas, idempotencyKey, fingerprint, messageIds);
+      if ("version" in onTail) return onTail;
+      preRead = onTail.read;
+    }
     let trustCopy = true;
     let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
@@ -135,7 +165,8 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
         base = copy;
       } else {
         const before = copies.copy(conversationId);
-        const read = await io.read(conversationId, idempotencyKey);
+        const read = preRead ?? (await io.read(conversationId, idempotencyKey));
+        preRead = undefined;
         if (before !== undefined && read.state !== before) othersWrote = true;
         if (read.record) return replayed(conversationId, idempotencyKey, fingerprint, read.record, read.state);
         base = read.state;
@@ -159,6 +190,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
         continue;
       }
       const written = await io.write(conversationId, base, plan, idempotencyKey, fingerprint);
+      if (written.outcome === "whole") throw new ConnectError(`conversation "${conversationId}": the store answered a whole-state commit as a tail plan`, Code.Internal);
       if (written.outcome === "ok") {
         if (othersWrote) this.contended.add(plan.state);
         return { version: plan.state.version, state: plan.state, replayed: false };
@@ -173,14 +205,67 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
       }
       if (written.outcome === "conflict" && expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, written.current);
       othersWrote = true;
-      if (attempt >= this.maxCommitAttempts) {
-        throw new ConnectError(
-          `conversation "${conversationId}": gave up after ${attempt} attempts, other writers kept committing (current version ${written.current})`,
-          Code.Aborted,
-        );
+      if (attempt >= this.maxCommitAttempts) throw gaveUp(conversationId, attempt, written.current);
+    }
+  }
+
+  /**
+   * The commit planned on the stored tail (tail-commit.ts): the same checks in the same order as
+   * the whole-state flow, answered without the state; what the tail cannot decide (a refusal of
+   * the plan included, so the error is the whole state's) goes on as a whole-state commit.
+   */
+  private async commitOnTail(
+    conversationId: string,
+    expectedVersion: bigint | undefined,
+    deltas: Delta[],
+    idempotencyKey: string,
+    fingerprint: string,
+    messageIds: readonly string[] | undefined,
+  ): Promise<CommitOutcome | TailFallback> {
+    const { io, lineage } = this.options;
+    const callIds = answeredCallIds(deltas);
+    if (callIds.length > maxTailCallLookups) return {};
+    for (let attempt = 1; ; attempt++) {
+      const read = await io.readTail!(conversationId, idempotencyKey, callIds);
+      if (read.record) return replayed(conversationId, idempotencyKey, fingerprint, read.record, undefined);
+      if (expectedVersion !== undefined && expectedVersion !== read.version) throw versionConflict(conversationId, expectedVersion, read.version);
+      if (read.whole) return { read: { state: read.whole } };
+      if (!read.tail) return {};
+      let plan: CommitPlan;
+      try {
+        plan = planCommit(read.tail.state, deltas, {
+          deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
+          lineage,
+          lookups: tailLookups(read.tail, lineage),
+          idempotencyKey,
+          committedAtUnixMs: BigInt(this.options.now()),
+          cleared: false,
+        });
+      } catch {
+        return {};
+      }
+      const written = await io.writeTail!(conversationId, read.tail, plan, idempotencyKey, fingerprint);
+      switch (written.outcome) {
+        case "ok":
+          this.tailCommits++;
+          return { version: plan.state.version, state: undefined, replayed: false };
+        case "replay":
+          return replayed(conversationId, idempotencyKey, fingerprint, written.record, undefined);
+        case "conflict":
+          if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, written.current);
+          if (attempt >= this.maxCommitAttempts) throw gaveUp(conversationId, attempt, written.current);
+          continue;
+        case "stale":
+        case "whole":
+          return {};
       }
     }
   }
+}
+
+/** ABORTED: a commit without expected version lost to other writers `attempts` times. */
+function gaveUp(conversationId: string, attempts: number, current: bigint): ConnectError {
+  return new ConnectError(`conversation "${conversationId}": gave up after ${attempts} attempts, other writers kept committing (current version ${current})`, Code.Aborted);
 }
 
 /**
@@ -192,6 +277,11 @@ export abstract class EngineCommittedStore implements Pick<ConversationStore, "c
 
   get strictToolRounds(): boolean {
     return this.engine.strictToolRounds;
+  }
+
+  /** Commits this store planned on the stored tail (`CommitEngine.tailCommits`). */
+  get tailCommits(): number {
+    return this.engine.tailCommits;
   }
 
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {

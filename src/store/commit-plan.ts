@@ -48,6 +48,8 @@ export interface CommitPlanOptions {
    * asked for once, when the batch first brings a message (a removal never builds one).
    */
   idIndex?: () => MessageIdIndex | undefined;
+  /** Lookups to apply the batch with instead of `idIndex`'s (a plan on the stored tail: `tailLookups`). */
+  lookups?: Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds" | "headToolCallName">;
   idempotencyKey: string;
   /** Commit time in Unix milliseconds (the store's clock; core never reads one). */
   committedAtUnixMs: bigint;
@@ -76,11 +78,11 @@ export function indexedLookups(lineage: MessageListLineage, idIndex: (() => Mess
 
 /** Both stores compute a commit the same way; they differ only in how they make it atomic. */
 export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
-  const { lineage, idIndex, deltaContext } = options;
+  const { lineage, idIndex, deltaContext, lookups } = options;
   const context: DeltaContext =
-    lineage === undefined
+    lineage === undefined && lookups === undefined
       ? deltaContext
-      : { newMessageId: () => deltaContext.newMessageId(), strictToolRounds: deltaContext.strictToolRounds, ...indexedLookups(lineage, idIndex) };
+      : { newMessageId: () => deltaContext.newMessageId(), strictToolRounds: deltaContext.strictToolRounds, ...(lookups ?? indexedLookups(lineage!, idIndex)) };
   const applied = applyDeltas(base, deltas, context);
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };

@@ -20,6 +20,16 @@ export interface CommitOutcome {
   replayed: boolean;
 }
 
+/** How a commit answers (`ConversationStore.commit`). */
+export interface CommitOptions {
+  /**
+   * False: the caller does not use `CommitOutcome.state` (the Commit RPC without `include_state`),
+   * so a process holding no copy of the conversation may plan an append on its stored tail and
+   * answer without the state (store/tail-commit.ts). Default true.
+   */
+  withState?: boolean;
+}
+
 export type { ConversationPage } from "./conversation-listing.js";
 
 /**
@@ -83,7 +93,7 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
    * on the state it read). `messageIds`, when given, are the ids for the messages the batch brings
    * without one, in the order the batch creates them (a compile that applied the same deltas to
    * the same version beforehand, so the ids it compiled are the ids stored); past its end, ids
-   * are random as usual.
+   * are random as usual. `options.withState` false: the outcome's state may be left out (see `CommitOptions`).
    */
   commit(
     conversationId: string,
@@ -92,6 +102,7 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
     idempotencyKey: string,
     requestFingerprint?: string,
     messageIds?: readonly string[],
+    options?: CommitOptions,
   ): Promise<CommitOutcome>;
   /** The current version alone (0 for a conversation never written); cheaper than `load`. */
   currentVersion(conversationId: string): Promise<bigint>;

@@ -120,7 +120,8 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
         state: this.live(conversationId)?.state ?? emptyConversationState(conversationId),
         record: idempotencyKey === "" ? undefined : this.idempotency.get(conversationId, idempotencyKey, this.now()),
       }),
-      write: async (...args: Parameters<CommitIo["write"]>) => this.write(...args),
+      // The memory store holds every conversation whole: its index is the copy's (`idIndexOf`), nothing to rebuild.
+      write: async (...[conversationId, base, plan, idempotencyKey, fingerprint]: Parameters<CommitIo["write"]>) => this.write(conversationId, base, plan, idempotencyKey, fingerprint),
     };
     this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now, expiry: options.expiry ?? new ConversationExpiry() });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;

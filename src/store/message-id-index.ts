@@ -34,6 +34,11 @@ export class MessageIdIndex {
     let messages = 0;
     for (const segment of storedSegments) messages += state[segment].length;
     if (messages < indexedFromMessages) return undefined;
+    return MessageIdIndex.ofAll(state);
+  }
+
+  /** The index of `state`'s ids whatever its length (a commit's tail, tail-commit.ts). */
+  static ofAll(state: ConversationState): MessageIdIndex {
     const ids = new Set<string>();
     const callIds = { system: new Set<string>(), history: new Set<string>(), memory: new Set<string>(), tools: new Set<string>() };
     for (const segment of storedSegments) {

@@ -3,6 +3,7 @@ import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { commitScript, deleteScript, loadScript, reportUsageScript, windowScript, writeProbeScript } from "./redis-scripts.js";
+import { commitTailScript } from "./redis-tail-script.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
 
 /**
@@ -60,7 +61,7 @@ export const redisClusterOptions: ClusterOptions = {
 };
 
 /** How many of the commit script's arguments are keys. */
-export const commitScriptKeys = 8;
+export const commitScriptKeys = 10;
 
 /** The load script's reply (see `loadScript`). */
 export type LoadReply = (Buffer | null | number | Buffer[])[];
@@ -68,6 +69,7 @@ export type LoadReply = (Buffer | null | number | Buffer[])[];
 export interface Scripts {
   contextdLoadBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
   contextdWindowBuffer(...args: (string | Buffer)[]): Promise<LoadReply>;
+  contextdCommitTailBuffer(...args: (string | Buffer)[]): Promise<(Buffer | null | number | (Buffer | null)[])[]>;
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
   contextdDelete(...args: string[]): Promise<string[]>;
@@ -109,9 +111,10 @@ export class RedisConnection {
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
     this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
+    this.redis.defineCommand("contextdCommitTail", { numberOfKeys: 8, lua: commitTailScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
-    this.redis.defineCommand("contextdDelete", { numberOfKeys: 7, lua: deleteScript });
+    this.redis.defineCommand("contextdDelete", { numberOfKeys: 9, lua: deleteScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
   }
 

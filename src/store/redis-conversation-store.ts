@@ -26,6 +26,8 @@ import { corruptCalibration, corruptConversation, requireStorableKey, requireSto
 import { stringLimits } from "../core/model/string-limits.js";
 import { RedisUsageLedger } from "./redis-usage-ledger.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
+import { idIndexArguments, idIndexChanges } from "./stored-id-index.js";
+import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
 
 export type { RedisClusterNodes } from "./redis-connection.js";
 
@@ -108,6 +110,12 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private readonly indexedConversations = new Map<string, number>();
   private readonly indexRefreshMs: number;
   /**
+   * Conversations whose stored id index a commit of this process found stale (stored before it, or
+   * last written by a sidecar that did not keep it): the next commit from the copy writes it whole.
+   * Bounded like `indexedConversations`; one forgotten is rebuilt by the next cold commit instead.
+   */
+  private readonly staleIdIndexes = new Set<string>();
+  /**
    * Set when Redis refused a commit for memory: the bytes that commit sent. Redis counts a
    * command's own arguments against `maxmemory`, so it can refuse a commit of a long state while
    * small writes (and the write probe) still pass; `ping` fails until the refused size fits again.
@@ -142,7 +150,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         segment: (conversationId, segment) => `${segment} list ${this.keys(conversationId).segments[storedSegments.indexOf(segment as never)]}`,
       },
     });
-    const io = { read: this.readForCommit.bind(this), write: this.write.bind(this) };
+    const io = {
+      read: this.readForCommit.bind(this),
+      write: (conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string) => this.write(conversationId, base, plan, idempotencyKey, fingerprint, undefined),
+      readTail: this.readTail.bind(this),
+      writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
+        this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
+    };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
@@ -418,7 +432,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const keys = this.keys(conversationId);
     const reply = await this.connection.call(
       "deleting a conversation",
-      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, expectedVersion === undefined ? "" : String(expectedVersion)),
+      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.ids, keys.calls, expectedVersion === undefined ? "" : String(expectedVersion)),
       conversationId,
     );
     const outcome = String(reply[0]);
@@ -536,10 +550,64 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     return read;
   }
 
-  /** The engine's write: the commit script (with `WAIT` behind it under `--redis-wait-replicas`) and the listing entry beside it. */
-  private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite> {
+  /**
+   * What a commit planned on the stored tail reads (`commitTailScript`), widening the window while
+   * it holds only tool results; a conversation never written comes back whole.
+   */
+  private async readTail(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead> {
     const keys = this.keys(conversationId);
-    const write = this.copies.writeOf(base, plan.state);
+    for (let count = tailWindowMessages; ; count *= 8) {
+      const reply = await this.connection.call(
+        "reading a conversation's tail",
+        () => this.redis.contextdCommitTailBuffer(keys.version, keys.header, ...keys.segments, keys.idempotency(idempotencyKey), keys.calls, idempotencyKey === "" ? "0" : "1", String(count), ...callIds),
+        conversationId,
+      );
+      if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+      const [, versionBytes, fingerprint, recorded] = reply;
+      const record = fingerprint && recorded ? { fingerprint: String(fingerprint), version: storedVersion(conversationId, String(recorded)) } : undefined;
+      if (record && this.replicas.waitReplicas > 0) {
+        this.replicas.requireReplicated(conversationId, record.version, await this.replicas.replicasAcknowledging(keys));
+      }
+      if (versionBytes === null) {
+        this.indexedConversations.delete(conversationId);
+        return { version: 0n, record, whole: emptyConversationState(conversationId) };
+      }
+      const version = storedVersion(conversationId, String(versionBytes));
+      if (String(reply[7]) !== "1") {
+        this.markIdIndexStale(conversationId);
+        return { version, record };
+      }
+      const received = storedSegments.map((_, index) => ({
+        at: String(reply[8 + 4 * index]),
+        length: Number(reply[9 + 4 * index]),
+        from: Number(reply[10 + 4 * index]),
+        items: reply[11 + 4 * index] as Buffer[],
+      }));
+      const header = { created: String(reply[4]), restAt: String(reply[5]), rest: reply[6] as Buffer | null };
+      const tail = this.copies.tailOf(conversationId, version, header, received);
+      if (tail === "wider" && count * 8 <= maxTailWindowMessages) continue;
+      if (tail === "wider" || tail === undefined) return { version, record };
+      const names = reply[24] as (Buffer | null)[];
+      const headCallNames = new Map(callIds.map((id, index) => [id, names[index] == null ? undefined : String(names[index])]));
+      return { version, record, tail: { ...tail, headCallNames } };
+    }
+  }
+
+  /**
+   * The engine's write: the commit script (with `WAIT` behind it under `--redis-wait-replicas`) and
+   * the listing entry beside it. A plan on `tail` is written after the stored head and not kept as
+   * the copy. The id index (stored-id-index.ts) is written whole when a read or write found it stale.
+   */
+  private async write(
+    conversationId: string,
+    base: ConversationState,
+    plan: CommitPlan,
+    idempotencyKey: string,
+    fingerprint: string,
+    tail: CommitTail | undefined,
+  ): Promise<CommitWrite> {
+    const keys = this.keys(conversationId);
+    const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
     const { metadata } = plan;
     const args: (string | Buffer)[] = [
       write.created,
@@ -555,6 +623,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       for (const encoding of segment.encodings) args.push(encoding);
     }
+    const indexMode = tail ? "t" : this.staleIdIndexes.has(conversationId) ? "b" : "a";
+    for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode))) args.push(arg);
     if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
     const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
     const committing = this.connection
@@ -567,6 +637,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
             ...keys.segments,
             keys.changes,
             keys.idempotency(idempotencyKey),
+            keys.ids,
+            keys.calls,
             String(base.version),
             changeBytes,
             fingerprint,
@@ -605,7 +677,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     await expiring;
     const outcome = String(reply[0]);
     if (outcome === "ok") {
-      this.copies.remember(plan.state, write.layout);
+      if (!tail) this.copies.remember(plan.state, write.layout);
+      if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
+      else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
       return { outcome: "ok" };
     }
@@ -615,6 +689,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       return { outcome: "replay", record, current: storedVersion(conversationId, String(reply[3])) };
     }
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "unindexed") this.markIdIndexStale(conversationId);
+    if (outcome === "unindexed" || outcome === "taken") return { outcome: "whole" };
     if (outcome === "invalid") throw new ConnectError(`redis store: the commit script refused its arguments: ${String(reply[1])}`, Code.Internal);
     const current = storedVersion(conversationId, String(reply[1]));
     // The stored lists are not those of the cached state at its version (written behind this
@@ -631,6 +707,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /** A listing field as the header keeps it: sealed under encryption, as it is otherwise (an empty title too). */
   private sealedText(conversationId: string, kind: "title" | "labels", text: string): string | Buffer {
     return this.values.encrypts ? this.values.seal(conversationId, kind, Buffer.from(text, "utf8")) : text;
+  }
+
+  /** Remembers that the conversation's stored id index is stale: this process's next commit to it writes it whole. */
+  private markIdIndexStale(conversationId: string): void {
+    this.staleIdIndexes.delete(conversationId);
+    this.staleIdIndexes.add(conversationId);
+    if (this.staleIdIndexes.size > indexedConversationsLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */

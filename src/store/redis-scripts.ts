@@ -18,6 +18,9 @@ export interface ConversationKeys {
   /** One list of encoded messages per segment, in `storedSegments` order. */
   segments: readonly string[];
   changes: string;
+  /** The stored id index (stored-id-index.ts): a set of every message id, and a hash of the history's call ids to their latest call's name. */
+  ids: string;
+  calls: string;
   /** The record of one idempotency key. */
   idempotency(key: string): string;
 }
@@ -33,6 +36,8 @@ export function conversationKeys(keyPrefix: string, conversationId: string): Con
     header: `${base}:header`,
     segments: storedSegments.map((segment) => `${base}:segment:${segment}`),
     changes: `${base}:changes`,
+    ids: `${base}:ids`,
+    calls: `${base}:calls`,
     idempotency: (key) => idempotencyPrefix + escapeKeyPart(key),
   };
 }
@@ -92,7 +97,7 @@ export function conversationExpiryIndexKey(keyPrefix: string): string {
  * kept), `title` and `labels` (a JSON object), copies of the state's, and `expires_at_ms` (when
  * every key of the conversation expires, "0" = never; absent for conversations written before).
  */
-const scriptPrelude = `
+export const scriptPrelude = `
 local segmentNames = {'system', 'history', 'memory', 'tools'}
 local headerFields = {'created', 'rest', 'rest_at', 'system', 'system_at', 'history', 'history_at', 'memory', 'memory_at', 'tools', 'tools_at'}
 local function corrupt(detail) return {'corrupt', detail} end
@@ -264,7 +269,8 @@ return reply
 /**
  * Commits one batch computed by the client from the state at the expected version, writing only
  * what the batch changed.
- * KEYS: version, header, the four segment lists, changes stream, idempotency record.
+ * KEYS: version, header, the four segment lists, changes stream, idempotency record, the id
+ * index's set of message ids and hash of call names.
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
  * "1" if `rest` changed (required on a first commit) else "0", the commit time (Unix ms: the
@@ -272,11 +278,18 @@ return reply
  * changed else "0", the title, the labels' JSON; then per segment: mode ("=" the
  * list is unchanged, "p" keep its first `keep` messages and append the given ones, "s" keep its
  * last `keep` and put the given ones before them), the length the client's base state has, `keep`,
- * the count of messages that follow, and those messages; then, optionally, when the conversation
- * expires (Unix ms, "0" = never: every key of it gets that expiry, the header's `expires_at_ms`).
- * Returns {'ok', version} | {'conflict', current version} | {'stale', current version} (the
+ * the count of messages that follow, and those messages; then the id index's changes
+ * (`idIndexArguments`: mode "a", "t" or "b", then added ids, removed ids, call id/name pairs,
+ * removed call ids, each list as its count and its items). The index is current when the header's
+ * `ids_at` is the stored version (or nothing is stored); "a" changes a current index (and leaves
+ * a stale one), "b" replaces it, "t" (a commit planned on the stored tail) needs it current and
+ * none of the added ids in it. Every write of "a" to a current index, "b" and "t" sets `ids_at`.
+ * Then, optionally, when the conversation expires (Unix ms, "0" = never: every key of it gets
+ * that expiry, the header's `expires_at_ms`).
+ * Returns {'ok', version} (with 'unindexed' third when the index was left stale) | {'conflict', current version} | {'stale', current version} (the
  * client's base is not the stored state at its version: it reads again) | {'replay', fingerprint,
- * recorded version, current version} | {'corrupt', detail} | {'invalid', detail}.
+ * recorded version, current version} | {'unindexed', current version} | {'taken', message id}
+ * (mode "t": the client plans the commit on the whole state) | {'corrupt', detail} | {'invalid', detail}.
  *
  * Everything that could fail is checked before the first write (arguments, the type of every key,
  * the stored version, the header beside every version and each list as long as it says), and the
@@ -293,7 +306,7 @@ export const commitScript = `#!lua
 ${scriptPrelude}
 local function isCount(text) return string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15 end
 local function invalid(detail) return {'invalid', detail} end
-if #KEYS ~= 8 then return invalid('the commit script takes 8 keys') end
+if #KEYS ~= 10 then return invalid('the commit script takes 10 keys') end
 if #ARGV < 28 then return invalid('the commit script takes at least 28 arguments') end
 if not isVersion(ARGV[1]) then return invalid('expected version "' .. ARGV[1] .. '" is not a version') end
 if ARGV[2] == '' then return invalid('the change record is empty') end
@@ -315,7 +328,20 @@ for i, name in ipairs(segmentNames) do
   edits[i] = {mode = mode, base = base, keep = keep, count = count, first = at + 4}
   at = at + 4 + count
 end
--- One optional argument after the last segment: when the conversation expires (Unix ms, "0" = never).
+local indexMode = ARGV[at]
+if indexMode ~= 'a' and indexMode ~= 't' and indexMode ~= 'b' then return invalid('the id index mode "' .. tostring(indexMode) .. '" is not a, t or b') end
+at = at + 1
+local index = {}
+for _, list in ipairs({'added', 'removed', 'named', 'unnamed'}) do
+  local count = ARGV[at]
+  if not (count and isVersion(count)) then return invalid('id index: the ' .. list .. ' count must be a count') end
+  count = tonumber(count)
+  if at + count > #ARGV then return invalid('id index: ' .. count .. ' ' .. list .. ' announced, fewer given') end
+  index[list] = {first = at + 1, last = at + count}
+  at = at + 1 + count
+end
+if (index.named.last - index.named.first + 1) % 2 ~= 0 then return invalid('id index: call names come in pairs') end
+-- One optional argument after the id index's: when the conversation expires (Unix ms, "0" = never).
 local expireAt = '0'
 if at == #ARGV then
   expireAt = ARGV[at]
@@ -333,6 +359,10 @@ if keyed then
   _, bad = typed('the idempotency record', KEYS[8], 'hash')
   if bad then return bad end
 end
+_, bad = typed('the id index', KEYS[9], 'set')
+if bad then return bad end
+_, bad = typed('the call index', KEYS[10], 'hash')
+if bad then return bad end
 local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
 local header
@@ -359,6 +389,14 @@ for i, name in ipairs(segmentNames) do
   if edits[i].base ~= stored then return {'stale', current} end
 end
 if not header and ARGV[8] ~= '1' then return invalid('a first commit must write rest') end
+local rebuild = indexMode == 'b' or current == '0'
+local indexCurrent = current == '0' or redis.call('HGET', KEYS[2], 'ids_at') == current
+if indexMode == 't' then
+  if not indexCurrent then return {'unindexed', current} end
+  for i = index.added.first, index.added.last do
+    if redis.call('SISMEMBER', KEYS[9], ARGV[i]) == 1 then return {'taken', ARGV[i]} end
+  end
+end
 local version = string.format('%d', tonumber(current) + 1)
 local added = redis.pcall('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], version .. '-0', 'change', ARGV[2])
 if type(added) == 'table' and added.err then
@@ -412,6 +450,15 @@ for i, name in ipairs(segmentNames) do
     end
   end
 end
+if rebuild or indexCurrent then
+  if rebuild then redis.call('DEL', KEYS[9], KEYS[10]) end
+  for from = index.removed.first, index.removed.last, chunk do redis.call('SREM', KEYS[9], unpack(ARGV, from, math.min(from + chunk - 1, index.removed.last))) end
+  for from = index.added.first, index.added.last, chunk do redis.call('SADD', KEYS[9], unpack(ARGV, from, math.min(from + chunk - 1, index.added.last))) end
+  for from = index.unnamed.first, index.unnamed.last, chunk do redis.call('HDEL', KEYS[10], unpack(ARGV, from, math.min(from + chunk - 1, index.unnamed.last))) end
+  for from = index.named.first, index.named.last, chunk do redis.call('HSET', KEYS[10], unpack(ARGV, from, math.min(from + chunk - 1, index.named.last))) end
+  fields[#fields + 1] = 'ids_at'
+  fields[#fields + 1] = version
+end
 if ARGV[8] == '1' then
   fields[#fields + 1] = 'rest'
   fields[#fields + 1] = ARGV[7]
@@ -432,18 +479,21 @@ end
 -- conversation that no longer expires keeps them all.
 if expireAt ~= '0' then
   for i = 1, 7 do redis.call('PEXPIREAT', KEYS[i], expireAt) end
+  for i = 9, 10 do redis.call('PEXPIREAT', KEYS[i], expireAt) end
   if keyed and tonumber(expireAt) < redis.call('PEXPIRETIME', KEYS[8]) then redis.call('PEXPIREAT', KEYS[8], expireAt) end
 elseif hadExpiry then
   for i = 1, 7 do redis.call('PERSIST', KEYS[i]) end
+  for i = 9, 10 do redis.call('PERSIST', KEYS[i]) end
 end
+if not (rebuild or indexCurrent) then return {'ok', version, 'unindexed'} end
 return {'ok', version}
 `;
 
 /**
  * Deletes a conversation: its version, header, segment lists and change stream, at once.
- * KEYS: version, header, the four segment lists, changes stream. ARGV: the expected version ("" =
- * any). Returns {'ok', the version deleted, "0" when nothing was stored} | {'conflict', current
- * version} | {'corrupt', detail}, checked before the first write. The listing entries (other
+ * KEYS: version, header, the four segment lists, changes stream, the id index, the call index.
+ * ARGV: the expected version ("" = any). Returns {'ok', the version deleted, "0" when nothing was
+ * stored} | {'conflict', current version} | {'corrupt', detail}, checked before the first write. The listing entries (other
  * Cluster slots) are removed beside it; idempotency records expire on their own.
  */
 export const deleteScript = `#!lua
@@ -454,7 +504,7 @@ local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
 if ARGV[1] ~= '' and ARGV[1] ~= current then return {'conflict', current} end
 -- UNLINK: the keys are gone at once, and a long list's memory is freed off Redis's main thread.
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 return {'ok', current}
 `;
 

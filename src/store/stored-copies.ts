@@ -14,6 +14,7 @@ import type { MessageIdIndex } from "./message-id-index.js";
 import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptConversation } from "./store-errors.js";
+import { tailStartIn, trustTail, type CommitTail } from "./tail-commit.js";
 
 /**
  * The decoded copies a store of one element or row per message (Redis, Postgres) keeps of the
@@ -254,6 +255,75 @@ export class StoredCopies implements CommitCopies {
     const state: ConversationState = { ...rest, conversationId, version, system, history, memory, tools };
     this.remember(state, { created: header.created, restAt: header.restAt, restBytes, segments });
     return state;
+  }
+
+  /**
+   * The state a tail read's reply describes (tail-commit.ts): the rest and the segments but
+   * history whole, history from its first message that carries no tool result on (`tailStartIn`),
+   * with a layout so that `writeOfTail` writes what a commit appends to it; not kept as the
+   * conversation's copy. "wider" when the window holds no such message and starts after the
+   * first; undefined when the commit must read the whole state: the history's stored facts
+   * through its last message are not known (its appended entries would be written without them),
+   * or under `--strict-tool-rounds` the facts do not say the whole history is clean, or the tail
+   * itself fails the commit's tool-round check.
+   */
+  tailOf(
+    conversationId: string,
+    version: bigint,
+    header: { created: string; restAt: string; rest: Buffer | null },
+    received: readonly (ReceivedSegment & { length: number })[],
+  ): Omit<CommitTail, "headCallNames"> | "wider" | undefined {
+    if (header.rest === null) throw corruptConversation(conversationId, `${this.names.header(conversationId)} has no rest`);
+    const rest = this.decodeRest(conversationId, header.rest);
+    if (rest.conversationId !== conversationId) throw corruptConversation(conversationId, `${this.names.header(conversationId)} holds the rest of "${rest.conversationId}"`);
+    const counts = this.codec.storedTokenCounts;
+    const lists: Message[][] = [];
+    let start = 0;
+    let length = 0;
+    for (const [index, segment] of storedSegments.entries()) {
+      const { at, from, items } = received[index]!;
+      if (from + items.length !== received[index]!.length) throw corruptConversation(conversationId, `the ${segment} list sent ${items.length} messages from ${from} of ${received[index]!.length}`);
+      if (segment !== "history") {
+        lists.push(this.decode(conversationId, items, from, segment));
+        continue;
+      }
+      const { messages, running } = this.decodeWithFacts(conversationId, items, from, segment);
+      const first = from === 0 ? 0 : tailStartIn(messages);
+      if (first < 0) return "wider";
+      const tail = first === 0 ? messages : messages.slice(first);
+      const last = running[running.length - 1];
+      if (tail.length > 0) {
+        const known = last !== undefined && last.epoch === BigInt(at);
+        if (counts.estimator !== undefined && !known) return undefined;
+        if (this.options.strictToolRounds && from + first > 0 && !(known && last.clean)) return undefined;
+        if (known) counts.rememberRunning(tail, last);
+      }
+      if (!trustTail(tail, this.options.strictToolRounds)) return undefined;
+      lists.push(tail);
+      start = from + first;
+      length = received[index]!.length;
+    }
+    const [system, history, memory, tools] = lists as [Message[], Message[], Message[], Message[]];
+    const state: ConversationState = { ...rest, conversationId, version, system, history, memory, tools };
+    this.layouts.set(state, {
+      created: header.created,
+      restAt: header.restAt,
+      restBytes: header.rest.length,
+      segments: storedSegments.map((_, index) => ({ at: received[index]!.at, length: lists[index]!.length, bytes: 0 })),
+    });
+    return { state, start, length };
+  }
+
+  /** `writeOf` for a plan made on `tail` (`tailOf`): its history write placed after the stored head. */
+  writeOfTail(tail: Omit<CommitTail, "headCallNames">, next: ConversationState): StoredWrite {
+    const write = this.writeOf(tail.state, next);
+    const history = write.segments[storedSegments.indexOf("history")]!;
+    if (!(history.mode === "=" || history.mode === "p") || history.keep !== history.baseLength) {
+      throw new ConnectError(`a commit planned on the tail of "${tail.state.conversationId}" edits its history instead of appending to it`, Code.Internal);
+    }
+    history.baseLength += tail.start;
+    history.keep += tail.start;
+    return write;
   }
 
   /** A window of the kept copy, with the stored facts of its history entries where this process knows them (`heldWindowFacts`). */

@@ -11,6 +11,7 @@ import { Role } from "#gen/contextd/v1/message_pb";
 import { toBinary } from "@bufbuild/protobuf";
 import { MessageSchema } from "#gen/contextd/v1/message_pb";
 import { escapeKeyPart } from "../../src/store/redis-scripts.js";
+import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { startRedis, type RedisProcess } from "../support/redis.js";
 import { startSidecar, type Sidecar } from "../support/sidecar.js";
 import { appendHistory, textMessage } from "./fixtures.js";
@@ -121,10 +122,35 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     for (const key of stored) {
       const id = ids.get(tagOf(key));
       expect(id, `key ${key} is under the tag of a conversation`).toBeDefined();
-      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)|changes|idempotency:[^{}:]*)$/);
+      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)|changes|ids|calls|idempotency:[^{}:]*)$/);
     }
     expect(stored).toContain("contextd:{tenant/a%7D%3Aidempotency%3Ax}:version");
     expect(stored).toContain("contextd:{tenant/a}:idempotency:x%7D%3Aversion");
+  });
+
+  it("refuses a commit onto a wrong-type id index with DATA_LOSS naming the key, writing nothing, from the sidecar's copy and from a process without one", async () => {
+    const { conversations, raw, redis } = deployment;
+    const id = "tenant/wrong-type-index";
+    await conversations.commit({ conversationId: id, deltas: say("first") }, callOptions);
+    const base = `contextd:{${escapeKeyPart(id)}}`;
+    await raw.del(`${base}:ids`);
+    await raw.set(`${base}:ids`, "not a set");
+    const before = await snapshot(id, "");
+    const warm = await rejection(conversations.commit({ conversationId: id, deltas: say("second") }, callOptions));
+    expect([warm.code, warm.rawMessage]).toEqual([Code.DataLoss, `conversation "${id}" is corrupt in the store: the id index key ${base}:ids is a string, not a set`]);
+    expect(await snapshot(id, "")).toEqual(before);
+    // A cold commit reads the call index with the tail: its wrong type is DATA_LOSS there.
+    await raw.del(`${base}:ids`);
+    await raw.set(`${base}:calls`, "not a hash");
+    const cold = new RedisConversationStore(redis.url);
+    try {
+      await cold.connected();
+      const error = await rejection(cold.commit(id, undefined, say("third"), "", undefined, undefined, { withState: false }));
+      expect([error.code, error.rawMessage]).toEqual([Code.DataLoss, `conversation "${id}" is corrupt in the store: the call index key ${base}:calls is a string, not a hash`]);
+    } finally {
+      await cold.close();
+    }
+    expect(await snapshot(id, "")).toEqual(before);
   });
 
   it("refuses a commit onto a wrong-type change stream with DATA_LOSS naming the id, writing nothing; the retry does the same until repaired, then applies once", async () => {

@@ -11,7 +11,7 @@ import { appendHistory, textMessage } from "./fixtures.js";
 
 // The engine's retry and outcome rules, against a scripted store I/O (the contract suite runs it
 // on the real stores). `stored` is what the "store" holds; `answers` script the conditional writes.
-function scriptedStore(answers: CommitWrite["outcome"][]) {
+function scriptedStore(answers: Exclude<CommitWrite["outcome"], "whole">[]) {
   let stored: ConversationState = emptyConversationState("c");
   let copy: ConversationState | undefined;
   const calls: string[] = [];

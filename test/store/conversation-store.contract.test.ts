@@ -1,6 +1,6 @@
 import { create, equals, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Redis } from "ioredis";
+import { Cluster, Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
@@ -8,8 +8,9 @@ import { ConversationStateSchema, DeltaSchema, Segment, ToolDefinitionSchema, ty
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
-import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
+import { RedisConversationStore, type RedisStoreOptions } from "../../src/store/redis-conversation-store.js";
 import { currentVersionTrailer } from "../../src/store/store-errors.js";
+import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
 import { learnCorrection, maxCorrectionStep, uncorrected } from "../../src/core/compile/token-calibration.js";
 import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
@@ -1025,6 +1026,167 @@ describe.each([
       expect(Buffer.from(toBinary(ConversationStateSchema, await writer.load(id))).equals(toBinary(ConversationStateSchema, stored))).toBe(true);
     } finally {
       await Promise.all(stores.map((store) => store.close()));
+    }
+  }, 60_000);
+
+  // Without the state asked for, the Redis stores plan an append on the stored tail and their id
+  // index (store/tail-commit.ts); every answer is compared with a warm memory store's to the same
+  // batches, and the states read back at the end are byte for byte the same.
+  it("without the state asked for: answers duplicates, repeated and unknown call ids, results for calls in the head, and commits after another process's, as a warm store does", async () => {
+    const writer = openWriter();
+    await connected(writer);
+    const stores: ConversationStore[] = [writer];
+    const reference = new MemoryConversationStore();
+    const tailPlanned = name === "redis" || name === "redis cluster";
+    const call = (id: string, name: string) => ({ kind: { case: "toolCall" as const, value: { id, name, arguments: { data: "{}" } } } });
+    const result = (messageId: string, toolCallId: string, name = "") => delta({ case: "appendToolResult", value: { toolCallId, name, messageId, payload: { text: "done" } } });
+    try {
+      const id = freshId("cold-tail");
+      const head = [
+        textMessage("h0", Role.USER, "start"),
+        create(MessageSchema, { id: "head-a", role: Role.ASSISTANT, parts: [call("c0", "lookup"), call("c1", "first-c1")] }),
+        create(MessageSchema, { id: "head-r0", role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: "c0", name: "lookup", payload: { text: "x" } } } }] }),
+        create(MessageSchema, { id: "head-r1", role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: "c1", name: "first-c1", payload: { text: "y" } } } }] }),
+      ];
+      const body = Array.from({ length: 3_000 }, (_, index) => textMessage(`h${index + 1}`, Role.USER, `message ${index + 1}`));
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(...head, ...body)], "");
+      let tailCommits = 0;
+      /** The batch committed by a process with nothing cached and by the warm reference: the same outcome or the same error. */
+      const bothCommit = async (deltas: Delta[], expectedVersion?: bigint) => {
+        const fresh = (openFresh as (writer: ConversationStore) => ConversationStore)(writer);
+        if (!stores.includes(fresh)) stores.push(fresh);
+        await connected(fresh);
+        const before = "tailCommits" in fresh ? (fresh.tailCommits as number) : 0;
+        const [cold, warm] = await Promise.allSettled([
+          fresh.commit(id, expectedVersion, deltas, "", undefined, undefined, { withState: false }),
+          reference.commit(id, expectedVersion, deltas, ""),
+        ]);
+        if (warm.status === "rejected") {
+          expect(cold.status, String(warm.reason)).toBe("rejected");
+          const [coldError, warmError] = [cold, warm].map((settled) => (settled as PromiseRejectedResult).reason as ConnectError);
+          expect([coldError!.code, coldError!.rawMessage]).toEqual([warmError!.code, warmError!.rawMessage]);
+          return warmError!;
+        }
+        expect(cold.status, cold.status === "rejected" ? String(cold.reason) : "").toBe("fulfilled");
+        expect((cold as PromiseFulfilledResult<{ version: bigint }>).value.version).toBe(warm.value.version);
+        const after = "tailCommits" in fresh ? (fresh.tailCommits as number) : 0;
+        tailCommits += after - before;
+        return undefined;
+      };
+      expect((await bothCommit([appendHistory(textMessage("h7", Role.USER, "again"))]))?.rawMessage).toMatch(/duplicate message id "h7"/);
+      expect((await bothCommit([appendHistory(textMessage("head-r1", Role.USER, "again"))]))?.rawMessage).toMatch(/duplicate message id "head-r1"/);
+      // One round may not make a call id twice; a later round may reuse one of an earlier round.
+      const repeated = create(MessageSchema, { id: "r-dup", role: Role.ASSISTANT, parts: [call("d", "one"), call("d", "two")] });
+      expect((await bothCommit([delta({ case: "appendToolRound", value: { assistant: repeated, results: [] } })]))?.code).toBe(Code.InvalidArgument);
+      expect(await bothCommit([appendHistory(create(MessageSchema, { id: "r1", role: Role.ASSISTANT, parts: [call("c1", "second-c1")] }))])).toBeUndefined();
+      // A result for a call never made is stored nameless; for c1 it is the latest round's name, for c0 the head's.
+      expect(await bothCommit([result("res-unknown", "never-made")])).toBeUndefined();
+      expect(await bothCommit([result("res-c1", "c1")])).toBeUndefined();
+      expect(await bothCommit([result("res-c0", "c0")])).toBeUndefined();
+      // Another process commits; a cold one then sees its ids and its version.
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w1", Role.USER, "w1"), textMessage("w2", Role.USER, "w2"))], "");
+      expect((await bothCommit([appendHistory(textMessage("w2", Role.USER, "again"))]))?.rawMessage).toMatch(/duplicate message id "w2"/);
+      expect((await bothCommit([appendHistory(textMessage("late", Role.USER, "late"))], 3n))?.code).toBe(Code.Aborted);
+      expect(await bothCommit([appendHistory(textMessage("w3", Role.USER, "w3"))], await reference.currentVersion(id))).toBeUndefined();
+      // A duplicate within the batch, and one of a message the same batch appended.
+      expect((await bothCommit([appendHistory(textMessage("b1", Role.USER, "b")), appendHistory(textMessage("b1", Role.USER, "b"))]))?.code).toBe(Code.InvalidArgument);
+
+      const stored = await reference.load(id);
+      expect(stored.history.filter((message) => message.role === Role.TOOL).slice(-3).map((message) => (message.parts[0]!.kind.value as { name: string }).name)).toEqual(["", "second-c1", "lookup"]);
+      const reread = (openFresh as (writer: ConversationStore) => ConversationStore)(writer);
+      if (!stores.includes(reread)) stores.push(reread);
+      await connected(reread);
+      expect(Buffer.from(toBinary(ConversationStateSchema, await reread.load(id))).equals(toBinary(ConversationStateSchema, stored))).toBe(true);
+      expect(tailCommits).toBe(tailPlanned ? 5 : 0);
+    } finally {
+      await Promise.all([...stores, reference].map((store) => store.close()));
+    }
+  }, 60_000);
+});
+
+// A conversation stored before the id index existed (or last written by a sidecar that did not
+// keep it) has none, or one behind its version: the first commit planned on its tail finds that,
+// plans on the whole state and writes the whole index with it, once; the next cold commits plan
+// on the tail again (docs/stores.md, "The stored id index").
+describe.each([
+  ["redis", (options?: RedisStoreOptions) => new RedisConversationStore(redis.url, options), () => new Redis(redis.url)],
+  ["redis cluster", (options?: RedisStoreOptions) => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, options), () => new Cluster([{ host: "127.0.0.1", port: Number(redisCluster.addresses[0]!.split(":").at(-1)) }])],
+] as const)("%s store: the id index of a conversation stored without one", (_name, open, openRaw) => {
+  it("is built by the first cold commit, and answers the cold commits after it", async () => {
+    const writer = open();
+    const raw = openRaw();
+    const stores: ConversationStore[] = [writer];
+    const fresh = async () => {
+      const store = open();
+      stores.push(store);
+      await store.connected();
+      return store;
+    };
+    try {
+      await writer.connected();
+      const id = freshId("pre-index");
+      const keys = conversationKeys("contextd", id);
+      const assistant = create(MessageSchema, { id: "head-a", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c0", name: "lookup", arguments: { data: "{}" } } } }] });
+      const body = Array.from({ length: 2_000 }, (_, index) => textMessage(`h${index}`, Role.USER, `message ${index}`));
+      await writer.commit(id, undefined, [appendHistory(assistant, ...body)], "");
+      expect([await raw.hget(keys.header, "ids_at"), await raw.scard(keys.ids), await raw.hget(keys.calls, "c0")]).toEqual(["1", 2_001, "lookup"]);
+      // As stored before the index: no index keys, no ids_at.
+      await raw.del(keys.ids, keys.calls);
+      await raw.hdel(keys.header, "ids_at");
+
+      const first = await fresh();
+      expect((await first.commit(id, undefined, [appendHistory(textMessage("n1", Role.USER, "new"))], "", undefined, undefined, { withState: false })).version).toBe(2n);
+      expect(first.tailCommits).toBe(0);
+      expect([await raw.hget(keys.header, "ids_at"), await raw.scard(keys.ids), await raw.hget(keys.calls, "c0")]).toEqual(["2", 2_002, "lookup"]);
+
+      // An index behind the version (a commit that did not keep it): built again the same way.
+      await raw.hset(keys.header, "ids_at", "1");
+      const second = await fresh();
+      const duplicate = await rejection(second.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "again"))], "", undefined, undefined, { withState: false }));
+      expect([duplicate.code, duplicate.rawMessage]).toEqual([Code.InvalidArgument, 'deltas[0].append_messages: messages[0]: duplicate message id "h5"']);
+      expect((await second.commit(id, undefined, [appendHistory(textMessage("n2", Role.USER, "new"))], "", undefined, undefined, { withState: false })).version).toBe(3n);
+      expect(await raw.hget(keys.header, "ids_at")).toBe("3");
+
+      const third = await fresh();
+      expect((await rejection(third.commit(id, undefined, [appendHistory(textMessage("h9", Role.USER, "again"))], "", undefined, undefined, { withState: false }))).rawMessage).toMatch(/duplicate message id "h9"/);
+      // The refusal read the whole state (the write found the id taken): that process now holds a copy.
+      const fourth = await fresh();
+      await fourth.commit(id, undefined, [delta({ case: "appendToolResult", value: { toolCallId: "c0", messageId: "r0", payload: { text: "found" } } })], "", undefined, undefined, { withState: false });
+      expect([third.tailCommits, fourth.tailCommits]).toEqual([0, 1]);
+      const stored = await (await fresh()).load(id);
+      expect(stored.history.at(-1)!.parts[0]!.kind.value).toMatchObject({ toolCallId: "c0", name: "lookup" });
+      expect(stored.history.map((message) => message.id).slice(-3)).toEqual(["n1", "n2", "r0"]);
+    } finally {
+      raw.disconnect();
+      await Promise.all(stores.map((store) => store.close()));
+    }
+  }, 60_000);
+
+  it("gives a message without an id the id a warm store gives it, also when the first id drawn is taken", async () => {
+    const counter = () => {
+      let next = 0;
+      return { newMessageId: () => `g${next++}` };
+    };
+    const writer = open();
+    const reference = new MemoryConversationStore({ deltaContext: counter() });
+    const cold = open({ deltaContext: counter() });
+    try {
+      await Promise.all([writer.connected(), cold.connected()]);
+      const id = freshId("drawn-ids");
+      // g0 is taken: a warm store's plan from its copy is refused and planned again on a read
+      // (drawing g1); the tail plan's write is refused and planned again on the whole state (g1 too).
+      const history = [textMessage("g0", Role.USER, "taken"), ...Array.from({ length: 100 }, (_, index) => textMessage(`h${index}`, Role.USER, `m${index}`))];
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(...history)], "");
+      const batch = [appendHistory(textMessage("", Role.USER, "no id"))];
+      const [warm, tail] = await Promise.all([reference.commit(id, undefined, batch, ""), cold.commit(id, undefined, batch, "", undefined, undefined, { withState: false })]);
+      expect(tail.version).toBe(warm.version);
+      const [warmIds, coldIds] = await Promise.all([reference.load(id), writer.load(id)]).then((states) => states.map((state) => state.history.map((message) => message.id)));
+      expect(coldIds).toEqual(warmIds);
+      expect(warmIds.at(-1)).toBe("g1");
+      // The write refused the tail plan (g0 taken): planned on the whole state.
+      expect(cold.tailCommits).toBe(0);
+    } finally {
+      await Promise.all([writer.close(), reference.close(), cold.close()]);
     }
   }, 60_000);
 });

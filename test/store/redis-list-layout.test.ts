@@ -73,8 +73,8 @@ describe("RedisConversationStore list layout", () => {
       const [written, outcome] = await counted("total_net_input_bytes", () => store.commit(id, version, [appendHistory(key === "" ? message : sized("appended-1", 1_000))], key));
       version = outcome.version;
       // The script's arguments hold the message twice (the list element and the change record
-      // for Watch), key names and a few counts; the conversation is ~2 MB.
-      expect(written).toBeLessThanOrEqual(2 * messageBytes + 1_024);
+      // for Watch), key names, a few counts and the message's id for the id index; the conversation is ~2 MB.
+      expect(written).toBeLessThanOrEqual(2 * messageBytes + 1_024 + 128);
     }
     expect((await store.load(id)).history).toHaveLength(2_002);
   });
@@ -131,6 +131,14 @@ describe("RedisConversationStore list layout", () => {
       stores.pop();
       expect(encoded(caughtUp), `step ${step}`).toEqual(encoded(state));
       expect(encoded(whole), `step ${step}`).toEqual(encoded(state));
+      // The id index the commits kept is the state's: every id, each history call id's latest name, current.
+      const keys = conversationKeys("contextd", id);
+      const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
+      const latest: Record<string, string> = {};
+      for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
+      expect((await raw.smembers(keys.ids)).sort(), `step ${step}`).toEqual(ids.sort());
+      expect(await raw.hgetall(keys.calls), `step ${step}`).toEqual(latest);
+      expect(await raw.hget(keys.header, "ids_at"), `step ${step}`).toBe(String(state.version));
     }
     expect(state.version).toBeGreaterThan(100n);
   });

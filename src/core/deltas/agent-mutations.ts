@@ -160,7 +160,8 @@ function appendToHistory(state: ConversationState, message: Message, context: De
 
 /**
  * The name of the latest call in history with this id, if any: walks back from the end, after
- * asking the caller's index (when it keeps one) whether any round made the call at all.
+ * asking the caller's index (when it keeps one) whether any round made the call at all, and asks
+ * the caller about the history before `state.history` when that holds only its tail.
  */
 function latestCallName(state: ConversationState, callId: string, context: DeltaContext): string | undefined {
   if (context.toolCallIds?.(state, "history")?.has(callId) === false) return undefined;
@@ -170,7 +171,7 @@ function latestCallName(state: ConversationState, callId: string, context: Delta
     if (message.role !== Role.ASSISTANT) continue;
     for (const part of message.parts) if (part.kind.case === "toolCall" && part.kind.value.id === callId) return part.kind.value.name;
   }
-  return undefined;
+  return context.headToolCallName?.(state, callId);
 }
 
 /**

@@ -31,6 +31,14 @@ export interface DeltaContext {
    */
   toolCallIds?(state: ConversationState, segment: SegmentField): MessageIdLookup | undefined;
   /**
+   * For a state whose history holds only the tail of the stored one (a commit planned on the
+   * stored tail, store/tail-commit.ts): the name of the latest call with `callId` made by an
+   * ASSISTANT message of the history before that tail, undefined when none did. Asked by
+   * `append_tool_result` only when no message of `state.history` made the call. Absent = the
+   * history is whole.
+   */
+  headToolCallName?(state: ConversationState, callId: string): string | undefined;
+  /**
    * Commit-time refusals of the pairing rules (`pairingRules` in tool-rounds.ts): an open round
    * only at the tail of history, every result with its call, nothing appended while a round is
    * open. Off by default (store what happened; the compile repairs for the provider); the server's

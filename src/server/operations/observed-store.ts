@@ -6,7 +6,7 @@ import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import type { LearntCorrection, TokenCorrection } from "../../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibration-store.js";
-import type { CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
+import type { CommitOptions, CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
 import type { SegmentWindow, WindowQuery } from "../../store/segment-window.js";
 import type { ListQuery } from "../../store/conversation-listing.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "../../store/usage-ledger.js";
@@ -53,8 +53,9 @@ export class ObservedStore implements ConversationStore {
     idempotencyKey: string,
     requestFingerprint?: string,
     messageIds?: readonly string[],
+    options?: CommitOptions,
   ): Promise<CommitOutcome> {
-    return this.observe("commit", conversationId, () => this.store.commit(conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds));
+    return this.observe("commit", conversationId, () => this.store.commit(conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds, options));
   }
 
   currentVersion(conversationId: string): Promise<bigint> {

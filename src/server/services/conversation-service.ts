@@ -55,7 +55,8 @@ export function conversationService(dependencies: ConversationServiceDependencie
     async commit(request) {
       requireConversationId(request.conversationId);
       if (request.deltas.length === 0) throw new ConnectError("deltas: a commit needs at least one delta", Code.InvalidArgument);
-      const outcome = await store.commit(request.conversationId, request.expectedVersion, request.deltas, request.idempotencyKey);
+      // Without include_state a store may commit without the state (a cold append planned on the stored tail).
+      const outcome = await store.commit(request.conversationId, request.expectedVersion, request.deltas, request.idempotencyKey, undefined, undefined, { withState: request.includeState });
       if (!request.includeState) return { version: outcome.version, replayed: outcome.replayed };
       return { version: outcome.version, replayed: outcome.replayed, state: outcome.state };
     },

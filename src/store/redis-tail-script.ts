@@ -1,0 +1,60 @@
+import { scriptPrelude } from "./redis-scripts.js";
+
+/**
+ * What a commit planned on the stored tail reads (tail-commit.ts), in one round trip: the version,
+ * the idempotency record, the header, the last `count` messages of history, the other three lists
+ * whole, whether the id index is current, and the call index's names for the calls the batch
+ * answers. Why it exists apart from the load and window scripts: a commit needs the record and the
+ * index beside the window, and never the history's head.
+ * KEYS: version, header, the four segment lists, idempotency record, the call index (`ConversationKeys.calls`).
+ * ARGV: "1" to also read the idempotency record; the window's count; then the call ids to look up.
+ * Returns {'ok', false, fingerprint or false, record version or false} for a conversation never
+ * written; else {'ok', version, fingerprint, recorded, created, rest_at, rest, '1' when the index
+ * is current else '0', then per segment: _at, length, the index of its first message sent, those
+ * messages (history: its last `count`, the others whole), then the names (false for none) of the
+ * call ids asked}. {'corrupt', detail} as the load script.
+ */
+export const commitTailScript = `#!lua flags=no-writes
+${scriptPrelude}
+local _
+local headerType, bad = checkStateTypes()
+if bad then return bad end
+local fingerprint, recorded = false, false
+if ARGV[1] == '1' then
+  _, bad = typed('the idempotency record', KEYS[7], 'hash')
+  if bad then return bad end
+  local record = redis.call('HMGET', KEYS[7], 'fingerprint', 'version')
+  fingerprint, recorded = record[1], record[2]
+  if (fingerprint and not recorded) or (recorded and not fingerprint) then
+    return corrupt('the idempotency record ' .. KEYS[7] .. ' lacks its fingerprint or its version')
+  end
+end
+_, bad = typed('the call index', KEYS[8], 'hash')
+if bad then return bad end
+local version = redis.call('GET', KEYS[1])
+if not version then
+  bad = nothingWithoutVersion(headerType)
+  if bad then return bad end
+  return {'ok', false, fingerprint, recorded}
+end
+if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
+if version == '0' then return corrupt('the version key ' .. KEYS[1] .. ' holds "0"') end
+if headerType == 'none' then return corrupt('version ' .. version .. ' is stored without its state') end
+local header
+header, bad = readHeader(version)
+if bad then return bad end
+local indexed = redis.call('HGET', KEYS[2], 'ids_at') == version
+local reply = {'ok', version, fingerprint, recorded, header.created, header.rest_at, header.rest, indexed and '1' or '0'}
+local count = tonumber(ARGV[2])
+for i, name in ipairs(segmentNames) do
+  local length = tonumber(header[name])
+  local from = 0
+  if i == 2 and length > count then from = length - count end
+  reply[#reply + 1] = header[name .. '_at']
+  reply[#reply + 1] = length
+  reply[#reply + 1] = from
+  if from < length then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], from, -1) else reply[#reply + 1] = {} end
+end
+if #ARGV > 2 then reply[#reply + 1] = redis.call('HMGET', KEYS[8], unpack(ARGV, 3)) else reply[#reply + 1] = {} end
+return reply
+`;

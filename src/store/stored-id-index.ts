@@ -1,0 +1,100 @@
+import { Role, type Message } from "#gen/contextd/v1/message_pb";
+import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import type { MessageListLineage } from "../core/model/message-list-lineage.js";
+import { segmentEdit, storedSegments } from "./segment-edits.js";
+
+/**
+ * What a commit changes in the id index a store keeps beside a conversation (Redis: a set of its
+ * message ids and a hash of its history's call ids; see docs/stores.md, "The stored id index"):
+ * every message id of every segment, and per call id made by an ASSISTANT message of history the
+ * name of the latest such call. Why it exists: a process that holds no copy of the conversation
+ * plans an append on the stored tail (tail-commit.ts), and the index answers what the tail cannot
+ * (is this id taken, what was that call named) without reading the head. Computed from the states
+ * a commit has, in time proportional to what it writes, except for an edit of the history that is
+ * not an append (its calls' latest names are looked for in the new history: such a commit is
+ * linear in the conversation already).
+ */
+export interface IdIndexChanges {
+  /**
+   * "a": applied when the stored index is current (else left as it is, stale); "t" (a commit
+   * planned on the tail): refused when the index is not current or an added id is in it; "b": the
+   * index replaced by `addedIds` and `namedCalls` (a clear, a rebuild).
+   */
+  mode: "a" | "t" | "b";
+  addedIds: string[];
+  removedIds: string[];
+  /** Pairs: call id, name. */
+  namedCalls: string[];
+  removedCalls: string[];
+}
+
+/** The changes a commit from `base` to `next` makes to the stored index (see `IdIndexChanges`); `mode` "b" lists all of `next`. */
+export function idIndexChanges(base: ConversationState, next: ConversationState, lineage: MessageListLineage, mode: IdIndexChanges["mode"]): IdIndexChanges {
+  if (mode === "b") return wholeIndex(next);
+  const changes: IdIndexChanges = { mode, addedIds: [], removedIds: [], namedCalls: [], removedCalls: [] };
+  let changed = 0;
+  let total = 0;
+  for (const segment of storedSegments) {
+    const before = base[segment];
+    const after = next[segment];
+    total += after.length;
+    const edit = segmentEdit(before, after, lineage);
+    if (edit === undefined) continue;
+    const removed = edit.keepPrefix ? before.slice(edit.keep) : before.slice(0, before.length - edit.keep);
+    for (const message of removed) changes.removedIds.push(message.id);
+    for (const message of edit.messages) changes.addedIds.push(message.id);
+    changed += removed.length + edit.messages.length;
+    if (segment !== "history") continue;
+    if (removed.length === 0 && edit.keepPrefix) {
+      // An append: its calls are the latest of their ids.
+      const named = new Map<string, string>();
+      for (const message of edit.messages) forEachCall(message, (id, name) => named.set(id, name));
+      for (const [id, name] of named) changes.namedCalls.push(id, name);
+      continue;
+    }
+    // Another edit: each call id it touched is named by its latest call in the new history, or gone.
+    const touched = new Set<string>();
+    for (const message of [...removed, ...edit.messages]) forEachCall(message, (id) => touched.add(id));
+    if (touched.size === 0) continue;
+    const latest = new Map<string, string>();
+    for (let index = after.length - 1; index >= 0 && latest.size < touched.size; index--) {
+      forEachCall(after[index]!, (id, name) => {
+        if (touched.has(id) && !latest.has(id)) latest.set(id, name);
+      });
+    }
+    for (const id of touched) {
+      const name = latest.get(id);
+      if (name === undefined) changes.removedCalls.push(id);
+      else changes.namedCalls.push(id, name);
+    }
+  }
+  // Rewriting the index is cheaper than a change longer than it (a clear, a replaced history).
+  return mode === "a" && changed > total ? wholeIndex(next) : changes;
+}
+
+/** The whole index of `state`. */
+function wholeIndex(state: ConversationState): IdIndexChanges {
+  const addedIds: string[] = [];
+  for (const segment of storedSegments) for (const message of state[segment]) addedIds.push(message.id);
+  const named = new Map<string, string>();
+  for (const message of state.history) forEachCall(message, (id, name) => named.set(id, name));
+  const namedCalls: string[] = [];
+  for (const [id, name] of named) namedCalls.push(id, name);
+  return { mode: "b", addedIds, removedIds: [], namedCalls, removedCalls: [] };
+}
+
+/** Calls `use` for each call an ASSISTANT message makes (the calls the index keeps). */
+function forEachCall(message: Message, use: (id: string, name: string) => unknown): void {
+  if (message.role !== Role.ASSISTANT) return;
+  for (const part of message.parts) if (part.kind.case === "toolCall") use(part.kind.value.id, part.kind.value.name);
+}
+
+/** The index changes as script arguments: mode, then each list as its count and its items. */
+export function idIndexArguments(changes: IdIndexChanges): string[] {
+  const args: string[] = [changes.mode];
+  for (const list of [changes.addedIds, changes.removedIds, changes.namedCalls, changes.removedCalls]) {
+    args.push(String(list.length));
+    for (const item of list) args.push(item);
+  }
+  return args;
+}

@@ -1,0 +1,49 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
+import { applyDeltas } from "../../src/core/deltas/apply-deltas.js";
+import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
+import { emptyConversationState } from "../../src/store/commit-plan.js";
+import { idIndexArguments, idIndexChanges } from "../../src/store/stored-id-index.js";
+import { appendHistory, delta, textMessage } from "./fixtures.js";
+
+// What a commit changes in the stored id index, computed from the states before and after it
+// (the Redis scripts apply it; the contract suite shows the index answering cold commits).
+const assistant = (id: string, ...calls: [string, string][]): Message =>
+  create(MessageSchema, { id, role: Role.ASSISTANT, parts: calls.map(([callId, name]) => ({ kind: { case: "toolCall" as const, value: { id: callId, name, arguments: { data: "{}" } } } })) });
+const result = (id: string, callId: string): Message => create(MessageSchema, { id, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, payload: { text: "ok" } } } }] });
+
+describe("idIndexChanges", () => {
+  const lineage = new MessageListLineage();
+  const context = { newMessageId: () => "generated", lineage };
+  const base = applyDeltas(
+    emptyConversationState("c"),
+    [appendHistory(textMessage("u0", Role.USER, "hi"), assistant("a1", ["c1", "first"]), result("r1", "c1"), assistant("a2", ["c1", "second"], ["c2", "other"]), result("r2", "c1"), result("r3", "c2"))],
+    context,
+  );
+
+  it("adds an append's ids and names its calls by the appended (latest) call", () => {
+    const next = applyDeltas(base, [appendHistory(assistant("a3", ["c2", "third"]), result("r4", "c2")), delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [textMessage("m1", Role.USER, "note")] } })], context);
+    expect(idIndexChanges(base, next, lineage, "t")).toEqual({ mode: "t", addedIds: ["a3", "r4", "m1"], removedIds: [], namedCalls: ["c2", "third"], removedCalls: [] });
+  });
+
+  it("removes a removed round's ids and names its calls by their latest call left, or removes them", () => {
+    const next = applyDeltas(base, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["a2", "r2", "r3"] } })], context);
+    const changes = idIndexChanges(base, next, lineage, "a");
+    expect(changes.mode).toBe("a");
+    expect(changes.addedIds).toEqual([]);
+    expect(changes.removedIds).toEqual(["a2", "r2", "r3"]);
+    expect(changes.namedCalls).toEqual(["c1", "first"]);
+    expect(changes.removedCalls).toEqual(["c2"]);
+  });
+
+  it("writes the index whole for a change longer than it (a clear) and when asked", () => {
+    const cleared = applyDeltas(base, [delta({ case: "clearState", value: {} })], context);
+    expect(idIndexChanges(base, cleared, lineage, "a")).toEqual({ mode: "b", addedIds: [], removedIds: [], namedCalls: [], removedCalls: [] });
+    const whole = idIndexChanges(emptyConversationState("c"), base, lineage, "b");
+    expect(whole.addedIds).toEqual(["u0", "a1", "r1", "a2", "r2", "r3"]);
+    expect(whole.namedCalls).toEqual(["c1", "second", "c2", "other"]);
+    expect(idIndexArguments(whole)).toEqual(["b", "6", "u0", "a1", "r1", "a2", "r2", "r3", "0", "4", "c1", "second", "c2", "other", "0"]);
+  });
+});

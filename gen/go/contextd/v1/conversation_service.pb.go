@@ -74,6 +74,259 @@ func (ConversationOrder) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
 }
 
+// The request of `Fork`.
+type ForkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation to copy. Required.
+	ConversationId string `protobuf:"bytes,470,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The version to copy; absent = the latest. Must be between 1 and the current version and in
+	// the source's history window (`GetStateRequest.at_version`).
+	AtVersion *int64 `protobuf:"varint,471,opt,name=at_version,json=atVersion,proto3,oneof" json:"at_version,omitempty"`
+	// The conversation to create. Required, different from `conversation_id`, never written
+	// before (else ALREADY_EXISTS), at most 1,024 UTF-8 bytes; under a tenant's token it must start
+	// with "<tenant>/" like every id.
+	NewConversationId string `protobuf:"bytes,472,opt,name=new_conversation_id,json=newConversationId,proto3" json:"new_conversation_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ForkRequest) Reset() {
+	*x = ForkRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRequest) ProtoMessage() {}
+
+func (x *ForkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
+func (*ForkRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ForkRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetAtVersion() int64 {
+	if x != nil && x.AtVersion != nil {
+		return *x.AtVersion
+	}
+	return 0
+}
+
+func (x *ForkRequest) GetNewConversationId() string {
+	if x != nil {
+		return x.NewConversationId
+	}
+	return ""
+}
+
+// The response of `Fork`.
+type ForkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new conversation's version: 1.
+	Version int64 `protobuf:"varint,470,opt,name=version,proto3" json:"version,omitempty"`
+	// What it was forked from (the version resolved when the request left it absent).
+	ForkedFrom    *ForkOrigin `protobuf:"bytes,471,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResponse) Reset() {
+	*x = ForkResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResponse) ProtoMessage() {}
+
+func (x *ForkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
+func (*ForkResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ForkResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ForkResponse) GetForkedFrom() *ForkOrigin {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return nil
+}
+
+// The request of `Rewind`.
+type RewindRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation. Required.
+	ConversationId string `protobuf:"bytes,470,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The version whose state the new version takes: from 0 (the empty state) to the current
+	// version, inside the history window.
+	ToVersion int64 `protobuf:"varint,471,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
+	// As in `CommitRequest`: a different stored version is ABORTED. Absent = no check.
+	ExpectedVersion *int64 `protobuf:"varint,472,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
+	// As in `CommitRequest`: a retry with the same key and the same `to_version` is answered from
+	// the key's record; the same key with another `to_version` or with a `Commit`'s deltas is
+	// INVALID_ARGUMENT.
+	IdempotencyKey string `protobuf:"bytes,473,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RewindRequest) Reset() {
+	*x = RewindRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindRequest) ProtoMessage() {}
+
+func (x *RewindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindRequest.ProtoReflect.Descriptor instead.
+func (*RewindRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RewindRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *RewindRequest) GetToVersion() int64 {
+	if x != nil {
+		return x.ToVersion
+	}
+	return 0
+}
+
+func (x *RewindRequest) GetExpectedVersion() int64 {
+	if x != nil && x.ExpectedVersion != nil {
+		return *x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *RewindRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// The response of `Rewind`.
+type RewindResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new version.
+	Version int64 `protobuf:"varint,470,opt,name=version,proto3" json:"version,omitempty"`
+	// True when this was a retry answered from the idempotency record.
+	Replayed      bool `protobuf:"varint,471,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewindResponse) Reset() {
+	*x = RewindResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindResponse) ProtoMessage() {}
+
+func (x *RewindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindResponse.ProtoReflect.Descriptor instead.
+func (*RewindResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RewindResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RewindResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 // The request of `GetState`.
 type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -83,13 +336,20 @@ type GetStateRequest struct {
 	// tool definitions only (`ReadMessagesResponse.segment_sizes` counts the messages). What a
 	// reader of a conversation over the message limit pairs with `ReadMessages`.
 	WithoutMessages bool `protobuf:"varint,140,opt,name=without_messages,json=withoutMessages,proto3" json:"without_messages,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Read the state as it was at this version: between 0 (the empty state) and the current
+	// version (a later one is OUT_OF_RANGE naming the current version), inside the history window:
+	// the sidecar rebuilds it from the conversation's change log (what `Watch` delivers), which
+	// keeps the last `--history-retention-versions` changes (10,000 by default). A version whose
+	// changes since the conversation's first (or its fork) are no longer all kept is OUT_OF_RANGE
+	// naming the oldest version still readable. Absent = the current state. See docs/history.md.
+	AtVersion     *int64 `protobuf:"varint,470,opt,name=at_version,json=atVersion,proto3,oneof" json:"at_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -101,7 +361,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -114,7 +374,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetStateRequest) GetConversationId() string {
@@ -131,6 +391,13 @@ func (x *GetStateRequest) GetWithoutMessages() bool {
 	return false
 }
 
+func (x *GetStateRequest) GetAtVersion() int64 {
+	if x != nil && x.AtVersion != nil {
+		return *x.AtVersion
+	}
+	return 0
+}
+
 // The response of `GetState`.
 type GetStateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -142,7 +409,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +421,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +434,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{1}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetStateResponse) GetState() *ConversationState {
@@ -227,7 +494,7 @@ type ReadMessagesRequest struct {
 
 func (x *ReadMessagesRequest) Reset() {
 	*x = ReadMessagesRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +506,7 @@ func (x *ReadMessagesRequest) String() string {
 func (*ReadMessagesRequest) ProtoMessage() {}
 
 func (x *ReadMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +519,7 @@ func (x *ReadMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ReadMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{2}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadMessagesRequest) GetConversationId() string {
@@ -328,7 +595,7 @@ type SegmentSizes struct {
 
 func (x *SegmentSizes) Reset() {
 	*x = SegmentSizes{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +607,7 @@ func (x *SegmentSizes) String() string {
 func (*SegmentSizes) ProtoMessage() {}
 
 func (x *SegmentSizes) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +620,7 @@ func (x *SegmentSizes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentSizes.ProtoReflect.Descriptor instead.
 func (*SegmentSizes) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SegmentSizes) GetSystem() uint64 {
@@ -413,7 +680,7 @@ type ReadMessagesResponse struct {
 
 func (x *ReadMessagesResponse) Reset() {
 	*x = ReadMessagesResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +692,7 @@ func (x *ReadMessagesResponse) String() string {
 func (*ReadMessagesResponse) ProtoMessage() {}
 
 func (x *ReadMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +705,7 @@ func (x *ReadMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ReadMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadMessagesResponse) GetMessages() []*Message {
@@ -530,7 +797,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +809,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +822,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommitRequest) GetConversationId() string {
@@ -609,7 +876,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +888,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +901,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommitResponse) GetVersion() int64 {
@@ -671,7 +938,7 @@ type ClearRequest struct {
 
 func (x *ClearRequest) Reset() {
 	*x = ClearRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +950,7 @@ func (x *ClearRequest) String() string {
 func (*ClearRequest) ProtoMessage() {}
 
 func (x *ClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +963,7 @@ func (x *ClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRequest.ProtoReflect.Descriptor instead.
 func (*ClearRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClearRequest) GetConversationId() string {
@@ -724,7 +991,7 @@ type ClearResponse struct {
 
 func (x *ClearResponse) Reset() {
 	*x = ClearResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +1003,7 @@ func (x *ClearResponse) String() string {
 func (*ClearResponse) ProtoMessage() {}
 
 func (x *ClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +1016,7 @@ func (x *ClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResponse.ProtoReflect.Descriptor instead.
 func (*ClearResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClearResponse) GetVersion() int64 {
@@ -775,7 +1042,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1054,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1067,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRequest) GetConversationId() string {
@@ -831,14 +1098,26 @@ type Change struct {
 	// Commit time, in Unix milliseconds.
 	CommittedAtUnixMs int64 `protobuf:"varint,5,opt,name=committed_at_unix_ms,json=committedAtUnixMs,proto3" json:"committed_at_unix_ms,omitempty"`
 	// True when the change is a `Clear`.
-	Cleared       bool `protobuf:"varint,6,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	Cleared bool `protobuf:"varint,6,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// The ids the sidecar gave the batch's messages that came without one, in the order it gave
+	// them: applying `deltas` with these ids gives the committed state again (what reading a past
+	// version does).
+	AssignedMessageIds []string `protobuf:"bytes,470,rep,name=assigned_message_ids,json=assignedMessageIds,proto3" json:"assigned_message_ids,omitempty"`
+	// Set by `Rewind`: the state after this change is the state at this version (0: the empty
+	// state) with `last_experience_number` the larger of the two, so experience ids are never
+	// reused; `deltas` is empty. A watcher holding a copy replaces it with its copy at that version
+	// (or reads it with `GetStateRequest.at_version`). Absent = not a rewind.
+	RewoundToVersion *int64 `protobuf:"varint,471,opt,name=rewound_to_version,json=rewoundToVersion,proto3,oneof" json:"rewound_to_version,omitempty"`
+	// Set by `Fork` on the new conversation's first change (version 1): its state is the source's
+	// at `forked_from.version`, and `deltas` is empty.
+	ForkedFrom    *ForkOrigin `protobuf:"bytes,472,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1129,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1142,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Change) GetConversationId() string {
@@ -908,6 +1187,27 @@ func (x *Change) GetCleared() bool {
 	return false
 }
 
+func (x *Change) GetAssignedMessageIds() []string {
+	if x != nil {
+		return x.AssignedMessageIds
+	}
+	return nil
+}
+
+func (x *Change) GetRewoundToVersion() int64 {
+	if x != nil && x.RewoundToVersion != nil {
+		return *x.RewoundToVersion
+	}
+	return 0
+}
+
+func (x *Change) GetForkedFrom() *ForkOrigin {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return nil
+}
+
 // A message of the `Watch` stream.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -924,7 +1224,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1236,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1249,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{11}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchResponse) GetKind() isWatchResponse_Kind {
@@ -1006,7 +1306,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1318,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1331,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{12}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetVersion() int64 {
@@ -1084,7 +1384,7 @@ type ListConversationsRequest struct {
 
 func (x *ListConversationsRequest) Reset() {
 	*x = ListConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1396,7 @@ func (x *ListConversationsRequest) String() string {
 func (*ListConversationsRequest) ProtoMessage() {}
 
 func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1409,7 @@ func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsRequest.ProtoReflect.Descriptor instead.
 func (*ListConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConversationsRequest) GetPageSize() int32 {
@@ -1177,7 +1477,7 @@ type ConversationSummary struct {
 
 func (x *ConversationSummary) Reset() {
 	*x = ConversationSummary{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1489,7 @@ func (x *ConversationSummary) String() string {
 func (*ConversationSummary) ProtoMessage() {}
 
 func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1502,7 @@ func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConversationSummary.ProtoReflect.Descriptor instead.
 func (*ConversationSummary) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ConversationSummary) GetConversationId() string {
@@ -1261,7 +1561,7 @@ type ListConversationsResponse struct {
 
 func (x *ListConversationsResponse) Reset() {
 	*x = ListConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1573,7 @@ func (x *ListConversationsResponse) String() string {
 func (*ListConversationsResponse) ProtoMessage() {}
 
 func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1586,7 @@ func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsResponse.ProtoReflect.Descriptor instead.
 func (*ListConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListConversationsResponse) GetConversations() []*ConversationSummary {
@@ -1324,7 +1624,7 @@ type ReadToolResultRequest struct {
 
 func (x *ReadToolResultRequest) Reset() {
 	*x = ReadToolResultRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1636,7 @@ func (x *ReadToolResultRequest) String() string {
 func (*ReadToolResultRequest) ProtoMessage() {}
 
 func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1649,7 @@ func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultRequest.ProtoReflect.Descriptor instead.
 func (*ReadToolResultRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadToolResultRequest) GetConversationId() string {
@@ -1401,7 +1701,7 @@ type ReadToolResultResponse struct {
 
 func (x *ReadToolResultResponse) Reset() {
 	*x = ReadToolResultResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1713,7 @@ func (x *ReadToolResultResponse) String() string {
 func (*ReadToolResultResponse) ProtoMessage() {}
 
 func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1726,7 @@ func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultResponse.ProtoReflect.Descriptor instead.
 func (*ReadToolResultResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadToolResultResponse) GetText() string {
@@ -1475,10 +1775,33 @@ var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
-	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\"f\n" +
+	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\"\x9c\x01\n" +
+	"\vForkRequest\x12(\n" +
+	"\x0fconversation_id\x18\xd6\x03 \x01(\tR\x0econversationId\x12#\n" +
+	"\n" +
+	"at_version\x18\xd7\x03 \x01(\x03H\x00R\tatVersion\x88\x01\x01\x12/\n" +
+	"\x13new_conversation_id\x18\xd8\x03 \x01(\tR\x11newConversationIdB\r\n" +
+	"\v_at_version\"d\n" +
+	"\fForkResponse\x12\x19\n" +
+	"\aversion\x18\xd6\x03 \x01(\x03R\aversion\x129\n" +
+	"\vforked_from\x18\xd7\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
+	"forkedFrom\"\xc9\x01\n" +
+	"\rRewindRequest\x12(\n" +
+	"\x0fconversation_id\x18\xd6\x03 \x01(\tR\x0econversationId\x12\x1e\n" +
+	"\n" +
+	"to_version\x18\xd7\x03 \x01(\x03R\ttoVersion\x12/\n" +
+	"\x10expected_version\x18\xd8\x03 \x01(\x03H\x00R\x0fexpectedVersion\x88\x01\x01\x12(\n" +
+	"\x0fidempotency_key\x18\xd9\x03 \x01(\tR\x0eidempotencyKeyB\x13\n" +
+	"\x11_expected_version\"H\n" +
+	"\x0eRewindResponse\x12\x19\n" +
+	"\aversion\x18\xd6\x03 \x01(\x03R\aversion\x12\x1b\n" +
+	"\breplayed\x18\xd7\x03 \x01(\bR\breplayed\"\x9a\x01\n" +
 	"\x0fGetStateRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12*\n" +
-	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\"H\n" +
+	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\x12#\n" +
+	"\n" +
+	"at_version\x18\xd6\x03 \x01(\x03H\x00R\tatVersion\x88\x01\x01B\r\n" +
+	"\v_at_version\"H\n" +
 	"\x10GetStateResponse\x124\n" +
 	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xa6\x02\n" +
 	"\x13ReadMessagesRequest\x12(\n" +
@@ -1531,14 +1854,19 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"Z\n" +
 	"\fWatchRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12!\n" +
-	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\"\xeb\x01\n" +
+	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\"\xa4\x03\n" +
 	"\x06Change\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12*\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x14committed_at_unix_ms\x18\x05 \x01(\x03R\x11committedAtUnixMs\x12\x18\n" +
-	"\acleared\x18\x06 \x01(\bR\acleared\"~\n" +
+	"\acleared\x18\x06 \x01(\bR\acleared\x121\n" +
+	"\x14assigned_message_ids\x18\xd6\x03 \x03(\tR\x12assignedMessageIds\x122\n" +
+	"\x12rewound_to_version\x18\xd7\x03 \x01(\x03H\x00R\x10rewoundToVersion\x88\x01\x01\x129\n" +
+	"\vforked_from\x18\xd8\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
+	"forkedFromB\x15\n" +
+	"\x13_rewound_to_version\"~\n" +
 	"\rWatchResponse\x12-\n" +
 	"\x06change\x18\x01 \x01(\v2\x13.contextd.v1.ChangeH\x00R\x06change\x126\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
@@ -1587,7 +1915,7 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x11ConversationOrder\x12\"\n" +
 	"\x1eCONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONVERSATION_ORDER_ID\x10\x01\x12#\n" +
-	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xb7\x04\n" +
+	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xb7\x05\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
 	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
@@ -1595,7 +1923,9 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x05Clear\x12\x19.contextd.v1.ClearRequest\x1a\x1a.contextd.v1.ClearResponse\x12@\n" +
 	"\x05Watch\x12\x19.contextd.v1.WatchRequest\x1a\x1a.contextd.v1.WatchResponse0\x01\x12b\n" +
 	"\x11ListConversations\x12%.contextd.v1.ListConversationsRequest\x1a&.contextd.v1.ListConversationsResponse\x12Y\n" +
-	"\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponseB\xb8\x01\n" +
+	"\x0eReadToolResult\x12\".contextd.v1.ReadToolResultRequest\x1a#.contextd.v1.ReadToolResultResponse\x12;\n" +
+	"\x04Fork\x12\x18.contextd.v1.ForkRequest\x1a\x19.contextd.v1.ForkResponse\x12A\n" +
+	"\x06Rewind\x12\x1a.contextd.v1.RewindRequest\x1a\x1b.contextd.v1.RewindResponseB\xb8\x01\n" +
 	"\x0fcom.contextd.v1B\x18ConversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -1611,68 +1941,79 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(ConversationOrder)(0),            // 0: contextd.v1.ConversationOrder
-	(*GetStateRequest)(nil),           // 1: contextd.v1.GetStateRequest
-	(*GetStateResponse)(nil),          // 2: contextd.v1.GetStateResponse
-	(*ReadMessagesRequest)(nil),       // 3: contextd.v1.ReadMessagesRequest
-	(*SegmentSizes)(nil),              // 4: contextd.v1.SegmentSizes
-	(*ReadMessagesResponse)(nil),      // 5: contextd.v1.ReadMessagesResponse
-	(*CommitRequest)(nil),             // 6: contextd.v1.CommitRequest
-	(*CommitResponse)(nil),            // 7: contextd.v1.CommitResponse
-	(*ClearRequest)(nil),              // 8: contextd.v1.ClearRequest
-	(*ClearResponse)(nil),             // 9: contextd.v1.ClearResponse
-	(*WatchRequest)(nil),              // 10: contextd.v1.WatchRequest
-	(*Change)(nil),                    // 11: contextd.v1.Change
-	(*WatchResponse)(nil),             // 12: contextd.v1.WatchResponse
-	(*Heartbeat)(nil),                 // 13: contextd.v1.Heartbeat
-	(*ListConversationsRequest)(nil),  // 14: contextd.v1.ListConversationsRequest
-	(*ConversationSummary)(nil),       // 15: contextd.v1.ConversationSummary
-	(*ListConversationsResponse)(nil), // 16: contextd.v1.ListConversationsResponse
-	(*ReadToolResultRequest)(nil),     // 17: contextd.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),    // 18: contextd.v1.ReadToolResultResponse
-	nil,                               // 19: contextd.v1.ListConversationsRequest.LabelsEntry
-	nil,                               // 20: contextd.v1.ConversationSummary.LabelsEntry
-	(*ConversationState)(nil),         // 21: contextd.v1.ConversationState
-	(Segment)(0),                      // 22: contextd.v1.Segment
-	(*Message)(nil),                   // 23: contextd.v1.Message
-	(*Delta)(nil),                     // 24: contextd.v1.Delta
+	(*ForkRequest)(nil),               // 1: contextd.v1.ForkRequest
+	(*ForkResponse)(nil),              // 2: contextd.v1.ForkResponse
+	(*RewindRequest)(nil),             // 3: contextd.v1.RewindRequest
+	(*RewindResponse)(nil),            // 4: contextd.v1.RewindResponse
+	(*GetStateRequest)(nil),           // 5: contextd.v1.GetStateRequest
+	(*GetStateResponse)(nil),          // 6: contextd.v1.GetStateResponse
+	(*ReadMessagesRequest)(nil),       // 7: contextd.v1.ReadMessagesRequest
+	(*SegmentSizes)(nil),              // 8: contextd.v1.SegmentSizes
+	(*ReadMessagesResponse)(nil),      // 9: contextd.v1.ReadMessagesResponse
+	(*CommitRequest)(nil),             // 10: contextd.v1.CommitRequest
+	(*CommitResponse)(nil),            // 11: contextd.v1.CommitResponse
+	(*ClearRequest)(nil),              // 12: contextd.v1.ClearRequest
+	(*ClearResponse)(nil),             // 13: contextd.v1.ClearResponse
+	(*WatchRequest)(nil),              // 14: contextd.v1.WatchRequest
+	(*Change)(nil),                    // 15: contextd.v1.Change
+	(*WatchResponse)(nil),             // 16: contextd.v1.WatchResponse
+	(*Heartbeat)(nil),                 // 17: contextd.v1.Heartbeat
+	(*ListConversationsRequest)(nil),  // 18: contextd.v1.ListConversationsRequest
+	(*ConversationSummary)(nil),       // 19: contextd.v1.ConversationSummary
+	(*ListConversationsResponse)(nil), // 20: contextd.v1.ListConversationsResponse
+	(*ReadToolResultRequest)(nil),     // 21: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),    // 22: contextd.v1.ReadToolResultResponse
+	nil,                               // 23: contextd.v1.ListConversationsRequest.LabelsEntry
+	nil,                               // 24: contextd.v1.ConversationSummary.LabelsEntry
+	(*ForkOrigin)(nil),                // 25: contextd.v1.ForkOrigin
+	(*ConversationState)(nil),         // 26: contextd.v1.ConversationState
+	(Segment)(0),                      // 27: contextd.v1.Segment
+	(*Message)(nil),                   // 28: contextd.v1.Message
+	(*Delta)(nil),                     // 29: contextd.v1.Delta
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	21, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	22, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
-	23, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
-	22, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
-	4,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
-	24, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	21, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	24, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
-	11, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
-	13, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	19, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
-	0,  // 11: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
-	20, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
-	15, // 13: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	1,  // 14: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	3,  // 15: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
-	6,  // 16: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	8,  // 17: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	10, // 18: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	14, // 19: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	17, // 20: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	2,  // 21: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	5,  // 22: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	7,  // 23: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	9,  // 24: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	12, // 25: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	16, // 26: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	18, // 27: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	25, // 0: contextd.v1.ForkResponse.forked_from:type_name -> contextd.v1.ForkOrigin
+	26, // 1: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	27, // 2: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	28, // 3: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	27, // 4: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	8,  // 5: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
+	29, // 6: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	26, // 7: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	29, // 8: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	25, // 9: contextd.v1.Change.forked_from:type_name -> contextd.v1.ForkOrigin
+	15, // 10: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
+	17, // 11: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
+	23, // 12: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
+	0,  // 13: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
+	24, // 14: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
+	19, // 15: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
+	5,  // 16: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	7,  // 17: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	10, // 18: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	12, // 19: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	14, // 20: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	18, // 21: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	21, // 22: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	1,  // 23: contextd.v1.ConversationService.Fork:input_type -> contextd.v1.ForkRequest
+	3,  // 24: contextd.v1.ConversationService.Rewind:input_type -> contextd.v1.RewindRequest
+	6,  // 25: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	9,  // 26: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	11, // 27: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	13, // 28: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	16, // 29: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	20, // 30: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	22, // 31: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	2,  // 32: contextd.v1.ConversationService.Fork:output_type -> contextd.v1.ForkResponse
+	4,  // 33: contextd.v1.ConversationService.Rewind:output_type -> contextd.v1.RewindResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -1682,10 +2023,14 @@ func file_contextd_v1_conversation_service_proto_init() {
 	}
 	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
+	file_contextd_v1_conversation_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_contextd_v1_conversation_service_proto_msgTypes[2].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[5].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[7].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_contextd_v1_conversation_service_proto_msgTypes[4].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[9].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[11].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[14].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*WatchResponse_Change)(nil),
 		(*WatchResponse_Heartbeat)(nil),
 	}
@@ -1695,7 +2040,7 @@ func file_contextd_v1_conversation_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,8 @@ const (
 	ConversationService_Watch_FullMethodName             = "/contextd.v1.ConversationService/Watch"
 	ConversationService_ListConversations_FullMethodName = "/contextd.v1.ConversationService/ListConversations"
 	ConversationService_ReadToolResult_FullMethodName    = "/contextd.v1.ConversationService/ReadToolResult"
+	ConversationService_Fork_FullMethodName              = "/contextd.v1.ConversationService/Fork"
+	ConversationService_Rewind_FullMethodName            = "/contextd.v1.ConversationService/Rewind"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -66,6 +68,20 @@ type ConversationServiceClient interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error)
+	// Copy a conversation, at its latest version or one still in its history window, into a new
+	// conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+	// source's at that version (message ids kept, title and labels copied, created and updated
+	// time the fork's, `ConversationState.forked_from` naming the source and version). The source
+	// is not written. `new_conversation_id` already written (any version, also a cleared one) is
+	// ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+	// version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+	// costs per store: docs/history.md.
+	Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error)
+	// Commit a new version whose state equals the state at `to_version` (which must be in the
+	// history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+	// check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+	// `rewound_to_version` set: its state after the change is the state it saw at that version.
+	Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error)
 }
 
 type conversationServiceClient struct {
@@ -155,6 +171,26 @@ func (c *conversationServiceClient) ReadToolResult(ctx context.Context, in *Read
 	return out, nil
 }
 
+func (c *conversationServiceClient) Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkResponse)
+	err := c.cc.Invoke(ctx, ConversationService_Fork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationServiceClient) Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewindResponse)
+	err := c.cc.Invoke(ctx, ConversationService_Rewind_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -193,6 +229,20 @@ type ConversationServiceServer interface {
 	// compile sent the result as a preview (`CompileRequest.large_tool_results`). NOT_FOUND when the
 	// conversation has no result for the call.
 	ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error)
+	// Copy a conversation, at its latest version or one still in its history window, into a new
+	// conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+	// source's at that version (message ids kept, title and labels copied, created and updated
+	// time the fork's, `ConversationState.forked_from` naming the source and version). The source
+	// is not written. `new_conversation_id` already written (any version, also a cleared one) is
+	// ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+	// version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+	// costs per store: docs/history.md.
+	Fork(context.Context, *ForkRequest) (*ForkResponse, error)
+	// Commit a new version whose state equals the state at `to_version` (which must be in the
+	// history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+	// check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+	// `rewound_to_version` set: its state after the change is the state it saw at that version.
+	Rewind(context.Context, *RewindRequest) (*RewindResponse, error)
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -223,6 +273,12 @@ func (UnimplementedConversationServiceServer) ListConversations(context.Context,
 }
 func (UnimplementedConversationServiceServer) ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadToolResult not implemented")
+}
+func (UnimplementedConversationServiceServer) Fork(context.Context, *ForkRequest) (*ForkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fork not implemented")
+}
+func (UnimplementedConversationServiceServer) Rewind(context.Context, *RewindRequest) (*RewindResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rewind not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -364,6 +420,42 @@ func _ConversationService_ReadToolResult_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_Fork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).Fork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_Fork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).Fork(ctx, req.(*ForkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationService_Rewind_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewindRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).Rewind(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_Rewind_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).Rewind(ctx, req.(*RewindRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +486,14 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadToolResult",
 			Handler:    _ConversationService_ReadToolResult_Handler,
+		},
+		{
+			MethodName: "Fork",
+			Handler:    _ConversationService_Fork_Handler,
+		},
+		{
+			MethodName: "Rewind",
+			Handler:    _ConversationService_Rewind_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

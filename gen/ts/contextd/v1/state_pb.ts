@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/state.proto.
  */
 export const file_contextd_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("Chdjb250ZXh0ZC92MS9zdGF0ZS5wcm90bxILY29udGV4dGQudjEiJgoKRXhwZXJpZW5jZRIKCgJpZBgBIAEoCRIMCgR0ZXh0GAIgASgJInkKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSEgoKcGFyYW1ldGVycxgDIAEoCRIWCg5iZXN0X3ByYWN0aWNlcxgoIAMoCRIYChBwcm9tcHRfaW5qZWN0aW9uGCkgASgJIoAEChFDb252ZXJzYXRpb25TdGF0ZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIkCgZzeXN0ZW0YAyADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiUKB2hpc3RvcnkYBCADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiQKBm1lbW9yeRgFIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USIwoFdG9vbHMYBiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEigKCWFydGlmYWN0cxgHIAMoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0EiwKC2V4cGVyaWVuY2VzGAggAygLMhcuY29udGV4dGQudjEuRXhwZXJpZW5jZRI1ChB0b29sX2RlZmluaXRpb25zGAkgAygLMhsuY29udGV4dGQudjEuVG9vbERlZmluaXRpb24SHgoWbGFzdF9leHBlcmllbmNlX251bWJlchgKIAEoAxIOCgV0aXRsZRi4AyABKAkSOwoGbGFiZWxzGLkDIAMoCzIqLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi6ggKBURlbHRhEjYKD2FwcGVuZF9tZXNzYWdlcxgBIAEoCzIbLmNvbnRleHRkLnYxLkFwcGVuZE1lc3NhZ2VzSAASNgoPcmVwbGFjZV9zZWdtZW50GAIgASgLMhsuY29udGV4dGQudjEuUmVwbGFjZVNlZ21lbnRIABI2Cg9yZW1vdmVfbWVzc2FnZXMYAyABKAsyGy5jb250ZXh0ZC52MS5SZW1vdmVNZXNzYWdlc0gAEjIKDWNsZWFyX3NlZ21lbnQYBCABKAsyGS5jb250ZXh0ZC52MS5DbGVhclNlZ21lbnRIABIuCgtjbGVhcl9zdGF0ZRgFIAEoCzIXLmNvbnRleHRkLnYxLkNsZWFyU3RhdGVIABI2Cg91cHNlcnRfYXJ0aWZhY3QYBiABKAsyGy5jb250ZXh0ZC52MS5VcHNlcnRBcnRpZmFjdEgAEjgKEHJlbW92ZV9hcnRpZmFjdHMYByABKAsyHC5jb250ZXh0ZC52MS5SZW1vdmVBcnRpZmFjdHNIABI5ChFhcHBlbmRfdG9vbF9yb3VuZBgIIAEoCzIcLmNvbnRleHRkLnYxLkFwcGVuZFRvb2xSb3VuZEgAEjgKEGFwcGVuZF9hc3Npc3RhbnQYCSABKAsyHC5jb250ZXh0ZC52MS5BcHBlbmRBc3Npc3RhbnRIABI7ChJhcHBlbmRfdG9vbF9yZXN1bHQYCiABKAsyHS5jb250ZXh0ZC52MS5BcHBlbmRUb29sUmVzdWx0SAASLgoLYXBwZW5kX3VzZXIYCyABKAsyFy5jb250ZXh0ZC52MS5BcHBlbmRVc2VySAASPAoSdHJ1bmNhdGVfYXNzaXN0YW50GAwgASgLMh4uY29udGV4dGQudjEuVHJ1bmNhdGVBc3Npc3RhbnRIABI5ChFjYW5jZWxfdG9vbF9jYWxscxgNIAEoCzIcLmNvbnRleHRkLnYxLkNhbmNlbFRvb2xDYWxsc0gAEicKB2NvbXBhY3QYDiABKAsyFC5jb250ZXh0ZC52MS5Db21wYWN0SAASKQoIcmVtZW1iZXIYDyABKAsyFS5jb250ZXh0ZC52MS5SZW1lbWJlckgAEiUKBmZvcmdldBgQIAEoCzITLmNvbnRleHRkLnYxLkZvcmdldEgAEkcKGGFwcGVuZF9wcm92aWRlcl9yZXNwb25zZRgRIAEoCzIjLmNvbnRleHRkLnYxLkFwcGVuZFByb3ZpZGVyUmVzcG9uc2VIABI/ChRzZXRfdG9vbF9kZWZpbml0aW9ucxgSIAEoCzIfLmNvbnRleHRkLnYxLlNldFRvb2xEZWZpbml0aW9uc0gAEkMKFmFwcGVuZF9wcm92aWRlcl9zdHJlYW0YPCABKAsyIS5jb250ZXh0ZC52MS5BcHBlbmRQcm92aWRlclN0cmVhbUgAEjEKDHNldF9tZXRhZGF0YRi4AyABKAsyGC5jb250ZXh0ZC52MS5TZXRNZXRhZGF0YUgAQgsKCW9wZXJhdGlvbiJfCg5BcHBlbmRNZXNzYWdlcxIlCgdzZWdtZW50GAEgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBImCghtZXNzYWdlcxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiXwoOUmVwbGFjZVNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlIkQKDlJlbW92ZU1lc3NhZ2VzEiUKB3NlZ21lbnQYASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EgsKA2lkcxgCIAMoCSI1CgxDbGVhclNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQiDAoKQ2xlYXJTdGF0ZSI5Cg5VcHNlcnRBcnRpZmFjdBInCghhcnRpZmFjdBgBIAEoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0Ih4KD1JlbW92ZUFydGlmYWN0cxILCgNpZHMYASADKAkiYQoPQXBwZW5kVG9vbFJvdW5kEicKCWFzc2lzdGFudBgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USJQoHcmVzdWx0cxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UikQEKD0FwcGVuZEFzc2lzdGFudBIMCgR0ZXh0GAEgASgJEi0KCnRvb2xfY2FsbHMYAiADKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnQSLQoJcmVhc29uaW5nGAMgAygLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydBISCgptZXNzYWdlX2lkGAQgASgJIrEBChBBcHBlbmRUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEikKB3BheWxvYWQYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIQCghpc19lcnJvchgEIAEoCBIoCg1jb250ZW50X3BhcnRzGAUgAygLMhEuY29udGV4dGQudjEuUGFydBISCgptZXNzYWdlX2lkGAYgASgJIjMKCkFwcGVuZFVzZXISJQoHbWVzc2FnZRgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiPwoRVHJ1bmNhdGVBc3Npc3RhbnQSFAoMcGFydGlhbF90ZXh0GAEgASgJEhQKDGFib3J0X3JlYXNvbhgCIAEoCSI+Cg9DYW5jZWxUb29sQ2FsbHMSFQoNdG9vbF9jYWxsX2lkcxgBIAMoCRIUCgxhYm9ydF9yZWFzb24YAiABKAkiXgoHQ29tcGFjdBIlCgdzdW1tYXJ5GAEgASgLMhQuY29udGV4dGQudjEuTWVzc2FnZRIaChJ0aHJvdWdoX21lc3NhZ2VfaWQYAiABKAkSEAoIcmVtZW1iZXIYAyADKAkiGAoIUmVtZW1iZXISDAoEdGV4dBgBIAEoCSIfCgZGb3JnZXQSFQoNZXhwZXJpZW5jZV9pZBgBIAEoCSJPChZBcHBlbmRQcm92aWRlclJlc3BvbnNlEicKCHByb3ZpZGVyGAEgASgOMhUuY29udGV4dGQudjEuUHJvdmlkZXISDAoEanNvbhgCIAEoDCJ6ChRBcHBlbmRQcm92aWRlclN0cmVhbRInCghwcm92aWRlchgBIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEg4KBmV2ZW50cxgCIAMoDBITCgtpbnRlcnJ1cHRlZBgDIAEoCBIUCgxhYm9ydF9yZWFzb24YBCABKAkiqgEKC1NldE1ldGFkYXRhEhMKBXRpdGxlGLgDIAEoCUgAiAEBEjUKBmxhYmVscxi5AyADKAsyJC5jb250ZXh0ZC52MS5TZXRNZXRhZGF0YS5MYWJlbHNFbnRyeRIWCg1yZW1vdmVfbGFiZWxzGLoDIAMoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQggKBl90aXRsZSJLChJTZXRUb29sRGVmaW5pdGlvbnMSNQoQdG9vbF9kZWZpbml0aW9ucxgBIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uKnIKB1NlZ21lbnQSFwoTU0VHTUVOVF9VTlNQRUNJRklFRBAAEhIKDlNFR01FTlRfU1lTVEVNEAESEwoPU0VHTUVOVF9ISVNUT1JZEAISEgoOU0VHTUVOVF9NRU1PUlkQAxIRCg1TRUdNRU5UX1RPT0xTEARCqgEKD2NvbS5jb250ZXh0ZC52MUIKU3RhdGVQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_artifact, file_contextd_v1_message]);
+  fileDesc("Chdjb250ZXh0ZC92MS9zdGF0ZS5wcm90bxILY29udGV4dGQudjEiJgoKRXhwZXJpZW5jZRIKCgJpZBgBIAEoCRIMCgR0ZXh0GAIgASgJInkKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSEgoKcGFyYW1ldGVycxgDIAEoCRIWCg5iZXN0X3ByYWN0aWNlcxgoIAMoCRIYChBwcm9tcHRfaW5qZWN0aW9uGCkgASgJIq8EChFDb252ZXJzYXRpb25TdGF0ZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIkCgZzeXN0ZW0YAyADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiUKB2hpc3RvcnkYBCADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiQKBm1lbW9yeRgFIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USIwoFdG9vbHMYBiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEigKCWFydGlmYWN0cxgHIAMoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0EiwKC2V4cGVyaWVuY2VzGAggAygLMhcuY29udGV4dGQudjEuRXhwZXJpZW5jZRI1ChB0b29sX2RlZmluaXRpb25zGAkgAygLMhsuY29udGV4dGQudjEuVG9vbERlZmluaXRpb24SHgoWbGFzdF9leHBlcmllbmNlX251bWJlchgKIAEoAxIOCgV0aXRsZRi4AyABKAkSOwoGbGFiZWxzGLkDIAMoCzIqLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlLkxhYmVsc0VudHJ5Ei0KC2ZvcmtlZF9mcm9tGNYDIAEoCzIXLmNvbnRleHRkLnYxLkZvcmtPcmlnaW4aLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI4CgpGb3JrT3JpZ2luEhgKD2NvbnZlcnNhdGlvbl9pZBjWAyABKAkSEAoHdmVyc2lvbhjXAyABKAMi6ggKBURlbHRhEjYKD2FwcGVuZF9tZXNzYWdlcxgBIAEoCzIbLmNvbnRleHRkLnYxLkFwcGVuZE1lc3NhZ2VzSAASNgoPcmVwbGFjZV9zZWdtZW50GAIgASgLMhsuY29udGV4dGQudjEuUmVwbGFjZVNlZ21lbnRIABI2Cg9yZW1vdmVfbWVzc2FnZXMYAyABKAsyGy5jb250ZXh0ZC52MS5SZW1vdmVNZXNzYWdlc0gAEjIKDWNsZWFyX3NlZ21lbnQYBCABKAsyGS5jb250ZXh0ZC52MS5DbGVhclNlZ21lbnRIABIuCgtjbGVhcl9zdGF0ZRgFIAEoCzIXLmNvbnRleHRkLnYxLkNsZWFyU3RhdGVIABI2Cg91cHNlcnRfYXJ0aWZhY3QYBiABKAsyGy5jb250ZXh0ZC52MS5VcHNlcnRBcnRpZmFjdEgAEjgKEHJlbW92ZV9hcnRpZmFjdHMYByABKAsyHC5jb250ZXh0ZC52MS5SZW1vdmVBcnRpZmFjdHNIABI5ChFhcHBlbmRfdG9vbF9yb3VuZBgIIAEoCzIcLmNvbnRleHRkLnYxLkFwcGVuZFRvb2xSb3VuZEgAEjgKEGFwcGVuZF9hc3Npc3RhbnQYCSABKAsyHC5jb250ZXh0ZC52MS5BcHBlbmRBc3Npc3RhbnRIABI7ChJhcHBlbmRfdG9vbF9yZXN1bHQYCiABKAsyHS5jb250ZXh0ZC52MS5BcHBlbmRUb29sUmVzdWx0SAASLgoLYXBwZW5kX3VzZXIYCyABKAsyFy5jb250ZXh0ZC52MS5BcHBlbmRVc2VySAASPAoSdHJ1bmNhdGVfYXNzaXN0YW50GAwgASgLMh4uY29udGV4dGQudjEuVHJ1bmNhdGVBc3Npc3RhbnRIABI5ChFjYW5jZWxfdG9vbF9jYWxscxgNIAEoCzIcLmNvbnRleHRkLnYxLkNhbmNlbFRvb2xDYWxsc0gAEicKB2NvbXBhY3QYDiABKAsyFC5jb250ZXh0ZC52MS5Db21wYWN0SAASKQoIcmVtZW1iZXIYDyABKAsyFS5jb250ZXh0ZC52MS5SZW1lbWJlckgAEiUKBmZvcmdldBgQIAEoCzITLmNvbnRleHRkLnYxLkZvcmdldEgAEkcKGGFwcGVuZF9wcm92aWRlcl9yZXNwb25zZRgRIAEoCzIjLmNvbnRleHRkLnYxLkFwcGVuZFByb3ZpZGVyUmVzcG9uc2VIABI/ChRzZXRfdG9vbF9kZWZpbml0aW9ucxgSIAEoCzIfLmNvbnRleHRkLnYxLlNldFRvb2xEZWZpbml0aW9uc0gAEkMKFmFwcGVuZF9wcm92aWRlcl9zdHJlYW0YPCABKAsyIS5jb250ZXh0ZC52MS5BcHBlbmRQcm92aWRlclN0cmVhbUgAEjEKDHNldF9tZXRhZGF0YRi4AyABKAsyGC5jb250ZXh0ZC52MS5TZXRNZXRhZGF0YUgAQgsKCW9wZXJhdGlvbiJfCg5BcHBlbmRNZXNzYWdlcxIlCgdzZWdtZW50GAEgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBImCghtZXNzYWdlcxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiXwoOUmVwbGFjZVNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlIkQKDlJlbW92ZU1lc3NhZ2VzEiUKB3NlZ21lbnQYASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EgsKA2lkcxgCIAMoCSI1CgxDbGVhclNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQiDAoKQ2xlYXJTdGF0ZSI5Cg5VcHNlcnRBcnRpZmFjdBInCghhcnRpZmFjdBgBIAEoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0Ih4KD1JlbW92ZUFydGlmYWN0cxILCgNpZHMYASADKAkiYQoPQXBwZW5kVG9vbFJvdW5kEicKCWFzc2lzdGFudBgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USJQoHcmVzdWx0cxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UikQEKD0FwcGVuZEFzc2lzdGFudBIMCgR0ZXh0GAEgASgJEi0KCnRvb2xfY2FsbHMYAiADKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnQSLQoJcmVhc29uaW5nGAMgAygLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydBISCgptZXNzYWdlX2lkGAQgASgJIrEBChBBcHBlbmRUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEikKB3BheWxvYWQYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIQCghpc19lcnJvchgEIAEoCBIoCg1jb250ZW50X3BhcnRzGAUgAygLMhEuY29udGV4dGQudjEuUGFydBISCgptZXNzYWdlX2lkGAYgASgJIjMKCkFwcGVuZFVzZXISJQoHbWVzc2FnZRgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiPwoRVHJ1bmNhdGVBc3Npc3RhbnQSFAoMcGFydGlhbF90ZXh0GAEgASgJEhQKDGFib3J0X3JlYXNvbhgCIAEoCSI+Cg9DYW5jZWxUb29sQ2FsbHMSFQoNdG9vbF9jYWxsX2lkcxgBIAMoCRIUCgxhYm9ydF9yZWFzb24YAiABKAkiXgoHQ29tcGFjdBIlCgdzdW1tYXJ5GAEgASgLMhQuY29udGV4dGQudjEuTWVzc2FnZRIaChJ0aHJvdWdoX21lc3NhZ2VfaWQYAiABKAkSEAoIcmVtZW1iZXIYAyADKAkiGAoIUmVtZW1iZXISDAoEdGV4dBgBIAEoCSIfCgZGb3JnZXQSFQoNZXhwZXJpZW5jZV9pZBgBIAEoCSJPChZBcHBlbmRQcm92aWRlclJlc3BvbnNlEicKCHByb3ZpZGVyGAEgASgOMhUuY29udGV4dGQudjEuUHJvdmlkZXISDAoEanNvbhgCIAEoDCJ6ChRBcHBlbmRQcm92aWRlclN0cmVhbRInCghwcm92aWRlchgBIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEg4KBmV2ZW50cxgCIAMoDBITCgtpbnRlcnJ1cHRlZBgDIAEoCBIUCgxhYm9ydF9yZWFzb24YBCABKAkiqgEKC1NldE1ldGFkYXRhEhMKBXRpdGxlGLgDIAEoCUgAiAEBEjUKBmxhYmVscxi5AyADKAsyJC5jb250ZXh0ZC52MS5TZXRNZXRhZGF0YS5MYWJlbHNFbnRyeRIWCg1yZW1vdmVfbGFiZWxzGLoDIAMoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQggKBl90aXRsZSJLChJTZXRUb29sRGVmaW5pdGlvbnMSNQoQdG9vbF9kZWZpbml0aW9ucxgBIAMoCzIbLmNvbnRleHRkLnYxLlRvb2xEZWZpbml0aW9uKnIKB1NlZ21lbnQSFwoTU0VHTUVOVF9VTlNQRUNJRklFRBAAEhIKDlNFR01FTlRfU1lTVEVNEAESEwoPU0VHTUVOVF9ISVNUT1JZEAISEgoOU0VHTUVOVF9NRU1PUlkQAxIRCg1TRUdNRU5UX1RPT0xTEARCqgEKD2NvbS5jb250ZXh0ZC52MUIKU3RhdGVQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_artifact, file_contextd_v1_message]);
 
 /**
  * A remembered fact, rendered in the system prompt as "- [exp_<n>] text".
@@ -195,6 +195,14 @@ export type ConversationState = Message<"contextd.v1.ConversationState"> & {
    * @generated from field: map<string, string> labels = 441;
    */
   labels: { [key: string]: string };
+
+  /**
+   * Set on a conversation made by `Fork` (and kept by every later commit, `Clear` included):
+   * the conversation and version it was copied from.
+   *
+   * @generated from field: contextd.v1.ForkOrigin forked_from = 470;
+   */
+  forkedFrom?: ForkOrigin | undefined;
 };
 
 /**
@@ -203,6 +211,34 @@ export type ConversationState = Message<"contextd.v1.ConversationState"> & {
  */
 export const ConversationStateSchema: GenMessage<ConversationState> = /*@__PURE__*/
   messageDesc(file_contextd_v1_state, 2);
+
+/**
+ * The conversation and version a `Fork` copied.
+ *
+ * @generated from message contextd.v1.ForkOrigin
+ */
+export type ForkOrigin = Message<"contextd.v1.ForkOrigin"> & {
+  /**
+   * The source conversation.
+   *
+   * @generated from field: string conversation_id = 470;
+   */
+  conversationId: string;
+
+  /**
+   * The source's version that was copied.
+   *
+   * @generated from field: int64 version = 471;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.ForkOrigin.
+ * Use `create(ForkOriginSchema)` to create a new message.
+ */
+export const ForkOriginSchema: GenMessage<ForkOrigin> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_state, 3);
 
 /**
  * One change to a conversation. Deltas are applied in order inside a commit; the whole batch
@@ -384,7 +420,7 @@ export type Delta = Message<"contextd.v1.Delta"> & {
  * Use `create(DeltaSchema)` to create a new message.
  */
 export const DeltaSchema: GenMessage<Delta> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 3);
+  messageDesc(file_contextd_v1_state, 4);
 
 /**
  * Append messages to the end of a segment. Messages without an id get a random one; a tool call
@@ -423,7 +459,7 @@ export type AppendMessages = Message<"contextd.v1.AppendMessages"> & {
  * Use `create(AppendMessagesSchema)` to create a new message.
  */
 export const AppendMessagesSchema: GenMessage<AppendMessages> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 4);
+  messageDesc(file_contextd_v1_state, 5);
 
 /**
  * Replace all messages of a segment. Same validation as `AppendMessages`.
@@ -451,7 +487,7 @@ export type ReplaceSegment = Message<"contextd.v1.ReplaceSegment"> & {
  * Use `create(ReplaceSegmentSchema)` to create a new message.
  */
 export const ReplaceSegmentSchema: GenMessage<ReplaceSegment> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 5);
+  messageDesc(file_contextd_v1_state, 6);
 
 /**
  * Remove messages by id. Unknown ids are INVALID_ARGUMENT. Removing part of a tool round is
@@ -480,7 +516,7 @@ export type RemoveMessages = Message<"contextd.v1.RemoveMessages"> & {
  * Use `create(RemoveMessagesSchema)` to create a new message.
  */
 export const RemoveMessagesSchema: GenMessage<RemoveMessages> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 6);
+  messageDesc(file_contextd_v1_state, 7);
 
 /**
  * Remove every message of a segment.
@@ -501,7 +537,7 @@ export type ClearSegment = Message<"contextd.v1.ClearSegment"> & {
  * Use `create(ClearSegmentSchema)` to create a new message.
  */
 export const ClearSegmentSchema: GenMessage<ClearSegment> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 7);
+  messageDesc(file_contextd_v1_state, 8);
 
 /**
  * Empty the whole state: segments, artifacts, experiences, tool definitions. The version still
@@ -517,7 +553,7 @@ export type ClearState = Message<"contextd.v1.ClearState"> & {
  * Use `create(ClearStateSchema)` to create a new message.
  */
 export const ClearStateSchema: GenMessage<ClearState> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 8);
+  messageDesc(file_contextd_v1_state, 9);
 
 /**
  * Insert an artifact, or merge it into an existing one by its `merge_policy`.
@@ -538,7 +574,7 @@ export type UpsertArtifact = Message<"contextd.v1.UpsertArtifact"> & {
  * Use `create(UpsertArtifactSchema)` to create a new message.
  */
 export const UpsertArtifactSchema: GenMessage<UpsertArtifact> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 9);
+  messageDesc(file_contextd_v1_state, 10);
 
 /**
  * Remove artifacts by id. Unknown ids are ignored.
@@ -559,7 +595,7 @@ export type RemoveArtifacts = Message<"contextd.v1.RemoveArtifacts"> & {
  * Use `create(RemoveArtifactsSchema)` to create a new message.
  */
 export const RemoveArtifactsSchema: GenMessage<RemoveArtifacts> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 10);
+  messageDesc(file_contextd_v1_state, 11);
 
 /**
  * Append a complete tool round to history: the assistant message with its calls and one TOOL
@@ -591,7 +627,7 @@ export type AppendToolRound = Message<"contextd.v1.AppendToolRound"> & {
  * Use `create(AppendToolRoundSchema)` to create a new message.
  */
 export const AppendToolRoundSchema: GenMessage<AppendToolRound> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 11);
+  messageDesc(file_contextd_v1_state, 12);
 
 /**
  * Append an assistant turn to history. Appends nothing when both `text` and `tool_calls` are
@@ -637,7 +673,7 @@ export type AppendAssistant = Message<"contextd.v1.AppendAssistant"> & {
  * Use `create(AppendAssistantSchema)` to create a new message.
  */
 export const AppendAssistantSchema: GenMessage<AppendAssistant> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 12);
+  messageDesc(file_contextd_v1_state, 13);
 
 /**
  * Append the result of a call as a TOOL message: usually an open call of the last assistant
@@ -698,7 +734,7 @@ export type AppendToolResult = Message<"contextd.v1.AppendToolResult"> & {
  * Use `create(AppendToolResultSchema)` to create a new message.
  */
 export const AppendToolResultSchema: GenMessage<AppendToolResult> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 13);
+  messageDesc(file_contextd_v1_state, 14);
 
 /**
  * Append a user message to history, also while a tool round is open (the approval flow: the
@@ -722,7 +758,7 @@ export type AppendUser = Message<"contextd.v1.AppendUser"> & {
  * Use `create(AppendUserSchema)` to create a new message.
  */
 export const AppendUserSchema: GenMessage<AppendUser> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 14);
+  messageDesc(file_contextd_v1_state, 15);
 
 /**
  * Append what an assistant had said when the user cancelled it. The text is
@@ -752,7 +788,7 @@ export type TruncateAssistant = Message<"contextd.v1.TruncateAssistant"> & {
  * Use `create(TruncateAssistantSchema)` to create a new message.
  */
 export const TruncateAssistantSchema: GenMessage<TruncateAssistant> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 15);
+  messageDesc(file_contextd_v1_state, 16);
 
 /**
  * Close open tool calls of the last assistant message in place: each gets a TOOL result with
@@ -782,7 +818,7 @@ export type CancelToolCalls = Message<"contextd.v1.CancelToolCalls"> & {
  * Use `create(CancelToolCallsSchema)` to create a new message.
  */
 export const CancelToolCallsSchema: GenMessage<CancelToolCalls> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 16);
+  messageDesc(file_contextd_v1_state, 17);
 
 /**
  * Replace a prefix of history with a summary. The summary gets a `Provenance.Summary` listing every
@@ -820,7 +856,7 @@ export type Compact = Message<"contextd.v1.Compact"> & {
  * Use `create(CompactSchema)` to create a new message.
  */
 export const CompactSchema: GenMessage<Compact> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 17);
+  messageDesc(file_contextd_v1_state, 18);
 
 /**
  * Remember a fact as an experience. Whitespace is normalised to single spaces and trimmed; empty
@@ -842,7 +878,7 @@ export type Remember = Message<"contextd.v1.Remember"> & {
  * Use `create(RememberSchema)` to create a new message.
  */
 export const RememberSchema: GenMessage<Remember> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 18);
+  messageDesc(file_contextd_v1_state, 19);
 
 /**
  * Forget an experience. Unknown ids are ignored.
@@ -863,7 +899,7 @@ export type Forget = Message<"contextd.v1.Forget"> & {
  * Use `create(ForgetSchema)` to create a new message.
  */
 export const ForgetSchema: GenMessage<Forget> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 19);
+  messageDesc(file_contextd_v1_state, 20);
 
 /**
  * Parse a provider's non-streaming response body into typed ASSISTANT messages (text, tool calls
@@ -895,7 +931,7 @@ export type AppendProviderResponse = Message<"contextd.v1.AppendProviderResponse
  * Use `create(AppendProviderResponseSchema)` to create a new message.
  */
 export const AppendProviderResponseSchema: GenMessage<AppendProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 20);
+  messageDesc(file_contextd_v1_state, 21);
 
 /**
  * Merge the events of a streamed provider response into the response body they stand for, then
@@ -960,7 +996,7 @@ export type AppendProviderStream = Message<"contextd.v1.AppendProviderStream"> &
  * Use `create(AppendProviderStreamSchema)` to create a new message.
  */
 export const AppendProviderStreamSchema: GenMessage<AppendProviderStream> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 21);
+  messageDesc(file_contextd_v1_state, 22);
 
 /**
  * Set the conversation's title and labels (`ConversationState.title`, `labels`). A delta and not
@@ -1002,7 +1038,7 @@ export type SetMetadata = Message<"contextd.v1.SetMetadata"> & {
  * Use `create(SetMetadataSchema)` to create a new message.
  */
 export const SetMetadataSchema: GenMessage<SetMetadata> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 22);
+  messageDesc(file_contextd_v1_state, 23);
 
 /**
  * Replace the conversation's tool definitions.
@@ -1023,7 +1059,7 @@ export type SetToolDefinitions = Message<"contextd.v1.SetToolDefinitions"> & {
  * Use `create(SetToolDefinitionsSchema)` to create a new message.
  */
 export const SetToolDefinitionsSchema: GenMessage<SetToolDefinitions> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 23);
+  messageDesc(file_contextd_v1_state, 24);
 
 /**
  * A segment of conversation state. Rendering order is system, history, tools, memory; enumeration

@@ -14,6 +14,7 @@ import { Codec } from "../codec/codec.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { createConversationStore } from "../store/create-conversation-store.js";
+import { defaultHistoryLimits } from "../store/version-history.js";
 import { CallTracker } from "./operations/call-tracker.js";
 import type { Config } from "./operations/config.js";
 import { HealthStatus } from "./operations/health.js";
@@ -232,6 +233,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     config.postgresUrl,
     config.strictToolRounds,
     config.decodedStateBytes,
+    { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayBytes: config.historyReadBytes } },
   );
   return { codec, store };
 }

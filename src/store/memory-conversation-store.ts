@@ -1,4 +1,5 @@
 import type { LearntCorrection, TokenCorrection } from "../core/compile/token-calibration.js";
+import type { HistoryLimits } from "./version-history.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
 import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
@@ -22,6 +23,8 @@ import { stringLimits } from "../core/model/string-limits.js";
 export interface MemoryStoreOptions {
   /** Changes kept per conversation for Watch resumption (oldest dropped first). */
   maxChangesPerConversation?: number;
+  /** What one read of a past version may cost (`--history-read-bytes`; version-history.ts). */
+  historyLimits?: HistoryLimits;
   /** How long an idempotency key is remembered. */
   idempotencyTtlMs?: number;
   /** Idempotency records kept (all conversations together); the oldest is forgotten first. */
@@ -84,6 +87,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     super();
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotency = new IdempotencyRecords({
       ttlMs: options.idempotencyTtlMs ?? defaultIdempotencyTtlMs,
       maxRecords: options.maxIdempotencyRecords ?? defaultMaxIdempotencyRecords,

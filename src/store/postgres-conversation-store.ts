@@ -1,4 +1,5 @@
 import { toBinary } from "@bufbuild/protobuf";
+import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
@@ -25,6 +26,8 @@ import { stringLimits } from "../core/model/string-limits.js";
 export interface PostgresStoreOptions {
   /** Changes kept per conversation for Watch resumption (the oldest deleted by the commit that goes past it). */
   maxChangesPerConversation?: number;
+  /** What one read of a past version may cost (`--history-read-bytes`; version-history.ts). */
+  historyLimits?: HistoryLimits;
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
@@ -92,6 +95,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     super();
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
     this.now = options.now ?? Date.now;
     this.connection = new PostgresConnection(url, options.poolSize ?? 16);

@@ -1,4 +1,5 @@
 import { toBinary } from "@bufbuild/protobuf";
+import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cluster } from "ioredis";
 import { ChangeSchema, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
@@ -30,6 +31,8 @@ export interface RedisStoreOptions {
   keyPrefix?: string;
   /** Approximate number of changes kept per conversation stream (XADD MAXLEN ~). */
   maxChangesPerConversation?: number;
+  /** What one read of a past version may cost (`--history-read-bytes`; version-history.ts). */
+  historyLimits?: HistoryLimits;
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
@@ -108,6 +111,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.keyPrefix = options.keyPrefix ?? "contextd";
     if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
     this.now = options.now ?? Date.now;
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;

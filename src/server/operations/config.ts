@@ -160,6 +160,10 @@ export interface Config {
    * kept even when it alone is larger.
    */
   decodedStateBytes: number;
+  /** Changes kept per conversation (what Watch resumes from and what past versions are rebuilt from; docs/history.md). */
+  historyRetentionVersions: number;
+  /** Bytes of logged changes one read of a past version (GetState at_version, Fork, Rewind) applies at most. */
+  historyReadBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -216,6 +220,8 @@ export const defaultConfig: Config = {
 
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
+  historyRetentionVersions: 10_000,
+  historyReadBytes: 256 * 1024 * 1024,
 };
 
 /**
@@ -274,6 +280,8 @@ export const flags = {
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
+  "history-retention-versions": "changes kept per conversation: what Watch resumes from, and the history window GetState at_version, Fork and Rewind read past versions in (Redis keeps about this many)",
+  "history-read-bytes": "bytes of logged changes one read of a past version applies at most (RESOURCE_EXHAUSTED past it)",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -424,6 +432,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
 
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
+    historyRetentionVersions: integer("history-retention-versions", defaultConfig.historyRetentionVersions, 1, 10_000_000),
+    historyReadBytes: integer("history-read-bytes", defaultConfig.historyReadBytes, 1),
   };
 }
 

@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { randomUUID } from "node:crypto";
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
-import { ForkOriginSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
+import { ForkOriginSchema, type ConversationState, type Delta, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import type { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
@@ -208,6 +208,15 @@ export abstract class EngineCommittedStore implements Pick<ConversationStore, "c
   protected abstract readonly engine: CommitEngine;
   /** What one read of a past version may cost (version-history.ts); a store sets it from its options. */
   protected historyLimits: HistoryLimits = defaultHistoryLimits;
+  /**
+   * A store's own copy of the source's current version into a new conversation, when it has one
+   * cheaper than committing every message again (Redis: `COPY` of the lists; Postgres: `INSERT …
+   * SELECT` of the rows): "copied", "exists" (the new id has a version), or "unavailable" (no such
+   * copy here, or the source moved on since): the fork then commits the state through the engine.
+   */
+  protected async forkCurrent(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    return "unavailable";
+  }
   abstract load(conversationId: string): Promise<ConversationState>;
   abstract currentVersion(conversationId: string): Promise<bigint>;
   abstract watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
@@ -232,9 +241,14 @@ export abstract class EngineCommittedStore implements Pick<ConversationStore, "c
     if (current === 0n) throw new ConnectError(`conversation "${conversationId}" has never been written: there is nothing to fork`, Code.NotFound);
     const version = atVersion ?? current;
     if (version < 1n) throw new ConnectError(`at_version: must be at least 1 (the first version), got ${version}`, Code.InvalidArgument);
-    const state = await this.loadAt(conversationId, version);
     const forkedFrom = create(ForkOriginSchema, { conversationId, version });
     const exists = () => new ConnectError(`new_conversation_id "${newConversationId}" already exists: a fork makes a new conversation`, Code.AlreadyExists);
+    if (version === current) {
+      const copied = await this.forkCurrent(conversationId, forkedFrom, newConversationId);
+      if (copied === "exists") throw exists();
+      if (copied === "copied") return { version: 1n, forkedFrom };
+    }
+    const state = await this.loadAt(conversationId, version);
     if ((await this.currentVersion(newConversationId)) !== 0n) throw exists();
     try {
       const outcome = await this.engine.replace(newConversationId, 0n, "", "", () => ({ state: { ...state, forkedFrom }, mark: { forkedFrom } }));

@@ -1,8 +1,9 @@
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
 import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { ConversationStateSchema, type ConversationState, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
@@ -313,6 +314,21 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     }));
     const state = this.copies.assemble(conversationId, version, { created: header.created!, restAt: header.rest_at!, rest: header.message }, segments, copy?.state);
     return { state, record };
+  }
+
+  /** The rows copied inside the database, in one statement (migration 7's `contextd_fork`). */
+  protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    const now = this.now();
+    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
+    const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const { rows } = await this.connection.query<{ outcome: string }>(
+      "forking a conversation",
+      "SELECT contextd_fork($1, $2, $3, $4, $5, $6, $7, $8) AS outcome",
+      [idBytes(conversationId), forkedFrom.version, idBytes(newConversationId), randomUUID(), restSuffix, change, now, changesChannel],
+      "contextd_fork",
+    );
+    const outcome = rows[0]!.outcome;
+    return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
   }
 
   /** The engine's write: one call of `contextd_commit` (one transaction), notifying watchers. */

@@ -3,6 +3,7 @@ import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { commitScript, loadScript, reportUsageScript, windowScript, writeProbeScript } from "./redis-scripts.js";
+import { forkScript, forkScriptKeys } from "./redis-fork-script.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
 
 /**
@@ -71,6 +72,7 @@ export interface Scripts {
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
+  contextdFork(...args: (string | Buffer)[]): Promise<string[]>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
 export type ScriptedRedis = (Redis | Cluster) & Scripts;
@@ -111,6 +113,7 @@ export class RedisConnection {
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
+    this.redis.defineCommand("contextdFork", { numberOfKeys: forkScriptKeys, lua: forkScript });
   }
 
   /**

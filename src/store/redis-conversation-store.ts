@@ -1,9 +1,10 @@
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
 import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cluster } from "ioredis";
 import { ChangeSchema, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { ConversationStateSchema, type ConversationState, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
@@ -324,6 +325,49 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (reply[0] !== "ok") throw corruptCalibration(keys.records, String(reply[1]));
     const [factor, reports, meanAbsoluteRelativeError, relativeError] = reply.slice(1).map(Number);
     return { correction: { factor: factor!, reports: reports!, meanAbsoluteRelativeError: meanAbsoluteRelativeError! }, relativeError: relativeError! };
+  }
+
+  /**
+   * On one Redis, the fork script copies the lists server-side (redis-fork-script.ts); on a
+   * cluster the two conversations' keys are in different slots, and the fork commits the state
+   * through the engine instead.
+   */
+  protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    if (this.redis instanceof Cluster) return "unavailable";
+    const source = this.keys(conversationId);
+    const target = this.keys(newConversationId);
+    const now = this.now();
+    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
+    const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const reply = await this.connection.call(
+      "forking a conversation",
+      () =>
+        this.redis.contextdFork(
+          source.version,
+          source.header,
+          ...source.segments,
+          target.version,
+          target.header,
+          ...target.segments,
+          target.changes,
+          String(forkedFrom.version),
+          randomUUID(),
+          restSuffix,
+          change,
+          String(now),
+          String(this.maxChanges),
+        ),
+      conversationId,
+    );
+    const outcome = String(reply[0]);
+    if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "exists") return "exists";
+    if (outcome === "moved") return "unavailable";
+    await Promise.all([
+      this.writeIndexEntry(newConversationId),
+      this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-now), newConversationId).catch(() => undefined),
+    ]);
+    return "copied";
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {

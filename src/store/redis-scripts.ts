@@ -82,7 +82,7 @@ export function conversationUpdateIndexKey(keyPrefix: string): string {
  * version), `created_at_ms` (of the first; absent for conversations first written before it was
  * kept), `title` and `labels` (a JSON object), copies of the state's.
  */
-const scriptPrelude = `
+export const scriptPrelude = `
 local segmentNames = {'system', 'history', 'memory', 'tools'}
 local headerFields = {'created', 'rest', 'rest_at', 'system', 'system_at', 'history', 'history_at', 'memory', 'memory_at', 'tools', 'tools_at'}
 local function corrupt(detail) return {'corrupt', detail} end

@@ -1271,6 +1271,16 @@ describe.each(stores)("ConversationStore contract, version history, rewind and f
     await store.fork(source, 1n, past);
     expect((await store.load(past)).history.map((message) => message.id)).toEqual(["u1"]);
 
+    // What the fork stored reads as any conversation does: a window of its tail, a fork of it.
+    const tail = await store.readWindow(latest, { segment: "history", count: 1, withRest: true });
+    expect([tail.start, tail.length, tail.state.history[0]!.id, tail.state.title]).toEqual([1, 2, copy.history[1]!.id, "trip"]);
+    const grandchild = freshId("fork-of-fork");
+    await store.fork(latest, undefined, grandchild);
+    const third = await store.load(grandchild);
+    expect(third.forkedFrom).toMatchObject({ conversationId: latest, version: 1n });
+    expect(bytesOf({ ...third, conversationId: latest, forkedFrom: copy.forkedFrom })).toEqual(bytesOf(copy));
+    expect(bytesOf(await store.loadAt(grandchild, 1n))).toEqual(bytesOf(third));
+
     // Writing either side leaves the other as it was (memory shares the segments).
     await store.commit(latest, 1n, [appendHistory(textMessage("b1", Role.USER, "branch"))], "");
     await store.commit(source, 2n, [appendHistory(textMessage("s1", Role.USER, "main"))], "");

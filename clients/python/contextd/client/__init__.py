@@ -30,6 +30,7 @@ from contextd.client.builders import (
     user_text,
 )
 from contextd.client.errors import (
+    AlreadyExists,
     Cancelled,
     ContextdError,
     DeadlineExceeded,
@@ -39,6 +40,7 @@ from contextd.client.errors import (
     InvalidArgument,
     NotFound,
     OutcomeUnknown,
+    OutOfRange,
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
@@ -52,6 +54,7 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_RETRY_POLICY",
+    "AlreadyExists",
     "AsyncClient",
     "Cancelled",
     "Client",
@@ -63,6 +66,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "OutcomeUnknown",
+    "OutOfRange",
     "PermissionDenied",
     "ResourceExhausted",
     "RetryPolicy",

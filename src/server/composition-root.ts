@@ -233,7 +233,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     config.postgresUrl,
     config.strictToolRounds,
     config.decodedStateBytes,
-    { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayBytes: config.historyReadBytes } },
+    { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
   );
   return { codec, store };
 }

@@ -10,7 +10,7 @@ import { stringLimits } from "../core/model/string-limits.js";
 import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, planReplacement, presetMessageIds, type CommitPlan } from "./commit-plan.js";
 import { ContendedCopies } from "./contended-copies.js";
 import type { CommitOutcome, ConversationStore, ForkOutcome } from "./conversation-store.js";
-import { defaultHistoryLimits, rewoundState, stateAtVersion, type HistoryLimits } from "./version-history.js";
+import { defaultHistoryLimits, rewoundState, sharedWith, stateAtVersion, type HistoryLimits } from "./version-history.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
 
@@ -228,7 +228,7 @@ export abstract class EngineCommittedStore implements Pick<ConversationStore, "c
   async rewind(conversationId: string, expectedVersion: bigint | undefined, toVersion: bigint, idempotencyKey: string): Promise<CommitOutcome> {
     const target = await this.loadAt(conversationId, toVersion);
     return this.engine.replace(conversationId, expectedVersion, idempotencyKey, `rewind:${toVersion}`, (base) => ({
-      state: rewoundState(base, target, base.version + 1n),
+      state: rewoundState(base, sharedWith(base, target), base.version + 1n),
       mark: { rewoundToVersion: toVersion },
     }));
   }

@@ -221,7 +221,8 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
       if (record) return { outcome: "replay", record, current };
     }
     if (conversation === undefined ? base.version !== 0n : conversation.state !== base) return { outcome: "conflict", current };
-    this.noteTokenCounts(base, plan.state);
+    // A fork's lists are its source's, counted when the source committed them.
+    if (plan.change.forkedFrom === undefined) this.noteTokenCounts(base, plan.state);
     const updatedAtUnixMs = plan.metadata.updatedAtUnixMs;
     const target: Conversation = conversation ?? { state: base, changes: [], createdAtUnixMs: updatedAtUnixMs, updatedAtUnixMs };
     this.byUpdate.delete(updateOrderKey(target.updatedAtUnixMs, conversationId));

@@ -1,11 +1,17 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { equals } from "@bufbuild/protobuf";
 import { setImmediate as nextTurn } from "node:timers/promises";
+import { MessageSchema, type Message } from "#gen/contextd/v1/message_pb";
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { applyDeltas } from "../core/deltas/apply-deltas.js";
 import { stringLimits } from "../core/model/string-limits.js";
-import { emptyConversationState } from "./commit-plan.js";
+import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { MessageListLineage } from "../core/model/message-list-lineage.js";
+import { emptyConversationState, indexedLookups } from "./commit-plan.js";
+import { MessageIdIndex } from "./message-id-index.js";
 import type { ConversationStore } from "./conversation-store.js";
+import { storedSegments } from "./segment-edits.js";
 import { requireStorableKey } from "./store-errors.js";
 
 /**
@@ -22,16 +28,26 @@ import { requireStorableKey } from "./store-errors.js";
 
 /** What one read of a past version may cost. */
 export interface HistoryLimits {
-  /** Bytes of logged deltas one read applies at most (RESOURCE_EXHAUSTED naming it). */
-  maxReplayBytes: number;
+  /**
+   * Messages the logged deltas one read applies may bring at most, all changes together
+   * (`--history-read-messages`; RESOURCE_EXHAUSTED naming it): what bounds a read's work, since
+   * every change is bounded by the request that brought it.
+   */
+  maxReplayMessages: number;
   /** Forks of forks one read follows back to their first source at most. */
   maxForkDepth: number;
 }
 
-export const defaultHistoryLimits: HistoryLimits = { maxReplayBytes: 256 * 1024 * 1024, maxForkDepth: 16 };
+export const defaultHistoryLimits: HistoryLimits = { maxReplayMessages: 1_000_000, maxForkDepth: 16 };
 
 /** What the history reads of a store: its versions and its change log (what Watch serves). */
 export type HistorySource = Pick<ConversationStore, "load" | "currentVersion" | "watch">;
+
+/** The id index a replay keeps of its running state, and the lineage of the lists it appends. */
+interface Replayed {
+  lineage: MessageListLineage;
+  index: MessageIdIndex | undefined;
+}
 
 /** Changes applied between two turns of the event loop, so a long replay never holds it. */
 const changesPerTurn = 64;
@@ -50,7 +66,7 @@ export async function stateAtVersion(source: HistorySource, conversationId: stri
   }
   if (version === current) return source.load(conversationId);
   if (version === 0n) return emptyConversationState(conversationId);
-  const budget = { bytes: limits.maxReplayBytes };
+  const budget = { messages: limits.maxReplayMessages };
   return replay(source, conversationId, version, current, limits, budget, 0);
 }
 
@@ -61,7 +77,7 @@ async function replay(
   version: bigint,
   current: bigint,
   limits: HistoryLimits,
-  budget: { bytes: number },
+  budget: { messages: number },
   depth: number,
 ): Promise<ConversationState> {
   const changes = await loggedChanges(source, conversationId, version, current, limits, budget);
@@ -70,9 +86,13 @@ async function replay(
   for (const change of changes) if (change.rewoundToVersion !== undefined) rewindTargets.add(change.rewoundToVersion);
   const kept = new Map<bigint, ConversationState>([[0n, emptyConversationState(conversationId)]]);
   let state = kept.get(0n)!;
+  // The ids of the state so far, moved on by each append, as a store keeps them for its commits:
+  // looked up in place, each append of a replay compared every stored id.
+  const ids: Replayed = { lineage: new MessageListLineage(), index: undefined };
   for (const [index, change] of changes.entries()) {
     if (index > 0 && index % changesPerTurn === 0) await nextTurn();
-    state = await applyChange(source, conversationId, state, change, kept, current, limits, budget, depth);
+    state = await applyChange(source, conversationId, state, change, kept, current, limits, budget, depth, ids);
+    ids.index = ids.index?.advancedTo(state, ids.lineage) ?? MessageIdIndex.of(state);
     if (rewindTargets.has(change.version)) kept.set(change.version, state);
   }
   return state;
@@ -87,8 +107,9 @@ async function applyChange(
   kept: Map<bigint, ConversationState>,
   current: bigint,
   limits: HistoryLimits,
-  budget: { bytes: number },
+  budget: { messages: number },
   depth: number,
+  ids: Replayed,
 ): Promise<ConversationState> {
   if (change.forkedFrom !== undefined) {
     const origin = change.forkedFrom;
@@ -118,13 +139,14 @@ async function applyChange(
     if (target === undefined) throw outsideWindow(conversationId, change.version, current, `version ${change.version} rewound to version ${change.rewoundToVersion}, which the log no longer holds`);
     return rewoundState(before, target, change.version);
   }
-  const ids = change.assignedMessageIds;
+  const assigned = change.assignedMessageIds;
   let next = 0;
-  const context = {
+  const context: DeltaContext = {
     newMessageId: () => {
-      if (next < ids.length) return ids[next++]!;
+      if (next < assigned.length) return assigned[next++]!;
       throw outsideWindow(conversationId, change.version, current, `version ${change.version} was committed before the store recorded the ids it assigned`);
     },
+    ...indexedLookups(ids.lineage, () => ids.index),
   };
   return { ...applyDeltas(before, change.deltas, context), conversationId, version: change.version };
 }
@@ -139,8 +161,38 @@ export function rewoundState(base: ConversationState, target: ConversationState,
   return { ...target, conversationId: base.conversationId, version, lastExperienceNumber, forkedFrom: base.forkedFrom };
 }
 
+/**
+ * `target` with every segment message that equals the message at the same position of `base`
+ * replaced by `base`'s object, from the head and from the tail: a store writes by message
+ * identity (`segmentEdit`), so a rewind to a version whose history is a prefix of the current one
+ * trims the list instead of writing it again. Costs one comparison per message.
+ */
+export function sharedWith(base: ConversationState, target: ConversationState): ConversationState {
+  const shared = { ...target };
+  for (const segment of storedSegments) {
+    const before = base[segment];
+    const after = target[segment];
+    if (before.length === 0 || after.length === 0) continue;
+    const messages = after.slice();
+    let head = 0;
+    while (head < messages.length && head < before.length && sameMessage(messages[head]!, before[head]!)) messages[head] = before[head]!, head++;
+    for (let tail = 1; tail <= messages.length - head && tail <= before.length - head; tail++) {
+      const at = messages.length - tail;
+      const was = before.length - tail;
+      if (!sameMessage(messages[at]!, before[was]!)) break;
+      messages[at] = before[was]!;
+    }
+    shared[segment] = messages;
+  }
+  return shared;
+}
+
+function sameMessage(a: Message, b: Message): boolean {
+  return a === b || (a.id === b.id && equals(MessageSchema, a, b));
+}
+
 /** The logged changes 1..`version`, all of them, within the replay budget. */
-async function loggedChanges(source: HistorySource, conversationId: string, version: bigint, current: bigint, limits: HistoryLimits, budget: { bytes: number }): Promise<Change[]> {
+async function loggedChanges(source: HistorySource, conversationId: string, version: bigint, current: bigint, limits: HistoryLimits, budget: { messages: number }): Promise<Change[]> {
   const changes: Change[] = [];
   const controller = new AbortController();
   try {
@@ -148,10 +200,10 @@ async function loggedChanges(source: HistorySource, conversationId: string, vers
       if (change.version !== BigInt(changes.length) + 1n) {
         throw outsideWindow(conversationId, version, current, `its change log starts at version ${change.version}`);
       }
-      budget.bytes -= loggedBytes(change);
-      if (budget.bytes < 0) {
+      budget.messages -= loggedMessages(change);
+      if (budget.messages < 0) {
         throw new ConnectError(
-          `conversation "${conversationId}": rebuilding version ${version} applies more than ${limits.maxReplayBytes} bytes of logged changes (the history read limit, --history-read-bytes)`,
+          `conversation "${conversationId}": rebuilding version ${version} applies more than ${limits.maxReplayMessages} logged messages (the history read limit, --history-read-messages)`,
           Code.ResourceExhausted,
         );
       }
@@ -165,20 +217,26 @@ async function loggedChanges(source: HistorySource, conversationId: string, vers
   return changes;
 }
 
-/** What a logged change weighs against the replay budget: its deltas' messages and payloads, roughly. */
-function loggedBytes(change: Change): number {
-  let bytes = 64;
-  for (const delta of change.deltas) bytes += approximateBytes(delta.operation.value);
-  return bytes;
-}
-
-function approximateBytes(value: unknown): number {
-  if (typeof value === "string") return value.length * 2;
-  if (value instanceof Uint8Array) return value.length;
-  if (typeof value !== "object" || value === null) return 8;
-  let bytes = 16;
-  for (const field of Array.isArray(value) ? value : Object.values(value)) bytes += approximateBytes(field);
-  return bytes;
+/** What a logged change weighs against the replay budget: the messages its deltas bring (at least 1 a delta). */
+function loggedMessages(change: Change): number {
+  let messages = 0;
+  for (const { operation } of change.deltas) {
+    switch (operation.case) {
+      case "appendMessages":
+      case "replaceSegment":
+        messages += Math.max(1, operation.value.messages.length);
+        break;
+      case "appendToolRound":
+        messages += 1 + operation.value.results.length;
+        break;
+      case "appendProviderStream":
+        messages += Math.max(1, operation.value.events.length);
+        break;
+      default:
+        messages += 1;
+    }
+  }
+  return messages;
 }
 
 function outsideWindow(conversationId: string, version: bigint, current: bigint, why: string): ConnectError {

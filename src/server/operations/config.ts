@@ -162,8 +162,8 @@ export interface Config {
   decodedStateBytes: number;
   /** Changes kept per conversation (what Watch resumes from and what past versions are rebuilt from; docs/history.md). */
   historyRetentionVersions: number;
-  /** Bytes of logged changes one read of a past version (GetState at_version, Fork, Rewind) applies at most. */
-  historyReadBytes: number;
+  /** Messages the logged changes one read of a past version (GetState at_version, Fork, Rewind) applies bring at most. */
+  historyReadMessages: number;
 }
 
 export const defaultConfig: Config = {
@@ -221,7 +221,7 @@ export const defaultConfig: Config = {
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
   historyRetentionVersions: 10_000,
-  historyReadBytes: 256 * 1024 * 1024,
+  historyReadMessages: 1_000_000,
 };
 
 /**
@@ -281,7 +281,7 @@ export const flags = {
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
   "history-retention-versions": "changes kept per conversation: what Watch resumes from, and the history window GetState at_version, Fork and Rewind read past versions in (Redis keeps about this many)",
-  "history-read-bytes": "bytes of logged changes one read of a past version applies at most (RESOURCE_EXHAUSTED past it)",
+  "history-read-messages": "messages the logged changes one read of a past version (GetState at_version, Fork at a past version, Rewind) applies may bring, all together (RESOURCE_EXHAUSTED past it)",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -433,7 +433,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
     historyRetentionVersions: integer("history-retention-versions", defaultConfig.historyRetentionVersions, 1, 10_000_000),
-    historyReadBytes: integer("history-read-bytes", defaultConfig.historyReadBytes, 1),
+    historyReadMessages: integer("history-read-messages", defaultConfig.historyReadMessages, 1),
   };
 }
 

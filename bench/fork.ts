@@ -24,15 +24,20 @@ const sizes = (process.env.CONTEXTD_FORK_SIZES ?? "1000,10000,100000").split(","
 const message = (id: string) => create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text: `message ${id} `.padEnd(200, "x") } } }] });
 const append = (ids: string[]) => create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: ids.map(message) } } });
 
-async function medianMs(run: (call: number) => Promise<unknown>): Promise<number> {
+/** The median in ms, or what failed (a fork at a past version of 100,000 messages may outlast Redis's command timeout). */
+async function medianMs(run: (call: number) => Promise<unknown>): Promise<string> {
   const times: number[] = [];
   for (let call = 0; call < calls; call++) {
     const start = process.hrtime.bigint();
-    await run(call);
+    try {
+      await run(call);
+    } catch (error) {
+      return `failed (${(error as Error).message.slice(0, 80)})`;
+    }
     times.push(Number(process.hrtime.bigint() - start) / 1e6);
   }
   times.sort((a, b) => a - b);
-  return times[times.length >> 1]!;
+  return `${times[times.length >> 1]!.toFixed(2)} ms`;
 }
 
 async function measure(name: string, open: () => Promise<ConversationStore>): Promise<void> {
@@ -51,7 +56,7 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       const readPast = await medianMs(() => store.loadAt(id, current - 1n));
       const rewind = await medianMs(() => store.rewind(id, undefined, current - 1n, ""));
       const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, rewind };
-      const line = Object.entries(figures).map(([what, ms]) => `${what} ${ms.toFixed(2)} ms`).join(", ");
+      const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }
   } finally {

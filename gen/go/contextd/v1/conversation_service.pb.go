@@ -1032,8 +1032,8 @@ type WatchRequest struct {
 	// The conversation.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Deliver changes with a version greater than this; 0 = from the beginning of the retained
-	// stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
-	// older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
+	// stream. The store keeps about the last 10,000 changes of a conversation
+	// (`--history-retention-versions`); resuming from a version older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
 	// the message limit, then watch from its version).
 	FromVersion   int64 `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -590,8 +590,8 @@ export type WatchRequest = Message<"contextd.v1.WatchRequest"> & {
 
   /**
    * Deliver changes with a version greater than this; 0 = from the beginning of the retained
-   * stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
-   * older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
+   * stream. The store keeps about the last 10,000 changes of a conversation
+   * (`--history-retention-versions`); resuming from a version older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
    * the message limit, then watch from its version).
    *
    * @generated from field: int64 from_version = 2;

@@ -1,9 +1,9 @@
 import * as grpc from "@grpc/grpc-js";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationService, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
 import { Role } from "#gen/contextd/v1/message_pb";
-import { rpcFailure } from "../../support/grpc-js.js";
-import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
+import { grpcJsClient, rpcFailure } from "../../support/grpc-js.js";
+import { sidecarForSuite, sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
 
 // Fork, GetState at a past version and Rewind through a real sidecar, grpc-js, every store
@@ -76,5 +76,36 @@ describe.each(sidecarStores)("Fork, version history and Rewind (real sidecar, %s
     expect(again.details).toContain(`"${target}" already exists`);
     const missing = await rpcFailure(running.client.unary(ConversationService.method.fork, { conversationId: source, newConversationId: "" }));
     expect([missing.code, missing.details]).toEqual([grpc.status.INVALID_ARGUMENT, "new_conversation_id is required"]);
+  });
+});
+
+describe("the history window and read bound are the sidecar's flags (real sidecar, memory store)", () => {
+  let sidecar: Sidecar;
+  let client: ReturnType<typeof grpcJsClient>;
+  beforeAll(async () => {
+    sidecar = await startSidecar(["--history-retention-versions", "3", "--history-read-messages", "2"]);
+    client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
+  });
+  afterAll(async () => {
+    client?.close();
+    await sidecar?.stop();
+  });
+
+  it("answers OUT_OF_RANGE past --history-retention-versions changes and RESOURCE_EXHAUSTED past --history-read-messages", async () => {
+    const append = (conversationId: string, count: number) =>
+      client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(...Array.from({ length: count }, (_, index) => textMessage("", Role.USER, `m${index}`)))] });
+    const short = `window-short-${Date.now()}`;
+    await append(short, 2);
+    await append(short, 2);
+    await append(short, 2);
+    const tooMany = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: short, atVersion: 2n }));
+    expect([tooMany.code, tooMany.details]).toEqual([grpc.status.RESOURCE_EXHAUSTED, expect.stringContaining("more than 2 logged messages (the history read limit, --history-read-messages)")]);
+    // Version 1 brings 2 messages: exactly the bound.
+    expect((await client.unary(ConversationService.method.getState, { conversationId: short, atVersion: 1n })).state!.history).toHaveLength(2);
+
+    const long = `window-long-${Date.now()}`;
+    for (let commit = 0; commit < 5; commit++) await append(long, 1);
+    const trimmed = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: long, atVersion: 4n }));
+    expect([trimmed.code, trimmed.details]).toEqual([grpc.status.OUT_OF_RANGE, expect.stringContaining("the oldest readable version is 5")]);
   });
 });

@@ -19,6 +19,7 @@ import type { ConversationStore } from "../store/conversation-store.js";
 import { ConversationExpiry } from "../store/conversation-expiry.js";
 import { createConversationStore } from "../store/create-conversation-store.js";
 import { storedValuesOf } from "../store/at-rest-encryption.js";
+import { defaultHistoryLimits } from "../store/version-history.js";
 import { CallTracker } from "./operations/call-tracker.js";
 import type { Config } from "./operations/config.js";
 import { HealthStatus } from "./operations/health.js";
@@ -244,6 +245,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     config.decodedStateBytes,
     storedValuesOf(config.encryptionKeys),
     { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
+    { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
   );
   return { codec, store };
 }

@@ -1,14 +1,17 @@
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { randomUUID } from "node:crypto";
-import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
+import type { Change } from "#gen/contextd/v1/conversation_service_pb";
+import { ForkOriginSchema, type ConversationState, type Delta, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import type { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { stringLimits } from "../core/model/string-limits.js";
-import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, presetMessageIds, type CommitPlan } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, planReplacement, presetMessageIds, type CommitPlan } from "./commit-plan.js";
 import { ContendedCopies } from "./contended-copies.js";
 import type { ConversationExpiry } from "./conversation-expiry.js";
-import type { CommitOutcome, ConversationStore } from "./conversation-store.js";
+import type { CommitOutcome, ConversationStore, ForkOutcome } from "./conversation-store.js";
+import { defaultHistoryLimits, rewoundState, sharedWith, stateAtVersion, type HistoryLimits } from "./version-history.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
 import { answeredCallIds, plannableOnTail, tailLookups, type CommitTail, type TailRead } from "./tail-commit.js";
@@ -39,6 +42,9 @@ export interface CommitRead {
   state: ConversationState;
   record?: RecordedCommit;
 }
+
+/** The state a replacing commit sets on `base`, and the mark its change carries (see `planReplacement`). */
+export type Replacement = (base: ConversationState) => { state: ConversationState; mark: Pick<Change, "rewoundToVersion" | "forkedFrom"> };
 
 /** What a store's conditional write answered. */
 export type CommitWrite =
@@ -133,6 +139,17 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     return (await this.apply(conversationId, expectedVersion, [...clearStateDeltas], "", true)).version;
   }
 
+  /**
+   * Commits the state `replacement` gives for the base it is planned on (a rewind, a fork's first
+   * version), with the same checks, retries and idempotency as a batch; `fingerprint` identifies
+   * the request for its key.
+   */
+  async replace(conversationId: string, expectedVersion: bigint | undefined, idempotencyKey: string, fingerprint: string, replacement: Replacement): Promise<CommitOutcome> {
+    const outcome = await this.apply(conversationId, expectedVersion, [], idempotencyKey, false, fingerprint, undefined, false, replacement);
+    if (outcome.state) this.options.codec.retainState(outcome.state, this.options.lineage);
+    return outcome;
+  }
+
   private async apply(
     conversationId: string,
     expectedVersion: bigint | undefined,
@@ -142,6 +159,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     requestFingerprint?: string,
     messageIds?: readonly string[],
     withoutState = false,
+    replacement?: Replacement,
   ): Promise<CommitOutcome> {
     const { copies, io, lineage } = this.options;
     const deltaContext = this.deltaContext;
@@ -174,7 +192,10 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
       }
       let plan: CommitPlan;
       try {
-        plan = planCommit(base, deltas, {
+        if (replacement !== undefined) {
+          const { state, mark } = replacement(base);
+          plan = planReplacement(base, state, mark, { idempotencyKey, committedAtUnixMs: BigInt(this.options.now()), expiry: this.options.expiry });
+        } else plan = planCommit(base, deltas, {
           deltaContext: messageIds ? presetMessageIds(messageIds, deltaContext) : deltaContext,
           lineage,
           idIndex: () => copies.idIndex(conversationId, base),
@@ -240,6 +261,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
           idempotencyKey,
           committedAtUnixMs: BigInt(this.options.now()),
           cleared: false,
+          expiry: this.options.expiry,
         });
       } catch {
         return {};
@@ -272,8 +294,60 @@ function gaveUp(conversationId: string, attempts: number, current: bigint): Conn
  * What every store answers through its engine: commits, clears, and the id lookups and tool-round
  * rules a compile-commit applies its batch by beforehand. A store extends it and sets `engine`.
  */
-export abstract class EngineCommittedStore implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds"> {
+export abstract class EngineCommittedStore implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds" | "loadAt" | "fork" | "rewind"> {
   protected abstract readonly engine: CommitEngine;
+  /** What one read of a past version may cost (version-history.ts); a store sets it from its options. */
+  protected historyLimits: HistoryLimits = defaultHistoryLimits;
+  /**
+   * A store's own copy of the source's current version into a new conversation, when it has one
+   * cheaper than committing every message again (Redis: `COPY` of the lists; Postgres: `INSERT …
+   * SELECT` of the rows): "copied", "exists" (the new id has a version), or "unavailable" (no such
+   * copy here, or the source moved on since): the fork then commits the state through the engine.
+   */
+  protected async forkCurrent(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    return "unavailable";
+  }
+  abstract load(conversationId: string): Promise<ConversationState>;
+  abstract currentVersion(conversationId: string): Promise<bigint>;
+  abstract watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
+
+  loadAt(conversationId: string, version: bigint): Promise<ConversationState> {
+    return stateAtVersion(this, conversationId, version, this.historyLimits);
+  }
+
+  async rewind(conversationId: string, expectedVersion: bigint | undefined, toVersion: bigint, idempotencyKey: string): Promise<CommitOutcome> {
+    const target = await this.loadAt(conversationId, toVersion);
+    return this.engine.replace(conversationId, expectedVersion, idempotencyKey, `rewind:${toVersion}`, (base) => ({
+      state: rewoundState(base, sharedWith(base, target), base.version + 1n),
+      mark: { rewoundToVersion: toVersion },
+    }));
+  }
+
+  async fork(conversationId: string, atVersion: bigint | undefined, newConversationId: string): Promise<ForkOutcome> {
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
+    requireStorableKey("new_conversation_id", newConversationId, stringLimits.id);
+    if (newConversationId === conversationId) throw new ConnectError(`new_conversation_id: must differ from conversation_id "${conversationId}"`, Code.InvalidArgument);
+    const current = await this.currentVersion(conversationId);
+    if (current === 0n) throw new ConnectError(`conversation "${conversationId}" has never been written: there is nothing to fork`, Code.NotFound);
+    const version = atVersion ?? current;
+    if (version < 1n) throw new ConnectError(`at_version: must be at least 1 (the first version), got ${version}`, Code.InvalidArgument);
+    const forkedFrom = create(ForkOriginSchema, { conversationId, version });
+    const exists = () => new ConnectError(`new_conversation_id "${newConversationId}" already exists: a fork makes a new conversation`, Code.AlreadyExists);
+    if (version === current) {
+      const copied = await this.forkCurrent(conversationId, forkedFrom, newConversationId);
+      if (copied === "exists") throw exists();
+      if (copied === "copied") return { version: 1n, forkedFrom };
+    }
+    const state = await this.loadAt(conversationId, version);
+    if ((await this.currentVersion(newConversationId)) !== 0n) throw exists();
+    try {
+      const outcome = await this.engine.replace(newConversationId, 0n, "", "", () => ({ state: { ...state, forkedFrom }, mark: { forkedFrom } }));
+      return { version: outcome.version, forkedFrom };
+    } catch (error) {
+      if (error instanceof ConnectError && error.code === Code.Aborted) throw exists();
+      throw error;
+    }
+  }
 
   get strictToolRounds(): boolean {
     return this.engine.strictToolRounds;

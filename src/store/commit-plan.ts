@@ -79,10 +79,18 @@ export function indexedLookups(lineage: MessageListLineage, idIndex: (() => Mess
 /** Both stores compute a commit the same way; they differ only in how they make it atomic. */
 export function planCommit(base: ConversationState, deltas: Delta[], options: CommitPlanOptions): CommitPlan {
   const { lineage, idIndex, deltaContext, lookups } = options;
+  // The ids given to messages that came without one go into the change, so the log rebuilds the
+  // state exactly (version-history.ts).
+  const assignedMessageIds: string[] = [];
+  const newMessageId = () => {
+    const id = deltaContext.newMessageId();
+    assignedMessageIds.push(id);
+    return id;
+  };
   const context: DeltaContext =
     lineage === undefined && lookups === undefined
-      ? deltaContext
-      : { newMessageId: () => deltaContext.newMessageId(), strictToolRounds: deltaContext.strictToolRounds, ...(lookups ?? indexedLookups(lineage!, idIndex)) };
+      ? { ...deltaContext, newMessageId }
+      : { newMessageId, strictToolRounds: deltaContext.strictToolRounds, ...(lookups ?? indexedLookups(lineage!, idIndex)) };
   const applied = applyDeltas(base, deltas, context);
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };
@@ -93,8 +101,35 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
     idempotencyKey: options.idempotencyKey,
     committedAtUnixMs: options.committedAtUnixMs,
     cleared: options.cleared,
+    assignedMessageIds,
   });
-  const { expiry } = options;
+  return withMetadata(base, state, change, options.expiry);
+}
+
+/**
+ * A commit that sets the whole state instead of applying deltas: a `Rewind` (`rewoundToVersion`)
+ * or a fork's first version (`forkedFrom`). Its change carries no deltas, only that mark.
+ */
+export function planReplacement(
+  base: ConversationState,
+  next: ConversationState,
+  mark: Pick<Change, "rewoundToVersion" | "forkedFrom">,
+  options: Pick<CommitPlanOptions, "idempotencyKey" | "committedAtUnixMs" | "expiry">,
+): CommitPlan {
+  const version = base.version + 1n;
+  const state = { ...next, conversationId: base.conversationId, version };
+  const change = create(ChangeSchema, {
+    conversationId: base.conversationId,
+    version,
+    idempotencyKey: options.idempotencyKey,
+    committedAtUnixMs: options.committedAtUnixMs,
+    ...mark,
+  });
+  return withMetadata(base, state, change, options.expiry);
+}
+
+function withMetadata(base: ConversationState, state: ConversationState, change: Change, expiry: ConversationExpiry | undefined): CommitPlan {
+  const options = { committedAtUnixMs: change.committedAtUnixMs };
   const expiresAtUnixMs = expiry?.expiresAt(base.conversationId, state, options.committedAtUnixMs) ?? 0n;
   const metadata: ListedMetadata = {
     updatedAtUnixMs: options.committedAtUnixMs,

@@ -1,5 +1,5 @@
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
+import type { ConversationState, Delta, ForkOrigin } from "#gen/contextd/v1/state_pb";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { CalibrationStore } from "./calibration-store.js";
@@ -28,6 +28,12 @@ export interface CommitOptions {
    * answer without the state (store/tail-commit.ts). Default true.
    */
   withState?: boolean;
+}
+
+/** The outcome of a fork: the new conversation's version (1) and what it was copied from. */
+export interface ForkOutcome {
+  version: bigint;
+  forkedFrom: ForkOrigin;
 }
 
 export type { ConversationPage } from "./conversation-listing.js";
@@ -127,6 +133,24 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
    * version whose following changes were trimmed from the bounded change log is OUT_OF_RANGE.
    */
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
+  /**
+   * The state at `version`, rebuilt from the change log when it is not the current one
+   * (`version-history.ts`): OUT_OF_RANGE past the current version or outside the history window
+   * (naming the oldest readable version), RESOURCE_EXHAUSTED past the read's bound.
+   */
+  loadAt(conversationId: string, version: bigint): Promise<ConversationState>;
+  /**
+   * Commits a new version whose state is the state at `toVersion` (`loadAt`'s), with the
+   * expected-version check and idempotency key of a commit; its change has no deltas and
+   * `rewound_to_version` set.
+   */
+  rewind(conversationId: string, expectedVersion: bigint | undefined, toVersion: bigint, idempotencyKey: string): Promise<CommitOutcome>;
+  /**
+   * Copies `conversationId` at `atVersion` (undefined = the current one) into `newConversationId`
+   * as its version 1, `forked_from` set; the source is not written. ALREADY_EXISTS when the new id
+   * was ever written, NOT_FOUND for a source never written.
+   */
+  fork(conversationId: string, atVersion: bigint | undefined, newConversationId: string): Promise<ForkOutcome>;
   /** Resolves when the store is usable, rejects when it is not; drives health. */
   ping(): Promise<void>;
   /** Releases connections and stops the expiry sweep; pending watches end. */

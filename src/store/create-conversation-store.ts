@@ -7,6 +7,7 @@ import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
+import type { HistoryLimits } from "./version-history.js";
 
 /** Where a Redis store runs beside its URL: a cluster's seed nodes, and the replica acknowledgement of commits. */
 export interface RedisDeployment {
@@ -22,6 +23,12 @@ export interface RedisDeployment {
 export interface StoreRetention {
   expiry?: ConversationExpiry;
   expirySweepMs?: number;
+}
+
+/** How much change log every store keeps (`--history-retention-versions`) and what one history read may cost. */
+export interface HistoryOptions {
+  maxChangesPerConversation?: number;
+  historyLimits?: HistoryLimits;
 }
 
 /**
@@ -44,22 +51,24 @@ export async function createConversationStore(
   decodedStateBytes = defaultDecodedStateBytes,
   values: StoredValues = plainValues,
   retention: StoreRetention = {},
+  history: HistoryOptions = {},
 ): Promise<ConversationStore> {
   // How every store applies deltas: random ids for messages without one, and the tool-round rules.
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values, ...retention });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values, ...retention, ...history });
     await store.connected(connectTimeoutMs);
     return store;
   }
   const clusterNodes = redis.clusterNodes ?? [];
-  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec, deltaContext, ...retention });
+  if (redisUrl === "" && clusterNodes.length === 0) return new MemoryConversationStore({ codec, deltaContext, ...retention, ...history });
   const store = new RedisConversationStore(clusterNodes.length > 0 ? { clusterNodes } : redisUrl, {
     codec,
     deltaContext,
     cacheBytes: decodedStateBytes,
     values,
+    ...history,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
     ...retention,

@@ -1,4 +1,5 @@
 import type { LearntCorrection, TokenCorrection } from "../core/compile/token-calibration.js";
+import type { HistoryLimits } from "./version-history.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
 import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
 import { MemoryUsageLedger } from "./memory-usage-ledger.js";
@@ -25,6 +26,8 @@ import { stringLimits } from "../core/model/string-limits.js";
 export interface MemoryStoreOptions {
   /** Changes kept per conversation for Watch resumption (oldest dropped first). */
   maxChangesPerConversation?: number;
+  /** What one read of a past version may cost (`--history-read-bytes`; version-history.ts). */
+  historyLimits?: HistoryLimits;
   /** How long an idempotency key is remembered. */
   idempotencyTtlMs?: number;
   /** Idempotency records kept (all conversations together); the oldest is forgotten first. */
@@ -108,6 +111,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     super();
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotency = new IdempotencyRecords({
       ttlMs: options.idempotencyTtlMs ?? defaultIdempotencyTtlMs,
       maxRecords: options.maxIdempotencyRecords ?? defaultMaxIdempotencyRecords,
@@ -317,7 +321,8 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
       if (record) return { outcome: "replay", record, current };
     }
     if (conversation === undefined ? base.version !== 0n : conversation.state !== base) return { outcome: "conflict", current };
-    this.noteTokenCounts(base, plan.state);
+    // A fork's lists are its source's, counted when the source committed them.
+    if (plan.change.forkedFrom === undefined) this.noteTokenCounts(base, plan.state);
     const updatedAtUnixMs = plan.metadata.updatedAtUnixMs;
     const target: Conversation = conversation ?? { state: base, changes: [], createdAtUnixMs: updatedAtUnixMs, updatedAtUnixMs, expiresAtUnixMs: 0n };
     if (target.expiresAtUnixMs > 0n) this.byExpiry.delete(expiryOrderKey(target.expiresAtUnixMs, conversationId));

@@ -1,7 +1,9 @@
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
+import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { ConversationStateSchema, type ConversationState, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
@@ -29,6 +31,8 @@ import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedg
 export interface PostgresStoreOptions {
   /** Changes kept per conversation for Watch resumption (the oldest deleted by the commit that goes past it). */
   maxChangesPerConversation?: number;
+  /** What one read of a past version may cost (`--history-read-bytes`; version-history.ts). */
+  historyLimits?: HistoryLimits;
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
@@ -106,6 +110,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     super();
     this.codec = options.codec ?? new Codec();
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
     this.now = options.now ?? Date.now;
     this.connection = new PostgresConnection(url, options.poolSize ?? 16);
@@ -408,6 +413,25 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     }
     const labels = typeof row.labels === "string" ? (JSON.parse(open("labels", row.labels)) as Record<string, string>) : {};
     return [title, labels];
+  }
+
+  /** The rows copied inside the database, in one statement (migration 7's `contextd_fork`). */
+  protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    // Under encryption at rest each stored value is bound to its conversation's id: the engine's
+    // write seals the fork's anew (a copied row would not open). `contextd_fork` itself sends a
+    // source that expires there too, so the fork gets its own expiry.
+    if (this.values.encrypts) return "unavailable";
+    const now = this.now();
+    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
+    const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const { rows } = await this.connection.query<{ outcome: string }>(
+      "forking a conversation",
+      "SELECT contextd_fork($1, $2, $3, $4, $5, $6, $7, $8) AS outcome",
+      [idBytes(conversationId), forkedFrom.version, idBytes(newConversationId), randomUUID(), restSuffix, change, now, changesChannel],
+      "contextd_fork",
+    );
+    const outcome = rows[0]!.outcome;
+    return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
   }
 
   /** The engine's write: one call of `contextd_commit` (one transaction), notifying watchers. */

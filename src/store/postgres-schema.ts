@@ -622,6 +622,47 @@ $$;
 `,
   },
   {
+    version: 7,
+    name: "contextd_fork: a conversation's current version copied into a new one, rows by INSERT ... SELECT",
+    // Why: a fork through contextd_commit sends every message of the source back to the database;
+    // here the rows are copied inside it, and the sidecar sends the new header's few columns and
+    // the change row. The source header is locked FOR SHARE, so a commit to the source waits for
+    // the copy instead of changing the rows under it. The new rest is the source's with the new id
+    // and forked_from appended (protobuf keeps the last of a repeated singular field). Each _at is
+    // 1, the new conversation's first version, as a first commit's. 'moved' = the source is not
+    // at p_version or expires; 'exists' = the new id has a header row.
+    sql: `
+CREATE FUNCTION contextd_fork(
+  p_source bytea, p_version bigint, p_target bytea, p_created text, p_rest_suffix bytea,
+  p_change bytea, p_now_ms bigint, p_notify text
+) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_source contextd_conversations%ROWTYPE;
+BEGIN
+  SELECT * INTO v_source FROM contextd_conversations c WHERE c.id = p_source FOR SHARE;
+  IF NOT FOUND OR v_source.version <> p_version THEN RETURN 'moved'; END IF;
+  -- A source that expires (migration 8's column; this function runs only once every migration is
+  -- applied) is forked through contextd_commit, which gives the fork its own expiry.
+  IF v_source.expires_at_ms <> 0 THEN RETURN 'moved'; END IF;
+  INSERT INTO contextd_conversations AS t (id, version, created, rest, rest_at, segment_first, segment_length, segment_at, created_at_ms, updated_at_ms, title, labels)
+    VALUES (p_target, 1, p_created, v_source.rest || p_rest_suffix, 1, v_source.segment_first, v_source.segment_length, '{1,1,1,1}', p_now_ms, p_now_ms, v_source.title, v_source.labels)
+    ON CONFLICT (id) DO NOTHING;
+  IF NOT FOUND THEN RETURN 'exists'; END IF;
+  INSERT INTO contextd_messages (conversation_id, segment, position, message)
+    SELECT p_target, m.segment, m.position, m.message FROM contextd_messages m
+    WHERE m.conversation_id = p_source
+      AND m.position >= v_source.segment_first[m.segment + 1]
+      AND m.position < v_source.segment_first[m.segment + 1] + v_source.segment_length[m.segment + 1];
+  INSERT INTO contextd_changes (conversation_id, version, change) VALUES (p_target, 1, p_change)
+    ON CONFLICT (conversation_id, version) DO UPDATE SET change = EXCLUDED.change;
+  IF p_notify <> '' THEN PERFORM pg_notify(p_notify, md5(p_target)); END IF;
+  RETURN 'ok';
+END
+$$;
+`,
+  },
+  {
     version: 8,
     name: "retention: conversation expiry (column, index, commit and load that honour it, a batched delete of the expired) and deletes",
     // Additive: new functions beside the old ones, which sidecars of the previous release keep

@@ -13,6 +13,9 @@ import { changesNotRetained, corruptConversation } from "./store-errors.js";
  * its own, across cluster failovers and reshardings. Apart from the store because it shares
  * nothing with a commit but the connection and the keys.
  */
+/** Changes one read of a watch's backlog asks for (`XRANGE … COUNT`). */
+const backlogPageChanges = 20;
+
 export class RedisChangeFeed {
   private readonly connections = new Set<Redis>();
 
@@ -29,7 +32,12 @@ export class RedisChangeFeed {
   async *watch(conversationId: string, keys: ConversationKeys, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
     const { redis } = this.connection;
     let last = fromVersion;
-    const backlog = await this.connection.call("reading changes", () => redis.xrangeBuffer(keys.changes, `${fromVersion + 1n}-0`, "+"), conversationId);
+    // The backlog in pages: read whole, the 105 changes of a 100,000-message conversation built in
+    // 1,000-message commits (~22 MB, what a history read rebuilds from) outlasted the command
+    // timeout on a loaded cluster.
+    const page = (after: bigint) =>
+      this.connection.call("reading changes", () => redis.xrangeBuffer(keys.changes, `${after + 1n}-0`, "+", "COUNT", backlogPageChanges), conversationId);
+    let backlog = await page(fromVersion);
     if (fromVersion > 0n) {
       const oldest = backlog.length > 0 ? decodeChange(this.values, conversationId, backlog[0]!).version : undefined;
       const current = oldest === undefined ? await this.currentVersion(conversationId) : oldest - 1n;
@@ -37,10 +45,14 @@ export class RedisChangeFeed {
         throw changesNotRetained(conversationId, fromVersion, oldest ?? current + 1n);
       }
     }
-    for (const entry of backlog) {
-      const change = decodeChange(this.values, conversationId, entry);
-      yield change;
-      last = change.version;
+    for (;;) {
+      for (const entry of backlog) {
+        const change = decodeChange(this.values, conversationId, entry);
+        yield change;
+        last = change.version;
+      }
+      if (backlog.length < backlogPageChanges || signal.aborted) break;
+      backlog = await page(last);
     }
     // A blocking XREAD holds its connection, so each watch gets its own: to the one Redis, or on a
     // cluster to the master of the conversation's slot (a blocking read must go to that node).

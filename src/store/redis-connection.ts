@@ -4,6 +4,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis"
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
 import { commitScript, deleteScript, loadScript, reportUsageScript, windowScript, writeProbeScript } from "./redis-scripts.js";
 import { commitTailScript } from "./redis-tail-script.js";
+import { forkScript, forkScriptKeys } from "./redis-fork-script.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
 
 /**
@@ -74,6 +75,7 @@ export interface Scripts {
   contextdWriteProbe(): Promise<unknown>;
   contextdDelete(...args: string[]): Promise<string[]>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
+  contextdFork(...args: (string | Buffer)[]): Promise<string[]>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
 export type ScriptedRedis = (Redis | Cluster) & Scripts;
@@ -116,6 +118,7 @@ export class RedisConnection {
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdDelete", { numberOfKeys: 9, lua: deleteScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
+    this.redis.defineCommand("contextdFork", { numberOfKeys: forkScriptKeys, lua: forkScript });
   }
 
   /**

@@ -1,8 +1,10 @@
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
+import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cluster } from "ioredis";
 import { ChangeSchema, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
-import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { ConversationStateSchema, type ConversationState, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
@@ -20,7 +22,7 @@ import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, Conversatio
 import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { storedSegments } from "./segment-edits.js";
-import { StoredCopies, type ReceivedSegment } from "./stored-copies.js";
+import { bufferOf, StoredCopies, type ReceivedSegment } from "./stored-copies.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
@@ -36,6 +38,8 @@ export interface RedisStoreOptions {
   keyPrefix?: string;
   /** Approximate number of changes kept per conversation stream (XADD MAXLEN ~). */
   maxChangesPerConversation?: number;
+  /** What one read of a past version may cost (`--history-read-bytes`; version-history.ts). */
+  historyLimits?: HistoryLimits;
   idempotencyTtlMs?: number;
   /** Decoded states kept in this process, validated against the stored version on every use. */
   cacheSize?: number;
@@ -130,6 +134,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.keyPrefix = options.keyPrefix ?? "contextd";
     if (/[{}]/.test(this.keyPrefix)) throw new Error(`redis key prefix "${this.keyPrefix}" must not contain { or }: it would take the place of the conversation's hash tag`);
     this.maxChanges = options.maxChangesPerConversation ?? defaultMaxChangesPerConversation;
+    if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
     this.now = options.now ?? Date.now;
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
@@ -368,6 +373,52 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
     return this.usage.list(tenant, after, limit);
+  }
+
+  /**
+   * On one Redis, the fork script copies the lists server-side (redis-fork-script.ts); on a
+   * cluster the two conversations' keys are in different slots, and the fork commits the state
+   * through the engine instead. So it does under encryption at rest (each stored value is bound to
+   * its conversation's id, so a copied one would not open in the fork: the engine's write seals
+   * them anew) and for a source that expires (its lists carry a TTL that `COPY` would give the
+   * fork's lists but not its other keys: the engine's write gives every key the fork's own).
+   */
+  protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    if (this.redis instanceof Cluster || this.values.encrypts) return "unavailable";
+    const source = this.keys(conversationId);
+    const target = this.keys(newConversationId);
+    const now = this.now();
+    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
+    const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const reply = await this.connection.call(
+      "forking a conversation",
+      () =>
+        this.redis.contextdFork(
+          source.version,
+          source.header,
+          ...source.segments,
+          target.version,
+          target.header,
+          ...target.segments,
+          target.changes,
+          String(forkedFrom.version),
+          randomUUID(),
+          restSuffix,
+          change,
+          String(now),
+          String(this.maxChanges),
+        ),
+      conversationId,
+    );
+    const outcome = String(reply[0]);
+    if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "exists") return "exists";
+    if (outcome === "moved") return "unavailable";
+    await Promise.all([
+      this.writeIndexEntry(newConversationId),
+      this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-now), newConversationId).catch(() => undefined),
+    ]);
+    return "copied";
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {

@@ -9,6 +9,7 @@ import { file_contextd_v1_message, MessageSchema } from "#gen/contextd/v1/messag
 import { file_contextd_v1_state } from "#gen/contextd/v1/state_pb";
 import { file_contextd_v1_telemetry } from "#gen/contextd/v1/telemetry_pb";
 import { file_contextd_v1_telemetry_service } from "#gen/contextd/v1/telemetry_service_pb";
+import { file_contextd_v1_usage_ledger } from "#gen/contextd/v1/usage_ledger_pb";
 import { assertStringLimits, limitedStringFields, stringLimitOf, stringLimits } from "../../src/core/model/string-limits.js";
 
 const registry = createRegistry(
@@ -20,6 +21,7 @@ const registry = createRegistry(
   file_contextd_v1_state,
   file_contextd_v1_telemetry,
   file_contextd_v1_telemetry_service,
+  file_contextd_v1_usage_ledger,
 );
 
 describe("request string limits", () => {
@@ -65,6 +67,14 @@ describe("request string limits", () => {
       "contextd.v1.RecallResponse.missing_ids",
       // The minimum-gain rule's forecast in CacheImpact, a result.
       "contextd.v1.TrimStepForecast.first_message_id",
+      // What a fork was copied from and the ids a commit assigned, written by the server.
+      "contextd.v1.ForkOrigin.conversation_id",
+      "contextd.v1.Change.assigned_message_ids",
+      // The usage ledger's answers.
+      "contextd.v1.ConversationUsage.conversation_id",
+      "contextd.v1.GetUsageResponse.conversation_id",
+      "contextd.v1.UsageEntry.report_id",
+      "contextd.v1.UsageEntry.turn_id",
     ].sort());
   });
 

@@ -92,24 +92,24 @@ const stores: [string, (now?: () => number, retention?: StoreRetention) => Promi
   // The same contract with contents encrypted at rest (docs/encryption-at-rest.md).
   [
     "redis, encrypted",
-    async (now) => {
-      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200, now, values: encrypted, keyPrefix: encryptedKeyPrefix });
+    async (now, retention) => {
+      const store = new RedisConversationStore(redis.url, { watchBlockMs: 200, now, values: encrypted, keyPrefix: encryptedKeyPrefix, ...retention });
       expect(await store.connected()).toBe(true);
       return store;
     },
   ],
   [
     "redis cluster, encrypted",
-    async (now) => {
-      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, now, values: encrypted, keyPrefix: encryptedKeyPrefix });
+    async (now, retention) => {
+      const store = new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, now, values: encrypted, keyPrefix: encryptedKeyPrefix, ...retention });
       expect(await store.connected()).toBe(true);
       return store;
     },
   ],
   [
     "postgres, encrypted",
-    async (now) => {
-      const store = new PostgresConversationStore(encryptedPostgresUrl, { watchPollMs: 200, now, values: encrypted });
+    async (now, retention) => {
+      const store = new PostgresConversationStore(encryptedPostgresUrl, { watchPollMs: 200, now, values: encrypted, ...retention });
       expect(await store.connected()).toBe(true);
       return store;
     },
@@ -1465,6 +1465,212 @@ describe("RedisConversationStore specifics", () => {
       expect((await rejection(store.ping())).code).toBe(Code.Unavailable);
     } finally {
       await store.close();
+    }
+  });
+});
+
+async function connected<T extends { connected(): Promise<boolean> }>(store: T): Promise<T> {
+  expect(await store.connected()).toBe(true);
+  return store;
+}
+
+/** The stores again, with a change-log bound of `maxChanges` (the history window). */
+const windowedStores: [string, (maxChanges: number) => Promise<ConversationStore>][] = [
+  ["memory", async (maxChanges) => new MemoryConversationStore({ maxChangesPerConversation: maxChanges })],
+  ["redis", async (maxChanges) => connected(new RedisConversationStore(redis.url, { watchBlockMs: 200, maxChangesPerConversation: maxChanges }))],
+  ["redis cluster", async (maxChanges) => connected(new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, maxChangesPerConversation: maxChanges }))],
+  ["postgres", async (maxChanges) => connected(new PostgresConversationStore(postgres.url, { watchPollMs: 200, maxChangesPerConversation: maxChanges }))],
+  ["redis, encrypted", async (maxChanges) => connected(new RedisConversationStore(redis.url, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, values: encrypted, keyPrefix: encryptedKeyPrefix }))],
+  ["redis cluster, encrypted", async (maxChanges) => connected(new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, values: encrypted, keyPrefix: encryptedKeyPrefix }))],
+  ["postgres, encrypted", async (maxChanges) => connected(new PostgresConversationStore(encryptedPostgresUrl, { watchPollMs: 200, maxChangesPerConversation: maxChanges, values: encrypted }))],
+];
+
+describe.each(stores)("ConversationStore contract, version history, rewind and fork: %s", (name, open) => {
+  let store: ConversationStore;
+  beforeAll(async () => {
+    store = await open();
+  });
+  afterAll(async () => {
+    await store?.close();
+  });
+
+  const bytesOf = (state: ConversationState) => Buffer.from(toBinary(ConversationStateSchema, state));
+
+  it("reads every past version exactly as it was committed, through 120 random edits, ids it assigned, metadata and a Clear", async () => {
+    const id = freshId("history");
+    const edits = randomEdits(randomSource(32));
+    const committed = new Map<bigint, Buffer>([[0n, bytesOf(await store.load(id))]]);
+    let state = await store.load(id);
+    for (let step = 0; step < 120; step++) {
+      let deltas = edits(state);
+      if (deltas === undefined) continue;
+      // Messages without an id get one from the store: the log must give the same ones back.
+      if (step % 10 === 3) deltas = [...deltas, appendHistory(textMessage("", Role.USER, `no id ${step}`))];
+      if (step % 25 === 7) deltas = [...deltas, delta({ case: "setMetadata", value: { title: `t${step}`, labels: { step: String(step) }, removeLabels: [] } })];
+      state = (await store.commit(id, state.version, deltas, "")).state!;
+      committed.set(state.version, bytesOf(state));
+      if (step === 60) {
+        const version = await store.clear(id, state.version);
+        state = await store.load(id);
+        expect(state.version).toBe(version);
+        committed.set(version, bytesOf(state));
+      }
+    }
+    for (const [version, bytes] of committed) {
+      expect(bytesOf(await store.loadAt(id, version)), `version ${version}`).toEqual(bytes);
+    }
+    const past = await rejection(store.loadAt(id, state.version + 1n));
+    expect(past.code).toBe(Code.OutOfRange);
+    expect(past.rawMessage).toContain(`past its current version ${state.version}`);
+    expect((await rejection(store.loadAt(id, -1n))).code).toBe(Code.InvalidArgument);
+  });
+
+  it("rewinds: a new version whose state is version N's, checked against the expected version, keyed, delivered by Watch as one change", async () => {
+    const id = freshId("rewind");
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "one")), delta({ case: "setMetadata", value: { title: "first", labels: { kind: "a" }, removeLabels: [] } })], "");
+    await store.commit(id, 1n, [appendHistory(textMessage("a1", Role.ASSISTANT, "two")), delta({ case: "remember", value: { text: "likes tea" } })], "");
+    await store.commit(id, 2n, [appendHistory(textMessage("u2", Role.USER, "three")), delta({ case: "setMetadata", value: { title: "third", labels: {}, removeLabels: ["kind"] } })], "");
+    const at1 = await store.loadAt(id, 1n);
+
+    const stale = await rejection(store.rewind(id, 2n, 1n, ""));
+    expect(stale.code).toBe(Code.Aborted);
+    expect(stale.rawMessage).toContain("current version is 3");
+    expect(await store.currentVersion(id)).toBe(3n);
+
+    const rewound = await store.rewind(id, 3n, 1n, "rewind-key");
+    expect(rewound).toMatchObject({ version: 4n, replayed: false });
+    const loaded = await store.load(id);
+    expect(loaded.history.map((message) => message.id)).toEqual(["u1"]);
+    expect(loaded.title).toBe("first");
+    expect(loaded.labels).toEqual({ kind: "a" });
+    expect(loaded.experiences).toEqual([]);
+    // The experience counter never goes back: exp_1 is not given twice.
+    expect(loaded.lastExperienceNumber).toBe(1n);
+    expect(bytesOf({ ...loaded, version: 1n, lastExperienceNumber: 0n })).toEqual(bytesOf(at1));
+
+    const again = await store.rewind(id, 3n, 1n, "rewind-key");
+    expect(again).toMatchObject({ version: 4n, replayed: true });
+    const reused = await rejection(store.rewind(id, undefined, 2n, "rewind-key"));
+    expect(reused.code).toBe(Code.InvalidArgument);
+    expect(await store.currentVersion(id)).toBe(4n);
+
+    // Past a rewind the history still reads every version, the rewind's among them.
+    await store.commit(id, 4n, [appendHistory(textMessage("u3", Role.USER, "after"))], "");
+    expect((await store.loadAt(id, 4n)).history.map((message) => message.id)).toEqual(["u1"]);
+    expect((await store.loadAt(id, 3n)).history.map((message) => message.id)).toEqual(["u1", "a1", "u2"]);
+    expect((await store.loadAt(id, 5n)).history.map((message) => message.id)).toEqual(["u1", "u3"]);
+
+    const changes: Change[] = [];
+    const controller = new AbortController();
+    for await (const change of store.watch(id, 3n, controller.signal)) {
+      changes.push(change);
+      if (changes.length === 2) controller.abort();
+    }
+    expect(changes[0]).toMatchObject({ version: 4n, deltas: [], rewoundToVersion: 1n, idempotencyKey: "rewind-key" });
+    expect(changes[1]!.rewoundToVersion).toBeUndefined();
+
+    const empty = await store.rewind(id, 5n, 0n, "");
+    expect(empty.version).toBe(6n);
+    const emptied = await store.load(id);
+    expect([emptied.history.length, emptied.title, emptied.lastExperienceNumber]).toEqual([0, "", 1n]);
+    expect((await rejection(store.rewind(id, undefined, 7n, ""))).code).toBe(Code.OutOfRange);
+  });
+
+  it("forks at the latest or a past version into a new conversation: ids, title and labels kept, forked_from set, the source untouched", async () => {
+    const source = freshId("fork-source");
+    await store.commit(source, 0n, [appendHistory(textMessage("u1", Role.USER, "plan")), delta({ case: "setMetadata", value: { title: "trip", labels: { team: "x" }, removeLabels: [] } })], "");
+    await store.commit(source, 1n, [appendHistory(textMessage("", Role.ASSISTANT, "sure")), artifactDelta("notes")], "");
+    const sourceBytes = bytesOf(await store.load(source));
+    const before = Date.now();
+
+    const latest = freshId("fork-latest");
+    const forked = await store.fork(source, undefined, latest);
+    expect(forked.version).toBe(1n);
+    expect(forked.forkedFrom).toMatchObject({ conversationId: source, version: 2n });
+    const copy = await store.load(latest);
+    expect(copy.version).toBe(1n);
+    expect(copy.conversationId).toBe(latest);
+    expect(copy.forkedFrom).toMatchObject({ conversationId: source, version: 2n });
+    expect(bytesOf({ ...copy, conversationId: source, version: 2n, forkedFrom: undefined })).toEqual(sourceBytes);
+    expect([copy.title, copy.labels]).toEqual(["trip", { team: "x" }]);
+
+    const past = freshId("fork-past");
+    await store.fork(source, 1n, past);
+    expect((await store.load(past)).history.map((message) => message.id)).toEqual(["u1"]);
+
+    // What the fork stored reads as any conversation does: a window of its tail, a fork of it.
+    const tail = await store.readWindow(latest, { segment: "history", count: 1, withRest: true });
+    expect([tail.start, tail.length, tail.state.history[0]!.id, tail.state.title]).toEqual([1, 2, copy.history[1]!.id, "trip"]);
+    const grandchild = freshId("fork-of-fork");
+    await store.fork(latest, undefined, grandchild);
+    const third = await store.load(grandchild);
+    expect(third.forkedFrom).toMatchObject({ conversationId: latest, version: 1n });
+    expect(bytesOf({ ...third, conversationId: latest, forkedFrom: copy.forkedFrom })).toEqual(bytesOf(copy));
+    expect(bytesOf(await store.loadAt(grandchild, 1n))).toEqual(bytesOf(third));
+
+    // Writing either side leaves the other as it was (memory shares the segments).
+    await store.commit(latest, 1n, [appendHistory(textMessage("b1", Role.USER, "branch"))], "");
+    await store.commit(source, 2n, [appendHistory(textMessage("s1", Role.USER, "main"))], "");
+    expect((await store.load(latest)).history.length).toBe(3);
+    expect((await store.load(latest)).history.at(-1)!.id).toBe("b1");
+    expect((await store.load(source)).history.at(-1)!.id).toBe("s1");
+    expect((await store.loadAt(source, 2n)).history.length).toBe(2);
+    // The fork's history starts at its fork; a Clear keeps where it came from.
+    expect(bytesOf(await store.loadAt(latest, 1n))).toEqual(bytesOf(copy));
+    await store.clear(latest, 2n);
+    expect((await store.load(latest)).forkedFrom).toMatchObject({ conversationId: source, version: 2n });
+
+    const summary = (await store.list(listById(latest, 10, ""))).conversations[0]!;
+    expect(summary.createdAtUnixMs).toBeGreaterThanOrEqual(BigInt(before));
+    expect([summary.title, summary.labels]).toEqual(["trip", { team: "x" }]);
+
+    const exists = await rejection(store.fork(source, undefined, past));
+    expect(exists.code).toBe(Code.AlreadyExists);
+    expect(exists.rawMessage).toContain(`"${past}" already exists`);
+    expect((await rejection(store.fork(freshId("never"), undefined, freshId("to")))).code).toBe(Code.NotFound);
+    expect((await rejection(store.fork(source, 9n, freshId("to")))).code).toBe(Code.OutOfRange);
+    expect((await rejection(store.fork(source, 0n, freshId("to")))).code).toBe(Code.InvalidArgument);
+    expect((await rejection(store.fork(source, undefined, source))).code).toBe(Code.InvalidArgument);
+    expect((await rejection(store.fork(source, undefined, "x".repeat(stringLimits.id + 1)))).code).toBe(Code.InvalidArgument);
+  });
+
+  it(`answers OUT_OF_RANGE naming the oldest readable version once the change log no longer reaches a version (${name})`, async () => {
+    // Redis trims its streams by whole nodes (MAXLEN ~): 250 commits with a bound of 5.
+    const windowed = await windowedStores.find(([storeName]) => storeName === name)![1](5);
+    try {
+      const id = freshId("window");
+      for (let version = 0n; version < 250n; version++) await windowed.commit(id, version, [appendHistory(textMessage(`m${version}`, Role.USER, "x"))], "");
+      const error = await rejection(windowed.loadAt(id, 2n));
+      expect(error.code).toBe(Code.OutOfRange);
+      expect(error.rawMessage).toContain("outside its history window");
+      expect(error.rawMessage).toContain("the oldest readable version is 250");
+      expect((await windowed.loadAt(id, 250n)).history.length).toBe(250);
+      expect((await rejection(windowed.fork(id, 3n, freshId("to")))).code).toBe(Code.OutOfRange);
+    } finally {
+      await windowed.close();
+    }
+  });
+
+  it(`forks a source that expires into a conversation with its own expiry, readable and listed (${name})`, async () => {
+    // The stores' cheaper copies (Redis COPY, Postgres INSERT ... SELECT) would carry the source's
+    // expiry (or none); a source that expires is forked through the engine, as under encryption.
+    const timed = await open(undefined, { expiry: new ConversationExpiry({ defaultMs: 600_000, perTenant: new Map() }) });
+    try {
+      const source = freshId("expiring");
+      await timed.commit(source, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"), textMessage("a1", Role.ASSISTANT, "hello"))], "");
+      const target = freshId("forked");
+      expect((await timed.fork(source, undefined, target)).version).toBe(1n);
+      const [summary] = (await timed.list(listById(target, 10, ""))).conversations;
+      expect(summary!.expiresAtUnixMs).toBe(summary!.updatedAtUnixMs + 600_000n);
+      const forked = await timed.load(target);
+      expect(forked.history.map((message) => message.id)).toEqual(["u1", "a1"]);
+      expect(forked.forkedFrom?.conversationId).toBe(source);
+      const duplicate = await rejection(timed.commit(target, 1n, [appendHistory(textMessage("u1", Role.USER, "again"))], ""));
+      expect(duplicate.code).toBe(Code.InvalidArgument);
+      await timed.delete(target, undefined);
+      await timed.delete(source, undefined);
+    } finally {
+      await timed.close();
     }
   });
 });

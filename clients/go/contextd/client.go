@@ -456,6 +456,29 @@ func (c *Client) Clear(ctx context.Context, request *contextdv1.ClearRequest) (*
 	})
 }
 
+// Fork copies request.ConversationId at request.AtVersion (nil = its latest version) into the new
+// conversation request.NewConversationId, as its version 1 with ForkedFrom set; the source is not
+// written. It is not retried: a retry of a fork that applied would find the new conversation and
+// fail with codes.AlreadyExists (read it with GetState instead).
+func (c *Client) Fork(ctx context.Context, request *contextdv1.ForkRequest) (*contextdv1.ForkResponse, error) {
+	return unary(c, ctx, false, func(ctx context.Context) (*contextdv1.ForkResponse, error) {
+		return c.transport.fork(ctx, request)
+	})
+}
+
+// Rewind commits a new version whose state is the state at request.ToVersion (GetState with
+// AtVersion reads it first), with request.ExpectedVersion checked as a commit's. Like Commit it adds
+// a random idempotency key when the request has none and retries an unknown outcome with it.
+func (c *Client) Rewind(ctx context.Context, request *contextdv1.RewindRequest) (*contextdv1.RewindResponse, error) {
+	if request.GetIdempotencyKey() == "" {
+		request = proto.CloneOf(request)
+		request.IdempotencyKey = newIdempotencyKey()
+	}
+	return keyedWrite(c, ctx, request.GetIdempotencyKey(), func(ctx context.Context, _ bool) (*contextdv1.RewindResponse, error) {
+		return c.transport.rewind(ctx, request)
+	})
+}
+
 // ListConversations lists conversations, paged, by id or newest update first (Order), optionally
 // only those with Labels or updated since UpdatedSinceUnixMs; a page may be short with a token.
 func (c *Client) ListConversations(ctx context.Context, request *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {

@@ -26,6 +26,8 @@ type transport interface {
 	getState(context.Context, *contextdv1.GetStateRequest) (*contextdv1.GetStateResponse, error)
 	commit(context.Context, *contextdv1.CommitRequest) (*contextdv1.CommitResponse, error)
 	clear(context.Context, *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error)
+	fork(context.Context, *contextdv1.ForkRequest) (*contextdv1.ForkResponse, error)
+	rewind(context.Context, *contextdv1.RewindRequest) (*contextdv1.RewindResponse, error)
 	listConversations(context.Context, *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error)
 	deleteConversation(context.Context, *contextdv1.DeleteConversationRequest) (*contextdv1.DeleteConversationResponse, error)
 	deleteConversations(context.Context, *contextdv1.DeleteConversationsRequest) (*contextdv1.DeleteConversationsResponse, error)
@@ -107,6 +109,14 @@ func (t *grpcTransport) commit(ctx context.Context, r *contextdv1.CommitRequest)
 
 func (t *grpcTransport) clear(ctx context.Context, r *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error) {
 	return grpcUnary(ctx, t.conversations.Clear, r)
+}
+
+func (t *grpcTransport) fork(ctx context.Context, r *contextdv1.ForkRequest) (*contextdv1.ForkResponse, error) {
+	return grpcUnary(ctx, t.conversations.Fork, r)
+}
+
+func (t *grpcTransport) rewind(ctx context.Context, r *contextdv1.RewindRequest) (*contextdv1.RewindResponse, error) {
+	return grpcUnary(ctx, t.conversations.Rewind, r)
 }
 
 func (t *grpcTransport) listConversations(ctx context.Context, r *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {
@@ -253,6 +263,14 @@ func (t *connectTransport) commit(ctx context.Context, r *contextdv1.CommitReque
 
 func (t *connectTransport) clear(ctx context.Context, r *contextdv1.ClearRequest) (*contextdv1.ClearResponse, error) {
 	return connectUnary(ctx, t.conversations.Clear, r)
+}
+
+func (t *connectTransport) fork(ctx context.Context, r *contextdv1.ForkRequest) (*contextdv1.ForkResponse, error) {
+	return connectUnary(ctx, t.conversations.Fork, r)
+}
+
+func (t *connectTransport) rewind(ctx context.Context, r *contextdv1.RewindRequest) (*contextdv1.RewindResponse, error) {
+	return connectUnary(ctx, t.conversations.Rewind, r)
 }
 
 func (t *connectTransport) listConversations(ctx context.Context, r *contextdv1.ListConversationsRequest) (*contextdv1.ListConversationsResponse, error) {

@@ -33,6 +33,8 @@ import {
   type ClearRequestSchema,
   type ClearResponse,
   type CommitResponse,
+  type ForkRequestSchema,
+  type ForkResponse,
   type GetStateRequestSchema,
   type GetStateResponse,
   type ListConversationsRequestSchema,
@@ -45,6 +47,8 @@ import {
   type ExportConversationsResponse,
   type ReadMessagesRequestSchema,
   type ReadMessagesResponse,
+  RewindRequestSchema,
+  type RewindResponse,
   type RecallRequestSchema,
   type RecallResponse,
   type WatchRequestSchema,
@@ -354,6 +358,26 @@ export class Client {
   /** Empties a conversation. Not retried: it has no idempotency key, and clearing twice advances the version twice. */
   clear(request: Init<typeof ClearRequestSchema>, options?: CallOptions): Promise<ClearResponse> {
     return this.unary((o) => this.conversations.clear(request, o), false, options);
+  }
+
+  /**
+   * Copies `conversationId` at `atVersion` (absent = its latest version) into the new conversation
+   * `newConversationId`, as its version 1 with `forkedFrom` set; the source is not written. Not
+   * retried: a repeat of a fork that applied would find the new id taken (ALREADY_EXISTS).
+   */
+  fork(request: Init<typeof ForkRequestSchema>, options?: CallOptions): Promise<ForkResponse> {
+    return this.unary((o) => this.conversations.fork(request, o), false, options);
+  }
+
+  /**
+   * Commits a new version whose state is the state at `toVersion` (getState with `atVersion`
+   * reads it), `expectedVersion` checked as a commit's (VersionConflictError). Keyed and retried
+   * as commit is: a request without an idempotency key is sent with a random one.
+   */
+  rewind(request: Init<typeof RewindRequestSchema>, options?: CallOptions): Promise<RewindResponse> {
+    const keyed = clone(RewindRequestSchema, create(RewindRequestSchema, request));
+    if (keyed.idempotencyKey === "") keyed.idempotencyKey = newIdempotencyKey();
+    return this.keyedWrite(keyed, keyed.idempotencyKey, (r) => r, (r, o) => this.conversations.rewind(r, o), options);
   }
 
   /**

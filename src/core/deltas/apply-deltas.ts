@@ -73,7 +73,8 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
       return clearSegment(state, operation.value);
     case "clearState":
       // Experience numbering survives a clear so an old exp_<n> never names a new fact; the title
-      // and labels name the conversation, not its contents, and survive it too.
+      // and labels name the conversation, not its contents, and survive it too, as does where a
+      // fork came from.
       return create(ConversationStateSchema, {
         conversationId: state.conversationId,
         version: state.version,
@@ -81,6 +82,7 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
         title: state.title,
         labels: state.labels,
         idleTtlMs: state.idleTtlMs,
+        forkedFrom: state.forkedFrom,
       });
     case "upsertArtifact":
       if (!operation.value.artifact) throw new ConnectError("artifact is required", Code.InvalidArgument);

@@ -58,6 +58,8 @@ const limitedFields: Record<string, Record<string, StringLimitKind>> = {
   "contextd.v1.ExportConversationsRequest": { prefix: "id" },
   "contextd.v1.RecallRequest": { conversation_id: "id", message_ids: "id" },
   "contextd.v1.RecallToolCall": { name: "name" },
+  "contextd.v1.ForkRequest": { conversation_id: "id", new_conversation_id: "id" },
+  "contextd.v1.RewindRequest": { conversation_id: "id", idempotency_key: "idempotencyKey" },
   // context_service.proto, telemetry_service.proto
   "contextd.v1.ReportUsageRequest": { model: "model", conversation_id: "id", turn_id: "id", report_id: "idempotencyKey" },
   // usage_ledger.proto

@@ -188,6 +188,10 @@ export interface Config {
   idleTtlPerTenant: Record<string, number>;
   /** How often a store removes expired conversations, in bounded batches, in ms; 0 = only as reads meet them. */
   expirySweepMs: number;
+  /** Changes kept per conversation (what Watch resumes from and what past versions are rebuilt from; docs/history.md). */
+  historyRetentionVersions: number;
+  /** Messages the logged changes one read of a past version (GetState at_version, Fork, Rewind) applies bring at most. */
+  historyReadMessages: number;
 }
 
 export const defaultConfig: Config = {
@@ -251,6 +255,8 @@ export const defaultConfig: Config = {
   idleTtlMs: 0,
   idleTtlPerTenant: {},
   expirySweepMs: defaultExpirySweepMs,
+  historyRetentionVersions: 10_000,
+  historyReadMessages: 1_000_000,
 };
 
 /**
@@ -316,6 +322,8 @@ export const flags = {
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
   "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
   "expiry-sweep-ms": "how often each store removes expired conversations, a bounded batch at a time; 0 = never (reads still treat them as gone)",
+  "history-retention-versions": "changes kept per conversation: what Watch resumes from, and the history window GetState at_version, Fork and Rewind read past versions in (Redis keeps about this many)",
+  "history-read-messages": "messages the logged changes one read of a past version (GetState at_version, Fork at a past version, Rewind) applies may bring, all together (RESOURCE_EXHAUSTED past it)",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -476,6 +484,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),
     idleTtlPerTenant: parseIdleTtlPerTenant(pick("idle-ttl-per-tenant")),
     expirySweepMs: integer("expiry-sweep-ms", defaultConfig.expirySweepMs, 0, 2 ** 31 - 1),
+    historyRetentionVersions: integer("history-retention-versions", defaultConfig.historyRetentionVersions, 1, 10_000_000),
+    historyReadMessages: integer("history-read-messages", defaultConfig.historyReadMessages, 1),
   };
 }
 

@@ -6,7 +6,7 @@ import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import type { LearntCorrection, TokenCorrection } from "../../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibration-store.js";
-import type { CommitOptions, CommitOutcome, ConversationPage, ConversationStore } from "../../store/conversation-store.js";
+import type { CommitOptions, CommitOutcome, ConversationPage, ConversationStore, ForkOutcome } from "../../store/conversation-store.js";
 import type { SegmentWindow, WindowQuery } from "../../store/segment-window.js";
 import type { ListQuery } from "../../store/conversation-listing.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "../../store/usage-ledger.js";
@@ -68,6 +68,18 @@ export class ObservedStore implements ConversationStore {
 
   delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
     return this.observe("delete", conversationId, () => this.store.delete(conversationId, expectedVersion));
+  }
+
+  loadAt(conversationId: string, version: bigint): Promise<ConversationState> {
+    return this.observe("load_at", conversationId, () => this.store.loadAt(conversationId, version));
+  }
+
+  rewind(conversationId: string, expectedVersion: bigint | undefined, toVersion: bigint, idempotencyKey: string): Promise<CommitOutcome> {
+    return this.observe("rewind", conversationId, () => this.store.rewind(conversationId, expectedVersion, toVersion, idempotencyKey));
+  }
+
+  fork(conversationId: string, atVersion: bigint | undefined, newConversationId: string): Promise<ForkOutcome> {
+    return this.observe("fork", conversationId, () => this.store.fork(conversationId, atVersion, newConversationId));
   }
 
   list(query: ListQuery): Promise<ConversationPage> {

@@ -74,6 +74,9 @@ function conversationReferences(message: Message): { path: string; id: string; r
   const fields = message as unknown as Record<string, unknown>;
   const references: { path: string; id: string; required: boolean }[] = [];
   if (typeof fields.conversationId === "string") references.push({ path: "conversation_id", id: fields.conversationId, required: false });
+  if (message.$typeName === "contextd.v1.ForkRequest") {
+    references.push({ path: "new_conversation_id", id: String(fields.newConversationId ?? ""), required: false });
+  }
   if (
     message.$typeName === "contextd.v1.ListConversationsRequest" ||
     message.$typeName === "contextd.v1.DeleteConversationsRequest" ||

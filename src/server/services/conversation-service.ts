@@ -61,6 +61,20 @@ export function conversationService(dependencies: ConversationServiceDependencie
       return { version: outcome.version, replayed: outcome.replayed, state: outcome.state };
     },
 
+    async fork(request) {
+      requireConversationId(request.conversationId);
+      if (request.newConversationId === "") throw new ConnectError("new_conversation_id is required", Code.InvalidArgument);
+      const outcome = await store.fork(request.conversationId, request.atVersion, request.newConversationId);
+      return { version: outcome.version, forkedFrom: outcome.forkedFrom };
+    },
+
+    async rewind(request) {
+      requireConversationId(request.conversationId);
+      if (request.toVersion < 0n) throw new ConnectError(`to_version: must not be negative, got ${request.toVersion}`, Code.InvalidArgument);
+      const outcome = await store.rewind(request.conversationId, request.expectedVersion, request.toVersion, request.idempotencyKey);
+      return { version: outcome.version, replayed: outcome.replayed };
+    },
+
     async clear(request) {
       requireConversationId(request.conversationId);
       return { version: await store.clear(request.conversationId, request.expectedVersion) };
@@ -119,7 +133,7 @@ function conversationReads({ store }: ConversationServiceDependencies, { stateLi
       : {}),
     async getState(request) {
       requireConversationId(request.conversationId);
-      const loaded = await store.load(request.conversationId);
+      const loaded = request.atVersion === undefined ? await store.load(request.conversationId) : await store.loadAt(request.conversationId, request.atVersion);
       if (request.withoutMessages) {
         const rest = { ...loaded, system: [], history: [], memory: [], tools: [] };
         stateLimit.assertFits(rest);

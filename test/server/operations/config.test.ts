@@ -43,6 +43,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--read-pin-bytes", "lots"], {})).toThrow(/--read-pin-bytes or CONTEXTD_READ_PIN_BYTES/);
   });
 
+  it("reads the history window and read bound from --history-retention-versions / --history-read-messages or their variables", () => {
+    expect([defaultConfig.historyRetentionVersions, defaultConfig.historyReadMessages]).toEqual([10_000, 1_000_000]);
+    expect(loadConfig([], { CONTEXTD_HISTORY_RETENTION_VERSIONS: "50" }).historyRetentionVersions).toBe(50);
+    expect(loadConfig(["--history-read-messages", "7"], { CONTEXTD_HISTORY_READ_MESSAGES: "9" }).historyReadMessages).toBe(7);
+    expect(() => loadConfig(["--history-retention-versions", "0"], {})).toThrow(/--history-retention-versions or CONTEXTD_HISTORY_RETENTION_VERSIONS/);
+  });
+
   it("reads --strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS; off by default", () => {
     expect(defaultConfig.strictToolRounds).toBe(false);
     expect(loadConfig(["--strict-tool-rounds", "true"], {}).strictToolRounds).toBe(true);

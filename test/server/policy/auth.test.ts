@@ -53,6 +53,18 @@ describe("bearer tokens and tenant scoping", () => {
     expect(viaConnect.status).toBe(401);
   });
 
+  it("a tenant's token forks only inside its tenant: new_conversation_id outside it is PERMISSION_DENIED, as conversation_id is", async () => {
+    await client.unary(ConversationService.method.commit, { conversationId: "acme/fork-source", deltas: [appendHistory(textMessage("u1", Role.USER, "hi"))] }, bearer(acmeToken));
+    await expect(
+      client.unary(ConversationService.method.fork, { conversationId: "acme/fork-source", newConversationId: "other/copy" }, bearer(acmeToken)),
+    ).rejects.toMatchObject({ code: grpc.status.PERMISSION_DENIED, details: expect.stringContaining('new_conversation_id "other/copy" is outside tenant "acme"') });
+    await expect(
+      client.unary(ConversationService.method.fork, { conversationId: "other/source", newConversationId: "acme/copy" }, bearer(acmeToken)),
+    ).rejects.toMatchObject({ code: grpc.status.PERMISSION_DENIED });
+    const forked = await client.unary(ConversationService.method.fork, { conversationId: "acme/fork-source", newConversationId: "acme/fork-copy" }, bearer(acmeToken));
+    expect(forked.forkedFrom).toMatchObject({ conversationId: "acme/fork-source", version: 1n });
+  });
+
   it("an unscoped token sees every conversation", async () => {
     const response = await client.unary(ConversationService.method.getState, { conversationId: "other/a" }, bearer(adminToken));
     expect(response.state?.conversationId).toBe("other/a");

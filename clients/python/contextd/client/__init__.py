@@ -31,6 +31,7 @@ from contextd.client.builders import (
     user_text,
 )
 from contextd.client.errors import (
+    AlreadyExists,
     Cancelled,
     ContextdError,
     DeadlineExceeded,
@@ -40,6 +41,7 @@ from contextd.client.errors import (
     InvalidArgument,
     NotFound,
     OutcomeUnknown,
+    OutOfRange,
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
@@ -54,6 +56,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_RETRY_POLICY",
     "RECALL_TOOL_NAMES",
+    "AlreadyExists",
     "AsyncClient",
     "Cancelled",
     "Client",
@@ -65,6 +68,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "OutcomeUnknown",
+    "OutOfRange",
     "PermissionDenied",
     "ResourceExhausted",
     "RetryPolicy",

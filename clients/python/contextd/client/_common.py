@@ -81,6 +81,16 @@ def keyed_commit(request: conversation_service_pb2.CommitRequest) -> conversatio
     return keyed
 
 
+def keyed_rewind(request: conversation_service_pb2.RewindRequest) -> conversation_service_pb2.RewindRequest:
+    """As keyed_commit, for a rewind."""
+    if request.idempotency_key:
+        return request
+    keyed = conversation_service_pb2.RewindRequest()
+    keyed.CopyFrom(request)
+    keyed.idempotency_key = _new_key()
+    return keyed
+
+
 def keyed_compile(request: compile_pb2.CompileRequest) -> compile_pb2.CompileRequest:
     """As keyed_commit, for a compile that commits (its deltas and writeback)."""
     if not request.HasField("commit") or request.commit.idempotency_key:

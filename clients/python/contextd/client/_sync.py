@@ -21,6 +21,7 @@ from contextd.client._common import (
     has_prompt,
     health_status_text,
     keyed_commit,
+    keyed_rewind,
     keyed_compile,
     lean_commit,
     lean_compile,
@@ -224,6 +225,23 @@ class Client:
     ) -> conversation_pb2.ClearResponse:
         """Empties a conversation. Not retried: clearing twice would advance the version twice."""
         return self._unary(self._conversations.Clear, request, False, timeout)
+
+    def fork(
+        self, request: conversation_pb2.ForkRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ForkResponse:
+        """Copies `conversation_id` at `at_version` (unset = its latest) into the new conversation
+        `new_conversation_id`, as its version 1 with `forked_from` set; the source is not written.
+        Not retried: a repeat of a fork that applied would raise for the id already in use."""
+        return self._unary(self._conversations.Fork, request, False, timeout)
+
+    def rewind(
+        self, request: conversation_pb2.RewindRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.RewindResponse:
+        """Commits a new version whose state is the state at `to_version` (`get_state` with
+        `at_version` reads it), `expected_version` checked as a commit's (VersionConflict). Keyed
+        and retried as `commit` is."""
+        keyed = keyed_rewind(request)
+        return self._keyed_write(self._conversations.Rewind, keyed, keyed.idempotency_key, lambda same: same, timeout)
 
     def list_conversations(
         self, request: conversation_pb2.ListConversationsRequest, *, timeout: Optional[float] = None

@@ -21,6 +21,7 @@ from contextd.client._common import (
     has_prompt,
     health_status_text,
     keyed_commit,
+    keyed_rewind,
     keyed_compile,
     lean_commit,
     lean_compile,
@@ -203,6 +204,19 @@ class AsyncClient:
     ) -> conversation_pb2.ClearResponse:
         """As `Client.clear` (not retried)."""
         return await self._unary(self._conversations.Clear, request, False, timeout)
+
+    async def fork(
+        self, request: conversation_pb2.ForkRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.ForkResponse:
+        """As `Client.fork` (not retried)."""
+        return await self._unary(self._conversations.Fork, request, False, timeout)
+
+    async def rewind(
+        self, request: conversation_pb2.RewindRequest, *, timeout: Optional[float] = None
+    ) -> conversation_pb2.RewindResponse:
+        """As `Client.rewind`."""
+        keyed = keyed_rewind(request)
+        return await self._keyed_write(self._conversations.Rewind, keyed, keyed.idempotency_key, lambda same: same, timeout)
 
     async def list_conversations(
         self, request: conversation_pb2.ListConversationsRequest, *, timeout: Optional[float] = None

@@ -87,6 +87,20 @@ class NotFound(ContextdError):
     code = grpc.StatusCode.NOT_FOUND
 
 
+class AlreadyExists(ContextdError):
+    """What the call would create exists already (a `fork` into an id that was ever written)."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class OutOfRange(ContextdError):
+    """A version outside what the sidecar keeps: past the current one, or before a conversation's
+    history window (`get_state` with `at_version`, `fork`, `rewind`, a `watch` resumed too late);
+    the message names the oldest version still readable."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 class Unavailable(ContextdError):
     """The sidecar is starting or stopping, or its store is unreachable; safe calls are retried."""
 
@@ -171,6 +185,8 @@ _BY_CODE = {
         FailedPrecondition,
         ResourceExhausted,
         NotFound,
+        AlreadyExists,
+        OutOfRange,
         Unavailable,
         DeadlineExceeded,
         Cancelled,

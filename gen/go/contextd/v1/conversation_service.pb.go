@@ -74,6 +74,259 @@ func (ConversationOrder) EnumDescriptor() ([]byte, []int) {
 	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
 }
 
+// The request of `Fork`.
+type ForkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation to copy. Required.
+	ConversationId string `protobuf:"bytes,470,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The version to copy; absent = the latest. Must be between 1 and the current version and in
+	// the source's history window (`GetStateRequest.at_version`).
+	AtVersion *int64 `protobuf:"varint,471,opt,name=at_version,json=atVersion,proto3,oneof" json:"at_version,omitempty"`
+	// The conversation to create. Required, different from `conversation_id`, never written
+	// before (else ALREADY_EXISTS), at most 1,024 UTF-8 bytes; under a tenant's token it must start
+	// with "<tenant>/" like every id.
+	NewConversationId string `protobuf:"bytes,472,opt,name=new_conversation_id,json=newConversationId,proto3" json:"new_conversation_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ForkRequest) Reset() {
+	*x = ForkRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRequest) ProtoMessage() {}
+
+func (x *ForkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
+func (*ForkRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ForkRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetAtVersion() int64 {
+	if x != nil && x.AtVersion != nil {
+		return *x.AtVersion
+	}
+	return 0
+}
+
+func (x *ForkRequest) GetNewConversationId() string {
+	if x != nil {
+		return x.NewConversationId
+	}
+	return ""
+}
+
+// The response of `Fork`.
+type ForkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new conversation's version: 1.
+	Version int64 `protobuf:"varint,470,opt,name=version,proto3" json:"version,omitempty"`
+	// What it was forked from (the version resolved when the request left it absent).
+	ForkedFrom    *ForkOrigin `protobuf:"bytes,471,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResponse) Reset() {
+	*x = ForkResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResponse) ProtoMessage() {}
+
+func (x *ForkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
+func (*ForkResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ForkResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ForkResponse) GetForkedFrom() *ForkOrigin {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return nil
+}
+
+// The request of `Rewind`.
+type RewindRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation. Required.
+	ConversationId string `protobuf:"bytes,470,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The version whose state the new version takes: from 0 (the empty state) to the current
+	// version, inside the history window.
+	ToVersion int64 `protobuf:"varint,471,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
+	// As in `CommitRequest`: a different stored version is ABORTED. Absent = no check.
+	ExpectedVersion *int64 `protobuf:"varint,472,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
+	// As in `CommitRequest`: a retry with the same key and the same `to_version` is answered from
+	// the key's record; the same key with another `to_version` or with a `Commit`'s deltas is
+	// INVALID_ARGUMENT.
+	IdempotencyKey string `protobuf:"bytes,473,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RewindRequest) Reset() {
+	*x = RewindRequest{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindRequest) ProtoMessage() {}
+
+func (x *RewindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindRequest.ProtoReflect.Descriptor instead.
+func (*RewindRequest) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RewindRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *RewindRequest) GetToVersion() int64 {
+	if x != nil {
+		return x.ToVersion
+	}
+	return 0
+}
+
+func (x *RewindRequest) GetExpectedVersion() int64 {
+	if x != nil && x.ExpectedVersion != nil {
+		return *x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *RewindRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// The response of `Rewind`.
+type RewindResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new version.
+	Version int64 `protobuf:"varint,470,opt,name=version,proto3" json:"version,omitempty"`
+	// True when this was a retry answered from the idempotency record.
+	Replayed      bool `protobuf:"varint,471,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewindResponse) Reset() {
+	*x = RewindResponse{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindResponse) ProtoMessage() {}
+
+func (x *RewindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindResponse.ProtoReflect.Descriptor instead.
+func (*RewindResponse) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RewindResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RewindResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 // The request of `GetState`.
 type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -83,13 +336,20 @@ type GetStateRequest struct {
 	// tool definitions only (`ReadMessagesResponse.segment_sizes` counts the messages). What a
 	// reader of a conversation over the message limit pairs with `ReadMessages`.
 	WithoutMessages bool `protobuf:"varint,140,opt,name=without_messages,json=withoutMessages,proto3" json:"without_messages,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Read the state as it was at this version: between 0 (the empty state) and the current
+	// version (a later one is OUT_OF_RANGE naming the current version), inside the history window:
+	// the sidecar rebuilds it from the conversation's change log (what `Watch` delivers), which
+	// keeps the last `--history-retention-versions` changes (10,000 by default). A version whose
+	// changes since the conversation's first (or its fork) are no longer all kept is OUT_OF_RANGE
+	// naming the oldest version still readable. Absent = the current state. See docs/history.md.
+	AtVersion     *int64 `protobuf:"varint,470,opt,name=at_version,json=atVersion,proto3,oneof" json:"at_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -101,7 +361,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[0]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -114,7 +374,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{0}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetStateRequest) GetConversationId() string {
@@ -131,6 +391,13 @@ func (x *GetStateRequest) GetWithoutMessages() bool {
 	return false
 }
 
+func (x *GetStateRequest) GetAtVersion() int64 {
+	if x != nil && x.AtVersion != nil {
+		return *x.AtVersion
+	}
+	return 0
+}
+
 // The response of `GetState`.
 type GetStateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -142,7 +409,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +421,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[1]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +434,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{1}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetStateResponse) GetState() *ConversationState {
@@ -227,7 +494,7 @@ type ReadMessagesRequest struct {
 
 func (x *ReadMessagesRequest) Reset() {
 	*x = ReadMessagesRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +506,7 @@ func (x *ReadMessagesRequest) String() string {
 func (*ReadMessagesRequest) ProtoMessage() {}
 
 func (x *ReadMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[2]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +519,7 @@ func (x *ReadMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ReadMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{2}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadMessagesRequest) GetConversationId() string {
@@ -328,7 +595,7 @@ type SegmentSizes struct {
 
 func (x *SegmentSizes) Reset() {
 	*x = SegmentSizes{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +607,7 @@ func (x *SegmentSizes) String() string {
 func (*SegmentSizes) ProtoMessage() {}
 
 func (x *SegmentSizes) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[3]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +620,7 @@ func (x *SegmentSizes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentSizes.ProtoReflect.Descriptor instead.
 func (*SegmentSizes) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SegmentSizes) GetSystem() uint64 {
@@ -413,7 +680,7 @@ type ReadMessagesResponse struct {
 
 func (x *ReadMessagesResponse) Reset() {
 	*x = ReadMessagesResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +692,7 @@ func (x *ReadMessagesResponse) String() string {
 func (*ReadMessagesResponse) ProtoMessage() {}
 
 func (x *ReadMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[4]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +705,7 @@ func (x *ReadMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ReadMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadMessagesResponse) GetMessages() []*Message {
@@ -530,7 +797,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +809,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[5]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +822,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommitRequest) GetConversationId() string {
@@ -609,7 +876,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +888,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[6]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +901,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommitResponse) GetVersion() int64 {
@@ -671,7 +938,7 @@ type ClearRequest struct {
 
 func (x *ClearRequest) Reset() {
 	*x = ClearRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +950,7 @@ func (x *ClearRequest) String() string {
 func (*ClearRequest) ProtoMessage() {}
 
 func (x *ClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[7]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +963,7 @@ func (x *ClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRequest.ProtoReflect.Descriptor instead.
 func (*ClearRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClearRequest) GetConversationId() string {
@@ -724,7 +991,7 @@ type ClearResponse struct {
 
 func (x *ClearResponse) Reset() {
 	*x = ClearResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +1003,7 @@ func (x *ClearResponse) String() string {
 func (*ClearResponse) ProtoMessage() {}
 
 func (x *ClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[8]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +1016,7 @@ func (x *ClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResponse.ProtoReflect.Descriptor instead.
 func (*ClearResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClearResponse) GetVersion() int64 {
@@ -765,8 +1032,8 @@ type WatchRequest struct {
 	// The conversation.
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Deliver changes with a version greater than this; 0 = from the beginning of the retained
-	// stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
-	// older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
+	// stream. The store keeps about the last 10,000 changes of a conversation
+	// (`--history-retention-versions`); resuming from a version older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
 	// the message limit, then watch from its version).
 	FromVersion   int64 `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -775,7 +1042,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1054,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1067,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRequest) GetConversationId() string {
@@ -831,14 +1098,26 @@ type Change struct {
 	// Commit time, in Unix milliseconds.
 	CommittedAtUnixMs int64 `protobuf:"varint,5,opt,name=committed_at_unix_ms,json=committedAtUnixMs,proto3" json:"committed_at_unix_ms,omitempty"`
 	// True when the change is a `Clear`.
-	Cleared       bool `protobuf:"varint,6,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	Cleared bool `protobuf:"varint,6,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// The ids the sidecar gave the batch's messages that came without one, in the order it gave
+	// them: applying `deltas` with these ids gives the committed state again (what reading a past
+	// version does).
+	AssignedMessageIds []string `protobuf:"bytes,470,rep,name=assigned_message_ids,json=assignedMessageIds,proto3" json:"assigned_message_ids,omitempty"`
+	// Set by `Rewind`: the state after this change is the state at this version (0: the empty
+	// state) with `last_experience_number` the larger of the two, so experience ids are never
+	// reused; `deltas` is empty. A watcher holding a copy replaces it with its copy at that version
+	// (or reads it with `GetStateRequest.at_version`). Absent = not a rewind.
+	RewoundToVersion *int64 `protobuf:"varint,471,opt,name=rewound_to_version,json=rewoundToVersion,proto3,oneof" json:"rewound_to_version,omitempty"`
+	// Set by `Fork` on the new conversation's first change (version 1): its state is the source's
+	// at `forked_from.version`, and `deltas` is empty.
+	ForkedFrom    *ForkOrigin `protobuf:"bytes,472,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1129,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1142,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Change) GetConversationId() string {
@@ -908,6 +1187,27 @@ func (x *Change) GetCleared() bool {
 	return false
 }
 
+func (x *Change) GetAssignedMessageIds() []string {
+	if x != nil {
+		return x.AssignedMessageIds
+	}
+	return nil
+}
+
+func (x *Change) GetRewoundToVersion() int64 {
+	if x != nil && x.RewoundToVersion != nil {
+		return *x.RewoundToVersion
+	}
+	return 0
+}
+
+func (x *Change) GetForkedFrom() *ForkOrigin {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return nil
+}
+
 // A message of the `Watch` stream.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -924,7 +1224,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1236,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1249,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{11}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchResponse) GetKind() isWatchResponse_Kind {
@@ -1006,7 +1306,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1318,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1331,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{12}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetVersion() int64 {
@@ -1084,7 +1384,7 @@ type ListConversationsRequest struct {
 
 func (x *ListConversationsRequest) Reset() {
 	*x = ListConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1396,7 @@ func (x *ListConversationsRequest) String() string {
 func (*ListConversationsRequest) ProtoMessage() {}
 
 func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1409,7 @@ func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsRequest.ProtoReflect.Descriptor instead.
 func (*ListConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{13}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConversationsRequest) GetPageSize() int32 {
@@ -1180,7 +1480,7 @@ type ConversationSummary struct {
 
 func (x *ConversationSummary) Reset() {
 	*x = ConversationSummary{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1492,7 @@ func (x *ConversationSummary) String() string {
 func (*ConversationSummary) ProtoMessage() {}
 
 func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1505,7 @@ func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConversationSummary.ProtoReflect.Descriptor instead.
 func (*ConversationSummary) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{14}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ConversationSummary) GetConversationId() string {
@@ -1271,7 +1571,7 @@ type ListConversationsResponse struct {
 
 func (x *ListConversationsResponse) Reset() {
 	*x = ListConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1583,7 @@ func (x *ListConversationsResponse) String() string {
 func (*ListConversationsResponse) ProtoMessage() {}
 
 func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1596,7 @@ func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsResponse.ProtoReflect.Descriptor instead.
 func (*ListConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListConversationsResponse) GetConversations() []*ConversationSummary {
@@ -1334,7 +1634,7 @@ type ReadToolResultRequest struct {
 
 func (x *ReadToolResultRequest) Reset() {
 	*x = ReadToolResultRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1646,7 @@ func (x *ReadToolResultRequest) String() string {
 func (*ReadToolResultRequest) ProtoMessage() {}
 
 func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1659,7 @@ func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultRequest.ProtoReflect.Descriptor instead.
 func (*ReadToolResultRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadToolResultRequest) GetConversationId() string {
@@ -1411,7 +1711,7 @@ type ReadToolResultResponse struct {
 
 func (x *ReadToolResultResponse) Reset() {
 	*x = ReadToolResultResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1723,7 @@ func (x *ReadToolResultResponse) String() string {
 func (*ReadToolResultResponse) ProtoMessage() {}
 
 func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1736,7 @@ func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultResponse.ProtoReflect.Descriptor instead.
 func (*ReadToolResultResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadToolResultResponse) GetText() string {
@@ -1495,7 +1795,7 @@ type DeleteConversationRequest struct {
 
 func (x *DeleteConversationRequest) Reset() {
 	*x = DeleteConversationRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1807,7 @@ func (x *DeleteConversationRequest) String() string {
 func (*DeleteConversationRequest) ProtoMessage() {}
 
 func (x *DeleteConversationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1820,7 @@ func (x *DeleteConversationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConversationRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{18}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteConversationRequest) GetConversationId() string {
@@ -1548,7 +1848,7 @@ type DeleteConversationResponse struct {
 
 func (x *DeleteConversationResponse) Reset() {
 	*x = DeleteConversationResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1860,7 @@ func (x *DeleteConversationResponse) String() string {
 func (*DeleteConversationResponse) ProtoMessage() {}
 
 func (x *DeleteConversationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1873,7 @@ func (x *DeleteConversationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConversationResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{19}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteConversationResponse) GetDeletedVersion() int64 {
@@ -1600,7 +1900,7 @@ type DeleteConversationsRequest struct {
 
 func (x *DeleteConversationsRequest) Reset() {
 	*x = DeleteConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1912,7 @@ func (x *DeleteConversationsRequest) String() string {
 func (*DeleteConversationsRequest) ProtoMessage() {}
 
 func (x *DeleteConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1925,7 @@ func (x *DeleteConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{20}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteConversationsRequest) GetPrefix() string {
@@ -1663,7 +1963,7 @@ type DeleteConversationsResponse struct {
 
 func (x *DeleteConversationsResponse) Reset() {
 	*x = DeleteConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1975,7 @@ func (x *DeleteConversationsResponse) String() string {
 func (*DeleteConversationsResponse) ProtoMessage() {}
 
 func (x *DeleteConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1988,7 @@ func (x *DeleteConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteConversationsResponse) GetDeleted() int32 {
@@ -1720,7 +2020,7 @@ type ExportConversationsRequest struct {
 
 func (x *ExportConversationsRequest) Reset() {
 	*x = ExportConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2032,7 @@ func (x *ExportConversationsRequest) String() string {
 func (*ExportConversationsRequest) ProtoMessage() {}
 
 func (x *ExportConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2045,7 @@ func (x *ExportConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportConversationsRequest.ProtoReflect.Descriptor instead.
 func (*ExportConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExportConversationsRequest) GetPrefix() string {
@@ -1778,7 +2078,7 @@ type ExportConversationsResponse struct {
 
 func (x *ExportConversationsResponse) Reset() {
 	*x = ExportConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +2090,7 @@ func (x *ExportConversationsResponse) String() string {
 func (*ExportConversationsResponse) ProtoMessage() {}
 
 func (x *ExportConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +2103,7 @@ func (x *ExportConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportConversationsResponse.ProtoReflect.Descriptor instead.
 func (*ExportConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExportConversationsResponse) GetState() *ConversationState {
@@ -1882,7 +2182,7 @@ type RecallRequest struct {
 
 func (x *RecallRequest) Reset() {
 	*x = RecallRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2194,7 @@ func (x *RecallRequest) String() string {
 func (*RecallRequest) ProtoMessage() {}
 
 func (x *RecallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2207,7 @@ func (x *RecallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
 func (*RecallRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecallRequest) GetConversationId() string {
@@ -1965,7 +2265,7 @@ type RecallToolCall struct {
 
 func (x *RecallToolCall) Reset() {
 	*x = RecallToolCall{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2277,7 @@ func (x *RecallToolCall) String() string {
 func (*RecallToolCall) ProtoMessage() {}
 
 func (x *RecallToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2290,7 @@ func (x *RecallToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallToolCall.ProtoReflect.Descriptor instead.
 func (*RecallToolCall) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{25}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecallToolCall) GetName() string {
@@ -2028,7 +2328,7 @@ type RecallHit struct {
 
 func (x *RecallHit) Reset() {
 	*x = RecallHit{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2340,7 @@ func (x *RecallHit) String() string {
 func (*RecallHit) ProtoMessage() {}
 
 func (x *RecallHit) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2353,7 @@ func (x *RecallHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallHit.ProtoReflect.Descriptor instead.
 func (*RecallHit) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{26}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecallHit) GetMessageId() string {
@@ -2121,7 +2421,7 @@ type RecallResponse struct {
 
 func (x *RecallResponse) Reset() {
 	*x = RecallResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2433,7 @@ func (x *RecallResponse) String() string {
 func (*RecallResponse) ProtoMessage() {}
 
 func (x *RecallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2446,7 @@ func (x *RecallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallResponse.ProtoReflect.Descriptor instead.
 func (*RecallResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{27}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RecallResponse) GetText() string {
@@ -2209,10 +2509,33 @@ var File_contextd_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
-	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1econtextd/v1/usage_ledger.proto\"f\n" +
+	"&contextd/v1/conversation_service.proto\x12\vcontextd.v1\x1a\x19contextd/v1/message.proto\x1a\x17contextd/v1/state.proto\x1a\x1econtextd/v1/usage_ledger.proto\"\x9c\x01\n" +
+	"\vForkRequest\x12(\n" +
+	"\x0fconversation_id\x18\xd6\x03 \x01(\tR\x0econversationId\x12#\n" +
+	"\n" +
+	"at_version\x18\xd7\x03 \x01(\x03H\x00R\tatVersion\x88\x01\x01\x12/\n" +
+	"\x13new_conversation_id\x18\xd8\x03 \x01(\tR\x11newConversationIdB\r\n" +
+	"\v_at_version\"d\n" +
+	"\fForkResponse\x12\x19\n" +
+	"\aversion\x18\xd6\x03 \x01(\x03R\aversion\x129\n" +
+	"\vforked_from\x18\xd7\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
+	"forkedFrom\"\xc9\x01\n" +
+	"\rRewindRequest\x12(\n" +
+	"\x0fconversation_id\x18\xd6\x03 \x01(\tR\x0econversationId\x12\x1e\n" +
+	"\n" +
+	"to_version\x18\xd7\x03 \x01(\x03R\ttoVersion\x12/\n" +
+	"\x10expected_version\x18\xd8\x03 \x01(\x03H\x00R\x0fexpectedVersion\x88\x01\x01\x12(\n" +
+	"\x0fidempotency_key\x18\xd9\x03 \x01(\tR\x0eidempotencyKeyB\x13\n" +
+	"\x11_expected_version\"H\n" +
+	"\x0eRewindResponse\x12\x19\n" +
+	"\aversion\x18\xd6\x03 \x01(\x03R\aversion\x12\x1b\n" +
+	"\breplayed\x18\xd7\x03 \x01(\bR\breplayed\"\x9a\x01\n" +
 	"\x0fGetStateRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12*\n" +
-	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\"H\n" +
+	"\x10without_messages\x18\x8c\x01 \x01(\bR\x0fwithoutMessages\x12#\n" +
+	"\n" +
+	"at_version\x18\xd6\x03 \x01(\x03H\x00R\tatVersion\x88\x01\x01B\r\n" +
+	"\v_at_version\"H\n" +
 	"\x10GetStateResponse\x124\n" +
 	"\x05state\x18\x01 \x01(\v2\x1e.contextd.v1.ConversationStateR\x05state\"\xa6\x02\n" +
 	"\x13ReadMessagesRequest\x12(\n" +
@@ -2265,14 +2588,19 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"Z\n" +
 	"\fWatchRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12!\n" +
-	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\"\xeb\x01\n" +
+	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\"\xa4\x03\n" +
 	"\x06Change\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12*\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x12.contextd.v1.DeltaR\x06deltas\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x14committed_at_unix_ms\x18\x05 \x01(\x03R\x11committedAtUnixMs\x12\x18\n" +
-	"\acleared\x18\x06 \x01(\bR\acleared\"~\n" +
+	"\acleared\x18\x06 \x01(\bR\acleared\x121\n" +
+	"\x14assigned_message_ids\x18\xd6\x03 \x03(\tR\x12assignedMessageIds\x122\n" +
+	"\x12rewound_to_version\x18\xd7\x03 \x01(\x03H\x00R\x10rewoundToVersion\x88\x01\x01\x129\n" +
+	"\vforked_from\x18\xd8\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
+	"forkedFromB\x15\n" +
+	"\x13_rewound_to_version\"~\n" +
 	"\rWatchResponse\x12-\n" +
 	"\x06change\x18\x01 \x01(\v2\x13.contextd.v1.ChangeH\x00R\x06change\x126\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
@@ -2372,7 +2700,7 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x11ConversationOrder\x12\"\n" +
 	"\x1eCONVERSATION_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONVERSATION_ORDER_ID\x10\x01\x12#\n" +
-	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xde\b\n" +
+	"\x1fCONVERSATION_ORDER_UPDATED_DESC\x10\x022\xde\t\n" +
 	"\x13ConversationService\x12G\n" +
 	"\bGetState\x12\x1c.contextd.v1.GetStateRequest\x1a\x1d.contextd.v1.GetStateResponse\x12S\n" +
 	"\fReadMessages\x12 .contextd.v1.ReadMessagesRequest\x1a!.contextd.v1.ReadMessagesResponse\x12A\n" +
@@ -2386,7 +2714,9 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x12DeleteConversation\x12&.contextd.v1.DeleteConversationRequest\x1a'.contextd.v1.DeleteConversationResponse\x12h\n" +
 	"\x13DeleteConversations\x12'.contextd.v1.DeleteConversationsRequest\x1a(.contextd.v1.DeleteConversationsResponse\x12j\n" +
 	"\x13ExportConversations\x12'.contextd.v1.ExportConversationsRequest\x1a(.contextd.v1.ExportConversationsResponse0\x01\x12A\n" +
-	"\x06Recall\x12\x1a.contextd.v1.RecallRequest\x1a\x1b.contextd.v1.RecallResponseB\xb8\x01\n" +
+	"\x06Recall\x12\x1a.contextd.v1.RecallRequest\x1a\x1b.contextd.v1.RecallResponse\x12;\n" +
+	"\x04Fork\x12\x18.contextd.v1.ForkRequest\x1a\x19.contextd.v1.ForkResponse\x12A\n" +
+	"\x06Rewind\x12\x1a.contextd.v1.RewindRequest\x1a\x1b.contextd.v1.RewindResponseB\xb8\x01\n" +
 	"\x0fcom.contextd.v1B\x18ConversationServiceProtoP\x01Z>github.com/contextd-dev/contextd/gen/go/contextd/v1;contextdv1\xa2\x02\x03CXX\xaa\x02\vContextd.V1\xca\x02\vContextd\\V1\xe2\x02\x17Contextd\\V1\\GPBMetadata\xea\x02\fContextd::V1b\x06proto3"
 
 var (
@@ -2402,99 +2732,110 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(ConversationOrder)(0),              // 0: contextd.v1.ConversationOrder
-	(*GetStateRequest)(nil),             // 1: contextd.v1.GetStateRequest
-	(*GetStateResponse)(nil),            // 2: contextd.v1.GetStateResponse
-	(*ReadMessagesRequest)(nil),         // 3: contextd.v1.ReadMessagesRequest
-	(*SegmentSizes)(nil),                // 4: contextd.v1.SegmentSizes
-	(*ReadMessagesResponse)(nil),        // 5: contextd.v1.ReadMessagesResponse
-	(*CommitRequest)(nil),               // 6: contextd.v1.CommitRequest
-	(*CommitResponse)(nil),              // 7: contextd.v1.CommitResponse
-	(*ClearRequest)(nil),                // 8: contextd.v1.ClearRequest
-	(*ClearResponse)(nil),               // 9: contextd.v1.ClearResponse
-	(*WatchRequest)(nil),                // 10: contextd.v1.WatchRequest
-	(*Change)(nil),                      // 11: contextd.v1.Change
-	(*WatchResponse)(nil),               // 12: contextd.v1.WatchResponse
-	(*Heartbeat)(nil),                   // 13: contextd.v1.Heartbeat
-	(*ListConversationsRequest)(nil),    // 14: contextd.v1.ListConversationsRequest
-	(*ConversationSummary)(nil),         // 15: contextd.v1.ConversationSummary
-	(*ListConversationsResponse)(nil),   // 16: contextd.v1.ListConversationsResponse
-	(*ReadToolResultRequest)(nil),       // 17: contextd.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),      // 18: contextd.v1.ReadToolResultResponse
-	(*DeleteConversationRequest)(nil),   // 19: contextd.v1.DeleteConversationRequest
-	(*DeleteConversationResponse)(nil),  // 20: contextd.v1.DeleteConversationResponse
-	(*DeleteConversationsRequest)(nil),  // 21: contextd.v1.DeleteConversationsRequest
-	(*DeleteConversationsResponse)(nil), // 22: contextd.v1.DeleteConversationsResponse
-	(*ExportConversationsRequest)(nil),  // 23: contextd.v1.ExportConversationsRequest
-	(*ExportConversationsResponse)(nil), // 24: contextd.v1.ExportConversationsResponse
-	(*RecallRequest)(nil),               // 25: contextd.v1.RecallRequest
-	(*RecallToolCall)(nil),              // 26: contextd.v1.RecallToolCall
-	(*RecallHit)(nil),                   // 27: contextd.v1.RecallHit
-	(*RecallResponse)(nil),              // 28: contextd.v1.RecallResponse
-	nil,                                 // 29: contextd.v1.ListConversationsRequest.LabelsEntry
-	nil,                                 // 30: contextd.v1.ConversationSummary.LabelsEntry
-	(*ConversationState)(nil),           // 31: contextd.v1.ConversationState
-	(Segment)(0),                        // 32: contextd.v1.Segment
-	(*Message)(nil),                     // 33: contextd.v1.Message
-	(*Delta)(nil),                       // 34: contextd.v1.Delta
-	(Role)(0),                           // 35: contextd.v1.Role
-	(*GetUsageRequest)(nil),             // 36: contextd.v1.GetUsageRequest
-	(*ListTenantUsageRequest)(nil),      // 37: contextd.v1.ListTenantUsageRequest
-	(*GetUsageResponse)(nil),            // 38: contextd.v1.GetUsageResponse
-	(*ListTenantUsageResponse)(nil),     // 39: contextd.v1.ListTenantUsageResponse
+	(*ForkRequest)(nil),                 // 1: contextd.v1.ForkRequest
+	(*ForkResponse)(nil),                // 2: contextd.v1.ForkResponse
+	(*RewindRequest)(nil),               // 3: contextd.v1.RewindRequest
+	(*RewindResponse)(nil),              // 4: contextd.v1.RewindResponse
+	(*GetStateRequest)(nil),             // 5: contextd.v1.GetStateRequest
+	(*GetStateResponse)(nil),            // 6: contextd.v1.GetStateResponse
+	(*ReadMessagesRequest)(nil),         // 7: contextd.v1.ReadMessagesRequest
+	(*SegmentSizes)(nil),                // 8: contextd.v1.SegmentSizes
+	(*ReadMessagesResponse)(nil),        // 9: contextd.v1.ReadMessagesResponse
+	(*CommitRequest)(nil),               // 10: contextd.v1.CommitRequest
+	(*CommitResponse)(nil),              // 11: contextd.v1.CommitResponse
+	(*ClearRequest)(nil),                // 12: contextd.v1.ClearRequest
+	(*ClearResponse)(nil),               // 13: contextd.v1.ClearResponse
+	(*WatchRequest)(nil),                // 14: contextd.v1.WatchRequest
+	(*Change)(nil),                      // 15: contextd.v1.Change
+	(*WatchResponse)(nil),               // 16: contextd.v1.WatchResponse
+	(*Heartbeat)(nil),                   // 17: contextd.v1.Heartbeat
+	(*ListConversationsRequest)(nil),    // 18: contextd.v1.ListConversationsRequest
+	(*ConversationSummary)(nil),         // 19: contextd.v1.ConversationSummary
+	(*ListConversationsResponse)(nil),   // 20: contextd.v1.ListConversationsResponse
+	(*ReadToolResultRequest)(nil),       // 21: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),      // 22: contextd.v1.ReadToolResultResponse
+	(*DeleteConversationRequest)(nil),   // 23: contextd.v1.DeleteConversationRequest
+	(*DeleteConversationResponse)(nil),  // 24: contextd.v1.DeleteConversationResponse
+	(*DeleteConversationsRequest)(nil),  // 25: contextd.v1.DeleteConversationsRequest
+	(*DeleteConversationsResponse)(nil), // 26: contextd.v1.DeleteConversationsResponse
+	(*ExportConversationsRequest)(nil),  // 27: contextd.v1.ExportConversationsRequest
+	(*ExportConversationsResponse)(nil), // 28: contextd.v1.ExportConversationsResponse
+	(*RecallRequest)(nil),               // 29: contextd.v1.RecallRequest
+	(*RecallToolCall)(nil),              // 30: contextd.v1.RecallToolCall
+	(*RecallHit)(nil),                   // 31: contextd.v1.RecallHit
+	(*RecallResponse)(nil),              // 32: contextd.v1.RecallResponse
+	nil,                                 // 33: contextd.v1.ListConversationsRequest.LabelsEntry
+	nil,                                 // 34: contextd.v1.ConversationSummary.LabelsEntry
+	(*ForkOrigin)(nil),                  // 35: contextd.v1.ForkOrigin
+	(*ConversationState)(nil),           // 36: contextd.v1.ConversationState
+	(Segment)(0),                        // 37: contextd.v1.Segment
+	(*Message)(nil),                     // 38: contextd.v1.Message
+	(*Delta)(nil),                       // 39: contextd.v1.Delta
+	(Role)(0),                           // 40: contextd.v1.Role
+	(*GetUsageRequest)(nil),             // 41: contextd.v1.GetUsageRequest
+	(*ListTenantUsageRequest)(nil),      // 42: contextd.v1.ListTenantUsageRequest
+	(*GetUsageResponse)(nil),            // 43: contextd.v1.GetUsageResponse
+	(*ListTenantUsageResponse)(nil),     // 44: contextd.v1.ListTenantUsageResponse
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	31, // 0: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	32, // 1: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
-	33, // 2: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
-	32, // 3: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
-	4,  // 4: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
-	34, // 5: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	31, // 6: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	34, // 7: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
-	11, // 8: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
-	13, // 9: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	29, // 10: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
-	0,  // 11: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
-	30, // 12: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
-	15, // 13: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	31, // 14: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
-	26, // 15: contextd.v1.RecallRequest.tool_call:type_name -> contextd.v1.RecallToolCall
-	35, // 16: contextd.v1.RecallHit.role:type_name -> contextd.v1.Role
-	27, // 17: contextd.v1.RecallResponse.hits:type_name -> contextd.v1.RecallHit
-	1,  // 18: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	3,  // 19: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
-	6,  // 20: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	8,  // 21: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	10, // 22: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	14, // 23: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	17, // 24: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	36, // 25: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
-	37, // 26: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
-	19, // 27: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
-	21, // 28: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
-	23, // 29: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
-	25, // 30: contextd.v1.ConversationService.Recall:input_type -> contextd.v1.RecallRequest
-	2,  // 31: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	5,  // 32: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	7,  // 33: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	9,  // 34: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	12, // 35: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	16, // 36: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	18, // 37: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	38, // 38: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
-	39, // 39: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
-	20, // 40: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
-	22, // 41: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
-	24, // 42: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
-	28, // 43: contextd.v1.ConversationService.Recall:output_type -> contextd.v1.RecallResponse
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	35, // 0: contextd.v1.ForkResponse.forked_from:type_name -> contextd.v1.ForkOrigin
+	36, // 1: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	37, // 2: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	38, // 3: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	37, // 4: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	8,  // 5: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
+	39, // 6: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	36, // 7: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	39, // 8: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	35, // 9: contextd.v1.Change.forked_from:type_name -> contextd.v1.ForkOrigin
+	15, // 10: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
+	17, // 11: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
+	33, // 12: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
+	0,  // 13: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
+	34, // 14: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
+	19, // 15: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
+	36, // 16: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
+	30, // 17: contextd.v1.RecallRequest.tool_call:type_name -> contextd.v1.RecallToolCall
+	40, // 18: contextd.v1.RecallHit.role:type_name -> contextd.v1.Role
+	31, // 19: contextd.v1.RecallResponse.hits:type_name -> contextd.v1.RecallHit
+	5,  // 20: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	7,  // 21: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	10, // 22: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	12, // 23: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	14, // 24: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	18, // 25: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	21, // 26: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	41, // 27: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
+	42, // 28: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
+	23, // 29: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
+	25, // 30: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
+	27, // 31: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
+	29, // 32: contextd.v1.ConversationService.Recall:input_type -> contextd.v1.RecallRequest
+	1,  // 33: contextd.v1.ConversationService.Fork:input_type -> contextd.v1.ForkRequest
+	3,  // 34: contextd.v1.ConversationService.Rewind:input_type -> contextd.v1.RewindRequest
+	6,  // 35: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	9,  // 36: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	11, // 37: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	13, // 38: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	16, // 39: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	20, // 40: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	22, // 41: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	43, // 42: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
+	44, // 43: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
+	24, // 44: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
+	26, // 45: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
+	28, // 46: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
+	32, // 47: contextd.v1.ConversationService.Recall:output_type -> contextd.v1.RecallResponse
+	2,  // 48: contextd.v1.ConversationService.Fork:output_type -> contextd.v1.ForkResponse
+	4,  // 49: contextd.v1.ConversationService.Rewind:output_type -> contextd.v1.RewindResponse
+	35, // [35:50] is the sub-list for method output_type
+	20, // [20:35] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -2505,21 +2846,25 @@ func file_contextd_v1_conversation_service_proto_init() {
 	file_contextd_v1_message_proto_init()
 	file_contextd_v1_state_proto_init()
 	file_contextd_v1_usage_ledger_proto_init()
+	file_contextd_v1_conversation_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_contextd_v1_conversation_service_proto_msgTypes[2].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[5].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[7].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_contextd_v1_conversation_service_proto_msgTypes[4].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[9].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[11].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[14].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*WatchResponse_Change)(nil),
 		(*WatchResponse_Heartbeat)(nil),
 	}
-	file_contextd_v1_conversation_service_proto_msgTypes[18].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,8 @@ const (
 	ConversationService_DeleteConversations_FullMethodName = "/contextd.v1.ConversationService/DeleteConversations"
 	ConversationService_ExportConversations_FullMethodName = "/contextd.v1.ConversationService/ExportConversations"
 	ConversationService_Recall_FullMethodName              = "/contextd.v1.ConversationService/Recall"
+	ConversationService_Fork_FullMethodName                = "/contextd.v1.ConversationService/Fork"
+	ConversationService_Rewind_FullMethodName              = "/contextd.v1.ConversationService/Rewind"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -99,6 +101,20 @@ type ConversationServiceClient interface {
 	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
 	// and what one request may cost.
 	Recall(ctx context.Context, in *RecallRequest, opts ...grpc.CallOption) (*RecallResponse, error)
+	// Copy a conversation, at its latest version or one still in its history window, into a new
+	// conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+	// source's at that version (message ids kept, title and labels copied, created and updated
+	// time the fork's, `ConversationState.forked_from` naming the source and version). The source
+	// is not written. `new_conversation_id` already written (any version, also a cleared one) is
+	// ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+	// version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+	// costs per store: docs/history.md.
+	Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error)
+	// Commit a new version whose state equals the state at `to_version` (which must be in the
+	// history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+	// check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+	// `rewound_to_version` set: its state after the change is the state it saw at that version.
+	Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error)
 }
 
 type conversationServiceClient struct {
@@ -257,6 +273,26 @@ func (c *conversationServiceClient) Recall(ctx context.Context, in *RecallReques
 	return out, nil
 }
 
+func (c *conversationServiceClient) Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkResponse)
+	err := c.cc.Invoke(ctx, ConversationService_Fork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationServiceClient) Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewindResponse)
+	err := c.cc.Invoke(ctx, ConversationService_Rewind_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -322,6 +358,20 @@ type ConversationServiceServer interface {
 	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
 	// and what one request may cost.
 	Recall(context.Context, *RecallRequest) (*RecallResponse, error)
+	// Copy a conversation, at its latest version or one still in its history window, into a new
+	// conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+	// source's at that version (message ids kept, title and labels copied, created and updated
+	// time the fork's, `ConversationState.forked_from` naming the source and version). The source
+	// is not written. `new_conversation_id` already written (any version, also a cleared one) is
+	// ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+	// version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+	// costs per store: docs/history.md.
+	Fork(context.Context, *ForkRequest) (*ForkResponse, error)
+	// Commit a new version whose state equals the state at `to_version` (which must be in the
+	// history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+	// check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+	// `rewound_to_version` set: its state after the change is the state it saw at that version.
+	Rewind(context.Context, *RewindRequest) (*RewindResponse, error)
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -370,6 +420,12 @@ func (UnimplementedConversationServiceServer) ExportConversations(*ExportConvers
 }
 func (UnimplementedConversationServiceServer) Recall(context.Context, *RecallRequest) (*RecallResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Recall not implemented")
+}
+func (UnimplementedConversationServiceServer) Fork(context.Context, *ForkRequest) (*ForkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fork not implemented")
+}
+func (UnimplementedConversationServiceServer) Rewind(context.Context, *RewindRequest) (*RewindResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rewind not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -612,6 +668,42 @@ func _ConversationService_Recall_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_Fork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).Fork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_Fork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).Fork(ctx, req.(*ForkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationService_Rewind_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewindRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationServiceServer).Rewind(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationService_Rewind_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationServiceServer).Rewind(ctx, req.(*RewindRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -662,6 +754,14 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Recall",
 			Handler:    _ConversationService_Recall_Handler,
+		},
+		{
+			MethodName: "Fork",
+			Handler:    _ConversationService_Fork_Handler,
+		},
+		{
+			MethodName: "Rewind",
+			Handler:    _ConversationService_Rewind_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -265,7 +265,10 @@ type ConversationState struct {
 	// commit's time plus this, and then reads as one never written. 0 = the tenant's default
 	// (`--idle-ttl-ms`, `--idle-ttl-per-tenant`); -1 = never, whatever the default. Set with
 	// `Delta.set_metadata`; kept by `clear_state` and `Clear`.
-	IdleTtlMs     int64 `protobuf:"varint,490,opt,name=idle_ttl_ms,json=idleTtlMs,proto3" json:"idle_ttl_ms,omitempty"`
+	IdleTtlMs int64 `protobuf:"varint,490,opt,name=idle_ttl_ms,json=idleTtlMs,proto3" json:"idle_ttl_ms,omitempty"`
+	// Set on a conversation made by `Fork` (and kept by every later commit, `Clear` included):
+	// the conversation and version it was copied from.
+	ForkedFrom    *ForkOrigin `protobuf:"bytes,470,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +394,68 @@ func (x *ConversationState) GetIdleTtlMs() int64 {
 	return 0
 }
 
+func (x *ConversationState) GetForkedFrom() *ForkOrigin {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return nil
+}
+
+// The conversation and version a `Fork` copied.
+type ForkOrigin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source conversation.
+	ConversationId string `protobuf:"bytes,470,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The source's version that was copied.
+	Version       int64 `protobuf:"varint,471,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkOrigin) Reset() {
+	*x = ForkOrigin{}
+	mi := &file_contextd_v1_state_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkOrigin) ProtoMessage() {}
+
+func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_state_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkOrigin.ProtoReflect.Descriptor instead.
+func (*ForkOrigin) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ForkOrigin) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ForkOrigin) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // One change to a conversation. Deltas are applied in order inside a commit; the whole batch
 // applies or nothing does. Exactly one operation must be set.
 type Delta struct {
@@ -427,7 +492,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_contextd_v1_state_proto_msgTypes[3]
+	mi := &file_contextd_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +504,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[3]
+	mi := &file_contextd_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +517,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Delta) GetOperation() isDelta_Operation {
@@ -826,7 +891,7 @@ type AppendMessages struct {
 
 func (x *AppendMessages) Reset() {
 	*x = AppendMessages{}
-	mi := &file_contextd_v1_state_proto_msgTypes[4]
+	mi := &file_contextd_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +903,7 @@ func (x *AppendMessages) String() string {
 func (*AppendMessages) ProtoMessage() {}
 
 func (x *AppendMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[4]
+	mi := &file_contextd_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +916,7 @@ func (x *AppendMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMessages.ProtoReflect.Descriptor instead.
 func (*AppendMessages) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AppendMessages) GetSegment() Segment {
@@ -881,7 +946,7 @@ type ReplaceSegment struct {
 
 func (x *ReplaceSegment) Reset() {
 	*x = ReplaceSegment{}
-	mi := &file_contextd_v1_state_proto_msgTypes[5]
+	mi := &file_contextd_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +958,7 @@ func (x *ReplaceSegment) String() string {
 func (*ReplaceSegment) ProtoMessage() {}
 
 func (x *ReplaceSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[5]
+	mi := &file_contextd_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +971,7 @@ func (x *ReplaceSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceSegment.ProtoReflect.Descriptor instead.
 func (*ReplaceSegment) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReplaceSegment) GetSegment() Segment {
@@ -937,7 +1002,7 @@ type RemoveMessages struct {
 
 func (x *RemoveMessages) Reset() {
 	*x = RemoveMessages{}
-	mi := &file_contextd_v1_state_proto_msgTypes[6]
+	mi := &file_contextd_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1014,7 @@ func (x *RemoveMessages) String() string {
 func (*RemoveMessages) ProtoMessage() {}
 
 func (x *RemoveMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[6]
+	mi := &file_contextd_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1027,7 @@ func (x *RemoveMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMessages.ProtoReflect.Descriptor instead.
 func (*RemoveMessages) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveMessages) GetSegment() Segment {
@@ -990,7 +1055,7 @@ type ClearSegment struct {
 
 func (x *ClearSegment) Reset() {
 	*x = ClearSegment{}
-	mi := &file_contextd_v1_state_proto_msgTypes[7]
+	mi := &file_contextd_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1067,7 @@ func (x *ClearSegment) String() string {
 func (*ClearSegment) ProtoMessage() {}
 
 func (x *ClearSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[7]
+	mi := &file_contextd_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1080,7 @@ func (x *ClearSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSegment.ProtoReflect.Descriptor instead.
 func (*ClearSegment) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClearSegment) GetSegment() Segment {
@@ -1035,7 +1100,7 @@ type ClearState struct {
 
 func (x *ClearState) Reset() {
 	*x = ClearState{}
-	mi := &file_contextd_v1_state_proto_msgTypes[8]
+	mi := &file_contextd_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1112,7 @@ func (x *ClearState) String() string {
 func (*ClearState) ProtoMessage() {}
 
 func (x *ClearState) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[8]
+	mi := &file_contextd_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1125,7 @@ func (x *ClearState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearState.ProtoReflect.Descriptor instead.
 func (*ClearState) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 // Insert an artifact, or merge it into an existing one by its `merge_policy`.
@@ -1074,7 +1139,7 @@ type UpsertArtifact struct {
 
 func (x *UpsertArtifact) Reset() {
 	*x = UpsertArtifact{}
-	mi := &file_contextd_v1_state_proto_msgTypes[9]
+	mi := &file_contextd_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1151,7 @@ func (x *UpsertArtifact) String() string {
 func (*UpsertArtifact) ProtoMessage() {}
 
 func (x *UpsertArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[9]
+	mi := &file_contextd_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1164,7 @@ func (x *UpsertArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertArtifact.ProtoReflect.Descriptor instead.
 func (*UpsertArtifact) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpsertArtifact) GetArtifact() *Artifact {
@@ -1120,7 +1185,7 @@ type RemoveArtifacts struct {
 
 func (x *RemoveArtifacts) Reset() {
 	*x = RemoveArtifacts{}
-	mi := &file_contextd_v1_state_proto_msgTypes[10]
+	mi := &file_contextd_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1197,7 @@ func (x *RemoveArtifacts) String() string {
 func (*RemoveArtifacts) ProtoMessage() {}
 
 func (x *RemoveArtifacts) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[10]
+	mi := &file_contextd_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1210,7 @@ func (x *RemoveArtifacts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveArtifacts.ProtoReflect.Descriptor instead.
 func (*RemoveArtifacts) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveArtifacts) GetIds() []string {
@@ -1172,7 +1237,7 @@ type AppendToolRound struct {
 
 func (x *AppendToolRound) Reset() {
 	*x = AppendToolRound{}
-	mi := &file_contextd_v1_state_proto_msgTypes[11]
+	mi := &file_contextd_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1249,7 @@ func (x *AppendToolRound) String() string {
 func (*AppendToolRound) ProtoMessage() {}
 
 func (x *AppendToolRound) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[11]
+	mi := &file_contextd_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1262,7 @@ func (x *AppendToolRound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendToolRound.ProtoReflect.Descriptor instead.
 func (*AppendToolRound) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AppendToolRound) GetAssistant() *Message {
@@ -1235,7 +1300,7 @@ type AppendAssistant struct {
 
 func (x *AppendAssistant) Reset() {
 	*x = AppendAssistant{}
-	mi := &file_contextd_v1_state_proto_msgTypes[12]
+	mi := &file_contextd_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1312,7 @@ func (x *AppendAssistant) String() string {
 func (*AppendAssistant) ProtoMessage() {}
 
 func (x *AppendAssistant) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[12]
+	mi := &file_contextd_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1325,7 @@ func (x *AppendAssistant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAssistant.ProtoReflect.Descriptor instead.
 func (*AppendAssistant) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AppendAssistant) GetText() string {
@@ -1317,7 +1382,7 @@ type AppendToolResult struct {
 
 func (x *AppendToolResult) Reset() {
 	*x = AppendToolResult{}
-	mi := &file_contextd_v1_state_proto_msgTypes[13]
+	mi := &file_contextd_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1394,7 @@ func (x *AppendToolResult) String() string {
 func (*AppendToolResult) ProtoMessage() {}
 
 func (x *AppendToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[13]
+	mi := &file_contextd_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1407,7 @@ func (x *AppendToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendToolResult.ProtoReflect.Descriptor instead.
 func (*AppendToolResult) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AppendToolResult) GetToolCallId() string {
@@ -1401,7 +1466,7 @@ type AppendUser struct {
 
 func (x *AppendUser) Reset() {
 	*x = AppendUser{}
-	mi := &file_contextd_v1_state_proto_msgTypes[14]
+	mi := &file_contextd_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1478,7 @@ func (x *AppendUser) String() string {
 func (*AppendUser) ProtoMessage() {}
 
 func (x *AppendUser) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[14]
+	mi := &file_contextd_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1491,7 @@ func (x *AppendUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendUser.ProtoReflect.Descriptor instead.
 func (*AppendUser) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AppendUser) GetMessage() *Message {
@@ -1451,7 +1516,7 @@ type TruncateAssistant struct {
 
 func (x *TruncateAssistant) Reset() {
 	*x = TruncateAssistant{}
-	mi := &file_contextd_v1_state_proto_msgTypes[15]
+	mi := &file_contextd_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1528,7 @@ func (x *TruncateAssistant) String() string {
 func (*TruncateAssistant) ProtoMessage() {}
 
 func (x *TruncateAssistant) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[15]
+	mi := &file_contextd_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1541,7 @@ func (x *TruncateAssistant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateAssistant.ProtoReflect.Descriptor instead.
 func (*TruncateAssistant) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TruncateAssistant) GetPartialText() string {
@@ -1508,7 +1573,7 @@ type CancelToolCalls struct {
 
 func (x *CancelToolCalls) Reset() {
 	*x = CancelToolCalls{}
-	mi := &file_contextd_v1_state_proto_msgTypes[16]
+	mi := &file_contextd_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1585,7 @@ func (x *CancelToolCalls) String() string {
 func (*CancelToolCalls) ProtoMessage() {}
 
 func (x *CancelToolCalls) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[16]
+	mi := &file_contextd_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1598,7 @@ func (x *CancelToolCalls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelToolCalls.ProtoReflect.Descriptor instead.
 func (*CancelToolCalls) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelToolCalls) GetToolCallIds() []string {
@@ -1568,7 +1633,7 @@ type Compact struct {
 
 func (x *Compact) Reset() {
 	*x = Compact{}
-	mi := &file_contextd_v1_state_proto_msgTypes[17]
+	mi := &file_contextd_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1645,7 @@ func (x *Compact) String() string {
 func (*Compact) ProtoMessage() {}
 
 func (x *Compact) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[17]
+	mi := &file_contextd_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1658,7 @@ func (x *Compact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compact.ProtoReflect.Descriptor instead.
 func (*Compact) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Compact) GetSummary() *Message {
@@ -1629,7 +1694,7 @@ type Remember struct {
 
 func (x *Remember) Reset() {
 	*x = Remember{}
-	mi := &file_contextd_v1_state_proto_msgTypes[18]
+	mi := &file_contextd_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1706,7 @@ func (x *Remember) String() string {
 func (*Remember) ProtoMessage() {}
 
 func (x *Remember) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[18]
+	mi := &file_contextd_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1719,7 @@ func (x *Remember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Remember.ProtoReflect.Descriptor instead.
 func (*Remember) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Remember) GetText() string {
@@ -1675,7 +1740,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_contextd_v1_state_proto_msgTypes[19]
+	mi := &file_contextd_v1_state_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1752,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[19]
+	mi := &file_contextd_v1_state_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1765,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Forget) GetExperienceId() string {
@@ -1727,7 +1792,7 @@ type AppendProviderResponse struct {
 
 func (x *AppendProviderResponse) Reset() {
 	*x = AppendProviderResponse{}
-	mi := &file_contextd_v1_state_proto_msgTypes[20]
+	mi := &file_contextd_v1_state_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1804,7 @@ func (x *AppendProviderResponse) String() string {
 func (*AppendProviderResponse) ProtoMessage() {}
 
 func (x *AppendProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[20]
+	mi := &file_contextd_v1_state_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1817,7 @@ func (x *AppendProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendProviderResponse.ProtoReflect.Descriptor instead.
 func (*AppendProviderResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AppendProviderResponse) GetProvider() Provider {
@@ -1810,7 +1875,7 @@ type AppendProviderStream struct {
 
 func (x *AppendProviderStream) Reset() {
 	*x = AppendProviderStream{}
-	mi := &file_contextd_v1_state_proto_msgTypes[21]
+	mi := &file_contextd_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1887,7 @@ func (x *AppendProviderStream) String() string {
 func (*AppendProviderStream) ProtoMessage() {}
 
 func (x *AppendProviderStream) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[21]
+	mi := &file_contextd_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1900,7 @@ func (x *AppendProviderStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendProviderStream.ProtoReflect.Descriptor instead.
 func (*AppendProviderStream) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AppendProviderStream) GetProvider() Provider {
@@ -1892,7 +1957,7 @@ type SetMetadata struct {
 
 func (x *SetMetadata) Reset() {
 	*x = SetMetadata{}
-	mi := &file_contextd_v1_state_proto_msgTypes[22]
+	mi := &file_contextd_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1969,7 @@ func (x *SetMetadata) String() string {
 func (*SetMetadata) ProtoMessage() {}
 
 func (x *SetMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[22]
+	mi := &file_contextd_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +1982,7 @@ func (x *SetMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMetadata.ProtoReflect.Descriptor instead.
 func (*SetMetadata) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetMetadata) GetTitle() string {
@@ -1970,7 +2035,7 @@ type PruneHistory struct {
 
 func (x *PruneHistory) Reset() {
 	*x = PruneHistory{}
-	mi := &file_contextd_v1_state_proto_msgTypes[23]
+	mi := &file_contextd_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2047,7 @@ func (x *PruneHistory) String() string {
 func (*PruneHistory) ProtoMessage() {}
 
 func (x *PruneHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[23]
+	mi := &file_contextd_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2060,7 @@ func (x *PruneHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneHistory.ProtoReflect.Descriptor instead.
 func (*PruneHistory) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PruneHistory) GetMaxMessages() uint32 {
@@ -2030,7 +2095,7 @@ type SetToolDefinitions struct {
 
 func (x *SetToolDefinitions) Reset() {
 	*x = SetToolDefinitions{}
-	mi := &file_contextd_v1_state_proto_msgTypes[24]
+	mi := &file_contextd_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2107,7 @@ func (x *SetToolDefinitions) String() string {
 func (*SetToolDefinitions) ProtoMessage() {}
 
 func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_state_proto_msgTypes[24]
+	mi := &file_contextd_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2120,7 @@ func (x *SetToolDefinitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetToolDefinitions.ProtoReflect.Descriptor instead.
 func (*SetToolDefinitions) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetToolDefinitions) GetToolDefinitions() []*ToolDefinition {
@@ -2081,7 +2146,7 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	"parameters\x18\x03 \x01(\tR\n" +
 	"parameters\x12%\n" +
 	"\x0ebest_practices\x18( \x03(\tR\rbestPractices\x12)\n" +
-	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\xb4\x05\n" +
+	"\x10prompt_injection\x18) \x01(\tR\x0fpromptInjection\"\xef\x05\n" +
 	"\x11ConversationState\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12,\n" +
@@ -2096,10 +2161,16 @@ const file_contextd_v1_state_proto_rawDesc = "" +
 	" \x01(\x03R\x14lastExperienceNumber\x12\x15\n" +
 	"\x05title\x18\xb8\x03 \x01(\tR\x05title\x12C\n" +
 	"\x06labels\x18\xb9\x03 \x03(\v2*.contextd.v1.ConversationState.LabelsEntryR\x06labels\x12\x1f\n" +
-	"\vidle_ttl_ms\x18\xea\x03 \x01(\x03R\tidleTtlMs\x1a9\n" +
+	"\vidle_ttl_ms\x18\xea\x03 \x01(\x03R\tidleTtlMs\x129\n" +
+	"\vforked_from\x18\xd6\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
+	"forkedFrom\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
+	"\n" +
+	"ForkOrigin\x12(\n" +
+	"\x0fconversation_id\x18\xd6\x03 \x01(\tR\x0econversationId\x12\x19\n" +
+	"\aversion\x18\xd7\x03 \x01(\x03R\aversion\"\xe6\v\n" +
 	"\x05Delta\x12F\n" +
 	"\x0fappend_messages\x18\x01 \x01(\v2\x1b.contextd.v1.AppendMessagesH\x00R\x0eappendMessages\x12F\n" +
 	"\x0freplace_segment\x18\x02 \x01(\v2\x1b.contextd.v1.ReplaceSegmentH\x00R\x0ereplaceSegment\x12F\n" +
@@ -2225,99 +2296,101 @@ func file_contextd_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_contextd_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_contextd_v1_state_proto_goTypes = []any{
 	(Segment)(0),                   // 0: contextd.v1.Segment
 	(*Experience)(nil),             // 1: contextd.v1.Experience
 	(*ToolDefinition)(nil),         // 2: contextd.v1.ToolDefinition
 	(*ConversationState)(nil),      // 3: contextd.v1.ConversationState
-	(*Delta)(nil),                  // 4: contextd.v1.Delta
-	(*AppendMessages)(nil),         // 5: contextd.v1.AppendMessages
-	(*ReplaceSegment)(nil),         // 6: contextd.v1.ReplaceSegment
-	(*RemoveMessages)(nil),         // 7: contextd.v1.RemoveMessages
-	(*ClearSegment)(nil),           // 8: contextd.v1.ClearSegment
-	(*ClearState)(nil),             // 9: contextd.v1.ClearState
-	(*UpsertArtifact)(nil),         // 10: contextd.v1.UpsertArtifact
-	(*RemoveArtifacts)(nil),        // 11: contextd.v1.RemoveArtifacts
-	(*AppendToolRound)(nil),        // 12: contextd.v1.AppendToolRound
-	(*AppendAssistant)(nil),        // 13: contextd.v1.AppendAssistant
-	(*AppendToolResult)(nil),       // 14: contextd.v1.AppendToolResult
-	(*AppendUser)(nil),             // 15: contextd.v1.AppendUser
-	(*TruncateAssistant)(nil),      // 16: contextd.v1.TruncateAssistant
-	(*CancelToolCalls)(nil),        // 17: contextd.v1.CancelToolCalls
-	(*Compact)(nil),                // 18: contextd.v1.Compact
-	(*Remember)(nil),               // 19: contextd.v1.Remember
-	(*Forget)(nil),                 // 20: contextd.v1.Forget
-	(*AppendProviderResponse)(nil), // 21: contextd.v1.AppendProviderResponse
-	(*AppendProviderStream)(nil),   // 22: contextd.v1.AppendProviderStream
-	(*SetMetadata)(nil),            // 23: contextd.v1.SetMetadata
-	(*PruneHistory)(nil),           // 24: contextd.v1.PruneHistory
-	(*SetToolDefinitions)(nil),     // 25: contextd.v1.SetToolDefinitions
-	nil,                            // 26: contextd.v1.ConversationState.LabelsEntry
-	nil,                            // 27: contextd.v1.SetMetadata.LabelsEntry
-	(*Message)(nil),                // 28: contextd.v1.Message
-	(*Artifact)(nil),               // 29: contextd.v1.Artifact
-	(*ToolCallPart)(nil),           // 30: contextd.v1.ToolCallPart
-	(*ReasoningPart)(nil),          // 31: contextd.v1.ReasoningPart
-	(*ToolPayload)(nil),            // 32: contextd.v1.ToolPayload
-	(*Part)(nil),                   // 33: contextd.v1.Part
-	(Provider)(0),                  // 34: contextd.v1.Provider
+	(*ForkOrigin)(nil),             // 4: contextd.v1.ForkOrigin
+	(*Delta)(nil),                  // 5: contextd.v1.Delta
+	(*AppendMessages)(nil),         // 6: contextd.v1.AppendMessages
+	(*ReplaceSegment)(nil),         // 7: contextd.v1.ReplaceSegment
+	(*RemoveMessages)(nil),         // 8: contextd.v1.RemoveMessages
+	(*ClearSegment)(nil),           // 9: contextd.v1.ClearSegment
+	(*ClearState)(nil),             // 10: contextd.v1.ClearState
+	(*UpsertArtifact)(nil),         // 11: contextd.v1.UpsertArtifact
+	(*RemoveArtifacts)(nil),        // 12: contextd.v1.RemoveArtifacts
+	(*AppendToolRound)(nil),        // 13: contextd.v1.AppendToolRound
+	(*AppendAssistant)(nil),        // 14: contextd.v1.AppendAssistant
+	(*AppendToolResult)(nil),       // 15: contextd.v1.AppendToolResult
+	(*AppendUser)(nil),             // 16: contextd.v1.AppendUser
+	(*TruncateAssistant)(nil),      // 17: contextd.v1.TruncateAssistant
+	(*CancelToolCalls)(nil),        // 18: contextd.v1.CancelToolCalls
+	(*Compact)(nil),                // 19: contextd.v1.Compact
+	(*Remember)(nil),               // 20: contextd.v1.Remember
+	(*Forget)(nil),                 // 21: contextd.v1.Forget
+	(*AppendProviderResponse)(nil), // 22: contextd.v1.AppendProviderResponse
+	(*AppendProviderStream)(nil),   // 23: contextd.v1.AppendProviderStream
+	(*SetMetadata)(nil),            // 24: contextd.v1.SetMetadata
+	(*PruneHistory)(nil),           // 25: contextd.v1.PruneHistory
+	(*SetToolDefinitions)(nil),     // 26: contextd.v1.SetToolDefinitions
+	nil,                            // 27: contextd.v1.ConversationState.LabelsEntry
+	nil,                            // 28: contextd.v1.SetMetadata.LabelsEntry
+	(*Message)(nil),                // 29: contextd.v1.Message
+	(*Artifact)(nil),               // 30: contextd.v1.Artifact
+	(*ToolCallPart)(nil),           // 31: contextd.v1.ToolCallPart
+	(*ReasoningPart)(nil),          // 32: contextd.v1.ReasoningPart
+	(*ToolPayload)(nil),            // 33: contextd.v1.ToolPayload
+	(*Part)(nil),                   // 34: contextd.v1.Part
+	(Provider)(0),                  // 35: contextd.v1.Provider
 }
 var file_contextd_v1_state_proto_depIdxs = []int32{
-	28, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
-	28, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
-	28, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
-	28, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
-	29, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
+	29, // 0: contextd.v1.ConversationState.system:type_name -> contextd.v1.Message
+	29, // 1: contextd.v1.ConversationState.history:type_name -> contextd.v1.Message
+	29, // 2: contextd.v1.ConversationState.memory:type_name -> contextd.v1.Message
+	29, // 3: contextd.v1.ConversationState.tools:type_name -> contextd.v1.Message
+	30, // 4: contextd.v1.ConversationState.artifacts:type_name -> contextd.v1.Artifact
 	1,  // 5: contextd.v1.ConversationState.experiences:type_name -> contextd.v1.Experience
 	2,  // 6: contextd.v1.ConversationState.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	26, // 7: contextd.v1.ConversationState.labels:type_name -> contextd.v1.ConversationState.LabelsEntry
-	5,  // 8: contextd.v1.Delta.append_messages:type_name -> contextd.v1.AppendMessages
-	6,  // 9: contextd.v1.Delta.replace_segment:type_name -> contextd.v1.ReplaceSegment
-	7,  // 10: contextd.v1.Delta.remove_messages:type_name -> contextd.v1.RemoveMessages
-	8,  // 11: contextd.v1.Delta.clear_segment:type_name -> contextd.v1.ClearSegment
-	9,  // 12: contextd.v1.Delta.clear_state:type_name -> contextd.v1.ClearState
-	10, // 13: contextd.v1.Delta.upsert_artifact:type_name -> contextd.v1.UpsertArtifact
-	11, // 14: contextd.v1.Delta.remove_artifacts:type_name -> contextd.v1.RemoveArtifacts
-	12, // 15: contextd.v1.Delta.append_tool_round:type_name -> contextd.v1.AppendToolRound
-	13, // 16: contextd.v1.Delta.append_assistant:type_name -> contextd.v1.AppendAssistant
-	14, // 17: contextd.v1.Delta.append_tool_result:type_name -> contextd.v1.AppendToolResult
-	15, // 18: contextd.v1.Delta.append_user:type_name -> contextd.v1.AppendUser
-	16, // 19: contextd.v1.Delta.truncate_assistant:type_name -> contextd.v1.TruncateAssistant
-	17, // 20: contextd.v1.Delta.cancel_tool_calls:type_name -> contextd.v1.CancelToolCalls
-	18, // 21: contextd.v1.Delta.compact:type_name -> contextd.v1.Compact
-	19, // 22: contextd.v1.Delta.remember:type_name -> contextd.v1.Remember
-	20, // 23: contextd.v1.Delta.forget:type_name -> contextd.v1.Forget
-	21, // 24: contextd.v1.Delta.append_provider_response:type_name -> contextd.v1.AppendProviderResponse
-	25, // 25: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
-	22, // 26: contextd.v1.Delta.append_provider_stream:type_name -> contextd.v1.AppendProviderStream
-	23, // 27: contextd.v1.Delta.set_metadata:type_name -> contextd.v1.SetMetadata
-	24, // 28: contextd.v1.Delta.prune_history:type_name -> contextd.v1.PruneHistory
-	0,  // 29: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
-	28, // 30: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
-	0,  // 31: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
-	28, // 32: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
-	0,  // 33: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
-	0,  // 34: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
-	29, // 35: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
-	28, // 36: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
-	28, // 37: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
-	30, // 38: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
-	31, // 39: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
-	32, // 40: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
-	33, // 41: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
-	28, // 42: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
-	28, // 43: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
-	34, // 44: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
-	34, // 45: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
-	27, // 46: contextd.v1.SetMetadata.labels:type_name -> contextd.v1.SetMetadata.LabelsEntry
-	28, // 47: contextd.v1.PruneHistory.summary:type_name -> contextd.v1.Message
-	2,  // 48: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	27, // 7: contextd.v1.ConversationState.labels:type_name -> contextd.v1.ConversationState.LabelsEntry
+	4,  // 8: contextd.v1.ConversationState.forked_from:type_name -> contextd.v1.ForkOrigin
+	6,  // 9: contextd.v1.Delta.append_messages:type_name -> contextd.v1.AppendMessages
+	7,  // 10: contextd.v1.Delta.replace_segment:type_name -> contextd.v1.ReplaceSegment
+	8,  // 11: contextd.v1.Delta.remove_messages:type_name -> contextd.v1.RemoveMessages
+	9,  // 12: contextd.v1.Delta.clear_segment:type_name -> contextd.v1.ClearSegment
+	10, // 13: contextd.v1.Delta.clear_state:type_name -> contextd.v1.ClearState
+	11, // 14: contextd.v1.Delta.upsert_artifact:type_name -> contextd.v1.UpsertArtifact
+	12, // 15: contextd.v1.Delta.remove_artifacts:type_name -> contextd.v1.RemoveArtifacts
+	13, // 16: contextd.v1.Delta.append_tool_round:type_name -> contextd.v1.AppendToolRound
+	14, // 17: contextd.v1.Delta.append_assistant:type_name -> contextd.v1.AppendAssistant
+	15, // 18: contextd.v1.Delta.append_tool_result:type_name -> contextd.v1.AppendToolResult
+	16, // 19: contextd.v1.Delta.append_user:type_name -> contextd.v1.AppendUser
+	17, // 20: contextd.v1.Delta.truncate_assistant:type_name -> contextd.v1.TruncateAssistant
+	18, // 21: contextd.v1.Delta.cancel_tool_calls:type_name -> contextd.v1.CancelToolCalls
+	19, // 22: contextd.v1.Delta.compact:type_name -> contextd.v1.Compact
+	20, // 23: contextd.v1.Delta.remember:type_name -> contextd.v1.Remember
+	21, // 24: contextd.v1.Delta.forget:type_name -> contextd.v1.Forget
+	22, // 25: contextd.v1.Delta.append_provider_response:type_name -> contextd.v1.AppendProviderResponse
+	26, // 26: contextd.v1.Delta.set_tool_definitions:type_name -> contextd.v1.SetToolDefinitions
+	23, // 27: contextd.v1.Delta.append_provider_stream:type_name -> contextd.v1.AppendProviderStream
+	24, // 28: contextd.v1.Delta.set_metadata:type_name -> contextd.v1.SetMetadata
+	25, // 29: contextd.v1.Delta.prune_history:type_name -> contextd.v1.PruneHistory
+	0,  // 30: contextd.v1.AppendMessages.segment:type_name -> contextd.v1.Segment
+	29, // 31: contextd.v1.AppendMessages.messages:type_name -> contextd.v1.Message
+	0,  // 32: contextd.v1.ReplaceSegment.segment:type_name -> contextd.v1.Segment
+	29, // 33: contextd.v1.ReplaceSegment.messages:type_name -> contextd.v1.Message
+	0,  // 34: contextd.v1.RemoveMessages.segment:type_name -> contextd.v1.Segment
+	0,  // 35: contextd.v1.ClearSegment.segment:type_name -> contextd.v1.Segment
+	30, // 36: contextd.v1.UpsertArtifact.artifact:type_name -> contextd.v1.Artifact
+	29, // 37: contextd.v1.AppendToolRound.assistant:type_name -> contextd.v1.Message
+	29, // 38: contextd.v1.AppendToolRound.results:type_name -> contextd.v1.Message
+	31, // 39: contextd.v1.AppendAssistant.tool_calls:type_name -> contextd.v1.ToolCallPart
+	32, // 40: contextd.v1.AppendAssistant.reasoning:type_name -> contextd.v1.ReasoningPart
+	33, // 41: contextd.v1.AppendToolResult.payload:type_name -> contextd.v1.ToolPayload
+	34, // 42: contextd.v1.AppendToolResult.content_parts:type_name -> contextd.v1.Part
+	29, // 43: contextd.v1.AppendUser.message:type_name -> contextd.v1.Message
+	29, // 44: contextd.v1.Compact.summary:type_name -> contextd.v1.Message
+	35, // 45: contextd.v1.AppendProviderResponse.provider:type_name -> contextd.v1.Provider
+	35, // 46: contextd.v1.AppendProviderStream.provider:type_name -> contextd.v1.Provider
+	28, // 47: contextd.v1.SetMetadata.labels:type_name -> contextd.v1.SetMetadata.LabelsEntry
+	29, // 48: contextd.v1.PruneHistory.summary:type_name -> contextd.v1.Message
+	2,  // 49: contextd.v1.SetToolDefinitions.tool_definitions:type_name -> contextd.v1.ToolDefinition
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_state_proto_init() }
@@ -2327,7 +2400,7 @@ func file_contextd_v1_state_proto_init() {
 	}
 	file_contextd_v1_artifact_proto_init()
 	file_contextd_v1_message_proto_init()
-	file_contextd_v1_state_proto_msgTypes[3].OneofWrappers = []any{
+	file_contextd_v1_state_proto_msgTypes[4].OneofWrappers = []any{
 		(*Delta_AppendMessages)(nil),
 		(*Delta_ReplaceSegment)(nil),
 		(*Delta_RemoveMessages)(nil),
@@ -2350,14 +2423,14 @@ func file_contextd_v1_state_proto_init() {
 		(*Delta_SetMetadata)(nil),
 		(*Delta_PruneHistory)(nil),
 	}
-	file_contextd_v1_state_proto_msgTypes[22].OneofWrappers = []any{}
+	file_contextd_v1_state_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_state_proto_rawDesc), len(file_contextd_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -19,13 +19,53 @@ CONVERSATION_ORDER_UNSPECIFIED: ConversationOrder
 CONVERSATION_ORDER_ID: ConversationOrder
 CONVERSATION_ORDER_UPDATED_DESC: ConversationOrder
 
+class ForkRequest(_message.Message):
+    __slots__ = ("conversation_id", "at_version", "new_conversation_id")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEW_CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    at_version: int
+    new_conversation_id: str
+    def __init__(self, conversation_id: _Optional[str] = ..., at_version: _Optional[int] = ..., new_conversation_id: _Optional[str] = ...) -> None: ...
+
+class ForkResponse(_message.Message):
+    __slots__ = ("version", "forked_from")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    forked_from: _state_pb2.ForkOrigin
+    def __init__(self, version: _Optional[int] = ..., forked_from: _Optional[_Union[_state_pb2.ForkOrigin, _Mapping]] = ...) -> None: ...
+
+class RewindRequest(_message.Message):
+    __slots__ = ("conversation_id", "to_version", "expected_version", "idempotency_key")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    to_version: int
+    expected_version: int
+    idempotency_key: str
+    def __init__(self, conversation_id: _Optional[str] = ..., to_version: _Optional[int] = ..., expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class RewindResponse(_message.Message):
+    __slots__ = ("version", "replayed")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    replayed: bool
+    def __init__(self, version: _Optional[int] = ..., replayed: bool = ...) -> None: ...
+
 class GetStateRequest(_message.Message):
-    __slots__ = ("conversation_id", "without_messages")
+    __slots__ = ("conversation_id", "without_messages", "at_version")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    AT_VERSION_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     without_messages: bool
-    def __init__(self, conversation_id: _Optional[str] = ..., without_messages: bool = ...) -> None: ...
+    at_version: int
+    def __init__(self, conversation_id: _Optional[str] = ..., without_messages: bool = ..., at_version: _Optional[int] = ...) -> None: ...
 
 class GetStateResponse(_message.Message):
     __slots__ = ("state",)
@@ -134,20 +174,26 @@ class WatchRequest(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., from_version: _Optional[int] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("conversation_id", "version", "deltas", "idempotency_key", "committed_at_unix_ms", "cleared")
+    __slots__ = ("conversation_id", "version", "deltas", "idempotency_key", "committed_at_unix_ms", "cleared", "assigned_message_ids", "rewound_to_version", "forked_from")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     CLEARED_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REWOUND_TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
     deltas: _containers.RepeatedCompositeFieldContainer[_state_pb2.Delta]
     idempotency_key: str
     committed_at_unix_ms: int
     cleared: bool
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., committed_at_unix_ms: _Optional[int] = ..., cleared: bool = ...) -> None: ...
+    assigned_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    rewound_to_version: int
+    forked_from: _state_pb2.ForkOrigin
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., committed_at_unix_ms: _Optional[int] = ..., cleared: bool = ..., assigned_message_ids: _Optional[_Iterable[str]] = ..., rewound_to_version: _Optional[int] = ..., forked_from: _Optional[_Union[_state_pb2.ForkOrigin, _Mapping]] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
     __slots__ = ("change", "heartbeat")

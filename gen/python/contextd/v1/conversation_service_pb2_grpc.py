@@ -107,6 +107,16 @@ class ConversationServiceStub(object):
                 request_serializer=contextd_dot_v1_dot_conversation__service__pb2.RecallRequest.SerializeToString,
                 response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/contextd.v1.ConversationService/Fork',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.ForkRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ForkResponse.FromString,
+                _registered_method=True)
+        self.Rewind = channel.unary_unary(
+                '/contextd.v1.ConversationService/Rewind',
+                request_serializer=contextd_dot_v1_dot_conversation__service__pb2.RewindRequest.SerializeToString,
+                response_deserializer=contextd_dot_v1_dot_conversation__service__pb2.RewindResponse.FromString,
+                _registered_method=True)
 
 
 class ConversationServiceServicer(object):
@@ -237,6 +247,30 @@ class ConversationServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fork(self, request, context):
+        """Copy a conversation, at its latest version or one still in its history window, into a new
+        conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+        source's at that version (message ids kept, title and labels copied, created and updated
+        time the fork's, `ConversationState.forked_from` naming the source and version). The source
+        is not written. `new_conversation_id` already written (any version, also a cleared one) is
+        ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+        version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+        costs per store: docs/history.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rewind(self, request, context):
+        """Commit a new version whose state equals the state at `to_version` (which must be in the
+        history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+        check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+        `rewound_to_version` set: its state after the change is the state it saw at that version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -304,6 +338,16 @@ def add_ConversationServiceServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.RecallRequest.FromString,
                     response_serializer=contextd_dot_v1_dot_conversation__service__pb2.RecallResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.ForkRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.ForkResponse.SerializeToString,
+            ),
+            'Rewind': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rewind,
+                    request_deserializer=contextd_dot_v1_dot_conversation__service__pb2.RewindRequest.FromString,
+                    response_serializer=contextd_dot_v1_dot_conversation__service__pb2.RewindResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -664,6 +708,60 @@ class ConversationService(object):
             '/contextd.v1.ConversationService/Recall',
             contextd_dot_v1_dot_conversation__service__pb2.RecallRequest.SerializeToString,
             contextd_dot_v1_dot_conversation__service__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/Fork',
+            contextd_dot_v1_dot_conversation__service__pb2.ForkRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.ForkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rewind(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextd.v1.ConversationService/Rewind',
+            contextd_dot_v1_dot_conversation__service__pb2.RewindRequest.SerializeToString,
+            contextd_dot_v1_dot_conversation__service__pb2.RewindResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,7 +45,7 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ..., best_practices: _Optional[_Iterable[str]] = ..., prompt_injection: _Optional[str] = ...) -> None: ...
 
 class ConversationState(_message.Message):
-    __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number", "title", "labels", "idle_ttl_ms")
+    __slots__ = ("conversation_id", "version", "system", "history", "memory", "tools", "artifacts", "experiences", "tool_definitions", "last_experience_number", "title", "labels", "idle_ttl_ms", "forked_from")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class ConversationState(_message.Message):
     TITLE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
     system: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -79,7 +80,16 @@ class ConversationState(_message.Message):
     title: str
     labels: _containers.ScalarMap[str, str]
     idle_ttl_ms: int
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_ms: _Optional[int] = ...) -> None: ...
+    forked_from: ForkOrigin
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., system: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., memory: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., experiences: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., tool_definitions: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., last_experience_number: _Optional[int] = ..., title: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_ms: _Optional[int] = ..., forked_from: _Optional[_Union[ForkOrigin, _Mapping]] = ...) -> None: ...
+
+class ForkOrigin(_message.Message):
+    __slots__ = ("conversation_id", "version")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    version: int
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("append_messages", "replace_segment", "remove_messages", "clear_segment", "clear_state", "upsert_artifact", "remove_artifacts", "append_tool_round", "append_assistant", "append_tool_result", "append_user", "truncate_assistant", "cancel_tool_calls", "compact", "remember", "forget", "append_provider_response", "set_tool_definitions", "append_provider_stream", "set_metadata", "prune_history")

@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message as Message$1, Role } from "./message_pb.js";
 import { file_contextd_v1_message } from "./message_pb.js";
-import type { ConversationState, Delta, Segment } from "./state_pb.js";
+import type { ConversationState, Delta, ForkOrigin, Segment } from "./state_pb.js";
 import { file_contextd_v1_state } from "./state_pb.js";
 import type { GetUsageRequestSchema, GetUsageResponseSchema, ListTenantUsageRequestSchema, ListTenantUsageResponseSchema } from "./usage_ledger_pb.js";
 import { file_contextd_v1_usage_ledger } from "./usage_ledger_pb.js";
@@ -16,7 +16,146 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEiRQoPR2V0U3RhdGVSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIZChB3aXRob3V0X21lc3NhZ2VzGIwBIAEoCCJBChBHZXRTdGF0ZVJlc3BvbnNlEi0KBXN0YXRlGAEgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUi3QEKE1JlYWRNZXNzYWdlc1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGIwBIAEoCRImCgdzZWdtZW50GI0BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSDQoEbGFzdBiOASABKA0SDgoFc3RhcnQYjwEgASgEEhEKA2VuZBiQASABKARIAIgBARIVCgd2ZXJzaW9uGJEBIAEoA0gBiAEBEhIKCW1heF9ieXRlcxiSASABKA0SEwoKcGFnZV90b2tlbhiTASABKAlCBgoEX2VuZEIKCghfdmVyc2lvbiJSCgxTZWdtZW50U2l6ZXMSDwoGc3lzdGVtGIwBIAEoBBIQCgdoaXN0b3J5GI0BIAEoBBIPCgZtZW1vcnkYjgEgASgEEg4KBXRvb2xzGI8BIAEoBCKaAgoUUmVhZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYjAEgAygLMhQuY29udGV4dGQudjEuTWVzc2FnZRIQCgd2ZXJzaW9uGI0BIAEoAxImCgdzZWdtZW50GI4BIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEQoIcG9zaXRpb24YjwEgASgEEhUKDHdpbmRvd19zdGFydBiQASABKAQSEwoKd2luZG93X2VuZBiRASABKAQSMQoNc2VnbWVudF9zaXplcxiSASABKAsyGS5jb250ZXh0ZC52MS5TZWdtZW50U2l6ZXMSGAoPbmV4dF9wYWdlX3Rva2VuGJMBIAEoCRITCgpwYWdlX2J5dGVzGJQBIAEoBCLCAQoNQ29tbWl0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoA0gAiAEBEiIKBmRlbHRhcxgDIAMoCzISLmNvbnRleHRkLnYxLkRlbHRhEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIVCg1pbmNsdWRlX3N0YXRlGAYgASgIQhMKEV9leHBlY3RlZF92ZXJzaW9uSgQIBRAGUgpvbWl0X3N0YXRlImIKDkNvbW1pdFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMSEAoIcmVwbGF5ZWQYAiABKAgSLQoFc3RhdGUYAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZSJbCgxDbGVhclJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiIgCg1DbGVhclJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAMiPQoMV2F0Y2hSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgxmcm9tX3ZlcnNpb24YAiABKAMingEKBkNoYW5nZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHAoUY29tbWl0dGVkX2F0X3VuaXhfbXMYBSABKAMSDwoHY2xlYXJlZBgGIAEoCCJrCg1XYXRjaFJlc3BvbnNlEiUKBmNoYW5nZRgBIAEoCzITLmNvbnRleHRkLnYxLkNoYW5nZUgAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmNvbnRleHRkLnYxLkhlYXJ0YmVhdEgAQgYKBGtpbmQiHAoJSGVhcnRiZWF0Eg8KB3ZlcnNpb24YASABKAMilAIKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZwcmVmaXgYAyABKAkSQgoGbGFiZWxzGLgDIAMoCzIxLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdC5MYWJlbHNFbnRyeRIeChV1cGRhdGVkX3NpbmNlX3VuaXhfbXMYuQMgASgDEi4KBW9yZGVyGLoDIAEoDjIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvbk9yZGVyGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAIKE0NvbnZlcnNhdGlvblN1bW1hcnkSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSGwoSY3JlYXRlZF9hdF91bml4X21zGLgDIAEoAxIbChJ1cGRhdGVkX2F0X3VuaXhfbXMYuQMgASgDEg4KBXRpdGxlGLoDIAEoCRI9CgZsYWJlbHMYuwMgAygLMiwuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeS5MYWJlbHNFbnRyeRIbChJleHBpcmVzX2F0X3VuaXhfbXMY6gMgASgDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibQoZTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRI3Cg1jb252ZXJzYXRpb25zGAEgAygLMiAuY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiaQoVUmVhZFRvb2xSZXN1bHRSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIUCgx0b29sX2NhbGxfaWQYAiABKAkSDgoGb2Zmc2V0GAMgASgEEhEKCW1heF9ieXRlcxgEIAEoDSJ/ChZSZWFkVG9vbFJlc3VsdFJlc3BvbnNlEgwKBHRleHQYASABKAkSDgoGb2Zmc2V0GAIgASgEEhMKC25leHRfb2Zmc2V0GAMgASgEEhMKC3RvdGFsX2J5dGVzGAQgASgEEgwKBG5hbWUYBSABKAkSDwoHdmVyc2lvbhgGIAEoAyJqChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjqAyABKAkSHgoQZXhwZWN0ZWRfdmVyc2lvbhjrAyABKANIAIgBAUITChFfZXhwZWN0ZWRfdmVyc2lvbiI2ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIYCg9kZWxldGVkX3ZlcnNpb24Y6gMgASgDIlYKGkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXF1ZXN0Eg8KBnByZWZpeBjqAyABKAkSEwoKcGFnZV90b2tlbhjrAyABKAkSEgoJcGFnZV9zaXplGOwDIAEoBSJJChtEZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USEAoHZGVsZXRlZBjqAyABKAUSGAoPbmV4dF9wYWdlX3Rva2VuGOsDIAEoCSJEChpFeHBvcnRDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhUKDHJlc3VtZV90b2tlbhjrAyABKAkifwobRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEi4KBXN0YXRlGOoDIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlEhkKEHdpdGhvdXRfbWVzc2FnZXMY6wMgASgIEhUKDHJlc3VtZV90b2tlbhjsAyABKAkiqgEKDVJlY2FsbFJlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGJwEIAEoCRIUCgttZXNzYWdlX2lkcxidBCADKAkSDgoFcXVlcnkYngQgASgJEi8KCXRvb2xfY2FsbBifBCABKAsyGy5jb250ZXh0ZC52MS5SZWNhbGxUb29sQ2FsbBIUCgttYXhfcmVzdWx0cxigBCABKA0SEgoJbWF4X2J5dGVzGKEEIAEoDSIzCg5SZWNhbGxUb29sQ2FsbBINCgRuYW1lGJwEIAEoCRISCglhcmd1bWVudHMYnQQgASgJIncKCVJlY2FsbEhpdBITCgptZXNzYWdlX2lkGJwEIAEoCRIRCghwb3NpdGlvbhidBCABKAQSDgoFc2NvcmUYngQgASgBEiAKBHJvbGUYnwQgASgOMhEuY29udGV4dGQudjEuUm9sZRIQCgdleGNlcnB0GKAEIAEoCSLQAQoOUmVjYWxsUmVzcG9uc2USDQoEdGV4dBicBCABKAkSJQoEaGl0cxidBCADKAsyFi5jb250ZXh0ZC52MS5SZWNhbGxIaXQSEAoHdmVyc2lvbhieBCABKAMSGQoQaGlzdG9yeV9tZXNzYWdlcxifBCABKAQSGgoRZXhhbWluZWRfbWVzc2FnZXMYoAQgASgEEhYKDXNjYW5uZWRfYnl0ZXMYoQQgASgEEhEKCGNvbXBsZXRlGKIEIAEoCBIUCgttaXNzaW5nX2lkcxijBCADKAkqdwoRQ29udmVyc2F0aW9uT3JkZXISIgoeQ09OVkVSU0FUSU9OX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVQ09OVkVSU0FUSU9OX09SREVSX0lEEAESIwofQ09OVkVSU0FUSU9OX09SREVSX1VQREFURURfREVTQxACMt4IChNDb252ZXJzYXRpb25TZXJ2aWNlEkcKCEdldFN0YXRlEhwuY29udGV4dGQudjEuR2V0U3RhdGVSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0U3RhdGVSZXNwb25zZRJTCgxSZWFkTWVzc2FnZXMSIC5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXF1ZXN0GiEuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVzcG9uc2USQQoGQ29tbWl0EhouY29udGV4dGQudjEuQ29tbWl0UmVxdWVzdBobLmNvbnRleHRkLnYxLkNvbW1pdFJlc3BvbnNlEj4KBUNsZWFyEhkuY29udGV4dGQudjEuQ2xlYXJSZXF1ZXN0GhouY29udGV4dGQudjEuQ2xlYXJSZXNwb25zZRJACgVXYXRjaBIZLmNvbnRleHRkLnYxLldhdGNoUmVxdWVzdBoaLmNvbnRleHRkLnYxLldhdGNoUmVzcG9uc2UwARJiChFMaXN0Q29udmVyc2F0aW9ucxIlLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBomLmNvbnRleHRkLnYxLkxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USWQoOUmVhZFRvb2xSZXN1bHQSIi5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIy5jb250ZXh0ZC52MS5SZWFkVG9vbFJlc3VsdFJlc3BvbnNlEkcKCEdldFVzYWdlEhwuY29udGV4dGQudjEuR2V0VXNhZ2VSZXF1ZXN0Gh0uY29udGV4dGQudjEuR2V0VXNhZ2VSZXNwb25zZRJcCg9MaXN0VGVuYW50VXNhZ2USIy5jb250ZXh0ZC52MS5MaXN0VGVuYW50VXNhZ2VSZXF1ZXN0GiQuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVzcG9uc2USZQoSRGVsZXRlQ29udmVyc2F0aW9uEiYuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBonLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlEmgKE0RlbGV0ZUNvbnZlcnNhdGlvbnMSJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBooLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXNwb25zZRJqChNFeHBvcnRDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5FeHBvcnRDb252ZXJzYXRpb25zUmVzcG9uc2UwARJBCgZSZWNhbGwSGi5jb250ZXh0ZC52MS5SZWNhbGxSZXF1ZXN0GhsuY29udGV4dGQudjEuUmVjYWxsUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEibgoLRm9ya1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGNYDIAEoCRIYCgphdF92ZXJzaW9uGNcDIAEoA0gAiAEBEhwKE25ld19jb252ZXJzYXRpb25faWQY2AMgASgJQg0KC19hdF92ZXJzaW9uIk8KDEZvcmtSZXNwb25zZRIQCgd2ZXJzaW9uGNYDIAEoAxItCgtmb3JrZWRfZnJvbRjXAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luIo0BCg1SZXdpbmRSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjWAyABKAkSEwoKdG9fdmVyc2lvbhjXAyABKAMSHgoQZXhwZWN0ZWRfdmVyc2lvbhjYAyABKANIAIgBARIYCg9pZGVtcG90ZW5jeV9rZXkY2QMgASgJQhMKEV9leHBlY3RlZF92ZXJzaW9uIjUKDlJld2luZFJlc3BvbnNlEhAKB3ZlcnNpb24Y1gMgASgDEhEKCHJlcGxheWVkGNcDIAEoCCJuCg9HZXRTdGF0ZVJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhkKEHdpdGhvdXRfbWVzc2FnZXMYjAEgASgIEhgKCmF0X3ZlcnNpb24Y1gMgASgDSACIAQFCDQoLX2F0X3ZlcnNpb24iQQoQR2V0U3RhdGVSZXNwb25zZRItCgVzdGF0ZRgBIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlIt0BChNSZWFkTWVzc2FnZXNSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBiMASABKAkSJgoHc2VnbWVudBiNASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50Eg0KBGxhc3QYjgEgASgNEg4KBXN0YXJ0GI8BIAEoBBIRCgNlbmQYkAEgASgESACIAQESFQoHdmVyc2lvbhiRASABKANIAYgBARISCgltYXhfYnl0ZXMYkgEgASgNEhMKCnBhZ2VfdG9rZW4YkwEgASgJQgYKBF9lbmRCCgoIX3ZlcnNpb24iUgoMU2VnbWVudFNpemVzEg8KBnN5c3RlbRiMASABKAQSEAoHaGlzdG9yeRiNASABKAQSDwoGbWVtb3J5GI4BIAEoBBIOCgV0b29scxiPASABKAQimgIKFFJlYWRNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGIwBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoHdmVyc2lvbhiNASABKAMSJgoHc2VnbWVudBiOASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EhEKCHBvc2l0aW9uGI8BIAEoBBIVCgx3aW5kb3dfc3RhcnQYkAEgASgEEhMKCndpbmRvd19lbmQYkQEgASgEEjEKDXNlZ21lbnRfc2l6ZXMYkgEgASgLMhkuY29udGV4dGQudjEuU2VnbWVudFNpemVzEhgKD25leHRfcGFnZV90b2tlbhiTASABKAkSEwoKcGFnZV9ieXRlcxiUASABKAQiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIqUCCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgSHQoUYXNzaWduZWRfbWVzc2FnZV9pZHMY1gMgAygJEiAKEnJld291bmRfdG9fdmVyc2lvbhjXAyABKANIAIgBARItCgtmb3JrZWRfZnJvbRjYAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luQhUKE19yZXdvdW5kX3RvX3ZlcnNpb24iawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIpQCChhMaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSDgoGcHJlZml4GAMgASgJEkIKBmxhYmVscxi4AyADKAsyMS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QuTGFiZWxzRW50cnkSHgoVdXBkYXRlZF9zaW5jZV91bml4X21zGLkDIAEoAxIuCgVvcmRlchi6AyABKA4yHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25PcmRlchotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpQCChNDb252ZXJzYXRpb25TdW1tYXJ5EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDEhsKEmNyZWF0ZWRfYXRfdW5peF9tcxi4AyABKAMSGwoSdXBkYXRlZF9hdF91bml4X21zGLkDIAEoAxIOCgV0aXRsZRi6AyABKAkSPQoGbGFiZWxzGLsDIAMoCzIsLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkuTGFiZWxzRW50cnkSGwoSZXhwaXJlc19hdF91bml4X21zGOoDIAEoAxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMiagoZRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBIYCg9jb252ZXJzYXRpb25faWQY6gMgASgJEh4KEGV4cGVjdGVkX3ZlcnNpb24Y6wMgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iNgoaRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2USGAoPZGVsZXRlZF92ZXJzaW9uGOoDIAEoAyJWChpEZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhMKCnBhZ2VfdG9rZW4Y6wMgASgJEhIKCXBhZ2Vfc2l6ZRjsAyABKAUiSQobRGVsZXRlQ29udmVyc2F0aW9uc1Jlc3BvbnNlEhAKB2RlbGV0ZWQY6gMgASgFEhgKD25leHRfcGFnZV90b2tlbhjrAyABKAkiRAoaRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QSDwoGcHJlZml4GOoDIAEoCRIVCgxyZXN1bWVfdG9rZW4Y6wMgASgJIn8KG0V4cG9ydENvbnZlcnNhdGlvbnNSZXNwb25zZRIuCgVzdGF0ZRjqAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZRIZChB3aXRob3V0X21lc3NhZ2VzGOsDIAEoCBIVCgxyZXN1bWVfdG9rZW4Y7AMgASgJIqoBCg1SZWNhbGxSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBicBCABKAkSFAoLbWVzc2FnZV9pZHMYnQQgAygJEg4KBXF1ZXJ5GJ4EIAEoCRIvCgl0b29sX2NhbGwYnwQgASgLMhsuY29udGV4dGQudjEuUmVjYWxsVG9vbENhbGwSFAoLbWF4X3Jlc3VsdHMYoAQgASgNEhIKCW1heF9ieXRlcxihBCABKA0iMwoOUmVjYWxsVG9vbENhbGwSDQoEbmFtZRicBCABKAkSEgoJYXJndW1lbnRzGJ0EIAEoCSJ3CglSZWNhbGxIaXQSEwoKbWVzc2FnZV9pZBicBCABKAkSEQoIcG9zaXRpb24YnQQgASgEEg4KBXNjb3JlGJ4EIAEoARIgCgRyb2xlGJ8EIAEoDjIRLmNvbnRleHRkLnYxLlJvbGUSEAoHZXhjZXJwdBigBCABKAki0AEKDlJlY2FsbFJlc3BvbnNlEg0KBHRleHQYnAQgASgJEiUKBGhpdHMYnQQgAygLMhYuY29udGV4dGQudjEuUmVjYWxsSGl0EhAKB3ZlcnNpb24YngQgASgDEhkKEGhpc3RvcnlfbWVzc2FnZXMYnwQgASgEEhoKEWV4YW1pbmVkX21lc3NhZ2VzGKAEIAEoBBIWCg1zY2FubmVkX2J5dGVzGKEEIAEoBBIRCghjb21wbGV0ZRiiBCABKAgSFAoLbWlzc2luZ19pZHMYowQgAygJKncKEUNvbnZlcnNhdGlvbk9yZGVyEiIKHkNPTlZFUlNBVElPTl9PUkRFUl9VTlNQRUNJRklFRBAAEhkKFUNPTlZFUlNBVElPTl9PUkRFUl9JRBABEiMKH0NPTlZFUlNBVElPTl9PUkRFUl9VUERBVEVEX0RFU0MQAjLeCQoTQ29udmVyc2F0aW9uU2VydmljZRJHCghHZXRTdGF0ZRIcLmNvbnRleHRkLnYxLkdldFN0YXRlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFN0YXRlUmVzcG9uc2USUwoMUmVhZE1lc3NhZ2VzEiAuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVxdWVzdBohLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1Jlc3BvbnNlEkEKBkNvbW1pdBIaLmNvbnRleHRkLnYxLkNvbW1pdFJlcXVlc3QaGy5jb250ZXh0ZC52MS5Db21taXRSZXNwb25zZRI+CgVDbGVhchIZLmNvbnRleHRkLnYxLkNsZWFyUmVxdWVzdBoaLmNvbnRleHRkLnYxLkNsZWFyUmVzcG9uc2USQAoFV2F0Y2gSGS5jb250ZXh0ZC52MS5XYXRjaFJlcXVlc3QaGi5jb250ZXh0ZC52MS5XYXRjaFJlc3BvbnNlMAESYgoRTGlzdENvbnZlcnNhdGlvbnMSJS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QaJi5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlElkKDlJlYWRUb29sUmVzdWx0EiIuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXF1ZXN0GiMuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJHCghHZXRVc2FnZRIcLmNvbnRleHRkLnYxLkdldFVzYWdlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFVzYWdlUmVzcG9uc2USXAoPTGlzdFRlbmFudFVzYWdlEiMuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVxdWVzdBokLmNvbnRleHRkLnYxLkxpc3RUZW5hbnRVc2FnZVJlc3BvbnNlEmUKEkRlbGV0ZUNvbnZlcnNhdGlvbhImLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRJoChNEZWxldGVDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USagoTRXhwb3J0Q29udmVyc2F0aW9ucxInLmNvbnRleHRkLnYxLkV4cG9ydENvbnZlcnNhdGlvbnNSZXF1ZXN0GiguY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlMAESQQoGUmVjYWxsEhouY29udGV4dGQudjEuUmVjYWxsUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlY2FsbFJlc3BvbnNlEjsKBEZvcmsSGC5jb250ZXh0ZC52MS5Gb3JrUmVxdWVzdBoZLmNvbnRleHRkLnYxLkZvcmtSZXNwb25zZRJBCgZSZXdpbmQSGi5jb250ZXh0ZC52MS5SZXdpbmRSZXF1ZXN0GhsuY29udGV4dGQudjEuUmV3aW5kUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
+
+/**
+ * The request of `Fork`.
+ *
+ * @generated from message contextd.v1.ForkRequest
+ */
+export type ForkRequest = Message<"contextd.v1.ForkRequest"> & {
+  /**
+   * The conversation to copy. Required.
+   *
+   * @generated from field: string conversation_id = 470;
+   */
+  conversationId: string;
+
+  /**
+   * The version to copy; absent = the latest. Must be between 1 and the current version and in
+   * the source's history window (`GetStateRequest.at_version`).
+   *
+   * @generated from field: optional int64 at_version = 471;
+   */
+  atVersion?: bigint | undefined;
+
+  /**
+   * The conversation to create. Required, different from `conversation_id`, never written
+   * before (else ALREADY_EXISTS), at most 1,024 UTF-8 bytes; under a tenant's token it must start
+   * with "<tenant>/" like every id.
+   *
+   * @generated from field: string new_conversation_id = 472;
+   */
+  newConversationId: string;
+};
+
+/**
+ * Describes the message contextd.v1.ForkRequest.
+ * Use `create(ForkRequestSchema)` to create a new message.
+ */
+export const ForkRequestSchema: GenMessage<ForkRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 0);
+
+/**
+ * The response of `Fork`.
+ *
+ * @generated from message contextd.v1.ForkResponse
+ */
+export type ForkResponse = Message<"contextd.v1.ForkResponse"> & {
+  /**
+   * The new conversation's version: 1.
+   *
+   * @generated from field: int64 version = 470;
+   */
+  version: bigint;
+
+  /**
+   * What it was forked from (the version resolved when the request left it absent).
+   *
+   * @generated from field: contextd.v1.ForkOrigin forked_from = 471;
+   */
+  forkedFrom?: ForkOrigin | undefined;
+};
+
+/**
+ * Describes the message contextd.v1.ForkResponse.
+ * Use `create(ForkResponseSchema)` to create a new message.
+ */
+export const ForkResponseSchema: GenMessage<ForkResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 1);
+
+/**
+ * The request of `Rewind`.
+ *
+ * @generated from message contextd.v1.RewindRequest
+ */
+export type RewindRequest = Message<"contextd.v1.RewindRequest"> & {
+  /**
+   * The conversation. Required.
+   *
+   * @generated from field: string conversation_id = 470;
+   */
+  conversationId: string;
+
+  /**
+   * The version whose state the new version takes: from 0 (the empty state) to the current
+   * version, inside the history window.
+   *
+   * @generated from field: int64 to_version = 471;
+   */
+  toVersion: bigint;
+
+  /**
+   * As in `CommitRequest`: a different stored version is ABORTED. Absent = no check.
+   *
+   * @generated from field: optional int64 expected_version = 472;
+   */
+  expectedVersion?: bigint | undefined;
+
+  /**
+   * As in `CommitRequest`: a retry with the same key and the same `to_version` is answered from
+   * the key's record; the same key with another `to_version` or with a `Commit`'s deltas is
+   * INVALID_ARGUMENT.
+   *
+   * @generated from field: string idempotency_key = 473;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message contextd.v1.RewindRequest.
+ * Use `create(RewindRequestSchema)` to create a new message.
+ */
+export const RewindRequestSchema: GenMessage<RewindRequest> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 2);
+
+/**
+ * The response of `Rewind`.
+ *
+ * @generated from message contextd.v1.RewindResponse
+ */
+export type RewindResponse = Message<"contextd.v1.RewindResponse"> & {
+  /**
+   * The new version.
+   *
+   * @generated from field: int64 version = 470;
+   */
+  version: bigint;
+
+  /**
+   * True when this was a retry answered from the idempotency record.
+   *
+   * @generated from field: bool replayed = 471;
+   */
+  replayed: boolean;
+};
+
+/**
+ * Describes the message contextd.v1.RewindResponse.
+ * Use `create(RewindResponseSchema)` to create a new message.
+ */
+export const RewindResponseSchema: GenMessage<RewindResponse> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 3);
 
 /**
  * The request of `GetState`.
@@ -39,6 +178,18 @@ export type GetStateRequest = Message<"contextd.v1.GetStateRequest"> & {
    * @generated from field: bool without_messages = 140;
    */
   withoutMessages: boolean;
+
+  /**
+   * Read the state as it was at this version: between 0 (the empty state) and the current
+   * version (a later one is OUT_OF_RANGE naming the current version), inside the history window:
+   * the sidecar rebuilds it from the conversation's change log (what `Watch` delivers), which
+   * keeps the last `--history-retention-versions` changes (10,000 by default). A version whose
+   * changes since the conversation's first (or its fork) are no longer all kept is OUT_OF_RANGE
+   * naming the oldest version still readable. Absent = the current state. See docs/history.md.
+   *
+   * @generated from field: optional int64 at_version = 470;
+   */
+  atVersion?: bigint | undefined;
 };
 
 /**
@@ -46,7 +197,7 @@ export type GetStateRequest = Message<"contextd.v1.GetStateRequest"> & {
  * Use `create(GetStateRequestSchema)` to create a new message.
  */
 export const GetStateRequestSchema: GenMessage<GetStateRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 0);
+  messageDesc(file_contextd_v1_conversation_service, 4);
 
 /**
  * The response of `GetState`.
@@ -67,7 +218,7 @@ export type GetStateResponse = Message<"contextd.v1.GetStateResponse"> & {
  * Use `create(GetStateResponseSchema)` to create a new message.
  */
 export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 1);
+  messageDesc(file_contextd_v1_conversation_service, 5);
 
 /**
  * The request of `ReadMessages`. The window is either the last `last` messages of the segment, or
@@ -162,7 +313,7 @@ export type ReadMessagesRequest = Message<"contextd.v1.ReadMessagesRequest"> & {
  * Use `create(ReadMessagesRequestSchema)` to create a new message.
  */
 export const ReadMessagesRequestSchema: GenMessage<ReadMessagesRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 2);
+  messageDesc(file_contextd_v1_conversation_service, 6);
 
 /**
  * How many messages each segment holds at the version read.
@@ -204,7 +355,7 @@ export type SegmentSizes = Message<"contextd.v1.SegmentSizes"> & {
  * Use `create(SegmentSizesSchema)` to create a new message.
  */
 export const SegmentSizesSchema: GenMessage<SegmentSizes> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 3);
+  messageDesc(file_contextd_v1_conversation_service, 7);
 
 /**
  * The response of `ReadMessages`: one page.
@@ -283,7 +434,7 @@ export type ReadMessagesResponse = Message<"contextd.v1.ReadMessagesResponse"> &
  * Use `create(ReadMessagesResponseSchema)` to create a new message.
  */
 export const ReadMessagesResponseSchema: GenMessage<ReadMessagesResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 4);
+  messageDesc(file_contextd_v1_conversation_service, 8);
 
 /**
  * The request of `Commit`.
@@ -339,7 +490,7 @@ export type CommitRequest = Message<"contextd.v1.CommitRequest"> & {
  * Use `create(CommitRequestSchema)` to create a new message.
  */
 export const CommitRequestSchema: GenMessage<CommitRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 5);
+  messageDesc(file_contextd_v1_conversation_service, 9);
 
 /**
  * The response of `Commit`.
@@ -375,7 +526,7 @@ export type CommitResponse = Message<"contextd.v1.CommitResponse"> & {
  * Use `create(CommitResponseSchema)` to create a new message.
  */
 export const CommitResponseSchema: GenMessage<CommitResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 6);
+  messageDesc(file_contextd_v1_conversation_service, 10);
 
 /**
  * The request of `Clear`.
@@ -403,7 +554,7 @@ export type ClearRequest = Message<"contextd.v1.ClearRequest"> & {
  * Use `create(ClearRequestSchema)` to create a new message.
  */
 export const ClearRequestSchema: GenMessage<ClearRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 7);
+  messageDesc(file_contextd_v1_conversation_service, 11);
 
 /**
  * The response of `Clear`.
@@ -424,7 +575,7 @@ export type ClearResponse = Message<"contextd.v1.ClearResponse"> & {
  * Use `create(ClearResponseSchema)` to create a new message.
  */
 export const ClearResponseSchema: GenMessage<ClearResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 8);
+  messageDesc(file_contextd_v1_conversation_service, 12);
 
 /**
  * The request of `Watch`.
@@ -441,8 +592,8 @@ export type WatchRequest = Message<"contextd.v1.WatchRequest"> & {
 
   /**
    * Deliver changes with a version greater than this; 0 = from the beginning of the retained
-   * stream. The store keeps about the last 10,000 changes of a conversation; resuming from a version
-   * older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
+   * stream. The store keeps about the last 10,000 changes of a conversation
+   * (`--history-retention-versions`); resuming from a version older than that is OUT_OF_RANGE (reload with GetState, or ReadMessages for a conversation over
    * the message limit, then watch from its version).
    *
    * @generated from field: int64 from_version = 2;
@@ -455,7 +606,7 @@ export type WatchRequest = Message<"contextd.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 9);
+  messageDesc(file_contextd_v1_conversation_service, 13);
 
 /**
  * One committed batch.
@@ -504,6 +655,33 @@ export type Change = Message<"contextd.v1.Change"> & {
    * @generated from field: bool cleared = 6;
    */
   cleared: boolean;
+
+  /**
+   * The ids the sidecar gave the batch's messages that came without one, in the order it gave
+   * them: applying `deltas` with these ids gives the committed state again (what reading a past
+   * version does).
+   *
+   * @generated from field: repeated string assigned_message_ids = 470;
+   */
+  assignedMessageIds: string[];
+
+  /**
+   * Set by `Rewind`: the state after this change is the state at this version (0: the empty
+   * state) with `last_experience_number` the larger of the two, so experience ids are never
+   * reused; `deltas` is empty. A watcher holding a copy replaces it with its copy at that version
+   * (or reads it with `GetStateRequest.at_version`). Absent = not a rewind.
+   *
+   * @generated from field: optional int64 rewound_to_version = 471;
+   */
+  rewoundToVersion?: bigint | undefined;
+
+  /**
+   * Set by `Fork` on the new conversation's first change (version 1): its state is the source's
+   * at `forked_from.version`, and `deltas` is empty.
+   *
+   * @generated from field: contextd.v1.ForkOrigin forked_from = 472;
+   */
+  forkedFrom?: ForkOrigin | undefined;
 };
 
 /**
@@ -511,7 +689,7 @@ export type Change = Message<"contextd.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 10);
+  messageDesc(file_contextd_v1_conversation_service, 14);
 
 /**
  * A message of the `Watch` stream.
@@ -548,7 +726,7 @@ export type WatchResponse = Message<"contextd.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 11);
+  messageDesc(file_contextd_v1_conversation_service, 15);
 
 /**
  * Sent while a `Watch` stream is idle.
@@ -569,7 +747,7 @@ export type Heartbeat = Message<"contextd.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 12);
+  messageDesc(file_contextd_v1_conversation_service, 16);
 
 /**
  * The request of `ListConversations`.
@@ -647,7 +825,7 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
  * Use `create(ListConversationsRequestSchema)` to create a new message.
  */
 export const ListConversationsRequestSchema: GenMessage<ListConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 13);
+  messageDesc(file_contextd_v1_conversation_service, 17);
 
 /**
  * A conversation in a listing.
@@ -713,7 +891,7 @@ export type ConversationSummary = Message<"contextd.v1.ConversationSummary"> & {
  * Use `create(ConversationSummarySchema)` to create a new message.
  */
 export const ConversationSummarySchema: GenMessage<ConversationSummary> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 14);
+  messageDesc(file_contextd_v1_conversation_service, 18);
 
 /**
  * The response of `ListConversations`.
@@ -742,7 +920,7 @@ export type ListConversationsResponse = Message<"contextd.v1.ListConversationsRe
  * Use `create(ListConversationsResponseSchema)` to create a new message.
  */
 export const ListConversationsResponseSchema: GenMessage<ListConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 15);
+  messageDesc(file_contextd_v1_conversation_service, 19);
 
 /**
  * The request of `ReadToolResult`.
@@ -788,7 +966,7 @@ export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest">
  * Use `create(ReadToolResultRequestSchema)` to create a new message.
  */
 export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 16);
+  messageDesc(file_contextd_v1_conversation_service, 20);
 
 /**
  * The response of `ReadToolResult`.
@@ -844,7 +1022,7 @@ export type ReadToolResultResponse = Message<"contextd.v1.ReadToolResultResponse
  * Use `create(ReadToolResultResponseSchema)` to create a new message.
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 17);
+  messageDesc(file_contextd_v1_conversation_service, 21);
 
 /**
  * The request of `DeleteConversation`.
@@ -873,7 +1051,7 @@ export type DeleteConversationRequest = Message<"contextd.v1.DeleteConversationR
  * Use `create(DeleteConversationRequestSchema)` to create a new message.
  */
 export const DeleteConversationRequestSchema: GenMessage<DeleteConversationRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 18);
+  messageDesc(file_contextd_v1_conversation_service, 22);
 
 /**
  * The response of `DeleteConversation`.
@@ -894,7 +1072,7 @@ export type DeleteConversationResponse = Message<"contextd.v1.DeleteConversation
  * Use `create(DeleteConversationResponseSchema)` to create a new message.
  */
 export const DeleteConversationResponseSchema: GenMessage<DeleteConversationResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 19);
+  messageDesc(file_contextd_v1_conversation_service, 23);
 
 /**
  * The request of `DeleteConversations`.
@@ -931,7 +1109,7 @@ export type DeleteConversationsRequest = Message<"contextd.v1.DeleteConversation
  * Use `create(DeleteConversationsRequestSchema)` to create a new message.
  */
 export const DeleteConversationsRequestSchema: GenMessage<DeleteConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 20);
+  messageDesc(file_contextd_v1_conversation_service, 24);
 
 /**
  * The response of `DeleteConversations`.
@@ -960,7 +1138,7 @@ export type DeleteConversationsResponse = Message<"contextd.v1.DeleteConversatio
  * Use `create(DeleteConversationsResponseSchema)` to create a new message.
  */
 export const DeleteConversationsResponseSchema: GenMessage<DeleteConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 21);
+  messageDesc(file_contextd_v1_conversation_service, 25);
 
 /**
  * The request of `ExportConversations`.
@@ -990,7 +1168,7 @@ export type ExportConversationsRequest = Message<"contextd.v1.ExportConversation
  * Use `create(ExportConversationsRequestSchema)` to create a new message.
  */
 export const ExportConversationsRequestSchema: GenMessage<ExportConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 22);
+  messageDesc(file_contextd_v1_conversation_service, 26);
 
 /**
  * One conversation of an export.
@@ -1026,7 +1204,7 @@ export type ExportConversationsResponse = Message<"contextd.v1.ExportConversatio
  * Use `create(ExportConversationsResponseSchema)` to create a new message.
  */
 export const ExportConversationsResponseSchema: GenMessage<ExportConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 23);
+  messageDesc(file_contextd_v1_conversation_service, 27);
 
 /**
  * The request of `Recall`: exactly one of `message_ids`, `query` and `tool_call` (none, or more
@@ -1116,7 +1294,7 @@ export type RecallRequest = Message<"contextd.v1.RecallRequest"> & {
  * Use `create(RecallRequestSchema)` to create a new message.
  */
 export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 24);
+  messageDesc(file_contextd_v1_conversation_service, 28);
 
 /**
  * A model's tool call: its name and its arguments as JSON text, as the provider returned them.
@@ -1144,7 +1322,7 @@ export type RecallToolCall = Message<"contextd.v1.RecallToolCall"> & {
  * Use `create(RecallToolCallSchema)` to create a new message.
  */
 export const RecallToolCallSchema: GenMessage<RecallToolCall> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 25);
+  messageDesc(file_contextd_v1_conversation_service, 29);
 
 /**
  * One message a recall found.
@@ -1195,7 +1373,7 @@ export type RecallHit = Message<"contextd.v1.RecallHit"> & {
  * Use `create(RecallHitSchema)` to create a new message.
  */
 export const RecallHitSchema: GenMessage<RecallHit> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 26);
+  messageDesc(file_contextd_v1_conversation_service, 30);
 
 /**
  * The response of `Recall`.
@@ -1270,7 +1448,7 @@ export type RecallResponse = Message<"contextd.v1.RecallResponse"> & {
  * Use `create(RecallResponseSchema)` to create a new message.
  */
 export const RecallResponseSchema: GenMessage<RecallResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 27);
+  messageDesc(file_contextd_v1_conversation_service, 31);
 
 /**
  * The order of a listing.
@@ -1474,6 +1652,36 @@ export const ConversationService: GenService<{
     methodKind: "unary";
     input: typeof RecallRequestSchema;
     output: typeof RecallResponseSchema;
+  },
+  /**
+   * Copy a conversation, at its latest version or one still in its history window, into a new
+   * conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+   * source's at that version (message ids kept, title and labels copied, created and updated
+   * time the fork's, `ConversationState.forked_from` naming the source and version). The source
+   * is not written. `new_conversation_id` already written (any version, also a cleared one) is
+   * ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+   * version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+   * costs per store: docs/history.md.
+   *
+   * @generated from rpc contextd.v1.ConversationService.Fork
+   */
+  fork: {
+    methodKind: "unary";
+    input: typeof ForkRequestSchema;
+    output: typeof ForkResponseSchema;
+  },
+  /**
+   * Commit a new version whose state equals the state at `to_version` (which must be in the
+   * history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+   * check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+   * `rewound_to_version` set: its state after the change is the state it saw at that version.
+   *
+   * @generated from rpc contextd.v1.ConversationService.Rewind
+   */
+  rewind: {
+    methodKind: "unary";
+    input: typeof RewindRequestSchema;
+    output: typeof RewindResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_contextd_v1_conversation_service, 0);

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/state.proto.
  */
 export const file_contextd_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("Chdjb250ZXh0ZC92MS9zdGF0ZS5wcm90bxILY29udGV4dGQudjEiJgoKRXhwZXJpZW5jZRIKCgJpZBgBIAEoCRIMCgR0ZXh0GAIgASgJInkKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSEgoKcGFyYW1ldGVycxgDIAEoCRIWCg5iZXN0X3ByYWN0aWNlcxgoIAMoCRIYChBwcm9tcHRfaW5qZWN0aW9uGCkgASgJIpYEChFDb252ZXJzYXRpb25TdGF0ZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIkCgZzeXN0ZW0YAyADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiUKB2hpc3RvcnkYBCADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiQKBm1lbW9yeRgFIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USIwoFdG9vbHMYBiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEigKCWFydGlmYWN0cxgHIAMoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0EiwKC2V4cGVyaWVuY2VzGAggAygLMhcuY29udGV4dGQudjEuRXhwZXJpZW5jZRI1ChB0b29sX2RlZmluaXRpb25zGAkgAygLMhsuY29udGV4dGQudjEuVG9vbERlZmluaXRpb24SHgoWbGFzdF9leHBlcmllbmNlX251bWJlchgKIAEoAxIOCgV0aXRsZRi4AyABKAkSOwoGbGFiZWxzGLkDIAMoCzIqLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlLkxhYmVsc0VudHJ5EhQKC2lkbGVfdHRsX21zGOoDIAEoAxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIp8JCgVEZWx0YRI2Cg9hcHBlbmRfbWVzc2FnZXMYASABKAsyGy5jb250ZXh0ZC52MS5BcHBlbmRNZXNzYWdlc0gAEjYKD3JlcGxhY2Vfc2VnbWVudBgCIAEoCzIbLmNvbnRleHRkLnYxLlJlcGxhY2VTZWdtZW50SAASNgoPcmVtb3ZlX21lc3NhZ2VzGAMgASgLMhsuY29udGV4dGQudjEuUmVtb3ZlTWVzc2FnZXNIABIyCg1jbGVhcl9zZWdtZW50GAQgASgLMhkuY29udGV4dGQudjEuQ2xlYXJTZWdtZW50SAASLgoLY2xlYXJfc3RhdGUYBSABKAsyFy5jb250ZXh0ZC52MS5DbGVhclN0YXRlSAASNgoPdXBzZXJ0X2FydGlmYWN0GAYgASgLMhsuY29udGV4dGQudjEuVXBzZXJ0QXJ0aWZhY3RIABI4ChByZW1vdmVfYXJ0aWZhY3RzGAcgASgLMhwuY29udGV4dGQudjEuUmVtb3ZlQXJ0aWZhY3RzSAASOQoRYXBwZW5kX3Rvb2xfcm91bmQYCCABKAsyHC5jb250ZXh0ZC52MS5BcHBlbmRUb29sUm91bmRIABI4ChBhcHBlbmRfYXNzaXN0YW50GAkgASgLMhwuY29udGV4dGQudjEuQXBwZW5kQXNzaXN0YW50SAASOwoSYXBwZW5kX3Rvb2xfcmVzdWx0GAogASgLMh0uY29udGV4dGQudjEuQXBwZW5kVG9vbFJlc3VsdEgAEi4KC2FwcGVuZF91c2VyGAsgASgLMhcuY29udGV4dGQudjEuQXBwZW5kVXNlckgAEjwKEnRydW5jYXRlX2Fzc2lzdGFudBgMIAEoCzIeLmNvbnRleHRkLnYxLlRydW5jYXRlQXNzaXN0YW50SAASOQoRY2FuY2VsX3Rvb2xfY2FsbHMYDSABKAsyHC5jb250ZXh0ZC52MS5DYW5jZWxUb29sQ2FsbHNIABInCgdjb21wYWN0GA4gASgLMhQuY29udGV4dGQudjEuQ29tcGFjdEgAEikKCHJlbWVtYmVyGA8gASgLMhUuY29udGV4dGQudjEuUmVtZW1iZXJIABIlCgZmb3JnZXQYECABKAsyEy5jb250ZXh0ZC52MS5Gb3JnZXRIABJHChhhcHBlbmRfcHJvdmlkZXJfcmVzcG9uc2UYESABKAsyIy5jb250ZXh0ZC52MS5BcHBlbmRQcm92aWRlclJlc3BvbnNlSAASPwoUc2V0X3Rvb2xfZGVmaW5pdGlvbnMYEiABKAsyHy5jb250ZXh0ZC52MS5TZXRUb29sRGVmaW5pdGlvbnNIABJDChZhcHBlbmRfcHJvdmlkZXJfc3RyZWFtGDwgASgLMiEuY29udGV4dGQudjEuQXBwZW5kUHJvdmlkZXJTdHJlYW1IABIxCgxzZXRfbWV0YWRhdGEYuAMgASgLMhguY29udGV4dGQudjEuU2V0TWV0YWRhdGFIABIzCg1wcnVuZV9oaXN0b3J5GOoDIAEoCzIZLmNvbnRleHRkLnYxLlBydW5lSGlzdG9yeUgAQgsKCW9wZXJhdGlvbiJfCg5BcHBlbmRNZXNzYWdlcxIlCgdzZWdtZW50GAEgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBImCghtZXNzYWdlcxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiXwoOUmVwbGFjZVNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlIkQKDlJlbW92ZU1lc3NhZ2VzEiUKB3NlZ21lbnQYASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EgsKA2lkcxgCIAMoCSI1CgxDbGVhclNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQiDAoKQ2xlYXJTdGF0ZSI5Cg5VcHNlcnRBcnRpZmFjdBInCghhcnRpZmFjdBgBIAEoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0Ih4KD1JlbW92ZUFydGlmYWN0cxILCgNpZHMYASADKAkiYQoPQXBwZW5kVG9vbFJvdW5kEicKCWFzc2lzdGFudBgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USJQoHcmVzdWx0cxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UikQEKD0FwcGVuZEFzc2lzdGFudBIMCgR0ZXh0GAEgASgJEi0KCnRvb2xfY2FsbHMYAiADKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnQSLQoJcmVhc29uaW5nGAMgAygLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydBISCgptZXNzYWdlX2lkGAQgASgJIrEBChBBcHBlbmRUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEikKB3BheWxvYWQYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIQCghpc19lcnJvchgEIAEoCBIoCg1jb250ZW50X3BhcnRzGAUgAygLMhEuY29udGV4dGQudjEuUGFydBISCgptZXNzYWdlX2lkGAYgASgJIjMKCkFwcGVuZFVzZXISJQoHbWVzc2FnZRgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiPwoRVHJ1bmNhdGVBc3Npc3RhbnQSFAoMcGFydGlhbF90ZXh0GAEgASgJEhQKDGFib3J0X3JlYXNvbhgCIAEoCSI+Cg9DYW5jZWxUb29sQ2FsbHMSFQoNdG9vbF9jYWxsX2lkcxgBIAMoCRIUCgxhYm9ydF9yZWFzb24YAiABKAkiXgoHQ29tcGFjdBIlCgdzdW1tYXJ5GAEgASgLMhQuY29udGV4dGQudjEuTWVzc2FnZRIaChJ0aHJvdWdoX21lc3NhZ2VfaWQYAiABKAkSEAoIcmVtZW1iZXIYAyADKAkiGAoIUmVtZW1iZXISDAoEdGV4dBgBIAEoCSIfCgZGb3JnZXQSFQoNZXhwZXJpZW5jZV9pZBgBIAEoCSJPChZBcHBlbmRQcm92aWRlclJlc3BvbnNlEicKCHByb3ZpZGVyGAEgASgOMhUuY29udGV4dGQudjEuUHJvdmlkZXISDAoEanNvbhgCIAEoDCJ6ChRBcHBlbmRQcm92aWRlclN0cmVhbRInCghwcm92aWRlchgBIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEg4KBmV2ZW50cxgCIAMoDBITCgtpbnRlcnJ1cHRlZBgDIAEoCBIUCgxhYm9ydF9yZWFzb24YBCABKAki1QEKC1NldE1ldGFkYXRhEhMKBXRpdGxlGLgDIAEoCUgAiAEBEjUKBmxhYmVscxi5AyADKAsyJC5jb250ZXh0ZC52MS5TZXRNZXRhZGF0YS5MYWJlbHNFbnRyeRIWCg1yZW1vdmVfbGFiZWxzGLoDIAMoCRIZCgtpZGxlX3R0bF9tcxjqAyABKANIAYgBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQggKBl90aXRsZUIOCgxfaWRsZV90dGxfbXMiYQoMUHJ1bmVIaXN0b3J5EhUKDG1heF9tZXNzYWdlcxjqAyABKA0SEgoJbWF4X2J5dGVzGOsDIAEoBBImCgdzdW1tYXJ5GOwDIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiSwoSU2V0VG9vbERlZmluaXRpb25zEjUKEHRvb2xfZGVmaW5pdGlvbnMYASADKAsyGy5jb250ZXh0ZC52MS5Ub29sRGVmaW5pdGlvbipyCgdTZWdtZW50EhcKE1NFR01FTlRfVU5TUEVDSUZJRUQQABISCg5TRUdNRU5UX1NZU1RFTRABEhMKD1NFR01FTlRfSElTVE9SWRACEhIKDlNFR01FTlRfTUVNT1JZEAMSEQoNU0VHTUVOVF9UT09MUxAEQqoBCg9jb20uY29udGV4dGQudjFCClN0YXRlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_artifact, file_contextd_v1_message]);
+  fileDesc("Chdjb250ZXh0ZC92MS9zdGF0ZS5wcm90bxILY29udGV4dGQudjEiJgoKRXhwZXJpZW5jZRIKCgJpZBgBIAEoCRIMCgR0ZXh0GAIgASgJInkKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSEgoKcGFyYW1ldGVycxgDIAEoCRIWCg5iZXN0X3ByYWN0aWNlcxgoIAMoCRIYChBwcm9tcHRfaW5qZWN0aW9uGCkgASgJIsUEChFDb252ZXJzYXRpb25TdGF0ZRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIkCgZzeXN0ZW0YAyADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiUKB2hpc3RvcnkYBCADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEiQKBm1lbW9yeRgFIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USIwoFdG9vbHMYBiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlEigKCWFydGlmYWN0cxgHIAMoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0EiwKC2V4cGVyaWVuY2VzGAggAygLMhcuY29udGV4dGQudjEuRXhwZXJpZW5jZRI1ChB0b29sX2RlZmluaXRpb25zGAkgAygLMhsuY29udGV4dGQudjEuVG9vbERlZmluaXRpb24SHgoWbGFzdF9leHBlcmllbmNlX251bWJlchgKIAEoAxIOCgV0aXRsZRi4AyABKAkSOwoGbGFiZWxzGLkDIAMoCzIqLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlLkxhYmVsc0VudHJ5EhQKC2lkbGVfdHRsX21zGOoDIAEoAxItCgtmb3JrZWRfZnJvbRjWAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOAoKRm9ya09yaWdpbhIYCg9jb252ZXJzYXRpb25faWQY1gMgASgJEhAKB3ZlcnNpb24Y1wMgASgDIp8JCgVEZWx0YRI2Cg9hcHBlbmRfbWVzc2FnZXMYASABKAsyGy5jb250ZXh0ZC52MS5BcHBlbmRNZXNzYWdlc0gAEjYKD3JlcGxhY2Vfc2VnbWVudBgCIAEoCzIbLmNvbnRleHRkLnYxLlJlcGxhY2VTZWdtZW50SAASNgoPcmVtb3ZlX21lc3NhZ2VzGAMgASgLMhsuY29udGV4dGQudjEuUmVtb3ZlTWVzc2FnZXNIABIyCg1jbGVhcl9zZWdtZW50GAQgASgLMhkuY29udGV4dGQudjEuQ2xlYXJTZWdtZW50SAASLgoLY2xlYXJfc3RhdGUYBSABKAsyFy5jb250ZXh0ZC52MS5DbGVhclN0YXRlSAASNgoPdXBzZXJ0X2FydGlmYWN0GAYgASgLMhsuY29udGV4dGQudjEuVXBzZXJ0QXJ0aWZhY3RIABI4ChByZW1vdmVfYXJ0aWZhY3RzGAcgASgLMhwuY29udGV4dGQudjEuUmVtb3ZlQXJ0aWZhY3RzSAASOQoRYXBwZW5kX3Rvb2xfcm91bmQYCCABKAsyHC5jb250ZXh0ZC52MS5BcHBlbmRUb29sUm91bmRIABI4ChBhcHBlbmRfYXNzaXN0YW50GAkgASgLMhwuY29udGV4dGQudjEuQXBwZW5kQXNzaXN0YW50SAASOwoSYXBwZW5kX3Rvb2xfcmVzdWx0GAogASgLMh0uY29udGV4dGQudjEuQXBwZW5kVG9vbFJlc3VsdEgAEi4KC2FwcGVuZF91c2VyGAsgASgLMhcuY29udGV4dGQudjEuQXBwZW5kVXNlckgAEjwKEnRydW5jYXRlX2Fzc2lzdGFudBgMIAEoCzIeLmNvbnRleHRkLnYxLlRydW5jYXRlQXNzaXN0YW50SAASOQoRY2FuY2VsX3Rvb2xfY2FsbHMYDSABKAsyHC5jb250ZXh0ZC52MS5DYW5jZWxUb29sQ2FsbHNIABInCgdjb21wYWN0GA4gASgLMhQuY29udGV4dGQudjEuQ29tcGFjdEgAEikKCHJlbWVtYmVyGA8gASgLMhUuY29udGV4dGQudjEuUmVtZW1iZXJIABIlCgZmb3JnZXQYECABKAsyEy5jb250ZXh0ZC52MS5Gb3JnZXRIABJHChhhcHBlbmRfcHJvdmlkZXJfcmVzcG9uc2UYESABKAsyIy5jb250ZXh0ZC52MS5BcHBlbmRQcm92aWRlclJlc3BvbnNlSAASPwoUc2V0X3Rvb2xfZGVmaW5pdGlvbnMYEiABKAsyHy5jb250ZXh0ZC52MS5TZXRUb29sRGVmaW5pdGlvbnNIABJDChZhcHBlbmRfcHJvdmlkZXJfc3RyZWFtGDwgASgLMiEuY29udGV4dGQudjEuQXBwZW5kUHJvdmlkZXJTdHJlYW1IABIxCgxzZXRfbWV0YWRhdGEYuAMgASgLMhguY29udGV4dGQudjEuU2V0TWV0YWRhdGFIABIzCg1wcnVuZV9oaXN0b3J5GOoDIAEoCzIZLmNvbnRleHRkLnYxLlBydW5lSGlzdG9yeUgAQgsKCW9wZXJhdGlvbiJfCg5BcHBlbmRNZXNzYWdlcxIlCgdzZWdtZW50GAEgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBImCghtZXNzYWdlcxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiXwoOUmVwbGFjZVNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSJgoIbWVzc2FnZXMYAiADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlIkQKDlJlbW92ZU1lc3NhZ2VzEiUKB3NlZ21lbnQYASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EgsKA2lkcxgCIAMoCSI1CgxDbGVhclNlZ21lbnQSJQoHc2VnbWVudBgBIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQiDAoKQ2xlYXJTdGF0ZSI5Cg5VcHNlcnRBcnRpZmFjdBInCghhcnRpZmFjdBgBIAEoCzIVLmNvbnRleHRkLnYxLkFydGlmYWN0Ih4KD1JlbW92ZUFydGlmYWN0cxILCgNpZHMYASADKAkiYQoPQXBwZW5kVG9vbFJvdW5kEicKCWFzc2lzdGFudBgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USJQoHcmVzdWx0cxgCIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UikQEKD0FwcGVuZEFzc2lzdGFudBIMCgR0ZXh0GAEgASgJEi0KCnRvb2xfY2FsbHMYAiADKAsyGS5jb250ZXh0ZC52MS5Ub29sQ2FsbFBhcnQSLQoJcmVhc29uaW5nGAMgAygLMhouY29udGV4dGQudjEuUmVhc29uaW5nUGFydBISCgptZXNzYWdlX2lkGAQgASgJIrEBChBBcHBlbmRUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEikKB3BheWxvYWQYAyABKAsyGC5jb250ZXh0ZC52MS5Ub29sUGF5bG9hZBIQCghpc19lcnJvchgEIAEoCBIoCg1jb250ZW50X3BhcnRzGAUgAygLMhEuY29udGV4dGQudjEuUGFydBISCgptZXNzYWdlX2lkGAYgASgJIjMKCkFwcGVuZFVzZXISJQoHbWVzc2FnZRgBIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiPwoRVHJ1bmNhdGVBc3Npc3RhbnQSFAoMcGFydGlhbF90ZXh0GAEgASgJEhQKDGFib3J0X3JlYXNvbhgCIAEoCSI+Cg9DYW5jZWxUb29sQ2FsbHMSFQoNdG9vbF9jYWxsX2lkcxgBIAMoCRIUCgxhYm9ydF9yZWFzb24YAiABKAkiXgoHQ29tcGFjdBIlCgdzdW1tYXJ5GAEgASgLMhQuY29udGV4dGQudjEuTWVzc2FnZRIaChJ0aHJvdWdoX21lc3NhZ2VfaWQYAiABKAkSEAoIcmVtZW1iZXIYAyADKAkiGAoIUmVtZW1iZXISDAoEdGV4dBgBIAEoCSIfCgZGb3JnZXQSFQoNZXhwZXJpZW5jZV9pZBgBIAEoCSJPChZBcHBlbmRQcm92aWRlclJlc3BvbnNlEicKCHByb3ZpZGVyGAEgASgOMhUuY29udGV4dGQudjEuUHJvdmlkZXISDAoEanNvbhgCIAEoDCJ6ChRBcHBlbmRQcm92aWRlclN0cmVhbRInCghwcm92aWRlchgBIAEoDjIVLmNvbnRleHRkLnYxLlByb3ZpZGVyEg4KBmV2ZW50cxgCIAMoDBITCgtpbnRlcnJ1cHRlZBgDIAEoCBIUCgxhYm9ydF9yZWFzb24YBCABKAki1QEKC1NldE1ldGFkYXRhEhMKBXRpdGxlGLgDIAEoCUgAiAEBEjUKBmxhYmVscxi5AyADKAsyJC5jb250ZXh0ZC52MS5TZXRNZXRhZGF0YS5MYWJlbHNFbnRyeRIWCg1yZW1vdmVfbGFiZWxzGLoDIAMoCRIZCgtpZGxlX3R0bF9tcxjqAyABKANIAYgBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQggKBl90aXRsZUIOCgxfaWRsZV90dGxfbXMiYQoMUHJ1bmVIaXN0b3J5EhUKDG1heF9tZXNzYWdlcxjqAyABKA0SEgoJbWF4X2J5dGVzGOsDIAEoBBImCgdzdW1tYXJ5GOwDIAEoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiSwoSU2V0VG9vbERlZmluaXRpb25zEjUKEHRvb2xfZGVmaW5pdGlvbnMYASADKAsyGy5jb250ZXh0ZC52MS5Ub29sRGVmaW5pdGlvbipyCgdTZWdtZW50EhcKE1NFR01FTlRfVU5TUEVDSUZJRUQQABISCg5TRUdNRU5UX1NZU1RFTRABEhMKD1NFR01FTlRfSElTVE9SWRACEhIKDlNFR01FTlRfTUVNT1JZEAMSEQoNU0VHTUVOVF9UT09MUxAEQqoBCg9jb20uY29udGV4dGQudjFCClN0YXRlUHJvdG9QAVo+Z2l0aHViLmNvbS9jb250ZXh0ZC1kZXYvY29udGV4dGQvZ2VuL2dvL2NvbnRleHRkL3YxO2NvbnRleHRkdjGiAgNDWFiqAgtDb250ZXh0ZC5WMcoCC0NvbnRleHRkXFYx4gIXQ29udGV4dGRcVjFcR1BCTWV0YWRhdGHqAgxDb250ZXh0ZDo6VjFiBnByb3RvMw", [file_contextd_v1_artifact, file_contextd_v1_message]);
 
 /**
  * A remembered fact, rendered in the system prompt as "- [exp_<n>] text".
@@ -205,6 +205,14 @@ export type ConversationState = Message<"contextd.v1.ConversationState"> & {
    * @generated from field: int64 idle_ttl_ms = 490;
    */
   idleTtlMs: bigint;
+
+  /**
+   * Set on a conversation made by `Fork` (and kept by every later commit, `Clear` included):
+   * the conversation and version it was copied from.
+   *
+   * @generated from field: contextd.v1.ForkOrigin forked_from = 470;
+   */
+  forkedFrom?: ForkOrigin | undefined;
 };
 
 /**
@@ -213,6 +221,34 @@ export type ConversationState = Message<"contextd.v1.ConversationState"> & {
  */
 export const ConversationStateSchema: GenMessage<ConversationState> = /*@__PURE__*/
   messageDesc(file_contextd_v1_state, 2);
+
+/**
+ * The conversation and version a `Fork` copied.
+ *
+ * @generated from message contextd.v1.ForkOrigin
+ */
+export type ForkOrigin = Message<"contextd.v1.ForkOrigin"> & {
+  /**
+   * The source conversation.
+   *
+   * @generated from field: string conversation_id = 470;
+   */
+  conversationId: string;
+
+  /**
+   * The source's version that was copied.
+   *
+   * @generated from field: int64 version = 471;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message contextd.v1.ForkOrigin.
+ * Use `create(ForkOriginSchema)` to create a new message.
+ */
+export const ForkOriginSchema: GenMessage<ForkOrigin> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_state, 3);
 
 /**
  * One change to a conversation. Deltas are applied in order inside a commit; the whole batch
@@ -402,7 +438,7 @@ export type Delta = Message<"contextd.v1.Delta"> & {
  * Use `create(DeltaSchema)` to create a new message.
  */
 export const DeltaSchema: GenMessage<Delta> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 3);
+  messageDesc(file_contextd_v1_state, 4);
 
 /**
  * Append messages to the end of a segment. Messages without an id get a random one; a tool call
@@ -441,7 +477,7 @@ export type AppendMessages = Message<"contextd.v1.AppendMessages"> & {
  * Use `create(AppendMessagesSchema)` to create a new message.
  */
 export const AppendMessagesSchema: GenMessage<AppendMessages> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 4);
+  messageDesc(file_contextd_v1_state, 5);
 
 /**
  * Replace all messages of a segment. Same validation as `AppendMessages`.
@@ -469,7 +505,7 @@ export type ReplaceSegment = Message<"contextd.v1.ReplaceSegment"> & {
  * Use `create(ReplaceSegmentSchema)` to create a new message.
  */
 export const ReplaceSegmentSchema: GenMessage<ReplaceSegment> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 5);
+  messageDesc(file_contextd_v1_state, 6);
 
 /**
  * Remove messages by id. Unknown ids are INVALID_ARGUMENT. Removing part of a tool round is
@@ -498,7 +534,7 @@ export type RemoveMessages = Message<"contextd.v1.RemoveMessages"> & {
  * Use `create(RemoveMessagesSchema)` to create a new message.
  */
 export const RemoveMessagesSchema: GenMessage<RemoveMessages> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 6);
+  messageDesc(file_contextd_v1_state, 7);
 
 /**
  * Remove every message of a segment.
@@ -519,7 +555,7 @@ export type ClearSegment = Message<"contextd.v1.ClearSegment"> & {
  * Use `create(ClearSegmentSchema)` to create a new message.
  */
 export const ClearSegmentSchema: GenMessage<ClearSegment> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 7);
+  messageDesc(file_contextd_v1_state, 8);
 
 /**
  * Empty the whole state: segments, artifacts, experiences, tool definitions. The version still
@@ -535,7 +571,7 @@ export type ClearState = Message<"contextd.v1.ClearState"> & {
  * Use `create(ClearStateSchema)` to create a new message.
  */
 export const ClearStateSchema: GenMessage<ClearState> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 8);
+  messageDesc(file_contextd_v1_state, 9);
 
 /**
  * Insert an artifact, or merge it into an existing one by its `merge_policy`.
@@ -556,7 +592,7 @@ export type UpsertArtifact = Message<"contextd.v1.UpsertArtifact"> & {
  * Use `create(UpsertArtifactSchema)` to create a new message.
  */
 export const UpsertArtifactSchema: GenMessage<UpsertArtifact> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 9);
+  messageDesc(file_contextd_v1_state, 10);
 
 /**
  * Remove artifacts by id. Unknown ids are ignored.
@@ -577,7 +613,7 @@ export type RemoveArtifacts = Message<"contextd.v1.RemoveArtifacts"> & {
  * Use `create(RemoveArtifactsSchema)` to create a new message.
  */
 export const RemoveArtifactsSchema: GenMessage<RemoveArtifacts> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 10);
+  messageDesc(file_contextd_v1_state, 11);
 
 /**
  * Append a complete tool round to history: the assistant message with its calls and one TOOL
@@ -609,7 +645,7 @@ export type AppendToolRound = Message<"contextd.v1.AppendToolRound"> & {
  * Use `create(AppendToolRoundSchema)` to create a new message.
  */
 export const AppendToolRoundSchema: GenMessage<AppendToolRound> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 11);
+  messageDesc(file_contextd_v1_state, 12);
 
 /**
  * Append an assistant turn to history. Appends nothing when both `text` and `tool_calls` are
@@ -655,7 +691,7 @@ export type AppendAssistant = Message<"contextd.v1.AppendAssistant"> & {
  * Use `create(AppendAssistantSchema)` to create a new message.
  */
 export const AppendAssistantSchema: GenMessage<AppendAssistant> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 12);
+  messageDesc(file_contextd_v1_state, 13);
 
 /**
  * Append the result of a call as a TOOL message: usually an open call of the last assistant
@@ -716,7 +752,7 @@ export type AppendToolResult = Message<"contextd.v1.AppendToolResult"> & {
  * Use `create(AppendToolResultSchema)` to create a new message.
  */
 export const AppendToolResultSchema: GenMessage<AppendToolResult> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 13);
+  messageDesc(file_contextd_v1_state, 14);
 
 /**
  * Append a user message to history, also while a tool round is open (the approval flow: the
@@ -740,7 +776,7 @@ export type AppendUser = Message<"contextd.v1.AppendUser"> & {
  * Use `create(AppendUserSchema)` to create a new message.
  */
 export const AppendUserSchema: GenMessage<AppendUser> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 14);
+  messageDesc(file_contextd_v1_state, 15);
 
 /**
  * Append what an assistant had said when the user cancelled it. The text is
@@ -770,7 +806,7 @@ export type TruncateAssistant = Message<"contextd.v1.TruncateAssistant"> & {
  * Use `create(TruncateAssistantSchema)` to create a new message.
  */
 export const TruncateAssistantSchema: GenMessage<TruncateAssistant> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 15);
+  messageDesc(file_contextd_v1_state, 16);
 
 /**
  * Close open tool calls of the last assistant message in place: each gets a TOOL result with
@@ -800,7 +836,7 @@ export type CancelToolCalls = Message<"contextd.v1.CancelToolCalls"> & {
  * Use `create(CancelToolCallsSchema)` to create a new message.
  */
 export const CancelToolCallsSchema: GenMessage<CancelToolCalls> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 16);
+  messageDesc(file_contextd_v1_state, 17);
 
 /**
  * Replace a prefix of history with a summary. The summary gets a `Provenance.Summary` listing every
@@ -838,7 +874,7 @@ export type Compact = Message<"contextd.v1.Compact"> & {
  * Use `create(CompactSchema)` to create a new message.
  */
 export const CompactSchema: GenMessage<Compact> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 17);
+  messageDesc(file_contextd_v1_state, 18);
 
 /**
  * Remember a fact as an experience. Whitespace is normalised to single spaces and trimmed; empty
@@ -860,7 +896,7 @@ export type Remember = Message<"contextd.v1.Remember"> & {
  * Use `create(RememberSchema)` to create a new message.
  */
 export const RememberSchema: GenMessage<Remember> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 18);
+  messageDesc(file_contextd_v1_state, 19);
 
 /**
  * Forget an experience. Unknown ids are ignored.
@@ -881,7 +917,7 @@ export type Forget = Message<"contextd.v1.Forget"> & {
  * Use `create(ForgetSchema)` to create a new message.
  */
 export const ForgetSchema: GenMessage<Forget> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 19);
+  messageDesc(file_contextd_v1_state, 20);
 
 /**
  * Parse a provider's non-streaming response body into typed ASSISTANT messages (text, tool calls
@@ -913,7 +949,7 @@ export type AppendProviderResponse = Message<"contextd.v1.AppendProviderResponse
  * Use `create(AppendProviderResponseSchema)` to create a new message.
  */
 export const AppendProviderResponseSchema: GenMessage<AppendProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 20);
+  messageDesc(file_contextd_v1_state, 21);
 
 /**
  * Merge the events of a streamed provider response into the response body they stand for, then
@@ -978,7 +1014,7 @@ export type AppendProviderStream = Message<"contextd.v1.AppendProviderStream"> &
  * Use `create(AppendProviderStreamSchema)` to create a new message.
  */
 export const AppendProviderStreamSchema: GenMessage<AppendProviderStream> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 21);
+  messageDesc(file_contextd_v1_state, 22);
 
 /**
  * Set the conversation's title and labels (`ConversationState.title`, `labels`). A delta and not
@@ -1029,7 +1065,7 @@ export type SetMetadata = Message<"contextd.v1.SetMetadata"> & {
  * Use `create(SetMetadataSchema)` to create a new message.
  */
 export const SetMetadataSchema: GenMessage<SetMetadata> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 22);
+  messageDesc(file_contextd_v1_state, 23);
 
 /**
  * Drop the oldest history so that what follows the summary fits `max_messages` and `max_bytes`.
@@ -1071,7 +1107,7 @@ export type PruneHistory = Message<"contextd.v1.PruneHistory"> & {
  * Use `create(PruneHistorySchema)` to create a new message.
  */
 export const PruneHistorySchema: GenMessage<PruneHistory> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 23);
+  messageDesc(file_contextd_v1_state, 24);
 
 /**
  * Replace the conversation's tool definitions.
@@ -1092,7 +1128,7 @@ export type SetToolDefinitions = Message<"contextd.v1.SetToolDefinitions"> & {
  * Use `create(SetToolDefinitionsSchema)` to create a new message.
  */
 export const SetToolDefinitionsSchema: GenMessage<SetToolDefinitions> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_state, 24);
+  messageDesc(file_contextd_v1_state, 25);
 
 /**
  * A segment of conversation state. Rendering order is system, history, tools, memory; enumeration

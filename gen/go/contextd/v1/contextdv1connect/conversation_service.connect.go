@@ -72,6 +72,12 @@ const (
 	// ConversationServiceRecallProcedure is the fully-qualified name of the ConversationService's
 	// Recall RPC.
 	ConversationServiceRecallProcedure = "/contextd.v1.ConversationService/Recall"
+	// ConversationServiceForkProcedure is the fully-qualified name of the ConversationService's Fork
+	// RPC.
+	ConversationServiceForkProcedure = "/contextd.v1.ConversationService/Fork"
+	// ConversationServiceRewindProcedure is the fully-qualified name of the ConversationService's
+	// Rewind RPC.
+	ConversationServiceRewindProcedure = "/contextd.v1.ConversationService/Rewind"
 )
 
 // ConversationServiceClient is a client for the contextd.v1.ConversationService service.
@@ -129,6 +135,20 @@ type ConversationServiceClient interface {
 	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
 	// and what one request may cost.
 	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
+	// Copy a conversation, at its latest version or one still in its history window, into a new
+	// conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+	// source's at that version (message ids kept, title and labels copied, created and updated
+	// time the fork's, `ConversationState.forked_from` naming the source and version). The source
+	// is not written. `new_conversation_id` already written (any version, also a cleared one) is
+	// ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+	// version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+	// costs per store: docs/history.md.
+	Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error)
+	// Commit a new version whose state equals the state at `to_version` (which must be in the
+	// history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+	// check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+	// `rewound_to_version` set: its state after the change is the state it saw at that version.
+	Rewind(context.Context, *connect.Request[v1.RewindRequest]) (*connect.Response[v1.RewindResponse], error)
 }
 
 // NewConversationServiceClient constructs a client for the contextd.v1.ConversationService service.
@@ -220,6 +240,18 @@ func NewConversationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(conversationServiceMethods.ByName("Recall")),
 			connect.WithClientOptions(opts...),
 		),
+		fork: connect.NewClient[v1.ForkRequest, v1.ForkResponse](
+			httpClient,
+			baseURL+ConversationServiceForkProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("Fork")),
+			connect.WithClientOptions(opts...),
+		),
+		rewind: connect.NewClient[v1.RewindRequest, v1.RewindResponse](
+			httpClient,
+			baseURL+ConversationServiceRewindProcedure,
+			connect.WithSchema(conversationServiceMethods.ByName("Rewind")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -238,6 +270,8 @@ type conversationServiceClient struct {
 	deleteConversations *connect.Client[v1.DeleteConversationsRequest, v1.DeleteConversationsResponse]
 	exportConversations *connect.Client[v1.ExportConversationsRequest, v1.ExportConversationsResponse]
 	recall              *connect.Client[v1.RecallRequest, v1.RecallResponse]
+	fork                *connect.Client[v1.ForkRequest, v1.ForkResponse]
+	rewind              *connect.Client[v1.RewindRequest, v1.RewindResponse]
 }
 
 // GetState calls contextd.v1.ConversationService.GetState.
@@ -305,6 +339,16 @@ func (c *conversationServiceClient) Recall(ctx context.Context, req *connect.Req
 	return c.recall.CallUnary(ctx, req)
 }
 
+// Fork calls contextd.v1.ConversationService.Fork.
+func (c *conversationServiceClient) Fork(ctx context.Context, req *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error) {
+	return c.fork.CallUnary(ctx, req)
+}
+
+// Rewind calls contextd.v1.ConversationService.Rewind.
+func (c *conversationServiceClient) Rewind(ctx context.Context, req *connect.Request[v1.RewindRequest]) (*connect.Response[v1.RewindResponse], error) {
+	return c.rewind.CallUnary(ctx, req)
+}
+
 // ConversationServiceHandler is an implementation of the contextd.v1.ConversationService service.
 type ConversationServiceHandler interface {
 	// Read a conversation whole. An unknown conversation returns an empty state with version 0. A
@@ -360,6 +404,20 @@ type ConversationServiceHandler interface {
 	// send `RecallResponse.text` back as that call's result. See `RecallRequest` for what is searched
 	// and what one request may cost.
 	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
+	// Copy a conversation, at its latest version or one still in its history window, into a new
+	// conversation of the same tenant: `new_conversation_id` gets version 1 whose state is the
+	// source's at that version (message ids kept, title and labels copied, created and updated
+	// time the fork's, `ConversationState.forked_from` naming the source and version). The source
+	// is not written. `new_conversation_id` already written (any version, also a cleared one) is
+	// ALREADY_EXISTS; outside the caller's tenant PERMISSION_DENIED, as for `conversation_id`; a
+	// version outside the source's history window OUT_OF_RANGE naming the oldest it keeps. What it
+	// costs per store: docs/history.md.
+	Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error)
+	// Commit a new version whose state equals the state at `to_version` (which must be in the
+	// history window, else OUT_OF_RANGE naming the oldest version kept), with the expected-version
+	// check and idempotency key of any commit. A watcher sees one `Change` with no deltas and
+	// `rewound_to_version` set: its state after the change is the state it saw at that version.
+	Rewind(context.Context, *connect.Request[v1.RewindRequest]) (*connect.Response[v1.RewindResponse], error)
 }
 
 // NewConversationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -447,6 +505,18 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 		connect.WithSchema(conversationServiceMethods.ByName("Recall")),
 		connect.WithHandlerOptions(opts...),
 	)
+	conversationServiceForkHandler := connect.NewUnaryHandler(
+		ConversationServiceForkProcedure,
+		svc.Fork,
+		connect.WithSchema(conversationServiceMethods.ByName("Fork")),
+		connect.WithHandlerOptions(opts...),
+	)
+	conversationServiceRewindHandler := connect.NewUnaryHandler(
+		ConversationServiceRewindProcedure,
+		svc.Rewind,
+		connect.WithSchema(conversationServiceMethods.ByName("Rewind")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/contextd.v1.ConversationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ConversationServiceGetStateProcedure:
@@ -475,6 +545,10 @@ func NewConversationServiceHandler(svc ConversationServiceHandler, opts ...conne
 			conversationServiceExportConversationsHandler.ServeHTTP(w, r)
 		case ConversationServiceRecallProcedure:
 			conversationServiceRecallHandler.ServeHTTP(w, r)
+		case ConversationServiceForkProcedure:
+			conversationServiceForkHandler.ServeHTTP(w, r)
+		case ConversationServiceRewindProcedure:
+			conversationServiceRewindHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -534,4 +608,12 @@ func (UnimplementedConversationServiceHandler) ExportConversations(context.Conte
 
 func (UnimplementedConversationServiceHandler) Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.Recall is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.Fork is not implemented"))
+}
+
+func (UnimplementedConversationServiceHandler) Rewind(context.Context, *connect.Request[v1.RewindRequest]) (*connect.Response[v1.RewindResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("contextd.v1.ConversationService.Rewind is not implemented"))
 }

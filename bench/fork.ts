@@ -1,0 +1,106 @@
+// What Fork, a past version's read (GetState at_version) and Rewind cost per store as a
+// conversation grows, beside a bare commit (a one-message append) to the same conversation: the
+// anchor. Each conversation is built with 1,000-message commits, so a past version is one commit
+// back and its rebuild applies the whole log (the worst case of a conversation's first
+// `--history-retention-versions` changes). Each figure is the median of 5 calls, in one run. Run with
+// `npm run bench:fork`. Redis, Postgres and this process share the machine's cores: compare the
+// lines of one run, and read them with the load average printed beside them.
+import { create } from "@bufbuild/protobuf";
+import { loadavg } from "node:os";
+import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import type { ConversationStore } from "../src/store/conversation-store.js";
+import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
+import { PostgresConversationStore } from "../src/store/postgres-conversation-store.js";
+import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
+import { startPostgres } from "../test/support/postgres.js";
+import { startRedis } from "../test/support/redis.js";
+import { startRedisCluster } from "../test/support/redis-cluster.js";
+
+const calls = 5;
+const perCommit = 1_000;
+const sizes = (process.env.CONTEXTD_FORK_SIZES ?? "1000,10000,100000").split(",").map(Number);
+
+const message = (id: string) => create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text: `message ${id} `.padEnd(200, "x") } } }] });
+const append = (ids: string[]) => create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: ids.map(message) } } });
+
+/** The median in ms, or what failed (a fork at a past version of 100,000 messages may outlast Redis's command timeout). */
+async function medianMs(run: (call: number) => Promise<unknown>): Promise<string> {
+  const times: number[] = [];
+  for (let call = 0; call < calls; call++) {
+    const start = process.hrtime.bigint();
+    try {
+      await run(call);
+    } catch (error) {
+      return `failed (${(error as Error).message.slice(0, 80)})`;
+    }
+    times.push(Number(process.hrtime.bigint() - start) / 1e6);
+  }
+  times.sort((a, b) => a - b);
+  return `${times[times.length >> 1]!.toFixed(2)} ms`;
+}
+
+async function measure(name: string, open: () => Promise<ConversationStore>): Promise<void> {
+  const store = await open();
+  try {
+    for (const size of sizes) {
+      const id = `bench-fork-${process.pid}-${size}`;
+      for (let from = 0; from < size; from += perCommit) {
+        await store.commit(id, undefined, [append(Array.from({ length: Math.min(perCommit, size - from) }, (_, index) => `m${from + index}`))], "");
+      }
+      let extra = 0;
+      const bare = await medianMs(() => store.commit(id, undefined, [append([`extra${extra++}`])], ""));
+      const current = await store.currentVersion(id);
+      const fork = await medianMs((call) => store.fork(id, undefined, `${id}-latest-${call}`));
+      const forkPast = await medianMs((call) => store.fork(id, current - 1n, `${id}-past-${call}`));
+      const readPast = await medianMs(() => store.loadAt(id, current - 1n));
+      const rewind = await medianMs(() => store.rewind(id, undefined, current - 1n, ""));
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, rewind };
+      const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
+      console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
+    }
+  } finally {
+    await store.close();
+  }
+}
+
+const only = process.env.CONTEXTD_FORK_STORES?.split(",");
+const wanted = (name: string) => only === undefined || only.includes(name);
+
+if (wanted("memory")) await measure("memory", async () => new MemoryConversationStore());
+if (wanted("redis")) {
+  const redis = await startRedis();
+  try {
+    await measure("redis", async () => {
+      const store = new RedisConversationStore(redis.url);
+      if (!(await store.connected())) throw new Error("redis store did not connect");
+      return store;
+    });
+  } finally {
+    await redis.stop();
+  }
+}
+if (wanted("cluster")) {
+  const cluster = await startRedisCluster();
+  try {
+    await measure("redis cluster", async () => {
+      const store = new RedisConversationStore({ clusterNodes: cluster.addresses.slice(0, 1) });
+      if (!(await store.connected())) throw new Error("redis cluster store did not connect");
+      return store;
+    });
+  } finally {
+    await cluster.stop();
+  }
+}
+if (wanted("postgres")) {
+  const postgres = await startPostgres();
+  try {
+    await measure("postgres", async () => {
+      const store = new PostgresConversationStore(postgres.url);
+      if (!(await store.connected())) throw new Error("postgres store did not connect");
+      return store;
+    });
+  } finally {
+    await postgres.destroy();
+  }
+}

@@ -1,0 +1,57 @@
+import { scriptPrelude } from "./redis-scripts.js";
+
+/**
+ * `Fork` at the source's current version on one Redis, server-side: why it exists is that a fork
+ * through the commit script sends every message of the source back to Redis (an RPUSH of 100,000
+ * encodings); here Redis copies each segment list (`COPY`, one command per segment, no message
+ * crossing the wire) and the sidecar sends only the new header's few fields and the change record.
+ * It needs the source's and the new conversation's keys in one script, so it runs only on a single
+ * Redis: on a cluster the two conversations' hash tags are in different slots (docs/history.md
+ * says what a fork costs there).
+ *
+ * KEYS: the source's version, header and four segment lists (as the other scripts, so the prelude's
+ * checks read them), then the new conversation's version, header, four segment lists and change stream.
+ * ARGV: the source version the sidecar read, `created` for the new conversation, the bytes appended
+ * to the source's `rest` (the new conversation id and `forked_from`: protobuf's last-one-wins
+ * for a field repeated in one encoding), the change record of version 1, the fork time (Unix ms),
+ * the change stream MAXLEN (approximate).
+ * Returns {'ok'}; {'moved', version} when the source is no longer at that version or expires
+ * (the fork then goes through the engine); {'exists'} when
+ * the new conversation has a version; {'corrupt', detail} when the source's keys cannot be trusted
+ * or the new conversation's keys exist without a version.
+ */
+export const forkScript = `#!lua
+${scriptPrelude}
+local headerType, bad = checkStateTypes()
+if bad then return bad end
+local version = redis.call('GET', KEYS[1])
+if not version then return {'moved', '0'} end
+if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
+if headerType == 'none' then return corrupt('version ' .. version .. ' is stored without its state') end
+local header
+header, bad = readHeader(version)
+if bad then return bad end
+if version ~= ARGV[1] then return {'moved', version} end
+-- A source that expires goes through the engine (see forkCurrent): 'moved' sends it there.
+local expires = redis.call('HGET', KEYS[2], 'expires_at_ms')
+if expires and expires ~= '0' then return {'moved', version} end
+if redis.call('EXISTS', KEYS[7]) == 1 then return {'exists'} end
+for i = 8, 13 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return corrupt('the key ' .. KEYS[i] .. ' exists without its conversation version ' .. KEYS[7]) end
+end
+local added = redis.pcall('XADD', KEYS[13], 'MAXLEN', '~', ARGV[6], '1-0', 'change', ARGV[4])
+if type(added) == 'table' and added.err then return corrupt('the change stream ' .. KEYS[13] .. ' does not take version 1 (' .. added.err .. ')') end
+for i = 1, 4 do
+  if tonumber(header[segmentNames[i]]) > 0 then redis.call('COPY', KEYS[2 + i], KEYS[8 + i]) end
+end
+local listed = redis.call('HMGET', KEYS[2], 'title', 'labels')
+redis.call('HSET', KEYS[8], 'created', ARGV[2], 'rest', header.rest .. ARGV[3], 'rest_at', '1',
+  'system', header.system, 'system_at', '1', 'history', header.history, 'history_at', '1',
+  'memory', header.memory, 'memory_at', '1', 'tools', header.tools, 'tools_at', '1',
+  'created_at_ms', ARGV[5], 'updated_at_ms', ARGV[5], 'title', listed[1] or '', 'labels', listed[2] or '{}')
+redis.call('SET', KEYS[7], '1')
+return {'ok'}
+`;
+
+/** How many of the fork script's arguments are keys. */
+export const forkScriptKeys = 13;

@@ -2,16 +2,18 @@ import { readFileSync } from "node:fs";
 import { toJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { ConversationOrder, ConversationService, ConversationSummarySchema, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationOrder, ConversationService, ConversationSummarySchema, ForkResponseSchema, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
+import { ConversationStateSchema } from "#gen/contextd/v1/state_pb";
 import { Provider } from "#gen/contextd/v1/message_pb";
 import { GetUsageResponseSchema, ListTenantUsageResponseSchema, UsageTotalsSchema, type ConversationUsage, type UsageTotals } from "#gen/contextd/v1/usage_ledger_pb";
 import { helpText, parseCommand, table, UsageError, type CommandOutput, type OptionSpec, type Subcommand } from "./command-table.js";
 
 /**
- * `contextd conversations list | show | usage`: what an operator asks a running sidecar about its
- * conversations, through the same RPCs (and the same token and tenant scoping) as any client.
- * Human tables by default, `--json` for scripts (protobuf JSON: 64-bit numbers as strings). One
- * table entry per subcommand (`subcommands`); fork, export and delete join it as their RPCs land.
+ * `contextd conversations list | show | usage | fork | export | delete`: what an operator asks a
+ * running sidecar about its conversations, through the same RPCs (and the same token and tenant
+ * scoping) as any client. Human tables by default, `--json` for scripts (protobuf JSON: 64-bit
+ * numbers as strings); `export` always writes JSON Lines. One table entry per subcommand
+ * (`subcommands`).
  */
 
 /** What every subcommand runs against: the sidecar's ConversationService. */
@@ -193,8 +195,77 @@ const usage: Subcommand<AdminContext> = {
   },
 };
 
-/** Every subcommand. A new one (fork, export, delete) is one more entry. */
-export const subcommands: Subcommand<AdminContext>[] = [list, show, usage];
+const fork: Subcommand<AdminContext> = {
+  name: "fork",
+  positionals: ["conversation-id", "new-conversation-id"],
+  summary: "copy a conversation, at its latest version or one in its history window, into a new conversation (Fork)",
+  options: [{ name: "at-version", kind: "string", description: "the version to copy; default the latest" }],
+  async run(command, { conversations, json }, output) {
+    const conversationId = command.positionals["conversation-id"]!;
+    const newConversationId = command.positionals["new-conversation-id"]!;
+    const atText = command.strings["at-version"];
+    const atVersion = atText === undefined ? undefined : BigInt(integerOption("at-version", atText, 1, Number.MAX_SAFE_INTEGER));
+    const forked = await conversations.fork({ conversationId, newConversationId, ...(atVersion !== undefined ? { atVersion } : {}) });
+    if (json) {
+      output.out(JSON.stringify(toJson(ForkResponseSchema, forked, { alwaysEmitImplicit: true }), undefined, 2));
+      return;
+    }
+    output.out(`${newConversationId} version ${forked.version}: a fork of ${forked.forkedFrom?.conversationId ?? conversationId} at version ${forked.forkedFrom?.version ?? 0n}`);
+  },
+};
+
+const exportStates: Subcommand<AdminContext> = {
+  name: "export",
+  positionals: [],
+  summary: "every conversation under a prefix (a tenant's: <tenant>/), one JSON state per line, read from the store a few at a time (ExportConversations)",
+  options: [
+    { name: "prefix", kind: "string", description: "only ids starting with this; default every one the token sees" },
+    { name: "resume-token", kind: "string", description: "go on after the conversation an earlier export's last line named (its resumeToken)" },
+  ],
+  async run(command, { conversations }, output) {
+    // JSON Lines whatever --json says: an export is for another program. Each line carries the
+    // resume token, so an export cut short goes on with --resume-token from its last line.
+    for await (const exported of conversations.exportConversations({ prefix: command.strings.prefix ?? "", resumeToken: command.strings["resume-token"] ?? "" })) {
+      output.out(JSON.stringify({ state: exported.state ? toJson(ConversationStateSchema, exported.state) : null, withoutMessages: exported.withoutMessages, resumeToken: exported.resumeToken }));
+    }
+  },
+};
+
+const remove: Subcommand<AdminContext> = {
+  name: "delete",
+  positionals: ["conversation-id?"],
+  summary: "delete one conversation (DeleteConversation), or with --prefix every conversation under a prefix, page by page (DeleteConversations)",
+  options: [
+    { name: "expected-version", kind: "string", description: "delete the conversation only at this version (ABORTED otherwise)" },
+    { name: "prefix", kind: "string", description: "delete every conversation whose id starts with this (a tenant's: <tenant>/); needs --yes" },
+    { name: "yes", kind: "flag", description: "confirm a --prefix delete" },
+  ],
+  async run(command, { conversations, json }, output) {
+    const conversationId = command.positionals["conversation-id"];
+    const prefix = command.strings.prefix;
+    if ((conversationId === undefined) === (prefix === undefined)) throw new UsageError("give a conversation id or --prefix, not both and not neither");
+    if (conversationId !== undefined) {
+      const expectedText = command.strings["expected-version"];
+      const expectedVersion = expectedText === undefined ? undefined : BigInt(integerOption("expected-version", expectedText, 0, Number.MAX_SAFE_INTEGER));
+      const deleted = await conversations.deleteConversation({ conversationId, ...(expectedVersion !== undefined ? { expectedVersion } : {}) });
+      output.out(json ? JSON.stringify({ conversationId, deletedVersion: String(deleted.deletedVersion) }, undefined, 2) : `${conversationId}: ${deleted.deletedVersion === 0n ? "nothing stored" : `deleted at version ${deleted.deletedVersion}`}`);
+      return;
+    }
+    if (command.strings["expected-version"] !== undefined) throw new UsageError("--expected-version is for one conversation, not a --prefix");
+    if (!command.flags.yes) throw new UsageError(`--prefix ${prefix} deletes every conversation under it: add --yes`);
+    let deleted = 0;
+    let pageToken = "";
+    do {
+      const page = await conversations.deleteConversations({ prefix: prefix!, pageToken });
+      deleted += page.deleted;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    output.out(json ? JSON.stringify({ prefix, deleted }, undefined, 2) : `${deleted} conversations under "${prefix}" deleted`);
+  },
+};
+
+/** Every subcommand. A new one is one more entry. */
+export const subcommands: Subcommand<AdminContext>[] = [list, show, usage, fork, exportStates, remove];
 
 /**
  * Runs `contextd conversations <argv>`; answers the exit code: 0 done, 1 the sidecar refused or

@@ -146,11 +146,48 @@ describe("contextd conversations (the built bin against a real sidecar, auth on)
     const missing = await command(["show", ...address]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain("show takes <conversation-id>, got 0");
-    const unknown = await command(["fork", "acme/refund"]);
+    const unknown = await command(["rename", "acme/refund"]);
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain(`unknown command "fork"; one of ${subcommands.map((entry) => entry.name).join(", ")}`);
+    expect(unknown.stderr).toContain(`unknown command "rename"; one of ${subcommands.map((entry) => entry.name).join(", ")}`);
     const help = await command(["--help"]);
     expect(help.code).toBe(0);
     for (const entry of subcommands) expect(help.stdout).toContain(`contextd conversations ${entry.name}`);
+  });
+
+  it("fork, export and delete: a copy made, every state of a prefix as JSON Lines, one and a prefix deleted", async () => {
+    const forked = await command(["fork", "acme/refund", "acme/refund-retry", "--json", ...address, "--token", acmeToken]);
+    expect(forked.code).toBe(0);
+    expect(JSON.parse(forked.stdout)).toMatchObject({ version: "1", forkedFrom: { conversationId: "acme/refund", version: "1" } });
+    const again = await command(["fork", "acme/refund", "acme/refund-retry", ...address, "--token", acmeToken]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("ALREADY_EXISTS");
+    const shown = JSON.parse((await command(["show", "acme/refund-retry", "--json", ...address, "--token", acmeToken])).stdout) as Record<string, unknown>;
+    expect(shown).toMatchObject({ version: "1", title: "Refund for order A-17", messages: { history: "3" } });
+
+    const exported = await command(["export", "--prefix", "acme/", ...address, "--token", acmeToken]);
+    expect(exported.code).toBe(0);
+    const lines = exported.stdout.trimEnd().split("\n").map((line) => JSON.parse(line) as { state: { conversationId: string; history?: { id: string }[]; forkedFrom?: { conversationId: string } }; resumeToken: string });
+    expect(lines.map((line) => line.state.conversationId)).toEqual(["acme/refund", "acme/refund-retry", "acme/shipping"]);
+    expect(lines[1]!.state.history!.map((message) => message.id)).toEqual(["acme/refund-m0", "acme/refund-m1", "acme/refund-m2"]);
+    expect(lines[1]!.state.forkedFrom?.conversationId).toBe("acme/refund");
+    // An export cut short goes on after the last line it printed.
+    const resumed = await command(["export", "--prefix", "acme/", "--resume-token", lines[0]!.resumeToken, ...address, "--token", acmeToken]);
+    expect(resumed.stdout.trimEnd().split("\n").map((line) => (JSON.parse(line) as { state: { conversationId: string } }).state.conversationId)).toEqual(["acme/refund-retry", "acme/shipping"]);
+
+    const stale = await command(["delete", "acme/refund-retry", "--expected-version", "7", ...address, "--token", acmeToken]);
+    expect(stale.code).toBe(1);
+    expect(stale.stderr).toContain("ABORTED");
+    const deleted = await command(["delete", "acme/refund-retry", "--expected-version", "1", "--json", ...address, "--token", acmeToken]);
+    expect(JSON.parse(deleted.stdout)).toEqual({ conversationId: "acme/refund-retry", deletedVersion: "1" });
+    const unconfirmed = await command(["delete", "--prefix", "globex/", ...address, "--token", adminToken]);
+    expect(unconfirmed.code).toBe(2);
+    expect(unconfirmed.stderr).toContain("add --yes");
+    const outside = await command(["delete", "--prefix", "globex/", "--yes", ...address, "--token", acmeToken]);
+    expect(outside.code).toBe(1);
+    expect(outside.stderr).toContain("PERMISSION_DENIED");
+    const tenantDeleted = await command(["delete", "--prefix", "globex/", "--yes", "--json", ...address, "--token", adminToken]);
+    expect(JSON.parse(tenantDeleted.stdout)).toEqual({ prefix: "globex/", deleted: 1 });
+    const left = JSON.parse((await command(["list", "--json", ...address, "--token", adminToken])).stdout) as { conversations: { conversationId: string }[] };
+    expect(left.conversations.map((entry) => entry.conversationId)).toEqual(["acme/refund", "acme/shipping"]);
   });
 });

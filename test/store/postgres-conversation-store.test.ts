@@ -199,6 +199,16 @@ describe("rows per change", () => {
       await reader.close();
       expect(encoded(caughtUp), `step ${step}`).toEqual(encoded(state));
       expect(encoded(whole), `step ${step}`).toEqual(encoded(state));
+      // The id index the commits kept (migration 11) is the state's: every id, each history call id's latest name, current.
+      const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
+      const latest: Record<string, string> = {};
+      for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
+      const stored = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_message_ids WHERE conversation_id = $1", [idOf(id)]);
+      const calls = await raw.query<{ call_id: Buffer; name: Buffer }>("SELECT call_id, name FROM contextd_tool_calls WHERE conversation_id = $1", [idOf(id)]);
+      const header = await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = $1", [idOf(id)]);
+      expect(stored.rows.map((row) => row.message_id.toString("utf8")).sort(), `step ${step}`).toEqual(ids.sort());
+      expect(Object.fromEntries(calls.rows.map((row) => [row.call_id.toString("utf8"), row.name.toString("utf8")])), `step ${step}`).toEqual(latest);
+      expect(header.rows[0]!.ids_at, `step ${step}`).toBe(String(state.version));
     }
     expect(state.version).toBeGreaterThan(100n);
   });

@@ -123,6 +123,37 @@ describe("migrations", () => {
     expect(byUpdate.conversations).toMatchObject([{ conversationId: "older", version: 2n, createdAtUnixMs: 0n, updatedAtUnixMs: 1_800_000_000_000n }]);
   });
 
+  it("migration 11: a commit through the previous release's contextd_commit_expiring leaves the id index stale, and the next cold commit plans on the whole state and writes it whole", async () => {
+    const store = await openStore();
+    const id = "rolling-upgrade";
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "one"), textMessage("u2", Role.USER, "two"))], "");
+    // What a sidecar of the previous release sends for an append of one message to history.
+    const message = Buffer.from(toBinary(MessageSchema, textMessage("old-1", Role.USER, "from the old release")));
+    const { rows } = await raw.query<{ outcome: string; version: string }>(
+      "SELECT * FROM contextd_commit_expiring(0, $1, 1, $2, ''::bytea, '', $3, 86400000, 10000, '', '', NULL, '{0,2,0,0}', '{=,p,=,=}', '{0,2,0,0}', '{0,1,0,0}', $4, '{1}', $5, $3, NULL, NULL)",
+      [idOf(id), Buffer.from("a change"), Date.now(), message, [message.length]],
+    );
+    expect(rows[0]).toMatchObject({ outcome: "ok", version: "2" });
+    const indexed = async () => {
+      const { rows: header } = await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = $1", [idOf(id)]);
+      const { rows: ids } = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_message_ids WHERE conversation_id = $1 ORDER BY message_id", [idOf(id)]);
+      return [header[0]!.ids_at, ids.map((row) => row.message_id.toString("utf8"))];
+    };
+    expect(await indexed()).toEqual(["1", ["u1", "u2"]]);
+    // A cold commit of this release does not trust the stale index: the old release's id is taken.
+    const cold = await openStore();
+    const duplicate = await rejection(cold.commit(id, undefined, [appendHistory(textMessage("old-1", Role.USER, "again"))], "", undefined, undefined, { withState: false }));
+    expect([duplicate.code, duplicate.rawMessage]).toEqual([Code.InvalidArgument, 'deltas[0].append_messages: messages[0]: duplicate message id "old-1"']);
+    expect((await cold.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "three"))], "", undefined, undefined, { withState: false })).version).toBe(3n);
+    expect(cold.tailCommits).toBe(0);
+    expect(await indexed()).toEqual(["3", ["old-1", "u1", "u2", "u3"]]);
+    // Current again: the next cold commit is planned on the tail.
+    const next = await openStore();
+    expect((await next.commit(id, undefined, [appendHistory(textMessage("u4", Role.USER, "four"))], "", undefined, undefined, { withState: false })).version).toBe(4n);
+    expect(next.tailCommits).toBe(1);
+    expect((await next.load(id)).history.map((entry) => entry.id)).toEqual(["u1", "u2", "old-1", "u3", "u4"]);
+  });
+
   it("answers UNAVAILABLE saying why when its user may not create the schema", async () => {
     const fresh = await postgres.createDatabase("no-rights");
     await raw.query("CREATE ROLE contextd_no_rights LOGIN");

@@ -154,6 +154,23 @@ describe("migrations", () => {
     expect((await next.load(id)).history.map((entry) => entry.id)).toEqual(["u1", "u2", "old-1", "u3", "u4"]);
   });
 
+  it("two processes without a copy appending the same new id at once: one commit takes it, the other is refused naming it, and the id is stored once", async () => {
+    const writer = await openStore();
+    const id = "cold-race";
+    await writer.commit(id, 0n, [appendHistory(...Array.from({ length: 200 }, (_, index) => textMessage(`h${index}`, Role.USER, `m${index}`)))], "");
+    for (let round = 0; round < 5; round++) {
+      const [first, second] = [await openStore(), await openStore()];
+      const batch = [appendHistory(textMessage(`same-${round}`, Role.USER, "raced"))];
+      const settled = await Promise.allSettled([first, second].map((store) => store.commit(id, undefined, batch, "", undefined, undefined, { withState: false })));
+      expect(settled.filter((outcome) => outcome.status === "fulfilled")).toHaveLength(1);
+      const refused = settled.find((outcome) => outcome.status === "rejected") as PromiseRejectedResult;
+      expect([(refused.reason as ConnectError).code, (refused.reason as ConnectError).rawMessage]).toEqual([Code.InvalidArgument, `deltas[0].append_messages: messages[0]: duplicate message id "same-${round}"`]);
+      expect(first.tailCommits + second.tailCommits).toBe(1);
+    }
+    const stored = await (await openStore()).load(id);
+    expect(stored.history.map((message) => message.id).slice(-5)).toEqual(["same-0", "same-1", "same-2", "same-3", "same-4"]);
+  });
+
   it("answers UNAVAILABLE saying why when its user may not create the schema", async () => {
     const fresh = await postgres.createDatabase("no-rights");
     await raw.query("CREATE ROLE contextd_no_rights LOGIN");

@@ -4,9 +4,10 @@
 // Each fresh sidecar first makes 30 turns on a 100-message conversation of its own (a pod serves
 // other traffic before a long conversation comes back; without it the JIT's warm-up is measured),
 // then on the long conversation: a fresh sidecar's first Compile with no Commit before it (read
-// and counted from the stored tail), a fresh sidecar's first turn — its Commit (which reads the
-// whole state from the store) and its Compile, split — and the same turn on a sidecar started with
-// `--stored-token-estimator none`, which counts the history itself (the cost before stored counts).
+// and counted from the stored tail), a fresh sidecar's first turn — its Commit (planned on the
+// stored tail on Redis and Postgres: the last messages and the id index) and its Compile, split —
+// and the same turn on a sidecar started with `--stored-token-estimator none`, which counts the
+// history itself (the cost before stored counts).
 // Env: CONTEXTD_FLEET_SIZES=1000,10000 (default 1000,10000,100000), CONTEXTD_FLEET_STORES=redis,postgres (default redis).
 import { startPostgres } from "../../test/support/postgres.js";
 import { startRedis } from "../../test/support/redis.js";

@@ -9,6 +9,8 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
+import { idIndexChanges } from "./stored-id-index.js";
+import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
 import type { ConversationPage, ConversationStore } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
@@ -73,19 +75,41 @@ interface LoadRow {
 
 
 interface CommitRow {
-  outcome: "ok" | "replay" | "conflict" | "stale";
+  outcome: "ok" | "replay" | "conflict" | "stale" | "unindexed" | "taken";
   version: string;
   fingerprint: string | null;
   recorded: string | null;
+  /** "ok": whether the id index is current at the new version. */
+  indexed: boolean | null;
 }
+
+/** A row of `contextd_commit_tail` (the header first, then message rows). */
+interface TailRow {
+  segment: number | null;
+  message: Buffer | null;
+  version: string | null;
+  created: string | null;
+  rest_at: string | null;
+  segment_at: string[] | null;
+  segment_from: number[] | null;
+  segment_length: number[] | null;
+  fingerprint: string | null;
+  recorded: string | null;
+  indexed: boolean | null;
+  names: (Buffer | null)[] | null;
+}
+
+/** Most conversations whose stale id index a store remembers (one forgotten is rebuilt by the next cold commit instead). */
+const staleIdIndexesLimit = 100_000;
 
 /**
  * The Postgres store. Same contract, same commit engine (commit-engine.ts) and same caching
  * (`StoredCopies`) as the Redis store: a commit is computed in the sidecar from the cached (or
- * freshly read) state, then one call of `contextd_commit` locks the conversation's header row,
- * compares the version, writes the rows the batch changed, the change and the idempotency record,
- * bumps the version and notifies watchers, in one transaction. A load sends only what the cached
- * copy lacks. Watch reads the changes table and wakes on LISTEN/NOTIFY
+ * freshly read) state, then one call of `contextd_commit_indexed` locks the conversation's header
+ * row, compares the version, writes the rows the batch changed, the id index's changes, the change
+ * and the idempotency record, bumps the version and notifies watchers, in one transaction. A load
+ * sends only what the cached copy lacks; a commit without a copy and without the state asked for
+ * reads the stored tail (`contextd_commit_tail`, tail-commit.ts). Watch reads the changes table and wakes on LISTEN/NOTIFY
  * (`PostgresChangeFeed`). The schema is created and migrated when the store first reaches the database.
  */
 export class PostgresConversationStore extends EngineCommittedStore implements ConversationStore {
@@ -101,8 +125,14 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
   private readonly usage: PostgresUsageLedger;
-  /** Commits of this store waiting for `contextd_commit`. */
+  /** Commits of this store waiting for `contextd_commit_indexed`. */
   private commitsInFlight = 0;
+  /**
+   * Conversations whose stored id index a read or commit of this process found stale (stored
+   * before migration 11, or last written by a sidecar of the previous release): the next commit
+   * writes it whole. Bounded; one forgotten is found stale again by the next cold commit.
+   */
+  private readonly staleIdIndexes = new Set<string>();
   private readonly sweeper: NodeJS.Timeout | undefined;
   private sweeping = false;
 
@@ -130,7 +160,13 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         segment: (_conversationId, segment) => `${segment} segment`,
       },
     });
-    const io = { read: this.read.bind(this), write: this.write.bind(this) };
+    const io = {
+      read: this.read.bind(this),
+      write: (conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string) => this.write(conversationId, base, plan, idempotencyKey, fingerprint, undefined),
+      readTail: this.readTail.bind(this),
+      writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
+        this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
+    };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
@@ -393,6 +429,56 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /**
+   * What a commit planned on the stored tail reads (`contextd_commit_tail`, one statement),
+   * widening the window while it holds only tool results; a conversation never written (or
+   * expired) comes back whole.
+   */
+  private async readTail(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead> {
+    const id = idBytes(conversationId);
+    const calls = callIds.map((callId) => Buffer.from(callId, "utf8"));
+    for (let count = tailWindowMessages; ; count *= 8) {
+      const { rows } = await this.connection.query<TailRow>(
+        "reading a conversation's tail",
+        "SELECT * FROM contextd_commit_tail($1, $2, $3, $4, $5)",
+        [id, Buffer.from(idempotencyKey, "utf8"), this.now(), count, calls],
+        "contextd_commit_tail",
+      );
+      const header = rows[0]!;
+      const record = header.fingerprint !== null && header.recorded !== null ? { fingerprint: header.fingerprint, version: BigInt(header.recorded) } : undefined;
+      const version = BigInt(header.version!);
+      if (version === 0n) {
+        this.copies.forget(conversationId);
+        return { version, record, whole: emptyConversationState(conversationId) };
+      }
+      if (!header.indexed) {
+        this.markIdIndexStale(conversationId);
+        return { version, record };
+      }
+      const received: Buffer[][] = [[], [], [], []];
+      for (const row of rows.slice(1)) received[row.segment!]!.push(row.message!);
+      const segments = storedSegments.map((_, index) => ({
+        at: header.segment_at![index]!,
+        from: header.segment_from![index]!,
+        length: header.segment_length![index]!,
+        items: received[index]!,
+      }));
+      const tail = this.copies.tailOf(conversationId, version, { created: header.created!, restAt: header.rest_at!, rest: header.message }, segments);
+      if (tail === "wider" && count * 8 <= maxTailWindowMessages) continue;
+      if (tail === "wider" || tail === undefined) return { version, record };
+      const names = header.names ?? [];
+      const headCallNames = new Map(callIds.map((callId, index) => [callId, names[index] == null ? undefined : names[index]!.toString("utf8")]));
+      return { version, record, tail: { ...tail, headCallNames } };
+    }
+  }
+
+  /** Remembers that the conversation's stored id index is stale: this process's next commit to it writes it whole. */
+  private markIdIndexStale(conversationId: string): void {
+    this.staleIdIndexes.delete(conversationId);
+    this.staleIdIndexes.add(conversationId);
+    if (this.staleIdIndexes.size > staleIdIndexesLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
+  }
+
+  /**
    * A listing field as the header row keeps it: under encryption the title column holds the
    * sealed title in base64 and the labels column (jsonb) a JSON string of the sealed labels' base64.
    */
@@ -415,7 +501,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     return [title, labels];
   }
 
-  /** The rows copied inside the database, in one statement (migration 7's `contextd_fork`). */
+  /**
+   * The rows copied inside the database, in one statement (migration 7's `contextd_fork`). */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     // Under encryption at rest each stored value is bound to its conversation's id: the engine's
     // write seals the fork's anew (a copied row would not open). `contextd_fork` itself sends a
@@ -434,10 +521,21 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
   }
 
-  /** The engine's write: one call of `contextd_commit` (one transaction), notifying watchers. */
-  private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite> {
+  /** The engine's write: one call of `contextd_commit_indexed` (one transaction), notifying
+   * watchers. A plan on `tail` is written after the stored head and not kept as the copy. The id
+   * index (stored-id-index.ts) is written whole when a read or write found it stale.
+   */
+  private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string, tail: CommitTail | undefined): Promise<CommitWrite> {
     const id = idBytes(conversationId);
-    const write = this.copies.writeOf(base, plan.state);
+    const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
+    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.has(conversationId) ? "b" : "a");
+    const utf8 = (texts: readonly string[]) => texts.map((text) => Buffer.from(text, "utf8"));
+    const callIds: Buffer[] = [];
+    const callNames: Buffer[] = [];
+    for (let at = 0; at < index.namedCalls.length; at += 2) {
+      callIds.push(Buffer.from(index.namedCalls[at]!, "utf8"));
+      callNames.push(Buffer.from(index.namedCalls[at + 1]!, "utf8"));
+    }
     const encodings = write.segments.flatMap((segment) => segment.encodings);
     const starts: number[] = [];
     const lengths: number[] = [];
@@ -453,7 +551,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.commitsInFlight++;
     const committing = this.connection.query<CommitRow>(
       "committing",
-      "SELECT * FROM contextd_commit_expiring($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+      "SELECT * FROM contextd_commit_indexed($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $23, $24, $25, $26, $27, $28)",
       [
         id,
         base.version,
@@ -477,16 +575,26 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         plan.metadata.changed ? this.sealedText(conversationId, "title", plan.metadata.title) : null,
         plan.metadata.changed ? this.sealedText(conversationId, "labels", JSON.stringify(plan.metadata.labels)) : null,
         plan.metadata.expiresAtUnixMs,
+        index.mode,
+        utf8(index.addedIds),
+        utf8(index.removedIds),
+        callIds,
+        callNames,
+        utf8(index.removedCalls),
       ],
-      "contextd_commit_expiring",
+      "contextd_commit_indexed",
     );
     const { rows } = await committing.finally(() => this.commitsInFlight--);
     const reply = rows[0]!;
     if (reply.outcome === "ok") {
       this.changes.notifyCommitted(id, notifyInTransaction);
-      this.copies.remember(plan.state, write.layout);
+      if (!tail) this.copies.remember(plan.state, write.layout);
+      if (reply.indexed) this.staleIdIndexes.delete(conversationId);
+      else this.markIdIndexStale(conversationId);
       return { outcome: "ok" };
     }
+    if (reply.outcome === "unindexed") this.markIdIndexStale(conversationId);
+    if (reply.outcome === "unindexed" || reply.outcome === "taken") return { outcome: "whole" };
     const current = BigInt(reply.version);
     if (reply.outcome === "replay") return { outcome: "replay", record: { fingerprint: reply.fingerprint!, version: BigInt(reply.recorded!) }, current };
     // "stale": the stored segments are not those of the cached state at its version (written

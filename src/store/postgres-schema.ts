@@ -34,8 +34,14 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   0 = never) with a partial index for the sweep, and the retention functions: reads and commits
  *   that treat an expired conversation as never written, a delete, a batched delete of the expired.
  * - Migration 10: the usage ledger's tables and `contextd_record_usage` (postgres-usage-ledger-schema.ts).
+ * - Migration 11: the id index a commit planned on the stored tail needs (tail-commit.ts):
+ *   `contextd_message_ids` (every message id per conversation) and `contextd_tool_calls` (per call
+ *   id of history's ASSISTANT messages, the latest call's name), current at the header's `ids_at`;
+ *   `contextd_commit_indexed`, the commit that keeps them (and the one this build calls), and
+ *   `contextd_commit_tail`, the tail read.
  *
- * Every write of a commit happens in `contextd_commit`, one statement (so one transaction and one
+ * Every write of a commit happens in one function call (`contextd_commit_indexed` since migration
+ * 11, `contextd_commit` before), one statement (so one transaction and one
  * round trip): it locks the header row, compares versions, writes, and notifies when asked to
  * (`p_notify`, the channel). A transaction that notifies holds a database-wide lock through its
  * commit, WAL flush included, so such commits cannot share a flush (measured: 32 concurrent bare
@@ -762,6 +768,254 @@ $$;
 `,
   },
   usageLedgerMigration,
+  {
+    version: 11,
+    name: "the id index (message ids and history's tool calls per conversation), a commit that keeps it with one row update, and the tail read",
+    // Additive, like 5 and 8: contextd_commit_expiring stays for sidecars of the previous release
+    // during a rolling upgrade. Their commits leave ids_at behind the version, which marks the
+    // index stale: the next commit of this release that finds it so plans on the whole state and
+    // writes the index whole (mode 'b'), once. Rows written before this migration have ids_at 0,
+    // stale the same way. contextd_delete_rows is restated with the index's tables.
+    sql: `
+ALTER TABLE contextd_conversations ADD COLUMN ids_at bigint NOT NULL DEFAULT 0;
+
+-- Every message id of every segment (UTF-8), current at the header's ids_at.
+CREATE TABLE contextd_message_ids (
+  conversation_id bytea NOT NULL,
+  message_id bytea NOT NULL,
+  PRIMARY KEY (conversation_id, message_id)
+);
+
+-- Per tool-call id made by an ASSISTANT message of history, the name of the latest such call.
+CREATE TABLE contextd_tool_calls (
+  conversation_id bytea NOT NULL,
+  call_id bytea NOT NULL,
+  name bytea NOT NULL,
+  PRIMARY KEY (conversation_id, call_id)
+);
+
+CREATE OR REPLACE FUNCTION contextd_delete_rows(p_ids bytea[]) RETURNS void LANGUAGE sql AS $$
+  DELETE FROM contextd_messages m WHERE m.conversation_id = ANY(p_ids);
+  DELETE FROM contextd_changes ch WHERE ch.conversation_id = ANY(p_ids);
+  DELETE FROM contextd_message_ids x WHERE x.conversation_id = ANY(p_ids);
+  DELETE FROM contextd_tool_calls t WHERE t.conversation_id = ANY(p_ids);
+  DELETE FROM contextd_conversations c WHERE c.id = ANY(p_ids);
+$$;
+
+-- Migration 8's contextd_commit_expiring in one body (no nested call, one UPDATE of the header row
+-- for version, segments, times, expiry and ids_at), with the id index's changes: p_index_mode 'a'
+-- applies them to a current index (and leaves a stale one stale), 'b' replaces the index with
+-- them (a clear, a rebuild), 't' (a commit planned on the stored tail) answers 'unindexed' when the
+-- index is not current and 'taken' when one of p_added is in it, writing nothing. The index is
+-- current when ids_at is the version (or nothing is stored). Outcomes as contextd_commit's, and
+-- indexed = whether the index is current at the new version ('ok').
+CREATE FUNCTION contextd_commit_indexed(
+  p_expires_at_ms bigint,
+  p_id bytea, p_base_version bigint, p_change bytea, p_key bytea, p_fingerprint text,
+  p_now_ms bigint, p_ttl_ms bigint, p_max_changes bigint, p_notify text,
+  p_created text, p_rest bytea,
+  p_base_length integer[], p_mode text[], p_keep integer[], p_count integer[],
+  p_blob bytea, p_starts integer[], p_lengths integer[],
+  p_updated_ms bigint, p_title text, p_labels jsonb,
+  p_index_mode text, p_added bytea[], p_removed bytea[], p_call_ids bytea[], p_call_names bytea[], p_unnamed bytea[]
+) RETURNS TABLE (outcome text, version bigint, fingerprint text, recorded bigint, indexed boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_exists boolean;
+  v_current bigint;
+  v_version bigint;
+  v_first bigint[];
+  v_length integer[];
+  v_at bigint[];
+  v_expires bigint;
+  v_ids_at bigint;
+  v_fingerprint text;
+  v_recorded bigint;
+  v_offset integer := 0;
+  v_start bigint;
+  v_rebuild boolean;
+  v_indexed boolean;
+  i integer;
+BEGIN
+  SELECT c.version, c.segment_first, c.segment_length, c.segment_at, c.expires_at_ms, c.ids_at
+    INTO v_current, v_first, v_length, v_at, v_expires, v_ids_at
+    FROM contextd_conversations c WHERE c.id = p_id FOR UPDATE;
+  v_exists := FOUND;
+  -- An expired conversation no sweep removed yet: the reader saw it as never written.
+  IF v_exists AND v_expires > 0 AND v_expires <= p_now_ms THEN
+    PERFORM contextd_delete_rows(ARRAY[p_id]);
+    v_exists := false;
+    v_current := NULL;
+  END IF;
+  v_current := COALESCE(v_current, 0);
+  IF p_key <> ''::bytea THEN
+    SELECT k.fingerprint, k.version INTO v_fingerprint, v_recorded FROM contextd_idempotency k
+      WHERE k.conversation_id = p_id AND k.key = p_key AND k.expires_at_ms > p_now_ms;
+    IF FOUND THEN
+      RETURN QUERY SELECT 'replay'::text, v_current, v_fingerprint, v_recorded, NULL::boolean;
+      RETURN;
+    END IF;
+  END IF;
+  IF p_base_version <> v_current THEN
+    RETURN QUERY SELECT 'conflict'::text, v_current, NULL::text, NULL::bigint, NULL::boolean;
+    RETURN;
+  END IF;
+  IF v_exists AND v_length <> p_base_length THEN
+    RETURN QUERY SELECT 'stale'::text, v_current, NULL::text, NULL::bigint, NULL::boolean;
+    RETURN;
+  END IF;
+  v_indexed := NOT v_exists OR v_ids_at = v_current;
+  v_rebuild := p_index_mode = 'b' OR NOT v_exists;
+  IF p_index_mode = 't' THEN
+    IF NOT v_indexed THEN
+      RETURN QUERY SELECT 'unindexed'::text, v_current, NULL::text, NULL::bigint, false;
+      RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM contextd_message_ids x WHERE x.conversation_id = p_id AND x.message_id = ANY(p_added)) THEN
+      RETURN QUERY SELECT 'taken'::text, v_current, NULL::text, NULL::bigint, true;
+      RETURN;
+    END IF;
+  END IF;
+  v_version := v_current + 1;
+  IF NOT v_exists THEN
+    -- A first commit: another writer may be inserting the same conversation. The primary key
+    -- lets one in; the other waits for it, finds the row and answers 'conflict'.
+    INSERT INTO contextd_conversations AS c (id, version, created, rest, rest_at, segment_first, segment_length, segment_at, created_at_ms, updated_at_ms)
+      VALUES (p_id, v_version, p_created, COALESCE(p_rest, ''::bytea), v_version, '{0,0,0,0}', '{0,0,0,0}', ARRAY[v_version, v_version, v_version, v_version], p_updated_ms, p_updated_ms)
+      ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND THEN
+      SELECT c.version INTO v_current FROM contextd_conversations c WHERE c.id = p_id;
+      RETURN QUERY SELECT 'conflict'::text, v_current, NULL::text, NULL::bigint, NULL::boolean;
+      RETURN;
+    END IF;
+    v_first := '{0,0,0,0}';
+    v_length := '{0,0,0,0}';
+    v_at := ARRAY[v_version, v_version, v_version, v_version];
+  END IF;
+  FOR i IN 1..4 LOOP
+    IF p_mode[i] <> '=' THEN
+      IF p_mode[i] = 'p' THEN
+        -- An append (keeping every row) deletes nothing: no statement for it.
+        IF p_keep[i] <> v_length[i] THEN
+          DELETE FROM contextd_messages m WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position >= v_first[i] + p_keep[i];
+          v_at[i] := v_version;
+        END IF;
+        v_start := v_first[i] + p_keep[i];
+      ELSE
+        DELETE FROM contextd_messages m WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position < v_first[i] + v_length[i] - p_keep[i];
+        v_first[i] := v_first[i] + v_length[i] - p_keep[i] - p_count[i];
+        v_start := v_first[i];
+        v_at[i] := v_version;
+      END IF;
+      INSERT INTO contextd_messages (conversation_id, segment, position, message)
+        SELECT p_id, i - 1, v_start + n - 1, substring(p_blob FROM p_starts[v_offset + n] FOR p_lengths[v_offset + n])
+        FROM generate_series(1, p_count[i]) AS n;
+      v_length[i] := p_keep[i] + p_count[i];
+      v_offset := v_offset + p_count[i];
+    END IF;
+  END LOOP;
+  IF v_rebuild OR v_indexed THEN
+    IF v_rebuild THEN
+      DELETE FROM contextd_message_ids x WHERE x.conversation_id = p_id;
+      DELETE FROM contextd_tool_calls t WHERE t.conversation_id = p_id;
+    END IF;
+    -- Removed before added: an edit that replaces a message by one with its id keeps the id.
+    IF cardinality(p_removed) > 0 THEN
+      DELETE FROM contextd_message_ids x WHERE x.conversation_id = p_id AND x.message_id = ANY(p_removed);
+    END IF;
+    IF cardinality(p_added) > 0 THEN
+      INSERT INTO contextd_message_ids (conversation_id, message_id) SELECT p_id, a FROM unnest(p_added) AS a ON CONFLICT DO NOTHING;
+    END IF;
+    IF cardinality(p_unnamed) > 0 THEN
+      DELETE FROM contextd_tool_calls t WHERE t.conversation_id = p_id AND t.call_id = ANY(p_unnamed);
+    END IF;
+    IF cardinality(p_call_ids) > 0 THEN
+      INSERT INTO contextd_tool_calls AS t (conversation_id, call_id, name) SELECT p_id, n.id, n.name FROM unnest(p_call_ids, p_call_names) AS n(id, name)
+        ON CONFLICT (conversation_id, call_id) DO UPDATE SET name = EXCLUDED.name;
+    END IF;
+  END IF;
+  UPDATE contextd_conversations c SET
+    version = v_version,
+    rest = COALESCE(p_rest, c.rest),
+    rest_at = CASE WHEN p_rest IS NULL THEN c.rest_at ELSE v_version END,
+    segment_first = v_first, segment_length = v_length, segment_at = v_at,
+    updated_at_ms = p_updated_ms,
+    title = COALESCE(p_title, c.title),
+    labels = COALESCE(p_labels, c.labels),
+    expires_at_ms = p_expires_at_ms,
+    ids_at = CASE WHEN v_rebuild OR v_indexed THEN v_version ELSE c.ids_at END
+  WHERE c.id = p_id;
+  INSERT INTO contextd_changes (conversation_id, version, change) VALUES (p_id, v_version, p_change);
+  IF v_version > p_max_changes THEN
+    DELETE FROM contextd_changes ch WHERE ch.conversation_id = p_id AND ch.version <= v_version - p_max_changes;
+  END IF;
+  IF p_key <> ''::bytea THEN
+    INSERT INTO contextd_idempotency AS k (conversation_id, key, fingerprint, version, expires_at_ms)
+      VALUES (p_id, p_key, p_fingerprint, v_version, p_now_ms + p_ttl_ms)
+      ON CONFLICT (conversation_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, version = EXCLUDED.version, expires_at_ms = EXCLUDED.expires_at_ms;
+    -- Each keyed commit removes up to 8 expired records (of any conversation), so expired records
+    -- go eight times as fast as new ones come; SKIP LOCKED keeps concurrent commits off each other's.
+    DELETE FROM contextd_idempotency k WHERE k.ctid IN (
+      SELECT e.ctid FROM contextd_idempotency e WHERE e.expires_at_ms <= p_now_ms ORDER BY e.expires_at_ms LIMIT 8 FOR UPDATE SKIP LOCKED);
+  END IF;
+  IF p_notify <> '' THEN PERFORM pg_notify(p_notify, md5(p_id)); END IF;
+  RETURN QUERY SELECT 'ok'::text, v_version, NULL::text, NULL::bigint, v_rebuild OR v_indexed;
+END
+$$;
+
+-- What a commit planned on the stored tail reads, from one snapshot: the first row is the header
+-- (segment NULL, message = rest, version 0 = never written or expired, then nothing else
+-- follows; indexed = whether the id index is current, when not nothing else follows either;
+-- names = per p_call_ids the latest call's name, NULL for none), then the rows of the last
+-- p_count messages of history and of the other three segments whole, in segment and position order.
+CREATE FUNCTION contextd_commit_tail(p_id bytea, p_key bytea, p_now_ms bigint, p_count integer, p_call_ids bytea[])
+RETURNS TABLE (segment smallint, message bytea, version bigint, created text, rest_at bigint,
+  segment_at bigint[], segment_from integer[], segment_length integer[], fingerprint text, recorded bigint, indexed boolean, names bytea[])
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  h contextd_conversations%ROWTYPE;
+  v_fingerprint text;
+  v_recorded bigint;
+  v_from integer[];
+  v_names bytea[];
+  i integer;
+BEGIN
+  SELECT * INTO h FROM contextd_conversations c WHERE c.id = p_id;
+  IF h.id IS NULL OR (h.expires_at_ms > 0 AND h.expires_at_ms <= p_now_ms) THEN
+    -- As contextd_load_unexpired: an expired conversation's records are not looked at either.
+    IF h.id IS NULL AND p_key <> ''::bytea THEN
+      SELECT k.fingerprint, k.version INTO v_fingerprint, v_recorded FROM contextd_idempotency k
+        WHERE k.conversation_id = p_id AND k.key = p_key AND k.expires_at_ms > p_now_ms;
+    END IF;
+    RETURN QUERY SELECT NULL::smallint, NULL::bytea, 0::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::integer[], NULL::integer[], v_fingerprint, v_recorded, NULL::boolean, NULL::bytea[];
+    RETURN;
+  END IF;
+  IF p_key <> ''::bytea THEN
+    SELECT k.fingerprint, k.version INTO v_fingerprint, v_recorded FROM contextd_idempotency k
+      WHERE k.conversation_id = p_id AND k.key = p_key AND k.expires_at_ms > p_now_ms;
+  END IF;
+  IF h.ids_at <> h.version THEN
+    RETURN QUERY SELECT NULL::smallint, NULL::bytea, h.version, h.created, h.rest_at, h.segment_at, NULL::integer[], h.segment_length, v_fingerprint, v_recorded, false, NULL::bytea[];
+    RETURN;
+  END IF;
+  v_from := ARRAY[0, GREATEST(h.segment_length[2] - p_count, 0), 0, 0];
+  IF cardinality(p_call_ids) > 0 THEN
+    SELECT array_agg(t.name ORDER BY o.n) INTO v_names FROM unnest(p_call_ids) WITH ORDINALITY AS o(id, n)
+      LEFT JOIN contextd_tool_calls t ON t.conversation_id = p_id AND t.call_id = o.id;
+  END IF;
+  RETURN QUERY SELECT NULL::smallint, h.rest, h.version, h.created, h.rest_at, h.segment_at, v_from, h.segment_length, v_fingerprint, v_recorded, true, v_names;
+  FOR i IN 1..4 LOOP
+    IF h.segment_length[i] > v_from[i] THEN
+      RETURN QUERY SELECT m.segment, m.message, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::integer[], NULL::integer[], NULL::text, NULL::bigint, NULL::boolean, NULL::bytea[]
+        FROM contextd_messages m
+        WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position >= h.segment_first[i] + v_from[i] AND m.position < h.segment_first[i] + h.segment_length[i]
+        ORDER BY m.position;
+    END IF;
+  END LOOP;
+END
+$$;
+`,
+  },
 ];
 
 /** The table recording which migrations were applied. */

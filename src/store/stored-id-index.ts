@@ -5,7 +5,8 @@ import { segmentEdit, storedSegments } from "./segment-edits.js";
 
 /**
  * What a commit changes in the id index a store keeps beside a conversation (Redis: a set of its
- * message ids and a hash of its history's call ids; see docs/stores.md, "The stored id index"):
+ * message ids and a hash of its history's call ids; Postgres: the tables `contextd_message_ids` and
+ * `contextd_tool_calls`, migration 11; see docs/stores.md, "A commit planned on the stored tail"):
  * every message id of every segment, and per call id made by an ASSISTANT message of history the
  * name of the latest such call. Why it exists: a process that holds no copy of the conversation
  * plans an append on the stored tail (tail-commit.ts), and the index answers what the tail cannot
@@ -89,7 +90,7 @@ function forEachCall(message: Message, use: (id: string, name: string) => unknow
   for (const part of message.parts) if (part.kind.case === "toolCall") use(part.kind.value.id, part.kind.value.name);
 }
 
-/** The index changes as script arguments: mode, then each list as its count and its items. */
+/** The index changes as Redis script arguments: mode, then each list as its count and its items. */
 export function idIndexArguments(changes: IdIndexChanges): string[] {
   const args: string[] = [changes.mode];
   for (const list of [changes.addedIds, changes.removedIds, changes.namedCalls, changes.removedCalls]) {

@@ -1,6 +1,7 @@
 import { create, equals, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cluster, Redis } from "ioredis";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
@@ -974,9 +975,10 @@ describe.each([
   ["redis", () => new RedisConversationStore(redis.url)],
   ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) })],
   ["postgres", () => new PostgresConversationStore(postgres.url)],
+  ["redis, encrypted,", () => new RedisConversationStore(redis.url, { values: encrypted, keyPrefix: encryptedKeyPrefix })],
+  ["postgres, encrypted,", () => new PostgresConversationStore(encryptedPostgresUrl, { values: encrypted })],
 ] as const)("%s store: a commit from a process with nothing cached", (name, openFresh) => {
-  const openWriter = (): ConversationStore =>
-    name === "memory" ? new MemoryConversationStore() : name === "postgres" ? new PostgresConversationStore(postgres.url) : name === "redis" ? new RedisConversationStore(redis.url) : new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) });
+  const openWriter = (): ConversationStore => (name === "memory" ? new MemoryConversationStore() : (openFresh as () => ConversationStore)());
   const connected = async (store: ConversationStore) => {
     if (store instanceof RedisConversationStore || store instanceof PostgresConversationStore) expect(await store.connected()).toBe(true);
   };
@@ -1029,15 +1031,15 @@ describe.each([
     }
   }, 60_000);
 
-  // Without the state asked for, the Redis stores plan an append on the stored tail and their id
-  // index (store/tail-commit.ts); every answer is compared with a warm memory store's to the same
+  // Without the state asked for, the Redis and Postgres stores plan an append on the stored tail and
+  // their id index (store/tail-commit.ts); every answer is compared with a warm memory store's to the same
   // batches, and the states read back at the end are byte for byte the same.
   it("without the state asked for: answers duplicates, repeated and unknown call ids, results for calls in the head, and commits after another process's, as a warm store does", async () => {
     const writer = openWriter();
     await connected(writer);
     const stores: ConversationStore[] = [writer];
     const reference = new MemoryConversationStore();
-    const tailPlanned = name === "redis" || name === "redis cluster";
+    const tailPlanned = name !== "memory";
     const call = (id: string, name: string) => ({ kind: { case: "toolCall" as const, value: { id, name, arguments: { data: "{}" } } } });
     const result = (messageId: string, toolCallId: string, name = "") => delta({ case: "appendToolResult", value: { toolCallId, name, messageId, payload: { text: "done" } } });
     try {
@@ -1187,6 +1189,76 @@ describe.each([
       expect(cold.tailCommits).toBe(0);
     } finally {
       await Promise.all([writer.close(), reference.close(), cold.close()]);
+    }
+  }, 60_000);
+});
+
+// The same on Postgres (migration 11): a conversation stored before the migration has ids_at 0 and
+// no index rows; one last written by a sidecar of the previous release (contextd_commit_expiring)
+// has ids_at behind its version. Deleting the conversation deletes its index rows.
+describe("postgres store: the id index of a conversation stored without one", () => {
+  it("is built by the first cold commit, answers the cold commits after it, and goes with the conversation", async () => {
+    const writer = new PostgresConversationStore(postgres.url);
+    const raw = new pg.Client({ connectionString: postgres.url });
+    const stores: PostgresConversationStore[] = [writer];
+    const fresh = async () => {
+      const store = new PostgresConversationStore(postgres.url);
+      stores.push(store);
+      expect(await store.connected()).toBe(true);
+      return store;
+    };
+    const indexOf = async (id: string) => {
+      const key = Buffer.from(id, "utf8");
+      const { rows } = await raw.query<{ ids_at: string | null; ids: string; lookup: Buffer | null }>(
+        `SELECT (SELECT ids_at FROM contextd_conversations WHERE id = $1) AS ids_at,
+                (SELECT count(*) FROM contextd_message_ids WHERE conversation_id = $1) AS ids,
+                (SELECT name FROM contextd_tool_calls WHERE conversation_id = $1 AND call_id = $2) AS lookup`,
+        [key, Buffer.from("c0", "utf8")],
+      );
+      return [rows[0]!.ids_at, Number(rows[0]!.ids), rows[0]!.lookup?.toString("utf8") ?? null];
+    };
+    try {
+      expect(await writer.connected()).toBe(true);
+      await raw.connect();
+      const id = freshId("pre-index");
+      const key = Buffer.from(id, "utf8");
+      const assistant = create(MessageSchema, { id: "head-a", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c0", name: "lookup", arguments: { data: "{}" } } } }] });
+      const body = Array.from({ length: 2_000 }, (_, index) => textMessage(`h${index}`, Role.USER, `message ${index}`));
+      await writer.commit(id, undefined, [appendHistory(assistant, ...body)], "");
+      expect(await indexOf(id)).toEqual(["1", 2_001, "lookup"]);
+      // As stored before migration 11: no index rows, ids_at 0.
+      await raw.query("DELETE FROM contextd_message_ids WHERE conversation_id = $1", [key]);
+      await raw.query("DELETE FROM contextd_tool_calls WHERE conversation_id = $1", [key]);
+      await raw.query("UPDATE contextd_conversations SET ids_at = 0 WHERE id = $1", [key]);
+
+      const first = await fresh();
+      expect((await first.commit(id, undefined, [appendHistory(textMessage("n1", Role.USER, "new"))], "", undefined, undefined, { withState: false })).version).toBe(2n);
+      expect(first.tailCommits).toBe(0);
+      expect(await indexOf(id)).toEqual(["2", 2_002, "lookup"]);
+
+      // An index behind the version (a previous release's commit): built again the same way.
+      await raw.query("UPDATE contextd_conversations SET ids_at = 1 WHERE id = $1", [key]);
+      const second = await fresh();
+      const duplicate = await rejection(second.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "again"))], "", undefined, undefined, { withState: false }));
+      expect([duplicate.code, duplicate.rawMessage]).toEqual([Code.InvalidArgument, 'deltas[0].append_messages: messages[0]: duplicate message id "h5"']);
+      expect((await second.commit(id, undefined, [appendHistory(textMessage("n2", Role.USER, "new"))], "", undefined, undefined, { withState: false })).version).toBe(3n);
+      expect(await indexOf(id)).toEqual(["3", 2_003, "lookup"]);
+
+      const third = await fresh();
+      expect((await rejection(third.commit(id, undefined, [appendHistory(textMessage("h9", Role.USER, "again"))], "", undefined, undefined, { withState: false }))).rawMessage).toMatch(/duplicate message id "h9"/);
+      const fourth = await fresh();
+      await fourth.commit(id, undefined, [delta({ case: "appendToolResult", value: { toolCallId: "c0", messageId: "r0", payload: { text: "found" } } })], "", undefined, undefined, { withState: false });
+      expect([third.tailCommits, fourth.tailCommits]).toEqual([0, 1]);
+      expect(await indexOf(id)).toEqual(["4", 2_004, "lookup"]);
+      const stored = await (await fresh()).load(id);
+      expect(stored.history.at(-1)!.parts[0]!.kind.value).toMatchObject({ toolCallId: "c0", name: "lookup" });
+      expect(stored.history.map((message) => message.id).slice(-3)).toEqual(["n1", "n2", "r0"]);
+
+      expect(await writer.delete(id, undefined)).toBe(4n);
+      expect(await indexOf(id)).toEqual([null, 0, null]);
+    } finally {
+      await raw.end();
+      await Promise.all(stores.map((store) => store.close()));
     }
   }, 60_000);
 });

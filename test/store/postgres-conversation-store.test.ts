@@ -123,6 +123,54 @@ describe("migrations", () => {
     expect(byUpdate.conversations).toMatchObject([{ conversationId: "older", version: 2n, createdAtUnixMs: 0n, updatedAtUnixMs: 1_800_000_000_000n }]);
   });
 
+  it("migration 11: a commit through the previous release's contextd_commit_expiring leaves the id index stale, and the next cold commit plans on the whole state and writes it whole", async () => {
+    const store = await openStore();
+    const id = "rolling-upgrade";
+    await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "one"), textMessage("u2", Role.USER, "two"))], "");
+    // What a sidecar of the previous release sends for an append of one message to history.
+    const message = Buffer.from(toBinary(MessageSchema, textMessage("old-1", Role.USER, "from the old release")));
+    const { rows } = await raw.query<{ outcome: string; version: string }>(
+      "SELECT * FROM contextd_commit_expiring(0, $1, 1, $2, ''::bytea, '', $3, 86400000, 10000, '', '', NULL, '{0,2,0,0}', '{=,p,=,=}', '{0,2,0,0}', '{0,1,0,0}', $4, '{1}', $5, $3, NULL, NULL)",
+      [idOf(id), Buffer.from("a change"), Date.now(), message, [message.length]],
+    );
+    expect(rows[0]).toMatchObject({ outcome: "ok", version: "2" });
+    const indexed = async () => {
+      const { rows: header } = await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = $1", [idOf(id)]);
+      const { rows: ids } = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_message_ids WHERE conversation_id = $1 ORDER BY message_id", [idOf(id)]);
+      return [header[0]!.ids_at, ids.map((row) => row.message_id.toString("utf8"))];
+    };
+    expect(await indexed()).toEqual(["1", ["u1", "u2"]]);
+    // A cold commit of this release does not trust the stale index: the old release's id is taken.
+    const cold = await openStore();
+    const duplicate = await rejection(cold.commit(id, undefined, [appendHistory(textMessage("old-1", Role.USER, "again"))], "", undefined, undefined, { withState: false }));
+    expect([duplicate.code, duplicate.rawMessage]).toEqual([Code.InvalidArgument, 'deltas[0].append_messages: messages[0]: duplicate message id "old-1"']);
+    expect((await cold.commit(id, undefined, [appendHistory(textMessage("u3", Role.USER, "three"))], "", undefined, undefined, { withState: false })).version).toBe(3n);
+    expect(cold.tailCommits).toBe(0);
+    expect(await indexed()).toEqual(["3", ["old-1", "u1", "u2", "u3"]]);
+    // Current again: the next cold commit is planned on the tail.
+    const next = await openStore();
+    expect((await next.commit(id, undefined, [appendHistory(textMessage("u4", Role.USER, "four"))], "", undefined, undefined, { withState: false })).version).toBe(4n);
+    expect(next.tailCommits).toBe(1);
+    expect((await next.load(id)).history.map((entry) => entry.id)).toEqual(["u1", "u2", "old-1", "u3", "u4"]);
+  });
+
+  it("two processes without a copy appending the same new id at once: one commit takes it, the other is refused naming it, and the id is stored once", async () => {
+    const writer = await openStore();
+    const id = "cold-race";
+    await writer.commit(id, 0n, [appendHistory(...Array.from({ length: 200 }, (_, index) => textMessage(`h${index}`, Role.USER, `m${index}`)))], "");
+    for (let round = 0; round < 5; round++) {
+      const [first, second] = [await openStore(), await openStore()];
+      const batch = [appendHistory(textMessage(`same-${round}`, Role.USER, "raced"))];
+      const settled = await Promise.allSettled([first, second].map((store) => store.commit(id, undefined, batch, "", undefined, undefined, { withState: false })));
+      expect(settled.filter((outcome) => outcome.status === "fulfilled")).toHaveLength(1);
+      const refused = settled.find((outcome) => outcome.status === "rejected") as PromiseRejectedResult;
+      expect([(refused.reason as ConnectError).code, (refused.reason as ConnectError).rawMessage]).toEqual([Code.InvalidArgument, `deltas[0].append_messages: messages[0]: duplicate message id "same-${round}"`]);
+      expect(first.tailCommits + second.tailCommits).toBe(1);
+    }
+    const stored = await (await openStore()).load(id);
+    expect(stored.history.map((message) => message.id).slice(-5)).toEqual(["same-0", "same-1", "same-2", "same-3", "same-4"]);
+  });
+
   it("answers UNAVAILABLE saying why when its user may not create the schema", async () => {
     const fresh = await postgres.createDatabase("no-rights");
     await raw.query("CREATE ROLE contextd_no_rights LOGIN");
@@ -199,6 +247,16 @@ describe("rows per change", () => {
       await reader.close();
       expect(encoded(caughtUp), `step ${step}`).toEqual(encoded(state));
       expect(encoded(whole), `step ${step}`).toEqual(encoded(state));
+      // The id index the commits kept (migration 11) is the state's: every id, each history call id's latest name, current.
+      const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
+      const latest: Record<string, string> = {};
+      for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
+      const stored = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_message_ids WHERE conversation_id = $1", [idOf(id)]);
+      const calls = await raw.query<{ call_id: Buffer; name: Buffer }>("SELECT call_id, name FROM contextd_tool_calls WHERE conversation_id = $1", [idOf(id)]);
+      const header = await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = $1", [idOf(id)]);
+      expect(stored.rows.map((row) => row.message_id.toString("utf8")).sort(), `step ${step}`).toEqual(ids.sort());
+      expect(Object.fromEntries(calls.rows.map((row) => [row.call_id.toString("utf8"), row.name.toString("utf8")])), `step ${step}`).toEqual(latest);
+      expect(header.rows[0]!.ids_at, `step ${step}`).toBe(String(state.version));
     }
     expect(state.version).toBeGreaterThan(100n);
   });

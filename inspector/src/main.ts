@@ -279,16 +279,13 @@ function ConversationPage({ id, tab, at }: { id: string; tab: Tab; at: string | 
   const [error, setError] = useState("");
   const [live, setLive] = useState(false);
   // A new id is a new page: nothing of the previous conversation stays (its versions and keys
-  // were listed under the next one's), and nothing its calls still answer is shown.
+  // were listed under the next one's), and nothing its calls still answer is shown. Another
+  // version is another view too: the one shown before must not pass for it while it is read.
   useEffect(() => {
     setView(undefined);
     setError("");
-    setHistoryShown(historyStep);
-  }, [id]);
-  // Another version is another view: the one shown before must not pass for it while it is read.
-  useEffect(() => {
-    setView(undefined);
     setVersionError("");
+    setHistoryShown(historyStep);
   }, [id, at]);
   useEffect(() => {
     // The watch below replays from version 0, so the timeline starts empty each time it starts.

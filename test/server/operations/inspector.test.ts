@@ -314,11 +314,16 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     expect(await page.getByTestId("live").count()).toBe(0);
     expect(await timeline.locator("li.viewing").getAttribute("data-version")).toBe("2");
     await page.screenshot({ path: join(results, "inspector-history.png"), fullPage: true });
+    // A commit meanwhile grows the timeline; the page stays at version 2.
+    await admin.conversations.commit({ conversationId: forkId, expectedVersion: 3n, deltas: [appendHistory(textMessage("r2", Role.USER, "No, keep it."))] });
+    await expect.poll(() => page.getByTestId("past").textContent(), { timeout: 10_000 }).toBe("earlier version (latest v4)");
+    expect(await page.getByTestId("version").textContent()).toBe("v2");
+    expect(await shown()).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3", "r1"]);
     // "latest" follows the conversation live again.
     await page.getByTestId("latest").click();
-    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v3");
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v4");
     await page.getByTestId("live").waitFor({ timeout: 10_000 });
-    expect(await shown()).not.toContain("r1");
+    await expect.poll(shown, { timeout: 10_000 }).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3", "r2"]);
     // The origin links to the source at the forked version: its v3, before u3.
     await page.getByTestId("fork-source").click();
     await expect.poll(() => page.getByTestId("conversation-id").textContent(), { timeout: 10_000 }).toBe(conversationId);
@@ -370,6 +375,13 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     // A compile's dropped messages older than what a fresh page read (its newest 200) are named from
     // a ReadMessages of the compiled version; its table shows 500 rows until "show all".
     await admin.conversations.commit({ conversationId: long, deltas: [appendHistory(...Array.from({ length: 300 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `more ${index}`)))] });
+    // Its v1, an earlier version now, is read whole with GetState at_version and shown the same way: its newest 200.
+    await page.goto(`${sidecar.url}/inspector/#/c/${encodeURIComponent(long)}?at=1`);
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v1");
+    await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(200);
+    expect((await shown()).at(-1)).toBe("h249");
+    expect(await page.getByTestId("history-window").textContent()).toContain("the newest 200 of 250 shown");
+    await page.close();
     const compilePage = await openWithToken(`/inspector/#/c/${encodeURIComponent(long)}?tab=compile`);
     await compilePage.getByTestId("budget").fill("100");
     await compilePage.getByTestId("provider").selectOption({ label: "none (payload only)" });
@@ -397,6 +409,13 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await expect.poll(() => bigPage.getByTestId("version").textContent(), { timeout: 20_000 }).toBe("v20");
     await expect.poll(async () => (await bigPage.getByTestId("messages").getByTestId("message").count()), { timeout: 20_000 }).toBe(20);
     expect(await bigPage.getByTestId("error").count()).toBe(0);
+    // An earlier version over the limit comes only whole: the page shows GetState's refusal, not a blank.
+    const pastBig = await openPage(`/inspector/#/c/${encodeURIComponent(big)}?at=19`, [/status of 401/, /status of 4\d\d/]);
+    await pastBig.getByTestId("token").fill(acmeToken);
+    await pastBig.getByRole("button", { name: "use token" }).click();
+    await expect.poll(() => pastBig.getByTestId("error").textContent(), { timeout: 20_000 }).toContain("read its messages in pages with ConversationService.ReadMessages");
+    expect(await pastBig.getByTestId("messages").count()).toBe(0);
+    await pastBig.close();
   }, 60_000);
 
   it("runs a compile with a chosen budget and provider and shows its token bars, each message by role, text and tokens with what happened to it and why, the rendered body and the cache impact", async () => {

@@ -18,15 +18,22 @@ import { groupToolRounds, isSummary, partText, roleName } from "./messages.js";
 import "./style.css";
 
 type Tab = "messages" | "compile" | "usage";
-type Route = { page: "list" } | { page: "conversation"; id: string; tab: Tab };
+/** `at`: the version the messages tab shows, as typed in the address (checked by the page); absent = the latest. */
+type Route = { page: "list" } | { page: "conversation"; id: string; tab: Tab; at: string | undefined };
 
 function routeOf(hash: string): Route {
-  const match = /^#\/c\/([^?]+)(?:\?tab=(\w+))?$/.exec(hash);
+  const match = /^#\/c\/([^?]+)(?:\?(.*))?$/.exec(hash);
   if (!match) return { page: "list" };
-  return { page: "conversation", id: decodeURIComponent(match[1]!), tab: match[2] === "compile" || match[2] === "usage" ? match[2] : "messages" };
+  const query = new URLSearchParams(match[2] ?? "");
+  const tab = query.get("tab");
+  return { page: "conversation", id: decodeURIComponent(match[1]!), tab: tab === "compile" || tab === "usage" ? tab : "messages", at: query.get("at") ?? undefined };
 }
 
-const conversationHref = (id: string, tab: Tab = "messages") => `#/c/${encodeURIComponent(id)}${tab === "messages" ? "" : `?tab=${tab}`}`;
+/** A page's address; `at` (a past version) only on the messages tab, the one that reads past versions. */
+function conversationHref(id: string, tab: Tab = "messages", at?: bigint): string {
+  const query = tab !== "messages" ? `?tab=${tab}` : at !== undefined ? `?at=${at}` : "";
+  return `#/c/${encodeURIComponent(id)}${query}`;
+}
 
 /** Labels as people read them, sorted by key. */
 function labelsText(labels: Record<string, string>): string {
@@ -90,7 +97,7 @@ function App() {
       </form>
     </header>
     <main key=${generation}>
-      ${route.page === "list" ? html`<${ConversationList} />` : html`<${ConversationPage} id=${route.id} tab=${route.tab} />`}
+      ${route.page === "list" ? html`<${ConversationList} />` : html`<${ConversationPage} id=${route.id} tab=${route.tab} at=${route.tab === "messages" ? route.at : undefined} />`}
     </main>
   `;
 }
@@ -245,19 +252,41 @@ async function readView(conversationId: string, historyShown: number, signal: Ab
   return { state, system: system!.messages, memory: memory!.messages, tools: tools!.messages, history: history!.messages, historyTotal: history!.total };
 }
 
-function ConversationPage({ id, tab }: { id: string; tab: Tab }) {
+/**
+ * A past version for the messages tab, from GetState with `at_version`: the sidecar rebuilds it
+ * from the change log, so it comes whole (a state over the message limit is refused, and says
+ * so) and of its history the newest `historyShown` are shown, as for the latest version.
+ */
+async function readViewAt(conversationId: string, atVersion: bigint, historyShown: number, signal: AbortSignal): Promise<ConversationView> {
+  const state = (await conversations.getState({ conversationId, atVersion }, { signal })).state!;
+  const history = state.history.slice(Math.max(0, state.history.length - historyShown));
+  return { state, system: state.system, memory: state.memory, tools: state.tools, history, historyTotal: BigInt(state.history.length) };
+}
+
+/** The `at` of an address as a version, or why it is not one. */
+function versionOf(at: string | undefined): { version: bigint | undefined; problem: string } {
+  if (at === undefined) return { version: undefined, problem: "" };
+  if (!/^\d{1,18}$/.test(at)) return { version: undefined, problem: `version "${at}" in the address is not a version: a whole number from 0 (the empty state) to the latest` };
+  return { version: BigInt(at), problem: "" };
+}
+
+function ConversationPage({ id, tab, at }: { id: string; tab: Tab; at: string | undefined }) {
+  const { version: atVersion, problem: atProblem } = versionOf(at);
   const [view, setView] = useState<ConversationView | undefined>();
+  const [versionError, setVersionError] = useState("");
   const [historyShown, setHistoryShown] = useState(historyStep);
   const [changes, setChanges] = useState<Change[]>([]);
   const [error, setError] = useState("");
   const [live, setLive] = useState(false);
   // A new id is a new page: nothing of the previous conversation stays (its versions and keys
-  // were listed under the next one's), and nothing its calls still answer is shown.
+  // were listed under the next one's), and nothing its calls still answer is shown. Another
+  // version is another view too: the one shown before must not pass for it while it is read.
   useEffect(() => {
     setView(undefined);
     setError("");
+    setVersionError("");
     setHistoryShown(historyStep);
-  }, [id]);
+  }, [id, at]);
   useEffect(() => {
     // The watch below replays from version 0, so the timeline starts empty each time it starts.
     setChanges([]);
@@ -271,14 +300,20 @@ function ConversationPage({ id, tab }: { id: string; tab: Tab }) {
         again = true;
         return refreshing;
       }
-      refreshing = readView(id, historyShown, stop.signal)
+      if (atProblem !== "") return Promise.resolve();
+      refreshing = (atVersion === undefined ? readView(id, historyShown, stop.signal) : readViewAt(id, atVersion, historyShown, stop.signal))
         .then((read) => {
           if (stop.signal.aborted) return;
           setView(read);
           setError("");
+          setVersionError("");
         })
         .catch((failure: unknown) => {
-          if (!stop.signal.aborted && !(failure instanceof ConnectError && failure.code === Code.Aborted)) setError(errorText(failure));
+          if (stop.signal.aborted || (failure instanceof ConnectError && failure.code === Code.Aborted)) return;
+          // A version outside the history window (or past the latest): the sidecar's OUT_OF_RANGE
+          // names the oldest readable one; it replaces the view rather than leave the page blank.
+          if (atVersion !== undefined && failure instanceof ConnectError && failure.code === Code.OutOfRange) setVersionError(failure.rawMessage);
+          else setError(errorText(failure));
         })
         .finally(() => {
           refreshing = undefined;
@@ -299,7 +334,8 @@ function ConversationPage({ id, tab }: { id: string; tab: Tab }) {
           if (response.kind.case !== "change") continue;
           const change = response.kind.value;
           setChanges((known) => (known.some((seen) => seen.version === change.version) ? known : [...known, change]));
-          void refresh();
+          // A past version does not change: only the latest is read again per change.
+          if (atVersion === undefined) void refresh();
         }
       } catch (failure) {
         if (!stop.signal.aborted) setError(errorText(failure));
@@ -308,23 +344,30 @@ function ConversationPage({ id, tab }: { id: string; tab: Tab }) {
       }
     })();
     return () => stop.abort();
-  }, [id, historyShown]);
+  }, [id, historyShown, at]);
   const state = view?.state;
   // Version 0 is the one a conversation has before its first commit: nothing is stored under the
-  // id (a cleared one is past 0). Watch stays open, so a first commit still shows up.
-  const missing = state !== undefined && state.version === 0n;
+  // id (a cleared one is past 0). Watch stays open, so a first commit still shows up. (Version 0
+  // asked for is the empty state every conversation starts from.)
+  const missing = atVersion === undefined && state !== undefined && state.version === 0n;
+  const latest = changes.reduce((newest, change) => (change.version > newest ? change.version : newest), 0n);
+  const origin = state?.forkedFrom;
   return html`
     <section>
-      <h1><span data-testid="conversation-id">${id}</span> <span class="version" data-testid="version">${missing ? "no such conversation" : `v${state ? String(state.version) : "…"}`}</span> ${live && html`<span class="live" data-testid="live">live</span>`}</h1>
+      <h1><span data-testid="conversation-id">${id}</span> <span class="version" data-testid="version">${missing ? "no such conversation" : `v${state ? String(state.version) : atVersion !== undefined ? String(atVersion) : "…"}`}</span> ${atVersion !== undefined ? html`<span class="past" data-testid="past">earlier version${latest > 0n ? ` (latest v${latest})` : ""}</span>` : live && html`<span class="live" data-testid="live">live</span>`}</h1>
       <nav class="tabs">
         <a href=${conversationHref(id)} class=${tab === "messages" ? "active" : ""}>messages</a>
         <a href=${conversationHref(id, "compile")} class=${tab === "compile" ? "active" : ""}>compile</a>
         <a href=${conversationHref(id, "usage")} class=${tab === "usage" ? "active" : ""}>usage</a>
       </nav>
       ${state && !missing && html`<p class="metadata"><span data-testid="title">${state.title === "" ? "untitled" : state.title}</span>${Object.keys(state.labels).length > 0 && html` · <span data-testid="conversation-labels">${labelsText(state.labels)}</span>`}</p>`}
+      ${origin && html`<p class="origin" data-testid="forked-from">forked from <a href=${conversationHref(origin.conversationId, "messages", origin.version)} data-testid="fork-source">${origin.conversationId}</a> at <span data-testid="fork-version">v${String(origin.version)}</span></p>`}
+      ${tab === "messages" && !missing && html`<${VersionPicker} id=${id} at=${atVersion} latest=${latest} />`}
       ${error && html`<p class="error" data-testid="error">${error}</p>`}
+      ${atProblem && html`<p class="error" data-testid="version-error">${atProblem}</p>`}
+      ${versionError && html`<p class="error" data-testid="version-error">version ${at} cannot be read: ${versionError}</p>`}
       <div class="columns">
-        <${Timeline} changes=${changes} />
+        <${Timeline} id=${id} changes=${changes} viewing=${atVersion ?? (latest > 0n ? latest : undefined)} />
         <div class="main">
           ${missing
             ? html`<p data-testid="not-found">No such conversation: nothing is stored under "${id}" (version 0). A first commit to it shows up here.</p>`
@@ -399,16 +442,43 @@ function UsageView({ id, version }: { id: string; version: bigint | undefined })
   `;
 }
 
-function Timeline({ changes }: { changes: Change[] }) {
+/** The messages tab at another version: typed, or "latest" to follow the conversation live again. */
+function VersionPicker({ id, at, latest }: { id: string; at: bigint | undefined; latest: bigint }) {
+  const [typed, setTyped] = useState(at === undefined ? "" : String(at));
+  useEffect(() => setTyped(at === undefined ? "" : String(at)), [at]);
+  return html`<form
+    class="row picker"
+    onSubmit=${(event: Event) => {
+      event.preventDefault();
+      const value = typed.trim();
+      location.hash = value === "" ? conversationHref(id) : `#/c/${encodeURIComponent(id)}?at=${encodeURIComponent(value)}`;
+    }}
+  >
+    <label>show version <input type="number" min="0" class="small" placeholder=${latest > 0n ? String(latest) : ""} value=${typed} onInput=${(event: Event) => setTyped((event.target as HTMLInputElement).value)} data-testid="version-picker" /></label>
+    <button type="submit" data-testid="show-version">show</button>
+    ${at !== undefined && html`<a href=${conversationHref(id)} data-testid="latest">latest (live)</a>`}
+  </form>`;
+}
+
+/** What a change was, for the timeline: a rewind and a fork's first version carry no deltas of their own. */
+function changeText(change: Change) {
+  if (change.rewoundToVersion !== undefined) return html`<span class="mark" data-testid="rewound">rewound to version ${String(change.rewoundToVersion)}</span>`;
+  if (change.forkedFrom) return html`<span class="mark" data-testid="fork-start">forked from ${change.forkedFrom.conversationId} at v${String(change.forkedFrom.version)}</span>`;
+  return change.cleared ? "cleared" : change.deltas.map((delta) => delta.operation.case ?? "?").join(", ");
+}
+
+function Timeline({ id, changes, viewing }: { id: string; changes: Change[]; viewing: bigint | undefined }) {
+  const latest = changes.reduce((newest, change) => (change.version > newest ? change.version : newest), 0n);
+  // The newest version links to the live page; an older one to that version's messages.
   return html`
     <aside class="timeline" data-testid="timeline">
       <h2>Versions</h2>
       <ol>
         ${[...changes].reverse().map(
-          (change) => html`<li data-version=${String(change.version)}>
-            <strong>v${String(change.version)}</strong>
+          (change) => html`<li data-version=${String(change.version)} class=${change.version === viewing ? "viewing" : ""}>
+            <a href=${conversationHref(id, "messages", change.version === latest ? undefined : change.version)} class="version-link"><strong>v${String(change.version)}</strong></a>
             <time>${new Date(Number(change.committedAtUnixMs)).toLocaleTimeString()}</time>
-            <div class="deltas">${change.cleared ? "cleared" : change.deltas.map((delta) => delta.operation.case ?? "?").join(", ")}</div>
+            <div class="deltas">${changeText(change)}</div>
             ${change.idempotencyKey && html`<div class="key" title=${change.idempotencyKey} data-testid="idempotency-key">key ${change.idempotencyKey}</div>`}
           </li>`,
         )}

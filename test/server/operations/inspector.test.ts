@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { createClient, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -285,6 +285,81 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.close();
   });
 
+  it("shows a fork's origin and first version, a rewind in the timeline, and an earlier version's messages from the version picker", async () => {
+    // The seeded conversation is at v4 here (the test above added u3); its fork at v3 is a new one.
+    const forkId = "acme/support-42-retry";
+    const forked = await admin.conversations.fork({ conversationId, atVersion: 3n, newConversationId: forkId });
+    expect(forked.version).toBe(1n);
+    await admin.conversations.commit({ conversationId: forkId, expectedVersion: 1n, deltas: [appendHistory(textMessage("r1", Role.USER, "Actually, cancel the order."))] });
+    await admin.conversations.rewind({ conversationId: forkId, toVersion: 1n, expectedVersion: 2n });
+    const page = await openWithToken(`/inspector/#/c/${encodeURIComponent(forkId)}`);
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v3");
+    expect(await page.getByTestId("fork-source").textContent()).toBe(conversationId);
+    expect(await page.getByTestId("fork-version").textContent()).toBe("v3");
+    const timeline = page.getByTestId("timeline");
+    await expect.poll(() => timeline.locator("li").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-version"))), { timeout: 10_000 }).toEqual(["3", "2", "1"]);
+    expect(await timeline.locator('li[data-version="3"]').getByTestId("rewound").textContent()).toBe("rewound to version 1");
+    expect(await timeline.locator('li[data-version="1"]').getByTestId("fork-start").textContent()).toBe(`forked from ${conversationId} at v3`);
+    expect(await timeline.locator('li[data-version="2"]').textContent()).toContain("appendMessages");
+    const shown = () => page.getByTestId("messages").getByTestId("message").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-id")));
+    // The rewind took r1 back out: the latest is the source's v3 again.
+    await expect.poll(shown, { timeout: 10_000 }).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3"]);
+
+    // The picker: version 2 still holds r1, read with GetState at_version, not live.
+    await page.getByTestId("version-picker").fill("2");
+    await page.getByTestId("show-version").click();
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v2");
+    await expect.poll(shown, { timeout: 10_000 }).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3", "r1"]);
+    expect(await page.getByTestId("past").textContent()).toBe("earlier version (latest v3)");
+    expect(await page.getByTestId("live").count()).toBe(0);
+    expect(await timeline.locator("li.viewing").getAttribute("data-version")).toBe("2");
+    await page.screenshot({ path: join(results, "inspector-history.png"), fullPage: true });
+    // A commit meanwhile grows the timeline; the page stays at version 2.
+    await admin.conversations.commit({ conversationId: forkId, expectedVersion: 3n, deltas: [appendHistory(textMessage("r2", Role.USER, "No, keep it."))] });
+    await expect.poll(() => page.getByTestId("past").textContent(), { timeout: 10_000 }).toBe("earlier version (latest v4)");
+    expect(await page.getByTestId("version").textContent()).toBe("v2");
+    expect(await shown()).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3", "r1"]);
+    // "latest" follows the conversation live again.
+    await page.getByTestId("latest").click();
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v4");
+    await page.getByTestId("live").waitFor({ timeout: 10_000 });
+    await expect.poll(shown, { timeout: 10_000 }).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3", "r2"]);
+    // The origin links to the source at the forked version: its v3, before u3.
+    await page.getByTestId("fork-source").click();
+    await expect.poll(() => page.getByTestId("conversation-id").textContent(), { timeout: 10_000 }).toBe(conversationId);
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v3");
+    await expect.poll(shown, { timeout: 10_000 }).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3"]);
+    await expect.poll(() => page.getByTestId("past").textContent(), { timeout: 10_000 }).toBe("earlier version (latest v4)");
+    expect(await page.getByTestId("forked-from").count()).toBe(0);
+    await page.close();
+  });
+
+  it("shows the sidecar's OUT_OF_RANGE for a version outside the history window, naming the oldest readable one, and refuses a version that is not a number", async () => {
+    // A sidecar keeping 2 changes per conversation: after 4 commits only the current version is readable.
+    const small = await startSidecar(["--history-retention-versions", "2"]);
+    try {
+      const client = createClient(ConversationService, createConnectTransport({ baseUrl: small.url, httpVersion: "1.1" }));
+      const id = "window/short";
+      for (let version = 1; version <= 4; version++) await client.commit({ conversationId: id, deltas: [appendHistory(textMessage(`w${version}`, Role.USER, `turn ${version}`))] });
+      const refused = ConnectError.from(await client.getState({ conversationId: id, atVersion: 1n }).catch((error: unknown) => error));
+      expect(refused.code).toBe(Code.OutOfRange);
+      expect(refused.rawMessage).toContain("the oldest readable version is 4");
+      const page = await browser.newPage();
+      page.on("pageerror", (error) => consoleErrors.push(String(error)));
+      await page.goto(`${small.url}/inspector/#/c/${encodeURIComponent(id)}?at=1`);
+      await expect.poll(() => page.getByTestId("version-error").textContent(), { timeout: 10_000 }).toBe(`version 1 cannot be read: ${refused.rawMessage}`);
+      expect(await page.getByTestId("messages").count()).toBe(0);
+      // The timeline still lists what the log keeps, so a readable version is a click away.
+      await expect.poll(() => page.getByTestId("timeline").locator("li").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-version"))), { timeout: 10_000 }).toEqual(["4", "3"]);
+      await page.goto(`${small.url}/inspector/#/c/${encodeURIComponent(id)}?at=two`);
+      await expect.poll(() => page.getByTestId("version-error").textContent(), { timeout: 10_000 }).toContain('version "two" in the address is not a version');
+      expect(await page.getByTestId("messages").count()).toBe(0);
+      await page.close();
+    } finally {
+      await small.stop();
+    }
+  });
+
   it("shows the newest 200 history messages of a long conversation, more on request, and a conversation over the message limit", async () => {
     const long = "acme/long-history";
     const messages = Array.from({ length: 250 }, (_, index) => textMessage(`h${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `message ${index}`));
@@ -300,6 +375,13 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     // A compile's dropped messages older than what a fresh page read (its newest 200) are named from
     // a ReadMessages of the compiled version; its table shows 500 rows until "show all".
     await admin.conversations.commit({ conversationId: long, deltas: [appendHistory(...Array.from({ length: 300 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `more ${index}`)))] });
+    // Its v1, an earlier version now, is read whole with GetState at_version and shown the same way: its newest 200.
+    await page.goto(`${sidecar.url}/inspector/#/c/${encodeURIComponent(long)}?at=1`);
+    await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v1");
+    await expect.poll(async () => (await shown()).length, { timeout: 10_000 }).toBe(200);
+    expect((await shown()).at(-1)).toBe("h249");
+    expect(await page.getByTestId("history-window").textContent()).toContain("the newest 200 of 250 shown");
+    await page.close();
     const compilePage = await openWithToken(`/inspector/#/c/${encodeURIComponent(long)}?tab=compile`);
     await compilePage.getByTestId("budget").fill("100");
     await compilePage.getByTestId("provider").selectOption({ label: "none (payload only)" });
@@ -327,6 +409,13 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await expect.poll(() => bigPage.getByTestId("version").textContent(), { timeout: 20_000 }).toBe("v20");
     await expect.poll(async () => (await bigPage.getByTestId("messages").getByTestId("message").count()), { timeout: 20_000 }).toBe(20);
     expect(await bigPage.getByTestId("error").count()).toBe(0);
+    // An earlier version over the limit comes only whole: the page shows GetState's refusal, not a blank.
+    const pastBig = await openPage(`/inspector/#/c/${encodeURIComponent(big)}?at=19`, [/status of 401/, /status of 4\d\d/]);
+    await pastBig.getByTestId("token").fill(acmeToken);
+    await pastBig.getByRole("button", { name: "use token" }).click();
+    await expect.poll(() => pastBig.getByTestId("error").textContent(), { timeout: 20_000 }).toContain("read its messages in pages with ConversationService.ReadMessages");
+    expect(await pastBig.getByTestId("messages").count()).toBe(0);
+    await pastBig.close();
   }, 60_000);
 
   it("runs a compile with a chosen budget and provider and shows its token bars, each message by role, text and tokens with what happened to it and why, the rendered body and the cache impact", async () => {

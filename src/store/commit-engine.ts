@@ -14,6 +14,7 @@ import type { CommitOutcome, ConversationStore, ForkOutcome } from "./conversati
 import { defaultHistoryLimits, rewoundState, sharedWith, stateAtVersion, type HistoryLimits } from "./version-history.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
+import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageLedgerRecords, UsageReport } from "./usage-ledger.js";
 import { answeredCallIds, plannableOnTail, tailLookups, type CommitTail, type TailRead } from "./tail-commit.js";
 
 /**
@@ -294,8 +295,12 @@ function gaveUp(conversationId: string, attempts: number, current: bigint): Conn
  * What every store answers through its engine: commits, clears, and the id lookups and tool-round
  * rules a compile-commit applies its batch by beforehand. A store extends it and sets `engine`.
  */
-export abstract class EngineCommittedStore implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds" | "loadAt" | "fork" | "rewind"> {
+export abstract class EngineCommittedStore
+  implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds" | "loadAt" | "fork" | "rewind" | "recordUsage" | "readUsage" | "listTenantUsage">
+{
   protected abstract readonly engine: CommitEngine;
+  /** The store's usage ledger I/O, which the `UsageLedgerStore` calls go to. */
+  protected abstract readonly usage: UsageLedgerRecords;
   /** What one read of a past version may cost (version-history.ts); a store sets it from its options. */
   protected historyLimits: HistoryLimits = defaultHistoryLimits;
   /**
@@ -347,6 +352,18 @@ export abstract class EngineCommittedStore implements Pick<ConversationStore, "c
       if (error instanceof ConnectError && error.code === Code.Aborted) throw exists();
       throw error;
     }
+  }
+
+  async recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
+    return this.usage.record(tenant, conversationId, report, bounds);
+  }
+
+  async readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
+    return this.usage.read(tenant, conversationId);
+  }
+
+  async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
+    return this.usage.list(tenant, after, limit);
   }
 
   get strictToolRounds(): boolean {

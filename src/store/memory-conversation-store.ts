@@ -3,7 +3,6 @@ import type { HistoryLimits } from "./version-history.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "./calibration-store.js";
 import { MemoryCalibrationRecords } from "./memory-calibration-records.js";
 import { MemoryUsageLedger } from "./memory-usage-ledger.js";
-import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
 import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
@@ -105,7 +104,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
   /** Which segment lists the commits made by appending to which. */
   readonly lineage = new MessageListLineage();
   private readonly calibration = new MemoryCalibrationRecords();
-  private readonly usage = new MemoryUsageLedger();
+  protected readonly usage = new MemoryUsageLedger();
 
   constructor(options: MemoryStoreOptions = {}) {
     super();
@@ -288,18 +287,6 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
 
   async reportCalibration(key: CalibrationRecordKey, estimatedTokens: number, actualTokens: number, nowMs: number, bounds: CalibrationBounds): Promise<LearntCorrection> {
     return this.calibration.report(key, estimatedTokens, actualTokens, nowMs, bounds);
-  }
-
-  async recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
-    return this.usage.record(tenant, conversationId, report, bounds);
-  }
-
-  async readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
-    return this.usage.read(tenant, conversationId);
-  }
-
-  async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
-    return this.usage.list(tenant, after, limit);
   }
 
   async ping(): Promise<void> {}

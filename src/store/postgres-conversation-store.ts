@@ -28,7 +28,6 @@ import { corruptConversation, redactUrl, requireStorableKey, requireStorableText
 import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { PostgresUsageLedger } from "./postgres-usage-ledger.js";
-import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
 
 export interface PostgresStoreOptions {
   /** Changes kept per conversation for Watch resumption (the oldest deleted by the commit that goes past it). */
@@ -124,7 +123,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private readonly values: StoredValues;
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
-  private readonly usage: PostgresUsageLedger;
+  protected readonly usage: PostgresUsageLedger;
   /** Commits of this store waiting for `contextd_commit_indexed`. */
   private commitsInFlight = 0;
   /**
@@ -307,18 +306,6 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     );
     const row = rows[0]!;
     return { correction: { factor: row.factor, reports: Number(row.reports), meanAbsoluteRelativeError: row.mean_error }, relativeError: row.relative_error };
-  }
-
-  async recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
-    return this.usage.record(tenant, conversationId, report, bounds);
-  }
-
-  async readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
-    return this.usage.read(tenant, conversationId);
-  }
-
-  async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
-    return this.usage.list(tenant, after, limit);
   }
 
   /**

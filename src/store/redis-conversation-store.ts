@@ -27,7 +27,6 @@ import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type Windo
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { RedisUsageLedger } from "./redis-usage-ledger.js";
-import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "./usage-ledger.js";
 import { idIndexArguments, idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
 
@@ -104,7 +103,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   protected readonly engine: CommitEngine;
   private readonly changes: RedisChangeFeed;
   private readonly replicas: RedisReplicaAcknowledgement;
-  private readonly usage: RedisUsageLedger;
+  protected readonly usage: RedisUsageLedger;
   /**
    * Conversations whose entry in the listing index this process wrote and Redis acknowledged.
    * Entries are never removed from the index, so later commits skip the write (a second command
@@ -361,18 +360,6 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (reply[0] !== "ok") throw corruptCalibration(keys.records, String(reply[1]));
     const [factor, reports, meanAbsoluteRelativeError, relativeError] = reply.slice(1).map(Number);
     return { correction: { factor: factor!, reports: reports!, meanAbsoluteRelativeError: meanAbsoluteRelativeError! }, relativeError: relativeError! };
-  }
-
-  async recordUsage(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): Promise<RecordedUsage> {
-    return this.usage.record(tenant, conversationId, report, bounds);
-  }
-
-  async readUsage(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
-    return this.usage.read(tenant, conversationId);
-  }
-
-  async listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage> {
-    return this.usage.list(tenant, after, limit);
   }
 
   /**

@@ -109,6 +109,18 @@ local function typed(what, key, expected)
   if actual ~= 'none' and actual ~= expected then return actual, corrupt(what .. ' key ' .. key .. ' is a ' .. actual .. ', not a ' .. expected) end
   return actual, false
 end
+-- An idempotency record's fingerprint and recorded version (false, false when there is none), or
+-- the error of a record that cannot be trusted.
+local function readIdempotencyRecord(key)
+  local _, bad = typed('the idempotency record', key, 'hash')
+  if bad then return false, false, bad end
+  local record = redis.call('HMGET', key, 'fingerprint', 'version')
+  local fingerprint, recorded = record[1], record[2]
+  if (fingerprint and not recorded) or (recorded and not fingerprint) then
+    return false, false, corrupt('the idempotency record ' .. key .. ' lacks its fingerprint or its version')
+  end
+  return fingerprint or false, recorded or false, false
+end
 -- The type checks of version, header and segment lists (KEYS[1], KEYS[2], KEYS[3..6]).
 local function checkStateTypes()
   local _, bad = typed('the version', KEYS[1], 'string')
@@ -176,13 +188,8 @@ local headerType, bad = checkStateTypes()
 if bad then return bad end
 local fingerprint, recorded = false, false
 if ARGV[1] == '1' then
-  _, bad = typed('the idempotency record', KEYS[7], 'hash')
+  fingerprint, recorded, bad = readIdempotencyRecord(KEYS[7])
   if bad then return bad end
-  local record = redis.call('HMGET', KEYS[7], 'fingerprint', 'version')
-  fingerprint, recorded = record[1], record[2]
-  if (fingerprint and not recorded) or (recorded and not fingerprint) then
-    return corrupt('the idempotency record ' .. KEYS[7] .. ' lacks its fingerprint or its version')
-  end
 end
 local version = redis.call('GET', KEYS[1])
 if not version then

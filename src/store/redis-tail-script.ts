@@ -21,13 +21,8 @@ local headerType, bad = checkStateTypes()
 if bad then return bad end
 local fingerprint, recorded = false, false
 if ARGV[1] == '1' then
-  _, bad = typed('the idempotency record', KEYS[7], 'hash')
+  fingerprint, recorded, bad = readIdempotencyRecord(KEYS[7])
   if bad then return bad end
-  local record = redis.call('HMGET', KEYS[7], 'fingerprint', 'version')
-  fingerprint, recorded = record[1], record[2]
-  if (fingerprint and not recorded) or (recorded and not fingerprint) then
-    return corrupt('the idempotency record ' .. KEYS[7] .. ' lacks its fingerprint or its version')
-  end
 end
 _, bad = typed('the call index', KEYS[8], 'hash')
 if bad then return bad end

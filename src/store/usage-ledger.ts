@@ -28,6 +28,16 @@ export interface UsageLedgerStore {
   listTenantUsage(tenant: string, after: string, limit: number): Promise<TenantUsagePage>;
 }
 
+/**
+ * What each store's own ledger I/O does (memory-, redis-, postgres-usage-ledger.ts; the memory
+ * one answers at once); the stores hand `UsageLedgerStore`'s calls to it.
+ */
+export interface UsageLedgerRecords {
+  record(tenant: string, conversationId: string, report: UsageReport, bounds: UsageLedgerBounds): RecordedUsage | Promise<RecordedUsage>;
+  read(tenant: string, conversationId: string): ConversationUsageRecord | Promise<ConversationUsageRecord>;
+  list(tenant: string, after: string, limit: number): TenantUsagePage | Promise<TenantUsagePage>;
+}
+
 /** One report as the ledger keeps it. Token counts are integers from 0 to 2^53 - 1, validated by the caller. */
 export interface UsageReport {
   reportId: string;

@@ -235,17 +235,16 @@ export function composeSidecar(config: Config, parts: SidecarParts): Sidecar {
  */
 export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: string }): Promise<{ codec: Codec; store: ConversationStore }> {
   const codec = new Codec({ recentMessageBytes: config.recentMessageBytes, retainedEncodingBytes: config.retainedEncodingBytes }, await storedTokenEstimator(config.storedTokenEstimator));
-  const store = await createConversationStore(
-    config.redisUrl,
+  const store = await createConversationStore({
     codec,
-    5_000,
-    { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...tlsCa },
-    config.postgresUrl,
-    config.strictToolRounds,
-    config.decodedStateBytes,
-    storedValuesOf(config.encryptionKeys),
-    { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
-    { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
-  );
+    redisUrl: config.redisUrl,
+    redis: { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...tlsCa },
+    postgresUrl: config.postgresUrl,
+    strictToolRounds: config.strictToolRounds,
+    decodedStateBytes: config.decodedStateBytes,
+    values: storedValuesOf(config.encryptionKeys),
+    retention: { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
+    history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
+  });
   return { codec, store };
 }

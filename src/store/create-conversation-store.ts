@@ -31,28 +31,43 @@ export interface HistoryOptions {
   historyLimits?: HistoryLimits;
 }
 
+/** What `createConversationStore` builds a store from; every field but `codec` has a default. */
+export interface ConversationStoreSettings {
+  codec: Codec;
+  /** Redis URL; none (and no `redis.clusterNodes`, no `postgresUrl`) = the in-memory store. */
+  redisUrl?: string;
+  redis?: RedisDeployment;
+  postgresUrl?: string;
+  /** How long to wait for the first connection (5 s). */
+  connectTimeoutMs?: number;
+  /** `--strict-tool-rounds`: commits refuse the tool-round pairing rules. */
+  strictToolRounds?: boolean;
+  /** `--decoded-state-bytes`: what the Redis and Postgres stores' decoded states may weigh. */
+  decodedStateBytes?: number;
+  /** `--encryption-key-file`: how the Redis and Postgres stores keep contents; the memory store holds nothing outside the process and takes none. */
+  values?: StoredValues;
+  retention?: StoreRetention;
+  history?: HistoryOptions;
+}
+
 /**
  * The store for a configured Postgres URL, Redis URL or Redis Cluster: none = the embedded in-memory store.
- * `strictToolRounds` (`--strict-tool-rounds`): its commits refuse the tool-round pairing rules.
- * `decodedStateBytes` (`--decoded-state-bytes`): what the Redis and Postgres stores' decoded states may weigh.
- * `values` (`--encryption-key-file`): how the Redis and Postgres stores keep contents; the memory
- * store holds nothing outside the process and takes none.
  * Waits up to `connectTimeoutMs` for the first connection; if Redis is not reachable yet the store
  * is returned anyway, answers UNAVAILABLE (and `ping` fails, so health says NOT_SERVING) and keeps
  * reconnecting in the background.
  */
-export async function createConversationStore(
-  redisUrl: string,
-  codec: Codec,
-  connectTimeoutMs = 5_000,
-  redis: RedisDeployment = {},
+export async function createConversationStore({
+  codec,
+  redisUrl = "",
+  redis = {},
   postgresUrl = "",
+  connectTimeoutMs = 5_000,
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
-  values: StoredValues = plainValues,
-  retention: StoreRetention = {},
-  history: HistoryOptions = {},
-): Promise<ConversationStore> {
+  values = plainValues,
+  retention = {},
+  history = {},
+}: ConversationStoreSettings): Promise<ConversationStore> {
   // How every store applies deltas: random ids for messages without one, and the tool-round rules.
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.

@@ -33,7 +33,11 @@ export interface ConversationServiceDependencies extends WatchDependencies {
    * and ReadToolResult answer UNIMPLEMENTED, as every method a service leaves out does.
    */
   reads?: ConversationReads;
-  /** GetUsage and ListTenantUsage read it; without it (`--usage-entries-per-conversation 0`) they answer UNIMPLEMENTED. */
+  /**
+   * GetUsage and ListTenantUsage read it; without it (`--usage-entries-per-conversation 0`) they
+   * answer FAILED_PRECONDITION naming the flag, as ReportUsage with a conversation does: the
+   * methods exist, this sidecar was started without what they read.
+   */
   usageLedger?: UsageLedger;
 }
 
@@ -50,7 +54,7 @@ export function conversationService(dependencies: ConversationServiceDependencie
   const { store, reads } = dependencies;
   return {
     ...(reads ? conversationReads(dependencies, reads) : {}),
-    ...(dependencies.usageLedger ? usageReads(dependencies.usageLedger) : {}),
+    ...usageReads(dependencies.usageLedger),
 
     async commit(request) {
       requireConversationId(request.conversationId);
@@ -112,11 +116,15 @@ export function conversationService(dependencies: ConversationServiceDependencie
   };
 }
 
-/** GetUsage and ListTenantUsage. */
-function usageReads(ledger: UsageLedger): Partial<ServiceImpl<typeof ConversationService>> {
+/** GetUsage and ListTenantUsage; without a ledger, both refused naming the flag that turned it off. */
+function usageReads(ledger: UsageLedger | undefined): Partial<ServiceImpl<typeof ConversationService>> {
+  const kept = (method: string): UsageLedger => {
+    if (ledger) return ledger;
+    throw new ConnectError(`${method}: this sidecar keeps no usage ledger (--usage-entries-per-conversation 0)`, Code.FailedPrecondition);
+  };
   return {
-    getUsage: (request) => ledger.read(request.conversationId),
-    listTenantUsage: (request, context) => ledger.listTenant(context.values.get(tenantKey) ?? "", request),
+    getUsage: (request) => kept("get_usage").read(request.conversationId),
+    listTenantUsage: (request, context) => kept("list_tenant_usage").listTenant(context.values.get(tenantKey) ?? "", request),
   };
 }
 

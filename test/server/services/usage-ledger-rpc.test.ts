@@ -136,6 +136,31 @@ describe("usage ledger RPCs (a real sidecar, auth on, memory store)", () => {
   });
 });
 
+describe("a sidecar without a usage ledger (--usage-entries-per-conversation 0)", () => {
+  let sidecar: Sidecar;
+  beforeAll(async () => {
+    sidecar = await startSidecar(["--usage-entries-per-conversation", "0"]);
+  }, 30_000);
+  afterAll(async () => {
+    await sidecar?.stop();
+  });
+
+  it("refuses the ledger's three calls FAILED_PRECONDITION naming the flag, and still learns a report without a conversation", async () => {
+    const { context, conversations } = clients(sidecar);
+    for (const [call, method] of [
+      [context.reportUsage(usageReport("acme/off")), "report_usage.conversation_id"],
+      [conversations.getUsage({ conversationId: "acme/off" }), "get_usage"],
+      [conversations.listTenantUsage({ tenant: "acme" }), "list_tenant_usage"],
+    ] as const) {
+      const error = await failure(call);
+      expect(error.code).toBe(Code.FailedPrecondition);
+      expect(error.rawMessage).toBe(`${method}: this sidecar keeps no usage ledger (--usage-entries-per-conversation 0)`);
+    }
+    const { conversationId: _, turnId: __, reportId: ___, ...calibrationOnly } = usageReport("");
+    await expect(context.reportUsage(calibrationOnly)).resolves.toBeDefined();
+  });
+});
+
 describe("usage ledger under concurrent reports (two sidecars on one real Redis)", () => {
   let redis: RedisProcess;
   let sidecars: Sidecar[];

@@ -76,11 +76,13 @@ type ConversationServiceClient interface {
 	ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error)
 	// Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
 	// Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
-	// DATA_LOSS (the stored ledger cannot be read as one).
+	// DATA_LOSS (the stored ledger cannot be read as one), FAILED_PRECONDITION (the sidecar keeps
+	// no ledger: `--usage-entries-per-conversation 0`).
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 	// Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
 	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
-	// (a tenant's token naming another tenant), UNAVAILABLE.
+	// (a tenant's token naming another tenant), UNAVAILABLE, FAILED_PRECONDITION (no ledger, as for
+	// `GetUsage`).
 	ListTenantUsage(ctx context.Context, in *ListTenantUsageRequest, opts ...grpc.CallOption) (*ListTenantUsageResponse, error)
 	// Delete one conversation: every stored part of it (state, segments, change log, listing
 	// entries) goes at once, and it then reads as one never written (version 0). A stale
@@ -333,11 +335,13 @@ type ConversationServiceServer interface {
 	ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error)
 	// Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
 	// Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
-	// DATA_LOSS (the stored ledger cannot be read as one).
+	// DATA_LOSS (the stored ledger cannot be read as one), FAILED_PRECONDITION (the sidecar keeps
+	// no ledger: `--usage-entries-per-conversation 0`).
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	// Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
 	// Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
-	// (a tenant's token naming another tenant), UNAVAILABLE.
+	// (a tenant's token naming another tenant), UNAVAILABLE, FAILED_PRECONDITION (no ledger, as for
+	// `GetUsage`).
 	ListTenantUsage(context.Context, *ListTenantUsageRequest) (*ListTenantUsageResponse, error)
 	// Delete one conversation: every stored part of it (state, segments, change log, listing
 	// entries) goes at once, and it then reads as one never written (version 0). A stale

@@ -1581,7 +1581,8 @@ export const ConversationService: GenService<{
   /**
    * Read a conversation's usage ledger: its totals and its newest reports (usage_ledger.proto).
    * Errors: INVALID_ARGUMENT (no conversation id), UNAVAILABLE (the store could not be reached),
-   * DATA_LOSS (the stored ledger cannot be read as one).
+   * DATA_LOSS (the stored ledger cannot be read as one), FAILED_PRECONDITION (the sidecar keeps
+   * no ledger: `--usage-entries-per-conversation 0`).
    *
    * @generated from rpc contextd.v1.ConversationService.GetUsage
    */
@@ -1593,7 +1594,8 @@ export const ConversationService: GenService<{
   /**
    * Read a tenant's usage totals and, paged, its conversations' totals (usage_ledger.proto).
    * Errors: INVALID_ARGUMENT (a page size over 1,000, a malformed page token), PERMISSION_DENIED
-   * (a tenant's token naming another tenant), UNAVAILABLE.
+   * (a tenant's token naming another tenant), UNAVAILABLE, FAILED_PRECONDITION (no ledger, as for
+   * `GetUsage`).
    *
    * @generated from rpc contextd.v1.ConversationService.ListTenantUsage
    */

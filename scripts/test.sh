@@ -63,6 +63,9 @@ set +e
 mkdir -p .test-results
 passed=0
 failed=0
+# The checks that count as one failure each, named again beside the summary (CI keeps the tail).
+failed_checks=()
+check_failed() { failed=$((failed + 1)); failed_checks+=("$1"); }
 
 log "generated code is up to date"
 gen_ok=1
@@ -71,12 +74,12 @@ generated=(gen)
 changed=$(git status --porcelain --untracked-files=all -- "${generated[@]}" | grep -v __pycache__)
 if [ "$gen_ok" != 1 ] || [ -n "$changed" ]; then
   echo "FAIL: gen/ differs from a fresh 'buf generate' (see .test-results/generate.log and git status gen/)" >&2
-  failed=$((failed + 1))
+  check_failed "gen/ differs from a fresh buf generate"
 fi
 
 log "typecheck (tsc --strict, including tests)"
-npx tsc -p tsconfig.test.json || failed=$((failed + 1))
-npx tsc -p inspector/tsconfig.json || failed=$((failed + 1))
+npx tsc -p tsconfig.test.json || check_failed "tsc -p tsconfig.test.json"
+npx tsc -p inspector/tsconfig.json || check_failed "tsc -p inspector/tsconfig.json"
 
 log "vitest"
 rm -f .test-results/vitest.json
@@ -91,10 +94,10 @@ passed=$((passed + ${vitest_counts% *}))
 failed=$((failed + ${vitest_counts#* }))
 
 log "go vet + go test (gen/go: the generated API; clients/go: the client and its e2e tests)"
-(cd gen/go && go vet ./...) || failed=$((failed + 1))
-(cd clients/go && go vet ./...) || failed=$((failed + 1))
+(cd gen/go && go vet ./...) || check_failed "go vet in gen/go"
+(cd clients/go && go vet ./...) || check_failed "go vet in clients/go"
 unformatted=$(gofmt -l clients/go test/installed/go examples/go)
-if [ -n "$unformatted" ]; then echo "FAIL: gofmt -l lists: $unformatted" >&2; failed=$((failed + 1)); fi
+if [ -n "$unformatted" ]; then echo "FAIL: gofmt -l lists: $unformatted" >&2; check_failed "gofmt -l lists: $unformatted"; fi
 results="$PWD/.test-results"
 # Runs `go test -json` in a module directory and adds its test counts to the summary.
 go_suite() {
@@ -121,7 +124,7 @@ if bash scripts/install-clients.sh "$installed"; then
 else
   installed_ok=0
   echo "FAIL: could not build or install the clients (scripts/install-clients.sh)" >&2
-  failed=$((failed + 1))
+  check_failed "could not build or install the clients (scripts/install-clients.sh)"
 fi
 export CONTEXTD_REPO_ROOT="$PWD"
 
@@ -198,5 +201,7 @@ fi
 passed=$((passed + ts_passed))
 failed=$((failed + ts_failed))
 
+for check in ${failed_checks[@]+"${failed_checks[@]}"}; do echo "FAILED check: $check"; done
+node scripts/report-failures.mjs .test-results
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

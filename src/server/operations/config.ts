@@ -287,7 +287,7 @@ export const flags = {
   "max-streams-per-tenant": "open streaming RPCs per tenant (tokens without a tenant, or no tokens, count as one); 0 = --max-streams divided among the tenants of the tokens",
   "compress-min-bytes": "compress responses at least this large when the caller accepts it; 0 = never",
   "shutdown-grace-ms": "how long unary calls may finish after SIGTERM",
-  "health-interval-ms": "store ping interval (and ping timeout)",
+  "health-interval-ms": "store ping interval; a ping unanswered for three intervals makes health NOT_SERVING",
   "telemetry-queue": "queued events per WatchEvents subscriber",
   "telemetry-queue-bytes": "bytes of queued events per WatchEvents subscriber (events beyond are dropped and counted)",
   "telemetry-bytes": "bytes of queued events of one tenant's WatchEvents subscribers together (tokens without a tenant, or no tokens, are one), counted in every queue",

@@ -1,0 +1,105 @@
+// `node dist/bench/fleet-postgres-commit-parts.js`: where the server side of one Postgres commit
+// goes (issue 30: the commit against a bare transaction), migration 11's commit function beside
+// migration 12's, called straight from one node `pg` client (no sidecar) with the arguments the
+// store sends for an append of one ~250-byte message, on a cluster with pg_stat_statements
+// (track = all, so the statements inside the functions are counted too; track_planning on). In
+// each phase the calls are interleaved one each in turn (the order rotating), so load on the
+// shared machine falls on all alike; printed per call: the round trip's p50 from node, the server's
+// execution time (pg_stat_statements' mean of the top-level statement: not the parse, bind or
+// transaction commit), and the statements inside with their planning counts. Phase 1 has no
+// sidecar listening (migration 12 notifies no one); phase 2 has one connection holding the
+// listeners' lock as a listening sidecar does. Env: CONTEXTD_PARTS_CALLS (default 1500 per kind).
+import pg from "pg";
+import { migratePostgres, listenersLockKey } from "../src/store/postgres-schema.js";
+import { startPostgres } from "../test/support/postgres.js";
+import { loadAverage, percentile } from "./fleet/agent-turns.js";
+
+const calls = Number(process.env.CONTEXTD_PARTS_CALLS ?? 1500);
+const commitsPerConversation = 50;
+const message = Buffer.alloc(265, 7);
+const change = Buffer.alloc(288, 9);
+const run = Date.now();
+
+/** The store's arguments for appending one message at `iteration % 50` (a first commit every 50th), in its parameter order ($22 first). */
+function appendArguments(label: string, iteration: number, notify: boolean): unknown[] {
+  const version = iteration % commitsPerConversation;
+  const id = Buffer.from(`${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`);
+  const now = Date.now();
+  const first = version === 0;
+  return [
+    id, BigInt(version), change, Buffer.alloc(0), "", now, 86_400_000, 10_000, notify ? "contextd_changes" : "", `created-${id.toString()}`, first ? Buffer.from([10, 1, 99]) : null,
+    [0, version, 0, 0], ["=", "p", "=", "="], [0, version, 0, 0], [0, 1, 0, 0], message, [1], [message.length], BigInt(now), first ? "" : null, first ? "{}" : null, 0n,
+    "a", [Buffer.from(`m${iteration}`)], [], [], [], [],
+  ];
+}
+const argumentList = "$22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $23, $24, $25, $26, $27, $28";
+
+const postgres = await startPostgres({ settings: { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "all", "pg_stat_statements.track_planning": "on" } });
+const client = new pg.Client({ connectionString: postgres.url });
+const listener = new pg.Client({ connectionString: postgres.url });
+try {
+  await client.connect();
+  await listener.connect();
+  await migratePostgres(client);
+  await client.query("CREATE EXTENSION pg_stat_statements");
+  await client.query("CREATE TABLE bench_conversations (id bytea PRIMARY KEY, version bigint NOT NULL)");
+  await client.query("CREATE TABLE bench_messages (conversation_id bytea, position bigint, message bytea, PRIMARY KEY (conversation_id, position))");
+  const commit = (fn: string) => async (label: string, iteration: number) => {
+    const { rows } = await client.query<{ outcome: string }>({ name: fn, text: `SELECT * FROM ${fn}(${argumentList})`, values: appendArguments(`${label}-${fn}`, iteration, true) });
+    if (rows[0]?.outcome !== "ok") throw new Error(`${fn}: ${JSON.stringify(rows[0])}`);
+  };
+  const kinds: Record<string, { call: (label: string, iteration: number) => Promise<unknown>; statement: string }> = {
+    "migration 11 contextd_commit_indexed": { call: commit("contextd_commit_indexed"), statement: "contextd_commit_indexed(" },
+    "migration 12 contextd_commit_listened": { call: commit("contextd_commit_listened"), statement: "contextd_commit_listened(" },
+    "bare BEGIN; INSERT; UPDATE WHERE version; COMMIT": {
+      statement: "bench_",
+      call: async (label, iteration) => {
+        const version = iteration % commitsPerConversation;
+        const id = Buffer.from(`${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`);
+        await client.query("BEGIN");
+        await client.query({ name: "bare-insert", text: "INSERT INTO bench_messages VALUES ($1, $2, $3)", values: [id, version, message] });
+        if (version === 0) await client.query({ name: "bare-first", text: "INSERT INTO bench_conversations VALUES ($1, 1)", values: [id] });
+        else await client.query({ name: "bare-update", text: "UPDATE bench_conversations SET version = version + 1 WHERE id = $1 AND version = $2", values: [id, version] });
+        await client.query("COMMIT");
+      },
+    },
+    "SELECT 1 (a round trip)": { call: () => client.query({ name: "one", text: "SELECT 1" }), statement: "SELECT $1" },
+  };
+  console.log(`Postgres commit parts (one node pg client, no sidecar, ${calls} calls of each per phase, interleaved); load average ${loadAverage()}`);
+  for (const [phase, listening] of [["phase 1, no sidecar listening", false], ["phase 2, a sidecar listening (its connection holds the listeners' lock shared)", true]] as const) {
+    if (listening) await listener.query(`SELECT pg_advisory_lock_shared(${listenersLockKey})`);
+    const names = Object.keys(kinds);
+    const label = listening ? "p2" : "p1";
+    // Warm-up: the functions compiled, the plans cached, the first 5 custom plans behind.
+    for (let iteration = 0; iteration < 200; iteration++) for (const name of names) await kinds[name]!.call(`${label}-warm`, iteration);
+    await client.query("SELECT pg_stat_statements_reset()");
+    const times: Record<string, number[]> = Object.fromEntries(names.map((name) => [name, []]));
+    for (let iteration = 0; iteration < calls; iteration++) {
+      for (let turn = 0; turn < names.length; turn++) {
+        const name = names[(iteration + turn) % names.length]!;
+        const started = process.hrtime.bigint();
+        await kinds[name]!.call(label, iteration);
+        times[name]!.push(Number(process.hrtime.bigint() - started) / 1e6);
+      }
+    }
+    const { rows } = await client.query<{ query: string; calls: string; plans: string; exec_us: number; plan_us: number; toplevel: boolean }>(
+      "SELECT query, calls, plans, total_exec_time / greatest(calls, 1) * 1000 AS exec_us, total_plan_time / greatest(plans, 1) * 1000 AS plan_us, toplevel FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC",
+    );
+    console.log(`  ${phase}:`);
+    for (const name of names) {
+      const top = rows.filter((row) => row.toplevel && row.query.includes(kinds[name]!.statement));
+      const exec = top.reduce((sum, row) => sum + row.exec_us * Number(row.calls), 0) / Math.max(1, top.reduce((sum, row) => sum + Number(row.calls), 0));
+      console.log(`    ${name.padEnd(50)} round trip p50 ${percentile(times[name]!, 50).toFixed(3)} ms, server execution mean ${exec.toFixed(1)} us${top.length > 1 ? ` (${top.length} statements)` : ""}`);
+    }
+    console.log("    inside the functions (statements with the same text in both are counted together):");
+    for (const row of rows.filter((row) => !row.toplevel && Number(row.calls) >= calls / 2)) {
+      const text = row.query.replace(/\s+/g, " ");
+      const planned = Number(row.plans) > 0 ? `planned ${row.plans} times, ${row.plan_us.toFixed(1)} us each` : "plan kept";
+      console.log(`      ${Number(row.calls).toString().padStart(6)} calls ${row.exec_us.toFixed(1).padStart(6)} us, ${planned.padEnd(32)} ${text.length > 110 ? `${text.slice(0, 60)} … ${text.slice(-45)}` : text}`);
+    }
+  }
+} finally {
+  await listener.end();
+  await client.end();
+  await postgres.destroy();
+}

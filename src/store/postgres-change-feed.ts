@@ -150,7 +150,8 @@ export class PostgresChangeFeed {
       try {
         await client.connect();
         // The lock first: it waits for the commits that found no one listening (they hold it
-        // exclusively to their end), so the reads that follow see them.
+        // exclusively to their end), so the reads that follow see them; a commit that notifies
+        // before LISTEN takes effect has committed before those reads too.
         await client.query(`SELECT pg_advisory_lock_shared(${listenersLockKey})`);
         await client.query(`LISTEN ${changesChannel}`);
       } catch (error) {

@@ -118,6 +118,12 @@ if (process.env.CONTEXTD_BENCH_STORE_ONLY === "scale-out" || process.env.CONTEXT
   await benchScaleOut(process.env.CONTEXTD_BENCH_STORE_ONLY === "workers" ? "workers" : "all");
   process.exit(0);
 }
+// The Postgres lines alone (bench/store-postgres.ts), without the Redis ones.
+if (process.env.CONTEXTD_BENCH_STORE_ONLY === "postgres") {
+  const directory = mkdtempSync(join(tmpdir(), "contextd-bench-store-"));
+  await postgresStoreBench(buildLoadGenerator(directory), directory);
+  process.exit(0);
+}
 const redis = await startRedis();
 const sidecar = await startBuiltSidecar(["--redis-url", redis.url]);
 const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };

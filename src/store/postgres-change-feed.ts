@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import pg from "pg";
 import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
 import { connectTimeoutMs, type PostgresConnection } from "./postgres-connection.js";
-import { changesChannel } from "./postgres-schema.js";
+import { changesChannel, listenersLockKey } from "./postgres-schema.js";
 import { changesNotRetained, corruptConversation } from "./store-errors.js";
 import type { StoredValues } from "./at-rest-encryption.js";
 
@@ -12,6 +12,12 @@ import type { StoredValues } from "./at-rest-encryption.js";
  * one connection of the store's own and by this process's commits, polled besides for what a
  * reconnecting listener missed. Apart from the store because it shares nothing with a commit but
  * the connection and the notification a commit sends.
+ *
+ * Commits notify only while some sidecar listens (migration 12): the LISTEN connection holds the
+ * advisory lock `listenersLockKey` shared, and a commit that can take it exclusively sends no
+ * notification. Nothing is missed by a listener that joins later: a commit that sent none held
+ * that lock to its end, so it committed before the listener's lock was granted, and every watch
+ * reads the changes table after that.
  */
 
 /** Rows of changes one Watch query reads at most. */
@@ -109,7 +115,10 @@ export class PostgresChangeFeed {
       setImmediate(() => {
         const payloads = [...this.pendingNotifications];
         this.pendingNotifications.clear();
-        this.connection.pool.query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload", [changesChannel, payloads]).catch((error: Error) => (this.connection.lastError = error.message));
+        // After their transactions committed: with no sidecar listening, a later listener reads them.
+        this.connection.pool
+          .query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload WHERE NOT pg_try_advisory_xact_lock($3)", [changesChannel, payloads, listenersLockKey])
+          .catch((error: Error) => (this.connection.lastError = error.message));
       });
     }
     this.pendingNotifications.add(payload);
@@ -140,6 +149,10 @@ export class PostgresChangeFeed {
       });
       try {
         await client.connect();
+        // The lock first: it waits for the commits that found no one listening (they hold it
+        // exclusively to their end), so the reads that follow see them; a commit that notifies
+        // before LISTEN takes effect has committed before those reads too.
+        await client.query(`SELECT pg_advisory_lock_shared(${listenersLockKey})`);
         await client.query(`LISTEN ${changesChannel}`);
       } catch (error) {
         this.connection.lastError = (error as Error).message;

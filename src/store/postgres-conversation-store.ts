@@ -104,9 +104,10 @@ const staleIdIndexesLimit = 100_000;
 /**
  * The Postgres store. Same contract, same commit engine (commit-engine.ts) and same caching
  * (`StoredCopies`) as the Redis store: a commit is computed in the sidecar from the cached (or
- * freshly read) state, then one call of `contextd_commit_indexed` locks the conversation's header
+ * freshly read) state, then one call of `contextd_commit_listened` locks the conversation's header
  * row, compares the version, writes the rows the batch changed, the id index's changes, the change
- * and the idempotency record, bumps the version and notifies watchers, in one transaction. A load
+ * and the idempotency record, bumps the version and notifies watchers if some sidecar listens, in
+ * one transaction. A load
  * sends only what the cached copy lacks; a commit without a copy and without the state asked for
  * reads the stored tail (`contextd_commit_tail`, tail-commit.ts). Watch reads the changes table and wakes on LISTEN/NOTIFY
  * (`PostgresChangeFeed`). The schema is created and migrated when the store first reaches the database.
@@ -124,7 +125,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
   protected readonly usage: PostgresUsageLedger;
-  /** Commits of this store waiting for `contextd_commit_indexed`. */
+  /** Commits of this store waiting for `contextd_commit_listened`. */
   private commitsInFlight = 0;
   /**
    * Conversations whose stored id index a read or commit of this process found stale (stored
@@ -508,8 +509,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
   }
 
-  /** The engine's write: one call of `contextd_commit_indexed` (one transaction), notifying
-   * watchers. A plan on `tail` is written after the stored head and not kept as the copy. The id
+  /** The engine's write: one call of `contextd_commit_listened` (one transaction), notifying
+   * watchers while some sidecar listens (migration 12). A plan on `tail` is written after the stored head and not kept as the copy. The id
    * index (stored-id-index.ts) is written whole when a read or write found it stale.
    */
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string, tail: CommitTail | undefined): Promise<CommitWrite> {
@@ -532,13 +533,14 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       lengths.push(encoding.length);
       offset += encoding.length;
     }
-    // Alone, the commit notifies in its own transaction (no second statement); with others in
-    // flight, after them, together (a notifying transaction serializes commits' WAL flushes).
+    // Alone, the commit notifies in its own transaction (no second statement), and only if some
+    // sidecar listens; with others in flight, after them, together (a notifying transaction
+    // serializes commits' WAL flushes).
     const notifyInTransaction = this.commitsInFlight === 0;
     this.commitsInFlight++;
     const committing = this.connection.query<CommitRow>(
       "committing",
-      "SELECT * FROM contextd_commit_indexed($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $23, $24, $25, $26, $27, $28)",
+      "SELECT * FROM contextd_commit_listened($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $23, $24, $25, $26, $27, $28)",
       [
         id,
         base.version,
@@ -569,7 +571,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         callNames,
         utf8(index.removedCalls),
       ],
-      "contextd_commit_indexed",
+      "contextd_commit_listened",
     );
     const { rows } = await committing.finally(() => this.commitsInFlight--);
     const reply = rows[0]!;

@@ -37,11 +37,12 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  * - Migration 11: the id index a commit planned on the stored tail needs (tail-commit.ts):
  *   `contextd_message_ids` (every message id per conversation) and `contextd_tool_calls` (per call
  *   id of history's ASSISTANT messages, the latest call's name), current at the header's `ids_at`;
- *   `contextd_commit_indexed`, the commit that keeps them (and the one this build calls), and
- *   `contextd_commit_tail`, the tail read.
+ *   `contextd_commit_indexed`, the commit that keeps them, and `contextd_commit_tail`, the tail read.
+ * - Migration 12: `contextd_commit_listened`, the commit this build calls: 11's with cheaper
+ *   statements, notifying only while some sidecar listens (`listenersLockKey`).
  *
- * Every write of a commit happens in one function call (`contextd_commit_indexed` since migration
- * 11, `contextd_commit` before), one statement (so one transaction and one
+ * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
+ * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
  * round trip): it locks the header row, compares versions, writes, and notifies when asked to
  * (`p_notify`, the channel). A transaction that notifies holds a database-wide lock through its
  * commit, WAL flush included, so such commits cannot share a flush (measured: 32 concurrent bare
@@ -59,6 +60,13 @@ export interface PostgresMigration {
 
 /** The LISTEN/NOTIFY channel a commit notifies; the payload is md5 of the conversation id's UTF-8, in hex. */
 export const changesChannel = "contextd_changes";
+
+/**
+ * The advisory lock a sidecar's LISTEN connection holds shared while it lives, so that commits
+ * notify only while some sidecar listens (migration 12; PostgresChangeFeed). Never changed:
+ * migration 12's function holds it as a literal. Its bytes spell "ctxdlstn".
+ */
+export const listenersLockKey = "7166485279764870254";
 
 /** The key of the advisory lock migrations hold (any constant; this one spells "ctxdmigr"). */
 const migrationLockKey = "7234243234373039";
@@ -1012,6 +1020,198 @@ BEGIN
         ORDER BY m.position;
     END IF;
   END LOOP;
+END
+$$;
+`,
+  },
+  {
+    version: 12,
+    name: "a commit whose statements cost less: messages inserted from unnest, the answer by RETURN NEXT, a notification only while some sidecar listens",
+    // Additive, like 5, 8 and 11: contextd_commit_indexed stays for sidecars of the previous
+    // release during a rolling upgrade (they keep notifying on every commit, so every listener
+    // hears them). Their listeners do not hold the listeners' lock, so commits of this release do
+    // not wake their watches: those see such changes at their next poll (every second), and lose
+    // none, until they too are replaced.
+    //
+    // Measured with pg_stat_statements and perf on the test cluster (bench/fleet-postgres-commit-parts.ts):
+    // migration 11's function spent a quarter of its server time planning its message INSERT
+    // again on every call (generate_series(1, p_count[i]) is estimated at 1,000 rows in a generic
+    // plan, so the plan cache never settles on one; unnest of the parameters is estimated at 10
+    // and does), and its pg_notify ran whether anyone listened or not.
+    sql: `
+-- migration 11's contextd_commit_indexed with three changes, outcomes and arguments the same:
+-- the message rows are inserted from unnest of the starts and lengths (a generic plan, kept);
+-- each outcome is one RETURN NEXT of the OUT columns (no query per answer); and p_notify is
+-- honoured only while some sidecar listens, which a listening sidecar says by holding the
+-- advisory lock ${listenersLockKey} shared for as long as its LISTEN connection lives (see
+-- PostgresChangeFeed). A commit that takes that lock exclusively (pg_try_advisory_xact_lock, held
+-- to its end, so a listener's lock waits for it) has no one to tell: a listener that joins later
+-- reads the changes table after its lock, and finds this commit there.
+CREATE FUNCTION contextd_commit_listened(
+  p_expires_at_ms bigint,
+  p_id bytea, p_base_version bigint, p_change bytea, p_key bytea, p_fingerprint text,
+  p_now_ms bigint, p_ttl_ms bigint, p_max_changes bigint, p_notify text,
+  p_created text, p_rest bytea,
+  p_base_length integer[], p_mode text[], p_keep integer[], p_count integer[],
+  p_blob bytea, p_starts integer[], p_lengths integer[],
+  p_updated_ms bigint, p_title text, p_labels jsonb,
+  p_index_mode text, p_added bytea[], p_removed bytea[], p_call_ids bytea[], p_call_names bytea[], p_unnamed bytea[]
+) RETURNS TABLE (outcome text, version bigint, fingerprint text, recorded bigint, indexed boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_exists boolean;
+  v_current bigint;
+  v_version bigint;
+  v_first bigint[];
+  v_length integer[];
+  v_at bigint[];
+  v_expires bigint;
+  v_ids_at bigint;
+  v_offset integer := 0;
+  v_start bigint;
+  v_rebuild boolean;
+  v_indexed boolean;
+  i integer;
+BEGIN
+  SELECT c.version, c.segment_first, c.segment_length, c.segment_at, c.expires_at_ms, c.ids_at
+    INTO v_current, v_first, v_length, v_at, v_expires, v_ids_at
+    FROM contextd_conversations c WHERE c.id = p_id FOR UPDATE;
+  v_exists := FOUND;
+  -- An expired conversation no sweep removed yet: the reader saw it as never written.
+  IF v_exists AND v_expires > 0 AND v_expires <= p_now_ms THEN
+    PERFORM contextd_delete_rows(ARRAY[p_id]);
+    v_exists := false;
+    v_current := NULL;
+  END IF;
+  v_current := COALESCE(v_current, 0);
+  version := v_current;
+  IF p_key <> ''::bytea THEN
+    SELECT k.fingerprint, k.version INTO fingerprint, recorded FROM contextd_idempotency k
+      WHERE k.conversation_id = p_id AND k.key = p_key AND k.expires_at_ms > p_now_ms;
+    IF FOUND THEN
+      outcome := 'replay';
+      RETURN NEXT;
+      RETURN;
+    END IF;
+  END IF;
+  IF p_base_version <> v_current THEN
+    outcome := 'conflict';
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  IF v_exists AND v_length <> p_base_length THEN
+    outcome := 'stale';
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  v_indexed := NOT v_exists OR v_ids_at = v_current;
+  v_rebuild := p_index_mode = 'b' OR NOT v_exists;
+  IF p_index_mode = 't' THEN
+    IF NOT v_indexed THEN
+      outcome := 'unindexed';
+      indexed := false;
+      RETURN NEXT;
+      RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM contextd_message_ids x WHERE x.conversation_id = p_id AND x.message_id = ANY(p_added)) THEN
+      outcome := 'taken';
+      indexed := true;
+      RETURN NEXT;
+      RETURN;
+    END IF;
+  END IF;
+  v_version := v_current + 1;
+  IF NOT v_exists THEN
+    -- A first commit: another writer may be inserting the same conversation. The primary key
+    -- lets one in; the other waits for it, finds the row and answers 'conflict'.
+    INSERT INTO contextd_conversations AS c (id, version, created, rest, rest_at, segment_first, segment_length, segment_at, created_at_ms, updated_at_ms)
+      VALUES (p_id, v_version, p_created, COALESCE(p_rest, ''::bytea), v_version, '{0,0,0,0}', '{0,0,0,0}', ARRAY[v_version, v_version, v_version, v_version], p_updated_ms, p_updated_ms)
+      ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND THEN
+      SELECT c.version INTO version FROM contextd_conversations c WHERE c.id = p_id;
+      outcome := 'conflict';
+      RETURN NEXT;
+      RETURN;
+    END IF;
+    v_first := '{0,0,0,0}';
+    v_length := '{0,0,0,0}';
+    v_at := ARRAY[v_version, v_version, v_version, v_version];
+  END IF;
+  FOR i IN 1..4 LOOP
+    IF p_mode[i] <> '=' THEN
+      IF p_mode[i] = 'p' THEN
+        -- An append (keeping every row) deletes nothing: no statement for it.
+        IF p_keep[i] <> v_length[i] THEN
+          DELETE FROM contextd_messages m WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position >= v_first[i] + p_keep[i];
+          v_at[i] := v_version;
+        END IF;
+        v_start := v_first[i] + p_keep[i];
+      ELSE
+        DELETE FROM contextd_messages m WHERE m.conversation_id = p_id AND m.segment = i - 1 AND m.position < v_first[i] + v_length[i] - p_keep[i];
+        v_first[i] := v_first[i] + v_length[i] - p_keep[i] - p_count[i];
+        v_start := v_first[i];
+        v_at[i] := v_version;
+      END IF;
+      IF p_count[i] > 0 THEN
+        INSERT INTO contextd_messages (conversation_id, segment, position, message)
+          SELECT p_id, i - 1, v_start + u.n - 1, substring(p_blob FROM u.start FOR u.length)
+          FROM unnest(p_starts[v_offset + 1 : v_offset + p_count[i]], p_lengths[v_offset + 1 : v_offset + p_count[i]]) WITH ORDINALITY AS u(start, length, n);
+      END IF;
+      v_length[i] := p_keep[i] + p_count[i];
+      v_offset := v_offset + p_count[i];
+    END IF;
+  END LOOP;
+  IF v_rebuild OR v_indexed THEN
+    IF v_rebuild THEN
+      DELETE FROM contextd_message_ids x WHERE x.conversation_id = p_id;
+      DELETE FROM contextd_tool_calls t WHERE t.conversation_id = p_id;
+    END IF;
+    -- Removed before added: an edit that replaces a message by one with its id keeps the id.
+    IF cardinality(p_removed) > 0 THEN
+      DELETE FROM contextd_message_ids x WHERE x.conversation_id = p_id AND x.message_id = ANY(p_removed);
+    END IF;
+    IF cardinality(p_added) > 0 THEN
+      INSERT INTO contextd_message_ids (conversation_id, message_id) SELECT p_id, a FROM unnest(p_added) AS a ON CONFLICT DO NOTHING;
+    END IF;
+    IF cardinality(p_unnamed) > 0 THEN
+      DELETE FROM contextd_tool_calls t WHERE t.conversation_id = p_id AND t.call_id = ANY(p_unnamed);
+    END IF;
+    IF cardinality(p_call_ids) > 0 THEN
+      INSERT INTO contextd_tool_calls AS t (conversation_id, call_id, name) SELECT p_id, n.id, n.name FROM unnest(p_call_ids, p_call_names) AS n(id, name)
+        ON CONFLICT (conversation_id, call_id) DO UPDATE SET name = EXCLUDED.name;
+    END IF;
+  END IF;
+  UPDATE contextd_conversations c SET
+    version = v_version,
+    rest = COALESCE(p_rest, c.rest),
+    rest_at = CASE WHEN p_rest IS NULL THEN c.rest_at ELSE v_version END,
+    segment_first = v_first, segment_length = v_length, segment_at = v_at,
+    updated_at_ms = p_updated_ms,
+    title = COALESCE(p_title, c.title),
+    labels = COALESCE(p_labels, c.labels),
+    expires_at_ms = p_expires_at_ms,
+    ids_at = CASE WHEN v_rebuild OR v_indexed THEN v_version ELSE c.ids_at END
+  WHERE c.id = p_id;
+  INSERT INTO contextd_changes (conversation_id, version, change) VALUES (p_id, v_version, p_change);
+  IF v_version > p_max_changes THEN
+    DELETE FROM contextd_changes ch WHERE ch.conversation_id = p_id AND ch.version <= v_version - p_max_changes;
+  END IF;
+  IF p_key <> ''::bytea THEN
+    INSERT INTO contextd_idempotency AS k (conversation_id, key, fingerprint, version, expires_at_ms)
+      VALUES (p_id, p_key, p_fingerprint, v_version, p_now_ms + p_ttl_ms)
+      ON CONFLICT (conversation_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, version = EXCLUDED.version, expires_at_ms = EXCLUDED.expires_at_ms;
+    -- Each keyed commit removes up to 8 expired records (of any conversation), so expired records
+    -- go eight times as fast as new ones come; SKIP LOCKED keeps concurrent commits off each other's.
+    DELETE FROM contextd_idempotency k WHERE k.ctid IN (
+      SELECT e.ctid FROM contextd_idempotency e WHERE e.expires_at_ms <= p_now_ms ORDER BY e.expires_at_ms LIMIT 8 FOR UPDATE SKIP LOCKED);
+  END IF;
+  IF p_notify <> '' AND NOT pg_try_advisory_xact_lock(${listenersLockKey}) THEN PERFORM pg_notify(p_notify, md5(p_id)); END IF;
+  outcome := 'ok';
+  version := v_version;
+  fingerprint := NULL;
+  recorded := NULL;
+  indexed := v_rebuild OR v_indexed;
+  RETURN NEXT;
 END
 $$;
 `,

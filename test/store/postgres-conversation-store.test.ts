@@ -3,9 +3,10 @@
 // retention, LISTEN/NOTIFY delivery, DATA_LOSS and UNAVAILABLE. Against a real PostgreSQL.
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { createHash } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Change } from "#gen/contextd/v1/conversation_service_pb";
+import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { PostgresConversationStore, type PostgresStoreOptions } from "../../src/store/postgres-conversation-store.js";
@@ -340,6 +341,84 @@ describe("idempotency records and changes", () => {
     ]);
     await done;
     expect(seen.map((change) => change.version)).toEqual([1n, 2n, 3n, 4n]);
+  });
+});
+
+describe("migration 12: notifications only while some sidecar listens", () => {
+  const payloadOf = (conversationId: string) => createHash("md5").update(idOf(conversationId)).digest("hex");
+  /** A watch that records what it sees; a poll interval far longer than the test, so only a notification or the catch-up read can bring a change. */
+  function watching(store: PostgresConversationStore, conversationId: string) {
+    const controller = new AbortController();
+    const seen: bigint[] = [];
+    const done = (async () => {
+      for await (const change of store.watch(conversationId, 0n, controller.signal)) seen.push(change.version);
+    })();
+    return { seen, stop: () => (controller.abort(), done) };
+  }
+  /** A LISTEN connection that does not hold the listeners' lock (as a sidecar of the previous release listens): it hears only what is sent. */
+  async function plainListener(at: string) {
+    const client = new pg.Client({ connectionString: at });
+    await client.connect();
+    const heard: string[] = [];
+    client.on("notification", (notification) => heard.push(notification.payload ?? ""));
+    await client.query("LISTEN contextd_changes");
+    return { heard, end: () => client.end() };
+  }
+
+  it("sends no notification while no sidecar listens, and a watch that starts later reads those changes and is notified of the next", async () => {
+    // A database of its own: the stores of the other tests keep their listeners open.
+    const at = await postgres.createDatabase("listened");
+    const writer = await openStore({}, at);
+    const watcher = await openStore({ watchPollMs: 600_000 }, at);
+    const plain = await plainListener(at);
+    const oldRelease = new pg.Client({ connectionString: at });
+    await oldRelease.connect();
+    let watch: ReturnType<typeof watching> | undefined;
+    try {
+      for (let version = 0n; version < 3n; version++) await writer.commit("before", version, [appendHistory(textMessage(`b${version}`, Role.USER, "x"))], "");
+      watch = watching(watcher, "before");
+      await expect.poll(() => watch!.seen, { timeout: 10_000 }).toEqual([1n, 2n, 3n]);
+      // Now a sidecar listens. Notifications arrive in commit order, so by the time this one's has
+      // come, any of the three commits before would have come first: none was sent.
+      await writer.commit("after", 0n, [appendHistory(textMessage("a0", Role.USER, "x"))], "");
+      await expect.poll(() => plain.heard, { timeout: 10_000 }).toContain(payloadOf("after"));
+      expect(plain.heard).not.toContain(payloadOf("before"));
+      await writer.commit("before", 3n, [appendHistory(textMessage("b3", Role.USER, "x"))], "");
+      await expect.poll(() => watch!.seen, { timeout: 10_000 }).toEqual([1n, 2n, 3n, 4n]);
+      // A sidecar of the previous release still commits through contextd_commit_indexed, which
+      // notifies on every commit: this release's listener hears it.
+      const message = Buffer.from(toBinary(MessageSchema, textMessage("old-1", Role.USER, "from the old release")));
+      const change = Buffer.from(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: "before", version: 5n })));
+      const { rows } = await oldRelease.query<{ outcome: string }>(
+        `SELECT * FROM contextd_commit_indexed(0, $1, 4, $2, ''::bytea, '', $3, 86400000, 10000, 'contextd_changes', '', NULL, '{0,4,0,0}', '{=,p,=,=}', '{0,4,0,0}', '{0,1,0,0}', $4, '{1}', $5, $3, NULL, NULL, 'a', $6, '{}', '{}', '{}', '{}')`,
+        [idOf("before"), change, Date.now(), message, [message.length], [Buffer.from("old-1")]],
+      );
+      expect(rows[0]!.outcome).toBe("ok");
+      await expect.poll(() => watch!.seen, { timeout: 10_000 }).toEqual([1n, 2n, 3n, 4n, 5n]);
+    } finally {
+      await watch?.stop();
+      await plain.end();
+      await oldRelease.end();
+    }
+  });
+
+  it("misses none of the changes another process commits while the watch starts and its listener joins", async () => {
+    const at = await postgres.createDatabase("joining");
+    const writer = await openStore({}, at);
+    const watcher = await openStore({ watchPollMs: 600_000 }, at);
+    const commits = 40;
+    let watch: ReturnType<typeof watching> | undefined;
+    for (let version = 0; version < commits; version++) {
+      await writer.commit("joining", BigInt(version), [appendHistory(textMessage(`j${version}`, Role.USER, "x"))], "");
+      // The watch (and with it the listener's connection and lock) starts while the commits go on.
+      if (version === 4) watch = watching(watcher, "joining");
+    }
+    try {
+      await expect.poll(() => watch!.seen.length, { timeout: 10_000 }).toBe(commits);
+      expect(watch!.seen).toEqual(Array.from({ length: commits }, (_, index) => BigInt(index + 1)));
+    } finally {
+      await watch!.stop();
+    }
   });
 });
 

@@ -1,4 +1,5 @@
 import type pg from "pg";
+import { removalMigration } from "./postgres-removal-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
@@ -39,6 +40,8 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   id of history's ASSISTANT messages, the latest call's name), current at the header's `ids_at`;
  *   `contextd_commit_indexed`, the commit that keeps them (and the one this build calls), and
  *   `contextd_commit_tail`, the tail read.
+ * - Migration 13: a removed conversation's idempotency records and usage ledger go with it, in
+ *   `contextd_delete_rows` (postgres-removal-schema.ts).
  *
  * Every write of a commit happens in one function call (`contextd_commit_indexed` since migration
  * 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1016,6 +1019,7 @@ END
 $$;
 `,
   },
+  removalMigration,
 ];
 
 /** The table recording which migrations were applied. */

@@ -143,7 +143,7 @@ function historyBoundContract(open: Open, freshId: (label: string) => string, sa
   const boundedStore = async (perTenant: [string, HistoryBoundLimits][], defaultLimits: HistoryBoundLimits = { maxMessages: 0, maxBytes: 0 }) =>
     open(undefined, { historyBound: new HistoryBound({ defaultLimits, perTenant: new Map(perTenant) }) });
 
-  it("a tenant's prune bound applies at every commit as prune_history does: whole rounds, one summary naming what went, in the change Watch and the history see", async () => {
+  it("a tenant's prune bound applies at every commit past it as prune_history does (down to 90% of it): whole rounds, one summary naming what went, in the change Watch and the history see", async () => {
     const tenant = freshId("bound");
     const bounded = await boundedStore([[tenant, { maxMessages: 2, maxBytes: 0 }]], { maxMessages: 1_000, maxBytes: 0 });
     try {
@@ -155,7 +155,8 @@ function historyBoundContract(open: Open, freshId: (label: string) => string, sa
       expect(covered(summary)).toEqual(["u0", "t0-a", "t0-r"]);
       const change = await changeAfter(bounded, id, 0n);
       expect(change.deltas.map((entry) => entry.operation.case)).toEqual(["appendMessages", "appendToolRound", "appendMessages", "pruneHistory"]);
-      expect(change.deltas.at(-1)!.operation.value).toMatchObject({ maxMessages: 2, maxBytes: 0n });
+      // Down to 90% of the bound (at least one below it), so the next appends need no prune.
+      expect(change.deltas.at(-1)!.operation.value).toMatchObject({ maxMessages: 1, maxBytes: 0n });
 
       // Each later commit keeps the conversation within the bound, the older summary's coverage carried over.
       let state = first.state!;
@@ -200,12 +201,13 @@ function historyBoundContract(open: Open, freshId: (label: string) => string, sa
     );
     try {
       const six = Array.from({ length: 6 }, (_, index) => message(`m${index}`));
+      // Past 3 messages' bytes: pruned to 90% of them, so two stay.
       const bytes = await bounded.commit(`${bytesTenant}/c`, 0n, [appendHistory(...six)], "");
-      expect(ids(bytes.state).slice(1)).toEqual(["m3", "m4", "m5"]);
-      expect(covered(bytes.state!.history[0])).toEqual(["m0", "m1", "m2"]);
+      expect(ids(bytes.state).slice(1)).toEqual(["m4", "m5"]);
+      expect(covered(bytes.state!.history[0])).toEqual(["m0", "m1", "m2", "m3"]);
       expect(ids((await bounded.commit(`${unbounded}/c`, 0n, [appendHistory(...six)], "")).state)).toEqual(["m0", "m1", "m2", "m3", "m4", "m5"]);
       const byDefault = await bounded.commit(`${defaulted}/c`, 0n, [appendHistory(...six)], "");
-      expect(ids(byDefault.state).slice(1)).toEqual(["m2", "m3", "m4", "m5"]);
+      expect(ids(byDefault.state).slice(1)).toEqual(["m3", "m4", "m5"]);
       // Committed by a process holding no copy and not asking for the state back (what the Commit
       // RPC without include_state does: a store may plan it on the stored tail): bounded all the same.
       const writer = sameProcess ? bounded : await boundedStore([], { maxMessages: 4, maxBytes: 0 });
@@ -217,6 +219,8 @@ function historyBoundContract(open: Open, freshId: (label: string) => string, sa
       }
       const stored = await bounded.load(`${defaulted}/c`);
       expect(ids(stored).slice(1)).toEqual(["m3", "m4", "m5", "m6"]);
+      // One more passes the bound: pruned to 3 again.
+      expect(ids((await bounded.commit(`${defaulted}/c`, undefined, [appendHistory(message("m7"))], "")).state).slice(1)).toEqual(["m5", "m6", "m7"]);
       for (const id of [`${bytesTenant}/c`, `${unbounded}/c`, `${defaulted}/c`]) await bounded.delete(id, undefined);
     } finally {
       await bounded.close();

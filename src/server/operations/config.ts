@@ -331,7 +331,7 @@ export const flags = {
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
   "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
   "prune-max-messages":
-    "every commit keeps a conversation's history within this many messages (and one summary at its head standing for what went), pruning as a prune_history delta does, unless its tenant has its own bound; 0 = no bound",
+    "every commit keeps a conversation's history within this many messages (and one summary at its head standing for what went), pruning as a prune_history delta does, down to 90% of it, unless its tenant has its own bound; 0 = no bound",
   "prune-max-bytes": "the same bound in bytes of the history's messages (their protobuf encoding); 0 = no bound; with both set, both hold",
   "prune-per-tenant": "per-tenant prune bounds overriding --prune-max-messages and --prune-max-bytes, tenant=messages:bytes comma separated (0 = no bound of that kind; 0:0 = none for the tenant)",
   "expiry-sweep-ms": "how often each store removes expired conversations, a bounded batch at a time; 0 = never (reads still treat them as gone)",

@@ -501,6 +501,11 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const now = this.now();
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    // An expired conversation under the new id that no sweep removed yet reads as never written,
+    // but its row would make contextd_fork answer "exists" (ALREADY_EXISTS for an id that reads as
+    // free): removed first, with its idempotency records and ledger. `contextd_delete` expecting
+    // version 0 removes only that (a live conversation there is a conflict, left alone).
+    await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
       "SELECT contextd_fork($1, $2, $3, $4, $5, $6, $7, $8) AS outcome",

@@ -380,6 +380,10 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const now = this.now();
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    // The fork script writes no idempotency record and so purges none: the records an earlier,
+    // expired conversation under the new id left go first (only while it has no version; a
+    // commit that gives it one makes the fork answer "exists").
+    await this.sweepIdempotencyRecords([newConversationId]);
     const reply = await this.connection.call(
       "forking a conversation",
       () =>
@@ -506,8 +510,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   /**
-   * Removes the listing entries of conversations whose keys Redis expired: batches of
-   * `expirySweepBatch` from the expiry index, soonest first, each a few commands (an entry whose
+   * Removes the idempotency records, usage ledgers and listing entries of conversations whose keys
+   * Redis expired: batches of `expirySweepBatch` from the expiry index, soonest first, each a few
+   * commands (an entry whose
    * conversation was committed to again in between still has its version key and is kept), up to
    * `expirySweepBatches` batches per pass. Returns how many entries went.
    */
@@ -524,9 +529,10 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         const versions = await this.connection.call("sweeping expired conversations", () => Promise.all(due.map((id) => this.redis.exists(this.keys(id).version))));
         const gone = due.filter((_, index) => versions[index] === 0);
         if (gone.length > 0) {
-          await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
+          // The expiry index's entries go last: a pass that fails before finds these ids again.
           await this.sweepIdempotencyRecords(gone);
           await this.usage.forget(gone);
+          await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
         }
         removed += gone.length;
         if (due.length < expirySweepBatch || gone.length === 0) break;

@@ -135,6 +135,27 @@ export function conversationRemovalContract(store: () => ConversationStore, open
     await store().delete(id, undefined);
   });
 
+  it("a fork into an id whose earlier conversation expired takes none of that conversation's idempotency records", async () => {
+    // No sweep: what the fork itself does is what is tested.
+    const unswept = await open(undefined, { expirySweepMs: 0 });
+    try {
+      const tenant = freshId("removal-fork");
+      const [source, target] = [`${tenant}/source`, `${tenant}/target`];
+      const keyed = appendHistory(textMessage("t1", Role.USER, "before the TTL"));
+      await unswept.commit(target, 0n, [keyed], "k");
+      await unswept.commit(target, 1n, [ttl(300n)], "");
+      await unswept.commit(source, 0n, [appendHistory(textMessage("s1", Role.USER, "the source"))], "");
+      await eventually(async () => (await unswept.currentVersion(target)) === 0n);
+      expect((await unswept.fork(source, undefined, target)).version).toBe(1n);
+      expect(await unswept.commit(target, undefined, [keyed], "k")).toMatchObject({ version: 2n, replayed: false });
+      expect(ids(await unswept.load(target))).toEqual(["s1", "t1"]);
+      await unswept.delete(source, undefined);
+      await unswept.delete(target, undefined);
+    } finally {
+      await unswept.close();
+    }
+  });
+
   historyBoundContract(open, freshId, sameProcess);
 }
 

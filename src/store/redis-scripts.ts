@@ -292,7 +292,8 @@ return reply
  * Commits one batch computed by the client from the state at the expected version, writing only
  * what the batch changed.
  * KEYS: version, header, the four segment lists, changes stream, idempotency record, the id
- * index's set of message ids and hash of call names.
+ * index's set of message ids and hash of call names, the set naming the idempotency records
+ * (`ConversationKeys.idempotencyRecords`: added to by a keyed commit, emptied by a first one).
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
  * "1" if `rest` changed (required on a first commit) else "0", the commit time (Unix ms: the
@@ -323,6 +324,7 @@ return reply
  * The idempotency record (fingerprint and the version the commit produced) is checked before the
  * version, so a retry of a commit that already applied is answered from it even though the
  * version has since moved; the client then reads the state only if it is still at that version.
+ * Only while a version is stored: a record without one is a deleted or expired conversation's.
  */
 export const commitScript = `#!lua
 ${scriptPrelude}

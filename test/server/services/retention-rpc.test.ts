@@ -2,7 +2,7 @@ import * as grpc from "@grpc/grpc-js";
 import { describe, expect, it } from "vitest";
 import { ConversationService, type ExportConversationsResponse } from "#gen/contextd/v1/conversation_service_pb";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
-import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { CurrentTurnPersistence, EstimatorKind } from "#gen/contextd/v1/compile_pb";
 import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { rpcFailure } from "../../support/grpc-js.js";
 import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
@@ -99,6 +99,20 @@ describe.each(sidecarStores)("retention RPCs against a real sidecar (%s)", (_nam
     // Another tenant has no bound.
     const other = await client.unary(ConversationService.method.commit, { conversationId: "unbounded/chat", deltas: [appendHistory(...turns)], includeState: true });
     expect(other.state!.history.map((message) => message.id)).toEqual(["m0", "m1", "m2", "m3", "m4", "m5"]);
+    // A compile that commits its turn: it compiled the history before the prune its commit added; the next compile sees it pruned.
+    const turn = (id: string, expectedVersion: bigint) =>
+      client.unary(ContextService.method.compile, {
+        conversationId: "bounded/chat",
+        currentTurn: { raw: textMessage(id, Role.USER, `question ${id}`), persistence: CurrentTurnPersistence.PERSIST_RAW },
+        commit: { expectedVersion },
+      });
+    const first = (await turn("q1", 2n)).result!;
+    expect(first.committedVersion).toBe(3n);
+    expect(first.payload!.history.map((message) => message.id).slice(1)).toEqual(["m3", "m4", "m5", "m6", "q1"]);
+    const stored = (await client.unary(ConversationService.method.getState, { conversationId: "bounded/chat" })).state!;
+    expect(stored.history.slice(1).map((message) => message.id)).toEqual(["m5", "m6", "q1"]);
+    const second = (await turn("q2", 3n)).result!;
+    expect(second.payload!.history.map((message) => message.id).slice(1)).toEqual(["m5", "m6", "q1", "q2"]);
   });
 
   it("DeleteConversation takes the conversation's usage ledger and idempotency records; the tenant's usage totals keep its reports", async () => {

@@ -138,6 +138,20 @@ async function measureRemovals(name: string, open: (bound: number) => Promise<Co
   }
   const store = await open(0);
   try {
+    if (name === "memory") {
+      // A bound in bytes the history stays within: what measuring it costs each commit (the sum runs
+      // from the newest message back until it passes the bound, here through the whole history).
+      for (const size of [1_000, 10_000]) {
+        const [measured, plain] = [new MemoryConversationStore({ historyBound: bytesBoundOf(1 << 30) }), new MemoryConversationStore()];
+        const id = `bounded/bench-bytes-${process.pid}-${size}`;
+        for (const target of [measured, plain]) for (let from = 0; from < size; from += 1_000) await target.commit(id, undefined, [append(from, 1_000)], "");
+        const within = await medianMs(200, (call) => measured.commit(id, undefined, [append(size + call, 1)], ""));
+        const unbounded = await medianMs(200, (call) => plain.commit(id, undefined, [append(size + call, 1)], ""));
+        console.log(`${name.padEnd(8)} ${String(size).padStart(6)} messages, one-message commit: unbounded ${unbounded.toFixed(3)} ms (anchor), within a 1 GiB --prune-per-tenant bytes bound ${within.toFixed(3)} ms ${load()}`);
+        await measured.close();
+        await plain.close();
+      }
+    }
     const ids = { keyed: [] as string[], unkeyed: [] as string[] };
     for (let call = 0; call < 5; call++) {
       for (const kind of ["keyed", "unkeyed"] as const) {
@@ -156,6 +170,8 @@ async function measureRemovals(name: string, open: (bound: number) => Promise<Co
 
 const boundOf = (bound: number) =>
   new HistoryBound({ defaultLimits: { maxMessages: 0, maxBytes: 0 }, perTenant: new Map(bound > 0 ? [["bounded", { maxMessages: bound, maxBytes: 0 }]] : []) });
+
+const bytesBoundOf = (maxBytes: number) => new HistoryBound({ defaultLimits: { maxMessages: 0, maxBytes: 0 }, perTenant: new Map([["bounded", { maxMessages: 0, maxBytes }]]) });
 
 await measureRemovals("memory", async (bound) => new MemoryConversationStore({ historyBound: boundOf(bound) }));
 await measureStore("memory", async () => new MemoryConversationStore());

@@ -17,6 +17,7 @@ import { Codec } from "../codec/codec.js";
 import { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { ConversationExpiry } from "../store/conversation-expiry.js";
+import { HistoryBound } from "../store/history-bound.js";
 import { createConversationStore } from "../store/create-conversation-store.js";
 import { storedValuesOf } from "../store/at-rest-encryption.js";
 import { defaultHistoryLimits } from "../store/version-history.js";
@@ -243,7 +244,11 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     strictToolRounds: config.strictToolRounds,
     decodedStateBytes: config.decodedStateBytes,
     values: storedValuesOf(config.encryptionKeys),
-    retention: { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
+    retention: {
+      expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }),
+      expirySweepMs: config.expirySweepMs,
+      historyBound: new HistoryBound({ defaultLimits: { maxMessages: config.pruneMaxMessages, maxBytes: config.pruneMaxBytes }, perTenant: new Map(Object.entries(config.prunePerTenant)) }),
+    },
     history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
   });
   return { codec, store };

@@ -7,9 +7,10 @@ import type { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { stringLimits } from "../core/model/string-limits.js";
-import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, planReplacement, presetMessageIds, type CommitPlan } from "./commit-plan.js";
+import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, planReplacement, presetMessageIds, type CommitPlan, type CommitPlanOptions } from "./commit-plan.js";
 import { ContendedCopies } from "./contended-copies.js";
 import type { ConversationExpiry } from "./conversation-expiry.js";
+import type { HistoryBound } from "./history-bound.js";
 import type { CommitOutcome, ConversationStore, ForkOutcome } from "./conversation-store.js";
 import { defaultHistoryLimits, rewoundState, sharedWith, stateAtVersion, type HistoryLimits } from "./version-history.js";
 import type { MessageIdIndex } from "./message-id-index.js";
@@ -107,6 +108,8 @@ export interface CommitEngineOptions {
   maxCommitAttempts?: number;
   /** The idle TTLs commits set each conversation's expiry by; none = never. */
   expiry?: ConversationExpiry;
+  /** The default prune commits keep each conversation's history within (`--prune-*`); none = only `prune_history` deltas prune. */
+  historyBound?: HistoryBound;
 }
 
 export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds"> {
@@ -114,9 +117,14 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
   private readonly deltaContext: DeltaContext;
   private readonly maxCommitAttempts: number;
 
+  /** `CommitPlanOptions.historyBound`: the bound, messages measured by the codec (a message's kept encoding when it has one). */
+  private readonly historyBound: CommitPlanOptions["historyBound"];
+
   constructor(private readonly options: CommitEngineOptions) {
     this.deltaContext = options.deltaContext ?? { newMessageId: () => randomUUID() };
     this.maxCommitAttempts = options.maxCommitAttempts ?? 100;
+    const bound = options.historyBound;
+    this.historyBound = bound?.any ? { bound, sizeOf: (message) => options.codec.encodeStoredMessage(message).byteLength } : undefined;
   }
 
   get strictToolRounds(): boolean {
@@ -168,7 +176,9 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     requireStorableKey("idempotency_key", idempotencyKey, stringLimits.idempotencyKey);
     const fingerprint = idempotencyKey === "" ? "" : (requestFingerprint ?? deltasFingerprint(deltas));
     let preRead: CommitRead | undefined;
-    if (withoutState && io.readTail && io.writeTail && copies.copy(conversationId) === undefined && plannableOnTail(deltas)) {
+    // A bounded history is measured on the whole state (a prune needs its tool rounds), never on the tail.
+    const bounded = this.historyBound?.bound.limitsOf(conversationId) !== undefined;
+    if (withoutState && !bounded && io.readTail && io.writeTail && copies.copy(conversationId) === undefined && plannableOnTail(deltas)) {
       const onTail = await this.commitOnTail(conversationId, expectedVersion, deltas, idempotencyKey, fingerprint, messageIds);
       if ("version" in onTail) return onTail;
       preRead = onTail.read;
@@ -204,6 +214,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
           committedAtUnixMs: BigInt(this.options.now()),
           cleared,
           expiry: this.options.expiry,
+          historyBound: this.historyBound,
         });
       } catch (error) {
         // The copy may be behind (or a retry's batch already applied): read, then decide.

@@ -2,10 +2,12 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
 import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
 import { ConversationStateSchema, DeltaSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
-import { applyDeltas } from "../core/deltas/apply-deltas.js";
+import { applyDelta, applyDeltas } from "../core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
+import type { Message } from "#gen/contextd/v1/message_pb";
 import type { ConversationExpiry } from "./conversation-expiry.js";
+import type { HistoryBound } from "./history-bound.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 
 /** The state of a conversation never written (or unknown): empty, version 0. */
@@ -57,6 +59,8 @@ export interface CommitPlanOptions {
   cleared: boolean;
   /** The idle TTLs the store's conversations expire by; none = never. */
   expiry?: ConversationExpiry;
+  /** The default prune the store's conversations are kept within (`HistoryBound`), and how a message's bytes are measured for it. */
+  historyBound?: { bound: HistoryBound; sizeOf: (message: Message) => number };
 }
 
 /** The batch a `Clear` commits (with `cleared` set, so watchers can tell it from a batch that clears). */
@@ -91,13 +95,24 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
     lineage === undefined && lookups === undefined
       ? { ...deltaContext, newMessageId }
       : { newMessageId, strictToolRounds: deltaContext.strictToolRounds, ...(lookups ?? indexedLookups(lineage!, idIndex)) };
-  const applied = applyDeltas(base, deltas, context);
+  let applied = applyDeltas(base, deltas, context);
+  let committed = deltas;
+  // The tenant's default prune: one more delta of the batch, in its change (so the change log
+  // rebuilds this version), only when it drops something.
+  const prune = options.historyBound?.bound.pruneFor(base.conversationId, applied, options.historyBound.sizeOf);
+  if (prune !== undefined) {
+    const pruned = applyDelta(applied, prune, context, deltas.length);
+    if (pruned.history !== applied.history) {
+      applied = pruned;
+      committed = [...deltas, prune];
+    }
+  }
   const version = base.version + 1n;
   const state = { ...applied, conversationId: base.conversationId, version };
   const change = create(ChangeSchema, {
     conversationId: base.conversationId,
     version,
-    deltas,
+    deltas: committed,
     idempotencyKey: options.idempotencyKey,
     committedAtUnixMs: options.committedAtUnixMs,
     cleared: options.cleared,

@@ -115,11 +115,12 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
   /** Empties the conversation and advances its version (a tombstone). */
   clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
   /**
-   * Removes every stored part of the conversation (state, segments, change log, listing entries)
-   * at once: it then reads as one never written. ABORTED (naming the current version) when
-   * `expectedVersion` is given and is not the stored one. Returns the version deleted, 0 when
-   * nothing was stored. Watches of it see no further changes; the server ends them (a version that
-   * went back, `watchWithHeartbeats`). Idempotency records are left to their own expiry.
+   * Removes every stored part of the conversation (state, segments, change log, listing entries,
+   * idempotency records, usage ledger; its tenant's usage totals stay) at once: it then reads as
+   * one never written, and no record answers a retry of its old commits. ABORTED (naming the
+   * current version) when `expectedVersion` is given and is not the stored one. Returns the
+   * version deleted, 0 when nothing was stored. Watches of it see no further changes; the server
+   * ends them (a version that went back, `watchWithHeartbeats`). An expiry removes the same.
    */
   delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint>;
   /**

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Codec } from "../codec/codec.js";
 import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { ConversationStore } from "./conversation-store.js";
+import type { HistoryBound } from "./history-bound.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
@@ -19,10 +20,11 @@ export interface RedisDeployment {
   waitTimeoutMs?: number;
 }
 
-/** How long conversations live (`--idle-ttl-ms`, `--idle-ttl-per-tenant`) and how often the expired are swept (`--expiry-sweep-ms`). */
+/** How long conversations live (`--idle-ttl-ms`, `--idle-ttl-per-tenant`), how often the expired are swept (`--expiry-sweep-ms`), and the default prune (`--prune-*`). */
 export interface StoreRetention {
   expiry?: ConversationExpiry;
   expirySweepMs?: number;
+  historyBound?: HistoryBound;
 }
 
 /** How much change log every store keeps (`--history-retention-versions`) and what one history read may cost. */

@@ -51,6 +51,8 @@ export class IdempotencyRecords {
   /** Every record, oldest first (the expiry order). */
   private readonly records = new Map<string, KeptRecord>();
   private readonly tenants = new Map<string, TenantRecords>();
+  /** Per conversation id the names of its records, so a deleted conversation's go with it (`forgetConversation`). */
+  private readonly byConversation = new Map<string, Set<string>>();
   /** Tenants by share, largest first; entries whose share has changed since are skipped (lazy). */
   private readonly byShare = new ShareHeap();
   private totalBytes = 0;
@@ -89,13 +91,28 @@ export class IdempotencyRecords {
       // Strings count two bytes a character: V8 stores a string with any non-Latin-1 character so.
       bytes: recordOverheadBytes + 2 * (name.length + fingerprint.length),
       tenant,
+      conversationId,
     };
     this.records.set(name, record);
+    let names = this.byConversation.get(conversationId);
+    if (names === undefined) this.byConversation.set(conversationId, (names = new Set()));
+    names.add(name);
     tenant.records.add(name);
     tenant.bytes += record.bytes;
     this.totalBytes += record.bytes;
     this.byShare.push(tenant, this.shareOf(tenant));
     this.trim(now);
+  }
+
+  /**
+   * Forgets every record of `conversationId`: the conversation was deleted or expired, and a new
+   * conversation under its id must never be answered with the old one's commits. Costs the
+   * conversation's records.
+   */
+  forgetConversation(conversationId: string): void {
+    const names = this.byConversation.get(conversationId);
+    if (names === undefined) return;
+    for (const name of [...names]) this.forget(name, this.records.get(name)!);
   }
 
   get size(): number {
@@ -133,6 +150,9 @@ export class IdempotencyRecords {
 
   private forget(name: string, record: KeptRecord): void {
     this.records.delete(name);
+    const names = this.byConversation.get(record.conversationId)!;
+    names.delete(name);
+    if (names.size === 0) this.byConversation.delete(record.conversationId);
     this.totalBytes -= record.bytes;
     const { tenant } = record;
     tenant.records.delete(name);
@@ -144,6 +164,7 @@ export class IdempotencyRecords {
 
 interface KeptRecord extends IdempotencyRecord {
   tenant: TenantRecords;
+  conversationId: string;
 }
 
 /** One tenant's records (names, oldest first) and their bytes. */

@@ -19,7 +19,8 @@ import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
 import { changesNotRetained, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
-import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, hasExpired, ConversationExpiry } from "./conversation-expiry.js";
+import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, hasExpired, tenantOf, ConversationExpiry } from "./conversation-expiry.js";
+import type { HistoryBound } from "./history-bound.js";
 import { stringLimits } from "../core/model/string-limits.js";
 
 export interface MemoryStoreOptions {
@@ -41,6 +42,8 @@ export interface MemoryStoreOptions {
   codec?: Codec;
   /** The idle TTLs conversations expire by; none = only their own (`ConversationState.idle_ttl_ms`). */
   expiry?: ConversationExpiry;
+  /** The default prune commits keep histories within (`--prune-*`); none = only `prune_history` deltas prune. */
+  historyBound?: HistoryBound;
   /** How often expired conversations are swept, in ms (`expirySweepBatch` per batch); 0 = only as they are met. */
   expirySweepMs?: number;
 }
@@ -126,7 +129,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
       // The memory store holds every conversation whole: its index is the copy's (`idIndexOf`), nothing to rebuild.
       write: async (...[conversationId, base, plan, idempotencyKey, fingerprint]: Parameters<CommitIo["write"]>) => this.write(conversationId, base, plan, idempotencyKey, fingerprint),
     };
-    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now, expiry: options.expiry ?? new ConversationExpiry() });
+    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepPass(), sweepMs).unref();
   }
@@ -142,9 +145,14 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     return undefined;
   }
 
-  /** Forgets a conversation and its listing entries; its watches wake and find nothing more. */
+  /**
+   * Forgets a conversation, its listing entries, its idempotency records and its usage ledger (the
+   * tenant's totals stay), all between two awaits; its watches wake and find nothing more.
+   */
   private remove(conversationId: string, conversation: Conversation): void {
     this.conversations.delete(conversationId);
+    this.idempotency.forgetConversation(conversationId);
+    this.usage.forget(tenantOf(conversationId), conversationId);
     this.ids.delete(conversationId);
     this.byUpdate.delete(updateOrderKey(conversation.updatedAtUnixMs, conversationId));
     if (conversation.expiresAtUnixMs > 0n) this.byExpiry.delete(expiryOrderKey(conversation.expiresAtUnixMs, conversationId));
@@ -186,6 +194,8 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
     const current = conversation?.state.version ?? 0n;
     if (expectedVersion !== undefined && expectedVersion !== current) throw versionConflict(conversationId, expectedVersion, current);
     if (conversation !== undefined) this.remove(conversationId, conversation);
+    // A ledger can exist without the conversation (usage reported for an id never committed).
+    else this.usage.forget(tenantOf(conversationId), conversationId);
     return current;
   }
 

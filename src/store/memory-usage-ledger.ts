@@ -46,6 +46,15 @@ export class MemoryUsageLedger {
     return { duplicate: false, entry: report, totals: conversation.totals };
   }
 
+  /**
+   * Removes the conversation's entries and totals (its conversation was deleted or expired). The
+   * tenant's totals keep its reports: they are what the tenant used, as a bill does.
+   */
+  forget(tenant: string, conversationId: string): void {
+    const ledger = this.tenants.get(tenant);
+    if (ledger?.conversations.delete(conversationId)) ledger.ids.delete(conversationId);
+  }
+
   read(tenant: string, conversationId: string): ConversationUsageRecord {
     const conversation = this.tenants.get(tenant)?.conversations.get(conversationId);
     return conversation ? { totals: conversation.totals, entries: [...conversation.entries.values()] } : { totals: noUsage, entries: [] };

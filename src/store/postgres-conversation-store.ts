@@ -26,6 +26,7 @@ import { storedSegments } from "./segment-edits.js";
 import { bufferOf, StoredCopies } from "./stored-copies.js";
 import { corruptConversation, redactUrl, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
 import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
+import type { HistoryBound } from "./history-bound.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { PostgresUsageLedger } from "./postgres-usage-ledger.js";
 
@@ -53,6 +54,8 @@ export interface PostgresStoreOptions {
   values?: StoredValues;
   /** The idle TTLs conversations expire by; none = only their own (`ConversationState.idle_ttl_ms`). */
   expiry?: ConversationExpiry;
+  /** The default prune commits keep histories within (`--prune-*`); none = only `prune_history` deltas prune. */
+  historyBound?: HistoryBound;
   /** How often expired conversations are deleted (batches of `expirySweepBatch`), in ms; 0 = never (reads treat them as absent anyway). */
   expirySweepMs?: number;
 }
@@ -168,7 +171,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
     };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
@@ -499,6 +502,11 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const now = this.now();
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    // An expired conversation under the new id that no sweep removed yet reads as never written,
+    // but its row would make contextd_fork answer "exists" (ALREADY_EXISTS for an id that reads as
+    // free): removed first, with its idempotency records and ledger. `contextd_delete` expecting
+    // version 0 removes only that (a live conversation there is a conflict, left alone).
+    await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
       "SELECT contextd_fork($1, $2, $3, $4, $5, $6, $7, $8) AS outcome",

@@ -1,4 +1,5 @@
 import type pg from "pg";
+import { removalMigration } from "./postgres-removal-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
@@ -40,6 +41,8 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   `contextd_commit_indexed`, the commit that keeps them, and `contextd_commit_tail`, the tail read.
  * - Migration 12: `contextd_commit_listened`, the commit this build calls: 11's with cheaper
  *   statements, notifying only while some sidecar listens (`listenersLockKey`).
+ * - Migration 13: a removed conversation's idempotency records and usage ledger go with it, in
+ *   `contextd_delete_rows` (postgres-removal-schema.ts).
  *
  * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
  * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1216,6 +1219,7 @@ END
 $$;
 `,
   },
+  removalMigration,
 ];
 
 /** The table recording which migrations were applied. */

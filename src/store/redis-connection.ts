@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { commitScript, deleteScript, loadScript, reportUsageScript, windowScript, writeProbeScript } from "./redis-scripts.js";
+import { commitScript, deleteScript, loadScript, reportUsageScript, sweepIdempotencyScript, windowScript, writeProbeScript } from "./redis-scripts.js";
 import { commitTailScript } from "./redis-tail-script.js";
 import { forkScript, forkScriptKeys } from "./redis-fork-script.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
@@ -62,7 +62,7 @@ export const redisClusterOptions: ClusterOptions = {
 };
 
 /** How many of the commit script's arguments are keys. */
-export const commitScriptKeys = 10;
+export const commitScriptKeys = 11;
 
 /** The load script's reply (see `loadScript`). */
 export type LoadReply = (Buffer | null | number | Buffer[])[];
@@ -74,6 +74,7 @@ export interface Scripts {
   contextdCommitBuffer(...args: (string | Buffer | number | (string | Buffer)[])[]): Promise<(Buffer | null)[]>;
   contextdWriteProbe(): Promise<unknown>;
   contextdDelete(...args: string[]): Promise<string[]>;
+  contextdSweepIdempotency(...args: string[]): Promise<string[]>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
   contextdFork(...args: (string | Buffer)[]): Promise<string[]>;
 }
@@ -116,7 +117,8 @@ export class RedisConnection {
     this.redis.defineCommand("contextdCommitTail", { numberOfKeys: 8, lua: commitTailScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
-    this.redis.defineCommand("contextdDelete", { numberOfKeys: 9, lua: deleteScript });
+    this.redis.defineCommand("contextdDelete", { numberOfKeys: 10, lua: deleteScript });
+    this.redis.defineCommand("contextdSweepIdempotency", { numberOfKeys: 2, lua: sweepIdempotencyScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
     this.redis.defineCommand("contextdFork", { numberOfKeys: forkScriptKeys, lua: forkScript });
   }

@@ -25,6 +25,7 @@ import { storedSegments } from "./segment-edits.js";
 import { bufferOf, StoredCopies, type ReceivedSegment } from "./stored-copies.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
+import type { HistoryBound } from "./history-bound.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { RedisUsageLedger } from "./redis-usage-ledger.js";
 import { idIndexArguments, idIndexChanges } from "./stored-id-index.js";
@@ -75,6 +76,8 @@ export interface RedisStoreOptions {
   values?: StoredValues;
   /** The idle TTLs conversations expire by (every key of one gets the expiry); none = only their own. */
   expiry?: ConversationExpiry;
+  /** The default prune commits keep histories within (`--prune-*`); none = only `prune_history` deltas prune. */
+  historyBound?: HistoryBound;
   /** How often the listing entries of expired conversations are removed, in ms; 0 = never (listings skip them anyway). */
   expirySweepMs?: number;
 }
@@ -162,7 +165,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
     };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
@@ -377,6 +380,10 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const now = this.now();
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    // The fork script writes no idempotency record and so purges none: the records an earlier,
+    // expired conversation under the new id left go first (only while it has no version; a
+    // commit that gives it one makes the fork answer "exists").
+    await this.sweepIdempotencyRecords([newConversationId]);
     const reply = await this.connection.call(
       "forking a conversation",
       () =>
@@ -470,7 +477,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const keys = this.keys(conversationId);
     const reply = await this.connection.call(
       "deleting a conversation",
-      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.ids, keys.calls, expectedVersion === undefined ? "" : String(expectedVersion)),
+      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.ids, keys.calls, keys.idempotencyRecords, expectedVersion === undefined ? "" : String(expectedVersion)),
       conversationId,
     );
     const outcome = String(reply[0]);
@@ -480,7 +487,18 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.copies.forget(conversationId);
     this.indexedConversations.delete(conversationId);
     await this.connection.call("deleting a conversation's listing entries", () => this.removeListingEntries([conversationId]));
+    await this.usage.forget([conversationId]);
     return current;
+  }
+
+  /** The idempotency records of expired conversations (one script per conversation: each is its own slot), unless one was committed to again. */
+  private async sweepIdempotencyRecords(conversationIds: string[]): Promise<void> {
+    const replies = await this.connection.call("sweeping expired conversations' idempotency records", () =>
+      Promise.all(conversationIds.map((id) => { const keys = this.keys(id); return this.redis.contextdSweepIdempotency(keys.version, keys.idempotencyRecords); })),
+    );
+    replies.forEach((reply, index) => {
+      if (reply[0] === "corrupt") throw corruptConversation(conversationIds[index]!, String(reply[1]));
+    });
   }
 
   private removeListingEntries(conversationIds: string[]): Promise<unknown> {
@@ -492,8 +510,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   /**
-   * Removes the listing entries of conversations whose keys Redis expired: batches of
-   * `expirySweepBatch` from the expiry index, soonest first, each a few commands (an entry whose
+   * Removes the idempotency records, usage ledgers and listing entries of conversations whose keys
+   * Redis expired: batches of `expirySweepBatch` from the expiry index, soonest first, each a few
+   * commands (an entry whose
    * conversation was committed to again in between still has its version key and is kept), up to
    * `expirySweepBatches` batches per pass. Returns how many entries went.
    */
@@ -509,7 +528,12 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         if (due.length === 0) break;
         const versions = await this.connection.call("sweeping expired conversations", () => Promise.all(due.map((id) => this.redis.exists(this.keys(id).version))));
         const gone = due.filter((_, index) => versions[index] === 0);
-        if (gone.length > 0) await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
+        if (gone.length > 0) {
+          // The expiry index's entries go last: a pass that fails before finds these ids again.
+          await this.sweepIdempotencyRecords(gone);
+          await this.usage.forget(gone);
+          await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
+        }
         removed += gone.length;
         if (due.length < expirySweepBatch || gone.length === 0) break;
       }
@@ -677,6 +701,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
             keys.idempotency(idempotencyKey),
             keys.ids,
             keys.calls,
+            keys.idempotencyRecords,
             String(base.version),
             changeBytes,
             fingerprint,

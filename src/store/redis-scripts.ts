@@ -23,6 +23,12 @@ export interface ConversationKeys {
   calls: string;
   /** The record of one idempotency key. */
   idempotency(key: string): string;
+  /**
+   * A sorted set of the names of the conversation's idempotency records (scored by their commit
+   * time), so a delete, the expiry sweep and a new conversation under the id remove them all:
+   * a record must never answer for a conversation that is gone.
+   */
+  idempotencyRecords: string;
 }
 
 
@@ -39,6 +45,7 @@ export function conversationKeys(keyPrefix: string, conversationId: string): Con
     ids: `${base}:ids`,
     calls: `${base}:calls`,
     idempotency: (key) => idempotencyPrefix + escapeKeyPart(key),
+    idempotencyRecords: `${base}:idempotency-records`,
   };
 }
 
@@ -121,6 +128,13 @@ local function readIdempotencyRecord(key)
   end
   return fingerprint or false, recorded or false, false
 end
+-- Unlinks every idempotency record the set \`records\` names, and the set: what a conversation that
+-- is gone (deleted, expired, or about to start anew) leaves. Costs the records named.
+local function unlinkIdempotencyRecords(records)
+  local names = redis.call('ZRANGE', records, 0, -1)
+  for from = 1, #names, 1000 do redis.call('UNLINK', unpack(names, from, math.min(from + 999, #names))) end
+  redis.call('UNLINK', records)
+end
 -- The type checks of version, header and segment lists (KEYS[1], KEYS[2], KEYS[3..6]).
 local function checkStateTypes()
   local _, bad = typed('the version', KEYS[1], 'string')
@@ -195,7 +209,8 @@ local version = redis.call('GET', KEYS[1])
 if not version then
   bad = nothingWithoutVersion(headerType)
   if bad then return bad end
-  return {'ok', false, fingerprint, recorded}
+  -- A record without its conversation is a deleted or expired one's: it answers nothing.
+  return {'ok', false, false, false}
 end
 if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
 if version == '0' then return corrupt('the version key ' .. KEYS[1] .. ' holds "0"') end
@@ -277,7 +292,8 @@ return reply
  * Commits one batch computed by the client from the state at the expected version, writing only
  * what the batch changed.
  * KEYS: version, header, the four segment lists, changes stream, idempotency record, the id
- * index's set of message ids and hash of call names.
+ * index's set of message ids and hash of call names, the set naming the idempotency records
+ * (`ConversationKeys.idempotencyRecords`: added to by a keyed commit, emptied by a first one).
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
  * "1" if `rest` changed (required on a first commit) else "0", the commit time (Unix ms: the
@@ -308,12 +324,13 @@ return reply
  * The idempotency record (fingerprint and the version the commit produced) is checked before the
  * version, so a retry of a commit that already applied is answered from it even though the
  * version has since moved; the client then reads the state only if it is still at that version.
+ * Only while a version is stored: a record without one is a deleted or expired conversation's.
  */
 export const commitScript = `#!lua
 ${scriptPrelude}
 local function isCount(text) return string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15 end
 local function invalid(detail) return {'invalid', detail} end
-if #KEYS ~= 10 then return invalid('the commit script takes 10 keys') end
+if #KEYS ~= 11 then return invalid('the commit script takes 11 keys') end
 if #ARGV < 28 then return invalid('the commit script takes at least 28 arguments') end
 if not isVersion(ARGV[1]) then return invalid('expected version "' .. ARGV[1] .. '" is not a version') end
 if ARGV[2] == '' then return invalid('the change record is empty') end
@@ -370,6 +387,8 @@ _, bad = typed('the id index', KEYS[9], 'set')
 if bad then return bad end
 _, bad = typed('the call index', KEYS[10], 'hash')
 if bad then return bad end
+_, bad = typed('the idempotency record set', KEYS[11], 'zset')
+if bad then return bad end
 local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
 local header
@@ -381,7 +400,9 @@ else
   header, bad = readHeader(current)
   if bad then return bad end
 end
-if keyed then
+-- Without a version, a record is a deleted or expired conversation's: it answers nothing (and
+-- goes below, with every other record of the old conversation).
+if keyed and current ~= '0' then
   local record = redis.call('HMGET', KEYS[8], 'fingerprint', 'version')
   if record[1] or record[2] then
     if not (record[1] and record[2] and isVersion(record[2])) then
@@ -409,6 +430,7 @@ local added = redis.pcall('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], version .. '-
 if type(added) == 'table' and added.err then
   return corrupt('the change stream ' .. KEYS[7] .. ' does not take version ' .. version .. ' (' .. added.err .. ')')
 end
+if current == '0' then unlinkIdempotencyRecords(KEYS[11]) end
 local fields = {'updated_at_ms', ARGV[9]}
 if ARGV[10] == '1' then
   fields[#fields + 1] = 'title'
@@ -480,6 +502,12 @@ redis.call('SET', KEYS[1], version)
 if keyed then
   redis.call('HSET', KEYS[8], 'fingerprint', ARGV[3], 'version', version)
   redis.call('EXPIRE', KEYS[8], ARGV[4])
+  -- The set names the record until twice its TTL has passed by the sidecar's clock (a margin for
+  -- the two clocks), so every record that may still live is named; it outlives them, on its own TTL.
+  local ttlMs = tonumber(ARGV[4]) * 1000
+  redis.call('ZADD', KEYS[11], ARGV[9], KEYS[8])
+  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', string.format('(%d', tonumber(ARGV[9]) - 2 * ttlMs))
+  redis.call('PEXPIRE', KEYS[11], 2 * ttlMs)
 end
 -- Every key of the conversation expires at one time (Redis freezes the clock inside a script, and
 -- compares each key's expiry with it as it is accessed, so a reader sees all or none of them); a
@@ -497,11 +525,13 @@ return {'ok', version}
 `;
 
 /**
- * Deletes a conversation: its version, header, segment lists and change stream, at once.
- * KEYS: version, header, the four segment lists, changes stream, the id index, the call index.
+ * Deletes a conversation: its version, header, segment lists, change stream and idempotency
+ * records, at once.
+ * KEYS: version, header, the four segment lists, changes stream, the id index, the call index,
+ * the idempotency record set.
  * ARGV: the expected version ("" = any). Returns {'ok', the version deleted, "0" when nothing was
- * stored} | {'conflict', current version} | {'corrupt', detail}, checked before the first write. The listing entries (other
- * Cluster slots) are removed beside it; idempotency records expire on their own.
+ * stored} | {'conflict', current version} | {'corrupt', detail}, checked before the first write. The listing entries and the
+ * usage ledger (other Cluster slots) are removed beside it.
  */
 export const deleteScript = `#!lua
 ${scriptPrelude}
@@ -510,9 +540,28 @@ if bad then return bad end
 local current = redis.call('GET', KEYS[1]) or '0'
 if not isVersion(current) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(current, 1, 40) .. '", not a version') end
 if ARGV[1] ~= '' and ARGV[1] ~= current then return {'conflict', current} end
+local _
+_, bad = typed('the idempotency record set', KEYS[10], 'zset')
+if bad then return bad end
 -- UNLINK: the keys are gone at once, and a long list's memory is freed off Redis's main thread.
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
+unlinkIdempotencyRecords(KEYS[10])
 return {'ok', current}
+`;
+
+/**
+ * The expiry sweep's removal of what an expired conversation leaves beside the keys Redis
+ * expired: its idempotency records, unless the conversation was committed to again meanwhile
+ * (then its first commit removed them). KEYS: version, the idempotency record set. Returns
+ * {'ok', "1" when removed else "0"} | {'corrupt', detail}.
+ */
+export const sweepIdempotencyScript = `#!lua
+${scriptPrelude}
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'ok', '0'} end
+local _, bad = typed('the idempotency record set', KEYS[2], 'zset')
+if bad then return bad end
+unlinkIdempotencyRecords(KEYS[2])
+return {'ok', '1'}
 `;
 
 /**

@@ -30,7 +30,8 @@ local version = redis.call('GET', KEYS[1])
 if not version then
   bad = nothingWithoutVersion(headerType)
   if bad then return bad end
-  return {'ok', false, fingerprint, recorded}
+  -- As the load script: a record without its conversation answers nothing.
+  return {'ok', false, false, false}
 end
 if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
 if version == '0' then return corrupt('the version key ' .. KEYS[1] .. ' holds "0"') end

@@ -1,3 +1,4 @@
+import { tenantOf } from "./conversation-expiry.js";
 import type { RedisConnection } from "./redis-connection.js";
 import { escapeKeyPart } from "./redis-scripts.js";
 import {
@@ -37,6 +38,7 @@ export class RedisUsageLedger {
     redis.defineCommand("contextdRecordUsage", { numberOfKeys: 5, lua: recordUsageScript });
     redis.defineCommand("contextdReadUsage", { numberOfKeys: 3, lua: readUsageScript, readOnly: true });
     redis.defineCommand("contextdListTenantUsage", { numberOfKeys: 2, lua: listTenantUsageScript, readOnly: true });
+    redis.defineCommand("contextdForgetUsage", { lua: forgetUsageScript });
   }
 
   private get scripts(): UsageScripts {
@@ -69,6 +71,27 @@ export class RedisUsageLedger {
     return { duplicate: false, entry: report, totals };
   }
 
+  /**
+   * Removes the ledgers of `conversationIds` (deleted or expired conversations): one script per
+   * tenant, since a tenant's ledger is one slot. The tenants' totals keep their reports.
+   */
+  async forget(conversationIds: readonly string[]): Promise<void> {
+    const byTenant = new Map<string, string[]>();
+    for (const id of conversationIds) {
+      const tenant = tenantOf(id);
+      byTenant.set(tenant, [...(byTenant.get(tenant) ?? []), id]);
+    }
+    const replies = await this.connection.call("removing the usage ledger of deleted conversations", () =>
+      Promise.all(
+        [...byTenant].map(([tenant, ids]) => {
+          const keys = ids.map((id) => usageKeys(this.keyPrefix, tenant, id));
+          return this.scripts.contextdForgetUsage(1 + 3 * ids.length, keys[0]!.conversations, ...keys.flatMap((key) => [key.totals, key.order, key.entries]), ...ids);
+        }),
+      ),
+    );
+    for (const reply of replies) if (reply[0] === "corrupt") throw corruptUsage(String(reply[2]), String(reply[1]));
+  }
+
   async read(tenant: string, conversationId: string): Promise<ConversationUsageRecord> {
     const keys = usageKeys(this.keyPrefix, tenant, conversationId);
     const reply = await this.connection.call("reading usage", () => this.scripts.contextdReadUsage(keys.totals, keys.order, keys.entries));
@@ -99,6 +122,7 @@ export class RedisUsageLedger {
 }
 
 interface UsageScripts {
+  contextdForgetUsage(keyCount: number, ...args: string[]): Promise<string[]>;
   contextdRecordUsage(...args: (string | number)[]): Promise<unknown[]>;
   contextdReadUsage(...args: string[]): Promise<unknown[]>;
   contextdListTenantUsage(...args: (string | number)[]): Promise<unknown[]>;
@@ -130,6 +154,26 @@ local function sums(key)
   end
   return redis.call('HMGET', key, unpack(sumFields))
 end
+`;
+
+/**
+ * Removes conversations' ledgers, atomically. KEYS: the tenant's conversation index, then per
+ * conversation its sums, order list and entries. ARGV: the conversation ids. The tenant's sums are
+ * not touched. Replies {'ok'} | {'corrupt', detail, key} before any write.
+ */
+const forgetUsageScript = `#!lua
+${typeCheck}
+local checks = {{KEYS[1], 'zset'}}
+for i = 2, #KEYS, 3 do
+  table.insert(checks, {KEYS[i], 'hash'})
+  table.insert(checks, {KEYS[i + 1], 'list'})
+  table.insert(checks, {KEYS[i + 2], 'hash'})
+end
+local problem = wrongType(checks)
+if problem then return {'corrupt', problem, KEYS[1]} end
+for i = 2, #KEYS, 3 do redis.call('UNLINK', KEYS[i], KEYS[i + 1], KEYS[i + 2]) end
+redis.call('ZREM', KEYS[1], unpack(ARGV))
+return {'ok'}
 `;
 
 /**

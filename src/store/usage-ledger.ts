@@ -18,6 +18,10 @@ import { Code, ConnectError } from "@connectrpc/connect";
  * string-limits.ts), so a conversation's ledger is at most that times the bound. A retry is
  * recognised while its entry is kept: a retry after `maxEntriesPerConversation` newer reports of
  * the same conversation counts again.
+ *
+ * A conversation's ledger (entries and totals) goes when the conversation is deleted or expires,
+ * removed by each store with it (`ConversationStore.delete`); its tenant's totals keep its reports,
+ * as usage the tenant had.
  */
 export interface UsageLedgerStore {
   /** Records `report` once per `report.reportId`; a report id already kept answers `duplicate` with the kept entry and counts nothing. */

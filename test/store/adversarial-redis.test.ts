@@ -122,7 +122,7 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     for (const key of stored) {
       const id = ids.get(tagOf(key));
       expect(id, `key ${key} is under the tag of a conversation`).toBeDefined();
-      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)|changes|ids|calls|idempotency:[^{}:]*)$/);
+      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)|changes|ids|calls|idempotency-records|idempotency:[^{}:]*)$/);
     }
     expect(stored).toContain("contextd:{tenant/a%7D%3Aidempotency%3Ax}:version");
     expect(stored).toContain("contextd:{tenant/a}:idempotency:x%7D%3Aversion");

@@ -94,14 +94,17 @@ describe("RedisConversationStore expiry", () => {
       expect(await raw.pexpiretime(`${keyPrefix}:{brief}:idempotency:brief-key`)).toBe(briefExpiry);
       expect(await raw.zscore(`${keyPrefix}:conversations:expiry`, "brief")).toBe(String(briefExpiry));
       await eventually(async () => (await raw.exists(`${keyPrefix}:{brief}:version`)) === 0);
-      expect(await raw.keys(`${keyPrefix}:{brief}:*`)).toEqual([]);
+      // Left: the set naming its idempotency records, on its own TTL, for the sweep (or a new commit under the id) to remove them by.
+      expect(await raw.keys(`${keyPrefix}:{brief}:*`)).toEqual([`${keyPrefix}:{brief}:idempotency-records`]);
       expect(await store.sweepExpired()).toBe(1);
+      expect(await raw.keys(`${keyPrefix}:{brief}:*`)).toEqual([]);
       for (const index of ["conversations", "conversations:updated", "conversations:expiry"]) expect(await raw.zscore(`${keyPrefix}:${index}`, "brief")).toBeNull();
       expect(await raw.zscore(`${keyPrefix}:conversations`, "kept")).toBe("0");
 
-      // A delete takes the keys and the listing entries at once.
+      // A delete takes the keys, the idempotency records and the listing entries at once.
+      expect((await raw.keys(`${keyPrefix}:{kept}:idempotency*`)).sort()).toEqual([`${keyPrefix}:{kept}:idempotency-records`, `${keyPrefix}:{kept}:idempotency:never-key`]);
       await store.delete("kept", 2n);
-      expect(await raw.keys(`${keyPrefix}:{kept}:*`)).toEqual([`${keyPrefix}:{kept}:idempotency:never-key`]);
+      expect(await raw.keys(`${keyPrefix}:{kept}:*`)).toEqual([]);
       expect(await raw.zscore(`${keyPrefix}:conversations`, "kept")).toBeNull();
     } finally {
       raw.disconnect();

@@ -24,6 +24,7 @@ import { stringLimits } from "../../src/core/model/string-limits.js";
 import { listById, type ListQuery } from "../../src/store/conversation-listing.js";
 import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
 import { usageLedgerContract } from "./usage-ledger.contract.js";
+import { conversationRemovalContract } from "./conversation-removal.contract.js";
 
 /** The keys of the encrypted runs (encryption at rest): one store of each kind runs the whole contract again with them. */
 const encrypted = new AtRestCipher([
@@ -647,6 +648,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
   });
 
   describe("usage ledger", () => usageLedgerContract(() => store, async () => (_name === "memory" ? store : await open()), freshId));
+  describe("retention: what a removed conversation leaves, and the tenants' default prune", () => conversationRemovalContract(() => store, open, freshId, _name === "memory"));
 
   describe("token calibration records", () => {
     const bounds = { maxKeysPerTenant: 64, ttlMs: 86_400_000 };
@@ -841,8 +843,7 @@ describe.each(stores)("ConversationStore contract: %s", (_name, open) => {
       expect((await store.list({ ...listById(prefix, 10, ""), order: "updated" })).conversations.map((summary) => summary.conversationId)).toEqual([prefix + "b"]);
       expect(await store.delete(id, undefined)).toBe(0n);
       expect(await store.delete(id, 0n)).toBe(0n);
-      // Idempotency records outlive the delete: a retry of a commit that applied once answers replayed.
-      expect(await store.commit(id, undefined, [appendHistory(textMessage("a1", Role.ASSISTANT, "hello"))], "keyed")).toMatchObject({ version: 2n, replayed: true, state: undefined });
+      // Its idempotency records went with it (conversation-removal.contract.ts).
       // A new conversation under the id: version 1, no change of the old one left to watch.
       expect((await store.commit(id, 0n, [appendHistory(textMessage("n1", Role.USER, "new"))], "")).version).toBe(1n);
       const abort = new AbortController();

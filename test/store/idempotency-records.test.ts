@@ -14,6 +14,22 @@ describe("IdempotencyRecords", () => {
     expect(records.bytes).toBe(0);
   });
 
+  it("forgets every record of one conversation at once (it was deleted or expired), and only its own, counting their bytes back", () => {
+    const records = new IdempotencyRecords({ maxRecords: 100, maxBytes: 1 << 20, ttlMs: 1_000 });
+    for (let index = 0; index < 5; index++) records.add("t/gone", `k${index}`, "f", BigInt(index + 1), 0);
+    records.add("t/gone-too", "k0", "f", 1n, 0);
+    records.add("t/stays", "k0", "f", 1n, 0);
+    const kept = records.bytes - 5 * (160 + 2 * ("6:t/gonek0".length + "f".length));
+    records.forgetConversation("t/gone");
+    expect([records.size, records.sizeOf("t"), records.bytes]).toEqual([2, 2, kept]);
+    expect(records.get("t/gone", "k0", 0)).toBeUndefined();
+    expect(records.get("t/gone-too", "k0", 0)?.version).toBe(1n);
+    expect(records.get("t/stays", "k0", 0)?.version).toBe(1n);
+    records.forgetConversation("t/never");
+    records.add("t/gone", "k0", "new", 1n, 0);
+    expect(records.get("t/gone", "k0", 0)?.fingerprint).toBe("new");
+  });
+
   it("keeps (conversation, key) pairs apart that concatenate alike", () => {
     const records = new IdempotencyRecords({ maxRecords: 100, maxBytes: 1 << 20, ttlMs: 10 });
     records.add("a:", "b", "first", 1n, 0);

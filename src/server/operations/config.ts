@@ -188,6 +188,12 @@ export interface Config {
   idleTtlPerTenant: Record<string, number>;
   /** How often a store removes expired conversations, in bounded batches, in ms; 0 = only as reads meet them. */
   expirySweepMs: number;
+  /** The default prune (`HistoryBound`): history messages kept past the head's summary; 0 = no bound. */
+  pruneMaxMessages: number;
+  /** The default prune: history bytes (protobuf encodings) kept past the head's summary; 0 = no bound. */
+  pruneMaxBytes: number;
+  /** Per tenant, its prune bound overriding both defaults; `{0, 0}` = none. */
+  prunePerTenant: Record<string, { maxMessages: number; maxBytes: number }>;
   /** Changes kept per conversation (what Watch resumes from and what past versions are rebuilt from; docs/history.md). */
   historyRetentionVersions: number;
   /** Messages the logged changes one read of a past version (GetState at_version, Fork, Rewind) applies bring at most. */
@@ -254,6 +260,9 @@ export const defaultConfig: Config = {
   encryptionKeys: [],
   idleTtlMs: 0,
   idleTtlPerTenant: {},
+  pruneMaxMessages: 0,
+  pruneMaxBytes: 0,
+  prunePerTenant: {},
   expirySweepMs: defaultExpirySweepMs,
   historyRetentionVersions: 10_000,
   historyReadMessages: 1_000_000,
@@ -321,6 +330,10 @@ export const flags = {
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
   "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
+  "prune-max-messages":
+    "every commit keeps a conversation's history within this many messages (and one summary at its head standing for what went), pruning as a prune_history delta does, down to 90% of it, unless its tenant has its own bound; 0 = no bound",
+  "prune-max-bytes": "the same bound in bytes of the history's messages (their protobuf encoding); 0 = no bound; with both set, both hold",
+  "prune-per-tenant": "per-tenant prune bounds overriding --prune-max-messages and --prune-max-bytes, tenant=messages:bytes comma separated (0 = no bound of that kind; 0:0 = none for the tenant)",
   "expiry-sweep-ms": "how often each store removes expired conversations, a bounded batch at a time; 0 = never (reads still treat them as gone)",
   "history-retention-versions": "changes kept per conversation: what Watch resumes from, and the history window GetState at_version, Fork and Rewind read past versions in (Redis keeps about this many)",
   "history-read-messages": "messages the logged changes one read of a past version (GetState at_version, Fork at a past version, Rewind) applies may bring, all together (RESOURCE_EXHAUSTED past it)",
@@ -484,6 +497,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),
     idleTtlPerTenant: parseIdleTtlPerTenant(pick("idle-ttl-per-tenant")),
     expirySweepMs: integer("expiry-sweep-ms", defaultConfig.expirySweepMs, 0, 2 ** 31 - 1),
+    pruneMaxMessages: integer("prune-max-messages", defaultConfig.pruneMaxMessages, 0, maxPruneMessages),
+    pruneMaxBytes: integer("prune-max-bytes", defaultConfig.pruneMaxBytes, 0),
+    prunePerTenant: parsePrunePerTenant(pick("prune-per-tenant")),
     historyRetentionVersions: integer("history-retention-versions", defaultConfig.historyRetentionVersions, 1, 10_000_000),
     historyReadMessages: integer("history-read-messages", defaultConfig.historyReadMessages, 1),
   };
@@ -499,6 +515,23 @@ function parseIdleTtlPerTenant({ text, where }: { text: string | undefined; wher
     }
     if (Object.hasOwn(perTenant, match[1]!)) throw new Error(`invalid ${where}: tenant "${match[1]}" given twice`);
     perTenant[match[1]!] = Number(match[2]);
+  }
+  return perTenant;
+}
+
+/** The most messages a prune bound may keep: `PruneHistory.max_messages` is a uint32. */
+const maxPruneMessages = 0xffffffff;
+
+/** `tenant=messages:bytes,...`: each tenant's prune bound; an invalid entry throws naming the flag, the entry and the limits. */
+function parsePrunePerTenant({ text, where }: { text: string | undefined; where: string }): Record<string, { maxMessages: number; maxBytes: number }> {
+  const perTenant: Record<string, { maxMessages: number; maxBytes: number }> = {};
+  for (const entry of (text ?? "").split(",").map((part) => part.trim()).filter((part) => part !== "")) {
+    const match = /^([A-Za-z0-9._-]+)=(\d{1,16}):(\d{1,16})$/.exec(entry);
+    if (!match || Number(match[2]) > maxPruneMessages || Number(match[3]) > Number.MAX_SAFE_INTEGER) {
+      throw new Error(`invalid ${where} entry "${entry}": want tenant=messages:bytes, the tenant letters, digits, ".", "_" or "-", the messages 0 to ${maxPruneMessages}, the bytes 0 to ${Number.MAX_SAFE_INTEGER}`);
+    }
+    if (Object.hasOwn(perTenant, match[1]!)) throw new Error(`invalid ${where}: tenant "${match[1]}" given twice`);
+    perTenant[match[1]!] = { maxMessages: Number(match[2]), maxBytes: Number(match[3]) };
   }
   return perTenant;
 }

@@ -68,6 +68,17 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--idle-ttl-ms", "3153600000001"], {})).toThrow(/--idle-ttl-ms/);
   });
 
+  it("reads the default prune from --prune-max-messages, --prune-max-bytes and --prune-per-tenant (tenant=messages:bytes); refuses malformed entries naming the flag and the limits", () => {
+    expect(loadConfig([], {})).toMatchObject({ pruneMaxMessages: 0, pruneMaxBytes: 0, prunePerTenant: {} });
+    const config = loadConfig(["--prune-max-messages", "500", "--prune-max-bytes", "1048576", "--prune-per-tenant", "acme=200:0, beta.io=0:0,gamma=0:4096"], {});
+    expect(config).toMatchObject({ pruneMaxMessages: 500, pruneMaxBytes: 1_048_576, prunePerTenant: { acme: { maxMessages: 200, maxBytes: 0 }, "beta.io": { maxMessages: 0, maxBytes: 0 }, gamma: { maxMessages: 0, maxBytes: 4096 } } });
+    expect(loadConfig([], { CONTEXTD_PRUNE_PER_TENANT: "acme=5:6" }).prunePerTenant).toEqual({ acme: { maxMessages: 5, maxBytes: 6 } });
+    expect(() => loadConfig(["--prune-per-tenant", "acme=5"], {})).toThrow('invalid --prune-per-tenant or CONTEXTD_PRUNE_PER_TENANT entry "acme=5": want tenant=messages:bytes');
+    expect(() => loadConfig(["--prune-per-tenant", "acme=4294967296:0"], {})).toThrow(/the messages 0 to 4294967295/);
+    expect(() => loadConfig(["--prune-per-tenant", "acme=1:1,acme=2:2"], {})).toThrow('tenant "acme" given twice');
+    expect(() => loadConfig([], { CONTEXTD_PRUNE_MAX_MESSAGES: "4294967296" })).toThrow(/--prune-max-messages or CONTEXTD_PRUNE_MAX_MESSAGES "4294967296": want an integer from 0 to 4294967295/);
+  });
+
   it("rejects invalid values naming the flag and the variable", () => {
     expect(() => loadConfig(["--port", "70000"], {})).toThrow(/--port or CONTEXTD_PORT "70000"/);
     expect(() => loadConfig([], { CONTEXTD_MAX_STREAMS: "0" })).toThrow(/--max-streams or CONTEXTD_MAX_STREAMS/);

@@ -1,7 +1,9 @@
 import * as grpc from "@grpc/grpc-js";
 import { describe, expect, it } from "vitest";
 import { ConversationService, type ExportConversationsResponse } from "#gen/contextd/v1/conversation_service_pb";
-import { Role } from "#gen/contextd/v1/message_pb";
+import { ContextService } from "#gen/contextd/v1/context_service_pb";
+import { CurrentTurnPersistence, EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { rpcFailure } from "../../support/grpc-js.js";
 import { sidecarForSuite, sidecarStores } from "../../support/sidecar.js";
 import { appendHistory, textMessage } from "../../store/fixtures.js";
@@ -18,7 +20,8 @@ function collect<T>(stream: grpc.ClientReadableStream<T>): Promise<T[]> {
 
 describe.each(sidecarStores)("retention RPCs against a real sidecar (%s)", (_name, backend) => {
   // Conversations of tenant "brief" live 1 s without a commit; every other tenant's forever.
-  const running = sidecarForSuite(backend, ["--idle-ttl-per-tenant", "brief=1000"]);
+  // Tenant "bounded" keeps at most 4 history messages (after the summary a prune leaves), the others any number.
+  const running = sidecarForSuite(backend, ["--idle-ttl-per-tenant", "brief=1000", "--prune-per-tenant", "bounded=4:0"]);
   const commit = (conversationId: string, id = "u1") =>
     running.client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(textMessage(id, Role.USER, `hello from ${conversationId}`))] });
 
@@ -79,5 +82,62 @@ describe.each(sidecarStores)("retention RPCs against a real sidecar (%s)", (_nam
     }
     expect((await client.unary(ConversationService.method.getState, { conversationId: "brief/chat" })).state!.version).toBe(0n);
     expect((await client.unary(ConversationService.method.getState, { conversationId: "steady/chat" })).state!.version).toBe(1n);
+  });
+
+  it("keeps a tenant's conversations within its --prune-per-tenant bound at every commit, as a prune_history delta would (down to 90% of it)", async () => {
+    const { client } = running;
+    const turns = Array.from({ length: 6 }, (_, index) => textMessage(`m${index}`, index % 2 === 0 ? Role.USER : Role.ASSISTANT, `turn ${index}`));
+    const committed = await client.unary(ConversationService.method.commit, { conversationId: "bounded/chat", deltas: [appendHistory(...turns)], includeState: true });
+    const [summary, ...kept] = committed.state!.history;
+    // Past the bound: pruned to 90% of it (3 messages), so the next append needs no prune.
+    expect(kept.map((message) => message.id)).toEqual(["m3", "m4", "m5"]);
+    expect(summary!.provenance?.kind).toMatchObject({ case: "summary", value: { coveredMessageIds: ["m0", "m1", "m2"] } });
+    // Without include_state (a store may plan such a commit on its stored tail): bounded all the same.
+    await client.unary(ConversationService.method.commit, { conversationId: "bounded/chat", deltas: [appendHistory(textMessage("m6", Role.USER, "more"))] });
+    const { state } = await client.unary(ConversationService.method.getState, { conversationId: "bounded/chat" });
+    expect(state!.history.slice(1).map((message) => message.id)).toEqual(["m3", "m4", "m5", "m6"]);
+    // Another tenant has no bound.
+    const other = await client.unary(ConversationService.method.commit, { conversationId: "unbounded/chat", deltas: [appendHistory(...turns)], includeState: true });
+    expect(other.state!.history.map((message) => message.id)).toEqual(["m0", "m1", "m2", "m3", "m4", "m5"]);
+    // A compile that commits its turn: it compiled the history before the prune its commit added; the next compile sees it pruned.
+    const turn = (id: string, expectedVersion: bigint) =>
+      client.unary(ContextService.method.compile, {
+        conversationId: "bounded/chat",
+        currentTurn: { raw: textMessage(id, Role.USER, `question ${id}`), persistence: CurrentTurnPersistence.PERSIST_RAW },
+        commit: { expectedVersion },
+      });
+    const first = (await turn("q1", 2n)).result!;
+    expect(first.committedVersion).toBe(3n);
+    expect(first.payload!.history.map((message) => message.id).slice(1)).toEqual(["m3", "m4", "m5", "m6", "q1"]);
+    const stored = (await client.unary(ConversationService.method.getState, { conversationId: "bounded/chat" })).state!;
+    expect(stored.history.slice(1).map((message) => message.id)).toEqual(["m5", "m6", "q1"]);
+    const second = (await turn("q2", 3n)).result!;
+    expect(second.payload!.history.map((message) => message.id).slice(1)).toEqual(["m5", "m6", "q1", "q2"]);
+  });
+
+  it("DeleteConversation takes the conversation's usage ledger and idempotency records; the tenant's usage totals keep its reports", async () => {
+    const { client } = running;
+    const deltas = [appendHistory(textMessage("u1", Role.USER, "hello"))];
+    await client.unary(ConversationService.method.commit, { conversationId: "ledger/gone", deltas, idempotencyKey: "turn-1" });
+    await client.unary(ContextService.method.reportUsage, {
+      conversationId: "ledger/gone",
+      reportId: "response-1",
+      provider: Provider.OPENAI_CHAT,
+      model: "gpt-4o",
+      estimator: EstimatorKind.TOKENIZER,
+      estimatedTokens: 90n,
+      actualInputTokens: 100n,
+      outputTokens: 10n,
+    });
+    const tenantBefore = await client.unary(ConversationService.method.listTenantUsage, { tenant: "ledger" });
+    expect(tenantBefore.conversations.map((row) => row.conversationId)).toEqual(["ledger/gone"]);
+    await client.unary(ConversationService.method.deleteConversation, { conversationId: "ledger/gone" });
+    expect((await client.unary(ConversationService.method.getUsage, { conversationId: "ledger/gone" })).totals).toMatchObject({ reports: 0n, inputTokens: 0n });
+    const tenantAfter = await client.unary(ConversationService.method.listTenantUsage, { tenant: "ledger" });
+    expect(tenantAfter.conversations).toEqual([]);
+    expect(tenantAfter.totals).toEqual(tenantBefore.totals);
+    // The retry of the deleted conversation's keyed commit is a new commit, not a replay of version 1 of the deleted one.
+    const retried = await client.unary(ConversationService.method.commit, { conversationId: "ledger/gone", deltas, idempotencyKey: "turn-1" });
+    expect([retried.version, retried.replayed]).toEqual([1n, false]);
   });
 });

@@ -484,7 +484,8 @@ type ListTenantUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tenant listed.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// Every report the tenant's conversations ever counted, on every page.
+	// Every report the tenant's conversations ever counted, on every page, those of conversations
+	// since deleted or expired included (their rows are gone from `conversations`).
 	Totals *UsageTotals `protobuf:"bytes,2,opt,name=totals,proto3" json:"totals,omitempty"`
 	// The page: conversations with at least one report, by id (bytewise on the id's UTF-8).
 	Conversations []*ConversationUsage `protobuf:"bytes,3,rep,name=conversations,proto3" json:"conversations,omitempty"`

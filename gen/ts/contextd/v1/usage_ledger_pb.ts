@@ -296,7 +296,8 @@ export type ListTenantUsageResponse = Message<"contextd.v1.ListTenantUsageRespon
   tenant: string;
 
   /**
-   * Every report the tenant's conversations ever counted, on every page.
+   * Every report the tenant's conversations ever counted, on every page, those of conversations
+   * since deleted or expired included (their rows are gone from `conversations`).
    *
    * @generated from field: contextd.v1.UsageTotals totals = 2;
    */

@@ -119,7 +119,9 @@ type ConversationServiceClient interface {
 	// `GetUsage`).
 	ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error)
 	// Delete one conversation: every stored part of it (state, segments, change log, listing
-	// entries) goes at once, and it then reads as one never written (version 0). A stale
+	// entries, idempotency records, usage ledger; its tenant's usage totals stay) goes at once, and
+	// it then reads as one never written (version 0): a retry of one of its keyed commits is a new
+	// commit, never answered with the deleted conversation's version. A stale
 	// `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
 	// heartbeat interval (docs/retention.md).
 	DeleteConversation(context.Context, *connect.Request[v1.DeleteConversationRequest]) (*connect.Response[v1.DeleteConversationResponse], error)
@@ -390,7 +392,9 @@ type ConversationServiceHandler interface {
 	// `GetUsage`).
 	ListTenantUsage(context.Context, *connect.Request[v1.ListTenantUsageRequest]) (*connect.Response[v1.ListTenantUsageResponse], error)
 	// Delete one conversation: every stored part of it (state, segments, change log, listing
-	// entries) goes at once, and it then reads as one never written (version 0). A stale
+	// entries, idempotency records, usage ledger; its tenant's usage totals stay) goes at once, and
+	// it then reads as one never written (version 0): a retry of one of its keyed commits is a new
+	// commit, never answered with the deleted conversation's version. A stale
 	// `expected_version` is ABORTED, as for `Commit`. Watches of it end with NOT_FOUND within one
 	// heartbeat interval (docs/retention.md).
 	DeleteConversation(context.Context, *connect.Request[v1.DeleteConversationRequest]) (*connect.Response[v1.DeleteConversationResponse], error)

@@ -242,6 +242,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     postgresUrl: config.postgresUrl,
     strictToolRounds: config.strictToolRounds,
     decodedStateBytes: config.decodedStateBytes,
+    keptTailBytes: config.keptTailBytes,
     values: storedValuesOf(config.encryptionKeys),
     retention: { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
     history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },

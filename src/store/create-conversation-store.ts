@@ -4,6 +4,7 @@ import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { ConversationStore } from "./conversation-store.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
+import { defaultKeptTailBytes } from "./kept-tails.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
@@ -44,6 +45,8 @@ export interface ConversationStoreSettings {
   strictToolRounds?: boolean;
   /** `--decoded-state-bytes`: what the Redis and Postgres stores' decoded states may weigh. */
   decodedStateBytes?: number;
+  /** `--kept-tail-bytes`: what the Redis and Postgres stores' kept tails may weigh (kept-tails.ts). */
+  keptTailBytes?: number;
   /** `--encryption-key-file`: how the Redis and Postgres stores keep contents; the memory store holds nothing outside the process and takes none. */
   values?: StoredValues;
   retention?: StoreRetention;
@@ -64,6 +67,7 @@ export async function createConversationStore({
   connectTimeoutMs = 5_000,
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
+  keptTailBytes = defaultKeptTailBytes,
   values = plainValues,
   retention = {},
   history = {},
@@ -72,7 +76,7 @@ export async function createConversationStore({
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values, ...retention, ...history });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, values, ...retention, ...history });
     await store.connected(connectTimeoutMs);
     return store;
   }
@@ -82,6 +86,7 @@ export async function createConversationStore({
     codec,
     deltaContext,
     cacheBytes: decodedStateBytes,
+    keptTailBytes,
     values,
     ...history,
     waitReplicas: redis.waitReplicas,

@@ -44,6 +44,8 @@ export interface RedisStoreOptions {
   cacheSize?: number;
   /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
   cacheBytes?: number;
+  /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
+  keptTailBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -146,6 +148,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       lineage: this.lineage,
       cacheSize: options.cacheSize,
       cacheBytes: options.cacheBytes,
+      keptTailBytes: options.keptTailBytes,
       strictToolRounds: options.deltaContext?.strictToolRounds === true,
       names: {
         loader: "redis store: the load script",
@@ -160,6 +163,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       readTail: this.readTail.bind(this),
       writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
+      keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
     };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
@@ -171,6 +175,11 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   private get redis() {
     return this.connection.redis;
+  }
+
+  /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
+  get keptTails(): { count: number; bytes: number } {
+    return this.copies.keptTails;
   }
 
   /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
@@ -627,14 +636,15 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (tail === "wider" || tail === undefined) return { version, record };
       const names = reply[24] as (Buffer | null)[];
       const headCallNames = new Map(callIds.map((id, index) => [id, names[index] == null ? undefined : String(names[index])]));
+      this.copies.keepTail(tail);
       return { version, record, tail: { ...tail, headCallNames } };
     }
   }
 
   /**
    * The engine's write: the commit script (with `WAIT` behind it under `--redis-wait-replicas`) and
-   * the listing entry beside it. A plan on `tail` is written after the stored head and not kept as
-   * the copy. The id index (stored-id-index.ts) is written whole when a read or write found it stale.
+   * the listing entry beside it. A plan on `tail` is written after the stored head and kept as the
+   * conversation's tail, not as its copy (kept-tails.ts). The id index (stored-id-index.ts) is written whole when a read or write found it stale.
    */
   private async write(
     conversationId: string,
@@ -716,6 +726,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const outcome = String(reply[0]);
     if (outcome === "ok") {
       if (!tail) this.copies.remember(plan.state, write.layout);
+      else this.copies.keepWrittenTail(tail, plan.state, write.layout);
       if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
       else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
@@ -726,6 +737,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (record.fingerprint === fingerprint) this.replicas.requireReplicated(conversationId, record.version, acknowledged);
       return { outcome: "replay", record, current: storedVersion(conversationId, String(reply[3])) };
     }
+    // Not written: a tail kept at the base is behind (or refused); the next commit reads the tail afresh.
+    if (tail) this.copies.dropTail(conversationId);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (outcome === "unindexed") this.markIdIndexStale(conversationId);
     if (outcome === "unindexed" || outcome === "taken") return { outcome: "whole" };

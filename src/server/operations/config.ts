@@ -6,6 +6,7 @@ import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
 import { stringLimits } from "../../core/model/string-limits.js";
 import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
+import { defaultKeptTailBytes } from "../../store/kept-tails.js";
 import { defaultExpirySweepMs } from "../../store/conversation-expiry.js";
 import { metadataLimits } from "../../core/deltas/conversation-metadata.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
@@ -173,6 +174,11 @@ export interface Config {
    */
   decodedStateBytes: number;
   /**
+   * Approximate heap bytes of the stored tails the Redis and Postgres stores keep of conversations
+   * they committed on without a copy (kept-tails.ts), so the next commit is one round trip; 0 = none.
+   */
+  keptTailBytes: number;
+  /**
    * The keys the Redis and Postgres stores encrypt contents with (AES-256-GCM), from
    * `--encryption-key-file` or `CONTEXTD_ENCRYPTION_KEYS`: the first without a tenant writes, a
    * tenant's first writes its conversations, every one reads. Empty = contents stored as they are.
@@ -251,6 +257,7 @@ export const defaultConfig: Config = {
 
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
+  keptTailBytes: defaultKeptTailBytes,
   encryptionKeys: [],
   idleTtlMs: 0,
   idleTtlPerTenant: {},
@@ -318,6 +325,7 @@ export const flags = {
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
+  "kept-tail-bytes": "approximate heap bytes of the stored tails the Redis and Postgres stores keep of conversations committed on without a copy, so the next such commit is one round trip (the least recently used go past it); 0 = none kept",
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
   "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
@@ -480,6 +488,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
 
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
+    keptTailBytes: integer("kept-tail-bytes", defaultConfig.keptTailBytes, 0),
     encryptionKeys,
     idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),
     idleTtlPerTenant: parseIdleTtlPerTenant(pick("idle-ttl-per-tenant")),

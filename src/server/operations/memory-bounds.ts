@@ -22,6 +22,7 @@ export function memoryBounds(config: Config): MemoryBound[] {
     { what: "request messages handed out again", flag: "--recent-message-bytes", bytes: config.recentMessageBytes, fills: "always" },
     { what: "encodings of stored lists and messages", flag: "--retained-encoding-bytes", bytes: config.retainedEncodingBytes, fills: "always" },
     { what: "decoded states", flag: "--decoded-state-bytes", bytes: config.decodedStateBytes, fills: "redis or postgres" },
+    { what: "kept tails of conversations committed on without a copy", flag: "--kept-tail-bytes", bytes: config.keptTailBytes, fills: "redis or postgres" },
     { what: "history facts", flag: "--history-facts-bytes", bytes: config.historyFactsBytes, fills: "always" },
     { what: "token counts of texts", flag: "--token-count-text-bytes", bytes: config.tokenCountTextBytes, fills: "always" },
     { what: "last compiles for cache_impact", flag: "--cache-impact-bytes", bytes: config.cacheImpactBytes, fills: "always" },

@@ -5,6 +5,7 @@ import type { ConversationStore } from "./conversation-store.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
 import { defaultKeptTailBytes } from "./kept-tails.js";
+import { defaultListedIdBytes } from "./recent-ids.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
@@ -47,6 +48,8 @@ export interface ConversationStoreSettings {
   decodedStateBytes?: number;
   /** `--kept-tail-bytes`: what the Redis and Postgres stores' kept tails may weigh (kept-tails.ts). */
   keptTailBytes?: number;
+  /** `--listed-id-bytes`: what the Redis store's memo of conversations it put in the listing index may weigh (recent-ids.ts). */
+  listedIdBytes?: number;
   /** `--encryption-key-file`: how the Redis and Postgres stores keep contents; the memory store holds nothing outside the process and takes none. */
   values?: StoredValues;
   retention?: StoreRetention;
@@ -68,6 +71,7 @@ export async function createConversationStore({
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
   keptTailBytes = defaultKeptTailBytes,
+  listedIdBytes = defaultListedIdBytes,
   values = plainValues,
   retention = {},
   history = {},
@@ -87,6 +91,7 @@ export async function createConversationStore({
     deltaContext,
     cacheBytes: decodedStateBytes,
     keptTailBytes,
+    listedIdBytes,
     values,
     ...history,
     waitReplicas: redis.waitReplicas,

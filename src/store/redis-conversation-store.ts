@@ -29,6 +29,7 @@ import { stringLimits } from "../core/model/string-limits.js";
 import { RedisUsageLedger } from "./redis-usage-ledger.js";
 import { idIndexArguments, idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
+import { RecentIds, defaultListedIdBytes } from "./recent-ids.js";
 
 export type { RedisClusterNodes } from "./redis-connection.js";
 
@@ -46,6 +47,8 @@ export interface RedisStoreOptions {
   cacheBytes?: number;
   /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
   keptTailBytes?: number;
+  /** `--listed-id-bytes`: what the memo of conversations whose listing entry this process wrote may weigh (recent-ids.ts). */
+  listedIdBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -81,8 +84,8 @@ export interface RedisStoreOptions {
   expirySweepMs?: number;
 }
 
-/** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
-const indexedConversationsLimit = 100_000;
+/** How many conversations `staleIdIndexes` remembers. */
+const staleIdIndexesLimit = 100_000;
 
 /**
  * The production store. A commit (the one engine, commit-engine.ts) computes the next state from
@@ -110,14 +113,15 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * Conversations whose entry in the listing index this process wrote and Redis acknowledged.
    * Entries are never removed from the index, so later commits skip the write (a second command
    * per commit was 10-20% of the store's commit CPU). Forgotten when a read finds the conversation at
-   * version 0, so an index lost with the rest of Redis's data is written again.
+   * version 0, so an index lost with the rest of Redis's data is written again. Bounded by bytes
+   * (`--listed-id-bytes`); one forgotten costs its next commit the index write again.
    */
-  private readonly indexedConversations = new Map<string, number>();
+  private readonly indexedConversations: RecentIds<number>;
   private readonly indexRefreshMs: number;
   /**
    * Conversations whose stored id index a commit of this process found stale (stored before it, or
    * last written by a sidecar that did not keep it): the next commit from the copy writes it whole.
-   * Bounded like `indexedConversations`; one forgotten is rebuilt by the next cold commit instead.
+   * At most `staleIdIndexesLimit`; one forgotten is rebuilt by the next cold commit instead.
    */
   private readonly staleIdIndexes = new Set<string>();
   /**
@@ -139,6 +143,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
     this.now = options.now ?? Date.now;
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
+    this.indexedConversations = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new RedisConnection(target, options.tlsCa);
     this.values = options.values ?? plainValues;
     this.usage = new RedisUsageLedger(this.connection, this.keyPrefix);
@@ -180,6 +185,11 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
   get keptTails(): { count: number; bytes: number } {
     return this.copies.keptTails;
+  }
+
+  /** The conversations whose listing entry this process remembers writing: how many, and what they weigh (`--listed-id-bytes`). */
+  get listedIds(): { count: number; bytes: number } {
+    return { count: this.indexedConversations.size, bytes: this.indexedConversations.keptBytes };
   }
 
   /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
@@ -764,7 +774,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private markIdIndexStale(conversationId: string): void {
     this.staleIdIndexes.delete(conversationId);
     this.staleIdIndexes.add(conversationId);
-    if (this.staleIdIndexes.size > indexedConversationsLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
+    if (this.staleIdIndexes.size > staleIdIndexesLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */
@@ -774,11 +784,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     } catch {
       return;
     }
-    this.indexedConversations.delete(conversationId);
     this.indexedConversations.set(conversationId, this.now() + this.indexRefreshMs);
-    if (this.indexedConversations.size > indexedConversationsLimit) {
-      this.indexedConversations.delete(this.indexedConversations.keys().next().value!);
-    }
   }
 }
 

@@ -137,6 +137,8 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
   tailReads = 0;
   /** Reads of the whole stored state before a commit's plan (`CommitIo.read` calls). */
   commitReads = 0;
+  /** Conditional writes sent (`CommitIo.write` and `writeTail` calls), applied or refused. */
+  commitWrites = 0;
 
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.options.lineage, () => this.options.copies.idIndex(conversationId, base));
@@ -224,6 +226,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
         attempt--;
         continue;
       }
+      this.commitWrites++;
       const written = await io.write(conversationId, base, plan, idempotencyKey, fingerprint);
       if (written.outcome === "whole") throw new ConnectError(`conversation "${conversationId}": the store answered a whole-state commit as a tail plan`, Code.Internal);
       if (written.outcome === "ok") {
@@ -260,15 +263,19 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     const { io, lineage } = this.options;
     const callIds = answeredCallIds(deltas);
     if (callIds.length > maxTailCallLookups) return {};
+    // A kept tail others wrote after (sidecars taking turns) is read first, as a contended copy is:
+    // trying it would cost a refused write before the read.
     const kept = io.keptTail?.(conversationId);
-    if (kept !== undefined && (expectedVersion === undefined || expectedVersion === kept.state.version)) {
+    if (kept !== undefined && this.contended.trusted(kept.state) && (expectedVersion === undefined || expectedVersion === kept.state.version)) {
       const outcome = await this.commitOnKeptTail(conversationId, kept, deltas, idempotencyKey, fingerprint, messageIds);
       if (outcome === "whole") return {};
       if (outcome !== undefined) return outcome;
     }
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
       this.tailReads++;
       const read = await io.readTail!(conversationId, idempotencyKey, callIds);
+      if (kept !== undefined && read.version !== kept.state.version) othersWrote = true;
       if (read.record) return replayed(conversationId, idempotencyKey, fingerprint, read.record, undefined);
       if (expectedVersion !== undefined && expectedVersion !== read.version) throw versionConflict(conversationId, expectedVersion, read.version);
       if (read.whole) return { read: { state: read.whole } };
@@ -287,16 +294,21 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
       } catch {
         return {};
       }
+      this.commitWrites++;
       const written = await io.writeTail!(conversationId, read.tail, plan, idempotencyKey, fingerprint);
       switch (written.outcome) {
-        case "ok":
+        case "ok": {
           this.tailCommits++;
+          const keptNow = othersWrote ? io.keptTail?.(conversationId) : undefined;
+          if (keptNow !== undefined) this.contended.add(keptNow.state);
           return { version: plan.state.version, state: undefined, replayed: false };
+        }
         case "replay":
           return replayed(conversationId, idempotencyKey, fingerprint, written.record, undefined);
         case "conflict":
           if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, written.current);
           if (attempt >= this.maxCommitAttempts) throw gaveUp(conversationId, attempt, written.current);
+          othersWrote = true;
           continue;
         case "stale":
         case "whole":
@@ -335,6 +347,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     } catch {
       return undefined;
     }
+    this.commitWrites++;
     const written = await this.options.io.writeTail!(conversationId, kept, plan, idempotencyKey, fingerprint);
     if (written.outcome === "replay") return replayed(conversationId, idempotencyKey, fingerprint, written.record, undefined);
     if (written.outcome === "whole") return "whole";
@@ -434,9 +447,9 @@ export abstract class EngineCommittedStore
     return this.engine.tailCommits;
   }
 
-  /** What this store's commits read before writing (tail reads, whole reads) and the commits planned on a kept tail with no read (`CommitEngine`). */
-  get commitTraffic(): { tailReads: number; wholeReads: number; keptTailCommits: number } {
-    return { tailReads: this.engine.tailReads, wholeReads: this.engine.commitReads, keptTailCommits: this.engine.keptTailCommits };
+  /** The round trips of this store's commits (tail reads, whole reads, writes) and the commits planned on a kept tail with no read (`CommitEngine`). */
+  get commitTraffic(): { tailReads: number; wholeReads: number; writes: number; keptTailCommits: number } {
+    return { tailReads: this.engine.tailReads, wholeReads: this.engine.commitReads, writes: this.engine.commitWrites, keptTailCommits: this.engine.keptTailCommits };
   }
 
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {

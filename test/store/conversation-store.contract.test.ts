@@ -1234,16 +1234,59 @@ describe.each([
       for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w1", Role.USER, "w1"))], "");
       // Without an expected version: the write on the kept tail is refused, the tail read again, written.
       expect(readsOf(await bothCommit([appendHistory(textMessage("k3", Role.USER, "three"))]))).toEqual(reads(1, 0, 0));
-      expect(readsOf(await bothCommit([appendHistory(textMessage("k4", Role.USER, "four"))]))).toEqual(reads(0, 0, 1));
+      // Others wrote after its kept tail: the next commit reads first (as from a contended copy), finds it current ...
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k4", Role.USER, "four"))]))).toEqual(reads(1, 0, 0));
+      // ... so the one after goes back to the kept tail unread.
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k5", Role.USER, "five"))]))).toEqual(reads(0, 0, 1));
       // The other sidecar's message is now in the kept tail: a duplicate of it is refused as it is warm.
       expect((await bothCommit([appendHistory(textMessage("w1", Role.USER, "again"))])).error?.rawMessage).toMatch(/duplicate message id "w1"/);
       // ... which read the whole state: a fresh start for the rest.
       for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w2", Role.USER, "w2"))], "");
       const stored = await sameStates();
       const ids = stored.history.map((message) => message.id);
-      expect(ids.slice(-6)).toEqual(["k1", "k2", "w1", "k3", "k4", "w2"]);
+      expect(ids.slice(-7)).toEqual(["k1", "k2", "w1", "k3", "k4", "k5", "w2"]);
       expect(new Set(ids).size).toBe(ids.length);
     } finally {
+      await close();
+    }
+  }, 60_000);
+
+  it("taking turns with another such process (round-robin): after one refused write each, every commit is one tail read and one write", async () => {
+    const { writer, id, cold, reference, bothCommit, sameStates, close } = await setUp(500);
+    const other = (openCold as (writer: ConversationStore) => ConversationStore)(writer);
+    await connected(other);
+    try {
+      const roundTrips = async (store: ConversationStore, messageId: string) => {
+        const before = traffic(store);
+        // The other process's commit, to the reference too (bothCommit commits through `cold`).
+        const [outcome, warm] = await Promise.all([
+          store.commit(id, undefined, [appendHistory(textMessage(messageId, Role.USER, messageId))], "", undefined, undefined, { withState: false }),
+          reference.commit(id, undefined, [appendHistory(textMessage(messageId, Role.USER, messageId))], ""),
+        ]);
+        expect(outcome.version).toBe(warm.version);
+        const after = traffic(store);
+        return { tailReads: after.tailReads - before.tailReads, wholeReads: after.wholeReads - before.wholeReads, writes: after.writes - before.writes };
+      };
+      const turn = async (index: number) => {
+        if (index % 2 === 1) return roundTrips(other, `t${index}`);
+        const before = traffic(cold);
+        expect((await bothCommit([appendHistory(textMessage(`t${index}`, Role.USER, `t${index}`))])).error).toBeUndefined();
+        const after = traffic(cold);
+        return { tailReads: after.tailReads - before.tailReads, wholeReads: after.wholeReads - before.wholeReads, writes: after.writes - before.writes };
+      };
+      const trips = [];
+      for (let index = 0; index < 10; index++) trips.push(await turn(index));
+      if (tailPlanned) {
+        // Each process's first commit reads the tail; its second tries its kept tail, is refused, reads, writes.
+        expect(trips.slice(0, 4)).toEqual([{ tailReads: 1, wholeReads: 0, writes: 1 }, { tailReads: 1, wholeReads: 0, writes: 1 }, { tailReads: 1, wholeReads: 0, writes: 2 }, { tailReads: 1, wholeReads: 0, writes: 2 }]);
+        // From then on no refused write: a kept tail others wrote after is read first.
+        expect(trips.slice(4)).toEqual(Array.from({ length: 6 }, () => ({ tailReads: 1, wholeReads: 0, writes: 1 })));
+      }
+      const ids = (await sameStates()).history.map((message) => message.id);
+      expect(ids.slice(-10)).toEqual(Array.from({ length: 10 }, (_, index) => `t${index}`));
+      expect(new Set(ids).size).toBe(ids.length);
+    } finally {
+      if (other !== writer) await other.close();
       await close();
     }
   }, 60_000);

@@ -6,7 +6,7 @@
 // then on the long conversation: a fresh sidecar's first Compile with no Commit before it (read
 // and counted from the stored tail), a fresh sidecar's first turn — its Commit (planned on the
 // stored tail on Redis and Postgres: the last messages and the id index) and its Compile, split —
-// and the Commits of its next 5 turns (planned on the tail the first one kept, with no read),
+// and the Commits of its next 15 turns (planned on the tail the first one kept, with no read),
 // and the same turn on a sidecar started with `--stored-token-estimator none`, which counts the
 // history itself (the cost before stored counts).
 // Env: CONTEXTD_FLEET_SIZES=1000,10000 (default 1000,10000,100000), CONTEXTD_FLEET_STORES=redis,postgres (default redis).
@@ -84,7 +84,7 @@ export async function run(): Promise<void> {
         const stored = await onFreshSidecar(storeArgs, [], "stored", async (client) => {
           const first = await firstTurn(client);
           const next: number[] = [];
-          for (let index = 0; index < 5; index++) next.push((await firstTurn(client)).commit);
+          for (let index = 0; index < 15; index++) next.push((await firstTurn(client)).commit);
           return { ...first, nextCommit: percentile(next, 50) };
         });
         // That sidecar's Compile reads and counts the whole history: on a loaded machine its read
@@ -98,7 +98,7 @@ export async function run(): Promise<void> {
         console.log(
           `  ${storeName} ${size.toLocaleString("en-US")} messages: warm turn p50 ${ms(warm.total)}; fresh sidecar's first turn ${ms(stored.result.total)} (commit ${ms(stored.result.commit)}, compile ${ms(stored.result.compile)}) = ${ratio.toFixed(1)}x warm` +
             `${size >= 100_000 ? ` (target <= 20x: ${ratio <= 20 ? "met" : "NOT met"})` : ""}` +
-            `, its next 5 turns' commit p50 ${ms(stored.result.nextCommit)} against the warm sidecar's commit p50 ${ms(warm.commit)}` +
+            `, its next 15 turns' commit p50 ${ms(stored.result.nextCommit)} against the warm sidecar's commit p50 ${ms(warm.commit)}` +
             `; counting the history itself (--stored-token-estimator none) ${countingFigures};` +
             ` first Compile alone ${ms(compileAlone.result)}; fresh sidecar RSS ${mb(stored.rss)}`,
         );

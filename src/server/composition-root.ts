@@ -81,7 +81,7 @@ export interface SidecarParts {
 export interface Application {
   store: ConversationStore;
   codec: Codec;
-  /** Per-message token counts shared by every compile and count (`--token-count-text-bytes`). */
+  /** Per-message token counts shared by every compile and count (`--token-count-text-bytes`, `--token-count-list-bytes`). */
   tokenCounts: TokenCountCache;
   /** Fan-out of compile observer events (`--telemetry-queue`, `--telemetry-queue-bytes`, `--telemetry-bytes`). */
   telemetry: TelemetryHub;
@@ -102,7 +102,7 @@ export interface Application {
  */
 export function composeApplication(config: Config, store: ConversationStore, codec: Codec): Application {
   // The counts the store read with its messages are not counted again (StoredTokenCounts).
-  const tokenCounts = new TokenCountCache(undefined, codec.storedTokenCounts, config.tokenCountTextBytes);
+  const tokenCounts = new TokenCountCache(undefined, codec.storedTokenCounts, config.tokenCountTextBytes, config.tokenCountListBytes);
   const telemetry = new TelemetryHub(config.telemetryQueue, { queueBytes: config.telemetryQueueBytes, tenantBytes: config.telemetryBytes });
   const regexSearch = new RegexSearchThread();
   const calibration =
@@ -243,6 +243,8 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     postgresUrl: config.postgresUrl,
     strictToolRounds: config.strictToolRounds,
     decodedStateBytes: config.decodedStateBytes,
+    keptTailBytes: config.keptTailBytes,
+    listedIdBytes: config.listedIdBytes,
     values: storedValuesOf(config.encryptionKeys),
     retention: {
       expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }),

@@ -83,8 +83,14 @@ export interface CommitIo {
    * `callIds`' latest calls among it. A store without it plans every commit on the whole state.
    */
   readTail?(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead>;
-  /** `write` for a plan made on `tail`; "whole" when the store's id index refuses it. */
+  /**
+   * `write` for a plan made on `tail`; "whole" when the store's id index refuses it. Written, the
+   * store keeps the plan's state as the conversation's tail (`keptTail`); not written, it forgets
+   * the tail it kept.
+   */
   writeTail?(conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string): Promise<CommitWrite>;
+  /** The tail this process kept of the conversation at the version it last read or wrote it (kept-tails.ts), if any. */
+  keptTail?(conversationId: string): CommitTail | undefined;
 }
 
 /** Most call ids one tail read looks up; a batch answering more is planned on the whole state. */
@@ -133,6 +139,14 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
 
   /** Commits written from a plan on the stored tail (`commitOnTail`), for tests and gauges. */
   tailCommits = 0;
+  /** Of those, the ones planned on a tail this process kept, with no read before the write (`commitOnKeptTail`). */
+  keptTailCommits = 0;
+  /** Reads of the stored tail (`CommitIo.readTail` calls): what a commit on a kept tail saves. */
+  tailReads = 0;
+  /** Reads of the whole stored state before a commit's plan (`CommitIo.read` calls). */
+  commitReads = 0;
+  /** Conditional writes sent (`CommitIo.write` and `writeTail` calls), applied or refused. */
+  commitWrites = 0;
 
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.options.lineage, () => this.options.copies.idIndex(conversationId, base));
@@ -194,6 +208,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
         base = copy;
       } else {
         const before = copies.copy(conversationId);
+        if (preRead === undefined) this.commitReads++;
         const read = preRead ?? (await io.read(conversationId, idempotencyKey));
         preRead = undefined;
         if (before !== undefined && read.state !== before) othersWrote = true;
@@ -222,6 +237,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
         attempt--;
         continue;
       }
+      this.commitWrites++;
       const written = await io.write(conversationId, base, plan, idempotencyKey, fingerprint);
       if (written.outcome === "whole") throw new ConnectError(`conversation "${conversationId}": the store answered a whole-state commit as a tail plan`, Code.Internal);
       if (written.outcome === "ok") {
@@ -258,8 +274,19 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
     const { io, lineage } = this.options;
     const callIds = answeredCallIds(deltas);
     if (callIds.length > maxTailCallLookups) return {};
+    // A kept tail others wrote after (sidecars taking turns) is read first, as a contended copy is:
+    // trying it would cost a refused write before the read.
+    const kept = io.keptTail?.(conversationId);
+    if (kept !== undefined && this.contended.trusted(kept.state) && (expectedVersion === undefined || expectedVersion === kept.state.version)) {
+      const outcome = await this.commitOnKeptTail(conversationId, kept, deltas, idempotencyKey, fingerprint, messageIds);
+      if (outcome === "whole") return {};
+      if (outcome !== undefined) return outcome;
+    }
+    let othersWrote = false;
     for (let attempt = 1; ; attempt++) {
+      this.tailReads++;
       const read = await io.readTail!(conversationId, idempotencyKey, callIds);
+      if (kept !== undefined && read.version !== kept.state.version) othersWrote = true;
       if (read.record) return replayed(conversationId, idempotencyKey, fingerprint, read.record, undefined);
       if (expectedVersion !== undefined && expectedVersion !== read.version) throw versionConflict(conversationId, expectedVersion, read.version);
       if (read.whole) return { read: { state: read.whole } };
@@ -278,22 +305,67 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
       } catch {
         return {};
       }
+      this.commitWrites++;
       const written = await io.writeTail!(conversationId, read.tail, plan, idempotencyKey, fingerprint);
       switch (written.outcome) {
-        case "ok":
+        case "ok": {
           this.tailCommits++;
+          const keptNow = othersWrote ? io.keptTail?.(conversationId) : undefined;
+          if (keptNow !== undefined) this.contended.add(keptNow.state);
           return { version: plan.state.version, state: undefined, replayed: false };
+        }
         case "replay":
           return replayed(conversationId, idempotencyKey, fingerprint, written.record, undefined);
         case "conflict":
           if (expectedVersion !== undefined) throw versionConflict(conversationId, expectedVersion, written.current);
           if (attempt >= this.maxCommitAttempts) throw gaveUp(conversationId, attempt, written.current);
+          othersWrote = true;
           continue;
         case "stale":
         case "whole":
           return {};
       }
     }
+  }
+
+  /**
+   * The commit planned on the tail this process kept (kept-tails.ts): one round trip, the write,
+   * which checks the key's record and then the stored version and lengths as it does for any
+   * plan. Undefined where the kept tail cannot decide (the plan refused, a call it does not hold,
+   * another writer ahead): the commit then goes on as if nothing was kept, so its outcome is the
+   * one a tail read would have given. "whole" when the id index refused the plan, as a plan on a
+   * tail read would have been: planned on the whole state next, as that one would.
+   */
+  private async commitOnKeptTail(
+    conversationId: string,
+    kept: CommitTail,
+    deltas: Delta[],
+    idempotencyKey: string,
+    fingerprint: string,
+    messageIds: readonly string[] | undefined,
+  ): Promise<CommitOutcome | "whole" | undefined> {
+    let plan: CommitPlan;
+    try {
+      plan = planCommit(kept.state, deltas, {
+        deltaContext: messageIds ? presetMessageIds(messageIds, this.deltaContext) : this.deltaContext,
+        lineage: this.options.lineage,
+        lookups: tailLookups(kept, this.options.lineage),
+        idempotencyKey,
+        committedAtUnixMs: BigInt(this.options.now()),
+        cleared: false,
+        expiry: this.options.expiry,
+      });
+    } catch {
+      return undefined;
+    }
+    this.commitWrites++;
+    const written = await this.options.io.writeTail!(conversationId, kept, plan, idempotencyKey, fingerprint);
+    if (written.outcome === "replay") return replayed(conversationId, idempotencyKey, fingerprint, written.record, undefined);
+    if (written.outcome === "whole") return "whole";
+    if (written.outcome !== "ok") return undefined;
+    this.tailCommits++;
+    this.keptTailCommits++;
+    return { version: plan.state.version, state: undefined, replayed: false };
   }
 }
 
@@ -384,6 +456,11 @@ export abstract class EngineCommittedStore
   /** Commits this store planned on the stored tail (`CommitEngine.tailCommits`). */
   get tailCommits(): number {
     return this.engine.tailCommits;
+  }
+
+  /** The round trips of this store's commits (tail reads, whole reads, writes) and the commits planned on a kept tail with no read (`CommitEngine`). */
+  get commitTraffic(): { tailReads: number; wholeReads: number; writes: number; keptTailCommits: number } {
+    return { tailReads: this.engine.tailReads, wholeReads: this.engine.commitReads, writes: this.engine.commitWrites, keptTailCommits: this.engine.keptTailCommits };
   }
 
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {

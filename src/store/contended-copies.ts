@@ -7,6 +7,7 @@ import type { ConversationState } from "#gen/contextd/v1/state_pb";
  * such a copy reads first: one round trip that catches it up, where trying the copy cost a refused
  * commit, the read and the commit again, and a plan thrown away. A commit whose read finds the
  * copy current is not recorded, so the next one goes back to committing from the cache unread.
+ * The engine records the stored tails a store kept (kept-tails.ts) the same way.
  * Weak: nothing is kept alive by being recorded.
  */
 export class ContendedCopies {

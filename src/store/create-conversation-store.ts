@@ -5,6 +5,8 @@ import type { ConversationStore } from "./conversation-store.js";
 import type { HistoryBound } from "./history-bound.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
+import { defaultKeptTailBytes } from "./kept-tails.js";
+import { defaultListedIdBytes } from "./recent-ids.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
 import { RedisConversationStore } from "./redis-conversation-store.js";
@@ -46,6 +48,10 @@ export interface ConversationStoreSettings {
   strictToolRounds?: boolean;
   /** `--decoded-state-bytes`: what the Redis and Postgres stores' decoded states may weigh. */
   decodedStateBytes?: number;
+  /** `--kept-tail-bytes`: what the Redis and Postgres stores' kept tails may weigh (kept-tails.ts). */
+  keptTailBytes?: number;
+  /** `--listed-id-bytes`: what the Redis store's memo of conversations it put in the listing index may weigh (recent-ids.ts). */
+  listedIdBytes?: number;
   /** `--encryption-key-file`: how the Redis and Postgres stores keep contents; the memory store holds nothing outside the process and takes none. */
   values?: StoredValues;
   retention?: StoreRetention;
@@ -66,6 +72,8 @@ export async function createConversationStore({
   connectTimeoutMs = 5_000,
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
+  keptTailBytes = defaultKeptTailBytes,
+  listedIdBytes = defaultListedIdBytes,
   values = plainValues,
   retention = {},
   history = {},
@@ -74,7 +82,7 @@ export async function createConversationStore({
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, values, ...retention, ...history });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, values, ...retention, ...history });
     await store.connected(connectTimeoutMs);
     return store;
   }
@@ -84,6 +92,8 @@ export async function createConversationStore({
     codec,
     deltaContext,
     cacheBytes: decodedStateBytes,
+    keptTailBytes,
+    listedIdBytes,
     values,
     ...history,
     waitReplicas: redis.waitReplicas,

@@ -40,6 +40,8 @@ export interface PostgresStoreOptions {
   cacheSize?: number;
   /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
   cacheBytes?: number;
+  /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
+  keptTailBytes?: number;
   /** How often a Watch reads its changes again without a notification (covers notifications missed while the listener reconnects). */
   watchPollMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -155,6 +157,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       lineage: this.lineage,
       cacheSize: options.cacheSize,
       cacheBytes: options.cacheBytes,
+      keptTailBytes: options.keptTailBytes,
       strictToolRounds: options.deltaContext?.strictToolRounds === true,
       names: {
         loader: "postgres store: the load",
@@ -169,12 +172,18 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       readTail: this.readTail.bind(this),
       writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
+      keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
     };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
+  }
+
+  /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
+  get keptTails(): { count: number; bytes: number } {
+    return this.copies.keptTails;
   }
 
   /** Resolves true once the database is reached and migrated, false after `timeoutMs` (the store then answers UNAVAILABLE and keeps trying). */
@@ -458,6 +467,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       if (tail === "wider" || tail === undefined) return { version, record };
       const names = header.names ?? [];
       const headCallNames = new Map(callIds.map((callId, index) => [callId, names[index] == null ? undefined : names[index]!.toString("utf8")]));
+      this.copies.keepTail(tail);
       return { version, record, tail: { ...tail, headCallNames } };
     }
   }
@@ -518,7 +528,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /** The engine's write: one call of `contextd_commit_listened` (one transaction), notifying
-   * watchers while some sidecar listens (migration 12). A plan on `tail` is written after the stored head and not kept as the copy. The id
+   * watchers while some sidecar listens (migration 12). A plan on `tail` is written after the stored head and kept as the conversation's tail, not as its copy (kept-tails.ts). The id
    * index (stored-id-index.ts) is written whole when a read or write found it stale.
    */
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string, tail: CommitTail | undefined): Promise<CommitWrite> {
@@ -586,10 +596,13 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     if (reply.outcome === "ok") {
       this.changes.notifyCommitted(id, notifyInTransaction);
       if (!tail) this.copies.remember(plan.state, write.layout);
+      else this.copies.keepWrittenTail(tail, plan.state, write.layout);
       if (reply.indexed) this.staleIdIndexes.delete(conversationId);
       else this.markIdIndexStale(conversationId);
       return { outcome: "ok" };
     }
+    // Not written: a tail kept at the base is behind (or refused); the next commit reads the tail afresh.
+    if (tail) this.copies.dropTail(conversationId);
     if (reply.outcome === "unindexed") this.markIdIndexStale(conversationId);
     if (reply.outcome === "unindexed" || reply.outcome === "taken") return { outcome: "whole" };
     const current = BigInt(reply.version);

@@ -30,6 +30,7 @@ import { stringLimits } from "../core/model/string-limits.js";
 import { RedisUsageLedger } from "./redis-usage-ledger.js";
 import { idIndexArguments, idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
+import { RecentIds, defaultListedIdBytes } from "./recent-ids.js";
 
 export type { RedisClusterNodes } from "./redis-connection.js";
 
@@ -45,6 +46,10 @@ export interface RedisStoreOptions {
   cacheSize?: number;
   /** Approximate heap bytes of the states kept (`--decoded-state-bytes`, see DecodedStateCache). */
   cacheBytes?: number;
+  /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
+  keptTailBytes?: number;
+  /** `--listed-id-bytes`: what the memo of conversations whose listing entry this process wrote may weigh (recent-ids.ts). */
+  listedIdBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -82,8 +87,8 @@ export interface RedisStoreOptions {
   expirySweepMs?: number;
 }
 
-/** How many conversation ids `indexedConversations` remembers (~100 bytes each). */
-const indexedConversationsLimit = 100_000;
+/** How many conversations `staleIdIndexes` remembers. */
+const staleIdIndexesLimit = 100_000;
 
 /**
  * The production store. A commit (the one engine, commit-engine.ts) computes the next state from
@@ -111,14 +116,15 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * Conversations whose entry in the listing index this process wrote and Redis acknowledged.
    * Entries are never removed from the index, so later commits skip the write (a second command
    * per commit was 10-20% of the store's commit CPU). Forgotten when a read finds the conversation at
-   * version 0, so an index lost with the rest of Redis's data is written again.
+   * version 0, so an index lost with the rest of Redis's data is written again. Bounded by bytes
+   * (`--listed-id-bytes`); one forgotten costs its next commit the index write again.
    */
-  private readonly indexedConversations = new Map<string, number>();
+  private readonly indexedConversations: RecentIds<number>;
   private readonly indexRefreshMs: number;
   /**
    * Conversations whose stored id index a commit of this process found stale (stored before it, or
    * last written by a sidecar that did not keep it): the next commit from the copy writes it whole.
-   * Bounded like `indexedConversations`; one forgotten is rebuilt by the next cold commit instead.
+   * At most `staleIdIndexesLimit`; one forgotten is rebuilt by the next cold commit instead.
    */
   private readonly staleIdIndexes = new Set<string>();
   /**
@@ -140,6 +146,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.idempotencyTtlSeconds = Math.max(1, Math.ceil((options.idempotencyTtlMs ?? defaultIdempotencyTtlMs) / 1000));
     this.now = options.now ?? Date.now;
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
+    this.indexedConversations = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new RedisConnection(target, options.tlsCa);
     this.values = options.values ?? plainValues;
     this.usage = new RedisUsageLedger(this.connection, this.keyPrefix);
@@ -149,6 +156,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       lineage: this.lineage,
       cacheSize: options.cacheSize,
       cacheBytes: options.cacheBytes,
+      keptTailBytes: options.keptTailBytes,
       strictToolRounds: options.deltaContext?.strictToolRounds === true,
       names: {
         loader: "redis store: the load script",
@@ -163,6 +171,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       readTail: this.readTail.bind(this),
       writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
+      keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
     };
     const { deltaContext, maxCommitAttempts } = options;
     this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
@@ -174,6 +183,16 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   private get redis() {
     return this.connection.redis;
+  }
+
+  /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
+  get keptTails(): { count: number; bytes: number } {
+    return this.copies.keptTails;
+  }
+
+  /** The conversations whose listing entry this process remembers writing: how many, and what they weigh (`--listed-id-bytes`). */
+  get listedIds(): { count: number; bytes: number } {
+    return { count: this.indexedConversations.size, bytes: this.indexedConversations.keptBytes };
   }
 
   /** Resolves once connected, or after `timeoutMs` (the store then answers UNAVAILABLE and keeps reconnecting). */
@@ -651,14 +670,15 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (tail === "wider" || tail === undefined) return { version, record };
       const names = reply[24] as (Buffer | null)[];
       const headCallNames = new Map(callIds.map((id, index) => [id, names[index] == null ? undefined : String(names[index])]));
+      this.copies.keepTail(tail);
       return { version, record, tail: { ...tail, headCallNames } };
     }
   }
 
   /**
    * The engine's write: the commit script (with `WAIT` behind it under `--redis-wait-replicas`) and
-   * the listing entry beside it. A plan on `tail` is written after the stored head and not kept as
-   * the copy. The id index (stored-id-index.ts) is written whole when a read or write found it stale.
+   * the listing entry beside it. A plan on `tail` is written after the stored head and kept as the
+   * conversation's tail, not as its copy (kept-tails.ts). The id index (stored-id-index.ts) is written whole when a read or write found it stale.
    */
   private async write(
     conversationId: string,
@@ -741,6 +761,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const outcome = String(reply[0]);
     if (outcome === "ok") {
       if (!tail) this.copies.remember(plan.state, write.layout);
+      else this.copies.keepWrittenTail(tail, plan.state, write.layout);
       if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
       else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
@@ -751,6 +772,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (record.fingerprint === fingerprint) this.replicas.requireReplicated(conversationId, record.version, acknowledged);
       return { outcome: "replay", record, current: storedVersion(conversationId, String(reply[3])) };
     }
+    // Not written: a tail kept at the base is behind (or refused); the next commit reads the tail afresh.
+    if (tail) this.copies.dropTail(conversationId);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (outcome === "unindexed") this.markIdIndexStale(conversationId);
     if (outcome === "unindexed" || outcome === "taken") return { outcome: "whole" };
@@ -776,7 +799,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private markIdIndexStale(conversationId: string): void {
     this.staleIdIndexes.delete(conversationId);
     this.staleIdIndexes.add(conversationId);
-    if (this.staleIdIndexes.size > indexedConversationsLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
+    if (this.staleIdIndexes.size > staleIdIndexesLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */
@@ -786,11 +809,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     } catch {
       return;
     }
-    this.indexedConversations.delete(conversationId);
     this.indexedConversations.set(conversationId, this.now() + this.indexRefreshMs);
-    if (this.indexedConversations.size > indexedConversationsLimit) {
-      this.indexedConversations.delete(this.indexedConversations.keys().next().value!);
-    }
   }
 }
 

@@ -14,7 +14,8 @@ import type { MessageIdIndex } from "./message-id-index.js";
 import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptConversation } from "./store-errors.js";
-import { tailStartIn, trustTail, type CommitTail } from "./tail-commit.js";
+import { KeptTails, defaultKeptTailBytes, type KeptTail } from "./kept-tails.js";
+import { maxTailWindowMessages, tailStartIn, tailWindowMessages, trustTail, type CommitTail } from "./tail-commit.js";
 
 /**
  * The decoded copies a store of one element or row per message (Redis, Postgres) keeps of the
@@ -95,10 +96,16 @@ export interface StoredCopiesOptions {
   names: StoredNames;
   /** How entries and rests are kept: sealed under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
   values?: StoredValues;
+  /** Approximate heap bytes of the tails kept of conversations committed on without a copy (`--kept-tail-bytes`; default `defaultKeptTailBytes`; 0 keeps none). */
+  keptTailBytes?: number;
 }
+
+/** A kept tail's call names of the head: none known, so a batch answering a call not in the tail reads the tail afresh. */
+const noHeadCallNames: ReadonlyMap<string, string | undefined> = new Map();
 
 export class StoredCopies implements CommitCopies {
   private readonly cache: DecodedStateCache;
+  private readonly tails: KeptTails;
   private readonly layouts = new WeakMap<ConversationState, StoredLayout>();
   private readonly codec: Codec;
   private readonly lineage: MessageListLineage;
@@ -112,6 +119,7 @@ export class StoredCopies implements CommitCopies {
     this.lineage = options.lineage;
     this.names = options.names;
     this.cache = new DecodedStateCache(options.cacheSize ?? defaultDecodedStates, options.cacheBytes ?? defaultDecodedStateBytes, options.lineage);
+    this.tails = new KeptTails(options.keptTailBytes ?? defaultKeptTailBytes);
   }
 
   /** The copy of the conversation's state kept, if any. */
@@ -133,6 +141,8 @@ export class StoredCopies implements CommitCopies {
 
   /** Keeps `state` (as stored per `layout`) as the conversation's copy. */
   remember(state: ConversationState, layout: StoredLayout): void {
+    // The whole copy decides what a kept tail would.
+    this.tails.delete(state.conversationId);
     this.layouts.set(state, layout);
     this.cache.remember(state, layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes));
   }
@@ -144,6 +154,75 @@ export class StoredCopies implements CommitCopies {
 
   forget(conversationId: string): void {
     this.cache.delete(conversationId);
+    this.tails.delete(conversationId);
+  }
+
+  /** The tail kept of a conversation committed on without a copy (kept-tails.ts), for the engine's next plan on it. */
+  keptTail(conversationId: string): CommitTail | undefined {
+    const tail = this.tails.get(conversationId);
+    return tail && { ...tail, headCallNames: noHeadCallNames };
+  }
+
+  /** Keeps a tail a read found (`tailOf`), at its version; a write planned on it replaces it. */
+  keepTail(tail: KeptTail): void {
+    this.tails.keep(tail, this.encodedBytesOf(tail.state));
+  }
+
+  /** Forgets the kept tail (a write planned on it did not apply: the next commit reads the tail afresh). */
+  dropTail(conversationId: string): void {
+    this.tails.delete(conversationId);
+  }
+
+  /**
+   * Keeps `next`, the state a plan on `tail` wrote (stored as `layout`, history relative to the
+   * tail), as the conversation's tail, trimmed back to what a fresh tail read would hold once it
+   * is twice that long: from the first message carrying no tool result among the last
+   * `tailWindowMessages`. Not kept when a fresh read would not plan on it either (`tailOf`'s
+   * rules: the history's stored facts through its last message unknown under a stored estimator,
+   * or under `--strict-tool-rounds` not known clean), or when it has no such message within
+   * `maxTailWindowMessages`.
+   */
+  keepWrittenTail(tail: KeptTail, next: ConversationState, layout: StoredLayout): void {
+    const conversationId = next.conversationId;
+    this.tails.delete(conversationId);
+    const counts = this.codec.storedTokenCounts;
+    const historyIndex = storedSegments.indexOf("history");
+    const running = counts.runningOf(next.history);
+    const known = running !== undefined && running.epoch === BigInt(layout.segments[historyIndex]!.at);
+    if (next.history.length > 0 && counts.estimator !== undefined && !known) return;
+    if (this.options.strictToolRounds && tail.start > 0 && !(known && running.clean)) return;
+    let kept: KeptTail = { state: next, start: tail.start, length: tail.start + next.history.length };
+    let keptLayout = layout;
+    if (next.history.length > 2 * tailWindowMessages) {
+      const from = next.history.length - tailWindowMessages;
+      const first = tailStartIn(next.history.slice(from));
+      if (first < 0) {
+        if (next.history.length > maxTailWindowMessages) return;
+      } else {
+        const history = next.history.slice(from + first);
+        if (running !== undefined) counts.rememberRunning(history, running);
+        if (!trustTail(history, this.options.strictToolRounds)) return;
+        const was = layout.segments[historyIndex]!;
+        const segments = layout.segments.map((segment, index) =>
+          index === historyIndex ? { ...was, length: history.length, bytes: Math.round((was.bytes * history.length) / Math.max(1, next.history.length)) } : segment,
+        );
+        keptLayout = { ...layout, segments };
+        kept = { state: { ...next, history }, start: tail.start + from + first, length: kept.length };
+      }
+    }
+    this.layouts.set(kept.state, keptLayout);
+    this.tails.keep(kept, this.encodedBytesOf(kept.state));
+  }
+
+  /** The kept tails' count and approximate heap bytes (for tests and gauges). */
+  get keptTails(): { count: number; bytes: number } {
+    return { count: this.tails.size, bytes: this.tails.keptBytes };
+  }
+
+  /** A state's encoded size as its layout says (0 without one). */
+  private encodedBytesOf(state: ConversationState): number {
+    const layout = this.layouts.get(state);
+    return layout ? layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes) : 0;
   }
 
   /**
@@ -309,7 +388,8 @@ export class StoredCopies implements CommitCopies {
       created: header.created,
       restAt: header.restAt,
       restBytes: header.rest.length,
-      segments: storedSegments.map((_, index) => ({ at: received[index]!.at, length: lists[index]!.length, bytes: 0 })),
+      // The bytes of what the tail holds, for the kept tails' byte bound.
+      segments: storedSegments.map((_, index) => ({ at: received[index]!.at, length: lists[index]!.length, bytes: encodedBytes(received[index]!.items, received[index]!.items.length - lists[index]!.length) })),
     });
     return { state, start, length };
   }
@@ -381,6 +461,13 @@ export class StoredCopies implements CommitCopies {
   private undecodable(conversationId: string, position: number, segment: string, error: unknown): ConnectError {
     return corruptConversation(conversationId, `message ${position} of the ${this.names.segment(conversationId, segment)} does not decode: ${(error as Error).message}`);
   }
+}
+
+/** What `items` from position `from` on weigh encoded. */
+function encodedBytes(items: readonly Buffer[], from: number): number {
+  let bytes = 0;
+  for (let index = from; index < items.length; index++) bytes += items[index]!.length;
+  return bytes;
 }
 
 /** The bytes as a Buffer (what the database clients send as binary), without copying them. */

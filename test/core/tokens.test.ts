@@ -132,6 +132,33 @@ describe("TokenCountCache", () => {
     expect(await cache.countAll(estimators[2]!, first())).toEqual(first().map((one) => estimators[2]!.countMessage(one)));
   });
 
+  it("keeps the last counted lists within --token-count-list-bytes: the oldest go, a list over the bound alone is not kept, counts stay exact", async () => {
+    const bound = 64 * 1024;
+    const cache = new TokenCountCache(200_000, undefined, undefined, bound);
+    const chars = await createEstimator(create(EstimatorSchema, { kind: EstimatorKind.CHARS }), Provider.UNSPECIFIED, "estimator");
+    // 40 conversations of 20 messages of ~200 characters: ~40 x 20 x (640 + 400) bytes, about 13 times the bound.
+    const conversation = (index: number) => Array.from({ length: 20 }, (_, position) => user(`c${index}-m${position}`, `${index}:${position} ${"text ".repeat(40)}`));
+    let largest = 0;
+    for (let index = 0; index < 40; index++) {
+      const list = conversation(index);
+      expect(await cache.countAll(chars, list)).toEqual(list.map((one) => chars.countMessage(one)));
+      largest = Math.max(largest, cache.keptLists.bytes);
+      expect(cache.keptLists.bytes).toBeLessThanOrEqual(bound);
+    }
+    // Filled to the bound, not past it: some lists went, several are kept.
+    expect(largest).toBeGreaterThan(bound / 2);
+    expect(cache.keptLists.count).toBeGreaterThan(1);
+    expect(cache.keptLists.count).toBeLessThan(40);
+    // One list over the bound alone is counted and not kept; what was kept stays.
+    const kept = cache.keptLists;
+    const huge = Array.from({ length: 200 }, (_, position) => user(`huge-${position}`, "x".repeat(400)));
+    expect(await cache.countAll(chars, huge)).toEqual(huge.map((one) => chars.countMessage(one)));
+    expect(cache.keptLists).toEqual(kept);
+    // A conversation whose list went is counted again, exactly.
+    const first = conversation(0);
+    expect(await cache.countAll(chars, first)).toEqual(first.map((one) => chars.countMessage(one)));
+  });
+
   it("stays exact when its text table evicts", async () => {
     const cache = new TokenCountCache(20);
     const plain = await tokenizer(Provider.OPENAI_CHAT);

@@ -1,11 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { EstimatorKind } from "#gen/contextd/v1/compile_pb";
+import { EstimatorKind, EstimatorSchema } from "#gen/contextd/v1/compile_pb";
 import { ContextService, ReportUsageRequestSchema } from "#gen/contextd/v1/context_service_pb";
 import { ConversationService } from "#gen/contextd/v1/conversation_service_pb";
 import { Provider, Role } from "#gen/contextd/v1/message_pb";
 import { Codec } from "../../src/codec/codec.js";
+import { createEstimator } from "../../src/core/tokens/estimator.js";
 import { composeApplication, composeSidecar } from "../../src/server/composition-root.js";
 import { defaultConfig, type Config } from "../../src/server/operations/config.js";
 import { createLogger } from "../../src/server/operations/logger.js";
@@ -69,6 +70,18 @@ describe("composeApplication", () => {
     const refused = await failure(client.getState({ conversationId: "big" }));
     expect(refused.code).toBe(Code.ResourceExhausted);
     expect(refused.rawMessage).toContain("message limit of 2048 bytes (--max-request-bytes)");
+  });
+
+  it("bounds the token counts' last counted lists by --token-count-list-bytes", async () => {
+    const bound = 20_000;
+    const { tokenCounts } = composed({ tokenCountListBytes: bound });
+    const chars = await createEstimator(create(EstimatorSchema, { kind: EstimatorKind.CHARS }), Provider.UNSPECIFIED, "estimator");
+    for (let conversation = 0; conversation < 20; conversation++) {
+      await tokenCounts.countAll(chars, Array.from({ length: 10 }, (_, index) => textMessage(`c${conversation}-${index}`, Role.USER, "words ".repeat(30))));
+      expect(tokenCounts.keptLists.bytes).toBeLessThanOrEqual(bound);
+    }
+    expect(tokenCounts.keptLists.count).toBeGreaterThan(0);
+    expect(tokenCounts.keptLists.count).toBeLessThan(20);
   });
 
   it("gives each composition its own caches", () => {

@@ -1107,6 +1107,214 @@ describe.each([
   }, 60_000);
 });
 
+// A sidecar that committed on the stored tail keeps that tail at the version it wrote
+// (store/kept-tails.ts), so its next commit to the conversation is the write alone; a kept tail
+// another process's commit made stale costs the usual tail read. Every answer is compared with a
+// warm memory store's to the same batches, and the states read back with its state byte for byte.
+// The memory store holds the whole state: its commits read nothing and plan on no tail.
+describe.each([
+  ["memory", (writer: ConversationStore) => writer],
+  ["redis", () => new RedisConversationStore(redis.url)],
+  ["redis cluster", () => new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) })],
+  ["postgres", () => new PostgresConversationStore(postgres.url)],
+  ["redis, encrypted,", () => new RedisConversationStore(redis.url, { values: encrypted, keyPrefix: encryptedKeyPrefix })],
+  ["postgres, encrypted,", () => new PostgresConversationStore(encryptedPostgresUrl, { values: encrypted })],
+] as const)("%s store: a process that committed on the stored tail", (name, openCold) => {
+  const tailPlanned = name !== "memory";
+  const openWriter = (): ConversationStore => (name === "memory" ? new MemoryConversationStore() : (openCold as () => ConversationStore)());
+  const connected = async (store: ConversationStore) => {
+    if (store instanceof RedisConversationStore || store instanceof PostgresConversationStore) expect(await store.connected()).toBe(true);
+  };
+  const traffic = (store: ConversationStore) => (store as MemoryConversationStore).commitTraffic;
+  const call = (id: string, callName: string) => ({ kind: { case: "toolCall" as const, value: { id, name: callName, arguments: { data: "{}" } } } });
+  const result = (messageId: string, toolCallId: string) => delta({ case: "appendToolResult", value: { toolCallId, messageId, payload: { text: "done" } } });
+
+  /** A conversation of `size` messages (a call "c0" at its start) in `writer` and `reference`, and a process that holds nothing of it. */
+  const setUp = async (size: number) => {
+    const writer = openWriter();
+    await connected(writer);
+    const reference = new MemoryConversationStore();
+    const id = freshId("kept-tail");
+    const head = [textMessage("h0", Role.USER, "start"), create(MessageSchema, { id: "head-a", role: Role.ASSISTANT, parts: [call("c0", "lookup")] })];
+    const body = Array.from({ length: size }, (_, index) => textMessage(`h${index + 1}`, Role.USER, `message ${index + 1}`));
+    for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(...head, ...body)], "");
+    const cold = (openCold as (writer: ConversationStore) => ConversationStore)(writer);
+    await connected(cold);
+    /** `deltas` committed by the cold process and by the warm reference: the same outcome or the same error; what the cold commit read. */
+    const bothCommit = async (deltas: Delta[], expectedVersion?: bigint, key = "") => {
+      const before = traffic(cold);
+      const [coldOutcome, warm] = await Promise.allSettled([
+        cold.commit(id, expectedVersion, deltas, key, undefined, undefined, { withState: false }),
+        reference.commit(id, expectedVersion, deltas, key),
+      ]);
+      const after = traffic(cold);
+      const read = { tailReads: after.tailReads - before.tailReads, wholeReads: after.wholeReads - before.wholeReads, kept: after.keptTailCommits - before.keptTailCommits };
+      if (warm.status === "rejected") {
+        expect(coldOutcome.status, String(warm.reason)).toBe("rejected");
+        const [coldError, warmError] = [coldOutcome, warm].map((settled) => (settled as PromiseRejectedResult).reason as ConnectError);
+        expect([coldError!.code, coldError!.rawMessage]).toEqual([warmError!.code, warmError!.rawMessage]);
+        return { error: warmError!, ...read };
+      }
+      expect(coldOutcome.status, coldOutcome.status === "rejected" ? String(coldOutcome.reason) : "").toBe("fulfilled");
+      const outcome = (coldOutcome as PromiseFulfilledResult<{ version: bigint; replayed: boolean }>).value;
+      expect([outcome.version, outcome.replayed]).toEqual([warm.value.version, warm.value.replayed]);
+      return { error: undefined, ...read };
+    };
+    /** The conversation as the reference holds it, compared with what a process that holds nothing reads. */
+    const sameStates = async () => {
+      const reread = (openCold as (writer: ConversationStore) => ConversationStore)(writer);
+      await connected(reread);
+      try {
+        const stored = await reference.load(id);
+        expect(Buffer.from(toBinary(ConversationStateSchema, await reread.load(id))).equals(toBinary(ConversationStateSchema, stored))).toBe(true);
+        return stored;
+      } finally {
+        if (reread !== writer) await reread.close();
+      }
+    };
+    const close = () => Promise.all([...new Set([writer, cold, reference])].map((store) => store.close()));
+    return { writer, reference, cold, id, bothCommit, sameStates, close };
+  };
+  /**
+   * What a commit read: tail reads, whole reads, and whether it was planned on a kept tail. The
+   * memory store reads its own state in process (no round trip) and plans on no tail.
+   */
+  const reads = (tailReads: number, wholeReads: number, kept: number) => (tailPlanned ? { tailReads, wholeReads, kept } : { tailReads: 0, kept: 0 });
+  const readsOf = ({ tailReads, wholeReads, kept }: { tailReads: number; wholeReads: number; kept: number }) => (tailPlanned ? { tailReads, wholeReads, kept } : { tailReads, kept });
+
+  it("plans its next commits on the kept tail with no read, trims it, and answers and stores what a warm store does", async () => {
+    const { cold, id, reference, bothCommit, sameStates, close } = await setUp(3_000);
+    try {
+      // The first commit reads the tail; the next ones read nothing.
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k1", Role.USER, "one"))]))).toEqual(reads(1, 0, 0));
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k2", Role.USER, "two"))]))).toEqual(reads(0, 0, 1));
+      expect(readsOf(await bothCommit([appendHistory(create(MessageSchema, { id: "k3-a", role: Role.ASSISTANT, parts: [call("k3", "search")] }))]))).toEqual(reads(0, 0, 1));
+      // A result for the call the kept tail holds takes its name from it.
+      expect(readsOf(await bothCommit([result("k3-r", "k3")], 4n))).toEqual(reads(0, 0, 1));
+      // Another expected version: refused after a tail read, which it keeps.
+      const late = await bothCommit([appendHistory(textMessage("late", Role.USER, "late"))], 2n);
+      expect([late.error?.code, readsOf(late)]).toEqual([Code.Aborted, reads(1, 0, 0)]);
+      // 300 messages in one batch: the kept tail is trimmed back to about what a tail read holds.
+      const many = Array.from({ length: 300 }, (_, index) => textMessage(`m${index}`, Role.USER, `many ${index}`));
+      expect(readsOf(await bothCommit([appendHistory(...many)]))).toEqual(reads(0, 0, 1));
+      if (tailPlanned) {
+        const kept = (cold as RedisConversationStore).keptTails;
+        expect(kept.count).toBe(1);
+        // At most twice the 64 messages a tail read asks for, each weighed at 640 bytes and more.
+        expect(kept.bytes).toBeGreaterThan(64 * 640);
+        expect(kept.bytes).toBeLessThan(2 * 64 * 1_000);
+      }
+      // A result for the call in the head: the kept tail does not know its name, so the tail is read (with the call index).
+      expect(readsOf(await bothCommit([result("c0-r", "c0")]))).toEqual(reads(1, 0, 0));
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k4", Role.USER, "four"))]))).toEqual(reads(0, 0, 1));
+      // The same key again: answered from the key's record (the plan on the kept tail refuses k5,
+      // which it holds, so the tail is read with the record); another batch under it is refused.
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k5", Role.USER, "five"))], undefined, "key-5"))).toEqual(reads(0, 0, 1));
+      const again = await bothCommit([appendHistory(textMessage("k5", Role.USER, "five"))], undefined, "key-5");
+      expect([again.error, readsOf(again)]).toEqual([undefined, reads(1, 0, 0)]);
+      // Under the key, a batch the kept tail can plan: the write answers from the record first.
+      const reused = await bothCommit([appendHistory(textMessage("k6", Role.USER, "other"))], undefined, "key-5");
+      expect([reused.error?.code, readsOf(reused)]).toEqual([Code.InvalidArgument, reads(0, 0, 0)]);
+      // Errors are the warm store's: a duplicate of a kept message, of one in the head, an invalid round.
+      expect((await bothCommit([appendHistory(textMessage("k2", Role.USER, "again"))])).error?.rawMessage).toMatch(/duplicate message id "k2"/);
+      expect((await bothCommit([appendHistory(textMessage("h7", Role.USER, "again"))])).error?.rawMessage).toMatch(/duplicate message id "h7"/);
+      const stored = await sameStates();
+      expect(stored.history.length).toBe(3_002 + 1 + 1 + 2 + 300 + 1 + 1 + 1);
+      expect(stored.version).toBe(await reference.currentVersion(id));
+    } finally {
+      await close();
+    }
+  }, 60_000);
+
+  it("falls back to the usual tail read when another process committed after the kept tail: nothing lost or doubled", async () => {
+    const { writer, reference, id, bothCommit, sameStates, close } = await setUp(500);
+    try {
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k1", Role.USER, "one"))]))).toEqual(reads(1, 0, 0));
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k2", Role.USER, "two"))]))).toEqual(reads(0, 0, 1));
+      // Another sidecar commits: the kept tail is one version behind.
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w1", Role.USER, "w1"))], "");
+      // Without an expected version: the write on the kept tail is refused, the tail read again, written.
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k3", Role.USER, "three"))]))).toEqual(reads(1, 0, 0));
+      // Others wrote after its kept tail: the next commit reads first (as from a contended copy), finds it current ...
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k4", Role.USER, "four"))]))).toEqual(reads(1, 0, 0));
+      // ... so the one after goes back to the kept tail unread.
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k5", Role.USER, "five"))]))).toEqual(reads(0, 0, 1));
+      // The other sidecar's message is now in the kept tail: a duplicate of it is refused as it is warm.
+      expect((await bothCommit([appendHistory(textMessage("w1", Role.USER, "again"))])).error?.rawMessage).toMatch(/duplicate message id "w1"/);
+      // ... which read the whole state: a fresh start for the rest.
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w2", Role.USER, "w2"))], "");
+      const stored = await sameStates();
+      const ids = stored.history.map((message) => message.id);
+      expect(ids.slice(-7)).toEqual(["k1", "k2", "w1", "k3", "k4", "k5", "w2"]);
+      expect(new Set(ids).size).toBe(ids.length);
+    } finally {
+      await close();
+    }
+  }, 60_000);
+
+  it("taking turns with another such process (round-robin): after one refused write each, every commit is one tail read and one write", async () => {
+    const { writer, id, cold, reference, bothCommit, sameStates, close } = await setUp(500);
+    const other = (openCold as (writer: ConversationStore) => ConversationStore)(writer);
+    await connected(other);
+    try {
+      const roundTrips = async (store: ConversationStore, messageId: string) => {
+        const before = traffic(store);
+        // The other process's commit, to the reference too (bothCommit commits through `cold`).
+        const [outcome, warm] = await Promise.all([
+          store.commit(id, undefined, [appendHistory(textMessage(messageId, Role.USER, messageId))], "", undefined, undefined, { withState: false }),
+          reference.commit(id, undefined, [appendHistory(textMessage(messageId, Role.USER, messageId))], ""),
+        ]);
+        expect(outcome.version).toBe(warm.version);
+        const after = traffic(store);
+        return { tailReads: after.tailReads - before.tailReads, wholeReads: after.wholeReads - before.wholeReads, writes: after.writes - before.writes };
+      };
+      const turn = async (index: number) => {
+        if (index % 2 === 1) return roundTrips(other, `t${index}`);
+        const before = traffic(cold);
+        expect((await bothCommit([appendHistory(textMessage(`t${index}`, Role.USER, `t${index}`))])).error).toBeUndefined();
+        const after = traffic(cold);
+        return { tailReads: after.tailReads - before.tailReads, wholeReads: after.wholeReads - before.wholeReads, writes: after.writes - before.writes };
+      };
+      const trips = [];
+      for (let index = 0; index < 10; index++) trips.push(await turn(index));
+      if (tailPlanned) {
+        // Each process's first commit reads the tail; its second tries its kept tail, is refused, reads, writes.
+        expect(trips.slice(0, 4)).toEqual([{ tailReads: 1, wholeReads: 0, writes: 1 }, { tailReads: 1, wholeReads: 0, writes: 1 }, { tailReads: 1, wholeReads: 0, writes: 2 }, { tailReads: 1, wholeReads: 0, writes: 2 }]);
+        // From then on no refused write: a kept tail others wrote after is read first.
+        expect(trips.slice(4)).toEqual(Array.from({ length: 6 }, () => ({ tailReads: 1, wholeReads: 0, writes: 1 })));
+      }
+      const ids = (await sameStates()).history.map((message) => message.id);
+      expect(ids.slice(-10)).toEqual(Array.from({ length: 10 }, (_, index) => `t${index}`));
+      expect(new Set(ids).size).toBe(ids.length);
+    } finally {
+      if (other !== writer) await other.close();
+      await close();
+    }
+  }, 60_000);
+
+  it("with the expected version of its kept tail after another process moved on, is refused as a warm store is, and commits at the current version", async () => {
+    const { writer, reference, id, bothCommit, sameStates, close } = await setUp(500);
+    try {
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k1", Role.USER, "one"))]))).toEqual(reads(1, 0, 0));
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w1", Role.USER, "w1"))], "");
+      // The kept tail is at version 2, the stored conversation at 3: the write refuses, the tail read names the current version.
+      const stale = await bothCommit([appendHistory(textMessage("k2", Role.USER, "two"))], 2n);
+      expect([stale.error?.code, readsOf(stale)]).toEqual([Code.Aborted, reads(1, 0, 0)]);
+      // That read is kept: the commit at the current version reads nothing.
+      expect(readsOf(await bothCommit([appendHistory(textMessage("k2", Role.USER, "two"))], 3n))).toEqual(reads(0, 0, 1));
+      // A key the other process used: answered from its record, as the warm store does.
+      for (const store of [writer, reference]) await store.commit(id, undefined, [appendHistory(textMessage("w2", Role.USER, "w2"))], "key-w");
+      const replay = await bothCommit([appendHistory(textMessage("w2", Role.USER, "w2"))], undefined, "key-w");
+      expect(replay.error).toBeUndefined();
+      const ids = (await sameStates()).history.map((message) => message.id);
+      expect(ids.slice(-4)).toEqual(["k1", "w1", "k2", "w2"]);
+      expect(new Set(ids).size).toBe(ids.length);
+    } finally {
+      await close();
+    }
+  }, 60_000);
+});
+
 // A conversation stored before the id index existed (or last written by a sidecar that did not
 // keep it) has none, or one behind its version: the first commit planned on its tail finds that,
 // plans on the whole state and writes the whole index with it, once; the next cold commits plan

@@ -12,8 +12,17 @@ import { TextCountTable } from "./text-count-table.js";
  * the next request; each entry holds its list alive.
  */
 const maxRecentLists = 64;
-/** Messages of all recent lists together: each holds its list alive, a long one past its state's cache too. */
-const maxRecentListMessages = 1 << 20;
+/**
+ * Default of `--token-count-list-bytes`: what the recent lists may weigh together
+ * (`approximateListBytes`): each holds its list alive, a long one past its state's cache too.
+ */
+export const defaultMaxTokenCountListBytes = 256 * 1024 * 1024;
+/**
+ * Heap bytes a message of a recent list costs beyond its texts: its objects (message, part, the
+ * part's oneof and body) and its count; the store's decoded states are weighed alike
+ * (`decodedMessageOverheadBytes`, measured there).
+ */
+const listMessageOverheadBytes = 640;
 /** Default of `--token-count-text-bytes`: what the text level keeps (its texts and entries). */
 export const defaultMaxTokenCountTextBytes = 64 * 1024 * 1024;
 
@@ -51,8 +60,8 @@ export class TokenCountCache implements TextCounterSource {
   private readonly textCounters = new Map<TokenizerEncoding, TextTokenCounter>();
   private readonly texts = new Map<TokenizerEncoding, TextCountTable>();
   private readonly toolDefinitionCounts = new Map<string, number>();
-  /** Estimator cache key + first message id → the last list counted with that start and its counts. */
-  private readonly recentLists = new Map<string, { messages: readonly Message[]; counts: readonly number[] }>();
+  /** Estimator cache key + first message id → the last list counted with that start, its counts and what it weighs. */
+  private readonly recentLists = new Map<string, { messages: readonly Message[]; counts: readonly number[]; bytes: number }>();
   private textCount = 0;
   /** `countAll` calls on a non-empty list, and the ones answered from a list counted before (for metrics). */
   listLookups = 0;
@@ -61,7 +70,7 @@ export class TokenCountCache implements TextCounterSource {
   /** Messages counted afresh that `known` answered (for metrics and tests). */
   knownHits = 0;
 
-  private recentListMessages = 0;
+  private recentListBytes = 0;
 
   constructor(
     private readonly maxTexts = 200_000,
@@ -69,6 +78,8 @@ export class TokenCountCache implements TextCounterSource {
     readonly known?: KnownTokenCounts,
     /** What the text level may keep (`TextCountTable.bytes` of every encoding together); past it the oldest tenth goes, again until under. */
     private readonly maxTextBytes = defaultMaxTokenCountTextBytes,
+    /** What the recent lists may weigh together (`approximateListBytes`); past it the oldest go, and a list over it alone is not kept. */
+    private readonly maxListBytes = defaultMaxTokenCountListBytes,
   ) {}
 
   /** The count of `message` under `estimator`. */
@@ -198,15 +209,22 @@ export class TokenCountCache implements TextCounterSource {
   private rememberList(key: string, messages: readonly Message[], counts: number[]): void {
     // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
     const replaced = this.recentLists.get(key);
-    if (replaced) this.recentListMessages -= replaced.messages.length;
+    if (replaced) this.recentListBytes -= replaced.bytes;
     this.recentLists.delete(key);
-    this.recentLists.set(key, { messages, counts });
-    this.recentListMessages += messages.length;
-    while (this.recentLists.size > maxRecentLists || (this.recentListMessages > maxRecentListMessages && this.recentLists.size > 1)) {
+    const bytes = approximateListBytes(messages);
+    if (bytes > this.maxListBytes) return;
+    this.recentLists.set(key, { messages, counts, bytes });
+    this.recentListBytes += bytes;
+    while (this.recentLists.size > maxRecentLists || this.recentListBytes > this.maxListBytes) {
       const [oldestKey, oldest] = this.recentLists.entries().next().value!;
       this.recentLists.delete(oldestKey);
-      this.recentListMessages -= oldest.messages.length;
+      this.recentListBytes -= oldest.bytes;
     }
+  }
+
+  /** The recent lists kept and what they weigh together (bounded by `maxListBytes`). */
+  get keptLists(): { count: number; bytes: number } {
+    return { count: this.recentLists.size, bytes: this.recentListBytes };
   }
 
   /**
@@ -285,7 +303,7 @@ export class TokenCountCache implements TextCounterSource {
   clear(): void {
     this.byList.clear();
     this.recentLists.clear();
-    this.recentListMessages = 0;
+    this.recentListBytes = 0;
     for (const texts of this.texts.values()) texts.clear();
     this.toolDefinitionCounts.clear();
     this.textCount = 0;
@@ -316,4 +334,34 @@ function countFresh(estimator: TokenEstimator, message: Message, clock: Deadline
   const tokens = estimator.countMessage(message);
   if (!clock.check("token counting")) return tokens;
   return clock.pause("token counting").then(() => tokens);
+}
+
+/**
+ * What a list holds alive, approximately: per message a fixed overhead and the UTF-16 length of
+ * the texts a count reads (those `sameCountInputs` compares). O(parts): a
+ * string's length is read, not its characters, so it costs less than the comparison it follows.
+ */
+function approximateListBytes(messages: readonly Message[]): number {
+  let bytes = 0;
+  for (const message of messages) {
+    bytes += listMessageOverheadBytes + 2 * message.id.length;
+    for (const part of message.parts) {
+      const kind = part.kind;
+      switch (kind.case) {
+        case "text":
+        case "reasoning":
+          bytes += 2 * kind.value.text.length;
+          break;
+        case "toolCall":
+          bytes += 2 * (kind.value.id.length + kind.value.name.length + (kind.value.arguments?.text.length ?? 0) + (kind.value.arguments?.data.length ?? 0));
+          break;
+        case "toolResult":
+          bytes += 2 * (kind.value.toolCallId.length + (kind.value.payload?.text.length ?? 0) + (kind.value.payload?.data.length ?? 0));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return bytes;
 }

@@ -5,7 +5,10 @@ import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { defaultMaxCompileTextBytes } from "../../core/compile/text-allowance.js";
 import { stringLimits } from "../../core/model/string-limits.js";
+import { defaultMaxTokenCountListBytes } from "../../core/tokens/token-count-cache.js";
 import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
+import { defaultKeptTailBytes } from "../../store/kept-tails.js";
+import { defaultListedIdBytes } from "../../store/recent-ids.js";
 import { defaultExpirySweepMs } from "../../store/conversation-expiry.js";
 import { metadataLimits } from "../../core/deltas/conversation-metadata.js";
 import { parseClusterSeeds } from "../../store/redis-cluster-seeds.js";
@@ -122,6 +125,8 @@ export interface Config {
   storedTokenEstimator: string;
   /** What the token count cache's text level keeps (texts and entries, approximately); past it the oldest go. */
   tokenCountTextBytes: number;
+  /** Approximate heap bytes of the last counted list per conversation start the token counts keep (TokenCountCache); the oldest go past it. */
+  tokenCountListBytes: number;
   /** Serve the web inspector under /inspector/ (its data comes through the RPCs, with their auth). */
   inspector: boolean;
   /**
@@ -172,6 +177,13 @@ export interface Config {
    * kept even when it alone is larger.
    */
   decodedStateBytes: number;
+  /**
+   * Approximate heap bytes of the stored tails the Redis and Postgres stores keep of conversations
+   * they committed on without a copy (kept-tails.ts), so the next commit is one round trip; 0 = none.
+   */
+  keptTailBytes: number;
+  /** Approximate heap bytes of the conversation ids the Redis store remembers having put in its listing index (recent-ids.ts); the oldest go past it. */
+  listedIdBytes: number;
   /**
    * The keys the Redis and Postgres stores encrypt contents with (AES-256-GCM), from
    * `--encryption-key-file` or `CONTEXTD_ENCRYPTION_KEYS`: the first without a tenant writes, a
@@ -243,6 +255,7 @@ export const defaultConfig: Config = {
   recallScanBytes: 64 * 1024 * 1024,
   storedTokenEstimator: "openai_chat:gpt-4o",
   tokenCountTextBytes: 64 * 1024 * 1024,
+  tokenCountListBytes: defaultMaxTokenCountListBytes,
   inspector: true,
   strictToolRounds: false,
   storeRequired: false,
@@ -257,6 +270,8 @@ export const defaultConfig: Config = {
 
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
+  keptTailBytes: defaultKeptTailBytes,
+  listedIdBytes: defaultListedIdBytes,
   encryptionKeys: [],
   idleTtlMs: 0,
   idleTtlPerTenant: {},
@@ -318,6 +333,7 @@ export const flags = {
   "recall-index-bytes": "approximate bytes of stored messages' terms (and their texts) kept for Recall searches; 0 = none, every search reads the texts again",
   "recall-scan-bytes": "UTF-8 bytes of message text one Recall search may read and split into terms (messages whose terms are kept cost none); a search that reaches it answers from what it read, complete = false",
   "token-count-text-bytes": "approximate bytes of the texts whose token counts are kept across compiles (2 per character + 64 each); the oldest go past it",
+  "token-count-list-bytes": "approximate heap bytes of the last counted list per conversation start kept for the next compile (640 per message + 2 per character of its texts; at most 64 lists); the oldest go past it, a list over it alone is not kept",
   "stored-token-estimator": "whose token counts the stores keep with each message they write: provider:model (the estimator a compile rendered for them uses), or none",
   inspector: "serve the web inspector at /inspector/ (true) or not (false); its data comes through the RPCs, with their tokens and tenants",
   "allowed-hosts": "host names served besides localhost, 127.0.0.1 and [::1] while no bearer tokens are configured, comma separated (.example.com = every name under it); other Hosts get PERMISSION_DENIED (DNS rebinding)",
@@ -327,6 +343,8 @@ export const flags = {
   "trace-queue-bytes": "bytes of finished spans waiting for the OpenTelemetry collector; spans beyond are dropped",
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
+  "kept-tail-bytes": "approximate heap bytes of the stored tails the Redis and Postgres stores keep of conversations committed on without a copy, so the next such commit is one round trip (the least recently used go past it); 0 = none kept",
+  "listed-id-bytes": "approximate heap bytes of the conversation ids the Redis store remembers having put in its listing index, so a commit skips that write for 60 s (80 + 2 per character each; the oldest go past it, and their next commit writes the entry again)",
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
   "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
@@ -478,6 +496,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     recallIndexBytes: integer("recall-index-bytes", defaultConfig.recallIndexBytes, 0),
     recallScanBytes: integer("recall-scan-bytes", defaultConfig.recallScanBytes, 1024),
     tokenCountTextBytes: integer("token-count-text-bytes", defaultConfig.tokenCountTextBytes, 1024),
+    tokenCountListBytes: integer("token-count-list-bytes", defaultConfig.tokenCountListBytes, 0),
     storedTokenEstimator: checkedStoredTokenEstimator(string("stored-token-estimator", defaultConfig.storedTokenEstimator), pick("stored-token-estimator").where),
     inspector: boolean("inspector", defaultConfig.inspector),
     strictToolRounds: boolean("strict-tool-rounds", defaultConfig.strictToolRounds),
@@ -493,6 +512,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
 
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
+    keptTailBytes: integer("kept-tail-bytes", defaultConfig.keptTailBytes, 0),
+    listedIdBytes: integer("listed-id-bytes", defaultConfig.listedIdBytes, 0),
     encryptionKeys,
     idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),
     idleTtlPerTenant: parseIdleTtlPerTenant(pick("idle-ttl-per-tenant")),

@@ -17,7 +17,7 @@ import { appendHistory, textMessage } from "../../store/fixtures.js";
 // Before, the history facts held every recently compiled conversation's whole decoded history
 // (10,000 conversations, counted at 8 bytes a message) and the decoded states were bounded by their
 // encodings (a third of their heap): here 60 conversations of 1,000 messages weigh ~55 MB decoded,
-// over the ~22 MiB of bounds, and were all kept.
+// over the ~25 MiB of bounds, and were all kept.
 
 /** Small bounds, so that the conversations below are several times what the caches may hold. */
 const flags = [
@@ -27,6 +27,9 @@ const flags = [
   "--retained-encoding-bytes", String(4 << 20),
   "--token-count-text-bytes", String(2 << 20),
   "--cache-impact-bytes", String(1 << 20),
+  "--kept-tail-bytes", String(1 << 20),
+  "--token-count-list-bytes", String(2 << 20),
+  "--listed-id-bytes", String(256 << 10),
 ];
 /** What a sidecar holds besides its caches after turning: lineage and layout records, connection state, per-conversation index entries. */
 const ownStructuresBytes = 16 << 20;

@@ -1,0 +1,55 @@
+/** `--listed-id-bytes`: what the Redis store's memo of conversations it put in the listing index may weigh. */
+export const defaultListedIdBytes = 16 * 1024 * 1024;
+
+/**
+ * Heap bytes one remembered id costs beyond its characters: the Map entry, the string's header and
+ * the number beside it. An estimate (V8 keeps a one-byte string in 1 byte a character and a
+ * two-byte one in 2; ids are counted at 2 so the bound holds for both).
+ */
+export const rememberedIdOverheadBytes = 80;
+
+/**
+ * Ids with a value each, the least recently set leaving first, bounded by what they weigh in the
+ * heap (`rememberedIdOverheadBytes` + 2 bytes a UTF-16 unit). Why it exists: the Redis store's memo
+ * of the conversations whose listing entry it wrote was bounded by count (100,000 ids), and ids may
+ * be 1,024 bytes long, so its heap was bounded only by ~200 MB (issue 30: caches bounded by bytes).
+ * An id alone over the bound is not kept.
+ */
+export class RecentIds<V> {
+  private readonly entries = new Map<string, V>();
+  private bytes = 0;
+
+  constructor(private readonly maxBytes: number) {}
+
+  get(id: string): V | undefined {
+    return this.entries.get(id);
+  }
+
+  /** Sets `id`'s value, as the most recently set. */
+  set(id: string, value: V): void {
+    this.delete(id);
+    const bytes = weightOf(id);
+    if (bytes > this.maxBytes) return;
+    this.entries.set(id, value);
+    this.bytes += bytes;
+    while (this.bytes > this.maxBytes) this.delete(this.entries.keys().next().value!);
+  }
+
+  delete(id: string): void {
+    if (!this.entries.delete(id)) return;
+    this.bytes -= weightOf(id);
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** What the kept ids weigh together (at most the bound). */
+  get keptBytes(): number {
+    return this.bytes;
+  }
+}
+
+function weightOf(id: string): number {
+  return rememberedIdOverheadBytes + 2 * id.length;
+}

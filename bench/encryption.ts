@@ -5,19 +5,20 @@
 // sidecar uses them, so what differs between the two lines is the encryption alone. Plus the
 // cipher alone per message, the floor of the difference.
 //
-// A commit: one 200-byte user message appended to a conversation of N messages by a store that
+// A commit: one 200-byte user message (BENCH_TEXT_BYTES) appended to a conversation of N messages by a store that
 // holds its copy (what every turn of an agent does). A cold read: `load` by a store process with
 // nothing cached (a restarted sidecar, another worker): every entry crosses the wire and is
 // decrypted. Modes alternate per round so load on the machine falls on both alike. Each read is
 // timed twice: wall clock, and the CPU this process spent (process.cpuUsage), which a machine
 // shared with other work disturbs far less than it does the wall clock.
 //
-// The cipher lines take one open apart: node:crypto's calls one by one (each line adds one to the
-// line before), then the store's whole open, as one value and as the n-th value of a read (an
-// opener, which works out the key and authenticated data once); all in CPU µs per value.
+// The two cipher lines, in CPU µs per value: the store's seal and open, open also as the n-th
+// value of a read (an opener works out the key and authenticated data once); then one open taken
+// apart into node:crypto's calls, each figure adding one call to the figure before.
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createDecipheriv, createSecretKey, type DecipherGCM } from "node:crypto";
+import { cpus, loadavg } from "node:os";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../src/codec/codec.js";
@@ -33,7 +34,9 @@ const commitsPerSize = Number(process.env.BENCH_COMMITS ?? 100);
 const keyId = "bench-1";
 const keyBytes = Buffer.alloc(32, 5);
 const cipher = new AtRestCipher([{ id: keyId, key: keyBytes, tenant: "" }]);
-const text = (index: number) => `message ${index}: ` + "the quick brown fox jumps over the lazy dog, ".repeat(4);
+// BENCH_TEXT_BYTES: about how long each message's text is (the cipher's cost per value is mostly fixed, a decode's grows with it).
+const filler = "the quick brown fox jumps over the lazy dog, ".repeat(Math.max(1, Math.round(Number(process.env.BENCH_TEXT_BYTES ?? 200) / 45)));
+const text = (index: number) => `message ${index}: ` + filler;
 
 function message(id: string, index: number) {
   return create(MessageSchema, { id, role: index % 2 === 0 ? Role.USER : Role.ASSISTANT, parts: [{ kind: { case: "text", value: { text: text(index) } } }] });
@@ -172,7 +175,9 @@ function benchCipher(): void {
 
 const [redis, postgres] = await Promise.all([startRedis(), startPostgres()]);
 try {
-  console.log(`encryption at rest, ${commitsPerSize} one-message commits per size, cold reads by a fresh store; machine load shared (2 cores)`);
+  console.log(
+    `encryption at rest, ${commitsPerSize} one-message commits per size, cold reads by a fresh store, ${text(0).length}-character texts; ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(1)} at the start`,
+  );
   benchCipher();
   await benchStore("redis", async (values) => {
     const store = new RedisConversationStore(redis.url, values ? { values } : {});
@@ -184,6 +189,7 @@ try {
     await store.connected();
     return store;
   });
+  console.log(`load average ${loadavg()[0]!.toFixed(1)} at the end`);
 } finally {
   await Promise.all([redis.stop(), postgres.destroy()]);
 }

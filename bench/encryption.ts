@@ -116,12 +116,22 @@ async function benchStore(name: string, open: Open): Promise<void> {
   }
 }
 
-/** CPU µs per call of `run`, over `rounds` calls after a warm-up. */
-function cpuMicros(rounds: number, run: () => void): number {
-  for (let index = 0; index < 5_000; index++) run();
-  const started = process.cpuUsage();
-  for (let index = 0; index < rounds; index++) run();
-  return (cpuMs(started) * 1000) / rounds;
+/**
+ * CPU µs per call of each of `runs`, the median of 7 rounds of 30,000 calls that take turns, so
+ * that a change in the machine's load falls on all of them alike.
+ */
+function cpuMicros(runs: (() => unknown)[]): number[] {
+  const calls = 30_000;
+  const rounds: number[][] = runs.map(() => []);
+  for (const run of runs) for (let index = 0; index < 5_000; index++) run();
+  for (let round = 0; round < 7; round++) {
+    for (const [index, run] of runs.entries()) {
+      const started = process.cpuUsage();
+      for (let call = 0; call < calls; call++) run();
+      rounds[index]!.push((cpuMs(started) * 1000) / calls);
+    }
+  }
+  return rounds.map(median) as number[];
 }
 
 /**
@@ -132,19 +142,10 @@ function cpuMicros(rounds: number, run: () => void): number {
 function benchCipher(): void {
   const codec = new Codec();
   const entry = codec.encodeStoredEntry(message("m1", 1));
-  const rounds = 200_000;
   const sealed = cipher.seal("c", "message", entry);
   const where = () => "bench";
-  const sealUs = cpuMicros(rounds, () => cipher.seal("c", "message", entry));
-  const openUs = cpuMicros(rounds, () => cipher.open("c", "message", sealed, where));
   // The n-th value of a read; a build without openers (main before them) opens each on its own.
   const open = typeof cipher.opener === "function" ? cipher.opener("c", "message") : (stored: Uint8Array) => cipher.open("c", "message", stored, where);
-  const openerUs = cpuMicros(rounds, () => open(sealed, where));
-  const decodeUs = cpuMicros(rounds, () => codec.decodeStoredEntry(entry));
-  console.log(
-    `cipher alone, one ${entry.length}-byte entry, CPU per value: seal ${sealUs.toFixed(2)} µs, open ${openUs.toFixed(2)} µs, open as the n-th value of a read ${openerUs.toFixed(2)} µs` +
-      ` (its protobuf decode, the anchor: ${decodeUs.toFixed(2)} µs; +${sealed.length - entry.length} bytes stored)`,
-  );
   const key = createSecretKey(keyBytes);
   const idEnd = 3 + sealed[2]!;
   const nonce = sealed.subarray(idEnd, idEnd + 12);
@@ -159,18 +160,28 @@ function benchCipher(): void {
     ["+ update", (decipher) => decipher.update(body)],
     ["+ final (verifies the tag)", (decipher) => decipher.final()],
   ];
-  const parts = steps.map(([label], count) => {
+  const stepRuns = steps.map((_, count) => {
     const run = steps.slice(0, count + 1).map(([, step]) => step);
-    return `${label} ${cpuMicros(rounds, () => {
+    return () => {
       const decipher = createDecipheriv("aes-256-gcm", key, nonce, { authTagLength: 16 });
       for (const step of run) step(decipher);
-    }).toFixed(2)}`;
+    };
   });
-  const extras = [
-    `building the authenticated data ${cpuMicros(rounds, additionalData).toFixed(2)}`,
-    `three subarrays ${cpuMicros(rounds, () => (sealed.subarray(idEnd, idEnd + 12), sealed.subarray(sealed.length - 16), sealed.subarray(idEnd + 12, sealed.length - 16))).toFixed(2)}`,
-  ];
-  console.log(`one open, node:crypto's calls cumulatively, CPU µs: ${parts.join(", ")}; beside them: ${extras.join(", ")}`);
+  const [sealUs, openUs, openerUs, decodeUs, additionalUs, subarraysUs, ...stepUs] = cpuMicros([
+    () => cipher.seal("c", "message", entry),
+    () => cipher.open("c", "message", sealed, where),
+    () => open(sealed, where),
+    () => codec.decodeStoredEntry(entry),
+    additionalData,
+    () => (sealed.subarray(idEnd, idEnd + 12), sealed.subarray(sealed.length - 16), sealed.subarray(idEnd + 12, sealed.length - 16)),
+    ...stepRuns,
+  ]);
+  console.log(
+    `cipher alone, one ${entry.length}-byte entry, CPU per value: seal ${sealUs!.toFixed(2)} µs, open ${openUs!.toFixed(2)} µs, open as the n-th value of a read ${openerUs!.toFixed(2)} µs` +
+      ` (its protobuf decode, the anchor: ${decodeUs!.toFixed(2)} µs; +${sealed.length - entry.length} bytes stored)`,
+  );
+  const parts = steps.map(([label], index) => `${label} ${stepUs[index]!.toFixed(2)}`);
+  console.log(`one open, node:crypto's calls cumulatively, CPU µs: ${parts.join(", ")}; beside them: building the authenticated data ${additionalUs!.toFixed(2)}, three subarrays ${subarraysUs!.toFixed(2)}`);
 }
 
 const [redis, postgres] = await Promise.all([startRedis(), startPostgres()]);

@@ -80,8 +80,8 @@ const tenantPattern = /^[A-Za-z0-9._-]+$/;
 export const maxEncryptionKeys = 1_000;
 /** Nonces are drawn from a buffer refilled this many at a time: one `randomFillSync` per 256 values, not per value. */
 const noncesPerFill = 256;
-/** One options object for every cipher: node reads it, never keeps it. */
-const gcmOptions = { authTagLength: tagBytes } as const;
+/** One options object for every cipher, not one per value: node only reads it (frozen, so nothing can change it for the next). */
+const gcmOptions = Object.freeze({ authTagLength: tagBytes });
 
 /**
  * Keys separated by newlines or commas, each `[tenant/]key-id:key` with the key as 32 bytes in

@@ -41,14 +41,26 @@ export interface StoredValues {
    * id is bound into every sealed value. Fails as `open` does.
    */
   reseal(from: string, to: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer;
+  /**
+   * `open` for many values of one conversation and kind (a read's list of entries): what they
+   * share, the key named and the authenticated data, is worked out once per key id instead of
+   * once per value. Fails as `open` does, value by value.
+   */
+  opener(conversationId: string, kind: SealedKind): ValueOpener;
 }
+
+/** Opens one stored value of the conversation and kind a `StoredValues.opener` was made for. */
+export type ValueOpener = (stored: Uint8Array, where: () => string) => Buffer;
+
+const viewOf = (bytes: Uint8Array): Buffer => (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
 
 /** Without encryption: the bytes as they are. */
 export const plainValues: StoredValues = {
   encrypts: false,
-  seal: (_conversationId, _kind, plaintext) => Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength),
-  open: (_conversationId, _kind, stored) => Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength),
-  reseal: (_from, _to, _kind, stored) => Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength),
+  seal: (_conversationId, _kind, plaintext) => viewOf(plaintext),
+  open: (_conversationId, _kind, stored) => viewOf(stored),
+  reseal: (_from, _to, _kind, stored) => viewOf(stored),
+  opener: () => viewOf,
 };
 
 /** One configured key: its id (stored with every value it seals), its 32 bytes, and its tenant ("" = every conversation's). */
@@ -68,6 +80,8 @@ const tenantPattern = /^[A-Za-z0-9._-]+$/;
 export const maxEncryptionKeys = 1_000;
 /** Nonces are drawn from a buffer refilled this many at a time: one `randomFillSync` per 256 values, not per value. */
 const noncesPerFill = 256;
+/** One options object for every cipher, not one per value: node only reads it (frozen, so nothing can change it for the next). */
+const gcmOptions = Object.freeze({ authTagLength: tagBytes });
 
 /**
  * Keys separated by newlines or commas, each `[tenant/]key-id:key` with the key as 32 bytes in
@@ -109,6 +123,14 @@ export function parseEncryptionKeys(text: string, where: string): AtRestKey[] {
   return keys;
 }
 
+/** A key as an opener holds it: the value's key id bytes (length byte and ASCII) that name it, and the authenticated data of the opener's conversation and kind under it. */
+interface ReadingKey {
+  idBytes: Buffer;
+  id: string;
+  secret: KeyObject;
+  additional: Buffer;
+}
+
 /** AES-256-GCM over the configured keys (see the top of this file for the format and what it binds). */
 export class AtRestCipher implements StoredValues {
   readonly encrypts = true;
@@ -141,7 +163,7 @@ export class AtRestCipher implements StoredValues {
     const sealed = Buffer.allocUnsafe(header.length + nonceBytes + plaintext.length + tagBytes);
     header.copy(sealed, 0);
     const nonce = this.nextNonce(sealed, header.length);
-    const cipher = createCipheriv("aes-256-gcm", writer.secret, nonce, { authTagLength: tagBytes });
+    const cipher = createCipheriv("aes-256-gcm", writer.secret, nonce, gcmOptions);
     cipher.setAAD(additionalData(kind, writer.id, conversationId));
     let offset = header.length + nonceBytes;
     offset += cipher.update(plaintext).copy(sealed, offset);
@@ -151,13 +173,38 @@ export class AtRestCipher implements StoredValues {
   }
 
   open(conversationId: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer {
-    const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
-    if (bytes.length < 3 || bytes[0] !== formatMarker || bytes[1] !== formatVersion) {
-      throw corruptConversation(conversationId, `${where()} is not an encrypted value (the sidecar runs with encryption at rest; was it written without?)`);
-    }
+    return this.opener(conversationId, kind)(stored, where);
+  }
+
+  opener(conversationId: string, kind: SealedKind): ValueOpener {
+    // The key the last value named, with the authenticated data for it: a read's values almost
+    // always name one key, so each further value costs a compare of its key id's bytes.
+    let last: ReadingKey | undefined;
+    return (stored, where) => {
+      const bytes = viewOf(stored);
+      if (bytes.length < 3 || bytes[0] !== formatMarker || bytes[1] !== formatVersion) {
+        throw corruptConversation(conversationId, `${where()} is not an encrypted value (the sidecar runs with encryption at rest; was it written without?)`);
+      }
+      const idLength = bytes[2]!;
+      const bodyStart = 3 + idLength + nonceBytes;
+      if (bytes.length < bodyStart + tagBytes) throw corruptConversation(conversationId, `${where()} is cut short: ${bytes.length} bytes, an encrypted value has at least ${bodyStart + tagBytes}`);
+      if (last === undefined || !namesKey(bytes, last.idBytes)) last = this.readingKey(conversationId, kind, bytes, where);
+      const decipher = createDecipheriv("aes-256-gcm", last.secret, bytes.subarray(3 + idLength, bodyStart), gcmOptions);
+      decipher.setAAD(last.additional);
+      decipher.setAuthTag(bytes.subarray(bytes.length - tagBytes));
+      const body = decipher.update(bytes.subarray(bodyStart, bytes.length - tagBytes));
+      try {
+        const end = decipher.final();
+        return end.length === 0 ? body : Buffer.concat([body, end]);
+      } catch {
+        throw corruptConversation(conversationId, `${where()} does not decrypt with key "${last.id}": it was changed, or belongs to another conversation or field`);
+      }
+    };
+  }
+
+  /** The configured key the sealed value `bytes` names, with what an opener keeps of it; FAILED_PRECONDITION when it is not listed or is another tenant's. */
+  private readingKey(conversationId: string, kind: SealedKind, bytes: Buffer, where: () => string): ReadingKey {
     const idLength = bytes[2]!;
-    const bodyStart = 3 + idLength + nonceBytes;
-    if (bytes.length < bodyStart + tagBytes) throw corruptConversation(conversationId, `${where()} is cut short: ${bytes.length} bytes, an encrypted value has at least ${bodyStart + tagBytes}`);
     const id = bytes.toString("latin1", 3, 3 + idLength);
     const key = this.byId.get(id);
     if (key === undefined) {
@@ -169,16 +216,7 @@ export class AtRestCipher implements StoredValues {
     if (key.tenant !== "" && key.tenant !== tenantOf(conversationId)) {
       throw new ConnectError(`conversation "${conversationId}": ${where()} names key "${id}", which is tenant "${key.tenant}"'s, not this conversation's tenant's`, Code.FailedPrecondition);
     }
-    const decipher = createDecipheriv("aes-256-gcm", key.secret, bytes.subarray(3 + idLength, bodyStart), { authTagLength: tagBytes });
-    decipher.setAAD(additionalData(kind, id, conversationId));
-    decipher.setAuthTag(bytes.subarray(bytes.length - tagBytes));
-    const body = decipher.update(bytes.subarray(bodyStart, bytes.length - tagBytes));
-    try {
-      const last = decipher.final();
-      return last.length === 0 ? body : Buffer.concat([body, last]);
-    } catch {
-      throw corruptConversation(conversationId, `${where()} does not decrypt with key "${id}": it was changed, or belongs to another conversation or field`);
-    }
+    return { idBytes: Buffer.from(bytes.subarray(2, 3 + idLength)), id, secret: key.secret, additional: additionalData(kind, id, conversationId) };
   }
 
   reseal(from: string, to: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer {
@@ -204,6 +242,12 @@ export class AtRestCipher implements StoredValues {
     this.noncesUsed++;
     return into.subarray(offset, offset + nonceBytes);
   }
+}
+
+/** Whether the sealed value `bytes` names the key whose id's length byte and ASCII are `idBytes`. */
+function namesKey(bytes: Buffer, idBytes: Buffer): boolean {
+  for (let index = 0; index < idBytes.length; index++) if (bytes[2 + index] !== idBytes[index]) return false;
+  return true;
 }
 
 function additionalData(kind: SealedKind, keyId: string, conversationId: string): Buffer {

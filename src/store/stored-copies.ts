@@ -427,8 +427,9 @@ export class StoredCopies implements CommitCopies {
 
   /** Stored entries of `segment` from position `from` on, as messages; DATA_LOSS naming the first that does not decode. */
   decode(conversationId: string, items: readonly Buffer[], from: number, segment: string): Message[] {
+    const open = this.values.opener(conversationId, "message");
     return items.map((stored, position) => {
-      const item = this.opened(conversationId, stored, from + position, segment);
+      const item = open(stored, () => this.entryName(conversationId, from + position, segment));
       try {
         return this.codec.decodeStoredEntry(item);
       } catch (error) {
@@ -440,8 +441,9 @@ export class StoredCopies implements CommitCopies {
   /** `decode`, with each entry's stored running facts. */
   decodeWithFacts(conversationId: string, items: readonly Buffer[], from: number, segment: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
     const running: (RunningFacts | undefined)[] = [];
+    const open = this.values.opener(conversationId, "message");
     const messages = items.map((stored, position) => {
-      const item = this.opened(conversationId, stored, from + position, segment);
+      const item = open(stored, () => this.entryName(conversationId, from + position, segment));
       try {
         const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
         running.push(entry.running);
@@ -453,13 +455,13 @@ export class StoredCopies implements CommitCopies {
     return { messages, running };
   }
 
-  /** A stored entry's plaintext (see `StoredValues.open`). */
-  private opened(conversationId: string, stored: Buffer, position: number, segment: string): Buffer {
-    return this.values.open(conversationId, "message", stored, () => `message ${position} of the ${this.names.segment(conversationId, segment)}`);
+  /** Where a stored entry is, as DATA_LOSS details name it. */
+  private entryName(conversationId: string, position: number, segment: string): string {
+    return `message ${position} of the ${this.names.segment(conversationId, segment)}`;
   }
 
   private undecodable(conversationId: string, position: number, segment: string, error: unknown): ConnectError {
-    return corruptConversation(conversationId, `message ${position} of the ${this.names.segment(conversationId, segment)} does not decode: ${(error as Error).message}`);
+    return corruptConversation(conversationId, `${this.entryName(conversationId, position, segment)} does not decode: ${(error as Error).message}`);
   }
 }
 

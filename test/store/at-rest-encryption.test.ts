@@ -159,9 +159,43 @@ describe("AtRestCipher", () => {
     expect(plainValues.reseal("c1", "c2", "message", plain, where)).toEqual(plain);
   });
 
+  it("opener: a read's values open as open opens them, each under the key it names, keys switching mid-list (a rotation) and ids of one length told apart", () => {
+    const before = new AtRestCipher([{ id: "old", key: keyB, tenant: "" }]);
+    // "new" and "old" have the same length: the opener must compare the id's bytes, not its length.
+    const values = [before.seal("c1", "message", text("0 old")), cipher.seal("c1", "message", text("1 new")), cipher.seal("c1", "message", text("2 new")), before.seal("c1", "message", text("3 old"))];
+    const open = cipher.opener("c1", "message");
+    expect(values.map((value) => open(value, where).toString())).toEqual(["0 old", "1 new", "2 new", "3 old"]);
+    expect(values.map((value) => cipher.open("c1", "message", value, where).toString())).toEqual(["0 old", "1 new", "2 new", "3 old"]);
+    // A value the store handed over as a Uint8Array view (not a Buffer) opens the same.
+    const view = new Uint8Array(values[1]!.buffer, values[1]!.byteOffset, values[1]!.byteLength);
+    expect(open(view, where).toString()).toBe("1 new");
+  });
+
+  it("opener: bound to its conversation and kind; a bad value fails as open fails, and the values after it still open", () => {
+    const open = cipher.opener("c1", "message");
+    const good = cipher.seal("c1", "message", text("good"));
+    expect(open(good, where).toString()).toBe("good");
+    const tampered = Buffer.from(good);
+    tampered[tampered.length - 1]! ^= 0x01;
+    expect(connectError(() => open(tampered, where)).rawMessage).toBe(
+      `conversation "c1" is corrupt in the store: message 4 of the history segment does not decrypt with key "new": it was changed, or belongs to another conversation or field`,
+    );
+    expect(connectError(() => open(cipher.seal("c2", "message", text("c2's")), where)).code).toBe(Code.DataLoss);
+    expect(connectError(() => open(cipher.seal("c1", "rest", text("a rest")), where)).code).toBe(Code.DataLoss);
+    expect(connectError(() => open(text("plain protobuf"), where)).rawMessage).toMatch(/is not an encrypted value/);
+    // A tenant's key named inside another tenant's conversation, after that opener used an untenanted key.
+    const acmes = cipher.seal("acme/c1", "message", text("acme's"));
+    const other = cipher.opener("other/c1", "message");
+    expect(other(cipher.seal("other/c1", "message", text("other's")), where).toString()).toBe("other's");
+    expect(connectError(() => other(acmes, where)).code).toBe(Code.FailedPrecondition);
+    expect(connectError(() => new AtRestCipher([{ id: "new", key: keyA, tenant: "" }]).opener("c1", "message")(new AtRestCipher([{ id: "old", key: keyB, tenant: "" }]).seal("c1", "message", text("x")), where)).code).toBe(Code.FailedPrecondition);
+    expect(open(good, where).toString()).toBe("good");
+  });
+
   it("storedValuesOf: no keys = the bytes as they are", () => {
     expect(storedValuesOf([])).toBe(plainValues);
     expect(plainValues.open("c1", "message", plainValues.seal("c1", "message", text("as is")), where).toString()).toBe("as is");
+    expect(plainValues.opener("c1", "message")(text("as is"), where).toString()).toBe("as is");
     expect(storedValuesOf(keys).encrypts).toBe(true);
   });
 });

@@ -162,7 +162,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
     };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxUndoBytes: this.historyLimits.maxUndoBytes, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry() });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEibgoLRm9ya1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGNYDIAEoCRIYCgphdF92ZXJzaW9uGNcDIAEoA0gAiAEBEhwKE25ld19jb252ZXJzYXRpb25faWQY2AMgASgJQg0KC19hdF92ZXJzaW9uIk8KDEZvcmtSZXNwb25zZRIQCgd2ZXJzaW9uGNYDIAEoAxItCgtmb3JrZWRfZnJvbRjXAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luIo0BCg1SZXdpbmRSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjWAyABKAkSEwoKdG9fdmVyc2lvbhjXAyABKAMSHgoQZXhwZWN0ZWRfdmVyc2lvbhjYAyABKANIAIgBARIYCg9pZGVtcG90ZW5jeV9rZXkY2QMgASgJQhMKEV9leHBlY3RlZF92ZXJzaW9uIjUKDlJld2luZFJlc3BvbnNlEhAKB3ZlcnNpb24Y1gMgASgDEhEKCHJlcGxheWVkGNcDIAEoCCJuCg9HZXRTdGF0ZVJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhkKEHdpdGhvdXRfbWVzc2FnZXMYjAEgASgIEhgKCmF0X3ZlcnNpb24Y1gMgASgDSACIAQFCDQoLX2F0X3ZlcnNpb24iQQoQR2V0U3RhdGVSZXNwb25zZRItCgVzdGF0ZRgBIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlIt0BChNSZWFkTWVzc2FnZXNSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBiMASABKAkSJgoHc2VnbWVudBiNASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50Eg0KBGxhc3QYjgEgASgNEg4KBXN0YXJ0GI8BIAEoBBIRCgNlbmQYkAEgASgESACIAQESFQoHdmVyc2lvbhiRASABKANIAYgBARISCgltYXhfYnl0ZXMYkgEgASgNEhMKCnBhZ2VfdG9rZW4YkwEgASgJQgYKBF9lbmRCCgoIX3ZlcnNpb24iUgoMU2VnbWVudFNpemVzEg8KBnN5c3RlbRiMASABKAQSEAoHaGlzdG9yeRiNASABKAQSDwoGbWVtb3J5GI4BIAEoBBIOCgV0b29scxiPASABKAQimgIKFFJlYWRNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGIwBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoHdmVyc2lvbhiNASABKAMSJgoHc2VnbWVudBiOASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EhEKCHBvc2l0aW9uGI8BIAEoBBIVCgx3aW5kb3dfc3RhcnQYkAEgASgEEhMKCndpbmRvd19lbmQYkQEgASgEEjEKDXNlZ21lbnRfc2l6ZXMYkgEgASgLMhkuY29udGV4dGQudjEuU2VnbWVudFNpemVzEhgKD25leHRfcGFnZV90b2tlbhiTASABKAkSEwoKcGFnZV9ieXRlcxiUASABKAQiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIqUCCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgSHQoUYXNzaWduZWRfbWVzc2FnZV9pZHMY1gMgAygJEiAKEnJld291bmRfdG9fdmVyc2lvbhjXAyABKANIAIgBARItCgtmb3JrZWRfZnJvbRjYAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luQhUKE19yZXdvdW5kX3RvX3ZlcnNpb24iawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIpQCChhMaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSDgoGcHJlZml4GAMgASgJEkIKBmxhYmVscxi4AyADKAsyMS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QuTGFiZWxzRW50cnkSHgoVdXBkYXRlZF9zaW5jZV91bml4X21zGLkDIAEoAxIuCgVvcmRlchi6AyABKA4yHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25PcmRlchotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpQCChNDb252ZXJzYXRpb25TdW1tYXJ5EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDEhsKEmNyZWF0ZWRfYXRfdW5peF9tcxi4AyABKAMSGwoSdXBkYXRlZF9hdF91bml4X21zGLkDIAEoAxIOCgV0aXRsZRi6AyABKAkSPQoGbGFiZWxzGLsDIAMoCzIsLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkuTGFiZWxzRW50cnkSGwoSZXhwaXJlc19hdF91bml4X21zGOoDIAEoAxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMiagoZRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBIYCg9jb252ZXJzYXRpb25faWQY6gMgASgJEh4KEGV4cGVjdGVkX3ZlcnNpb24Y6wMgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iNgoaRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2USGAoPZGVsZXRlZF92ZXJzaW9uGOoDIAEoAyJWChpEZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhMKCnBhZ2VfdG9rZW4Y6wMgASgJEhIKCXBhZ2Vfc2l6ZRjsAyABKAUiSQobRGVsZXRlQ29udmVyc2F0aW9uc1Jlc3BvbnNlEhAKB2RlbGV0ZWQY6gMgASgFEhgKD25leHRfcGFnZV90b2tlbhjrAyABKAkiRAoaRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QSDwoGcHJlZml4GOoDIAEoCRIVCgxyZXN1bWVfdG9rZW4Y6wMgASgJIn8KG0V4cG9ydENvbnZlcnNhdGlvbnNSZXNwb25zZRIuCgVzdGF0ZRjqAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZRIZChB3aXRob3V0X21lc3NhZ2VzGOsDIAEoCBIVCgxyZXN1bWVfdG9rZW4Y7AMgASgJIqoBCg1SZWNhbGxSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBicBCABKAkSFAoLbWVzc2FnZV9pZHMYnQQgAygJEg4KBXF1ZXJ5GJ4EIAEoCRIvCgl0b29sX2NhbGwYnwQgASgLMhsuY29udGV4dGQudjEuUmVjYWxsVG9vbENhbGwSFAoLbWF4X3Jlc3VsdHMYoAQgASgNEhIKCW1heF9ieXRlcxihBCABKA0iMwoOUmVjYWxsVG9vbENhbGwSDQoEbmFtZRicBCABKAkSEgoJYXJndW1lbnRzGJ0EIAEoCSJ3CglSZWNhbGxIaXQSEwoKbWVzc2FnZV9pZBicBCABKAkSEQoIcG9zaXRpb24YnQQgASgEEg4KBXNjb3JlGJ4EIAEoARIgCgRyb2xlGJ8EIAEoDjIRLmNvbnRleHRkLnYxLlJvbGUSEAoHZXhjZXJwdBigBCABKAki0AEKDlJlY2FsbFJlc3BvbnNlEg0KBHRleHQYnAQgASgJEiUKBGhpdHMYnQQgAygLMhYuY29udGV4dGQudjEuUmVjYWxsSGl0EhAKB3ZlcnNpb24YngQgASgDEhkKEGhpc3RvcnlfbWVzc2FnZXMYnwQgASgEEhoKEWV4YW1pbmVkX21lc3NhZ2VzGKAEIAEoBBIWCg1zY2FubmVkX2J5dGVzGKEEIAEoBBIRCghjb21wbGV0ZRiiBCABKAgSFAoLbWlzc2luZ19pZHMYowQgAygJKncKEUNvbnZlcnNhdGlvbk9yZGVyEiIKHkNPTlZFUlNBVElPTl9PUkRFUl9VTlNQRUNJRklFRBAAEhkKFUNPTlZFUlNBVElPTl9PUkRFUl9JRBABEiMKH0NPTlZFUlNBVElPTl9PUkRFUl9VUERBVEVEX0RFU0MQAjLeCQoTQ29udmVyc2F0aW9uU2VydmljZRJHCghHZXRTdGF0ZRIcLmNvbnRleHRkLnYxLkdldFN0YXRlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFN0YXRlUmVzcG9uc2USUwoMUmVhZE1lc3NhZ2VzEiAuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVxdWVzdBohLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1Jlc3BvbnNlEkEKBkNvbW1pdBIaLmNvbnRleHRkLnYxLkNvbW1pdFJlcXVlc3QaGy5jb250ZXh0ZC52MS5Db21taXRSZXNwb25zZRI+CgVDbGVhchIZLmNvbnRleHRkLnYxLkNsZWFyUmVxdWVzdBoaLmNvbnRleHRkLnYxLkNsZWFyUmVzcG9uc2USQAoFV2F0Y2gSGS5jb250ZXh0ZC52MS5XYXRjaFJlcXVlc3QaGi5jb250ZXh0ZC52MS5XYXRjaFJlc3BvbnNlMAESYgoRTGlzdENvbnZlcnNhdGlvbnMSJS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QaJi5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlElkKDlJlYWRUb29sUmVzdWx0EiIuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXF1ZXN0GiMuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJHCghHZXRVc2FnZRIcLmNvbnRleHRkLnYxLkdldFVzYWdlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFVzYWdlUmVzcG9uc2USXAoPTGlzdFRlbmFudFVzYWdlEiMuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVxdWVzdBokLmNvbnRleHRkLnYxLkxpc3RUZW5hbnRVc2FnZVJlc3BvbnNlEmUKEkRlbGV0ZUNvbnZlcnNhdGlvbhImLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRJoChNEZWxldGVDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USagoTRXhwb3J0Q29udmVyc2F0aW9ucxInLmNvbnRleHRkLnYxLkV4cG9ydENvbnZlcnNhdGlvbnNSZXF1ZXN0GiguY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlMAESQQoGUmVjYWxsEhouY29udGV4dGQudjEuUmVjYWxsUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlY2FsbFJlc3BvbnNlEjsKBEZvcmsSGC5jb250ZXh0ZC52MS5Gb3JrUmVxdWVzdBoZLmNvbnRleHRkLnYxLkZvcmtSZXNwb25zZRJBCgZSZXdpbmQSGi5jb250ZXh0ZC52MS5SZXdpbmRSZXF1ZXN0GhsuY29udGV4dGQudjEuUmV3aW5kUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEibgoLRm9ya1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGNYDIAEoCRIYCgphdF92ZXJzaW9uGNcDIAEoA0gAiAEBEhwKE25ld19jb252ZXJzYXRpb25faWQY2AMgASgJQg0KC19hdF92ZXJzaW9uIk8KDEZvcmtSZXNwb25zZRIQCgd2ZXJzaW9uGNYDIAEoAxItCgtmb3JrZWRfZnJvbRjXAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luIo0BCg1SZXdpbmRSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjWAyABKAkSEwoKdG9fdmVyc2lvbhjXAyABKAMSHgoQZXhwZWN0ZWRfdmVyc2lvbhjYAyABKANIAIgBARIYCg9pZGVtcG90ZW5jeV9rZXkY2QMgASgJQhMKEV9leHBlY3RlZF92ZXJzaW9uIjUKDlJld2luZFJlc3BvbnNlEhAKB3ZlcnNpb24Y1gMgASgDEhEKCHJlcGxheWVkGNcDIAEoCCJuCg9HZXRTdGF0ZVJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhkKEHdpdGhvdXRfbWVzc2FnZXMYjAEgASgIEhgKCmF0X3ZlcnNpb24Y1gMgASgDSACIAQFCDQoLX2F0X3ZlcnNpb24iQQoQR2V0U3RhdGVSZXNwb25zZRItCgVzdGF0ZRgBIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlIt0BChNSZWFkTWVzc2FnZXNSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBiMASABKAkSJgoHc2VnbWVudBiNASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50Eg0KBGxhc3QYjgEgASgNEg4KBXN0YXJ0GI8BIAEoBBIRCgNlbmQYkAEgASgESACIAQESFQoHdmVyc2lvbhiRASABKANIAYgBARISCgltYXhfYnl0ZXMYkgEgASgNEhMKCnBhZ2VfdG9rZW4YkwEgASgJQgYKBF9lbmRCCgoIX3ZlcnNpb24iUgoMU2VnbWVudFNpemVzEg8KBnN5c3RlbRiMASABKAQSEAoHaGlzdG9yeRiNASABKAQSDwoGbWVtb3J5GI4BIAEoBBIOCgV0b29scxiPASABKAQimgIKFFJlYWRNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGIwBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoHdmVyc2lvbhiNASABKAMSJgoHc2VnbWVudBiOASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EhEKCHBvc2l0aW9uGI8BIAEoBBIVCgx3aW5kb3dfc3RhcnQYkAEgASgEEhMKCndpbmRvd19lbmQYkQEgASgEEjEKDXNlZ21lbnRfc2l6ZXMYkgEgASgLMhkuY29udGV4dGQudjEuU2VnbWVudFNpemVzEhgKD25leHRfcGFnZV90b2tlbhiTASABKAkSEwoKcGFnZV9ieXRlcxiUASABKAQiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIs0CCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgSHQoUYXNzaWduZWRfbWVzc2FnZV9pZHMY1gMgAygJEiAKEnJld291bmRfdG9fdmVyc2lvbhjXAyABKANIAIgBARItCgtmb3JrZWRfZnJvbRjYAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luEiYKBHVuZG8YgAUgASgLMhcuY29udGV4dGQudjEuQ2hhbmdlVW5kb0IVChNfcmV3b3VuZF90b192ZXJzaW9uIoYBCgpDaGFuZ2VVbmRvEisKCHNlZ21lbnRzGIEFIAMoCzIYLmNvbnRleHRkLnYxLlNlZ21lbnRVbmRvEjQKC3Jlc3RfYmVmb3JlGIIFIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlEhUKDG5vdF91bmRvYWJsZRiDBSABKAkigQEKC1NlZ21lbnRVbmRvEiYKB3NlZ21lbnQYhAUgASgOMhQuY29udGV4dGQudjEuU2VnbWVudBISCglrZWVwX2hlYWQYhQUgASgIEg0KBGtlZXAYhgUgASgNEicKCG1lc3NhZ2VzGIcFIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2UiawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIpQCChhMaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSDgoGcHJlZml4GAMgASgJEkIKBmxhYmVscxi4AyADKAsyMS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QuTGFiZWxzRW50cnkSHgoVdXBkYXRlZF9zaW5jZV91bml4X21zGLkDIAEoAxIuCgVvcmRlchi6AyABKA4yHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25PcmRlchotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpQCChNDb252ZXJzYXRpb25TdW1tYXJ5EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDEhsKEmNyZWF0ZWRfYXRfdW5peF9tcxi4AyABKAMSGwoSdXBkYXRlZF9hdF91bml4X21zGLkDIAEoAxIOCgV0aXRsZRi6AyABKAkSPQoGbGFiZWxzGLsDIAMoCzIsLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkuTGFiZWxzRW50cnkSGwoSZXhwaXJlc19hdF91bml4X21zGOoDIAEoAxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMiagoZRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBIYCg9jb252ZXJzYXRpb25faWQY6gMgASgJEh4KEGV4cGVjdGVkX3ZlcnNpb24Y6wMgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iNgoaRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2USGAoPZGVsZXRlZF92ZXJzaW9uGOoDIAEoAyJWChpEZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhMKCnBhZ2VfdG9rZW4Y6wMgASgJEhIKCXBhZ2Vfc2l6ZRjsAyABKAUiSQobRGVsZXRlQ29udmVyc2F0aW9uc1Jlc3BvbnNlEhAKB2RlbGV0ZWQY6gMgASgFEhgKD25leHRfcGFnZV90b2tlbhjrAyABKAkiRAoaRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QSDwoGcHJlZml4GOoDIAEoCRIVCgxyZXN1bWVfdG9rZW4Y6wMgASgJIn8KG0V4cG9ydENvbnZlcnNhdGlvbnNSZXNwb25zZRIuCgVzdGF0ZRjqAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZRIZChB3aXRob3V0X21lc3NhZ2VzGOsDIAEoCBIVCgxyZXN1bWVfdG9rZW4Y7AMgASgJIqoBCg1SZWNhbGxSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBicBCABKAkSFAoLbWVzc2FnZV9pZHMYnQQgAygJEg4KBXF1ZXJ5GJ4EIAEoCRIvCgl0b29sX2NhbGwYnwQgASgLMhsuY29udGV4dGQudjEuUmVjYWxsVG9vbENhbGwSFAoLbWF4X3Jlc3VsdHMYoAQgASgNEhIKCW1heF9ieXRlcxihBCABKA0iMwoOUmVjYWxsVG9vbENhbGwSDQoEbmFtZRicBCABKAkSEgoJYXJndW1lbnRzGJ0EIAEoCSJ3CglSZWNhbGxIaXQSEwoKbWVzc2FnZV9pZBicBCABKAkSEQoIcG9zaXRpb24YnQQgASgEEg4KBXNjb3JlGJ4EIAEoARIgCgRyb2xlGJ8EIAEoDjIRLmNvbnRleHRkLnYxLlJvbGUSEAoHZXhjZXJwdBigBCABKAki0AEKDlJlY2FsbFJlc3BvbnNlEg0KBHRleHQYnAQgASgJEiUKBGhpdHMYnQQgAygLMhYuY29udGV4dGQudjEuUmVjYWxsSGl0EhAKB3ZlcnNpb24YngQgASgDEhkKEGhpc3RvcnlfbWVzc2FnZXMYnwQgASgEEhoKEWV4YW1pbmVkX21lc3NhZ2VzGKAEIAEoBBIWCg1zY2FubmVkX2J5dGVzGKEEIAEoBBIRCghjb21wbGV0ZRiiBCABKAgSFAoLbWlzc2luZ19pZHMYowQgAygJKncKEUNvbnZlcnNhdGlvbk9yZGVyEiIKHkNPTlZFUlNBVElPTl9PUkRFUl9VTlNQRUNJRklFRBAAEhkKFUNPTlZFUlNBVElPTl9PUkRFUl9JRBABEiMKH0NPTlZFUlNBVElPTl9PUkRFUl9VUERBVEVEX0RFU0MQAjLeCQoTQ29udmVyc2F0aW9uU2VydmljZRJHCghHZXRTdGF0ZRIcLmNvbnRleHRkLnYxLkdldFN0YXRlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFN0YXRlUmVzcG9uc2USUwoMUmVhZE1lc3NhZ2VzEiAuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVxdWVzdBohLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1Jlc3BvbnNlEkEKBkNvbW1pdBIaLmNvbnRleHRkLnYxLkNvbW1pdFJlcXVlc3QaGy5jb250ZXh0ZC52MS5Db21taXRSZXNwb25zZRI+CgVDbGVhchIZLmNvbnRleHRkLnYxLkNsZWFyUmVxdWVzdBoaLmNvbnRleHRkLnYxLkNsZWFyUmVzcG9uc2USQAoFV2F0Y2gSGS5jb250ZXh0ZC52MS5XYXRjaFJlcXVlc3QaGi5jb250ZXh0ZC52MS5XYXRjaFJlc3BvbnNlMAESYgoRTGlzdENvbnZlcnNhdGlvbnMSJS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QaJi5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlElkKDlJlYWRUb29sUmVzdWx0EiIuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXF1ZXN0GiMuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJHCghHZXRVc2FnZRIcLmNvbnRleHRkLnYxLkdldFVzYWdlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFVzYWdlUmVzcG9uc2USXAoPTGlzdFRlbmFudFVzYWdlEiMuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVxdWVzdBokLmNvbnRleHRkLnYxLkxpc3RUZW5hbnRVc2FnZVJlc3BvbnNlEmUKEkRlbGV0ZUNvbnZlcnNhdGlvbhImLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRJoChNEZWxldGVDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USagoTRXhwb3J0Q29udmVyc2F0aW9ucxInLmNvbnRleHRkLnYxLkV4cG9ydENvbnZlcnNhdGlvbnNSZXF1ZXN0GiguY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlMAESQQoGUmVjYWxsEhouY29udGV4dGQudjEuUmVjYWxsUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlY2FsbFJlc3BvbnNlEjsKBEZvcmsSGC5jb250ZXh0ZC52MS5Gb3JrUmVxdWVzdBoZLmNvbnRleHRkLnYxLkZvcmtSZXNwb25zZRJBCgZSZXdpbmQSGi5jb250ZXh0ZC52MS5SZXdpbmRSZXF1ZXN0GhsuY29udGV4dGQudjEuUmV3aW5kUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
 
 /**
  * The request of `Fork`.
@@ -682,6 +682,16 @@ export type Change = Message<"contextd.v1.Change"> & {
    * @generated from field: contextd.v1.ForkOrigin forked_from = 472;
    */
   forkedFrom?: ForkOrigin | undefined;
+
+  /**
+   * How to undo this change: what the store keeps so that a past version is the current state with
+   * the undos of the later changes applied, newest first. Kept in the store's change log (sealed
+   * like the rest of the change under encryption at rest); `Watch` leaves it out. Absent on
+   * changes committed before a build recorded it.
+   *
+   * @generated from field: contextd.v1.ChangeUndo undo = 640;
+   */
+  undo?: ChangeUndo | undefined;
 };
 
 /**
@@ -690,6 +700,92 @@ export type Change = Message<"contextd.v1.Change"> & {
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
   messageDesc(file_contextd_v1_conversation_service, 14);
+
+/**
+ * How to undo one change: the state before it, given the state after it. What each segment the
+ * change edited held before it, and the state's rest before it when the change altered the rest.
+ * Bounded: an undo that would hold more than `--history-undo-bytes` (say, the `Clear` of a long
+ * history) is not recorded, and `not_undoable` says so.
+ *
+ * @generated from message contextd.v1.ChangeUndo
+ */
+export type ChangeUndo = Message<"contextd.v1.ChangeUndo"> & {
+  /**
+   * Per segment the change edited, what undoes the edit; a segment absent here was not edited.
+   *
+   * @generated from field: repeated contextd.v1.SegmentUndo segments = 641;
+   */
+  segments: SegmentUndo[];
+
+  /**
+   * The state's rest before the change (every field but the segments, which are empty here, and
+   * the version), when the change altered it; absent = the rest after the change is the rest
+   * before it.
+   *
+   * @generated from field: contextd.v1.ConversationState rest_before = 642;
+   */
+  restBefore?: ConversationState | undefined;
+
+  /**
+   * Set when the change has no undo, saying why (the bound it would exceed): versions before it
+   * are read by applying the change log forward from the conversation's first version instead,
+   * while the log still holds it.
+   *
+   * @generated from field: string not_undoable = 643;
+   */
+  notUndoable: string;
+};
+
+/**
+ * Describes the message contextd.v1.ChangeUndo.
+ * Use `create(ChangeUndoSchema)` to create a new message.
+ */
+export const ChangeUndoSchema: GenMessage<ChangeUndo> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 15);
+
+/**
+ * What undoes a change's edit of one segment: the segment before the change is `keep` messages of
+ * the segment after it (its first when `keep_head`, else its last) with `messages` after them
+ * (`keep_head`) or before them.
+ *
+ * @generated from message contextd.v1.SegmentUndo
+ */
+export type SegmentUndo = Message<"contextd.v1.SegmentUndo"> & {
+  /**
+   * The segment.
+   *
+   * @generated from field: contextd.v1.Segment segment = 644;
+   */
+  segment: Segment;
+
+  /**
+   * Keep the head of the segment (true) or its tail (false).
+   *
+   * @generated from field: bool keep_head = 645;
+   */
+  keepHead: boolean;
+
+  /**
+   * How many messages of the segment after the change to keep.
+   *
+   * @generated from field: uint32 keep = 646;
+   */
+  keep: number;
+
+  /**
+   * The messages the change removed or replaced, in order.
+   *
+   * @generated from field: repeated contextd.v1.Message messages = 647;
+   */
+  messages: Message$1[];
+};
+
+/**
+ * Describes the message contextd.v1.SegmentUndo.
+ * Use `create(SegmentUndoSchema)` to create a new message.
+ */
+export const SegmentUndoSchema: GenMessage<SegmentUndo> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 16);
 
 /**
  * A message of the `Watch` stream.
@@ -726,7 +822,7 @@ export type WatchResponse = Message<"contextd.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 15);
+  messageDesc(file_contextd_v1_conversation_service, 17);
 
 /**
  * Sent while a `Watch` stream is idle.
@@ -747,7 +843,7 @@ export type Heartbeat = Message<"contextd.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 16);
+  messageDesc(file_contextd_v1_conversation_service, 18);
 
 /**
  * The request of `ListConversations`.
@@ -825,7 +921,7 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
  * Use `create(ListConversationsRequestSchema)` to create a new message.
  */
 export const ListConversationsRequestSchema: GenMessage<ListConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 17);
+  messageDesc(file_contextd_v1_conversation_service, 19);
 
 /**
  * A conversation in a listing.
@@ -891,7 +987,7 @@ export type ConversationSummary = Message<"contextd.v1.ConversationSummary"> & {
  * Use `create(ConversationSummarySchema)` to create a new message.
  */
 export const ConversationSummarySchema: GenMessage<ConversationSummary> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 18);
+  messageDesc(file_contextd_v1_conversation_service, 20);
 
 /**
  * The response of `ListConversations`.
@@ -920,7 +1016,7 @@ export type ListConversationsResponse = Message<"contextd.v1.ListConversationsRe
  * Use `create(ListConversationsResponseSchema)` to create a new message.
  */
 export const ListConversationsResponseSchema: GenMessage<ListConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 19);
+  messageDesc(file_contextd_v1_conversation_service, 21);
 
 /**
  * The request of `ReadToolResult`.
@@ -966,7 +1062,7 @@ export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest">
  * Use `create(ReadToolResultRequestSchema)` to create a new message.
  */
 export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 20);
+  messageDesc(file_contextd_v1_conversation_service, 22);
 
 /**
  * The response of `ReadToolResult`.
@@ -1022,7 +1118,7 @@ export type ReadToolResultResponse = Message<"contextd.v1.ReadToolResultResponse
  * Use `create(ReadToolResultResponseSchema)` to create a new message.
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 21);
+  messageDesc(file_contextd_v1_conversation_service, 23);
 
 /**
  * The request of `DeleteConversation`.
@@ -1051,7 +1147,7 @@ export type DeleteConversationRequest = Message<"contextd.v1.DeleteConversationR
  * Use `create(DeleteConversationRequestSchema)` to create a new message.
  */
 export const DeleteConversationRequestSchema: GenMessage<DeleteConversationRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 22);
+  messageDesc(file_contextd_v1_conversation_service, 24);
 
 /**
  * The response of `DeleteConversation`.
@@ -1072,7 +1168,7 @@ export type DeleteConversationResponse = Message<"contextd.v1.DeleteConversation
  * Use `create(DeleteConversationResponseSchema)` to create a new message.
  */
 export const DeleteConversationResponseSchema: GenMessage<DeleteConversationResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 23);
+  messageDesc(file_contextd_v1_conversation_service, 25);
 
 /**
  * The request of `DeleteConversations`.
@@ -1109,7 +1205,7 @@ export type DeleteConversationsRequest = Message<"contextd.v1.DeleteConversation
  * Use `create(DeleteConversationsRequestSchema)` to create a new message.
  */
 export const DeleteConversationsRequestSchema: GenMessage<DeleteConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 24);
+  messageDesc(file_contextd_v1_conversation_service, 26);
 
 /**
  * The response of `DeleteConversations`.
@@ -1138,7 +1234,7 @@ export type DeleteConversationsResponse = Message<"contextd.v1.DeleteConversatio
  * Use `create(DeleteConversationsResponseSchema)` to create a new message.
  */
 export const DeleteConversationsResponseSchema: GenMessage<DeleteConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 25);
+  messageDesc(file_contextd_v1_conversation_service, 27);
 
 /**
  * The request of `ExportConversations`.
@@ -1168,7 +1264,7 @@ export type ExportConversationsRequest = Message<"contextd.v1.ExportConversation
  * Use `create(ExportConversationsRequestSchema)` to create a new message.
  */
 export const ExportConversationsRequestSchema: GenMessage<ExportConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 26);
+  messageDesc(file_contextd_v1_conversation_service, 28);
 
 /**
  * One conversation of an export.
@@ -1204,7 +1300,7 @@ export type ExportConversationsResponse = Message<"contextd.v1.ExportConversatio
  * Use `create(ExportConversationsResponseSchema)` to create a new message.
  */
 export const ExportConversationsResponseSchema: GenMessage<ExportConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 27);
+  messageDesc(file_contextd_v1_conversation_service, 29);
 
 /**
  * The request of `Recall`: exactly one of `message_ids`, `query` and `tool_call` (none, or more
@@ -1294,7 +1390,7 @@ export type RecallRequest = Message<"contextd.v1.RecallRequest"> & {
  * Use `create(RecallRequestSchema)` to create a new message.
  */
 export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 28);
+  messageDesc(file_contextd_v1_conversation_service, 30);
 
 /**
  * A model's tool call: its name and its arguments as JSON text, as the provider returned them.
@@ -1322,7 +1418,7 @@ export type RecallToolCall = Message<"contextd.v1.RecallToolCall"> & {
  * Use `create(RecallToolCallSchema)` to create a new message.
  */
 export const RecallToolCallSchema: GenMessage<RecallToolCall> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 29);
+  messageDesc(file_contextd_v1_conversation_service, 31);
 
 /**
  * One message a recall found.
@@ -1373,7 +1469,7 @@ export type RecallHit = Message<"contextd.v1.RecallHit"> & {
  * Use `create(RecallHitSchema)` to create a new message.
  */
 export const RecallHitSchema: GenMessage<RecallHit> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 30);
+  messageDesc(file_contextd_v1_conversation_service, 32);
 
 /**
  * The response of `Recall`.
@@ -1448,7 +1544,7 @@ export type RecallResponse = Message<"contextd.v1.RecallResponse"> & {
  * Use `create(RecallResponseSchema)` to create a new message.
  */
 export const RecallResponseSchema: GenMessage<RecallResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 31);
+  messageDesc(file_contextd_v1_conversation_service, 33);
 
 /**
  * The order of a listing.

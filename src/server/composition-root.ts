@@ -244,7 +244,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     decodedStateBytes: config.decodedStateBytes,
     values: storedValuesOf(config.encryptionKeys),
     retention: { expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }), expirySweepMs: config.expirySweepMs },
-    history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
+    history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages, maxUndoBytes: config.historyUndoBytes } },
   });
   return { codec, store };
 }

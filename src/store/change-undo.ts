@@ -26,7 +26,10 @@ const segmentEnums: Record<StoredSegment, Segment> = {
   memory: Segment.MEMORY,
   tools: Segment.TOOLS,
 };
-const segmentNames = new Map<Segment, StoredSegment>(storedSegments.map((segment) => [segmentEnums[segment], segment]));
+/** The stored segment `segment` names, undefined for none. */
+function segmentNamed(segment: Segment): StoredSegment | undefined {
+  return storedSegments.find((name) => segmentEnums[name] === segment);
+}
 
 /** What a commit records to undo itself (`undoOf`). */
 export interface UndoRecording {
@@ -162,7 +165,7 @@ export function undoneState(current: ConversationState, changes: readonly Change
   for (let index = changes.length - 1; index >= 0; index--) {
     const change = changes[index]!;
     for (const undo of change.undo!.segments) {
-      const name = segmentNames.get(undo.segment);
+      const name = segmentNamed(undo.segment);
       if (name === undefined) throw unfit(current.conversationId, change.version, `it names segment ${undo.segment}`);
       let segment = segments.get(name);
       if (segment === undefined) segments.set(name, (segment = new UndoneSegment(current[name])));

@@ -1101,6 +1101,19 @@ describe.each([
       await connected(reread);
       expect(Buffer.from(toBinary(ConversationStateSchema, await reread.load(id))).equals(toBinary(ConversationStateSchema, stored))).toBe(true);
       expect(tailCommits).toBe(tailPlanned ? 5 : 0);
+      // A plan on the tail logs the undo of the whole stored history, not of the tail it planned on:
+      // every version reads back through the undos as the warm reference committed it.
+      const current = await reference.currentVersion(id);
+      const logged: Change[] = [];
+      const controller = new AbortController();
+      for await (const change of reread.watch(id, 1n, controller.signal)) {
+        logged.push(change);
+        if (change.version === current) controller.abort();
+      }
+      expect(logged.map((change) => change.undo !== undefined && change.undo.notUndoable === "")).toEqual(logged.map(() => true));
+      for (let version = 1n; version < current; version++) {
+        expect(Buffer.from(toBinary(ConversationStateSchema, await reread.loadAt(id, version))).equals(toBinary(ConversationStateSchema, await reference.loadAt(id, version))), `version ${version}`).toBe(true);
+      }
     } finally {
       await Promise.all([...stores, reference].map((store) => store.close()));
     }

@@ -138,7 +138,8 @@ class UndoneSegment {
   /** The segment: the current array itself when the undos left it as it is. */
   messages(): readonly Message[] {
     if (this.head.length === 0 && this.tail.length === 0 && this.from === 0 && this.to === this.current.length) return this.current;
-    return [...this.head, ...this.current.slice(this.from, this.to), ...this.tail];
+    const middle = this.current.slice(this.from, this.to);
+    return this.head.length === 0 && this.tail.length === 0 ? middle : this.head.concat(middle, this.tail);
   }
 }
 

@@ -63,14 +63,26 @@ export function undoOf(before: ConversationState, after: ConversationState, reco
     }
     segments.push(undo);
   }
-  let restBefore: ConversationState | undefined;
-  if (restDiffers(before, after)) {
-    restBefore = create(ConversationStateSchema, { ...before, version: 0n, system: [], history: [], memory: [], tools: [] });
-    bytes += toBinary(ConversationStateSchema, restBefore).length;
-    if (bytes > recording.maxBytes) return tooLarge("the state's rest before the change");
+  if (!restDiffers(before, after)) return create(ChangeUndoSchema, { segments });
+  // Only the fields the change altered (core shares what a batch left alone): a title set on a
+  // conversation with many artifacts holds the old title, not the artifacts.
+  const restBefore = create(ConversationStateSchema);
+  const restFields: string[] = [];
+  for (const field of restFieldsOf) {
+    const key = field.localName as keyof ConversationState;
+    if (before[key] === after[key]) continue;
+    (restBefore as unknown as Record<string, unknown>)[key] = before[key];
+    restFields.push(field.name);
   }
-  return create(ChangeUndoSchema, { segments, restBefore });
+  bytes += toBinary(ConversationStateSchema, restBefore).length;
+  if (bytes > recording.maxBytes) return tooLarge(`the state's ${restFields.join(", ")} before the change`);
+  return create(ChangeUndoSchema, { segments, restBefore, restFields });
 }
+
+/** The fields of a state's rest: every field but the segments, the version and the conversation id. */
+const restFieldsOf = ConversationStateSchema.fields.filter(
+  (field) => !(storedSegments as readonly string[]).includes(field.localName) && field.localName !== "version" && field.localName !== "conversationId",
+);
 
 /** What restores `before` from `after` for one segment, undefined when the change left it alone. */
 function segmentUndo(segment: StoredSegment, before: readonly Message[], after: readonly Message[], recording: UndoRecording): SegmentUndo | undefined {
@@ -173,7 +185,14 @@ export function undoneState(current: ConversationState, changes: readonly Change
       if (undo.keep > segment.length) throw unfit(current.conversationId, change.version, `it keeps ${undo.keep} ${name} messages of ${segment.length}`);
       segment.undo(undo.keepHead, undo.keep, undo.messages);
     }
-    if (change.undo!.restBefore !== undefined) rest = change.undo!.restBefore;
+    const { restBefore, restFields } = change.undo!;
+    if (restBefore === undefined) continue;
+    rest = { ...rest };
+    for (const name of restFields) {
+      const field = restFieldsOf.find((candidate) => candidate.name === name);
+      if (field === undefined) throw unfit(current.conversationId, change.version, `it names no field of the state's rest: "${name}"`);
+      (rest as unknown as Record<string, unknown>)[field.localName] = (restBefore as unknown as Record<string, unknown>)[field.localName];
+    }
   }
   const state: ConversationState = { ...rest, conversationId: current.conversationId, version };
   for (const name of storedSegments) {

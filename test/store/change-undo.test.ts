@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { ChangeSchema, type Change } from "#gen/contextd/v1/conversation_service_pb";
 import { Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
+import { ArtifactSchema } from "#gen/contextd/v1/artifact_pb";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
 import { undoneState, undoOf } from "../../src/store/change-undo.js";
@@ -70,8 +71,9 @@ describe("change undo", () => {
     const history = Array.from({ length: 50 }, (_, index) => textMessage(`h${index}`, Role.USER, "x".repeat(100)));
     const undo = undoOf(state(1n, { history }), state(2n, { history: [] }), { maxBytes: 1_000 });
     expect([undo.notUndoable, undo.segments]).toEqual(["its undo (the history messages the change removed or replaced) would hold more than 1000 bytes, the bound of one change's undo (--history-undo-bytes)", []]);
-    const rest = undoOf(state(1n, { title: "t".repeat(2_000) }), state(2n), { maxBytes: 1_000 });
-    expect(rest.notUndoable).toContain("the state's rest before the change");
+    const titled = state(1n, { title: "t".repeat(2_000) });
+    const rest = undoOf(titled, { ...titled, version: 2n, title: "" }, { maxBytes: 1_000 });
+    expect(rest.notUndoable).toContain("its undo (the state's title before the change) would hold more than 1000 bytes");
     // A tail of messages [40, 50): the plan replaced its first, so the undo keeps 40 + 0 from the head.
     const tail = history.slice(40);
     const replaced = [textMessage("r", Role.USER, "r"), ...tail.slice(1)];
@@ -79,6 +81,18 @@ describe("change undo", () => {
     expect(onTail.segments.map(({ keepHead, keep, messages }) => ({ keepHead, keep, messages: messages.map((message) => message.id) }))).toEqual([
       { keepHead: true, keep: 40, messages: tail.map((message) => message.id) },
     ]);
+  });
+
+  it("holds only the fields of the rest the change altered: a title set beside large artifacts holds the old title", () => {
+    const artifacts = [create(ArtifactSchema, { id: "doc", payload: { text: "a".repeat(100_000) } })];
+    const before = state(1n, { title: "old", artifacts, lastExperienceNumber: 3n });
+    const after = { ...before, version: 2n, title: "new", labels: { team: "x" } };
+    const undo = undoOf(before, after, { maxBytes: 1_000 });
+    expect([undo.notUndoable, undo.restFields]).toEqual(["", ["title", "labels"]]);
+    expect([undo.restBefore!.title, undo.restBefore!.labels, undo.restBefore!.artifacts]).toEqual(["old", {}, []]);
+    const read = undoneState(after, [create(ChangeSchema, { version: 2n, undo })], 1n);
+    expect(read).toEqual(before);
+    expect(read.artifacts).toBe(artifacts);
   });
 
   it("answers DATA_LOSS naming the version for an undo that does not fit the state", () => {

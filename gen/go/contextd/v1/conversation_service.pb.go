@@ -1228,10 +1228,13 @@ type ChangeUndo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Per segment the change edited, what undoes the edit; a segment absent here was not edited.
 	Segments []*SegmentUndo `protobuf:"bytes,641,rep,name=segments,proto3" json:"segments,omitempty"`
-	// The state's rest before the change (every field but the segments, which are empty here, and
-	// the version), when the change altered it; absent = the rest after the change is the rest
-	// before it.
+	// The fields of the state's rest (every field but the segments and the version) the change
+	// altered, as they were before it: those `rest_fields` names, the others left unset. Absent =
+	// the change left the rest alone.
 	RestBefore *ConversationState `protobuf:"bytes,642,opt,name=rest_before,json=restBefore,proto3" json:"rest_before,omitempty"`
+	// The names (as in the .proto) of the fields of `rest_before` the change altered: undoing it
+	// sets these, and only these, to their value in `rest_before`.
+	RestFields []string `protobuf:"bytes,648,rep,name=rest_fields,json=restFields,proto3" json:"rest_fields,omitempty"`
 	// Set when the change has no undo, saying why (the bound it would exceed): versions before it
 	// are read by applying the change log forward from the conversation's first version instead,
 	// while the log still holds it.
@@ -1280,6 +1283,13 @@ func (x *ChangeUndo) GetSegments() []*SegmentUndo {
 func (x *ChangeUndo) GetRestBefore() *ConversationState {
 	if x != nil {
 		return x.RestBefore
+	}
+	return nil
+}
+
+func (x *ChangeUndo) GetRestFields() []string {
+	if x != nil {
+		return x.RestFields
 	}
 	return nil
 }
@@ -2759,12 +2769,14 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\vforked_from\x18\xd8\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
 	"forkedFrom\x12,\n" +
 	"\x04undo\x18\x80\x05 \x01(\v2\x17.contextd.v1.ChangeUndoR\x04undoB\x15\n" +
-	"\x13_rewound_to_version\"\xa9\x01\n" +
+	"\x13_rewound_to_version\"\xcb\x01\n" +
 	"\n" +
 	"ChangeUndo\x125\n" +
 	"\bsegments\x18\x81\x05 \x03(\v2\x18.contextd.v1.SegmentUndoR\bsegments\x12@\n" +
 	"\vrest_before\x18\x82\x05 \x01(\v2\x1e.contextd.v1.ConversationStateR\n" +
-	"restBefore\x12\"\n" +
+	"restBefore\x12 \n" +
+	"\vrest_fields\x18\x88\x05 \x03(\tR\n" +
+	"restFields\x12\"\n" +
 	"\fnot_undoable\x18\x83\x05 \x01(\tR\vnotUndoable\"\xa4\x01\n" +
 	"\vSegmentUndo\x12/\n" +
 	"\asegment\x18\x84\x05 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1c\n" +

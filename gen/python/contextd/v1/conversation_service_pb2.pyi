@@ -198,14 +198,16 @@ class Change(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., committed_at_unix_ms: _Optional[int] = ..., cleared: bool = ..., assigned_message_ids: _Optional[_Iterable[str]] = ..., rewound_to_version: _Optional[int] = ..., forked_from: _Optional[_Union[_state_pb2.ForkOrigin, _Mapping]] = ..., undo: _Optional[_Union[ChangeUndo, _Mapping]] = ...) -> None: ...
 
 class ChangeUndo(_message.Message):
-    __slots__ = ("segments", "rest_before", "not_undoable")
+    __slots__ = ("segments", "rest_before", "rest_fields", "not_undoable")
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     REST_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REST_FIELDS_FIELD_NUMBER: _ClassVar[int]
     NOT_UNDOABLE_FIELD_NUMBER: _ClassVar[int]
     segments: _containers.RepeatedCompositeFieldContainer[SegmentUndo]
     rest_before: _state_pb2.ConversationState
+    rest_fields: _containers.RepeatedScalarFieldContainer[str]
     not_undoable: str
-    def __init__(self, segments: _Optional[_Iterable[_Union[SegmentUndo, _Mapping]]] = ..., rest_before: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ..., not_undoable: _Optional[str] = ...) -> None: ...
+    def __init__(self, segments: _Optional[_Iterable[_Union[SegmentUndo, _Mapping]]] = ..., rest_before: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ..., rest_fields: _Optional[_Iterable[str]] = ..., not_undoable: _Optional[str] = ...) -> None: ...
 
 class SegmentUndo(_message.Message):
     __slots__ = ("segment", "keep_head", "keep", "messages")

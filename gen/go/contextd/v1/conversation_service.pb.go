@@ -1221,7 +1221,7 @@ func (x *Change) GetUndo() *ChangeUndo {
 }
 
 // How to undo one change: the state before it, given the state after it. What each segment the
-// change edited held before it, and the state's rest before it when the change altered the rest.
+// change edited held before it, and the fields of the state's rest it altered as they were.
 // Bounded: an undo that would hold more than `--history-undo-bytes` (say, the `Clear` of a long
 // history) is not recorded, and `not_undoable` says so.
 type ChangeUndo struct {

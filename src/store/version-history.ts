@@ -68,13 +68,13 @@ const changesPerTurn = 64;
 export async function stateAtVersion(source: HistorySource, conversationId: string, version: bigint, limits: HistoryLimits = defaultHistoryLimits): Promise<ConversationState> {
   requireStorableKey("conversation_id", conversationId, stringLimits.id);
   if (version < 0n) throw new ConnectError(`at_version: must not be negative, got ${version}`, Code.InvalidArgument);
+  if (version === 0n) return emptyConversationState(conversationId);
   const latest = await source.load(conversationId);
   const current = latest.version;
   if (version > current) {
     throw new ConnectError(`conversation "${conversationId}": version ${version} is past its current version ${current}`, Code.OutOfRange);
   }
   if (version === current) return latest;
-  if (version === 0n) return emptyConversationState(conversationId);
   const budget = { messages: limits.maxReplayMessages };
   const backward = await changesSince(source, latest, version, limits, budget);
   if ("changes" in backward) return undoneState(latest, backward.changes, version);

@@ -182,10 +182,12 @@ export type GetStateRequest = Message<"contextd.v1.GetStateRequest"> & {
   /**
    * Read the state as it was at this version: between 0 (the empty state) and the current
    * version (a later one is OUT_OF_RANGE naming the current version), inside the history window:
-   * the sidecar rebuilds it from the conversation's change log (what `Watch` delivers), which
-   * keeps the last `--history-retention-versions` changes (10,000 by default). A version whose
-   * changes since the conversation's first (or its fork) are no longer all kept is OUT_OF_RANGE
-   * naming the oldest version still readable. Absent = the current state. See docs/history.md.
+   * the sidecar reads it from the conversation's change log (what `Watch` delivers), which keeps
+   * the last `--history-retention-versions` changes (10,000 by default), undoing the changes
+   * since it from the current state (`Change.undo`). A version whose later changes are no longer
+   * all kept is OUT_OF_RANGE naming the oldest version still readable; so is one before a change
+   * without an undo (past `--history-undo-bytes`) once the log no longer reaches back to the
+   * conversation's first version (or its fork's). Absent = the current state. See docs/history.md.
    *
    * @generated from field: optional int64 at_version = 470;
    */

@@ -246,7 +246,7 @@ export function sharedWith(base: ConversationState, target: ConversationState): 
   for (const segment of storedSegments) {
     const before = base[segment];
     const after = target[segment];
-    if (before.length === 0 || after.length === 0) continue;
+    if (before === after || before.length === 0 || after.length === 0) continue;
     const messages = after.slice();
     let head = 0;
     while (head < messages.length && head < before.length && sameMessage(messages[head]!, before[head]!)) messages[head] = before[head]!, head++;

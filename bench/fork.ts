@@ -1,10 +1,12 @@
 // What Fork, a past version's read (GetState at_version) and Rewind cost per store as a
 // conversation grows, beside a bare commit (a one-message append) to the same conversation: the
-// anchor. Each conversation is built with 1,000-message commits, so a past version is one commit
-// back and its rebuild applies the whole log (the worst case of a conversation's first
-// `--history-retention-versions` changes). Each figure is the median of 5 calls, in one run. Run with
-// `npm run bench:fork`. Redis, Postgres and this process share the machine's cores: compare the
-// lines of one run, and read them with the load average printed beside them.
+// anchor. Each conversation is built with 1,000-message commits, then 10 one-message appends
+// (the anchor's commits among them), so "one back" is one small commit back and "10 back" ten:
+// what a rebuild from the change log applies grows with the conversation, what an undo applies
+// (version-history.ts) with the changes since the version read. Each figure is the median of 5
+// calls, in one run; a rewind commits, so each call of one goes back from the version the last
+// left. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
+// compare the lines of one run, and read them with the load average printed beside them.
 import { create } from "@bufbuild/protobuf";
 import { loadavg } from "node:os";
 import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
@@ -50,12 +52,21 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       }
       let extra = 0;
       const bare = await medianMs(() => store.commit(id, undefined, [append([`extra${extra++}`])], ""));
+      while (extra < 10) await store.commit(id, undefined, [append([`extra${extra++}`])], "");
       const current = await store.currentVersion(id);
-      const fork = await medianMs((call) => store.fork(id, undefined, `${id}-latest-${call}`));
-      const forkPast = await medianMs((call) => store.fork(id, current - 1n, `${id}-past-${call}`));
+      // Reads and rewinds before the forks: a fork at a past version of 100,000 messages writes a
+      // state as large as the source, which the Redis and Postgres stores' decoded-state cache
+      // (--decoded-state-bytes) then holds instead of the source, so the next read of the source
+      // reloads it whole (1.2 s once on Postgres) whatever version it reads.
       const readPast = await medianMs(() => store.loadAt(id, current - 1n));
-      const rewind = await medianMs(() => store.rewind(id, undefined, current - 1n, ""));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, rewind };
+      const readTenBack = await medianMs(() => store.loadAt(id, current - 10n));
+      const rewindBy = (back: bigint) => async () => store.rewind(id, undefined, (await store.currentVersion(id)) - back, "");
+      const rewind = await medianMs(rewindBy(1n));
+      const rewindTen = await medianMs(rewindBy(10n));
+      const latest = await store.currentVersion(id);
+      const fork = await medianMs((call) => store.fork(id, undefined, `${id}-latest-${call}`));
+      const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

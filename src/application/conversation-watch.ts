@@ -55,7 +55,9 @@ export async function* watchWithHeartbeats(
       if (winner.done) throw new ConnectError(`watch of conversation "${conversationId}" ended: the store closed`, Code.Unavailable);
       const change: Change = winner.value;
       if (change.version > seen) seen = change.version;
-      yield create(WatchResponseSchema, { kind: { case: "change", value: change } });
+      // The undo is the store's own record for reading past versions (Change.undo): a watcher
+      // gets the change as committed, at the wire cost it had before undos were logged.
+      yield create(WatchResponseSchema, { kind: { case: "change", value: change.undo === undefined ? change : { ...change, undo: undefined } } });
       next = changes.next();
     }
   } finally {

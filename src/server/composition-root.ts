@@ -251,7 +251,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
       expirySweepMs: config.expirySweepMs,
       historyBound: new HistoryBound({ defaultLimits: { maxMessages: config.pruneMaxMessages, maxBytes: config.pruneMaxBytes }, perTenant: new Map(Object.entries(config.prunePerTenant)) }),
     },
-    history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages } },
+    history: { maxChangesPerConversation: config.historyRetentionVersions, historyLimits: { ...defaultHistoryLimits, maxReplayMessages: config.historyReadMessages, maxUndoBytes: config.historyUndoBytes } },
   });
   return { codec, store };
 }

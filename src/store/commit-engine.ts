@@ -8,6 +8,7 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, planReplacement, presetMessageIds, type CommitPlan, type CommitPlanOptions } from "./commit-plan.js";
+import type { UndoRecording } from "./change-undo.js";
 import { ContendedCopies } from "./contended-copies.js";
 import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
@@ -116,6 +117,8 @@ export interface CommitEngineOptions {
   expiry?: ConversationExpiry;
   /** The default prune commits keep each conversation's history within (`--prune-*`); none = only `prune_history` deltas prune. */
   historyBound?: HistoryBound;
+  /** Bytes one change's undo may hold (`--history-undo-bytes`, change-undo.ts); 0 or none = changes record no undo. */
+  maxUndoBytes?: number;
 }
 
 export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds"> {
@@ -150,6 +153,12 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
 
   idLookupsFor(conversationId: string, base: ConversationState): Pick<DeltaContext, "lineage" | "messageIds" | "toolCallIds"> {
     return indexedLookups(this.options.lineage, () => this.options.copies.idIndex(conversationId, base));
+  }
+
+  /** How a plan records its change's undo; `historyStart` where a tail plan's history starts. */
+  private undoRecording(historyStart: number): UndoRecording | undefined {
+    const maxBytes = this.options.maxUndoBytes ?? 0;
+    return maxBytes > 0 ? { maxBytes, lineage: this.options.lineage, historyStart } : undefined;
   }
 
   async commit(...[conversationId, expectedVersion, deltas, idempotencyKey, requestFingerprint, messageIds, options]: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
@@ -220,7 +229,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
       try {
         if (replacement !== undefined) {
           const { state, mark } = replacement(base);
-          plan = planReplacement(base, state, mark, { idempotencyKey, committedAtUnixMs: BigInt(this.options.now()), expiry: this.options.expiry });
+          plan = planReplacement(base, state, mark, { idempotencyKey, committedAtUnixMs: BigInt(this.options.now()), expiry: this.options.expiry, undo: this.undoRecording(0) });
         } else plan = planCommit(base, deltas, {
           deltaContext: messageIds ? presetMessageIds(messageIds, deltaContext) : deltaContext,
           lineage,
@@ -230,6 +239,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
           cleared,
           expiry: this.options.expiry,
           historyBound: this.historyBound,
+          undo: this.undoRecording(0),
         });
       } catch (error) {
         // The copy may be behind (or a retry's batch already applied): read, then decide.
@@ -301,6 +311,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
           committedAtUnixMs: BigInt(this.options.now()),
           cleared: false,
           expiry: this.options.expiry,
+          undo: this.undoRecording(read.tail.start),
         });
       } catch {
         return {};
@@ -354,6 +365,7 @@ export class CommitEngine implements Pick<ConversationStore, "commit" | "clear" 
         committedAtUnixMs: BigInt(this.options.now()),
         cleared: false,
         expiry: this.options.expiry,
+        undo: this.undoRecording(kept.start),
       });
     } catch {
       return undefined;

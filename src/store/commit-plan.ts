@@ -6,6 +6,7 @@ import { applyDelta, applyDeltas } from "../core/deltas/apply-deltas.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import type { Message } from "#gen/contextd/v1/message_pb";
+import { undoOf, type UndoRecording } from "./change-undo.js";
 import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
 import type { MessageIdIndex } from "./message-id-index.js";
@@ -61,6 +62,8 @@ export interface CommitPlanOptions {
   expiry?: ConversationExpiry;
   /** The default prune the store's conversations are kept within (`HistoryBound`), and how a message's bytes are measured for it. */
   historyBound?: { bound: HistoryBound; sizeOf: (message: Message) => number };
+  /** How the change records its undo (change-undo.ts); none = it records none (reads of past versions replay forward). */
+  undo?: UndoRecording;
 }
 
 /** The batch a `Clear` commits (with `cleared` set, so watchers can tell it from a batch that clears). */
@@ -118,6 +121,8 @@ export function planCommit(base: ConversationState, deltas: Delta[], options: Co
     cleared: options.cleared,
     assignedMessageIds,
   });
+  // Version 0 is the empty state: nothing reads back to it through an undo.
+  if (options.undo !== undefined && base.version > 0n) change.undo = undoOf(base, state, options.undo);
   return withMetadata(base, state, change, options.expiry);
 }
 
@@ -129,7 +134,7 @@ export function planReplacement(
   base: ConversationState,
   next: ConversationState,
   mark: Pick<Change, "rewoundToVersion" | "forkedFrom">,
-  options: Pick<CommitPlanOptions, "idempotencyKey" | "committedAtUnixMs" | "expiry">,
+  options: Pick<CommitPlanOptions, "idempotencyKey" | "committedAtUnixMs" | "expiry" | "undo">,
 ): CommitPlan {
   const version = base.version + 1n;
   const state = { ...next, conversationId: base.conversationId, version };
@@ -140,6 +145,8 @@ export function planReplacement(
     committedAtUnixMs: options.committedAtUnixMs,
     ...mark,
   });
+  // A fork's first version replaces the empty state, which needs no undo to be read.
+  if (options.undo !== undefined && base.version > 0n && mark.forkedFrom === undefined) change.undo = undoOf(base, state, options.undo);
   return withMetadata(base, state, change, options.expiry);
 }
 

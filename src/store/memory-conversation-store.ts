@@ -129,7 +129,7 @@ export class MemoryConversationStore extends EngineCommittedStore implements Con
       // The memory store holds every conversation whole: its index is the copy's (`idIndexOf`), nothing to rebuild.
       write: async (...[conversationId, base, plan, idempotencyKey, fingerprint]: Parameters<CommitIo["write"]>) => this.write(conversationId, base, plan, idempotencyKey, fingerprint),
     };
-    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
+    this.engine = new CommitEngine({ copies, io, codec: this.codec, lineage: this.lineage, deltaContext: options.deltaContext, now: this.now, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound, maxUndoBytes: this.historyLimits.maxUndoBytes });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepPass(), sweepMs).unref();
   }

@@ -174,7 +174,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
     };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound });
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound, maxUndoBytes: this.historyLimits.maxUndoBytes });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);

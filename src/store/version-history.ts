@@ -13,6 +13,7 @@ import { MessageIdIndex } from "./message-id-index.js";
 import type { ConversationStore } from "./conversation-store.js";
 import { storedSegments } from "./segment-edits.js";
 import { requireStorableKey } from "./store-errors.js";
+import { undoable, undoMessages, undoneState } from "./change-undo.js";
 
 /**
  * Past versions of a conversation, rebuilt from its change log. Why it exists: every store already
@@ -36,9 +37,14 @@ export interface HistoryLimits {
   maxReplayMessages: number;
   /** Forks of forks one read follows back to their first source at most. */
   maxForkDepth: number;
+  /**
+   * Bytes the undo a commit records with its change may hold (`--history-undo-bytes`,
+   * change-undo.ts): past it the change is not undoable. 0 = commits record no undo.
+   */
+  maxUndoBytes: number;
 }
 
-export const defaultHistoryLimits: HistoryLimits = { maxReplayMessages: 1_000_000, maxForkDepth: 16 };
+export const defaultHistoryLimits: HistoryLimits = { maxReplayMessages: 1_000_000, maxForkDepth: 16, maxUndoBytes: 1_048_576 };
 
 /** What the history reads of a store: its versions and its change log (what Watch serves). */
 export type HistorySource = Pick<ConversationStore, "load" | "currentVersion" | "watch">;
@@ -54,20 +60,88 @@ const changesPerTurn = 64;
 
 /**
  * The state of `conversationId` at `version`: the current state when it is the current version,
- * else rebuilt from the change log. OUT_OF_RANGE when `version` is past the current one or before
- * what the log can rebuild (naming the oldest readable version).
+ * else the current state with the logged undos of the changes since `version` applied newest first
+ * (change-undo.ts), or, when one of them has no undo (logged by an older build, or past
+ * `--history-undo-bytes`), rebuilt from the change log forward. OUT_OF_RANGE when `version` is past
+ * the current one or before what the log can rebuild (naming the oldest readable version).
  */
 export async function stateAtVersion(source: HistorySource, conversationId: string, version: bigint, limits: HistoryLimits = defaultHistoryLimits): Promise<ConversationState> {
   requireStorableKey("conversation_id", conversationId, stringLimits.id);
   if (version < 0n) throw new ConnectError(`at_version: must not be negative, got ${version}`, Code.InvalidArgument);
-  const current = await source.currentVersion(conversationId);
+  if (version === 0n) return emptyConversationState(conversationId);
+  const latest = await source.load(conversationId);
+  const current = latest.version;
   if (version > current) {
     throw new ConnectError(`conversation "${conversationId}": version ${version} is past its current version ${current}`, Code.OutOfRange);
   }
-  if (version === current) return source.load(conversationId);
-  if (version === 0n) return emptyConversationState(conversationId);
+  if (version === current) return latest;
   const budget = { messages: limits.maxReplayMessages };
-  return replay(source, conversationId, version, current, limits, budget, 0);
+  const backward = await changesSince(source, latest, version, limits, budget);
+  if ("changes" in backward) return undoneState(latest, backward.changes, version);
+  try {
+    return await replay(source, conversationId, version, current, limits, budget, 0);
+  } catch (error) {
+    if (!(error instanceof ConnectError) || error.code !== Code.OutOfRange || typeof error.cause !== "string") throw error;
+    // Neither way reaches it: the versions from the change without an undo on can still be read.
+    throw outsideWindow(conversationId, version, current, `${backward.why}, and the log replayed forward does not reach it either: ${error.cause}`, backward.blocker);
+  }
+}
+
+/**
+ * The logged changes `version` + 1 up to `latest`'s version, when every one of them can be undone;
+ * else why not (a change without an undo: the read replays forward instead), having weighed only
+ * what it read against `budget`.
+ */
+async function changesSince(
+  source: HistorySource,
+  latest: ConversationState,
+  version: bigint,
+  limits: HistoryLimits,
+  budget: { messages: number },
+): Promise<{ changes: Change[] } | { why: string; blocker: bigint }> {
+  const { conversationId, version: current } = latest;
+  const changes: Change[] = [];
+  const controller = new AbortController();
+  try {
+    for await (const change of source.watch(conversationId, version, controller.signal)) {
+      if (change.version !== version + BigInt(changes.length) + 1n) {
+        throw outsideWindow(conversationId, version, current, `its change log has version ${change.version} where ${version + BigInt(changes.length) + 1n} was expected`);
+      }
+      if (!undoable(change)) {
+        const why = change.undo?.notUndoable;
+        return { why: why ? `version ${change.version} cannot be undone: ${why}` : `version ${change.version} was logged without an undo (by an older build)`, blocker: change.version };
+      }
+      budget.messages -= undoMessages(change);
+      if (budget.messages < 0) {
+        throw new ConnectError(
+          `conversation "${conversationId}": reading version ${version} undoes logged changes that bring back more than ${limits.maxReplayMessages} messages (the history read limit, --history-read-messages)`,
+          Code.ResourceExhausted,
+        );
+      }
+      changes.push(change);
+      if (change.version >= current) break;
+      if (changes.length % changesPerTurn === 0) await nextTurn();
+    }
+  } catch (error) {
+    // The log no longer holds the change after `version` (Watch's OUT_OF_RANGE): outside the window.
+    if (!(error instanceof ConnectError) || error.code !== Code.OutOfRange || changes.length > 0) throw error;
+    const oldest = await oldestLogged(source, conversationId, current);
+    throw outsideWindow(conversationId, version, current, `its change log starts at version ${oldest}`, oldest - 1n);
+  } finally {
+    controller.abort();
+  }
+  if (changes.at(-1)?.version !== current) throw outsideWindow(conversationId, version, current, "its change log does not reach the current version");
+  return { changes };
+}
+
+/**
+ * The state at `version` (0 < version < the current one) rebuilt by applying the change log forward
+ * from the conversation's first version, undos left aside: what a read does when a change since
+ * `version` has no undo, and what the contract suite compares the backward reads with.
+ */
+export async function replayedState(source: HistorySource, conversationId: string, version: bigint, limits: HistoryLimits = defaultHistoryLimits): Promise<ConversationState> {
+  const current = await source.currentVersion(conversationId);
+  return replay(source, conversationId, version, current, limits, { messages: limits.maxReplayMessages }, 0);
 }
 
 /** Rebuilds `version` (0 < version < current) from the log; `budget` is shared by the forks it follows. */
@@ -172,7 +246,7 @@ export function sharedWith(base: ConversationState, target: ConversationState): 
   for (const segment of storedSegments) {
     const before = base[segment];
     const after = target[segment];
-    if (before.length === 0 || after.length === 0) continue;
+    if (before === after || before.length === 0 || after.length === 0) continue;
     const messages = after.slice();
     let head = 0;
     while (head < messages.length && head < before.length && sameMessage(messages[head]!, before[head]!)) messages[head] = before[head]!, head++;
@@ -239,9 +313,24 @@ function loggedMessages(change: Change): number {
   return messages;
 }
 
-function outsideWindow(conversationId: string, version: bigint, current: bigint, why: string): ConnectError {
+/** The version of the oldest change the log holds (`current` + 1 when it holds none). */
+async function oldestLogged(source: HistorySource, conversationId: string, current: bigint): Promise<bigint> {
+  const controller = new AbortController();
+  try {
+    for await (const change of source.watch(conversationId, 0n, controller.signal)) return change.version;
+  } finally {
+    controller.abort();
+  }
+  return current + 1n;
+}
+
+/** OUT_OF_RANGE naming why and the oldest readable version (`oldest`, the current one by default); `why` is its cause. */
+function outsideWindow(conversationId: string, version: bigint, current: bigint, why: string, oldest = current): ConnectError {
   return new ConnectError(
-    `conversation "${conversationId}": version ${version} is outside its history window (${why}); the oldest readable version is ${current}, the current one`,
+    `conversation "${conversationId}": version ${version} is outside its history window (${why}); the oldest readable version is ${oldest}${oldest === current ? ", the current one" : ""}`,
     Code.OutOfRange,
+    undefined,
+    undefined,
+    why,
   );
 }

@@ -86,6 +86,12 @@ async function exercise(sidecars: [Sidecar, Sidecar], conversationId: string, se
     expect(window.messages.map((message) => message.id)).toEqual(["r1", "u2"]);
     const listed = await cold!.unary(ConversationService.method.listConversations, { prefix: conversationId, labels: { [secrets.labelKey]: secrets.labelValue } });
     expect(listed.conversations.map((summary) => [summary.conversationId, summary.title, summary.labels])).toEqual([[conversationId, secrets.title, { [secrets.labelKey]: secrets.labelValue }]]);
+    // A replaced history logs an undo holding the messages it replaced (the secrets among them),
+    // and a rewind one holding what it undid: each is stored inside its change, sealed with it.
+    await commit([delta({ case: "replaceSegment", value: { segment: Segment.HISTORY, messages: [textMessage("u3", Role.USER, "short")] } })]);
+    expect((await cold!.unary(ConversationService.method.getState, { conversationId, atVersion: 4n })).state!).toEqual(coldState);
+    await client!.unary(ConversationService.method.rewind, { conversationId, toVersion: 4n });
+    expect((await cold!.unary(ConversationService.method.getState, { conversationId, atVersion: 5n })).state!.history.map((message) => message.id)).toEqual(["u3"]);
   } finally {
     client!.close();
     cold!.close();

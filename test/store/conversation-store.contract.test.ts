@@ -25,6 +25,7 @@ import { listById, type ListQuery } from "../../src/store/conversation-listing.j
 import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
 import { usageLedgerContract } from "./usage-ledger.contract.js";
 import { conversationRemovalContract } from "./conversation-removal.contract.js";
+import { defaultHistoryLimits, replayedState, type HistoryLimits } from "../../src/store/version-history.js";
 
 /** The keys of the encrypted runs (encryption at rest): one store of each kind runs the whole contract again with them. */
 const encrypted = new AtRestCipher([
@@ -1101,6 +1102,19 @@ describe.each([
       await connected(reread);
       expect(Buffer.from(toBinary(ConversationStateSchema, await reread.load(id))).equals(toBinary(ConversationStateSchema, stored))).toBe(true);
       expect(tailCommits).toBe(tailPlanned ? 5 : 0);
+      // A plan on the tail logs the undo of the whole stored history, not of the tail it planned on:
+      // every version reads back through the undos as the warm reference committed it.
+      const current = await reference.currentVersion(id);
+      const logged: Change[] = [];
+      const controller = new AbortController();
+      for await (const change of reread.watch(id, 1n, controller.signal)) {
+        logged.push(change);
+        if (change.version === current) controller.abort();
+      }
+      expect(logged.map((change) => change.undo !== undefined && change.undo.notUndoable === "")).toEqual(logged.map(() => true));
+      for (let version = 1n; version < current; version++) {
+        expect(Buffer.from(toBinary(ConversationStateSchema, await reread.loadAt(id, version))).equals(toBinary(ConversationStateSchema, await reference.loadAt(id, version))), `version ${version}`).toBe(true);
+      }
     } finally {
       await Promise.all([...stores, reference].map((store) => store.close()));
     }
@@ -1755,15 +1769,15 @@ async function connected<T extends { connected(): Promise<boolean> }>(store: T):
   return store;
 }
 
-/** The stores again, with a change-log bound of `maxChanges` (the history window). */
-const windowedStores: [string, (maxChanges: number) => Promise<ConversationStore>][] = [
-  ["memory", async (maxChanges) => new MemoryConversationStore({ maxChangesPerConversation: maxChanges })],
-  ["redis", async (maxChanges) => connected(new RedisConversationStore(redis.url, { watchBlockMs: 200, maxChangesPerConversation: maxChanges }))],
-  ["redis cluster", async (maxChanges) => connected(new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, maxChangesPerConversation: maxChanges }))],
-  ["postgres", async (maxChanges) => connected(new PostgresConversationStore(postgres.url, { watchPollMs: 200, maxChangesPerConversation: maxChanges }))],
-  ["redis, encrypted", async (maxChanges) => connected(new RedisConversationStore(redis.url, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, values: encrypted, keyPrefix: encryptedKeyPrefix }))],
-  ["redis cluster, encrypted", async (maxChanges) => connected(new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, values: encrypted, keyPrefix: encryptedKeyPrefix }))],
-  ["postgres, encrypted", async (maxChanges) => connected(new PostgresConversationStore(encryptedPostgresUrl, { watchPollMs: 200, maxChangesPerConversation: maxChanges, values: encrypted }))],
+/** The stores again, with a change-log bound of `maxChanges` (the history window) and, when given, other history limits. */
+const windowedStores: [string, (maxChanges: number, history?: Partial<HistoryLimits>) => Promise<ConversationStore>][] = [
+  ["memory", async (maxChanges, history) => new MemoryConversationStore({ maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history } })],
+  ["redis", async (maxChanges, history) => connected(new RedisConversationStore(redis.url, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history } }))],
+  ["redis cluster", async (maxChanges, history) => connected(new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history } }))],
+  ["postgres", async (maxChanges, history) => connected(new PostgresConversationStore(postgres.url, { watchPollMs: 200, maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history } }))],
+  ["redis, encrypted", async (maxChanges, history) => connected(new RedisConversationStore(redis.url, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history }, values: encrypted, keyPrefix: encryptedKeyPrefix }))],
+  ["redis cluster, encrypted", async (maxChanges, history) => connected(new RedisConversationStore({ clusterNodes: redisCluster.addresses.slice(0, 1) }, { watchBlockMs: 200, maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history }, values: encrypted, keyPrefix: encryptedKeyPrefix }))],
+  ["postgres, encrypted", async (maxChanges, history) => connected(new PostgresConversationStore(encryptedPostgresUrl, { watchPollMs: 200, maxChangesPerConversation: maxChanges, historyLimits: { ...defaultHistoryLimits, ...history }, values: encrypted }))],
 ];
 
 describe.each(stores)("ConversationStore contract, version history, rewind and fork: %s", (name, open) => {
@@ -1915,20 +1929,147 @@ describe.each(stores)("ConversationStore contract, version history, rewind and f
     expect((await rejection(store.fork(source, undefined, "x".repeat(stringLimits.id + 1)))).code).toBe(Code.InvalidArgument);
   });
 
-  it(`answers OUT_OF_RANGE naming the oldest readable version once the change log no longer reaches a version (${name})`, async () => {
+  it(`reads any version among the logged changes, however many commits came before them: the window slides (${name})`, async () => {
     // Redis trims its streams by whole nodes (MAXLEN ~): 250 commits with a bound of 5.
     const windowed = await windowedStores.find(([storeName]) => storeName === name)![1](5);
     try {
       const id = freshId("window");
-      for (let version = 0n; version < 250n; version++) await windowed.commit(id, version, [appendHistory(textMessage(`m${version}`, Role.USER, "x"))], "");
-      const error = await rejection(windowed.loadAt(id, 2n));
+      const committed = new Map<bigint, Buffer>();
+      for (let version = 0n; version < 250n; version++) {
+        const deltas = [appendHistory(textMessage(`m${version}`, Role.USER, "x"))];
+        if (version % 7n === 3n) deltas.push(delta({ case: "setMetadata", value: { title: `t${version}`, labels: {}, removeLabels: [] } }));
+        committed.set(version + 1n, bytesOf((await windowed.commit(id, version, deltas, "")).state!));
+      }
+      const oldest = await oldestLoggedVersion(windowed, id);
+      expect(oldest).toBeGreaterThan(2n);
+      expect(oldest).toBeLessThanOrEqual(246n);
+      // Every version whose later changes the log holds, down to the one before its oldest change.
+      for (let version = oldest - 1n; version <= 250n; version++) expect(bytesOf(await windowed.loadAt(id, version)), `version ${version}`).toEqual(committed.get(version));
+      const error = await rejection(windowed.loadAt(id, oldest - 2n));
       expect(error.code).toBe(Code.OutOfRange);
       expect(error.rawMessage).toContain("outside its history window");
-      expect(error.rawMessage).toContain("the oldest readable version is 250");
-      expect((await windowed.loadAt(id, 250n)).history.length).toBe(250);
+      expect(error.rawMessage).toContain(`its change log starts at version ${oldest}`);
+      expect(error.rawMessage).toContain(`the oldest readable version is ${oldest - 1n}`);
       expect((await rejection(windowed.fork(id, 3n, freshId("to")))).code).toBe(Code.OutOfRange);
+      const forked = freshId("window-fork");
+      await windowed.fork(id, 247n, forked);
+      expect(bytesOf({ ...(await windowed.load(forked)), conversationId: id, version: 247n, forkedFrom: undefined })).toEqual(committed.get(247n));
+      // Rewinds 1 and 3 back, read back through the log as it slides on.
+      const one = await windowed.rewind(id, 250n, 249n, "");
+      expect(bytesOf({ ...(await windowed.load(id)), version: 249n })).toEqual(committed.get(249n));
+      const three = await windowed.rewind(id, one.version, one.version - 3n, "");
+      expect(bytesOf({ ...(await windowed.load(id)), version: 248n })).toEqual(committed.get(248n));
+      expect(bytesOf({ ...(await windowed.loadAt(id, three.version - 1n)), version: 249n })).toEqual(committed.get(249n));
     } finally {
       await windowed.close();
+    }
+  });
+
+  it(`records an undo with every change, reads past versions with them equal to the forward replay byte for byte, and rewinds k versions back (${name})`, async () => {
+    const id = freshId("undo");
+    const edits = randomEdits(randomSource(58));
+    const committed = new Map<bigint, Buffer>();
+    let state = await store.load(id);
+    for (let step = 0; step < 90; step++) {
+      let deltas = edits(state);
+      if (deltas === undefined) continue;
+      if (step % 9 === 4) deltas = [...deltas, appendHistory(textMessage("", Role.USER, `no id ${step}`))];
+      if (step % 20 === 6) deltas = [...deltas, delta({ case: "setMetadata", value: { title: `t${step}`, labels: { step: String(step) }, removeLabels: [] } })];
+      state = (await store.commit(id, state.version, deltas, "")).state!;
+      committed.set(state.version, bytesOf(state));
+      if (step === 30) {
+        await store.clear(id, state.version);
+        state = await store.load(id);
+        committed.set(state.version, bytesOf(state));
+      }
+      if (step === 45 || step === 70) {
+        // A rewind is logged with its undo too: versions before it read through it.
+        const back = step === 45 ? 1n : 10n;
+        const target = state.version - back;
+        await store.rewind(id, state.version, target, "");
+        state = await store.load(id);
+        // The rewound state is version `target`'s, but for the experience counter, which never goes back.
+        expect(bytesOf({ ...state, version: target, lastExperienceNumber: 0n })).toEqual(bytesOf({ ...(await store.loadAt(id, target)), lastExperienceNumber: 0n }));
+        committed.set(state.version, bytesOf(state));
+      }
+    }
+    const changes: Change[] = [];
+    const controller = new AbortController();
+    for await (const change of store.watch(id, 1n, controller.signal)) {
+      changes.push(change);
+      if (change.version === state.version) controller.abort();
+    }
+    // Every change after the first records its undo (the first needs none: version 0 is empty).
+    expect(changes.length).toBe(Number(state.version) - 1);
+    expect(changes.filter((change) => change.undo === undefined || change.undo.notUndoable !== "").map((change) => change.version)).toEqual([]);
+    for (const [version, bytes] of committed) {
+      const read = bytesOf(await store.loadAt(id, version));
+      expect(read, `version ${version}`).toEqual(bytes);
+      if (version < state.version) expect(bytesOf(await replayedState(store, id, version)), `version ${version} replayed`).toEqual(read);
+    }
+  });
+
+  it(`records "not undoable" for a change whose undo is past --history-undo-bytes: versions before it replay forward, or are OUT_OF_RANGE naming why once the log has slid past them (${name})`, async () => {
+    const bounded = await windowedStores.find(([storeName]) => storeName === name)![1](10_000, { maxUndoBytes: 2_000 });
+    const slid = await windowedStores.find(([storeName]) => storeName === name)![1](5, { maxUndoBytes: 2_000 });
+    try {
+      for (const windowed of [bounded, slid]) {
+        const id = freshId("not-undoable");
+        const committed = new Map<bigint, Buffer>();
+        for (let version = 0n; version < 40n; version++) {
+          committed.set(version + 1n, bytesOf((await windowed.commit(id, version, [appendHistory(textMessage(`m${version}`, Role.USER, "x".repeat(100)))], "")).state!));
+        }
+        // The replace removes 40 messages of ~110 bytes: an undo of ~4,400 bytes, past the bound.
+        const replaced = await windowed.commit(id, 40n, [delta({ case: "replaceSegment", value: { segment: Segment.HISTORY, messages: [textMessage("only", Role.USER, "y")] } })], "");
+        committed.set(41n, bytesOf(replaced.state!));
+        for (let version = 41n; version < 43n; version++) committed.set(version + 1n, bytesOf((await windowed.commit(id, version, [appendHistory(textMessage(`n${version}`, Role.USER, "z"))], "")).state!));
+        const logged: Change[] = [];
+        const controller = new AbortController();
+        for await (const change of windowed.watch(id, 40n, controller.signal)) {
+          logged.push(change);
+          if (change.version === 43n) controller.abort();
+        }
+        expect(logged[0]!.undo!.notUndoable).toContain("would hold more than 2000 bytes, the bound of one change's undo (--history-undo-bytes)");
+        expect(logged[0]!.undo!.segments).toEqual([]);
+        expect([logged[1]!.undo!.notUndoable, logged[1]!.undo!.segments[0]!.keep, logged[1]!.undo!.segments[0]!.messages]).toEqual(["", 1, []]);
+        for (let version = 41n; version <= 43n; version++) expect(bytesOf(await windowed.loadAt(id, version)), `version ${version}`).toEqual(committed.get(version));
+        if (windowed === bounded) {
+          for (const version of [1n, 20n, 40n]) expect(bytesOf(await windowed.loadAt(id, version)), `version ${version}`).toEqual(committed.get(version));
+        } else {
+          const error = await rejection(windowed.loadAt(id, 40n));
+          expect(error.code).toBe(Code.OutOfRange);
+          expect(error.rawMessage).toContain("version 41 cannot be undone: its undo (the history messages the change removed or replaced) would hold more than 2000 bytes");
+          expect(error.rawMessage).toContain("the oldest readable version is 41");
+          expect((await rejection(windowed.rewind(id, undefined, 40n, ""))).code).toBe(Code.OutOfRange);
+        }
+      }
+    } finally {
+      await Promise.all([bounded.close(), slid.close()]);
+    }
+  });
+
+  it(`reads a log without undos (as an older build wrote it, or --history-undo-bytes 0) by replaying it forward (${name})`, async () => {
+    const legacy = await windowedStores.find(([storeName]) => storeName === name)![1](10_000, { maxUndoBytes: 0 });
+    // Memory keeps its log in the process: the log an older build wrote is this store's own.
+    const later = name === "memory" ? legacy : await windowedStores.find(([storeName]) => storeName === name)![1](10_000);
+    try {
+      const id = freshId("legacy");
+      const committed = new Map<bigint, Buffer>();
+      for (let version = 0n; version < 6n; version++) committed.set(version + 1n, bytesOf((await legacy.commit(id, version, [appendHistory(textMessage(`m${version}`, Role.USER, "x"))], "")).state!));
+      for (let version = 6n; version < 9n; version++) committed.set(version + 1n, bytesOf((await later.commit(id, version, [appendHistory(textMessage(`n${version}`, Role.USER, "x"))], "")).state!));
+      const logged: Change[] = [];
+      const controller = new AbortController();
+      for await (const change of later.watch(id, 0n, controller.signal)) {
+        logged.push(change);
+        if (change.version === 9n) controller.abort();
+      }
+      expect(logged.map((change) => change.undo !== undefined)).toEqual(name === "memory" ? Array(9).fill(false) : [false, false, false, false, false, false, true, true, true]);
+      for (let version = 1n; version <= 9n; version++) expect(bytesOf(await later.loadAt(id, version)), `version ${version}`).toEqual(committed.get(version));
+      await later.rewind(id, 9n, 2n, "");
+      expect(bytesOf({ ...(await later.load(id)), version: 2n })).toEqual(committed.get(2n));
+    } finally {
+      await legacy.close();
+      if (later !== legacy) await later.close();
     }
   });
 
@@ -1955,6 +2096,17 @@ describe.each(stores)("ConversationStore contract, version history, rewind and f
     }
   });
 });
+
+/** The version of the oldest change `store` still logs for `conversationId`. */
+async function oldestLoggedVersion(store: ConversationStore, conversationId: string): Promise<bigint> {
+  const controller = new AbortController();
+  try {
+    for await (const change of store.watch(conversationId, 0n, controller.signal)) return change.version;
+  } finally {
+    controller.abort();
+  }
+  throw new Error(`no change logged for ${conversationId}`);
+}
 
 async function waitFor(condition: () => boolean): Promise<void> {
   for (let attempt = 0; attempt < 500 && !condition(); attempt++) await new Promise((resolve) => setTimeout(resolve, 10));

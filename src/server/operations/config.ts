@@ -210,6 +210,8 @@ export interface Config {
   historyRetentionVersions: number;
   /** Messages the logged changes one read of a past version (GetState at_version, Fork, Rewind) applies bring at most. */
   historyReadMessages: number;
+  /** Bytes the undo each change records may hold (`--history-undo-bytes`, store/change-undo.ts); 0 = none recorded. */
+  historyUndoBytes: number;
 }
 
 export const defaultConfig: Config = {
@@ -281,6 +283,7 @@ export const defaultConfig: Config = {
   expirySweepMs: defaultExpirySweepMs,
   historyRetentionVersions: 10_000,
   historyReadMessages: 1_000_000,
+  historyUndoBytes: 1_048_576,
 };
 
 /**
@@ -355,6 +358,7 @@ export const flags = {
   "expiry-sweep-ms": "how often each store removes expired conversations, a bounded batch at a time; 0 = never (reads still treat them as gone)",
   "history-retention-versions": "changes kept per conversation: what Watch resumes from, and the history window GetState at_version, Fork and Rewind read past versions in (Redis keeps about this many)",
   "history-read-messages": "messages the logged changes one read of a past version (GetState at_version, Fork at a past version, Rewind) applies may bring, all together (RESOURCE_EXHAUSTED past it)",
+  "history-undo-bytes": "bytes the undo each commit logs with its change may hold (what reads a past version backward from the current state); past it the change is logged without one and versions before it are read forward, while the log reaches back to the first; 0 = no undos",
   "strict-tool-rounds": "commits refuse a message after an open tool round and a result without its open call (true), or store them and let the compile repair the prompt (false)",
 } as const;
 type Flag = keyof typeof flags;
@@ -523,6 +527,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     prunePerTenant: parsePrunePerTenant(pick("prune-per-tenant")),
     historyRetentionVersions: integer("history-retention-versions", defaultConfig.historyRetentionVersions, 1, 10_000_000),
     historyReadMessages: integer("history-read-messages", defaultConfig.historyReadMessages, 1),
+    historyUndoBytes: integer("history-undo-bytes", defaultConfig.historyUndoBytes, 0, 1 << 30),
   };
 }
 

@@ -50,6 +50,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--history-retention-versions", "0"], {})).toThrow(/--history-retention-versions or CONTEXTD_HISTORY_RETENTION_VERSIONS/);
   });
 
+  it("reads the bound of one change's undo from --history-undo-bytes or CONTEXTD_HISTORY_UNDO_BYTES (1 MiB; 0 = none recorded)", () => {
+    expect(defaultConfig.historyUndoBytes).toBe(1_048_576);
+    expect(loadConfig([], { CONTEXTD_HISTORY_UNDO_BYTES: "0" }).historyUndoBytes).toBe(0);
+    expect(loadConfig(["--history-undo-bytes", "4096"], { CONTEXTD_HISTORY_UNDO_BYTES: "0" }).historyUndoBytes).toBe(4096);
+    expect(() => loadConfig(["--history-undo-bytes", "lots"], {})).toThrow(/--history-undo-bytes or CONTEXTD_HISTORY_UNDO_BYTES/);
+  });
+
   it("reads --strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS; off by default", () => {
     expect(defaultConfig.strictToolRounds).toBe(false);
     expect(loadConfig(["--strict-tool-rounds", "true"], {}).strictToolRounds).toBe(true);

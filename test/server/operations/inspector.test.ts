@@ -335,7 +335,7 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
   });
 
   it("shows the sidecar's OUT_OF_RANGE for a version outside the history window, naming the oldest readable one, and refuses a version that is not a number", async () => {
-    // A sidecar keeping 2 changes per conversation: after 4 commits only the current version is readable.
+    // A sidecar keeping 2 changes per conversation: after 4 commits versions 2 to 4 are readable.
     const small = await startSidecar(["--history-retention-versions", "2"]);
     try {
       const client = createClient(ConversationService, createConnectTransport({ baseUrl: small.url, httpVersion: "1.1" }));
@@ -343,7 +343,7 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
       for (let version = 1; version <= 4; version++) await client.commit({ conversationId: id, deltas: [appendHistory(textMessage(`w${version}`, Role.USER, `turn ${version}`))] });
       const refused = ConnectError.from(await client.getState({ conversationId: id, atVersion: 1n }).catch((error: unknown) => error));
       expect(refused.code).toBe(Code.OutOfRange);
-      expect(refused.rawMessage).toContain("the oldest readable version is 4");
+      expect(refused.rawMessage).toContain("the oldest readable version is 2");
       const page = await browser.newPage();
       page.on("pageerror", (error) => consoleErrors.push(String(error)));
       await page.goto(`${small.url}/inspector/#/c/${encodeURIComponent(id)}?at=1`);

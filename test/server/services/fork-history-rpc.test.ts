@@ -2,6 +2,7 @@ import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationService, type WatchResponse } from "#gen/contextd/v1/conversation_service_pb";
 import { Role } from "#gen/contextd/v1/message_pb";
+import { Segment } from "#gen/contextd/v1/state_pb";
 import { grpcJsClient, rpcFailure } from "../../support/grpc-js.js";
 import { sidecarForSuite, sidecarStores, startSidecar, type Sidecar } from "../../support/sidecar.js";
 import { appendHistory, delta, textMessage } from "../../store/fixtures.js";
@@ -51,6 +52,9 @@ describe.each(sidecarStores)("Fork, version history and Rewind (real sidecar, %s
     await delivered;
     watch.cancel();
     expect(seen[0]!.kind.value).toMatchObject({ version: 4n, deltas: [], rewoundToVersion: 2n });
+    // The store logs the rewind with its undo (what reads version 3 back); Watch leaves it out.
+    expect(seen[0]!.kind.case === "change" && seen[0]!.kind.value.undo).toBe(undefined);
+    expect(await historyIds(conversationId, 3n)).toEqual([...atTwo, "m3"]);
 
     const negative = await rpcFailure(running.client.unary(ConversationService.method.rewind, { conversationId, toVersion: -1n }));
     expect(negative.code).toBe(grpc.status.INVALID_ARGUMENT);
@@ -79,11 +83,11 @@ describe.each(sidecarStores)("Fork, version history and Rewind (real sidecar, %s
   });
 });
 
-describe("the history window and read bound are the sidecar's flags (real sidecar, memory store)", () => {
+describe("the history window and the read and undo bounds are the sidecar's flags (real sidecar, memory store)", () => {
   let sidecar: Sidecar;
   let client: ReturnType<typeof grpcJsClient>;
   beforeAll(async () => {
-    sidecar = await startSidecar(["--history-retention-versions", "3", "--history-read-messages", "2"]);
+    sidecar = await startSidecar(["--history-retention-versions", "3", "--history-read-messages", "3", "--history-undo-bytes", "1000"]);
     client = grpcJsClient(`127.0.0.1:${sidecar.port}`);
   });
   afterAll(async () => {
@@ -91,21 +95,35 @@ describe("the history window and read bound are the sidecar's flags (real sideca
     await sidecar?.stop();
   });
 
-  it("answers OUT_OF_RANGE past --history-retention-versions changes and RESOURCE_EXHAUSTED past --history-read-messages", async () => {
-    const append = (conversationId: string, count: number) =>
-      client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(...Array.from({ length: count }, (_, index) => textMessage("", Role.USER, `m${index}`)))] });
+  it("reads the versions --history-retention-versions changes reach back to, and answers RESOURCE_EXHAUSTED past --history-read-messages and OUT_OF_RANGE before a change past --history-undo-bytes", async () => {
+    const append = (conversationId: string, count: number, text = "m") =>
+      client.unary(ConversationService.method.commit, { conversationId, deltas: [appendHistory(...Array.from({ length: count }, (_, index) => textMessage("", Role.USER, `${text}${index}`)))] });
+    const replace = (conversationId: string) =>
+      client.unary(ConversationService.method.commit, { conversationId, deltas: [delta({ case: "replaceSegment", value: { segment: Segment.HISTORY, messages: [textMessage("", Role.USER, "only")] } })] });
     const short = `window-short-${Date.now()}`;
     await append(short, 2);
     await append(short, 2);
     await append(short, 2);
-    const tooMany = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: short, atVersion: 2n }));
-    expect([tooMany.code, tooMany.details]).toEqual([grpc.status.RESOURCE_EXHAUSTED, expect.stringContaining("more than 2 logged messages (the history read limit, --history-read-messages)")]);
-    // Version 1 brings 2 messages: exactly the bound.
-    expect((await client.unary(ConversationService.method.getState, { conversationId: short, atVersion: 1n })).state!.history).toHaveLength(2);
+    // An append's undo brings nothing back: version 2 is one undo away.
+    expect((await client.unary(ConversationService.method.getState, { conversationId: short, atVersion: 2n })).state!.history).toHaveLength(4);
+    await replace(short);
+    const tooMany = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: short, atVersion: 3n }));
+    expect([tooMany.code, tooMany.details]).toEqual([grpc.status.RESOURCE_EXHAUSTED, expect.stringContaining("bring back more than 3 messages (the history read limit, --history-read-messages)")]);
 
     const long = `window-long-${Date.now()}`;
     for (let commit = 0; commit < 5; commit++) await append(long, 1);
-    const trimmed = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: long, atVersion: 4n }));
-    expect([trimmed.code, trimmed.details]).toEqual([grpc.status.OUT_OF_RANGE, expect.stringContaining("the oldest readable version is 5")]);
+    // The log holds versions 3 to 5: version 2 is the oldest the undos reach (3 changes, each weighing 1 against the read bound).
+    expect((await client.unary(ConversationService.method.getState, { conversationId: long, atVersion: 2n })).state!.history).toHaveLength(2);
+    const trimmed = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: long, atVersion: 1n }));
+    expect([trimmed.code, trimmed.details]).toEqual([grpc.status.OUT_OF_RANGE, expect.stringContaining("the oldest readable version is 2")]);
+
+    const cleared = `window-undo-${Date.now()}`;
+    await append(cleared, 3, "x".repeat(400));
+    await append(cleared, 1);
+    await append(cleared, 1);
+    await replace(cleared);
+    const notUndoable = await rpcFailure(client.unary(ConversationService.method.getState, { conversationId: cleared, atVersion: 3n }));
+    expect([notUndoable.code, notUndoable.details]).toEqual([grpc.status.OUT_OF_RANGE, expect.stringContaining("version 4 cannot be undone: its undo (the history messages the change removed or replaced) would hold more than 1000 bytes, the bound of one change's undo (--history-undo-bytes)")]);
+    expect(notUndoable.details).toContain("the oldest readable version is 4");
   });
 });

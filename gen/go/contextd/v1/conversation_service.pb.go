@@ -338,10 +338,12 @@ type GetStateRequest struct {
 	WithoutMessages bool `protobuf:"varint,140,opt,name=without_messages,json=withoutMessages,proto3" json:"without_messages,omitempty"`
 	// Read the state as it was at this version: between 0 (the empty state) and the current
 	// version (a later one is OUT_OF_RANGE naming the current version), inside the history window:
-	// the sidecar rebuilds it from the conversation's change log (what `Watch` delivers), which
-	// keeps the last `--history-retention-versions` changes (10,000 by default). A version whose
-	// changes since the conversation's first (or its fork) are no longer all kept is OUT_OF_RANGE
-	// naming the oldest version still readable. Absent = the current state. See docs/history.md.
+	// the sidecar reads it from the conversation's change log (what `Watch` delivers), which keeps
+	// the last `--history-retention-versions` changes (10,000 by default), undoing the changes
+	// since it from the current state (`Change.undo`). A version whose later changes are no longer
+	// all kept is OUT_OF_RANGE naming the oldest version still readable; so is one before a change
+	// without an undo (past `--history-undo-bytes`) once the log no longer reaches back to the
+	// conversation's first version (or its fork's). Absent = the current state. See docs/history.md.
 	AtVersion     *int64 `protobuf:"varint,470,opt,name=at_version,json=atVersion,proto3,oneof" json:"at_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1110,7 +1112,12 @@ type Change struct {
 	RewoundToVersion *int64 `protobuf:"varint,471,opt,name=rewound_to_version,json=rewoundToVersion,proto3,oneof" json:"rewound_to_version,omitempty"`
 	// Set by `Fork` on the new conversation's first change (version 1): its state is the source's
 	// at `forked_from.version`, and `deltas` is empty.
-	ForkedFrom    *ForkOrigin `protobuf:"bytes,472,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	ForkedFrom *ForkOrigin `protobuf:"bytes,472,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	// How to undo this change: what the store keeps so that a past version is the current state with
+	// the undos of the later changes applied, newest first. Kept in the store's change log (sealed
+	// like the rest of the change under encryption at rest); `Watch` leaves it out. Absent on
+	// changes committed before a build recorded it.
+	Undo          *ChangeUndo `protobuf:"bytes,640,opt,name=undo,proto3" json:"undo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1208,6 +1215,169 @@ func (x *Change) GetForkedFrom() *ForkOrigin {
 	return nil
 }
 
+func (x *Change) GetUndo() *ChangeUndo {
+	if x != nil {
+		return x.Undo
+	}
+	return nil
+}
+
+// How to undo one change: the state before it, given the state after it. What each segment the
+// change edited held before it, and the fields of the state's rest it altered as they were.
+// Bounded: an undo that would hold more than `--history-undo-bytes` (say, the `Clear` of a long
+// history) is not recorded, and `not_undoable` says so.
+type ChangeUndo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per segment the change edited, what undoes the edit; a segment absent here was not edited.
+	Segments []*SegmentUndo `protobuf:"bytes,641,rep,name=segments,proto3" json:"segments,omitempty"`
+	// The fields of the state's rest (every field but the segments and the version) the change
+	// altered, as they were before it: those `rest_fields` names, the others left unset. Absent =
+	// the change left the rest alone.
+	RestBefore *ConversationState `protobuf:"bytes,642,opt,name=rest_before,json=restBefore,proto3" json:"rest_before,omitempty"`
+	// The names (as in the .proto) of the fields of `rest_before` the change altered: undoing it
+	// sets these, and only these, to their value in `rest_before`.
+	RestFields []string `protobuf:"bytes,648,rep,name=rest_fields,json=restFields,proto3" json:"rest_fields,omitempty"`
+	// Set when the change has no undo, saying why (the bound it would exceed): versions before it
+	// are read by applying the change log forward from the conversation's first version instead,
+	// while the log still holds it.
+	NotUndoable   string `protobuf:"bytes,643,opt,name=not_undoable,json=notUndoable,proto3" json:"not_undoable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeUndo) Reset() {
+	*x = ChangeUndo{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeUndo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeUndo) ProtoMessage() {}
+
+func (x *ChangeUndo) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeUndo.ProtoReflect.Descriptor instead.
+func (*ChangeUndo) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ChangeUndo) GetSegments() []*SegmentUndo {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *ChangeUndo) GetRestBefore() *ConversationState {
+	if x != nil {
+		return x.RestBefore
+	}
+	return nil
+}
+
+func (x *ChangeUndo) GetRestFields() []string {
+	if x != nil {
+		return x.RestFields
+	}
+	return nil
+}
+
+func (x *ChangeUndo) GetNotUndoable() string {
+	if x != nil {
+		return x.NotUndoable
+	}
+	return ""
+}
+
+// What undoes a change's edit of one segment: the segment before the change is `keep` messages of
+// the segment after it (its first when `keep_head`, else its last) with `messages` after them
+// (`keep_head`) or before them.
+type SegmentUndo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The segment.
+	Segment Segment `protobuf:"varint,644,opt,name=segment,proto3,enum=contextd.v1.Segment" json:"segment,omitempty"`
+	// Keep the head of the segment (true) or its tail (false).
+	KeepHead bool `protobuf:"varint,645,opt,name=keep_head,json=keepHead,proto3" json:"keep_head,omitempty"`
+	// How many messages of the segment after the change to keep.
+	Keep uint32 `protobuf:"varint,646,opt,name=keep,proto3" json:"keep,omitempty"`
+	// The messages the change removed or replaced, in order.
+	Messages      []*Message `protobuf:"bytes,647,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentUndo) Reset() {
+	*x = SegmentUndo{}
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentUndo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentUndo) ProtoMessage() {}
+
+func (x *SegmentUndo) ProtoReflect() protoreflect.Message {
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentUndo.ProtoReflect.Descriptor instead.
+func (*SegmentUndo) Descriptor() ([]byte, []int) {
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SegmentUndo) GetSegment() Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return Segment_SEGMENT_UNSPECIFIED
+}
+
+func (x *SegmentUndo) GetKeepHead() bool {
+	if x != nil {
+		return x.KeepHead
+	}
+	return false
+}
+
+func (x *SegmentUndo) GetKeep() uint32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+func (x *SegmentUndo) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 // A message of the `Watch` stream.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1224,7 +1394,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1406,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1419,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{15}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchResponse) GetKind() isWatchResponse_Kind {
@@ -1306,7 +1476,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1488,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1501,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{16}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Heartbeat) GetVersion() int64 {
@@ -1384,7 +1554,7 @@ type ListConversationsRequest struct {
 
 func (x *ListConversationsRequest) Reset() {
 	*x = ListConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1566,7 @@ func (x *ListConversationsRequest) String() string {
 func (*ListConversationsRequest) ProtoMessage() {}
 
 func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1579,7 @@ func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsRequest.ProtoReflect.Descriptor instead.
 func (*ListConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{17}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListConversationsRequest) GetPageSize() int32 {
@@ -1480,7 +1650,7 @@ type ConversationSummary struct {
 
 func (x *ConversationSummary) Reset() {
 	*x = ConversationSummary{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1662,7 @@ func (x *ConversationSummary) String() string {
 func (*ConversationSummary) ProtoMessage() {}
 
 func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[18]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1675,7 @@ func (x *ConversationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConversationSummary.ProtoReflect.Descriptor instead.
 func (*ConversationSummary) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{18}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ConversationSummary) GetConversationId() string {
@@ -1571,7 +1741,7 @@ type ListConversationsResponse struct {
 
 func (x *ListConversationsResponse) Reset() {
 	*x = ListConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1753,7 @@ func (x *ListConversationsResponse) String() string {
 func (*ListConversationsResponse) ProtoMessage() {}
 
 func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[19]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1766,7 @@ func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConversationsResponse.ProtoReflect.Descriptor instead.
 func (*ListConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{19}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListConversationsResponse) GetConversations() []*ConversationSummary {
@@ -1634,7 +1804,7 @@ type ReadToolResultRequest struct {
 
 func (x *ReadToolResultRequest) Reset() {
 	*x = ReadToolResultRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1816,7 @@ func (x *ReadToolResultRequest) String() string {
 func (*ReadToolResultRequest) ProtoMessage() {}
 
 func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[20]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1829,7 @@ func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultRequest.ProtoReflect.Descriptor instead.
 func (*ReadToolResultRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{20}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadToolResultRequest) GetConversationId() string {
@@ -1711,7 +1881,7 @@ type ReadToolResultResponse struct {
 
 func (x *ReadToolResultResponse) Reset() {
 	*x = ReadToolResultResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1893,7 @@ func (x *ReadToolResultResponse) String() string {
 func (*ReadToolResultResponse) ProtoMessage() {}
 
 func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[21]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1906,7 @@ func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultResponse.ProtoReflect.Descriptor instead.
 func (*ReadToolResultResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{21}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadToolResultResponse) GetText() string {
@@ -1795,7 +1965,7 @@ type DeleteConversationRequest struct {
 
 func (x *DeleteConversationRequest) Reset() {
 	*x = DeleteConversationRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1977,7 @@ func (x *DeleteConversationRequest) String() string {
 func (*DeleteConversationRequest) ProtoMessage() {}
 
 func (x *DeleteConversationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[22]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1990,7 @@ func (x *DeleteConversationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConversationRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{22}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteConversationRequest) GetConversationId() string {
@@ -1848,7 +2018,7 @@ type DeleteConversationResponse struct {
 
 func (x *DeleteConversationResponse) Reset() {
 	*x = DeleteConversationResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2030,7 @@ func (x *DeleteConversationResponse) String() string {
 func (*DeleteConversationResponse) ProtoMessage() {}
 
 func (x *DeleteConversationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[23]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2043,7 @@ func (x *DeleteConversationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConversationResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{23}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteConversationResponse) GetDeletedVersion() int64 {
@@ -1900,7 +2070,7 @@ type DeleteConversationsRequest struct {
 
 func (x *DeleteConversationsRequest) Reset() {
 	*x = DeleteConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2082,7 @@ func (x *DeleteConversationsRequest) String() string {
 func (*DeleteConversationsRequest) ProtoMessage() {}
 
 func (x *DeleteConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[24]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2095,7 @@ func (x *DeleteConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{24}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteConversationsRequest) GetPrefix() string {
@@ -1963,7 +2133,7 @@ type DeleteConversationsResponse struct {
 
 func (x *DeleteConversationsResponse) Reset() {
 	*x = DeleteConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2145,7 @@ func (x *DeleteConversationsResponse) String() string {
 func (*DeleteConversationsResponse) ProtoMessage() {}
 
 func (x *DeleteConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[25]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2158,7 @@ func (x *DeleteConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConversationsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{25}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteConversationsResponse) GetDeleted() int32 {
@@ -2020,7 +2190,7 @@ type ExportConversationsRequest struct {
 
 func (x *ExportConversationsRequest) Reset() {
 	*x = ExportConversationsRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2202,7 @@ func (x *ExportConversationsRequest) String() string {
 func (*ExportConversationsRequest) ProtoMessage() {}
 
 func (x *ExportConversationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[26]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2215,7 @@ func (x *ExportConversationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportConversationsRequest.ProtoReflect.Descriptor instead.
 func (*ExportConversationsRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{26}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExportConversationsRequest) GetPrefix() string {
@@ -2078,7 +2248,7 @@ type ExportConversationsResponse struct {
 
 func (x *ExportConversationsResponse) Reset() {
 	*x = ExportConversationsResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2260,7 @@ func (x *ExportConversationsResponse) String() string {
 func (*ExportConversationsResponse) ProtoMessage() {}
 
 func (x *ExportConversationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[27]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2273,7 @@ func (x *ExportConversationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportConversationsResponse.ProtoReflect.Descriptor instead.
 func (*ExportConversationsResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{27}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExportConversationsResponse) GetState() *ConversationState {
@@ -2182,7 +2352,7 @@ type RecallRequest struct {
 
 func (x *RecallRequest) Reset() {
 	*x = RecallRequest{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[28]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2364,7 @@ func (x *RecallRequest) String() string {
 func (*RecallRequest) ProtoMessage() {}
 
 func (x *RecallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[28]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2377,7 @@ func (x *RecallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
 func (*RecallRequest) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{28}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecallRequest) GetConversationId() string {
@@ -2265,7 +2435,7 @@ type RecallToolCall struct {
 
 func (x *RecallToolCall) Reset() {
 	*x = RecallToolCall{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[29]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2447,7 @@ func (x *RecallToolCall) String() string {
 func (*RecallToolCall) ProtoMessage() {}
 
 func (x *RecallToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[29]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2460,7 @@ func (x *RecallToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallToolCall.ProtoReflect.Descriptor instead.
 func (*RecallToolCall) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{29}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RecallToolCall) GetName() string {
@@ -2328,7 +2498,7 @@ type RecallHit struct {
 
 func (x *RecallHit) Reset() {
 	*x = RecallHit{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[30]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2510,7 @@ func (x *RecallHit) String() string {
 func (*RecallHit) ProtoMessage() {}
 
 func (x *RecallHit) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[30]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2523,7 @@ func (x *RecallHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallHit.ProtoReflect.Descriptor instead.
 func (*RecallHit) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{30}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RecallHit) GetMessageId() string {
@@ -2421,7 +2591,7 @@ type RecallResponse struct {
 
 func (x *RecallResponse) Reset() {
 	*x = RecallResponse{}
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[31]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2603,7 @@ func (x *RecallResponse) String() string {
 func (*RecallResponse) ProtoMessage() {}
 
 func (x *RecallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contextd_v1_conversation_service_proto_msgTypes[31]
+	mi := &file_contextd_v1_conversation_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2616,7 @@ func (x *RecallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallResponse.ProtoReflect.Descriptor instead.
 func (*RecallResponse) Descriptor() ([]byte, []int) {
-	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{31}
+	return file_contextd_v1_conversation_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RecallResponse) GetText() string {
@@ -2588,7 +2758,7 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"Z\n" +
 	"\fWatchRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12!\n" +
-	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\"\xa4\x03\n" +
+	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\"\xd2\x03\n" +
 	"\x06Change\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12*\n" +
@@ -2599,8 +2769,22 @@ const file_contextd_v1_conversation_service_proto_rawDesc = "" +
 	"\x14assigned_message_ids\x18\xd6\x03 \x03(\tR\x12assignedMessageIds\x122\n" +
 	"\x12rewound_to_version\x18\xd7\x03 \x01(\x03H\x00R\x10rewoundToVersion\x88\x01\x01\x129\n" +
 	"\vforked_from\x18\xd8\x03 \x01(\v2\x17.contextd.v1.ForkOriginR\n" +
-	"forkedFromB\x15\n" +
-	"\x13_rewound_to_version\"~\n" +
+	"forkedFrom\x12,\n" +
+	"\x04undo\x18\x80\x05 \x01(\v2\x17.contextd.v1.ChangeUndoR\x04undoB\x15\n" +
+	"\x13_rewound_to_version\"\xcb\x01\n" +
+	"\n" +
+	"ChangeUndo\x125\n" +
+	"\bsegments\x18\x81\x05 \x03(\v2\x18.contextd.v1.SegmentUndoR\bsegments\x12@\n" +
+	"\vrest_before\x18\x82\x05 \x01(\v2\x1e.contextd.v1.ConversationStateR\n" +
+	"restBefore\x12 \n" +
+	"\vrest_fields\x18\x88\x05 \x03(\tR\n" +
+	"restFields\x12\"\n" +
+	"\fnot_undoable\x18\x83\x05 \x01(\tR\vnotUndoable\"\xa4\x01\n" +
+	"\vSegmentUndo\x12/\n" +
+	"\asegment\x18\x84\x05 \x01(\x0e2\x14.contextd.v1.SegmentR\asegment\x12\x1c\n" +
+	"\tkeep_head\x18\x85\x05 \x01(\bR\bkeepHead\x12\x13\n" +
+	"\x04keep\x18\x86\x05 \x01(\rR\x04keep\x121\n" +
+	"\bmessages\x18\x87\x05 \x03(\v2\x14.contextd.v1.MessageR\bmessages\"~\n" +
 	"\rWatchResponse\x12-\n" +
 	"\x06change\x18\x01 \x01(\v2\x13.contextd.v1.ChangeH\x00R\x06change\x126\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x16.contextd.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
@@ -2732,7 +2916,7 @@ func file_contextd_v1_conversation_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contextd_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_contextd_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(ConversationOrder)(0),              // 0: contextd.v1.ConversationOrder
 	(*ForkRequest)(nil),                 // 1: contextd.v1.ForkRequest
@@ -2750,92 +2934,99 @@ var file_contextd_v1_conversation_service_proto_goTypes = []any{
 	(*ClearResponse)(nil),               // 13: contextd.v1.ClearResponse
 	(*WatchRequest)(nil),                // 14: contextd.v1.WatchRequest
 	(*Change)(nil),                      // 15: contextd.v1.Change
-	(*WatchResponse)(nil),               // 16: contextd.v1.WatchResponse
-	(*Heartbeat)(nil),                   // 17: contextd.v1.Heartbeat
-	(*ListConversationsRequest)(nil),    // 18: contextd.v1.ListConversationsRequest
-	(*ConversationSummary)(nil),         // 19: contextd.v1.ConversationSummary
-	(*ListConversationsResponse)(nil),   // 20: contextd.v1.ListConversationsResponse
-	(*ReadToolResultRequest)(nil),       // 21: contextd.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),      // 22: contextd.v1.ReadToolResultResponse
-	(*DeleteConversationRequest)(nil),   // 23: contextd.v1.DeleteConversationRequest
-	(*DeleteConversationResponse)(nil),  // 24: contextd.v1.DeleteConversationResponse
-	(*DeleteConversationsRequest)(nil),  // 25: contextd.v1.DeleteConversationsRequest
-	(*DeleteConversationsResponse)(nil), // 26: contextd.v1.DeleteConversationsResponse
-	(*ExportConversationsRequest)(nil),  // 27: contextd.v1.ExportConversationsRequest
-	(*ExportConversationsResponse)(nil), // 28: contextd.v1.ExportConversationsResponse
-	(*RecallRequest)(nil),               // 29: contextd.v1.RecallRequest
-	(*RecallToolCall)(nil),              // 30: contextd.v1.RecallToolCall
-	(*RecallHit)(nil),                   // 31: contextd.v1.RecallHit
-	(*RecallResponse)(nil),              // 32: contextd.v1.RecallResponse
-	nil,                                 // 33: contextd.v1.ListConversationsRequest.LabelsEntry
-	nil,                                 // 34: contextd.v1.ConversationSummary.LabelsEntry
-	(*ForkOrigin)(nil),                  // 35: contextd.v1.ForkOrigin
-	(*ConversationState)(nil),           // 36: contextd.v1.ConversationState
-	(Segment)(0),                        // 37: contextd.v1.Segment
-	(*Message)(nil),                     // 38: contextd.v1.Message
-	(*Delta)(nil),                       // 39: contextd.v1.Delta
-	(Role)(0),                           // 40: contextd.v1.Role
-	(*GetUsageRequest)(nil),             // 41: contextd.v1.GetUsageRequest
-	(*ListTenantUsageRequest)(nil),      // 42: contextd.v1.ListTenantUsageRequest
-	(*GetUsageResponse)(nil),            // 43: contextd.v1.GetUsageResponse
-	(*ListTenantUsageResponse)(nil),     // 44: contextd.v1.ListTenantUsageResponse
+	(*ChangeUndo)(nil),                  // 16: contextd.v1.ChangeUndo
+	(*SegmentUndo)(nil),                 // 17: contextd.v1.SegmentUndo
+	(*WatchResponse)(nil),               // 18: contextd.v1.WatchResponse
+	(*Heartbeat)(nil),                   // 19: contextd.v1.Heartbeat
+	(*ListConversationsRequest)(nil),    // 20: contextd.v1.ListConversationsRequest
+	(*ConversationSummary)(nil),         // 21: contextd.v1.ConversationSummary
+	(*ListConversationsResponse)(nil),   // 22: contextd.v1.ListConversationsResponse
+	(*ReadToolResultRequest)(nil),       // 23: contextd.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),      // 24: contextd.v1.ReadToolResultResponse
+	(*DeleteConversationRequest)(nil),   // 25: contextd.v1.DeleteConversationRequest
+	(*DeleteConversationResponse)(nil),  // 26: contextd.v1.DeleteConversationResponse
+	(*DeleteConversationsRequest)(nil),  // 27: contextd.v1.DeleteConversationsRequest
+	(*DeleteConversationsResponse)(nil), // 28: contextd.v1.DeleteConversationsResponse
+	(*ExportConversationsRequest)(nil),  // 29: contextd.v1.ExportConversationsRequest
+	(*ExportConversationsResponse)(nil), // 30: contextd.v1.ExportConversationsResponse
+	(*RecallRequest)(nil),               // 31: contextd.v1.RecallRequest
+	(*RecallToolCall)(nil),              // 32: contextd.v1.RecallToolCall
+	(*RecallHit)(nil),                   // 33: contextd.v1.RecallHit
+	(*RecallResponse)(nil),              // 34: contextd.v1.RecallResponse
+	nil,                                 // 35: contextd.v1.ListConversationsRequest.LabelsEntry
+	nil,                                 // 36: contextd.v1.ConversationSummary.LabelsEntry
+	(*ForkOrigin)(nil),                  // 37: contextd.v1.ForkOrigin
+	(*ConversationState)(nil),           // 38: contextd.v1.ConversationState
+	(Segment)(0),                        // 39: contextd.v1.Segment
+	(*Message)(nil),                     // 40: contextd.v1.Message
+	(*Delta)(nil),                       // 41: contextd.v1.Delta
+	(Role)(0),                           // 42: contextd.v1.Role
+	(*GetUsageRequest)(nil),             // 43: contextd.v1.GetUsageRequest
+	(*ListTenantUsageRequest)(nil),      // 44: contextd.v1.ListTenantUsageRequest
+	(*GetUsageResponse)(nil),            // 45: contextd.v1.GetUsageResponse
+	(*ListTenantUsageResponse)(nil),     // 46: contextd.v1.ListTenantUsageResponse
 }
 var file_contextd_v1_conversation_service_proto_depIdxs = []int32{
-	35, // 0: contextd.v1.ForkResponse.forked_from:type_name -> contextd.v1.ForkOrigin
-	36, // 1: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
-	37, // 2: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
-	38, // 3: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
-	37, // 4: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
+	37, // 0: contextd.v1.ForkResponse.forked_from:type_name -> contextd.v1.ForkOrigin
+	38, // 1: contextd.v1.GetStateResponse.state:type_name -> contextd.v1.ConversationState
+	39, // 2: contextd.v1.ReadMessagesRequest.segment:type_name -> contextd.v1.Segment
+	40, // 3: contextd.v1.ReadMessagesResponse.messages:type_name -> contextd.v1.Message
+	39, // 4: contextd.v1.ReadMessagesResponse.segment:type_name -> contextd.v1.Segment
 	8,  // 5: contextd.v1.ReadMessagesResponse.segment_sizes:type_name -> contextd.v1.SegmentSizes
-	39, // 6: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
-	36, // 7: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
-	39, // 8: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
-	35, // 9: contextd.v1.Change.forked_from:type_name -> contextd.v1.ForkOrigin
-	15, // 10: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
-	17, // 11: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
-	33, // 12: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
-	0,  // 13: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
-	34, // 14: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
-	19, // 15: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
-	36, // 16: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
-	30, // 17: contextd.v1.RecallRequest.tool_call:type_name -> contextd.v1.RecallToolCall
-	40, // 18: contextd.v1.RecallHit.role:type_name -> contextd.v1.Role
-	31, // 19: contextd.v1.RecallResponse.hits:type_name -> contextd.v1.RecallHit
-	5,  // 20: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
-	7,  // 21: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
-	10, // 22: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
-	12, // 23: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
-	14, // 24: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
-	18, // 25: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
-	21, // 26: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
-	41, // 27: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
-	42, // 28: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
-	23, // 29: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
-	25, // 30: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
-	27, // 31: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
-	29, // 32: contextd.v1.ConversationService.Recall:input_type -> contextd.v1.RecallRequest
-	1,  // 33: contextd.v1.ConversationService.Fork:input_type -> contextd.v1.ForkRequest
-	3,  // 34: contextd.v1.ConversationService.Rewind:input_type -> contextd.v1.RewindRequest
-	6,  // 35: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
-	9,  // 36: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
-	11, // 37: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
-	13, // 38: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
-	16, // 39: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
-	20, // 40: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
-	22, // 41: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
-	43, // 42: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
-	44, // 43: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
-	24, // 44: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
-	26, // 45: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
-	28, // 46: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
-	32, // 47: contextd.v1.ConversationService.Recall:output_type -> contextd.v1.RecallResponse
-	2,  // 48: contextd.v1.ConversationService.Fork:output_type -> contextd.v1.ForkResponse
-	4,  // 49: contextd.v1.ConversationService.Rewind:output_type -> contextd.v1.RewindResponse
-	35, // [35:50] is the sub-list for method output_type
-	20, // [20:35] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	41, // 6: contextd.v1.CommitRequest.deltas:type_name -> contextd.v1.Delta
+	38, // 7: contextd.v1.CommitResponse.state:type_name -> contextd.v1.ConversationState
+	41, // 8: contextd.v1.Change.deltas:type_name -> contextd.v1.Delta
+	37, // 9: contextd.v1.Change.forked_from:type_name -> contextd.v1.ForkOrigin
+	16, // 10: contextd.v1.Change.undo:type_name -> contextd.v1.ChangeUndo
+	17, // 11: contextd.v1.ChangeUndo.segments:type_name -> contextd.v1.SegmentUndo
+	38, // 12: contextd.v1.ChangeUndo.rest_before:type_name -> contextd.v1.ConversationState
+	39, // 13: contextd.v1.SegmentUndo.segment:type_name -> contextd.v1.Segment
+	40, // 14: contextd.v1.SegmentUndo.messages:type_name -> contextd.v1.Message
+	15, // 15: contextd.v1.WatchResponse.change:type_name -> contextd.v1.Change
+	19, // 16: contextd.v1.WatchResponse.heartbeat:type_name -> contextd.v1.Heartbeat
+	35, // 17: contextd.v1.ListConversationsRequest.labels:type_name -> contextd.v1.ListConversationsRequest.LabelsEntry
+	0,  // 18: contextd.v1.ListConversationsRequest.order:type_name -> contextd.v1.ConversationOrder
+	36, // 19: contextd.v1.ConversationSummary.labels:type_name -> contextd.v1.ConversationSummary.LabelsEntry
+	21, // 20: contextd.v1.ListConversationsResponse.conversations:type_name -> contextd.v1.ConversationSummary
+	38, // 21: contextd.v1.ExportConversationsResponse.state:type_name -> contextd.v1.ConversationState
+	32, // 22: contextd.v1.RecallRequest.tool_call:type_name -> contextd.v1.RecallToolCall
+	42, // 23: contextd.v1.RecallHit.role:type_name -> contextd.v1.Role
+	33, // 24: contextd.v1.RecallResponse.hits:type_name -> contextd.v1.RecallHit
+	5,  // 25: contextd.v1.ConversationService.GetState:input_type -> contextd.v1.GetStateRequest
+	7,  // 26: contextd.v1.ConversationService.ReadMessages:input_type -> contextd.v1.ReadMessagesRequest
+	10, // 27: contextd.v1.ConversationService.Commit:input_type -> contextd.v1.CommitRequest
+	12, // 28: contextd.v1.ConversationService.Clear:input_type -> contextd.v1.ClearRequest
+	14, // 29: contextd.v1.ConversationService.Watch:input_type -> contextd.v1.WatchRequest
+	20, // 30: contextd.v1.ConversationService.ListConversations:input_type -> contextd.v1.ListConversationsRequest
+	23, // 31: contextd.v1.ConversationService.ReadToolResult:input_type -> contextd.v1.ReadToolResultRequest
+	43, // 32: contextd.v1.ConversationService.GetUsage:input_type -> contextd.v1.GetUsageRequest
+	44, // 33: contextd.v1.ConversationService.ListTenantUsage:input_type -> contextd.v1.ListTenantUsageRequest
+	25, // 34: contextd.v1.ConversationService.DeleteConversation:input_type -> contextd.v1.DeleteConversationRequest
+	27, // 35: contextd.v1.ConversationService.DeleteConversations:input_type -> contextd.v1.DeleteConversationsRequest
+	29, // 36: contextd.v1.ConversationService.ExportConversations:input_type -> contextd.v1.ExportConversationsRequest
+	31, // 37: contextd.v1.ConversationService.Recall:input_type -> contextd.v1.RecallRequest
+	1,  // 38: contextd.v1.ConversationService.Fork:input_type -> contextd.v1.ForkRequest
+	3,  // 39: contextd.v1.ConversationService.Rewind:input_type -> contextd.v1.RewindRequest
+	6,  // 40: contextd.v1.ConversationService.GetState:output_type -> contextd.v1.GetStateResponse
+	9,  // 41: contextd.v1.ConversationService.ReadMessages:output_type -> contextd.v1.ReadMessagesResponse
+	11, // 42: contextd.v1.ConversationService.Commit:output_type -> contextd.v1.CommitResponse
+	13, // 43: contextd.v1.ConversationService.Clear:output_type -> contextd.v1.ClearResponse
+	18, // 44: contextd.v1.ConversationService.Watch:output_type -> contextd.v1.WatchResponse
+	22, // 45: contextd.v1.ConversationService.ListConversations:output_type -> contextd.v1.ListConversationsResponse
+	24, // 46: contextd.v1.ConversationService.ReadToolResult:output_type -> contextd.v1.ReadToolResultResponse
+	45, // 47: contextd.v1.ConversationService.GetUsage:output_type -> contextd.v1.GetUsageResponse
+	46, // 48: contextd.v1.ConversationService.ListTenantUsage:output_type -> contextd.v1.ListTenantUsageResponse
+	26, // 49: contextd.v1.ConversationService.DeleteConversation:output_type -> contextd.v1.DeleteConversationResponse
+	28, // 50: contextd.v1.ConversationService.DeleteConversations:output_type -> contextd.v1.DeleteConversationsResponse
+	30, // 51: contextd.v1.ConversationService.ExportConversations:output_type -> contextd.v1.ExportConversationsResponse
+	34, // 52: contextd.v1.ConversationService.Recall:output_type -> contextd.v1.RecallResponse
+	2,  // 53: contextd.v1.ConversationService.Fork:output_type -> contextd.v1.ForkResponse
+	4,  // 54: contextd.v1.ConversationService.Rewind:output_type -> contextd.v1.RewindResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_contextd_v1_conversation_service_proto_init() }
@@ -2853,18 +3044,18 @@ func file_contextd_v1_conversation_service_proto_init() {
 	file_contextd_v1_conversation_service_proto_msgTypes[9].OneofWrappers = []any{}
 	file_contextd_v1_conversation_service_proto_msgTypes[11].OneofWrappers = []any{}
 	file_contextd_v1_conversation_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_contextd_v1_conversation_service_proto_msgTypes[15].OneofWrappers = []any{
+	file_contextd_v1_conversation_service_proto_msgTypes[17].OneofWrappers = []any{
 		(*WatchResponse_Change)(nil),
 		(*WatchResponse_Heartbeat)(nil),
 	}
-	file_contextd_v1_conversation_service_proto_msgTypes[22].OneofWrappers = []any{}
+	file_contextd_v1_conversation_service_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contextd_v1_conversation_service_proto_rawDesc), len(file_contextd_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -174,7 +174,7 @@ class WatchRequest(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., from_version: _Optional[int] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("conversation_id", "version", "deltas", "idempotency_key", "committed_at_unix_ms", "cleared", "assigned_message_ids", "rewound_to_version", "forked_from")
+    __slots__ = ("conversation_id", "version", "deltas", "idempotency_key", "committed_at_unix_ms", "cleared", "assigned_message_ids", "rewound_to_version", "forked_from", "undo")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,7 @@ class Change(_message.Message):
     ASSIGNED_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     REWOUND_TO_VERSION_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    UNDO_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     version: int
     deltas: _containers.RepeatedCompositeFieldContainer[_state_pb2.Delta]
@@ -193,7 +194,32 @@ class Change(_message.Message):
     assigned_message_ids: _containers.RepeatedScalarFieldContainer[str]
     rewound_to_version: int
     forked_from: _state_pb2.ForkOrigin
-    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., committed_at_unix_ms: _Optional[int] = ..., cleared: bool = ..., assigned_message_ids: _Optional[_Iterable[str]] = ..., rewound_to_version: _Optional[int] = ..., forked_from: _Optional[_Union[_state_pb2.ForkOrigin, _Mapping]] = ...) -> None: ...
+    undo: ChangeUndo
+    def __init__(self, conversation_id: _Optional[str] = ..., version: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[_state_pb2.Delta, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., committed_at_unix_ms: _Optional[int] = ..., cleared: bool = ..., assigned_message_ids: _Optional[_Iterable[str]] = ..., rewound_to_version: _Optional[int] = ..., forked_from: _Optional[_Union[_state_pb2.ForkOrigin, _Mapping]] = ..., undo: _Optional[_Union[ChangeUndo, _Mapping]] = ...) -> None: ...
+
+class ChangeUndo(_message.Message):
+    __slots__ = ("segments", "rest_before", "rest_fields", "not_undoable")
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    REST_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REST_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    NOT_UNDOABLE_FIELD_NUMBER: _ClassVar[int]
+    segments: _containers.RepeatedCompositeFieldContainer[SegmentUndo]
+    rest_before: _state_pb2.ConversationState
+    rest_fields: _containers.RepeatedScalarFieldContainer[str]
+    not_undoable: str
+    def __init__(self, segments: _Optional[_Iterable[_Union[SegmentUndo, _Mapping]]] = ..., rest_before: _Optional[_Union[_state_pb2.ConversationState, _Mapping]] = ..., rest_fields: _Optional[_Iterable[str]] = ..., not_undoable: _Optional[str] = ...) -> None: ...
+
+class SegmentUndo(_message.Message):
+    __slots__ = ("segment", "keep_head", "keep", "messages")
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_HEAD_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    segment: _state_pb2.Segment
+    keep_head: bool
+    keep: int
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    def __init__(self, segment: _Optional[_Union[_state_pb2.Segment, str]] = ..., keep_head: bool = ..., keep: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
     __slots__ = ("change", "heartbeat")

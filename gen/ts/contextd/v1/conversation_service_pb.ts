@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file contextd/v1/conversation_service.proto.
  */
 export const file_contextd_v1_conversation_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEibgoLRm9ya1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGNYDIAEoCRIYCgphdF92ZXJzaW9uGNcDIAEoA0gAiAEBEhwKE25ld19jb252ZXJzYXRpb25faWQY2AMgASgJQg0KC19hdF92ZXJzaW9uIk8KDEZvcmtSZXNwb25zZRIQCgd2ZXJzaW9uGNYDIAEoAxItCgtmb3JrZWRfZnJvbRjXAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luIo0BCg1SZXdpbmRSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjWAyABKAkSEwoKdG9fdmVyc2lvbhjXAyABKAMSHgoQZXhwZWN0ZWRfdmVyc2lvbhjYAyABKANIAIgBARIYCg9pZGVtcG90ZW5jeV9rZXkY2QMgASgJQhMKEV9leHBlY3RlZF92ZXJzaW9uIjUKDlJld2luZFJlc3BvbnNlEhAKB3ZlcnNpb24Y1gMgASgDEhEKCHJlcGxheWVkGNcDIAEoCCJuCg9HZXRTdGF0ZVJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhkKEHdpdGhvdXRfbWVzc2FnZXMYjAEgASgIEhgKCmF0X3ZlcnNpb24Y1gMgASgDSACIAQFCDQoLX2F0X3ZlcnNpb24iQQoQR2V0U3RhdGVSZXNwb25zZRItCgVzdGF0ZRgBIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlIt0BChNSZWFkTWVzc2FnZXNSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBiMASABKAkSJgoHc2VnbWVudBiNASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50Eg0KBGxhc3QYjgEgASgNEg4KBXN0YXJ0GI8BIAEoBBIRCgNlbmQYkAEgASgESACIAQESFQoHdmVyc2lvbhiRASABKANIAYgBARISCgltYXhfYnl0ZXMYkgEgASgNEhMKCnBhZ2VfdG9rZW4YkwEgASgJQgYKBF9lbmRCCgoIX3ZlcnNpb24iUgoMU2VnbWVudFNpemVzEg8KBnN5c3RlbRiMASABKAQSEAoHaGlzdG9yeRiNASABKAQSDwoGbWVtb3J5GI4BIAEoBBIOCgV0b29scxiPASABKAQimgIKFFJlYWRNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGIwBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoHdmVyc2lvbhiNASABKAMSJgoHc2VnbWVudBiOASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EhEKCHBvc2l0aW9uGI8BIAEoBBIVCgx3aW5kb3dfc3RhcnQYkAEgASgEEhMKCndpbmRvd19lbmQYkQEgASgEEjEKDXNlZ21lbnRfc2l6ZXMYkgEgASgLMhkuY29udGV4dGQudjEuU2VnbWVudFNpemVzEhgKD25leHRfcGFnZV90b2tlbhiTASABKAkSEwoKcGFnZV9ieXRlcxiUASABKAQiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIqUCCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgSHQoUYXNzaWduZWRfbWVzc2FnZV9pZHMY1gMgAygJEiAKEnJld291bmRfdG9fdmVyc2lvbhjXAyABKANIAIgBARItCgtmb3JrZWRfZnJvbRjYAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luQhUKE19yZXdvdW5kX3RvX3ZlcnNpb24iawoNV2F0Y2hSZXNwb25zZRIlCgZjaGFuZ2UYASABKAsyEy5jb250ZXh0ZC52MS5DaGFuZ2VIABIrCgloZWFydGJlYXQYAiABKAsyFi5jb250ZXh0ZC52MS5IZWFydGJlYXRIAEIGCgRraW5kIhwKCUhlYXJ0YmVhdBIPCgd2ZXJzaW9uGAEgASgDIpQCChhMaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSDgoGcHJlZml4GAMgASgJEkIKBmxhYmVscxi4AyADKAsyMS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QuTGFiZWxzRW50cnkSHgoVdXBkYXRlZF9zaW5jZV91bml4X21zGLkDIAEoAxIuCgVvcmRlchi6AyABKA4yHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25PcmRlchotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpQCChNDb252ZXJzYXRpb25TdW1tYXJ5EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDEhsKEmNyZWF0ZWRfYXRfdW5peF9tcxi4AyABKAMSGwoSdXBkYXRlZF9hdF91bml4X21zGLkDIAEoAxIOCgV0aXRsZRi6AyABKAkSPQoGbGFiZWxzGLsDIAMoCzIsLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkuTGFiZWxzRW50cnkSGwoSZXhwaXJlc19hdF91bml4X21zGOoDIAEoAxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm0KGUxpc3RDb252ZXJzYXRpb25zUmVzcG9uc2USNwoNY29udmVyc2F0aW9ucxgBIAMoCzIgLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImkKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIRCgltYXhfYnl0ZXMYBCABKA0ifwoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgR0ZXh0GAEgASgJEg4KBm9mZnNldBgCIAEoBBITCgtuZXh0X29mZnNldBgDIAEoBBITCgt0b3RhbF9ieXRlcxgEIAEoBBIMCgRuYW1lGAUgASgJEg8KB3ZlcnNpb24YBiABKAMiagoZRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBIYCg9jb252ZXJzYXRpb25faWQY6gMgASgJEh4KEGV4cGVjdGVkX3ZlcnNpb24Y6wMgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iNgoaRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2USGAoPZGVsZXRlZF92ZXJzaW9uGOoDIAEoAyJWChpEZWxldGVDb252ZXJzYXRpb25zUmVxdWVzdBIPCgZwcmVmaXgY6gMgASgJEhMKCnBhZ2VfdG9rZW4Y6wMgASgJEhIKCXBhZ2Vfc2l6ZRjsAyABKAUiSQobRGVsZXRlQ29udmVyc2F0aW9uc1Jlc3BvbnNlEhAKB2RlbGV0ZWQY6gMgASgFEhgKD25leHRfcGFnZV90b2tlbhjrAyABKAkiRAoaRXhwb3J0Q29udmVyc2F0aW9uc1JlcXVlc3QSDwoGcHJlZml4GOoDIAEoCRIVCgxyZXN1bWVfdG9rZW4Y6wMgASgJIn8KG0V4cG9ydENvbnZlcnNhdGlvbnNSZXNwb25zZRIuCgVzdGF0ZRjqAyABKAsyHi5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdGF0ZRIZChB3aXRob3V0X21lc3NhZ2VzGOsDIAEoCBIVCgxyZXN1bWVfdG9rZW4Y7AMgASgJIqoBCg1SZWNhbGxSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBicBCABKAkSFAoLbWVzc2FnZV9pZHMYnQQgAygJEg4KBXF1ZXJ5GJ4EIAEoCRIvCgl0b29sX2NhbGwYnwQgASgLMhsuY29udGV4dGQudjEuUmVjYWxsVG9vbENhbGwSFAoLbWF4X3Jlc3VsdHMYoAQgASgNEhIKCW1heF9ieXRlcxihBCABKA0iMwoOUmVjYWxsVG9vbENhbGwSDQoEbmFtZRicBCABKAkSEgoJYXJndW1lbnRzGJ0EIAEoCSJ3CglSZWNhbGxIaXQSEwoKbWVzc2FnZV9pZBicBCABKAkSEQoIcG9zaXRpb24YnQQgASgEEg4KBXNjb3JlGJ4EIAEoARIgCgRyb2xlGJ8EIAEoDjIRLmNvbnRleHRkLnYxLlJvbGUSEAoHZXhjZXJwdBigBCABKAki0AEKDlJlY2FsbFJlc3BvbnNlEg0KBHRleHQYnAQgASgJEiUKBGhpdHMYnQQgAygLMhYuY29udGV4dGQudjEuUmVjYWxsSGl0EhAKB3ZlcnNpb24YngQgASgDEhkKEGhpc3RvcnlfbWVzc2FnZXMYnwQgASgEEhoKEWV4YW1pbmVkX21lc3NhZ2VzGKAEIAEoBBIWCg1zY2FubmVkX2J5dGVzGKEEIAEoBBIRCghjb21wbGV0ZRiiBCABKAgSFAoLbWlzc2luZ19pZHMYowQgAygJKncKEUNvbnZlcnNhdGlvbk9yZGVyEiIKHkNPTlZFUlNBVElPTl9PUkRFUl9VTlNQRUNJRklFRBAAEhkKFUNPTlZFUlNBVElPTl9PUkRFUl9JRBABEiMKH0NPTlZFUlNBVElPTl9PUkRFUl9VUERBVEVEX0RFU0MQAjLeCQoTQ29udmVyc2F0aW9uU2VydmljZRJHCghHZXRTdGF0ZRIcLmNvbnRleHRkLnYxLkdldFN0YXRlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFN0YXRlUmVzcG9uc2USUwoMUmVhZE1lc3NhZ2VzEiAuY29udGV4dGQudjEuUmVhZE1lc3NhZ2VzUmVxdWVzdBohLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1Jlc3BvbnNlEkEKBkNvbW1pdBIaLmNvbnRleHRkLnYxLkNvbW1pdFJlcXVlc3QaGy5jb250ZXh0ZC52MS5Db21taXRSZXNwb25zZRI+CgVDbGVhchIZLmNvbnRleHRkLnYxLkNsZWFyUmVxdWVzdBoaLmNvbnRleHRkLnYxLkNsZWFyUmVzcG9uc2USQAoFV2F0Y2gSGS5jb250ZXh0ZC52MS5XYXRjaFJlcXVlc3QaGi5jb250ZXh0ZC52MS5XYXRjaFJlc3BvbnNlMAESYgoRTGlzdENvbnZlcnNhdGlvbnMSJS5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1JlcXVlc3QaJi5jb250ZXh0ZC52MS5MaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlElkKDlJlYWRUb29sUmVzdWx0EiIuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXF1ZXN0GiMuY29udGV4dGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJHCghHZXRVc2FnZRIcLmNvbnRleHRkLnYxLkdldFVzYWdlUmVxdWVzdBodLmNvbnRleHRkLnYxLkdldFVzYWdlUmVzcG9uc2USXAoPTGlzdFRlbmFudFVzYWdlEiMuY29udGV4dGQudjEuTGlzdFRlbmFudFVzYWdlUmVxdWVzdBokLmNvbnRleHRkLnYxLkxpc3RUZW5hbnRVc2FnZVJlc3BvbnNlEmUKEkRlbGV0ZUNvbnZlcnNhdGlvbhImLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJy5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRJoChNEZWxldGVDb252ZXJzYXRpb25zEicuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uc1JlcXVlc3QaKC5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25zUmVzcG9uc2USagoTRXhwb3J0Q29udmVyc2F0aW9ucxInLmNvbnRleHRkLnYxLkV4cG9ydENvbnZlcnNhdGlvbnNSZXF1ZXN0GiguY29udGV4dGQudjEuRXhwb3J0Q29udmVyc2F0aW9uc1Jlc3BvbnNlMAESQQoGUmVjYWxsEhouY29udGV4dGQudjEuUmVjYWxsUmVxdWVzdBobLmNvbnRleHRkLnYxLlJlY2FsbFJlc3BvbnNlEjsKBEZvcmsSGC5jb250ZXh0ZC52MS5Gb3JrUmVxdWVzdBoZLmNvbnRleHRkLnYxLkZvcmtSZXNwb25zZRJBCgZSZXdpbmQSGi5jb250ZXh0ZC52MS5SZXdpbmRSZXF1ZXN0GhsuY29udGV4dGQudjEuUmV3aW5kUmVzcG9uc2VCuAEKD2NvbS5jb250ZXh0ZC52MUIYQ29udmVyc2F0aW9uU2VydmljZVByb3RvUAFaPmdpdGh1Yi5jb20vY29udGV4dGQtZGV2L2NvbnRleHRkL2dlbi9nby9jb250ZXh0ZC92MTtjb250ZXh0ZHYxogIDQ1hYqgILQ29udGV4dGQuVjHKAgtDb250ZXh0ZFxWMeICF0NvbnRleHRkXFYxXEdQQk1ldGFkYXRh6gIMQ29udGV4dGQ6OlYxYgZwcm90bzM", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
+  fileDesc("CiZjb250ZXh0ZC92MS9jb252ZXJzYXRpb25fc2VydmljZS5wcm90bxILY29udGV4dGQudjEibgoLRm9ya1JlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGNYDIAEoCRIYCgphdF92ZXJzaW9uGNcDIAEoA0gAiAEBEhwKE25ld19jb252ZXJzYXRpb25faWQY2AMgASgJQg0KC19hdF92ZXJzaW9uIk8KDEZvcmtSZXNwb25zZRIQCgd2ZXJzaW9uGNYDIAEoAxItCgtmb3JrZWRfZnJvbRjXAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luIo0BCg1SZXdpbmRSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBjWAyABKAkSEwoKdG9fdmVyc2lvbhjXAyABKAMSHgoQZXhwZWN0ZWRfdmVyc2lvbhjYAyABKANIAIgBARIYCg9pZGVtcG90ZW5jeV9rZXkY2QMgASgJQhMKEV9leHBlY3RlZF92ZXJzaW9uIjUKDlJld2luZFJlc3BvbnNlEhAKB3ZlcnNpb24Y1gMgASgDEhEKCHJlcGxheWVkGNcDIAEoCCJuCg9HZXRTdGF0ZVJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhkKEHdpdGhvdXRfbWVzc2FnZXMYjAEgASgIEhgKCmF0X3ZlcnNpb24Y1gMgASgDSACIAQFCDQoLX2F0X3ZlcnNpb24iQQoQR2V0U3RhdGVSZXNwb25zZRItCgVzdGF0ZRgBIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlIt0BChNSZWFkTWVzc2FnZXNSZXF1ZXN0EhgKD2NvbnZlcnNhdGlvbl9pZBiMASABKAkSJgoHc2VnbWVudBiNASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50Eg0KBGxhc3QYjgEgASgNEg4KBXN0YXJ0GI8BIAEoBBIRCgNlbmQYkAEgASgESACIAQESFQoHdmVyc2lvbhiRASABKANIAYgBARISCgltYXhfYnl0ZXMYkgEgASgNEhMKCnBhZ2VfdG9rZW4YkwEgASgJQgYKBF9lbmRCCgoIX3ZlcnNpb24iUgoMU2VnbWVudFNpemVzEg8KBnN5c3RlbRiMASABKAQSEAoHaGlzdG9yeRiNASABKAQSDwoGbWVtb3J5GI4BIAEoBBIOCgV0b29scxiPASABKAQimgIKFFJlYWRNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGIwBIAMoCzIULmNvbnRleHRkLnYxLk1lc3NhZ2USEAoHdmVyc2lvbhiNASABKAMSJgoHc2VnbWVudBiOASABKA4yFC5jb250ZXh0ZC52MS5TZWdtZW50EhEKCHBvc2l0aW9uGI8BIAEoBBIVCgx3aW5kb3dfc3RhcnQYkAEgASgEEhMKCndpbmRvd19lbmQYkQEgASgEEjEKDXNlZ21lbnRfc2l6ZXMYkgEgASgLMhkuY29udGV4dGQudjEuU2VnbWVudFNpemVzEhgKD25leHRfcGFnZV90b2tlbhiTASABKAkSEwoKcGFnZV9ieXRlcxiUASABKAQiwgEKDUNvbW1pdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEh0KEGV4cGVjdGVkX3ZlcnNpb24YAiABKANIAIgBARIiCgZkZWx0YXMYAyADKAsyEi5jb250ZXh0ZC52MS5EZWx0YRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSFQoNaW5jbHVkZV9zdGF0ZRgGIAEoCEITChFfZXhwZWN0ZWRfdmVyc2lvbkoECAUQBlIKb21pdF9zdGF0ZSJiCg5Db21taXRSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDEhAKCHJlcGxheWVkGAIgASgIEi0KBXN0YXRlGAMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUiWwoMQ2xlYXJSZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAIgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iIAoNQ2xlYXJSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgDIj0KDFdhdGNoUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSFAoMZnJvbV92ZXJzaW9uGAIgASgDIs0CCgZDaGFuZ2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAMSIgoGZGVsdGFzGAMgAygLMhIuY29udGV4dGQudjEuRGVsdGESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEhwKFGNvbW1pdHRlZF9hdF91bml4X21zGAUgASgDEg8KB2NsZWFyZWQYBiABKAgSHQoUYXNzaWduZWRfbWVzc2FnZV9pZHMY1gMgAygJEiAKEnJld291bmRfdG9fdmVyc2lvbhjXAyABKANIAIgBARItCgtmb3JrZWRfZnJvbRjYAyABKAsyFy5jb250ZXh0ZC52MS5Gb3JrT3JpZ2luEiYKBHVuZG8YgAUgASgLMhcuY29udGV4dGQudjEuQ2hhbmdlVW5kb0IVChNfcmV3b3VuZF90b192ZXJzaW9uIpwBCgpDaGFuZ2VVbmRvEisKCHNlZ21lbnRzGIEFIAMoCzIYLmNvbnRleHRkLnYxLlNlZ21lbnRVbmRvEjQKC3Jlc3RfYmVmb3JlGIIFIAEoCzIeLmNvbnRleHRkLnYxLkNvbnZlcnNhdGlvblN0YXRlEhQKC3Jlc3RfZmllbGRzGIgFIAMoCRIVCgxub3RfdW5kb2FibGUYgwUgASgJIoEBCgtTZWdtZW50VW5kbxImCgdzZWdtZW50GIQFIAEoDjIULmNvbnRleHRkLnYxLlNlZ21lbnQSEgoJa2VlcF9oZWFkGIUFIAEoCBINCgRrZWVwGIYFIAEoDRInCghtZXNzYWdlcxiHBSADKAsyFC5jb250ZXh0ZC52MS5NZXNzYWdlImsKDVdhdGNoUmVzcG9uc2USJQoGY2hhbmdlGAEgASgLMhMuY29udGV4dGQudjEuQ2hhbmdlSAASKwoJaGVhcnRiZWF0GAIgASgLMhYuY29udGV4dGQudjEuSGVhcnRiZWF0SABCBgoEa2luZCIcCglIZWFydGJlYXQSDwoHdmVyc2lvbhgBIAEoAyKUAgoYTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnByZWZpeBgDIAEoCRJCCgZsYWJlbHMYuAMgAygLMjEuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0LkxhYmVsc0VudHJ5Eh4KFXVwZGF0ZWRfc2luY2VfdW5peF9tcxi5AyABKAMSLgoFb3JkZXIYugMgASgOMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uT3JkZXIaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKUAgoTQ29udmVyc2F0aW9uU3VtbWFyeRIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdmVyc2lvbhgCIAEoAxIbChJjcmVhdGVkX2F0X3VuaXhfbXMYuAMgASgDEhsKEnVwZGF0ZWRfYXRfdW5peF9tcxi5AyABKAMSDgoFdGl0bGUYugMgASgJEj0KBmxhYmVscxi7AyADKAsyLC5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdW1tYXJ5LkxhYmVsc0VudHJ5EhsKEmV4cGlyZXNfYXRfdW5peF9tcxjqAyABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJtChlMaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEjcKDWNvbnZlcnNhdGlvbnMYASADKAsyIC5jb250ZXh0ZC52MS5Db252ZXJzYXRpb25TdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJpChVSZWFkVG9vbFJlc3VsdFJlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRIOCgZvZmZzZXQYAyABKAQSEQoJbWF4X2J5dGVzGAQgASgNIn8KFlJlYWRUb29sUmVzdWx0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIOCgZvZmZzZXQYAiABKAQSEwoLbmV4dF9vZmZzZXQYAyABKAQSEwoLdG90YWxfYnl0ZXMYBCABKAQSDAoEbmFtZRgFIAEoCRIPCgd2ZXJzaW9uGAYgASgDImoKGURlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QSGAoPY29udmVyc2F0aW9uX2lkGOoDIAEoCRIeChBleHBlY3RlZF92ZXJzaW9uGOsDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIjYKGkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlEhgKD2RlbGV0ZWRfdmVyc2lvbhjqAyABKAMiVgoaRGVsZXRlQ29udmVyc2F0aW9uc1JlcXVlc3QSDwoGcHJlZml4GOoDIAEoCRITCgpwYWdlX3Rva2VuGOsDIAEoCRISCglwYWdlX3NpemUY7AMgASgFIkkKG0RlbGV0ZUNvbnZlcnNhdGlvbnNSZXNwb25zZRIQCgdkZWxldGVkGOoDIAEoBRIYCg9uZXh0X3BhZ2VfdG9rZW4Y6wMgASgJIkQKGkV4cG9ydENvbnZlcnNhdGlvbnNSZXF1ZXN0Eg8KBnByZWZpeBjqAyABKAkSFQoMcmVzdW1lX3Rva2VuGOsDIAEoCSJ/ChtFeHBvcnRDb252ZXJzYXRpb25zUmVzcG9uc2USLgoFc3RhdGUY6gMgASgLMh4uY29udGV4dGQudjEuQ29udmVyc2F0aW9uU3RhdGUSGQoQd2l0aG91dF9tZXNzYWdlcxjrAyABKAgSFQoMcmVzdW1lX3Rva2VuGOwDIAEoCSKqAQoNUmVjYWxsUmVxdWVzdBIYCg9jb252ZXJzYXRpb25faWQYnAQgASgJEhQKC21lc3NhZ2VfaWRzGJ0EIAMoCRIOCgVxdWVyeRieBCABKAkSLwoJdG9vbF9jYWxsGJ8EIAEoCzIbLmNvbnRleHRkLnYxLlJlY2FsbFRvb2xDYWxsEhQKC21heF9yZXN1bHRzGKAEIAEoDRISCgltYXhfYnl0ZXMYoQQgASgNIjMKDlJlY2FsbFRvb2xDYWxsEg0KBG5hbWUYnAQgASgJEhIKCWFyZ3VtZW50cxidBCABKAkidwoJUmVjYWxsSGl0EhMKCm1lc3NhZ2VfaWQYnAQgASgJEhEKCHBvc2l0aW9uGJ0EIAEoBBIOCgVzY29yZRieBCABKAESIAoEcm9sZRifBCABKA4yES5jb250ZXh0ZC52MS5Sb2xlEhAKB2V4Y2VycHQYoAQgASgJItABCg5SZWNhbGxSZXNwb25zZRINCgR0ZXh0GJwEIAEoCRIlCgRoaXRzGJ0EIAMoCzIWLmNvbnRleHRkLnYxLlJlY2FsbEhpdBIQCgd2ZXJzaW9uGJ4EIAEoAxIZChBoaXN0b3J5X21lc3NhZ2VzGJ8EIAEoBBIaChFleGFtaW5lZF9tZXNzYWdlcxigBCABKAQSFgoNc2Nhbm5lZF9ieXRlcxihBCABKAQSEQoIY29tcGxldGUYogQgASgIEhQKC21pc3NpbmdfaWRzGKMEIAMoCSp3ChFDb252ZXJzYXRpb25PcmRlchIiCh5DT05WRVJTQVRJT05fT1JERVJfVU5TUEVDSUZJRUQQABIZChVDT05WRVJTQVRJT05fT1JERVJfSUQQARIjCh9DT05WRVJTQVRJT05fT1JERVJfVVBEQVRFRF9ERVNDEAIy3gkKE0NvbnZlcnNhdGlvblNlcnZpY2USRwoIR2V0U3RhdGUSHC5jb250ZXh0ZC52MS5HZXRTdGF0ZVJlcXVlc3QaHS5jb250ZXh0ZC52MS5HZXRTdGF0ZVJlc3BvbnNlElMKDFJlYWRNZXNzYWdlcxIgLmNvbnRleHRkLnYxLlJlYWRNZXNzYWdlc1JlcXVlc3QaIS5jb250ZXh0ZC52MS5SZWFkTWVzc2FnZXNSZXNwb25zZRJBCgZDb21taXQSGi5jb250ZXh0ZC52MS5Db21taXRSZXF1ZXN0GhsuY29udGV4dGQudjEuQ29tbWl0UmVzcG9uc2USPgoFQ2xlYXISGS5jb250ZXh0ZC52MS5DbGVhclJlcXVlc3QaGi5jb250ZXh0ZC52MS5DbGVhclJlc3BvbnNlEkAKBVdhdGNoEhkuY29udGV4dGQudjEuV2F0Y2hSZXF1ZXN0GhouY29udGV4dGQudjEuV2F0Y2hSZXNwb25zZTABEmIKEUxpc3RDb252ZXJzYXRpb25zEiUuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXF1ZXN0GiYuY29udGV4dGQudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZRJZCg5SZWFkVG9vbFJlc3VsdBIiLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBojLmNvbnRleHRkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2USRwoIR2V0VXNhZ2USHC5jb250ZXh0ZC52MS5HZXRVc2FnZVJlcXVlc3QaHS5jb250ZXh0ZC52MS5HZXRVc2FnZVJlc3BvbnNlElwKD0xpc3RUZW5hbnRVc2FnZRIjLmNvbnRleHRkLnYxLkxpc3RUZW5hbnRVc2FnZVJlcXVlc3QaJC5jb250ZXh0ZC52MS5MaXN0VGVuYW50VXNhZ2VSZXNwb25zZRJlChJEZWxldGVDb252ZXJzYXRpb24SJi5jb250ZXh0ZC52MS5EZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0GicuY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2USaAoTRGVsZXRlQ29udmVyc2F0aW9ucxInLmNvbnRleHRkLnYxLkRlbGV0ZUNvbnZlcnNhdGlvbnNSZXF1ZXN0GiguY29udGV4dGQudjEuRGVsZXRlQ29udmVyc2F0aW9uc1Jlc3BvbnNlEmoKE0V4cG9ydENvbnZlcnNhdGlvbnMSJy5jb250ZXh0ZC52MS5FeHBvcnRDb252ZXJzYXRpb25zUmVxdWVzdBooLmNvbnRleHRkLnYxLkV4cG9ydENvbnZlcnNhdGlvbnNSZXNwb25zZTABEkEKBlJlY2FsbBIaLmNvbnRleHRkLnYxLlJlY2FsbFJlcXVlc3QaGy5jb250ZXh0ZC52MS5SZWNhbGxSZXNwb25zZRI7CgRGb3JrEhguY29udGV4dGQudjEuRm9ya1JlcXVlc3QaGS5jb250ZXh0ZC52MS5Gb3JrUmVzcG9uc2USQQoGUmV3aW5kEhouY29udGV4dGQudjEuUmV3aW5kUmVxdWVzdBobLmNvbnRleHRkLnYxLlJld2luZFJlc3BvbnNlQrgBCg9jb20uY29udGV4dGQudjFCGENvbnZlcnNhdGlvblNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2NvbnRleHRkLWRldi9jb250ZXh0ZC9nZW4vZ28vY29udGV4dGQvdjE7Y29udGV4dGR2MaICA0NYWKoCC0NvbnRleHRkLlYxygILQ29udGV4dGRcVjHiAhdDb250ZXh0ZFxWMVxHUEJNZXRhZGF0YeoCDENvbnRleHRkOjpWMWIGcHJvdG8z", [file_contextd_v1_message, file_contextd_v1_state, file_contextd_v1_usage_ledger]);
 
 /**
  * The request of `Fork`.
@@ -182,10 +182,12 @@ export type GetStateRequest = Message<"contextd.v1.GetStateRequest"> & {
   /**
    * Read the state as it was at this version: between 0 (the empty state) and the current
    * version (a later one is OUT_OF_RANGE naming the current version), inside the history window:
-   * the sidecar rebuilds it from the conversation's change log (what `Watch` delivers), which
-   * keeps the last `--history-retention-versions` changes (10,000 by default). A version whose
-   * changes since the conversation's first (or its fork) are no longer all kept is OUT_OF_RANGE
-   * naming the oldest version still readable. Absent = the current state. See docs/history.md.
+   * the sidecar reads it from the conversation's change log (what `Watch` delivers), which keeps
+   * the last `--history-retention-versions` changes (10,000 by default), undoing the changes
+   * since it from the current state (`Change.undo`). A version whose later changes are no longer
+   * all kept is OUT_OF_RANGE naming the oldest version still readable; so is one before a change
+   * without an undo (past `--history-undo-bytes`) once the log no longer reaches back to the
+   * conversation's first version (or its fork's). Absent = the current state. See docs/history.md.
    *
    * @generated from field: optional int64 at_version = 470;
    */
@@ -682,6 +684,16 @@ export type Change = Message<"contextd.v1.Change"> & {
    * @generated from field: contextd.v1.ForkOrigin forked_from = 472;
    */
   forkedFrom?: ForkOrigin | undefined;
+
+  /**
+   * How to undo this change: what the store keeps so that a past version is the current state with
+   * the undos of the later changes applied, newest first. Kept in the store's change log (sealed
+   * like the rest of the change under encryption at rest); `Watch` leaves it out. Absent on
+   * changes committed before a build recorded it.
+   *
+   * @generated from field: contextd.v1.ChangeUndo undo = 640;
+   */
+  undo?: ChangeUndo | undefined;
 };
 
 /**
@@ -690,6 +702,100 @@ export type Change = Message<"contextd.v1.Change"> & {
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
   messageDesc(file_contextd_v1_conversation_service, 14);
+
+/**
+ * How to undo one change: the state before it, given the state after it. What each segment the
+ * change edited held before it, and the fields of the state's rest it altered as they were.
+ * Bounded: an undo that would hold more than `--history-undo-bytes` (say, the `Clear` of a long
+ * history) is not recorded, and `not_undoable` says so.
+ *
+ * @generated from message contextd.v1.ChangeUndo
+ */
+export type ChangeUndo = Message<"contextd.v1.ChangeUndo"> & {
+  /**
+   * Per segment the change edited, what undoes the edit; a segment absent here was not edited.
+   *
+   * @generated from field: repeated contextd.v1.SegmentUndo segments = 641;
+   */
+  segments: SegmentUndo[];
+
+  /**
+   * The fields of the state's rest (every field but the segments and the version) the change
+   * altered, as they were before it: those `rest_fields` names, the others left unset. Absent =
+   * the change left the rest alone.
+   *
+   * @generated from field: contextd.v1.ConversationState rest_before = 642;
+   */
+  restBefore?: ConversationState | undefined;
+
+  /**
+   * The names (as in the .proto) of the fields of `rest_before` the change altered: undoing it
+   * sets these, and only these, to their value in `rest_before`.
+   *
+   * @generated from field: repeated string rest_fields = 648;
+   */
+  restFields: string[];
+
+  /**
+   * Set when the change has no undo, saying why (the bound it would exceed): versions before it
+   * are read by applying the change log forward from the conversation's first version instead,
+   * while the log still holds it.
+   *
+   * @generated from field: string not_undoable = 643;
+   */
+  notUndoable: string;
+};
+
+/**
+ * Describes the message contextd.v1.ChangeUndo.
+ * Use `create(ChangeUndoSchema)` to create a new message.
+ */
+export const ChangeUndoSchema: GenMessage<ChangeUndo> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 15);
+
+/**
+ * What undoes a change's edit of one segment: the segment before the change is `keep` messages of
+ * the segment after it (its first when `keep_head`, else its last) with `messages` after them
+ * (`keep_head`) or before them.
+ *
+ * @generated from message contextd.v1.SegmentUndo
+ */
+export type SegmentUndo = Message<"contextd.v1.SegmentUndo"> & {
+  /**
+   * The segment.
+   *
+   * @generated from field: contextd.v1.Segment segment = 644;
+   */
+  segment: Segment;
+
+  /**
+   * Keep the head of the segment (true) or its tail (false).
+   *
+   * @generated from field: bool keep_head = 645;
+   */
+  keepHead: boolean;
+
+  /**
+   * How many messages of the segment after the change to keep.
+   *
+   * @generated from field: uint32 keep = 646;
+   */
+  keep: number;
+
+  /**
+   * The messages the change removed or replaced, in order.
+   *
+   * @generated from field: repeated contextd.v1.Message messages = 647;
+   */
+  messages: Message$1[];
+};
+
+/**
+ * Describes the message contextd.v1.SegmentUndo.
+ * Use `create(SegmentUndoSchema)` to create a new message.
+ */
+export const SegmentUndoSchema: GenMessage<SegmentUndo> = /*@__PURE__*/
+  messageDesc(file_contextd_v1_conversation_service, 16);
 
 /**
  * A message of the `Watch` stream.
@@ -726,7 +832,7 @@ export type WatchResponse = Message<"contextd.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 15);
+  messageDesc(file_contextd_v1_conversation_service, 17);
 
 /**
  * Sent while a `Watch` stream is idle.
@@ -747,7 +853,7 @@ export type Heartbeat = Message<"contextd.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 16);
+  messageDesc(file_contextd_v1_conversation_service, 18);
 
 /**
  * The request of `ListConversations`.
@@ -825,7 +931,7 @@ export type ListConversationsRequest = Message<"contextd.v1.ListConversationsReq
  * Use `create(ListConversationsRequestSchema)` to create a new message.
  */
 export const ListConversationsRequestSchema: GenMessage<ListConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 17);
+  messageDesc(file_contextd_v1_conversation_service, 19);
 
 /**
  * A conversation in a listing.
@@ -891,7 +997,7 @@ export type ConversationSummary = Message<"contextd.v1.ConversationSummary"> & {
  * Use `create(ConversationSummarySchema)` to create a new message.
  */
 export const ConversationSummarySchema: GenMessage<ConversationSummary> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 18);
+  messageDesc(file_contextd_v1_conversation_service, 20);
 
 /**
  * The response of `ListConversations`.
@@ -920,7 +1026,7 @@ export type ListConversationsResponse = Message<"contextd.v1.ListConversationsRe
  * Use `create(ListConversationsResponseSchema)` to create a new message.
  */
 export const ListConversationsResponseSchema: GenMessage<ListConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 19);
+  messageDesc(file_contextd_v1_conversation_service, 21);
 
 /**
  * The request of `ReadToolResult`.
@@ -966,7 +1072,7 @@ export type ReadToolResultRequest = Message<"contextd.v1.ReadToolResultRequest">
  * Use `create(ReadToolResultRequestSchema)` to create a new message.
  */
 export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 20);
+  messageDesc(file_contextd_v1_conversation_service, 22);
 
 /**
  * The response of `ReadToolResult`.
@@ -1022,7 +1128,7 @@ export type ReadToolResultResponse = Message<"contextd.v1.ReadToolResultResponse
  * Use `create(ReadToolResultResponseSchema)` to create a new message.
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 21);
+  messageDesc(file_contextd_v1_conversation_service, 23);
 
 /**
  * The request of `DeleteConversation`.
@@ -1051,7 +1157,7 @@ export type DeleteConversationRequest = Message<"contextd.v1.DeleteConversationR
  * Use `create(DeleteConversationRequestSchema)` to create a new message.
  */
 export const DeleteConversationRequestSchema: GenMessage<DeleteConversationRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 22);
+  messageDesc(file_contextd_v1_conversation_service, 24);
 
 /**
  * The response of `DeleteConversation`.
@@ -1072,7 +1178,7 @@ export type DeleteConversationResponse = Message<"contextd.v1.DeleteConversation
  * Use `create(DeleteConversationResponseSchema)` to create a new message.
  */
 export const DeleteConversationResponseSchema: GenMessage<DeleteConversationResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 23);
+  messageDesc(file_contextd_v1_conversation_service, 25);
 
 /**
  * The request of `DeleteConversations`.
@@ -1109,7 +1215,7 @@ export type DeleteConversationsRequest = Message<"contextd.v1.DeleteConversation
  * Use `create(DeleteConversationsRequestSchema)` to create a new message.
  */
 export const DeleteConversationsRequestSchema: GenMessage<DeleteConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 24);
+  messageDesc(file_contextd_v1_conversation_service, 26);
 
 /**
  * The response of `DeleteConversations`.
@@ -1138,7 +1244,7 @@ export type DeleteConversationsResponse = Message<"contextd.v1.DeleteConversatio
  * Use `create(DeleteConversationsResponseSchema)` to create a new message.
  */
 export const DeleteConversationsResponseSchema: GenMessage<DeleteConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 25);
+  messageDesc(file_contextd_v1_conversation_service, 27);
 
 /**
  * The request of `ExportConversations`.
@@ -1168,7 +1274,7 @@ export type ExportConversationsRequest = Message<"contextd.v1.ExportConversation
  * Use `create(ExportConversationsRequestSchema)` to create a new message.
  */
 export const ExportConversationsRequestSchema: GenMessage<ExportConversationsRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 26);
+  messageDesc(file_contextd_v1_conversation_service, 28);
 
 /**
  * One conversation of an export.
@@ -1204,7 +1310,7 @@ export type ExportConversationsResponse = Message<"contextd.v1.ExportConversatio
  * Use `create(ExportConversationsResponseSchema)` to create a new message.
  */
 export const ExportConversationsResponseSchema: GenMessage<ExportConversationsResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 27);
+  messageDesc(file_contextd_v1_conversation_service, 29);
 
 /**
  * The request of `Recall`: exactly one of `message_ids`, `query` and `tool_call` (none, or more
@@ -1294,7 +1400,7 @@ export type RecallRequest = Message<"contextd.v1.RecallRequest"> & {
  * Use `create(RecallRequestSchema)` to create a new message.
  */
 export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 28);
+  messageDesc(file_contextd_v1_conversation_service, 30);
 
 /**
  * A model's tool call: its name and its arguments as JSON text, as the provider returned them.
@@ -1322,7 +1428,7 @@ export type RecallToolCall = Message<"contextd.v1.RecallToolCall"> & {
  * Use `create(RecallToolCallSchema)` to create a new message.
  */
 export const RecallToolCallSchema: GenMessage<RecallToolCall> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 29);
+  messageDesc(file_contextd_v1_conversation_service, 31);
 
 /**
  * One message a recall found.
@@ -1373,7 +1479,7 @@ export type RecallHit = Message<"contextd.v1.RecallHit"> & {
  * Use `create(RecallHitSchema)` to create a new message.
  */
 export const RecallHitSchema: GenMessage<RecallHit> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 30);
+  messageDesc(file_contextd_v1_conversation_service, 32);
 
 /**
  * The response of `Recall`.
@@ -1448,7 +1554,7 @@ export type RecallResponse = Message<"contextd.v1.RecallResponse"> & {
  * Use `create(RecallResponseSchema)` to create a new message.
  */
 export const RecallResponseSchema: GenMessage<RecallResponse> = /*@__PURE__*/
-  messageDesc(file_contextd_v1_conversation_service, 31);
+  messageDesc(file_contextd_v1_conversation_service, 33);
 
 /**
  * The order of a listing.

@@ -1,3 +1,4 @@
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import { HistoryFacts } from "../core/compile/history-facts.js";
 import type { Message } from "#gen/contextd/v1/message_pb";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
@@ -19,8 +20,7 @@ export const defaultHistoryFactsLimits: HistoryFactsLimits = { maxBytes: 64 * 10
  * them (the second builds its own). One per server, injected into the `Compiler`.
  */
 export class HistoryFactsCache {
-  private readonly entries = new Map<string, { facts: HistoryFacts; bytes: number }>();
-  private bytes = 0;
+  private readonly entries: ByteBoundedLru<string, HistoryFacts>;
 
   /**
    * `lineage`: the store's record of appended lists; with it, that the next history extends the
@@ -29,7 +29,9 @@ export class HistoryFactsCache {
   constructor(
     private readonly limits: HistoryFactsLimits = defaultHistoryFactsLimits,
     private readonly lineage?: MessageListLineage,
-  ) {}
+  ) {
+    this.entries = new ByteBoundedLru({ maxBytes: limits.maxBytes, maxEntries: limits.maxConversations });
+  }
 
   /**
    * A lender of facts for one compile of `conversationId`: `facts(history)` takes the kept facts
@@ -58,35 +60,21 @@ export class HistoryFactsCache {
    * forgotten here: they could only be rebuilt by walking the whole history the store reads again.
    */
   has(conversationId: string): boolean {
-    const entry = this.entries.get(conversationId);
-    if (entry && entry.facts.history === undefined) this.take(conversationId);
+    if (this.entries.get(conversationId)?.history === undefined) this.take(conversationId);
     return this.entries.has(conversationId);
   }
 
   /** Approximate bytes kept and the conversations they are for. */
   get stats(): { bytes: number; conversations: number } {
-    return { bytes: this.bytes, conversations: this.entries.size };
+    return { bytes: this.entries.bytes, conversations: this.entries.size };
   }
 
   private take(conversationId: string): HistoryFacts | undefined {
-    const entry = this.entries.get(conversationId);
-    if (!entry) return undefined;
-    this.entries.delete(conversationId);
-    this.bytes -= entry.bytes;
-    return entry.facts;
+    return this.entries.delete(conversationId);
   }
 
   private put(conversationId: string, facts: HistoryFacts): void {
-    const bytes = facts.approximateBytes;
     // A concurrent compile of the conversation may have put its own since: the later one stays.
-    this.take(conversationId);
-    if (bytes > this.limits.maxBytes) return;
-    this.entries.set(conversationId, { facts, bytes });
-    this.bytes += bytes;
-    while (this.bytes > this.limits.maxBytes || this.entries.size > this.limits.maxConversations) {
-      const [oldest, entry] = this.entries.entries().next().value!;
-      this.entries.delete(oldest);
-      this.bytes -= entry.bytes;
-    }
+    this.entries.set(conversationId, facts, facts.approximateBytes);
   }
 }

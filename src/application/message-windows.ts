@@ -8,6 +8,7 @@ import {
 } from "#gen/contextd/v1/conversation_service_pb";
 import type { Message } from "#gen/contextd/v1/message_pb";
 import { Segment } from "#gen/contextd/v1/state_pb";
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import type { StoredSegment } from "../store/segment-edits.js";
 import { maxWindowMessages, windowBounds, type SegmentWindow } from "../store/segment-window.js";
@@ -297,31 +298,29 @@ function resolveWindow(fields: WindowFields, length: number): { start: number; e
  * hold the same version, so the bytes counted are an upper bound of what the windows keep alive.
  */
 class PinnedWindows {
-  private readonly entries = new Map<HeldWindow, { until: number; bytes: number }>();
-  private bytes = 0;
+  /** Each window's deadline; use order is deadline order (`pinMs` is one), so the expired ones are the oldest. */
+  private readonly entries: ByteBoundedLru<HeldWindow, number>;
 
   constructor(
     private readonly pinMs: number,
-    private readonly maxWindows: number,
-    private readonly maxBytes: number,
+    maxWindows: number,
+    maxBytes: number,
     private readonly now: () => number,
-  ) {}
+  ) {
+    this.entries = new ByteBoundedLru({ maxBytes, maxEntries: maxWindows });
+  }
 
   /** Keeps `window` (its bytes counted once, by `bytesOf`); a window larger than the bound alone is not kept. */
   keep(window: HeldWindow, bytesOf: () => number): void {
-    const known = this.entries.get(window);
-    const bytes = known ? known.bytes : bytesOf();
-    if (known) this.forget(window);
-    if (bytes > this.maxBytes) return;
-    this.entries.set(window, { until: this.now() + this.pinMs, bytes });
-    this.bytes += bytes;
-    this.evict();
+    const bytes = this.entries.bytesOf(window) ?? bytesOf();
+    this.entries.set(window, this.now() + this.pinMs, bytes);
+    this.expire();
   }
 
   /** A kept window of (conversation, version, segment) holding the first position of `wanted` (given the segments' sizes), or all of an empty `wanted`. */
   find(conversationId: string, version: bigint, segment: Segment, wanted: (sizes: HeldWindow["sizes"]) => { start: number; end: number }): HeldWindow | undefined {
-    this.evict();
-    for (const window of this.entries.keys()) {
+    this.expire();
+    for (const [window] of this.entries.oldestFirst()) {
       if (window.conversationId !== conversationId || window.version !== version || window.segment !== segment) continue;
       const { start, end } = wanted(window.sizes);
       const heldEnd = window.from + window.messages.length;
@@ -331,22 +330,15 @@ class PinnedWindows {
   }
 
   get heldBytes(): number {
-    return this.bytes;
+    return this.entries.bytes;
   }
 
-  private forget(window: HeldWindow): void {
-    const entry = this.entries.get(window);
-    if (!entry) return;
-    this.entries.delete(window);
-    this.bytes -= entry.bytes;
-  }
-
-  private evict(): void {
+  private expire(): void {
     const now = this.now();
-    for (const [window, entry] of this.entries) {
-      // Oldest use first: stop at the first one still within its time once count and bytes are right.
-      if (entry.until > now && this.entries.size <= this.maxWindows && this.bytes <= this.maxBytes) break;
-      this.forget(window);
+    for (const [window, until] of this.entries.oldestFirst()) {
+      // Oldest use first: the count and bytes bounds are kept by `entries`, so the first one still within its time ends it.
+      if (until > now) break;
+      this.entries.delete(window);
     }
   }
 }

@@ -1,4 +1,5 @@
 import type { Message } from "#gen/contextd/v1/message_pb";
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import type { MessageTerms } from "../core/recall/history-search.js";
 import { recallText } from "../core/recall/recall-text.js";
 import { termCounts, type TermCounts } from "../core/recall/recall-terms.js";
@@ -18,43 +19,32 @@ import { termCounts, type TermCounts } from "../core/recall/recall-terms.js";
  * used for its request and not kept. 0 keeps nothing: every search reads the texts again.
  */
 export class RecallTermIndex {
-  private readonly entries = new Map<Message, { terms: TermCounts; bytes: number }>();
-  private bytes = 0;
+  private readonly entries: ByteBoundedLru<Message, TermCounts>;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(maxBytes: number) {
+    this.entries = new ByteBoundedLru({ maxBytes });
+  }
 
   /**
    * The terms of `message`, or undefined when they are not kept and reading its text would take
    * `scanned` past `scanLimit` (UTF-8 bytes read so far by the caller's request, and its bound).
    */
   termsOf(message: Message, scanned: number, scanLimit: number): MessageTerms | undefined {
-    const kept = this.entries.get(message);
-    if (kept !== undefined) {
-      this.entries.delete(message);
-      this.entries.set(message, kept);
-      return { terms: kept.terms, scannedBytes: 0 };
-    }
+    const kept = this.entries.use(message);
+    if (kept !== undefined) return { terms: kept, scannedBytes: 0 };
     const text = recallText(message);
     const textBytes = Buffer.byteLength(text, "utf8");
     if (scanned + textBytes > scanLimit) return undefined;
     const terms = termCounts(text);
     let bytes = 64 + textBytes;
     for (const term of terms.counts.keys()) bytes += 48 + 2 * term.length;
-    if (bytes <= this.maxBytes) {
-      this.entries.set(message, { terms, bytes });
-      this.bytes += bytes;
-      for (const [oldest, entry] of this.entries) {
-        if (this.bytes <= this.maxBytes) break;
-        this.entries.delete(oldest);
-        this.bytes -= entry.bytes;
-      }
-    }
+    this.entries.set(message, terms, bytes);
     return { terms, scannedBytes: textBytes };
   }
 
   /** Bytes kept now, as counted against the bound. */
   get size(): number {
-    return this.bytes;
+    return this.entries.bytes;
   }
 
   /** Messages whose terms are kept now. */

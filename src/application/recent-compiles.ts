@@ -1,3 +1,4 @@
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import type { CompiledPrefix, CompileMemory } from "../core/compile/cache-impact.js";
 
 /**
@@ -10,37 +11,23 @@ import type { CompiledPrefix, CompileMemory } from "../core/compile/cache-impact
  * 200-message prompt costs about 5 KB, so the default 16 MiB holds ~3,000 such conversations.
  */
 export class RecentCompiles implements CompileMemory {
-  private readonly entries = new Map<string, { prefix: CompiledPrefix; bytes: number }>();
-  private usedBytes = 0;
+  private readonly entries: ByteBoundedLru<string, CompiledPrefix>;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(maxBytes: number) {
+    this.entries = new ByteBoundedLru({ maxBytes });
+  }
 
   previous(key: string): CompiledPrefix | undefined {
-    return this.entries.get(key)?.prefix;
+    return this.entries.get(key);
   }
 
   remember(key: string, prefix: CompiledPrefix): void {
-    this.forget(key);
     const bytes = 64 + key.length * 2 + prefix.digests.length * 24 + (prefix.history ? 16 + prefix.history.firstId.length * 2 : 0);
-    if (bytes > this.maxBytes) return;
-    this.entries.set(key, { prefix, bytes });
-    this.usedBytes += bytes;
-    // A Map iterates in insertion order: the first entries are the least recently compiled.
-    for (const [id] of this.entries) {
-      if (this.usedBytes <= this.maxBytes) break;
-      this.forget(id);
-    }
+    this.entries.set(key, prefix, bytes);
   }
 
   /** Bytes counted for what is remembered now. */
   get bytes(): number {
-    return this.usedBytes;
-  }
-
-  private forget(conversationId: string): void {
-    const entry = this.entries.get(conversationId);
-    if (!entry) return;
-    this.entries.delete(conversationId);
-    this.usedBytes -= entry.bytes;
+    return this.entries.bytes;
   }
 }

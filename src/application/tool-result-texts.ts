@@ -1,4 +1,5 @@
 import type { ToolPayload } from "#gen/contextd/v1/message_pb";
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import { toolPayloadText } from "../core/model/payload-text.js";
 
 /**
@@ -18,34 +19,24 @@ import { toolPayloadText } from "../core/model/payload-text.js";
 export const defaultToolResultTextBytes = 32 * 1024 * 1024;
 
 export class ToolResultTexts {
-  private readonly encoded = new Map<ToolPayload, Buffer>();
-  private bytes = 0;
+  private readonly encoded: ByteBoundedLru<ToolPayload, Buffer>;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(maxBytes: number) {
+    this.encoded = new ByteBoundedLru({ maxBytes });
+  }
 
   /** The payload's text (`toolPayloadText`) as UTF-8. */
   of(payload: ToolPayload | undefined): Buffer {
     if (payload === undefined) return Buffer.alloc(0);
-    const kept = this.encoded.get(payload);
-    if (kept !== undefined) {
-      this.encoded.delete(payload);
-      this.encoded.set(payload, kept);
-      return kept;
-    }
+    const kept = this.encoded.use(payload);
+    if (kept !== undefined) return kept;
     const text = Buffer.from(toolPayloadText(payload), "utf8");
-    if (text.length > this.maxBytes) return text;
-    this.encoded.set(payload, text);
-    this.bytes += text.length;
-    for (const [oldest, bytes] of this.encoded) {
-      if (this.bytes <= this.maxBytes) break;
-      this.encoded.delete(oldest);
-      this.bytes -= bytes.length;
-    }
+    this.encoded.set(payload, text, text.length);
     return text;
   }
 
   /** Bytes kept now. */
   get size(): number {
-    return this.bytes;
+    return this.encoded.bytes;
   }
 }

@@ -4,6 +4,7 @@ import type { ReportUsageRequest } from "#gen/contextd/v1/context_service_pb";
 import { Provider } from "#gen/contextd/v1/message_pb";
 import type { GetUsageResponse, ListTenantUsageRequest, ListTenantUsageResponse, UsageEntry, UsageTotals } from "#gen/contextd/v1/usage_ledger_pb";
 import { maxBudgetTokens } from "../core/compile/max-budget-tokens.js";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import type { ConversationStore } from "../store/conversation-store.js";
 import { decodePageToken, encodePageToken } from "../store/page-token.js";
@@ -116,12 +117,6 @@ export class UsageLedger {
       reportedAtMs: (this.options.now ?? Date.now)(),
     };
   }
-}
-
-/** The tenant whose ledger holds `conversationId`'s usage (see `UsageLedger`). */
-export function tenantOf(conversationId: string): string {
-  const slash = conversationId.indexOf("/");
-  return slash < 0 ? "" : conversationId.slice(0, slash);
 }
 
 export function totalsMessage(sums: UsageSums): UsageTotals {

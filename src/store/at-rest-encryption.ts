@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createCipheriv, createDecipheriv, createSecretKey, randomFillSync, type KeyObject } from "node:crypto";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 import { stringLimits } from "../core/model/string-limits.js";
-import { tenantOf } from "./idempotency-records.js";
 import { corruptConversation } from "./store-errors.js";
 
 /**

@@ -1,4 +1,5 @@
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 
 /**
  * When a conversation expires: its last commit plus its idle TTL, the conversation's own
@@ -22,12 +23,6 @@ export const expirySweepBatch = 100;
 export const expirySweepBatches = 10;
 /** How often stores sweep expired conversations by default, in ms. */
 export const defaultExpirySweepMs = 1_000;
-
-/** The tenant of a conversation id: the part before the first "/", "" for an id without one. */
-export function tenantOf(conversationId: string): string {
-  const slash = conversationId.indexOf("/");
-  return slash < 0 ? "" : conversationId.slice(0, slash);
-}
 
 export class ConversationExpiry {
   constructor(private readonly policy: IdleTtlPolicy = { defaultMs: 0, perTenant: new Map() }) {}

@@ -1,4 +1,5 @@
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { MessageIdIndex } from "./message-id-index.js";
 import { storedSegments } from "./segment-edits.js";
@@ -42,14 +43,15 @@ export function approximateDecodedBytes(state: ConversationState, encodedBytes: 
  * the conversation that extends it (per `lineage`).
  */
 export class DecodedStateCache {
-  private readonly entries = new Map<string, { state: ConversationState; bytes: number; ids?: MessageIdIndex }>();
-  private bytes = 0;
+  private readonly entries: ByteBoundedLru<string, { state: ConversationState; ids?: MessageIdIndex }>;
 
   constructor(
-    private readonly maxStates: number,
-    private readonly maxBytes: number,
+    maxStates: number,
+    maxBytes: number,
     private readonly lineage: MessageListLineage,
-  ) {}
+  ) {
+    this.entries = new ByteBoundedLru({ maxBytes, maxEntries: maxStates, keepNewest: true });
+  }
 
   get(conversationId: string): ConversationState | undefined {
     return this.entries.get(conversationId)?.state;
@@ -69,28 +71,16 @@ export class DecodedStateCache {
   /** Keeps `state`, `encodedBytes` long when encoded, as the most recently used. */
   remember(state: ConversationState, encodedBytes: number): void {
     const ids = this.entries.get(state.conversationId)?.ids?.advancedTo(state, this.lineage);
-    this.delete(state.conversationId);
-    const bytes = approximateDecodedBytes(state, encodedBytes);
-    this.entries.set(state.conversationId, { state, bytes, ids });
-    this.bytes += bytes;
-    while (this.entries.size > 1 && (this.entries.size > this.maxStates || this.bytes > this.maxBytes)) {
-      this.delete(this.entries.keys().next().value!);
-    }
+    this.entries.set(state.conversationId, { state, ids }, approximateDecodedBytes(state, encodedBytes));
   }
 
   /** Marks a cached state as just used, keeping it longer. */
   touch(conversationId: string): void {
-    const entry = this.entries.get(conversationId);
-    if (!entry) return;
-    this.entries.delete(conversationId);
-    this.entries.set(conversationId, entry);
+    this.entries.use(conversationId);
   }
 
   delete(conversationId: string): void {
-    const entry = this.entries.get(conversationId);
-    if (!entry) return;
     this.entries.delete(conversationId);
-    this.bytes -= entry.bytes;
   }
 
   get size(): number {
@@ -99,6 +89,6 @@ export class DecodedStateCache {
 
   /** What the states kept weigh together (`approximateDecodedBytes`). */
   get keptBytes(): number {
-    return this.bytes;
+    return this.entries.bytes;
   }
 }

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import type { Message } from "#gen/contextd/v1/message_pb";
 import { DeltaSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
-import { tenantOf } from "./conversation-expiry.js";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 
 /**
  * The deployment's default prune: a bound on each conversation's history in messages and/or

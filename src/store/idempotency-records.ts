@@ -24,6 +24,8 @@
  * bounded: core/model/string-limits.ts).
  */
 
+import { tenantOf } from "../core/model/conversation-tenant.js";
+
 /** Records kept per store, at most (all conversations together). */
 export const defaultMaxIdempotencyRecords = 100_000;
 /** Bytes of records kept per store, at most: their ids, keys and fingerprints plus a fixed overhead each. */
@@ -172,12 +174,6 @@ interface TenantRecords {
   name: string;
   records: Set<string>;
   bytes: number;
-}
-
-/** The tenant of a conversation: what `--auth-tokens-file` scopes tokens by (policy/auth.ts). */
-export function tenantOf(conversationId: string): string {
-  const slash = conversationId.indexOf("/");
-  return slash < 0 ? "" : conversationId.slice(0, slash);
 }
 
 /**

@@ -1,3 +1,4 @@
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
 import type { CommitTail } from "./tail-commit.js";
 import { approximateDecodedBytes } from "./decoded-state-cache.js";
 
@@ -22,39 +23,31 @@ export type KeptTail = Omit<CommitTail, "headCallNames">;
  * messages a tail read asks for.
  */
 export class KeptTails {
-  private readonly entries = new Map<string, { tail: KeptTail; bytes: number }>();
-  private bytes = 0;
+  private readonly tails: ByteBoundedLru<string, KeptTail>;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(maxBytes: number) {
+    this.tails = new ByteBoundedLru({ maxBytes });
+  }
 
   get(conversationId: string): KeptTail | undefined {
-    return this.entries.get(conversationId)?.tail;
+    return this.tails.get(conversationId);
   }
 
   /** Keeps `tail` (its messages and rest `encodedBytes` long when encoded) as the conversation's, the most recently used. */
   keep(tail: KeptTail, encodedBytes: number): void {
-    const conversationId = tail.state.conversationId;
-    this.delete(conversationId);
-    const bytes = approximateDecodedBytes(tail.state, encodedBytes);
-    if (bytes > this.maxBytes) return;
-    this.entries.set(conversationId, { tail, bytes });
-    this.bytes += bytes;
-    while (this.bytes > this.maxBytes) this.delete(this.entries.keys().next().value!);
+    this.tails.set(tail.state.conversationId, tail, approximateDecodedBytes(tail.state, encodedBytes));
   }
 
   delete(conversationId: string): void {
-    const entry = this.entries.get(conversationId);
-    if (!entry) return;
-    this.entries.delete(conversationId);
-    this.bytes -= entry.bytes;
+    this.tails.delete(conversationId);
   }
 
   get size(): number {
-    return this.entries.size;
+    return this.tails.size;
   }
 
   /** What the kept tails weigh together (`approximateDecodedBytes`). */
   get keptBytes(): number {
-    return this.bytes;
+    return this.tails.bytes;
   }
 }

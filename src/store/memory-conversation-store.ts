@@ -7,6 +7,7 @@ import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
 import type { DeltaContext } from "../core/deltas/delta-context.js";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { SortedIds } from "./sorted-ids.js";
 import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
@@ -19,7 +20,7 @@ import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js
 import { checkWindowQuery, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
 import { changesNotRetained, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
-import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, hasExpired, tenantOf, ConversationExpiry } from "./conversation-expiry.js";
+import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, hasExpired, ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
 import { stringLimits } from "../core/model/string-limits.js";
 

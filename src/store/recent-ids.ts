@@ -1,3 +1,5 @@
+import { ByteBoundedLru } from "../core/byte-bounded-lru.js";
+
 /** `--listed-id-bytes`: what the Redis store's memo of conversations it put in the listing index may weigh. */
 export const defaultListedIdBytes = 16 * 1024 * 1024;
 
@@ -16,37 +18,32 @@ export const rememberedIdOverheadBytes = 80;
  * An id alone over the bound is not kept.
  */
 export class RecentIds<V> {
-  private readonly entries = new Map<string, V>();
-  private bytes = 0;
+  private readonly ids: ByteBoundedLru<string, V>;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(maxBytes: number) {
+    this.ids = new ByteBoundedLru({ maxBytes });
+  }
 
   get(id: string): V | undefined {
-    return this.entries.get(id);
+    return this.ids.get(id);
   }
 
   /** Sets `id`'s value, as the most recently set. */
   set(id: string, value: V): void {
-    this.delete(id);
-    const bytes = weightOf(id);
-    if (bytes > this.maxBytes) return;
-    this.entries.set(id, value);
-    this.bytes += bytes;
-    while (this.bytes > this.maxBytes) this.delete(this.entries.keys().next().value!);
+    this.ids.set(id, value, weightOf(id));
   }
 
   delete(id: string): void {
-    if (!this.entries.delete(id)) return;
-    this.bytes -= weightOf(id);
+    this.ids.delete(id);
   }
 
   get size(): number {
-    return this.entries.size;
+    return this.ids.size;
   }
 
   /** What the kept ids weigh together (at most the bound). */
   get keptBytes(): number {
-    return this.bytes;
+    return this.ids.bytes;
   }
 }
 

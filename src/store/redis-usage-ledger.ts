@@ -1,4 +1,4 @@
-import { tenantOf } from "./conversation-expiry.js";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 import type { RedisConnection } from "./redis-connection.js";
 import { escapeKeyPart } from "./redis-scripts.js";
 import {

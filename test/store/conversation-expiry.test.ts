@@ -4,7 +4,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema } from "#gen/contextd/v1/state_pb";
-import { ConversationExpiry, hasExpired, tenantOf } from "../../src/store/conversation-expiry.js";
+import { ConversationExpiry, hasExpired } from "../../src/store/conversation-expiry.js";
 import { listById } from "../../src/store/conversation-listing.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
@@ -36,7 +36,6 @@ describe("ConversationExpiry", () => {
     expect(expiry.expiresAt("other/a", state(0n), 10_000n)).toBe(11_000n);
     expect(expiry.expiresAt("no-tenant", state(0n), 10_000n)).toBe(11_000n);
     expect(new ConversationExpiry().expiresAt("acme/a", state(0n), 10_000n)).toBe(0n);
-    expect([tenantOf("acme/a/b"), tenantOf("plain")]).toEqual(["acme", ""]);
     expect([hasExpired(0n, 1e15), hasExpired(100n, 99), hasExpired(100n, 100)]).toEqual([false, false, true]);
   });
 });

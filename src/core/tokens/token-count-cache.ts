@@ -1,6 +1,7 @@
 import type { TokenizerEncoding } from "#gen/contextd/v1/compile_pb";
 import type { Message } from "#gen/contextd/v1/message_pb";
 import type { ToolDefinition } from "#gen/contextd/v1/state_pb";
+import { ByteBoundedLru } from "../byte-bounded-lru.js";
 import { DeadlineCheck } from "../compile/deadline.js";
 import type { PacedTextTokenCounter, TextTokenCounter } from "./encodings.js";
 import type { TextCounterSource, TokenEstimator } from "./estimator.js";
@@ -61,7 +62,7 @@ export class TokenCountCache implements TextCounterSource {
   private readonly texts = new Map<TokenizerEncoding, TextCountTable>();
   private readonly toolDefinitionCounts = new Map<string, number>();
   /** Estimator cache key + first message id → the last list counted with that start, its counts and what it weighs. */
-  private readonly recentLists = new Map<string, { messages: readonly Message[]; counts: readonly number[]; bytes: number }>();
+  private readonly recentLists: ByteBoundedLru<string, { messages: readonly Message[]; counts: readonly number[] }>;
   private textCount = 0;
   /** `countAll` calls on a non-empty list, and the ones answered from a list counted before (for metrics). */
   listLookups = 0;
@@ -70,8 +71,6 @@ export class TokenCountCache implements TextCounterSource {
   /** Messages counted afresh that `known` answered (for metrics and tests). */
   knownHits = 0;
 
-  private recentListBytes = 0;
-
   constructor(
     private readonly maxTexts = 200_000,
     /** Counts stored with the messages (a fresh sidecar's first compile of a long conversation takes them instead of counting it). */
@@ -79,8 +78,10 @@ export class TokenCountCache implements TextCounterSource {
     /** What the text level may keep (`TextCountTable.bytes` of every encoding together); past it the oldest tenth goes, again until under. */
     private readonly maxTextBytes = defaultMaxTokenCountTextBytes,
     /** What the recent lists may weigh together (`approximateListBytes`); past it the oldest go, and a list over it alone is not kept. */
-    private readonly maxListBytes = defaultMaxTokenCountListBytes,
-  ) {}
+    maxListBytes = defaultMaxTokenCountListBytes,
+  ) {
+    this.recentLists = new ByteBoundedLru({ maxBytes: maxListBytes, maxEntries: maxRecentLists });
+  }
 
   /** The count of `message` under `estimator`. */
   count(estimator: TokenEstimator, message: Message): number {
@@ -207,24 +208,12 @@ export class TokenCountCache implements TextCounterSource {
   }
 
   private rememberList(key: string, messages: readonly Message[], counts: number[]): void {
-    // Re-inserted so Map order is recency; the oldest conversation goes past the bound.
-    const replaced = this.recentLists.get(key);
-    if (replaced) this.recentListBytes -= replaced.bytes;
-    this.recentLists.delete(key);
-    const bytes = approximateListBytes(messages);
-    if (bytes > this.maxListBytes) return;
-    this.recentLists.set(key, { messages, counts, bytes });
-    this.recentListBytes += bytes;
-    while (this.recentLists.size > maxRecentLists || this.recentListBytes > this.maxListBytes) {
-      const [oldestKey, oldest] = this.recentLists.entries().next().value!;
-      this.recentLists.delete(oldestKey);
-      this.recentListBytes -= oldest.bytes;
-    }
+    this.recentLists.set(key, { messages, counts }, approximateListBytes(messages));
   }
 
   /** The recent lists kept and what they weigh together (bounded by `maxListBytes`). */
   get keptLists(): { count: number; bytes: number } {
-    return { count: this.recentLists.size, bytes: this.recentListBytes };
+    return { count: this.recentLists.size, bytes: this.recentLists.bytes };
   }
 
   /**
@@ -303,7 +292,6 @@ export class TokenCountCache implements TextCounterSource {
   clear(): void {
     this.byList.clear();
     this.recentLists.clear();
-    this.recentListBytes = 0;
     for (const texts of this.texts.values()) texts.clear();
     this.toolDefinitionCounts.clear();
     this.textCount = 0;

@@ -87,8 +87,11 @@ export class ByteBoundedLru<K, V> {
     this.entries.set(key, { value, bytes });
     this.keptBytes += bytes;
     const floor = keepNewest ? 1 : 0;
-    while (this.entries.size > floor && (this.entries.size > this.maxEntries || this.keptBytes > this.bounds.maxBytes)) {
-      this.delete(this.entries.keys().next().value!);
+    // One iterator for all the evictions: a Map's iterator survives deleting the entry at hand.
+    for (const [oldest, entry] of this.entries) {
+      if (this.entries.size <= floor || (this.entries.size <= this.maxEntries && this.keptBytes <= this.bounds.maxBytes)) break;
+      this.entries.delete(oldest);
+      this.keptBytes -= entry.bytes;
     }
     return true;
   }

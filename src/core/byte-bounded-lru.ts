@@ -1,11 +1,12 @@
 /**
  * A map bounded by what its entries weigh (bytes the caller counts per entry), and optionally by
  * their number, the least recently used entry leaving first. Why it exists: the same Map, running
- * byte total and eviction loop was written by hand in each cache below, with small variations;
- * one class makes the policies visible and lets each cache say only which one it has. It is in
- * core because it is a plain data structure every layer may use.
+ * byte total and eviction loop was written by hand in the first nine caches below, with small
+ * variations; one class makes the policies visible and lets each cache say only which one it has.
+ * It is in core, the lowest layer, because it is a plain data structure: core, store and
+ * application all use it.
  *
- * The caches it replaced, and how their policies differed (what the options cover):
+ * The byte-bounded caches, and how their policies differ (the options cover the first nine):
  *
  * | cache | bounds | entry alone over the bytes | `get` marks used |
  * |---|---|---|---|

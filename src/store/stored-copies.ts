@@ -464,9 +464,9 @@ export class StoredCopies implements CommitCopies {
    * holds at the same `created` and `_at` is the kept message, its count record read but the
    * message not decoded again. The list only grew since (the rule the load script catches copies
    * up by), so the entry is the one the kept tail was read or written as. Why: a sidecar taking
-   * turns with another (round-robin) reads its conversation's tail at every commit and compile,
-   * and decoding the 64-141 entries it already held was most of a tail read's cost in the
-   * sidecar (docs/stores.md, "The kept tail").
+   * turns with another (round-robin) reads its conversation's tail at every commit and a window at
+   * every compile, and decoded again the 64-128 of their entries it already held (the decoding's
+   * CPU about halved in docs/benchmarks.md, "Round-robin").
    */
   decodeHistoryWithFacts(conversationId: string, items: readonly Buffer[], from: number, at: string, created: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
     const kept = this.tails.get(conversationId);

@@ -3,7 +3,9 @@
 // version ahead of the copy it cached. Beside it, in the same run, the warm turn: the same turns on
 // one sidecar. Target (issue 30): the round-robin turn <= 1.5x the warm turn. Messages:
 // CONTEXTD_FLEET_ROUND_ROBIN_SIZE (default 10,000; the issue measured 100,000), turns:
-// CONTEXTD_FLEET_TURNS (default 40).
+// CONTEXTD_FLEET_TURNS (default 40). A third line, the same alternation over two conversations
+// (each sidecar turns its own, so no copy is ever behind), is the round-robin's floor without a
+// catch-up: what the alternation of two processes on the loaded cores costs by itself.
 import { startRedis } from "../../test/support/redis.js";
 import { startBuiltSidecar } from "../bench-processes.js";
 import { MinimalGrpcClient } from "../minimal-grpc-client.js";
@@ -27,12 +29,19 @@ export async function run(): Promise<void> {
     }
     await seedConversation(clients[0]!, id, size);
     for (const [index, client] of clients.entries()) await agentTurn(client, id, -1 - index);
+    const own = clients.map((_, index) => `${id}-own-${index}`);
+    for (const [index, client] of clients.entries()) {
+      await seedConversation(client, own[index]!, size);
+      await agentTurn(client, own[index]!, -1);
+    }
     const warm: TurnTime[] = [];
     const roundRobin: TurnTime[] = [];
+    const alternating: TurnTime[] = [];
     // Alternating blocks, so the machine's other load falls on both alike.
     for (let block = 0; block < 4; block++) {
       for (let turn = 0; turn < turns / 4; turn++) warm.push(await agentTurn(clients[0]!, id, block * 1_000 + turn));
       for (let turn = 0; turn < turns / 4; turn++) roundRobin.push(await agentTurn(clients[turn % 2]!, id, block * 1_000 + 500 + turn));
+      for (let turn = 0; turn < turns / 4; turn++) alternating.push(await agentTurn(clients[turn % 2]!, own[turn % 2]!, block * 1_000 + 500 + turn));
     }
     const line = (label: string, times: TurnTime[]) => {
       const totals = times.map((time) => time.total);
@@ -43,7 +52,9 @@ export async function run(): Promise<void> {
     };
     const warmP50 = line("warm turn (one sidecar):        ", warm);
     const roundRobinP50 = line("round-robin turn (two sidecars):", roundRobin);
+    const alternatingP50 = line("alternating, own conversations: ", alternating);
     console.log(`  target: round-robin p50 <= 1.5x the warm turn: ${(roundRobinP50 / warmP50).toFixed(2)}x, ${verdict(roundRobinP50 <= 1.5 * warmP50)}`);
+    console.log(`  of which the alternation alone (no copy behind): ${(alternatingP50 / warmP50).toFixed(2)}x; the catch-up: ${(roundRobinP50 / alternatingP50).toFixed(2)}x of that`);
   } finally {
     for (const client of clients) client.close();
     await Promise.all(sidecars.map((sidecar) => sidecar.stop()));

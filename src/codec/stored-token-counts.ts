@@ -114,6 +114,18 @@ export class StoredTokenCounts implements KnownTokenCounts {
     return { message };
   }
 
+  /**
+   * `decodeEntryWithFacts` for an entry whose message this process already holds as `message`
+   * (the same stored entry, read again): only the count record is read, not the message.
+   */
+  factsOfEntry(entry: Uint8Array, message: Message): RunningFacts | undefined {
+    if (entry.length < 2 || entry[0] !== 0xa2 || entry[1] !== 0x0b) return undefined;
+    const record = readRecord(entry);
+    if (this.estimator === undefined || !sameBytes(record.key, this.keyBytes)) return undefined;
+    this.counts.set(message, record.tokens);
+    return record.running;
+  }
+
   /** The running facts through the last message of `history`, if this process wrote or read them. */
   runningOf(history: readonly Message[]): RunningFacts | undefined {
     return this.lastRunning.get(history);

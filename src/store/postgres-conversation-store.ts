@@ -182,7 +182,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
-  get keptTails(): { count: number; bytes: number } {
+  get keptTails(): { count: number; bytes: number; reusedEntries: number } {
     return this.copies.keptTails;
   }
 
@@ -251,7 +251,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       state = { ...this.copies.decodeRest(conversationId, header.message!), conversationId, version };
       for (const index of others) state[storedSegments[index]!] = this.copies.decode(conversationId, received[index]!, 0, storedSegments[index]!);
     }
-    const { messages, running } = this.copies.decodeWithFacts(conversationId, received[segmentIndex]!, start, query.segment);
+    const items = received[segmentIndex]!;
+    const { messages, running } =
+      query.segment === "history" ? this.copies.decodeHistoryWithFacts(conversationId, items, start, String(header.at), header.created!) : this.copies.decodeWithFacts(conversationId, items, start, query.segment);
     state[query.segment] = messages;
     const first = firstBytes === undefined ? undefined : this.copies.decode(conversationId, [firstBytes], 0, query.segment)[0];
     return { state, start, length, stored: { running, epoch: BigInt(header.at!), first } };

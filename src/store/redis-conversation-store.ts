@@ -186,7 +186,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
-  get keptTails(): { count: number; bytes: number } {
+  get keptTails(): { count: number; bytes: number; reusedEntries: number } {
     return this.copies.keptTails;
   }
 
@@ -245,7 +245,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     }
     const start = Number(reply[3]);
     const length = Number(reply[4]);
-    const { messages: window, running } = this.copies.decodeWithFacts(conversationId, reply[5] as Buffer[], start, query.segment);
+    const items = reply[5] as Buffer[];
+    const { messages: window, running } =
+      query.segment === "history" ? this.copies.decodeHistoryWithFacts(conversationId, items, start, String(reply[11]), String(reply[2])) : this.copies.decodeWithFacts(conversationId, items, start, query.segment);
     const firstBytes = reply[12] as Buffer | null;
     const first = firstBytes === null ? undefined : this.copies.decode(conversationId, [firstBytes], 0, query.segment)[0];
     let state: ConversationState = { ...emptyConversationState(conversationId), version };

@@ -214,9 +214,12 @@ export class StoredCopies implements CommitCopies {
     this.tails.keep(kept, this.encodedBytesOf(kept.state));
   }
 
-  /** The kept tails' count and approximate heap bytes (for tests and gauges). */
-  get keptTails(): { count: number; bytes: number } {
-    return { count: this.tails.size, bytes: this.tails.keptBytes };
+  /** Entries a read took from a kept tail instead of decoding them (`decodeHistoryWithFacts`), for tests. */
+  private reusedEntries = 0;
+
+  /** The kept tails' count and approximate heap bytes, and the entries reads took from them undecoded (for tests and gauges). */
+  get keptTails(): { count: number; bytes: number; reusedEntries: number } {
+    return { count: this.tails.size, bytes: this.tails.keptBytes, reusedEntries: this.reusedEntries };
   }
 
   /** A state's encoded size as its layout says (0 without one). */
@@ -366,7 +369,7 @@ export class StoredCopies implements CommitCopies {
         lists.push(this.decode(conversationId, items, from, segment));
         continue;
       }
-      const { messages, running } = this.decodeWithFacts(conversationId, items, from, segment);
+      const { messages, running } = this.decodeHistoryWithFacts(conversationId, items, from, at, header.created);
       const first = from === 0 ? 0 : tailStartIn(messages);
       if (first < 0) return "wider";
       const tail = first === 0 ? messages : messages.slice(first);
@@ -450,6 +453,44 @@ export class StoredCopies implements CommitCopies {
         return entry.message;
       } catch (error) {
         throw this.undecodable(conversationId, from + position, segment, error);
+      }
+    });
+    return { messages, running };
+  }
+
+  /**
+   * `decodeWithFacts` for history entries read from position `from` on, where the history's `_at`
+   * is `at` and the conversation's `created` is `created`: an entry at a position the kept tail
+   * holds at the same `created` and `_at` is the kept message, its count record read but the
+   * message not decoded again. The list only grew since (the rule the load script catches copies
+   * up by), so the entry is the one the kept tail was read or written as. Why: a sidecar taking
+   * turns with another (round-robin) reads its conversation's tail at every commit and a window at
+   * every compile, and decoded again the 64-128 of their entries it already held (the decoding's
+   * CPU about halved in docs/benchmarks.md, "Round-robin").
+   */
+  decodeHistoryWithFacts(conversationId: string, items: readonly Buffer[], from: number, at: string, created: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
+    const kept = this.tails.get(conversationId);
+    const layout = kept && this.layouts.get(kept.state);
+    const historyIndex = storedSegments.indexOf("history");
+    if (!kept || !layout || layout.created !== created || layout.segments[historyIndex]!.at !== at) return this.decodeWithFacts(conversationId, items, from, "history");
+    const held = kept.state.history;
+    const running: (RunningFacts | undefined)[] = [];
+    const open = this.values.opener(conversationId, "message");
+    const counts = this.codec.storedTokenCounts;
+    const messages = items.map((stored, position) => {
+      const item = open(stored, () => this.entryName(conversationId, from + position, "history"));
+      const message = held[from + position - kept.start];
+      try {
+        if (message !== undefined && from + position >= kept.start) {
+          this.reusedEntries++;
+          running.push(counts.factsOfEntry(item, message));
+          return message;
+        }
+        const entry = counts.decodeEntryWithFacts(item);
+        running.push(entry.running);
+        return entry.message;
+      } catch (error) {
+        throw this.undecodable(conversationId, from + position, "history", error);
       }
     });
     return { messages, running };

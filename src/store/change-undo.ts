@@ -149,11 +149,18 @@ class UndoneSegment {
 
   /**
    * The segment: the current array itself when the undos left it as it is. A head of it (undone
-   * appends) is recorded in `lineage` as a prefix of it, so a rewind to it writes, and the indexes
-   * kept beside the current state follow it, without comparing the messages kept.
+   * appends) is recorded in `lineage` as a prefix of it, and the whole of it followed by what the
+   * undos brought back (an undone rewind or removal at the tail) as an append to it, so a rewind
+   * to it writes, and the indexes kept beside the current state follow it, without comparing the
+   * messages kept.
    */
   messages(lineage: MessageListLineage | undefined): readonly Message[] {
     if (this.head.length === 0 && this.tail.length === 0 && this.from === 0 && this.to === this.current.length) return this.current;
+    if (this.head.length === 0 && this.from === 0 && this.to === this.current.length) {
+      const extended = this.current.concat(this.tail);
+      lineage?.appended(this.current, extended);
+      return extended;
+    }
     const middle = this.current.slice(this.from, this.to);
     if (this.head.length > 0 || this.tail.length > 0) return this.head.concat(middle, this.tail);
     if (this.from === 0) lineage?.truncated(this.current, middle);

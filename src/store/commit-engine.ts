@@ -14,7 +14,7 @@ import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
 import type { CommitOutcome, ConversationStore, ForkOutcome } from "./conversation-store.js";
 import { defaultHistoryLimits, rewoundState, sharedWith, stateAtVersion, type HistoryLimits } from "./version-history.js";
-import { trustTruncatedSegments } from "./segment-edits.js";
+import { trustRewoundSegments } from "./segment-edits.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageLedgerRecords, UsageReport } from "./usage-ledger.js";
@@ -422,7 +422,7 @@ export abstract class EngineCommittedStore
     const target = await this.loadAt(conversationId, toVersion);
     return this.engine.replace(conversationId, expectedVersion, idempotencyKey, `rewind:${toVersion}`, (base) => {
       const shared = sharedWith(base, target, this.lineage);
-      trustTruncatedSegments(base, shared, this.lineage, this.strictToolRounds);
+      trustRewoundSegments(base, shared, this.lineage, this.strictToolRounds);
       return { state: rewoundState(base, shared, base.version + 1n), mark: { rewoundToVersion: toVersion } };
     });
   }

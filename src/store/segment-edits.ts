@@ -64,12 +64,15 @@ export function trustCaughtUpSegment(segment: StoredSegment, cached: readonly Me
 }
 
 /**
- * Records, for each segment of `after` that `lineage` knows is a head of `before`'s (a rewind to
- * an earlier version), that it passes the store's tool-round check when `before`'s did (`trustHead`),
- * so the next commit appended to it checks only what it appends.
+ * Records, for each segment of a rewound state `after` that `lineage` knows is a head of
+ * `before`'s, that it passes the store's tool-round check when `before`'s did (`trustHead`), and
+ * for one that extends `before`'s, what `trustCaughtUpSegment` records: either way the next commit
+ * appended to it checks only what it appends (the whole 100,000-message history was analysed again).
  */
-export function trustTruncatedSegments(before: ConversationState, after: ConversationState, lineage: MessageListLineage, strictToolRounds: boolean): void {
+export function trustRewoundSegments(before: ConversationState, after: ConversationState, lineage: MessageListLineage, strictToolRounds: boolean): void {
   for (const segment of storedSegments) {
-    if (after[segment] !== before[segment] && lineage.extends(before[segment], after[segment])) trustHead(before[segment], after[segment], segmentCheck(segment, { strictToolRounds }));
+    if (after[segment] === before[segment]) continue;
+    if (lineage.extends(before[segment], after[segment])) trustHead(before[segment], after[segment], segmentCheck(segment, { strictToolRounds }));
+    else if (lineage.extends(after[segment], before[segment])) trustCaughtUpSegment(segment, before[segment], after[segment], strictToolRounds);
   }
 }

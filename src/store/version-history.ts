@@ -240,7 +240,7 @@ export function rewoundState(base: ConversationState, target: ConversationState,
  * replaced by `base`'s object, from the head and from the tail: a store writes by message
  * identity (`segmentEdit`), so a rewind to a version whose history is a prefix of the current one
  * trims the list instead of writing it again. Costs one comparison per message, except for a
- * segment `lineage` knows is a head of `base`'s (an undo of appends, `undoneState`): nothing to share.
+ * segment `lineage` knows is a head of `base`'s or `base`'s followed by more (`undoneState`): nothing to share.
  */
 export function sharedWith(base: ConversationState, target: ConversationState, lineage?: MessageListLineage): ConversationState {
   const shared = { ...target };
@@ -248,7 +248,8 @@ export function sharedWith(base: ConversationState, target: ConversationState, l
     const before = base[segment];
     const after = target[segment];
     if (before === after || before.length === 0 || after.length === 0) continue;
-    if (lineage?.extends(before, after)) continue;
+    // A head of `base` is `base`'s objects; `base` followed by messages it does not hold has nothing to share.
+    if (lineage !== undefined && (lineage.extends(before, after) || lineage.extends(after, before))) continue;
     const messages = after.slice();
     let head = 0;
     while (head < messages.length && head < before.length && sameMessage(messages[head]!, before[head]!)) messages[head] = before[head]!, head++;

@@ -1916,10 +1916,18 @@ describe.each(stores)("ConversationStore contract, version history, rewind and f
     expect(lastResultName(await commit([result("c1", "r2")]))).toBe("");
     expect(lastResultName(await commit([appendHistory(call("a2", "c1")), result("c1", "r3")]))).toBe("look");
     expect(await duplicate("h1499")).toMatch(/duplicate message id "h1499"/);
+    // Rewinding the rewind brings the round back (the state it dropped, appended again): its ids taken again.
+    await rewind(1n);
+    expect(await store.commit(id, undefined, [appendHistory(textMessage("r3", Role.USER, "free"))], "")).toMatchObject({ replayed: false });
+    state = await rewind(2n);
+    expect(state.history.map((message) => message.id).slice(-2)).toEqual(["a2", "r3"]);
+    expect(await duplicate("r3")).toMatch(/duplicate message id "r3"/);
+    expect(await duplicate("a2")).toMatch(/duplicate message id "a2"/);
+    expect(lastResultName(await commit([result("c1", "r4")]))).toBe("look");
 
     for (const [version, bytes] of committed) expect(bytesOf(await store.loadAt(id, version)), `version ${version}`).toEqual(bytes);
     const latest = await store.load(id);
-    expect(latest.history.map((message) => message.id).slice(-3)).toEqual(["r2", "a2", "r3"]);
+    expect(latest.history.map((message) => message.id).slice(-3)).toEqual(["a2", "r3", "r4"]);
     expect(bytesOf(latest)).toEqual(committed.get(latest.version));
   });
 

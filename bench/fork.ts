@@ -26,17 +26,18 @@ const sizes = (process.env.CONTEXTD_FORK_SIZES ?? "1000,10000,100000").split(","
 const message = (id: string) => create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text: `message ${id} `.padEnd(200, "x") } } }] });
 const append = (ids: string[]) => create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: ids.map(message) } } });
 
-/** The median in ms, or what failed (a fork at a past version of 100,000 messages may outlast Redis's command timeout). */
-async function medianMs(run: (call: number) => Promise<unknown>): Promise<string> {
+/** The median in ms (of what `run` returns when it `timesItself`), or what failed (a fork at a past version of 100,000 messages may outlast Redis's command timeout). */
+async function medianMs(run: (call: number) => Promise<unknown>, timesItself = false): Promise<string> {
   const times: number[] = [];
   for (let call = 0; call < calls; call++) {
     const start = process.hrtime.bigint();
+    let timed: unknown;
     try {
-      await run(call);
+      timed = await run(call);
     } catch (error) {
       return `failed (${(error as Error).message.slice(0, 80)})`;
     }
-    times.push(Number(process.hrtime.bigint() - start) / 1e6);
+    times.push(timesItself ? (timed as number) : Number(process.hrtime.bigint() - start) / 1e6);
   }
   times.sort((a, b) => a - b);
   return `${times[times.length >> 1]!.toFixed(2)} ms`;
@@ -63,10 +64,20 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       const rewindBy = (back: bigint) => async () => store.rewind(id, undefined, (await store.currentVersion(id)) - back, "");
       const rewind = await medianMs(rewindBy(1n));
       const rewindTen = await medianMs(rewindBy(10n));
+      // The commit after a rewind: each call rewinds one back (untimed), then times a one-message
+      // append to the rewound state, beside the bare commit (what the id index and the copies cost
+      // to follow a truncation shows here).
+      let afterRewind = 0;
+      const commitAfterRewind = await medianMs(async () => {
+        await rewindBy(1n)();
+        const start = process.hrtime.bigint();
+        await store.commit(id, undefined, [append([`after-rewind${afterRewind++}`])], "");
+        return Number(process.hrtime.bigint() - start) / 1e6;
+      }, true);
       const latest = await store.currentVersion(id);
       const fork = await medianMs((call) => store.fork(id, undefined, `${id}-latest-${call}`));
       const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen };
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

@@ -147,11 +147,24 @@ class UndoneSegment {
     }
   }
 
-  /** The segment: the current array itself when the undos left it as it is. */
-  messages(): readonly Message[] {
+  /**
+   * The segment: the current array itself when the undos left it as it is. A head of it (undone
+   * appends) is recorded in `lineage` as a prefix of it, and the whole of it followed by what the
+   * undos brought back (an undone rewind or removal at the tail) as an append to it, so a rewind
+   * to it writes, and the indexes kept beside the current state follow it, without comparing the
+   * messages kept.
+   */
+  messages(lineage: MessageListLineage | undefined): readonly Message[] {
     if (this.head.length === 0 && this.tail.length === 0 && this.from === 0 && this.to === this.current.length) return this.current;
+    if (this.head.length === 0 && this.from === 0 && this.to === this.current.length) {
+      const extended = this.current.concat(this.tail);
+      lineage?.appended(this.current, extended);
+      return extended;
+    }
     const middle = this.current.slice(this.from, this.to);
-    return this.head.length === 0 && this.tail.length === 0 ? middle : this.head.concat(middle, this.tail);
+    if (this.head.length > 0 || this.tail.length > 0) return this.head.concat(middle, this.tail);
+    if (this.from === 0) lineage?.truncated(this.current, middle);
+    return middle;
   }
 }
 
@@ -170,9 +183,10 @@ export function undoMessages(change: Change): number {
 /**
  * The state at `version`: `current` with the undos of `changes` (versions `version` + 1 up to
  * `current.version`, in order, each `undoable`) applied newest first. DATA_LOSS when an undo does
- * not fit the state it undoes (a log written behind the store's back).
+ * not fit the state it undoes (a log written behind the store's back). `lineage`: where a segment
+ * that is a head of the current one is recorded so (`UndoneSegment.messages`).
  */
-export function undoneState(current: ConversationState, changes: readonly Change[], version: bigint): ConversationState {
+export function undoneState(current: ConversationState, changes: readonly Change[], version: bigint, lineage?: MessageListLineage): ConversationState {
   const segments = new Map<StoredSegment, UndoneSegment>();
   let rest: ConversationState = current;
   for (let index = changes.length - 1; index >= 0; index--) {
@@ -197,7 +211,7 @@ export function undoneState(current: ConversationState, changes: readonly Change
   const state: ConversationState = { ...rest, conversationId: current.conversationId, version };
   for (const name of storedSegments) {
     const segment = segments.get(name);
-    state[name] = segment === undefined ? current[name] : (segment.messages() as Message[]);
+    state[name] = segment === undefined ? current[name] : (segment.messages(lineage) as Message[]);
   }
   return state;
 }

@@ -14,6 +14,7 @@ import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
 import type { CommitOutcome, ConversationStore, ForkOutcome } from "./conversation-store.js";
 import { defaultHistoryLimits, rewoundState, sharedWith, stateAtVersion, type HistoryLimits } from "./version-history.js";
+import { trustRewoundSegments } from "./segment-edits.js";
 import type { MessageIdIndex } from "./message-id-index.js";
 import { idempotencyKeyReused, requireStorableKey, versionConflict } from "./store-errors.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageLedgerRecords, UsageReport } from "./usage-ledger.js";
@@ -394,6 +395,8 @@ export abstract class EngineCommittedStore
   implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds" | "loadAt" | "fork" | "rewind" | "recordUsage" | "readUsage" | "listTenantUsage">
 {
   protected abstract readonly engine: CommitEngine;
+  /** The store's record of appended and truncated lists (the one its engine plans with). */
+  abstract readonly lineage: MessageListLineage;
   /** The store's usage ledger I/O, which the `UsageLedgerStore` calls go to. */
   protected abstract readonly usage: UsageLedgerRecords;
   /** What one read of a past version may cost (version-history.ts); a store sets it from its options. */
@@ -417,10 +420,11 @@ export abstract class EngineCommittedStore
 
   async rewind(conversationId: string, expectedVersion: bigint | undefined, toVersion: bigint, idempotencyKey: string): Promise<CommitOutcome> {
     const target = await this.loadAt(conversationId, toVersion);
-    return this.engine.replace(conversationId, expectedVersion, idempotencyKey, `rewind:${toVersion}`, (base) => ({
-      state: rewoundState(base, sharedWith(base, target), base.version + 1n),
-      mark: { rewoundToVersion: toVersion },
-    }));
+    return this.engine.replace(conversationId, expectedVersion, idempotencyKey, `rewind:${toVersion}`, (base) => {
+      const shared = sharedWith(base, target, this.lineage);
+      trustRewoundSegments(base, shared, this.lineage, this.strictToolRounds);
+      return { state: rewoundState(base, shared, base.version + 1n), mark: { rewoundToVersion: toVersion } };
+    });
   }
 
   async fork(conversationId: string, atVersion: bigint | undefined, newConversationId: string): Promise<ForkOutcome> {

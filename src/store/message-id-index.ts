@@ -18,15 +18,17 @@ export const indexedFromMessages = 1_024;
  * they need be unique only within their round (`call_0` on every turn is normal), so the set says
  * whether some round made a call, and `append_tool_result` walks back to the latest one only when
  * one did (a result for a call never made here is stored without walking 150,000 messages). Built once, on the first commit that
- * needs it; a commit that removes or replaces messages leaves it behind (the next commit builds it
- * again: that commit is linear in the conversation, as the edit was).
+ * needs it; it follows a truncation the lineage knows of (a rewind to an earlier version, whose
+ * history is a head of the current one) at the cost of the dropped ids, which is why a call id
+ * is counted, not just held; a commit that otherwise removes or replaces messages leaves it behind
+ * (the next commit builds it again: that commit is linear in the conversation, as the edit was).
  */
 export class MessageIdIndex {
   private constructor(
     private current: ConversationState,
     private readonly ids: Set<string>,
-    /** Per segment, the ids of the calls its ASSISTANT messages make (each once, however many rounds reuse it). */
-    private readonly callIds: Record<StoredSegment, Set<string>>,
+    /** Per segment, the ids of the calls its ASSISTANT messages make, each with how many calls make it (rounds reuse ids). */
+    private readonly callIds: Record<StoredSegment, Map<string, number>>,
   ) {}
 
   /** The index of `state`'s ids, or undefined for a conversation short enough to look in place. */
@@ -40,7 +42,7 @@ export class MessageIdIndex {
   /** The index of `state`'s ids whatever its length (a commit's tail, tail-commit.ts). */
   static ofAll(state: ConversationState): MessageIdIndex {
     const ids = new Set<string>();
-    const callIds = { system: new Set<string>(), history: new Set<string>(), memory: new Set<string>(), tools: new Set<string>() };
+    const callIds = { system: new Map<string, number>(), history: new Map<string, number>(), memory: new Map<string, number>(), tools: new Map<string, number>() };
     for (const segment of storedSegments) {
       for (const message of state[segment]) {
         ids.add(message.id);
@@ -94,18 +96,27 @@ export class MessageIdIndex {
   }
 
   /**
-   * This index moved on to `next` (its appended ids added) when `next` extends its state, for the
-   * store to keep beside `next`; undefined otherwise. The index then no longer answers for the
-   * state it held before.
+   * This index moved on to `next` when each segment of `next` extends its state's (the appended
+   * ids added) or is a head of it (the dropped ids removed), per `lineage`, for the store to keep
+   * beside `next`; undefined otherwise. Costs the messages appended and dropped. The index then no
+   * longer answers for the state it held before.
    */
   advancedTo(next: ConversationState, lineage: MessageListLineage): MessageIdIndex | undefined {
     if (next === this.current) return this;
-    if (!this.extendedBy(next, lineage)) return undefined;
+    for (const segment of storedSegments) {
+      if (!lineage.extends(next[segment], this.current[segment]) && !lineage.extends(this.current[segment], next[segment])) return undefined;
+    }
     for (const segment of storedSegments) {
       const messages = next[segment];
-      for (let index = this.current[segment].length; index < messages.length; index++) {
+      const was = this.current[segment];
+      for (let index = was.length; index < messages.length; index++) {
         this.ids.add(messages[index]!.id);
         addCallIds(this.callIds[segment], messages[index]!);
+      }
+      // Ids are unique in a conversation, so a dropped message's id is free again.
+      for (let index = messages.length; index < was.length; index++) {
+        this.ids.delete(was[index]!.id);
+        removeCallIds(this.callIds[segment], was[index]!);
       }
     }
     this.current = next;
@@ -118,10 +129,21 @@ export class MessageIdIndex {
   }
 }
 
-/** Adds the ids of the calls `message` makes, if it is an ASSISTANT message (as tool-round checks count them). */
-function addCallIds(into: Set<string>, message: Message): void {
+/** Counts the calls `message` makes, if it is an ASSISTANT message (as tool-round checks count them). */
+function addCallIds(into: Map<string, number>, message: Message): void {
   if (message.role !== Role.ASSISTANT) return;
-  for (const part of message.parts) if (part.kind.case === "toolCall") into.add(part.kind.value.id);
+  for (const part of message.parts) if (part.kind.case === "toolCall") into.set(part.kind.value.id, (into.get(part.kind.value.id) ?? 0) + 1);
+}
+
+/** Uncounts the calls `message` makes (`addCallIds`), an id leaving once no call makes it. */
+function removeCallIds(from: Map<string, number>, message: Message): void {
+  if (message.role !== Role.ASSISTANT) return;
+  for (const part of message.parts) {
+    if (part.kind.case !== "toolCall") continue;
+    const calls = (from.get(part.kind.value.id) ?? 0) - 1;
+    if (calls > 0) from.set(part.kind.value.id, calls);
+    else from.delete(part.kind.value.id);
+  }
 }
 
 function makesCall(message: Message, callId: string): boolean {

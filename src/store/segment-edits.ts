@@ -2,7 +2,7 @@ import type { Message } from "#gen/contextd/v1/message_pb";
 import type { ConversationState } from "#gen/contextd/v1/state_pb";
 import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { segmentCheck } from "../core/deltas/segment-operations.js";
-import { assertValidExtension } from "../core/model/tool-rounds.js";
+import { assertValidExtension, trustHead } from "../core/model/tool-rounds.js";
 
 /**
  * What a store writes for a commit, found by comparing the state before and after it: shared by
@@ -18,7 +18,8 @@ export type StoredSegment = (typeof storedSegments)[number];
  * How `after` differs from `before`, by message identity: undefined for the same messages;
  * otherwise how many to keep from the head (`keepPrefix`) or from the tail, and the messages to
  * write beside them. When `lineage` knows `after` was made by appending to `before` (every append
- * of core records it), the appended messages alone, in time proportional to them; otherwise linear
+ * of core records it), the appended messages alone, in time proportional to them; when it knows
+ * `after` is a prefix of `before` (a rewind's undone state, change-undo.ts), in constant time; otherwise linear
  * in the list (one identity comparison per message), with no allocation beyond the messages written.
  */
 export function segmentEdit(before: readonly Message[], after: readonly Message[], lineage?: MessageListLineage): { keepPrefix: boolean; keep: number; messages: Message[] } | undefined {
@@ -26,6 +27,7 @@ export function segmentEdit(before: readonly Message[], after: readonly Message[
   if (lineage?.extends(after, before)) {
     return after.length === before.length ? undefined : { keepPrefix: true, keep: before.length, messages: after.slice(before.length) };
   }
+  if (lineage?.extends(before, after)) return { keepPrefix: true, keep: after.length, messages: [] };
   const shorter = Math.min(before.length, after.length);
   let prefix = 0;
   while (prefix < shorter && after[prefix] === before[prefix]) prefix++;
@@ -58,5 +60,19 @@ export function trustCaughtUpSegment(segment: StoredSegment, cached: readonly Me
     assertValidExtension(cached, caughtUp, segment, segmentCheck(segment, { strictToolRounds }));
   } catch {
     // Left unrecorded (see above).
+  }
+}
+
+/**
+ * Records, for each segment of a rewound state `after` that `lineage` knows is a head of
+ * `before`'s, that it passes the store's tool-round check when `before`'s did (`trustHead`), and
+ * for one that extends `before`'s, what `trustCaughtUpSegment` records: either way the next commit
+ * appended to it checks only what it appends (the whole 100,000-message history was analysed again).
+ */
+export function trustRewoundSegments(before: ConversationState, after: ConversationState, lineage: MessageListLineage, strictToolRounds: boolean): void {
+  for (const segment of storedSegments) {
+    if (after[segment] === before[segment]) continue;
+    if (lineage.extends(before[segment], after[segment])) trustHead(before[segment], after[segment], segmentCheck(segment, { strictToolRounds }));
+    else if (lineage.extends(after[segment], before[segment])) trustCaughtUpSegment(segment, before[segment], after[segment], strictToolRounds);
   }
 }

@@ -46,8 +46,8 @@ export interface HistoryLimits {
 
 export const defaultHistoryLimits: HistoryLimits = { maxReplayMessages: 1_000_000, maxForkDepth: 16, maxUndoBytes: 1_048_576 };
 
-/** What the history reads of a store: its versions and its change log (what Watch serves). */
-export type HistorySource = Pick<ConversationStore, "load" | "currentVersion" | "watch">;
+/** What the history reads of a store: its versions and its change log (what Watch serves), and its lineage (what an undone head is recorded in). */
+export type HistorySource = Pick<ConversationStore, "load" | "currentVersion" | "watch" | "lineage">;
 
 /** The id index a replay keeps of its running state, and the lineage of the lists it appends. */
 interface Replayed {
@@ -77,7 +77,7 @@ export async function stateAtVersion(source: HistorySource, conversationId: stri
   if (version === current) return latest;
   const budget = { messages: limits.maxReplayMessages };
   const backward = await changesSince(source, latest, version, limits, budget);
-  if ("changes" in backward) return undoneState(latest, backward.changes, version);
+  if ("changes" in backward) return undoneState(latest, backward.changes, version, source.lineage);
   try {
     return await replay(source, conversationId, version, current, limits, budget, 0);
   } catch (error) {
@@ -239,14 +239,17 @@ export function rewoundState(base: ConversationState, target: ConversationState,
  * `target` with every segment message that equals the message at the same position of `base`
  * replaced by `base`'s object, from the head and from the tail: a store writes by message
  * identity (`segmentEdit`), so a rewind to a version whose history is a prefix of the current one
- * trims the list instead of writing it again. Costs one comparison per message.
+ * trims the list instead of writing it again. Costs one comparison per message, except for a
+ * segment `lineage` knows is a head of `base`'s or `base`'s followed by more (`undoneState`): nothing to share.
  */
-export function sharedWith(base: ConversationState, target: ConversationState): ConversationState {
+export function sharedWith(base: ConversationState, target: ConversationState, lineage?: MessageListLineage): ConversationState {
   const shared = { ...target };
   for (const segment of storedSegments) {
     const before = base[segment];
     const after = target[segment];
     if (before === after || before.length === 0 || after.length === 0) continue;
+    // A head of `base` is `base`'s objects; `base` followed by messages it does not hold has nothing to share.
+    if (lineage !== undefined && (lineage.extends(before, after) || lineage.extends(after, before))) continue;
     const messages = after.slice();
     let head = 0;
     while (head < messages.length && head < before.length && sameMessage(messages[head]!, before[head]!)) messages[head] = before[head]!, head++;

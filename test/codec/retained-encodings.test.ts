@@ -15,6 +15,7 @@ import { CompileResponseSchema, type CompileResponse } from "#gen/contextd/v1/co
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
 import { RetainedEncodings } from "../../src/codec/retained-encodings.js";
+import { MessageListLineage } from "../../src/core/model/message-list-lineage.js";
 import { contextService } from "../../src/server/services/context-service.js";
 import { composeApplication } from "../../src/server/composition-root.js";
 import { defaultConfig } from "../../src/server/operations/config.js";
@@ -188,6 +189,50 @@ describe("protobuf encoder with retained encodings", () => {
         expect(same(appendCodec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
         const whole = create(CompileResponseSchema, { result: { payload: { history: state.history } } });
         expect(same(appendCodec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
+      }
+    }
+  });
+
+  it("moves the home of a list to a head of it the lineage knows of (a rewind), re-marking only the dropped elements, and the append after it extends it; every state encodes exactly", () => {
+    const random = randomSource(31);
+    const truncateCodec = new Codec();
+    const lineage = new MessageListLineage();
+    const encodings = new RetainedEncodings(64 * 1024 * 1024);
+    const long = randomState(random, undefined, 200);
+    encodings.retainStoredState(long, lineage);
+    truncateCodec.retainState(long, lineage);
+    // Encoded whole once, so the old home has list encodings the head must not inherit.
+    const wholeLong = create(CompileResponseSchema, { result: { payload: { history: long.history } } });
+    expect(same(truncateCodec.encode(CompileResponseSchema, wholeLong), toBinary(CompileResponseSchema, wholeLong))).toBe(true);
+    const home = encodings.list(long.history)!;
+    const head = long.history.slice(0, 150);
+    lineage.truncated(long.history, head);
+    const rewound = { ...long, version: long.version + 1n, history: head };
+    encodings.retainStoredState(rewound, lineage);
+    truncateCodec.retainState(rewound, lineage);
+    expect(encodings.list(head)).toBe(home);
+    expect(home.list).toBe(head);
+    expect(head.every((message, position) => encodings.message(message)!.home === home && encodings.message(message)!.index === position)).toBe(true);
+    // The dropped ones are found in the old list, which has a home of its own.
+    const own = encodings.list(long.history)!;
+    expect(own).not.toBe(home);
+    expect(long.history.slice(150).every((message, position) => encodings.message(message)!.home === own && encodings.message(message)!.index === 150 + position)).toBe(true);
+    const appended = head.concat(randomMessage(random), randomMessage(random));
+    lineage.appended(head, appended);
+    const after = { ...rewound, version: rewound.version + 1n, history: appended };
+    encodings.retainStoredState(after, lineage);
+    truncateCodec.retainState(after, lineage);
+    expect(encodings.list(appended)).toBe(home);
+    // A head the lineage does not know of is not taken for one: its elements are marked anew.
+    const unknownHead = appended.slice(0, 100);
+    encodings.retainStoredState({ ...long, history: unknownHead }, lineage);
+    expect(encodings.list(unknownHead)).not.toBe(home);
+    for (let round = 0; round < 2; round++) {
+      for (const state of [long, rewound, after]) {
+        const response = resultFrom(state, [randomMessage(random)], random);
+        expect(same(truncateCodec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
+        const whole = create(CompileResponseSchema, { result: { payload: { history: state.history } } });
+        expect(same(truncateCodec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
       }
     }
   });

@@ -55,6 +55,41 @@ describe("HistoryFacts", () => {
     expect(clean).toBeLessThan(600);
   });
 
+  it("follow a head of their history the lineage knows of (a rewind) in place, then its appends, equal to the facts built from the whole history", async () => {
+    const random = randomSource(7);
+    let followed = 0;
+    for (let run = 0; run < 20; run++) {
+      const lineage = new MessageListLineage();
+      let history: Message[] = [];
+      let facts: HistoryFacts | undefined;
+      for (let step = 0; step < 30; step++) {
+        const roll = random();
+        const id = `${run}-${step}`;
+        if (step % 6 === 5 && history.length > 0) {
+          const head = history.slice(0, Math.floor(random() * history.length));
+          lineage.truncated(history, head);
+          const before = facts!;
+          const wasClean = before.clean;
+          facts = HistoryFacts.of(head, before, lineage);
+          if (wasClean) {
+            expect(facts).toBe(before);
+            followed++;
+          }
+          history = head;
+        } else {
+          const added = roll < 0.4 ? [user(`u${id}`, "hello ".repeat(1 + Math.floor(random() * 9)))] : roll < 0.7 ? toolRound(`t${id}`, [`c${id}`]) : [message(Role.ASSISTANT, `a${id}`, call(`open${id}`))];
+          const next = history.concat(added);
+          lineage.appended(history, next);
+          history = next;
+          facts = HistoryFacts.of(history, facts, lineage);
+        }
+        expect(await observed(facts), `run ${run} step ${step}`).toEqual(await observed(HistoryFacts.of(history, undefined)));
+      }
+    }
+    // Seeded: 14 clean heads followed in place (the open calls make other histories unclean, rebuilt instead).
+    expect(followed).toBeGreaterThan(10);
+  });
+
   it("are extended without reading the kept messages again when the store's lineage says the history extends them", async () => {
     const base = Array.from({ length: 50 }, (_, index) => user(`u${index}`, `message ${index}`));
     const appended = base.concat([user("u50", "more")]);

@@ -39,6 +39,29 @@ describe("MessageListLineage", () => {
     expect(lineage.extendsLine([message("a"), message("b")], line, 1)).toBe(false);
   });
 
+  it("knows a truncation is a head of the list it was cut from and of that line, and the append after it starts a line of its own", () => {
+    const lineage = new MessageListLineage();
+    const base = [message("a"), message("b")];
+    const long = base.concat(message("c"), message("d"));
+    lineage.appended(base, long);
+    const head = long.slice(0, 3);
+    lineage.truncated(long, head);
+    expect(lineage.extends(long, head)).toBe(true);
+    expect(lineage.extends(head, base)).toBe(true);
+    expect(lineage.extends(head, long)).toBe(false);
+    // Not recorded: the same messages in another array are not known to be a head.
+    expect(lineage.extends(long, long.slice(0, 3))).toBe(false);
+    const after = head.concat(message("x"));
+    lineage.appended(head, after);
+    expect(lineage.extends(after, head)).toBe(true);
+    expect(lineage.extends(after, base)).toBe(false);
+    expect(lineage.extends(after, long)).toBe(false);
+    expect(lineage.extends(long, after)).toBe(false);
+    // A "head" longer than the list is not one.
+    lineage.truncated(head, long);
+    expect(lineage.extends(head, long)).toBe(false);
+  });
+
   it("starts a new line for an append to a list that is not its line's newest, so the branches never extend each other", () => {
     const lineage = new MessageListLineage();
     const base = [message("a")];

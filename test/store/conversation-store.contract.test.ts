@@ -1871,6 +1871,66 @@ describe.each(stores)("ConversationStore contract, version history, rewind and f
     expect((await rejection(store.rewind(id, undefined, 7n, ""))).code).toBe(Code.OutOfRange);
   });
 
+  it("commits after a rewind of a long conversation: an id the rewind dropped is free again, a kept one still taken, a call the rewind dropped no longer made, every version read back", async () => {
+    const id = freshId("rewind-ids");
+    const call = (messageId: string, callId: string) =>
+      create(MessageSchema, { id: messageId, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: callId, name: "look", arguments: { data: "{}" } } } }] });
+    const result = (callId: string, messageId: string) => delta({ case: "appendToolResult", value: { toolCallId: callId, messageId, payload: { text: "found" } } });
+    const lastResultName = (state: ConversationState) => (state.history.at(-1)!.parts[0]!.kind.value as { name: string }).name;
+    const committed = new Map<bigint, Buffer>();
+    const commit = async (deltas: Delta[]) => {
+      const state = (await store.commit(id, undefined, deltas, "")).state!;
+      committed.set(state.version, bytesOf(state));
+      return state;
+    };
+    const rewind = async (back: bigint) => {
+      const current = await store.currentVersion(id);
+      await store.rewind(id, current, current - back, "");
+      const state = await store.load(id);
+      committed.set(state.version, bytesOf(state));
+      return state;
+    };
+    const duplicate = async (messageId: string) => (await rejection(store.commit(id, undefined, [appendHistory(textMessage(messageId, Role.USER, "again"))], ""))).rawMessage;
+    // Past the length from which the stores look ids up in an index (message-id-index.ts).
+    await commit([appendHistory(...Array.from({ length: 1_500 }, (_, index) => textMessage(`h${index}`, Role.USER, "x")))]);
+    await commit([appendHistory(call("a1", "c1"))]);
+    expect(lastResultName(await commit([result("c1", "r1")]))).toBe("look");
+    await commit([appendHistory(textMessage("d1", Role.USER, "one"))]);
+    await commit([appendHistory(textMessage("d2", Role.USER, "two"), textMessage("d3", Role.USER, "three"))]);
+
+    let state = await rewind(2n);
+    expect(state.history.map((message) => message.id).slice(-2)).toEqual(["a1", "r1"]);
+    state = await commit([appendHistory(textMessage("d3", Role.USER, "three again"))]);
+    expect(state.history.map((message) => message.id).slice(-2)).toEqual(["r1", "d3"]);
+    expect(await duplicate("h7")).toMatch(/duplicate message id "h7"/);
+    expect(await duplicate("a1")).toMatch(/duplicate message id "a1"/);
+    expect(await duplicate("d3")).toMatch(/duplicate message id "d3"/);
+    state = await commit([appendHistory(textMessage("d1", Role.USER, "one again"))]);
+
+    // Back before the call: its ids are free, and a result for it finds no call of this history
+    // (stored without a name, as for a call never made here), until a new round makes it again.
+    state = await rewind(7n);
+    expect(state.history.length).toBe(1_500);
+    state = await commit([appendHistory(textMessage("a1", Role.USER, "a1 again"), textMessage("r1", Role.USER, "r1 again"))]);
+    expect(state.history.map((message) => message.id).slice(-2)).toEqual(["a1", "r1"]);
+    expect(lastResultName(await commit([result("c1", "r2")]))).toBe("");
+    expect(lastResultName(await commit([appendHistory(call("a2", "c1")), result("c1", "r3")]))).toBe("look");
+    expect(await duplicate("h1499")).toMatch(/duplicate message id "h1499"/);
+    // Rewinding the rewind brings the round back (the state it dropped, appended again): its ids taken again.
+    await rewind(1n);
+    expect(await store.commit(id, undefined, [appendHistory(textMessage("r3", Role.USER, "free"))], "")).toMatchObject({ replayed: false });
+    state = await rewind(2n);
+    expect(state.history.map((message) => message.id).slice(-2)).toEqual(["a2", "r3"]);
+    expect(await duplicate("r3")).toMatch(/duplicate message id "r3"/);
+    expect(await duplicate("a2")).toMatch(/duplicate message id "a2"/);
+    expect(lastResultName(await commit([result("c1", "r4")]))).toBe("look");
+
+    for (const [version, bytes] of committed) expect(bytesOf(await store.loadAt(id, version)), `version ${version}`).toEqual(bytes);
+    const latest = await store.load(id);
+    expect(latest.history.map((message) => message.id).slice(-3)).toEqual(["a2", "r3", "r4"]);
+    expect(bytesOf(latest)).toEqual(committed.get(latest.version));
+  });
+
   it("forks at the latest or a past version into a new conversation: ids, title and labels kept, forked_from set, the source untouched", async () => {
     const source = freshId("fork-source");
     await store.commit(source, 0n, [appendHistory(textMessage("u1", Role.USER, "plan")), delta({ case: "setMetadata", value: { title: "trip", labels: { team: "x" }, removeLabels: [] } })], "");

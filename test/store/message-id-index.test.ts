@@ -52,4 +52,39 @@ describe("MessageIdIndex", () => {
     const removed = { ...next, history: next.history.filter((message) => message.id !== "h3") };
     expect(index.advancedTo(removed, lineage)).toBeUndefined();
   });
+
+  it("follows a truncation the lineage knows of at the cost of the dropped ids: a dropped id or call is free again, a kept one still taken", () => {
+    const lineage = new MessageListLineage();
+    const state = longState();
+    const index = MessageIdIndex.of(state)!;
+    // Two rounds reuse a call id (as servers answering call_0 every turn do); the rewind drops one of them.
+    const history = state.history.concat(call("a1", "c0"), call("a2", "c2"), text("tail"));
+    lineage.appended(state.history, history);
+    const long = { ...state, history };
+    expect(index.advancedTo(long, lineage)).toBe(index);
+    const head = history.slice(0, state.history.length + 1);
+    lineage.truncated(history, head);
+    const rewound = { ...long, history: head };
+    expect(index.advancedTo(rewound, lineage)).toBe(index);
+    expect(index.state).toBe(rewound);
+    const ids = index.lookupFor(rewound, lineage)!;
+    expect([ids.has("h5"), ids.has("a0"), ids.has("a1"), ids.has("m0"), ids.has("a2"), ids.has("tail")]).toEqual([true, true, true, true, false, false]);
+    const calls = index.toolCallLookupFor(rewound, "history", lineage)!;
+    expect([calls.has("c0"), calls.has("c2")]).toEqual([true, false]);
+    // Back before the second c0 round and the first: c0 goes once no call makes it.
+    const first = history.slice(0, 1);
+    lineage.truncated(head, first);
+    expect(index.advancedTo({ ...long, history: first }, lineage)).toBe(index);
+    expect(index.toolCallLookupFor(index.state, "history", lineage)!.has("c0")).toBe(true);
+    const none = history.slice(0, 0);
+    lineage.truncated(first, none);
+    expect(index.advancedTo({ ...long, history: none }, lineage)).toBe(index);
+    expect(index.toolCallLookupFor(index.state, "history", lineage)!.has("c0")).toBe(false);
+    expect(index.lookupFor(index.state, lineage)!.has("h0")).toBe(false);
+    // The append after the truncation is followed as any append.
+    const again = none.concat(text("h0"));
+    lineage.appended(none, again);
+    expect(index.advancedTo({ ...long, history: again }, lineage)).toBe(index);
+    expect(index.lookupFor(index.state, lineage)!.has("h0")).toBe(true);
+  });
 });

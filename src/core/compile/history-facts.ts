@@ -66,6 +66,12 @@ export class HistoryFacts {
         previous.append(history);
         return previous;
       }
+      // A head of the known history (a rewind): the facts drop what it cut.
+      if (known !== undefined && previous.clean && lineage?.extends(known, history)) {
+        previous.lineage = lineage;
+        previous.truncate(known, history);
+        return previous;
+      }
     }
     const facts = new HistoryFacts();
     facts.lineage = lineage;
@@ -155,6 +161,33 @@ export class HistoryFacts {
     this.historyRef = new WeakRef(history);
     this.length = history.length;
     this.line = this.lineage?.lineOf(history);
+  }
+
+  /**
+   * Describes `history`, the first messages of `known` (the history described, clean), at the cost
+   * of the messages dropped (and of the walk back to the previous USER message when the last one
+   * was dropped). A head of a clean history is clean: its ids stay unique, and cutting a sequence
+   * can only leave its last round open, which the check allows at the tail.
+   */
+  private truncate(known: readonly Message[], history: readonly Message[]): void {
+    const kept = history.length;
+    for (let index = kept; index < known.length; index++) {
+      const id = known[index]!.id;
+      if (this.ids.delete(id)) this.idCharacters -= id.length;
+    }
+    this.characters.length = kept + 1;
+    while (this.unitStarts.length > 0 && this.unitStarts[this.unitStarts.length - 1]! >= kept) this.unitStarts.pop();
+    if (this.lastUser >= kept) {
+      let index = kept - 1;
+      while (index >= 0 && history[index]!.role !== Role.USER) index--;
+      this.lastUser = index;
+    }
+    for (const column of this.tokenPrefixes.values()) {
+      if (column.counts.length <= kept) continue;
+      column.counts.length = kept;
+      column.prefix.length = kept + 1;
+    }
+    this.describe(history);
   }
 
   /** Takes in the messages of `history` past the current end (which `history` starts with). */

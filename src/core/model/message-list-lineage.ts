@@ -14,6 +14,9 @@ import type { Message } from "#gen/contextd/v1/message_pb";
  * extends the line; appending to any other list (a second commit planned from the same base)
  * starts a new line from that list, which then leaves its old line. "Extends" is therefore only
  * ever answered true when it holds; false means "not known", and the caller compares elements.
+ * A list made by truncating one of a line (a rewind to an earlier version keeps a prefix) is a
+ * prefix of that line's tip too, so it joins the line without changing it; the next append to it
+ * starts a line of its own, as any append to a list short of the tip does.
  * Keys are weak and a line holds no list, so nothing is kept alive by being recorded.
  */
 export class MessageListLineage {
@@ -28,6 +31,18 @@ export class MessageListLineage {
     }
     line.tipLength = extended.length;
     this.lines.set(extended, line);
+  }
+
+  /**
+   * Records that `prefix` is the first `prefix.length` messages of `base` (the same objects), so
+   * that `extends(base, prefix)` answers true in constant time: what lets a rewind's write and the
+   * indexes kept beside a state follow a truncation at the cost of the messages it dropped.
+   */
+  truncated(base: readonly Message[], prefix: readonly Message[]): void {
+    if (prefix === base || prefix.length > base.length) return;
+    let line = this.lines.get(base);
+    if (line === undefined) this.lines.set(base, (line = { tipLength: base.length }));
+    this.lines.set(prefix, line);
   }
 
   /**

@@ -279,6 +279,18 @@ export function assertValidExtension(prefix: readonly Message[], messages: reado
   valid.add(messages);
 }
 
+/**
+ * Records that `prefix`, a head of `messages` (the same elements), passes `check` when `messages`
+ * is known to and `check` allows an open round at the tail: cutting a sequence can leave only its
+ * last round open, so such a check holds for every head of what it passed. What lets the commit
+ * after a rewind check only what it appends (the whole 100,000-message history was analysed again).
+ */
+export function trustHead(messages: readonly Message[], prefix: readonly Message[], check: ToolRoundCheck): void {
+  if (!check.allowOpenTail || prefix.length > messages.length) return;
+  const valid = validSequencesFor(check);
+  if (valid.has(messages)) valid.add(prefix);
+}
+
 /** The INVALID_ARGUMENT error for one violation (shared by rejecting callers so wording is uniform). */
 export function toolRoundError(violation: ToolRoundViolation, fieldPath: string): ConnectError {
   const id = violation.messageId === "" ? "" : ` (message "${violation.messageId}")`;

@@ -1,13 +1,8 @@
 import { toBinary } from "@bufbuild/protobuf";
-import { Redis } from "ioredis";
-import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
-import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
-import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import type { SegmentWindow } from "../../src/store/segment-window.js";
-import { startPostgres, type PostgresProcess } from "../support/postgres.js";
-import { startRedis, type RedisProcess } from "../support/redis.js";
+import { sharedStoreBackends, storesOnSharedBackend } from "../support/shared-store-backends.js";
 import { appendHistory, textMessage } from "./fixtures.js";
 
 // A process that keeps a conversation's tail (kept-tails.ts) and reads the tail again after
@@ -17,49 +12,7 @@ import { appendHistory, textMessage } from "./fixtures.js";
 // holds nothing reads, byte for byte, running facts included; and a conversation lost and written
 // anew (another `created`) at the same version and `_at` must be decoded afresh.
 
-type Store = RedisConversationStore | PostgresConversationStore;
-
-const backends: [string, () => Promise<{ open: () => Promise<Store>; wipe: () => Promise<void>; stop: () => Promise<void> }>][] = [
-  ["Redis", async () => {
-    const redis: RedisProcess = await startRedis();
-    const raw = new Redis(redis.url);
-    return {
-      open: async () => {
-        const store = new RedisConversationStore(redis.url);
-        expect(await store.connected()).toBe(true);
-        return store;
-      },
-      wipe: async () => {
-        await raw.flushall();
-      },
-      stop: async () => {
-        raw.disconnect();
-        await redis.stop();
-      },
-    };
-  }],
-  ["Postgres", async () => {
-    const postgres: PostgresProcess = await startPostgres();
-    const url = await postgres.createDatabase("kept_tail_reuse");
-    return {
-      open: async () => {
-        const store = new PostgresConversationStore(url);
-        expect(await store.connected()).toBe(true);
-        return store;
-      },
-      wipe: async () => {
-        const client = new pg.Client({ connectionString: url });
-        await client.connect();
-        try {
-          await client.query("TRUNCATE contextd_conversations, contextd_messages, contextd_changes, contextd_idempotency, contextd_message_ids, contextd_tool_calls");
-        } finally {
-          await client.end();
-        }
-      },
-      stop: () => postgres.destroy(),
-    };
-  }],
-];
+const backends = sharedStoreBackends("kept_tail_reuse");
 
 const encoded = (messages: readonly Message[]) => messages.map((message) => Buffer.from(toBinary(MessageSchema, message)).toString("base64"));
 const comparable = (window: SegmentWindow) => ({
@@ -72,20 +25,7 @@ const comparable = (window: SegmentWindow) => ({
 });
 
 describe.each(backends)("%s store: a kept tail read again", (_, start) => {
-  let backend: Awaited<ReturnType<typeof start>>;
-  const stores: Store[] = [];
-  beforeAll(async () => {
-    backend = await start();
-  }, 30_000);
-  afterAll(async () => {
-    for (const store of stores) await store.close();
-    await backend?.stop();
-  });
-  const newStore = async () => {
-    const store = await backend.open();
-    stores.push(store);
-    return store;
-  };
+  const { backend, newStore } = storesOnSharedBackend(start);
   const body = (from: number, count: number, text = (index: number) => `message ${index}`) =>
     Array.from({ length: count }, (_, index) => textMessage(`m${from + index}`, Role.USER, text(from + index)));
   const fresh = async (id: string, count: number) => {
@@ -130,7 +70,7 @@ describe.each(backends)("%s store: a kept tail read again", (_, start) => {
     expect(cold.keptTails.count).toBe(1);
     // The store loses everything; another process writes the conversation anew: the same
     // versions, lengths and `_at`, other texts.
-    await backend.wipe();
+    await backend().wipe();
     const again = await newStore();
     await again.commit(id, undefined, [appendHistory(...body(0, 300, (index) => `written anew ${index}`))], "");
     await again.commit(id, undefined, [appendHistory(textMessage("c1", Role.USER, "anew"))], "");

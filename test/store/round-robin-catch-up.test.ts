@@ -1,14 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import type { Delta } from "#gen/contextd/v1/state_pb";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
-import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
-import { startPostgres, type PostgresProcess } from "../support/postgres.js";
-import { startRedis, type RedisProcess } from "../support/redis.js";
+import { startRedis } from "../support/redis.js";
+import { sharedStoreBackends, storesOnSharedBackend } from "../support/shared-store-backends.js";
 import { appendHistory, textMessage } from "./fixtures.js";
 
 // Two stores on one Redis (or one Postgres) taking a conversation's commits in turn, as two
@@ -34,47 +33,10 @@ async function outcomeOf(store: ConversationStore, conversationId: string, delta
   }
 }
 
-const backends: [string, () => Promise<{ open: () => Promise<ConversationStore>; stop: () => Promise<void> }>][] = [
-  ["Redis", async () => {
-    const redis: RedisProcess = await startRedis();
-    return {
-      open: async () => {
-        const store = new RedisConversationStore(redis.url);
-        expect(await store.connected()).toBe(true);
-        return store;
-      },
-      stop: () => redis.stop(),
-    };
-  }],
-  ["Postgres", async () => {
-    const postgres: PostgresProcess = await startPostgres();
-    const url = await postgres.createDatabase("round_robin");
-    return {
-      open: async () => {
-        const store = new PostgresConversationStore(url);
-        expect(await store.connected()).toBe(true);
-        return store;
-      },
-      stop: () => postgres.destroy(),
-    };
-  }],
-];
+const backends = sharedStoreBackends("round_robin");
 
 describe.each(backends)("%s store: sidecars taking turns (round-robin)", (_, start) => {
-  let backend: Awaited<ReturnType<typeof start>>;
-  const stores: ConversationStore[] = [];
-  beforeAll(async () => {
-    backend = await start();
-  }, 30_000);
-  afterAll(async () => {
-    for (const store of stores) await store.close();
-    await backend?.stop();
-  });
-  const newStore = async () => {
-    const store = await backend.open();
-    stores.push(store);
-    return store;
-  };
+  const { newStore } = storesOnSharedBackend(start);
 
   it("each store catches up with the other's appends, tool rounds included, and commits after them", async () => {
     const [a, b] = [await newStore(), await newStore()];

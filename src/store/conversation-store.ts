@@ -30,6 +30,20 @@ export interface CommitOptions {
   withState?: boolean;
 }
 
+/**
+ * What a store of one element or row per message (Redis, Postgres) holds in this process between
+ * calls, and how its commits used it, for the metrics (`GET /metrics`): the decoded states
+ * (`--decoded-state-bytes`, decoded-state-cache.ts) and the kept tails (`--kept-tail-bytes`,
+ * kept-tails.ts), each as entries and approximate heap bytes, and since the store was made the
+ * commits planned on a kept tail with no read and the tail reads commits made.
+ */
+export interface HeldCopies {
+  decodedStates: { count: number; bytes: number };
+  keptTails: { count: number; bytes: number };
+  keptTailCommits: number;
+  tailReads: number;
+}
+
 /** The outcome of a fork: the new conversation's version (1) and what it was copied from. */
 export interface ForkOutcome {
   version: bigint;
@@ -67,6 +81,8 @@ export interface ConversationStore extends CalibrationStore, UsageLedgerStore {
    * that a newer history extends the one it has. Absent = unknown (compare elements).
    */
   readonly lineage?: MessageListLineage;
+  /** What the store holds of its conversations in this process (Redis, Postgres); absent for one that holds them all (memory). */
+  readonly heldCopies?: HeldCopies;
   /**
    * How ids are looked up when a batch is applied to `base` (a state this store handed out for
    * `conversationId`) outside a commit: a compile with `commit.deltas` compiles its batch applied

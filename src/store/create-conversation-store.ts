@@ -82,7 +82,7 @@ export async function createConversationStore({
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, values, ...retention, ...history });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, listedIdBytes, values, ...retention, ...history });
     await store.connected(connectTimeoutMs);
     return store;
   }

@@ -11,7 +11,8 @@ import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
 import { idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
-import type { ConversationPage, ConversationStore } from "./conversation-store.js";
+import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
+import { RecentIds, defaultListedIdBytes } from "./recent-ids.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
@@ -42,6 +43,8 @@ export interface PostgresStoreOptions {
   cacheBytes?: number;
   /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
   keptTailBytes?: number;
+  /** `--listed-id-bytes`: what the memo of conversations whose stored id index was found stale may weigh (recent-ids.ts). */
+  listedIdBytes?: number;
   /** How often a Watch reads its changes again without a notification (covers notifications missed while the listener reconnects). */
   watchPollMs?: number;
   /** Retries of a commit without expected version when another writer got there first. */
@@ -103,8 +106,6 @@ interface TailRow {
   names: (Buffer | null)[] | null;
 }
 
-/** Most conversations whose stale id index a store remembers (one forgotten is rebuilt by the next cold commit instead). */
-const staleIdIndexesLimit = 100_000;
 
 /**
  * The Postgres store. Same contract, same commit engine (commit-engine.ts) and same caching
@@ -135,9 +136,10 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   /**
    * Conversations whose stored id index a read or commit of this process found stale (stored
    * before migration 11, or last written by a sidecar of the previous release): the next commit
-   * writes it whole. Bounded; one forgotten is found stale again by the next cold commit.
+   * writes it whole. Bounded by bytes (`--listed-id-bytes`, as the Redis store's memos of ids);
+   * one forgotten is found stale again by the next cold commit.
    */
-  private readonly staleIdIndexes = new Set<string>();
+  private readonly staleIdIndexes: RecentIds<true>;
   private readonly sweeper: NodeJS.Timeout | undefined;
   private sweeping = false;
 
@@ -148,6 +150,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     if (options.historyLimits) this.historyLimits = options.historyLimits;
     this.idempotencyTtlMs = options.idempotencyTtlMs ?? defaultIdempotencyTtlMs;
     this.now = options.now ?? Date.now;
+    this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new PostgresConnection(url, options.poolSize ?? 16);
     this.values = options.values ?? plainValues;
     this.usage = new PostgresUsageLedger(this.connection);
@@ -184,6 +187,18 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
   get keptTails(): { count: number; bytes: number; reusedEntries: number } {
     return this.copies.keptTails;
+  }
+
+  /** The conversations whose stored id index this process remembers as stale: how many, and what they weigh (`--listed-id-bytes`). */
+  get staleIdIndexIds(): { count: number; bytes: number } {
+    return { count: this.staleIdIndexes.size, bytes: this.staleIdIndexes.keptBytes };
+  }
+
+  /** The decoded states and kept tails this process holds, and the commits that used them (the metrics' gauges). */
+  get heldCopies(): HeldCopies {
+    const { count, bytes } = this.copies.keptTails;
+    const { keptTailCommits, tailReads } = this.commitTraffic;
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads };
   }
 
   /** Resolves true once the database is reached and migrated, false after `timeoutMs` (the store then answers UNAVAILABLE and keeps trying). */
@@ -476,9 +491,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 
   /** Remembers that the conversation's stored id index is stale: this process's next commit to it writes it whole. */
   private markIdIndexStale(conversationId: string): void {
-    this.staleIdIndexes.delete(conversationId);
-    this.staleIdIndexes.add(conversationId);
-    if (this.staleIdIndexes.size > staleIdIndexesLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
+    this.staleIdIndexes.set(conversationId, true);
   }
 
   /**
@@ -536,7 +549,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string, tail: CommitTail | undefined): Promise<CommitWrite> {
     const id = idBytes(conversationId);
     const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
-    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.has(conversationId) ? "b" : "a");
+    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a");
     const utf8 = (texts: readonly string[]) => texts.map((text) => Buffer.from(text, "utf8"));
     const callIds: Buffer[] = [];
     const callNames: Buffer[] = [];

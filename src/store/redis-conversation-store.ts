@@ -10,7 +10,7 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
-import type { ConversationPage, ConversationStore } from "./conversation-store.js";
+import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListPosition, type ListQuery } from "./conversation-listing.js";
 import { RedisChangeFeed } from "./redis-change-feed.js";
@@ -48,7 +48,10 @@ export interface RedisStoreOptions {
   cacheBytes?: number;
   /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
   keptTailBytes?: number;
-  /** `--listed-id-bytes`: what the memo of conversations whose listing entry this process wrote may weigh (recent-ids.ts). */
+  /**
+   * `--listed-id-bytes`: what the memo of conversations whose listing entry this process wrote may
+   * weigh, and apart from it the memo of conversations whose stored id index was found stale (recent-ids.ts).
+   */
   listedIdBytes?: number;
   /** How long one blocking XREAD of a Watch waits before looping. */
   watchBlockMs?: number;
@@ -87,8 +90,6 @@ export interface RedisStoreOptions {
   expirySweepMs?: number;
 }
 
-/** How many conversations `staleIdIndexes` remembers. */
-const staleIdIndexesLimit = 100_000;
 
 /**
  * The production store. A commit (the one engine, commit-engine.ts) computes the next state from
@@ -124,9 +125,10 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /**
    * Conversations whose stored id index a commit of this process found stale (stored before it, or
    * last written by a sidecar that did not keep it): the next commit from the copy writes it whole.
-   * At most `staleIdIndexesLimit`; one forgotten is rebuilt by the next cold commit instead.
+   * Bounded by bytes (`--listed-id-bytes`, as the listing memo beside it: both are ids remembered
+   * to spare a write); one forgotten is rebuilt by the next cold commit instead.
    */
-  private readonly staleIdIndexes = new Set<string>();
+  private readonly staleIdIndexes: RecentIds<true>;
   /**
    * Set when Redis refused a commit for memory: the bytes that commit sent. Redis counts a
    * command's own arguments against `maxmemory`, so it can refuse a commit of a long state while
@@ -147,6 +149,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.now = options.now ?? Date.now;
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
     this.indexedConversations = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
+    this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new RedisConnection(target, options.tlsCa);
     this.values = options.values ?? plainValues;
     this.usage = new RedisUsageLedger(this.connection, this.keyPrefix);
@@ -188,6 +191,18 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
   get keptTails(): { count: number; bytes: number; reusedEntries: number } {
     return this.copies.keptTails;
+  }
+
+  /** The conversations whose stored id index this process remembers as stale: how many, and what they weigh (`--listed-id-bytes`). */
+  get staleIdIndexIds(): { count: number; bytes: number } {
+    return { count: this.staleIdIndexes.size, bytes: this.staleIdIndexes.keptBytes };
+  }
+
+  /** The decoded states and kept tails this process holds, and the commits that used them (the metrics' gauges). */
+  get heldCopies(): HeldCopies {
+    const { count, bytes } = this.copies.keptTails;
+    const { keptTailCommits, tailReads } = this.commitTraffic;
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads };
   }
 
   /** The conversations whose listing entry this process remembers writing: how many, and what they weigh (`--listed-id-bytes`). */
@@ -707,7 +722,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
       for (const encoding of segment.encodings) args.push(encoding);
     }
-    const indexMode = tail ? "t" : this.staleIdIndexes.has(conversationId) ? "b" : "a";
+    const indexMode = tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a";
     for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode))) args.push(arg);
     if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
     const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
@@ -799,9 +814,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   /** Remembers that the conversation's stored id index is stale: this process's next commit to it writes it whole. */
   private markIdIndexStale(conversationId: string): void {
-    this.staleIdIndexes.delete(conversationId);
-    this.staleIdIndexes.add(conversationId);
-    if (this.staleIdIndexes.size > staleIdIndexesLimit) this.staleIdIndexes.delete(this.staleIdIndexes.values().next().value!);
+    this.staleIdIndexes.set(conversationId, true);
   }
 
   /** Adds the conversation to the listing index; resolves (never rejects) once Redis answered. */

@@ -222,6 +222,11 @@ export class StoredCopies implements CommitCopies {
     return { count: this.tails.size, bytes: this.tails.keptBytes, reusedEntries: this.reusedEntries };
   }
 
+  /** The decoded states kept: how many, and their approximate heap bytes (`approximateDecodedBytes`). */
+  get decodedStates(): { count: number; bytes: number } {
+    return { count: this.cache.size, bytes: this.cache.keptBytes };
+  }
+
   /** A state's encoded size as its layout says (0 without one). */
   private encodedBytesOf(state: ConversationState): number {
     const layout = this.layouts.get(state);

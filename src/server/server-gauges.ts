@@ -8,6 +8,7 @@ import type { Metrics } from "./operations/metrics.js";
 import type { TokenCountCache } from "../core/tokens/token-count-cache.js";
 import type { OpenConnections } from "./transport/open-connections.js";
 import type { SpanQueueBound } from "./operations/span-queue.js";
+import type { ConversationStore } from "../store/conversation-store.js";
 
 /** The owners whose state `/metrics` shows as gauges, read at every scrape. */
 export interface GaugeSources {
@@ -19,12 +20,14 @@ export interface GaugeSources {
   requestMemory: RequestMemoryBudget;
   tokenCounts: TokenCountCache;
   connections: OpenConnections;
+  /** Its decoded states and kept tails, when it keeps them (Redis, Postgres; not the memory store). */
+  store: ConversationStore;
   /** Spans waiting for the collector, when tracing is on. */
   spanQueue?: SpanQueueBound;
 }
 
 export function registerServerGauges(metrics: Metrics, sources: GaugeSources): void {
-  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts, connections, spanQueue } = sources;
+  const { health, calls, streams, telemetry, codec, requestMemory, tokenCounts, connections, spanQueue, store } = sources;
   if (spanQueue) {
     metrics.gauge("contextd_trace_queue_bytes", "Bytes of finished spans waiting for the OpenTelemetry collector (bounded by --trace-queue-bytes).", () => spanQueue.heldBytes);
     metrics.countedBy("contextd_trace_spans_dropped_total", "Spans dropped because --trace-queue-bytes (or OTEL_BSP_MAX_QUEUE_SIZE) was reached.", "reason", () => ({ queue_full: spanQueue.dropped }));
@@ -61,5 +64,14 @@ export function registerServerGauges(metrics: Metrics, sources: GaugeSources): v
   metrics.cache("token_count_lists", () => ({ lookups: tokenCounts.listLookups, hits: tokenCounts.listHits }));
   metrics.gauge("contextd_token_count_texts", "Texts whose token counts are kept across compiles (bounded at 200,000 and by --token-count-text-bytes).", () => tokenCounts.keptTexts);
   metrics.gauge("contextd_token_count_text_bytes", "Approximate bytes of the texts whose token counts are kept (bounded by --token-count-text-bytes).", () => tokenCounts.keptTextBytes);
+  // The memory store holds every conversation itself: no copies to show, so no gauges (a zero would read as a cache that never fills).
+  if (store.heldCopies !== undefined) {
+    const held = () => store.heldCopies!;
+    metrics.gauge("contextd_decoded_states", "Conversations whose decoded state the Redis or Postgres store keeps (at most 1,000, and within --decoded-state-bytes).", () => held().decodedStates.count);
+    metrics.gauge("contextd_decoded_state_bytes", "Approximate heap bytes of the decoded states kept: encoding + 640 a message (bounded by --decoded-state-bytes; the newest is kept even over it).", () => held().decodedStates.bytes);
+    metrics.gauge("contextd_kept_tails", "Conversations committed on without a copy whose stored tail the store keeps for their next commit (within --kept-tail-bytes).", () => held().keptTails.count);
+    metrics.gauge("contextd_kept_tail_bytes", "Approximate heap bytes of the kept tails, weighed as decoded states (bounded by --kept-tail-bytes).", () => held().keptTails.bytes);
+    metrics.total("contextd_kept_tail_commits_total", "Commits planned on a kept tail, with no read before the write.", () => held().keptTailCommits);
+    metrics.total("contextd_commit_tail_reads_total", "Tail reads commits made: commits on a conversation held neither decoded nor as a kept tail (or whose kept tail was stale).", () => held().tailReads);
+  }
 }
-

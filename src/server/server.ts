@@ -218,7 +218,7 @@ export async function serveSidecar(sidecar: Sidecar): Promise<RunningServer> {
 
   const storeHealth = pollStoreHealth(store, health, config.healthIntervalMs, logger);
   await storeHealth.firstCheck;
-  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts, connections, spanQueue: tracing?.queue });
+  registerServerGauges(metrics, { health, calls, streams, telemetry, codec, requestMemory: admission.memory, tokenCounts, connections, spanQueue: tracing?.queue, store });
 
   let stopped: Promise<void> | undefined;
   return {

@@ -181,6 +181,19 @@ export class Metrics {
     });
   }
 
+  /** A counter without labels whose total `read` returns at every scrape (a count since its owner was made). */
+  total(name: string, help: string, read: () => number): void {
+    new Counter({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        this.inc(read());
+      },
+    });
+  }
+
   /** A counter with one label whose totals per label value `read` returns at every scrape (counts since start). */
   countedBy(name: string, help: string, label: string, read: () => Readonly<Record<string, number>>): void {
     new Counter({

@@ -6,7 +6,7 @@ import type { Change } from "#gen/contextd/v1/conversation_service_pb";
 import type { ConversationState, Delta } from "#gen/contextd/v1/state_pb";
 import type { LearntCorrection, TokenCorrection } from "../../core/compile/token-calibration.js";
 import type { CalibrationBounds, CalibrationRecordKey } from "../../store/calibration-store.js";
-import type { CommitOptions, CommitOutcome, ConversationPage, ConversationStore, ForkOutcome } from "../../store/conversation-store.js";
+import type { CommitOptions, CommitOutcome, ConversationPage, ConversationStore, ForkOutcome, HeldCopies } from "../../store/conversation-store.js";
 import type { SegmentWindow, WindowQuery } from "../../store/segment-window.js";
 import type { ListQuery } from "../../store/conversation-listing.js";
 import type { ConversationUsageRecord, RecordedUsage, TenantUsagePage, UsageLedgerBounds, UsageReport } from "../../store/usage-ledger.js";
@@ -28,6 +28,10 @@ export class ObservedStore implements ConversationStore {
 
   get lineage(): MessageListLineage | undefined {
     return this.store.lineage;
+  }
+
+  get heldCopies(): HeldCopies | undefined {
+    return this.store.heldCopies;
   }
 
   get strictToolRounds(): boolean | undefined {

@@ -12,6 +12,7 @@ import { ConversationStateSchema, Segment, type ConversationState } from "#gen/c
 import { PostgresConversationStore, type PostgresStoreOptions } from "../../src/store/postgres-conversation-store.js";
 import { migratePostgres, postgresMigrations } from "../../src/store/postgres-schema.js";
 import { listById } from "../../src/store/conversation-listing.js";
+import { rememberedIdOverheadBytes } from "../../src/store/recent-ids.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { randomSource } from "../support/random-messages.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
@@ -153,6 +154,32 @@ describe("migrations", () => {
     expect((await next.commit(id, undefined, [appendHistory(textMessage("u4", Role.USER, "four"))], "", undefined, undefined, { withState: false })).version).toBe(4n);
     expect(next.tailCommits).toBe(1);
     expect((await next.load(id)).history.map((entry) => entry.id)).toEqual(["u1", "u2", "old-1", "u3", "u4"]);
+  });
+
+  it("remembers stale id indexes within --listed-id-bytes: 30 found stale past a 10-id bound keep the newest 10, and a forgotten one is found stale again", async () => {
+    const id = (index: number) => `stale-memo-${String(index).padStart(3, "0")}`;
+    const bound = 10 * (rememberedIdOverheadBytes + 2 * id(0).length);
+    const store = await openStore({ listedIdBytes: bound });
+    const idsAt = async (index: number) => (await raw.query<{ ids_at: string; version: string }>("SELECT ids_at, version FROM contextd_conversations WHERE id = $1", [idOf(id(index))])).rows[0]!;
+    const say = (index: number, messageId: string) => store.commit(id(index), undefined, [appendHistory(textMessage(messageId, Role.USER, "hello"))], "");
+    for (let index = 0; index < 30; index++) {
+      await say(index, "first");
+      // As a sidecar of the previous release leaves it: the index is behind the version.
+      await raw.query("UPDATE contextd_conversations SET ids_at = 0 WHERE id = $1", [idOf(id(index))]);
+      await say(index, "second");
+      expect((await idsAt(index)).ids_at).toBe("0");
+      expect(store.staleIdIndexIds.bytes).toBeLessThanOrEqual(bound);
+    }
+    expect(store.staleIdIndexIds).toEqual({ count: 10, bytes: bound });
+    // The newest is remembered: its next commit writes the index whole.
+    await say(29, "third");
+    expect(await idsAt(29)).toEqual({ ids_at: "3", version: "3" });
+    // The oldest was forgotten: its next commit leaves the index stale and remembers it, the one after rewrites it.
+    await say(0, "third");
+    expect((await idsAt(0)).ids_at).toBe("0");
+    await say(0, "fourth");
+    expect(await idsAt(0)).toEqual({ ids_at: "4", version: "4" });
+    expect((await store.load(id(0))).history.map((message) => message.id)).toEqual(["first", "second", "third", "fourth"]);
   });
 
   it("two processes without a copy appending the same new id at once: one commit takes it, the other is refused naming it, and the id is stored once", async () => {

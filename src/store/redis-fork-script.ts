@@ -41,14 +41,26 @@ for i = 8, 13 do
 end
 local added = redis.pcall('XADD', KEYS[13], 'MAXLEN', '~', ARGV[6], '1-0', 'change', ARGV[4])
 if type(added) == 'table' and added.err then return corrupt('the change stream ' .. KEYS[13] .. ' does not take version 1 (' .. added.err .. ')') end
-for i = 1, 4 do
-  if tonumber(header[segmentNames[i]]) > 0 then redis.call('COPY', KEYS[2 + i], KEYS[8 + i]) end
-end
 local listed = redis.call('HMGET', KEYS[2], 'title', 'labels')
-redis.call('HSET', KEYS[8], 'created', ARGV[2], 'rest', header.rest .. ARGV[3], 'rest_at', '1',
+local fields = {'created', ARGV[2], 'rest', header.rest .. ARGV[3], 'rest_at', '1',
   'system', header.system, 'system_at', '1', 'history', header.history, 'history_at', '1',
   'memory', header.memory, 'memory_at', '1', 'tools', header.tools, 'tools_at', '1',
-  'created_at_ms', ARGV[5], 'updated_at_ms', ARGV[5], 'title', listed[1] or '', 'labels', listed[2] or '{}')
+  'created_at_ms', ARGV[5], 'updated_at_ms', ARGV[5], 'title', listed[1] or '', 'labels', listed[2] or '{}'}
+-- The fork reads each segment as a prefix of one list, its source's own or the one the source
+-- shares; a source segment that is a shared prefix and an own tail first becomes one list (ownWhole).
+for i, name in ipairs(segmentNames) do
+  local length = tonumber(header[name])
+  if length > 0 then
+    if header.lists[i] and header.shared[i] < length then ownWhole(header, i) end
+    local list = header.lists[i] or KEYS[2 + i]
+    redis.call('ZADD', readersOf(list), length, KEYS[8])
+    fields[#fields + 1] = name .. '_list'
+    fields[#fields + 1] = list
+    fields[#fields + 1] = name .. '_shared'
+    fields[#fields + 1] = header[name]
+  end
+end
+redis.call('HSET', KEYS[8], unpack(fields))
 redis.call('SET', KEYS[7], '1')
 return {'ok'}
 `;

@@ -410,6 +410,13 @@ export abstract class EngineCommittedStore
   protected async forkCurrent(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     return "unavailable";
   }
+  /**
+   * As `forkCurrent`, for a fork at a past version `state` (read through the undos) of a source
+   * now at `current`: a store whose lists the past state is a prefix of may share them (Redis).
+   */
+  protected async forkPast(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string, _state: ConversationState, _current: bigint): Promise<"copied" | "exists" | "unavailable"> {
+    return "unavailable";
+  }
   abstract load(conversationId: string): Promise<ConversationState>;
   abstract currentVersion(conversationId: string): Promise<bigint>;
   abstract watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
@@ -443,6 +450,11 @@ export abstract class EngineCommittedStore
       if (copied === "copied") return { version: 1n, forkedFrom };
     }
     const state = await this.loadAt(conversationId, version);
+    if (version !== current) {
+      const shared = await this.forkPast(conversationId, forkedFrom, newConversationId, state, current);
+      if (shared === "exists") throw exists();
+      if (shared === "copied") return { version: 1n, forkedFrom };
+    }
     if ((await this.currentVersion(newConversationId)) !== 0n) throw exists();
     try {
       const outcome = await this.engine.replace(newConversationId, 0n, "", "", () => ({ state: { ...state, forkedFrom }, mark: { forkedFrom } }));

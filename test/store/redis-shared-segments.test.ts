@@ -111,7 +111,9 @@ describe("Redis shared segment lists", () => {
       const draw = random();
       if (draw < 0.15 && live.size < 8) {
         const fork = `${root}-fork-${++forks}`;
-        await store.fork(id, undefined, fork);
+        // Half at a past version: shared when only appends came since, through the engine otherwise.
+        const current = await store.currentVersion(id);
+        await store.fork(id, random() < 0.5 || current === 1n ? undefined : current - 1n, fork);
         live.set(fork, await freshRead(fork));
       } else if (draw < 0.22) {
         const version = await store.currentVersion(id);
@@ -204,5 +206,32 @@ describe("Redis shared segment lists", () => {
     expect(await freshRead("second-fork")).toBe(encoded(await store.load("second-fork")));
     expect((await store.load("second-fork")).history.map((message) => message.id)).toEqual(fork.history.map((message) => message.id));
     expect(await freshRead("appending-fork")).toBe(encoded(fork));
+  });
+});
+
+describe("Redis shared segment lists at a past version", () => {
+  it("forks a version the source only appended to since by sharing its prefixes; one the source edited since goes through the engine", async () => {
+    const store = await openStore();
+    const source = "past-source";
+    let version = await longConversation(store, source, 3_000);
+    const past = version;
+    for (let turn = 0; turn < 3; turn++) version = (await store.commit(source, version, [appendHistory(textMessage(`later${turn}`, Role.USER, "later"))], "")).version;
+    const before = await commandCalls();
+    const { forkedFrom } = await store.fork(source, past, "past-fork");
+    const after = await commandCalls();
+    for (const command of ["copy", "rpush", "lpush"]) expect(after.get(command) ?? 0, command).toBe(before.get(command) ?? 0);
+    expect(await raw.hget(keysOf("past-fork").header, "history_shared")).toBe("3000");
+    const forked = await store.load("past-fork");
+    expect(forked.history).toHaveLength(3_000);
+    expect(encoded(forked)).toBe(encoded({ ...(await store.loadAt(source, past)), conversationId: "past-fork", forkedFrom, version: 1n }));
+    expect(await freshRead("past-fork")).toBe(encoded(forked));
+    // The source's later edit of its head (a prune) leaves the fork's prefix to it.
+    await store.commit(source, version, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })], "");
+    expect(await freshRead("past-fork")).toBe(encoded(forked));
+    // A version before a prune is no prefix of the current lists: the engine writes it.
+    const rpushBefore = (await commandCalls()).get("rpush") ?? 0;
+    await store.fork(source, past, "past-fork-2");
+    expect(((await commandCalls()).get("rpush") ?? 0) - rpushBefore).toBeGreaterThan(0);
+    expect((await store.load("past-fork-2")).history.map((message) => message.id)).toEqual(forked.history.map((message) => message.id));
   });
 });

@@ -172,7 +172,7 @@ local function readHeader(version)
     header.lists[i], header.shared[i] = false, 0
     if shared or sharedLength then
       if not (shared and sharedLength and isVersion(sharedLength) and tonumber(sharedLength) <= length) then
-        return nil, corrupt('the header ' .. KEYS[2] .. ' says ' .. name .. '_list "' .. string.sub(tostring(shared), 1, 80) .. '" and ' .. name .. '_shared "' .. tostring(sharedLength) .. '" for ' .. length .. ' messages')
+        return nil, corrupt('the header ' .. KEYS[2] .. ' says ' .. name .. '_list "' .. string.sub(shared or '', 1, 80) .. '" and ' .. name .. '_shared "' .. string.sub(sharedLength or '', 1, 40) .. '" for ' .. length .. ' messages')
       end
       local _, bad = typed('the shared ' .. name .. ' list', shared, 'list')
       if bad then return nil, bad end

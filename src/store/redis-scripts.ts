@@ -223,7 +223,8 @@ end
 local function leaveShared(list, reader)
   local readers = readersOf(list)
   redis.call('ZREM', readers, reader)
-  if string.find(list, ':orphan:', 1, true) and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list) end
+  -- Matched at the key's end: a key prefix (--redis-key-prefix) may hold anything.
+  if string.find(list, ':segment:%a+:orphan:[^:]*:%d+$') and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list) end
 end
 -- The owner's own list \`list\` (segment \`name\`) becomes an orphan that only its readers read, so
 -- the owner may rewrite its own key: a RENAME, and each live reader's header re-pointed (O(readers)).

@@ -270,3 +270,16 @@ describe("Redis shared segment lists behind the store's back", () => {
     expect(half?.rawMessage).toContain(`the header ${fork} says history_list "${shared}" and history_shared "" for 5 messages`);
   });
 });
+
+describe("Redis shared segment lists under any key prefix", () => {
+  it("tells an orphan by its key's end: a prefix that reads like one never makes a live list go with its last reader", async () => {
+    const store = new RedisConversationStore(redis.url, { keyPrefix: "tenant:orphan:1" });
+    stores.push(store);
+    expect(await store.connected()).toBe(true);
+    await store.commit("prefixed", 0n, [appendHistory(textMessage("u1", Role.USER, "hi"), textMessage("u2", Role.USER, "there"))], "");
+    await store.fork("prefixed", undefined, "prefixed-fork");
+    await store.delete("prefixed-fork", undefined);
+    expect(await raw.llen(conversationKeys("tenant:orphan:1", "prefixed").segments[1]!)).toBe(2);
+    expect((await store.load("prefixed")).history).toHaveLength(2);
+  });
+});

@@ -109,6 +109,7 @@ describe("Redis shared segment lists", () => {
     await store.commit(root, 0n, [appendHistory(...Array.from({ length: 30 }, (_, index) => textMessage(`h${index}`, Role.USER, `hello ${index}`)))], "");
     await store.commit(root, 1n, [delta({ case: "appendMessages", value: { segment: Segment.SYSTEM, messages: [textMessage("s0", Role.SYSTEM, "be kind")] } })], "");
     const live = new Map<string, string>([[root, await freshRead(root)]]);
+    const callsBefore = await commandCalls();
     let forks = 0;
     for (let step = 0; step < 160; step++) {
       const ids = [...live.keys()];
@@ -149,6 +150,10 @@ describe("Redis shared segment lists", () => {
       }
     }
     expect(forks).toBeGreaterThan(2);
+    // The steps went through the copy-once paths: owners leaving lists to readers (RENAME) and
+    // copies made their own (COPY).
+    const callsAfter = await commandCalls();
+    for (const command of ["rename", "copy"]) expect((callsAfter.get(command) ?? 0) - (callsBefore.get(command) ?? 0), command).toBeGreaterThan(0);
     for (const id of [...live.keys()]) await store.delete(id, undefined);
     // Every reader gone: no list, orphan or reader set of these conversations remains.
     expect(await raw.keys(`${keyPrefix}:{${root}*`)).toEqual([]);

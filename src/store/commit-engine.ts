@@ -403,7 +403,7 @@ export abstract class EngineCommittedStore
   protected historyLimits: HistoryLimits = defaultHistoryLimits;
   /**
    * A store's own copy of the source's current version into a new conversation, when it has one
-   * cheaper than committing every message again (Redis: `COPY` of the lists; Postgres: `INSERT …
+   * cheaper than committing every message again (Redis: the fork reads the source's lists; Postgres: `INSERT …
    * SELECT` of the rows): "copied", "exists" (the new id has a version), or "unavailable" (no such
    * copy here, or the source moved on since): the fork then commits the state through the engine.
    */

@@ -403,11 +403,18 @@ export abstract class EngineCommittedStore
   protected historyLimits: HistoryLimits = defaultHistoryLimits;
   /**
    * A store's own copy of the source's current version into a new conversation, when it has one
-   * cheaper than committing every message again (Redis: `COPY` of the lists; Postgres: `INSERT …
+   * cheaper than committing every message again (Redis: the fork reads the source's lists; Postgres: `INSERT …
    * SELECT` of the rows): "copied", "exists" (the new id has a version), or "unavailable" (no such
    * copy here, or the source moved on since): the fork then commits the state through the engine.
    */
   protected async forkCurrent(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    return "unavailable";
+  }
+  /**
+   * As `forkCurrent`, for a fork at a past version `state` (read through the undos) of a source
+   * now at `current`: a store whose lists the past state is a prefix of may share them (Redis).
+   */
+  protected async forkPast(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string, _state: ConversationState, _current: bigint): Promise<"copied" | "exists" | "unavailable"> {
     return "unavailable";
   }
   abstract load(conversationId: string): Promise<ConversationState>;
@@ -443,6 +450,11 @@ export abstract class EngineCommittedStore
       if (copied === "copied") return { version: 1n, forkedFrom };
     }
     const state = await this.loadAt(conversationId, version);
+    if (version !== current) {
+      const shared = await this.forkPast(conversationId, forkedFrom, newConversationId, state, current);
+      if (shared === "exists") throw exists();
+      if (shared === "copied") return { version: 1n, forkedFrom };
+    }
     if ((await this.currentVersion(newConversationId)) !== 0n) throw exists();
     try {
       const outcome = await this.engine.replace(newConversationId, 0n, "", "", () => ({ state: { ...state, forkedFrom }, mark: { forkedFrom } }));

@@ -402,24 +402,52 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   /**
-   * On one Redis, the fork script copies the lists server-side (redis-fork-script.ts); on a
-   * cluster the two conversations' keys are in different slots, and the fork commits the state
-   * through the engine instead. So it does under encryption at rest (each stored value is bound to
-   * its conversation's id, so a copied one would not open in the fork: the engine's write seals
-   * them anew) and for a source that expires (its lists carry a TTL that `COPY` would give the
-   * fork's lists but not its other keys: the engine's write gives every key the fork's own).
+   * On one Redis, the fork script makes the fork read its source's segment lists (redis-fork-script.ts):
+   * no message is written, on the wire or inside Redis. On a cluster the two conversations' keys
+   * are in different slots, and the fork commits the state through the engine instead. So it does
+   * under encryption at rest (each stored value is bound to its conversation's id, so a shared one
+   * would not open in the fork: the engine's write seals them anew) and for a source that expires
+   * (a shared list must outlive every reader: the commit script keeps an expiring conversation out
+   * of sharing).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
+    return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [restSuffix]);
+  }
+
+  /**
+   * A fork at a past version shares as one at the latest does when every segment of the past
+   * state is a prefix of the current one, as the lineage knows in constant time (the undos since
+   * only cut appends off: `MessageListLineage.truncated`); otherwise it goes through the engine.
+   */
+  protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, state: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
+    if (this.redis instanceof Cluster || this.values.encrypts) return "unavailable";
+    const latest = await this.load(conversationId);
+    if (latest.version !== current) return "unavailable";
+    if (!storedSegments.every((segment) => state[segment] === latest[segment] || this.lineage.extends(latest[segment], state[segment]))) return "unavailable";
+    const forked = create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom });
+    const rest = Buffer.concat([bufferOf(this.codec.encodeStateRest(state)), bufferOf(toBinary(ConversationStateSchema, forked))]);
+    return this.forkByScript(conversationId, current, forkedFrom, newConversationId, [
+      rest,
+      "past",
+      ...storedSegments.map((segment) => String(state[segment].length)),
+      state.title,
+      JSON.stringify(state.labels),
+    ]);
+  }
+
+  /** The fork script, expecting the source at `sourceVersion`; `restAndPast`: its rest argument, then what a past version's fork adds. */
+  private async forkByScript(conversationId: string, sourceVersion: bigint, forkedFrom: ForkOrigin, newConversationId: string, restAndPast: (string | Buffer)[]): Promise<"copied" | "exists" | "unavailable"> {
     if (this.redis instanceof Cluster || this.values.encrypts) return "unavailable";
     const source = this.keys(conversationId);
     const target = this.keys(newConversationId);
     const now = this.now();
-    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
     // The fork script writes no idempotency record and so purges none: the records an earlier,
     // expired conversation under the new id left go first (only while it has no version; a
     // commit that gives it one makes the fork answer "exists").
     await this.sweepIdempotencyRecords([newConversationId]);
+    const [rest, ...past] = restAndPast;
     const reply = await this.connection.call(
       "forking a conversation",
       () =>
@@ -431,12 +459,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           target.header,
           ...target.segments,
           target.changes,
-          String(forkedFrom.version),
+          String(sourceVersion),
           randomUUID(),
-          restSuffix,
+          rest!,
           change,
           String(now),
           String(this.maxChanges),
+          ...past,
         ),
       conversationId,
     );

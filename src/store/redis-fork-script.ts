@@ -1,10 +1,14 @@
 import { scriptPrelude } from "./redis-scripts.js";
 
 /**
- * `Fork` at the source's current version on one Redis, server-side: why it exists is that a fork
- * through the commit script sends every message of the source back to Redis (an RPUSH of 100,000
- * encodings); here Redis copies each segment list (`COPY`, one command per segment, no message
- * crossing the wire) and the sidecar sends only the new header's few fields and the change record.
+ * `Fork` on one Redis, server-side: why it exists is that a fork through the commit script sends
+ * every message of the source back to Redis (an RPUSH of 100,000 encodings, 2-4 s), and a `COPY` of
+ * each list still copied every message inside Redis (21-46 ms and the lists' memory again at
+ * 100,000). Here the fork reads its source's lists: its header names, per segment, the list and
+ * the prefix of it it reads (readHeader in redis-scripts.ts), and the list's reader set records it,
+ * so the fork writes the header's few fields, the version, the change record and one reader entry
+ * per segment, whatever the messages. A fork at a past version does the same when the version is
+ * a prefix of each current list (the undos since only cut appends off).
  * It needs the source's and the new conversation's keys in one script, so it runs only on a single
  * Redis: on a cluster the two conversations' hash tags are in different slots (docs/history.md
  * says what a fork costs there).
@@ -14,7 +18,9 @@ import { scriptPrelude } from "./redis-scripts.js";
  * ARGV: the source version the sidecar read, `created` for the new conversation, the bytes appended
  * to the source's `rest` (the new conversation id and `forked_from`: protobuf's last-one-wins
  * for a field repeated in one encoding), the change record of version 1, the fork time (Unix ms),
- * the change stream MAXLEN (approximate).
+ * the change stream MAXLEN (approximate); then, for a fork at a past version, "past", the length
+ * of each segment's prefix the fork reads, and the past version's title and labels (the rest
+ * argument is then the fork's whole rest).
  * Returns {'ok'}; {'moved', version} when the source is no longer at that version or expires
  * (the fork then goes through the engine); {'exists'} when
  * the new conversation has a version; {'corrupt', detail} when the source's keys cannot be trusted
@@ -39,16 +45,42 @@ if redis.call('EXISTS', KEYS[7]) == 1 then return {'exists'} end
 for i = 8, 13 do
   if redis.call('EXISTS', KEYS[i]) == 1 then return corrupt('the key ' .. KEYS[i] .. ' exists without its conversation version ' .. KEYS[7]) end
 end
+-- A fork at a past version reads the prefixes of the source's segments the sidecar names (what the
+-- undos since were: appends cut off), with the past version's rest, title and labels.
+local past = ARGV[7] == 'past'
+local lengths = {}
+for i, name in ipairs(segmentNames) do
+  lengths[i] = tonumber(header[name])
+  if past then
+    if not (ARGV[7 + i] and isVersion(ARGV[7 + i]) and tonumber(ARGV[7 + i]) <= lengths[i]) then return {'moved', version} end
+    lengths[i] = tonumber(ARGV[7 + i])
+  end
+end
 local added = redis.pcall('XADD', KEYS[13], 'MAXLEN', '~', ARGV[6], '1-0', 'change', ARGV[4])
 if type(added) == 'table' and added.err then return corrupt('the change stream ' .. KEYS[13] .. ' does not take version 1 (' .. added.err .. ')') end
-for i = 1, 4 do
-  if tonumber(header[segmentNames[i]]) > 0 then redis.call('COPY', KEYS[2 + i], KEYS[8 + i]) end
+local listed
+if past then listed = {ARGV[12], ARGV[13]} else listed = redis.call('HMGET', KEYS[2], 'title', 'labels') end
+local fields = {'created', ARGV[2], 'rest', past and ARGV[3] or header.rest .. ARGV[3], 'rest_at', '1',
+  'created_at_ms', ARGV[5], 'updated_at_ms', ARGV[5], 'title', listed[1] or '', 'labels', listed[2] or '{}'}
+-- The fork reads each segment as a prefix of one list, its source's own or the one the source
+-- shares; a source segment that is a shared prefix and an own tail first becomes one list (ownWhole).
+for i, name in ipairs(segmentNames) do
+  local length = lengths[i]
+  fields[#fields + 1] = name
+  fields[#fields + 1] = string.format('%d', length)
+  fields[#fields + 1] = name .. '_at'
+  fields[#fields + 1] = '1'
+  if length > 0 then
+    if header.lists[i] and header.shared[i] < length then ownWhole(header, i) end
+    local list = header.lists[i] or KEYS[2 + i]
+    redis.call('ZADD', readersOf(list), length, KEYS[8])
+    fields[#fields + 1] = name .. '_list'
+    fields[#fields + 1] = list
+    fields[#fields + 1] = name .. '_shared'
+    fields[#fields + 1] = string.format('%d', length)
+  end
 end
-local listed = redis.call('HMGET', KEYS[2], 'title', 'labels')
-redis.call('HSET', KEYS[8], 'created', ARGV[2], 'rest', header.rest .. ARGV[3], 'rest_at', '1',
-  'system', header.system, 'system_at', '1', 'history', header.history, 'history_at', '1',
-  'memory', header.memory, 'memory_at', '1', 'tools', header.tools, 'tools_at', '1',
-  'created_at_ms', ARGV[5], 'updated_at_ms', ARGV[5], 'title', listed[1] or '', 'labels', listed[2] or '{}')
+redis.call('HSET', KEYS[8], unpack(fields))
 redis.call('SET', KEYS[7], '1')
 return {'ok'}
 `;

@@ -107,6 +107,7 @@ export function conversationExpiryIndexKey(keyPrefix: string): string {
 export const scriptPrelude = `
 local segmentNames = {'system', 'history', 'memory', 'tools'}
 local headerFields = {'created', 'rest', 'rest_at', 'system', 'system_at', 'history', 'history_at', 'memory', 'memory_at', 'tools', 'tools_at'}
+local sharedFields = {'system_list', 'system_shared', 'history_list', 'history_shared', 'memory_list', 'memory_shared', 'tools_list', 'tools_shared'}
 local function corrupt(detail) return {'corrupt', detail} end
 -- Versions stay below 2^53 (15 digits), so Lua's numbers (doubles) hold them exactly.
 local function isVersion(text) return text == '0' or (string.match(text, '^[1-9]%d*$') ~= nil and #text <= 15) end
@@ -149,6 +150,9 @@ local function checkStateTypes()
   return headerType, false
 end
 -- The header of a conversation at \`version\`, every field present and each list as long as it says.
+-- A segment that shares a fork source's list (\`<name>_list\`, the key; \`<name>_shared\`, the
+-- prefix of it read) is that prefix, then the conversation's own list (its own tail); \`header.lists\`
+-- holds per segment the shared key or false.
 local function readHeader(version)
   local values = redis.call('HMGET', KEYS[2], unpack(headerFields))
   local header = {}
@@ -161,16 +165,100 @@ local function readHeader(version)
     header[name] = value
   end
   if tonumber(header.rest_at) > tonumber(version) then return nil, corrupt('the header ' .. KEYS[2] .. ' says rest_at ' .. header.rest_at .. ', past version ' .. version) end
+  local sharing = redis.call('HMGET', KEYS[2], unpack(sharedFields))
+  header.lists, header.shared = {}, {}
   for i, name in ipairs(segmentNames) do
+    local length, shared, sharedLength = tonumber(header[name]), sharing[2 * i - 1], sharing[2 * i]
+    header.lists[i], header.shared[i] = false, 0
+    if shared or sharedLength then
+      if not (shared and sharedLength and isVersion(sharedLength) and tonumber(sharedLength) <= length) then
+        return nil, corrupt('the header ' .. KEYS[2] .. ' says ' .. name .. '_list "' .. string.sub(shared or '', 1, 80) .. '" and ' .. name .. '_shared "' .. string.sub(sharedLength or '', 1, 40) .. '" for ' .. length .. ' messages')
+      end
+      local _, bad = typed('the shared ' .. name .. ' list', shared, 'list')
+      if bad then return nil, bad end
+      local held = redis.call('LLEN', shared)
+      if held < tonumber(sharedLength) then
+        return nil, corrupt('the shared ' .. name .. ' list ' .. shared .. ' holds ' .. held .. ' messages but the header ' .. KEYS[2] .. ' reads ' .. sharedLength .. ' of it')
+      end
+      header.lists[i], header.shared[i] = shared, tonumber(sharedLength)
+    end
     local stored = redis.call('LLEN', KEYS[2 + i])
-    if stored ~= tonumber(header[name]) then
-      return nil, corrupt('the ' .. name .. ' list ' .. KEYS[2 + i] .. ' holds ' .. stored .. ' messages but the header says ' .. header[name])
+    if stored ~= length - header.shared[i] then
+      return nil, corrupt('the ' .. name .. ' list ' .. KEYS[2 + i] .. ' holds ' .. stored .. ' messages but the header says ' .. (length - header.shared[i]))
     end
     if tonumber(header[name .. '_at']) > tonumber(version) then
       return nil, corrupt('the header ' .. KEYS[2] .. ' says ' .. name .. '_at ' .. header[name .. '_at'] .. ', past version ' .. version)
     end
   end
   return header, false
+end
+-- Messages \`from\` to \`stop\` (exclusive) of segment \`i\`: of the shared prefix, then of the own list.
+local function segmentRange(header, i, from, stop)
+  if stop <= from then return {} end
+  local shared = header.shared[i]
+  if shared == 0 then return redis.call('LRANGE', KEYS[2 + i], from, stop - 1) end
+  if stop <= shared then return redis.call('LRANGE', header.lists[i], from, stop - 1) end
+  local own = redis.call('LRANGE', KEYS[2 + i], math.max(from - shared, 0), stop - shared - 1)
+  if from >= shared then return own end
+  local messages = redis.call('LRANGE', header.lists[i], from, shared - 1)
+  for _, message in ipairs(own) do messages[#messages + 1] = message end
+  return messages
+end
+-- The sorted set of the conversations that read a prefix of \`list\` (their header keys, scored by
+-- the prefix length): what keeps a shared list from being trimmed, rewritten or deleted under them.
+local function readersOf(list) return list .. ':readers' end
+-- The longest prefix of \`list\` a live reader reads (0: none). A reader whose header no longer names
+-- the list (gone, or moved to its own lists) is removed on the way: each stale entry costs once.
+local function longestRead(list, name)
+  local readers = readersOf(list)
+  while true do
+    local top = redis.call('ZREVRANGE', readers, 0, 0, 'WITHSCORES')
+    if #top == 0 then return 0 end
+    if redis.call('HGET', top[1], name .. '_list') == list then return tonumber(top[2]) end
+    redis.call('ZREM', readers, top[1])
+  end
+end
+-- A conversation stops reading the shared \`list\`; an orphan (a list whose owner moved away from
+-- it) goes with its last reader.
+local function leaveShared(list, reader)
+  local readers = readersOf(list)
+  redis.call('ZREM', readers, reader)
+  -- Matched at the key's end: a key prefix (--redis-key-prefix) may hold anything.
+  if string.find(list, ':segment:%a+:orphan:[^:]*:%d+$') and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list) end
+end
+-- The owner's own list \`list\` (segment \`name\`) becomes an orphan that only its readers read, so
+-- the owner may rewrite its own key: a RENAME, and each live reader's header re-pointed (O(readers)).
+-- \`tag\` makes the orphan's name unique (the owner's \`created\` and the version).
+local function orphanList(list, name, tag)
+  local orphan = list .. ':orphan:' .. tag
+  if redis.call('EXISTS', list) == 0 then
+    redis.call('UNLINK', readersOf(list))
+    return orphan
+  end
+  redis.call('RENAME', list, orphan)
+  redis.call('RENAME', readersOf(list), readersOf(orphan))
+  for _, reader in ipairs(redis.call('ZRANGE', readersOf(orphan), 0, -1)) do
+    if redis.call('HGET', reader, name .. '_list') == list then redis.call('HSET', reader, name .. '_list', orphan)
+    else redis.call('ZREM', readersOf(orphan), reader) end
+  end
+  if redis.call('ZCARD', readersOf(orphan)) == 0 then redis.call('UNLINK', orphan) end
+  return orphan
+end
+-- Segment \`i\` of the conversation of KEYS[2] stops sharing: its own list becomes the whole segment
+-- (a COPY of the shared list inside Redis, cut to the prefix, then the own tail): the copy once
+-- that a prepend, an expiry or a fork of a fork costs.
+local function ownWhole(header, i)
+  local shared, own, name = header.lists[i], KEYS[2 + i], segmentNames[i]
+  if not shared then return end
+  local whole = own .. ':whole'
+  redis.call('COPY', shared, whole, 'REPLACE')
+  redis.call('LTRIM', whole, 0, header.shared[i] - 1)
+  local tail = redis.call('LRANGE', own, 0, -1)
+  for from = 1, #tail, 1000 do redis.call('RPUSH', whole, unpack(tail, from, math.min(from + 999, #tail))) end
+  redis.call('RENAME', whole, own)
+  leaveShared(shared, KEYS[2])
+  redis.call('HDEL', KEYS[2], name .. '_list', name .. '_shared')
+  header.lists[i], header.shared[i] = false, 0
 end
 -- Without a version nothing of the state may exist.
 local function nothingWithoutVersion(headerType)
@@ -231,7 +319,7 @@ for i, name in ipairs(segmentNames) do
   if cached and at == ARGV[3 + 2 * i] and cachedLength and cachedLength <= length then from = cachedLength end
   reply[#reply + 1] = at
   reply[#reply + 1] = from
-  if from < length then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], from, -1) else reply[#reply + 1] = {} end
+  reply[#reply + 1] = segmentRange(header, i, from, length)
 end
 return reply
 `;
@@ -276,15 +364,15 @@ if ARGV[2] ~= '' and tonumber(ARGV[2]) < length then stop = tonumber(ARGV[2]) en
 local start = stop - tonumber(ARGV[3])
 if start < 0 then start = 0 end
 local window = {}
-if stop > start then window = redis.call('LRANGE', KEYS[2 + segment], start, stop - 1) end
+if stop > start then window = segmentRange(header, segment, start, stop) end
 local reply = {'ok', version, header.created, start, length, window, false}
 local withRest = ARGV[4] == '1'
 if withRest then reply[7] = header.rest end
 for i = 1, 4 do
-  if withRest and i ~= segment then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], 0, -1) else reply[#reply + 1] = false end
+  if withRest and i ~= segment then reply[#reply + 1] = segmentRange(header, i, 0, tonumber(header[segmentNames[i]])) else reply[#reply + 1] = false end
 end
 reply[#reply + 1] = header[segmentNames[segment] .. '_at']
-if start > 0 then reply[#reply + 1] = redis.call('LINDEX', KEYS[2 + segment], 0) else reply[#reply + 1] = false end
+if start > 0 then reply[#reply + 1] = segmentRange(header, segment, 0, 1)[1] else reply[#reply + 1] = false end
 return reply
 `;
 
@@ -452,13 +540,48 @@ if not header then
 end
 -- Arguments per RPUSH/LPUSH: Lua's unpack takes at most a few thousand values.
 local chunk = 1000
+-- What a shared list's readers read never changes under them (readHeader says how a segment shares):
+-- a conversation appends only to its own list, and cutting its shared prefix only reads less of
+-- it; an owner whose edit would cut, shift or delete elements a reader still reads first leaves its
+-- list to the readers (orphanList) and continues on a copy. A conversation that expires shares
+-- nothing: its keys expire, a shared list must outlive it, so it first makes its segments its own.
+-- \`kept\`: how many of its first messages the owner's edit leaves where they are (-1: none stay in place).
+local function keepOwnCopy(key, name, kept)
+  if redis.call('EXISTS', readersOf(key)) == 0 or longestRead(key, name) <= kept then return end
+  local orphan = orphanList(key, name, header.created .. ':' .. version)
+  if kept ~= 0 and redis.call('EXISTS', orphan) == 1 then redis.call('COPY', orphan, key) end
+end
+if header and expireAt ~= '0' then
+  for i, name in ipairs(segmentNames) do
+    if header.lists[i] then ownWhole(header, i) else keepOwnCopy(KEYS[2 + i], name, -1) end
+  end
+end
 for i, name in ipairs(segmentNames) do
   local edit, key = edits[i], KEYS[2 + i]
   if edit.mode ~= '=' then
-    if edit.keep == 0 then
+    local shared = header and header.shared[i] or 0
+    if shared > 0 and (edit.keep == 0 or edit.keep <= shared and edit.mode == 'p') then
+      -- The kept messages are all of the shared prefix: the own tail goes, the prefix read shrinks.
       redis.call('DEL', key)
-    elseif edit.keep < edit.base then
-      if edit.mode == 'p' then redis.call('LTRIM', key, 0, edit.keep - 1) else redis.call('LTRIM', key, -edit.keep, -1) end
+      if edit.keep == 0 then
+        leaveShared(header.lists[i], KEYS[2])
+        redis.call('HDEL', KEYS[2], name .. '_list', name .. '_shared')
+      elseif edit.keep < shared then
+        redis.call('ZADD', readersOf(header.lists[i]), 'XX', edit.keep, KEYS[2])
+        fields[#fields + 1] = name .. '_shared'
+        fields[#fields + 1] = string.format('%d', edit.keep)
+      end
+    elseif shared > 0 and edit.mode == 'p' then
+      if edit.keep < edit.base then redis.call('LTRIM', key, 0, edit.keep - shared - 1) end
+    else
+      if shared > 0 then ownWhole(header, i)
+      elseif header and edit.mode == 's' then keepOwnCopy(key, name, -1)
+      elseif header and edit.keep < edit.base then keepOwnCopy(key, name, edit.keep) end
+      if edit.keep == 0 then
+        redis.call('DEL', key)
+      elseif edit.keep < edit.base then
+        if edit.mode == 'p' then redis.call('LTRIM', key, 0, edit.keep - 1) else redis.call('LTRIM', key, -edit.keep, -1) end
+      end
     end
     local last = edit.first + edit.count - 1
     if edit.mode == 'p' then
@@ -543,6 +666,17 @@ if ARGV[1] ~= '' and ARGV[1] ~= current then return {'conflict', current} end
 local _
 _, bad = typed('the idempotency record set', KEYS[10], 'zset')
 if bad then return bad end
+-- A list another conversation reads a prefix of stays for it (orphanList); a shared one this
+-- conversation read loses a reader.
+local sharing = redis.call('HMGET', KEYS[2], unpack(sharedFields))
+local created = redis.call('HGET', KEYS[2], 'created') or ''
+for i, name in ipairs(segmentNames) do
+  if sharing[2 * i - 1] then leaveShared(sharing[2 * i - 1], KEYS[2]) end
+  if redis.call('EXISTS', readersOf(KEYS[2 + i])) == 1 then
+    if longestRead(KEYS[2 + i], name) > 0 then orphanList(KEYS[2 + i], name, created .. ':' .. current) end
+    redis.call('UNLINK', readersOf(KEYS[2 + i]))
+  end
+end
 -- UNLINK: the keys are gone at once, and a long list's memory is freed off Redis's main thread.
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 unlinkIdempotencyRecords(KEYS[10])

@@ -49,7 +49,7 @@ for i, name in ipairs(segmentNames) do
   reply[#reply + 1] = header[name .. '_at']
   reply[#reply + 1] = length
   reply[#reply + 1] = from
-  if from < length then reply[#reply + 1] = redis.call('LRANGE', KEYS[2 + i], from, -1) else reply[#reply + 1] = {} end
+  reply[#reply + 1] = segmentRange(header, i, from, length)
 end
 if #ARGV > 2 then reply[#reply + 1] = redis.call('HMGET', KEYS[8], unpack(ARGV, 3)) else reply[#reply + 1] = {} end
 return reply

@@ -1,0 +1,290 @@
+// A fork at the latest version on one Redis shares its source's segment lists (redis-scripts.ts,
+// readHeader: a segment is a prefix of a shared list, then the conversation's own list) instead of
+// copying them. What this file shows, against a real redis-server: the fork writes no list element
+// and its memory does not grow with the messages; neither conversation's writes (commit, rewind,
+// edits, prune, delete) ever change what the other reads; a delete or expiry of the source leaves
+// the fork whole; the readers' bookkeeping goes with the last reader.
+import { toBinary } from "@bufbuild/protobuf";
+import { Redis } from "ioredis";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
+import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
+import { conversationKeys } from "../../src/store/redis-scripts.js";
+import { randomSource } from "../support/random-messages.js";
+import { startRedis, type RedisProcess } from "../support/redis.js";
+import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
+
+let redis: RedisProcess;
+let raw: Redis;
+const stores: RedisConversationStore[] = [];
+beforeAll(async () => {
+  redis = await startRedis();
+  raw = new Redis(redis.url);
+});
+afterAll(async () => {
+  for (const store of stores) await store.close();
+  raw?.disconnect();
+  await redis?.stop();
+});
+
+async function openStore(): Promise<RedisConversationStore> {
+  const store = new RedisConversationStore(redis.url);
+  stores.push(store);
+  expect(await store.connected()).toBe(true);
+  return store;
+}
+
+const keyPrefix = "contextd";
+const keysOf = (id: string) => conversationKeys(keyPrefix, id);
+const encoded = (state: ConversationState) => Buffer.from(toBinary(ConversationStateSchema, state)).toString("base64");
+
+/** A state as a store with no cached copy reads it (every list read from Redis). */
+async function freshRead(id: string): Promise<string> {
+  const fresh = new RedisConversationStore(redis.url);
+  try {
+    expect(await fresh.connected()).toBe(true);
+    return encoded(await fresh.load(id));
+  } finally {
+    await fresh.close();
+  }
+}
+
+/** Calls of each command Redis ran (scripts' commands included), from INFO commandstats. */
+async function commandCalls(): Promise<Map<string, number>> {
+  const calls = new Map<string, number>();
+  for (const match of (await raw.info("commandstats")).matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) calls.set(match[1]!, Number(match[2]));
+  return calls;
+}
+
+const usedMemory = async () => Number(/^used_memory:(\d+)/m.exec(await raw.info("memory"))![1]);
+
+/** Appends `count` ~200-byte messages to a fresh conversation, 1,000 per commit. */
+async function longConversation(store: RedisConversationStore, id: string, count: number): Promise<bigint> {
+  let version = 0n;
+  for (let start = 0; start < count; start += 1_000) {
+    const messages = Array.from({ length: Math.min(1_000, count - start) }, (_, index) => textMessage(`m${start + index}`, Role.USER, `m${start + index} `.padEnd(200, "x")));
+    version = (await store.commit(id, version, [appendHistory(...messages)], "")).version;
+  }
+  return version;
+}
+
+describe("Redis shared segment lists", () => {
+  it("forks 10,000 messages writing no list element: no COPY, RPUSH or LPUSH, no list of its own, memory that does not grow with the messages", async () => {
+    const store = await openStore();
+    const growth: number[] = [];
+    // A first fork loads the fork script into Redis's script cache: not the fork's memory.
+    await longConversation(store, "shared-warm-up", 1);
+    await store.fork("shared-warm-up", undefined, "shared-warm-up-fork");
+    for (const size of [1_000, 10_000]) {
+      const source = `shared-source-${size}`;
+      await longConversation(store, source, size);
+      const before = await commandCalls();
+      const memoryBefore = await usedMemory();
+      await store.fork(source, undefined, `${source}-fork`);
+      growth.push((await usedMemory()) - memoryBefore);
+      const after = await commandCalls();
+      for (const command of ["copy", "rpush", "lpush", "lrange"]) expect(after.get(command) ?? 0, command).toBe(before.get(command) ?? 0);
+      const forkKeys = keysOf(`${source}-fork`);
+      for (const list of forkKeys.segments) expect(await raw.exists(list)).toBe(0);
+      expect(await raw.llen(keysOf(source).segments[1]!)).toBe(size);
+      expect(await raw.hget(forkKeys.header, "history_list")).toBe(keysOf(source).segments[1]);
+      expect(await raw.hget(forkKeys.header, "history_shared")).toBe(String(size));
+      expect(await freshRead(`${source}-fork`)).toBe(encoded(await store.load(`${source}-fork`)));
+      expect((await store.load(`${source}-fork`)).history).toHaveLength(size);
+    }
+    // The fork's keys (header, version, change stream, reader entries): ~6.4 KB here at either
+    // size; the 10,000 messages are ~2 MB. Allocator rounding moves used_memory by some KB.
+    console.log(`used_memory growth of a fork: ${growth[0]} bytes at 1,000 messages, ${growth[1]} at 10,000`);
+    expect(growth[1]!).toBeLessThan(32 * 1024);
+    expect(Math.abs(growth[1]! - growth[0]!)).toBeLessThan(16 * 1024);
+  });
+
+  it("keeps what each conversation reads through commits, rewinds, edits, prunes and deletes on the source and on forks, each byte-equal to a fresh reader's", async () => {
+    const store = await openStore();
+    const random = randomSource(32);
+    const edits = randomEdits(random);
+    const root = "diverging";
+    await store.commit(root, 0n, [appendHistory(...Array.from({ length: 30 }, (_, index) => textMessage(`h${index}`, Role.USER, `hello ${index}`)))], "");
+    await store.commit(root, 1n, [delta({ case: "appendMessages", value: { segment: Segment.SYSTEM, messages: [textMessage("s0", Role.SYSTEM, "be kind")] } })], "");
+    const live = new Map<string, string>([[root, await freshRead(root)]]);
+    const callsBefore = await commandCalls();
+    let forks = 0;
+    for (let step = 0; step < 160; step++) {
+      const ids = [...live.keys()];
+      const id = ids[Math.floor(random() * ids.length)]!;
+      const draw = random();
+      if (draw < 0.15 && live.size < 8) {
+        const fork = `${root}-fork-${++forks}`;
+        // Half at a past version: shared when only appends came since, through the engine otherwise.
+        const current = await store.currentVersion(id);
+        await store.fork(id, random() < 0.5 || current === 1n ? undefined : current - 1n, fork);
+        live.set(fork, await freshRead(fork));
+      } else if (draw < 0.22) {
+        const version = await store.currentVersion(id);
+        if (version > 2n) await store.rewind(id, undefined, version - 1n - BigInt(Math.floor(random() * 2)), "");
+      } else if (draw < 0.3) {
+        const state = await store.load(id);
+        if (state.history.length > 4) await store.commit(id, state.version, [delta({ case: "pruneHistory", value: { maxMessages: 3 } })], "");
+      } else if (draw < 0.34 && live.size > 1) {
+        await store.delete(id, undefined);
+        live.delete(id);
+        expect(await store.currentVersion(id)).toBe(0n);
+      } else {
+        const state = await store.load(id);
+        const batch = edits(state);
+        if (batch === undefined) continue;
+        try {
+          await store.commit(id, state.version, batch, "");
+        } catch (error) {
+          // A random edit the state does not take (a compaction inside a round...) writes nothing.
+          expect((error as { code?: number }).code).toBeDefined();
+        }
+      }
+      for (const [other, was] of live) {
+        const now = await freshRead(other);
+        if (other !== id) expect(now, `${other} after step ${step} on ${id}`).toBe(was);
+        else expect(now, `${id} after step ${step}`).toBe(encoded(await store.load(id)));
+        live.set(other, now);
+      }
+    }
+    expect(forks).toBeGreaterThan(2);
+    // The steps went through the copy-once paths: owners leaving lists to readers (RENAME) and
+    // copies made their own (COPY).
+    const callsAfter = await commandCalls();
+    for (const command of ["rename", "copy"]) expect((callsAfter.get(command) ?? 0) - (callsBefore.get(command) ?? 0), command).toBeGreaterThan(0);
+    for (const id of [...live.keys()]) await store.delete(id, undefined);
+    // Every reader gone: no list, orphan or reader set of these conversations remains.
+    expect(await raw.keys(`${keyPrefix}:{${root}*`)).toEqual([]);
+  });
+
+  it("keeps the fork whole when the source is deleted, or recreated under its id, or starts to expire and does", async () => {
+    const store = await openStore();
+    await longConversation(store, "deleted-source", 2_000);
+    await store.fork("deleted-source", undefined, "orphaned-fork");
+    const forked = await freshRead("orphaned-fork");
+    await store.delete("deleted-source", undefined);
+    expect(await freshRead("orphaned-fork")).toBe(forked);
+    await store.commit("deleted-source", 0n, [appendHistory(textMessage("new", Role.USER, "a new conversation"))], "");
+    expect((await store.load("deleted-source")).history.map((message) => message.id)).toEqual(["new"]);
+    expect(await freshRead("orphaned-fork")).toBe(forked);
+    await store.commit("orphaned-fork", 1n, [appendHistory(textMessage("more", Role.USER, "more"))], "");
+    expect((await store.load("orphaned-fork")).history).toHaveLength(2_001);
+    await store.delete("orphaned-fork", undefined);
+    await store.delete("deleted-source", undefined);
+    expect(await raw.keys(`${keyPrefix}:{deleted-source}*`)).toEqual([]);
+
+    await longConversation(store, "expiring-source", 2_000);
+    await store.fork("expiring-source", undefined, "surviving-fork");
+    const survivor = await freshRead("surviving-fork");
+    const version = await store.currentVersion("expiring-source");
+    // The source takes a 300 ms idle TTL: it stops sharing first (its readers keep an orphan).
+    await store.commit("expiring-source", version, [delta({ case: "setMetadata", value: { idleTtlMs: 300n } })], "");
+    for (let attempt = 0; attempt < 100 && (await raw.exists(keysOf("expiring-source").version)) === 1; attempt++) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(await raw.exists(keysOf("expiring-source").version)).toBe(0);
+    expect(await freshRead("surviving-fork")).toBe(survivor);
+    // The fork taking an expiry makes its segments its own, and the orphan goes with it.
+    await store.commit("surviving-fork", 1n, [delta({ case: "setMetadata", value: { idleTtlMs: 60_000n } })], "");
+    expect(await raw.hget(keysOf("surviving-fork").header, "history_list")).toBeNull();
+    expect(await raw.llen(keysOf("surviving-fork").segments[1]!)).toBe(2_000);
+    expect((await store.load("surviving-fork")).history).toHaveLength(2_000);
+    await store.delete("surviving-fork", undefined);
+    expect(await raw.keys(`${keyPrefix}:{expiring-source}*`)).toEqual([]);
+  });
+
+  it("appends to a fork and its source without copying either: each writes its own list", async () => {
+    const store = await openStore();
+    await longConversation(store, "appending-source", 5_000);
+    await store.fork("appending-source", undefined, "appending-fork");
+    const before = await commandCalls();
+    for (let turn = 0; turn < 5; turn++) {
+      await store.commit("appending-source", undefined, [appendHistory(textMessage(`s${turn}`, Role.USER, "source"))], "");
+      await store.commit("appending-fork", undefined, [appendHistory(textMessage(`f${turn}`, Role.USER, "fork"))], "");
+    }
+    const after = await commandCalls();
+    expect((after.get("copy") ?? 0) - (before.get("copy") ?? 0)).toBe(0);
+    expect((after.get("rpush") ?? 0) - (before.get("rpush") ?? 0)).toBe(10);
+    expect(await raw.llen(keysOf("appending-fork").segments[1]!)).toBe(5);
+    expect(await raw.llen(keysOf("appending-source").segments[1]!)).toBe(5_005);
+    const fork = await store.load("appending-fork");
+    expect(fork.history.slice(-6).map((message) => message.id)).toEqual(["m4999", "f0", "f1", "f2", "f3", "f4"]);
+    expect(await freshRead("appending-fork")).toBe(encoded(fork));
+    // A fork of the fork: the fork's shared prefix and own tail become one list first (once).
+    await store.fork("appending-fork", undefined, "second-fork");
+    expect(await raw.hget(keysOf("second-fork").header, "history_list")).toBe(keysOf("appending-fork").segments[1]);
+    expect(await freshRead("second-fork")).toBe(encoded(await store.load("second-fork")));
+    expect((await store.load("second-fork")).history.map((message) => message.id)).toEqual(fork.history.map((message) => message.id));
+    expect(await freshRead("appending-fork")).toBe(encoded(fork));
+  });
+});
+
+describe("Redis shared segment lists at a past version", () => {
+  it("forks a version the source only appended to since by sharing its prefixes; one the source edited since goes through the engine", async () => {
+    const store = await openStore();
+    const source = "past-source";
+    let version = await longConversation(store, source, 3_000);
+    const past = version;
+    for (let turn = 0; turn < 3; turn++) version = (await store.commit(source, version, [appendHistory(textMessage(`later${turn}`, Role.USER, "later"))], "")).version;
+    const before = await commandCalls();
+    const { forkedFrom } = await store.fork(source, past, "past-fork");
+    const after = await commandCalls();
+    for (const command of ["copy", "rpush", "lpush"]) expect(after.get(command) ?? 0, command).toBe(before.get(command) ?? 0);
+    expect(await raw.hget(keysOf("past-fork").header, "history_shared")).toBe("3000");
+    const forked = await store.load("past-fork");
+    expect(forked.history).toHaveLength(3_000);
+    expect(encoded(forked)).toBe(encoded({ ...(await store.loadAt(source, past)), conversationId: "past-fork", forkedFrom, version: 1n }));
+    expect(await freshRead("past-fork")).toBe(encoded(forked));
+    // The source's later edit of its head (a prune) leaves the fork's prefix to it.
+    await store.commit(source, version, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })], "");
+    expect(await freshRead("past-fork")).toBe(encoded(forked));
+    // A version before a prune is no prefix of the current lists: the engine writes it.
+    const rpushBefore = (await commandCalls()).get("rpush") ?? 0;
+    await store.fork(source, past, "past-fork-2");
+    expect(((await commandCalls()).get("rpush") ?? 0) - rpushBefore).toBeGreaterThan(0);
+    expect((await store.load("past-fork-2")).history.map((message) => message.id)).toEqual(forked.history.map((message) => message.id));
+  });
+});
+
+describe("Redis shared segment lists behind the store's back", () => {
+  it("answers DATA_LOSS naming the shared list when it holds less than the fork reads, or the sharing fields disagree", async () => {
+    const store = await openStore();
+    await longConversation(store, "trimmed-source", 5);
+    await store.fork("trimmed-source", undefined, "trimmed-fork");
+    const shared = keysOf("trimmed-source").segments[1]!;
+    const fork = keysOf("trimmed-fork").header;
+    const loadError = async () => {
+      const fresh = new RedisConversationStore(redis.url);
+      try {
+        expect(await fresh.connected()).toBe(true);
+        return await fresh.load("trimmed-fork").then(
+          () => undefined,
+          (error: unknown) => ConnectError.from(error),
+        );
+      } finally {
+        await fresh.close();
+      }
+    };
+    await raw.ltrim(shared, 0, 2);
+    const short = await loadError();
+    expect(short?.code).toBe(Code.DataLoss);
+    expect(short?.rawMessage).toContain(`the shared history list ${shared} holds 3 messages but the header ${fork} reads 5 of it`);
+    await raw.hdel(fork, "history_shared");
+    const half = await loadError();
+    expect(half?.code).toBe(Code.DataLoss);
+    expect(half?.rawMessage).toContain(`the header ${fork} says history_list "${shared}" and history_shared "" for 5 messages`);
+  });
+});
+
+describe("Redis shared segment lists under any key prefix", () => {
+  it("tells an orphan by its key's end: a prefix that reads like one never makes a live list go with its last reader", async () => {
+    const store = new RedisConversationStore(redis.url, { keyPrefix: "tenant:orphan:1" });
+    stores.push(store);
+    expect(await store.connected()).toBe(true);
+    await store.commit("prefixed", 0n, [appendHistory(textMessage("u1", Role.USER, "hi"), textMessage("u2", Role.USER, "there"))], "");
+    await store.fork("prefixed", undefined, "prefixed-fork");
+    await store.delete("prefixed-fork", undefined);
+    expect(await raw.llen(conversationKeys("tenant:orphan:1", "prefixed").segments[1]!)).toBe(2);
+    expect((await store.load("prefixed")).history).toHaveLength(2);
+  });
+});

@@ -168,7 +168,9 @@ BEGIN
   v_own := COALESCE(v_source.storage, v_source.id);
   v_links := v_source.links;
   FOR i IN 1..4 LOOP
-    IF v_source.segment_length[i] > 0 THEN
+    -- Only a range the source's own storage holds rows in (not one its links cover whole).
+    IF EXISTS (SELECT 1 FROM contextd_messages m WHERE m.conversation_id = v_own AND m.segment = i - 1
+        AND m.position >= v_source.segment_first[i] AND m.position < v_source.segment_first[i] + v_source.segment_length[i]) THEN
       v_links := v_links || ROW(v_own, (i - 1)::smallint, v_source.segment_first[i], v_source.segment_first[i] + v_source.segment_length[i])::contextd_link;
     END IF;
   END LOOP;
@@ -411,7 +413,9 @@ BEGIN
       v_fresh := contextd_fresh_storage(p_id);
       IF cardinality(v_links) + 4 <= ${maxLinks} THEN
         FOR i IN 1..4 LOOP
-          IF v_length[i] > 0 THEN v_links := v_links || ROW(v_own, (i - 1)::smallint, v_first[i], v_first[i] + v_length[i])::contextd_link; END IF;
+          IF EXISTS (SELECT 1 FROM contextd_messages m WHERE m.conversation_id = v_own AND m.segment = i - 1 AND m.position >= v_first[i] AND m.position < v_first[i] + v_length[i]) THEN
+            v_links := v_links || ROW(v_own, (i - 1)::smallint, v_first[i], v_first[i] + v_length[i])::contextd_link;
+          END IF;
         END LOOP;
         INSERT INTO contextd_storage_references (storage, reader) VALUES (v_own, p_id) ON CONFLICT DO NOTHING;
       ELSE

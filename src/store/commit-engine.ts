@@ -410,6 +410,14 @@ export abstract class EngineCommittedStore
   protected async forkCurrent(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     return "unavailable";
   }
+  /**
+   * As `forkCurrent`, for a past version: `past` is the state read at it (`loadAt`) and `current`
+   * the source's version it was read from, so a store whose rows at `past` are a prefix of the
+   * current ones can share them (Postgres, migration 14) instead of the engine writing them all.
+   */
+  protected async forkPast(_conversationId: string, _current: bigint, _past: ConversationState, _forkedFrom: ForkOrigin, _newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
+    return "unavailable";
+  }
   abstract load(conversationId: string): Promise<ConversationState>;
   abstract currentVersion(conversationId: string): Promise<bigint>;
   abstract watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change>;
@@ -443,6 +451,11 @@ export abstract class EngineCommittedStore
       if (copied === "copied") return { version: 1n, forkedFrom };
     }
     const state = await this.loadAt(conversationId, version);
+    if (version !== current) {
+      const shared = await this.forkPast(conversationId, current, state, forkedFrom, newConversationId);
+      if (shared === "exists") throw exists();
+      if (shared === "copied") return { version: 1n, forkedFrom };
+    }
     if ((await this.currentVersion(newConversationId)) !== 0n) throw exists();
     try {
       const outcome = await this.engine.replace(newConversationId, 0n, "", "", () => ({ state: { ...state, forkedFrom }, mark: { forkedFrom } }));

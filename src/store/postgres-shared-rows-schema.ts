@@ -145,17 +145,22 @@ BEGIN
 END
 $$;
 
--- Migration 7's contextd_fork, outcomes the same: the new conversation links the source's rows
--- (the source's own storage for its live ranges, and the source's links) instead of copying
--- them, and references each storage it reads. Past maxLinks links it copies them, as 7 did.
-CREATE OR REPLACE FUNCTION contextd_fork(
-  p_source bytea, p_version bigint, p_target bytea, p_created text, p_rest_suffix bytea,
-  p_change bytea, p_now_ms bigint, p_notify text
+-- A fork that shares rows, in one call: the new conversation p_target gets, per segment, the
+-- first p_lengths[i] messages of the source at p_version (NULL = all of them), linking the
+-- source's own storage where it holds rows in those ranges and the source's links narrowed to
+-- them, and references each storage it reads. Its rest is p_rest (NULL = the source's with
+-- p_rest_suffix appended), its title and labels p_title and p_labels (NULL = the source's).
+-- Past maxLinks links it copies the rows, as migration 7 did. 'moved' = the source is not at
+-- p_version, expires, or has fewer messages than asked; 'exists' = p_target has a header row.
+CREATE FUNCTION contextd_fork_shared(
+  p_source bytea, p_version bigint, p_target bytea, p_created text, p_rest bytea, p_rest_suffix bytea,
+  p_lengths integer[], p_title text, p_labels jsonb, p_change bytea, p_now_ms bigint, p_notify text
 ) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
   v_source contextd_conversations%ROWTYPE;
   v_own bytea;
+  v_lengths integer[];
   v_links contextd_link[];
   v_storage bytea;
   v_copy boolean;
@@ -164,28 +169,36 @@ DECLARE
 BEGIN
   SELECT * INTO v_source FROM contextd_conversations c WHERE c.id = p_source FOR SHARE;
   IF NOT FOUND OR v_source.version <> p_version THEN RETURN 'moved'; END IF;
+  -- A source that expires is forked through the engine, which gives the fork its own expiry.
   IF v_source.expires_at_ms <> 0 THEN RETURN 'moved'; END IF;
+  v_lengths := COALESCE(p_lengths, v_source.segment_length);
   v_own := COALESCE(v_source.storage, v_source.id);
   v_links := v_source.links;
   FOR i IN 1..4 LOOP
+    IF v_lengths[i] < 0 OR v_lengths[i] > v_source.segment_length[i] THEN RETURN 'moved'; END IF;
+    IF v_lengths[i] < v_source.segment_length[i] THEN
+      v_links := contextd_clipped_links(v_links, (i - 1)::smallint, NULL, v_source.segment_first[i] + v_lengths[i]);
+    END IF;
+  END LOOP;
+  FOR i IN 1..4 LOOP
     -- Only a range the source's own storage holds rows in (not one its links cover whole).
     IF EXISTS (SELECT 1 FROM contextd_messages m WHERE m.conversation_id = v_own AND m.segment = i - 1
-        AND m.position >= v_source.segment_first[i] AND m.position < v_source.segment_first[i] + v_source.segment_length[i]) THEN
-      v_links := v_links || ROW(v_own, (i - 1)::smallint, v_source.segment_first[i], v_source.segment_first[i] + v_source.segment_length[i])::contextd_link;
+        AND m.position >= v_source.segment_first[i] AND m.position < v_source.segment_first[i] + v_lengths[i]) THEN
+      v_links := v_links || ROW(v_own, (i - 1)::smallint, v_source.segment_first[i], v_source.segment_first[i] + v_lengths[i])::contextd_link;
     END IF;
   END LOOP;
   v_copy := cardinality(v_links) > ${maxLinks};
   -- Rows under the new id that a deleted conversation of that id left to its forks stay theirs.
   IF EXISTS (SELECT 1 FROM contextd_storage_references r WHERE r.storage = p_target) THEN v_storage := contextd_fresh_storage(p_target); END IF;
   INSERT INTO contextd_conversations AS t (id, version, created, rest, rest_at, segment_first, segment_length, segment_at, created_at_ms, updated_at_ms, title, labels, storage, links)
-    VALUES (p_target, 1, p_created, v_source.rest || p_rest_suffix, 1, v_source.segment_first, v_source.segment_length, '{1,1,1,1}', p_now_ms, p_now_ms,
-      v_source.title, v_source.labels, v_storage, CASE WHEN v_copy THEN '{}' ELSE v_links END)
+    VALUES (p_target, 1, p_created, COALESCE(p_rest, v_source.rest || p_rest_suffix), 1, v_source.segment_first, v_lengths, '{1,1,1,1}', p_now_ms, p_now_ms,
+      COALESCE(p_title, v_source.title), COALESCE(p_labels, v_source.labels), v_storage, CASE WHEN v_copy THEN '{}' ELSE v_links END)
     ON CONFLICT (id) DO NOTHING;
   IF NOT FOUND THEN RETURN 'exists'; END IF;
   IF v_copy THEN
     INSERT INTO contextd_messages (conversation_id, segment, position, message)
       SELECT COALESCE(v_storage, p_target), s.segment, r.at_position, r.message FROM generate_series(0, 3) AS s(segment),
-        contextd_rows(v_own, s.segment::smallint, v_source.segment_first[s.segment + 1], v_source.segment_first[s.segment + 1] + v_source.segment_length[s.segment + 1], v_source.links) r;
+        contextd_rows(v_own, s.segment::smallint, v_source.segment_first[s.segment + 1], v_source.segment_first[s.segment + 1] + v_lengths[s.segment + 1], v_source.links) r;
   ELSE
     FOR v_read IN SELECT DISTINCT l.storage FROM unnest(v_links) AS l ORDER BY 1 LOOP
       PERFORM contextd_lock_storage(v_read);
@@ -197,6 +210,16 @@ BEGIN
   IF p_notify <> '' THEN PERFORM pg_notify(p_notify, md5(p_target)); END IF;
   RETURN 'ok';
 END
+$$;
+
+-- Migration 7's contextd_fork (the source's current version, whole), arguments and outcomes the
+-- same, sharing the rows: what a sidecar of the previous release calls.
+CREATE OR REPLACE FUNCTION contextd_fork(
+  p_source bytea, p_version bigint, p_target bytea, p_created text, p_rest_suffix bytea,
+  p_change bytea, p_now_ms bigint, p_notify text
+) RETURNS text
+LANGUAGE sql AS $$
+  SELECT contextd_fork_shared(p_source, p_version, p_target, p_created, NULL, p_rest_suffix, NULL, NULL, NULL, p_change, p_now_ms, p_notify)
 $$;
 
 -- Migration 1's contextd_load, reading the conversation's own storage and its links.

@@ -8,6 +8,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
+import { listById } from "../../src/store/conversation-listing.js";
 import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
@@ -112,6 +113,60 @@ describe("a fork at the latest version shares its source's rows", () => {
     expect((await store.load("a")).history.length).toBe(1_000);
     for (const id of ["b", "c", "d"]) expect((await store.load(id)).history.length).toBe(2_001);
   }, 120_000);
+});
+
+describe("links are bounded", () => {
+  it("a chain of 66 forks, each appending: past 64 links the fork copies the rows; a move past the bound copies the writer's own rows", async () => {
+    const { store, raw, open } = await database();
+    await grow(store, "a0", 10);
+    const rowsWritten: number[] = [];
+    for (let level = 1; level <= 66; level++) {
+      const before = await count(raw, "contextd_messages");
+      await store.fork(`a${level - 1}`, undefined, `a${level}`);
+      rowsWritten.push((await count(raw, "contextd_messages")) - before);
+      await store.commit(`a${level}`, undefined, [appendHistory(textMessage(`at${level}`, Role.USER, "level"))], "");
+    }
+    // a(k) links a0 and each level's own storage: k links; a65 would need 65 and copies its 74 rows.
+    expect(rowsWritten.slice(0, 64).every((rows) => rows === 0)).toBe(true);
+    expect(rowsWritten.slice(64)).toEqual([74, 0]);
+    const { rows } = await raw.query<{ most: number }>("SELECT max(cardinality(links)) AS most FROM contextd_conversations");
+    expect(rows[0]!.most).toBe(64);
+    const cold = await open({ cacheSize: 0 });
+    for (const level of [1, 33, 64, 65, 66]) expect((await cold.load(`a${level}`)).history.length).toBe(10 + level);
+    // a63 (63 links) is forked, then cut: linking its own storage would make 64 + 1, so it copies its own row.
+    await store.fork("a63", undefined, "b");
+    const before = await count(raw, "contextd_messages");
+    await store.commit("a63", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 5 } })], "");
+    expect((await count(raw, "contextd_messages")) - before).toBe(2);
+    expect((await cold.load("b")).history.length).toBe(73);
+    expect((await cold.load("a63")).history.map((message) => message.id).slice(-5)).toEqual(["at59", "at60", "at61", "at62", "at63"]);
+  }, 300_000);
+});
+
+describe("a fork at a past version whose changes since only appended shares the rows too", () => {
+  it("writes no message row at 10,000 messages ten appends back; one past a cut is written whole by the engine", async () => {
+    const { store, raw, open } = await database();
+    await grow(store, "s", 10_000);
+    const grown = await store.currentVersion("s");
+    for (let extra = 0; extra < 10; extra++) await store.commit("s", undefined, [appendHistory(textMessage(`extra${extra}`, Role.USER, "more")), delta({ case: "setMetadata", value: { title: `t${extra}`, labels: {}, removeLabels: [] } })], "");
+    const before = await count(raw, "contextd_messages");
+    await store.fork("s", grown, "ten-back");
+    expect((await count(raw, "contextd_messages")) - before).toBe(0);
+    const cold = await open({ cacheSize: 0 });
+    const past = await cold.loadAt("s", grown);
+    const fork = await cold.load("ten-back");
+    expect(fork.forkedFrom).toMatchObject({ conversationId: "s", version: grown });
+    expect(bytesOf(asSource(fork, past))).toEqual(bytesOf(past));
+    expect((await cold.list(listById("ten-back", 10, ""))).conversations.map((summary) => summary.title)).toEqual([""]);
+    // A prune since: the rows at the version are no prefix of the current ones.
+    await store.commit("s", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 100 } })], "");
+    const pruned = await store.currentVersion("s");
+    await store.commit("s", undefined, [appendHistory(textMessage("after", Role.USER, "after"))], "");
+    const beforeWhole = await count(raw, "contextd_messages");
+    await store.fork("s", pruned - 1n, "past-prune");
+    expect((await count(raw, "contextd_messages")) - beforeWhole).toBe(10_010);
+    expect(bytesOf(asSource(await cold.load("past-prune"), await cold.loadAt("s", pruned - 1n)))).toEqual(bytesOf(await cold.loadAt("s", pruned - 1n)));
+  }, 180_000);
 });
 
 describe("source and fork diverge as conversations written apart would", () => {

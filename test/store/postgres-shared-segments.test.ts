@@ -290,6 +290,37 @@ describe("removal of either side", () => {
   }, 120_000);
 });
 
+describe("concurrent writers", () => {
+  it("two forks deleted at once by two sidecars after their source went: the last one takes the rows, every time; forks and cuts of the source at once keep every fork whole", async () => {
+    const { store, raw, open } = await database();
+    const other = await open();
+    for (let round = 0; round < 6; round++) {
+      await grow(store, `s${round}`, 200);
+      await store.fork(`s${round}`, undefined, `f${round}`);
+      await store.fork(`s${round}`, undefined, `g${round}`);
+      await store.delete(`s${round}`, undefined);
+      await Promise.all([store.delete(`f${round}`, undefined), other.delete(`g${round}`, undefined)]);
+      expect(await count(raw, "contextd_messages")).toBe(0);
+    }
+    await grow(store, "busy", 300);
+    const forks = Array.from({ length: 8 }, (_, index) => `busy-fork-${index}`);
+    const expected = new Map<string, number>();
+    await Promise.all([
+      ...forks.map(async (fork, index) => {
+        const outcome = await (index % 2 === 0 ? store : other).fork("busy", undefined, fork);
+        expected.set(fork, (await store.loadAt("busy", outcome.forkedFrom!.version)).history.length);
+      }),
+      (async () => {
+        for (let cut = 0; cut < 4; cut++) await other.commit("busy", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 250 - cut * 50 } })], "");
+      })(),
+    ]);
+    const cold = await open({ cacheSize: 0 });
+    for (const fork of forks) expect((await cold.load(fork)).history.length, fork).toBe(expected.get(fork));
+    for (const id of ["busy", ...forks]) await store.delete(id, undefined);
+    expect(await count(raw, "contextd_messages")).toBe(0);
+  }, 180_000);
+});
+
 describe("encryption at rest", () => {
   it("a fork of an encrypted source is sealed under its own id (copied through the engine, no row shared) and both open", async () => {
     const values = new AtRestCipher([{ id: "k1", key: Buffer.alloc(32, 7), tenant: "" }]);

@@ -37,8 +37,9 @@
  * `contextd_commit_tail`, `contextd_commit_listened`, `contextd_delete_rows`, `contextd_fork`)
  * are replaced in place with the same arguments and answers, so its loads, commits, deletes and
  * forks honour the links too; its window read is a statement of its own (`windowQuery`) that
- * reads only the conversation's own rows, so on a fork it answers DATA_LOSS (the segment has
- * fewer rows than the header says) until it is replaced. docs/stores.md says so.
+ * reads only the conversation's own rows, so on a fork it answers DATA_LOSS when the window's
+ * rows are shared (the segment has fewer rows than the header says) and a window with the rest
+ * misses the other segments' shared rows, until it is replaced. docs/stores.md says so.
  */
 export const maxLinks = 64;
 

@@ -412,7 +412,8 @@ export abstract class EngineCommittedStore
   }
   /**
    * As `forkCurrent`, for a fork at a past version `state` (read through the undos) of a source
-   * now at `current`: a store whose lists the past state is a prefix of may share them (Redis).
+   * now at `current`: a store whose stored lists or rows the past state is a prefix of may share
+   * them (Redis, Postgres migration 14) instead of the engine writing every message.
    */
   protected async forkPast(_conversationId: string, _forkedFrom: ForkOrigin, _newConversationId: string, _state: ConversationState, _current: bigint): Promise<"copied" | "exists" | "unavailable"> {
     return "unavailable";

@@ -142,6 +142,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private readonly staleIdIndexes: RecentIds<true>;
   private readonly sweeper: NodeJS.Timeout | undefined;
   private sweeping = false;
+  /** The idle TTLs commits set expiry by: a fork that would expire is written through the engine. */
+  private readonly expiry: ConversationExpiry;
 
   constructor(url: string, options: PostgresStoreOptions = {}) {
     super();
@@ -178,7 +180,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
     };
     const { deltaContext, maxCommitAttempts } = options;
-    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: options.expiry ?? new ConversationExpiry(), historyBound: options.historyBound, maxUndoBytes: this.historyLimits.maxUndoBytes });
+    this.expiry = options.expiry ?? new ConversationExpiry();
+    this.engine = new CommitEngine({ copies: this.copies, io, codec: this.codec, lineage: this.lineage, deltaContext, now: this.now, maxCommitAttempts, expiry: this.expiry, historyBound: options.historyBound, maxUndoBytes: this.historyLimits.maxUndoBytes });
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
@@ -518,25 +521,72 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /**
-   * The rows copied inside the database, in one statement (migration 7's `contextd_fork`). */
+   * The source's current version forked inside the database, in one statement: the new
+   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message row.
+   */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
-    // Under encryption at rest each stored value is bound to its conversation's id: the engine's
-    // write seals the fork's anew (a copied row would not open). `contextd_fork` itself sends a
-    // source that expires there too, so the fork gets its own expiry.
+    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
+    return this.forkShared(conversationId, forkedFrom.version, forkedFrom, newConversationId, { restSuffix });
+  }
+
+  /**
+   * A past version whose segments are each a prefix of the current ones (the changes since only
+   * appended, so their undos only cut: change-undo.ts, the same message objects kept) forks as
+   * the current one does, sharing those prefixes; its rest, title and labels are the past
+   * state's. Else (or when the fork would expire) the engine writes it.
+   */
+  protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, past: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
+    if (this.expiry.ttlOf(newConversationId, past) !== 0) return "unavailable";
+    const latest = this.copies.withLayout(conversationId)?.state;
+    if (latest === undefined || latest.version !== current) return "unavailable";
+    const lengths: number[] = [];
+    for (const segment of storedSegments) {
+      const kept = past[segment];
+      const now = latest[segment];
+      if (kept.length > now.length || kept.some((message, position) => message !== now[position])) return "unavailable";
+      lengths.push(kept.length);
+    }
+    const rest = bufferOf(this.codec.encodeStateRest({ ...past, conversationId: newConversationId, forkedFrom }));
+    return this.forkShared(conversationId, current, forkedFrom, newConversationId, { rest, lengths, title: past.title, labels: JSON.stringify(past.labels) });
+  }
+
+  /**
+   * One call of `contextd_fork_shared`. Under encryption at rest each stored value is bound to
+   * its conversation's id (a shared row would not open under the fork's): "unavailable", and
+   * the engine's write seals the fork's anew. An expired conversation under the new id that no
+   * sweep removed yet reads as never written, but its row would make the fork answer "exists"
+   * (ALREADY_EXISTS for an id that reads as free): removed first, with its idempotency records
+   * and ledger (`contextd_delete` expecting version 0 removes only that).
+   */
+  private async forkShared(
+    conversationId: string,
+    version: bigint,
+    forkedFrom: ForkOrigin,
+    newConversationId: string,
+    of: { restSuffix?: Buffer; rest?: Buffer; lengths?: number[]; title?: string; labels?: string },
+  ): Promise<"copied" | "exists" | "unavailable"> {
     if (this.values.encrypts) return "unavailable";
     const now = this.now();
-    const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
-    // An expired conversation under the new id that no sweep removed yet reads as never written,
-    // but its row would make contextd_fork answer "exists" (ALREADY_EXISTS for an id that reads as
-    // free): removed first, with its idempotency records and ledger. `contextd_delete` expecting
-    // version 0 removes only that (a live conversation there is a conflict, left alone).
     await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
-      "SELECT contextd_fork($1, $2, $3, $4, $5, $6, $7, $8) AS outcome",
-      [idBytes(conversationId), forkedFrom.version, idBytes(newConversationId), randomUUID(), restSuffix, change, now, changesChannel],
-      "contextd_fork",
+      "SELECT contextd_fork_shared($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      [
+        idBytes(conversationId),
+        version,
+        idBytes(newConversationId),
+        randomUUID(),
+        of.rest ?? null,
+        of.restSuffix ?? Buffer.alloc(0),
+        of.lengths ?? null,
+        of.title ?? null,
+        of.labels ?? null,
+        change,
+        now,
+        changesChannel,
+      ],
+      "contextd_fork_shared",
     );
     const outcome = rows[0]!.outcome;
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";

@@ -1,5 +1,6 @@
 import type pg from "pg";
 import { removalMigration } from "./postgres-removal-schema.js";
+import { sharedRowsMigration } from "./postgres-shared-rows-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
@@ -43,6 +44,10 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   statements, notifying only while some sidecar listens (`listenersLockKey`).
  * - Migration 13: a removed conversation's idempotency records and usage ledger go with it, in
  *   `contextd_delete_rows` (postgres-removal-schema.ts).
+ * - Migration 14: a fork shares its source's message rows (postgres-shared-rows-schema.ts): the
+ *   header's `storage` (where it writes its rows; NULL = its id) and `links` (other storages'
+ *   position ranges it reads), `contextd_storage_references`, and the load, tail read, commit,
+ *   delete and fork replaced in place to honour them.
  *
  * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
  * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1224,6 +1229,7 @@ $$;
 `,
   },
   removalMigration,
+  sharedRowsMigration,
 ];
 
 /** The table recording which migrations were applied. */

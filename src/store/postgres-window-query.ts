@@ -23,28 +23,30 @@ export interface WindowRow {
  * created (null = none; when they are the stored ones no row but the header is sent), $8 the
  * other segments (empty without the rest). Rows say their kind: 0 the header, 1 the window, 2 the
  * other segments, 3 the segment's first message when the window starts after it. $9 is now (Unix
- * ms): an expired conversation reads as never written.
+ * ms): an expired conversation reads as never written. Rows come from the conversation's own
+ * storage and its links (migration 14's `contextd_rows`, postgres-shared-rows-schema.ts).
  */
 export const windowQuery = `
 WITH h AS (
-  SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length, c.segment_at,
+  SELECT c.version, c.created, c.rest, c.segment_first, c.segment_length, c.segment_at, COALESCE(c.storage, c.id) AS own, c.links,
     LEAST(COALESCE($3::integer, c.segment_length[$2::smallint + 1]), c.segment_length[$2::smallint + 1]) AS stop
   FROM contextd_conversations c WHERE c.id = $1 AND (c.expires_at_ms = 0 OR c.expires_at_ms > $9::bigint)
 ), w AS (
   SELECT h.*, GREATEST(0, h.stop - $4::integer) AS start, COALESCE(h.version = $6::bigint AND h.created = $7::text, false) AS current FROM h
 )
 SELECT 0 AS kind, -1::smallint AS segment, CASE WHEN $5::boolean AND NOT w.current THEN w.rest END AS message, w.version, w.created, w.current, w.start,
-  w.segment_length[$2::smallint + 1] AS length, w.segment_at[$2::smallint + 1] AS at, NULL::integer AS position FROM w
+  w.segment_length[$2::smallint + 1] AS length, w.segment_at[$2::smallint + 1] AS at, NULL::bigint AS position FROM w
 UNION ALL
-SELECT 1, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
-  WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = $2::smallint
-    AND m.position >= w.segment_first[$2::smallint + 1] + w.start AND m.position < w.segment_first[$2::smallint + 1] + w.stop
+SELECT 1, $2::smallint, r.message, NULL, NULL, NULL, NULL, NULL, NULL, r.at_position
+  FROM w, contextd_rows(w.own, $2::smallint, w.segment_first[$2::smallint + 1] + w.start, w.segment_first[$2::smallint + 1] + w.stop, w.links) r
+  WHERE NOT w.current
 UNION ALL
-SELECT 2, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
-  WHERE NOT w.current AND m.conversation_id = $1 AND m.segment = ANY($8::smallint[])
-    AND m.position >= w.segment_first[m.segment + 1] AND m.position < w.segment_first[m.segment + 1] + w.segment_length[m.segment + 1]
+SELECT 2, s.segment, r.message, NULL, NULL, NULL, NULL, NULL, NULL, r.at_position
+  FROM w, unnest($8::smallint[]) AS s(segment),
+    contextd_rows(w.own, s.segment, w.segment_first[s.segment + 1], w.segment_first[s.segment + 1] + w.segment_length[s.segment + 1], w.links) r
+  WHERE NOT w.current
 UNION ALL
-SELECT 3, m.segment, m.message, NULL, NULL, NULL, NULL, NULL, NULL, m.position FROM contextd_messages m, w
-  WHERE NOT w.current AND w.start > 0 AND m.conversation_id = $1 AND m.segment = $2::smallint AND m.position = w.segment_first[$2::smallint + 1]
+SELECT 3, $2::smallint, r.message, NULL, NULL, NULL, NULL, NULL, NULL, r.at_position
+  FROM w, contextd_rows(w.own, $2::smallint, w.segment_first[$2::smallint + 1], w.segment_first[$2::smallint + 1] + 1, w.links) r
+  WHERE NOT w.current AND w.start > 0
 ORDER BY kind, segment, position`;
-

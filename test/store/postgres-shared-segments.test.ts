@@ -1,0 +1,341 @@
+// The Postgres store's forks share their source's message rows (migration 14,
+// postgres-shared-rows-schema.ts): the rows a fork writes do not grow with the messages, and
+// source and fork then read as two conversations written apart would, whatever either does next
+// (commits, rewinds, edits, prunes, clears, forks of forks, deletes, expiry), with every row
+// counted back out when the last reader goes. Against a real PostgreSQL.
+import { toBinary } from "@bufbuild/protobuf";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Role } from "#gen/contextd/v1/message_pb";
+import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
+import { listById } from "../../src/store/conversation-listing.js";
+import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
+import type { ConversationStore } from "../../src/store/conversation-store.js";
+import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
+import { PostgresConversationStore, type PostgresStoreOptions } from "../../src/store/postgres-conversation-store.js";
+import { startPostgres, type PostgresProcess } from "../support/postgres.js";
+import { randomSource } from "../support/random-messages.js";
+import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
+
+let postgres: PostgresProcess;
+const opened: PostgresConversationStore[] = [];
+const clients: pg.Client[] = [];
+beforeAll(async () => {
+  postgres = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await Promise.all(opened.map((store) => store.close()));
+  await Promise.all(clients.map((client) => client.end()));
+  await postgres?.destroy();
+});
+
+let databases = 0;
+/** A database of its own (its row counts are the test's alone), a store on it and a raw client. */
+async function database(options: PostgresStoreOptions = {}): Promise<{ url: string; store: PostgresConversationStore; raw: pg.Client; open: (more?: PostgresStoreOptions) => Promise<PostgresConversationStore> }> {
+  const url = await postgres.createDatabase(`shared_${++databases}`);
+  const open = async (more: PostgresStoreOptions = {}) => {
+    const store = new PostgresConversationStore(url, { expirySweepMs: 0, ...options, ...more });
+    opened.push(store);
+    expect(await store.connected()).toBe(true);
+    return store;
+  };
+  const store = await open();
+  const raw = new pg.Client({ connectionString: url });
+  await raw.connect();
+  clients.push(raw);
+  return { url, store, raw, open };
+}
+
+async function count(raw: pg.Client, table: string): Promise<number> {
+  const { rows } = await raw.query<{ count: string }>(`SELECT count(*) FROM ${table}`);
+  return Number(rows[0]!.count);
+}
+
+const bytesOf = (state: ConversationState) => Buffer.from(toBinary(ConversationStateSchema, state));
+/** A state as its source holds it: the fork's id, version and origin put back. */
+const asSource = (state: ConversationState, source: ConversationState) => ({ ...state, conversationId: source.conversationId, version: source.version, forkedFrom: source.forkedFrom });
+
+async function grow(store: ConversationStore, id: string, messages: number): Promise<void> {
+  for (let from = 0; from < messages; from += 1_000) {
+    const batch = Array.from({ length: Math.min(1_000, messages - from) }, (_, index) => textMessage(`${id}-m${from + index}`, Role.USER, `message ${from + index}`));
+    await store.commit(id, undefined, [appendHistory(...batch)], "");
+  }
+}
+
+describe("a fork at the latest version shares its source's rows", () => {
+  it("writes no message row at 1,000 and at 10,000 messages: one header, one reference, one change; both read back whole", async () => {
+    const { store, raw, open } = await database();
+    const written: Record<string, number>[] = [];
+    for (const size of [1_000, 10_000]) {
+      const source = `source-${size}`;
+      await grow(store, source, size);
+      const before = { messages: await count(raw, "contextd_messages"), headers: await count(raw, "contextd_conversations"), references: await count(raw, "contextd_storage_references"), changes: await count(raw, "contextd_changes") };
+      await store.fork(source, undefined, `fork-${size}`);
+      written.push({
+        messages: (await count(raw, "contextd_messages")) - before.messages,
+        headers: (await count(raw, "contextd_conversations")) - before.headers,
+        references: (await count(raw, "contextd_storage_references")) - before.references,
+        changes: (await count(raw, "contextd_changes")) - before.changes,
+      });
+      // Read by a store with nothing cached: from the rows, not from this process's copy.
+      const cold = await open({ cacheSize: 0 });
+      const sourceState = await cold.load(source);
+      const forkState = await cold.load(`fork-${size}`);
+      expect(forkState.history.length).toBe(size);
+      expect(bytesOf(asSource(forkState, sourceState))).toEqual(bytesOf(sourceState));
+      const window = await cold.readWindow(`fork-${size}`, { segment: "history", count: 3, withRest: true });
+      expect(window.state.history.map((message) => message.id)).toEqual(sourceState.history.slice(-3).map((message) => message.id));
+    }
+    expect(written).toEqual([
+      { messages: 0, headers: 1, references: 1, changes: 1 },
+      { messages: 0, headers: 1, references: 1, changes: 1 },
+    ]);
+  }, 120_000);
+
+  it("a fork of a fork of a fork links each storage once, and a cut moves the writer off rows others read without copying them", async () => {
+    const { store, raw } = await database();
+    await grow(store, "a", 2_000);
+    await store.fork("a", undefined, "b");
+    await store.commit("b", undefined, [appendHistory(textMessage("b1", Role.USER, "on b"))], "");
+    await store.fork("b", undefined, "c");
+    await store.fork("c", undefined, "d");
+    expect(await count(raw, "contextd_messages")).toBe(2_001);
+    // "a" reads its own rows; "b" links a's; "c" and "d" link a's and b's.
+    const { rows } = await raw.query<{ reader: string; storages: string }>(
+      "SELECT convert_from(reader, 'UTF8') AS reader, count(*) AS storages FROM contextd_storage_references GROUP BY reader ORDER BY reader",
+    );
+    expect(rows.map((row) => [row.reader, Number(row.storages)])).toEqual([["b", 1], ["c", 2], ["d", 2]]);
+    // A rewind of "a" (deleting rows b, c and d read) moves "a" to a fresh storage that links its
+    // old one: rows written are what the rewind adds, not the 2,000 kept.
+    const before = await count(raw, "contextd_messages");
+    await store.rewind("a", undefined, 1n, "");
+    expect(await count(raw, "contextd_messages")).toBe(before);
+    expect((await store.load("a")).history.length).toBe(1_000);
+    for (const id of ["b", "c", "d"]) expect((await store.load(id)).history.length).toBe(2_001);
+  }, 120_000);
+});
+
+describe("links are bounded", () => {
+  it("a chain of 66 forks, each appending: past 64 links the fork copies the rows; a move past the bound copies the writer's own rows", async () => {
+    const { store, raw, open } = await database();
+    await grow(store, "a0", 10);
+    const rowsWritten: number[] = [];
+    for (let level = 1; level <= 66; level++) {
+      const before = await count(raw, "contextd_messages");
+      await store.fork(`a${level - 1}`, undefined, `a${level}`);
+      rowsWritten.push((await count(raw, "contextd_messages")) - before);
+      await store.commit(`a${level}`, undefined, [appendHistory(textMessage(`at${level}`, Role.USER, "level"))], "");
+    }
+    // a(k) links a0 and each level's own storage: k links; a65 would need 65 and copies its 74 rows.
+    expect(rowsWritten.slice(0, 64).every((rows) => rows === 0)).toBe(true);
+    expect(rowsWritten.slice(64)).toEqual([74, 0]);
+    const { rows } = await raw.query<{ most: number }>("SELECT max(cardinality(links)) AS most FROM contextd_conversations");
+    expect(rows[0]!.most).toBe(64);
+    const cold = await open({ cacheSize: 0 });
+    for (const level of [1, 33, 64, 65, 66]) expect((await cold.load(`a${level}`)).history.length).toBe(10 + level);
+    // a63 (63 links) is forked, then cut: linking its own storage would make 64 + 1, so it copies its own row.
+    await store.fork("a63", undefined, "b");
+    const before = await count(raw, "contextd_messages");
+    await store.commit("a63", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 5 } })], "");
+    expect((await count(raw, "contextd_messages")) - before).toBe(2);
+    expect((await cold.load("b")).history.length).toBe(73);
+    expect((await cold.load("a63")).history.map((message) => message.id).slice(-5)).toEqual(["at59", "at60", "at61", "at62", "at63"]);
+  }, 300_000);
+});
+
+describe("a fork at a past version whose changes since only appended shares the rows too", () => {
+  it("writes no message row at 10,000 messages ten appends back; one past a cut is written whole by the engine", async () => {
+    const { store, raw, open } = await database();
+    await grow(store, "s", 10_000);
+    const grown = await store.currentVersion("s");
+    for (let extra = 0; extra < 10; extra++) await store.commit("s", undefined, [appendHistory(textMessage(`extra${extra}`, Role.USER, "more")), delta({ case: "setMetadata", value: { title: `t${extra}`, labels: {}, removeLabels: [] } })], "");
+    const before = await count(raw, "contextd_messages");
+    await store.fork("s", grown, "ten-back");
+    expect((await count(raw, "contextd_messages")) - before).toBe(0);
+    const cold = await open({ cacheSize: 0 });
+    const past = await cold.loadAt("s", grown);
+    const fork = await cold.load("ten-back");
+    expect(fork.forkedFrom).toMatchObject({ conversationId: "s", version: grown });
+    expect(bytesOf(asSource(fork, past))).toEqual(bytesOf(past));
+    expect((await cold.list(listById("ten-back", 10, ""))).conversations.map((summary) => summary.title)).toEqual([""]);
+    // A prune since: the rows at the version are no prefix of the current ones.
+    await store.commit("s", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 100 } })], "");
+    const pruned = await store.currentVersion("s");
+    await store.commit("s", undefined, [appendHistory(textMessage("after", Role.USER, "after"))], "");
+    const beforeWhole = await count(raw, "contextd_messages");
+    await store.fork("s", pruned - 1n, "past-prune");
+    expect((await count(raw, "contextd_messages")) - beforeWhole).toBe(10_010);
+    expect(bytesOf(asSource(await cold.load("past-prune"), await cold.loadAt("s", pruned - 1n)))).toEqual(bytesOf(await cold.loadAt("s", pruned - 1n)));
+  }, 180_000);
+});
+
+describe("source and fork diverge as conversations written apart would", () => {
+  it("random commits, rewinds, edits, prunes, clears, forks of forks and deletes: every conversation reads as the memory store's, byte for byte, from a store with nothing cached; the last delete leaves no row", async () => {
+    let clock = 1_700_000_000_000;
+    const now = () => clock;
+    // Ids the engine makes (an assistant message without one, a prune's summary) are the step's
+    // and a count, so both stores make the same ones.
+    let step = 0;
+    const counted = () => {
+      let made = 0;
+      return { reset: () => (made = 0), context: { newMessageId: () => `made-${step}-${++made}` } };
+    };
+    const [made, madeInMemory] = [counted(), counted()];
+    const { store, raw, open } = await database({ now, deltaContext: made.context });
+    const cold = await open({ cacheSize: 0 });
+    const memory = new MemoryConversationStore({ now, deltaContext: madeInMemory.context });
+    const random = randomSource(32);
+    const edits = randomEdits(random);
+    const live: string[] = ["root"];
+    let forks = 0;
+    const done = { edits: 0, rewinds: 0, prunes: 0, pastForks: 0, deletes: 0 };
+    await grow(store, "root", 300);
+    await grow(memory, "root", 300);
+    const pick = () => live[Math.floor(random() * live.length)]!;
+    for (; step < 160; step++) {
+      clock += 1_000;
+      made.reset();
+      madeInMemory.reset();
+      const id = pick();
+      const current = await memory.load(id);
+      const draw = random();
+      if (draw < 0.45) {
+        const batch = edits(current);
+        if (batch === undefined) continue;
+        await memory.commit(id, undefined, batch, "");
+        await store.commit(id, undefined, batch, "");
+        done.edits++;
+      } else if (draw < 0.6 && current.version > 1n) {
+        const to = 1n + BigInt(Math.floor(random() * Number(current.version - 1n)));
+        await memory.rewind(id, undefined, to, "");
+        await store.rewind(id, undefined, to, "");
+        done.rewinds++;
+      } else if (draw < 0.68) {
+        const prune = [delta({ case: "pruneHistory", value: { maxMessages: 1 + Math.floor(random() * 40) } })];
+        await memory.commit(id, undefined, prune, "");
+        await store.commit(id, undefined, prune, "");
+        done.prunes++;
+      } else if (draw < 0.88 && live.length < 12) {
+        const to = `fork-${++forks}`;
+        const at = random() < 0.25 && current.version > 1n ? current.version - 1n : undefined;
+        await memory.fork(id, at, to);
+        await store.fork(id, at, to);
+        if (at !== undefined) done.pastForks++;
+        live.push(to);
+      } else if (draw < 0.94 && live.length > 2) {
+        await memory.delete(id, undefined);
+        await store.delete(id, undefined);
+        done.deletes++;
+        live.splice(live.indexOf(id), 1);
+      } else {
+        const batch = [appendHistory(textMessage(`s${step}`, Role.USER, "more"))];
+        await memory.commit(id, undefined, batch, "");
+        await store.commit(id, undefined, batch, "");
+      }
+      for (const each of live) {
+        const expected = bytesOf(await memory.load(each));
+        expect(bytesOf(await cold.load(each)), `${each} after step ${step}`).toEqual(expected);
+        expect(bytesOf(await store.load(each)), `${each} after step ${step}`).toEqual(expected);
+        const window = await cold.readWindow(each, { segment: "history", count: 5, withRest: false });
+        const history = (await memory.load(each)).history;
+        expect(window.state.history.map((message) => message.id)).toEqual(history.slice(-5).map((message) => message.id));
+      }
+    }
+    expect(forks).toBeGreaterThan(5);
+    for (const [what, times] of Object.entries(done)) expect(times, what).toBeGreaterThan(0);
+    // Some writer cut rows a fork read, and moved to a fresh storage.
+    expect(await count(raw, "contextd_conversations WHERE storage IS NOT NULL")).toBeGreaterThan(0);
+    for (const each of live) await store.delete(each, undefined);
+    expect([await count(raw, "contextd_messages"), await count(raw, "contextd_storage_references"), await count(raw, "contextd_conversations")]).toEqual([0, 0, 0]);
+  }, 600_000);
+});
+
+describe("removal of either side", () => {
+  it("deleting the source leaves the fork whole; a new conversation under the source's id writes rows of its own; the fork's delete then removes the old rows", async () => {
+    const { store, raw, open } = await database();
+    await grow(store, "s", 1_500);
+    await store.fork("s", undefined, "f");
+    const forkBytes = bytesOf(await store.load("f"));
+    await store.delete("s", undefined);
+    expect(await count(raw, "contextd_messages")).toBe(1_500);
+    const cold = await open({ cacheSize: 0 });
+    expect(bytesOf(await cold.load("f"))).toEqual(forkBytes);
+    await store.commit("s", 0n, [appendHistory(textMessage("new", Role.USER, "a new s"))], "");
+    expect((await cold.load("s")).history.map((message) => message.id)).toEqual(["new"]);
+    expect(bytesOf(await cold.load("f"))).toEqual(forkBytes);
+    expect(await count(raw, "contextd_messages")).toBe(1_501);
+    await store.delete("f", undefined);
+    expect(await count(raw, "contextd_messages")).toBe(1);
+    expect((await cold.load("s")).history.map((message) => message.id)).toEqual(["new"]);
+  }, 120_000);
+
+  it("the source expiring and swept leaves the fork whole; the fork expiring later takes the rows", async () => {
+    let clock = 1_700_000_000_000;
+    const now = () => clock;
+    const { store, raw, open } = await database({ now });
+    await grow(store, "s", 1_200);
+    await store.fork("s", undefined, "f");
+    const forkBytes = bytesOf(await store.load("f"));
+    await store.commit("s", undefined, [delta({ case: "setMetadata", value: { idleTtlMs: 1_000n } })], "");
+    clock += 5_000;
+    expect(await store.sweepExpired()).toBe(1);
+    const cold = await open({ cacheSize: 0, now });
+    expect(bytesOf(await cold.load("f"))).toEqual(forkBytes);
+    expect(await count(raw, "contextd_messages")).toBe(1_200);
+    await store.commit("f", undefined, [delta({ case: "setMetadata", value: { idleTtlMs: 1_000n } })], "");
+    clock += 5_000;
+    expect(await store.sweepExpired()).toBe(1);
+    expect(await count(raw, "contextd_messages")).toBe(0);
+    expect(await count(raw, "contextd_storage_references")).toBe(0);
+  }, 120_000);
+});
+
+describe("concurrent writers", () => {
+  it("two forks deleted at once by two sidecars after their source went: the last one takes the rows, every time; forks and cuts of the source at once keep every fork whole", async () => {
+    const { store, raw, open } = await database();
+    const other = await open();
+    for (let round = 0; round < 6; round++) {
+      await grow(store, `s${round}`, 200);
+      await store.fork(`s${round}`, undefined, `f${round}`);
+      await store.fork(`s${round}`, undefined, `g${round}`);
+      await store.delete(`s${round}`, undefined);
+      await Promise.all([store.delete(`f${round}`, undefined), other.delete(`g${round}`, undefined)]);
+      expect(await count(raw, "contextd_messages")).toBe(0);
+    }
+    await grow(store, "busy", 300);
+    const forks = Array.from({ length: 8 }, (_, index) => `busy-fork-${index}`);
+    const expected = new Map<string, number>();
+    await Promise.all([
+      ...forks.map(async (fork, index) => {
+        const outcome = await (index % 2 === 0 ? store : other).fork("busy", undefined, fork);
+        expected.set(fork, (await store.loadAt("busy", outcome.forkedFrom!.version)).history.length);
+      }),
+      (async () => {
+        for (let cut = 0; cut < 4; cut++) await other.commit("busy", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 250 - cut * 50 } })], "");
+      })(),
+    ]);
+    const cold = await open({ cacheSize: 0 });
+    for (const fork of forks) expect((await cold.load(fork)).history.length, fork).toBe(expected.get(fork));
+    for (const id of ["busy", ...forks]) await store.delete(id, undefined);
+    expect(await count(raw, "contextd_messages")).toBe(0);
+  }, 180_000);
+});
+
+describe("encryption at rest", () => {
+  it("a fork of an encrypted source is sealed under its own id (copied through the engine, no row shared) and both open", async () => {
+    const values = new AtRestCipher([{ id: "k1", key: Buffer.alloc(32, 7), tenant: "" }]);
+    const { store, raw, open } = await database({ values });
+    await grow(store, "s", 1_000);
+    const before = await count(raw, "contextd_messages");
+    await store.fork("s", undefined, "f");
+    expect((await count(raw, "contextd_messages")) - before).toBe(1_000);
+    expect(await count(raw, "contextd_storage_references")).toBe(0);
+    const cold = await open({ cacheSize: 0, values });
+    const [source, fork] = [await cold.load("s"), await cold.load("f")];
+    expect(bytesOf(asSource(fork, source))).toEqual(bytesOf(source));
+    await store.commit("s", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
+    await store.rewind("s", undefined, 1n, "");
+    expect((await cold.load("s")).history.length).toBe(1_000);
+    expect((await cold.load("f")).history.length).toBe(1_000);
+  }, 120_000);
+});

@@ -3,43 +3,25 @@
 // (append, remove, replace, compact, cancel_tool_calls, clear, artifacts, experiences), a copy
 // caught up from the lists' tails is the state a fresh reader gets. Against a real redis-server.
 import { toBinary } from "@bufbuild/protobuf";
-import { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { segmentEdit } from "../../src/store/segment-edits.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { randomSource } from "../support/random-messages.js";
-import { startRedis, type RedisProcess } from "../support/redis.js";
+import { redisForFile } from "../support/redis-for-file.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
 
-let redis: RedisProcess;
-let raw: Redis;
-const stores: RedisConversationStore[] = [];
-beforeAll(async () => {
-  redis = await startRedis();
-  raw = new Redis(redis.url);
-});
-afterAll(async () => {
-  for (const store of stores) await store.close();
-  raw?.disconnect();
-  await redis?.stop();
-});
-
-async function openStore(): Promise<RedisConversationStore> {
-  const store = new RedisConversationStore(redis.url);
-  stores.push(store);
-  expect(await store.connected()).toBe(true);
-  return store;
-}
+const redis = redisForFile();
+const openStore = redis.openStore;
 
 /**
  * How much one of Redis's `INFO stats` counters grows while `action` runs, less what the INFO
  * calls themselves send and receive (measured by one more call before).
  */
 async function counted<T>(name: "total_net_input_bytes" | "total_net_output_bytes", action: () => Promise<T>): Promise<[number, T]> {
-  const read = async () => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(await raw.info("stats"))![1]);
+  const read = async () => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(await redis.raw.info("stats"))![1]);
   const first = await read();
   const second = await read();
   const result = await action();
@@ -125,10 +107,9 @@ describe("RedisConversationStore list layout", () => {
       // The follower reads every few versions, so its copy is 1 to 3 commits behind.
       if (random() < 0.5) continue;
       const caughtUp = await follower.load(id);
-      const reader = await openStore();
-      const whole = await reader.load(id);
-      await reader.close();
-      stores.pop();
+      const reader = new RedisConversationStore(redis.url);
+      expect(await reader.connected()).toBe(true);
+      const whole = await reader.load(id).finally(() => reader.close());
       expect(encoded(caughtUp), `step ${step}`).toEqual(encoded(state));
       expect(encoded(whole), `step ${step}`).toEqual(encoded(state));
       // The id index the commits kept is the state's: every id, each history call id's latest name, current.
@@ -136,9 +117,9 @@ describe("RedisConversationStore list layout", () => {
       const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
       const latest: Record<string, string> = {};
       for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
-      expect((await raw.smembers(keys.ids)).sort(), `step ${step}`).toEqual(ids.sort());
-      expect(await raw.hgetall(keys.calls), `step ${step}`).toEqual(latest);
-      expect(await raw.hget(keys.header, "ids_at"), `step ${step}`).toBe(String(state.version));
+      expect((await redis.raw.smembers(keys.ids)).sort(), `step ${step}`).toEqual(ids.sort());
+      expect(await redis.raw.hgetall(keys.calls), `step ${step}`).toEqual(latest);
+      expect(await redis.raw.hget(keys.header, "ids_at"), `step ${step}`).toBe(String(state.version));
     }
     expect(state.version).toBeGreaterThan(100n);
   });
@@ -154,7 +135,7 @@ describe("RedisConversationStore list layout", () => {
     const reader = await openStore();
     const stored = await reader.load(id);
     expect(stored.memory.map((message) => message.id)).toEqual([...many("b", 2_600), ...tail].map((message) => message.id));
-    expect(await raw.llen(conversationKeys("contextd", id).segments[2]!)).toBe(2_603);
+    expect(await redis.raw.llen(conversationKeys("contextd", id).segments[2]!)).toBe(2_603);
     expect(encoded(stored)).toEqual(encoded(outcome.state!));
   });
 
@@ -164,12 +145,12 @@ describe("RedisConversationStore list layout", () => {
     await store.commit(id, 0n, [appendHistory(textMessage("u1", Role.USER, "hi"))], "");
     const keys = conversationKeys("contextd", id);
     // Written behind the sidecar's back at the same version: one more message in history.
-    await raw.rpush(keys.segments[1]!, Buffer.from(toBinary(MessageSchema, textMessage("behind", Role.USER, "behind"))));
-    await raw.hset(keys.header, "history", "2");
+    await redis.raw.rpush(keys.segments[1]!, Buffer.from(toBinary(MessageSchema, textMessage("behind", Role.USER, "behind"))));
+    await redis.raw.hset(keys.header, "history", "2");
     const outcome = await store.commit(id, 1n, [appendHistory(textMessage("u2", Role.USER, "again"))], "");
     expect(outcome.version).toBe(2n);
     expect(outcome.state!.history.map((message) => message.id)).toEqual(["u1", "behind", "u2"]);
-    expect(await raw.llen(keys.segments[1]!)).toBe(3);
+    expect(await redis.raw.llen(keys.segments[1]!)).toBe(3);
   });
 });
 

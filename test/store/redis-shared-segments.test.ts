@@ -5,36 +5,18 @@
 // edits, prune, delete) ever change what the other reads; a delete or expiry of the source leaves
 // the fork whole; the readers' bookkeeping goes with the last reader.
 import { toBinary } from "@bufbuild/protobuf";
-import { Redis } from "ioredis";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { randomSource } from "../support/random-messages.js";
-import { startRedis, type RedisProcess } from "../support/redis.js";
+import { redisForFile } from "../support/redis-for-file.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
 
-let redis: RedisProcess;
-let raw: Redis;
-const stores: RedisConversationStore[] = [];
-beforeAll(async () => {
-  redis = await startRedis();
-  raw = new Redis(redis.url);
-});
-afterAll(async () => {
-  for (const store of stores) await store.close();
-  raw?.disconnect();
-  await redis?.stop();
-});
-
-async function openStore(): Promise<RedisConversationStore> {
-  const store = new RedisConversationStore(redis.url);
-  stores.push(store);
-  expect(await store.connected()).toBe(true);
-  return store;
-}
+const redis = redisForFile();
+const openStore = redis.openStore;
 
 const keyPrefix = "contextd";
 const keysOf = (id: string) => conversationKeys(keyPrefix, id);
@@ -54,11 +36,11 @@ async function freshRead(id: string): Promise<string> {
 /** Calls of each command Redis ran (scripts' commands included), from INFO commandstats. */
 async function commandCalls(): Promise<Map<string, number>> {
   const calls = new Map<string, number>();
-  for (const match of (await raw.info("commandstats")).matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) calls.set(match[1]!, Number(match[2]));
+  for (const match of (await redis.raw.info("commandstats")).matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) calls.set(match[1]!, Number(match[2]));
   return calls;
 }
 
-const usedMemory = async () => Number(/^used_memory:(\d+)/m.exec(await raw.info("memory"))![1]);
+const usedMemory = async () => Number(/^used_memory:(\d+)/m.exec(await redis.raw.info("memory"))![1]);
 
 /** Appends `count` ~200-byte messages to a fresh conversation, 1,000 per commit. */
 async function longConversation(store: RedisConversationStore, id: string, count: number): Promise<bigint> {
@@ -87,10 +69,10 @@ describe("Redis shared segment lists", () => {
       const after = await commandCalls();
       for (const command of ["copy", "rpush", "lpush", "lrange"]) expect(after.get(command) ?? 0, command).toBe(before.get(command) ?? 0);
       const forkKeys = keysOf(`${source}-fork`);
-      for (const list of forkKeys.segments) expect(await raw.exists(list)).toBe(0);
-      expect(await raw.llen(keysOf(source).segments[1]!)).toBe(size);
-      expect(await raw.hget(forkKeys.header, "history_list")).toBe(keysOf(source).segments[1]);
-      expect(await raw.hget(forkKeys.header, "history_shared")).toBe(String(size));
+      for (const list of forkKeys.segments) expect(await redis.raw.exists(list)).toBe(0);
+      expect(await redis.raw.llen(keysOf(source).segments[1]!)).toBe(size);
+      expect(await redis.raw.hget(forkKeys.header, "history_list")).toBe(keysOf(source).segments[1]);
+      expect(await redis.raw.hget(forkKeys.header, "history_shared")).toBe(String(size));
       expect(await freshRead(`${source}-fork`)).toBe(encoded(await store.load(`${source}-fork`)));
       expect((await store.load(`${source}-fork`)).history).toHaveLength(size);
     }
@@ -156,7 +138,7 @@ describe("Redis shared segment lists", () => {
     for (const command of ["rename", "copy"]) expect((callsAfter.get(command) ?? 0) - (callsBefore.get(command) ?? 0), command).toBeGreaterThan(0);
     for (const id of [...live.keys()]) await store.delete(id, undefined);
     // Every reader gone: no list, orphan or reader set of these conversations remains.
-    expect(await raw.keys(`${keyPrefix}:{${root}*`)).toEqual([]);
+    expect(await redis.raw.keys(`${keyPrefix}:{${root}*`)).toEqual([]);
   });
 
   it("keeps the fork whole when the source is deleted, or recreated under its id, or starts to expire and does", async () => {
@@ -173,7 +155,7 @@ describe("Redis shared segment lists", () => {
     expect((await store.load("orphaned-fork")).history).toHaveLength(2_001);
     await store.delete("orphaned-fork", undefined);
     await store.delete("deleted-source", undefined);
-    expect(await raw.keys(`${keyPrefix}:{deleted-source}*`)).toEqual([]);
+    expect(await redis.raw.keys(`${keyPrefix}:{deleted-source}*`)).toEqual([]);
 
     await longConversation(store, "expiring-source", 2_000);
     await store.fork("expiring-source", undefined, "surviving-fork");
@@ -181,16 +163,16 @@ describe("Redis shared segment lists", () => {
     const version = await store.currentVersion("expiring-source");
     // The source takes a 300 ms idle TTL: it stops sharing first (its readers keep an orphan).
     await store.commit("expiring-source", version, [delta({ case: "setMetadata", value: { idleTtlMs: 300n } })], "");
-    for (let attempt = 0; attempt < 100 && (await raw.exists(keysOf("expiring-source").version)) === 1; attempt++) await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(await raw.exists(keysOf("expiring-source").version)).toBe(0);
+    for (let attempt = 0; attempt < 100 && (await redis.raw.exists(keysOf("expiring-source").version)) === 1; attempt++) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(await redis.raw.exists(keysOf("expiring-source").version)).toBe(0);
     expect(await freshRead("surviving-fork")).toBe(survivor);
     // The fork taking an expiry makes its segments its own, and the orphan goes with it.
     await store.commit("surviving-fork", 1n, [delta({ case: "setMetadata", value: { idleTtlMs: 60_000n } })], "");
-    expect(await raw.hget(keysOf("surviving-fork").header, "history_list")).toBeNull();
-    expect(await raw.llen(keysOf("surviving-fork").segments[1]!)).toBe(2_000);
+    expect(await redis.raw.hget(keysOf("surviving-fork").header, "history_list")).toBeNull();
+    expect(await redis.raw.llen(keysOf("surviving-fork").segments[1]!)).toBe(2_000);
     expect((await store.load("surviving-fork")).history).toHaveLength(2_000);
     await store.delete("surviving-fork", undefined);
-    expect(await raw.keys(`${keyPrefix}:{expiring-source}*`)).toEqual([]);
+    expect(await redis.raw.keys(`${keyPrefix}:{expiring-source}*`)).toEqual([]);
   });
 
   it("appends to a fork and its source without copying either: each writes its own list", async () => {
@@ -205,14 +187,14 @@ describe("Redis shared segment lists", () => {
     const after = await commandCalls();
     expect((after.get("copy") ?? 0) - (before.get("copy") ?? 0)).toBe(0);
     expect((after.get("rpush") ?? 0) - (before.get("rpush") ?? 0)).toBe(10);
-    expect(await raw.llen(keysOf("appending-fork").segments[1]!)).toBe(5);
-    expect(await raw.llen(keysOf("appending-source").segments[1]!)).toBe(5_005);
+    expect(await redis.raw.llen(keysOf("appending-fork").segments[1]!)).toBe(5);
+    expect(await redis.raw.llen(keysOf("appending-source").segments[1]!)).toBe(5_005);
     const fork = await store.load("appending-fork");
     expect(fork.history.slice(-6).map((message) => message.id)).toEqual(["m4999", "f0", "f1", "f2", "f3", "f4"]);
     expect(await freshRead("appending-fork")).toBe(encoded(fork));
     // A fork of the fork: the fork's shared prefix and own tail become one list first (once).
     await store.fork("appending-fork", undefined, "second-fork");
-    expect(await raw.hget(keysOf("second-fork").header, "history_list")).toBe(keysOf("appending-fork").segments[1]);
+    expect(await redis.raw.hget(keysOf("second-fork").header, "history_list")).toBe(keysOf("appending-fork").segments[1]);
     expect(await freshRead("second-fork")).toBe(encoded(await store.load("second-fork")));
     expect((await store.load("second-fork")).history.map((message) => message.id)).toEqual(fork.history.map((message) => message.id));
     expect(await freshRead("appending-fork")).toBe(encoded(fork));
@@ -230,7 +212,7 @@ describe("Redis shared segment lists at a past version", () => {
     const { forkedFrom } = await store.fork(source, past, "past-fork");
     const after = await commandCalls();
     for (const command of ["copy", "rpush", "lpush"]) expect(after.get(command) ?? 0, command).toBe(before.get(command) ?? 0);
-    expect(await raw.hget(keysOf("past-fork").header, "history_shared")).toBe("3000");
+    expect(await redis.raw.hget(keysOf("past-fork").header, "history_shared")).toBe("3000");
     const forked = await store.load("past-fork");
     expect(forked.history).toHaveLength(3_000);
     expect(encoded(forked)).toBe(encoded({ ...(await store.loadAt(source, past)), conversationId: "past-fork", forkedFrom, version: 1n }));
@@ -265,11 +247,11 @@ describe("Redis shared segment lists behind the store's back", () => {
         await fresh.close();
       }
     };
-    await raw.ltrim(shared, 0, 2);
+    await redis.raw.ltrim(shared, 0, 2);
     const short = await loadError();
     expect(short?.code).toBe(Code.DataLoss);
     expect(short?.rawMessage).toContain(`the shared history list ${shared} holds 3 messages but the header ${fork} reads 5 of it`);
-    await raw.hdel(fork, "history_shared");
+    await redis.raw.hdel(fork, "history_shared");
     const half = await loadError();
     expect(half?.code).toBe(Code.DataLoss);
     expect(half?.rawMessage).toContain(`the header ${fork} says history_list "${shared}" and history_shared "" for 5 messages`);
@@ -278,13 +260,11 @@ describe("Redis shared segment lists behind the store's back", () => {
 
 describe("Redis shared segment lists under any key prefix", () => {
   it("tells an orphan by its key's end: a prefix that reads like one never makes a live list go with its last reader", async () => {
-    const store = new RedisConversationStore(redis.url, { keyPrefix: "tenant:orphan:1" });
-    stores.push(store);
-    expect(await store.connected()).toBe(true);
+    const store = await redis.openStore({ keyPrefix: "tenant:orphan:1" });
     await store.commit("prefixed", 0n, [appendHistory(textMessage("u1", Role.USER, "hi"), textMessage("u2", Role.USER, "there"))], "");
     await store.fork("prefixed", undefined, "prefixed-fork");
     await store.delete("prefixed-fork", undefined);
-    expect(await raw.llen(conversationKeys("tenant:orphan:1", "prefixed").segments[1]!)).toBe(2);
+    expect(await redis.raw.llen(conversationKeys("tenant:orphan:1", "prefixed").segments[1]!)).toBe(2);
     expect((await store.load("prefixed")).history).toHaveLength(2);
   });
 });

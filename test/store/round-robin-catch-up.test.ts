@@ -322,7 +322,7 @@ describe("Redis store: commit notices catch a follower's copy up before its next
 });
 
 describe("Postgres store: commit notifications catch a follower's copy up before its next commit", () => {
-  it("after the other store's commit, a commit makes no read and one write; its own notifications start no catch-up", async () => {
+  it("after the other store's commit, a commit makes no read and one write; its own notifications start no catch-up; the LISTEN connection dropped and reopened", async () => {
     const postgres = await startPostgres();
     const url = await postgres.createDatabase("round_robin_notices");
     const [a, b] = [new PostgresConversationStore(url, { prefetchConversations: 1_024 }), new PostgresConversationStore(url, { prefetchConversations: 1_024 })];
@@ -373,6 +373,38 @@ describe("Postgres store: commit notifications catch a follower's copy up before
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect(a.prefetch.catchUps).toBe(catchUps);
       expect(a.prefetch.followed).toBe(0);
+      // b's LISTEN connection dropped: a's commit meanwhile is not heard, b's next commit reads
+      // first and answers right, and reopens the connection; notifications catch up again after.
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      try {
+        const listeners = async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")).rows[0].n as number;
+        for (let round = 0; round < 2; round++) {
+          await commit(a);
+          await commit(b);
+        }
+        await vi.waitFor(async () => expect(await listeners()).toBe(2), { timeout: 5_000 });
+        // Only b's: a's backend pid is not known to the test, so drop them all and let a's reopen too.
+        await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+        await vi.waitFor(async () => expect(await listeners()).toBe(0), { timeout: 5_000 });
+        const { wholeReads } = b.commitTraffic;
+        await commit(a);
+        const afterDrop = await commit(b);
+        expect(afterDrop.state!.history.map((message) => message.id)).toEqual((await fresh(id)).history.map((message) => message.id));
+        expect(b.commitTraffic.wholeReads).toBe(wholeReads + 1);
+        await commit(a);
+        await vi.waitFor(async () => expect(await listeners()).toBe(2), { timeout: 5_000 });
+        await commit(b);
+        const before = b.prefetch.caughtUp;
+        await commit(a);
+        await vi.waitFor(() => expect(b.prefetch.caughtUp).toBe(before + 1), { timeout: 5_000 });
+        const reads = b.commitTraffic.wholeReads;
+        const last = await commit(b);
+        expect(b.commitTraffic.wholeReads).toBe(reads);
+        expect(Buffer.from(toBinary(ConversationStateSchema, last.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh(id))))).toBe(true);
+      } finally {
+        await admin.end();
+      }
     } finally {
       await a.close();
       await b.close();

@@ -245,7 +245,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
     const { keptTailCommits, tailReads } = this.commitTraffic;
-    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads };
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: { followed: this.followed.size, catchUps: this.followed.catchUps } };
   }
 
   /** Resolves true once the database is reached and migrated, false after `timeoutMs` (the store then answers UNAVAILABLE and keeps trying). */

@@ -259,7 +259,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
     const { keptTailCommits, tailReads } = this.commitTraffic;
-    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads };
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: { followed: this.followed.size, catchUps: this.followed.catchUps } };
   }
 
   /** The conversations whose listing entry this process remembers writing: how many, and what they weigh (`--listed-id-bytes`). */

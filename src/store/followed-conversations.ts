@@ -92,7 +92,8 @@ export class FollowedConversations {
     if (followed === undefined) return;
     const held = this.options.heldVersion(conversationId);
     if (held === undefined) return this.unfollow(conversationId);
-    const newer = version ?? held + 1n;
+    // A notice without a version is one more commit than any noticed before (each counts).
+    const newer = version ?? (held > followed.noticed ? held : followed.noticed) + 1n;
     if (newer <= held || newer <= followed.noticed) return;
     followed.noticed = newer;
     followed.ownCommits = 0;

@@ -173,7 +173,7 @@ describe("Redis store: commit notices catch a follower's copy up before its next
         await commit(a!, id);
         await commit(b!, id);
       }
-      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2));
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
       const perCommit: number[] = [];
       const reads: number[] = [];
       for (let round = 0; round < 4; round++) {
@@ -208,7 +208,7 @@ describe("Redis store: commit notices catch a follower's copy up before its next
         await commit(a!, id);
         await tailCommit();
       }
-      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2));
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
       const perCommit: number[] = [];
       for (let round = 0; round < 3; round++) {
         const catchUps = b!.prefetch.catchUps;
@@ -246,7 +246,7 @@ describe("Redis store: commit notices catch a follower's copy up before its next
     try {
       const id = "unfollowed";
       for (let round = 0; round < 2; round++) for (const store of [a!, b!, c!]) await commit(store, id);
-      await vi.waitFor(async () => expect(await subscribers(id)).toBe(3));
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(3), { timeout: 5_000 });
       await settled(b!);
       // a alone: its third commit in a row unfollows (it sent notices of the first two); b caught up on those two.
       const bCatchUps = b!.prefetch.catchUps;
@@ -261,7 +261,7 @@ describe("Redis store: commit notices catch a follower's copy up before its next
       await settled(b!);
       const after = b!.prefetch.catchUps;
       for (let turn = 0; turn < 4; turn++) await commit(turn % 2 === 0 ? c! : a!, id);
-      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2));
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
       expect(b!.prefetch.catchUps).toBe(after);
     } finally {
       await stop();
@@ -279,7 +279,7 @@ describe("Redis store: commit notices catch a follower's copy up before its next
         await commit(a!, id);
         await commit(b!, id);
       }
-      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2));
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
       const version = (await commit(a!, id)).version;
       // Ten notices at once, the real one among them, old and false ones: one catch-up, and at most
       // one more for the false version it found no further.
@@ -379,6 +379,9 @@ describe("Postgres store: commit notifications catch a follower's copy up before
       await admin.connect();
       try {
         const listeners = async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")).rows[0].n as number;
+        // b, which made none of these three commits, unfollowed at the third notification (on
+        // Postgres every commit notifies while anyone listens, whether or not its writer follows).
+        await vi.waitFor(() => expect(b.prefetch.followed).toBe(0), { timeout: 5_000 });
         for (let round = 0; round < 2; round++) {
           await commit(a);
           await commit(b);

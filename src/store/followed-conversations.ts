@@ -84,19 +84,20 @@ export class FollowedConversations {
   }
 
   /**
-   * A notice that another process committed `version` of the conversation (undefined: some
-   * version after the one held, for a notice that does not say which).
+   * A notice that another process (never this one) committed `version` of the conversation
+   * (undefined: some version after the one held, for a notice that does not say which).
    */
   noticed(conversationId: string, version?: bigint): void {
     const followed = this.followed.get(conversationId);
     if (followed === undefined) return;
     const held = this.options.heldVersion(conversationId);
     if (held === undefined) return this.unfollow(conversationId);
+    // Another process writes it, even if this notice came after this process caught up anyway.
+    followed.ownCommits = 0;
     // A notice without a version is one more commit than any noticed before (each counts).
     const newer = version ?? (held > followed.noticed ? held : followed.noticed) + 1n;
     if (newer <= held || newer <= followed.noticed) return;
     followed.noticed = newer;
-    followed.ownCommits = 0;
     if (++followed.notices >= unfollowAfter) return this.unfollow(conversationId);
     followed.catchingUp ??= this.catchUpTo(conversationId, followed);
   }

@@ -150,6 +150,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private noticeSubscriber: Redis | undefined;
   /** The followed conversations by their notice channel (the change stream's key name). */
   private readonly noticeChannels = new Map<string, string>();
+  /** Sent with this process's notices, which its own subscriber hears too: they are not notices to it. */
+  private readonly noticeSender = randomUUID();
 
   constructor(target: string | RedisClusterNodes, options: RedisStoreOptions = {}) {
     super();
@@ -229,7 +231,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       subscriber.on("error", (error: Error) => (this.connection.lastError = error.message));
       subscriber.on("message", (channel: string, message: string) => {
         const followed = this.noticeChannels.get(channel);
-        if (followed !== undefined && /^\d{1,19}$/.test(message)) this.followed.noticed(followed, BigInt(message));
+        const [version, sender] = message.split(" ");
+        if (followed !== undefined && sender !== this.noticeSender && /^\d{1,19}$/.test(version!)) this.followed.noticed(followed, BigInt(version!));
       });
     }
     this.noticeSubscriber.subscribe(channel).catch(() => undefined);
@@ -851,9 +854,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
       else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
-      // After the copy is remembered: this process's own subscriber hears the notice too, and
-      // finds its copy at that version already.
-      if (this.followed.committed(conversationId)) this.redis.publish(keys.changes, String(plan.state.version)).catch(() => undefined);
+      // "<version> <sender>": this process's own subscriber hears it too, and skips it by the sender.
+      if (this.followed.committed(conversationId)) this.redis.publish(keys.changes, `${plan.state.version} ${this.noticeSender}`).catch(() => undefined);
       return { outcome: "ok" };
     }
     if (outcome === "replay") {

@@ -55,6 +55,10 @@ export async function run(): Promise<void> {
     const alternatingP50 = line("alternating, own conversations: ", alternating);
     console.log(`  target: round-robin p50 <= 1.5x the warm turn: ${(roundRobinP50 / warmP50).toFixed(2)}x, ${verdict(roundRobinP50 <= 1.5 * warmP50)}`);
     console.log(`  of which the alternation alone (no copy behind): ${(alternatingP50 / warmP50).toFixed(2)}x; the catch-up: ${(roundRobinP50 / alternatingP50).toFixed(2)}x of that`);
+    // What the commit notices did (docs/stores.md, "Catching up before the next turn"): reads made between the turns, not before a write.
+    const counter = async (url: string, name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0);
+    const catchUps = (await Promise.all(sidecars.map((sidecar) => counter(sidecar.url, "contextd_prefetch_catch_ups_total")))).reduce((sum, count) => sum + count, 0);
+    console.log(`  catch-ups started by commit notices, both sidecars: ${catchUps} over ${roundRobin.length} round-robin and ${warm.length} warm turns`);
   } finally {
     for (const client of clients) client.close();
     await Promise.all(sidecars.map((sidecar) => sidecar.stop()));

@@ -244,6 +244,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     strictToolRounds: config.strictToolRounds,
     decodedStateBytes: config.decodedStateBytes,
     keptTailBytes: config.keptTailBytes,
+    prefetchConversations: config.prefetchConversations,
     listedIdBytes: config.listedIdBytes,
     values: storedValuesOf(config.encryptionKeys),
     retention: {

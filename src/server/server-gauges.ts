@@ -72,6 +72,8 @@ export function registerServerGauges(metrics: Metrics, sources: GaugeSources): v
     metrics.gauge("contextd_kept_tails", "Conversations committed on without a copy whose stored tail the store keeps for their next commit (within --kept-tail-bytes).", () => held().keptTails.count);
     metrics.gauge("contextd_kept_tail_bytes", "Approximate heap bytes of the kept tails, weighed as decoded states (bounded by --kept-tail-bytes).", () => held().keptTails.bytes);
     metrics.total("contextd_kept_tail_commits_total", "Commits planned on a kept tail, with no read before the write.", () => held().keptTailCommits);
+    metrics.gauge("contextd_followed_conversations", "Conversations followed for other processes' commit notices, their copy caught up before the next commit here (within --prefetch-conversations).", () => held().prefetch.followed);
+    metrics.total("contextd_prefetch_catch_ups_total", "Catch-up reads commit notices started: reads a round-robin commit no longer makes before its write.", () => held().prefetch.catchUps);
     metrics.total("contextd_commit_tail_reads_total", "Tail reads commits made: commits on a conversation held neither decoded nor as a kept tail (or whose kept tail was stale).", () => held().tailReads);
   }
 }

@@ -42,6 +42,8 @@ export interface HeldCopies {
   keptTails: { count: number; bytes: number };
   keptTailCommits: number;
   tailReads: number;
+  /** Conversations followed for commit notices, and the catch-up reads notices started (followed-conversations.ts). */
+  prefetch: { followed: number; catchUps: number };
 }
 
 /** The outcome of a fork: the new conversation's version (1) and what it was copied from. */

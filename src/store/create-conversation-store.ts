@@ -6,6 +6,7 @@ import type { HistoryBound } from "./history-bound.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { defaultDecodedStateBytes } from "./decoded-state-cache.js";
 import { defaultKeptTailBytes } from "./kept-tails.js";
+import { defaultPrefetchConversations } from "./followed-conversations.js";
 import { defaultListedIdBytes } from "./recent-ids.js";
 import { MemoryConversationStore } from "./memory-conversation-store.js";
 import { PostgresConversationStore } from "./postgres-conversation-store.js";
@@ -50,6 +51,8 @@ export interface ConversationStoreSettings {
   decodedStateBytes?: number;
   /** `--kept-tail-bytes`: what the Redis and Postgres stores' kept tails may weigh (kept-tails.ts). */
   keptTailBytes?: number;
+  /** `--prefetch-conversations`: most conversations the Redis (not Cluster) and Postgres stores follow for commit notices (followed-conversations.ts). */
+  prefetchConversations?: number;
   /** `--listed-id-bytes`: what the Redis store's memo of conversations it put in the listing index may weigh (recent-ids.ts). */
   listedIdBytes?: number;
   /** `--encryption-key-file`: how the Redis and Postgres stores keep contents; the memory store holds nothing outside the process and takes none. */
@@ -73,6 +76,7 @@ export async function createConversationStore({
   strictToolRounds = false,
   decodedStateBytes = defaultDecodedStateBytes,
   keptTailBytes = defaultKeptTailBytes,
+  prefetchConversations = defaultPrefetchConversations,
   listedIdBytes = defaultListedIdBytes,
   values = plainValues,
   retention = {},
@@ -82,7 +86,7 @@ export async function createConversationStore({
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, listedIdBytes, values, ...retention, ...history });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, prefetchConversations, listedIdBytes, values, ...retention, ...history });
     await store.connected(connectTimeoutMs);
     return store;
   }
@@ -93,6 +97,7 @@ export async function createConversationStore({
     deltaContext,
     cacheBytes: decodedStateBytes,
     keptTailBytes,
+    prefetchConversations,
     listedIdBytes,
     values,
     ...history,

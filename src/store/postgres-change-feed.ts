@@ -28,6 +28,13 @@ export class PostgresChangeFeed {
   private readonly waiting = new Map<string, Set<() => void>>();
   /** Notification payloads of the commits that finished in this event-loop iteration (see `notifyCommitted`). */
   private readonly pendingNotifications = new Set<string>();
+  /** The conversations this process follows for commit notices (followed-conversations.ts), by the payload their notifications carry. */
+  private readonly followedPayloads = new Map<string, () => void>();
+  /**
+   * The backend process ids of this store's pool: notifications they sent are this process's own
+   * commits, which a followed conversation's copy is current with already.
+   */
+  private readonly ownBackends = new Set<number>();
   private listener: pg.Client | undefined;
   private listening: Promise<void> | undefined;
   private closed = false;
@@ -40,7 +47,28 @@ export class PostgresChangeFeed {
     private readonly currentVersion: (conversationId: string) => Promise<bigint>,
     /** How `contextd_commit`'s change rows were kept (sealed under encryption at rest). */
     private readonly values: StoredValues,
-  ) {}
+  ) {
+    connection.pool.on("connect", (client) => this.ownBackends.add(backendOf(client)));
+    connection.pool.on("remove", (client) => this.ownBackends.delete(backendOf(client)));
+  }
+
+  /** Calls `onNotice` on each commit of the conversation by another process, from the LISTEN connection (opened now if it is not). */
+  follow(id: Buffer, onNotice: () => void): void {
+    this.followedPayloads.set(createHash("md5").update(id).digest("hex"), onNotice);
+    this.keepListening();
+  }
+
+  unfollow(id: Buffer): void {
+    this.followedPayloads.delete(createHash("md5").update(id).digest("hex"));
+  }
+
+  /**
+   * Opens the LISTEN connection again if it dropped while conversations are followed (a commit of
+   * a followed conversation calls it): notices lost meanwhile cost commits their read, nothing else.
+   */
+  keepListening(): void {
+    if (this.listener === undefined && this.followedPayloads.size > 0) this.listen().catch(() => undefined);
+  }
 
   async *watch(conversationId: string, id: Buffer, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
     const channelKey = createHash("md5").update(id).digest("hex");
@@ -146,6 +174,7 @@ export class PostgresChangeFeed {
       client.on("end", () => drop());
       client.on("notification", (notification) => {
         for (const wake of this.waiting.get(notification.payload ?? "") ?? []) wake();
+        if (!this.ownBackends.has(notification.processId)) this.followedPayloads.get(notification.payload ?? "")?.();
       });
       try {
         await client.connect();
@@ -177,6 +206,11 @@ export class PostgresChangeFeed {
     this.listener = undefined;
     await listener?.end();
   }
+}
+
+/** The backend process id of a pool client (pg sets it from the server's BackendKeyData when it connects). */
+function backendOf(client: pg.PoolClient): number {
+  return (client as unknown as { processID: number }).processID;
 }
 
 /** A changes row: protobuf binary `Change` of this conversation and this version, or DATA_LOSS. */

@@ -11,7 +11,8 @@ import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
 import { idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
-import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
+import type { CommitOutcome, ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
+import { FollowedConversations } from "./followed-conversations.js";
 import { RecentIds, defaultListedIdBytes } from "./recent-ids.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListQuery } from "./conversation-listing.js";
@@ -43,6 +44,11 @@ export interface PostgresStoreOptions {
   cacheBytes?: number;
   /** `--kept-tail-bytes`: what the tails kept of conversations committed on without a copy may weigh (kept-tails.ts). */
   keptTailBytes?: number;
+  /**
+   * `--prefetch-conversations`: most conversations this process follows, catching its copy up on
+   * other processes' commit notifications (followed-conversations.ts); 0 or none = none.
+   */
+  prefetchConversations?: number;
   /** `--listed-id-bytes`: what the memo of conversations whose stored id index was found stale may weigh (recent-ids.ts). */
   listedIdBytes?: number;
   /** How often a Watch reads its changes again without a notification (covers notifications missed while the listener reconnects). */
@@ -144,6 +150,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private sweeping = false;
   /** The idle TTLs commits set expiry by: a fork that would expire is written through the engine. */
   private readonly expiry: ConversationExpiry;
+  /** The conversations whose commit notifications this process follows (`--prefetch-conversations`). */
+  private readonly followed: FollowedConversations;
 
   constructor(url: string, options: PostgresStoreOptions = {}) {
     super();
@@ -172,9 +180,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       },
     });
     const io = {
-      read: this.read.bind(this),
+      read: this.readForCommit.bind(this),
       write: (conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string) => this.write(conversationId, base, plan, idempotencyKey, fingerprint, undefined),
-      readTail: this.readTail.bind(this),
+      readTail: this.readTailForCommit.bind(this),
       writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
       keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
@@ -185,6 +193,45 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const sweepMs = options.expirySweepMs ?? defaultExpirySweepMs;
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new PostgresChangeFeed(this.connection, options.watchPollMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
+    this.followed = new FollowedConversations({
+      capacity: options.prefetchConversations ?? 0,
+      heldVersion: (conversationId) => this.copies.copy(conversationId)?.version ?? this.copies.keptTail(conversationId)?.state.version,
+      catchUp: async (conversationId) => {
+        if (this.copies.copy(conversationId) !== undefined) await this.read(conversationId, "");
+        else if (this.copies.keptTail(conversationId) !== undefined) await this.readTail(conversationId, "", []);
+      },
+      // The notification names no version: each is taken as one after the held copy's.
+      subscribe: (conversationId) => this.changes.follow(idBytes(conversationId), () => this.followed.noticed(conversationId)),
+      unsubscribe: (conversationId) => this.changes.unfollow(idBytes(conversationId)),
+    });
+  }
+
+  /** The conversations followed for commit notifications, and the catch-ups they started and finished (followed-conversations.ts). */
+  get prefetch(): { followed: number; catchUps: number; caughtUp: number } {
+    return { followed: this.followed.size, catchUps: this.followed.catchUps, caughtUp: this.followed.caughtUp };
+  }
+
+  /** A commit starts after the catch-up a notification started, from its result, instead of reading too. */
+  override async commit(...args: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
+    const catchingUp = this.followed.catchingUp(args[0]);
+    if (catchingUp !== undefined) await catchingUp;
+    return super.commit(...args);
+  }
+
+  /** `read` for a commit: a copy found behind means another process writes the conversation. */
+  private async readForCommit(conversationId: string, idempotencyKey: string): Promise<CommitRead> {
+    const before = this.copies.copy(conversationId);
+    const read = await this.read(conversationId, idempotencyKey);
+    if (before !== undefined && read.state !== before && read.state.version > 0n) this.followed.othersWrote(conversationId);
+    return read;
+  }
+
+  /** `readTail` for a commit: a kept tail found behind means another process writes the conversation. */
+  private async readTailForCommit(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead> {
+    const kept = this.copies.keptTail(conversationId);
+    const read = await this.readTail(conversationId, idempotencyKey, callIds);
+    if (kept !== undefined && read.version !== kept.state.version && read.version > 0n) this.followed.othersWrote(conversationId);
+    return read;
   }
 
   /** The tails this store keeps of conversations it committed on without a copy (kept-tails.ts): how many, and their approximate heap bytes. */
@@ -201,7 +248,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
     const { keptTailCommits, tailReads } = this.commitTraffic;
-    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads };
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: { followed: this.followed.size, catchUps: this.followed.catchUps } };
   }
 
   /** Resolves true once the database is reached and migrated, false after `timeoutMs` (the store then answers UNAVAILABLE and keeps trying). */
@@ -398,6 +445,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 
   async close(): Promise<void> {
     clearInterval(this.sweeper);
+    this.followed.clear();
     await Promise.allSettled([this.changes.close(), this.connection.pool.end()]);
   }
 
@@ -664,6 +712,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       else this.copies.keepWrittenTail(tail, plan.state, write.layout);
       if (reply.indexed) this.staleIdIndexes.delete(conversationId);
       else this.markIdIndexStale(conversationId);
+      // The commit notified (while anyone listens); following, keep this process listening.
+      if (this.followed.committed(conversationId)) this.changes.keepListening();
       return { outcome: "ok" };
     }
     // Not written: a tail kept at the base is behind (or refused); the next commit reads the tail afresh.
@@ -678,6 +728,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       this.copies.forget(conversationId);
       return { outcome: "stale", current };
     }
+    this.followed.othersWrote(conversationId);
     return { outcome: "conflict", current };
   }
 }

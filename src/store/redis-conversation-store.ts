@@ -2,7 +2,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import type { HistoryLimits } from "./version-history.js";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Cluster } from "ioredis";
+import { Cluster, Redis } from "ioredis";
 import { ChangeSchema, type Change, type ConversationSummary } from "#gen/contextd/v1/conversation_service_pb";
 import { ConversationStateSchema, type ConversationState, type ForkOrigin } from "#gen/contextd/v1/state_pb";
 import { Codec } from "../codec/codec.js";
@@ -10,7 +10,7 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
-import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
+import type { CommitOutcome, ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListPosition, type ListQuery } from "./conversation-listing.js";
 import { RedisChangeFeed } from "./redis-change-feed.js";
@@ -31,6 +31,7 @@ import { RedisUsageLedger } from "./redis-usage-ledger.js";
 import { idIndexArguments, idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
 import { RecentIds, defaultListedIdBytes } from "./recent-ids.js";
+import { FollowedConversations } from "./followed-conversations.js";
 
 export type { RedisClusterNodes } from "./redis-connection.js";
 
@@ -88,6 +89,12 @@ export interface RedisStoreOptions {
   historyBound?: HistoryBound;
   /** How often the listing entries of expired conversations are removed, in ms; 0 = never (listings skip them anyway). */
   expirySweepMs?: number;
+  /**
+   * `--prefetch-conversations`: most conversations this process follows, catching its copy up on
+   * other processes' commit notices (followed-conversations.ts); 0 or none = none. Not on a
+   * cluster (notices there would need a sharded subscriber per master).
+   */
+  prefetchConversations?: number;
 }
 
 
@@ -137,6 +144,14 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private refusedForMemory: { bytes: number; message: string } | undefined;
   private readonly sweeper: NodeJS.Timeout | undefined;
   private sweeping = false;
+  /** The conversations whose commit notices this process follows (`--prefetch-conversations`). */
+  private readonly followed: FollowedConversations;
+  /** The one connection all followed conversations' notices arrive on, opened with the first followed. */
+  private noticeSubscriber: Redis | undefined;
+  /** The followed conversations by their notice channel (the change stream's key name). */
+  private readonly noticeChannels = new Map<string, string>();
+  /** Sent with this process's notices, which its own subscriber hears too: they are not notices to it. */
+  private readonly noticeSender = randomUUID();
 
   constructor(target: string | RedisClusterNodes, options: RedisStoreOptions = {}) {
     super();
@@ -171,7 +186,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const io = {
       read: this.readForCommit.bind(this),
       write: (conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string) => this.write(conversationId, base, plan, idempotencyKey, fingerprint, undefined),
-      readTail: this.readTail.bind(this),
+      readTail: this.readTailForCommit.bind(this),
       writeTail: (conversationId: string, tail: CommitTail, plan: CommitPlan, idempotencyKey: string, fingerprint: string) =>
         this.write(conversationId, tail.state, plan, idempotencyKey, fingerprint, tail),
       keptTail: (conversationId: string) => this.copies.keptTail(conversationId),
@@ -182,6 +197,51 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (sweepMs > 0) this.sweeper = setInterval(() => void this.sweepExpired().catch(() => undefined), sweepMs).unref();
     this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
     this.replicas = new RedisReplicaAcknowledgement(this.connection, options.waitReplicas ?? 0, options.waitTimeoutMs ?? 1_000);
+    this.followed = new FollowedConversations({
+      capacity: this.redis instanceof Cluster ? 0 : (options.prefetchConversations ?? 0),
+      heldVersion: (conversationId) => this.copies.copy(conversationId)?.version ?? this.copies.keptTail(conversationId)?.state.version,
+      catchUp: async (conversationId) => {
+        if (this.copies.copy(conversationId) !== undefined) await this.read(conversationId, "");
+        else if (this.copies.keptTail(conversationId) !== undefined) await this.readTail(conversationId, "", []);
+      },
+      subscribe: (conversationId) => this.subscribeNotices(conversationId),
+      unsubscribe: (conversationId) => this.unsubscribeNotices(conversationId),
+    });
+  }
+
+  /** The conversations followed for commit notices, and the catch-ups notices started (followed-conversations.ts). */
+  get prefetch(): { followed: number; catchUps: number; caughtUp: number } {
+    return { followed: this.followed.size, catchUps: this.followed.catchUps, caughtUp: this.followed.caughtUp };
+  }
+
+  /** A commit starts after the catch-up a notice started, from its result, instead of reading too. */
+  override async commit(...args: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
+    const catchingUp = this.followed.catchingUp(args[0]);
+    if (catchingUp !== undefined) await catchingUp;
+    return super.commit(...args);
+  }
+
+  private subscribeNotices(conversationId: string): void {
+    const channel = this.keys(conversationId).changes;
+    this.noticeChannels.set(channel, conversationId);
+    if (this.noticeSubscriber === undefined) {
+      // Queued while (re)connecting, and subscribed again by ioredis after a reconnect; notices
+      // published meanwhile are lost, which costs the next commit its read, as without notices.
+      const subscriber = (this.noticeSubscriber = (this.redis as Redis).duplicate({ enableOfflineQueue: true }));
+      subscriber.on("error", (error: Error) => (this.connection.lastError = error.message));
+      subscriber.on("message", (channel: string, message: string) => {
+        const followed = this.noticeChannels.get(channel);
+        const [version, sender] = message.split(" ");
+        if (followed !== undefined && sender !== this.noticeSender && /^\d{1,19}$/.test(version!)) this.followed.noticed(followed, BigInt(version!));
+      });
+    }
+    this.noticeSubscriber.subscribe(channel).catch(() => undefined);
+  }
+
+  private unsubscribeNotices(conversationId: string): void {
+    const channel = this.keys(conversationId).changes;
+    this.noticeChannels.delete(channel);
+    this.noticeSubscriber?.unsubscribe(channel).catch(() => undefined);
   }
 
   private get redis() {
@@ -202,7 +262,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
     const { keptTailCommits, tailReads } = this.commitTraffic;
-    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads };
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: { followed: this.followed.size, catchUps: this.followed.catchUps } };
   }
 
   /** The conversations whose listing entry this process remembers writing: how many, and what they weigh (`--listed-id-bytes`). */
@@ -610,6 +670,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   async close(): Promise<void> {
     clearInterval(this.sweeper);
+    this.followed.clear();
+    this.noticeSubscriber?.disconnect();
     this.changes.close();
     this.redis.disconnect();
   }
@@ -670,10 +732,20 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   /** `read` for a commit: a replay is answered as applied only once the original's writes are on the replicas too. */
   private async readForCommit(conversationId: string, idempotencyKey: string): Promise<CommitRead> {
+    const before = this.copies.copy(conversationId);
     const read = await this.read(conversationId, idempotencyKey);
+    if (before !== undefined && read.state !== before && read.state.version > 0n) this.followed.othersWrote(conversationId);
     if (read.record && this.replicas.waitReplicas > 0) {
       this.replicas.requireReplicated(conversationId, read.record.version, await this.replicas.replicasAcknowledging(this.keys(conversationId)));
     }
+    return read;
+  }
+
+  /** `readTail` for a commit: a kept tail found behind means another process writes the conversation. */
+  private async readTailForCommit(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead> {
+    const kept = this.copies.keptTail(conversationId);
+    const read = await this.readTail(conversationId, idempotencyKey, callIds);
+    if (kept !== undefined && read.version !== kept.state.version && read.version > 0n) this.followed.othersWrote(conversationId);
     return read;
   }
 
@@ -811,6 +883,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
       else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
+      // "<version> <sender>": this process's own subscriber hears it too, and skips it by the sender.
+      if (this.followed.committed(conversationId)) this.redis.publish(keys.changes, `${plan.state.version} ${this.noticeSender}`).catch(() => undefined);
       return { outcome: "ok" };
     }
     if (outcome === "replay") {
@@ -833,6 +907,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     }
     // "conflict": another writer committed between our read and our script; the next read
     // catches the cached copy up.
+    this.followed.othersWrote(conversationId);
     return { outcome: "conflict", current };
   }
 

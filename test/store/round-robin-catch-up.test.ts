@@ -1,11 +1,14 @@
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Redis } from "ioredis";
-import { describe, expect, it } from "vitest";
+import pg from "pg";
+import { describe, expect, it, vi } from "vitest";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
-import type { Delta } from "#gen/contextd/v1/state_pb";
+import { ConversationStateSchema, type Delta } from "#gen/contextd/v1/state_pb";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
+import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
+import { startPostgres } from "../support/postgres.js";
 import { startRedis } from "../support/redis.js";
 import { sharedStoreBackends, storesOnSharedBackend } from "../support/shared-store-backends.js";
 import { appendHistory, textMessage } from "./fixtures.js";
@@ -121,6 +124,294 @@ describe("Redis store: a copy others wrote after is read first", () => {
       await a.close();
       await b.close();
       await redis.stop();
+    }
+  });
+});
+
+describe("Redis store: commit notices catch a follower's copy up before its next commit", () => {
+  /** Two or more stores following conversations on one Redis, a raw connection, and EVAL/EVALSHA calls counted by INFO commandstats. */
+  async function followers(count: number, prefetchConversations = 1_024) {
+    const redis = await startRedis();
+    const stores = Array.from({ length: count }, () => new RedisConversationStore(redis.url, { prefetchConversations }));
+    const raw = new Redis(redis.url);
+    await Promise.all(stores.map((store) => store.connected()));
+    const scriptCalls = async () => {
+      const stats = await raw.info("commandstats");
+      return ["eval", "evalsha"].reduce((sum, name) => sum + Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, "m").exec(stats)?.[1] ?? 0), 0);
+    };
+    let turn = 0;
+    const commit = (store: RedisConversationStore, id: string) => store.commit(id, undefined, [appendHistory(textMessage(`m${turn++}`, Role.USER, "hi"))], "");
+    /** Resolves once every catch-up `store` started has finished. */
+    const settled = (store: RedisConversationStore) => vi.waitFor(() => expect(store.prefetch.caughtUp).toBe(store.prefetch.catchUps));
+    /** Resolves once `store` started `catchUps` catch-ups in all and finished them. */
+    const caughtUp = (store: RedisConversationStore, catchUps: number) =>
+      vi.waitFor(() => expect([store.prefetch.catchUps, store.prefetch.caughtUp]).toEqual([catchUps, catchUps]), { timeout: 5_000 });
+    const subscribers = async (id: string) => Number(((await raw.pubsub("NUMSUB", `contextd:{${id}}:changes`)) as [string, number])[1]);
+    const stop = async () => {
+      raw.disconnect();
+      for (const store of stores) await store.close();
+      await redis.stop();
+    };
+    return { redis, stores, raw, scriptCalls, commit, settled, caughtUp, subscribers, stop };
+  }
+
+  it("after the other store's notice, a commit is one script call and no read, and its state is a fresh reader's byte for byte", async () => {
+    const { redis, stores: [a, b], scriptCalls, commit, caughtUp, subscribers, stop } = await followers(2);
+    const freshLoad = async (id: string) => {
+      const fresh = new RedisConversationStore(redis.url);
+      try {
+        await fresh.connected();
+        return await fresh.load(id);
+      } finally {
+        await fresh.close();
+      }
+    };
+    try {
+      const id = "notified";
+      // Taking turns, each finds the other wrote after its copy once and follows the conversation.
+      for (let round = 0; round < 2; round++) {
+        await commit(a!, id);
+        await commit(b!, id);
+      }
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
+      const perCommit: number[] = [];
+      const reads: number[] = [];
+      for (let round = 0; round < 4; round++) {
+        for (const [store, other] of [[a!, b!], [b!, a!]] as const) {
+          const catchUps = other.prefetch.catchUps;
+          await commit(store, id);
+          await caughtUp(other, catchUps + 1);
+          const before = await scriptCalls();
+          const { wholeReads, tailReads } = other.commitTraffic;
+          const outcome = await commit(other, id);
+          perCommit.push((await scriptCalls()) - before);
+          reads.push(other.commitTraffic.wholeReads - wholeReads + other.commitTraffic.tailReads - tailReads);
+          expect(Buffer.from(toBinary(ConversationStateSchema, outcome.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await freshLoad(id))))).toBe(true);
+        }
+      }
+      expect(perCommit).toEqual([1, 1, 1, 1, 1, 1, 1, 1]);
+      expect(reads).toEqual([0, 0, 0, 0, 0, 0, 0, 0]);
+    } finally {
+      await stop();
+    }
+  });
+
+  it("catches a kept tail up the same way: the next commit without a copy is one script call", async () => {
+    const { stores: [a, b], scriptCalls, commit, caughtUp, subscribers, stop } = await followers(2);
+    try {
+      const id = "notified-tail";
+      await commit(a!, id);
+      // b commits without asking for the state and holds no copy: it keeps the stored tail.
+      const tailCommit = () => b!.commit(id, undefined, [appendHistory(textMessage(`t${Math.random()}`, Role.USER, "hi"))], "", undefined, undefined, { withState: false });
+      await tailCommit();
+      for (let round = 0; round < 2; round++) {
+        await commit(a!, id);
+        await tailCommit();
+      }
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
+      const perCommit: number[] = [];
+      for (let round = 0; round < 3; round++) {
+        const catchUps = b!.prefetch.catchUps;
+        await commit(a!, id);
+        await caughtUp(b!, catchUps + 1);
+        const before = await scriptCalls();
+        const { keptTailCommits } = b!.commitTraffic;
+        await tailCommit();
+        perCommit.push((await scriptCalls()) - before);
+        expect(b!.commitTraffic.keptTailCommits).toBe(keptTailCommits + 1);
+      }
+      expect(perCommit).toEqual([1, 1, 1]);
+    } finally {
+      await stop();
+    }
+  });
+
+  it("follows at most --prefetch-conversations conversations", async () => {
+    const { stores: [a, b], commit, stop } = await followers(2, 2);
+    try {
+      for (const id of ["one", "two", "three"]) {
+        for (let round = 0; round < 2; round++) {
+          await commit(a!, id);
+          await commit(b!, id);
+        }
+      }
+      expect([a!.prefetch.followed, b!.prefetch.followed]).toEqual([2, 2]);
+    } finally {
+      await stop();
+    }
+  });
+
+  it("unfollows after three own commits with no notice, and after three notices with no own commit", async () => {
+    const { stores: [a, b, c], commit, settled, subscribers, stop } = await followers(3);
+    try {
+      const id = "unfollowed";
+      for (let round = 0; round < 2; round++) for (const store of [a!, b!, c!]) await commit(store, id);
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(3), { timeout: 5_000 });
+      await settled(b!);
+      // a alone: its third commit in a row unfollows (it sent notices of the first two); b caught up on those two.
+      const bCatchUps = b!.prefetch.catchUps;
+      for (let turn = 0; turn < 3; turn++) await commit(a!, id);
+      expect(a!.prefetch.followed).toBe(0);
+      await settled(b!);
+      expect(b!.prefetch.catchUps - bCatchUps).toBeLessThanOrEqual(2);
+      // c and a take turns again (both follow once they find the other wrote); b, not turning it,
+      // unfollows at the third notice and catches up no more.
+      for (let turn = 0; turn < 8; turn++) await commit(turn % 2 === 0 ? c! : a!, id);
+      await vi.waitFor(() => expect(b!.prefetch.followed).toBe(0));
+      await settled(b!);
+      const after = b!.prefetch.catchUps;
+      for (let turn = 0; turn < 4; turn++) await commit(turn % 2 === 0 ? c! : a!, id);
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
+      expect(b!.prefetch.catchUps).toBe(after);
+    } finally {
+      await stop();
+    }
+  });
+
+  it("runs one catch-up at a time per conversation; notices lost, repeated, out of order or false change no answer", async () => {
+    const { redis, stores: [a, b], raw, commit, settled, subscribers, stop } = await followers(2);
+    const fresh = new RedisConversationStore(redis.url);
+    const ids = async (store: RedisConversationStore, id: string) => (await store.load(id)).history.map((message) => message.id);
+    try {
+      await fresh.connected();
+      const id = "noticed";
+      for (let round = 0; round < 2; round++) {
+        await commit(a!, id);
+        await commit(b!, id);
+      }
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
+      const version = (await commit(a!, id)).version;
+      // Ten notices at once, the real one among them, old and false ones: one catch-up, and at most
+      // one more for the false version it found no further.
+      await settled(b!);
+      const catchUps = b!.prefetch.catchUps;
+      const channel = `contextd:{${id}}:changes`;
+      await Promise.all([...Array.from({ length: 8 }, (_, index) => raw.publish(channel, String(version - BigInt(index)))), raw.publish(channel, String(version + 5n)), raw.publish(channel, "not a version")]);
+      await settled(b!);
+      expect(b!.prefetch.catchUps - catchUps).toBeLessThanOrEqual(2);
+      const outcome = await commit(b!, id);
+      expect(outcome.version).toBe(version + 1n);
+      expect(outcome.state!.history.map((message) => message.id)).toEqual(await ids(fresh, id));
+      // The subscriber connection dropped: notices published meanwhile are lost, and the next
+      // commit reads first, as without notices; subscribed again, notices catch up again.
+      await raw.client("KILL", "TYPE", "pubsub");
+      const lost = await commit(a!, id);
+      const { wholeReads } = b!.commitTraffic;
+      const afterLoss = await commit(b!, id);
+      expect(afterLoss.version).toBe(lost.version + 1n);
+      expect(afterLoss.state!.history.map((message) => message.id)).toEqual(await ids(fresh, id));
+      // (its copy was current after the last notice, so it tried the copy first: refused, read, written)
+      expect(b!.commitTraffic.wholeReads).toBe(wholeReads + 1);
+      await vi.waitFor(async () => expect(await subscribers(id)).toBe(2), { timeout: 5_000 });
+      for (let round = 0; round < 2; round++) {
+        await commit(a!, id);
+        await commit(b!, id);
+      }
+      const before = b!.prefetch.catchUps;
+      await commit(a!, id);
+      await vi.waitFor(() => expect(b!.prefetch.caughtUp).toBe(before + 1), { timeout: 5_000 });
+      const reads = b!.commitTraffic.wholeReads;
+      const last = await commit(b!, id);
+      expect(b!.commitTraffic.wholeReads).toBe(reads);
+      expect(last.state!.history.map((message) => message.id)).toEqual(await ids(fresh, id));
+    } finally {
+      await fresh.close();
+      await stop();
+    }
+  });
+});
+
+describe("Postgres store: commit notifications catch a follower's copy up before its next commit", () => {
+  it("after the other store's commit, a commit makes no read and one write; its own notifications start no catch-up; the LISTEN connection dropped and reopened", async () => {
+    const postgres = await startPostgres();
+    const url = await postgres.createDatabase("round_robin_notices");
+    const [a, b] = [new PostgresConversationStore(url, { prefetchConversations: 1_024 }), new PostgresConversationStore(url, { prefetchConversations: 1_024 })];
+    const fresh = async (id: string) => {
+      const store = new PostgresConversationStore(url);
+      try {
+        await store.connected();
+        return await store.load(id);
+      } finally {
+        await store.close();
+      }
+    };
+    try {
+      await Promise.all([a.connected(), b.connected()]);
+      const id = "notified";
+      let turn = 0;
+      const commit = (store: PostgresConversationStore) => store.commit(id, undefined, [appendHistory(textMessage(`m${turn++}`, Role.USER, "hi"))], "");
+      for (let round = 0; round < 2; round++) {
+        await commit(a);
+        await commit(b);
+      }
+      expect([a.prefetch.followed, b.prefetch.followed]).toEqual([1, 1]);
+      // Both listening (LISTEN connections open after the first conversation followed).
+      const raw = new pg.Client({ connectionString: url });
+      await raw.connect();
+      try {
+        await vi.waitFor(async () => expect((await raw.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")).rows[0].n).toBe(2), { timeout: 5_000 });
+      } finally {
+        await raw.end();
+      }
+      const traffic: { reads: number; writes: number }[] = [];
+      for (let round = 0; round < 3; round++) {
+        for (const [store, other] of [[a, b], [b, a]] as const) {
+          const catchUps = other.prefetch.catchUps;
+          await commit(store);
+          await vi.waitFor(() => expect([other.prefetch.catchUps, other.prefetch.caughtUp]).toEqual([catchUps + 1, catchUps + 1]), { timeout: 5_000 });
+          const before = other.commitTraffic;
+          const outcome = await commit(other);
+          const after = other.commitTraffic;
+          traffic.push({ reads: after.wholeReads - before.wholeReads + after.tailReads - before.tailReads, writes: after.writes - before.writes });
+          expect(Buffer.from(toBinary(ConversationStateSchema, outcome.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh(id))))).toBe(true);
+        }
+      }
+      expect(traffic).toEqual(Array.from({ length: 6 }, () => ({ reads: 0, writes: 1 })));
+      // a alone: its own notifications are not notices to it; the third commit in a row unfollows.
+      const catchUps = a.prefetch.catchUps;
+      for (let alone = 0; alone < 3; alone++) await commit(a);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(a.prefetch.catchUps).toBe(catchUps);
+      expect(a.prefetch.followed).toBe(0);
+      // b's LISTEN connection dropped: a's commit meanwhile is not heard, b's next commit reads
+      // first and answers right, and reopens the connection; notifications catch up again after.
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      try {
+        const listeners = async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")).rows[0].n as number;
+        // b, which made none of these three commits, unfollowed at the third notification (on
+        // Postgres every commit notifies while anyone listens, whether or not its writer follows).
+        await vi.waitFor(() => expect(b.prefetch.followed).toBe(0), { timeout: 5_000 });
+        for (let round = 0; round < 2; round++) {
+          await commit(a);
+          await commit(b);
+        }
+        await vi.waitFor(async () => expect(await listeners()).toBe(2), { timeout: 5_000 });
+        // Only b's: a's backend pid is not known to the test, so drop them all and let a's reopen too.
+        await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+        await vi.waitFor(async () => expect(await listeners()).toBe(0), { timeout: 5_000 });
+        const { wholeReads } = b.commitTraffic;
+        await commit(a);
+        const afterDrop = await commit(b);
+        expect(afterDrop.state!.history.map((message) => message.id)).toEqual((await fresh(id)).history.map((message) => message.id));
+        expect(b.commitTraffic.wholeReads).toBe(wholeReads + 1);
+        await commit(a);
+        await vi.waitFor(async () => expect(await listeners()).toBe(2), { timeout: 5_000 });
+        await commit(b);
+        const before = b.prefetch.caughtUp;
+        await commit(a);
+        await vi.waitFor(() => expect(b.prefetch.caughtUp).toBe(before + 1), { timeout: 5_000 });
+        const reads = b.commitTraffic.wholeReads;
+        const last = await commit(b);
+        expect(b.commitTraffic.wholeReads).toBe(reads);
+        expect(Buffer.from(toBinary(ConversationStateSchema, last.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh(id))))).toBe(true);
+      } finally {
+        await admin.end();
+      }
+    } finally {
+      await a.close();
+      await b.close();
+      await postgres.destroy();
     }
   });
 });

@@ -8,6 +8,7 @@ import { stringLimits } from "../../core/model/string-limits.js";
 import { defaultMaxTokenCountListBytes } from "../../core/tokens/token-count-cache.js";
 import { defaultDecodedStateBytes } from "../../store/decoded-state-cache.js";
 import { defaultKeptTailBytes } from "../../store/kept-tails.js";
+import { defaultPrefetchConversations } from "../../store/followed-conversations.js";
 import { defaultListedIdBytes } from "../../store/recent-ids.js";
 import { defaultExpirySweepMs } from "../../store/conversation-expiry.js";
 import { metadataLimits } from "../../core/deltas/conversation-metadata.js";
@@ -182,6 +183,11 @@ export interface Config {
    * they committed on without a copy (kept-tails.ts), so the next commit is one round trip; 0 = none.
    */
   keptTailBytes: number;
+  /**
+   * Most conversations the Redis (not Cluster) and Postgres stores follow for other sidecars'
+   * commit notices, catching their copy up before their next commit (followed-conversations.ts); 0 = none.
+   */
+  prefetchConversations: number;
   /** Approximate heap bytes of the conversation ids the Redis store remembers having put in its listing index (recent-ids.ts); the oldest go past it. */
   listedIdBytes: number;
   /**
@@ -273,6 +279,7 @@ export const defaultConfig: Config = {
   readPinBytes: 256 * 1024 * 1024,
   decodedStateBytes: defaultDecodedStateBytes,
   keptTailBytes: defaultKeptTailBytes,
+  prefetchConversations: defaultPrefetchConversations,
   listedIdBytes: defaultListedIdBytes,
   encryptionKeys: [],
   idleTtlMs: 0,
@@ -347,6 +354,7 @@ export const flags = {
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
   "kept-tail-bytes": "approximate heap bytes of the stored tails the Redis and Postgres stores keep of conversations committed on without a copy, so the next such commit is one round trip (the least recently used go past it); 0 = none kept",
+  "prefetch-conversations": "most conversations the Redis (not Cluster) and Postgres stores follow for commit notices: one this sidecar commits to that another sidecar writes too (round-robin) is caught up in the background on the other's commit, so this sidecar's next commit is the write alone; unfollowed after 3 notices without a commit here or 3 commits here without a notice; 0 = none (no subscriber connection)",
   "listed-id-bytes": "approximate heap bytes of the conversation ids the Redis store remembers having put in its listing index, so a commit skips that write for 60 s (80 + 2 per character each; the oldest go past it, and their next commit writes the entry again); the same again for the ids of conversations whose stored id index a commit found stale (Redis, Postgres)",
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
@@ -517,6 +525,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     readPinBytes: integer("read-pin-bytes", defaultConfig.readPinBytes, 0),
     decodedStateBytes: integer("decoded-state-bytes", defaultConfig.decodedStateBytes, 0),
     keptTailBytes: integer("kept-tail-bytes", defaultConfig.keptTailBytes, 0),
+    prefetchConversations: integer("prefetch-conversations", defaultConfig.prefetchConversations, 0, 1_000_000),
     listedIdBytes: integer("listed-id-bytes", defaultConfig.listedIdBytes, 0),
     encryptionKeys,
     idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),

@@ -13,7 +13,7 @@ import { startSidecar, type Sidecar } from "../../support/sidecar.js";
 // (--decoded-state-bytes) and the kept tails (--kept-tail-bytes), and how its commits used them.
 // Values only, never times: each step below changes them by a known amount.
 
-const storeSeries = ["contextd_decoded_states", "contextd_decoded_state_bytes", "contextd_kept_tails", "contextd_kept_tail_bytes", "contextd_kept_tail_commits_total", "contextd_commit_tail_reads_total"];
+const storeSeries = ["contextd_decoded_states", "contextd_decoded_state_bytes", "contextd_kept_tails", "contextd_kept_tail_bytes", "contextd_kept_tail_commits_total", "contextd_commit_tail_reads_total", "contextd_followed_conversations", "contextd_prefetch_catch_ups_total"];
 
 async function scrape(sidecar: Sidecar): Promise<Record<string, number>> {
   const text = await (await fetch(`${sidecar.url}/metrics`)).text();
@@ -55,6 +55,9 @@ describe("store cache gauges (real sidecar, Redis)", () => {
       contextd_kept_tail_bytes: 0,
       contextd_kept_tail_commits_total: 0,
       contextd_commit_tail_reads_total: 0,
+      // One sidecar alone: no other writer, nothing followed.
+      contextd_followed_conversations: 0,
+      contextd_prefetch_catch_ups_total: 0,
     });
 
     // Cold: the commit reads the stored tail, writes, and keeps the tail.

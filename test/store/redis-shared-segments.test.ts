@@ -190,12 +190,14 @@ describe("Redis shared segment lists", () => {
     const sentBytes = async () => Number(/^total_net_output_bytes:(\d+)/m.exec(await redis.raw.info("stats"))![1]);
     // Before this index the fork's first commit found it stale and read the fork whole (~1 MB
     // of messages here) to write it whole; now each of the first two reads a few KB.
+    const wholeReads = store.commitTraffic.wholeReads;
     for (let turn = 0; turn < 2; turn++) {
       const before = await sentBytes();
       await store.commit("indexed-fork", undefined, [appendHistory(textMessage(`f${turn}`, Role.USER, "fork"))], "", undefined, undefined, { withState: false });
       expect((await sentBytes()) - before).toBeLessThan(64 * 1024);
     }
     expect(store.staleIdIndexIds.count).toBe(0);
+    expect(store.commitTraffic.wholeReads).toBe(wholeReads);
     const taken = await store.commit("indexed-fork", undefined, [appendHistory(textMessage("m42", Role.USER, "again"))], "").catch((error: unknown) => error);
     expect(taken).toBeInstanceOf(ConnectError);
     expect((taken as ConnectError).code).toBe(Code.InvalidArgument);

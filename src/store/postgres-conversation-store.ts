@@ -570,7 +570,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 
   /**
    * The source's current version forked inside the database, in one statement: the new
-   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message row.
+   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message
+   * row, and gets the source's current id index (migration 15's `contextd_fork_indexed`).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));

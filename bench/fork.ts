@@ -5,7 +5,8 @@
 // what a rebuild from the change log applies grows with the conversation, what an undo applies
 // (version-history.ts) with the changes since the version read. Each figure is the median of 5
 // calls, in one run; a rewind commits, so each call of one goes back from the version the last
-// left. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
+// left; each fork at the latest version then takes ten one-message commits (1st, 2nd, 10th
+// timed: the median over the 5 forks), with the state back and, on 5 more forks, without. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
 // compare the lines of one run, and read them with the load average printed beside them.
 import { create } from "@bufbuild/protobuf";
 import { loadavg } from "node:os";
@@ -76,8 +77,29 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       }, true);
       const latest = await store.currentVersion(id);
       const fork = await medianMs((call) => store.fork(id, undefined, `${id}-latest-${call}`));
+      // The commits after a fork at the latest version: each of the 5 forks above takes ten
+      // one-message appends with the state back (as Commit with include_state), the 1st, 2nd and
+      // 10th timed, and 5 more forks ten without (the server's Commit otherwise: planned on the
+      // stored tail). A fork shares the source's segments, but the id index and the decoded copy
+      // the commits plan on are its own (issue 32).
+      const forkCommitTimes = async (fork: (call: number) => string, withState: boolean) => {
+        const all: number[][] = [];
+        for (let call = 0; call < calls; call++) {
+          const times: number[] = [];
+          for (let commit = 0; commit < 10; commit++) {
+            const start = process.hrtime.bigint();
+            await store.commit(fork(call), undefined, [append([`fork-commit${commit}`])], "", undefined, undefined, { withState });
+            times.push(Number(process.hrtime.bigint() - start) / 1e6);
+          }
+          all.push(times);
+        }
+        return (index: number) => `${all.map((times) => times[index]!).sort((a, b) => a - b)[calls >> 1]!.toFixed(2)} ms`;
+      };
+      const forkCommit = await forkCommitTimes((call) => `${id}-latest-${call}`, true);
+      for (let call = 0; call < calls; call++) await store.fork(id, undefined, `${id}-stateless-${call}`);
+      const forkCommitStateless = await forkCommitTimes((call) => `${id}-stateless-${call}`, false);
       const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind };
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

@@ -570,7 +570,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 
   /**
    * The source's current version forked inside the database, in one statement: the new
-   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message row.
+   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message
+   * row, and gets the source's current id index (migration 15's `contextd_fork_indexed`).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
@@ -599,7 +600,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /**
-   * One call of `contextd_fork_shared`. Under encryption at rest each stored value is bound to
+   * One call of `contextd_fork_indexed` (migration 15: `contextd_fork_shared`, and a fork of the
+   * current version gets the source's current id index). Under encryption at rest each stored value is bound to
    * its conversation's id (a shared row would not open under the fork's): "unavailable", and
    * the engine's write seals the fork's anew. An expired conversation under the new id that no
    * sweep removed yet reads as never written, but its row would make the fork answer "exists"
@@ -619,7 +621,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
-      "SELECT contextd_fork_shared($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      "SELECT contextd_fork_indexed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
       [
         idBytes(conversationId),
         version,
@@ -634,7 +636,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         now,
         changesChannel,
       ],
-      "contextd_fork_shared",
+      "contextd_fork_indexed",
     );
     const outcome = rows[0]!.outcome;
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";

@@ -1,5 +1,6 @@
 import type pg from "pg";
 import { removalMigration } from "./postgres-removal-schema.js";
+import { forkIndexMigration } from "./postgres-fork-index-schema.js";
 import { sharedRowsMigration } from "./postgres-shared-rows-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
@@ -48,6 +49,8 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   header's `storage` (where it writes its rows; NULL = its id) and `links` (other storages'
  *   position ranges it reads), `contextd_storage_references`, and the load, tail read, commit,
  *   delete and fork replaced in place to honour them.
+ * - Migration 15: `contextd_fork_indexed`, the fork this build calls: 14's, and a fork of the
+ *   current version gets the source's current id index (postgres-fork-index-schema.ts).
  *
  * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
  * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1230,6 +1233,7 @@ $$;
   },
   removalMigration,
   sharedRowsMigration,
+  forkIndexMigration,
 ];
 
 /** The table recording which migrations were applied. */

@@ -115,6 +115,35 @@ describe("a fork at the latest version shares its source's rows", () => {
   }, 120_000);
 });
 
+describe("a fork at the latest version gets its source's current id index (migration 15)", () => {
+  it("its first commits plan on the stored tail with no whole read, refuse an id the source holds, and leave the index exactly the fork's ids", async () => {
+    const { store, raw, open } = await database();
+    await grow(store, "indexed-source", 5_000);
+    await store.fork("indexed-source", undefined, "indexed-fork");
+    const idsOf = async (id: string) => (await raw.query<{ id: string }>("SELECT convert_from(message_id, 'UTF8') AS id FROM contextd_message_ids WHERE conversation_id = convert_to($1, 'UTF8') ORDER BY 1", [id])).rows.map((row) => row.id);
+    const header = async (id: string) => (await raw.query<{ ids_at: string; version: string }>("SELECT ids_at, version FROM contextd_conversations WHERE id = convert_to($1, 'UTF8')", [id])).rows[0]!;
+    expect(await header("indexed-fork")).toEqual({ ids_at: "1", version: "1" });
+    expect(await idsOf("indexed-fork")).toEqual(await idsOf("indexed-source"));
+    // A sidecar with nothing cached, as the server commits without the state back: before
+    // migration 15 the first commit found the index stale and read the fork's 5,000 rows whole.
+    const other = await open();
+    for (let turn = 0; turn < 2; turn++) {
+      await other.commit("indexed-fork", undefined, [appendHistory(textMessage(`f${turn}`, Role.USER, "fork"))], "", undefined, undefined, { withState: false });
+    }
+    // The first reads the tail, the second commits on the tail the first kept (kept-tails.ts).
+    expect(other.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 0, keptTailCommits: 1 });
+    expect(other.staleIdIndexIds.count).toBe(0);
+    await expect(other.commit("indexed-fork", undefined, [appendHistory(textMessage("indexed-source-m42", Role.USER, "again"))], "", undefined, undefined, { withState: false })).rejects.toThrow(/indexed-source-m42/);
+    const fork = await other.load("indexed-fork");
+    expect(await header("indexed-fork")).toEqual({ ids_at: "3", version: "3" });
+    expect(await idsOf("indexed-fork")).toEqual(fork.history.map((message) => message.id).sort());
+    expect(await idsOf("indexed-source")).toHaveLength(5_000);
+    // A fork at a past version still starts with a stale index, rebuilt by its first commit.
+    await store.fork("indexed-source", (await store.currentVersion("indexed-source")) - 1n, "past-fork");
+    expect((await header("past-fork")).ids_at).toBe("0");
+  });
+});
+
 describe("links are bounded", () => {
   it("a chain of 66 forks, each appending: past 64 links the fork copies the rows; a move past the bound copies the writer's own rows", async () => {
     const { store, raw, open } = await database();

@@ -395,8 +395,11 @@ describe("Postgres store: commit notifications catch a follower's copy up before
         const afterDrop = await commit(b);
         expect(afterDrop.state!.history.map((message) => message.id)).toEqual((await fresh(id)).history.map((message) => message.id));
         expect(b.commitTraffic.wholeReads).toBe(wholeReads + 1);
-        await commit(a);
+        // Both listeners reopened (each store's first followed commit after the drop reopens its
+        // own) before a's next commit, so that b hears it: had it not (a loaded full run), b's
+        // commit after it would be b's third without a notice and unfollow it.
         await vi.waitFor(async () => expect(await listeners()).toBe(2), { timeout: 5_000 });
+        await commit(a);
         await commit(b);
         const before = b.prefetch.caughtUp;
         await commit(a);

@@ -9,6 +9,7 @@ import type { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { stringLimits } from "../core/model/string-limits.js";
 import { clearStateDeltas, deltasFingerprint, indexedLookups, planCommit, planReplacement, presetMessageIds, type CommitPlan, type CommitPlanOptions } from "./commit-plan.js";
 import type { UndoRecording } from "./change-undo.js";
+import type { FollowedConversations } from "./followed-conversations.js";
 import { ContendedCopies } from "./contended-copies.js";
 import type { ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
@@ -395,6 +396,8 @@ export abstract class EngineCommittedStore
   implements Pick<ConversationStore, "commit" | "clear" | "idLookupsFor" | "strictToolRounds" | "loadAt" | "fork" | "rewind" | "recordUsage" | "readUsage" | "listTenantUsage">
 {
   protected abstract readonly engine: CommitEngine;
+  /** The conversations the store follows for other processes' commit notices (Redis, Postgres: `--prefetch-conversations`), if it does. */
+  protected readonly followed: FollowedConversations | undefined;
   /** The store's record of appended and truncated lists (the one its engine plans with). */
   abstract readonly lineage: MessageListLineage;
   /** The store's usage ledger I/O, which the `UsageLedgerStore` calls go to. */
@@ -496,8 +499,15 @@ export abstract class EngineCommittedStore
     return this.engine.idLookupsFor(conversationId, base);
   }
 
+  /** A commit starts after the catch-up a commit notice started, from its result, instead of reading too. */
   commit(...args: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
-    return this.engine.commit(...args);
+    const catchingUp = this.followed?.catchingUp(args[0]);
+    return catchingUp === undefined ? this.engine.commit(...args) : catchingUp.then(() => this.engine.commit(...args));
+  }
+
+  /** The conversations followed for commit notices, and the catch-ups notices started and finished (followed-conversations.ts). */
+  get prefetch(): { followed: number; catchUps: number; caughtUp: number } {
+    return this.followed?.figures ?? { followed: 0, catchUps: 0, caughtUp: 0 };
   }
 
   clear(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {

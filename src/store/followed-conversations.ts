@@ -102,6 +102,11 @@ export class FollowedConversations {
     followed.catchingUp ??= this.catchUpTo(conversationId, followed);
   }
 
+  /** How many conversations are followed, and the catch-ups notices started and finished (tests, gauges). */
+  get figures(): { followed: number; catchUps: number; caughtUp: number } {
+    return { followed: this.followed.size, catchUps: this.catchUps, caughtUp: this.caughtUp };
+  }
+
   /** The catch-up in flight for the conversation, so that a commit starts from its result instead of reading too. */
   catchingUp(conversationId: string): Promise<void> | undefined {
     return this.followed.get(conversationId)?.catchingUp;

@@ -11,7 +11,7 @@ import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
 import { idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
-import type { CommitOutcome, ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
+import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
 import { FollowedConversations } from "./followed-conversations.js";
 import { RecentIds, defaultListedIdBytes } from "./recent-ids.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
@@ -151,7 +151,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   /** The idle TTLs commits set expiry by: a fork that would expire is written through the engine. */
   private readonly expiry: ConversationExpiry;
   /** The conversations whose commit notifications this process follows (`--prefetch-conversations`). */
-  private readonly followed: FollowedConversations;
+  protected override readonly followed: FollowedConversations;
 
   constructor(url: string, options: PostgresStoreOptions = {}) {
     super();
@@ -206,17 +206,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     });
   }
 
-  /** The conversations followed for commit notifications, and the catch-ups they started and finished (followed-conversations.ts). */
-  get prefetch(): { followed: number; catchUps: number; caughtUp: number } {
-    return { followed: this.followed.size, catchUps: this.followed.catchUps, caughtUp: this.followed.caughtUp };
-  }
 
-  /** A commit starts after the catch-up a notification started, from its result, instead of reading too. */
-  override async commit(...args: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
-    const catchingUp = this.followed.catchingUp(args[0]);
-    if (catchingUp !== undefined) await catchingUp;
-    return super.commit(...args);
-  }
 
   /** `read` for a commit: a copy found behind means another process writes the conversation. */
   private async readForCommit(conversationId: string, idempotencyKey: string): Promise<CommitRead> {
@@ -248,7 +238,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
     const { keptTailCommits, tailReads } = this.commitTraffic;
-    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: { followed: this.followed.size, catchUps: this.followed.catchUps } };
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: this.prefetch };
   }
 
   /** Resolves true once the database is reached and migrated, false after `timeoutMs` (the store then answers UNAVAILABLE and keeps trying). */

@@ -10,7 +10,7 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
-import type { CommitOutcome, ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
+import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
 import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./memory-conversation-store.js";
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListPosition, type ListQuery } from "./conversation-listing.js";
 import { RedisChangeFeed } from "./redis-change-feed.js";
@@ -145,7 +145,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private readonly sweeper: NodeJS.Timeout | undefined;
   private sweeping = false;
   /** The conversations whose commit notices this process follows (`--prefetch-conversations`). */
-  private readonly followed: FollowedConversations;
+  protected override readonly followed: FollowedConversations;
   /** The one connection all followed conversations' notices arrive on, opened with the first followed. */
   private noticeSubscriber: Redis | undefined;
   /** The followed conversations by their notice channel (the change stream's key name). */
@@ -209,17 +209,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     });
   }
 
-  /** The conversations followed for commit notices, and the catch-ups notices started (followed-conversations.ts). */
-  get prefetch(): { followed: number; catchUps: number; caughtUp: number } {
-    return { followed: this.followed.size, catchUps: this.followed.catchUps, caughtUp: this.followed.caughtUp };
-  }
 
-  /** A commit starts after the catch-up a notice started, from its result, instead of reading too. */
-  override async commit(...args: Parameters<ConversationStore["commit"]>): Promise<CommitOutcome> {
-    const catchingUp = this.followed.catchingUp(args[0]);
-    if (catchingUp !== undefined) await catchingUp;
-    return super.commit(...args);
-  }
 
   private subscribeNotices(conversationId: string): void {
     const channel = this.keys(conversationId).changes;
@@ -262,7 +252,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
     const { keptTailCommits, tailReads } = this.commitTraffic;
-    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: { followed: this.followed.size, catchUps: this.followed.catchUps } };
+    return { decodedStates: this.copies.decodedStates, keptTails: { count, bytes }, keptTailCommits, tailReads, prefetch: this.prefetch };
   }
 
   /** The conversations whose listing entry this process remembers writing: how many, and what they weigh (`--listed-id-bytes`). */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the clients the way a user gets them, outside the repository, for the test command:
-#   Python: wheel and sdist of contextd-api (gen/python) and contextd-client (clients/python) from
+#   Python: wheel and sdist of contextd-api (clients/python/api, the generated gen/python/contextd) and
+#           contextd-client (clients/python) from
 #           `python -m build` (which builds the wheel from the sdist, so a file missing from the
 #           sdist fails the wheel's tests too), installed from the wheels into a fresh venv, with
 #           the Python tests copied next to it — they import the installed packages, not the tree.
@@ -17,7 +18,7 @@ out="$(cd "$out" && pwd)"
 case "$out/" in "$repo"/*) echo "install-clients: $out is inside the repository" >&2; exit 2 ;; esac
 
 # Python. build writes build/ and *.egg-info into the source trees; both are git-ignored.
-for project in gen/python clients/python; do
+for project in clients/python/api clients/python; do
   "$repo/.venv/bin/python" -m build --no-isolation --outdir "$out/dist" "$repo/$project" >"$out/build.log" 2>&1 \
     || { cat "$out/build.log" >&2; exit 1; }
 done

@@ -11,10 +11,11 @@ if ! cmp -s requirements-dev.txt "$stamp"; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
   cp requirements-dev.txt "$stamp"
 fi
-# The generated API (contextd-api, written by scripts/generate.sh) and the client (contextd-client),
-# both editable; on a checkout gen/python is always there, during a first generation not yet.
-if [ -f gen/python/pyproject.toml ]; then
+# The generated API (contextd-api: clients/python/api, whose `contextd` links to the generated
+# gen/python/contextd) and the client (contextd-client), both editable; on a checkout gen/python
+# is always there, during a first generation not yet.
+if [ -d gen/python/contextd/v1 ]; then
   # The client's distribution was called "contextd" before; a venv from then still has it.
   if .venv/bin/pip show --quiet contextd >/dev/null 2>&1; then .venv/bin/pip uninstall --quiet -y contextd; fi
-  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e gen/python -e clients/python
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e clients/python/api -e clients/python
 fi

@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { freePort } from "./redis.js";
+import { portFree } from "./redis.js";
 import type { TestCertificates } from "./tls-certificates.js";
 
 const run = promisify(execFile);
@@ -70,11 +70,14 @@ export interface RedisClusterOptions {
 export async function startRedisCluster(options: RedisClusterOptions = {}): Promise<RedisCluster> {
   const root = mkdtempSync(join(tmpdir(), "contextd-redis-cluster-"));
   const ports: number[] = [];
-  // Cluster nodes also listen on port + 10000 (the cluster bus): keep both free and distinct.
+  // Cluster nodes also listen on port + 10000 (the cluster bus). Both are taken below Linux's
+  // ephemeral range (32768 up by default): a port the kernel hands out there (freePort, any
+  // outgoing connection) once took a bus port between the choice and the node's start, and the
+  // node exited ("Address already in use"). Each pair is checked free and kept distinct.
   const replicasPerMaster = options.replicasPerMaster ?? 1;
   while (ports.length < 3 * (1 + replicasPerMaster)) {
-    const port = await freePort();
-    if (port > 55_000 || ports.includes(port)) continue;
+    const port = 20_000 + Math.floor(Math.random() * 2_768);
+    if (ports.includes(port) || !(await portFree(port)) || !(await portFree(port + 10_000))) continue;
     ports.push(port);
   }
   const children = new Map<number, ChildProcess>();

@@ -29,6 +29,18 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/** Whether nothing listens on `port` of 127.0.0.1 now (a listen there succeeds). */
+export async function portFree(port: number): Promise<boolean> {
+  const server = createServer();
+  server.listen(port, "127.0.0.1");
+  const listened = await Promise.race([once(server, "listening").then(() => true), once(server, "error").then(() => false)]);
+  if (listened) {
+    server.close();
+    await once(server, "close");
+  }
+  return listened;
+}
+
 export interface RedisOptions {
   /**
    * Append-only file with fsync on every write, so a stop/restart keeps every acknowledged write

@@ -116,7 +116,7 @@ interface TailRow {
 /**
  * The Postgres store. Same contract, same commit engine (commit-engine.ts) and same caching
  * (`StoredCopies`) as the Redis store: a commit is computed in the sidecar from the cached (or
- * freshly read) state, then one call of `contextd_commit_listened` locks the conversation's header
+ * freshly read) state, then one call of `contextd_commit_shared` (migration 16; `contextd_commit_listened` before) locks the conversation's header
  * row, compares the version, writes the rows the batch changed, the id index's changes, the change
  * and the idempotency record, bumps the version and notifies watchers if some sidecar listens, in
  * one transaction. A load
@@ -137,7 +137,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
   protected readonly usage: PostgresUsageLedger;
-  /** Commits of this store waiting for `contextd_commit_listened`. */
+  /** Commits of this store waiting for `contextd_commit_shared`. */
   private commitsInFlight = 0;
   /**
    * Conversations whose stored id index a read or commit of this process found stale (stored
@@ -561,7 +561,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   /**
    * The source's current version forked inside the database, in one statement: the new
    * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message
-   * row, and gets the source's current id index (migration 15's `contextd_fork_indexed`).
+   * row nor index row: the id index is kept per storage and shared with the rows (migration 16).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
@@ -590,8 +590,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /**
-   * One call of `contextd_fork_indexed` (migration 15: `contextd_fork_shared`, and a fork of the
-   * current version gets the source's current id index). Under encryption at rest each stored value is bound to
+   * One call of `contextd_fork_shared` (migration 16's: the fork's index is the rows' it links,
+   * current when the source's is). Under encryption at rest each stored value is bound to
    * its conversation's id (a shared row would not open under the fork's): "unavailable", and
    * the engine's write seals the fork's anew. An expired conversation under the new id that no
    * sweep removed yet reads as never written, but its row would make the fork answer "exists"
@@ -611,7 +611,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
-      "SELECT contextd_fork_indexed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      "SELECT contextd_fork_shared($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
       [
         idBytes(conversationId),
         version,
@@ -626,13 +626,13 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         now,
         changesChannel,
       ],
-      "contextd_fork_indexed",
+      "contextd_fork_shared",
     );
     const outcome = rows[0]!.outcome;
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
   }
 
-  /** The engine's write: one call of `contextd_commit_listened` (one transaction), notifying
+  /** The engine's write: one call of `contextd_commit_shared` (one transaction), notifying
    * watchers while some sidecar listens (migration 12). A plan on `tail` is written after the stored head and kept as the conversation's tail, not as its copy (kept-tails.ts). The id
    * index (stored-id-index.ts) is written whole when a read or write found it stale.
    */
@@ -641,12 +641,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
     const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a");
     const utf8 = (texts: readonly string[]) => texts.map((text) => Buffer.from(text, "utf8"));
-    const callIds: Buffer[] = [];
-    const callNames: Buffer[] = [];
-    for (let at = 0; at < index.namedCalls.length; at += 2) {
-      callIds.push(Buffer.from(index.namedCalls[at]!, "utf8"));
-      callNames.push(Buffer.from(index.namedCalls[at + 1]!, "utf8"));
-    }
+    // The index keeps a row per call made, where it is (migration 16): renames and removals follow the rows.
+    const callIds = index.madeCalls.map((call) => Buffer.from(call.id, "utf8"));
+    const callNames = index.madeCalls.map((call) => Buffer.from(call.name, "utf8"));
     const encodings = write.segments.flatMap((segment) => segment.encodings);
     const starts: number[] = [];
     const lengths: number[] = [];
@@ -663,7 +660,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.commitsInFlight++;
     const committing = this.connection.query<CommitRow>(
       "committing",
-      "SELECT * FROM contextd_commit_listened($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $23, $24, $25, $26, $27, $28)",
+      "SELECT * FROM contextd_commit_shared($22, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $23, $24, $25, $26, $27, $28, $29)",
       [
         id,
         base.version,
@@ -692,9 +689,10 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         utf8(index.removedIds),
         callIds,
         callNames,
-        utf8(index.removedCalls),
+        [],
+        index.madeCalls.map((call) => call.at),
       ],
-      "contextd_commit_listened",
+      "contextd_commit_shared",
     );
     const { rows } = await committing.finally(() => this.commitsInFlight--);
     const reply = rows[0]!;

@@ -1,6 +1,7 @@
 import type pg from "pg";
 import { removalMigration } from "./postgres-removal-schema.js";
 import { forkIndexMigration } from "./postgres-fork-index-schema.js";
+import { sharedIndexMigration } from "./postgres-shared-index-schema.js";
 import { sharedRowsMigration } from "./postgres-shared-rows-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
@@ -51,6 +52,9 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   delete and fork replaced in place to honour them.
  * - Migration 15: `contextd_fork_indexed`, the fork this build calls: 14's, and a fork of the
  *   current version gets the source's current id index (postgres-fork-index-schema.ts).
+ * - Migration 16: the id index kept per storage (`contextd_stored_ids`, `contextd_stored_calls`,
+ *   replacing 11's tables), so a fork shares it as it shares the rows (postgres-shared-index-schema.ts);
+ *   `contextd_commit_shared`, the commit this build calls, and `contextd_fork_shared` again the fork.
  *
  * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
  * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1234,6 +1238,7 @@ $$;
   removalMigration,
   sharedRowsMigration,
   forkIndexMigration,
+  sharedIndexMigration,
 ];
 
 /** The table recording which migrations were applied. */

@@ -27,12 +27,18 @@ export interface IdIndexChanges {
   /** Pairs: call id, name. */
   namedCalls: string[];
   removedCalls: string[];
+  /**
+   * Every call the added messages of history make, in order, with the 1-based place in `addedIds`
+   * of the message making it: the Postgres index keeps calls per stored row (migration 16), so it
+   * needs where each is, not only the latest name.
+   */
+  madeCalls: { id: string; name: string; at: number }[];
 }
 
 /** The changes a commit from `base` to `next` makes to the stored index (see `IdIndexChanges`); `mode` "b" lists all of `next`. */
 export function idIndexChanges(base: ConversationState, next: ConversationState, lineage: MessageListLineage, mode: IdIndexChanges["mode"]): IdIndexChanges {
   if (mode === "b") return wholeIndex(next);
-  const changes: IdIndexChanges = { mode, addedIds: [], removedIds: [], namedCalls: [], removedCalls: [] };
+  const changes: IdIndexChanges = { mode, addedIds: [], removedIds: [], namedCalls: [], removedCalls: [], madeCalls: [] };
   let changed = 0;
   let total = 0;
   for (const segment of storedSegments) {
@@ -43,7 +49,10 @@ export function idIndexChanges(base: ConversationState, next: ConversationState,
     if (edit === undefined) continue;
     const removed = edit.keepPrefix ? before.slice(edit.keep) : before.slice(0, before.length - edit.keep);
     for (const message of removed) changes.removedIds.push(message.id);
-    for (const message of edit.messages) changes.addedIds.push(message.id);
+    for (const message of edit.messages) {
+      changes.addedIds.push(message.id);
+      if (segment === "history") forEachCall(message, (id, name) => changes.madeCalls.push({ id, name, at: changes.addedIds.length }));
+    }
     changed += removed.length + edit.messages.length;
     if (segment !== "history") continue;
     if (removed.length === 0 && edit.keepPrefix) {
@@ -76,12 +85,18 @@ export function idIndexChanges(base: ConversationState, next: ConversationState,
 /** The whole index of `state`. */
 function wholeIndex(state: ConversationState): IdIndexChanges {
   const addedIds: string[] = [];
-  for (const segment of storedSegments) for (const message of state[segment]) addedIds.push(message.id);
+  const madeCalls: IdIndexChanges["madeCalls"] = [];
+  for (const segment of storedSegments) {
+    for (const message of state[segment]) {
+      addedIds.push(message.id);
+      if (segment === "history") forEachCall(message, (id, name) => madeCalls.push({ id, name, at: addedIds.length }));
+    }
+  }
   const named = new Map<string, string>();
   for (const message of state.history) forEachCall(message, (id, name) => named.set(id, name));
   const namedCalls: string[] = [];
   for (const [id, name] of named) namedCalls.push(id, name);
-  return { mode: "b", addedIds, removedIds: [], namedCalls, removedCalls: [] };
+  return { mode: "b", addedIds, removedIds: [], namedCalls, removedCalls: [], madeCalls };
 }
 
 /** Calls `use` for each call an ASSISTANT message makes (the calls the index keeps). */

@@ -1434,8 +1434,8 @@ describe("postgres store: the id index of a conversation stored without one", ()
       const key = Buffer.from(id, "utf8");
       const { rows } = await raw.query<{ ids_at: string | null; ids: string; lookup: Buffer | null }>(
         `SELECT (SELECT ids_at FROM contextd_conversations WHERE id = $1) AS ids_at,
-                (SELECT count(*) FROM contextd_message_ids WHERE conversation_id = $1) AS ids,
-                (SELECT name FROM contextd_tool_calls WHERE conversation_id = $1 AND call_id = $2) AS lookup`,
+                (SELECT count(*) FROM contextd_indexed_ids($1)) AS ids,
+                (SELECT name FROM contextd_indexed_calls($1) WHERE call_id = $2) AS lookup`,
         [key, Buffer.from("c0", "utf8")],
       );
       return [rows[0]!.ids_at, Number(rows[0]!.ids), rows[0]!.lookup?.toString("utf8") ?? null];
@@ -1450,8 +1450,8 @@ describe("postgres store: the id index of a conversation stored without one", ()
       await writer.commit(id, undefined, [appendHistory(assistant, ...body)], "");
       expect(await indexOf(id)).toEqual(["1", 2_001, "lookup"]);
       // As stored before migration 11: no index rows, ids_at 0.
-      await raw.query("DELETE FROM contextd_message_ids WHERE conversation_id = $1", [key]);
-      await raw.query("DELETE FROM contextd_tool_calls WHERE conversation_id = $1", [key]);
+      await raw.query("DELETE FROM contextd_stored_ids WHERE storage = $1", [key]);
+      await raw.query("DELETE FROM contextd_stored_calls WHERE storage = $1", [key]);
       await raw.query("UPDATE contextd_conversations SET ids_at = 0 WHERE id = $1", [key]);
 
       const first = await fresh();

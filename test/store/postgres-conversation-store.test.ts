@@ -138,7 +138,7 @@ describe("migrations", () => {
     expect(rows[0]).toMatchObject({ outcome: "ok", version: "2" });
     const indexed = async () => {
       const { rows: header } = await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = $1", [idOf(id)]);
-      const { rows: ids } = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_message_ids WHERE conversation_id = $1 ORDER BY message_id", [idOf(id)]);
+      const { rows: ids } = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_indexed_ids($1) ORDER BY message_id", [idOf(id)]);
       return [header[0]!.ids_at, ids.map((row) => row.message_id.toString("utf8"))];
     };
     expect(await indexed()).toEqual(["1", ["u1", "u2"]]);
@@ -279,8 +279,8 @@ describe("rows per change", () => {
       const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
       const latest: Record<string, string> = {};
       for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
-      const stored = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_message_ids WHERE conversation_id = $1", [idOf(id)]);
-      const calls = await raw.query<{ call_id: Buffer; name: Buffer }>("SELECT call_id, name FROM contextd_tool_calls WHERE conversation_id = $1", [idOf(id)]);
+      const stored = await raw.query<{ message_id: Buffer }>("SELECT message_id FROM contextd_indexed_ids($1)", [idOf(id)]);
+      const calls = await raw.query<{ call_id: Buffer; name: Buffer }>("SELECT call_id, name FROM contextd_indexed_calls($1)", [idOf(id)]);
       const header = await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = $1", [idOf(id)]);
       expect(stored.rows.map((row) => row.message_id.toString("utf8")).sort(), `step ${step}`).toEqual(ids.sort());
       expect(Object.fromEntries(calls.rows.map((row) => [row.call_id.toString("utf8"), row.name.toString("utf8")])), `step ${step}`).toEqual(latest);

@@ -6,7 +6,8 @@
 import { toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Role } from "#gen/contextd/v1/message_pb";
+import { create } from "@bufbuild/protobuf";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { listById } from "../../src/store/conversation-listing.js";
 import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
@@ -115,33 +116,82 @@ describe("a fork at the latest version shares its source's rows", () => {
   }, 120_000);
 });
 
-describe("a fork at the latest version gets its source's current id index (migration 15)", () => {
-  it("its first commits plan on the stored tail with no whole read, refuse an id the source holds, and leave the index exactly the fork's ids", async () => {
+describe("a fork shares its source's id index as it shares the rows (migration 16)", () => {
+  const indexRows = async (raw: pg.Client) => (await count(raw, "contextd_stored_ids")) + (await count(raw, "contextd_stored_calls"));
+  const idsOf = async (raw: pg.Client, id: string) =>
+    (await raw.query<{ id: string }>("SELECT convert_from(message_id, 'UTF8') AS id FROM contextd_indexed_ids(convert_to($1, 'UTF8')) ORDER BY 1", [id])).rows.map((row) => row.id);
+  const header = async (raw: pg.Client, id: string) =>
+    (await raw.query<{ ids_at: string; version: string }>("SELECT ids_at, version FROM contextd_conversations WHERE id = convert_to($1, 'UTF8')", [id])).rows[0]!;
+  const append = (id: string) => [appendHistory(textMessage(id, Role.USER, "fork"))];
+  const tailOnly = { withState: false } as const;
+
+  it("writes 0 index rows at 1,000 and at 10,000 messages; the fork's first two commits without the state back make no whole read; an id the source held before the fork is refused", async () => {
     const { store, raw, open } = await database();
-    await grow(store, "indexed-source", 5_000);
-    await store.fork("indexed-source", undefined, "indexed-fork");
-    const idsOf = async (id: string) => (await raw.query<{ id: string }>("SELECT convert_from(message_id, 'UTF8') AS id FROM contextd_message_ids WHERE conversation_id = convert_to($1, 'UTF8') ORDER BY 1", [id])).rows.map((row) => row.id);
-    const header = async (id: string) => (await raw.query<{ ids_at: string; version: string }>("SELECT ids_at, version FROM contextd_conversations WHERE id = convert_to($1, 'UTF8')", [id])).rows[0]!;
-    expect(await header("indexed-fork")).toEqual({ ids_at: "1", version: "1" });
-    expect(await idsOf("indexed-fork")).toEqual(await idsOf("indexed-source"));
-    // A sidecar with nothing cached, as the server commits without the state back: before
-    // migration 15 the first commit found the index stale and read the fork's 5,000 rows whole.
-    const other = await open();
-    for (let turn = 0; turn < 2; turn++) {
-      await other.commit("indexed-fork", undefined, [appendHistory(textMessage(`f${turn}`, Role.USER, "fork"))], "", undefined, undefined, { withState: false });
+    for (const size of [1_000, 10_000]) {
+      const source = `indexed-source-${size}`;
+      const fork = `indexed-fork-${size}`;
+      await grow(store, source, size);
+      const before = await indexRows(raw);
+      await store.fork(source, undefined, fork);
+      expect((await indexRows(raw)) - before, `index rows a fork of ${size} writes`).toBe(0);
+      expect(await header(raw, fork)).toEqual({ ids_at: "1", version: "1" });
+      expect(await idsOf(raw, fork)).toEqual(await idsOf(raw, source));
+      // The source appends after the fork: its new id is not the fork's (its row is past the fork's link).
+      await store.commit(source, undefined, append(`${source}-later`), "");
+      // A sidecar with nothing cached, as the server commits without the state back.
+      const other = await open();
+      for (let turn = 0; turn < 2; turn++) await other.commit(fork, undefined, append(`f${turn}`), "", undefined, undefined, tailOnly);
+      // The first reads the tail, the second commits on the tail the first kept (kept-tails.ts).
+      expect(other.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 0, keptTailCommits: 1 });
+      expect(other.staleIdIndexIds.count).toBe(0);
+      const held = `${source}-m42`;
+      await expect(other.commit(fork, undefined, append(held), "", undefined, undefined, tailOnly)).rejects.toThrow(new RegExp(held));
+      // Refused by the index (a tail plan), then named by the whole state.
+      expect(other.commitTraffic.wholeReads).toBe(1);
+      const cold = await open({ cacheSize: 0 });
+      expect((await cold.commit(fork, undefined, append(`${source}-later`), "", undefined, undefined, tailOnly)).version).toBe(4n);
+      expect(cold.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 0 });
+      const forked = await cold.load(fork);
+      expect(await header(raw, fork)).toEqual({ ids_at: "4", version: "4" });
+      expect(await idsOf(raw, fork)).toEqual(forked.history.map((message) => message.id).sort());
+      expect(await idsOf(raw, source)).toHaveLength(size + 1);
     }
-    // The first reads the tail, the second commits on the tail the first kept (kept-tails.ts).
-    expect(other.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 0, keptTailCommits: 1 });
-    expect(other.staleIdIndexIds.count).toBe(0);
-    await expect(other.commit("indexed-fork", undefined, [appendHistory(textMessage("indexed-source-m42", Role.USER, "again"))], "", undefined, undefined, { withState: false })).rejects.toThrow(/indexed-source-m42/);
-    const fork = await other.load("indexed-fork");
-    expect(await header("indexed-fork")).toEqual({ ids_at: "3", version: "3" });
-    expect(await idsOf("indexed-fork")).toEqual(fork.history.map((message) => message.id).sort());
-    expect(await idsOf("indexed-source")).toHaveLength(5_000);
-    // A fork at a past version still starts with a stale index, rebuilt by its first commit.
-    await store.fork("indexed-source", (await store.currentVersion("indexed-source")) - 1n, "past-fork");
-    expect((await header("past-fork")).ids_at).toBe("0");
-  });
+  }, 180_000);
+
+  it("a fork at a past version shares the index too; a cut moves the fork off and keeps both indexes the states' ids; tool calls are named from the storage holding them", async () => {
+    const { store, raw, open } = await database();
+    const call = (id: string, callId: string, name: string) => create(MessageSchema, { id, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: callId, name, arguments: { data: "{}" } } } }] });
+    const result = (id: string, callId: string) => create(MessageSchema, { id, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, payload: { text: "ok" } } } }] });
+    await grow(store, "s", 300);
+    await store.commit("s", undefined, [appendHistory(call("a1", "c1", "first"), result("r1", "c1"))], "");
+    const at = await store.currentVersion("s");
+    await store.commit("s", undefined, [appendHistory(call("a2", "c1", "second"), result("r2", "c1"))], "");
+    const before = await indexRows(raw);
+    await store.fork("s", at, "past");
+    expect((await indexRows(raw)) - before).toBe(0);
+    expect((await header(raw, "past")).ids_at).toBe("1");
+    const calls = async (id: string) => (await raw.query<{ call: string; name: string }>("SELECT convert_from(call_id, 'UTF8') AS call, convert_from(name, 'UTF8') AS name FROM contextd_indexed_calls(convert_to($1, 'UTF8'))", [id])).rows;
+    expect(await calls("past")).toEqual([{ call: "c1", name: "first" }]);
+    expect(await calls("s")).toEqual([{ call: "c1", name: "second" }]);
+    // a2 is the source's, past the fork's range: free in the fork.
+    const other = await open();
+    await other.commit("past", undefined, append("a2"), "", undefined, undefined, tailOnly);
+    // The name a tail read gives for c1: the latest call the fork reads (in the source's storage).
+    const named = async (id: string) => (await raw.query<{ names: Buffer[] }>("SELECT names FROM contextd_commit_tail(convert_to($1, 'UTF8'), ''::bytea, 0, 1, ARRAY[convert_to('c1', 'UTF8')])", [id])).rows[0]!.names.map((name) => name.toString("utf8"));
+    expect([await named("past"), await named("s")]).toEqual([["first"], ["second"]]);
+    expect(other.commitTraffic).toMatchObject({ wholeReads: 0 });
+    // A prune of the fork (deleting nothing it owns of the source's) and of the source (which moves
+    // it to a fresh storage, the fork reading its rows).
+    await store.commit("past", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 50 } })], "");
+    await store.commit("s", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })], "");
+    for (const id of ["past", "s"]) {
+      const state = await (await open({ cacheSize: 0 })).load(id);
+      expect(await idsOf(raw, id), id).toEqual(state.history.map((message) => message.id).sort());
+      expect((await header(raw, id)).ids_at, id).toBe(String(state.version));
+    }
+    for (const id of ["past", "s"]) await store.delete(id, undefined);
+    expect([await count(raw, "contextd_stored_ids"), await count(raw, "contextd_stored_calls"), await count(raw, "contextd_messages")]).toEqual([0, 0, 0]);
+  }, 120_000);
 });
 
 describe("links are bounded", () => {
@@ -267,6 +317,11 @@ describe("source and fork diverge as conversations written apart would", () => {
         expect(bytesOf(await store.load(each)), `${each} after step ${step}`).toEqual(expected);
         const window = await cold.readWindow(each, { segment: "history", count: 5, withRest: false });
         const history = (await memory.load(each)).history;
+        // The index the storages keep (migration 16) is the state's ids, whatever shares what.
+        const state = await memory.load(each);
+        const { rows: indexed } = await raw.query<{ id: Buffer }>("SELECT message_id AS id FROM contextd_indexed_ids($1)", [Buffer.from(each, "utf8")]);
+        const ids = (list: string[]) => list.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+        expect(ids(indexed.map((row) => row.id.toString("utf8"))), `${each}'s index after step ${step}`).toEqual(ids([...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id)));
         expect(window.state.history.map((message) => message.id)).toEqual(history.slice(-5).map((message) => message.id));
       }
     }
@@ -275,7 +330,7 @@ describe("source and fork diverge as conversations written apart would", () => {
     // Some writer cut rows a fork read, and moved to a fresh storage.
     expect(await count(raw, "contextd_conversations WHERE storage IS NOT NULL")).toBeGreaterThan(0);
     for (const each of live) await store.delete(each, undefined);
-    expect([await count(raw, "contextd_messages"), await count(raw, "contextd_storage_references"), await count(raw, "contextd_conversations")]).toEqual([0, 0, 0]);
+    expect([await count(raw, "contextd_messages"), await count(raw, "contextd_storage_references"), await count(raw, "contextd_conversations"), await count(raw, "contextd_stored_ids")]).toEqual([0, 0, 0, 0]);
   }, 600_000);
 });
 

@@ -25,7 +25,7 @@ describe("idIndexChanges", () => {
 
   it("adds an append's ids and names its calls by the appended (latest) call", () => {
     const next = applyDeltas(base, [appendHistory(assistant("a3", ["c2", "third"]), result("r4", "c2")), delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [textMessage("m1", Role.USER, "note")] } })], context);
-    expect(idIndexChanges(base, next, lineage, "t")).toEqual({ mode: "t", addedIds: ["a3", "r4", "m1"], removedIds: [], namedCalls: ["c2", "third"], removedCalls: [] });
+    expect(idIndexChanges(base, next, lineage, "t")).toEqual({ mode: "t", addedIds: ["a3", "r4", "m1"], removedIds: [], namedCalls: ["c2", "third"], removedCalls: [], madeCalls: [{ id: "c2", name: "third", at: 1 }] });
   });
 
   it("removes a removed round's ids and names its calls by their latest call left, or removes them", () => {
@@ -40,10 +40,12 @@ describe("idIndexChanges", () => {
 
   it("writes the index whole for a change longer than it (a clear) and when asked", () => {
     const cleared = applyDeltas(base, [delta({ case: "clearState", value: {} })], context);
-    expect(idIndexChanges(base, cleared, lineage, "a")).toEqual({ mode: "b", addedIds: [], removedIds: [], namedCalls: [], removedCalls: [] });
+    expect(idIndexChanges(base, cleared, lineage, "a")).toEqual({ mode: "b", addedIds: [], removedIds: [], namedCalls: [], removedCalls: [], madeCalls: [] });
     const whole = idIndexChanges(emptyConversationState("c"), base, lineage, "b");
     expect(whole.addedIds).toEqual(["u0", "a1", "r1", "a2", "r2", "r3"]);
     expect(whole.namedCalls).toEqual(["c1", "second", "c2", "other"]);
+    // Every call made, where it is (the Postgres index's rows): a1's c1, then a2's c1 and c2.
+    expect(whole.madeCalls).toEqual([{ id: "c1", name: "first", at: 2 }, { id: "c1", name: "second", at: 4 }, { id: "c2", name: "other", at: 4 }]);
     expect(idIndexArguments(whole)).toEqual(["b", "6", "u0", "a1", "r1", "a2", "r2", "r3", "0", "4", "c1", "second", "c2", "other", "0"]);
   });
 });

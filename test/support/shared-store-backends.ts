@@ -51,7 +51,7 @@ export function sharedStoreBackends(database: string): [string, () => Promise<Sh
           const client = new pg.Client({ connectionString: url });
           await client.connect();
           try {
-            await client.query("TRUNCATE contextd_conversations, contextd_messages, contextd_changes, contextd_idempotency, contextd_message_ids, contextd_tool_calls, contextd_storage_references");
+            await client.query("TRUNCATE contextd_conversations, contextd_messages, contextd_changes, contextd_idempotency, contextd_stored_ids, contextd_stored_calls, contextd_storage_references");
           } finally {
             await client.end();
           }

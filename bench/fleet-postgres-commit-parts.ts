@@ -10,7 +10,7 @@
 // sidecar listening (migration 12 notifies no one); phase 2 has one connection holding the
 // listeners' lock as a listening sidecar does. Env: CONTEXTD_PARTS_CALLS (default 1500 per kind).
 import pg from "pg";
-import { migratePostgres, listenersLockKey } from "../src/store/postgres-schema.js";
+import { migratePostgres, listenersLockKey, postgresMigrations } from "../src/store/postgres-schema.js";
 import { startPostgres } from "../test/support/postgres.js";
 import { loadAverage, percentile } from "./fleet/agent-turns.js";
 
@@ -65,7 +65,9 @@ const listener = new pg.Client({ connectionString: postgres.url });
 try {
   await client.connect();
   await listener.connect();
-  await migratePostgres(client);
+  // The schema these functions ran on: migration 16 drops migration 11's index tables, which
+  // contextd_commit_indexed and the statement below write (a comparison of 11 and 12's commits).
+  await migratePostgres(client, postgresMigrations.filter((migration) => migration.version <= 15));
   await client.query("CREATE EXTENSION pg_stat_statements");
   await client.query("CREATE TABLE bench_conversations (id bytea PRIMARY KEY, version bigint NOT NULL)");
   await client.query("CREATE TABLE bench_messages (conversation_id bytea, position bigint, message bytea, PRIMARY KEY (conversation_id, position))");

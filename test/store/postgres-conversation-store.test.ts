@@ -412,13 +412,14 @@ describe("migration 12: notifications only while some sidecar listens", () => {
       expect(plain.heard).not.toContain(payloadOf("before"));
       await writer.commit("before", 3n, [appendHistory(textMessage("b3", Role.USER, "x"))], "");
       await expect.poll(() => watch!.seen, { timeout: 10_000 }).toEqual([1n, 2n, 3n, 4n]);
-      // A sidecar of the previous release still commits through contextd_commit_indexed, which
-      // notifies on every commit: this release's listener hears it.
+      // A sidecar of an earlier release commits through a function that notifies on every commit
+      // (migration 8's contextd_commit_expiring; 11's contextd_commit_indexed wrote the id index
+      // tables migration 16 drops): this release's listener hears it.
       const message = Buffer.from(toBinary(MessageSchema, textMessage("old-1", Role.USER, "from the old release")));
       const change = Buffer.from(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: "before", version: 5n })));
       const { rows } = await oldRelease.query<{ outcome: string }>(
-        `SELECT * FROM contextd_commit_indexed(0, $1, 4, $2, ''::bytea, '', $3, 86400000, 10000, 'contextd_changes', '', NULL, '{0,4,0,0}', '{=,p,=,=}', '{0,4,0,0}', '{0,1,0,0}', $4, '{1}', $5, $3, NULL, NULL, 'a', $6, '{}', '{}', '{}', '{}')`,
-        [idOf("before"), change, Date.now(), message, [message.length], [Buffer.from("old-1")]],
+        `SELECT * FROM contextd_commit_expiring(0, $1, 4, $2, ''::bytea, '', $3, 86400000, 10000, 'contextd_changes', '', NULL, '{0,4,0,0}', '{=,p,=,=}', '{0,4,0,0}', '{0,1,0,0}', $4, '{1}', $5, $3, NULL, NULL)`,
+        [idOf("before"), change, Date.now(), message, [message.length]],
       );
       expect(rows[0]!.outcome).toBe("ok");
       await expect.poll(() => watch!.seen, { timeout: 10_000 }).toEqual([1n, 2n, 3n, 4n, 5n]);

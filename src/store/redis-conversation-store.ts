@@ -498,6 +498,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     // commit that gives it one makes the fork answer "exists").
     await this.sweepIdempotencyRecords([newConversationId]);
     const [rest, ...past] = restAndPast;
+    const created = randomUUID();
     const reply = await this.connection.call(
       "forking a conversation",
       () =>
@@ -514,7 +515,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           target.ids,
           target.calls,
           String(sourceVersion),
-          randomUUID(),
+          created,
           rest!,
           change,
           String(now),
@@ -531,6 +532,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       this.writeIndexEntry(newConversationId),
       this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-now), newConversationId).catch(() => undefined),
     ]);
+    // A fork at the current version holds what the source's copy holds (a past one: a rest of its own).
+    if (past.length === 0) this.copies.rememberFork(forkedFrom, newConversationId, created, rest!.length);
     return "copied";
   }
 

@@ -165,7 +165,7 @@ describe("a fork holds its source's copy", () => {
 
     // Weighed in full, the fork's copy does not fit beside its source's under a bound that holds
     // one: not kept, and the source stays held (its next commit reads nothing either).
-    const small = await open({ cacheBytes: 8 * 1024 * 1024 });
+    const small = await open({ cacheBytes: 5 * 1024 * 1024 });
     await grow(small, "unseeded-source", 5_000);
     await small.fork("unseeded-source", undefined, "unseeded-fork");
     expect(small.heldCopies.decodedStates.count).toBe(1);

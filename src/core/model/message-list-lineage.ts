@@ -29,11 +29,9 @@ interface Line {
   parent?: Line;
   /** The messages the lists of this line share with those of `parent`. */
   shared?: number;
-  /** Lines above it: a chain stops at `maxLineDepth`, so that what a line holds stays bounded. */
-  depth: number;
 }
 
-/** Parents a line keeps at most (`sharedPrefix` walks them). */
+/** Lines a chain keeps above its newest (`sharedPrefix` walks them): rewinds and forks of a long-lived conversation each branch a line. */
 const maxLineDepth = 16;
 
 export class MessageListLineage {
@@ -44,8 +42,13 @@ export class MessageListLineage {
     let line = this.lines.get(base);
     if (line === undefined || line.tipLength !== base.length) {
       // A branch: base keeps its place in the old line, the new line remembers what it shares with it.
-      line = line !== undefined && line.depth < maxLineDepth ? { tipLength: base.length, parent: line, shared: base.length, depth: line.depth + 1 } : { tipLength: base.length, depth: 0 };
+      line = line === undefined ? { tipLength: base.length } : { tipLength: base.length, parent: line, shared: base.length };
       this.lines.set(base, line);
+      // Only the nearest lines above are kept: the chain is cut past `maxLineDepth` (what an old
+      // ancestor shared is then not known, and a caller compares elements instead, as before).
+      let above: Line = line;
+      for (let depth = 0; depth < maxLineDepth && above.parent !== undefined; depth++) above = above.parent;
+      above.parent = undefined;
     }
     line.tipLength = extended.length;
     this.lines.set(extended, line);
@@ -59,7 +62,7 @@ export class MessageListLineage {
   truncated(base: readonly Message[], prefix: readonly Message[]): void {
     if (prefix === base || prefix.length > base.length) return;
     let line = this.lines.get(base);
-    if (line === undefined) this.lines.set(base, (line = { tipLength: base.length, depth: 0 }));
+    if (line === undefined) this.lines.set(base, (line = { tipLength: base.length }));
     this.lines.set(prefix, line);
   }
 
@@ -70,7 +73,7 @@ export class MessageListLineage {
   lineOf(list: readonly Message[]): object {
     let line = this.lines.get(list);
     if (line === undefined) {
-      line = { tipLength: list.length, depth: 0 };
+      line = { tipLength: list.length };
       this.lines.set(list, line);
     }
     return line;

@@ -108,6 +108,8 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
   }
 }
 
+/** `--decoded-state-bytes` of the Redis and Postgres stores (`CONTEXTD_FORK_DECODED_STATE_BYTES`; the default when unset): a fork's copy is held only when it fits beside its source's, weighed in full. */
+const cacheBytes = process.env.CONTEXTD_FORK_DECODED_STATE_BYTES === undefined ? undefined : Number(process.env.CONTEXTD_FORK_DECODED_STATE_BYTES);
 const only = process.env.CONTEXTD_FORK_STORES?.split(",");
 const wanted = (name: string) => only === undefined || only.includes(name);
 
@@ -116,7 +118,7 @@ if (wanted("redis")) {
   const redis = await startRedis();
   try {
     await measure("redis", async () => {
-      const store = new RedisConversationStore(redis.url);
+      const store = new RedisConversationStore(redis.url, { cacheBytes });
       if (!(await store.connected())) throw new Error("redis store did not connect");
       return store;
     });
@@ -140,7 +142,7 @@ if (wanted("postgres")) {
   const postgres = await startPostgres();
   try {
     await measure("postgres", async () => {
-      const store = new PostgresConversationStore(postgres.url);
+      const store = new PostgresConversationStore(postgres.url, { cacheBytes });
       if (!(await store.connected())) throw new Error("postgres store did not connect");
       return store;
     });

@@ -8,12 +8,16 @@
 // notice is caught up in the background). Why it exists: the fleet bench's figures on this shared
 // 2-core machine moved by more than the round trip the notices take off the commit; here the
 // commit's own latency, round trips (EVAL/EVALSHA per commit, INFO commandstats) and reads show it.
+// CONTEXTD_ROUND_ROBIN_REDIS=cluster: the two stores on one Redis Cluster (three masters, a replica
+// each) instead of one Redis, with the notices on sharded pub/sub; the script calls are summed over
+// every node's commandstats.
 import { Redis } from "ioredis";
 import { Role } from "#gen/contextd/v1/message_pb";
 import { Codec } from "../src/codec/codec.js";
 import { storedTokenEstimator } from "../src/server/operations/stored-token-estimator.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
 import { startRedis } from "../test/support/redis.js";
+import { startRedisCluster } from "../test/support/redis-cluster.js";
 import { appendHistory, textMessage } from "../test/store/fixtures.js";
 
 const commitsPerBlock = 20;
@@ -22,17 +26,25 @@ const pause = () => new Promise((resolve) => setTimeout(resolve, 3));
 const p50 = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const text = "a sentence of the agent's conversation, some forty bytes long. ".repeat(4);
 
-const redis = await startRedis();
-const raw = new Redis(redis.url);
+const onCluster = process.env.CONTEXTD_ROUND_ROBIN_REDIS === "cluster";
+if (!onCluster && (process.env.CONTEXTD_ROUND_ROBIN_REDIS ?? "redis") !== "redis") throw new Error(`CONTEXTD_ROUND_ROBIN_REDIS is redis or cluster, not ${process.env.CONTEXTD_ROUND_ROBIN_REDIS}`);
+const redis = onCluster ? await startRedisCluster() : await startRedis();
+const target = "addresses" in redis ? { clusterNodes: redis.addresses } : redis.url;
+// Every node: a cluster's commits run on the conversation's master, whichever that is.
+const raw = "addresses" in redis ? redis.nodes.map((node) => new Redis({ port: node.port })) : [new Redis(redis.url)];
 const scriptCalls = async () => {
-  const stats = await raw.info("commandstats");
-  return ["eval", "evalsha"].reduce((sum, name) => sum + Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, "m").exec(stats)?.[1] ?? 0), 0);
+  let calls = 0;
+  for (const node of raw) {
+    const stats = await node.info("commandstats");
+    calls += ["eval", "evalsha"].reduce((sum, name) => sum + Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, "m").exec(stats)?.[1] ?? 0), 0);
+  }
+  return calls;
 };
 try {
-  console.log(`round-robin commits in one process, two Redis stores on one Redis; load average ${(await import("node:os")).loadavg().map((value) => value.toFixed(2)).join(" / ")}`);
+  console.log(`round-robin commits in one process, two Redis stores on one ${onCluster ? "Redis Cluster" : "Redis"}; load average ${(await import("node:os")).loadavg().map((value) => value.toFixed(2)).join(" / ")}`);
   for (const size of [1_000, 10_000]) {
     for (const prefetchConversations of [0, 1_024]) {
-      const open = async () => new RedisConversationStore(redis.url, { prefetchConversations, codec: new Codec(undefined, await storedTokenEstimator("openai_chat:gpt-4o")) });
+      const open = async () => new RedisConversationStore(target, { prefetchConversations, codec: new Codec(undefined, await storedTokenEstimator("openai_chat:gpt-4o")) });
       const [a, b] = [await open(), await open()];
       await Promise.all([a.connected(), b.connected()]);
       const id = `round-robin-${size}-${prefetchConversations}`;
@@ -71,6 +83,6 @@ try {
     }
   }
 } finally {
-  raw.disconnect();
+  for (const node of raw) node.disconnect();
   await redis.stop();
 }

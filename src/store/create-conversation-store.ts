@@ -51,7 +51,7 @@ export interface ConversationStoreSettings {
   decodedStateBytes?: number;
   /** `--kept-tail-bytes`: what the Redis and Postgres stores' kept tails may weigh (kept-tails.ts). */
   keptTailBytes?: number;
-  /** `--prefetch-conversations`: most conversations the Redis (not Cluster) and Postgres stores follow for commit notices (followed-conversations.ts). */
+  /** `--prefetch-conversations`: most conversations the Redis (Cluster too) and Postgres stores follow for commit notices (followed-conversations.ts). */
   prefetchConversations?: number;
   /** `--listed-id-bytes`: what the Redis store's memo of conversations it put in the listing index may weigh (recent-ids.ts). */
   listedIdBytes?: number;

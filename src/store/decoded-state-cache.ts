@@ -47,7 +47,7 @@ export class DecodedStateCache {
 
   constructor(
     maxStates: number,
-    maxBytes: number,
+    private readonly maxBytes: number,
     private readonly lineage: MessageListLineage,
   ) {
     this.entries = new ByteBoundedLru({ maxBytes, maxEntries: maxStates, keepNewest: true });
@@ -72,6 +72,22 @@ export class DecodedStateCache {
   remember(state: ConversationState, encodedBytes: number): void {
     const ids = this.entries.get(state.conversationId)?.ids?.advancedTo(state, this.lineage);
     this.entries.set(state.conversationId, { state, ids }, approximateDecodedBytes(state, encodedBytes));
+  }
+
+  /**
+   * Keeps `fork`, a state whose segments are the cached `source`'s own lists (a fork at its
+   * current version), with an id index shared with the source's (`MessageIdIndex.sharedWith`),
+   * only when it fits beside the states kept: it is weighed in full, as the messages it shares
+   * would be once the source leaves, so a fork never pushes out its source (whose next commit
+   * would then read it whole). False when not kept.
+   */
+  rememberFork(source: ConversationState, fork: ConversationState, encodedBytes: number): boolean {
+    const weight = approximateDecodedBytes(fork, encodedBytes);
+    if (this.entries.bytes + weight > this.maxBytes) return false;
+    const entry = this.entries.get(source.conversationId);
+    const ids = entry?.state === source && entry.ids?.state === source ? entry.ids.sharedWith(fork) : undefined;
+    this.entries.set(fork.conversationId, { state: fork, ids }, weight);
+    return true;
   }
 
   /** Marks a cached state as just used, keeping it longer. */

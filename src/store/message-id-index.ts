@@ -26,9 +26,10 @@ export const indexedFromMessages = 1_024;
 export class MessageIdIndex {
   private constructor(
     private current: ConversationState,
-    private readonly ids: Set<string>,
-    /** Per segment, the ids of the calls its ASSISTANT messages make, each with how many calls make it (rounds reuse ids). */
-    private readonly callIds: Record<StoredSegment, Map<string, number>>,
+    /** What this index shares with the indexes of forks (`sharedWith`): frozen, read under `own`. */
+    private shared: FrozenIds | undefined,
+    /** The ids and call counts since `shared` (all of them without it). */
+    private own: IdChanges,
   ) {}
 
   /** The index of `state`'s ids, or undefined for a conversation short enough to look in place. */
@@ -41,15 +42,14 @@ export class MessageIdIndex {
 
   /** The index of `state`'s ids whatever its length (a commit's tail, tail-commit.ts). */
   static ofAll(state: ConversationState): MessageIdIndex {
-    const ids = new Set<string>();
-    const callIds = { system: new Map<string, number>(), history: new Map<string, number>(), memory: new Map<string, number>(), tools: new Map<string, number>() };
+    const own = emptyChanges();
     for (const segment of storedSegments) {
       for (const message of state[segment]) {
-        ids.add(message.id);
-        addCallIds(callIds[segment], message);
+        own.added.add(message.id);
+        countCalls(own.calls[segment], message, 1);
       }
     }
-    return new MessageIdIndex(state, ids, callIds);
+    return new MessageIdIndex(state, undefined, own);
   }
 
   /** The state whose ids this holds. */
@@ -58,18 +58,35 @@ export class MessageIdIndex {
   }
 
   /**
+   * The index of `fork`, whose segments are this index's state's own lists (a fork at the
+   * current version shares them), sharing what this index holds instead of copying it: both go
+   * on from the ids frozen now, each recording only its own changes. Why: a fork of a 100,000-
+   * message conversation built its index whole on its first commit (20-34 ms, docs/history.md);
+   * this costs nothing per message (a chain deeper than `maxSharedDepth` is merged once, O(ids)).
+   * Undefined when `fork`'s segments are not this state's lists.
+   */
+  sharedWith(fork: ConversationState): MessageIdIndex | undefined {
+    for (const segment of storedSegments) if (fork[segment] !== this.current[segment]) return undefined;
+    let frozen: FrozenIds = { parent: this.shared, depth: (this.shared?.depth ?? 0) + 1, changes: this.own };
+    if (frozen.depth > maxSharedDepth) frozen = merged(frozen);
+    this.shared = frozen;
+    this.own = emptyChanges();
+    return new MessageIdIndex(fork, frozen, emptyChanges());
+  }
+
+  /**
    * The ids of `state` when each of its segments extends this index's state (per `lineage`): the
    * index, plus the messages appended since looked up in place (a batch's own few). Undefined when
    * a segment is not known to extend it (the caller then looks in place).
    */
   lookupFor(state: ConversationState, lineage: MessageListLineage): MessageIdLookup | undefined {
-    if (state === this.current) return this.ids;
+    const held: MessageIdLookup = { has: (id) => this.hasId(id) };
+    if (state === this.current) return held;
     if (!this.extendedBy(state, lineage)) return undefined;
     const base = this.current;
-    const ids = this.ids;
     return {
       has(id: string): boolean {
-        if (ids.has(id)) return true;
+        if (held.has(id)) return true;
         for (const segment of storedSegments) {
           const messages = state[segment];
           for (let index = base[segment].length; index < messages.length; index++) if (messages[index]!.id === id) return true;
@@ -81,14 +98,14 @@ export class MessageIdIndex {
 
   /** `lookupFor` for the tool-call ids of `state`'s `segment` (see `callIds`). */
   toolCallLookupFor(state: ConversationState, segment: StoredSegment, lineage: MessageListLineage): MessageIdLookup | undefined {
-    const calls = this.callIds[segment];
-    if (state === this.current) return calls;
+    const held: MessageIdLookup = { has: (callId) => this.callsOf(segment, callId) > 0 };
+    if (state === this.current) return held;
     const base = this.current[segment];
     const messages = state[segment];
     if (!lineage.extends(messages, base)) return undefined;
     return {
       has(callId: string): boolean {
-        if (calls.has(callId)) return true;
+        if (held.has(callId)) return true;
         for (let index = base.length; index < messages.length; index++) if (makesCall(messages[index]!, callId)) return true;
         return false;
       },
@@ -106,21 +123,42 @@ export class MessageIdIndex {
     for (const segment of storedSegments) {
       if (!lineage.extends(next[segment], this.current[segment]) && !lineage.extends(this.current[segment], next[segment])) return undefined;
     }
+    const { own } = this;
     for (const segment of storedSegments) {
       const messages = next[segment];
       const was = this.current[segment];
       for (let index = was.length; index < messages.length; index++) {
-        this.ids.add(messages[index]!.id);
-        addCallIds(this.callIds[segment], messages[index]!);
+        const id = messages[index]!.id;
+        // An id dropped from the shared ids comes back by no longer being dropped.
+        if (!own.removed.delete(id)) own.added.add(id);
+        countCalls(own.calls[segment], messages[index]!, 1);
       }
       // Ids are unique in a conversation, so a dropped message's id is free again.
       for (let index = messages.length; index < was.length; index++) {
-        this.ids.delete(was[index]!.id);
-        removeCallIds(this.callIds[segment], was[index]!);
+        const id = was[index]!.id;
+        if (!own.added.delete(id)) own.removed.add(id);
+        countCalls(own.calls[segment], was[index]!, -1);
       }
     }
     this.current = next;
     return this;
+  }
+
+  private hasId(id: string): boolean {
+    if (this.own.added.has(id)) return true;
+    if (this.own.removed.has(id)) return false;
+    for (let layer = this.shared; layer !== undefined; layer = layer.parent) {
+      if (layer.changes.added.has(id)) return true;
+      if (layer.changes.removed.has(id)) return false;
+    }
+    return false;
+  }
+
+  /** How many calls of `segment` make `callId`: the counts of every layer added up. */
+  private callsOf(segment: StoredSegment, callId: string): number {
+    let calls = this.own.calls[segment].get(callId) ?? 0;
+    for (let layer = this.shared; layer !== undefined; layer = layer.parent) calls += layer.changes.calls[segment].get(callId) ?? 0;
+    return calls;
   }
 
   private extendedBy(state: ConversationState, lineage: MessageListLineage): boolean {
@@ -129,20 +167,58 @@ export class MessageIdIndex {
   }
 }
 
-/** Counts the calls `message` makes, if it is an ASSISTANT message (as tool-round checks count them). */
-function addCallIds(into: Map<string, number>, message: Message): void {
-  if (message.role !== Role.ASSISTANT) return;
-  for (const part of message.parts) if (part.kind.case === "toolCall") into.set(part.kind.value.id, (into.get(part.kind.value.id) ?? 0) + 1);
+/**
+ * The ids one index added and removed over the ids it shares (`added` never holds a shared id,
+ * `removed` only shared ones), and per segment how the count of calls making each call id
+ * changed (the counts themselves without shared ids).
+ */
+interface IdChanges {
+  added: Set<string>;
+  removed: Set<string>;
+  calls: Record<StoredSegment, Map<string, number>>;
 }
 
-/** Uncounts the calls `message` makes (`addCallIds`), an id leaving once no call makes it. */
-function removeCallIds(from: Map<string, number>, message: Message): void {
+/** Changes frozen when an index was shared (`MessageIdIndex.sharedWith`), over their parent's; never changed again. */
+interface FrozenIds {
+  readonly parent: FrozenIds | undefined;
+  readonly depth: number;
+  readonly changes: IdChanges;
+}
+
+/** Layers a lookup walks at most: a fork of a fork of … shares until then, and the chain is merged into one once. */
+const maxSharedDepth = 8;
+
+function emptyChanges(): IdChanges {
+  return { added: new Set(), removed: new Set(), calls: { system: new Map(), history: new Map(), memory: new Map(), tools: new Map() } };
+}
+
+/** `layer` and its parents as one layer of the ids they hold: O(ids), once per `maxSharedDepth` forks of forks. */
+function merged(layer: FrozenIds): FrozenIds {
+  const layers: FrozenIds[] = [];
+  for (let at: FrozenIds | undefined = layer; at !== undefined; at = at.parent) layers.unshift(at);
+  const changes = emptyChanges();
+  for (const { changes: next } of layers) {
+    for (const id of next.removed) changes.added.delete(id);
+    for (const id of next.added) changes.added.add(id);
+    for (const segment of storedSegments) {
+      for (const [callId, delta] of next.calls[segment]) {
+        const calls = (changes.calls[segment].get(callId) ?? 0) + delta;
+        if (calls !== 0) changes.calls[segment].set(callId, calls);
+        else changes.calls[segment].delete(callId);
+      }
+    }
+  }
+  return { parent: undefined, depth: 1, changes };
+}
+
+/** Adds `by` (1 or -1) to the count of each call `message` makes, if it is an ASSISTANT message (as tool-round checks count them); a count back at 0 leaves the map. */
+function countCalls(into: Map<string, number>, message: Message, by: 1 | -1): void {
   if (message.role !== Role.ASSISTANT) return;
   for (const part of message.parts) {
     if (part.kind.case !== "toolCall") continue;
-    const calls = (from.get(part.kind.value.id) ?? 0) - 1;
-    if (calls > 0) from.set(part.kind.value.id, calls);
-    else from.delete(part.kind.value.id);
+    const calls = (into.get(part.kind.value.id) ?? 0) + by;
+    if (calls !== 0) into.set(part.kind.value.id, calls);
+    else into.delete(part.kind.value.id);
   }
 }
 

@@ -608,6 +608,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     if (this.values.encrypts) return "unavailable";
     const now = this.now();
     const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const created = randomUUID();
     await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
@@ -616,7 +617,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         idBytes(conversationId),
         version,
         idBytes(newConversationId),
-        randomUUID(),
+        created,
         of.rest ?? null,
         of.restSuffix ?? Buffer.alloc(0),
         of.lengths ?? null,
@@ -629,6 +630,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       "contextd_fork_shared",
     );
     const outcome = rows[0]!.outcome;
+    // A fork at the current version holds what the source's copy holds (a past one: a rest of its own).
+    if (outcome === "ok" && of.restSuffix !== undefined) this.copies.rememberFork(forkedFrom, newConversationId, created, of.restSuffix.length);
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
   }
 

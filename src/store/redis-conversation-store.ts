@@ -91,8 +91,8 @@ export interface RedisStoreOptions {
   expirySweepMs?: number;
   /**
    * `--prefetch-conversations`: most conversations this process follows, catching its copy up on
-   * other processes' commit notices (followed-conversations.ts); 0 or none = none. Not on a
-   * cluster (notices there would need a sharded subscriber per master).
+   * other processes' commit notices (followed-conversations.ts); 0 or none = none. On a cluster
+   * the notices are sharded pub/sub (SPUBLISH, SSUBSCRIBE on the slot's master).
    */
   prefetchConversations?: number;
 }
@@ -146,8 +146,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private sweeping = false;
   /** The conversations whose commit notices this process follows (`--prefetch-conversations`). */
   protected override readonly followed: FollowedConversations;
-  /** The one connection all followed conversations' notices arrive on, opened with the first followed. */
-  private noticeSubscriber: Redis | undefined;
+  /**
+   * Where all followed conversations' notices arrive, opened with the first followed: on one Redis
+   * one connection; on a cluster a client with one sharded subscriber per master (noticeSubscriberOf).
+   */
+  private noticeSubscriber: Redis | Cluster | undefined;
+  /** Stops the cluster client's slot refreshes from refreshing the notice subscriber's (on close). */
+  private stopNoticeSlotRefresh: (() => void) | undefined;
   /** The followed conversations by their notice channel (the change stream's key name). */
   private readonly noticeChannels = new Map<string, string>();
   /** Sent with this process's notices, which its own subscriber hears too: they are not notices to it. */
@@ -198,7 +203,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.changes = new RedisChangeFeed(this.connection, options.watchBlockMs ?? 1_000, (conversationId) => this.currentVersion(conversationId), this.values);
     this.replicas = new RedisReplicaAcknowledgement(this.connection, options.waitReplicas ?? 0, options.waitTimeoutMs ?? 1_000);
     this.followed = new FollowedConversations({
-      capacity: this.redis instanceof Cluster ? 0 : (options.prefetchConversations ?? 0),
+      capacity: options.prefetchConversations ?? 0,
       heldVersion: (conversationId) => this.copies.copy(conversationId)?.version ?? this.copies.keptTail(conversationId)?.state.version,
       catchUp: async (conversationId) => {
         if (this.copies.copy(conversationId) !== undefined) await this.read(conversationId, "");
@@ -214,24 +219,62 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   private subscribeNotices(conversationId: string): void {
     const channel = this.keys(conversationId).changes;
     this.noticeChannels.set(channel, conversationId);
-    if (this.noticeSubscriber === undefined) {
-      // Queued while (re)connecting, and subscribed again by ioredis after a reconnect; notices
-      // published meanwhile are lost, which costs the next commit its read, as without notices.
-      const subscriber = (this.noticeSubscriber = (this.redis as Redis).duplicate({ enableOfflineQueue: true }));
-      subscriber.on("error", (error: Error) => (this.connection.lastError = error.message));
-      subscriber.on("message", (channel: string, message: string) => {
-        const followed = this.noticeChannels.get(channel);
-        const [version, sender] = message.split(" ");
-        if (followed !== undefined && sender !== this.noticeSender && /^\d{1,19}$/.test(version!)) this.followed.noticed(followed, BigInt(version!));
-      });
-    }
-    this.noticeSubscriber.subscribe(channel).catch(() => undefined);
+    this.noticeSubscriber ??= this.noticeSubscriberOf(this.redis);
+    const subscribing = this.noticeSubscriber instanceof Cluster ? this.noticeSubscriber.ssubscribe(channel) : this.noticeSubscriber.subscribe(channel);
+    subscribing.catch(() => undefined);
   }
 
   private unsubscribeNotices(conversationId: string): void {
     const channel = this.keys(conversationId).changes;
     this.noticeChannels.delete(channel);
-    this.noticeSubscriber?.unsubscribe(channel).catch(() => undefined);
+    const subscriber = this.noticeSubscriber;
+    if (subscriber === undefined) return;
+    (subscriber instanceof Cluster ? subscriber.sunsubscribe(channel) : subscriber.unsubscribe(channel)).catch(() => undefined);
+  }
+
+  /**
+   * The connection notices arrive on. Its commands are queued while (re)connecting, and ioredis
+   * subscribes again after a reconnect; notices published meanwhile are lost, which costs the
+   * next commit its read, as without notices.
+   */
+  private noticeSubscriberOf(redis: Redis | Cluster): Redis | Cluster {
+    const onNotice = (channel: string, message: string) => {
+      const followed = this.noticeChannels.get(channel);
+      const [version, sender] = message.split(" ");
+      if (followed !== undefined && sender !== this.noticeSender && /^\d{1,19}$/.test(version!)) this.followed.noticed(followed, BigInt(version!));
+    };
+    if (!(redis instanceof Cluster)) {
+      const subscriber = redis.duplicate({ enableOfflineQueue: true });
+      subscriber.on("error", (error: Error) => (this.connection.lastError = error.message));
+      subscriber.on("message", onNotice);
+      return subscriber;
+    }
+    // Sharded pub/sub: a notice (SPUBLISH, publishNotice) reaches only the nodes of its channel's
+    // shard, so ioredis keeps one subscriber connection per master and SSUBSCRIBEs each channel
+    // on its slot's master. That client's slot map is refreshed only when one of its own
+    // connections fails; a failover that leaves the old master up (it turns replica) drops the
+    // slot's subscriptions on the server and nothing of the subscriber's notices it. The store's
+    // cluster client learns the new map from its first command MOVED there: its "refresh" makes
+    // the subscriber's map refresh too, and ioredis, seeing the slot's master changed, connects a
+    // subscriber to the new master and SSUBSCRIBEs the slot's channels again there.
+    const subscriber = redis.duplicate(undefined, { shardedSubscribers: true, enableOfflineQueue: true });
+    subscriber.on("error", (error: Error) => (this.connection.lastError = error.message));
+    subscriber.on("smessage", onNotice);
+    const refresh = () => subscriber.refreshSlotsCache();
+    redis.on("refresh", refresh);
+    this.stopNoticeSlotRefresh = () => redis.off("refresh", refresh);
+    return subscriber;
+  }
+
+  /**
+   * Announces this process's commit of `version` to the processes following the conversation:
+   * "<version> <sender>" (this process's own subscriber hears it too, and skips it by the sender).
+   * On a cluster SPUBLISH: the channel's slot is the conversation's hash tag, so the notice goes
+   * to the slot's master and its replicas only, where PUBLISH would cross the cluster bus to every node.
+   */
+  private publishNotice(channel: string, version: bigint): void {
+    const notice = `${version} ${this.noticeSender}`;
+    (this.redis instanceof Cluster ? this.redis.spublish(channel, notice) : this.redis.publish(channel, notice)).catch(() => undefined);
   }
 
   private get redis() {
@@ -498,6 +541,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     // commit that gives it one makes the fork answer "exists").
     await this.sweepIdempotencyRecords([newConversationId]);
     const [rest, ...past] = restAndPast;
+    const created = randomUUID();
     const reply = await this.connection.call(
       "forking a conversation",
       () =>
@@ -514,7 +558,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           target.ids,
           target.calls,
           String(sourceVersion),
-          randomUUID(),
+          created,
           rest!,
           change,
           String(now),
@@ -531,6 +575,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       this.writeIndexEntry(newConversationId),
       this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-now), newConversationId).catch(() => undefined),
     ]);
+    // A fork at the current version holds what the source's copy holds (a past one: a rest of its own).
+    if (past.length === 0) this.copies.rememberFork(forkedFrom, newConversationId, created, rest!.length);
     return "copied";
   }
 
@@ -665,6 +711,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   async close(): Promise<void> {
     clearInterval(this.sweeper);
     this.followed.clear();
+    this.stopNoticeSlotRefresh?.();
     this.noticeSubscriber?.disconnect();
     this.changes.close();
     this.redis.disconnect();
@@ -877,8 +924,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
       else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
-      // "<version> <sender>": this process's own subscriber hears it too, and skips it by the sender.
-      if (this.followed.committed(conversationId)) this.redis.publish(keys.changes, `${plan.state.version} ${this.noticeSender}`).catch(() => undefined);
+      if (this.followed.committed(conversationId)) this.publishNotice(keys.changes, plan.state.version);
       return { outcome: "ok" };
     }
     if (outcome === "replay") {

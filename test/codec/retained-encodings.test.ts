@@ -193,6 +193,40 @@ describe("protobuf encoder with retained encodings", () => {
     }
   });
 
+  it("marks only the new elements of two branches appended to one list (a fork and its source), and encodes both exactly on every commit", () => {
+    const random = randomSource(31);
+    const lineage = new MessageListLineage();
+    const codec = new Codec();
+    const encodings = new RetainedEncodings(64 * 1024 * 1024);
+    const base = create(ConversationStateSchema, { conversationId: "c", version: 1n, history: Array.from({ length: 300 }, () => randomMessage(random)) });
+    encodings.retainStoredState(base, lineage);
+    codec.retainState(base, lineage);
+    const firstHome = encodings.list(base.history)!;
+    let sides = [base, { ...base, conversationId: "fork" }];
+    for (let turn = 0; turn < 6; turn++) {
+      sides = sides.map((side, which) => {
+        if (turn % 2 !== which % 2 && turn > 0) return side;
+        const history = side.history.concat(randomMessage(random));
+        lineage.appended(side.history, history);
+        const next = { ...side, version: side.version + 1n, history };
+        encodings.retainStoredState(next, lineage);
+        codec.retainState(next, lineage);
+        const home = encodings.list(history)!;
+        expect(home.list).toBe(history);
+        expect(encodings.message(history[history.length - 1]!)!.home).toBe(home);
+        return next;
+      });
+      // The 300 shared messages were never marked again: their home is the first one, moved along the source's appends.
+      expect(base.history.every((message, position) => encodings.message(message)!.home === firstHome && encodings.message(message)!.index === position)).toBe(true);
+      for (const side of sides) {
+        const whole = create(CompileResponseSchema, { result: { payload: { history: side.history } } });
+        expect(same(codec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
+        const response = resultFrom(side, [randomMessage(random)], random);
+        expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
+      }
+    }
+  });
+
   it("moves the home of a list to a head of it the lineage knows of (a rewind), re-marking only the dropped elements, and the append after it extends it; every state encodes exactly", () => {
     const random = randomSource(31);
     const truncateCodec = new Codec();

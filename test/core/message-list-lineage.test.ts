@@ -109,4 +109,27 @@ describe("MessageListLineage", () => {
     const replaced = applyDeltas(appended, [create(DeltaSchema, { operation: { case: "replaceSegment", value: { segment: Segment.HISTORY, messages: [...appended.history, message("x")] } } })], context);
     expect(lineage.extends(replaced.history, appended.history)).toBe(false);
   });
+
+  it("knows what branches share: two appends to one list, a branch of a branch, and nothing for lists never recorded", () => {
+    const lineage = new MessageListLineage();
+    const base = [message("a"), message("b")];
+    const source = base.concat(message("s1"));
+    lineage.appended(base, source);
+    // A second append to base (a fork's first commit) starts a line of its own.
+    const fork = base.concat(message("f1"));
+    lineage.appended(base, fork);
+    expect(lineage.extends(fork, base)).toBe(true);
+    expect(lineage.extends(fork, source)).toBe(false);
+    expect(lineage.sharedPrefix(fork, source)).toBe(2);
+    expect(lineage.sharedPrefix(source, fork)).toBe(2);
+    const forkOfFork = fork.concat(message("g1"));
+    lineage.appended(fork, forkOfFork);
+    const other = fork.concat(message("h1"));
+    lineage.appended(fork, other);
+    expect(lineage.sharedPrefix(other, forkOfFork)).toBe(3);
+    expect(lineage.sharedPrefix(other, source)).toBe(2);
+    expect(lineage.sharedPrefix(source.concat(message("s2")), other)).toBe(0);
+    expect(lineage.sharedPrefix(source, source)).toBe(3);
+    expect(lineage.sharedPrefix([message("x")], source)).toBe(0);
+  });
 });

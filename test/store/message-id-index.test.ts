@@ -87,4 +87,61 @@ describe("MessageIdIndex", () => {
     expect(index.advancedTo({ ...long, history: again }, lineage)).toBe(index);
     expect(index.lookupFor(index.state, lineage)!.has("h0")).toBe(true);
   });
+
+  it("shares its ids with a fork's index: each side's appends and truncations stay its own, equal to an index built afresh, through forks of forks past the merge depth", () => {
+    const lineage = new MessageListLineage();
+    let seed = 7;
+    const random = (below: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % below;
+    const root = longState();
+    const sides: { state: ConversationState; index: MessageIdIndex }[] = [{ state: root, index: MessageIdIndex.of(root)! }];
+    // A chain of twelve forks of forks first: deeper than the eight layers a lookup walks before they are merged.
+    for (let depth = 0; depth < 12; depth++) {
+      const side = sides[sides.length - 1]!;
+      const forked = { ...side.state, conversationId: `chain${depth}` };
+      sides.push({ state: forked, index: side.index.sharedWith(forked)! });
+    }
+    let made = 0;
+    const probes = ["h0", "h5", "m0", "a0"];
+    for (let step = 0; step < 400; step++) {
+      const side = sides[random(sides.length)]!;
+      const action = random(10);
+      if (action < 2 && sides.length < 32) {
+        const forked = { ...side.state, conversationId: `fork${step}` };
+        const index = side.index.sharedWith(forked)!;
+        expect(index.state).toBe(forked);
+        sides.push({ state: forked, index });
+        continue;
+      }
+      let history: Message[];
+      if (action < 7) {
+        // Appends, some reusing a call id another side or an earlier round made.
+        const id = `n${made++}`;
+        history = side.state.history.concat(random(2) === 0 ? text(id) : call(id, `c${random(3)}`));
+        lineage.appended(side.state.history, history);
+      } else {
+        // A truncation (a rewind), never below the first message.
+        history = side.state.history.slice(0, Math.max(1, side.state.history.length - 1 - random(3)));
+        lineage.truncated(side.state.history, history);
+      }
+      const next = { ...side.state, history };
+      expect(side.index.advancedTo(next, lineage)).toBe(side.index);
+      side.state = next;
+      probes.push(history[history.length - 1]!.id, `n${made - 1}`);
+      for (const each of sides) {
+        const fresh = MessageIdIndex.ofAll(each.state);
+        const ids = each.index.lookupFor(each.state, lineage)!;
+        const calls = each.index.toolCallLookupFor(each.state, "history", lineage)!;
+        const freshIds = fresh.lookupFor(each.state, lineage)!;
+        const freshCalls = fresh.toolCallLookupFor(each.state, "history", lineage)!;
+        for (const probe of [...probes.slice(0, 4), ...probes.slice(-12)]) expect([probe, ids.has(probe)]).toEqual([probe, freshIds.has(probe)]);
+        for (const probe of ["c0", "c1", "c2", "c9"]) expect([probe, calls.has(probe)]).toEqual([probe, freshCalls.has(probe)]);
+      }
+    }
+  });
+
+  it("is not shared with a state whose segments are other lists", () => {
+    const state = longState();
+    const index = MessageIdIndex.of(state)!;
+    expect(index.sharedWith({ ...state, history: [...state.history] })).toBeUndefined();
+  });
 });

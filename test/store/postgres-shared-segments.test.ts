@@ -194,6 +194,39 @@ describe("a fork shares its source's id index as it shares the rows (migration 1
   }, 120_000);
 });
 
+describe("a fork holds its source's copy", () => {
+  it("its first commits with the state back read nothing, answer as a fresh reader reads and refuse a source's id; a copy that does not fit is not kept", async () => {
+    const { store, open } = await database();
+    await grow(store, "seeded-source", 5_000);
+    const held = store.heldCopies.decodedStates.count;
+    await store.fork("seeded-source", undefined, "seeded-fork");
+    expect(store.heldCopies.decodedStates.count).toBe(held + 1);
+    const fresh = await open({ cacheBytes: 0 });
+    const traffic = store.commitTraffic;
+    for (let turn = 0; turn < 2; turn++) {
+      const { state } = await store.commit("seeded-fork", undefined, [appendHistory(textMessage(`f${turn}`, Role.USER, "fork"))], "");
+      expect(bytesOf(state!)).toEqual(bytesOf(await fresh.load("seeded-fork")));
+    }
+    // Both commits wrote from the held copy: no read before either (before, the first read the fork's 5,000 rows whole).
+    expect(store.commitTraffic).toEqual({ ...traffic, writes: traffic.writes + 2 });
+    await expect(store.commit("seeded-fork", undefined, [appendHistory(textMessage("seeded-source-m42", Role.USER, "again"))], "")).rejects.toThrow(/seeded-source-m42/);
+    const { state: source } = await store.commit("seeded-source", undefined, [appendHistory(textMessage("f0", Role.USER, "the fork's id is free here"))], "");
+    expect(bytesOf(source!)).toEqual(bytesOf(await fresh.load("seeded-source")));
+
+    // Weighed in full, the fork's copy does not fit beside its source's under a bound that holds
+    // one: not kept, and the source stays held (its next commit reads nothing either).
+    const small = await open({ cacheBytes: 5 * 1024 * 1024 });
+    await grow(small, "unseeded-source", 5_000);
+    await small.fork("unseeded-source", undefined, "unseeded-fork");
+    expect(small.heldCopies.decodedStates.count).toBe(1);
+    const before = small.commitTraffic;
+    await small.commit("unseeded-source", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
+    expect(small.commitTraffic).toEqual({ ...before, writes: before.writes + 1 });
+    const { state: fork } = await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f0", Role.USER, "fork"))], "");
+    expect(bytesOf(fork!)).toEqual(bytesOf(await fresh.load("unseeded-fork")));
+  });
+});
+
 describe("links are bounded", () => {
   it("a chain of 66 forks, each appending: past 64 links the fork copies the rows; a move past the bound copies the writer's own rows", async () => {
     const { store, raw, open } = await database();

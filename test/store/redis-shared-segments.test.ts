@@ -208,6 +208,37 @@ describe("Redis shared segment lists", () => {
     expect(await redis.raw.scard(keysOf("indexed-source").ids)).toBe(5_000);
   });
 
+  it("holds the fork's copy from the source's: its first commits with the state back read nothing, answer as a fresh reader reads and refuse a source's id; a copy that does not fit is not kept", async () => {
+    const store = await openStore();
+    await longConversation(store, "seeded-source", 5_000);
+    const held = store.heldCopies.decodedStates.count;
+    await store.fork("seeded-source", undefined, "seeded-fork");
+    expect(store.heldCopies.decodedStates.count).toBe(held + 1);
+    const traffic = store.commitTraffic;
+    for (let turn = 0; turn < 2; turn++) {
+      const { state } = await store.commit("seeded-fork", undefined, [appendHistory(textMessage(`f${turn}`, Role.USER, "fork"))], "");
+      expect(encoded(state!)).toBe(await freshRead("seeded-fork"));
+    }
+    // Both commits wrote from the held copy: no read before either (before, the first read the fork's 5,000 messages whole).
+    expect(store.commitTraffic).toEqual({ ...traffic, writes: traffic.writes + 2 });
+    const taken = await store.commit("seeded-fork", undefined, [appendHistory(textMessage("m42", Role.USER, "again"))], "").catch((error: unknown) => error);
+    expect((taken as ConnectError).code).toBe(Code.InvalidArgument);
+    const { state: source } = await store.commit("seeded-source", undefined, [appendHistory(textMessage("f0", Role.USER, "the fork's id is free here"))], "");
+    expect(encoded(source!)).toBe(await freshRead("seeded-source"));
+
+    // Weighed in full, the fork's copy does not fit beside its source's under a bound that holds
+    // one: not kept, and the source stays held (its next commit reads nothing either).
+    const small = await openStore({ cacheBytes: 8 * 1024 * 1024 });
+    await longConversation(small, "unseeded-source", 5_000);
+    await small.fork("unseeded-source", undefined, "unseeded-fork");
+    expect(small.heldCopies.decodedStates.count).toBe(1);
+    const before = small.commitTraffic;
+    await small.commit("unseeded-source", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
+    expect(small.commitTraffic).toEqual({ ...before, writes: before.writes + 1 });
+    const { state: fork } = await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f0", Role.USER, "fork"))], "");
+    expect(encoded(fork!)).toBe(await freshRead("unseeded-fork"));
+  });
+
   it("appends to a fork and its source without copying either: each writes its own list", async () => {
     const store = await openStore();
     await longConversation(store, "appending-source", 5_000);

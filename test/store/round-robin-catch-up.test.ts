@@ -10,6 +10,7 @@ import { PostgresConversationStore } from "../../src/store/postgres-conversation
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { startPostgres } from "../support/postgres.js";
 import { startRedis } from "../support/redis.js";
+import { startRedisCluster, type ClusterNode } from "../support/redis-cluster.js";
 import { sharedStoreBackends, storesOnSharedBackend } from "../support/shared-store-backends.js";
 import { appendHistory, textMessage } from "./fixtures.js";
 
@@ -319,6 +320,83 @@ describe("Redis store: commit notices catch a follower's copy up before its next
       await stop();
     }
   });
+});
+
+describe("Redis Cluster store: sharded commit notices catch a follower's copy up before its next commit", () => {
+  it("after the other store's SPUBLISH a commit makes no read and one write, the subscription on the slot's master only, before and after a failover", async () => {
+    const cluster = await startRedisCluster();
+    const open = () => new RedisConversationStore({ clusterNodes: cluster.addresses }, { prefetchConversations: 1_024 });
+    const [a, b] = [open(), open()];
+    const nodes = new Map(cluster.nodes.map((node) => [node.port, new Redis({ port: node.port, lazyConnect: true })]));
+    const id = "notified";
+    const channel = `contextd:{${id}}:changes`;
+    /** What each node's PUBSUB SHARDNUMSUB says of the channel: the subscribers there, by port. */
+    const subscribersByNode = async () =>
+      Object.fromEntries(await Promise.all(cluster.nodes.map(async (node) => [node.port, Number(((await nodes.get(node.port)!.pubsub("SHARDNUMSUB", channel)) as [string, number])[1])])));
+    /** Both stores subscribed on `master` and on no other node (every node's PUBSUB SHARDCHANNELS). */
+    const subscribedOn = async (master: ClusterNode) => {
+      await vi.waitFor(async () => expect(await subscribersByNode()).toEqual(Object.fromEntries(cluster.nodes.map((node) => [node.port, node === master ? 2 : 0]))), { timeout: 10_000 });
+      for (const node of cluster.nodes) expect(await nodes.get(node.port)!.pubsub("SHARDCHANNELS")).toEqual(node === master ? [channel] : []);
+    };
+    const fresh = async () => {
+      const store = new RedisConversationStore({ clusterNodes: cluster.addresses });
+      try {
+        await store.connected();
+        return await store.load(id);
+      } finally {
+        await store.close();
+      }
+    };
+    let turn = 0;
+    const commit = (store: RedisConversationStore) => store.commit(id, undefined, [appendHistory(textMessage(`m${turn++}`, Role.USER, "hi"))], "");
+    /** Three rounds of a then b: each commit after the other's notice, the reads and writes it made. */
+    const turns = async () => {
+      const traffic: { reads: number; writes: number }[] = [];
+      for (let round = 0; round < 3; round++) {
+        for (const [store, other] of [[a, b], [b, a]] as const) {
+          const catchUps = other.prefetch.catchUps;
+          await commit(store);
+          await vi.waitFor(() => expect([other.prefetch.catchUps, other.prefetch.caughtUp]).toEqual([catchUps + 1, catchUps + 1]), { timeout: 5_000 });
+          const before = other.commitTraffic;
+          const outcome = await commit(other);
+          const after = other.commitTraffic;
+          traffic.push({ reads: after.wholeReads - before.wholeReads + after.tailReads - before.tailReads, writes: after.writes - before.writes });
+          expect(Buffer.from(toBinary(ConversationStateSchema, outcome.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh())))).toBe(true);
+        }
+      }
+      return traffic;
+    };
+    try {
+      await Promise.all([a.connected(), b.connected()]);
+      for (let round = 0; round < 2; round++) {
+        await commit(a);
+        await commit(b);
+      }
+      expect([a.prefetch.followed, b.prefetch.followed]).toEqual([1, 1]);
+      const master = await cluster.masterOf(channel);
+      await subscribedOn(master);
+      expect(await turns()).toEqual(Array.from({ length: 6 }, () => ({ reads: 0, writes: 1 })));
+
+      // A manual failover: the old master turns replica, keeps its connections and drops the slot's
+      // subscriptions. Each store's first command to the slot is MOVED, its cluster client
+      // refreshes the slot map, and so does its notice subscriber, which subscribes again on the new
+      // master. a's commit meanwhile may go unheard: b's next commit then reads first, as without notices.
+      const replica = await cluster.replicaOf(master);
+      await cluster.promote(replica);
+      await cluster.settled();
+      await commit(a);
+      const afterFailover = await commit(b);
+      expect(afterFailover.state!.history.map((message) => message.id)).toEqual((await fresh()).history.map((message) => message.id));
+      await subscribedOn(replica);
+      expect([a.prefetch.followed, b.prefetch.followed]).toEqual([1, 1]);
+      expect(await turns()).toEqual(Array.from({ length: 6 }, () => ({ reads: 0, writes: 1 })));
+    } finally {
+      for (const node of nodes.values()) node.disconnect();
+      await a.close();
+      await b.close();
+      await cluster.stop();
+    }
+  }, 60_000);
 });
 
 describe("Postgres store: commit notifications catch a follower's copy up before its next commit", () => {

@@ -19,15 +19,36 @@ import type { Message } from "#gen/contextd/v1/message_pb";
  * starts a line of its own, as any append to a list short of the tip does.
  * Keys are weak and a line holds no list, so nothing is kept alive by being recorded.
  */
+/**
+ * A line: the length of its tip, and for a line started by appending to a list short of another
+ * line's tip (a fork's first commit, the source's next one, an append after a rewind), that line
+ * and the length of the list it started from: every list of both starts with those messages.
+ */
+interface Line {
+  tipLength: number;
+  parent?: Line;
+  /** The messages the lists of this line share with those of `parent`. */
+  shared?: number;
+}
+
+/** Lines a chain keeps above its newest (`sharedPrefix` walks them): rewinds and forks of a long-lived conversation each branch a line. */
+const maxLineDepth = 16;
+
 export class MessageListLineage {
-  private readonly lines = new WeakMap<readonly Message[], { tipLength: number }>();
+  private readonly lines = new WeakMap<readonly Message[], Line>();
 
   /** Records that `extended` is `base` followed by more messages. */
   appended(base: readonly Message[], extended: readonly Message[]): void {
     let line = this.lines.get(base);
     if (line === undefined || line.tipLength !== base.length) {
-      line = { tipLength: base.length };
+      // A branch: base keeps its place in the old line, the new line remembers what it shares with it.
+      line = line === undefined ? { tipLength: base.length } : { tipLength: base.length, parent: line, shared: base.length };
       this.lines.set(base, line);
+      // Only the nearest lines above are kept: the chain is cut past `maxLineDepth` (what an old
+      // ancestor shared is then not known, and a caller compares elements instead, as before).
+      let above: Line = line;
+      for (let depth = 0; depth < maxLineDepth && above.parent !== undefined; depth++) above = above.parent;
+      above.parent = undefined;
     }
     line.tipLength = extended.length;
     this.lines.set(extended, line);
@@ -64,6 +85,34 @@ export class MessageListLineage {
    */
   extendsLine(list: readonly Message[], line: object, length: number): boolean {
     return this.lines.get(list) === line && list.length >= length;
+  }
+
+  /**
+   * How many first messages `a` and `b` are known to share (the same objects): their common
+   * length on one line, and across lines the part up to where one branched off a line the other
+   * is on (or both off a common one); 0 when not known. Why: a fork and its source each append
+   * to the lists they share, and an encoder's marks of 100,000 shared messages were made again
+   * at every commit of either side (13 ms each, CPU profile of the memory store's fork commits).
+   */
+  sharedPrefix(a: readonly Message[], b: readonly Message[]): number {
+    if (a === b) return a.length;
+    const lineOfA = this.lines.get(a);
+    const lineOfB = this.lines.get(b);
+    if (lineOfA === undefined || lineOfB === undefined) return 0;
+    // The lines above a, each with what a shares with its lists.
+    const above = new Map<Line, number>();
+    let shared = a.length;
+    for (let line: Line | undefined = lineOfA; line !== undefined; line = line.parent) {
+      above.set(line, shared);
+      shared = Math.min(shared, line.shared ?? 0);
+    }
+    shared = b.length;
+    for (let line: Line | undefined = lineOfB; line !== undefined; line = line.parent) {
+      const ofA = above.get(line);
+      if (ofA !== undefined) return Math.min(ofA, shared);
+      shared = Math.min(shared, line.shared ?? 0);
+    }
+    return 0;
   }
 
   /** True when `list` is known to be `base` followed by zero or more messages. */

@@ -184,7 +184,7 @@ export interface Config {
    */
   keptTailBytes: number;
   /**
-   * Most conversations the Redis (not Cluster) and Postgres stores follow for other sidecars'
+   * Most conversations the Redis (Cluster too, on sharded pub/sub) and Postgres stores follow for other sidecars'
    * commit notices, catching their copy up before their next commit (followed-conversations.ts); 0 = none.
    */
   prefetchConversations: number;
@@ -354,7 +354,7 @@ export const flags = {
   "read-pin-bytes": "bytes of messages the ReadMessages windows with pages to come keep together, so their later pages read at the first page's version after the conversation moved on (least recently used out first); 0 = none kept",
   "decoded-state-bytes": "approximate heap bytes of the decoded conversation states the Redis and Postgres stores keep between calls (the least recently used go past it; the newest is always kept)",
   "kept-tail-bytes": "approximate heap bytes of the stored tails the Redis and Postgres stores keep of conversations committed on without a copy, so the next such commit is one round trip (the least recently used go past it); 0 = none kept",
-  "prefetch-conversations": "most conversations the Redis (not Cluster) and Postgres stores follow for commit notices: one this sidecar commits to that another sidecar writes too (round-robin) is caught up in the background on the other's commit, so this sidecar's next commit is the write alone; unfollowed after 3 notices without a commit here or 3 commits here without a notice; 0 = none (no subscriber connection)",
+  "prefetch-conversations": "most conversations the Redis, Redis Cluster (sharded pub/sub) and Postgres stores follow for commit notices: one this sidecar commits to that another sidecar writes too (round-robin) is caught up in the background on the other's commit, so this sidecar's next commit is the write alone; unfollowed after 3 notices without a commit here or 3 commits here without a notice; 0 = none (no subscriber connection)",
   "listed-id-bytes": "approximate heap bytes of the conversation ids the Redis store remembers having put in its listing index, so a commit skips that write for 60 s (80 + 2 per character each; the oldest go past it, and their next commit writes the entry again); the same again for the ids of conversations whose stored id index a commit found stale (Redis, Postgres)",
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",

@@ -3,10 +3,9 @@
 // source and fork then read as two conversations written apart would, whatever either does next
 // (commits, rewinds, edits, prunes, clears, forks of forks, deletes, expiry), with every row
 // counted back out when the last reader goes. Against a real PostgreSQL.
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { create } from "@bufbuild/protobuf";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { listById } from "../../src/store/conversation-listing.js";
@@ -14,6 +13,7 @@ import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { PostgresConversationStore, type PostgresStoreOptions } from "../../src/store/postgres-conversation-store.js";
+import { migratePostgres, postgresMigrations } from "../../src/store/postgres-schema.js";
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { randomSource } from "../support/random-messages.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
@@ -225,6 +225,71 @@ describe("a fork holds its source's copy", () => {
     const { state: fork } = await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f0", Role.USER, "fork"))], "");
     expect(bytesOf(fork!)).toEqual(bytesOf(await fresh.load("unseeded-fork")));
   });
+});
+
+describe("migration 16 on existing data, and a sidecar of the previous release", () => {
+  it("sets every ids_at to 0 and drops migration 11's tables; the first cold commit rebuilds the index whole once; a previous release's commit naming a call (no position) leaves it stale, and a fork of it starts stale", async () => {
+    const url = await postgres.createDatabase(`shared_${++databases}`);
+    const raw = new pg.Client({ connectionString: url });
+    await raw.connect();
+    clients.push(raw);
+    await migratePostgres(raw, postgresMigrations.filter((migration) => migration.version <= 15));
+    const id = "old";
+    const key = Buffer.from(id, "utf8");
+    const encode = (...messages: ReturnType<typeof textMessage>[]) => {
+      const bytes = messages.map((message) => Buffer.from(toBinary(MessageSchema, message)));
+      const starts: number[] = [];
+      let at = 1;
+      for (const each of bytes) starts.push(at), (at += each.length);
+      return { blob: Buffer.concat(bytes), starts, lengths: bytes.map((each) => each.length) };
+    };
+    // What release 15's sidecar sends (contextd_commit_listened's 28 arguments): an append to history.
+    const previousRelease = (version: number, length: number, messages: ReturnType<typeof textMessage>[], calls: [string, string][]) => {
+      const { blob, starts, lengths } = encode(...messages);
+      return raw.query<{ outcome: string; indexed: boolean }>(
+        "SELECT * FROM contextd_commit_listened(0, $1, $2, $3, ''::bytea, '', $4, 86400000, 10000, '', 'created-old', $5, $6, '{=,p,=,=}', $6, $7, $8, $9, $10, $4, NULL, NULL, 'a', $11, '{}', $12, $13, '{}')",
+        [key, version, Buffer.from("a change"), Date.now(), version === 0 ? Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: id }))) : null,
+          [0, length, 0, 0], [0, messages.length, 0, 0], blob, starts, lengths, messages.map((message) => Buffer.from(message.id, "utf8")),
+          calls.map(([call]) => Buffer.from(call, "utf8")), calls.map(([, name]) => Buffer.from(name, "utf8"))],
+      );
+    };
+    const written = Array.from({ length: 300 }, (_, index) => textMessage(`old-${index}`, Role.USER, `old ${index}`));
+    expect((await previousRelease(0, 0, written, [])).rows[0]).toMatchObject({ outcome: "ok", indexed: true });
+    expect((await raw.query<{ ids: string }>("SELECT count(*) AS ids FROM contextd_message_ids")).rows[0]!.ids).toBe("300");
+    await migratePostgres(raw);
+    const header = async () => (await raw.query<{ ids_at: string; version: string }>("SELECT ids_at, version FROM contextd_conversations WHERE id = $1", [key])).rows[0]!;
+    expect(await header()).toEqual({ ids_at: "0", version: "1" });
+    expect((await raw.query<{ old: string | null }>("SELECT to_regclass('contextd_message_ids')::text AS old")).rows[0]!.old).toBeNull();
+    const open = async () => {
+      const store = new PostgresConversationStore(url, { expirySweepMs: 0 });
+      opened.push(store);
+      return store;
+    };
+    const tailOnly = { withState: false } as const;
+    const first = await open();
+    await first.commit(id, undefined, [appendHistory(textMessage("new-1", Role.USER, "new"))], "", undefined, undefined, tailOnly);
+    expect(first.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 1 });
+    expect(await header()).toEqual({ ids_at: "2", version: "2" });
+    const indexed = async (of: string) => (await raw.query<{ id: Buffer }>("SELECT message_id AS id FROM contextd_indexed_ids($1)", [Buffer.from(of, "utf8")])).rows.map((row) => row.id.toString("utf8")).sort();
+    expect(await indexed(id)).toEqual([...written.map((message) => message.id), "new-1"].sort());
+    const second = await open();
+    await expect(second.commit(id, undefined, [appendHistory(textMessage("old-7", Role.USER, "again"))], "", undefined, undefined, tailOnly)).rejects.toThrow(/old-7/);
+    expect(second.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 1 });
+    // The previous release appends an assistant message making a call: kept rows, but no position for the call.
+    const assistant = create(MessageSchema, { id: "old-a", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c9", name: "lookup", arguments: { data: "{}" } } } }] });
+    expect((await previousRelease(2, 301, [assistant as ReturnType<typeof textMessage>], [["c9", "lookup"]])).rows[0]).toMatchObject({ outcome: "ok", indexed: false });
+    expect(await header()).toEqual({ ids_at: "2", version: "3" });
+    expect(await indexed(id)).toContain("old-a");
+    // A fork of the stale conversation is stale too; this release's next cold commit rebuilds the source's.
+    await (await open()).fork(id, undefined, "old-fork");
+    expect((await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = 'old-fork'::bytea")).rows[0]!.ids_at).toBe("0");
+    const third = await open();
+    await third.commit(id, undefined, [appendHistory(textMessage("new-2", Role.USER, "new"))], "", undefined, undefined, tailOnly);
+    expect(third.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 1 });
+    expect(await header()).toEqual({ ids_at: "4", version: "4" });
+    const { rows: calls } = await raw.query<{ call: string; name: string }>("SELECT convert_from(call_id, 'UTF8') AS call, convert_from(name, 'UTF8') AS name FROM contextd_indexed_calls($1)", [key]);
+    expect(calls).toEqual([{ call: "c9", name: "lookup" }]);
+  }, 120_000);
 });
 
 describe("links are bounded", () => {

@@ -81,6 +81,9 @@ function execute(command: string, args: string[], options: { cwd: string; env: N
     child.stderr.on("data", (chunk) => (stderr += chunk));
     child.once("error", reject);
     child.once("close", (code) => resolve({ code, stdout, stderr }));
+    // A command that exits without reading its input closes the pipe first (EPIPE): its exit code
+    // and output say whether it ran right, not the write.
+    child.stdin.on("error", () => undefined);
     child.stdin.end(options.input ?? "");
   });
 }

@@ -81,6 +81,17 @@ function resultFrom(state: ConversationState, foreign: Message[], random: () => 
   return create(CompileResponseSchema, { result });
 }
 
+/** A stored 300-message state, retained by a codec and by encodings of their own, the home of its list: what the fork cases branch. */
+function storedBase(random: () => number) {
+  const lineage = new MessageListLineage();
+  const codec = new Codec();
+  const encodings = new RetainedEncodings(64 * 1024 * 1024);
+  const base = create(ConversationStateSchema, { conversationId: "c", version: 1n, history: Array.from({ length: 300 }, () => randomMessage(random)) });
+  encodings.retainStoredState(base, lineage);
+  codec.retainState(base, lineage);
+  return { lineage, codec, encodings, base, firstHome: encodings.list(base.history)! };
+}
+
 describe("protobuf encoder with retained encodings", () => {
   it("encodes responses cut from stored states exactly as toBinary does, on every call and every version", () => {
     const random = randomSource(11);
@@ -195,13 +206,7 @@ describe("protobuf encoder with retained encodings", () => {
 
   it("marks only the new elements of two branches appended to one list (a fork and its source), and encodes both exactly on every commit", () => {
     const random = randomSource(31);
-    const lineage = new MessageListLineage();
-    const codec = new Codec();
-    const encodings = new RetainedEncodings(64 * 1024 * 1024);
-    const base = create(ConversationStateSchema, { conversationId: "c", version: 1n, history: Array.from({ length: 300 }, () => randomMessage(random)) });
-    encodings.retainStoredState(base, lineage);
-    codec.retainState(base, lineage);
-    const firstHome = encodings.list(base.history)!;
+    const { lineage, codec, encodings, base, firstHome } = storedBase(random);
     let sides = [base, { ...base, conversationId: "fork" }];
     for (let turn = 0; turn < 6; turn++) {
       sides = sides.map((side, which) => {
@@ -229,13 +234,7 @@ describe("protobuf encoder with retained encodings", () => {
 
   it("marks only the new element of a second fork's first append after the first fork's appends made the shared home longer than it", () => {
     const random = randomSource(37);
-    const lineage = new MessageListLineage();
-    const codec = new Codec();
-    const encodings = new RetainedEncodings(64 * 1024 * 1024);
-    const base = create(ConversationStateSchema, { conversationId: "c", version: 1n, history: Array.from({ length: 300 }, () => randomMessage(random)) });
-    encodings.retainStoredState(base, lineage);
-    codec.retainState(base, lineage);
-    const firstHome = encodings.list(base.history)!;
+    const { lineage, codec, encodings, base, firstHome } = storedBase(random);
     // The first fork appends five times: the home of the 300 follows it to 305 messages.
     let first = { ...base, conversationId: "first" };
     for (let turn = 0; turn < 5; turn++) {

@@ -6,12 +6,13 @@
 // (version-history.ts) with the changes since the version read. Each figure is the median of 5
 // calls, in one run; a rewind commits, so each call of one goes back from the version the last
 // left; each fork at the latest version then takes ten one-message commits (1st, 2nd, 10th
-// timed: the median over the 5 forks), with the state back and, on 5 more forks, without. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
+// timed: the median over the 5 forks), with the state back and, on 5 more forks, without; a
+// rewind that drops a just-appended tool round (its call and result appended untimed) last. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
 // compare the lines of one run, and read them with the load average printed beside them.
 import { create } from "@bufbuild/protobuf";
 import { loadavg } from "node:os";
 import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
-import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
 import type { ConversationStore } from "../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../src/store/postgres-conversation-store.js";
@@ -25,7 +26,12 @@ const perCommit = 1_000;
 const sizes = (process.env.CONTEXTD_FORK_SIZES ?? "1000,10000,100000").split(",").map(Number);
 
 const message = (id: string) => create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text: `message ${id} `.padEnd(200, "x") } } }] });
-const append = (ids: string[]) => create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: ids.map(message) } } });
+const appendMessages = (messages: Message[]) => create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages } } });
+const append = (ids: string[]) => appendMessages(ids.map(message));
+const toolCall = (id: string, callId: string) =>
+  create(MessageSchema, { id, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: callId, name: "read_file", arguments: { data: "{}" } } } }] });
+const toolResult = (id: string, callId: string) =>
+  create(MessageSchema, { id, role: Role.TOOL, parts: [{ kind: { case: "toolResult", value: { toolCallId: callId, name: "read_file", payload: { text: "ok" } } } }] });
 
 /** The median in ms (of what `run` returns when it `timesItself`), or what failed (a fork at a past version of 100,000 messages may outlast Redis's command timeout). */
 async function medianMs(run: (call: number) => Promise<unknown>, timesItself = false): Promise<string> {
@@ -75,6 +81,16 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
         await store.commit(id, undefined, [append([`after-rewind${afterRewind++}`])], "");
         return Number(process.hrtime.bigint() - start) / 1e6;
       }, true);
+      // A rewind that drops a tool round (the usual undo): each call appends a call and its result
+      // (untimed), then rewinds one back (timed). The stores' id index then forgets the call id.
+      let round = 0;
+      const rewindToolRound = await medianMs(async () => {
+        const callId = `call_${round++}`;
+        await store.commit(id, undefined, [appendMessages([toolCall(`round-call-${callId}`, callId), toolResult(`round-result-${callId}`, callId)])], "");
+        const start = process.hrtime.bigint();
+        await rewindBy(1n)();
+        return Number(process.hrtime.bigint() - start) / 1e6;
+      }, true);
       const latest = await store.currentVersion(id);
       const fork = await medianMs((call) => store.fork(id, undefined, `${id}-latest-${call}`));
       // The commits after a fork at the latest version: each of the 5 forks above takes ten
@@ -99,7 +115,7 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       for (let call = 0; call < calls; call++) await store.fork(id, undefined, `${id}-stateless-${call}`);
       const forkCommitStateless = await forkCommitTimes((call) => `${id}-stateless-${call}`, false);
       const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind };
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

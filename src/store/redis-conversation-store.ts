@@ -865,7 +865,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       for (const encoding of segment.encodings) args.push(encoding);
     }
     const indexMode = tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a";
-    for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode))) args.push(arg);
+    for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode, () => this.copies.idIndex(conversationId, base)))) args.push(arg);
     if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
     const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
     const committing = this.connection

@@ -23,29 +23,33 @@ describe("idIndexChanges", () => {
     context,
   );
 
-  it("adds an append's ids and names its calls by the appended (latest) call", () => {
+  it("adds an append's ids with the calls they make", () => {
     const next = applyDeltas(base, [appendHistory(assistant("a3", ["c2", "third"]), result("r4", "c2")), delta({ case: "appendMessages", value: { segment: Segment.MEMORY, messages: [textMessage("m1", Role.USER, "note")] } })], context);
-    expect(idIndexChanges(base, next, lineage, "t")).toEqual({ mode: "t", addedIds: ["a3", "r4", "m1"], removedIds: [], namedCalls: ["c2", "third"], removedCalls: [], madeCalls: [{ id: "c2", name: "third", at: 1 }] });
+    expect(idIndexChanges(base, next, lineage, "t")).toEqual({
+      mode: "t",
+      addedIds: ["a3", "r4", "m1"],
+      removedIds: [],
+      madeCalls: [{ id: "c2", name: "third", at: 1 }],
+      removedCalls: [],
+    });
   });
 
-  it("removes a removed round's ids and names its calls by their latest call left, or removes them", () => {
+  it("removes a removed round's ids and names the calls its messages made, once each", () => {
     const next = applyDeltas(base, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["a2", "r2", "r3"] } })], context);
     const changes = idIndexChanges(base, next, lineage, "a");
     expect(changes.mode).toBe("a");
     expect(changes.addedIds).toEqual([]);
     expect(changes.removedIds).toEqual(["a2", "r2", "r3"]);
-    expect(changes.namedCalls).toEqual(["c1", "first"]);
-    expect(changes.removedCalls).toEqual(["c2"]);
+    expect(changes.removedCalls).toEqual(["c1", "c2"]);
   });
 
   it("writes the index whole for a change longer than it (a clear) and when asked", () => {
     const cleared = applyDeltas(base, [delta({ case: "clearState", value: {} })], context);
-    expect(idIndexChanges(base, cleared, lineage, "a")).toEqual({ mode: "b", addedIds: [], removedIds: [], namedCalls: [], removedCalls: [], madeCalls: [] });
+    expect(idIndexChanges(base, cleared, lineage, "a")).toEqual({ mode: "b", addedIds: [], removedIds: [], madeCalls: [], removedCalls: [] });
     const whole = idIndexChanges(emptyConversationState("c"), base, lineage, "b");
     expect(whole.addedIds).toEqual(["u0", "a1", "r1", "a2", "r2", "r3"]);
-    expect(whole.namedCalls).toEqual(["c1", "second", "c2", "other"]);
-    // Every call made, where it is (the Postgres index's rows): a1's c1, then a2's c1 and c2.
+    // Every call made, where it is (both stores keep a call per message making it): a1's c1, then a2's c1 and c2.
     expect(whole.madeCalls).toEqual([{ id: "c1", name: "first", at: 2 }, { id: "c1", name: "second", at: 4 }, { id: "c2", name: "other", at: 4 }]);
-    expect(idIndexArguments(whole)).toEqual(["b", "6", "u0", "a1", "r1", "a2", "r2", "r3", "0", "4", "c1", "second", "c2", "other", "0"]);
+    expect(idIndexArguments(whole)).toEqual(["b", "6", "u0", "a1", "r1", "a2", "r2", "r3", "0", "3", "c1", "first", "2", "c1", "second", "4", "c2", "other", "4", "0"]);
   });
 });

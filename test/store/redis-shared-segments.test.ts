@@ -6,10 +6,10 @@
 // neither conversation's writes (commit, rewind, edits, prune, delete) ever change what the other
 // reads, and every conversation's index stays its state's ids; a delete or expiry of the source
 // leaves the fork whole; the readers' bookkeeping goes with the last reader.
-import { toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { Role } from "#gen/contextd/v1/message_pb";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
@@ -243,6 +243,58 @@ describe("Redis shared segment lists", () => {
     expect(source!.ids).toHaveLength(5_001);
   });
 
+  it("names a call made in the shared prefix from the source's list, and a later call of the same id made by the source after the fork never", async () => {
+    const store = await openStore();
+    const call = (messageId: string, name: string) => create(MessageSchema, { id: messageId, role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c0", name, arguments: { data: "{}" } } } }] });
+    const answer = (messageId: string) => delta({ case: "appendToolResult", value: { toolCallId: "c0", messageId, payload: { text: "found" } } });
+    // The call, then 300 messages: past the 64 a tail read asks for, so its name comes from the index.
+    await store.commit("calling-source", 0n, [appendHistory(call("a0", "lookup"), ...Array.from({ length: 300 }, (_, index) => textMessage(`h${index}`, Role.USER, "later")))], "");
+    await store.fork("calling-source", undefined, "calling-fork");
+    // The source calls c0 again, by another name, after the fork: its own list, past the fork's prefix.
+    await store.commit("calling-source", undefined, [appendHistory(call("a1", "other"))], "");
+    const cold = await openStore();
+    await cold.commit("calling-fork", undefined, [answer("r0")], "", undefined, undefined, { withState: false });
+    await cold.commit("calling-source", undefined, [answer("r1")], "", undefined, undefined, { withState: false });
+    expect(cold.tailCommits).toBe(2);
+    expect(cold.commitTraffic.wholeReads).toBe(0);
+    const named = async (id: string) => (await store.load(id)).history.at(-1)!.parts[0]!.kind.value as { name: string };
+    expect((await named("calling-fork")).name).toBe("lookup");
+    expect((await named("calling-source")).name).toBe("other");
+    expect((await store.indexedIds("calling-fork"))!.calls).toEqual({ c0: "lookup" });
+    expect((await store.indexedIds("calling-source"))!.calls).toEqual({ c0: "other" });
+  });
+
+  it("finds a shared list a previous release renamed to an orphan without its index (its orphanList) stale: the reader's next cold commit reads it whole once and rebuilds the index as its own", async () => {
+    const store = await openStore();
+    await longConversation(store, "renamed-source", 2_000);
+    await store.fork("renamed-source", undefined, "renamed-fork");
+    // What a previous release's orphanList does: the list and its readers renamed, the reader
+    // re-pointed, the owner's list copied back; the index keys stay where they were.
+    const list = keysOf("renamed-source").segments[1]!;
+    const orphan = `${list}:orphan:previous:9`;
+    await redis.raw.rename(list, orphan);
+    await redis.raw.rename(`${list}:readers`, `${orphan}:readers`);
+    await redis.raw.hset(keysOf("renamed-fork").header, "history_list", orphan);
+    await redis.raw.copy(orphan, list);
+    expect((await store.indexedIds("renamed-fork"))!.current).toBe(false);
+    const cold = await openStore();
+    const taken = await cold.commit("renamed-fork", undefined, [appendHistory(textMessage("m7", Role.USER, "again"))], "", undefined, undefined, { withState: false }).catch((error: unknown) => error);
+    expect((taken as ConnectError).code).toBe(Code.InvalidArgument);
+    expect(cold.commitTraffic.wholeReads).toBe(1);
+    await cold.commit("renamed-fork", undefined, [appendHistory(textMessage("f0", Role.USER, "fork"))], "");
+    const indexed = await store.indexedIds("renamed-fork");
+    expect(indexed!.current).toBe(true);
+    const fork = await store.load("renamed-fork");
+    expect(indexed!.ids.sort()).toEqual(idsOf(fork));
+    // Rebuilt as its own: the history is one list of the fork's, the orphan went with its last reader.
+    expect(await redis.raw.hget(keysOf("renamed-fork").header, "history_list")).toBeNull();
+    expect(await redis.raw.exists(orphan)).toBe(0);
+    expect(await freshRead("renamed-fork")).toBe(encoded(fork));
+    const again = await openStore();
+    await again.commit("renamed-fork", undefined, [appendHistory(textMessage("f1", Role.USER, "fork"))], "", undefined, undefined, { withState: false });
+    expect(again.commitTraffic.wholeReads).toBe(0);
+  });
+
   it("holds the fork's copy from the source's: its first commits with the state back read nothing, answer as a fresh reader reads and refuse a source's id; a copy that does not fit is not kept", async () => {
     const store = await openStore();
     await longConversation(store, "seeded-source", 5_000);
@@ -313,6 +365,9 @@ describe("Redis shared segment lists at a past version", () => {
     for (const command of ["copy", "rpush", "lpush"]) expect(after.get(command) ?? 0, command).toBe(before.get(command) ?? 0);
     expect(await redis.raw.hget(keysOf("past-fork").header, "history_shared")).toBe("3000");
     const forked = await store.load("past-fork");
+    // The index is shared at a past version too: the prefix read bounds it (the source's later ids are not the fork's).
+    expect(await redis.raw.hget(keysOf("past-fork").header, "list_ids_at")).toBe("1");
+    expect((await store.indexedIds("past-fork"))!.ids.sort()).toEqual(idsOf(forked));
     expect(forked.history).toHaveLength(3_000);
     expect(encoded(forked)).toBe(encoded({ ...(await store.loadAt(source, past)), conversationId: "past-fork", forkedFrom, version: 1n }));
     expect(await freshRead("past-fork")).toBe(encoded(forked));

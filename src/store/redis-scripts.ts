@@ -598,8 +598,10 @@ return reply
  * Commits one batch computed by the client from the state at the expected version, writing only
  * what the batch changed.
  * KEYS: version, header, the four segment lists, changes stream, idempotency record, the id
- * index's set of message ids and hash of call names, the set naming the idempotency records
+ * index as the previous release kept it (`ConversationKeys.previousIds` and `previousCalls`:
+ * removed by a rebuild), the set naming the idempotency records
  * (`ConversationKeys.idempotencyRecords`: added to by a keyed commit, emptied by a first one).
+ * The id index itself is kept per segment list, under keys named after the lists (scriptPrelude).
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
  * "1" if `rest` changed (required on a first commit) else "0", the commit time (Unix ms: the
@@ -608,11 +610,14 @@ return reply
  * list is unchanged, "p" keep its first `keep` messages and append the given ones, "s" keep its
  * last `keep` and put the given ones before them), the length the client's base state has, `keep`,
  * the count of messages that follow, and those messages; then the id index's changes
- * (`idIndexArguments`: mode "a", "t" or "b", then added ids, removed ids, call id/name pairs,
- * removed call ids, each list as its count and its items). The index is current when the header's
- * `ids_at` is the stored version (or nothing is stored); "a" changes a current index (and leaves
- * a stale one), "b" replaces it, "t" (a commit planned on the stored tail) needs it current and
- * none of the added ids in it. Every write of "a" to a current index, "b" and "t" sets `ids_at`.
+ * (`idIndexArguments`: mode "a", "t" or "b", then added ids, removed ids, made calls as call id,
+ * name and place among the added ids, removed call ids, each list as its count and its items;
+ * each segment's share of the added and removed ids is what its edit writes and cuts, checked).
+ * The index is current when the header's `list_ids_at` is the stored version and its keys are
+ * sound (indexSound), or nothing is stored; "a" changes a current index (and leaves a stale one),
+ * "b" replaces it (making each shared segment its own first when it was stale), "t" (a commit
+ * planned on the stored tail) needs it current and none of the added ids held (heldId). Every write
+ * of "a" to a current index, "b" and "t" sets `list_ids_at`.
  * Then, optionally, when the conversation expires (Unix ms, "0" = never: every key of it gets
  * that expiry, the header's `expires_at_ms`).
  * Returns {'ok', version} (with 'unindexed' third when the index was left stale) | {'conflict', current version} | {'stale', current version} (the
@@ -982,10 +987,10 @@ return {'ok', version}
 `;
 
 /**
- * Deletes a conversation: its version, header, segment lists, change stream and idempotency
- * records, at once.
- * KEYS: version, header, the four segment lists, changes stream, the id index, the call index,
- * the idempotency record set.
+ * Deletes a conversation: its version, header, segment lists and their id index, change stream
+ * and idempotency records, at once.
+ * KEYS: version, header, the four segment lists, changes stream, the previous release's id index
+ * and call index, the idempotency record set.
  * ARGV: the expected version ("" = any). Returns {'ok', the version deleted, "0" when nothing was
  * stored} | {'conflict', current version} | {'corrupt', detail}, checked before the first write. The listing entries and the
  * usage ledger (other Cluster slots) are removed beside it.

@@ -280,11 +280,16 @@ local function indexSound(header)
   local sound = true
   for i = 1, 4 do
     local own, shared = KEYS[2 + i], header.lists[i]
-    for _, list in ipairs({own, shared or own}) do
+    local lists = {own}
+    if shared then lists[2] = shared end
+    for _, list in ipairs(lists) do
       local _, bad = typed('the id index', idsOf(list), 'hash')
       if bad then return false, bad end
-      _, bad = typed('the call index', callsOf(list), 'hash')
-      if bad then return false, bad end
+      -- Only history's lists make calls.
+      if i == 2 then
+        _, bad = typed('the call index', callsOf(list), 'hash')
+        if bad then return false, bad end
+      end
     end
     local entries = redis.call('HLEN', idsOf(own)) - redis.call('HEXISTS', idsOf(own), offsetField)
     if entries ~= tonumber(header[segmentNames[i]]) - header.shared[i] then sound = false end
@@ -366,7 +371,7 @@ local function orphanList(list, name, tag)
 end
 -- The index of segment list \`own\` made whole (ownWhole): the entries of the first \`prefix\`
 -- elements of \`shared\`, then \`own\`'s after them, at positions from 0 (no offset).
-local function indexWhole(shared, own, prefix)
+local function indexWhole(shared, own, prefix, history)
   local sharedOffset, ownOffset = offsetOf(shared), offsetOf(own)
   local ids, calls, called = {}, {}, {}
   local function gather(list, lo, hi, shift)
@@ -378,7 +383,7 @@ local function indexWhole(shared, own, prefix)
         ids[#ids + 1] = string.format('%d', position + shift)
       end
     end
-    flat = redis.call('HGETALL', callsOf(list))
+    flat = history and redis.call('HGETALL', callsOf(list)) or {}
     for k = 1, #flat, 2 do
       local entries = callsIn(flat[k + 1])
       for e = 1, #entries, 2 do
@@ -416,7 +421,7 @@ local function ownWhole(header, i, indexed)
   local tail = redis.call('LRANGE', own, 0, -1)
   for from = 1, #tail, 1000 do redis.call('RPUSH', whole, unpack(tail, from, math.min(from + 999, #tail))) end
   redis.call('RENAME', whole, own)
-  if indexed then indexWhole(shared, own, header.shared[i]) else redis.call('UNLINK', idsOf(own), callsOf(own)) end
+  if indexed then indexWhole(shared, own, header.shared[i], i == 2) else redis.call('UNLINK', idsOf(own), callsOf(own)) end
   leaveShared(shared, KEYS[2])
   redis.call('HDEL', KEYS[2], name .. '_list', name .. '_shared')
   header.lists[i], header.shared[i] = false, 0

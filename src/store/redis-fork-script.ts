@@ -17,9 +17,9 @@ import { scriptPrelude } from "./redis-scripts.js";
  * \`<list>:calls\`, the prelude's idsOf and callsOf in redis-scripts.ts), and a conversation reads
  * the entries of a shared list inside the prefix it reads, so the fork writes no index entry and
  * its \`list_ids_at\` is 1 when the source's index is current (at a past version too). Before, the
- * fork \`COPY\`d the source's \`ids\` set and \`calls\` hash: 43-96 ms of Redis's one thread at 100,000
+ * fork \`COPY\`d the source's \`ids\` set and \`calls\` hash: 42-96 ms of Redis's one thread at 100,000
  * messages (INFO commandstats, docs/history.md "The id index kept per list"), every other tenant
- * waiting; now 0.13-0.40 ms. Without any index the fork's first commit (planned on the stored
+ * waiting; now 0.13-0.41 ms. Without any index the fork's first commit (planned on the stored
  * tail) found it stale, read the fork whole and wrote the index whole: 787 ms at 100,000 messages.
  * KEYS: the source's version, header and four segment lists (as the other scripts, so the prelude's
  * checks read them), then the new conversation's version, header, four segment lists and change

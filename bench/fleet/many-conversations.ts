@@ -47,8 +47,8 @@ export async function seedCopies(url: string, prefix: string, conversations: num
         pipeline.copy(from.version, to.version);
         pipeline.copy(from.header, to.header);
         pipeline.copy(from.segments[1]!, to.segments[1]!);
-        // The id index (a set of message ids; the template makes no tool calls, so no call hash).
-        pipeline.copy(from.ids, to.ids);
+        // The history list's id index (message ids to positions; the template makes no tool calls, so no call hash).
+        pipeline.copy(from.segmentIds[1]!, to.segmentIds[1]!);
         pipeline.hset(to.header, "rest", Buffer.from(codec.encodeStateRest({ ...state!, conversationId: id })));
       }
       await pipeline.exec();

@@ -154,15 +154,6 @@ export class MessageIdIndex {
     return false;
   }
 
-  /**
-   * How many calls of `segment` of the state this index holds (`state`) make `callId`: what lets a
-   * store's index follow a rewind that drops a tool round without looking for its call id in the
-   * whole kept history (stored-id-index.ts).
-   */
-  callCount(segment: StoredSegment, callId: string): number {
-    return this.callsOf(segment, callId);
-  }
-
   /** How many calls of `segment` make `callId`: the counts of every layer added up. */
   private callsOf(segment: StoredSegment, callId: string): number {
     let calls = this.own.calls[segment].get(callId) ?? 0;

@@ -642,7 +642,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string, tail: CommitTail | undefined): Promise<CommitWrite> {
     const id = idBytes(conversationId);
     const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
-    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a", () => this.copies.idIndex(conversationId, base));
+    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a");
     const utf8 = (texts: readonly string[]) => texts.map((text) => Buffer.from(text, "utf8"));
     // The index keeps a row per call made, where it is (migration 16): renames and removals follow the rows.
     const callIds = index.madeCalls.map((call) => Buffer.from(call.id, "utf8"));

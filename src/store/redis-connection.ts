@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { commitScript, deleteScript, loadScript, reportUsageScript, sweepIdempotencyScript, windowScript, writeProbeScript } from "./redis-scripts.js";
+import { commitScript, deleteScript, indexedIdsScript, loadScript, reportUsageScript, sweepIdempotencyScript, windowScript, writeProbeScript } from "./redis-scripts.js";
 import { commitTailScript } from "./redis-tail-script.js";
 import { forkScript, forkScriptKeys } from "./redis-fork-script.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
@@ -77,6 +77,7 @@ export interface Scripts {
   contextdSweepIdempotency(...args: string[]): Promise<string[]>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
   contextdFork(...args: (string | Buffer)[]): Promise<string[]>;
+  contextdIndexedIds(...args: string[]): Promise<[string, string | null, string, string[], string[]] | [string, string]>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
 export type ScriptedRedis = (Redis | Cluster) & Scripts;
@@ -114,13 +115,14 @@ export class RedisConnection {
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
     this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
     this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
-    this.redis.defineCommand("contextdCommitTail", { numberOfKeys: 8, lua: commitTailScript, readOnly: true });
+    this.redis.defineCommand("contextdCommitTail", { numberOfKeys: 7, lua: commitTailScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
     this.redis.defineCommand("contextdDelete", { numberOfKeys: 10, lua: deleteScript });
     this.redis.defineCommand("contextdSweepIdempotency", { numberOfKeys: 2, lua: sweepIdempotencyScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
     this.redis.defineCommand("contextdFork", { numberOfKeys: forkScriptKeys, lua: forkScript });
+    this.redis.defineCommand("contextdIndexedIds", { numberOfKeys: 6, lua: indexedIdsScript, readOnly: true });
   }
 
   /**

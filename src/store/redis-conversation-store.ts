@@ -291,6 +291,21 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     return { count: this.staleIdIndexes.size, bytes: this.staleIdIndexes.keptBytes };
   }
 
+  /**
+   * What the conversation's stored id index holds (`indexedIdsScript`): its message ids, each
+   * history call id's latest name, and whether it is current; none for a conversation never written.
+   */
+  async indexedIds(conversationId: string): Promise<{ ids: string[]; calls: Record<string, string>; current: boolean } | undefined> {
+    const keys = this.keys(conversationId);
+    const reply = await this.connection.call("reading a conversation's id index", () => this.redis.contextdIndexedIds(keys.version, keys.header, ...keys.segments), conversationId);
+    if (reply[0] === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (reply[1] === null) return undefined;
+    const [, , current, ids, calls] = reply as [string, string, string, string[], string[]];
+    const named: Record<string, string> = {};
+    for (let index = 0; index + 1 < calls.length; index += 2) named[calls[index]!] = calls[index + 1]!;
+    return { ids, calls: named, current: current === "1" };
+  }
+
   /** The decoded states and kept tails this process holds, and the commits that used them (the metrics' gauges). */
   get heldCopies(): HeldCopies {
     const { count, bytes } = this.copies.keptTails;
@@ -553,10 +568,6 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           target.header,
           ...target.segments,
           target.changes,
-          source.ids,
-          source.calls,
-          target.ids,
-          target.calls,
           String(sourceVersion),
           created,
           rest!,
@@ -642,7 +653,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const keys = this.keys(conversationId);
     const reply = await this.connection.call(
       "deleting a conversation",
-      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.ids, keys.calls, keys.idempotencyRecords, expectedVersion === undefined ? "" : String(expectedVersion)),
+      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.previousIds, keys.previousCalls, keys.idempotencyRecords, expectedVersion === undefined ? "" : String(expectedVersion)),
       conversationId,
     );
     const outcome = String(reply[0]);
@@ -799,7 +810,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     for (let count = tailWindowMessages; ; count *= 8) {
       const reply = await this.connection.call(
         "reading a conversation's tail",
-        () => this.redis.contextdCommitTailBuffer(keys.version, keys.header, ...keys.segments, keys.idempotency(idempotencyKey), keys.calls, idempotencyKey === "" ? "0" : "1", String(count), ...callIds),
+        () => this.redis.contextdCommitTailBuffer(keys.version, keys.header, ...keys.segments, keys.idempotency(idempotencyKey), idempotencyKey === "" ? "0" : "1", String(count), ...callIds),
         conversationId,
       );
       if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
@@ -865,7 +876,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       for (const encoding of segment.encodings) args.push(encoding);
     }
     const indexMode = tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a";
-    for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode, () => this.copies.idIndex(conversationId, base)))) args.push(arg);
+    for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode))) args.push(arg);
     if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
     const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
     const committing = this.connection
@@ -878,8 +889,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
             ...keys.segments,
             keys.changes,
             keys.idempotency(idempotencyKey),
-            keys.ids,
-            keys.calls,
+            keys.previousIds,
+            keys.previousCalls,
             keys.idempotencyRecords,
             String(base.version),
             changeBytes,

@@ -18,9 +18,19 @@ export interface ConversationKeys {
   /** One list of encoded messages per segment, in `storedSegments` order. */
   segments: readonly string[];
   changes: string;
-  /** The stored id index (stored-id-index.ts): a set of every message id, and a hash of the history's call ids to their latest call's name. */
-  ids: string;
-  calls: string;
+  /**
+   * The id index (stored-id-index.ts) per segment list, `segmentIdIndexKeys` of each of `segments`:
+   * its message ids to their positions, its history calls to theirs and their names.
+   */
+  segmentIds: readonly string[];
+  segmentCalls: readonly string[];
+  /**
+   * The id index as the previous release kept it (a set of every message id, a hash of each call
+   * id's latest name): this release writes none, removes it when it rebuilds the index and with
+   * the conversation (docs/stores.md, "The id index kept per list").
+   */
+  previousIds: string;
+  previousCalls: string;
   /** The record of one idempotency key. */
   idempotency(key: string): string;
   /**
@@ -42,11 +52,21 @@ export function conversationKeys(keyPrefix: string, conversationId: string): Con
     header: `${base}:header`,
     segments: storedSegments.map((segment) => `${base}:segment:${segment}`),
     changes: `${base}:changes`,
-    ids: `${base}:ids`,
-    calls: `${base}:calls`,
+    segmentIds: storedSegments.map((segment) => segmentIdIndexKeys(`${base}:segment:${segment}`).ids),
+    segmentCalls: storedSegments.map((segment) => segmentIdIndexKeys(`${base}:segment:${segment}`).calls),
+    previousIds: `${base}:ids`,
+    previousCalls: `${base}:calls`,
     idempotency: (key) => idempotencyPrefix + escapeKeyPart(key),
     idempotencyRecords: `${base}:idempotency-records`,
   };
+}
+
+/**
+ * The id index keys of one segment list (its own, a shared one or an orphan), named after it as
+ * the scripts' `idsOf` and `callsOf` name them, so they are renamed, copied and removed with it.
+ */
+export function segmentIdIndexKeys(list: string): { ids: string; calls: string } {
+  return { ids: `${list}:ids`, calls: `${list}:calls` };
 }
 
 /** The characters `escapeKeyPart` replaces: its own escape character and the key syntax. */
@@ -204,6 +224,109 @@ local function segmentRange(header, i, from, stop)
   for _, message in ipairs(own) do messages[#messages + 1] = message end
   return messages
 end
+-- The id index (stored-id-index.ts) is kept per segment list, as the messages are, so a conversation
+-- reading a prefix of another's list reads that list's index too and a fork writes no entry:
+-- \`<list>:ids\` maps each message id of the list to its position, \`<list>:calls\` each call id its
+-- ASSISTANT messages make to those calls' positions and names (callsIn). A position is the element's
+-- index in the list plus the list's offset (the field \`offsetField\`, 0 while absent), which a
+-- prepend lowers, so no entry moves when the list grows at either end. A conversation holds an id
+-- when its own list's index has it (every entry there is live) or a shared list's has it at a
+-- position inside the prefix it reads; a call is named by the call at the highest position it
+-- reads. Renamed, copied and removed with the list (orphanList, keepOwnCopy, leaveShared).
+-- \`offsetField\` is the byte 0xFF, which no message id (UTF-8) is.
+local offsetField = '\\255'
+local function idsOf(list) return list .. ':ids' end
+local function callsOf(list) return list .. ':calls' end
+local function offsetOf(list) return tonumber(redis.call('HGET', idsOf(list), offsetField) or '0') or 0 end
+-- One call id's calls in a list's index, {position, name, position, name, ...}: stored as
+-- \`<position>:<name's length>:<name>\` one after another. What does not parse ends them (an index
+-- damaged behind the store's back answers less, never an error between two writes).
+local function callsIn(text)
+  local entries, at = {}, 1
+  if not text then return entries end
+  while at <= #text do
+    local _, stop, position, length = string.find(text, '^(%-?%d+):(%d+):', at)
+    if not stop then break end
+    entries[#entries + 1] = tonumber(position)
+    entries[#entries + 1] = string.sub(text, stop + 1, stop + tonumber(length))
+    at = stop + tonumber(length) + 1
+  end
+  return entries
+end
+local function callText(position, name) return string.format('%d', position) .. ':' .. #name .. ':' .. name end
+-- The name of the call at the highest position in [lo, hi) of one call id's stored calls, or false.
+local function latestIn(text, lo, hi)
+  local entries, best, name = callsIn(text), nil, false
+  for k = 1, #entries, 2 do
+    if entries[k] >= lo and entries[k] < hi and (best == nil or entries[k] > best) then best, name = entries[k], entries[k + 1] end
+  end
+  return name
+end
+local function moveIndex(from, to)
+  for _, key in ipairs({idsOf, callsOf}) do
+    if redis.call('EXISTS', key(from)) == 1 then redis.call('RENAME', key(from), key(to)) end
+  end
+end
+local function copyIndex(from, to)
+  for _, key in ipairs({idsOf, callsOf}) do
+    if redis.call('EXISTS', key(from)) == 1 then redis.call('COPY', key(from), key(to), 'REPLACE') else redis.call('UNLINK', key(to)) end
+  end
+end
+-- Whether the index of the conversation of KEYS[2] (its header read, readHeader) is whole as far
+-- as its keys show: each own list's index holds one entry per element, and each shared list read
+-- has one (a previous release's orphanList renamed a list without it); or the reply for an index
+-- key of the wrong type. O(1) per key.
+local function indexSound(header)
+  local sound = true
+  for i = 1, 4 do
+    local own, shared = KEYS[2 + i], header.lists[i]
+    local lists = {own}
+    if shared then lists[2] = shared end
+    for _, list in ipairs(lists) do
+      local _, bad = typed('the id index', idsOf(list), 'hash')
+      if bad then return false, bad end
+      -- Only history's lists make calls.
+      if i == 2 then
+        _, bad = typed('the call index', callsOf(list), 'hash')
+        if bad then return false, bad end
+      end
+    end
+    local entries = redis.call('HLEN', idsOf(own)) - redis.call('HEXISTS', idsOf(own), offsetField)
+    if entries ~= tonumber(header[segmentNames[i]]) - header.shared[i] then sound = false end
+    if shared and redis.call('EXISTS', idsOf(shared)) == 0 then sound = false end
+  end
+  return sound, false
+end
+-- The first of the message ids ARGV[from..to] the conversation of KEYS[2] holds, or false: one
+-- HMGET per list it reads (per 1,000 ids).
+local function heldId(header, from, to)
+  for i = 1, 4 do
+    local reads = {{KEYS[2 + i], false}}
+    if header.lists[i] then reads[2] = {header.lists[i], header.shared[i]} end
+    for _, read in ipairs(reads) do
+      local list, prefix = read[1], read[2]
+      local offset = prefix and offsetOf(list) or 0
+      for start = from, to, 1000 do
+        local stop = math.min(start + 999, to)
+        local positions = redis.call('HMGET', idsOf(list), unpack(ARGV, start, stop))
+        for k = 1, stop - start + 1 do
+          local position = positions[k] and tonumber(positions[k])
+          if positions[k] and (not prefix or (position and position >= offset and position < offset + prefix)) then return ARGV[start + k - 1] end
+        end
+      end
+    end
+  end
+  return false
+end
+-- The name of the latest call of \`callId\` in the history of the conversation of KEYS[2], or false:
+-- its own list's (after any shared prefix), else the shared list's inside the prefix read.
+local function latestCall(header, callId)
+  local name = latestIn(redis.call('HGET', callsOf(KEYS[4]), callId), -math.huge, math.huge)
+  local shared = header.lists[2]
+  if name or not shared then return name end
+  local offset = offsetOf(shared)
+  return latestIn(redis.call('HGET', callsOf(shared), callId), offset, offset + header.shared[2])
+end
 -- The sorted set of the conversations that read a prefix of \`list\` (their header keys, scored by
 -- the prefix length): what keeps a shared list from being trimmed, rewritten or deleted under them.
 local function readersOf(list) return list .. ':readers' end
@@ -224,10 +347,11 @@ local function leaveShared(list, reader)
   local readers = readersOf(list)
   redis.call('ZREM', readers, reader)
   -- Matched at the key's end: a key prefix (--redis-key-prefix) may hold anything.
-  if string.find(list, ':segment:%a+:orphan:[^:]*:%d+$') and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list) end
+  if string.find(list, ':segment:%a+:orphan:[^:]*:%d+$') and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list, idsOf(list), callsOf(list)) end
 end
 -- The owner's own list \`list\` (segment \`name\`) becomes an orphan that only its readers read, so
--- the owner may rewrite its own key: a RENAME, and each live reader's header re-pointed (O(readers)).
+-- the owner may rewrite its own key: a RENAME (of its index too), and each live reader's header
+-- re-pointed (O(readers)).
 -- \`tag\` makes the orphan's name unique (the owner's \`created\` and the version).
 local function orphanList(list, name, tag)
   local orphan = list .. ':orphan:' .. tag
@@ -237,17 +361,58 @@ local function orphanList(list, name, tag)
   end
   redis.call('RENAME', list, orphan)
   redis.call('RENAME', readersOf(list), readersOf(orphan))
+  moveIndex(list, orphan)
   for _, reader in ipairs(redis.call('ZRANGE', readersOf(orphan), 0, -1)) do
     if redis.call('HGET', reader, name .. '_list') == list then redis.call('HSET', reader, name .. '_list', orphan)
     else redis.call('ZREM', readersOf(orphan), reader) end
   end
-  if redis.call('ZCARD', readersOf(orphan)) == 0 then redis.call('UNLINK', orphan) end
+  if redis.call('ZCARD', readersOf(orphan)) == 0 then redis.call('UNLINK', orphan, idsOf(orphan), callsOf(orphan)) end
   return orphan
+end
+-- The index of segment list \`own\` made whole (ownWhole): the entries of the first \`prefix\`
+-- elements of \`shared\`, then \`own\`'s after them, at positions from 0 (no offset).
+local function indexWhole(shared, own, prefix, history)
+  local sharedOffset, ownOffset = offsetOf(shared), offsetOf(own)
+  local ids, calls, called = {}, {}, {}
+  local function gather(list, lo, hi, shift)
+    local flat = redis.call('HGETALL', idsOf(list))
+    for k = 1, #flat, 2 do
+      local position = tonumber(flat[k + 1])
+      if flat[k] ~= offsetField and position and position >= lo and position < hi then
+        ids[#ids + 1] = flat[k]
+        ids[#ids + 1] = string.format('%d', position + shift)
+      end
+    end
+    flat = history and redis.call('HGETALL', callsOf(list)) or {}
+    for k = 1, #flat, 2 do
+      local entries = callsIn(flat[k + 1])
+      for e = 1, #entries, 2 do
+        if entries[e] >= lo and entries[e] < hi then
+          if not calls[flat[k]] then
+            calls[flat[k]] = {}
+            called[#called + 1] = flat[k]
+          end
+          table.insert(calls[flat[k]], callText(entries[e] + shift, entries[e + 1]))
+        end
+      end
+    end
+  end
+  gather(shared, sharedOffset, sharedOffset + prefix, -sharedOffset)
+  gather(own, -math.huge, math.huge, prefix - ownOffset)
+  redis.call('UNLINK', idsOf(own), callsOf(own))
+  for from = 1, #ids, 1000 do redis.call('HSET', idsOf(own), unpack(ids, from, math.min(from + 999, #ids))) end
+  local texts = {}
+  for _, id in ipairs(called) do
+    texts[#texts + 1] = id
+    texts[#texts + 1] = table.concat(calls[id])
+  end
+  for from = 1, #texts, 1000 do redis.call('HSET', callsOf(own), unpack(texts, from, math.min(from + 999, #texts))) end
 end
 -- Segment \`i\` of the conversation of KEYS[2] stops sharing: its own list becomes the whole segment
 -- (a COPY of the shared list inside Redis, cut to the prefix, then the own tail): the copy once
--- that a prepend, an expiry or a fork of a fork costs.
-local function ownWhole(header, i)
+-- that a prepend, an expiry or a fork of a fork costs. Its index is made whole with it when
+-- \`indexed\` (the conversation's is current), else removed (it stays stale, for a rebuild).
+local function ownWhole(header, i, indexed)
   local shared, own, name = header.lists[i], KEYS[2 + i], segmentNames[i]
   if not shared then return end
   local whole = own .. ':whole'
@@ -256,6 +421,7 @@ local function ownWhole(header, i)
   local tail = redis.call('LRANGE', own, 0, -1)
   for from = 1, #tail, 1000 do redis.call('RPUSH', whole, unpack(tail, from, math.min(from + 999, #tail))) end
   redis.call('RENAME', whole, own)
+  if indexed then indexWhole(shared, own, header.shared[i], i == 2) else redis.call('UNLINK', idsOf(own), callsOf(own)) end
   leaveShared(shared, KEYS[2])
   redis.call('HDEL', KEYS[2], name .. '_list', name .. '_shared')
   header.lists[i], header.shared[i] = false, 0
@@ -325,6 +491,63 @@ return reply
 `;
 
 /**
+ * What a conversation's id index holds, as the commit and tail scripts read it (scriptPrelude:
+ * its own lists' entries, each shared list's inside the prefix read; per call id the latest call's
+ * name): what a test or an operator compares with the state. O(the entries of the lists it reads).
+ * KEYS: version, header, the four segment lists. Returns {'ok', false} for a conversation never
+ * written; else {'ok', version, '1' when the index is current else '0', the message ids, then
+ * call id and name pairs}; {'corrupt', detail} as the load script.
+ */
+export const indexedIdsScript = `#!lua flags=no-writes
+${scriptPrelude}
+local headerType, bad = checkStateTypes()
+if bad then return bad end
+local version = redis.call('GET', KEYS[1])
+if not version then return {'ok', false} end
+if not isVersion(version) then return corrupt('the version key ' .. KEYS[1] .. ' holds "' .. string.sub(version, 1, 40) .. '", not a version') end
+if headerType == 'none' then return corrupt('version ' .. version .. ' is stored without its state') end
+local header
+header, bad = readHeader(version)
+if bad then return bad end
+local sound
+sound, bad = indexSound(header)
+if bad then return bad end
+local ids, callIds, seen = {}, {}, {}
+for i = 1, 4 do
+  local reads = {{KEYS[2 + i], -math.huge, math.huge}}
+  if header.lists[i] then
+    local offset = offsetOf(header.lists[i])
+    reads[2] = {header.lists[i], offset, offset + header.shared[i]}
+  end
+  for _, read in ipairs(reads) do
+    local flat = redis.call('HGETALL', idsOf(read[1]))
+    for k = 1, #flat, 2 do
+      local position = tonumber(flat[k + 1])
+      if flat[k] ~= offsetField and position and position >= read[2] and position < read[3] then ids[#ids + 1] = flat[k] end
+    end
+    if i == 2 then
+      for _, callId in ipairs(redis.call('HKEYS', callsOf(read[1]))) do
+        if not seen[callId] then
+          seen[callId] = true
+          callIds[#callIds + 1] = callId
+        end
+      end
+    end
+  end
+end
+local calls = {}
+for _, callId in ipairs(callIds) do
+  local name = latestCall(header, callId)
+  if name then
+    calls[#calls + 1] = callId
+    calls[#calls + 1] = name
+  end
+end
+local current = sound and redis.call('HGET', KEYS[2], 'list_ids_at') == version
+return {'ok', version, current and '1' or '0', ids, calls}
+`;
+
+/**
  * Reads a window of one segment list at one version, and with it, when asked, the rest of the
  * state whole (`ConversationStore.readWindow`).
  * KEYS: version, header, the four segment lists.
@@ -380,8 +603,10 @@ return reply
  * Commits one batch computed by the client from the state at the expected version, writing only
  * what the batch changed.
  * KEYS: version, header, the four segment lists, changes stream, idempotency record, the id
- * index's set of message ids and hash of call names, the set naming the idempotency records
+ * index as the previous release kept it (`ConversationKeys.previousIds` and `previousCalls`:
+ * removed by a rebuild), the set naming the idempotency records
  * (`ConversationKeys.idempotencyRecords`: added to by a keyed commit, emptied by a first one).
+ * The id index itself is kept per segment list, under keys named after the lists (scriptPrelude).
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
  * "1" if `rest` changed (required on a first commit) else "0", the commit time (Unix ms: the
@@ -390,11 +615,14 @@ return reply
  * list is unchanged, "p" keep its first `keep` messages and append the given ones, "s" keep its
  * last `keep` and put the given ones before them), the length the client's base state has, `keep`,
  * the count of messages that follow, and those messages; then the id index's changes
- * (`idIndexArguments`: mode "a", "t" or "b", then added ids, removed ids, call id/name pairs,
- * removed call ids, each list as its count and its items). The index is current when the header's
- * `ids_at` is the stored version (or nothing is stored); "a" changes a current index (and leaves
- * a stale one), "b" replaces it, "t" (a commit planned on the stored tail) needs it current and
- * none of the added ids in it. Every write of "a" to a current index, "b" and "t" sets `ids_at`.
+ * (`idIndexArguments`: mode "a", "t" or "b", then added ids, removed ids, made calls as call id,
+ * name and place among the added ids, removed call ids, each list as its count and its items;
+ * each segment's share of the added and removed ids is what its edit writes and cuts, checked).
+ * The index is current when the header's `list_ids_at` is the stored version and its keys are
+ * sound (indexSound), or nothing is stored; "a" changes a current index (and leaves a stale one),
+ * "b" replaces it (making each shared segment its own first when it was stale), "t" (a commit
+ * planned on the stored tail) needs it current and none of the added ids held (heldId). Every write
+ * of "a" to a current index, "b" and "t" sets `list_ids_at`.
  * Then, optionally, when the conversation expires (Unix ms, "0" = never: every key of it gets
  * that expiry, the header's `expires_at_ms`).
  * Returns {'ok', version} (with 'unindexed' third when the index was left stale) | {'conflict', current version} | {'stale', current version} (the
@@ -443,16 +671,39 @@ end
 local indexMode = ARGV[at]
 if indexMode ~= 'a' and indexMode ~= 't' and indexMode ~= 'b' then return invalid('the id index mode "' .. tostring(indexMode) .. '" is not a, t or b') end
 at = at + 1
+-- Per segment how many of the added and removed ids are its: what its list edit writes and cuts
+-- (mode "b": every id of the segment after the edit).
+local indexed = {}
+for i = 1, 4 do
+  local edit = edits[i]
+  if indexMode == 'b' then indexed[i] = {added = edit.keep + edit.count, removed = 0}
+  else indexed[i] = {added = edit.count, removed = edit.base - edit.keep} end
+end
 local index = {}
-for _, list in ipairs({'added', 'removed', 'named', 'unnamed'}) do
+for _, list in ipairs({'added', 'removed', 'made', 'unmade'}) do
   local count = ARGV[at]
   if not (count and isVersion(count)) then return invalid('id index: the ' .. list .. ' count must be a count') end
-  count = tonumber(count)
+  local width = list == 'made' and 3 or 1
+  count = tonumber(count) * width
   if at + count > #ARGV then return invalid('id index: ' .. count .. ' ' .. list .. ' announced, fewer given') end
   index[list] = {first = at + 1, last = at + count}
   at = at + 1 + count
 end
-if (index.named.last - index.named.first + 1) % 2 ~= 0 then return invalid('id index: call names come in pairs') end
+-- Where each segment's ids are among the added and removed ones.
+local addedAt, removedAt = index.added.first, index.removed.first
+for i = 1, 4 do
+  indexed[i].addedFirst, indexed[i].removedFirst = addedAt, removedAt
+  addedAt, removedAt = addedAt + indexed[i].added, removedAt + indexed[i].removed
+  indexed[i].addedLast, indexed[i].removedLast = addedAt - 1, removedAt - 1
+end
+if addedAt ~= index.added.last + 1 or removedAt ~= index.removed.last + 1 then return invalid('id index: ' .. (index.added.last - index.added.first + 1) .. ' added and ' .. (index.removed.last - index.removed.first + 1) .. ' removed ids given where the edits write ' .. (addedAt - index.added.first) .. ' and cut ' .. (removedAt - index.removed.first)) end
+-- A made call's place among the added ids is one of history's.
+for m = index.made.first, index.made.last, 3 do
+  local place = tonumber(ARGV[m + 2])
+  if not (isCount(ARGV[m + 2]) and place + index.added.first - 1 >= indexed[2].addedFirst and place + index.added.first - 1 <= indexed[2].addedLast) then
+    return invalid('id index: call ' .. ARGV[m] .. ' is made at "' .. ARGV[m + 2] .. '", not by an added message of history')
+  end
+end
 -- One optional argument after the id index's: when the conversation expires (Unix ms, "0" = never).
 local expireAt = '0'
 if at == #ARGV then
@@ -471,10 +722,6 @@ if keyed then
   _, bad = typed('the idempotency record', KEYS[8], 'hash')
   if bad then return bad end
 end
-_, bad = typed('the id index', KEYS[9], 'set')
-if bad then return bad end
-_, bad = typed('the call index', KEYS[10], 'hash')
-if bad then return bad end
 _, bad = typed('the idempotency record set', KEYS[11], 'zset')
 if bad then return bad end
 local current = redis.call('GET', KEYS[1]) or '0'
@@ -506,13 +753,22 @@ for i, name in ipairs(segmentNames) do
 end
 if not header and ARGV[8] ~= '1' then return invalid('a first commit must write rest') end
 local rebuild = indexMode == 'b' or current == '0'
-local indexCurrent = current == '0' or redis.call('HGET', KEYS[2], 'ids_at') == current
+-- The index is current when the header's \`list_ids_at\` is the stored version (the field of this
+-- layout: a previous release's \`ids_at\` names its own) and its keys are sound.
+local indexCurrent = current == '0'
+if header then
+  local sound
+  sound, bad = indexSound(header)
+  if bad then return bad end
+  indexCurrent = sound and redis.call('HGET', KEYS[2], 'list_ids_at') == current
+end
 if indexMode == 't' then
   if not indexCurrent then return {'unindexed', current} end
-  for i = index.added.first, index.added.last do
-    if redis.call('SISMEMBER', KEYS[9], ARGV[i]) == 1 then return {'taken', ARGV[i]} end
-  end
+  local held = header and heldId(header, index.added.first, index.added.last)
+  if held then return {'taken', held} end
 end
+-- A current index is kept so by each list edit below; a rebuild writes it whole after them.
+local maintain = indexCurrent and not rebuild
 local version = string.format('%d', tonumber(current) + 1)
 local added = redis.pcall('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], version .. '-0', 'change', ARGV[2])
 if type(added) == 'table' and added.err then
@@ -549,39 +805,111 @@ local chunk = 1000
 local function keepOwnCopy(key, name, kept)
   if redis.call('EXISTS', readersOf(key)) == 0 or longestRead(key, name) <= kept then return end
   local orphan = orphanList(key, name, header.created .. ':' .. version)
-  if kept ~= 0 and redis.call('EXISTS', orphan) == 1 then redis.call('COPY', orphan, key) end
+  if kept ~= 0 and redis.call('EXISTS', orphan) == 1 then
+    redis.call('COPY', orphan, key)
+    copyIndex(orphan, key)
+  end
+end
+-- The index's part of segment \`i\`'s edit of its own list \`key\`, after it: an emptied list's index
+-- goes; else the cut elements' ids (list indexes [cutFrom, cutTo) before the edit) and their
+-- calls go, a prepend lowers the offset, and the written messages' ids and calls are added at
+-- their positions, the first at list index \`writtenAt\`.
+local function addCalls(calls, segment, skip, firstPosition)
+  local texts, called = {}, {}
+  for m = index.made.first, index.made.last, 3 do
+    local place = tonumber(ARGV[m + 2]) + index.added.first - 1 - segment.addedFirst
+    if place >= skip then
+      local id = ARGV[m]
+      if not texts[id] then
+        texts[id] = {redis.call('HGET', calls, id) or ''}
+        called[#called + 1] = id
+      end
+      table.insert(texts[id], callText(firstPosition + place - skip, ARGV[m + 1]))
+    end
+  end
+  for _, id in ipairs(called) do redis.call('HSET', calls, id, table.concat(texts[id])) end
+end
+local function addIds(ids, segment, skip, firstPosition)
+  local entries = {}
+  for k = segment.addedFirst + skip, segment.addedLast do
+    entries[#entries + 1] = ARGV[k]
+    entries[#entries + 1] = string.format('%d', firstPosition + k - segment.addedFirst - skip)
+    if #entries == chunk then
+      redis.call('HSET', ids, unpack(entries))
+      entries = {}
+    end
+  end
+  if #entries > 0 then redis.call('HSET', ids, unpack(entries)) end
+end
+local function indexEdit(i, key, edit, cutFrom, cutTo, emptied, writtenAt)
+  local ids, calls, segment = idsOf(key), callsOf(key), indexed[i]
+  local offset = 0
+  if emptied then
+    redis.call('UNLINK', ids, calls)
+  else
+    offset = offsetOf(key)
+    for from = segment.removedFirst, segment.removedLast, chunk do redis.call('HDEL', ids, unpack(ARGV, from, math.min(from + chunk - 1, segment.removedLast))) end
+    if i == 2 and cutTo > cutFrom then
+      for k = index.unmade.first, index.unmade.last do
+        local entries, kept = callsIn(redis.call('HGET', calls, ARGV[k])), {}
+        for e = 1, #entries, 2 do
+          if entries[e] < offset + cutFrom or entries[e] >= offset + cutTo then kept[#kept + 1] = callText(entries[e], entries[e + 1]) end
+        end
+        if #kept == 0 then redis.call('HDEL', calls, ARGV[k]) else redis.call('HSET', calls, ARGV[k], table.concat(kept)) end
+      end
+    end
+    if edit.mode == 's' then
+      offset = offset + cutTo - edit.count
+      redis.call('HSET', ids, offsetField, string.format('%d', offset))
+    end
+  end
+  addIds(ids, segment, 0, offset + writtenAt)
+  if i == 2 then addCalls(calls, segment, 0, offset + writtenAt) end
 end
 if header and expireAt ~= '0' then
   for i, name in ipairs(segmentNames) do
-    if header.lists[i] then ownWhole(header, i) else keepOwnCopy(KEYS[2 + i], name, -1) end
+    if header.lists[i] then ownWhole(header, i, maintain) else keepOwnCopy(KEYS[2 + i], name, -1) end
   end
+end
+-- A stale index is rebuilt from the ids the sidecar sends: a shared list's index cannot be
+-- trusted for it (nor rewritten: others read it), so each shared segment is made its own first.
+if rebuild and not indexCurrent and header then
+  for i = 1, 4 do ownWhole(header, i, false) end
 end
 for i, name in ipairs(segmentNames) do
   local edit, key = edits[i], KEYS[2 + i]
   if edit.mode ~= '=' then
     local shared = header and header.shared[i] or 0
+    -- For the index (indexEdit): the own list's elements cut, whether it was emptied, where the written messages go.
+    local cutFrom, cutTo, emptied, writtenAt = 0, 0, false, 0
     if shared > 0 and (edit.keep == 0 or edit.keep <= shared and edit.mode == 'p') then
       -- The kept messages are all of the shared prefix: the own tail goes, the prefix read shrinks.
       redis.call('DEL', key)
+      emptied = true
       if edit.keep == 0 then
         leaveShared(header.lists[i], KEYS[2])
         redis.call('HDEL', KEYS[2], name .. '_list', name .. '_shared')
+        header.lists[i], header.shared[i] = false, 0
       elseif edit.keep < shared then
         redis.call('ZADD', readersOf(header.lists[i]), 'XX', edit.keep, KEYS[2])
         fields[#fields + 1] = name .. '_shared'
         fields[#fields + 1] = string.format('%d', edit.keep)
+        header.shared[i] = edit.keep
       end
     elseif shared > 0 and edit.mode == 'p' then
       if edit.keep < edit.base then redis.call('LTRIM', key, 0, edit.keep - shared - 1) end
+      cutFrom, cutTo, writtenAt = edit.keep - shared, edit.base - shared, edit.keep - shared
     else
-      if shared > 0 then ownWhole(header, i)
+      if shared > 0 then ownWhole(header, i, maintain)
       elseif header and edit.mode == 's' then keepOwnCopy(key, name, -1)
       elseif header and edit.keep < edit.base then keepOwnCopy(key, name, edit.keep) end
       if edit.keep == 0 then
         redis.call('DEL', key)
+        emptied = true
       elseif edit.keep < edit.base then
         if edit.mode == 'p' then redis.call('LTRIM', key, 0, edit.keep - 1) else redis.call('LTRIM', key, -edit.keep, -1) end
       end
+      if edit.mode == 'p' then cutFrom, cutTo, writtenAt = edit.keep, edit.base, edit.keep else cutTo = edit.base - edit.keep end
     end
     local last = edit.first + edit.count - 1
     if edit.mode == 'p' then
@@ -594,6 +922,7 @@ for i, name in ipairs(segmentNames) do
         redis.call('LPUSH', key, unpack(reversed))
       end
     end
+    if maintain then indexEdit(i, key, edit, cutFrom, cutTo, emptied, writtenAt) end
     fields[#fields + 1] = name
     fields[#fields + 1] = string.format('%d', edit.keep + edit.count)
     if not (edit.mode == 'p' and edit.keep == edit.base) then
@@ -602,13 +931,20 @@ for i, name in ipairs(segmentNames) do
     end
   end
 end
+if rebuild then
+  -- Every own list's index written anew (positions from 0), after what a shared prefix's holds;
+  -- the previous release's index keys and field go.
+  redis.call('UNLINK', KEYS[9], KEYS[10])
+  if header then redis.call('HDEL', KEYS[2], 'ids_at') end
+  for i = 1, 4 do
+    local key, skip = KEYS[2 + i], header and header.shared[i] or 0
+    redis.call('UNLINK', idsOf(key), callsOf(key))
+    addIds(idsOf(key), indexed[i], skip, 0)
+    if i == 2 then addCalls(callsOf(key), indexed[i], skip, 0) end
+  end
+end
 if rebuild or indexCurrent then
-  if rebuild then redis.call('DEL', KEYS[9], KEYS[10]) end
-  for from = index.removed.first, index.removed.last, chunk do redis.call('SREM', KEYS[9], unpack(ARGV, from, math.min(from + chunk - 1, index.removed.last))) end
-  for from = index.added.first, index.added.last, chunk do redis.call('SADD', KEYS[9], unpack(ARGV, from, math.min(from + chunk - 1, index.added.last))) end
-  for from = index.unnamed.first, index.unnamed.last, chunk do redis.call('HDEL', KEYS[10], unpack(ARGV, from, math.min(from + chunk - 1, index.unnamed.last))) end
-  for from = index.named.first, index.named.last, chunk do redis.call('HSET', KEYS[10], unpack(ARGV, from, math.min(from + chunk - 1, index.named.last))) end
-  fields[#fields + 1] = 'ids_at'
+  fields[#fields + 1] = 'list_ids_at'
   fields[#fields + 1] = version
 end
 if ARGV[8] == '1' then
@@ -638,20 +974,28 @@ end
 if expireAt ~= '0' then
   for i = 1, 7 do redis.call('PEXPIREAT', KEYS[i], expireAt) end
   for i = 9, 10 do redis.call('PEXPIREAT', KEYS[i], expireAt) end
+  for i = 3, 6 do
+    redis.call('PEXPIREAT', idsOf(KEYS[i]), expireAt)
+    redis.call('PEXPIREAT', callsOf(KEYS[i]), expireAt)
+  end
   if keyed and tonumber(expireAt) < redis.call('PEXPIRETIME', KEYS[8]) then redis.call('PEXPIREAT', KEYS[8], expireAt) end
 elseif hadExpiry then
   for i = 1, 7 do redis.call('PERSIST', KEYS[i]) end
   for i = 9, 10 do redis.call('PERSIST', KEYS[i]) end
+  for i = 3, 6 do
+    redis.call('PERSIST', idsOf(KEYS[i]))
+    redis.call('PERSIST', callsOf(KEYS[i]))
+  end
 end
 if not (rebuild or indexCurrent) then return {'ok', version, 'unindexed'} end
 return {'ok', version}
 `;
 
 /**
- * Deletes a conversation: its version, header, segment lists, change stream and idempotency
- * records, at once.
- * KEYS: version, header, the four segment lists, changes stream, the id index, the call index,
- * the idempotency record set.
+ * Deletes a conversation: its version, header, segment lists and their id index, change stream
+ * and idempotency records, at once.
+ * KEYS: version, header, the four segment lists, changes stream, the previous release's id index
+ * and call index, the idempotency record set.
  * ARGV: the expected version ("" = any). Returns {'ok', the version deleted, "0" when nothing was
  * stored} | {'conflict', current version} | {'corrupt', detail}, checked before the first write. The listing entries and the
  * usage ledger (other Cluster slots) are removed beside it.
@@ -676,6 +1020,7 @@ for i, name in ipairs(segmentNames) do
     if longestRead(KEYS[2 + i], name) > 0 then orphanList(KEYS[2 + i], name, created .. ':' .. current) end
     redis.call('UNLINK', readersOf(KEYS[2 + i]))
   end
+  redis.call('UNLINK', idsOf(KEYS[2 + i]), callsOf(KEYS[2 + i]))
 end
 -- UNLINK: the keys are gone at once, and a long list's memory is freed off Redis's main thread.
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])

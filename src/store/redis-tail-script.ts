@@ -6,7 +6,8 @@ import { scriptPrelude } from "./redis-scripts.js";
  * whole, whether the id index is current, and the call index's names for the calls the batch
  * answers. Why it exists apart from the load and window scripts: a commit needs the record and the
  * index beside the window, and never the history's head.
- * KEYS: version, header, the four segment lists, idempotency record, the call index (`ConversationKeys.calls`).
+ * KEYS: version, header, the four segment lists, idempotency record (the id index is named after
+ * the lists: scriptPrelude's idsOf, callsOf).
  * ARGV: "1" to also read the idempotency record; the window's count; then the call ids to look up.
  * Returns {'ok', false, fingerprint or false, record version or false} for a conversation never
  * written; else {'ok', version, fingerprint, recorded, created, rest_at, rest, '1' when the index
@@ -24,8 +25,6 @@ if ARGV[1] == '1' then
   fingerprint, recorded, bad = readIdempotencyRecord(KEYS[7])
   if bad then return bad end
 end
-_, bad = typed('the call index', KEYS[8], 'hash')
-if bad then return bad end
 local version = redis.call('GET', KEYS[1])
 if not version then
   bad = nothingWithoutVersion(headerType)
@@ -39,7 +38,10 @@ if headerType == 'none' then return corrupt('version ' .. version .. ' is stored
 local header
 header, bad = readHeader(version)
 if bad then return bad end
-local indexed = redis.call('HGET', KEYS[2], 'ids_at') == version
+local sound
+sound, bad = indexSound(header)
+if bad then return bad end
+local indexed = sound and redis.call('HGET', KEYS[2], 'list_ids_at') == version
 local reply = {'ok', version, fingerprint, recorded, header.created, header.rest_at, header.rest, indexed and '1' or '0'}
 local count = tonumber(ARGV[2])
 for i, name in ipairs(segmentNames) do
@@ -51,6 +53,8 @@ for i, name in ipairs(segmentNames) do
   reply[#reply + 1] = from
   reply[#reply + 1] = segmentRange(header, i, from, length)
 end
-if #ARGV > 2 then reply[#reply + 1] = redis.call('HMGET', KEYS[8], unpack(ARGV, 3)) else reply[#reply + 1] = {} end
+local names = {}
+for k = 3, #ARGV do names[#names + 1] = latestCall(header, ARGV[k]) end
+reply[#reply + 1] = names
 return reply
 `;

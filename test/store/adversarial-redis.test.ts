@@ -122,7 +122,7 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     for (const key of stored) {
       const id = ids.get(tagOf(key));
       expect(id, `key ${key} is under the tag of a conversation`).toBeDefined();
-      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)|changes|ids|calls|idempotency-records|idempotency:[^{}:]*)$/);
+      expect(key.slice(`contextd:{${escapeKeyPart(id!)}}:`.length)).toMatch(/^(version|header|segment:(system|history|memory|tools)(:ids|:calls)?|changes|idempotency-records|idempotency:[^{}:]*)$/);
     }
     expect(stored).toContain("contextd:{tenant/a%7D%3Aidempotency%3Ax}:version");
     expect(stored).toContain("contextd:{tenant/a}:idempotency:x%7D%3Aversion");
@@ -132,14 +132,15 @@ describe("adversarial Redis store (real sidecar, real redis-server)", () => {
     const { conversations, raw, redis } = deployment;
     const id = "tenant/wrong-type-index";
     await conversations.commit({ conversationId: id, deltas: say("first") }, callOptions);
-    const base = `contextd:{${escapeKeyPart(id)}}`;
+    // The history list's index (the id index is kept per segment list).
+    const base = `contextd:{${escapeKeyPart(id)}}:segment:history`;
     await raw.del(`${base}:ids`);
-    await raw.set(`${base}:ids`, "not a set");
+    await raw.set(`${base}:ids`, "not a hash");
     const before = await snapshot(id, "");
     const warm = await rejection(conversations.commit({ conversationId: id, deltas: say("second") }, callOptions));
-    expect([warm.code, warm.rawMessage]).toEqual([Code.DataLoss, `conversation "${id}" is corrupt in the store: the id index key ${base}:ids is a string, not a set`]);
+    expect([warm.code, warm.rawMessage]).toEqual([Code.DataLoss, `conversation "${id}" is corrupt in the store: the id index key ${base}:ids is a string, not a hash`]);
     expect(await snapshot(id, "")).toEqual(before);
-    // A cold commit reads the call index with the tail: its wrong type is DATA_LOSS there.
+    // A cold commit reads the index with the tail: a wrong type is DATA_LOSS there.
     await raw.del(`${base}:ids`);
     await raw.set(`${base}:calls`, "not a hash");
     const cold = new RedisConversationStore(redis.url);

@@ -78,8 +78,8 @@ describe("RedisConversationStore expiry", () => {
       await store.connected();
       await store.commit("kept", 0n, [hello(), idleTtl(60_000n)], "");
       const keys = await raw.keys(`${keyPrefix}:{kept}:*`);
-      // The id index (`:ids`) is one of the conversation's keys: it expires and goes with them.
-      expect(keys.sort()).toEqual([`${keyPrefix}:{kept}:changes`, `${keyPrefix}:{kept}:header`, `${keyPrefix}:{kept}:ids`, `${keyPrefix}:{kept}:segment:history`, `${keyPrefix}:{kept}:version`]);
+      // The id index (the history list's `:ids`) is one of the conversation's keys: it expires and goes with them.
+      expect(keys.sort()).toEqual([`${keyPrefix}:{kept}:changes`, `${keyPrefix}:{kept}:header`, `${keyPrefix}:{kept}:segment:history`, `${keyPrefix}:{kept}:segment:history:ids`, `${keyPrefix}:{kept}:version`]);
       const expiries = await Promise.all(keys.map((key) => raw.pexpiretime(key)));
       expect(new Set(expiries).size).toBe(1);
       expect(expiries[0]).toBeGreaterThan(0);

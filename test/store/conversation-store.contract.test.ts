@@ -1354,23 +1354,25 @@ describe.each([
       const assistant = create(MessageSchema, { id: "head-a", role: Role.ASSISTANT, parts: [{ kind: { case: "toolCall", value: { id: "c0", name: "lookup", arguments: { data: "{}" } } } }] });
       const body = Array.from({ length: 2_000 }, (_, index) => textMessage(`h${index}`, Role.USER, `message ${index}`));
       await writer.commit(id, undefined, [appendHistory(assistant, ...body)], "");
-      expect([await raw.hget(keys.header, "ids_at"), await raw.scard(keys.ids), await raw.hget(keys.calls, "c0")]).toEqual(["1", 2_001, "lookup"]);
-      // As stored before the index: no index keys, no ids_at.
-      await raw.del(keys.ids, keys.calls);
-      await raw.hdel(keys.header, "ids_at");
+      // The index per list (the history's: its 2,001 ids and the call c0, at position 0).
+      const index = async () => [await raw.hget(keys.header, "list_ids_at"), await raw.hlen(keys.segmentIds[1]!), await raw.hget(keys.segmentCalls[1]!, "c0")];
+      expect(await index()).toEqual(["1", 2_001, "0:6:lookup"]);
+      // As stored before the index: no index keys, no list_ids_at.
+      for (const key of [...keys.segmentIds, ...keys.segmentCalls]) await raw.del(key);
+      await raw.hdel(keys.header, "list_ids_at");
 
       const first = await fresh();
       expect((await first.commit(id, undefined, [appendHistory(textMessage("n1", Role.USER, "new"))], "", undefined, undefined, { withState: false })).version).toBe(2n);
       expect(first.tailCommits).toBe(0);
-      expect([await raw.hget(keys.header, "ids_at"), await raw.scard(keys.ids), await raw.hget(keys.calls, "c0")]).toEqual(["2", 2_002, "lookup"]);
+      expect(await index()).toEqual(["2", 2_002, "0:6:lookup"]);
 
       // An index behind the version (a commit that did not keep it): built again the same way.
-      await raw.hset(keys.header, "ids_at", "1");
+      await raw.hset(keys.header, "list_ids_at", "1");
       const second = await fresh();
       const duplicate = await rejection(second.commit(id, undefined, [appendHistory(textMessage("h5", Role.USER, "again"))], "", undefined, undefined, { withState: false }));
       expect([duplicate.code, duplicate.rawMessage]).toEqual([Code.InvalidArgument, 'deltas[0].append_messages: messages[0]: duplicate message id "h5"']);
       expect((await second.commit(id, undefined, [appendHistory(textMessage("n2", Role.USER, "new"))], "", undefined, undefined, { withState: false })).version).toBe(3n);
-      expect(await raw.hget(keys.header, "ids_at")).toBe("3");
+      expect(await raw.hget(keys.header, "list_ids_at")).toBe("3");
 
       const third = await fresh();
       expect((await rejection(third.commit(id, undefined, [appendHistory(textMessage("h9", Role.USER, "again"))], "", undefined, undefined, { withState: false }))).rawMessage).toMatch(/duplicate message id "h9"/);

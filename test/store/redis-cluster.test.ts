@@ -159,7 +159,7 @@ describe("Redis Cluster store", () => {
       await waiting.connected();
       // Committed (and cached: the next commit goes straight to the script, without a read) before the migration.
       await waiting.commit(id, 0n, [appendHistory(textMessage("m1", Role.USER, "hi"))], "k1");
-      const all = [keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency("k1"), keys.ids, keys.calls, keys.idempotencyRecords];
+      const all = [keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency("k1"), ...keys.segmentIds, ...keys.segmentCalls, keys.idempotencyRecords];
       const present = (await Promise.all(all.map(async (key) => ((await sourceClient.exists(key)) === 1 ? [key] : [])))).flat();
       const [sourceId, targetId] = await Promise.all([sourceClient.call("CLUSTER", "MYID"), targetClient.call("CLUSTER", "MYID")]);
       await targetClient.call("CLUSTER", "SETSLOT", slot, "IMPORTING", String(sourceId));

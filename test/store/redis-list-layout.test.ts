@@ -117,9 +117,11 @@ describe("RedisConversationStore list layout", () => {
       const ids = [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id);
       const latest: Record<string, string> = {};
       for (const message of state.history) if (message.role === Role.ASSISTANT) for (const part of message.parts) if (part.kind.case === "toolCall") latest[part.kind.value.id] = part.kind.value.name;
-      expect((await redis.raw.smembers(keys.ids)).sort(), `step ${step}`).toEqual(ids.sort());
-      expect(await redis.raw.hgetall(keys.calls), `step ${step}`).toEqual(latest);
-      expect(await redis.raw.hget(keys.header, "ids_at"), `step ${step}`).toBe(String(state.version));
+      const indexed = await writer.indexedIds(id);
+      expect(indexed!.ids.sort(), `step ${step}`).toEqual(ids.sort());
+      expect(indexed!.calls, `step ${step}`).toEqual(latest);
+      expect(indexed!.current, `step ${step}`).toBe(true);
+      expect(await redis.raw.hget(keys.header, "list_ids_at"), `step ${step}`).toBe(String(state.version));
     }
     expect(state.version).toBeGreaterThan(100n);
   });

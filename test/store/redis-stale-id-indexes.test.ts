@@ -27,14 +27,14 @@ describe("RedisConversationStore: the memo of stale id indexes, bounded by --lis
     const store = new RedisConversationStore(redis.url, { listedIdBytes: bound });
     const raw = new Redis(redis.url);
     const header = (index: number) => `contextd:{${escapeKeyPart(id(index))}}:header`;
-    const indexIsCurrent = async (index: number) => (await raw.hget(header(index), "ids_at")) === (await raw.get(`contextd:{${escapeKeyPart(id(index))}}:version`));
+    const indexIsCurrent = async (index: number) => (await raw.hget(header(index), "list_ids_at")) === (await raw.get(`contextd:{${escapeKeyPart(id(index))}}:version`));
     const say = (index: number, messageId: string) => store.commit(id(index), undefined, [appendHistory(textMessage(messageId, Role.USER, "hello"))], "");
     try {
       expect(await store.connected()).toBe(true);
       for (let index = 0; index < 40; index++) {
         await say(index, "first");
         // As a sidecar of the previous release leaves it: the index no longer says it is current.
-        await raw.hdel(header(index), "ids_at");
+        await raw.hdel(header(index), "list_ids_at");
         // From this process's copy: the script appends, finds the index stale and says so.
         await say(index, "second");
         expect(await indexIsCurrent(index)).toBe(false);

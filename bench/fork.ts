@@ -114,7 +114,7 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
   }
 }
 
-/** `--decoded-state-bytes` of the Redis and Postgres stores (`CONTEXTD_FORK_DECODED_STATE_BYTES`; the default when unset): a fork's copy is held only when it fits beside its source's, weighed in full. */
+/** `--decoded-state-bytes` of the Redis and Postgres stores (`CONTEXTD_FORK_DECODED_STATE_BYTES`; the default when unset): a fork's copy is held only when it fits beside its source's (the messages they share weighed once). */
 const cacheBytes = process.env.CONTEXTD_FORK_DECODED_STATE_BYTES === undefined ? undefined : Number(process.env.CONTEXTD_FORK_DECODED_STATE_BYTES);
 /** The stores' values: sealed under a key generated into a key file (`CONTEXTD_FORK_ENCRYPTION=1`), or as they are. */
 function benchValues(): StoredValues {

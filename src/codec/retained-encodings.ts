@@ -85,14 +85,18 @@ export class RetainedEncodings {
     const home = first?.home;
     if (home === undefined || first!.index !== 0) return undefined;
     const previous = home.list;
-    if (previous === undefined || previous.length > list.length) return undefined;
+    if (previous === undefined) return undefined;
     // Known from the appends that made `list` (1 µs), or compared (~0.3 ms at 100,000 messages).
-    if (!lineage?.extends(list as readonly Message[], previous as readonly Message[])) {
+    if (previous.length > list.length || !lineage?.extends(list as readonly Message[], previous as readonly Message[])) {
       // A branch of the home's list (a fork's lists and its source's): the shared messages keep
       // their marks (the encoder compares runs by identity, so a run of them copies from the other
-      // branch's encoding), and `list` becomes the home of the messages past them.
+      // branch's encoding), and `list` becomes the home of the messages past them. Also when the
+      // home's list is the longer one: the second fork of one source, appended to after the first
+      // fork's commits made the home longer, marked its 100,000 messages again (~14 ms of its first
+      // commit, CPU profile of bench/fork.ts's sequence on the memory store).
       const shared = lineage?.sharedPrefix(list as readonly Message[], previous as readonly Message[]) ?? 0;
       if (shared > 0 && shared < list.length) return { home: new RetainedList(list, false), from: shared };
+      if (previous.length > list.length) return undefined;
       for (let index = 0; index < previous.length; index++) if (list[index] !== previous[index]) return undefined;
     }
     const own = new RetainedList(previous, false);

@@ -11,7 +11,7 @@
  * | cache | bounds | entry alone over the bytes | `get` marks used |
  * |---|---|---|---|
  * | store/kept-tails.ts `KeptTails` | bytes | refused | no |
- * | store/decoded-state-cache.ts `DecodedStateCache` | bytes and count | kept (the newest always is) | no: `touch` is a separate call |
+ * | store/decoded-state-cache.ts `DecodedStateCache` | bytes and count, messages shared by states weighed once (`evicted`, `reweigh`) | kept (the newest always is) | no: `touch` is a separate call |
  * | store/recent-ids.ts `RecentIds` | bytes (weighed from the key) | refused | no |
  * | application/history-facts-cache.ts `HistoryFactsCache` | bytes and count | refused | taken out, not read in place |
  * | application/recent-compiles.ts `RecentCompiles` | bytes | refused | no |
@@ -22,16 +22,18 @@
  * | store/idempotency-records.ts `IdempotencyRecords` | bytes, count, TTL, fair per tenant | kept | no |
  * | application/telemetry-hub.ts queues | events and bytes per subscriber and tenant | dropped | (a queue, not a map) |
  *
- * None had an eviction callback. Every one that replaces a key forgets the old value first, even
+ * None had an eviction callback; `DecodedStateCache` now has one (`evicted`): a fork's state and its
+ * source's share their messages, weighed to one of them, and when that one leaves the other must
+ * weigh them instead (`reweigh`). Every one that replaces a key forgets the old value first, even
  * when the new one is then refused, so `set` does too. The last two do not fit and keep their own
  * code: idempotency records evict the oldest record of the tenant using the largest share of the
  * bounds, not the oldest overall, and expire by TTL; the telemetry hub's queues are FIFO queues
  * that refuse the newest event when full. `PinnedWindows` keeps its age bound on top of this class
  * (its entries' deadlines are in use order, so the expired ones are the oldest: `oldestFirst`).
  *
- * Costs: `get`, `use`, `delete` O(1); `set` O(1) plus one step per entry it evicts.
+ * Costs: `get`, `use`, `delete` O(1); `set` and `reweigh` O(1) plus one step per entry they evict.
  */
-export interface ByteBoundedLruBounds {
+export interface ByteBoundedLruBounds<K = unknown, V = unknown> {
   /** What the entries may weigh together, in the caller's bytes. */
   maxBytes: number;
   /** How many entries may be kept; unbounded when absent. */
@@ -41,6 +43,11 @@ export interface ByteBoundedLruBounds {
    * entry over `maxBytes` alone is refused, and nothing is kept at `maxEntries` 0.
    */
   keepNewest?: boolean;
+  /**
+   * Called for each entry a bound pushed out (not for one `delete`d or replaced by `set`), after it
+   * left. It may `reweigh` other entries; what that pushes out is reported too.
+   */
+  evicted?: (key: K, value: V) => void;
 }
 
 export class ByteBoundedLru<K, V> {
@@ -49,7 +56,7 @@ export class ByteBoundedLru<K, V> {
   private keptBytes = 0;
   private readonly maxEntries: number;
 
-  constructor(private readonly bounds: ByteBoundedLruBounds) {
+  constructor(private readonly bounds: ByteBoundedLruBounds<K, V>) {
     this.maxEntries = bounds.maxEntries ?? Infinity;
   }
 
@@ -87,14 +94,34 @@ export class ByteBoundedLru<K, V> {
     if (!keepNewest && (bytes > this.bounds.maxBytes || this.maxEntries < 1)) return false;
     this.entries.set(key, { value, bytes });
     this.keptBytes += bytes;
-    const floor = keepNewest ? 1 : 0;
-    // One iterator for all the evictions: a Map's iterator survives deleting the entry at hand.
+    this.evictOverBounds();
+    return true;
+  }
+
+  /**
+   * Counts `key`'s entry at `bytes` from now on, its place in the use order unchanged; the least
+   * recently used leave while over a bound (`key`'s own entry too, unless it is the newest under
+   * `keepNewest`). Returns whether it is still kept; false also when it was not.
+   */
+  reweigh(key: K, bytes: number): boolean {
+    const entry = this.entries.get(key);
+    if (entry === undefined) return false;
+    this.keptBytes += bytes - entry.bytes;
+    entry.bytes = bytes;
+    this.evictOverBounds();
+    return this.entries.has(key);
+  }
+
+  private evictOverBounds(): void {
+    const floor = this.bounds.keepNewest === true ? 1 : 0;
+    // One iterator for all the evictions: a Map's iterator survives deleting the entry at hand, and
+    // an `evicted` that reweighs (and so evicts in a nested call) only deletes entries too.
     for (const [oldest, entry] of this.entries) {
       if (this.entries.size <= floor || (this.entries.size <= this.maxEntries && this.keptBytes <= this.bounds.maxBytes)) break;
       this.entries.delete(oldest);
       this.keptBytes -= entry.bytes;
+      this.bounds.evicted?.(oldest, entry.value);
     }
-    return true;
   }
 
   /** Forgets `key`; returns the value it had. */

@@ -162,8 +162,9 @@ export class StoredCopies implements CommitCopies {
    * at `forkedFrom.version`, under the fork's id, at version 1, every segment and the rest as the
    * fork was written (`_at` 1, `created`, the rest with `addedRestBytes` appended). Why: without
    * it the fork's first commit that wants the state back read the fork whole (478 ms on Redis, 557
-   * ms on Postgres at 100,000 messages, docs/history.md). Nothing when no such copy is held, or
-   * when the fork's copy does not fit beside the copies kept (`DecodedStateCache.rememberFork`).
+   * ms on Postgres at 100,000 messages, docs/history.md). The copy weighs only what it does not
+   * share with the source's. Nothing when no such copy is held, or when the fork's copy does not
+   * fit beside the copies kept (`DecodedStateCache.rememberFork`).
    */
   rememberFork(forkedFrom: ForkOrigin, newConversationId: string, created: string, addedRestBytes: number): void {
     const held = this.withLayout(forkedFrom.conversationId);
@@ -177,7 +178,8 @@ export class StoredCopies implements CommitCopies {
     };
     this.tails.delete(newConversationId);
     this.layouts.set(state, layout);
-    if (!this.cache.rememberFork(held.state, state, layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes))) this.layouts.delete(state);
+    const messageBytes = layout.segments.reduce((sum, segment) => sum + segment.bytes, 0);
+    if (!this.cache.rememberFork(held.state, state, messageBytes + layout.restBytes, messageBytes)) this.layouts.delete(state);
   }
 
   /** Marks the copy as just used. */

@@ -81,6 +81,17 @@ function resultFrom(state: ConversationState, foreign: Message[], random: () => 
   return create(CompileResponseSchema, { result });
 }
 
+/** A stored 300-message state, retained by a codec and by encodings of their own, the home of its list: what the fork cases branch. */
+function storedBase(random: () => number) {
+  const lineage = new MessageListLineage();
+  const codec = new Codec();
+  const encodings = new RetainedEncodings(64 * 1024 * 1024);
+  const base = create(ConversationStateSchema, { conversationId: "c", version: 1n, history: Array.from({ length: 300 }, () => randomMessage(random)) });
+  encodings.retainStoredState(base, lineage);
+  codec.retainState(base, lineage);
+  return { lineage, codec, encodings, base, firstHome: encodings.list(base.history)! };
+}
+
 describe("protobuf encoder with retained encodings", () => {
   it("encodes responses cut from stored states exactly as toBinary does, on every call and every version", () => {
     const random = randomSource(11);
@@ -195,13 +206,7 @@ describe("protobuf encoder with retained encodings", () => {
 
   it("marks only the new elements of two branches appended to one list (a fork and its source), and encodes both exactly on every commit", () => {
     const random = randomSource(31);
-    const lineage = new MessageListLineage();
-    const codec = new Codec();
-    const encodings = new RetainedEncodings(64 * 1024 * 1024);
-    const base = create(ConversationStateSchema, { conversationId: "c", version: 1n, history: Array.from({ length: 300 }, () => randomMessage(random)) });
-    encodings.retainStoredState(base, lineage);
-    codec.retainState(base, lineage);
-    const firstHome = encodings.list(base.history)!;
+    const { lineage, codec, encodings, base, firstHome } = storedBase(random);
     let sides = [base, { ...base, conversationId: "fork" }];
     for (let turn = 0; turn < 6; turn++) {
       sides = sides.map((side, which) => {
@@ -224,6 +229,35 @@ describe("protobuf encoder with retained encodings", () => {
         const response = resultFrom(side, [randomMessage(random)], random);
         expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
       }
+    }
+  });
+
+  it("marks only the new element of a second fork's first append after the first fork's appends made the shared home longer than it", () => {
+    const random = randomSource(37);
+    const { lineage, codec, encodings, base, firstHome } = storedBase(random);
+    // The first fork appends five times: the home of the 300 follows it to 305 messages.
+    let first = { ...base, conversationId: "first" };
+    for (let turn = 0; turn < 5; turn++) {
+      const history = first.history.concat(randomMessage(random));
+      lineage.appended(first.history, history);
+      first = { ...first, version: first.version + 1n, history };
+      encodings.retainStoredState(first, lineage);
+      codec.retainState(first, lineage);
+    }
+    expect(firstHome.list).toBe(first.history);
+    // The second fork's first append: 301 messages, shorter than the home's list.
+    const history = base.history.concat(randomMessage(random));
+    lineage.appended(base.history, history);
+    const second = { ...base, conversationId: "second", version: 2n, history };
+    encodings.retainStoredState(second, lineage);
+    codec.retainState(second, lineage);
+    expect(base.history.every((message, position) => encodings.message(message)!.home === firstHome && encodings.message(message)!.index === position)).toBe(true);
+    expect(encodings.message(history[300]!)!.home).toBe(encodings.list(history));
+    for (const side of [first, second, base]) {
+      const whole = create(CompileResponseSchema, { result: { payload: { history: side.history } } });
+      expect(same(codec.encode(CompileResponseSchema, whole), toBinary(CompileResponseSchema, whole))).toBe(true);
+      const response = resultFrom(side, [randomMessage(random)], random);
+      expect(same(codec.encode(CompileResponseSchema, response), toBinary(CompileResponseSchema, response))).toBe(true);
     }
   });
 

@@ -82,6 +82,36 @@ describe("ByteBoundedLru", () => {
     expect([lru.size, lru.bytes, lru.get(x)]).toEqual([0, 0, undefined]);
   });
 
+  it("reports what a bound pushed out (not what was deleted or replaced); reweigh keeps the use order and evicts what it puts over, also from inside evicted", () => {
+    const evicted: string[] = [];
+    const lru: ByteBoundedLru<string, number> = new ByteBoundedLru<string, number>({
+      maxBytes: 10,
+      keepNewest: true,
+      // What "a" leaving costs another entry: "c" weighs 5 more from then on.
+      evicted: (key) => {
+        evicted.push(key);
+        if (key === "a") lru.reweigh("c", 8);
+      },
+    });
+    lru.set("a", 1, 3);
+    lru.set("b", 2, 3);
+    lru.set("c", 3, 3);
+    lru.set("b", 20, 3); // replaced: not reported
+    lru.delete("b"); // deleted: not reported
+    expect(evicted).toEqual([]);
+    lru.set("d", 4, 3);
+    expect([keys(lru), lru.bytes]).toEqual([["a", "c", "d"], 9]);
+    // "a" pushed out by "e" puts "c" at 8: over again, so "c" goes too, inside the one set.
+    lru.set("e", 5, 3);
+    expect([evicted, keys(lru), lru.bytes]).toEqual([["a", "c"], ["d", "e"], 6]);
+    lru.set("f", 6, 1);
+    expect([lru.reweigh("d", 2), lru.bytesOf("d"), keys(lru), lru.bytes]).toEqual([true, 2, ["d", "e", "f"], 6]);
+    expect(lru.reweigh("e", 10)).toBe(false); // over: "d" goes, and then "e" itself
+    expect([evicted, keys(lru), lru.bytes]).toEqual([["a", "c", "d", "e"], ["f"], 1]);
+    expect(lru.reweigh("f", 19)).toBe(true); // the newest stays, alone over the bound
+    expect([keys(lru), lru.bytes, lru.reweigh("gone", 1)]).toEqual([["f"], 19, false]);
+  });
+
   it("keeps the last 1,000 of 100,000 sets over a bound of 1,000, evicting as it goes", () => {
     const lru = new ByteBoundedLru<number, number>({ maxBytes: 1_000 });
     for (let index = 0; index < 100_000; index++) lru.set(index, index, 1);

@@ -32,10 +32,18 @@ describe("MessageListLineage", () => {
     lineage.appended(base, one);
     expect(lineage.extendsLine(one, line, base.length)).toBe(true);
     expect(lineage.extendsLine(one, line, one.length + 1)).toBe(false);
-    // A second append to `base` starts another line: its lists do not extend `one`'s line.
+    // A second append to `base` starts another line, branched off `line` after `base`'s message:
+    // its lists start with that message of `line`, not with `one`'s second.
     const branch = base.concat(message("x"));
     lineage.appended(base, branch);
-    expect(lineage.extendsLine(branch, line, base.length)).toBe(false);
+    expect(lineage.extendsLine(branch, line, base.length)).toBe(true);
+    expect(lineage.extendsLine(branch, line, one.length)).toBe(false);
+    // And so do the lists of a branch of that branch, as far as both branches shared.
+    const further = branch.concat(message("y"));
+    lineage.appended(branch, further);
+    const twig = branch.concat(message("z"));
+    lineage.appended(branch, twig);
+    expect([lineage.extendsLine(twig, line, 1), lineage.extendsLine(twig, line, 2), lineage.extendsLine(twig, lineage.lineOf(further), 2)]).toEqual([true, false, true]);
     expect(lineage.extendsLine([message("a"), message("b")], line, 1)).toBe(false);
   });
 

@@ -208,7 +208,7 @@ describe("Redis shared segment lists", () => {
     expect(await redis.raw.scard(keysOf("indexed-source").ids)).toBe(5_000);
   });
 
-  it("holds the fork's copy from the source's: its first commits with the state back read nothing, answer as a fresh reader reads and refuse a source's id; a copy that does not fit is not kept", async () => {
+  it("holds the fork's copy from the source's: its first commits with the state back read nothing, answer as a fresh reader reads and refuse a source's id; a copy weighs what it does not share", async () => {
     const store = await openStore();
     await longConversation(store, "seeded-source", 5_000);
     const held = store.heldCopies.decodedStates.count;
@@ -226,17 +226,30 @@ describe("Redis shared segment lists", () => {
     const { state: source } = await store.commit("seeded-source", undefined, [appendHistory(textMessage("f0", Role.USER, "the fork's id is free here"))], "");
     expect(encoded(source!)).toBe(await freshRead("seeded-source"));
 
-    // Weighed in full, the fork's copy does not fit beside its source's under a bound that holds
-    // one: not kept, and the source stays held (its next commit reads nothing either).
+    // The fork's copy weighs only what it does not share with its source's (DecodedStateCache), so
+    // it is held under a bound that holds one of them weighed in full, and the source stays held:
+    // commits to either read nothing, and what the copies weigh stays under the bound.
     const small = await openStore({ cacheBytes: 8 * 1024 * 1024 });
     await longConversation(small, "unseeded-source", 5_000);
+    const alone = small.heldCopies.decodedStates.bytes;
+    expect(alone * 2).toBeGreaterThan(8 * 1024 * 1024);
     await small.fork("unseeded-source", undefined, "unseeded-fork");
-    expect(small.heldCopies.decodedStates.count).toBe(1);
+    expect(small.heldCopies.decodedStates.count).toBe(2);
+    expect(small.heldCopies.decodedStates.bytes - alone).toBeLessThan(alone / 10);
     const before = small.commitTraffic;
-    await small.commit("unseeded-source", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
-    expect(small.commitTraffic).toEqual({ ...before, writes: before.writes + 1 });
+    const { state: grown } = await small.commit("unseeded-source", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
     const { state: fork } = await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f0", Role.USER, "fork"))], "");
+    expect(small.commitTraffic).toEqual({ ...before, writes: before.writes + 2 });
+    expect(encoded(grown!)).toBe(await freshRead("unseeded-source"));
     expect(encoded(fork!)).toBe(await freshRead("unseeded-fork"));
+    expect(small.heldCopies.decodedStates.bytes).toBeLessThanOrEqual(8 * 1024 * 1024);
+    // The source deleted, the fork's copy weighs the messages it shared (the heap still holds them).
+    await small.delete("unseeded-source", undefined);
+    expect(small.heldCopies.decodedStates.count).toBe(1);
+    expect(small.heldCopies.decodedStates.bytes).toBeGreaterThan(alone * 0.9);
+    const after = small.commitTraffic;
+    await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f1", Role.USER, "fork"))], "");
+    expect(small.commitTraffic).toEqual({ ...after, writes: after.writes + 1 });
   });
 
   it("appends to a fork and its source without copying either: each writes its own list", async () => {

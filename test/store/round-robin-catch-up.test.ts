@@ -4,8 +4,8 @@ import { Redis } from "ioredis";
 import pg from "pg";
 import { describe, expect, it, vi } from "vitest";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
-import { ConversationStateSchema, type Delta } from "#gen/contextd/v1/state_pb";
-import type { ConversationStore } from "../../src/store/conversation-store.js";
+import { ConversationStateSchema, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
+import type { CommitOutcome, ConversationStore } from "../../src/store/conversation-store.js";
 import { PostgresConversationStore } from "../../src/store/postgres-conversation-store.js";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { startPostgres } from "../support/postgres.js";
@@ -35,6 +35,33 @@ async function outcomeOf(store: ConversationStore, conversationId: string, delta
     if (!(error instanceof ConnectError)) throw error;
     return { code: Code[error.code], message: error.rawMessage };
   }
+}
+
+/**
+ * Three rounds of `a` then `b` committing to one conversation, each store's commit made once the
+ * other's notice caught it up (its catch-up started and finished): the reads and writes each such
+ * commit made, every answer checked byte for byte against a fresh reader's state.
+ */
+async function alternatingTurns<Store extends RedisConversationStore | PostgresConversationStore>(
+  a: Store,
+  b: Store,
+  commit: (store: Store) => Promise<CommitOutcome>,
+  fresh: () => Promise<ConversationState>,
+): Promise<{ reads: number; writes: number }[]> {
+  const traffic: { reads: number; writes: number }[] = [];
+  for (let round = 0; round < 3; round++) {
+    for (const [store, other] of [[a, b], [b, a]] as const) {
+      const catchUps = other.prefetch.catchUps;
+      await commit(store);
+      await vi.waitFor(() => expect([other.prefetch.catchUps, other.prefetch.caughtUp]).toEqual([catchUps + 1, catchUps + 1]), { timeout: 5_000 });
+      const before = other.commitTraffic;
+      const outcome = await commit(other);
+      const after = other.commitTraffic;
+      traffic.push({ reads: after.wholeReads - before.wholeReads + after.tailReads - before.tailReads, writes: after.writes - before.writes });
+      expect(Buffer.from(toBinary(ConversationStateSchema, outcome.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh())))).toBe(true);
+    }
+  }
+  return traffic;
 }
 
 const backends = sharedStoreBackends("round_robin");
@@ -349,23 +376,7 @@ describe("Redis Cluster store: sharded commit notices catch a follower's copy up
     };
     let turn = 0;
     const commit = (store: RedisConversationStore) => store.commit(id, undefined, [appendHistory(textMessage(`m${turn++}`, Role.USER, "hi"))], "");
-    /** Three rounds of a then b: each commit after the other's notice, the reads and writes it made. */
-    const turns = async () => {
-      const traffic: { reads: number; writes: number }[] = [];
-      for (let round = 0; round < 3; round++) {
-        for (const [store, other] of [[a, b], [b, a]] as const) {
-          const catchUps = other.prefetch.catchUps;
-          await commit(store);
-          await vi.waitFor(() => expect([other.prefetch.catchUps, other.prefetch.caughtUp]).toEqual([catchUps + 1, catchUps + 1]), { timeout: 5_000 });
-          const before = other.commitTraffic;
-          const outcome = await commit(other);
-          const after = other.commitTraffic;
-          traffic.push({ reads: after.wholeReads - before.wholeReads + after.tailReads - before.tailReads, writes: after.writes - before.writes });
-          expect(Buffer.from(toBinary(ConversationStateSchema, outcome.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh())))).toBe(true);
-        }
-      }
-      return traffic;
-    };
+    const turns = () => alternatingTurns(a, b, commit, fresh);
     try {
       await Promise.all([a.connected(), b.connected()]);
       for (let round = 0; round < 2; round++) {
@@ -431,19 +442,7 @@ describe("Postgres store: commit notifications catch a follower's copy up before
       } finally {
         await raw.end();
       }
-      const traffic: { reads: number; writes: number }[] = [];
-      for (let round = 0; round < 3; round++) {
-        for (const [store, other] of [[a, b], [b, a]] as const) {
-          const catchUps = other.prefetch.catchUps;
-          await commit(store);
-          await vi.waitFor(() => expect([other.prefetch.catchUps, other.prefetch.caughtUp]).toEqual([catchUps + 1, catchUps + 1]), { timeout: 5_000 });
-          const before = other.commitTraffic;
-          const outcome = await commit(other);
-          const after = other.commitTraffic;
-          traffic.push({ reads: after.wholeReads - before.wholeReads + after.tailReads - before.tailReads, writes: after.writes - before.writes });
-          expect(Buffer.from(toBinary(ConversationStateSchema, outcome.state!)).equals(Buffer.from(toBinary(ConversationStateSchema, await fresh(id))))).toBe(true);
-        }
-      }
+      const traffic = await alternatingTurns(a, b, commit, () => fresh(id));
       expect(traffic).toEqual(Array.from({ length: 6 }, () => ({ reads: 0, writes: 1 })));
       // a alone: its own notifications are not notices to it; the third commit in a row unfollows.
       const catchUps = a.prefetch.catchUps;

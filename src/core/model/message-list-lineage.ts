@@ -81,10 +81,17 @@ export class MessageListLineage {
 
   /**
    * True when `list` is known to start with a list of `length` messages that belonged to `line`
-   * (every list of a line is a prefix of its tip, and tips only grow).
+   * (every list of a line is a prefix of its tip, and tips only grow), also when `list` is on a
+   * line branched off `line` (or off one branched off it) after those messages: a fork's lists and
+   * its source's, each appended to, still start with what they shared.
    */
   extendsLine(list: readonly Message[], line: object, length: number): boolean {
-    return this.lines.get(list) === line && list.length >= length;
+    let shared = list.length;
+    for (let on = this.lines.get(list); on !== undefined; on = on.parent) {
+      if (on === line) return shared >= length;
+      shared = Math.min(shared, on.shared ?? 0);
+    }
+    return false;
   }
 
   /**

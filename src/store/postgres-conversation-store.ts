@@ -128,7 +128,8 @@ interface TailRow {
  * and the idempotency record, bumps the version and notifies watchers if some sidecar listens, in
  * one transaction. A load
  * sends only what the cached copy lacks; a commit without a copy and without the state asked for
- * reads the stored tail (`contextd_commit_tail`, tail-commit.ts). Watch reads the changes table and wakes on LISTEN/NOTIFY
+ * reads the stored tail (`contextd_commit_tail_linked`, tail-commit.ts). Reads name each row's link and each link's
+ * owner (migration 17), so a row a fork shares is opened as the conversation that sealed it. Watch reads the changes table and wakes on LISTEN/NOTIFY
  * (`PostgresChangeFeed`). The schema is created and migrated when the store first reaches the database.
  */
 export class PostgresConversationStore extends EngineCommittedStore implements ConversationStore {
@@ -572,8 +573,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 
   /**
    * The source's current version forked inside the database, in one statement: the new
-   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message
-   * row nor index row: the id index is kept per storage and shared with the rows (migration 16).
+   * conversation links the source's rows (migration 14, `contextd_fork_linked` since 17), writing no
+   * message row nor index row: the id index is kept per storage and shared with the rows (migration 16).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));

@@ -662,6 +662,28 @@ describe("encryption at rest: a fork shares the rows, each sealed for the conver
     await dataLoss("acme/f", /read through a link to rows of conversation "beta\/x", of another tenant/);
   }, 120_000);
 
+  it("a sidecar of the previous release loads an encrypted fork's shared rows through contextd_load_unexpired, without their writer: opened as the fork's they are DATA_LOSS (docs/encryption-at-rest.md, rolling upgrade)", async () => {
+    const { store, raw, open } = await database({ values: cipher });
+    await grow(store, "s", 10);
+    await store.fork("s", undefined, "f");
+    const { rows } = await raw.query<{ message: Buffer | null }>("SELECT message FROM contextd_load_unexpired(convert_to('f', 'UTF8'), ''::bytea, 0, -1, NULL, NULL, '{0,0,0,0}', '{0,0,0,0}')");
+    const messages = rows.slice(1).map((row) => row.message!);
+    expect(messages).toHaveLength(10);
+    const openAsFork = cipher.opener("f", "message");
+    let failed = 0;
+    for (const message of messages) {
+      try {
+        openAsFork(message, () => "a shared row");
+      } catch (error) {
+        expect((error as ConnectError).code).toBe(Code.DataLoss);
+        failed++;
+      }
+    }
+    expect(failed).toBe(10);
+    // This release reads them as the source's.
+    expect((await (await open({ cacheSize: 0, values: cipher })).load("f")).history).toHaveLength(10);
+  }, 60_000);
+
   it("rotation: rows a fork shares, sealed under the old key, open after it; per-tenant keys: a same-tenant fork shares, a fork into another tenant is written by the engine under that tenant's key", async () => {
     const k1 = Buffer.alloc(32, 1);
     const [acme, beta] = [Buffer.alloc(32, 2), Buffer.alloc(32, 3)];

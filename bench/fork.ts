@@ -9,10 +9,16 @@
 // timed: the median over the 5 forks), with the state back and, on 5 more forks, without; a
 // rewind that drops a just-appended tool round (its call and result appended untimed) last. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
 // compare the lines of one run, and read them with the load average printed beside them.
+// CONTEXTD_FORK_ENCRYPTION=1 runs the Redis and Postgres stores with encryption at rest, under a
+// key generated for the run and written to a key file as --encryption-key-file takes it.
 import { create } from "@bufbuild/protobuf";
-import { loadavg } from "node:os";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
 import { DeltaSchema, Segment } from "#gen/contextd/v1/state_pb";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { parseEncryptionKeys, plainValues, storedValuesOf, type StoredValues } from "../src/store/at-rest-encryption.js";
 import type { ConversationStore } from "../src/store/conversation-store.js";
 import { MemoryConversationStore } from "../src/store/memory-conversation-store.js";
 import { PostgresConversationStore } from "../src/store/postgres-conversation-store.js";
@@ -126,6 +132,20 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
 
 /** `--decoded-state-bytes` of the Redis and Postgres stores (`CONTEXTD_FORK_DECODED_STATE_BYTES`; the default when unset): a fork's copy is held only when it fits beside its source's (the messages they share weighed once). */
 const cacheBytes = process.env.CONTEXTD_FORK_DECODED_STATE_BYTES === undefined ? undefined : Number(process.env.CONTEXTD_FORK_DECODED_STATE_BYTES);
+/** The stores' values: sealed under a key generated into a key file (`CONTEXTD_FORK_ENCRYPTION=1`), or as they are. */
+function benchValues(): StoredValues {
+  if (process.env.CONTEXTD_FORK_ENCRYPTION !== "1") return plainValues;
+  const directory = mkdtempSync(join(tmpdir(), "contextd-bench-keys-"));
+  try {
+    const file = join(directory, "keys");
+    writeFileSync(file, `bench:${randomBytes(32).toString("base64")}\n`, { mode: 0o600 });
+    return storedValuesOf(parseEncryptionKeys(readFileSync(file, "utf8"), file));
+  } finally {
+    rmSync(directory, { recursive: true, force: true });
+  }
+}
+const values = benchValues();
+if (values.encrypts) console.log("encryption at rest: on (one generated key)");
 const only = process.env.CONTEXTD_FORK_STORES?.split(",");
 const wanted = (name: string) => only === undefined || only.includes(name);
 
@@ -134,7 +154,7 @@ if (wanted("redis")) {
   const redis = await startRedis();
   try {
     await measure("redis", async () => {
-      const store = new RedisConversationStore(redis.url, { cacheBytes });
+      const store = new RedisConversationStore(redis.url, { cacheBytes, values });
       if (!(await store.connected())) throw new Error("redis store did not connect");
       return store;
     });
@@ -146,7 +166,7 @@ if (wanted("cluster")) {
   const cluster = await startRedisCluster();
   try {
     await measure("redis cluster", async () => {
-      const store = new RedisConversationStore({ clusterNodes: cluster.addresses.slice(0, 1) });
+      const store = new RedisConversationStore({ clusterNodes: cluster.addresses.slice(0, 1) }, { values });
       if (!(await store.connected())) throw new Error("redis cluster store did not connect");
       return store;
     });
@@ -158,7 +178,7 @@ if (wanted("postgres")) {
   const postgres = await startPostgres();
   try {
     await measure("postgres", async () => {
-      const store = new PostgresConversationStore(postgres.url, { cacheBytes });
+      const store = new PostgresConversationStore(postgres.url, { cacheBytes, values });
       if (!(await store.connected())) throw new Error("postgres store did not connect");
       return store;
     });

@@ -16,8 +16,11 @@ import { corruptConversation } from "./store-errors.js";
  * `contextd at rest 1`, the kind of value, the key id and the conversation id (UTF-8), each
  * followed by a NUL. So a value copied to another conversation, or into another kind of field,
  * fails to open (DATA_LOSS), as does any changed byte. A copy of stored values to another
- * conversation (a fork) must open them with the source's id and seal them with the new one's
- * (`reseal`): one decryption and one encryption per value copied, none without keys.
+ * conversation must open them with the source's id and seal them with the new one's (`reseal`):
+ * one decryption and one encryption per value copied, none without keys. A fork that *shares*
+ * its source's message rows (Postgres migration 17) copies nothing: each shared value stays
+ * sealed for the conversation that wrote it, and a reader opens it as that conversation's
+ * (`ValueOpener`'s `sealedBy`, named by the storage it is read from), of the same tenant only.
  */
 
 /** What a sealed value is, bound into its authenticated data: a value never opens as another kind. */
@@ -49,8 +52,14 @@ export interface StoredValues {
   opener(conversationId: string, kind: SealedKind): ValueOpener;
 }
 
-/** Opens one stored value of the conversation and kind a `StoredValues.opener` was made for. */
-export type ValueOpener = (stored: Uint8Array, where: () => string) => Buffer;
+/**
+ * Opens one stored value of the conversation and kind a `StoredValues.opener` was made for.
+ * `sealedBy`, when given, is the conversation that sealed it: a value the conversation reads
+ * through a link of its header to rows another conversation wrote (a fork's source's), which
+ * stays sealed for its writer. The writer must be of the reader's tenant (else DATA_LOSS), and
+ * errors name the reader.
+ */
+export type ValueOpener = (stored: Uint8Array, where: () => string, sealedBy?: string) => Buffer;
 
 const viewOf = (bytes: Uint8Array): Buffer => (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
 
@@ -125,6 +134,8 @@ export function parseEncryptionKeys(text: string, where: string): AtRestKey[] {
 
 /** A key as an opener holds it: the value's key id bytes (length byte and ASCII) that name it, and the authenticated data of the opener's conversation and kind under it. */
 interface ReadingKey {
+  /** The conversation whose id the authenticated data binds: the reader's, or the writer it reads through a link (`ValueOpener`). */
+  sealer: string;
   idBytes: Buffer;
   id: string;
   secret: KeyObject;
@@ -180,7 +191,7 @@ export class AtRestCipher implements StoredValues {
     // The key the last value named, with the authenticated data for it: a read's values almost
     // always name one key, so each further value costs a compare of its key id's bytes.
     let last: ReadingKey | undefined;
-    return (stored, where) => {
+    return (stored, where, sealedBy = conversationId) => {
       const bytes = viewOf(stored);
       if (bytes.length < 3 || bytes[0] !== formatMarker || bytes[1] !== formatVersion) {
         throw corruptConversation(conversationId, `${where()} is not an encrypted value (the sidecar runs with encryption at rest; was it written without?)`);
@@ -188,7 +199,7 @@ export class AtRestCipher implements StoredValues {
       const idLength = bytes[2]!;
       const bodyStart = 3 + idLength + nonceBytes;
       if (bytes.length < bodyStart + tagBytes) throw corruptConversation(conversationId, `${where()} is cut short: ${bytes.length} bytes, an encrypted value has at least ${bodyStart + tagBytes}`);
-      if (last === undefined || !namesKey(bytes, last.idBytes)) last = this.readingKey(conversationId, kind, bytes, where);
+      if (last === undefined || last.sealer !== sealedBy || !namesKey(bytes, last.idBytes)) last = this.readingKey(conversationId, sealedBy, kind, bytes, where);
       const decipher = createDecipheriv("aes-256-gcm", last.secret, bytes.subarray(3 + idLength, bodyStart), gcmOptions);
       decipher.setAAD(last.additional);
       decipher.setAuthTag(bytes.subarray(bytes.length - tagBytes));
@@ -197,13 +208,20 @@ export class AtRestCipher implements StoredValues {
         const end = decipher.final();
         return end.length === 0 ? body : Buffer.concat([body, end]);
       } catch {
-        throw corruptConversation(conversationId, `${where()} does not decrypt with key "${last.id}": it was changed, or belongs to another conversation or field`);
+        const as = last.sealer === conversationId ? "" : ` as conversation "${last.sealer}"'s, whose rows it links`;
+        throw corruptConversation(conversationId, `${where()} does not decrypt with key "${last.id}"${as}: it was changed, or belongs to another conversation or field`);
       }
     };
   }
 
   /** The configured key the sealed value `bytes` names, with what an opener keeps of it; FAILED_PRECONDITION when it is not listed or is another tenant's. */
-  private readingKey(conversationId: string, kind: SealedKind, bytes: Buffer, where: () => string): ReadingKey {
+  private readingKey(conversationId: string, sealer: string, kind: SealedKind, bytes: Buffer, where: () => string): ReadingKey {
+    // A link to another tenant's rows was never written by a fork (forks that share are
+    // same-tenant): opening them would let whoever can write the store show one tenant's
+    // messages through another tenant's conversation.
+    if (sealer !== conversationId && tenantOf(sealer) !== tenantOf(conversationId)) {
+      throw corruptConversation(conversationId, `${where()} is read through a link to rows of conversation "${sealer}", of another tenant: no fork links those`);
+    }
     const idLength = bytes[2]!;
     const id = bytes.toString("latin1", 3, 3 + idLength);
     const key = this.byId.get(id);
@@ -216,7 +234,7 @@ export class AtRestCipher implements StoredValues {
     if (key.tenant !== "" && key.tenant !== tenantOf(conversationId)) {
       throw new ConnectError(`conversation "${conversationId}": ${where()} names key "${id}", which is tenant "${key.tenant}"'s, not this conversation's tenant's`, Code.FailedPrecondition);
     }
-    return { idBytes: Buffer.from(bytes.subarray(2, 3 + idLength)), id, secret: key.secret, additional: additionalData(kind, id, conversationId) };
+    return { sealer, idBytes: Buffer.from(bytes.subarray(2, 3 + idLength)), id, secret: key.secret, additional: additionalData(kind, id, sealer) };
   }
 
   reseal(from: string, to: string, kind: SealedKind, stored: Uint8Array, where: () => string): Buffer {

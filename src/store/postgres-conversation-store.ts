@@ -30,6 +30,7 @@ import { corruptConversation, redactUrl, requireStorableKey, requireStorableText
 import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
 import { stringLimits } from "../core/model/string-limits.js";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 import { PostgresUsageLedger } from "./postgres-usage-ledger.js";
 
 export interface PostgresStoreOptions {
@@ -75,6 +76,8 @@ export interface PostgresStoreOptions {
 interface LoadRow {
   segment: number | null;
   message: Buffer | null;
+  /** A message row's link (NULL: the own storage; n: the n-th of the header's `owners`). */
+  link: number | null;
   version: string | null;
   current: boolean | null;
   created: string | null;
@@ -84,6 +87,8 @@ interface LoadRow {
   segment_length: number[] | null;
   fingerprint: string | null;
   recorded: string | null;
+  /** The header's: per link, the conversation that wrote (and sealed) its rows. */
+  owners: Buffer[] | null;
 }
 
 
@@ -96,10 +101,11 @@ interface CommitRow {
   indexed: boolean | null;
 }
 
-/** A row of `contextd_commit_tail` (the header first, then message rows). */
+/** A row of `contextd_commit_tail_linked` (the header first, then message rows). */
 interface TailRow {
   segment: number | null;
   message: Buffer | null;
+  link: number | null;
   version: string | null;
   created: string | null;
   rest_at: string | null;
@@ -110,6 +116,7 @@ interface TailRow {
   recorded: string | null;
   indexed: boolean | null;
   names: (Buffer | null)[] | null;
+  owners: Buffer[] | null;
 }
 
 
@@ -121,7 +128,8 @@ interface TailRow {
  * and the idempotency record, bumps the version and notifies watchers if some sidecar listens, in
  * one transaction. A load
  * sends only what the cached copy lacks; a commit without a copy and without the state asked for
- * reads the stored tail (`contextd_commit_tail`, tail-commit.ts). Watch reads the changes table and wakes on LISTEN/NOTIFY
+ * reads the stored tail (`contextd_commit_tail_linked`, tail-commit.ts). Reads name each row's link and each link's
+ * owner (migration 17), so a row a fork shares is opened as the conversation that sealed it. Watch reads the changes table and wakes on LISTEN/NOTIFY
  * (`PostgresChangeFeed`). The schema is created and migrated when the store first reaches the database.
  */
 export class PostgresConversationStore extends EngineCommittedStore implements ConversationStore {
@@ -291,27 +299,30 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     }
     const start = header.start!;
     const length = header.length!;
-    const received: Buffer[][] = [[], [], [], []];
-    let firstBytes: Buffer | undefined;
+    const received = new ReceivedRows(header.owners);
+    let first: { bytes: Buffer; sealer: string | undefined } | undefined;
     for (const row of rows.slice(1)) {
-      if (row.kind === 3) firstBytes = row.message!;
-      else received[row.segment]!.push(row.message!);
+      if (row.kind === 3) first = { bytes: row.message!, sealer: received.sealerOf(row.link) };
+      else received.add(row.segment, row.message!, row.link);
     }
     const { stop } = windowBounds(query, length);
-    if (received[segmentIndex]!.length !== stop - start) {
-      throw corruptConversation(conversationId, `the ${query.segment} segment has ${received[segmentIndex]!.length} message rows in positions ${start} to ${stop - 1} but the header row says ${length} messages`);
+    if (received.items[segmentIndex]!.length !== stop - start) {
+      throw corruptConversation(conversationId, `the ${query.segment} segment has ${received.items[segmentIndex]!.length} message rows in positions ${start} to ${stop - 1} but the header row says ${length} messages`);
     }
     let state: ConversationState = { ...emptyConversationState(conversationId), version };
     if (query.withRest) {
       state = { ...this.copies.decodeRest(conversationId, header.message!), conversationId, version };
-      for (const index of others) state[storedSegments[index]!] = this.copies.decode(conversationId, received[index]!, 0, storedSegments[index]!);
+      for (const index of others) state[storedSegments[index]!] = this.copies.decode(conversationId, received.items[index]!, 0, storedSegments[index]!, received.sealers?.[index]);
     }
-    const items = received[segmentIndex]!;
+    const items = received.items[segmentIndex]!;
+    const sealers = received.sealers?.[segmentIndex];
     const { messages, running } =
-      query.segment === "history" ? this.copies.decodeHistoryWithFacts(conversationId, items, start, String(header.at), header.created!) : this.copies.decodeWithFacts(conversationId, items, start, query.segment);
+      query.segment === "history"
+        ? this.copies.decodeHistoryWithFacts(conversationId, items, start, String(header.at), header.created!, sealers)
+        : this.copies.decodeWithFacts(conversationId, items, start, query.segment, sealers);
     state[query.segment] = messages;
-    const first = firstBytes === undefined ? undefined : this.copies.decode(conversationId, [firstBytes], 0, query.segment)[0];
-    return { state, start, length, stored: { running, epoch: BigInt(header.at!), first } };
+    const firstMessage = first === undefined ? undefined : this.copies.decode(conversationId, [first.bytes], 0, query.segment, [first.sealer])[0];
+    return { state, start, length, stored: { running, epoch: BigInt(header.at!), first: firstMessage } };
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
@@ -450,7 +461,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     const layout = copy?.layout;
     const { rows } = await this.connection.query<LoadRow>(
       "loading a conversation",
-      "SELECT * FROM contextd_load_unexpired($1, $2, $3, $4, $5, $6, $7, $8)",
+      "SELECT * FROM contextd_load_linked($1, $2, $3, $4, $5, $6, $7, $8)",
       [
         id,
         Buffer.from(idempotencyKey, "utf8"),
@@ -461,7 +472,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         layout ? layout.segments.map((segment) => segment.at) : [0, 0, 0, 0],
         layout ? layout.segments.map((segment) => segment.length) : [0, 0, 0, 0],
       ],
-      "contextd_load_unexpired",
+      "contextd_load_linked",
     );
     const header = rows[0]!;
     const record = header.fingerprint !== null && header.recorded !== null ? { fingerprint: header.fingerprint, version: BigInt(header.recorded) } : undefined;
@@ -474,20 +485,21 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
       this.copies.touch(conversationId);
       return { state: copy!.state, record };
     }
-    const received: Buffer[][] = [[], [], [], []];
-    for (const row of rows.slice(1)) received[row.segment!]!.push(row.message!);
+    const received = new ReceivedRows(header.owners);
+    for (const row of rows.slice(1)) received.add(row.segment!, row.message!, row.link);
     const segments = storedSegments.map((_, index) => ({
       at: header.segment_at![index]!,
       from: header.segment_from![index]!,
       length: header.segment_length![index]!,
-      items: received[index]!,
+      items: received.items[index]!,
+      sealers: received.sealers?.[index],
     }));
     const state = this.copies.assemble(conversationId, version, { created: header.created!, restAt: header.rest_at!, rest: header.message }, segments, copy?.state);
     return { state, record };
   }
 
   /**
-   * What a commit planned on the stored tail reads (`contextd_commit_tail`, one statement),
+   * What a commit planned on the stored tail reads (`contextd_commit_tail_linked`, one statement),
    * widening the window while it holds only tool results; a conversation never written (or
    * expired) comes back whole.
    */
@@ -497,9 +509,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     for (let count = tailWindowMessages; ; count *= 8) {
       const { rows } = await this.connection.query<TailRow>(
         "reading a conversation's tail",
-        "SELECT * FROM contextd_commit_tail($1, $2, $3, $4, $5)",
+        "SELECT * FROM contextd_commit_tail_linked($1, $2, $3, $4, $5)",
         [id, Buffer.from(idempotencyKey, "utf8"), this.now(), count, calls],
-        "contextd_commit_tail",
+        "contextd_commit_tail_linked",
       );
       const header = rows[0]!;
       const record = header.fingerprint !== null && header.recorded !== null ? { fingerprint: header.fingerprint, version: BigInt(header.recorded) } : undefined;
@@ -512,13 +524,14 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         this.markIdIndexStale(conversationId);
         return { version, record };
       }
-      const received: Buffer[][] = [[], [], [], []];
-      for (const row of rows.slice(1)) received[row.segment!]!.push(row.message!);
+      const received = new ReceivedRows(header.owners);
+      for (const row of rows.slice(1)) received.add(row.segment!, row.message!, row.link);
       const segments = storedSegments.map((_, index) => ({
         at: header.segment_at![index]!,
         from: header.segment_from![index]!,
         length: header.segment_length![index]!,
-        items: received[index]!,
+        items: received.items[index]!,
+        sealers: received.sealers?.[index],
       }));
       const tail = this.copies.tailOf(conversationId, version, { created: header.created!, restAt: header.rest_at!, rest: header.message }, segments);
       if (tail === "wider" && count * 8 <= maxTailWindowMessages) continue;
@@ -546,7 +559,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /** A listing row's title and labels, opened when sealed (an empty title was never written). */
-  private listingFields(conversationId: string, row: ListedRow): [string, Record<string, string>] {
+  private listingFields(conversationId: string, row: Pick<ListedRow, "title" | "labels">): [string, Record<string, string>] {
     if (!this.values.encrypts) return [row.title, row.labels as Record<string, string>];
     const open = (kind: "title" | "labels", stored: string) =>
       this.values.open(conversationId, kind, Buffer.from(stored, "base64"), () => `the header row's ${kind}`).toString("utf8");
@@ -560,8 +573,8 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 
   /**
    * The source's current version forked inside the database, in one statement: the new
-   * conversation links the source's rows (migration 14's `contextd_fork_shared`), writing no message
-   * row nor index row: the id index is kept per storage and shared with the rows (migration 16).
+   * conversation links the source's rows (migration 14, `contextd_fork_linked` since 17), writing no
+   * message row nor index row: the id index is kept per storage and shared with the rows (migration 16).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
@@ -590,13 +603,16 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /**
-   * One call of `contextd_fork_shared` (migration 16's: the fork's index is the rows' it links,
-   * current when the source's is). Under encryption at rest each stored value is bound to
-   * its conversation's id (a shared row would not open under the fork's): "unavailable", and
-   * the engine's write seals the fork's anew. An expired conversation under the new id that no
-   * sweep removed yet reads as never written, but its row would make the fork answer "exists"
-   * (ALREADY_EXISTS for an id that reads as free): removed first, with its idempotency records
-   * and ledger (`contextd_delete` expecting version 0 removes only that).
+   * One call of `contextd_fork_linked` (migration 17's; the fork's index is the rows' it links,
+   * current when the source's is, migration 16). Under encryption at rest the shared rows stay
+   * sealed for the conversations that wrote them (reads open each as its storage's owner's,
+   * `ReceivedRows`); only the fork's own values are sealed for it: its rest, title and labels
+   * (`sealedForkFields`) and its change. Still "unavailable" there, for the engine to write the
+   * fork sealed anew, when the fork is into another tenant (a linked row opens only for its
+   * writer's tenant) or would copy rows past 64 links. An expired conversation under the new id
+   * that no sweep removed yet reads as never written, but its row would make the fork answer
+   * "exists" (ALREADY_EXISTS for an id that reads as free): removed first, with its idempotency
+   * records and ledger (`contextd_delete` expecting version 0 removes only that).
    */
   private async forkShared(
     conversationId: string,
@@ -605,34 +621,70 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     newConversationId: string,
     of: { restSuffix?: Buffer; rest?: Buffer; lengths?: number[]; title?: string; labels?: string },
   ): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.values.encrypts) return "unavailable";
+    const encrypts = this.values.encrypts;
+    if (encrypts && tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
     const now = this.now();
-    const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const change = this.values.seal(newConversationId, "change", toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
     const created = randomUUID();
     await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
+    const fields = encrypts ? await this.sealedForkFields(conversationId, version, newConversationId, of) : of;
+    if (fields === undefined) return "unavailable";
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
-      "SELECT contextd_fork_shared($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      "SELECT contextd_fork_linked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS outcome",
       [
         idBytes(conversationId),
         version,
         idBytes(newConversationId),
         created,
-        of.rest ?? null,
-        of.restSuffix ?? Buffer.alloc(0),
+        fields.rest ?? null,
+        fields.restSuffix ?? Buffer.alloc(0),
         of.lengths ?? null,
-        of.title ?? null,
-        of.labels ?? null,
+        fields.title ?? null,
+        fields.labels ?? null,
         change,
         now,
         changesChannel,
+        !encrypts,
       ],
-      "contextd_fork_shared",
+      "contextd_fork_linked",
     );
     const outcome = rows[0]!.outcome;
     // A fork at the current version holds what the source's copy holds (a past one: a rest of its own).
     if (outcome === "ok" && of.restSuffix !== undefined) this.copies.rememberFork(forkedFrom, newConversationId, created, of.restSuffix.length);
     return outcome === "ok" ? "copied" : outcome === "exists" ? "exists" : "unavailable";
+  }
+
+  /**
+   * Under encryption: the fork's rest, title and labels sealed for the fork. A past version's
+   * come as plaintext (`forkPast`); the current one's are the source's header row's, opened as
+   * the source's and sealed again (its rest with `restSuffix` appended, as the SQL appends it
+   * without encryption): 3 values, whatever the message count. Undefined when the source is no
+   * longer at `version` (the fork then answers as a moved source does).
+   */
+  private async sealedForkFields(
+    conversationId: string,
+    version: bigint,
+    newConversationId: string,
+    of: { restSuffix?: Buffer; rest?: Buffer; title?: string; labels?: string },
+  ): Promise<{ rest: Buffer; restSuffix?: Buffer; title: string; labels: string } | undefined> {
+    if (of.restSuffix === undefined) {
+      return { rest: this.values.seal(newConversationId, "rest", of.rest!), title: this.sealedText(newConversationId, "title", of.title!), labels: this.sealedText(newConversationId, "labels", of.labels!) };
+    }
+    const { rows } = await this.connection.query<{ version: string; rest: Buffer; title: string; labels: Record<string, string> | string }>(
+      "forking a conversation",
+      "SELECT version, rest, title, labels FROM contextd_conversations WHERE id = $1",
+      [idBytes(conversationId)],
+    );
+    const source = rows[0];
+    if (source === undefined || BigInt(source.version) !== version) return undefined;
+    const rest = this.values.open(conversationId, "rest", source.rest, () => "the header row's rest");
+    const [title, labels] = this.listingFields(conversationId, source);
+    return {
+      rest: this.values.seal(newConversationId, "rest", Buffer.concat([rest, of.restSuffix])),
+      title: this.sealedText(newConversationId, "title", title),
+      labels: this.sealedText(newConversationId, "labels", JSON.stringify(labels)),
+    };
   }
 
   /** The engine's write: one call of `contextd_commit_shared` (one transaction), notifying
@@ -747,4 +799,30 @@ interface ListedRow {
 /** The SQL condition of a header row that has not expired at the parameter `now` (Unix ms). */
 function unexpired(now: string): string {
   return `(expires_at_ms = 0 OR expires_at_ms > ${now}::bigint)`;
+}
+
+/**
+ * A read's message rows per segment and, when the conversation reads through links, per row the
+ * conversation that sealed it (`Sealers`): a row read through the n-th link is the n-th of the
+ * header's `owners` (migration 17: its storage's owner); its own rows are its own.
+ */
+class ReceivedRows {
+  readonly items: Buffer[][] = [[], [], [], []];
+  /** Undefined without links: every row is the conversation's own. */
+  readonly sealers: (string | undefined)[][] | undefined;
+  private readonly owners: string[];
+
+  constructor(owners: readonly Buffer[] | null) {
+    this.owners = (owners ?? []).map((owner) => owner.toString("utf8"));
+    this.sealers = this.owners.length === 0 ? undefined : [[], [], [], []];
+  }
+
+  add(segment: number, message: Buffer, link: number | null): void {
+    this.items[segment]!.push(message);
+    this.sealers?.[segment]!.push(this.sealerOf(link));
+  }
+
+  sealerOf(link: number | null): string | undefined {
+    return link === null ? undefined : this.owners[link - 1];
+  }
 }

@@ -3,6 +3,7 @@ import { removalMigration } from "./postgres-removal-schema.js";
 import { forkIndexMigration } from "./postgres-fork-index-schema.js";
 import { sharedIndexMigration } from "./postgres-shared-index-schema.js";
 import { sharedRowsMigration } from "./postgres-shared-rows-schema.js";
+import { sealedLinksMigration } from "./postgres-sealed-links-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
@@ -55,6 +56,11 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  * - Migration 16: the id index kept per storage (`contextd_stored_ids`, `contextd_stored_calls`,
  *   replacing 11's tables), so a fork shares it as it shares the rows (postgres-shared-index-schema.ts);
  *   `contextd_commit_shared`, the commit this build calls, and `contextd_fork_shared` again the fork.
+ * - Migration 17: forks share rows under encryption at rest too (postgres-sealed-links-schema.ts):
+ *   a shared row stays sealed for the conversation that wrote it, so the reads this build calls
+ *   (`contextd_load_linked`, `contextd_commit_tail_linked`, the window read through
+ *   `contextd_linked_rows`) say per row which link it came from and per link its storage's owner;
+ *   `contextd_fork_linked`, the fork this build calls, refuses to copy sealed rows past 64 links.
  *
  * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
  * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1239,6 +1245,7 @@ $$;
   sharedRowsMigration,
   forkIndexMigration,
   sharedIndexMigration,
+  sealedLinksMigration,
 ];
 
 /** The table recording which migrations were applied. */

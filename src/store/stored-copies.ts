@@ -71,7 +71,16 @@ export interface ReceivedSegment {
   items: Buffer[];
   /** The stored length, when the reply says it apart from the items (checked against them). */
   length?: number;
+  /** Per item, the conversation that sealed it when not this one (`Sealers`); none = every item is this conversation's. */
+  sealers?: Sealers;
 }
+
+/**
+ * Per stored entry of a read (same index as its items), the conversation that sealed it, where
+ * that is not the reader: a shared row (Postgres migration 17) stays sealed for the conversation
+ * that wrote it, named by the storage the row is read from. Undefined entries are the reader's.
+ */
+export type Sealers = readonly (string | undefined)[];
 
 /** How a store names its parts in messages (DATA_LOSS details and internal errors). */
 export interface StoredNames {
@@ -340,7 +349,7 @@ export class StoredCopies implements CommitCopies {
     const segments: SegmentLayout[] = [];
     const lists: Message[][] = [];
     storedSegments.forEach((segment, index) => {
-      const { at, from, items, length } = received[index]!;
+      const { at, from, items, length, sealers } = received[index]!;
       if (from > 0 && (!cached || !cachedLayout || cached[segment].length !== from)) {
         throw new ConnectError(`${loader} sent ${segment} of "${conversationId}" from ${from} without a cached copy that long`, Code.Internal);
       }
@@ -349,7 +358,7 @@ export class StoredCopies implements CommitCopies {
       }
       let bytes = from > 0 ? cachedLayout!.segments[index]!.bytes : 0;
       for (const item of items) bytes += item.length;
-      const { messages: decoded, running } = this.decodeWithFacts(conversationId, items, from, segment);
+      const { messages: decoded, running } = this.decodeWithFacts(conversationId, items, from, segment, sealers);
       // The cached list itself where nothing was added (an empty one too), so what was derived
       // from it by identity (encodings, token counts) is found again.
       const unchanged = cached !== undefined && decoded.length === 0 && cached[segment].length === from;
@@ -394,13 +403,13 @@ export class StoredCopies implements CommitCopies {
     let start = 0;
     let length = 0;
     for (const [index, segment] of storedSegments.entries()) {
-      const { at, from, items } = received[index]!;
+      const { at, from, items, sealers } = received[index]!;
       if (from + items.length !== received[index]!.length) throw corruptConversation(conversationId, `the ${segment} list sent ${items.length} messages from ${from} of ${received[index]!.length}`);
       if (segment !== "history") {
-        lists.push(this.decode(conversationId, items, from, segment));
+        lists.push(this.decode(conversationId, items, from, segment, sealers));
         continue;
       }
-      const { messages, running } = this.decodeHistoryWithFacts(conversationId, items, from, at, header.created);
+      const { messages, running } = this.decodeHistoryWithFacts(conversationId, items, from, at, header.created, sealers);
       const first = from === 0 ? 0 : tailStartIn(messages);
       if (first < 0) return "wider";
       const tail = first === 0 ? messages : messages.slice(first);
@@ -459,11 +468,11 @@ export class StoredCopies implements CommitCopies {
     }
   }
 
-  /** Stored entries of `segment` from position `from` on, as messages; DATA_LOSS naming the first that does not decode. */
-  decode(conversationId: string, items: readonly Buffer[], from: number, segment: string): Message[] {
+  /** Stored entries of `segment` from position `from` on, as messages (`sealers`: who sealed which, `Sealers`); DATA_LOSS naming the first that does not decode. */
+  decode(conversationId: string, items: readonly Buffer[], from: number, segment: string, sealers?: Sealers): Message[] {
     const open = this.values.opener(conversationId, "message");
     return items.map((stored, position) => {
-      const item = open(stored, () => this.entryName(conversationId, from + position, segment));
+      const item = open(stored, () => this.entryName(conversationId, from + position, segment), sealers?.[position]);
       try {
         return this.codec.decodeStoredEntry(item);
       } catch (error) {
@@ -473,11 +482,11 @@ export class StoredCopies implements CommitCopies {
   }
 
   /** `decode`, with each entry's stored running facts. */
-  decodeWithFacts(conversationId: string, items: readonly Buffer[], from: number, segment: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
+  decodeWithFacts(conversationId: string, items: readonly Buffer[], from: number, segment: string, sealers?: Sealers): { messages: Message[]; running: (RunningFacts | undefined)[] } {
     const running: (RunningFacts | undefined)[] = [];
     const open = this.values.opener(conversationId, "message");
     const messages = items.map((stored, position) => {
-      const item = open(stored, () => this.entryName(conversationId, from + position, segment));
+      const item = open(stored, () => this.entryName(conversationId, from + position, segment), sealers?.[position]);
       try {
         const entry = this.codec.storedTokenCounts.decodeEntryWithFacts(item);
         running.push(entry.running);
@@ -499,17 +508,17 @@ export class StoredCopies implements CommitCopies {
    * every compile, and decoded again the 64-128 of their entries it already held (the decoding's
    * CPU about halved in docs/benchmarks.md, "Round-robin").
    */
-  decodeHistoryWithFacts(conversationId: string, items: readonly Buffer[], from: number, at: string, created: string): { messages: Message[]; running: (RunningFacts | undefined)[] } {
+  decodeHistoryWithFacts(conversationId: string, items: readonly Buffer[], from: number, at: string, created: string, sealers?: Sealers): { messages: Message[]; running: (RunningFacts | undefined)[] } {
     const kept = this.tails.get(conversationId);
     const layout = kept && this.layouts.get(kept.state);
     const historyIndex = storedSegments.indexOf("history");
-    if (!kept || !layout || layout.created !== created || layout.segments[historyIndex]!.at !== at) return this.decodeWithFacts(conversationId, items, from, "history");
+    if (!kept || !layout || layout.created !== created || layout.segments[historyIndex]!.at !== at) return this.decodeWithFacts(conversationId, items, from, "history", sealers);
     const held = kept.state.history;
     const running: (RunningFacts | undefined)[] = [];
     const open = this.values.opener(conversationId, "message");
     const counts = this.codec.storedTokenCounts;
     const messages = items.map((stored, position) => {
-      const item = open(stored, () => this.entryName(conversationId, from + position, "history"));
+      const item = open(stored, () => this.entryName(conversationId, from + position, "history"), sealers?.[position]);
       const message = held[from + position - kept.start];
       try {
         if (message !== undefined && from + position >= kept.start) {

@@ -192,6 +192,23 @@ describe("AtRestCipher", () => {
     expect(open(good, where).toString()).toBe("good");
   });
 
+  it("opener with sealedBy: a value read through a link opens as its writer's, writers switching mid-list; as the reader's or another writer's it is DATA_LOSS naming the reader; a writer of another tenant is refused undecrypted", () => {
+    const open = cipher.opener("acme/fork", "message");
+    const [source, fork, other] = [cipher.seal("acme/source", "message", text("the source's")), cipher.seal("acme/fork", "message", text("the fork's")), cipher.seal("acme/other", "message", text("another's"))];
+    // A read's rows in position order: shared rows of the source, the fork's own, the source's again.
+    expect([open(source, where, "acme/source"), open(fork, where), open(source, where, "acme/source"), open(fork, where, "acme/fork")].map(String)).toEqual(["the source's", "the fork's", "the source's", "the fork's"]);
+    expect(connectError(() => open(source, where)).rawMessage).toBe(
+      `conversation "acme/fork" is corrupt in the store: message 4 of the history segment does not decrypt with key "acme-1": it was changed, or belongs to another conversation or field`,
+    );
+    expect(connectError(() => open(other, where, "acme/source")).rawMessage).toBe(
+      `conversation "acme/fork" is corrupt in the store: message 4 of the history segment does not decrypt with key "acme-1" as conversation "acme/source"'s, whose rows it links: it was changed, or belongs to another conversation or field`,
+    );
+    expect(connectError(() => open(fork, where, "beta/source")).rawMessage).toBe(
+      `conversation "acme/fork" is corrupt in the store: message 4 of the history segment is read through a link to rows of conversation "beta/source", of another tenant: no fork links those`,
+    );
+    expect(plainValues.opener("acme/fork", "message")(text("as is"), where, "acme/source").toString()).toBe("as is");
+  });
+
   it("storedValuesOf: no keys = the bytes as they are", () => {
     expect(storedValuesOf([])).toBe(plainValues);
     expect(plainValues.open("c1", "message", plainValues.seal("c1", "message", text("as is")), where).toString()).toBe("as is");

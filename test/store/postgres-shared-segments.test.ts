@@ -5,6 +5,7 @@
 // counted back out when the last reader goes. Against a real PostgreSQL.
 import { create, toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
@@ -305,9 +306,17 @@ describe("migration 16 on existing data, and a sidecar of the previous release",
   }, 120_000);
 });
 
-describe("links are bounded", () => {
-  it("a chain of 66 forks, each appending: past 64 links the fork copies the rows; a move past the bound copies the writer's own rows", async () => {
-    const { store, raw, open } = await database();
+/** The keys the encrypted runs seal with (one key for every conversation). */
+const cipher = new AtRestCipher([{ id: "k1", key: Buffer.alloc(32, 7), tenant: "" }]);
+/** Each test below runs without and with encryption at rest: a fork shares the rows alike (migration 17). */
+const configurations = [
+  ["plain", undefined],
+  ["encrypted", cipher],
+] as const;
+
+describe.each(configurations)("links are bounded (%s)", (_name, values) => {
+  it("a chain of 66 forks, each appending: past 64 links the fork copies the rows (under encryption the engine writes them, sealed for the fork); a move past the bound copies the writer's own rows", async () => {
+    const { store, raw, open } = await database({ values });
     await grow(store, "a0", 10);
     const rowsWritten: number[] = [];
     for (let level = 1; level <= 66; level++) {
@@ -321,7 +330,7 @@ describe("links are bounded", () => {
     expect(rowsWritten.slice(64)).toEqual([74, 0]);
     const { rows } = await raw.query<{ most: number }>("SELECT max(cardinality(links)) AS most FROM contextd_conversations");
     expect(rows[0]!.most).toBe(64);
-    const cold = await open({ cacheSize: 0 });
+    const cold = await open({ cacheSize: 0, values });
     for (const level of [1, 33, 64, 65, 66]) expect((await cold.load(`a${level}`)).history.length).toBe(10 + level);
     // a63 (63 links) is forked, then cut: linking its own storage would make 64 + 1, so it copies its own row.
     await store.fork("a63", undefined, "b");
@@ -359,7 +368,7 @@ describe("a fork at a past version whose changes since only appended shares the 
   }, 180_000);
 });
 
-describe("source and fork diverge as conversations written apart would", () => {
+describe.each(configurations)("source and fork diverge as conversations written apart would (%s)", (name, values) => {
   it("random commits, rewinds, edits, prunes, clears, forks of forks and deletes: every conversation reads as the memory store's, byte for byte, from a store with nothing cached; the last delete leaves no row", async () => {
     let clock = 1_700_000_000_000;
     const now = () => clock;
@@ -371,8 +380,8 @@ describe("source and fork diverge as conversations written apart would", () => {
       return { reset: () => (made = 0), context: { newMessageId: () => `made-${step}-${++made}` } };
     };
     const [made, madeInMemory] = [counted(), counted()];
-    const { store, raw, open } = await database({ now, deltaContext: made.context });
-    const cold = await open({ cacheSize: 0 });
+    const { store, raw, open } = await database({ now, deltaContext: made.context, values });
+    const cold = await open({ cacheSize: 0, values });
     const memory = new MemoryConversationStore({ now, deltaContext: madeInMemory.context });
     const random = randomSource(32);
     const edits = randomEdits(random);
@@ -382,7 +391,10 @@ describe("source and fork diverge as conversations written apart would", () => {
     await grow(store, "root", 300);
     await grow(memory, "root", 300);
     const pick = () => live[Math.floor(random() * live.length)]!;
-    for (; step < 160; step++) {
+    // Fewer steps encrypted: every step reads every live conversation cold, each row opened.
+    const steps = name === "plain" ? 160 : 100;
+    let sharing = 0;
+    for (; step < steps; step++) {
       clock += 1_000;
       made.reset();
       madeInMemory.reset();
@@ -409,7 +421,9 @@ describe("source and fork diverge as conversations written apart would", () => {
         const to = `fork-${++forks}`;
         const at = random() < 0.25 && current.version > 1n ? current.version - 1n : undefined;
         await memory.fork(id, at, to);
+        const before = await count(raw, "contextd_messages");
         await store.fork(id, at, to);
+        if ((await count(raw, "contextd_messages")) === before) sharing++;
         if (at !== undefined) done.pastForks++;
         live.push(to);
       } else if (draw < 0.94 && live.length > 2) {
@@ -437,6 +451,8 @@ describe("source and fork diverge as conversations written apart would", () => {
       }
     }
     expect(forks).toBeGreaterThan(5);
+    // Forks shared rows (wrote none) in both configurations.
+    expect(sharing).toBeGreaterThan(3);
     for (const [what, times] of Object.entries(done)) expect(times, what).toBeGreaterThan(0);
     // Some writer cut rows a fork read, and moved to a fresh storage.
     expect(await count(raw, "contextd_conversations WHERE storage IS NOT NULL")).toBeGreaterThan(0);
@@ -516,21 +532,196 @@ describe("concurrent writers", () => {
   }, 180_000);
 });
 
-describe("encryption at rest", () => {
-  it("a fork of an encrypted source is sealed under its own id (copied through the engine, no row shared) and both open", async () => {
-    const values = new AtRestCipher([{ id: "k1", key: Buffer.alloc(32, 7), tenant: "" }]);
-    const { store, raw, open } = await database({ values });
-    await grow(store, "s", 1_000);
-    const before = await count(raw, "contextd_messages");
+describe("encryption at rest: a fork shares the rows, each sealed for the conversation that wrote it (migration 17)", () => {
+  const secret = "the-secret-text";
+  const message = (id: string) => textMessage(id, Role.USER, `${secret} ${id}`);
+  async function growBoth(stores: ConversationStore[], id: string, messages: number): Promise<void> {
+    for (let from = 0; from < messages; from += 1_000) {
+      const batch = [appendHistory(...Array.from({ length: Math.min(1_000, messages - from) }, (_, index) => message(`${id}-m${from + index}`)))];
+      for (const each of stores) await each.commit(id, undefined, batch, "");
+    }
+  }
+  /** Every value of every table of the database, as the bytes a dump holds: what an attacker reading the store sees. */
+  async function dump(raw: pg.Client): Promise<Buffer> {
+    const { rows: tables } = await raw.query<{ name: string }>("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY 1");
+    const parts: Buffer[] = [];
+    for (const { name } of tables) {
+      const { rows } = await raw.query<Record<string, unknown>>(`SELECT * FROM ${name}`);
+      for (const row of rows) for (const value of Object.values(row)) parts.push(Buffer.isBuffer(value) ? value : Buffer.from(typeof value === "string" ? value : JSON.stringify(value) ?? "", "utf8"));
+    }
+    return Buffer.concat(parts);
+  }
+  async function changesOf(store: ConversationStore, conversationId: string, count: number): Promise<bigint[]> {
+    const controller = new AbortController();
+    const versions: bigint[] = [];
+    try {
+      for await (const change of store.watch(conversationId, 0n, controller.signal)) {
+        versions.push(change.version);
+        if (versions.length === count) break;
+      }
+    } finally {
+      controller.abort();
+    }
+    return versions;
+  }
+  const tailOnly = { withState: false } as const;
+
+  it("writes no message row at 1,000 and 10,000 messages (latest and past versions); after commits, a prune and a rewind on both sides and the source's delete, no table holds message text and every read (whole, window, tail, watch) answers as the memory store's", async () => {
+    const clock = 1_700_000_000_000;
+    const now = () => clock;
+    // The same dump check without keys finds the text: it would see a leak.
+    const plain = await database({ now });
+    await growBoth([plain.store], "p", 10);
+    expect((await dump(plain.raw)).includes(secret)).toBe(true);
+
+    // The ids a prune's summary gets, counted per store: both make the same ones.
+    const counted = () => {
+      let made = 0;
+      return { newMessageId: () => `made-${++made}` };
+    };
+    const { store, raw, open } = await database({ now, values: cipher, deltaContext: counted() });
+    const memory = new MemoryConversationStore({ now, deltaContext: counted() });
+    const both = [memory, store];
+    const written: number[] = [];
+    for (const size of [1_000, 10_000]) {
+      const [source, latest, past] = [`s${size}`, `latest${size}`, `past${size}`];
+      await growBoth(both, source, size);
+      for (const each of both) await each.commit(source, undefined, [appendHistory(message(`${source}-extra`))], "");
+      const rows = await count(raw, "contextd_messages");
+      for (const each of both) await each.fork(source, undefined, latest);
+      for (const each of both) await each.fork(source, 1n, past);
+      written.push((await count(raw, "contextd_messages")) - rows);
+      // Both sides go on: appends, a prune of the source (moving it off the rows its forks read), a rewind of a fork.
+      const steps: [string, Parameters<ConversationStore["commit"]>[2]][] = [
+        [source, [appendHistory(message(`${source}-after`))]],
+        [latest, [appendHistory(message(`${latest}-own`))]],
+        [past, [appendHistory(message(`${past}-own`))]],
+        [source, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })]],
+        [latest, [appendHistory(message(`${latest}-own2`))]],
+      ];
+      for (const [id, batch] of steps) for (const each of both) await each.commit(id, undefined, batch, "");
+      for (const each of both) await each.rewind(latest, undefined, 2n, "");
+      const cold = await open({ cacheSize: 0, values: cipher });
+      for (const id of [source, latest, past]) {
+        const expected = await memory.load(id);
+        expect(bytesOf(await cold.load(id)), id).toEqual(bytesOf(expected));
+        const window = await cold.readWindow(id, { segment: "history", count: 3, withRest: true });
+        expect(window.state.history.map((each) => each.id), id).toEqual(expected.history.slice(-3).map((each) => each.id));
+        expect(bytesOf({ ...window.state, history: expected.history, version: expected.version })).toEqual(bytesOf(expected));
+        expect(await changesOf(cold, id, Number(expected.version) > 5 ? 5 : Number(expected.version))).toHaveLength(Math.min(5, Number(expected.version)));
+      }
+      // The fork's first change (its version 1) is sealed for the fork and Watch serves it.
+      expect(await changesOf(cold, past, 1)).toEqual([1n]);
+      // A sidecar without a copy commits on the fork's stored tail, the tail's rows the source's.
+      const other = await open({ values: cipher });
+      for (const each of [memory, other]) await each.commit(past, undefined, [appendHistory(message(`${past}-tail`))], "", undefined, undefined, tailOnly);
+      expect(other.commitTraffic).toMatchObject({ tailReads: 1, wholeReads: 0 });
+      expect(bytesOf(await cold.load(past))).toEqual(bytesOf(await memory.load(past)));
+      // The source deleted: its rows stay for its forks, still opened as the source's.
+      for (const each of both) await each.delete(source, undefined);
+      for (const id of [latest, past]) expect(bytesOf(await cold.load(id)), id).toEqual(bytesOf(await memory.load(id)));
+    }
+    // Each fork wrote only the header, reference and change rows: no message row.
+    expect(written).toEqual([0, 0]);
+    expect(await count(raw, "contextd_storage_references")).toBeGreaterThan(0);
+    expect((await dump(raw)).includes(secret)).toBe(false);
+  }, 300_000);
+
+  it("a row moved between a source and its fork (either way, shared or not) does not open: DATA_LOSS naming it; a link edited to another tenant's rows is refused", async () => {
+    const { store, raw, open } = await database({ values: cipher });
+    await grow(store, "acme/s", 20);
+    await store.fork("acme/s", undefined, "acme/f");
+    for (const id of ["acme/s", "acme/f"]) await store.commit(id, undefined, [appendHistory(textMessage(`${id}-after`, Role.USER, "after"))], "");
+    const rowOf = async (storage: string, position: number) =>
+      (await raw.query<{ message: Buffer }>("SELECT message FROM contextd_messages WHERE conversation_id = convert_to($1, 'UTF8') AND segment = 1 AND position = $2", [storage, position])).rows[0]!.message;
+    const setRow = (storage: string, position: number, bytes: Buffer) =>
+      raw.query("UPDATE contextd_messages SET message = $3 WHERE conversation_id = convert_to($1, 'UTF8') AND segment = 1 AND position = $2", [storage, position, bytes]);
+    const [sourceOwn, forkOwn, shared] = [await rowOf("acme/s", 20), await rowOf("acme/f", 20), await rowOf("acme/s", 0)];
+    // A store of its own for each read: one with nothing cached still keeps the state it read last.
+    const cold = async () => open({ cacheSize: 0, values: cipher });
+    const dataLoss = async (id: string, pattern: RegExp) => {
+      const error = await (await cold()).load(id).then(() => undefined, (reason: unknown) => reason as ConnectError);
+      expect(error?.code, id).toBe(Code.DataLoss);
+      expect(error?.message).toMatch(pattern);
+    };
+    // The fork's own row in the source's storage, and the source's in the fork's: neither opens.
+    await setRow("acme/s", 20, forkOwn);
+    await setRow("acme/f", 20, sourceOwn);
+    await dataLoss("acme/s", /message 20 of the history segment does not decrypt/);
+    await dataLoss("acme/f", /message 20 of the history segment does not decrypt/);
+    await setRow("acme/s", 20, sourceOwn);
+    await setRow("acme/f", 20, forkOwn);
+    expect((await (await cold()).load("acme/f")).history).toHaveLength(21);
+    // A fork-sealed value put in a row the fork reads through its link opens as the source's: refused.
+    await setRow("acme/s", 0, forkOwn);
+    await dataLoss("acme/f", /message 0 of the history segment does not decrypt with key "k1" as conversation "acme\/s"'s/);
+    await setRow("acme/s", 0, shared);
+    // The fork's link pointed at another tenant's rows: refused before any decryption.
+    await grow(store, "beta/x", 20);
+    await raw.query("UPDATE contextd_conversations SET links = ARRAY[ROW(convert_to('beta/x', 'UTF8'), 1, 0, 20)::contextd_link] WHERE id = convert_to('acme/f', 'UTF8')");
+    await dataLoss("acme/f", /read through a link to rows of conversation "beta\/x", of another tenant/);
+  }, 120_000);
+
+  it("a sidecar of the previous release loads an encrypted fork's shared rows through contextd_load_unexpired, without their writer: opened as the fork's they are DATA_LOSS (docs/encryption-at-rest.md, rolling upgrade)", async () => {
+    const { store, raw, open } = await database({ values: cipher });
+    await grow(store, "s", 10);
     await store.fork("s", undefined, "f");
-    expect((await count(raw, "contextd_messages")) - before).toBe(1_000);
-    expect(await count(raw, "contextd_storage_references")).toBe(0);
-    const cold = await open({ cacheSize: 0, values });
-    const [source, fork] = [await cold.load("s"), await cold.load("f")];
-    expect(bytesOf(asSource(fork, source))).toEqual(bytesOf(source));
-    await store.commit("s", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
-    await store.rewind("s", undefined, 1n, "");
-    expect((await cold.load("s")).history.length).toBe(1_000);
-    expect((await cold.load("f")).history.length).toBe(1_000);
+    const { rows } = await raw.query<{ message: Buffer | null }>("SELECT message FROM contextd_load_unexpired(convert_to('f', 'UTF8'), ''::bytea, 0, -1, NULL, NULL, '{0,0,0,0}', '{0,0,0,0}')");
+    const messages = rows.slice(1).map((row) => row.message!);
+    expect(messages).toHaveLength(10);
+    const openAsFork = cipher.opener("f", "message");
+    let failed = 0;
+    for (const message of messages) {
+      try {
+        openAsFork(message, () => "a shared row");
+      } catch (error) {
+        expect((error as ConnectError).code).toBe(Code.DataLoss);
+        failed++;
+      }
+    }
+    expect(failed).toBe(10);
+    // This release reads them as the source's.
+    expect((await (await open({ cacheSize: 0, values: cipher })).load("f")).history).toHaveLength(10);
+  }, 60_000);
+
+  it("rotation: rows a fork shares, sealed under the old key, open after it; per-tenant keys: a same-tenant fork shares, a fork into another tenant is written by the engine under that tenant's key", async () => {
+    const k1 = Buffer.alloc(32, 1);
+    const [acme, beta] = [Buffer.alloc(32, 2), Buffer.alloc(32, 3)];
+    const before = new AtRestCipher([
+      { id: "k1", key: k1, tenant: "" },
+      { id: "acme-1", key: acme, tenant: "acme" },
+      { id: "beta-1", key: beta, tenant: "beta" },
+    ]);
+    const rotated = new AtRestCipher([
+      { id: "k2", key: Buffer.alloc(32, 4), tenant: "" },
+      { id: "acme-2", key: Buffer.alloc(32, 5), tenant: "acme" },
+      { id: "k1", key: k1, tenant: "" },
+      { id: "acme-1", key: acme, tenant: "acme" },
+      { id: "beta-1", key: beta, tenant: "beta" },
+    ]);
+    const { store, raw, open } = await database({ values: before });
+    await grow(store, "acme/s", 1_000);
+    await grow(store, "plain", 1_000);
+    const after = await open({ values: rotated });
+    const rows = await count(raw, "contextd_messages");
+    await after.fork("acme/s", undefined, "acme/f");
+    await after.fork("plain", undefined, "plain-f");
+    expect(await count(raw, "contextd_messages")).toBe(rows);
+    await after.commit("acme/f", undefined, [appendHistory(textMessage("f1", Role.USER, "after the rotation"))], "");
+    const keyIds = async (id: string) =>
+      (await raw.query<{ key: string; rows: string }>("SELECT convert_from(substring(message FROM 4 FOR get_byte(message, 2)), 'UTF8') AS key, count(*) AS rows FROM contextd_messages WHERE conversation_id = convert_to($1, 'UTF8') GROUP BY 1", [id])).rows.map((row) => [row.key, Number(row.rows)]);
+    expect(await keyIds("acme/s")).toEqual([["acme-1", 1_000]]);
+    expect(await keyIds("acme/f")).toEqual([["acme-2", 1]]);
+    const cold = await open({ cacheSize: 0, values: rotated });
+    const forked = await cold.load("acme/f");
+    expect(forked.history.slice(0, 1_000)).toEqual((await cold.load("acme/s")).history);
+    expect(forked.history.map((each) => each.id).slice(-1)).toEqual(["f1"]);
+    expect((await cold.load("plain-f")).history).toHaveLength(1_000);
+    // Into another tenant (or none): the engine writes every message, sealed under that tenant's key.
+    await after.fork("acme/s", undefined, "beta/f");
+    await after.fork("acme/s", undefined, "untenanted");
+    expect(await keyIds("beta/f")).toEqual([["beta-1", 1_000]]);
+    expect(await keyIds("untenanted")).toEqual([["k2", 1_000]]);
+    expect((await cold.load("beta/f")).history).toHaveLength(1_000);
   }, 120_000);
 });

@@ -17,12 +17,14 @@ import { RedisChangeFeed } from "./redis-change-feed.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
 import { RedisReplicaAcknowledgement } from "./redis-replica-acknowledgement.js";
-import { calibrationKeys, conversationExpiryIndexKey, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import { calibrationKeys, conversationExpiryIndexKey, conversationIdOfTag, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
 import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { storedSegments } from "./segment-edits.js";
-import { bufferOf, StoredCopies, type ReceivedSegment } from "./stored-copies.js";
+import { bufferOf, StoredCopies, type ReceivedSegment, type Sealers } from "./stored-copies.js";
+import { maxSealerRuns } from "./redis-fork-script.js";
+import { tenantOf } from "../core/model/conversation-tenant.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
 import type { HistoryBound } from "./history-bound.js";
@@ -369,15 +371,18 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const start = Number(reply[3]);
     const length = Number(reply[4]);
     const items = reply[5] as Buffer[];
+    const sealers = this.sealersOf(conversationId, reply[13]);
     const { messages: window, running } =
-      query.segment === "history" ? this.copies.decodeHistoryWithFacts(conversationId, items, start, String(reply[11]), String(reply[2])) : this.copies.decodeWithFacts(conversationId, items, start, query.segment);
+      query.segment === "history"
+        ? this.copies.decodeHistoryWithFacts(conversationId, items, start, String(reply[11]), String(reply[2]), sealers)
+        : this.copies.decodeWithFacts(conversationId, items, start, query.segment, sealers);
     const firstBytes = reply[12] as Buffer | null;
-    const first = firstBytes === null ? undefined : this.copies.decode(conversationId, [firstBytes], 0, query.segment)[0];
+    const first = firstBytes === null ? undefined : this.copies.decode(conversationId, [firstBytes], 0, query.segment, this.sealersOf(conversationId, reply[18]))[0];
     let state: ConversationState = { ...emptyConversationState(conversationId), version };
     if (query.withRest) {
       state = { ...this.copies.decodeRest(conversationId, reply[6] as Buffer), conversationId, version };
       storedSegments.forEach((segment, index) => {
-        if (index !== segmentIndex) state[segment] = this.copies.decode(conversationId, reply[7 + index] as Buffer[], 0, segment);
+        if (index !== segmentIndex) state[segment] = this.copies.decode(conversationId, reply[7 + index] as Buffer[], 0, segment, this.sealersOf(conversationId, reply[14 + index]));
       });
     }
     state[query.segment] = window;
@@ -513,14 +518,49 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * On one Redis, the fork script makes the fork read its source's segment lists (redis-fork-script.ts):
    * no message is written, on the wire or inside Redis. On a cluster the two conversations' keys
    * are in different slots, and the fork commits the state through the engine instead. So it does
-   * under encryption at rest (each stored value is bound to its conversation's id, so a shared one
-   * would not open in the fork: the engine's write seals them anew) and for a source that expires
-   * (a shared list must outlive every reader: the commit script keeps an expiring conversation out
-   * of sharing).
+   * for a source that expires (a shared list must outlive every reader: the commit script keeps an
+   * expiring conversation out of sharing). Under encryption at rest the shared elements stay sealed
+   * for the conversations that sealed them (each list records who sealed which: scriptPrelude's
+   * sealersOf, and every read sends it), and only the fork's own values are sealed for it
+   * (`sealedForkFields`); into another tenant it goes through the engine (a shared element opens
+   * only for its sealer's tenant), as does a fork whose lists would pass `maxSealerRuns`.
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
-    return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [restSuffix]);
+    if (!this.values.encrypts) return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [restSuffix], restSuffix.length);
+    if (this.redis instanceof Cluster || tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
+    const sealed = await this.sealedForkFields(conversationId, forkedFrom.version, newConversationId, restSuffix);
+    if (sealed === undefined) return "unavailable";
+    return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [sealed.rest, "past", ...sealed.lengths, sealed.title, sealed.labels], restSuffix.length);
+  }
+
+  /**
+   * Under encryption: the fork at the source's current version as the fork script takes a past
+   * one's (redis-fork-script.ts), its rest (the source's with `restSuffix` appended, as the script
+   * appends it without encryption), title and labels opened as the source's and sealed for the
+   * fork, and each segment's length: 3 values sealed, whatever the message count. Read in one
+   * MULTI, so they are of one version; undefined when that is no longer `version` (the fork then
+   * answers as a moved source does).
+   */
+  private async sealedForkFields(conversationId: string, version: bigint, newConversationId: string, restSuffix: Buffer): Promise<{ rest: Buffer; lengths: string[]; title: string | Buffer; labels: string | Buffer } | undefined> {
+    const keys = this.keys(conversationId);
+    const replies = await this.connection.call(
+      "forking a conversation",
+      () => this.redis.multi().get(keys.version).hmgetBuffer(keys.header, "rest", "title", "labels", ...storedSegments).exec(),
+      conversationId,
+    );
+    const [[, stored], [, fields]] = replies as [[unknown, string | null], [unknown, (Buffer | null)[]]];
+    if (stored === null || stored !== String(version)) return undefined;
+    const [rest, title, labels, ...lengths] = fields;
+    if (!rest || lengths.some((length) => length === null)) return undefined;
+    const text = (kind: "title" | "labels", value: Buffer | null | undefined, empty: string) =>
+      !value || value.length === 0 ? empty : this.values.open(conversationId, kind, value, () => `the header ${keys.header} field ${kind}`).toString("utf8");
+    return {
+      rest: this.values.seal(newConversationId, "rest", Buffer.concat([this.values.open(conversationId, "rest", rest, () => `the header ${keys.header} field rest`), restSuffix])),
+      lengths: lengths.map((length) => length!.toString("latin1")),
+      title: this.sealedText(newConversationId, "title", text("title", title, "")),
+      labels: this.sealedText(newConversationId, "labels", text("labels", labels, "{}")),
+    };
   }
 
   /**
@@ -529,28 +569,32 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * only cut appends off: `MessageListLineage.truncated`); otherwise it goes through the engine.
    */
   protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, state: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.redis instanceof Cluster || this.values.encrypts) return "unavailable";
+    if (this.redis instanceof Cluster || (this.values.encrypts && tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
     const latest = await this.load(conversationId);
     if (latest.version !== current) return "unavailable";
     if (!storedSegments.every((segment) => state[segment] === latest[segment] || this.lineage.extends(latest[segment], state[segment]))) return "unavailable";
     const forked = create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom });
     const rest = Buffer.concat([bufferOf(this.codec.encodeStateRest(state)), bufferOf(toBinary(ConversationStateSchema, forked))]);
     return this.forkByScript(conversationId, current, forkedFrom, newConversationId, [
-      rest,
+      this.values.seal(newConversationId, "rest", rest),
       "past",
       ...storedSegments.map((segment) => String(state[segment].length)),
-      state.title,
-      JSON.stringify(state.labels),
+      this.sealedText(newConversationId, "title", state.title),
+      this.sealedText(newConversationId, "labels", JSON.stringify(state.labels)),
     ]);
   }
 
-  /** The fork script, expecting the source at `sourceVersion`; `restAndPast`: its rest argument, then what a past version's fork adds. */
-  private async forkByScript(conversationId: string, sourceVersion: bigint, forkedFrom: ForkOrigin, newConversationId: string, restAndPast: (string | Buffer)[]): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.redis instanceof Cluster || this.values.encrypts) return "unavailable";
+  /**
+   * The fork script, expecting the source at `sourceVersion`; `restAndPast`: its rest argument,
+   * then what a past version's fork adds; `remembered`: for a fork at the current version, the
+   * bytes it adds to the source's rest (the fork's copy is then the source's).
+   */
+  private async forkByScript(conversationId: string, sourceVersion: bigint, forkedFrom: ForkOrigin, newConversationId: string, restAndPast: (string | Buffer)[], remembered?: number): Promise<"copied" | "exists" | "unavailable"> {
+    if (this.redis instanceof Cluster) return "unavailable";
     const source = this.keys(conversationId);
     const target = this.keys(newConversationId);
     const now = this.now();
-    const change = bufferOf(toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
+    const change = this.values.seal(newConversationId, "change", toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
     // The fork script writes no idempotency record and so purges none: the records an earlier,
     // expired conversation under the new id left go first (only while it has no version; a
     // commit that gives it one makes the fork answer "exists").
@@ -574,6 +618,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           change,
           String(now),
           String(this.maxChanges),
+          this.values.encrypts ? String(maxSealerRuns) : "0",
           ...past,
         ),
       conversationId,
@@ -586,9 +631,27 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       this.writeIndexEntry(newConversationId),
       this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-now), newConversationId).catch(() => undefined),
     ]);
-    // A fork at the current version holds what the source's copy holds (a past one: a rest of its own).
-    if (past.length === 0) this.copies.rememberFork(forkedFrom, newConversationId, created, rest!.length);
+    if (remembered !== undefined) this.copies.rememberFork(forkedFrom, newConversationId, created, remembered);
     return "copied";
+  }
+
+  /**
+   * Who sealed each of a read's entries (`Sealers`), from the runs a script sent with them
+   * (scriptPrelude's segmentSealers: count and hash tag pairs, '' the reader): undefined without
+   * encryption, where no value names its sealer, and when every entry is the reader's.
+   */
+  private sealersOf(conversationId: string, runs: unknown): Sealers | undefined {
+    if (!this.values.encrypts || !Array.isArray(runs) || runs.length === 0) return undefined;
+    const sealers: (string | undefined)[] = [];
+    let others = false;
+    for (let index = 0; index + 1 < runs.length; index += 2) {
+      const tag = String(runs[index + 1]);
+      const sealer = tag === "" ? undefined : conversationIdOfTag(tag);
+      const by = sealer === conversationId ? undefined : sealer;
+      if (by !== undefined) others = true;
+      for (let count = Number(runs[index]); count > 0; count--) sealers.push(by);
+    }
+    return others ? sealers : undefined;
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
@@ -774,9 +837,10 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       return { state: copy!.state, record };
     }
     const received: ReceivedSegment[] = storedSegments.map((_, index) => ({
-      at: String(reply[7 + 3 * index]),
-      from: Number(reply[8 + 3 * index]),
-      items: reply[9 + 3 * index] as Buffer[],
+      at: String(reply[7 + 4 * index]),
+      from: Number(reply[8 + 4 * index]),
+      items: reply[9 + 4 * index] as Buffer[],
+      sealers: this.sealersOf(conversationId, reply[10 + 4 * index]),
     }));
     const header = { created: String(reply[4]), restAt: String(reply[5]), rest: reply[6] as Buffer | null };
     return { state: this.copies.assemble(conversationId, version, header, received, copy?.state), record };
@@ -829,16 +893,17 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         return { version, record };
       }
       const received = storedSegments.map((_, index) => ({
-        at: String(reply[8 + 4 * index]),
-        length: Number(reply[9 + 4 * index]),
-        from: Number(reply[10 + 4 * index]),
-        items: reply[11 + 4 * index] as Buffer[],
+        at: String(reply[8 + 5 * index]),
+        length: Number(reply[9 + 5 * index]),
+        from: Number(reply[10 + 5 * index]),
+        items: reply[11 + 5 * index] as Buffer[],
+        sealers: this.sealersOf(conversationId, reply[12 + 5 * index]),
       }));
       const header = { created: String(reply[4]), restAt: String(reply[5]), rest: reply[6] as Buffer | null };
       const tail = this.copies.tailOf(conversationId, version, header, received);
       if (tail === "wider" && count * 8 <= maxTailWindowMessages) continue;
       if (tail === "wider" || tail === undefined) return { version, record };
-      const names = reply[24] as (Buffer | null)[];
+      const names = reply[28] as (Buffer | null)[];
       const headCallNames = new Map(callIds.map((id, index) => [id, names[index] == null ? undefined : String(names[index])]));
       this.copies.keepTail(tail);
       return { version, record, tail: { ...tail, headCallNames } };

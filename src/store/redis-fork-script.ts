@@ -27,9 +27,11 @@ import { scriptPrelude } from "./redis-scripts.js";
  * ARGV: the source version the sidecar read, `created` for the new conversation, the bytes appended
  * to the source's `rest` (the new conversation id and `forked_from`: protobuf's last-one-wins
  * for a field repeated in one encoding), the change record of version 1, the fork time (Unix ms),
- * the change stream MAXLEN (approximate); then, for a fork at a past version, "past", the length
+ * the change stream MAXLEN (approximate), the most runs of sealers a list the fork reads may have
+ * ("0" = no bound: without encryption); then, for a fork at a past version, "past", the length
  * of each segment's prefix the fork reads, and the past version's title and labels (the rest
- * argument is then the fork's whole rest).
+ * argument is then the fork's whole rest). Under encryption every fork passes "past" (at the
+ * current version with its lengths): its rest, title and labels come sealed for it.
  * Returns {'ok'}; {'moved', version} when the source is no longer at that version or expires
  * (the fork then goes through the engine); {'exists'} when
  * the new conversation has a version; {'corrupt', detail} when the source's keys cannot be trusted
@@ -56,13 +58,27 @@ for i = 8, 13 do
 end
 -- A fork at a past version reads the prefixes of the source's segments the sidecar names (what the
 -- undos since were: appends cut off), with the past version's rest, title and labels.
-local past = ARGV[7] == 'past'
+local past = ARGV[8] == 'past'
 local lengths = {}
 for i, name in ipairs(segmentNames) do
   lengths[i] = tonumber(header[name])
   if past then
-    if not (ARGV[7 + i] and isVersion(ARGV[7 + i]) and tonumber(ARGV[7 + i]) <= lengths[i]) then return {'moved', version} end
-    lengths[i] = tonumber(ARGV[7 + i])
+    if not (ARGV[8 + i] and isVersion(ARGV[8 + i]) and tonumber(ARGV[8 + i]) <= lengths[i]) then return {'moved', version} end
+    lengths[i] = tonumber(ARGV[8 + i])
+  end
+end
+-- Under encryption a list the fork reads must keep who sealed its elements within the bound
+-- ARGV[7] ('0' = none), with the run the fork's own ownWhole would add later (scriptPrelude's
+-- sealersOf): past it the fork goes through the engine, which seals every message for it.
+local bound = tonumber(ARGV[7]) or 0
+if bound > 0 then
+  for i = 1, 4 do
+    if lengths[i] > 0 then
+      local runs
+      if header.lists[i] and header.shared[i] < lengths[i] then runs = runCount(header.lists[i]) + 1 + runCount(KEYS[2 + i])
+      else runs = runCount(header.lists[i] or KEYS[2 + i]) end
+      if runs + 1 > bound then return {'moved', version} end
+    end
   end
 end
 -- The source's index, kept per list, is the fork's when it is current: the fork reads prefixes of
@@ -74,7 +90,7 @@ local sharesIndex = sound and redis.call('HGET', KEYS[2], 'list_ids_at') == vers
 local added = redis.pcall('XADD', KEYS[13], 'MAXLEN', '~', ARGV[6], '1-0', 'change', ARGV[4])
 if type(added) == 'table' and added.err then return corrupt('the change stream ' .. KEYS[13] .. ' does not take version 1 (' .. added.err .. ')') end
 local listed
-if past then listed = {ARGV[12], ARGV[13]} else listed = redis.call('HMGET', KEYS[2], 'title', 'labels') end
+if past then listed = {ARGV[13], ARGV[14]} else listed = redis.call('HMGET', KEYS[2], 'title', 'labels') end
 local fields = {'created', ARGV[2], 'rest', past and ARGV[3] or header.rest .. ARGV[3], 'rest_at', '1',
   'created_at_ms', ARGV[5], 'updated_at_ms', ARGV[5], 'title', listed[1] or '', 'labels', listed[2] or '{}'}
 -- The fork reads each segment as a prefix of one list, its source's own or the one the source
@@ -97,7 +113,7 @@ for i, name in ipairs(segmentNames) do
 end
 -- The fork's own lists are empty: so are their indexes (a previous release's delete of a
 -- conversation under its id left them behind).
-for i = 9, 12 do redis.call('UNLINK', idsOf(KEYS[i]), callsOf(KEYS[i])) end
+for i = 9, 12 do redis.call('UNLINK', idsOf(KEYS[i]), callsOf(KEYS[i]), sealersOf(KEYS[i])) end
 if sharesIndex then
   fields[#fields + 1] = 'list_ids_at'
   fields[#fields + 1] = '1'
@@ -106,6 +122,14 @@ redis.call('HSET', KEYS[8], unpack(fields))
 redis.call('SET', KEYS[7], '1')
 return {'ok'}
 `;
+
+/**
+ * The most runs of sealers a list may keep under encryption (scriptPrelude's sealersOf): each
+ * fork of a fork, prepend or expiry that makes a segment one list adds one, and each read costs
+ * O(runs) in Lua and per run in the sidecar; a fork whose lists would pass it goes through the
+ * engine, which seals every message for the fork (one writer again).
+ */
+export const maxSealerRuns = 16;
 
 /** How many of the fork script's arguments are keys. */
 export const forkScriptKeys = 13;

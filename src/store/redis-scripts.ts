@@ -84,6 +84,15 @@ export function escapeKeyPart(text: string): string {
   return text.replace(keySyntax, (character) => "%" + character.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0"));
 }
 
+/**
+ * The conversation id a key's hash tag names (`conversationKeys`): `escapeKeyPart` undone, "%"
+ * the empty id. What the scripts name a list's sealers by (scriptPrelude's sealersOf).
+ */
+export function conversationIdOfTag(tag: string): string {
+  if (tag === "%") return "";
+  return tag.includes("%") ? tag.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16))) : tag;
+}
+
 /** The lexicographic index of conversation ids (a sorted set, all scores 0) for listing. */
 export function conversationIndexKey(keyPrefix: string): string {
   return `${keyPrefix}:conversations`;
@@ -262,13 +271,98 @@ local function latestIn(text, lo, hi)
   end
   return name
 end
+-- Who sealed which elements of a list, for encryption at rest (at-rest-encryption.ts binds every
+-- sealed value to the conversation that sealed it): \`<list>:sealers\`, a string of runs
+-- \`<upTo>:<tag's length>:<tag>\` one after another, each the list index its run ends before and the
+-- hash tag (escaped id, escapeKeyPart) of the conversation that sealed it; '' the list's own
+-- conversation (the tag of its key: an orphan's is its owner's), which every element past the last
+-- run is too. Absent for a list of one writer (every list but one that ownWhole made of a shared
+-- prefix and an own tail, and what is copied or renamed from it). Reads send a segment's runs
+-- (segmentSealers) so the sidecar opens each element as its sealer's; the fork script bounds them
+-- (a fork past the bound goes through the engine, sealed anew). Renamed, copied and removed with
+-- the list, as its index is; a cut clips the runs, a prepend shifts them (commit script).
+local function sealersOf(list) return list .. ':sealers' end
+-- The hash tag of a list key (matched at the key's end: a key prefix may hold anything).
+local function tagOf(list) return string.match(list, '{([^{}:]*)}:segment:[^{}]*$') or '' end
+local function runsOf(list)
+  local text, runs, at = redis.call('GET', sealersOf(list)), {}, 1
+  if not text then return runs end
+  while at <= #text do
+    local _, stop, upTo, length = string.find(text, '^(%d+):(%d+):', at)
+    if not stop then break end
+    runs[#runs + 1] = tonumber(upTo)
+    runs[#runs + 1] = string.sub(text, stop + 1, stop + tonumber(length))
+    at = stop + tonumber(length) + 1
+  end
+  return runs
+end
+-- Stores \`runs\` ({upTo, tag, ...}, ascending) as the list's: empty runs dropped, neighbours of one
+-- sealer merged, trailing runs of the list's own conversation left implicit; none left = no key.
+local function writeRuns(list, runs)
+  local merged = {}
+  for k = 1, #runs, 2 do
+    local n = #merged
+    if runs[k] > (n > 0 and merged[n - 1] or 0) then
+      if n > 0 and merged[n] == runs[k + 1] then merged[n - 1] = runs[k]
+      else
+        merged[n + 1] = runs[k]
+        merged[n + 2] = runs[k + 1]
+      end
+    end
+  end
+  while #merged > 0 and merged[#merged] == '' do
+    merged[#merged] = nil
+    merged[#merged] = nil
+  end
+  if #merged == 0 then
+    redis.call('UNLINK', sealersOf(list))
+    return
+  end
+  local texts = {}
+  for k = 1, #merged, 2 do texts[#texts + 1] = string.format('%d', merged[k]) .. ':' .. #merged[k + 1] .. ':' .. merged[k + 1] end
+  redis.call('SET', sealersOf(list), table.concat(texts))
+end
+-- The runs of \`list\`'s elements [lo, hi) appended to \`out\` as {count, tag, ...}, neighbours of one
+-- sealer merged, its own conversation's as \`ownTag\`.
+local function runsRead(list, lo, hi, ownTag, out)
+  if hi <= lo then return end
+  local runs, at = runsOf(list), lo
+  local function push(count, tag)
+    if #out > 0 and out[#out] == tag then out[#out - 1] = out[#out - 1] + count
+    else
+      out[#out + 1] = count
+      out[#out + 1] = tag
+    end
+  end
+  for k = 1, #runs, 2 do
+    if at >= hi then break end
+    local upTo = math.min(runs[k], hi)
+    if upTo > at then
+      push(upTo - at, runs[k + 1] == '' and ownTag or runs[k + 1])
+      at = upTo
+    end
+  end
+  if at < hi then push(hi - at, ownTag) end
+end
+-- Who sealed messages \`from\` to \`stop\` (exclusive) of segment \`i\` of the conversation of KEYS[2],
+-- as segmentRange reads them: {count, tag, ...} in order, '' for the conversation itself.
+local function segmentSealers(header, i, from, stop)
+  local out, shared = {}, header.shared[i]
+  if stop <= from then return out end
+  if shared > 0 then runsRead(header.lists[i], from, math.min(stop, shared), tagOf(header.lists[i]), out) end
+  runsRead(KEYS[2 + i], math.max(from - shared, 0), stop - shared, '', out)
+  return out
+end
+-- How many runs the list has (the fork script's bound).
+local function runCount(list) return #runsOf(list) / 2 end
+-- The keys named after a list that go with it: its id index and its sealers.
 local function moveIndex(from, to)
-  for _, key in ipairs({idsOf, callsOf}) do
+  for _, key in ipairs({idsOf, callsOf, sealersOf}) do
     if redis.call('EXISTS', key(from)) == 1 then redis.call('RENAME', key(from), key(to)) end
   end
 end
 local function copyIndex(from, to)
-  for _, key in ipairs({idsOf, callsOf}) do
+  for _, key in ipairs({idsOf, callsOf, sealersOf}) do
     if redis.call('EXISTS', key(from)) == 1 then redis.call('COPY', key(from), key(to), 'REPLACE') else redis.call('UNLINK', key(to)) end
   end
 end
@@ -347,7 +441,7 @@ local function leaveShared(list, reader)
   local readers = readersOf(list)
   redis.call('ZREM', readers, reader)
   -- Matched at the key's end: a key prefix (--redis-key-prefix) may hold anything.
-  if string.find(list, ':segment:%a+:orphan:[^:]*:%d+$') and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list, idsOf(list), callsOf(list)) end
+  if string.find(list, ':segment:%a+:orphan:[^:]*:%d+$') and redis.call('ZCARD', readers) == 0 then redis.call('UNLINK', list, idsOf(list), callsOf(list), sealersOf(list)) end
 end
 -- The owner's own list \`list\` (segment \`name\`) becomes an orphan that only its readers read, so
 -- the owner may rewrite its own key: a RENAME (of its index too), and each live reader's header
@@ -366,7 +460,7 @@ local function orphanList(list, name, tag)
     if redis.call('HGET', reader, name .. '_list') == list then redis.call('HSET', reader, name .. '_list', orphan)
     else redis.call('ZREM', readersOf(orphan), reader) end
   end
-  if redis.call('ZCARD', readersOf(orphan)) == 0 then redis.call('UNLINK', orphan, idsOf(orphan), callsOf(orphan)) end
+  if redis.call('ZCARD', readersOf(orphan)) == 0 then redis.call('UNLINK', orphan, idsOf(orphan), callsOf(orphan), sealersOf(orphan)) end
   return orphan
 end
 -- The index of segment list \`own\` made whole (ownWhole): the entries of the first \`prefix\`
@@ -416,11 +510,21 @@ local function ownWhole(header, i, indexed)
   local shared, own, name = header.lists[i], KEYS[2 + i], segmentNames[i]
   if not shared then return end
   local whole = own .. ':whole'
+  -- The whole list's sealers: the shared prefix's (its own conversation's by its tag), then the own tail's after them.
+  local counts, runs, upTo = {}, {}, 0
+  runsRead(shared, 0, header.shared[i], tagOf(shared), counts)
+  runsRead(own, 0, redis.call('LLEN', own), '', counts)
+  for k = 1, #counts, 2 do
+    upTo = upTo + counts[k]
+    runs[#runs + 1] = upTo
+    runs[#runs + 1] = counts[k + 1]
+  end
   redis.call('COPY', shared, whole, 'REPLACE')
   redis.call('LTRIM', whole, 0, header.shared[i] - 1)
   local tail = redis.call('LRANGE', own, 0, -1)
   for from = 1, #tail, 1000 do redis.call('RPUSH', whole, unpack(tail, from, math.min(from + 999, #tail))) end
   redis.call('RENAME', whole, own)
+  writeRuns(own, runs)
   if indexed then indexWhole(shared, own, header.shared[i], i == 2) else redis.call('UNLINK', idsOf(own), callsOf(own)) end
   leaveShared(shared, KEYS[2])
   redis.call('HDEL', KEYS[2], name .. '_list', name .. '_shared')
@@ -445,7 +549,7 @@ end
  * the conversation was never written or is at the cached version (header and list lengths still
  * checked); else {'ok', version,
  * fingerprint, recorded, created, rest_at, rest or false, then per segment: _at, from, the
- * encoded messages from index `from` on} — `from` is the cached length when the list only grew
+ * encoded messages from index `from` on, and who sealed them (segmentSealers)} — `from` is the cached length when the list only grew
  * since the cached copy (same `created` and `_at`), else 0 and the whole list. {'corrupt', detail}
  * when something cannot be trusted.
  */
@@ -486,6 +590,7 @@ for i, name in ipairs(segmentNames) do
   reply[#reply + 1] = at
   reply[#reply + 1] = from
   reply[#reply + 1] = segmentRange(header, i, from, length)
+  reply[#reply + 1] = segmentSealers(header, i, from, length)
 end
 return reply
 `;
@@ -559,7 +664,8 @@ return {'ok', version, current and '1' or '0', ids, calls}
  * list lengths still checked); else {'ok', version, created, start, length, the window's encoded
  * messages, rest or false, then per segment the whole list when the rest was asked for and this is
  * not the window's segment, else false, then the segment's `_at`, then its first message when the
- * window starts after it, else false}. {'corrupt', detail} as the load script.
+ * window starts after it, else false, then who sealed each of those (segmentSealers: the window's,
+ * per segment the whole list's or false, the first message's or false)}. {'corrupt', detail} as the load script.
  */
 export const windowScript = `#!lua flags=no-writes
 ${scriptPrelude}
@@ -596,6 +702,12 @@ for i = 1, 4 do
 end
 reply[#reply + 1] = header[segmentNames[segment] .. '_at']
 if start > 0 then reply[#reply + 1] = segmentRange(header, segment, 0, 1)[1] else reply[#reply + 1] = false end
+-- Who sealed what was sent (segmentSealers): the window, each whole list, the first message.
+reply[#reply + 1] = segmentSealers(header, segment, start, stop)
+for i = 1, 4 do
+  if withRest and i ~= segment then reply[#reply + 1] = segmentSealers(header, i, 0, tonumber(header[segmentNames[i]])) else reply[#reply + 1] = false end
+end
+if start > 0 then reply[#reply + 1] = segmentSealers(header, segment, 0, 1) else reply[#reply + 1] = false end
 return reply
 `;
 
@@ -796,6 +908,29 @@ if not header then
 end
 -- Arguments per RPUSH/LPUSH: Lua's unpack takes at most a few thousand values.
 local chunk = 1000
+-- The runs of the own list \`key\` (scriptPrelude's sealersOf) after a cut to its first \`keep\`
+-- elements, and after \`cut\` elements go from its head and \`count\` of the writer's go before it.
+local function clippedRuns(key, keep)
+  local runs, out = runsOf(key), {}
+  for k = 1, #runs, 2 do
+    out[#out + 1] = math.min(runs[k], keep)
+    out[#out + 1] = runs[k + 1]
+    if runs[k] >= keep then break end
+  end
+  return out
+end
+local function shiftedRuns(key, cut, count)
+  local runs = runsOf(key)
+  if #runs == 0 then return runs end
+  local out = {count, ''}
+  for k = 1, #runs, 2 do
+    if runs[k] > cut then
+      out[#out + 1] = runs[k] - cut + count
+      out[#out + 1] = runs[k + 1]
+    end
+  end
+  return out
+end
 -- What a shared list's readers read never changes under them (readHeader says how a segment shares):
 -- a conversation appends only to its own list, and cutting its shared prefix only reads less of
 -- it; an owner whose edit would cut, shift or delete elements a reader still reads first leaves its
@@ -884,7 +1019,7 @@ for i, name in ipairs(segmentNames) do
     local cutFrom, cutTo, emptied, writtenAt = 0, 0, false, 0
     if shared > 0 and (edit.keep == 0 or edit.keep <= shared and edit.mode == 'p') then
       -- The kept messages are all of the shared prefix: the own tail goes, the prefix read shrinks.
-      redis.call('DEL', key)
+      redis.call('DEL', key, sealersOf(key))
       emptied = true
       if edit.keep == 0 then
         leaveShared(header.lists[i], KEYS[2])
@@ -897,18 +1032,26 @@ for i, name in ipairs(segmentNames) do
         header.shared[i] = edit.keep
       end
     elseif shared > 0 and edit.mode == 'p' then
-      if edit.keep < edit.base then redis.call('LTRIM', key, 0, edit.keep - shared - 1) end
+      if edit.keep < edit.base then
+        redis.call('LTRIM', key, 0, edit.keep - shared - 1)
+        writeRuns(key, clippedRuns(key, edit.keep - shared))
+      end
       cutFrom, cutTo, writtenAt = edit.keep - shared, edit.base - shared, edit.keep - shared
     else
       if shared > 0 then ownWhole(header, i, maintain)
       elseif header and edit.mode == 's' then keepOwnCopy(key, name, -1)
       elseif header and edit.keep < edit.base then keepOwnCopy(key, name, edit.keep) end
       if edit.keep == 0 then
-        redis.call('DEL', key)
+        redis.call('DEL', key, sealersOf(key))
         emptied = true
       elseif edit.keep < edit.base then
-        if edit.mode == 'p' then redis.call('LTRIM', key, 0, edit.keep - 1) else redis.call('LTRIM', key, -edit.keep, -1) end
+        if edit.mode == 'p' then
+          redis.call('LTRIM', key, 0, edit.keep - 1)
+          writeRuns(key, clippedRuns(key, edit.keep))
+        else redis.call('LTRIM', key, -edit.keep, -1) end
       end
+      -- A prepend's messages are the writer's, before what it keeps: the runs move behind them.
+      if edit.mode == 's' and edit.keep > 0 and edit.count > 0 then writeRuns(key, shiftedRuns(key, edit.base - edit.keep, edit.count)) end
       if edit.mode == 'p' then cutFrom, cutTo, writtenAt = edit.keep, edit.base, edit.keep else cutTo = edit.base - edit.keep end
     end
     local last = edit.first + edit.count - 1
@@ -977,6 +1120,7 @@ if expireAt ~= '0' then
   for i = 3, 6 do
     redis.call('PEXPIREAT', idsOf(KEYS[i]), expireAt)
     redis.call('PEXPIREAT', callsOf(KEYS[i]), expireAt)
+    redis.call('PEXPIREAT', sealersOf(KEYS[i]), expireAt)
   end
   if keyed and tonumber(expireAt) < redis.call('PEXPIRETIME', KEYS[8]) then redis.call('PEXPIREAT', KEYS[8], expireAt) end
 elseif hadExpiry then
@@ -985,6 +1129,7 @@ elseif hadExpiry then
   for i = 3, 6 do
     redis.call('PERSIST', idsOf(KEYS[i]))
     redis.call('PERSIST', callsOf(KEYS[i]))
+    redis.call('PERSIST', sealersOf(KEYS[i]))
   end
 end
 if not (rebuild or indexCurrent) then return {'ok', version, 'unindexed'} end
@@ -1020,7 +1165,7 @@ for i, name in ipairs(segmentNames) do
     if longestRead(KEYS[2 + i], name) > 0 then orphanList(KEYS[2 + i], name, created .. ':' .. current) end
     redis.call('UNLINK', readersOf(KEYS[2 + i]))
   end
-  redis.call('UNLINK', idsOf(KEYS[2 + i]), callsOf(KEYS[2 + i]))
+  redis.call('UNLINK', idsOf(KEYS[2 + i]), callsOf(KEYS[2 + i]), sealersOf(KEYS[2 + i]))
 end
 -- UNLINK: the keys are gone at once, and a long list's memory is freed off Redis's main thread.
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])

@@ -12,7 +12,7 @@ import { scriptPrelude } from "./redis-scripts.js";
  * Returns {'ok', false, fingerprint or false, record version or false} for a conversation never
  * written; else {'ok', version, fingerprint, recorded, created, rest_at, rest, '1' when the index
  * is current else '0', then per segment: _at, length, the index of its first message sent, those
- * messages (history: its last `count`, the others whole), then the names (false for none) of the
+ * messages (history: its last `count`, the others whole) and who sealed them (segmentSealers), then the names (false for none) of the
  * call ids asked}. {'corrupt', detail} as the load script.
  */
 export const commitTailScript = `#!lua flags=no-writes
@@ -52,6 +52,7 @@ for i, name in ipairs(segmentNames) do
   reply[#reply + 1] = length
   reply[#reply + 1] = from
   reply[#reply + 1] = segmentRange(header, i, from, length)
+  reply[#reply + 1] = segmentSealers(header, i, from, length)
 end
 local names = {}
 for k = 3, #ARGV do names[#names + 1] = latestCall(header, ARGV[k]) end

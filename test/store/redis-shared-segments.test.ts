@@ -13,6 +13,8 @@ import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
 import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { RedisConversationStore } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
+import { AtRestCipher, type StoredValues } from "../../src/store/at-rest-encryption.js";
+import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { randomSource } from "../support/random-messages.js";
 import { redisForFile } from "../support/redis-for-file.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
@@ -24,9 +26,13 @@ const keyPrefix = "contextd";
 const keysOf = (id: string) => conversationKeys(keyPrefix, id);
 const encoded = (state: ConversationState) => Buffer.from(toBinary(ConversationStateSchema, state)).toString("base64");
 
+/** The key the encrypted runs seal with (one key for every conversation). */
+const cipher = new AtRestCipher([{ id: "k1", key: Buffer.alloc(32, 7), tenant: "" }]);
+
 /** A state as a store with no cached copy reads it (every list read from Redis). */
-async function freshRead(id: string): Promise<string> {
-  const fresh = new RedisConversationStore(redis.url);
+const freshRead = (id: string) => freshReadWith(id, undefined);
+async function freshReadWith(id: string, values: StoredValues | undefined): Promise<string> {
+  const fresh = new RedisConversationStore(redis.url, { values });
   try {
     expect(await fresh.connected()).toBe(true);
     return encoded(await fresh.load(id));
@@ -103,11 +109,15 @@ describe("Redis shared segment lists", () => {
     expect(growth[1]!).toBeLessThan(16 * 1024);
   });
 
-  it("keeps what each conversation reads through commits, rewinds, edits, prunes and deletes on the source and on forks, each byte-equal to a fresh reader's", async () => {
-    const store = await openStore();
+  it.each([
+    ["plain", undefined],
+    ["encrypted", cipher],
+  ] as const)("keeps what each conversation reads through commits, rewinds, edits, prunes and deletes on the source and on forks, each byte-equal to a fresh reader's (%s)", async (name, values) => {
+    const store = await openStore({ values });
+    const freshRead = (id: string) => freshReadWith(id, values);
     const random = randomSource(32);
     const edits = randomEdits(random);
-    const root = "diverging";
+    const root = `diverging-${name}`;
     await store.commit(root, 0n, [appendHistory(...Array.from({ length: 30 }, (_, index) => textMessage(`h${index}`, Role.USER, `hello ${index}`)))], "");
     await store.commit(root, 1n, [delta({ case: "appendMessages", value: { segment: Segment.SYSTEM, messages: [textMessage("s0", Role.SYSTEM, "be kind")] } })], "");
     const live = new Map<string, string>([[root, await freshRead(root)]]);
@@ -433,5 +443,105 @@ describe("Redis shared segment lists under any key prefix", () => {
     await store.delete("prefixed-fork", undefined);
     expect(await redis.raw.llen(conversationKeys("tenant:orphan:1", "prefixed").segments[1]!)).toBe(2);
     expect((await store.load("prefixed")).history).toHaveLength(2);
+  });
+});
+
+describe("Redis shared segment lists under encryption at rest: each element opened as the conversation that sealed it", () => {
+  const secret = "the-secret-text";
+  const message = (id: string) => textMessage(id, Role.USER, `${secret} ${id}`);
+  /** Every key of the prefix, DUMPed: the bytes an attacker reading the store sees. */
+  async function dumpAll(): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    for (const key of (await redis.raw.keys(`${keyPrefix}:*`)).sort()) parts.push(Buffer.from(key, "utf8"), (await redis.raw.dumpBuffer(key)) ?? Buffer.alloc(0));
+    return Buffer.concat(parts);
+  }
+
+  it("forks 1,000 and 10,000 messages writing no list element (no RPUSH, LPUSH or COPY); after commits on both sides, a prepend on the fork, a fork of the fork, a rewind and a prune, no key holds message text and every conversation reads back as the memory store's", async () => {
+    const clock = 1_700_000_000_000;
+    const now = () => clock;
+    // The ids a prune's summary gets, counted per store: both make the same ones.
+    const counted = () => {
+      let made = 0;
+      return { newMessageId: () => `made-${++made}` };
+    };
+    const store = await openStore({ values: cipher, now, deltaContext: counted() });
+    const memory = new MemoryConversationStore({ now, deltaContext: counted() });
+    const both = [memory, store];
+    // The same dump check without keys finds the text: it would see a leak.
+    const plain = await openStore();
+    await plain.commit("plain-text", 0n, [appendHistory(message("p0"))], "");
+    expect((await dumpAll()).includes(secret)).toBe(true);
+    await plain.delete("plain-text", undefined);
+    for (const size of [1_000, 10_000]) {
+      const [source, fork, forkOfFork, past] = [`sealed-${size}`, `sealed-${size}-fork`, `sealed-${size}-fork-fork`, `sealed-${size}-past`];
+      for (let from = 0; from < size; from += 1_000) {
+        const batch = [appendHistory(...Array.from({ length: Math.min(1_000, size - from) }, (_, index) => message(`${source}-m${from + index}`)))];
+        for (const each of both) await each.commit(source, undefined, batch, "");
+      }
+      for (const each of both) await each.commit(source, undefined, [appendHistory(message(`${source}-extra`))], "");
+      const before = await commandCalls();
+      for (const each of both) await each.fork(source, undefined, fork);
+      for (const each of both) await each.fork(source, 1n, past);
+      const after = await commandCalls();
+      for (const command of ["rpush", "lpush", "copy"]) expect((after.get(command) ?? 0) - (before.get(command) ?? 0), command).toBe(0);
+      expect(await redis.raw.hget(keysOf(fork).header, "history_list")).toBe(keysOf(source).segments[1]);
+      expect(await redis.raw.hget(keysOf(past).header, "history_shared")).toBe("1000");
+      const steps: [string, Parameters<RedisConversationStore["commit"]>[2]][] = [
+        [source, [appendHistory(message(`${source}-after`))]],
+        [fork, [appendHistory(message(`${fork}-own`))]],
+        [past, [appendHistory(message(`${past}-own`))]],
+      ];
+      for (const [id, batch] of steps) for (const each of both) await each.commit(id, undefined, batch, "");
+      // A fork of a fork with an own tail: the fork's segment becomes one list of two sealers.
+      for (const each of both) await each.fork(fork, undefined, forkOfFork);
+      expect(await redis.raw.get(`${keysOf(fork).segments[1]}:sealers`)).toBe(`${size + 1}:${source.length}:${source}`);
+      const more: [string, Parameters<RedisConversationStore["commit"]>[2]][] = [
+        [forkOfFork, [appendHistory(message(`${forkOfFork}-own`))]],
+        // A prepend on the fork (its prune's summary goes before what it keeps), whose list the fork of the fork reads.
+        [fork, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })]],
+        [source, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })]],
+        [past, [appendHistory(message(`${past}-own2`))]],
+      ];
+      for (const [id, batch] of more) for (const each of both) await each.commit(id, undefined, batch, "");
+      for (const each of both) await each.rewind(forkOfFork, undefined, 2n, "");
+      for (const id of [source, fork, forkOfFork, past]) {
+        const expected = encoded(await memory.load(id));
+        expect(await freshReadWith(id, cipher), id).toBe(expected);
+        expect(encoded(await store.load(id)), id).toBe(expected);
+        const window = await (await openStore({ values: cipher })).readWindow(id, { segment: "history", count: 5, withRest: true });
+        expect(window.state.history.map((each) => each.id), id).toEqual((await memory.load(id)).history.slice(-5).map((each) => each.id));
+      }
+      // The fork of the fork still reads the fork's orphaned list of two sealers: the source's prefix, the fork's own message and its own.
+      expect((await store.load(forkOfFork)).history).toHaveLength(size + 3);
+    }
+    expect((await dumpAll()).includes(secret)).toBe(false);
+    // The change records are the fork's own, sealed for it: Watch serves them opened.
+    const controller = new AbortController();
+    for await (const change of store.watch("sealed-1000-fork", 0n, controller.signal)) {
+      expect(change.forkedFrom?.conversationId).toBe("sealed-1000");
+      break;
+    }
+    controller.abort();
+  });
+
+  it("answers DATA_LOSS for elements swapped between a source's list and its fork's, and a fork into another tenant goes through the engine", async () => {
+    const store = await openStore({ values: cipher });
+    await store.commit("swap-source", 0n, [appendHistory(...Array.from({ length: 10 }, (_, index) => message(`s${index}`)))], "");
+    await store.fork("swap-source", undefined, "swap-fork");
+    await store.commit("swap-fork", undefined, [appendHistory(message("f0"))], "");
+    const [sourceList, forkList] = [keysOf("swap-source").segments[1]!, keysOf("swap-fork").segments[1]!];
+    const [sourceFirst, forkFirst] = [await redis.raw.lindexBuffer(sourceList, 0), await redis.raw.lindexBuffer(forkList, 0)];
+    await redis.raw.lset(sourceList, 0, forkFirst!);
+    await redis.raw.lset(forkList, 0, sourceFirst!);
+    for (const id of ["swap-source", "swap-fork"]) {
+      const failed = await (await openStore({ values: cipher })).load(id).catch((error: unknown) => error);
+      expect(failed, id).toBeInstanceOf(ConnectError);
+      expect((failed as ConnectError).code, id).toBe(Code.DataLoss);
+    }
+    await store.commit("tenant-a/source", 0n, [appendHistory(message("t0"))], "");
+    await store.fork("tenant-a/source", undefined, "tenant-b/fork");
+    expect(await redis.raw.hget(keysOf("tenant-b/fork").header, "history_list")).toBeNull();
+    expect(await redis.raw.llen(keysOf("tenant-b/fork").segments[1]!)).toBe(1);
+    expect(await freshReadWith("tenant-b/fork", cipher)).toBe(encoded(await store.load("tenant-b/fork")));
   });
 });

@@ -505,7 +505,9 @@ end
 -- Segment \`i\` of the conversation of KEYS[2] stops sharing: its own list becomes the whole segment
 -- (a COPY of the shared list inside Redis, cut to the prefix, then the own tail): the copy once
 -- that a prepend, an expiry or a fork of a fork costs. Its index is made whole with it when
--- \`indexed\` (the conversation's is current), else removed (it stays stale, for a rebuild).
+-- \`indexed\` (the conversation's is current), else removed (it stays stale, for a rebuild); its
+-- sealers record that the prefix is the shared list's sealers' (sealersOf): the one way a list
+-- gets elements of two writers.
 local function ownWhole(header, i, indexed)
   local shared, own, name = header.lists[i], KEYS[2 + i], segmentNames[i]
   if not shared then return end

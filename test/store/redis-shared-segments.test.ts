@@ -524,6 +524,55 @@ describe("Redis shared segment lists under encryption at rest: each element open
     controller.abort();
   });
 
+  it("opens a fork's shared elements sealed under an old key after a rotation, and under a tenant's key, sharing within the tenant", async () => {
+    const old = new AtRestCipher([{ id: "old", key: Buffer.alloc(32, 1), tenant: "" }]);
+    const rotated = new AtRestCipher([
+      { id: "new", key: Buffer.alloc(32, 2), tenant: "" },
+      { id: "old", key: Buffer.alloc(32, 1), tenant: "" },
+    ]);
+    const before = await openStore({ values: old });
+    await before.commit("rotated-source", 0n, [appendHistory(...Array.from({ length: 20 }, (_, index) => message(`r${index}`)))], "");
+    const after = await openStore({ values: rotated });
+    await after.fork("rotated-source", undefined, "rotated-fork");
+    await after.commit("rotated-fork", undefined, [appendHistory(message("r-own"))], "");
+    expect(await redis.raw.hget(keysOf("rotated-fork").header, "history_list")).toBe(keysOf("rotated-source").segments[1]);
+    const read = await (await openStore({ values: rotated })).load("rotated-fork");
+    expect(read.history.map((each) => each.id)).toEqual([...Array.from({ length: 20 }, (_, index) => `r${index}`), "r-own"]);
+    // The fork's own element is sealed under the new key, the shared ones stay under the old.
+    expect((await redis.raw.lindexBuffer(keysOf("rotated-fork").segments[1]!, 0))!.subarray(3, 6).toString("latin1")).toBe("new");
+    expect((await redis.raw.lindexBuffer(keysOf("rotated-source").segments[1]!, 0))!.subarray(3, 6).toString("latin1")).toBe("old");
+    const tenants = new AtRestCipher([
+      { id: "shared", key: Buffer.alloc(32, 3), tenant: "" },
+      { id: "acme-key", key: Buffer.alloc(32, 4), tenant: "acme" },
+    ]);
+    const store = await openStore({ values: tenants });
+    await store.commit("acme/source", 0n, [appendHistory(message("a0"), message("a1"))], "");
+    await store.fork("acme/source", undefined, "acme/fork");
+    expect(await redis.raw.hget(keysOf("acme/fork").header, "history_list")).toBe(keysOf("acme/source").segments[1]);
+    expect((await (await openStore({ values: tenants })).load("acme/fork")).history.map((each) => each.id)).toEqual(["a0", "a1"]);
+  });
+
+  it("a chain of 20 forks, each appending: each generation's list records one more sealer, and past 16 runs the fork goes through the engine, sealed for the fork; every generation reads as the memory store's", async () => {
+    const store = await openStore({ values: cipher });
+    const memory = new MemoryConversationStore();
+    const both = [memory, store];
+    for (const each of both) await each.commit("chain-0", 0n, [appendHistory(message("c0"))], "");
+    const shared: boolean[] = [];
+    for (let generation = 1; generation <= 20; generation++) {
+      for (const each of both) await each.fork(`chain-${generation - 1}`, undefined, `chain-${generation}`);
+      shared.push((await redis.raw.hget(keysOf(`chain-${generation}`).header, "history_list")) !== null);
+      for (const each of both) await each.commit(`chain-${generation}`, undefined, [appendHistory(message(`c${generation}`))], "");
+    }
+    // Generation n reads generation n-1's list, made one list of n-1 runs by its fork (ownWhole);
+    // the 17th would read 16 and its own fork's ownWhole make 17: it goes through the engine, and
+    // its list, of one writer, starts the chain again.
+    expect(shared.map((each, index) => (each ? "" : String(index + 1))).filter((each) => each !== "")).toEqual(["17"]);
+    expect(await redis.raw.get(`${keysOf("chain-15").segments[1]}:sealers`)).toMatch(/^(\d+:\d+:chain-\d+){15}$/);
+    for (let generation = 0; generation <= 20; generation++) {
+      expect(await freshReadWith(`chain-${generation}`, cipher), `chain-${generation}`).toBe(encoded(await memory.load(`chain-${generation}`)));
+    }
+  });
+
   it("answers DATA_LOSS for elements swapped between a source's list and its fork's, and a fork into another tenant goes through the engine", async () => {
     const store = await openStore({ values: cipher });
     await store.commit("swap-source", 0n, [appendHistory(...Array.from({ length: 10 }, (_, index) => message(`s${index}`)))], "");

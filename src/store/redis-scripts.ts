@@ -205,12 +205,17 @@ local function readHeader(version)
       end
       local _, bad = typed('the shared ' .. name .. ' list', shared, 'list')
       if bad then return nil, bad end
+      _, bad = typed('the sealers of the shared ' .. name .. ' list', shared .. ':sealers', 'string')
+      if bad then return nil, bad end
       local held = redis.call('LLEN', shared)
       if held < tonumber(sharedLength) then
         return nil, corrupt('the shared ' .. name .. ' list ' .. shared .. ' holds ' .. held .. ' messages but the header ' .. KEYS[2] .. ' reads ' .. sharedLength .. ' of it')
       end
       header.lists[i], header.shared[i] = shared, tonumber(sharedLength)
     end
+    -- The sealers (sealersOf, below) are read by every read and edited by commits: a key of the wrong type is corrupt before the first write.
+    local _, bad = typed('the sealers of the ' .. name .. ' list', KEYS[2 + i] .. ':sealers', 'string')
+    if bad then return nil, bad end
     local stored = redis.call('LLEN', KEYS[2 + i])
     if stored ~= length - header.shared[i] then
       return nil, corrupt('the ' .. name .. ' list ' .. KEYS[2 + i] .. ' holds ' .. stored .. ' messages but the header says ' .. (length - header.shared[i]))

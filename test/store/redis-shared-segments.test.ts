@@ -514,6 +514,21 @@ describe("Redis shared segment lists under encryption at rest: each element open
       // The fork of the fork still reads the fork's orphaned list of two sealers: the source's prefix, the fork's own message and its own.
       expect((await store.load(forkOfFork)).history).toHaveLength(size + 3);
     }
+    // A sidecar without a copy commits on the stored tail (the tail script sends its sealers), and again on the tail it keeps.
+    const cold = await openStore({ values: cipher, now, deltaContext: counted() });
+    for (const turn of [0, 1]) {
+      const batch = [appendHistory(message(`cold-${turn}`))];
+      await memory.commit("sealed-1000-fork-fork", undefined, batch, "");
+      await cold.commit("sealed-1000-fork-fork", undefined, batch, "", undefined, undefined, { withState: false });
+    }
+    expect(cold.tailCommits).toBe(2);
+    expect(await freshReadWith("sealed-1000-fork-fork", cipher)).toBe(encoded(await memory.load("sealed-1000-fork-fork")));
+    // A sealers key of the wrong type is DATA_LOSS naming it, before anything is written.
+    await redis.raw.rpush(`${keysOf("sealed-1000-fork").segments[0]}:sealers`, "x");
+    const wrong = await (await openStore({ values: cipher })).load("sealed-1000-fork").catch((error: unknown) => error);
+    expect((wrong as ConnectError).code).toBe(Code.DataLoss);
+    expect((wrong as ConnectError).rawMessage).toContain(`the sealers of the system list key ${keysOf("sealed-1000-fork").segments[0]}:sealers is a list, not a string`);
+    await redis.raw.del(`${keysOf("sealed-1000-fork").segments[0]}:sealers`);
     expect((await dumpAll()).includes(secret)).toBe(false);
     // The change records are the fork's own, sealed for it: Watch serves them opened.
     const controller = new AbortController();

@@ -588,6 +588,23 @@ describe("Redis shared segment lists under encryption at rest: each element open
     }
   });
 
+  it("a fork taking an expiry makes its segment one list of two sealers, whose sealers key expires with it; an expiring source's fork goes through the engine", async () => {
+    const store = await openStore({ values: cipher });
+    await store.commit("expiry-source", 0n, [appendHistory(message("e0"), message("e1"))], "");
+    await store.fork("expiry-source", undefined, "expiry-fork");
+    await store.commit("expiry-fork", undefined, [appendHistory(message("e-own"))], "");
+    await store.commit("expiry-fork", undefined, [delta({ case: "setMetadata", value: { idleTtlMs: 60_000n } })], "");
+    const list = keysOf("expiry-fork").segments[1]!;
+    expect(await redis.raw.hget(keysOf("expiry-fork").header, "history_list")).toBeNull();
+    expect(await redis.raw.get(`${list}:sealers`)).toBe("2:13:expiry-source");
+    expect(await redis.raw.pexpiretime(`${list}:sealers`)).toBe(await redis.raw.pexpiretime(list));
+    expect(await redis.raw.pexpiretime(list)).toBeGreaterThan(0);
+    expect((await (await openStore({ values: cipher })).load("expiry-fork")).history.map((each) => each.id)).toEqual(["e0", "e1", "e-own"]);
+    await store.fork("expiry-fork", undefined, "expiry-fork-fork");
+    expect(await redis.raw.hget(keysOf("expiry-fork-fork").header, "history_list")).toBeNull();
+    expect(await freshReadWith("expiry-fork-fork", cipher)).toBe(encoded(await store.load("expiry-fork-fork")));
+  });
+
   it("answers DATA_LOSS for elements swapped between a source's list and its fork's, and a fork into another tenant goes through the engine", async () => {
     const store = await openStore({ values: cipher });
     await store.commit("swap-source", 0n, [appendHistory(...Array.from({ length: 10 }, (_, index) => message(`s${index}`)))], "");

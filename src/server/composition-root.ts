@@ -247,6 +247,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
     prefetchConversations: config.prefetchConversations,
     listedIdBytes: config.listedIdBytes,
     values: storedValuesOf(config.encryptionKeys),
+    shareEncryptedForks: config.shareEncryptedForks,
     retention: {
       expiry: new ConversationExpiry({ defaultMs: config.idleTtlMs, perTenant: new Map(Object.entries(config.idleTtlPerTenant)) }),
       expirySweepMs: config.expirySweepMs,

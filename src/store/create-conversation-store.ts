@@ -57,6 +57,8 @@ export interface ConversationStoreSettings {
   listedIdBytes?: number;
   /** `--encryption-key-file`: how the Redis and Postgres stores keep contents; the memory store holds nothing outside the process and takes none. */
   values?: StoredValues;
+  /** `--share-encrypted-forks`: under encryption, the Redis and Postgres stores' forks share stored messages (default) or write them all again. */
+  shareEncryptedForks?: boolean;
   retention?: StoreRetention;
   history?: HistoryOptions;
 }
@@ -79,6 +81,7 @@ export async function createConversationStore({
   prefetchConversations = defaultPrefetchConversations,
   listedIdBytes = defaultListedIdBytes,
   values = plainValues,
+  shareEncryptedForks = true,
   retention = {},
   history = {},
 }: ConversationStoreSettings): Promise<ConversationStore> {
@@ -86,7 +89,7 @@ export async function createConversationStore({
   const deltaContext = { newMessageId: () => randomUUID(), strictToolRounds };
   // Postgres: the same, and the schema is created or migrated on the first connection.
   if (postgresUrl !== "") {
-    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, prefetchConversations, listedIdBytes, values, ...retention, ...history });
+    const store = new PostgresConversationStore(postgresUrl, { codec, deltaContext, cacheBytes: decodedStateBytes, keptTailBytes, prefetchConversations, listedIdBytes, values, shareEncryptedForks, ...retention, ...history });
     await store.connected(connectTimeoutMs);
     return store;
   }
@@ -100,6 +103,7 @@ export async function createConversationStore({
     prefetchConversations,
     listedIdBytes,
     values,
+    shareEncryptedForks,
     ...history,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,

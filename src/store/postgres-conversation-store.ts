@@ -64,6 +64,12 @@ export interface PostgresStoreOptions {
   codec?: Codec;
   /** How contents are kept: AES-256-GCM under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
   values?: StoredValues;
+  /**
+   * Under encryption, whether a fork shares the source's stored messages, each opened as its
+   * sealer's (`--share-encrypted-forks`, default true), or goes through the engine, every message
+   * sealed again for the fork (what a previous release's sidecars read).
+   */
+  shareEncryptedForks?: boolean;
   /** The idle TTLs conversations expire by; none = only their own (`ConversationState.idle_ttl_ms`). */
   expiry?: ConversationExpiry;
   /** The default prune commits keep histories within (`--prune-*`); none = only `prune_history` deltas prune. */
@@ -142,6 +148,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   readonly lineage = new MessageListLineage();
   private readonly copies: StoredCopies;
   private readonly values: StoredValues;
+  private readonly sharesEncryptedForks: boolean;
   protected readonly engine: CommitEngine;
   private readonly changes: PostgresChangeFeed;
   protected readonly usage: PostgresUsageLedger;
@@ -171,6 +178,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new PostgresConnection(url, options.poolSize ?? 16);
     this.values = options.values ?? plainValues;
+    this.sharesEncryptedForks = options.shareEncryptedForks ?? true;
     this.usage = new PostgresUsageLedger(this.connection);
     this.copies = new StoredCopies({
       values: this.values,
@@ -622,7 +630,9 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     of: { restSuffix?: Buffer; rest?: Buffer; lengths?: number[]; title?: string; labels?: string },
   ): Promise<"copied" | "exists" | "unavailable"> {
     const encrypts = this.values.encrypts;
-    if (encrypts && tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
+    // Into another tenant a shared row would not open (its sealer's tenant key); with
+    // --share-encrypted-forks false, sidecars of a previous release read the store.
+    if (encrypts && (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
     const now = this.now();
     const change = this.values.seal(newConversationId, "change", toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
     const created = randomUUID();

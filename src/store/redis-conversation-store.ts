@@ -85,6 +85,12 @@ export interface RedisStoreOptions {
   tlsCa?: string;
   /** How contents are kept: AES-256-GCM under `--encryption-key-file` (at-rest-encryption.ts); as they are by default. */
   values?: StoredValues;
+  /**
+   * Under encryption, whether a fork shares the source's stored messages, each opened as its
+   * sealer's (`--share-encrypted-forks`, default true), or goes through the engine, every message
+   * sealed again for the fork (what a previous release's sidecars read).
+   */
+  shareEncryptedForks?: boolean;
   /** The idle TTLs conversations expire by (every key of one gets the expiry); none = only their own. */
   expiry?: ConversationExpiry;
   /** The default prune commits keep histories within (`--prune-*`); none = only `prune_history` deltas prune. */
@@ -118,6 +124,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   readonly lineage = new MessageListLineage();
   private readonly copies: StoredCopies;
   private readonly values: StoredValues;
+  private readonly sharesEncryptedForks: boolean;
   protected readonly engine: CommitEngine;
   private readonly changes: RedisChangeFeed;
   private readonly replicas: RedisReplicaAcknowledgement;
@@ -174,6 +181,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new RedisConnection(target, options.tlsCa);
     this.values = options.values ?? plainValues;
+    this.sharesEncryptedForks = options.shareEncryptedForks ?? true;
     this.usage = new RedisUsageLedger(this.connection, this.keyPrefix);
     this.copies = new StoredCopies({
       values: this.values,
@@ -523,12 +531,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * for the conversations that sealed them (each list records who sealed which: scriptPrelude's
    * sealersOf, and every read sends it), and only the fork's own values are sealed for it
    * (`sealedForkFields`); into another tenant it goes through the engine (a shared element opens
-   * only for its sealer's tenant), as does a fork whose lists would pass `maxSealerRuns`.
+   * only for its sealer's tenant), as does a fork whose lists would pass `maxSealerRuns`, and every
+   * encrypted fork with `--share-encrypted-forks false` (a previous release opens no shared element).
    */
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     if (!this.values.encrypts) return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [restSuffix], restSuffix.length);
-    if (this.redis instanceof Cluster || tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
+    if (this.redis instanceof Cluster || !this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
     const sealed = await this.sealedForkFields(conversationId, forkedFrom.version, newConversationId, restSuffix);
     if (sealed === undefined) return "unavailable";
     return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [sealed.rest, "past", ...sealed.lengths, sealed.title, sealed.labels], restSuffix.length);
@@ -569,7 +578,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * only cut appends off: `MessageListLineage.truncated`); otherwise it goes through the engine.
    */
   protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, state: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.redis instanceof Cluster || (this.values.encrypts && tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
+    if (this.redis instanceof Cluster || (this.values.encrypts && (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId)))) return "unavailable";
     const latest = await this.load(conversationId);
     if (latest.version !== current) return "unavailable";
     if (!storedSegments.every((segment) => state[segment] === latest[segment] || this.lineage.extends(latest[segment], state[segment]))) return "unavailable";

@@ -684,6 +684,19 @@ describe("encryption at rest: a fork shares the rows, each sealed for the conver
     expect((await (await open({ cacheSize: 0, values: cipher })).load("f")).history).toHaveLength(10);
   }, 60_000);
 
+  it("with shareEncryptedForks false (--share-encrypted-forks false) the engine writes the fork's every row sealed for it, which a previous release's load opens as the fork's", async () => {
+    const { store, raw, open } = await database({ values: cipher });
+    await grow(store, "s", 10);
+    const holding = await open({ values: cipher, shareEncryptedForks: false });
+    const rows = await count(raw, "contextd_messages");
+    await holding.fork("s", undefined, "f");
+    expect(await count(raw, "contextd_messages")).toBe(rows + 10);
+    const { rows: loaded } = await raw.query<{ message: Buffer | null }>("SELECT message FROM contextd_load_unexpired(convert_to('f', 'UTF8'), ''::bytea, 0, -1, NULL, NULL, '{0,0,0,0}', '{0,0,0,0}')");
+    const openAsFork = cipher.opener("f", "message");
+    expect(loaded.slice(1).map((row) => openAsFork(row.message!, () => "a row of the fork").length)).toHaveLength(10);
+    expect((await (await open({ cacheSize: 0, values: cipher })).load("f")).history).toEqual((await store.load("s")).history);
+  }, 60_000);
+
   it("rotation: rows a fork shares, sealed under the old key, open after it; per-tenant keys: a same-tenant fork shares, a fork into another tenant is written by the engine under that tenant's key", async () => {
     const k1 = Buffer.alloc(32, 1);
     const [acme, beta] = [Buffer.alloc(32, 2), Buffer.alloc(32, 3)];

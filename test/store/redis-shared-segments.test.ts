@@ -605,6 +605,20 @@ describe("Redis shared segment lists under encryption at rest: each element open
     expect(await freshReadWith("expiry-fork-fork", cipher)).toBe(encoded(await store.load("expiry-fork-fork")));
   });
 
+  it("with shareEncryptedForks false (--share-encrypted-forks false) the fork writes its own lists, every element sealed for it, which opens as the fork's as a previous release opens it", async () => {
+    const store = await openStore({ values: cipher });
+    await store.commit("held-source", 0n, [appendHistory(...Array.from({ length: 10 }, (_, index) => message(`s${index}`)))], "");
+    const holding = await openStore({ values: cipher, shareEncryptedForks: false });
+    await holding.fork("held-source", undefined, "held-fork");
+    const forkKeys = keysOf("held-fork");
+    expect(await redis.raw.hget(forkKeys.header, "history_list")).toBeNull();
+    const elements = await redis.raw.lrangeBuffer(forkKeys.segments[1]!, 0, -1);
+    expect(elements).toHaveLength(10);
+    const openAsFork = cipher.opener("held-fork", "message");
+    for (const element of elements) openAsFork(element, () => "an element of the fork");
+    expect((await (await openStore({ values: cipher })).load("held-fork")).history).toEqual((await store.load("held-source")).history);
+  });
+
   it("answers DATA_LOSS for elements swapped between a source's list and its fork's, and a fork into another tenant goes through the engine", async () => {
     const store = await openStore({ values: cipher });
     await store.commit("swap-source", 0n, [appendHistory(...Array.from({ length: 10 }, (_, index) => message(`s${index}`)))], "");

@@ -197,6 +197,13 @@ export interface Config {
    */
   encryptionKeys: AtRestKey[];
   /**
+   * Under encryption at rest, a fork on one Redis or on Postgres shares its source's stored
+   * messages, each opened as the conversation that sealed it (true), or writes every message again
+   * sealed for the fork (false): what sidecars of a release that opens shared values only as their
+   * own conversation's read, for a rolling upgrade from one (docs/encryption-at-rest.md).
+   */
+  shareEncryptedForks: boolean;
+  /**
    * How long a conversation lives without a commit, in ms, unless its tenant has an override or it
    * has its own (`ConversationState.idle_ttl_ms`); 0 = forever. Conversation lifetime, not the
    * retention of a change log.
@@ -282,6 +289,7 @@ export const defaultConfig: Config = {
   prefetchConversations: defaultPrefetchConversations,
   listedIdBytes: defaultListedIdBytes,
   encryptionKeys: [],
+  shareEncryptedForks: true,
   idleTtlMs: 0,
   idleTtlPerTenant: {},
   pruneMaxMessages: 0,
@@ -357,6 +365,8 @@ export const flags = {
   "prefetch-conversations": "most conversations the Redis, Redis Cluster (sharded pub/sub) and Postgres stores follow for commit notices: one this sidecar commits to that another sidecar writes too (round-robin) is caught up in the background on the other's commit, so this sidecar's next commit is the write alone; unfollowed after 3 notices without a commit here or 3 commits here without a notice; 0 = none (no subscriber connection)",
   "listed-id-bytes": "approximate heap bytes of the conversation ids the Redis store remembers having put in its listing index, so a commit skips that write for 60 s (80 + 2 per character each; the oldest go past it, and their next commit writes the entry again); the same again for the ids of conversations whose stored id index a commit found stale (Redis, Postgres)",
   "encryption-key-file": "file of encryption-at-rest keys (or CONTEXTD_ENCRYPTION_KEYS), [tenant/]key-id:base64 of 32 bytes per line, the first writes: the Redis and Postgres stores keep message contents as AES-256-GCM ciphertext (docs/encryption-at-rest.md); none = stored as they are",
+  "share-encrypted-forks":
+    "under encryption at rest a fork on one Redis or on Postgres shares its source's stored messages, each opened as the conversation that sealed it (true), or writes every message again sealed for the fork (false: while sidecars of a release before shared encrypted forks still read the store, which answer DATA_LOSS for a shared one)",
   "idle-ttl-ms": "a conversation expires this long after its last commit (then it reads as never written, on every store) unless its tenant or the conversation itself says otherwise; 0 = never",
   "idle-ttl-per-tenant": "per-tenant idle TTLs overriding --idle-ttl-ms, tenant=ms comma separated (the tenant is the conversation id's part before its first /); 0 = never",
   "prune-max-messages":
@@ -528,6 +538,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     prefetchConversations: integer("prefetch-conversations", defaultConfig.prefetchConversations, 0, 1_000_000),
     listedIdBytes: integer("listed-id-bytes", defaultConfig.listedIdBytes, 0),
     encryptionKeys,
+    shareEncryptedForks: boolean("share-encrypted-forks", defaultConfig.shareEncryptedForks),
     idleTtlMs: integer("idle-ttl-ms", defaultConfig.idleTtlMs, 0, metadataLimits.maxIdleTtlMs),
     idleTtlPerTenant: parseIdleTtlPerTenant(pick("idle-ttl-per-tenant")),
     expirySweepMs: integer("expiry-sweep-ms", defaultConfig.expirySweepMs, 0, 2 ** 31 - 1),

@@ -57,6 +57,13 @@ describe("configuration from flags and CONTEXTD_* environment", () => {
     expect(() => loadConfig(["--history-undo-bytes", "lots"], {})).toThrow(/--history-undo-bytes or CONTEXTD_HISTORY_UNDO_BYTES/);
   });
 
+  it("reads --share-encrypted-forks or CONTEXTD_SHARE_ENCRYPTED_FORKS; on by default", () => {
+    expect(defaultConfig.shareEncryptedForks).toBe(true);
+    expect(loadConfig(["--share-encrypted-forks", "false"], {}).shareEncryptedForks).toBe(false);
+    expect(loadConfig([], { CONTEXTD_SHARE_ENCRYPTED_FORKS: "false" }).shareEncryptedForks).toBe(false);
+    expect(() => loadConfig(["--share-encrypted-forks", "later"], {})).toThrow(/--share-encrypted-forks or CONTEXTD_SHARE_ENCRYPTED_FORKS/);
+  });
+
   it("reads --strict-tool-rounds or CONTEXTD_STRICT_TOOL_ROUNDS; off by default", () => {
     expect(defaultConfig.strictToolRounds).toBe(false);
     expect(loadConfig(["--strict-tool-rounds", "true"], {}).strictToolRounds).toBe(true);

@@ -153,7 +153,13 @@ export class StoredCopies implements CommitCopies {
     // The whole copy decides what a kept tail would.
     this.tails.delete(state.conversationId);
     this.layouts.set(state, layout);
-    this.cache.remember(state, layout.segments.reduce((sum, segment) => sum + segment.bytes, layout.restBytes));
+    const messageBytes = layout.segments.reduce((sum, segment) => sum + segment.bytes, 0);
+    // A fork the engine wrote (Redis Cluster, a fork into another tenant under encryption) holds
+    // its source's lists as they are: weighed once with them, as a shared fork's copy is. Weighed
+    // in full, a 100,000-message fork's copy pushed its source's out under the default bound.
+    const source = state.forkedFrom !== undefined && state.version === 1n ? this.cache.get(state.forkedFrom.conversationId) : undefined;
+    if (source !== undefined && storedSegments.every((segment) => source[segment] === state[segment]) && this.cache.rememberFork(source, state, messageBytes + layout.restBytes, messageBytes)) return;
+    this.cache.remember(state, messageBytes + layout.restBytes);
   }
 
   /**

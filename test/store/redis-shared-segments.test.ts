@@ -619,6 +619,23 @@ describe("Redis shared segment lists under encryption at rest: each element open
     expect((await (await openStore({ values: cipher })).load("held-fork")).history).toEqual((await store.load("held-source")).history);
   });
 
+  it("weighs a fork the engine wrote (here with shareEncryptedForks false) once with its source's copy: both held under a bound that holds one in full, commits to either read nothing", async () => {
+    const small = await openStore({ values: cipher, shareEncryptedForks: false, cacheBytes: 8 * 1024 * 1024 });
+    await longConversation(small, "engine-source", 5_000);
+    const alone = small.heldCopies.decodedStates.bytes;
+    expect(alone * 2).toBeGreaterThan(8 * 1024 * 1024);
+    await small.fork("engine-source", undefined, "engine-fork");
+    // The engine wrote every element (no shared list).
+    expect(await redis.raw.llen(keysOf("engine-fork").segments[1]!)).toBe(5_000);
+    expect(small.heldCopies.decodedStates.count).toBe(2);
+    expect(small.heldCopies.decodedStates.bytes - alone).toBeLessThan(alone / 10);
+    const before = small.commitTraffic;
+    await small.commit("engine-source", undefined, [appendHistory(message("more"))], "");
+    const { state: fork } = await small.commit("engine-fork", undefined, [appendHistory(message("f0"))], "");
+    expect(small.commitTraffic).toEqual({ ...before, writes: before.writes + 2 });
+    expect(await freshReadWith("engine-fork", cipher)).toBe(encoded(fork!));
+  });
+
   it("answers DATA_LOSS for elements swapped between a source's list and its fork's, and a fork into another tenant goes through the engine", async () => {
     const store = await openStore({ values: cipher });
     await store.commit("swap-source", 0n, [appendHistory(...Array.from({ length: 10 }, (_, index) => message(`s${index}`)))], "");

@@ -252,21 +252,25 @@ local offsetField = '\\255'
 local function idsOf(list) return list .. ':ids' end
 local function callsOf(list) return list .. ':calls' end
 local function offsetOf(list) return tonumber(redis.call('HGET', idsOf(list), offsetField) or '0') or 0 end
--- One call id's calls in a list's index, {position, name, position, name, ...}: stored as
--- \`<position>:<name's length>:<name>\` one after another. What does not parse ends them (an index
--- damaged behind the store's back answers less, never an error between two writes).
-local function callsIn(text)
+-- The entries of a string of \`<number>:<text's length>:<text>\` one after another, as {number,
+-- text, number, text, ...}: the format of a call index entry and of a list's sealer runs. What does
+-- not parse ends them (a key damaged behind the store's back answers less, never an error between
+-- two writes).
+local function numberedTexts(text)
   local entries, at = {}, 1
   if not text then return entries end
   while at <= #text do
-    local _, stop, position, length = string.find(text, '^(%-?%d+):(%d+):', at)
+    local _, stop, number, length = string.find(text, '^(%-?%d+):(%d+):', at)
     if not stop then break end
-    entries[#entries + 1] = tonumber(position)
+    entries[#entries + 1] = tonumber(number)
     entries[#entries + 1] = string.sub(text, stop + 1, stop + tonumber(length))
     at = stop + tonumber(length) + 1
   end
   return entries
 end
+-- One call id's calls in a list's index, {position, name, position, name, ...}: stored as
+-- \`<position>:<name's length>:<name>\` one after another.
+local function callsIn(text) return numberedTexts(text) end
 local function callText(position, name) return string.format('%d', position) .. ':' .. #name .. ':' .. name end
 -- The name of the call at the highest position in [lo, hi) of one call id's stored calls, or false.
 local function latestIn(text, lo, hi)
@@ -289,18 +293,7 @@ end
 local function sealersOf(list) return list .. ':sealers' end
 -- The hash tag of a list key (matched at the key's end: a key prefix may hold anything).
 local function tagOf(list) return string.match(list, '{([^{}:]*)}:segment:[^{}]*$') or '' end
-local function runsOf(list)
-  local text, runs, at = redis.call('GET', sealersOf(list)), {}, 1
-  if not text then return runs end
-  while at <= #text do
-    local _, stop, upTo, length = string.find(text, '^(%d+):(%d+):', at)
-    if not stop then break end
-    runs[#runs + 1] = tonumber(upTo)
-    runs[#runs + 1] = string.sub(text, stop + 1, stop + tonumber(length))
-    at = stop + tonumber(length) + 1
-  end
-  return runs
-end
+local function runsOf(list) return numberedTexts(redis.call('GET', sealersOf(list))) end
 -- Stores \`runs\` ({upTo, tag, ...}, ascending) as the list's: empty runs dropped, neighbours of one
 -- sealer merged, trailing runs of the list's own conversation left implicit; none left = no key.
 local function writeRuns(list, runs)

@@ -17,6 +17,7 @@ import { AtRestCipher, type StoredValues } from "../../src/store/at-rest-encrypt
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { randomSource } from "../support/random-messages.js";
 import { redisForFile } from "../support/redis-for-file.js";
+import { expectForkCopyWeighedOnce } from "./fork-copy-weight.js";
 import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
 
 const redis = redisForFile();
@@ -323,30 +324,9 @@ describe("Redis shared segment lists", () => {
     const { state: source } = await store.commit("seeded-source", undefined, [appendHistory(textMessage("f0", Role.USER, "the fork's id is free here"))], "");
     expect(encoded(source!)).toBe(await freshRead("seeded-source"));
 
-    // The fork's copy weighs only what it does not share with its source's (DecodedStateCache), so
-    // it is held under a bound that holds one of them weighed in full, and the source stays held:
-    // commits to either read nothing, and what the copies weigh stays under the bound.
+    // The fork's copy weighs only what it does not share with its source's (DecodedStateCache).
     const small = await openStore({ cacheBytes: 8 * 1024 * 1024 });
-    await longConversation(small, "unseeded-source", 5_000);
-    const alone = small.heldCopies.decodedStates.bytes;
-    expect(alone * 2).toBeGreaterThan(8 * 1024 * 1024);
-    await small.fork("unseeded-source", undefined, "unseeded-fork");
-    expect(small.heldCopies.decodedStates.count).toBe(2);
-    expect(small.heldCopies.decodedStates.bytes - alone).toBeLessThan(alone / 10);
-    const before = small.commitTraffic;
-    const { state: grown } = await small.commit("unseeded-source", undefined, [appendHistory(textMessage("more", Role.USER, "more"))], "");
-    const { state: fork } = await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f0", Role.USER, "fork"))], "");
-    expect(small.commitTraffic).toEqual({ ...before, writes: before.writes + 2 });
-    expect(encoded(grown!)).toBe(await freshRead("unseeded-source"));
-    expect(encoded(fork!)).toBe(await freshRead("unseeded-fork"));
-    expect(small.heldCopies.decodedStates.bytes).toBeLessThanOrEqual(8 * 1024 * 1024);
-    // The source deleted, the fork's copy weighs the messages it shared (the heap still holds them).
-    await small.delete("unseeded-source", undefined);
-    expect(small.heldCopies.decodedStates.count).toBe(1);
-    expect(small.heldCopies.decodedStates.bytes).toBeGreaterThan(alone * 0.9);
-    const after = small.commitTraffic;
-    await small.commit("unseeded-fork", undefined, [appendHistory(textMessage("f1", Role.USER, "fork"))], "");
-    expect(small.commitTraffic).toEqual({ ...after, writes: after.writes + 1 });
+    await expectForkCopyWeighedOnce(small, 8 * 1024 * 1024, (id) => longConversation(small, id, 5_000), async (id, state) => expect(encoded(state)).toBe(await freshRead(id)));
   });
 
   it("appends to a fork and its source without copying either: each writes its own list", async () => {

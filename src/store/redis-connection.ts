@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { describeClusterSeeds, parseClusterSeeds } from "./redis-cluster-seeds.js";
-import { commitScript, deleteScript, indexedIdsScript, loadScript, reportUsageScript, sweepIdempotencyScript, windowScript, writeProbeScript } from "./redis-scripts.js";
+import { claimHomeScript, commitScript, deleteScript, indexedIdsScript, loadScript, reportUsageScript, sweepIdempotencyScript, unhomeScript, windowScript, writeProbeScript } from "./redis-scripts.js";
 import { commitTailScript } from "./redis-tail-script.js";
 import { forkScript, forkScriptKeys } from "./redis-fork-script.js";
 import { corruptConversation, redactUrl, storeOutOfMemory } from "./store-errors.js";
@@ -62,7 +62,7 @@ export const redisClusterOptions: ClusterOptions = {
 };
 
 /** How many of the commit script's arguments are keys. */
-export const commitScriptKeys = 11;
+export const commitScriptKeys = 12;
 
 /** The load script's reply (see `loadScript`). */
 export type LoadReply = (Buffer | null | number | Buffer[])[];
@@ -78,6 +78,8 @@ export interface Scripts {
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
   contextdFork(...args: (string | Buffer)[]): Promise<string[]>;
   contextdIndexedIds(...args: string[]): Promise<[string, string | null, string, string[], string[]] | [string, string]>;
+  contextdClaimHome(...args: string[]): Promise<string[]>;
+  contextdUnhome(...args: string[]): Promise<number>;
 }
 /** One Redis, or a cluster's client (which routes each command to the master of its keys' slot). */
 export type ScriptedRedis = (Redis | Cluster) & Scripts;
@@ -113,16 +115,18 @@ export class RedisConnection {
     // Without a listener ioredis reports connection errors as unhandled; they surface as
     // UNAVAILABLE on the calls that need the connection instead.
     this.redis.on("error", (error: Error) => (this.lastError = error.message));
-    this.redis.defineCommand("contextdLoad", { numberOfKeys: 7, lua: loadScript, readOnly: true });
-    this.redis.defineCommand("contextdWindow", { numberOfKeys: 6, lua: windowScript, readOnly: true });
-    this.redis.defineCommand("contextdCommitTail", { numberOfKeys: 7, lua: commitTailScript, readOnly: true });
+    this.redis.defineCommand("contextdLoad", { numberOfKeys: 8, lua: loadScript, readOnly: true });
+    this.redis.defineCommand("contextdWindow", { numberOfKeys: 7, lua: windowScript, readOnly: true });
+    this.redis.defineCommand("contextdCommitTail", { numberOfKeys: 8, lua: commitTailScript, readOnly: true });
     this.redis.defineCommand("contextdCommit", { numberOfKeys: commitScriptKeys, lua: commitScript });
     this.redis.defineCommand("contextdWriteProbe", { numberOfKeys: 0, lua: writeProbeScript });
-    this.redis.defineCommand("contextdDelete", { numberOfKeys: 10, lua: deleteScript });
-    this.redis.defineCommand("contextdSweepIdempotency", { numberOfKeys: 2, lua: sweepIdempotencyScript });
+    this.redis.defineCommand("contextdDelete", { numberOfKeys: 11, lua: deleteScript });
+    this.redis.defineCommand("contextdSweepIdempotency", { numberOfKeys: 3, lua: sweepIdempotencyScript });
     this.redis.defineCommand("contextdReportUsage", { numberOfKeys: 2, lua: reportUsageScript });
     this.redis.defineCommand("contextdFork", { numberOfKeys: forkScriptKeys, lua: forkScript });
-    this.redis.defineCommand("contextdIndexedIds", { numberOfKeys: 6, lua: indexedIdsScript, readOnly: true });
+    this.redis.defineCommand("contextdClaimHome", { numberOfKeys: 8, lua: claimHomeScript });
+    this.redis.defineCommand("contextdUnhome", { numberOfKeys: 1, lua: unhomeScript });
+    this.redis.defineCommand("contextdIndexedIds", { numberOfKeys: 7, lua: indexedIdsScript, readOnly: true });
   }
 
   /**

@@ -146,6 +146,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    */
   private readonly staleIdIndexes: RecentIds<true>;
   /**
+   * On a cluster, the homes this process learnt of forks that live under another conversation's
+   * hash tag (redis-scripts.ts, conversationKeys): a pointer changes only when its conversation is
+   * gone, and a home that no longer holds its conversation is found out at the next read there,
+   * so a remembered one saves the hop through the own tag. Bounded by `--listed-id-bytes`.
+   */
+  private readonly homes: RecentIds<string>;
+  /**
    * Set when Redis refused a commit for memory: the bytes that commit sent. Redis counts a
    * command's own arguments against `maxmemory`, so it can refuse a commit of a long state while
    * small writes (and the write probe) still pass; `ping` fails until the refused size fits again.
@@ -179,6 +186,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.indexRefreshMs = options.indexRefreshMs ?? 60_000;
     this.indexedConversations = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
+    this.homes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.connection = new RedisConnection(target, options.tlsCa);
     this.values = options.values ?? plainValues;
     this.sharesEncryptedForks = options.shareEncryptedForks ?? true;
@@ -227,7 +235,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
 
   private subscribeNotices(conversationId: string): void {
-    const channel = this.keys(conversationId).changes;
+    const channel = this.noticeChannelOf(conversationId);
     this.noticeChannels.set(channel, conversationId);
     this.noticeSubscriber ??= this.noticeSubscriberOf(this.redis);
     const subscribing = this.noticeSubscriber instanceof Cluster ? this.noticeSubscriber.ssubscribe(channel) : this.noticeSubscriber.subscribe(channel);
@@ -235,7 +243,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   private unsubscribeNotices(conversationId: string): void {
-    const channel = this.keys(conversationId).changes;
+    const channel = this.noticeChannelOf(conversationId);
     this.noticeChannels.delete(channel);
     const subscriber = this.noticeSubscriber;
     if (subscriber === undefined) return;
@@ -306,8 +314,11 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * history call id's latest name, and whether it is current; none for a conversation never written.
    */
   async indexedIds(conversationId: string): Promise<{ ids: string[]; calls: Record<string, string>; current: boolean } | undefined> {
-    const keys = this.keys(conversationId);
-    const reply = await this.connection.call("reading a conversation's id index", () => this.redis.contextdIndexedIds(keys.version, keys.header, ...keys.segments), conversationId);
+    const { reply } = await this.located(
+      conversationId,
+      (keys) => this.connection.call("reading a conversation's id index", () => this.redis.contextdIndexedIds(keys.version, keys.header, ...keys.segments, keys.home), conversationId),
+      (reply) => reply[0] === "ok" && reply[1] === null,
+    );
     if (reply[0] === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (reply[1] === null) return undefined;
     const [, , current, ids, calls] = reply as [string, string, string, string[], string[]];
@@ -346,17 +357,17 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * reads the whole state as before.
    */
   async readWindow(conversationId: string, query: WindowQuery): Promise<SegmentWindow> {
-    const keys = this.keys(conversationId);
     checkWindowQuery(query);
     const copy = this.copies.withLayout(conversationId);
     const segmentIndex = storedSegments.indexOf(query.segment);
-    const reply = await this.connection.call(
+    const { reply } = await this.located(conversationId, (keys) => this.connection.call(
       "reading a window of a conversation",
       () =>
         this.redis.contextdWindowBuffer(
           keys.version,
           keys.header,
           ...keys.segments,
+          keys.home,
           String(segmentIndex + 1),
           query.end === undefined ? "" : String(query.end),
           String(query.count),
@@ -366,7 +377,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           copy?.layout.created ?? "",
         ),
       conversationId,
-    );
+    ), (reply) => String(reply[0]) === "ok" && reply[1] === null);
     const outcome = String(reply[0]);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (outcome === "moved") throw windowMoved(conversationId, query.atVersion!, storedVersion(conversationId, String(reply[1])));
@@ -398,7 +409,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   async currentVersion(conversationId: string): Promise<bigint> {
-    const version = await this.connection.call("reading the version", () => this.redis.get(this.keys(conversationId).version), conversationId);
+    const version = await this.connection.call("reading the version", () => this.atHome(conversationId, (keys) => this.redis.get(keys.version), (version) => version === null), conversationId);
     return version === null ? 0n : storedVersion(conversationId, version);
   }
 
@@ -471,8 +482,11 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   /** A conversation's listing entry: undefined for an index entry whose first commit never applied. */
   private async summaryOf(conversationId: string): Promise<ConversationSummary | undefined> {
-    const keys = this.keys(conversationId);
-    const [version, fields] = await Promise.all([this.redis.get(keys.version), this.redis.hmgetBuffer(keys.header, "created_at_ms", "updated_at_ms", "title", "labels", "expires_at_ms")]);
+    const { keys, value: [version, fields] } = await this.atHome(
+      conversationId,
+      async (keys) => ({ keys, value: await Promise.all([this.redis.get(keys.version), this.redis.hmgetBuffer(keys.header, "created_at_ms", "updated_at_ms", "title", "labels", "expires_at_ms")]) }),
+      ({ value: [version] }) => version === null,
+    );
     if (version === null || !isVersionText(version)) return undefined;
     const [created, updated, title, labels, expires] = fields as (Buffer | null)[];
     // Listing fields are sealed like the rest of the contents; an empty one was never written.
@@ -578,7 +592,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * only cut appends off: `MessageListLineage.truncated`); otherwise it goes through the engine.
    */
   protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, state: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.redis instanceof Cluster || (this.values.encrypts && (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId)))) return "unavailable";
+    if (this.values.encrypts && (this.redis instanceof Cluster || !this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
     const latest = await this.load(conversationId);
     if (latest.version !== current) return "unavailable";
     if (!storedSegments.every((segment) => state[segment] === latest[segment] || this.lineage.extends(latest[segment], state[segment]))) return "unavailable";
@@ -599,15 +613,23 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * bytes it adds to the source's rest (the fork's copy is then the source's).
    */
   private async forkByScript(conversationId: string, sourceVersion: bigint, forkedFrom: ForkOrigin, newConversationId: string, restAndPast: (string | Buffer)[], remembered?: number): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.redis instanceof Cluster) return "unavailable";
-    const source = this.keys(conversationId);
-    const target = this.keys(newConversationId);
+    const source = await this.connection.call("forking a conversation", () => this.atHome(conversationId, async (keys) => keys, () => false), conversationId);
+    // On a cluster the fork lives under its source's home, claimed first (redis-scripts.ts, conversationKeys).
+    const homeId = this.redis instanceof Cluster ? (source.homeId ?? conversationId) : undefined;
+    if (homeId !== undefined) {
+      const own = conversationKeys(this.keyPrefix, newConversationId);
+      const claim = await this.connection.call("claiming a fork's home", () => this.redis.contextdClaimHome(own.version, own.header, ...own.segments, own.changes, own.home, homeId), newConversationId);
+      if (claim[0] === "corrupt") throw corruptConversation(newConversationId, String(claim[1]));
+      if (claim[0] === "exists") return "exists";
+      if (claim[0] !== "ok") return "unavailable";
+    }
+    const target = conversationKeys(this.keyPrefix, newConversationId, homeId);
     const now = this.now();
     const change = this.values.seal(newConversationId, "change", toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
     // The fork script writes no idempotency record and so purges none: the records an earlier,
     // expired conversation under the new id left go first (only while it has no version; a
     // commit that gives it one makes the fork answer "exists").
-    await this.sweepIdempotencyRecords([newConversationId]);
+    await this.sweepIdempotencyRecords([newConversationId], () => target);
     const [rest, ...past] = restAndPast;
     const created = randomUUID();
     const reply = await this.connection.call(
@@ -621,6 +643,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           target.header,
           ...target.segments,
           target.changes,
+          source.home,
           String(sourceVersion),
           created,
           rest!,
@@ -635,7 +658,20 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const outcome = String(reply[0]);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (outcome === "exists") return "exists";
-    if (outcome === "moved") return "unavailable";
+    // "moved", or "home" for a source whose pointer was written since it was read: the engine forks.
+    if (outcome !== "ok") return "unavailable";
+    if (homeId !== undefined) {
+      // A commit that created the conversation under its own tag meanwhile removed the claim: the
+      // fork under the home goes, and the engine answers (the conversation exists).
+      const pointer = await this.connection.call("checking a fork's home", () => this.redis.get(conversationKeys(this.keyPrefix, newConversationId).home), newConversationId);
+      if (pointer !== homeId) {
+        await this.connection.call("removing a fork that lost its home", () =>
+          this.redis.contextdDelete(target.version, target.header, ...target.segments, target.changes, target.previousIds, target.previousCalls, target.idempotencyRecords, target.home, ""),
+        );
+        return "unavailable";
+      }
+      this.homes.set(newConversationId, homeId);
+    }
     await Promise.all([
       this.writeIndexEntry(newConversationId),
       this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-now), newConversationId).catch(() => undefined),
@@ -664,7 +700,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   watch(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
-    return this.changes.watch(conversationId, this.keys(conversationId), fromVersion, signal);
+    return this.watchAtHome(conversationId, fromVersion, signal);
   }
 
   /**
@@ -722,16 +758,22 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * expiring conversations, so it is awaited and reported.
    */
   async delete(conversationId: string, expectedVersion: bigint | undefined): Promise<bigint> {
-    const keys = this.keys(conversationId);
-    const reply = await this.connection.call(
-      "deleting a conversation",
-      () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.previousIds, keys.previousCalls, keys.idempotencyRecords, expectedVersion === undefined ? "" : String(expectedVersion)),
+    const { reply, keys } = await this.located(
       conversationId,
+      (keys) =>
+        this.connection.call(
+          "deleting a conversation",
+          () => this.redis.contextdDelete(keys.version, keys.header, ...keys.segments, keys.changes, keys.previousIds, keys.previousCalls, keys.idempotencyRecords, keys.home, expectedVersion === undefined ? "" : String(expectedVersion)),
+          conversationId,
+        ),
+      (reply) => reply[1] === "0",
     );
     const outcome = String(reply[0]);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     const current = storedVersion(conversationId, String(reply[1]));
     if (outcome === "conflict") throw versionConflict(conversationId, expectedVersion!, current);
+    // The pointer goes after the keys it leads to: a process sent there meanwhile finds nothing and asks the own tag again.
+    if (keys.homeId !== undefined) await this.unhome(conversationId, keys.homeId);
     this.copies.forget(conversationId);
     this.indexedConversations.delete(conversationId);
     await this.connection.call("deleting a conversation's listing entries", () => this.removeListingEntries([conversationId]));
@@ -740,12 +782,14 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   /** The idempotency records of expired conversations (one script per conversation: each is its own slot), unless one was committed to again. */
-  private async sweepIdempotencyRecords(conversationIds: string[]): Promise<void> {
+  private async sweepIdempotencyRecords(conversationIds: string[], keysOf = (id: string) => this.keys(id)): Promise<void> {
     const replies = await this.connection.call("sweeping expired conversations' idempotency records", () =>
-      Promise.all(conversationIds.map((id) => { const keys = this.keys(id); return this.redis.contextdSweepIdempotency(keys.version, keys.idempotencyRecords); })),
+      Promise.all(conversationIds.map((id) => { const keys = keysOf(id); return this.redis.contextdSweepIdempotency(keys.version, keys.idempotencyRecords, keys.home); })),
     );
     replies.forEach((reply, index) => {
       if (reply[0] === "corrupt") throw corruptConversation(conversationIds[index]!, String(reply[1]));
+      // A home's answer: the records are there, and this process learnt where.
+      if (reply[0] === "home") this.homes.set(conversationIds[index]!, String(reply[1]));
     });
   }
 
@@ -774,9 +818,13 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           this.redis.zrangebyscore(conversationExpiryIndexKey(this.keyPrefix), "-inf", String(this.now()), "LIMIT", 0, expirySweepBatch),
         );
         if (due.length === 0) break;
-        const versions = await this.connection.call("sweeping expired conversations", () => Promise.all(due.map((id) => this.redis.exists(this.keys(id).version))));
-        const gone = due.filter((_, index) => versions[index] === 0);
+        const versions = await this.connection.call("sweeping expired conversations", () =>
+          Promise.all(due.map((id) => this.atHome(id, async (keys) => ({ keys, stored: await this.redis.exists(keys.version) }), ({ stored }) => stored === 0))),
+        );
+        const gone = due.filter((_, index) => versions[index]!.stored === 0);
         if (gone.length > 0) {
+          // An expired fork's pointer goes too (while it still names that home).
+          await Promise.all(versions.map(({ keys, stored }, index) => (stored === 0 && keys.homeId !== undefined ? this.unhome(due[index]!, keys.homeId) : undefined)));
           // The expiry index's entries go last: a pass that fails before finds these ids again.
           await this.sweepIdempotencyRecords(gone);
           await this.usage.forget(gone);
@@ -800,9 +848,75 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.redis.disconnect();
   }
 
+  /** Where the conversation's keys are as this process knows: under its remembered home, else its own tag. */
   private keys(conversationId: string): ConversationKeys {
     requireStorableKey("conversation_id", conversationId, stringLimits.id);
-    return conversationKeys(this.keyPrefix, conversationId);
+    return conversationKeys(this.keyPrefix, conversationId, this.homes.get(conversationId));
+  }
+
+  /** The channel of the conversation's commit notices: named after its own tag wherever its keys are, so every process agrees. */
+  private noticeChannelOf(conversationId: string): string {
+    requireStorableKey("conversation_id", conversationId, stringLimits.id);
+    return conversationKeys(this.keyPrefix, conversationId).changes;
+  }
+
+  /**
+   * Runs a script on the keys where the conversation lives (redis-scripts.ts, conversationKeys):
+   * follows a {'home', id} answer to the home it names, and a remembered home whose reply is
+   * `absent` (the conversation no longer lives there) back to the own tag: at most three runs.
+   */
+  private async located<R extends readonly unknown[]>(conversationId: string, run: (keys: ConversationKeys) => Promise<R>, absent: (reply: R) => boolean): Promise<{ reply: R; keys: ConversationKeys }> {
+    let keys = this.keys(conversationId);
+    let pointed = false;
+    for (;;) {
+      const reply = await run(keys);
+      if (String(reply[0]) === "home") {
+        const homeId = String(reply[1]);
+        if (pointed || keys.homeId !== undefined || homeId === conversationId) throw corruptConversation(conversationId, `its home pointer ${keys.home} names "${homeId.slice(0, 80)}", where its keys are not`);
+        this.homes.set(conversationId, homeId);
+        keys = this.keys(conversationId);
+        pointed = true;
+        continue;
+      }
+      if (keys.homeId !== undefined && !pointed && absent(reply)) {
+        this.homes.delete(conversationId);
+        keys = this.keys(conversationId);
+        continue;
+      }
+      return { reply, keys };
+    }
+  }
+
+  /**
+   * `located` for reads outside the scripts: on a cluster, without a remembered home, the pointer
+   * is read beside the own keys (one round trip) and a pointer found sends the read to its home.
+   * Only forks on a cluster have pointers (forkByScript), so one Redis reads its own keys.
+   */
+  private async atHome<T>(conversationId: string, read: (keys: ConversationKeys) => Promise<T>, absent: (value: T) => boolean): Promise<T> {
+    const keys = this.keys(conversationId);
+    if (!(this.redis instanceof Cluster)) return read(keys);
+    if (keys.homeId !== undefined) {
+      const value = await read(keys);
+      if (!absent(value)) return value;
+      this.homes.delete(conversationId);
+      return this.atHome(conversationId, read, absent);
+    }
+    const [homeId, value] = await Promise.all([this.redis.get(keys.home), read(keys)]);
+    if (homeId === null) return value;
+    this.homes.set(conversationId, homeId);
+    return read(this.keys(conversationId));
+  }
+
+  /** Removes the conversation's home pointer while it names `homeId` (redis-scripts.ts, unhomeScript). */
+  private async unhome(conversationId: string, homeId: string): Promise<void> {
+    this.homes.delete(conversationId);
+    await this.connection.call("removing a fork's home pointer", () => this.redis.contextdUnhome(conversationKeys(this.keyPrefix, conversationId).home, homeId), conversationId);
+  }
+
+  /** `watch` on the keys where the conversation lives when it starts. */
+  private async *watchAtHome(conversationId: string, fromVersion: bigint, signal: AbortSignal): AsyncIterable<Change> {
+    const keys = await this.connection.call("watching a conversation", () => this.atHome(conversationId, async (keys) => keys, () => false), conversationId);
+    yield* this.changes.watch(conversationId, keys, fromVersion, signal);
   }
 
   /**
@@ -812,10 +926,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * (or everything, without a usable cached copy).
    */
   private async read(conversationId: string, idempotencyKey: string): Promise<CommitRead> {
-    const keys = this.keys(conversationId);
     const copy = this.copies.withLayout(conversationId);
     const layout = copy?.layout;
-    const reply = await this.connection.call(
+    const { reply } = await this.located(conversationId, (keys) => this.connection.call(
       "loading a conversation",
       () =>
         this.redis.contextdLoadBuffer(
@@ -823,6 +936,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           keys.header,
           ...keys.segments,
           keys.idempotency(idempotencyKey),
+          keys.home,
           idempotencyKey === "" ? "0" : "1",
           copy ? String(copy.state.version) : "",
           layout?.created ?? "",
@@ -830,7 +944,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           ...storedSegments.flatMap((_, index) => (layout ? [layout.segments[index]!.at, String(layout.segments[index]!.length)] : ["", ""])),
         ),
       conversationId,
-    );
+    ), (reply) => String(reply[0]) === "ok" && reply[1] === null);
     if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     const [, versionBytes, fingerprint, recorded] = reply;
     const record = fingerprint && recorded ? { fingerprint: String(fingerprint), version: storedVersion(conversationId, String(recorded)) } : undefined;
@@ -879,12 +993,16 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * it holds only tool results; a conversation never written comes back whole.
    */
   private async readTail(conversationId: string, idempotencyKey: string, callIds: readonly string[]): Promise<TailRead> {
-    const keys = this.keys(conversationId);
     for (let count = tailWindowMessages; ; count *= 8) {
-      const reply = await this.connection.call(
-        "reading a conversation's tail",
-        () => this.redis.contextdCommitTailBuffer(keys.version, keys.header, ...keys.segments, keys.idempotency(idempotencyKey), idempotencyKey === "" ? "0" : "1", String(count), ...callIds),
+      const { reply, keys } = await this.located(
         conversationId,
+        (keys) =>
+          this.connection.call(
+            "reading a conversation's tail",
+            () => this.redis.contextdCommitTailBuffer(keys.version, keys.header, ...keys.segments, keys.idempotency(idempotencyKey), keys.home, idempotencyKey === "" ? "0" : "1", String(count), ...callIds),
+            conversationId,
+          ),
+        (reply) => String(reply[0]) === "ok" && reply[1] === null,
       );
       if (String(reply[0]) === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
       const [, versionBytes, fingerprint, recorded] = reply;
@@ -932,7 +1050,6 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     fingerprint: string,
     tail: CommitTail | undefined,
   ): Promise<CommitWrite> {
-    const keys = this.keys(conversationId);
     const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
     const { metadata } = plan;
     const args: (string | Buffer)[] = [
@@ -953,35 +1070,54 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode))) args.push(arg);
     if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
     const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
-    const committing = this.connection
-      .call(
-        "committing",
-        () =>
-          this.replicas.runCommitScript(
-            keys.version,
-            keys.header,
-            ...keys.segments,
-            keys.changes,
-            keys.idempotency(idempotencyKey),
-            keys.previousIds,
-            keys.previousCalls,
-            keys.idempotencyRecords,
-            String(base.version),
-            changeBytes,
-            fingerprint,
-            this.idempotencyTtlSeconds,
-            this.maxChanges,
-            // As one array (ioredis flattens it), not spread: a call takes only so many arguments.
-            args,
-          ),
-        conversationId,
-      )
-      .catch((error: unknown) => {
-        if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
-          this.refusedForMemory = { bytes: write.bytes + changeBytes.length, message: error.rawMessage };
-        }
-        throw error;
-      });
+    let acknowledgedBy = 0;
+    const runCommit = (keys: ConversationKeys) =>
+      this.connection
+        .call(
+          "committing",
+          () =>
+            this.replicas.runCommitScript(
+              keys.version,
+              keys.header,
+              ...keys.segments,
+              keys.changes,
+              keys.idempotency(idempotencyKey),
+              keys.previousIds,
+              keys.previousCalls,
+              keys.idempotencyRecords,
+              keys.home,
+              String(base.version),
+              changeBytes,
+              fingerprint,
+              this.idempotencyTtlSeconds,
+              this.maxChanges,
+              // As one array (ioredis flattens it), not spread: a call takes only so many arguments.
+              args,
+            ),
+          conversationId,
+        )
+        .then((result) => {
+          acknowledgedBy = result.acknowledged;
+          return result.reply;
+        })
+        .catch((error: unknown) => {
+          if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
+            this.refusedForMemory = { bytes: write.bytes + changeBytes.length, message: error.rawMessage };
+          }
+          throw error;
+        });
+    // A first commit sent to a home that holds no conversation under the id (its fork deleted or
+    // expired, or a fork that has claimed the id but not written it yet) removes the pointer and
+    // commits under the own tag (redis-scripts.ts, conversationKeys); a second such answer is a
+    // fork claiming the id again meanwhile, answered as a conflict (the engine reads again).
+    const committing = (async () => {
+      let located = await this.located(conversationId, runCommit, (reply) => String(reply[0]) === "unhomed");
+      if (String(located.reply[0]) === "unhomed") {
+        await this.unhome(conversationId, located.keys.homeId!);
+        located = await this.located(conversationId, runCommit, (reply) => String(reply[0]) === "unhomed");
+      }
+      return { reply: located.reply, acknowledged: acknowledgedBy };
+    })();
     // The index entry is written beside the script, not in it (the index key is in another
     // Cluster slot); issued in the same event-loop iteration (see `call`), both leave in one
     // write. A failed index write does not fail a commit that applied: the entry is retried on
@@ -1009,7 +1145,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (reply[2] !== undefined && String(reply[2]) === "unindexed") this.markIdIndexStale(conversationId);
       else this.staleIdIndexes.delete(conversationId);
       this.replicas.requireReplicated(conversationId, plan.state.version, acknowledged);
-      if (this.followed.committed(conversationId)) this.publishNotice(keys.changes, plan.state.version);
+      if (this.followed.committed(conversationId)) this.publishNotice(this.noticeChannelOf(conversationId), plan.state.version);
       return { outcome: "ok" };
     }
     if (outcome === "replay") {
@@ -1022,6 +1158,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (outcome === "unindexed") this.markIdIndexStale(conversationId);
     if (outcome === "unindexed" || outcome === "taken") return { outcome: "whole" };
+    if (outcome === "unhomed") return { outcome: "conflict", current: 0n };
     if (outcome === "invalid") throw new ConnectError(`redis store: the commit script refused its arguments: ${String(reply[1])}`, Code.Internal);
     const current = storedVersion(conversationId, String(reply[1]));
     // The stored lists are not those of the cached state at its version (written behind this

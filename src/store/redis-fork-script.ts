@@ -1,4 +1,4 @@
-import { scriptPrelude } from "./redis-scripts.js";
+import { homeCheck, scriptPrelude } from "./redis-scripts.js";
 
 /**
  * `Fork` on one Redis, server-side: why it exists is that a fork through the commit script sends
@@ -45,6 +45,7 @@ import { scriptPrelude } from "./redis-scripts.js";
  */
 export const forkScript = `#!lua
 ${scriptPrelude}
+${homeCheck(14)}
 local headerType, bad = checkStateTypes()
 if bad then return bad end
 local version = redis.call('GET', KEYS[1])
@@ -138,4 +139,4 @@ return {'ok'}
 export const maxSealerRuns = 16;
 
 /** How many of the fork script's arguments are keys. */
-export const forkScriptKeys = 13;
+export const forkScriptKeys = 14;

@@ -1,4 +1,4 @@
-import { scriptPrelude } from "./redis-scripts.js";
+import { homeCheck, scriptPrelude } from "./redis-scripts.js";
 
 /**
  * What a commit planned on the stored tail reads (tail-commit.ts), in one round trip: the version,
@@ -17,6 +17,7 @@ import { scriptPrelude } from "./redis-scripts.js";
  */
 export const commitTailScript = `#!lua flags=no-writes
 ${scriptPrelude}
+${homeCheck(8)}
 local _
 local headerType, bad = checkStateTypes()
 if bad then return bad end

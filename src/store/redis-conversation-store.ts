@@ -538,9 +538,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
 
   /**
    * On one Redis, the fork script makes the fork read its source's segment lists (redis-fork-script.ts):
-   * no message is written, on the wire or inside Redis. On a cluster the two conversations' keys
-   * are in different slots, and the fork commits the state through the engine instead. So it does
-   * for a source that expires (a shared list must outlive every reader: the commit script keeps an
+   * no message is written, on the wire or inside Redis. On a cluster the fork does the same under
+   * its source's home, where its keys are beside the source's (redis-scripts.ts, conversationKeys).
+   * A fork commits the state through the engine instead for a source that expires (a shared list must outlive every reader: the commit script keeps an
    * expiring conversation out of sharing). Under encryption at rest the shared elements stay sealed
    * for the conversations that sealed them (each list records who sealed which: scriptPrelude's
    * sealersOf, and every read sends it), and only the fork's own values are sealed for it
@@ -551,7 +551,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   protected override async forkCurrent(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string): Promise<"copied" | "exists" | "unavailable"> {
     const restSuffix = bufferOf(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom })));
     if (!this.values.encrypts) return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [restSuffix], restSuffix.length);
-    if (this.redis instanceof Cluster || !this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
+    if (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId)) return "unavailable";
     const sealed = await this.sealedForkFields(conversationId, forkedFrom.version, newConversationId, restSuffix);
     if (sealed === undefined) return "unavailable";
     return this.forkByScript(conversationId, forkedFrom.version, forkedFrom, newConversationId, [sealed.rest, "past", ...sealed.lengths, sealed.title, sealed.labels], restSuffix.length);
@@ -566,10 +566,14 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * answers as a moved source does).
    */
   private async sealedForkFields(conversationId: string, version: bigint, newConversationId: string, restSuffix: Buffer): Promise<{ rest: Buffer; lengths: string[]; title: string | Buffer; labels: string | Buffer } | undefined> {
-    const keys = this.keys(conversationId);
-    const replies = await this.connection.call(
+    const { keys, replies } = await this.connection.call(
       "forking a conversation",
-      () => this.redis.multi().get(keys.version).hmgetBuffer(keys.header, "rest", "title", "labels", ...storedSegments).exec(),
+      () =>
+        this.atHome(
+          conversationId,
+          async (keys) => ({ keys, replies: await this.redis.multi().get(keys.version).hmgetBuffer(keys.header, "rest", "title", "labels", ...storedSegments).exec() }),
+          ({ replies }) => (replies as [[unknown, string | null]])[0][1] === null,
+        ),
       conversationId,
     );
     const [[, stored], [, fields]] = replies as [[unknown, string | null], [unknown, (Buffer | null)[]]];
@@ -592,7 +596,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    * only cut appends off: `MessageListLineage.truncated`); otherwise it goes through the engine.
    */
   protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, state: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
-    if (this.values.encrypts && (this.redis instanceof Cluster || !this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
+    if (this.values.encrypts && (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
     const latest = await this.load(conversationId);
     if (latest.version !== current) return "unavailable";
     if (!storedSegments.every((segment) => state[segment] === latest[segment] || this.lineage.extends(latest[segment], state[segment]))) return "unavailable";
@@ -658,8 +662,12 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const outcome = String(reply[0]);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
     if (outcome === "exists") return "exists";
-    // "moved", or "home" for a source whose pointer was written since it was read: the engine forks.
-    if (outcome !== "ok") return "unavailable";
+    // "moved", or "home" for a source whose pointer was written since it was read: the engine
+    // forks, under the own tag (a first commit cannot go under a home), so the claim goes first.
+    if (outcome !== "ok") {
+      if (homeId !== undefined) await this.unhome(newConversationId, homeId);
+      return "unavailable";
+    }
     if (homeId !== undefined) {
       // A commit that created the conversation under its own tag meanwhile removed the claim: the
       // fork under the home goes, and the engine answers (the conversation exists).

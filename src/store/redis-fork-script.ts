@@ -15,9 +15,9 @@ import { homeCheck, scriptPrelude } from "./redis-scripts.js";
  * for it as a past version's: a fork at 100,000 messages went through the engine, every message
  * opened, sealed again and pushed (3.5-3.9 s), and now costs what a plain one does (1-2 ms,
  * docs/history.md "Encrypted forks share the lists (Redis)").
- * It needs the source's and the new conversation's keys in one script, so it runs only on a single
- * Redis: on a cluster the two conversations' hash tags are in different slots (docs/history.md
- * says what a fork costs there).
+ * It needs the source's and the new conversation's keys in one script: on a cluster the new
+ * conversation's keys are under its source's home, its own tag holding a pointer there
+ * (redis-scripts.ts, conversationKeys), which the sidecar claims before this script runs.
  *
  * The fork shares the source's id index the same way: it is kept per segment list (\`<list>:ids\`,
  * \`<list>:calls\`, the prelude's idsOf and callsOf in redis-scripts.ts), and a conversation reads
@@ -29,7 +29,7 @@ import { homeCheck, scriptPrelude } from "./redis-scripts.js";
  * tail) found it stale, read the fork whole and wrote the index whole: 787 ms at 100,000 messages.
  * KEYS: the source's version, header and four segment lists (as the other scripts, so the prelude's
  * checks read them), then the new conversation's version, header, four segment lists and change
- * stream.
+ * stream, then the source's home pointer (homeCheck).
  * ARGV: the source version the sidecar read, `created` for the new conversation, the bytes appended
  * to the source's `rest` (the new conversation id and `forked_from`: protobuf's last-one-wins
  * for a field repeated in one encoding), the change record of version 1, the fork time (Unix ms),
@@ -38,7 +38,7 @@ import { homeCheck, scriptPrelude } from "./redis-scripts.js";
  * of each segment's prefix the fork reads, and the past version's title and labels (the rest
  * argument is then the fork's whole rest). Under encryption every fork passes "past" (at the
  * current version with its lengths): its rest, title and labels come sealed for it.
- * Returns {'ok'}; {'moved', version} when the source is no longer at that version or expires
+ * Returns {'ok'}; {'home', id} when the source's keys are under a home; {'moved', version} when the source is no longer at that version or expires
  * (the fork then goes through the engine); {'exists'} when
  * the new conversation has a version; {'corrupt', detail} when the source's keys cannot be trusted
  * or the new conversation's keys exist without a version.

@@ -628,7 +628,8 @@ end
 
 /**
  * Reads a conversation, sending only what the caller's cached copy lacks.
- * KEYS: version, header, the four segment lists, idempotency record.
+ * KEYS: version, header, the four segment lists, idempotency record, home pointer (homeCheck:
+ * every script given a conversation's keys takes its pointer last and answers {'home', id} while it exists).
  * ARGV: "1" to also read the idempotency record; then the cached copy's version ("" = none), its
  * `created`, its `rest_at`, and per segment its `_at` and length.
  * Returns {'ok', version or false, record fingerprint or false, record version or false} when
@@ -686,7 +687,7 @@ return reply
  * What a conversation's id index holds, as the commit and tail scripts read it (scriptPrelude:
  * its own lists' entries, each shared list's inside the prefix read; per call id the latest call's
  * name): what a test or an operator compares with the state. O(the entries of the lists it reads).
- * KEYS: version, header, the four segment lists. Returns {'ok', false} for a conversation never
+ * KEYS: version, header, the four segment lists, home pointer. Returns {'ok', false} for a conversation never
  * written; else {'ok', version, '1' when the index is current else '0', the message ids, then
  * call id and name pairs}; {'corrupt', detail} as the load script.
  */
@@ -743,7 +744,7 @@ return {'ok', version, current and '1' or '0', ids, calls}
 /**
  * Reads a window of one segment list at one version, and with it, when asked, the rest of the
  * state whole (`ConversationStore.readWindow`).
- * KEYS: version, header, the four segment lists.
+ * KEYS: version, header, the four segment lists, home pointer.
  * ARGV: the segment (1-4), the window's end ("" = the list's length; past it = the length), its
  * count, "1" to send the rest (`rest` and the other three lists), the version the caller pins the
  * read to ("" = none), the cached copy's version and `created` ("" = none).
@@ -806,7 +807,8 @@ return reply
  * KEYS: version, header, the four segment lists, changes stream, idempotency record, the id
  * index as the previous release kept it (`ConversationKeys.previousIds` and `previousCalls`:
  * removed by a rebuild), the set naming the idempotency records
- * (`ConversationKeys.idempotencyRecords`: added to by a keyed commit, emptied by a first one).
+ * (`ConversationKeys.idempotencyRecords`: added to by a keyed commit, emptied by a first one),
+ * the home pointer.
  * The id index itself is kept per segment list, under keys named after the lists (scriptPrelude).
  * ARGV: expected version, change record, idempotency fingerprint ("" = no key), idempotency TTL
  * seconds, change stream MAXLEN (approximate), `created` for a first commit, the new `rest`,
@@ -829,6 +831,7 @@ return reply
  * Returns {'ok', version} (with 'unindexed' third when the index was left stale) | {'conflict', current version} | {'stale', current version} (the
  * client's base is not the stored state at its version: it reads again) | {'replay', fingerprint,
  * recorded version, current version} | {'unindexed', current version} | {'taken', message id}
+ * | {'unhomed'} (a first commit under a home, which only a fork writes: conversationKeys)
  * (mode "t": the client plans the commit on the whole state) | {'corrupt', detail} | {'invalid', detail}.
  *
  * Everything that could fail is checked before the first write (arguments, the type of every key,
@@ -1232,7 +1235,7 @@ return {'ok', version}
  * Deletes a conversation: its version, header, segment lists and their id index, change stream
  * and idempotency records, at once.
  * KEYS: version, header, the four segment lists, changes stream, the previous release's id index
- * and call index, the idempotency record set.
+ * and call index, the idempotency record set, the home pointer.
  * ARGV: the expected version ("" = any). Returns {'ok', the version deleted, "0" when nothing was
  * stored} | {'conflict', current version} | {'corrupt', detail}, checked before the first write. The listing entries and the
  * usage ledger (other Cluster slots) are removed beside it.
@@ -1269,7 +1272,7 @@ return {'ok', current}
 /**
  * The expiry sweep's removal of what an expired conversation leaves beside the keys Redis
  * expired: its idempotency records, unless the conversation was committed to again meanwhile
- * (then its first commit removed them). KEYS: version, the idempotency record set. Returns
+ * (then its first commit removed them). KEYS: version, the idempotency record set, the home pointer. Returns
  * {'ok', "1" when removed else "0"} | {'corrupt', detail}.
  */
 export const sweepIdempotencyScript = `#!lua

@@ -6,8 +6,8 @@ import { homeCheck, scriptPrelude } from "./redis-scripts.js";
  * whole, whether the id index is current, and the call index's names for the calls the batch
  * answers. Why it exists apart from the load and window scripts: a commit needs the record and the
  * index beside the window, and never the history's head.
- * KEYS: version, header, the four segment lists, idempotency record (the id index is named after
- * the lists: scriptPrelude's idsOf, callsOf).
+ * KEYS: version, header, the four segment lists, idempotency record, home pointer (homeCheck; the
+ * id index is named after the lists: scriptPrelude's idsOf, callsOf).
  * ARGV: "1" to also read the idempotency record; the window's count; then the call ids to look up.
  * Returns {'ok', false, fingerprint or false, record version or false} for a conversation never
  * written; else {'ok', version, fingerprint, recorded, created, rest_at, rest, '1' when the index

@@ -13,6 +13,7 @@ import { toBinary } from "@bufbuild/protobuf";
 import { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { listById } from "../../src/store/conversation-listing.js";
+import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
 import { MemoryConversationStore } from "../../src/store/memory-conversation-store.js";
 import { RedisConversationStore, type RedisStoreOptions } from "../../src/store/redis-conversation-store.js";
 import { conversationKeys } from "../../src/store/redis-scripts.js";
@@ -94,6 +95,27 @@ describe("Redis Cluster forks", () => {
     expect(await restarted.currentVersion("cluster-fork")).toBe(1n);
     const page = await restarted.list(listById("cluster-fork", 10, ""));
     expect(page.conversations.map((summary) => summary.conversationId)).toEqual(["cluster-fork", "cluster-fork-of-fork"]);
+  }, 120_000);
+
+  it("shares under the home under encryption at rest: a fork of a fork of 1,000 messages sends and writes none, each side's elements open as their sealer's in a process that never saw the forks, and no stored list element holds message text", async () => {
+    const values = new AtRestCipher([{ id: "k1", key: Buffer.alloc(32, 9), tenant: "" }]);
+    const store = await openStore({ values });
+    await longConversation(store, "sealed-root", 1_000);
+    const written = await commandCalls(["rpush", "lpush", "copy", "restore"]);
+    await store.fork("sealed-root", undefined, "sealed-fork");
+    await store.fork("sealed-fork", undefined, "sealed-fork-of-fork");
+    expect(await commandCalls(["rpush", "lpush", "copy", "restore"])).toBe(written);
+    expect(await raw.get(ownKeys("sealed-fork-of-fork").home)).toBe("sealed-root");
+    // Each side appends its own sealed elements after the shared prefix; a prune makes the fork's segment one list of two writers.
+    await store.commit("sealed-fork", 1n, [appendHistory(textMessage("f0", Role.USER, "fork's own"))], "");
+    await store.commit("sealed-fork-of-fork", 1n, [appendHistory(textMessage("g0", Role.USER, "fork of fork's own"))], "");
+    await store.commit("sealed-fork-of-fork", 2n, [delta({ case: "pruneHistory", value: { maxMessages: 600 } })], "");
+    const restarted = await openStore({ values });
+    for (const id of ["sealed-root", "sealed-fork", "sealed-fork-of-fork"]) expect(encoded(await restarted.load(id))).toBe(encoded(await store.load(id)));
+    expect((await restarted.load("sealed-fork-of-fork")).history.map((message) => message.id).slice(-2)).toEqual(["m999", "g0"]);
+    for (const key of [ownKeys("sealed-root").segments[1]!, homeKeys("sealed-fork", "sealed-root").segments[1]!, homeKeys("sealed-fork-of-fork", "sealed-root").segments[1]!]) {
+      for (const element of await raw.lrangeBuffer(key, 0, -1)) expect(element.includes("xxxxxxxx")).toBe(false);
+    }
   }, 120_000);
 
   it("reads, commits to and watches a fork from a process that never saw it, equal to a memory store given the same steps (commits, edits, rewinds, prunes, forks at the latest and a past version, deletes)", async () => {

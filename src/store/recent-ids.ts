@@ -12,7 +12,7 @@ export const rememberedIdOverheadBytes = 80;
 
 /**
  * Ids with a value each, the least recently set leaving first, bounded by what they weigh in the
- * heap (`rememberedIdOverheadBytes` + 2 bytes a UTF-16 unit). Why it exists: the Redis store's memo
+ * heap (`rememberedIdOverheadBytes` + 2 bytes a UTF-16 unit, of a string value too). Why it exists: the Redis store's memo
  * of the conversations whose listing entry it wrote was bounded by count (100,000 ids), and ids may
  * be 1,024 bytes long, so its heap was bounded only by ~200 MB (issue 30: caches bounded by bytes).
  * An id alone over the bound is not kept.
@@ -30,7 +30,7 @@ export class RecentIds<V> {
 
   /** Sets `id`'s value, as the most recently set. */
   set(id: string, value: V): void {
-    this.ids.set(id, value, weightOf(id));
+    this.ids.set(id, value, weightOf(id) + (typeof value === "string" ? 2 * value.length : 0));
   }
 
   delete(id: string): void {

@@ -28,4 +28,14 @@ describe("RecentIds", () => {
     ids.delete(oldest);
     expect(ids.keptBytes).toBe(before - weight);
   });
+
+  it("weighs a string value with its id (the homes of forks a Redis Cluster store remembers), so long homes fit fewer", () => {
+    const ids = new RecentIds<string>(1_000);
+    const home = "h".repeat(100);
+    ids.set("fork", home);
+    expect(ids.keptBytes).toBe(rememberedIdOverheadBytes + 2 * "fork".length + 2 * home.length);
+    for (let index = 0; index < 10; index++) ids.set(`fork-${index}`, home);
+    expect(ids.keptBytes).toBeLessThanOrEqual(1_000);
+    expect(ids.size).toBe(Math.floor(1_000 / (rememberedIdOverheadBytes + 2 * "fork-0".length + 2 * home.length)));
+  });
 });

@@ -25,6 +25,7 @@ export function memoryBounds(config: Config): MemoryBound[] {
     { what: "kept tails of conversations committed on without a copy", flag: "--kept-tail-bytes", bytes: config.keptTailBytes, fills: "redis or postgres" },
     { what: "conversation ids written to the listing index (Redis)", flag: "--listed-id-bytes", bytes: config.listedIdBytes, fills: "redis or postgres" },
     { what: "conversation ids whose stored id index was found stale", flag: "--listed-id-bytes", bytes: config.listedIdBytes, fills: "redis or postgres" },
+    { what: "homes of forks on Redis Cluster", flag: "--listed-id-bytes", bytes: config.listedIdBytes, fills: "redis or postgres" },
     { what: "history facts", flag: "--history-facts-bytes", bytes: config.historyFactsBytes, fills: "always" },
     { what: "token counts of texts", flag: "--token-count-text-bytes", bytes: config.tokenCountTextBytes, fills: "always" },
     { what: "last counted list per conversation start", flag: "--token-count-list-bytes", bytes: config.tokenCountListBytes, fills: "always" },

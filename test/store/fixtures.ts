@@ -2,6 +2,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { ArtifactKind, ArtifactLifecycle, ArtifactSchema, MergePolicy } from "#gen/contextd/v1/artifact_pb";
 import { ActorKind, CacheType, MessageSchema, Provider, Role, type Message } from "#gen/contextd/v1/message_pb";
 import { DeltaSchema, Segment, type ConversationState, type Delta } from "#gen/contextd/v1/state_pb";
+import type { ConversationStore } from "../../src/store/conversation-store.js";
 
 /** A delta from its operation, e.g. `delta({ case: "remember", value: { text: "x" } })`. */
 export function delta(operation: NonNullable<MessageInitShape<typeof DeltaSchema>["operation"]>): Delta {
@@ -147,4 +148,14 @@ export function randomEdits(random: () => number): (current: ConversationState) 
     () => (random() < 0.2 ? [delta({ case: "clearState", value: {} })] : undefined),
   ];
   return (current) => pick(edits)(current);
+}
+
+/** Appends `count` ~200-byte messages (`m0`, `m1`, ...) to a fresh conversation, 1,000 per commit; resolves to its version. */
+export async function longConversation(store: ConversationStore, id: string, count: number): Promise<bigint> {
+  let version = 0n;
+  for (let start = 0; start < count; start += 1_000) {
+    const messages = Array.from({ length: Math.min(1_000, count - start) }, (_, index) => textMessage(`m${start + index}`, Role.USER, `m${start + index} `.padEnd(200, "x")));
+    version = (await store.commit(id, version, [appendHistory(...messages)], "")).version;
+  }
+  return version;
 }

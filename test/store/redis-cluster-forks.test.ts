@@ -19,7 +19,7 @@ import { RedisConversationStore, type RedisStoreOptions } from "../../src/store/
 import { conversationKeys } from "../../src/store/redis-scripts.js";
 import { randomSource } from "../support/random-messages.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
-import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
+import { appendHistory, delta, longConversation, randomEdits, textMessage } from "./fixtures.js";
 
 const keyPrefix = "contextd";
 const ownKeys = (id: string) => conversationKeys(keyPrefix, id);
@@ -62,15 +62,6 @@ describe("Redis Cluster forks", () => {
     return calls;
   }
 
-  /** Appends `count` ~200-byte messages to a fresh conversation, 1,000 per commit. */
-  async function longConversation(store: RedisConversationStore, id: string, count: number): Promise<bigint> {
-    let version = 0n;
-    for (let start = 0; start < count; start += 1_000) {
-      const messages = Array.from({ length: Math.min(1_000, count - start) }, (_, index) => textMessage(`m${start + index}`, Role.USER, `m${start + index} `.padEnd(200, "x")));
-      version = (await store.commit(id, version, [appendHistory(...messages)], "")).version;
-    }
-    return version;
-  }
 
   it("forks 10,000 messages sending and writing no message: the fork's keys under its source's tag, its pointer under its own, a fork of the fork under the first conversation's", async () => {
     const store = await openStore();

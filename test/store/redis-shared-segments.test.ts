@@ -18,7 +18,7 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { randomSource } from "../support/random-messages.js";
 import { redisForFile } from "../support/redis-for-file.js";
 import { expectForkCopyWeighedOnce } from "./fork-copy-weight.js";
-import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
+import { appendHistory, delta, longConversation, randomEdits, textMessage } from "./fixtures.js";
 
 const redis = redisForFile();
 const openStore = redis.openStore;
@@ -61,15 +61,6 @@ function latestCalls(state: ConversationState): Record<string, string> {
 
 const usedMemory = async () => Number(/^used_memory:(\d+)/m.exec(await redis.raw.info("memory"))![1]);
 
-/** Appends `count` ~200-byte messages to a fresh conversation, 1,000 per commit. */
-async function longConversation(store: RedisConversationStore, id: string, count: number): Promise<bigint> {
-  let version = 0n;
-  for (let start = 0; start < count; start += 1_000) {
-    const messages = Array.from({ length: Math.min(1_000, count - start) }, (_, index) => textMessage(`m${start + index}`, Role.USER, `m${start + index} `.padEnd(200, "x")));
-    version = (await store.commit(id, version, [appendHistory(...messages)], "")).version;
-  }
-  return version;
-}
 
 describe("Redis shared segment lists", () => {
   it("forks 10,000 messages writing no list element and no id index entry: no COPY, RPUSH, LPUSH, SADD or HSET per message, no list of its own, the same few KB of memory at 1,000 and 10,000", async () => {

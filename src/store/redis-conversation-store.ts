@@ -831,10 +831,12 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
         );
         const gone = due.filter((_, index) => versions[index]!.stored === 0);
         if (gone.length > 0) {
-          // An expired fork's pointer goes too (while it still names that home).
+          // The records where the keys were (a fork's under its home), then an expired fork's
+          // pointer (while it still names that home); the expiry index's entries go last: a pass
+          // that fails before finds these ids again.
+          const located = new Map(due.map((id, index) => [id, versions[index]!.keys]));
+          await this.sweepIdempotencyRecords(gone, (id) => located.get(id)!);
           await Promise.all(versions.map(({ keys, stored }, index) => (stored === 0 && keys.homeId !== undefined ? this.unhome(due[index]!, keys.homeId) : undefined)));
-          // The expiry index's entries go last: a pass that fails before finds these ids again.
-          await this.sweepIdempotencyRecords(gone);
           await this.usage.forget(gone);
           await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
         }

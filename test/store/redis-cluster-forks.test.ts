@@ -233,9 +233,15 @@ describe("Redis Cluster forks", () => {
     await store.commit("expiring-home", 0n, [appendHistory(textMessage("r0", Role.USER, "root"))], "");
     await store.fork("expiring-home", undefined, "expiring-fork");
     await store.commit("expiring-fork", 1n, [delta({ case: "setMetadata", value: { idleTtlMs: 300n } })], "");
+    // A keyed commit leaves an idempotency record under the home, which lives for its own TTL.
+    await store.commit("expiring-fork", 2n, [appendHistory(textMessage("f0", Role.USER, "keyed"))], "keyed-commit");
+    const record = homeKeys("expiring-fork", "expiring-home").idempotency("keyed-commit");
+    expect(await raw.exists(record)).toBe(1);
+    await raw.persist(record);
     await expect.poll(() => raw.exists(homeKeys("expiring-fork", "expiring-home").version), { timeout: 5_000 }).toBe(0);
     expect(await store.sweepExpired()).toBeGreaterThanOrEqual(1);
     expect(await raw.exists(ownKeys("expiring-fork").home)).toBe(0);
+    expect(await raw.exists(record)).toBe(0);
     await store.commit("expiring-fork", 0n, [appendHistory(textMessage("n0", Role.USER, "new"))], "");
     expect(await raw.get(ownKeys("expiring-fork").version)).toBe("1");
   });

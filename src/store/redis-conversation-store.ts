@@ -883,8 +883,9 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
       if (String(reply[0]) === "home") {
         const homeId = String(reply[1]);
         if (pointed || keys.homeId !== undefined || homeId === conversationId) throw corruptConversation(conversationId, `its home pointer ${keys.home} names "${homeId.slice(0, 80)}", where its keys are not`);
+        // Not this.keys: the memo may not keep it (an id over --listed-id-bytes).
         this.homes.set(conversationId, homeId);
-        keys = this.keys(conversationId);
+        keys = conversationKeys(this.keyPrefix, conversationId, homeId);
         pointed = true;
         continue;
       }
@@ -914,7 +915,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     const [homeId, value] = await Promise.all([this.redis.get(keys.home), read(keys)]);
     if (homeId === null) return value;
     this.homes.set(conversationId, homeId);
-    return read(this.keys(conversationId));
+    return read(conversationKeys(this.keyPrefix, conversationId, homeId));
   }
 
   /** Removes the conversation's home pointer while it names `homeId` (redis-scripts.ts, unhomeScript). */

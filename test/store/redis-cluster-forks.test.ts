@@ -78,12 +78,19 @@ describe("Redis Cluster forks", () => {
       expect(await raw.llen(homeKeys(fork, "cluster-root").segments[1]!)).toBe(0);
       expect((await cluster.masterOf(homeKeys(fork, "cluster-root").version)).address).toBe((await cluster.masterOf(ownKeys("cluster-root").version)).address);
     }
-    // A process that never saw the forks (a restarted sidecar) reads them through the pointer.
+    // A process that never saw the forks (a restarted sidecar) reads them through the pointer;
+    // one that remembers no home (--listed-id-bytes 0) too, through the pointer every time.
+    const forgetful = await openStore({ listedIdBytes: 0 });
+    expect((await forgetful.load("cluster-fork-of-fork")).history).toHaveLength(10_000);
+    await forgetful.commit("cluster-fork-of-fork", 1n, [appendHistory(textMessage("forgotten", Role.USER, "no memo"))], "");
+    expect(await forgetful.currentVersion("cluster-fork-of-fork")).toBe(2n);
+    expect(await raw.get(homeKeys("cluster-fork-of-fork", "cluster-root").version)).toBe("2");
     const restarted = await openStore();
     const fork = await restarted.load("cluster-fork-of-fork");
-    expect(fork.history).toHaveLength(10_000);
+    expect(fork.history).toHaveLength(10_001);
     expect(fork.forkedFrom?.conversationId).toBe("cluster-fork");
     expect(await restarted.currentVersion("cluster-fork")).toBe(1n);
+    expect(await restarted.currentVersion("cluster-fork-of-fork")).toBe(2n);
     const page = await restarted.list(listById("cluster-fork", 10, ""));
     expect(page.conversations.map((summary) => summary.conversationId)).toEqual(["cluster-fork", "cluster-fork-of-fork"]);
   }, 120_000);

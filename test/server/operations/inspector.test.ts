@@ -310,9 +310,10 @@ describe("web inspector in headless Chromium (real sidecar, auth on)", () => {
     await page.getByTestId("show-version").click();
     await expect.poll(() => page.getByTestId("version").textContent(), { timeout: 10_000 }).toBe("v2");
     await expect.poll(shown, { timeout: 10_000 }).toEqual(["sys", "sum1", "u2", "a2", "t1", "a3", "r1"]);
-    expect(await page.getByTestId("past").textContent()).toBe("earlier version (latest v3)");
+    // The latest version comes from the change list, read apart from the state: poll for it.
+    await expect.poll(() => page.getByTestId("past").textContent(), { timeout: 10_000 }).toBe("earlier version (latest v3)");
     expect(await page.getByTestId("live").count()).toBe(0);
-    expect(await timeline.locator("li.viewing").getAttribute("data-version")).toBe("2");
+    await expect.poll(() => timeline.locator("li.viewing").getAttribute("data-version"), { timeout: 10_000 }).toBe("2");
     await page.screenshot({ path: join(results, "inspector-history.png"), fullPage: true });
     // A commit meanwhile grows the timeline; the page stays at version 2.
     await admin.conversations.commit({ conversationId: forkId, expectedVersion: 3n, deltas: [appendHistory(textMessage("r2", Role.USER, "No, keep it."))] });

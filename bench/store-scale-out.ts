@@ -21,13 +21,13 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { CompileRequestSchema } from "#gen/contextd/v1/compile_pb";
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
-import { ChangeSchema, CommitRequestSchema, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
-import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
-import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
+import { CommitRequestSchema, ConversationService } from "#gen/contextd/v1/conversation_service_pb";
+import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
 import { redisClusterOptions, redisConnectionOptions } from "../src/store/redis-connection.js";
-import { commitScript, conversationKeys } from "../src/store/redis-scripts.js";
 import { startRedis } from "../test/support/redis.js";
 import { startRedisCluster } from "../test/support/redis-cluster.js";
+import { bareAppendCall, defineBareCommit, runBareCommit } from "./bare-commit.js";
 import { startBuiltSidecar, type BuiltSidecar } from "./bench-processes.js";
 import { printCpuProfileParts } from "./cpu-profile-parts.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator, type LoadResult } from "./load-generator.js";
@@ -36,9 +36,12 @@ import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 const connections = 8;
 const seconds = 2;
 
+function appendedMessage(id: string, text: string): Message {
+  return create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] });
+}
+
 function appendDelta(id: string, text: string): Delta {
-  const message = create(MessageSchema, { id, role: Role.USER, parts: [{ kind: { case: "text", value: { text } } }] });
-  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [message] } } });
+  return create(DeltaSchema, { operation: { case: "appendMessages", value: { segment: Segment.HISTORY, messages: [appendedMessage(id, text)] } } });
 }
 
 /** User + system CPU seconds of a process so far, from /proc/<pid>/stat (Linux; clock ticks of 1/100 s). */
@@ -172,25 +175,15 @@ function line(label: string, measured: Measured<LoadResult>, unit: string): void
 
 /** The bare commit script at concurrency 32 from this process: new conversations of one appended message each. */
 async function bareCommits(client: Redis | Cluster, label: string, concurrency: number, count: number): Promise<{ p50: number; perSecond: number }> {
-  const scripted = client as (Redis | Cluster) & { scaleOutCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
-  scripted.defineCommand("scaleOutCommit", { numberOfKeys: 8, lua: commitScript });
-  const rest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: "bench" })));
-  const delta = appendDelta("m0", "hello world");
-  const message = Buffer.from(toBinary(MessageSchema, delta.operation.case === "appendMessages" ? delta.operation.value.messages[0]! : create(MessageSchema)));
-  const change = Buffer.from(toBinary(ChangeSchema, create(ChangeSchema, { version: 1n, deltas: [delta] })));
-  const unchanged = ["=", "0", "0", "0"];
+  const scripted = defineBareCommit(client);
+  const call = bareAppendCall("bench", 0n, 0, [appendedMessage("m0", "hello world")]);
   const latencies: number[] = [];
   const started = process.hrtime.bigint();
   await Promise.all(
     Array.from({ length: concurrency }, async (_, worker) => {
       for (let iteration = 0; iteration < count; iteration++) {
-        const keys = conversationKeys("bench-scale-out-bare", `${label}-${worker}-${iteration}`);
         const before = process.hrtime.bigint();
-        await scripted.scaleOutCommit(
-          keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency(""),
-          "0", change, "", 86_400, 10_000, "bench", rest, "1",
-          ...unchanged, "p", "0", "0", "1", message, ...unchanged, ...unchanged,
-        );
+        await runBareCommit(scripted, "bench-scale-out-bare", `${label}-${worker}-${iteration}`, call);
         latencies.push(Number(process.hrtime.bigint() - before) / 1e6);
       }
     }),

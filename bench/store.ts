@@ -12,15 +12,14 @@ import { CompileRequestSchema, CompileResultPart } from "#gen/contextd/v1/compil
 import { ContextService } from "#gen/contextd/v1/context_service_pb";
 import * as grpc from "@grpc/grpc-js";
 import {
-  ChangeSchema,
   CommitRequestSchema,
   CommitResponseSchema,
   ConversationService,
   type CommitResponse,
 } from "#gen/contextd/v1/conversation_service_pb";
 import { MessageSchema, Role, type Message } from "#gen/contextd/v1/message_pb";
-import { ConversationStateSchema, DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
-import { commitScript, conversationKeys, type ConversationKeys } from "../src/store/redis-scripts.js";
+import { DeltaSchema, Segment, type Delta } from "#gen/contextd/v1/state_pb";
+import type { CommitScriptCall } from "../src/store/redis-scripts.js";
 import { redisConnectionOptions } from "../src/store/redis-connection.js";
 import { CompileResponseSchema } from "#gen/contextd/v1/context_service_pb";
 import { Codec } from "../src/codec/codec.js";
@@ -28,6 +27,7 @@ import { contextService } from "../src/server/services/context-service.js";
 import { composeApplication } from "../src/server/composition-root.js";
 import { defaultConfig } from "../src/server/operations/config.js";
 import { RedisConversationStore } from "../src/store/redis-conversation-store.js";
+import { bareAppendCall, defineBareCommit, runBareCommit } from "./bare-commit.js";
 import { buildLoadGenerator, lengthPrefixed, runLoadGenerator } from "./load-generator.js";
 import { MinimalGrpcClient } from "./minimal-grpc-client.js";
 import { startBuiltSidecar, startDoNothingResponder } from "./bench-processes.js";
@@ -93,20 +93,13 @@ function report(label: string, result: Result, unit = "commits"): { p50: number 
 }
 
 /**
- * What the store's commit at each version writes: the appended message (the history list's new
- * element), the change, and at version 0 the state's rest (the header's `rest`).
+ * The bare script's call at each version of a conversation (built before timing starts): the
+ * commit the store sends for the RPC's append of one message at that version. Built for the id
+ * "bench" and run under others: the script does not read the id inside the state's rest.
  */
-interface BarePayload {
-  messages: Buffer[];
-  change: Buffer;
-}
-const bareRest = Buffer.from(toBinary(ConversationStateSchema, create(ConversationStateSchema, { conversationId: "bench" })));
-const bareCommitPayloads: BarePayload[] = Array.from({ length: commitsPerConversation }, (_, version) => {
-  const delta = appendDelta(`m${version}`, "hello world");
-  const messages = delta.operation.case === "appendMessages" ? delta.operation.value.messages : [];
-  const change = create(ChangeSchema, { version: BigInt(version + 1), deltas: [delta] });
-  return { messages: messages.map((message) => Buffer.from(toBinary(MessageSchema, message))), change: Buffer.from(toBinary(ChangeSchema, change)) };
-});
+const bareCommitCalls: CommitScriptCall[] = Array.from({ length: commitsPerConversation }, (_, version) =>
+  bareAppendCall("bench", BigInt(version), version, [appendedMessage(`m${version}`, "hello world")]),
+);
 
 function formatLoad(): string {
   return loadavg().map((value) => value.toFixed(2)).join(" / ");
@@ -126,30 +119,16 @@ if (process.env.CONTEXTD_BENCH_STORE_ONLY === "postgres") {
 }
 const redis = await startRedis();
 const sidecar = await startBuiltSidecar(["--redis-url", redis.url]);
-const bare = new Redis(redis.url, redisConnectionOptions) as Redis & { benchCommit(...args: (string | Buffer | number)[]): Promise<unknown> };
-bare.defineCommand("benchCommit", { numberOfKeys: 8, lua: commitScript });
+const bare = defineBareCommit(new Redis(redis.url, redisConnectionOptions));
 if (bare.status !== "ready") await once(bare, "ready");
 const run = Date.now();
-/**
- * The commit script, bare: writes version `expected` + 1 of the conversation under `keys`, whose
- * history holds `length` messages, appending `payload.messages` to it.
- */
-const bareCommit = async (keys: ConversationKeys, expected: number, length: number, payload: BarePayload) => {
-  const unchanged = ["=", "0", "0", "0"];
-  const history = ["p", String(length), String(length), String(payload.messages.length), ...payload.messages];
-  await bare.benchCommit(
-    keys.version, keys.header, ...keys.segments, keys.changes, keys.idempotency(""),
-    String(expected), payload.change, "", 86_400, 10_000, "bench", expected === 0 ? bareRest : "", expected === 0 ? "1" : "0",
-    ...unchanged, ...history, ...unchanged, ...unchanged,
-  );
-};
 /**
  * The `iteration`th bare commit of a worker labelled `label`: a new conversation every
  * `commitsPerConversation` commits, written at the sizes the store writes for the RPC's commits.
  */
 const bareCommitAt = async (label: string, iteration: number) => {
   const version = iteration % commitsPerConversation;
-  await bareCommit(conversationKeys("bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`), version, version, bareCommitPayloads[version]!);
+  await runBareCommit(bare, "bench-bare", `${run}-${label}-${Math.floor(iteration / commitsPerConversation)}`, bareCommitCalls[version]!);
 };
 const transport = createGrpcTransport({ baseUrl: sidecar.url });
 const conversations = createClient(ConversationService, transport);
@@ -280,11 +259,9 @@ try {
   }
   // Before the list layout every commit wrote the whole state; the bare line now writes a whole
   // 1,000-message history once per conversation (a first commit), the most a commit can write here.
-  const longMessages = Array.from({ length: longStart }, (_, index) => Buffer.from(toBinary(MessageSchema, appendedMessage(`l${index}`, "hello world"))));
-  const longBytes = longMessages.reduce((sum, message) => sum + message.length, 0);
-  const bareLong = await measure(1, commitsPerWorker[1], (_, iteration) =>
-    bareCommit(conversationKeys("bench-bare-long", `${run}-${iteration}`), 0, 0, { messages: longMessages, change: bareCommitPayloads[0]!.change }),
-  );
+  const longCall = bareAppendCall("bench", 0n, 0, Array.from({ length: longStart }, (_, index) => appendedMessage(`l${index}`, "hello world")));
+  const longBytes = longCall.segments.reduce((sum, segment) => sum + segment.encodings.reduce((bytes, encoding) => bytes + encoding.length, 0), 0);
+  const bareLong = await measure(1, commitsPerWorker[1], (_, iteration) => runBareCommit(bare, "bench-bare-long", `${run}-${iteration}`, longCall));
   const bareLongStats = report(`bare EVALSHA commit writing a ${longStart.toLocaleString("en-US")}-message history (${Math.round(longBytes / 1024)} KB), concurrency 1`, bareLong);
   const longRequests = Array.from({ length: 60_000 }, (_, index) =>
     toBinary(CommitRequestSchema, create(CommitRequestSchema, { conversationId: `bench-long-${run}-${index % longConversations}`, deltas: [appendDelta(`n${index}`, "hello world")] })),

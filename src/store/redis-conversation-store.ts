@@ -17,7 +17,18 @@ import { RedisChangeFeed } from "./redis-change-feed.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import { isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
 import { RedisReplicaAcknowledgement } from "./redis-replica-acknowledgement.js";
-import { calibrationKeys, conversationExpiryIndexKey, conversationIdOfTag, conversationIndexKey, conversationKeys, conversationUpdateIndexKey, writeProbeScript, type ConversationKeys } from "./redis-scripts.js";
+import {
+  calibrationKeys,
+  commitScriptArguments,
+  conversationExpiryIndexKey,
+  conversationIdOfTag,
+  conversationIndexKey,
+  conversationKeys,
+  conversationUpdateIndexKey,
+  writeProbeScript,
+  type CommitScriptCall,
+  type ConversationKeys,
+} from "./redis-scripts.js";
 import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, type LearntCorrection, type TokenCorrection } from "../core/compile/token-calibration.js";
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
@@ -1063,57 +1074,34 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   ): Promise<CommitWrite> {
     const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
     const { metadata } = plan;
-    const args: (string | Buffer)[] = [
-      write.created,
-      write.rest ?? Buffer.alloc(0),
-      write.rest ? "1" : "0",
-      String(metadata.updatedAtUnixMs),
-      metadata.changed ? "1" : "0",
-      metadata.changed ? this.sealedText(conversationId, "title", metadata.title) : "",
-      metadata.changed ? this.sealedText(conversationId, "labels", JSON.stringify(metadata.labels)) : "",
-    ];
-    for (const segment of write.segments) {
-      args.push(segment.mode, String(segment.baseLength), String(segment.keep), String(segment.encodings.length));
-      // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
-      for (const encoding of segment.encodings) args.push(encoding);
-    }
-    const indexMode = tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a";
-    for (const arg of idIndexArguments(idIndexChanges(base, plan.state, this.lineage, indexMode))) args.push(arg);
-    if (metadata.expiresAtUnixMs > 0n || metadata.expiryDropped) args.push(String(metadata.expiresAtUnixMs));
-    const changeBytes = this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change));
+    const call: CommitScriptCall = {
+      idempotencyKey,
+      expectedVersion: base.version,
+      change: this.values.seal(conversationId, "change", toBinary(ChangeSchema, plan.change)),
+      fingerprint,
+      idempotencyTtlSeconds: this.idempotencyTtlSeconds,
+      maxChanges: this.maxChanges,
+      created: write.created,
+      rest: write.rest,
+      updatedAtUnixMs: metadata.updatedAtUnixMs,
+      metadata: metadata.changed
+        ? { title: this.sealedText(conversationId, "title", metadata.title), labels: this.sealedText(conversationId, "labels", JSON.stringify(metadata.labels)) }
+        : undefined,
+      segments: write.segments,
+      idIndex: idIndexArguments(idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a")),
+      expiresAtUnixMs: metadata.expiresAtUnixMs > 0n || metadata.expiryDropped ? metadata.expiresAtUnixMs : undefined,
+    };
     let acknowledgedBy = 0;
     const runCommit = (keys: ConversationKeys) =>
       this.connection
-        .call(
-          "committing",
-          () =>
-            this.replicas.runCommitScript(
-              keys.version,
-              keys.header,
-              ...keys.segments,
-              keys.changes,
-              keys.idempotency(idempotencyKey),
-              keys.previousIds,
-              keys.previousCalls,
-              keys.idempotencyRecords,
-              keys.home,
-              String(base.version),
-              changeBytes,
-              fingerprint,
-              this.idempotencyTtlSeconds,
-              this.maxChanges,
-              // As one array (ioredis flattens it), not spread: a call takes only so many arguments.
-              args,
-            ),
-          conversationId,
-        )
+        .call("committing", () => this.replicas.runCommitScript(...commitScriptArguments(keys, call)), conversationId)
         .then((result) => {
           acknowledgedBy = result.acknowledged;
           return result.reply;
         })
         .catch((error: unknown) => {
           if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
-            this.refusedForMemory = { bytes: write.bytes + changeBytes.length, message: error.rawMessage };
+            this.refusedForMemory = { bytes: write.bytes + call.change.length, message: error.rawMessage };
           }
           throw error;
         });

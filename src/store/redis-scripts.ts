@@ -1,4 +1,5 @@
 import { storedSegments } from "./segment-edits.js";
+import type { SegmentWrite } from "./stored-copies.js";
 
 // The Redis side of the store: one Lua script per operation, each atomic on the server. The
 // `#!lua` shebang (Redis ≥ 7) makes Redis refuse a write script up front when it is over
@@ -1230,6 +1231,73 @@ end
 if not (rebuild or indexCurrent) then return {'ok', version, 'unindexed'} end
 return {'ok', version}
 `;
+
+/**
+ * What one run of `commitScript` writes, apart from where: its ARGV in named fields. The store and
+ * the bare-script benchmark both build the call with `commitScriptArguments`, so a benchmark never
+ * times a call the store no longer makes (it once sent 8 keys after the script took 12, and every
+ * bare line failed with a Lua error).
+ */
+export interface CommitScriptCall {
+  idempotencyKey: string;
+  expectedVersion: bigint;
+  /** The change record, sealed when the store encrypts. */
+  change: Buffer;
+  /** "" = no idempotency key. */
+  fingerprint: string;
+  idempotencyTtlSeconds: number;
+  maxChanges: number;
+  created: string;
+  /** The state's encoding without segments and version; undefined when unchanged (required on a first commit). */
+  rest: Buffer | undefined;
+  updatedAtUnixMs: bigint;
+  /** The title and the labels' JSON (each sealed when the store encrypts) when either changed. */
+  metadata: { title: string | Buffer; labels: string | Buffer } | undefined;
+  /** In `storedSegments` order. */
+  segments: readonly SegmentWrite[];
+  /** `idIndexArguments` of the commit's id index changes. */
+  idIndex: readonly string[];
+  /** When the conversation expires (Unix ms, 0n = never); undefined leaves the expiry as it is. */
+  expiresAtUnixMs: bigint | undefined;
+}
+
+/** The keys and arguments of one `commitScript` run (`commitScriptKeys` keys first) for `keys`. */
+export function commitScriptArguments(keys: ConversationKeys, call: CommitScriptCall): (string | Buffer | number | (string | Buffer)[])[] {
+  const rest: (string | Buffer)[] = [
+    call.created,
+    call.rest ?? Buffer.alloc(0),
+    call.rest ? "1" : "0",
+    String(call.updatedAtUnixMs),
+    call.metadata ? "1" : "0",
+    call.metadata?.title ?? "",
+    call.metadata?.labels ?? "",
+  ];
+  for (const segment of call.segments) {
+    rest.push(segment.mode, String(segment.baseLength), String(segment.keep), String(segment.encodings.length));
+    // One push per encoding: spread as arguments, a 100,000-message replace overflowed the stack.
+    for (const encoding of segment.encodings) rest.push(encoding);
+  }
+  for (const arg of call.idIndex) rest.push(arg);
+  if (call.expiresAtUnixMs !== undefined) rest.push(String(call.expiresAtUnixMs));
+  return [
+    keys.version,
+    keys.header,
+    ...keys.segments,
+    keys.changes,
+    keys.idempotency(call.idempotencyKey),
+    keys.previousIds,
+    keys.previousCalls,
+    keys.idempotencyRecords,
+    keys.home,
+    String(call.expectedVersion),
+    call.change,
+    call.fingerprint,
+    call.idempotencyTtlSeconds,
+    call.maxChanges,
+    // As one array (ioredis flattens it), not spread: a call takes only so many arguments.
+    rest,
+  ];
+}
 
 /**
  * Deletes a conversation: its version, header, segment lists and their id index, change stream

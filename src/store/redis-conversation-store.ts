@@ -34,7 +34,7 @@ import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, typ
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { storedSegments } from "./segment-edits.js";
 import { bufferOf, StoredCopies, type ReceivedSegment, type Sealers } from "./stored-copies.js";
-import { maxSealerRuns } from "./redis-fork-script.js";
+import { forkTailArguments, maxSealerRuns } from "./redis-fork-script.js";
 import { tenantOf } from "../core/model/conversation-tenant.js";
 import { checkWindowQuery, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptCalibration, corruptConversation, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
@@ -602,23 +602,24 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
   }
 
   /**
-   * A fork at a past version shares as one at the latest does when every segment of the past
-   * state is a prefix of the current one, as the lineage knows in constant time (the undos since
-   * only cut appends off: `MessageListLineage.truncated`); otherwise it goes through the engine.
+   * A fork at a past version shares, per segment, the longest prefix of the source's current list
+   * it starts with and writes the rest as its own (`StoredCopies.forkTails`), in the fork script:
+   * what the changes since changed, not the conversation (a version before appends shares all).
    */
   protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, state: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
     if (this.values.encrypts && (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
     const latest = await this.load(conversationId);
     if (latest.version !== current) return "unavailable";
-    if (!storedSegments.every((segment) => state[segment] === latest[segment] || this.lineage.extends(latest[segment], state[segment]))) return "unavailable";
+    const tails = this.copies.forkTails(newConversationId, latest, state);
     const forked = create(ConversationStateSchema, { conversationId: newConversationId, forkedFrom });
     const rest = Buffer.concat([bufferOf(this.codec.encodeStateRest(state)), bufferOf(toBinary(ConversationStateSchema, forked))]);
     return this.forkByScript(conversationId, current, forkedFrom, newConversationId, [
       this.values.seal(newConversationId, "rest", rest),
       "past",
-      ...storedSegments.map((segment) => String(state[segment].length)),
+      ...tails.map((tail) => String(tail.shared)),
       this.sealedText(newConversationId, "title", state.title),
       this.sealedText(newConversationId, "labels", JSON.stringify(state.labels)),
+      ...forkTailArguments(tails),
     ]);
   }
 
@@ -672,6 +673,10 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     );
     const outcome = String(reply[0]);
     if (outcome === "corrupt") throw corruptConversation(conversationId, String(reply[1]));
+    if (outcome === "invalid") {
+      if (homeId !== undefined) await this.unhome(newConversationId, homeId);
+      throw new ConnectError(`the fork script refused its arguments (this sidecar's bug): ${String(reply[1])}`, Code.Internal);
+    }
     if (outcome === "exists") return "exists";
     // "moved", or "home" for a source whose pointer was written since it was read: the engine
     // forks, under the own tag (a first commit cannot go under a home), so the claim goes first.

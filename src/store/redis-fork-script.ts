@@ -1,4 +1,7 @@
 import { homeCheck, scriptPrelude } from "./redis-scripts.js";
+import { storedSegments } from "./segment-edits.js";
+import type { ForkTail } from "./stored-copies.js";
+import { forEachCall } from "./stored-id-index.js";
 
 /**
  * `Fork` on one Redis, server-side: why it exists is that a fork through the commit script sends
@@ -36,9 +39,16 @@ import { homeCheck, scriptPrelude } from "./redis-scripts.js";
  * the change stream MAXLEN (approximate), the most runs of sealers a list the fork reads may have
  * ("0" = no bound: without encryption); then, for a fork at a past version, "past", the length
  * of each segment's prefix the fork reads, and the past version's title and labels (the rest
- * argument is then the fork's whole rest). Under encryption every fork passes "past" (at the
- * current version with its lengths): its rest, title and labels come sealed for it.
- * Returns {'ok'}; {'home', id} when the source's keys are under a home; {'moved', version} when the source is no longer at that version or expires
+ * argument is then the fork's whole rest), optionally followed by what the fork writes of its own
+ * after each prefix (`forkTailArguments`: per segment the count, the encodings, their ids; then
+ * the history's calls as id, name and position in its own list). Under encryption every fork
+ * passes "past" (at the current version with its lengths, no own messages): its rest, title and
+ * labels come sealed for it.
+ * Why own messages: a fork at a version before a rewind, a removal or a compaction shares each
+ * segment's longest prefix the source's current list still holds and pushes only the rest, its
+ * index entries written here too; it went through the engine, every message pushed (2.1 s at
+ * 100,000 on Redis Cluster, docs/history.md "A fork at any past version shares").
+ * Returns {'ok'}; {'invalid', detail} for arguments it cannot take (a sidecar's bug); {'home', id} when the source's keys are under a home; {'moved', version} when the source is no longer at that version or expires
  * (the fork then goes through the engine); {'exists'} when
  * the new conversation has a version; {'corrupt', detail} when the source's keys cannot be trusted
  * or the new conversation's keys exist without a version.
@@ -74,6 +84,31 @@ for i, name in ipairs(segmentNames) do
     lengths[i] = tonumber(ARGV[8 + i])
   end
 end
+-- What the fork writes of its own after each prefix (ARGV from 15): per segment a count, that
+-- many encodings and their ids; then the count of the history's calls among them, and per call its
+-- id, name and position in the fork's own history list. Checked whole before the first write.
+local function invalid(detail) return {'invalid', detail} end
+local tails = {{count = 0}, {count = 0}, {count = 0}, {count = 0}}
+local calls = {first = 1, last = 0}
+if past and #ARGV > 14 then
+  local at = 15
+  for i, name in ipairs(segmentNames) do
+    local count = ARGV[at]
+    if not (count and isVersion(count)) then return invalid(name .. ': the count of messages of its own must be a count') end
+    count = tonumber(count)
+    if at + 2 * count > #ARGV then return invalid(name .. ': ' .. count .. ' messages of its own announced, fewer given') end
+    tails[i] = {count = count, first = at + 1}
+    at = at + 1 + 2 * count
+  end
+  local count = ARGV[at]
+  if not (count and isVersion(count)) then return invalid('the count of calls must be a count') end
+  calls = {first = at + 1, last = at + 3 * tonumber(count)}
+  if calls.last ~= #ARGV then return invalid(count .. ' calls announced, ' .. (#ARGV - at) .. ' arguments given') end
+  for m = calls.first, calls.last, 3 do
+    local place = ARGV[m + 2]
+    if not (isVersion(place) and tonumber(place) < tails[2].count) then return invalid('call ' .. ARGV[m] .. ' is made at "' .. place .. '", not by a message of the history of its own') end
+  end
+end
 -- Under encryption a list the fork reads must keep who sealed its elements within the bound
 -- ARGV[7] ('0' = none), with the run the fork's own ownWhole would add later (scriptPrelude's
 -- sealersOf): past it the fork goes through the engine, which seals every message for it.
@@ -105,7 +140,7 @@ local fields = {'created', ARGV[2], 'rest', past and ARGV[3] or header.rest .. A
 for i, name in ipairs(segmentNames) do
   local length = lengths[i]
   fields[#fields + 1] = name
-  fields[#fields + 1] = string.format('%d', length)
+  fields[#fields + 1] = string.format('%d', length + tails[i].count)
   fields[#fields + 1] = name .. '_at'
   fields[#fields + 1] = '1'
   if length > 0 then
@@ -118,10 +153,41 @@ for i, name in ipairs(segmentNames) do
     fields[#fields + 1] = string.format('%d', length)
   end
 end
--- The fork's own lists are empty: so are their indexes (a previous release's delete of a
--- conversation under its id left them behind).
+-- The fork's own lists start empty: so do their indexes (a previous release's delete of a
+-- conversation under its id left them behind). Then its own messages go to them, indexed at their
+-- positions there when the index is shared (a stale one is rebuilt by the fork's first commit).
 for i = 9, 12 do redis.call('UNLINK', idsOf(KEYS[i]), callsOf(KEYS[i]), sealersOf(KEYS[i])) end
+local chunk = 1000
+for i = 1, 4 do
+  local tail, key = tails[i], KEYS[8 + i]
+  if tail.count > 0 then
+    local last = tail.first + tail.count - 1
+    for from = tail.first, last, chunk do redis.call('RPUSH', key, unpack(ARGV, from, math.min(from + chunk - 1, last))) end
+    if sharesIndex then
+      local entries = {}
+      for k = 0, tail.count - 1 do
+        entries[#entries + 1] = ARGV[last + 1 + k]
+        entries[#entries + 1] = string.format('%d', k)
+        if #entries == chunk then
+          redis.call('HSET', idsOf(key), unpack(entries))
+          entries = {}
+        end
+      end
+      if #entries > 0 then redis.call('HSET', idsOf(key), unpack(entries)) end
+    end
+  end
+end
 if sharesIndex then
+  local texts, called = {}, {}
+  for m = calls.first, calls.last, 3 do
+    local id = ARGV[m]
+    if not texts[id] then
+      texts[id] = {}
+      called[#called + 1] = id
+    end
+    table.insert(texts[id], callText(tonumber(ARGV[m + 2]), ARGV[m + 1]))
+  end
+  for _, id in ipairs(called) do redis.call('HSET', callsOf(KEYS[10]), id, table.concat(texts[id])) end
   fields[#fields + 1] = 'list_ids_at'
   fields[#fields + 1] = '1'
 end
@@ -140,3 +206,23 @@ export const maxSealerRuns = 16;
 
 /** How many of the fork script's arguments are keys. */
 export const forkScriptKeys = 14;
+
+/**
+ * What a fork at a past version writes of its own, as the fork script's arguments after the title
+ * and labels: per segment the count of its own messages, their encodings and their ids; then the
+ * history's calls among them, each as call id, name and position in the fork's own history list.
+ */
+export function forkTailArguments(tails: readonly ForkTail[]): (string | Buffer)[] {
+  const args: (string | Buffer)[] = [];
+  for (const tail of tails) {
+    args.push(String(tail.messages.length));
+    // One push per item: spread as arguments, a long tail would overflow the stack.
+    for (const encoding of tail.encodings) args.push(encoding);
+    for (const message of tail.messages) args.push(message.id);
+  }
+  const calls: string[] = [];
+  tails[storedSegments.indexOf("history")]!.messages.forEach((message, position) => forEachCall(message, (id, name) => calls.push(id, name, String(position))));
+  args.push(String(calls.length / 3));
+  for (const item of calls) args.push(item);
+  return args;
+}

@@ -29,13 +29,23 @@ export function segmentEdit(before: readonly Message[], after: readonly Message[
   }
   if (lineage?.extends(before, after)) return { keepPrefix: true, keep: after.length, messages: [] };
   const shorter = Math.min(before.length, after.length);
-  let prefix = 0;
-  while (prefix < shorter && after[prefix] === before[prefix]) prefix++;
+  const prefix = sharedHeadLength(before, after);
   if (prefix === before.length && prefix === after.length) return undefined;
   let suffix = 0;
   while (suffix < shorter - prefix && after[after.length - 1 - suffix] === before[before.length - 1 - suffix]) suffix++;
   if (prefix >= suffix) return { keepPrefix: true, keep: prefix, messages: after.slice(prefix) };
   return { keepPrefix: false, keep: suffix, messages: after.slice(0, after.length - suffix) };
+}
+
+/**
+ * How many first messages `a` and `b` share (the same objects): what `lineage` knows of (in time
+ * proportional to the lines it walks), then one identity comparison per further shared message.
+ */
+export function sharedHeadLength(a: readonly Message[], b: readonly Message[], lineage?: MessageListLineage): number {
+  const shorter = Math.min(a.length, b.length);
+  let prefix = a === b ? shorter : Math.min(shorter, lineage?.sharedPrefix(a, b) ?? 0);
+  while (prefix < shorter && a[prefix] === b[prefix]) prefix++;
+  return prefix;
 }
 
 /** Whether anything but the segments and the version differs (core shares what a batch left alone). */

@@ -11,7 +11,7 @@ import { heldWindowFacts, runningFactsOfWrite } from "./history-running-facts.js
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
 import type { CommitCopies } from "./commit-engine.js";
 import type { MessageIdIndex } from "./message-id-index.js";
-import { restDiffers, segmentEdit, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
+import { restDiffers, segmentEdit, sharedHeadLength, storedSegments, trustCaughtUpSegment } from "./segment-edits.js";
 import { windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { corruptConversation } from "./store-errors.js";
 import { KeptTails, defaultKeptTailBytes, type KeptTail } from "./kept-tails.js";
@@ -49,6 +49,17 @@ export interface SegmentWrite {
   mode: "=" | "p" | "s";
   baseLength: number;
   keep: number;
+  encodings: Buffer[];
+}
+
+/**
+ * One segment of a fork at a past version (`StoredCopies.forkTails`): how many first messages of
+ * the source's current list it shares, and the rest of the past segment, its own, with their
+ * encodings for the fork.
+ */
+export interface ForkTail {
+  shared: number;
+  messages: readonly Message[];
   encodings: Buffer[];
 }
 
@@ -325,6 +336,30 @@ export class StoredCopies implements CommitCopies {
       bytes,
       layout: { created, restAt: rest ? version : baseLayout!.restAt, restBytes: rest ? rest.length : baseLayout!.restBytes, segments },
     };
+  }
+
+  /**
+   * What a fork at a past version `past` of a source now at `current` writes of its own beside
+   * what it shares: per segment the first messages of the current list it shares (the same
+   * objects, `sharedHeadLength`: the undos since made a new list only where they changed it) and
+   * the rest of the past segment encoded for the fork, sealed for it, the history's entries with
+   * the running facts a first write gives them (the fork's lists are written at its version 1).
+   * Why: a fork at a version before a rewind, a removal or a compaction went through the engine,
+   * writing every message (2.1 s at 100,000 on Redis Cluster); now it writes what differs.
+   */
+  forkTails(newConversationId: string, current: ConversationState, past: ConversationState): ForkTail[] {
+    return storedSegments.map((segment) => {
+      const now = current[segment];
+      const was = past[segment];
+      const shared = sharedHeadLength(now, was, this.lineage);
+      const messages = was.slice(shared);
+      const running =
+        segment === "history" && messages.length > 0
+          ? runningFactsOfWrite(this.codec.storedTokenCounts, shared === now.length ? now : was.slice(0, shared), was, { keepPrefix: true, keep: shared, messages }, 1n)
+          : undefined;
+      const encodings = messages.map((message, position) => this.values.seal(newConversationId, "message", this.codec.encodeStoredEntry(message, running?.[position])));
+      return { shared, messages, encodings };
+    });
   }
 
   /**

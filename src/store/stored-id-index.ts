@@ -75,7 +75,7 @@ function wholeIndex(state: ConversationState): IdIndexChanges {
 }
 
 /** Calls `use` for each call an ASSISTANT message makes (the calls the index keeps). */
-function forEachCall(message: Message, use: (id: string, name: string) => unknown): void {
+export function forEachCall(message: Message, use: (id: string, name: string) => unknown): void {
   if (message.role !== Role.ASSISTANT) return;
   for (const part of message.parts) if (part.kind.case === "toolCall") use(part.kind.value.id, part.kind.value.name);
 }

@@ -18,7 +18,7 @@ import { MemoryConversationStore } from "../../src/store/memory-conversation-sto
 import { randomSource } from "../support/random-messages.js";
 import { redisForFile } from "../support/redis-for-file.js";
 import { expectForkCopyWeighedOnce } from "./fork-copy-weight.js";
-import { appendHistory, delta, longConversation, randomEdits, textMessage } from "./fixtures.js";
+import { appendHistory, delta, everyFieldToolRound, longConversation, randomEdits, textMessage } from "./fixtures.js";
 
 const redis = redisForFile();
 const openStore = redis.openStore;
@@ -347,7 +347,7 @@ describe("Redis shared segment lists", () => {
 });
 
 describe("Redis shared segment lists at a past version", () => {
-  it("forks a version the source only appended to since by sharing its prefixes; one the source edited since goes through the engine", async () => {
+  it("forks a version the source only appended to since by sharing its prefixes; one before a prune pushes its history as its own", async () => {
     const store = await openStore();
     const source = "past-source";
     let version = await longConversation(store, source, 3_000);
@@ -368,11 +368,63 @@ describe("Redis shared segment lists at a past version", () => {
     // The source's later edit of its head (a prune) leaves the fork's prefix to it.
     await store.commit(source, version, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })], "");
     expect(await freshRead("past-fork")).toBe(encoded(forked));
-    // A version before a prune is no prefix of the current lists: the engine writes it.
-    const rpushBefore = (await commandCalls()).get("rpush") ?? 0;
+    // A version before a prune shares no prefix of the current history (the prune cut its head):
+    // the fork script pushes the whole past history as the fork's own.
     await store.fork(source, past, "past-fork-2");
-    expect(((await commandCalls()).get("rpush") ?? 0) - rpushBefore).toBeGreaterThan(0);
-    expect((await store.load("past-fork-2")).history.map((message) => message.id)).toEqual(forked.history.map((message) => message.id));
+    expect(await redis.raw.hget(keysOf("past-fork-2").header, "history_shared")).toBeNull();
+    expect(await redis.raw.llen(keysOf("past-fork-2").segments[1]!)).toBe(3_000);
+    const pruned = await store.load("past-fork-2");
+    expect(pruned.history.map((message) => message.id)).toEqual(forked.history.map((message) => message.id));
+    expect((await store.indexedIds("past-fork-2"))!.ids.sort()).toEqual(idsOf(pruned));
+    expect(await freshRead("past-fork-2")).toBe(encoded(pruned));
+  });
+
+  it("forks a version before a rewind or a removal sharing the longest prefix the source still holds, writing only the rest, indexed, in the fork script", async () => {
+    const store = await openStore();
+    const source = "rewound-source";
+    const start = await longConversation(store, source, 3_000);
+    let version = (await store.commit(source, start, [everyFieldToolRound("t1"), appendHistory(textMessage("after-round", Role.USER, "go on"))], "")).version;
+    const beforeRewind = version;
+    version = (await store.rewind(source, version, start, "")).version;
+    // The version before the rewind: the current history followed by the round and the message it dropped.
+    const before = await commandCalls();
+    const { forkedFrom } = await store.fork(source, beforeRewind, "rewound-fork");
+    const after = await commandCalls();
+    expect(after.get("copy") ?? 0).toBe(before.get("copy") ?? 0);
+    expect((after.get("rpush") ?? 0) - (before.get("rpush") ?? 0)).toBe(1);
+    const forkKeys = keysOf("rewound-fork");
+    expect(await redis.raw.hget(forkKeys.header, "history_shared")).toBe("3000");
+    expect(await redis.raw.llen(forkKeys.segments[1]!)).toBe(3);
+    const forked = await store.load("rewound-fork");
+    expect(encoded(forked)).toBe(encoded({ ...(await store.loadAt(source, beforeRewind)), conversationId: "rewound-fork", forkedFrom, version: 1n }));
+    expect(forked.history.slice(-3).map((message) => message.id)).toEqual(["t1-a", "t1-r", "after-round"]);
+    expect(await freshRead("rewound-fork")).toBe(encoded(forked));
+    // Its own messages are indexed with the shared ones: ids and the round's call, current.
+    const indexed = await store.indexedIds("rewound-fork");
+    expect(indexed!.current).toBe(true);
+    expect(indexed!.ids.sort()).toEqual(idsOf(forked));
+    expect(indexed!.calls).toEqual(latestCalls(forked));
+    expect(indexed!.calls["t1-call"]).toBe("lookup");
+    // A process that never saw the fork commits to it and refuses an id of its own part.
+    const fresh = new RedisConversationStore(redis.url);
+    try {
+      expect(await fresh.connected()).toBe(true);
+      await expect(fresh.commit("rewound-fork", 1n, [appendHistory(textMessage("t1-r", Role.USER, "again"))], "")).rejects.toThrow(/t1-r/);
+      expect((await fresh.commit("rewound-fork", 1n, [appendHistory(textMessage("fork-next", Role.USER, "next"))], "")).version).toBe(2n);
+    } finally {
+      await fresh.close();
+    }
+    expect(await freshRead("rewound-fork")).toBe(encoded(await store.load("rewound-fork")));
+
+    // A removal near the end: the version before it shares the history up to the removed message.
+    version = (await store.commit(source, version, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["m2990"] } })], "")).version;
+    const { forkedFrom: removedFrom } = await store.fork(source, version - 1n, "removed-fork");
+    expect(await redis.raw.hget(keysOf("removed-fork").header, "history_shared")).toBe("2990");
+    expect(await redis.raw.llen(keysOf("removed-fork").segments[1]!)).toBe(10);
+    const removed = await store.load("removed-fork");
+    expect(encoded(removed)).toBe(encoded({ ...(await store.loadAt(source, version - 1n)), conversationId: "removed-fork", forkedFrom: removedFrom, version: 1n }));
+    expect(await freshRead("removed-fork")).toBe(encoded(removed));
+    expect((await store.indexedIds("removed-fork"))!.ids.sort()).toEqual(idsOf(removed));
   });
 });
 

@@ -76,7 +76,7 @@ export interface Scripts {
   contextdDelete(...args: string[]): Promise<string[]>;
   contextdSweepIdempotency(...args: string[]): Promise<string[]>;
   contextdReportUsage(...args: (string | number)[]): Promise<string[]>;
-  contextdFork(...args: (string | Buffer)[]): Promise<string[]>;
+  contextdFork(...args: (string | Buffer | (string | Buffer)[])[]): Promise<string[]>;
   contextdIndexedIds(...args: string[]): Promise<[string, string | null, string, string[], string[]] | [string, string]>;
   contextdClaimHome(...args: string[]): Promise<string[]>;
   contextdUnhome(...args: string[]): Promise<number>;

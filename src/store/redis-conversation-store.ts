@@ -667,7 +667,8 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
           String(now),
           String(this.maxChanges),
           this.values.encrypts ? String(maxSealerRuns) : "0",
-          ...past,
+          // As one array (ioredis flattens it), not spread: a fork's own messages may be 100,000.
+          past,
         ),
       conversationId,
     );

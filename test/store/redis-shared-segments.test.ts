@@ -428,6 +428,23 @@ describe("Redis shared segment lists at a past version", () => {
   });
 });
 
+describe("Redis forks with long own parts", () => {
+  it("forks the version before a prune of 65,000 messages, every message its own: more arguments than one JavaScript call can spread", async () => {
+    const store = await openStore();
+    const id = "long-pruned-source";
+    let version = 0n;
+    for (let start = 0; start < 65_000; start += 13_000) {
+      version = (await store.commit(id, version, [appendHistory(...Array.from({ length: 13_000 }, (_, index) => textMessage(`p${start + index}`, Role.USER, "x")))], "")).version;
+    }
+    const pruned = await store.commit(id, version, [delta({ case: "pruneHistory", value: { maxMessages: 10 } })], "");
+    await store.fork(id, pruned.version - 1n, "long-pruned-fork");
+    expect(await redis.raw.llen(keysOf("long-pruned-fork").segments[1]!)).toBe(65_000);
+    const forked = await store.load("long-pruned-fork");
+    expect(forked.history.map((message) => message.id)).toEqual(Array.from({ length: 65_000 }, (_, index) => `p${index}`));
+    expect((await store.indexedIds("long-pruned-fork"))!.ids).toHaveLength(65_000);
+  });
+});
+
 describe("Redis shared segment lists behind the store's back", () => {
   it("answers DATA_LOSS naming the shared list when it holds less than the fork reads, or the sharing fields disagree", async () => {
     const store = await openStore();

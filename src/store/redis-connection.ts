@@ -130,7 +130,9 @@ export class RedisConnection {
   }
 
   /**
-   * Runs one or more commands, mapping connection failures to UNAVAILABLE. Commands issued in the
+   * Runs one or more commands, mapping connection failures to UNAVAILABLE, and a JavaScript
+   * engine's RangeError or TypeError (this sidecar's bug, not Redis's: a fork's arguments once
+   * overflowed the call stack) to INTERNAL, which clients do not retry. Commands issued in the
    * same event-loop iteration (concurrent commits and loads) leave in one socket write: at
    * concurrency 32 a write per command was a fifth of the sidecar's CPU.
    */
@@ -140,6 +142,7 @@ export class RedisConnection {
       return await run();
     } catch (error) {
       if (error instanceof ConnectError) throw error;
+      if (error instanceof RangeError || error instanceof TypeError) throw new ConnectError(`the sidecar failed while ${what}: ${error.message}`, Code.Internal);
       if (conversationId !== undefined && isWrongType(error)) {
         throw corruptConversation(conversationId, `a key has the wrong type while ${what} (${(error as Error).message})`);
       }

@@ -120,8 +120,11 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       const forkCommit = await forkCommitTimes((call) => `${id}-latest-${call}`, true);
       for (let call = 0; call < calls; call++) await store.fork(id, undefined, `${id}-stateless-${call}`);
       const forkCommitStateless = await forkCommitTimes((call) => `${id}-stateless-${call}`, false);
+      // One back is the version before the last rewind (the tool round it dropped, past what the
+      // source holds now); ten back, before the five tool rounds appended and rewound.
       const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
+      const forkTenBack = await medianMs((call) => store.fork(id, latest - 10n, `${id}-ten-back-${call}`));
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "fork (10 back)": forkTenBack, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

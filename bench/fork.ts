@@ -7,7 +7,9 @@
 // calls, in one run; a rewind commits, so each call of one goes back from the version the last
 // left; each fork at the latest version then takes ten one-message commits (1st, 2nd, 10th
 // timed: the median over the 5 forks), with the state back and, on 5 more forks, without; a
-// rewind that drops a just-appended tool round (its call and result appended untimed) last. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
+// rewind that drops a just-appended tool round (its call and result appended untimed) last, so
+// "fork (one back)" forks the version before that rewind; then forks at the version before a
+// removal in the middle of the history and before a prune of its head. Run with `npm run bench:fork`. Redis, Postgres and this process share the machine's cores:
 // compare the lines of one run, and read them with the load average printed beside them.
 // CONTEXTD_FORK_ENCRYPTION=1 runs the Redis and Postgres stores with encryption at rest, under a
 // key generated for the run and written to a key file as --encryption-key-file takes it.
@@ -120,11 +122,20 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       const forkCommit = await forkCommitTimes((call) => `${id}-latest-${call}`, true);
       for (let call = 0; call < calls; call++) await store.fork(id, undefined, `${id}-stateless-${call}`);
       const forkCommitStateless = await forkCommitTimes((call) => `${id}-stateless-${call}`, false);
-      // One back is the version before the last rewind (the tool round it dropped, past what the
-      // source holds now); ten back, before the five tool rounds appended and rewound.
       const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
+      // Ten back: before the five tool rounds appended and rewound (what the source holds again).
       const forkTenBack = await medianMs((call) => store.fork(id, latest - 10n, `${id}-ten-back-${call}`));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "fork (10 back)": forkTenBack, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
+      // Forks at a version before an edit that is not at the end: a removal of the middle message
+      // (what a fork shares of each segment is the longest prefix the current list still holds:
+      // half of the history here), then a prune of the 10 oldest (no prefix shared: every message
+      // is the fork's own). Each edit once, untimed; then 5 forks at the version before it.
+      const middle = (await store.load(id)).history[size >> 1]!.id;
+      const removed = await store.commit(id, undefined, [create(DeltaSchema, { operation: { case: "removeMessages", value: { segment: Segment.HISTORY, ids: [middle] } } })], "");
+      const forkBeforeRemoval = await medianMs((call) => store.fork(id, removed.version - 1n, `${id}-before-removal-${call}`));
+      const historyLength = (await store.load(id)).history.length;
+      const pruned = await store.commit(id, undefined, [create(DeltaSchema, { operation: { case: "pruneHistory", value: { maxMessages: historyLength - 10 } } })], "");
+      const forkBeforePrune = await medianMs((call) => store.fork(id, pruned.version - 1n, `${id}-before-prune-${call}`));
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "fork (10 back)": forkTenBack, "fork (before a removal in the middle)": forkBeforeRemoval, "fork (before a prune)": forkBeforePrune, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

@@ -9,13 +9,15 @@
  * `contextd_fork_tailed`: `contextd_fork_linked`'s 13 arguments (`p_lengths` the shared lengths),
  * then the tail, all in one call (one transaction):
  * - `p_tail_segments`, `p_tail_messages`, `p_tail_ids`: per tail message its segment (0-3), its
- *   encoding (sealed for the fork under encryption) and its id's UTF-8, in segment order;
+ *   encoding (sealed for the fork under encryption) and its id's UTF-8; a segment's messages in
+ *   their order (the sidecar sends them segment after segment);
  * - `p_call_ids`, `p_call_names`, `p_call_at`: per call the history tail's ASSISTANT messages make,
  *   its id and name (UTF-8) and the 0-based place in the history tail of the message making it.
  * On 'ok' the tail goes to the fork's own storage (the header's `COALESCE(storage, id)`) right
- * after what it shares: position `segment_first + shared + k` for the k-th (0-based) message of a
- * segment's tail, `segment_length` raised by the tail's length. The shared rows are read through
- * the links `contextd_fork_linked` made, clipped at the shared length, so the two never overlap.
+ * after what it shares: position `segment_first + shared + k` for the k-th (0-based, in array
+ * order) message of a segment's tail, `segment_length` raised by the tail's length. The shared
+ * rows are read through the links `contextd_fork_linked` made, clipped at the shared length, so
+ * the two never overlap.
  * When the fork's index is current (`ids_at` 1: the source's was, and the rows are linked, not
  * copied) the tail's ids go to `contextd_stored_ids` and the history tail's calls to
  * `contextd_stored_calls` in the same storage, so its first commits plan on the stored tail; else
@@ -58,14 +60,11 @@ BEGIN
     RAISE EXCEPTION 'contextd_fork_tailed: % call ids, % names and % places: one of each per call',
       cardinality(p_call_ids), cardinality(p_call_names), cardinality(p_call_at) USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- Each check one pass over the arrays (a join of two of them, planned as a nested loop, took
+  -- 22 s at 20,000 messages).
   IF EXISTS (SELECT 1 FROM unnest(p_tail_segments, p_tail_messages, p_tail_ids) AS t(segment, message, id)
       WHERE t.segment IS NULL OR t.segment NOT BETWEEN 0 AND 3 OR t.message IS NULL OR t.id IS NULL) THEN
     RAISE EXCEPTION 'contextd_fork_tailed: a tail message has no segment 0-3, no encoding or no id' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  -- In segment order, so each segment's tail is one run and k its place in it.
-  IF EXISTS (SELECT 1 FROM unnest(p_tail_segments) WITH ORDINALITY AS t(segment, n)
-      JOIN unnest(p_tail_segments) WITH ORDINALITY AS u(segment, n) ON u.n = t.n + 1 WHERE u.segment < t.segment) THEN
-    RAISE EXCEPTION 'contextd_fork_tailed: tail messages must come in segment order' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   SELECT array_agg((SELECT count(*) FROM unnest(p_tail_segments) AS t(segment) WHERE t.segment = g.segment)::integer ORDER BY g.segment)
     INTO v_tails FROM generate_series(0, 3) AS g(segment);

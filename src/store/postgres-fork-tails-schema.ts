@@ -3,7 +3,7 @@
  * prefix of the source's current rows the past segment starts with, and writes only the rest (its
  * "tail") as its own rows. Why: `contextd_fork_linked` shares only prefixes of the current
  * segments, so a fork at a version before a rewind, a removal or a compaction went through the
- * engine, every message written again (~3.4 s at 100,000 messages, bench/fork.ts,
+ * engine, every message written again (2.8-6.1 s at 100,000 messages, bench/fork.ts,
  * docs/history.md "Migration 18").
  *
  * `contextd_fork_tailed`: `contextd_fork_linked`'s 13 arguments (`p_lengths` the shared lengths),

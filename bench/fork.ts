@@ -123,6 +123,8 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       for (let call = 0; call < calls; call++) await store.fork(id, undefined, `${id}-stateless-${call}`);
       const forkCommitStateless = await forkCommitTimes((call) => `${id}-stateless-${call}`, false);
       const forkPast = await medianMs((call) => store.fork(id, latest - 1n, `${id}-past-${call}`));
+      // Ten back: before the five tool rounds appended and rewound (what the source holds again).
+      const forkTenBack = await medianMs((call) => store.fork(id, latest - 10n, `${id}-ten-back-${call}`));
       // Forks at a version before an edit that is not at the end: a removal of the middle message
       // (what a fork shares of each segment is the longest prefix the current list still holds:
       // half of the history here), then a prune of the 10 oldest (no prefix shared: every message
@@ -133,7 +135,7 @@ async function measure(name: string, open: () => Promise<ConversationStore>): Pr
       const historyLength = (await store.load(id)).history.length;
       const pruned = await store.commit(id, undefined, [create(DeltaSchema, { operation: { case: "pruneHistory", value: { maxMessages: historyLength - 10 } } })], "");
       const forkBeforePrune = await medianMs((call) => store.fork(id, pruned.version - 1n, `${id}-before-prune-${call}`));
-      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "fork (before a removal in the middle)": forkBeforeRemoval, "fork (before a prune)": forkBeforePrune, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
+      const figures = { "bare commit": bare, "fork (latest)": fork, "fork's 1st commit": forkCommit(0), "fork's 2nd commit": forkCommit(1), "fork's 10th commit": forkCommit(9), "without state: fork's 1st commit": forkCommitStateless(0), "2nd": forkCommitStateless(1), "10th": forkCommitStateless(9), "fork (one back)": forkPast, "fork (10 back)": forkTenBack, "fork (before a removal in the middle)": forkBeforeRemoval, "fork (before a prune)": forkBeforePrune, "read one back": readPast, "read 10 back": readTenBack, "rewind 1": rewind, "rewind 10": rewindTen, "commit after rewind": commitAfterRewind, "rewind a tool round": rewindToolRound };
       const line = Object.entries(figures).map(([what, figure]) => `${what} ${figure}`).join(", ");
       console.log(`${name.padEnd(13)} ${String(size).padStart(7)} messages (${current} versions): ${line} (load ${loadavg()[0]!.toFixed(1)})`);
     }

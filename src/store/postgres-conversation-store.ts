@@ -9,7 +9,7 @@ import type { DeltaContext } from "../core/deltas/delta-context.js";
 import { MessageListLineage } from "../core/model/message-list-lineage.js";
 import { emptyConversationState, type CommitPlan } from "./commit-plan.js";
 import { CommitEngine, EngineCommittedStore, type CommitRead, type CommitWrite } from "./commit-engine.js";
-import { idIndexChanges } from "./stored-id-index.js";
+import { forEachCall, idIndexChanges } from "./stored-id-index.js";
 import { maxTailWindowMessages, tailWindowMessages, type CommitTail, type TailRead } from "./tail-commit.js";
 import type { ConversationPage, ConversationStore, HeldCopies } from "./conversation-store.js";
 import { FollowedConversations } from "./followed-conversations.js";
@@ -25,7 +25,7 @@ import { calibrationWindow, maxCorrection, maxCorrectionStep, minCorrection, typ
 import { calibrationField, type CalibrationBounds, type CalibrationRecordKey } from "./calibration-store.js";
 import { checkWindowQuery, windowBounds, windowMoved, windowOf, type SegmentWindow, type WindowQuery } from "./segment-window.js";
 import { storedSegments } from "./segment-edits.js";
-import { bufferOf, StoredCopies } from "./stored-copies.js";
+import { bufferOf, StoredCopies, type ForkTail } from "./stored-copies.js";
 import { corruptConversation, redactUrl, requireStorableKey, requireStorableText, versionConflict } from "./store-errors.js";
 import { defaultExpirySweepMs, expirySweepBatch, expirySweepBatches, ConversationExpiry } from "./conversation-expiry.js";
 import type { HistoryBound } from "./history-bound.js";
@@ -590,29 +590,37 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   }
 
   /**
-   * A past version whose segments are each a prefix of the current ones (the changes since only
-   * appended, so their undos only cut: change-undo.ts, the same message objects kept) forks as
-   * the current one does, sharing those prefixes; its rest, title and labels are the past
-   * state's. Else (or when the fork would expire) the engine writes it.
+   * A past version forks as the current one does, sharing per segment the longest prefix of the
+   * source's current rows it starts with, and writes the rest as the fork's own rows in the same
+   * statement (`StoredCopies.forkTails`, migration 18): what the changes since changed, not the
+   * conversation (a version before appends only shares all). Its rest, title and labels are the
+   * past state's. When the fork would expire, or without the source's current copy, the engine
+   * writes it.
    */
   protected override async forkPast(conversationId: string, forkedFrom: ForkOrigin, newConversationId: string, past: ConversationState, current: bigint): Promise<"copied" | "exists" | "unavailable"> {
     if (this.expiry.ttlOf(newConversationId, past) !== 0) return "unavailable";
+    if (!this.sharesRowsWith(conversationId, newConversationId)) return "unavailable";
     const latest = this.copies.withLayout(conversationId)?.state;
     if (latest === undefined || latest.version !== current) return "unavailable";
-    const lengths: number[] = [];
-    for (const segment of storedSegments) {
-      const kept = past[segment];
-      const now = latest[segment];
-      if (kept.length > now.length || kept.some((message, position) => message !== now[position])) return "unavailable";
-      lengths.push(kept.length);
-    }
+    // Sealed for the fork under encryption: they are its own rows.
+    const tails = this.copies.forkTails(newConversationId, latest, past);
     const rest = bufferOf(this.codec.encodeStateRest({ ...past, conversationId: newConversationId, forkedFrom }));
-    return this.forkShared(conversationId, current, forkedFrom, newConversationId, { rest, lengths, title: past.title, labels: JSON.stringify(past.labels) });
+    return this.forkShared(conversationId, current, forkedFrom, newConversationId, { rest, tails, title: past.title, labels: JSON.stringify(past.labels) });
   }
 
   /**
-   * One call of `contextd_fork_linked` (migration 17's; the fork's index is the rows' it links,
-   * current when the source's is, migration 16). Under encryption at rest the shared rows stay
+   * Whether a fork may share the source's rows. Under encryption not into another tenant (a
+   * shared row opens only with its sealer's tenant key), nor with --share-encrypted-forks false
+   * (sidecars of a previous release read the store).
+   */
+  private sharesRowsWith(conversationId: string, newConversationId: string): boolean {
+    return !this.values.encrypts || (this.sharesEncryptedForks && tenantOf(conversationId) === tenantOf(newConversationId));
+  }
+
+  /**
+   * One call of `contextd_fork_tailed` (migration 18's: `contextd_fork_linked` of 17, then the
+   * past version's `tails` past what it shares written as the fork's own rows; the fork's index is
+   * the rows' it links and its own, current when the source's is, migration 16). Under encryption at rest the shared rows stay
    * sealed for the conversations that wrote them (reads open each as its storage's owner's,
    * `ReceivedRows`); only the fork's own values are sealed for it: its rest, title and labels
    * (`sealedForkFields`) and its change. Still "unavailable" there, for the engine to write the
@@ -627,21 +635,20 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
     version: bigint,
     forkedFrom: ForkOrigin,
     newConversationId: string,
-    of: { restSuffix?: Buffer; rest?: Buffer; lengths?: number[]; title?: string; labels?: string },
+    of: { restSuffix?: Buffer; rest?: Buffer; tails?: readonly ForkTail[]; title?: string; labels?: string },
   ): Promise<"copied" | "exists" | "unavailable"> {
     const encrypts = this.values.encrypts;
-    // Into another tenant a shared row would not open (its sealer's tenant key); with
-    // --share-encrypted-forks false, sidecars of a previous release read the store.
-    if (encrypts && (!this.sharesEncryptedForks || tenantOf(conversationId) !== tenantOf(newConversationId))) return "unavailable";
+    if (!this.sharesRowsWith(conversationId, newConversationId)) return "unavailable";
     const now = this.now();
     const change = this.values.seal(newConversationId, "change", toBinary(ChangeSchema, create(ChangeSchema, { conversationId: newConversationId, version: 1n, committedAtUnixMs: BigInt(now), forkedFrom })));
     const created = randomUUID();
     await this.connection.query("forking a conversation", "SELECT * FROM contextd_delete($1, 0, $2, '')", [idBytes(newConversationId), now]);
     const fields = encrypts ? await this.sealedForkFields(conversationId, version, newConversationId, of) : of;
     if (fields === undefined) return "unavailable";
+    const tails = forkTailRows(of.tails ?? []);
     const { rows } = await this.connection.query<{ outcome: string }>(
       "forking a conversation",
-      "SELECT contextd_fork_linked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS outcome",
+      "SELECT contextd_fork_tailed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) AS outcome",
       [
         idBytes(conversationId),
         version,
@@ -649,15 +656,21 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
         created,
         fields.rest ?? null,
         fields.restSuffix ?? Buffer.alloc(0),
-        of.lengths ?? null,
+        of.tails?.map((tail) => tail.shared) ?? null,
         fields.title ?? null,
         fields.labels ?? null,
         change,
         now,
         changesChannel,
         !encrypts,
+        tails.segments,
+        tails.messages,
+        tails.ids,
+        tails.callIds,
+        tails.callNames,
+        tails.callAt,
       ],
-      "contextd_fork_linked",
+      "contextd_fork_tailed",
     );
     const outcome = rows[0]!.outcome;
     // A fork at the current version holds what the source's copy holds (a past one: a rest of its own).
@@ -792,6 +805,31 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
 function idBytes(conversationId: string): Buffer {
   requireStorableKey("conversation_id", conversationId, stringLimits.id);
   return Buffer.from(conversationId, "utf8");
+}
+
+/**
+ * A fork's own rows as `contextd_fork_tailed`'s arrays: per message (in segment order) its
+ * segment, encoding and id; per call the history tail makes its id, name and the place in the
+ * history tail of the message making it (the index keeps a row per call, where it is).
+ */
+function forkTailRows(tails: readonly ForkTail[]): { segments: number[]; messages: Buffer[]; ids: Buffer[]; callIds: Buffer[]; callNames: Buffer[]; callAt: number[] } {
+  const rows = { segments: [] as number[], messages: [] as Buffer[], ids: [] as Buffer[], callIds: [] as Buffer[], callNames: [] as Buffer[], callAt: [] as number[] };
+  tails.forEach((tail, segment) => {
+    // One push per item: spread as arguments, a long tail would overflow the stack.
+    for (const encoding of tail.encodings) {
+      rows.segments.push(segment);
+      rows.messages.push(encoding);
+    }
+    for (const message of tail.messages) rows.ids.push(Buffer.from(message.id, "utf8"));
+  });
+  tails[storedSegments.indexOf("history")]?.messages.forEach((message, at) =>
+    forEachCall(message, (id, name) => {
+      rows.callIds.push(Buffer.from(id, "utf8"));
+      rows.callNames.push(Buffer.from(name, "utf8"));
+      rows.callAt.push(at);
+    }),
+  );
+  return rows;
 }
 
 /** A row of a listing. */

@@ -4,6 +4,7 @@ import { forkIndexMigration } from "./postgres-fork-index-schema.js";
 import { sharedIndexMigration } from "./postgres-shared-index-schema.js";
 import { sharedRowsMigration } from "./postgres-shared-rows-schema.js";
 import { sealedLinksMigration } from "./postgres-sealed-links-schema.js";
+import { forkTailsMigration } from "./postgres-fork-tails-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
@@ -60,7 +61,10 @@ import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
  *   a shared row stays sealed for the conversation that wrote it, so the reads this build calls
  *   (`contextd_load_linked`, `contextd_commit_tail_linked`, the window read through
  *   `contextd_linked_rows`) say per row which link it came from and per link its storage's owner;
- *   `contextd_fork_linked`, the fork this build calls, refuses to copy sealed rows past 64 links.
+ *   `contextd_fork_linked` refuses to copy sealed rows past 64 links.
+ * - Migration 18: `contextd_fork_tailed`, the fork this build calls (postgres-fork-tails-schema.ts):
+ *   17's fork sharing per segment the longest prefix of the source's current rows, then the rest
+ *   of a past version's segments written as the fork's own rows, indexed when the index is shared.
  *
  * Every write of a commit happens in one function call (`contextd_commit_listened` since migration
  * 12, `contextd_commit_indexed` since 11, `contextd_commit` before), one statement (so one transaction and one
@@ -1246,6 +1250,7 @@ $$;
   forkIndexMigration,
   sharedIndexMigration,
   sealedLinksMigration,
+  forkTailsMigration,
 ];
 
 /** The table recording which migrations were applied. */

@@ -8,7 +8,7 @@ import pg from "pg";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, Role } from "#gen/contextd/v1/message_pb";
-import { ConversationStateSchema, type ConversationState } from "#gen/contextd/v1/state_pb";
+import { ConversationStateSchema, Segment, type ConversationState } from "#gen/contextd/v1/state_pb";
 import { listById } from "../../src/store/conversation-listing.js";
 import { AtRestCipher } from "../../src/store/at-rest-encryption.js";
 import type { ConversationStore } from "../../src/store/conversation-store.js";
@@ -18,7 +18,7 @@ import { migratePostgres, postgresMigrations } from "../../src/store/postgres-sc
 import { startPostgres, type PostgresProcess } from "../support/postgres.js";
 import { randomSource } from "../support/random-messages.js";
 import { expectForkCopyWeighedOnce } from "./fork-copy-weight.js";
-import { appendHistory, delta, randomEdits, textMessage } from "./fixtures.js";
+import { appendHistory, delta, everyFieldToolRound, longConversation, randomEdits, textMessage } from "./fixtures.js";
 
 let postgres: PostgresProcess;
 const opened: PostgresConversationStore[] = [];
@@ -323,7 +323,7 @@ describe.each(configurations)("links are bounded (%s)", (_name, values) => {
 });
 
 describe("a fork at a past version whose changes since only appended shares the rows too", () => {
-  it("writes no message row at 10,000 messages ten appends back; one past a cut is written whole by the engine", async () => {
+  it("writes no message row at 10,000 messages ten appends back; one before a prune shares no history row and writes the past history as its own", async () => {
     const { store, raw, open } = await database();
     await grow(store, "s", 10_000);
     const grown = await store.currentVersion("s");
@@ -337,15 +337,99 @@ describe("a fork at a past version whose changes since only appended shares the 
     expect(fork.forkedFrom).toMatchObject({ conversationId: "s", version: grown });
     expect(bytesOf(asSource(fork, past))).toEqual(bytesOf(past));
     expect((await cold.list(listById("ten-back", 10, ""))).conversations.map((summary) => summary.title)).toEqual([""]);
-    // A prune since: the rows at the version are no prefix of the current ones.
+    // A prune since cut the history's head: the fork shares none of it and writes it all in its statement.
     await store.commit("s", undefined, [delta({ case: "pruneHistory", value: { maxMessages: 100 } })], "");
     const pruned = await store.currentVersion("s");
     await store.commit("s", undefined, [appendHistory(textMessage("after", Role.USER, "after"))], "");
     const beforeWhole = await count(raw, "contextd_messages");
     await store.fork("s", pruned - 1n, "past-prune");
     expect((await count(raw, "contextd_messages")) - beforeWhole).toBe(10_010);
+    expect(await sharedHistory(raw, "past-prune")).toBe(0);
     expect(bytesOf(asSource(await cold.load("past-prune"), await cold.loadAt("s", pruned - 1n)))).toEqual(bytesOf(await cold.loadAt("s", pruned - 1n)));
   }, 180_000);
+});
+
+/** How many history rows a fork reads through its links (the rows it shares). */
+async function sharedHistory(raw: pg.Client, id: string): Promise<number> {
+  const { rows } = await raw.query<{ rows: string }>(
+    "SELECT COALESCE(sum(l.hi - l.lo), 0) AS rows FROM contextd_conversations c CROSS JOIN LATERAL unnest(c.links) AS l WHERE c.id = convert_to($1, 'UTF8') AND l.segment = 1",
+    [id],
+  );
+  return Number(rows[0]!.rows);
+}
+
+/** How many message rows a conversation's own storage holds (what it wrote, not what it shares). */
+async function ownRows(raw: pg.Client, id: string): Promise<number> {
+  const { rows } = await raw.query<{ rows: string }>(
+    "SELECT count(*) AS rows FROM contextd_messages m JOIN contextd_conversations c ON m.conversation_id = COALESCE(c.storage, c.id) WHERE c.id = convert_to($1, 'UTF8')",
+    [id],
+  );
+  return Number(rows[0]!.rows);
+}
+
+describe.each(configurations)("a fork at any past version shares the longest prefix the source still holds (migration 18, %s)", (_name, values) => {
+  const idsOf = (state: ConversationState) => [...state.system, ...state.history, ...state.memory, ...state.tools].map((message) => message.id).sort();
+  const indexedIds = async (raw: pg.Client, id: string) =>
+    (await raw.query<{ id: string }>("SELECT convert_from(message_id, 'UTF8') AS id FROM contextd_indexed_ids(convert_to($1, 'UTF8'))", [id])).rows.map((row) => row.id).sort();
+  const indexedCalls = async (raw: pg.Client, id: string) =>
+    (await raw.query<{ call: string; name: string }>("SELECT convert_from(call_id, 'UTF8') AS call, convert_from(name, 'UTF8') AS name FROM contextd_indexed_calls(convert_to($1, 'UTF8'))", [id])).rows;
+  const idsAt = async (raw: pg.Client, id: string) => (await raw.query<{ ids_at: string }>("SELECT ids_at FROM contextd_conversations WHERE id = convert_to($1, 'UTF8')", [id])).rows[0]!.ids_at;
+
+  it("forks a version before a rewind or a removal sharing the longest prefix the source still holds, writing only the rest, indexed, in the fork's statement", async () => {
+    const { store, raw, open } = await database({ values });
+    const source = "rewound-source";
+    const start = await longConversation(store, source, 3_000);
+    let version = (await store.commit(source, start, [everyFieldToolRound("t1"), appendHistory(textMessage("after-round", Role.USER, "go on"))], "")).version;
+    const beforeRewind = version;
+    version = (await store.rewind(source, version, start, "")).version;
+    // The version before the rewind: the current history followed by the round and the message it dropped.
+    const rows = await count(raw, "contextd_messages");
+    const { forkedFrom } = await store.fork(source, beforeRewind, "rewound-fork");
+    expect((await count(raw, "contextd_messages")) - rows).toBe(3);
+    expect(await ownRows(raw, "rewound-fork")).toBe(3);
+    expect(await sharedHistory(raw, "rewound-fork")).toBe(3_000);
+    if (values !== undefined) {
+      // Under encryption its own rows are sealed for the fork: they open as the fork's.
+      const { rows: own } = await raw.query<{ message: Buffer }>(
+        "SELECT m.message FROM contextd_messages m JOIN contextd_conversations c ON m.conversation_id = COALESCE(c.storage, c.id) WHERE c.id = convert_to('rewound-fork', 'UTF8')",
+      );
+      const openAsFork = values.opener("rewound-fork", "message");
+      for (const row of own) expect(openAsFork(row.message, () => "a row of the fork's own").length).toBeGreaterThan(0);
+      expect(Buffer.concat(own.map((row) => row.message)).includes("go on")).toBe(false);
+    }
+    const forked = await store.load("rewound-fork");
+    expect(bytesOf(forked)).toEqual(bytesOf({ ...(await store.loadAt(source, beforeRewind)), conversationId: "rewound-fork", forkedFrom, version: 1n }));
+    expect(forked.history.slice(-3).map((message) => message.id)).toEqual(["t1-a", "t1-r", "after-round"]);
+    const cold = await open({ cacheSize: 0 });
+    expect(bytesOf(await cold.load("rewound-fork"))).toEqual(bytesOf(forked));
+    // Its own rows are indexed with the shared ones: ids and the round's call, current.
+    expect(await idsAt(raw, "rewound-fork")).toBe("1");
+    expect(await indexedIds(raw, "rewound-fork")).toEqual(idsOf(forked));
+    expect(await indexedCalls(raw, "rewound-fork")).toEqual([{ call: "t1-call", name: "lookup" }]);
+    // A sidecar that never saw the fork commits on its stored tail and refuses an id of its own part.
+    const fresh = await open();
+    const tailOnly = { withState: false } as const;
+    await expect(fresh.commit("rewound-fork", 1n, [appendHistory(textMessage("t1-r", Role.USER, "again"))], "", undefined, undefined, tailOnly)).rejects.toThrow(/t1-r/);
+    expect((await fresh.commit("rewound-fork", 1n, [appendHistory(textMessage("fork-next", Role.USER, "next"))], "", undefined, undefined, tailOnly)).version).toBe(2n);
+    expect(fresh.commitTraffic).toMatchObject({ wholeReads: 1 });
+    expect(bytesOf(await (await open({ cacheSize: 0 })).load("rewound-fork"))).toEqual(bytesOf(await store.load("rewound-fork")));
+
+    // A removal near the end: the version before it shares the history up to the removed message.
+    version = (await store.commit(source, version, [delta({ case: "removeMessages", value: { segment: Segment.HISTORY, ids: ["m2990"] } })], "")).version;
+    const { forkedFrom: removedFrom } = await store.fork(source, version - 1n, "removed-fork");
+    expect(await sharedHistory(raw, "removed-fork")).toBe(2_990);
+    expect(await ownRows(raw, "removed-fork")).toBe(10);
+    const removed = await store.load("removed-fork");
+    expect(bytesOf(removed)).toEqual(bytesOf({ ...(await store.loadAt(source, version - 1n)), conversationId: "removed-fork", forkedFrom: removedFrom, version: 1n }));
+    expect(bytesOf(await (await open({ cacheSize: 0 })).load("removed-fork"))).toEqual(bytesOf(removed));
+    expect(await indexedIds(raw, "removed-fork")).toEqual(idsOf(removed));
+    // The source's delete leaves both forks whole; theirs then leave no row.
+    await store.delete(source, undefined);
+    const last = await open({ cacheSize: 0 });
+    expect(bytesOf(await last.load("removed-fork"))).toEqual(bytesOf(removed));
+    for (const id of ["rewound-fork", "removed-fork"]) await store.delete(id, undefined);
+    expect([await count(raw, "contextd_messages"), await count(raw, "contextd_stored_ids"), await count(raw, "contextd_stored_calls")]).toEqual([0, 0, 0]);
+  }, 120_000);
 });
 
 describe.each(configurations)("source and fork diverge as conversations written apart would (%s)", (name, values) => {

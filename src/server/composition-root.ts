@@ -239,7 +239,7 @@ export async function openConfiguredStore(config: Config, tlsCa: { tlsCa?: strin
   const store = await createConversationStore({
     codec,
     redisUrl: config.redisUrl,
-    redis: { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, ...tlsCa },
+    redis: { clusterNodes: config.redisClusterNodes, waitReplicas: config.redisWaitReplicas, waitTimeoutMs: config.redisWaitTimeoutMs, commandTimeoutMs: config.redisCommandTimeoutMs, ...tlsCa },
     postgresUrl: config.postgresUrl,
     strictToolRounds: config.strictToolRounds,
     decodedStateBytes: config.decodedStateBytes,

@@ -21,6 +21,8 @@ export interface RedisDeployment {
   tlsCa?: string;
   waitReplicas?: number;
   waitTimeoutMs?: number;
+  /** `--redis-command-timeout-ms` (`RedisStoreOptions.commandTimeoutMs`). */
+  commandTimeoutMs?: number;
 }
 
 /** How long conversations live (`--idle-ttl-ms`, `--idle-ttl-per-tenant`), how often the expired are swept (`--expiry-sweep-ms`), and the default prune (`--prune-*`). */
@@ -107,6 +109,7 @@ export async function createConversationStore({
     ...history,
     waitReplicas: redis.waitReplicas,
     waitTimeoutMs: redis.waitTimeoutMs,
+    ...(redis.commandTimeoutMs !== undefined ? { commandTimeoutMs: redis.commandTimeoutMs } : {}),
     ...retention,
     ...(redis.tlsCa !== undefined ? { tlsCa: redis.tlsCa } : {}),
   });

@@ -21,6 +21,9 @@ export interface RedisClusterNodes {
   clusterNodes: readonly string[];
 }
 
+/** `--redis-command-timeout-ms`'s default. */
+export const defaultCommandTimeoutMs = 2_000;
+
 /**
  * Connection settings that make a Redis outage an immediate UNAVAILABLE instead of a hang: no
  * offline queue, one retry per command, bounded connect and command times. ioredis keeps
@@ -34,7 +37,7 @@ export const redisConnectionOptions: RedisOptions = {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 1,
   connectTimeout: 2_000,
-  commandTimeout: 2_000,
+  commandTimeout: defaultCommandTimeoutMs,
   retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
 };
 
@@ -93,12 +96,17 @@ export class RedisConnection {
   /** Whether sockets are corked for this event-loop iteration (see `call`). */
   private corked = false;
 
-  constructor(target: string | RedisClusterNodes, tlsCa: string | undefined) {
+  /**
+   * `commandTimeoutMs`: how long a command may go unanswered before it fails as UNAVAILABLE
+   * (`defaultCommandTimeoutMs` when not given). A commit waiting for replicas
+   * needs its `WAIT` timeout on top (`RedisConversationStore`).
+   */
+  constructor(target: string | RedisClusterNodes, tlsCa: string | undefined, commandTimeoutMs = defaultCommandTimeoutMs) {
     if (typeof target === "string") {
       this.where = redactUrl(target, "redis");
       if (tlsCa !== undefined && !target.startsWith("rediss://")) throw new Error(`a TLS CA was given for ${this.where}, which is not a rediss:// URL`);
       const tls = tlsCa !== undefined ? { tls: { ca: tlsCa } } : {};
-      this.redis = new Redis(target, { ...redisConnectionOptions, ...tls }) as ScriptedRedis;
+      this.redis = new Redis(target, { ...redisConnectionOptions, commandTimeout: commandTimeoutMs, ...tls }) as ScriptedRedis;
     } else {
       const seeds = parseClusterSeeds(target.clusterNodes);
       this.where = `redis cluster ${describeClusterSeeds(target.clusterNodes)}`;
@@ -106,6 +114,7 @@ export class RedisConnection {
       // Every node, the discovered ones and the Watch connections too, is reached with these.
       const redisOptions = {
         ...redisClusterOptions.redisOptions,
+        commandTimeout: commandTimeoutMs,
         ...(seeds.username !== undefined ? { username: seeds.username } : {}),
         ...(seeds.password !== undefined ? { password: seeds.password } : {}),
         ...(seeds.tls ? { tls: tlsCa !== undefined ? { ca: tlsCa } : {} } : {}),

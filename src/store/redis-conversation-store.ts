@@ -15,7 +15,7 @@ import { defaultIdempotencyTtlMs, defaultMaxChangesPerConversation } from "./mem
 import { entriesToRead, pageOf, positionOf, summaryOf, type ExaminedEntry, type ListPosition, type ListQuery } from "./conversation-listing.js";
 import { RedisChangeFeed } from "./redis-change-feed.js";
 import { plainValues, type StoredValues } from "./at-rest-encryption.js";
-import { isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
+import { defaultCommandTimeoutMs, isVersionText, isWrongType, RedisConnection, storedVersion, whenReady, type RedisClusterNodes } from "./redis-connection.js";
 import { RedisReplicaAcknowledgement } from "./redis-replica-acknowledgement.js";
 import {
   calibrationKeys,
@@ -83,6 +83,14 @@ export interface RedisStoreOptions {
   waitReplicas?: number;
   /** How long a commit waits for `waitReplicas` acknowledgements, in milliseconds (default 1,000). */
   waitTimeoutMs?: number;
+  /**
+   * `--redis-command-timeout-ms`: how long one command (a script, a read) may go unanswered
+   * before the call fails as UNAVAILABLE (default 2,000), plus `waitTimeoutMs` when
+   * `waitReplicas` is set. It bounds a hung Redis. The timer runs from the send, so a large
+   * commit needs its transfer and its script inside it: 150,000 messages in one batch ran
+   * 0.24-0.33 s in Redis on an idle 2-core host, and outlasted 2 s once on a loaded one.
+   */
+  commandTimeoutMs?: number;
   /**
    * How long this process trusts that a conversation's listing entry exists before writing it
    * again with its next commit (default 60 s). Bounds how long an entry lost with a failed-over
@@ -198,7 +206,11 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.indexedConversations = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.homes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
-    this.connection = new RedisConnection(target, options.tlsCa);
+    // A commit that waits for replicas sends its WAIT right behind the script, and WAIT answers
+    // only after up to `waitTimeoutMs`: under a command timeout shorter than that, a lagging
+    // replica made the commit fail as "Command timed out" before WAIT could say how many acknowledged.
+    const waiting = (options.waitReplicas ?? 0) > 0 ? (options.waitTimeoutMs ?? 1_000) : 0;
+    this.connection = new RedisConnection(target, options.tlsCa, (options.commandTimeoutMs ?? defaultCommandTimeoutMs) + waiting);
     this.values = options.values ?? plainValues;
     this.sharesEncryptedForks = options.shareEncryptedForks ?? true;
     this.usage = new RedisUsageLedger(this.connection, this.keyPrefix);

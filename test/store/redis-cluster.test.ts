@@ -186,6 +186,22 @@ describe("Redis Cluster store", () => {
 });
 
 describe("replica acknowledgement (--redis-wait-replicas)", () => {
+  it("waits the whole wait timeout when it is longer than the command timeout, and says how many replicas acknowledged", async () => {
+    // WAIT answers only after its timeout; under the bare command timeout (shorter here) the
+    // commit failed as "Command timed out", not saying whether any replica had acknowledged.
+    const redis = await startRedis();
+    const store = new RedisConversationStore(redis.url, { waitReplicas: 1, waitTimeoutMs: 400, commandTimeoutMs: 200 });
+    try {
+      await store.connected();
+      const error = await store.commit("slow-wait", 0n, [appendHistory(textMessage("m1", Role.USER, "hi"))], "").then(() => undefined, (reason: unknown) => reason);
+      expect((error as ConnectError).code).toBe(Code.Unavailable);
+      expect((error as ConnectError).rawMessage).toContain("only 0 of 1 replicas acknowledged it within 400 ms");
+    } finally {
+      await store.close();
+      await redis.stop();
+    }
+  });
+
   it("answers UNAVAILABLE for a commit too few replicas acknowledged; it stays applied on the master, and its retry replays it once a replica has it", async () => {
     // A lone Redis has no replica: WAIT 1 times out every time.
     const redis = await startRedis();

@@ -41,6 +41,7 @@ export interface Config {
   redisWaitReplicas: number;
   /** How long a commit waits for those acknowledgements before UNAVAILABLE, in milliseconds. */
   redisWaitTimeoutMs: number;
+  redisCommandTimeoutMs: number;
   /** Processes serving the port (node:cluster); more than one needs a shared store. */
   workers: number;
   /** Postgres URL for the Postgres store; empty = not used. Exclusive with `redisUrl`. */
@@ -235,6 +236,7 @@ export const defaultConfig: Config = {
   redisTlsCa: "",
   redisWaitReplicas: 0,
   redisWaitTimeoutMs: 1_000,
+  redisCommandTimeoutMs: 2_000,
   workers: 1,
   postgresUrl: "",
   logLevel: "info",
@@ -313,6 +315,7 @@ export const flags = {
   "redis-tls-ca": "PEM file of the CAs that signed the Redis servers' certificates, for rediss:// (default: the system's CAs)",
   "redis-wait-replicas": "replicas that must acknowledge each commit (Redis WAIT) before it is answered; 0 = none",
   "redis-wait-timeout-ms": "how long a commit waits for those replicas before answering UNAVAILABLE",
+  "redis-command-timeout-ms": "how long one Redis command may go unanswered before its call answers UNAVAILABLE (a commit waiting for replicas gets the wait timeout on top)",
   workers: "processes serving the port (node:cluster), or auto = one per core; more than 1 needs a shared store (Redis, Redis Cluster or Postgres)",
   "postgres-url": "Postgres store (tested with PostgreSQL 15), e.g. postgres://user:password@host:5432/db; the sidecar creates and migrates its tables; empty = not used",
   "log-level": "debug (one line per RPC), info, warn or error; a failed RPC is logged at error when the server is at fault (INTERNAL, UNAVAILABLE, DATA_LOSS, ...), warn for refused callers (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED), info for the caller's normal failures (ABORTED version conflicts, INVALID_ARGUMENT, NOT_FOUND, ...)",
@@ -483,6 +486,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     redisTlsCa,
     redisWaitReplicas: integer("redis-wait-replicas", defaultConfig.redisWaitReplicas, 0, 1_000),
     redisWaitTimeoutMs: integer("redis-wait-timeout-ms", defaultConfig.redisWaitTimeoutMs, 1, 2 ** 31 - 1),
+    redisCommandTimeoutMs: integer("redis-command-timeout-ms", defaultConfig.redisCommandTimeoutMs, 1, 2 ** 31 - 1),
     workers,
     logLevel: parseLogLevel(string("log-level", defaultConfig.logLevel)),
     maxRequestBytes: integer("max-request-bytes", defaultConfig.maxRequestBytes, 1, 0xffffffff),

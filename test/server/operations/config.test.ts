@@ -175,6 +175,13 @@ describe("--redis-cluster-nodes and --redis-tls-ca", () => {
     expect(() => loadConfig(["--redis-cluster-nodes", "a"], {})).toThrow(/seed "a" is not host:port/);
   });
 
+  it("takes --redis-command-timeout-ms from 1 ms, 2 s by default", () => {
+    expect(loadConfig([], {}).redisCommandTimeoutMs).toBe(2_000);
+    expect(loadConfig(["--redis-command-timeout-ms", "30000"], {}).redisCommandTimeoutMs).toBe(30_000);
+    expect(loadConfig([], { CONTEXTD_REDIS_COMMAND_TIMEOUT_MS: "500" }).redisCommandTimeoutMs).toBe(500);
+    expect(() => loadConfig(["--redis-command-timeout-ms", "0"], {})).toThrow(/invalid --redis-command-timeout-ms or CONTEXTD_REDIS_COMMAND_TIMEOUT_MS "0": want an integer from 1 to 2147483647/);
+  });
+
   it("refuses --redis-tls-ca without a rediss:// URL or rediss:// seeds", () => {
     expect(loadConfig(["--redis-url", "rediss://:pw@r:6380", "--redis-tls-ca", "ca.pem"], {}).redisTlsCa).toBe("ca.pem");
     for (const store of [[], ["--redis-url", "redis://r:6379"], ["--redis-cluster-nodes", "a:1"]]) {

@@ -37,6 +37,11 @@ export class RecentIds<V> {
     this.ids.delete(id);
   }
 
+  /** The ids and values, the least recently set first. */
+  oldestFirst(): IterableIterator<[string, V]> {
+    return this.ids.oldestFirst();
+  }
+
   get size(): number {
     return this.ids.size;
   }

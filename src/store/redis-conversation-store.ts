@@ -172,6 +172,12 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
    */
   private readonly homes: RecentIds<string>;
   /**
+   * Expiry-index entries this process failed to write (`writeExpiryEntry`), with the expiry each
+   * should have (0n: none), for the next sweep to write. Bounded by `--listed-id-bytes` too; one
+   * forgotten, or lost with the process, stays as it was in the index.
+   */
+  private readonly unwrittenExpiryEntries: RecentIds<bigint>;
+  /**
    * Set when Redis refused a commit for memory: the bytes that commit sent. Redis counts a
    * command's own arguments against `maxmemory`, so it can refuse a commit of a long state while
    * small writes (and the write probe) still pass; `ping` fails until the refused size fits again.
@@ -206,6 +212,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     this.indexedConversations = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.staleIdIndexes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     this.homes = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
+    this.unwrittenExpiryEntries = new RecentIds(options.listedIdBytes ?? defaultListedIdBytes);
     // A commit that waits for replicas sends its WAIT right behind the script, and WAIT answers
     // only after up to `waitTimeoutMs`: under a command timeout shorter than that, a lagging
     // replica made the commit fail as "Command timed out" before WAIT could say how many acknowledged.
@@ -830,6 +837,32 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     });
   }
 
+  /**
+   * Sets a conversation's entry in the expiry index to `expiresAtUnixMs` (0n: removes it). Written
+   * beside a commit, not in its script (another Cluster slot), and not failing it: a write that
+   * fails is kept in `unwrittenExpiryEntries` and written again by the next sweep, until a later
+   * write for the conversation succeeds. Without that, a conversation whose last commit lost its
+   * entry (a command timeout, a failover) left its listing entries, ledger and idempotency
+   * records in Redis for good after Redis expired its keys.
+   */
+  private writeExpiryEntry(conversationId: string, expiresAtUnixMs: bigint): Promise<void> {
+    const index = conversationExpiryIndexKey(this.keyPrefix);
+    const writing = expiresAtUnixMs > 0n ? this.redis.zadd(index, String(expiresAtUnixMs), conversationId) : this.redis.zrem(index, conversationId);
+    return writing.then(
+      () => this.unwrittenExpiryEntries.delete(conversationId),
+      () => this.unwrittenExpiryEntries.set(conversationId, expiresAtUnixMs),
+    );
+  }
+
+  /** Writes again up to `expirySweepBatch` of the expiry entries whose write failed (`writeExpiryEntry`), the oldest first. */
+  private async rewriteExpiryEntries(): Promise<void> {
+    const unwritten: [string, bigint][] = [];
+    for (const entry of this.unwrittenExpiryEntries.oldestFirst()) {
+      if (unwritten.push(entry) === expirySweepBatch) break;
+    }
+    await Promise.all(unwritten.map(([conversationId, expiresAtUnixMs]) => this.writeExpiryEntry(conversationId, expiresAtUnixMs)));
+  }
+
   private removeListingEntries(conversationIds: string[]): Promise<unknown> {
     return Promise.all([
       this.redis.zrem(conversationIndexKey(this.keyPrefix), ...conversationIds),
@@ -849,28 +882,42 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     if (this.sweeping) return 0;
     this.sweeping = true;
     try {
+      await this.rewriteExpiryEntries();
       let removed = 0;
       for (let batch = 0; batch < expirySweepBatches; batch++) {
         const due = await this.connection.call("sweeping expired conversations", () =>
           this.redis.zrangebyscore(conversationExpiryIndexKey(this.keyPrefix), "-inf", String(this.now()), "LIMIT", 0, expirySweepBatch),
         );
         if (due.length === 0) break;
+        // PEXPIRETIME: -2 for a key that is gone, -1 for one without expiry, else when it expires.
         const versions = await this.connection.call("sweeping expired conversations", () =>
-          Promise.all(due.map((id) => this.atHome(id, async (keys) => ({ keys, stored: await this.redis.exists(keys.version) }), ({ stored }) => stored === 0))),
+          Promise.all(due.map((id) => this.atHome(id, async (keys) => ({ keys, expiresAt: await this.redis.pexpiretime(keys.version) }), ({ expiresAt }) => expiresAt === -2))),
         );
-        const gone = due.filter((_, index) => versions[index]!.stored === 0);
+        const gone = due.filter((_, index) => versions[index]!.expiresAt === -2);
+        // An entry due for a conversation that lives on (its later commit's entry write was lost,
+        // or it was committed to since this batch was read) takes the expiry its version key has:
+        // left due, 100 of them filled every batch, and no expired conversation behind them was
+        // ever swept. GT: never earlier than a commit's write meanwhile. One whose keys no longer
+        // expire leaves the index (a commit that sets a TTL right then writes its entry again next time).
+        const living = due.flatMap((id, index) => (versions[index]!.expiresAt === -1 || versions[index]!.expiresAt > this.now() ? [{ id, expiresAt: versions[index]!.expiresAt }] : []));
+        if (living.length > 0) {
+          const index = conversationExpiryIndexKey(this.keyPrefix);
+          await this.connection.call("sweeping expired conversations", () =>
+            Promise.all(living.map(({ id, expiresAt }) => (expiresAt === -1 ? this.redis.zrem(index, id) : this.redis.zadd(index, "GT", String(expiresAt), id)))),
+          );
+        }
         if (gone.length > 0) {
           // The records where the keys were (a fork's under its home), then an expired fork's
           // pointer (while it still names that home); the expiry index's entries go last: a pass
           // that fails before finds these ids again.
           const located = new Map(due.map((id, index) => [id, versions[index]!.keys]));
           await this.sweepIdempotencyRecords(gone, (id) => located.get(id)!);
-          await Promise.all(versions.map(({ keys, stored }, index) => (stored === 0 && keys.homeId !== undefined ? this.unhome(due[index]!, keys.homeId) : undefined)));
+          await Promise.all(versions.map(({ keys, expiresAt }, index) => (expiresAt === -2 && keys.homeId !== undefined ? this.unhome(due[index]!, keys.homeId) : undefined)));
           await this.usage.forget(gone);
           await this.connection.call("sweeping expired conversations", () => this.removeListingEntries(gone));
         }
         removed += gone.length;
-        if (due.length < expirySweepBatch || gone.length === 0) break;
+        if (due.length < expirySweepBatch || gone.length + living.length === 0) break;
       }
       return removed;
     } finally {
@@ -1145,12 +1192,7 @@ export class RedisConversationStore extends EngineCommittedStore implements Conv
     // the next commit, and a listing reports the header's time.
     const ordering = this.redis.zadd(conversationUpdateIndexKey(this.keyPrefix), "LT", String(-metadata.updatedAtUnixMs), conversationId).catch(() => undefined);
     // The expiry index says when to look for the entries of a conversation Redis expired.
-    const expiring =
-      metadata.expiresAtUnixMs > 0n
-        ? this.redis.zadd(conversationExpiryIndexKey(this.keyPrefix), String(metadata.expiresAtUnixMs), conversationId).catch(() => undefined)
-        : metadata.expiryDropped
-          ? this.redis.zrem(conversationExpiryIndexKey(this.keyPrefix), conversationId).catch(() => undefined)
-          : undefined;
+    const expiring = metadata.expiresAtUnixMs > 0n || metadata.expiryDropped ? this.writeExpiryEntry(conversationId, metadata.expiresAtUnixMs) : undefined;
     const { reply, acknowledged } = await committing;
     await indexing;
     await ordering;

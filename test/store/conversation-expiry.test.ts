@@ -112,6 +112,76 @@ describe("RedisConversationStore expiry", () => {
   });
 });
 
+describe("RedisConversationStore expiry index", () => {
+  let redis: RedisProcess;
+  beforeAll(async () => {
+    redis = await startRedis();
+  }, 30_000);
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  it("sweeps an expired conversation behind a full batch of due entries whose conversations live on: those take their keys' expiry, or leave", async () => {
+    const keyPrefix = "stuck-test";
+    const index = `${keyPrefix}:conversations:expiry`;
+    const store = new RedisConversationStore(redis.url, { keyPrefix, expirySweepMs: 0 });
+    const raw = new Redis(redis.url);
+    try {
+      await store.connected();
+      // Entries left due while their conversations live on, as a lost write of a later commit
+      // leaves them: 100 that expire in a minute, then 5 that never expire.
+      for (let at = 1; at <= 100; at++) {
+        await store.commit(`alive-${at}`, 0n, [hello(), idleTtl(60_000n)], "");
+        await raw.zadd(index, at, `alive-${at}`);
+      }
+      for (let at = 101; at <= 105; at++) {
+        await store.commit(`never-${at}`, 0n, [hello()], "");
+        await raw.zadd(index, at, `never-${at}`);
+      }
+      await store.commit("brief", 0n, [hello(), idleTtl(100n)], "");
+      await eventually(async () => (await raw.exists(`${keyPrefix}:{brief}:version`)) === 0);
+      expect(await raw.zscore(`${keyPrefix}:conversations`, "brief")).not.toBeNull();
+      // Before, the first batch was the 100 living ones, none gone, and the pass ended there.
+      expect(await store.sweepExpired()).toBe(1);
+      for (const name of ["conversations", "conversations:updated", "conversations:expiry"]) expect(await raw.zscore(`${keyPrefix}:${name}`, "brief")).toBeNull();
+      expect(await raw.zscore(index, "alive-1")).toBe(String(await raw.pexpiretime(`${keyPrefix}:{alive-1}:version`)));
+      expect(Number(await raw.zscore(index, "alive-100"))).toBeGreaterThan(Date.now());
+      expect(await raw.zscore(index, "never-101")).toBeNull();
+      expect(await raw.zcard(index)).toBe(100);
+      expect((await store.load("alive-1")).version).toBe(1n);
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
+  it("writes an expiry entry whose write failed at the next sweep, which then removes the expired conversation's listing entries", async () => {
+    const keyPrefix = "unwritten-test";
+    const index = `${keyPrefix}:conversations:expiry`;
+    const raw = new Redis(redis.url);
+    // A user that may write every key of the store but the expiry index: its entry writes fail
+    // (NOPERM) while the commits apply.
+    await raw.call("ACL", "SETUSER", "writer", "on", ">writer-secret", "&*", "+@all", `~${keyPrefix}:{*`, `~${keyPrefix}:usage:*`, `~${keyPrefix}:conversations`, `~${keyPrefix}:conversations:updated`);
+    const store = new RedisConversationStore(`redis://writer:writer-secret@127.0.0.1:${redis.port}`, { keyPrefix, expirySweepMs: 0 });
+    try {
+      await store.connected();
+      expect((await store.commit("unlisted-expiry", 0n, [hello(), idleTtl(200n)], "")).version).toBe(1n);
+      expect(await raw.zscore(index, "unlisted-expiry")).toBeNull();
+      await raw.call("ACL", "SETUSER", "writer", `~${index}`);
+      await eventually(async () => (await raw.exists(`${keyPrefix}:{unlisted-expiry}:version`)) === 0);
+      expect(await raw.zscore(`${keyPrefix}:conversations`, "unlisted-expiry")).not.toBeNull();
+      // Before, nothing named the conversation to the sweep: its listing entries stayed for good.
+      expect(await store.sweepExpired()).toBe(1);
+      for (const name of ["conversations", "conversations:updated", "conversations:expiry"]) expect(await raw.zscore(`${keyPrefix}:${name}`, "unlisted-expiry")).toBeNull();
+      expect(await store.sweepExpired()).toBe(0);
+    } finally {
+      await store.close();
+      await raw.call("ACL", "DELUSER", "writer");
+      raw.disconnect();
+    }
+  });
+});
+
 describe("PostgresConversationStore expiry", () => {
   let postgres: PostgresProcess;
   beforeAll(async () => {

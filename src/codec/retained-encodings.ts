@@ -86,6 +86,11 @@ export class RetainedEncodings {
     if (home === undefined || first!.index !== 0) return undefined;
     const previous = home.list;
     if (previous === undefined) return undefined;
+    // A removal from the home's list (then appends): every element is marked in a home of its own,
+    // whose list the appends after it extend (marking only what they append). Marked from the
+    // first removed message only, the first elements kept the old home, and each append after a
+    // removal marked all messages past the removed one again (~16 ms at 100,000, CPU profile).
+    if (lineage?.removalFrom(list as readonly Message[], previous as readonly Message[]) !== undefined) return { home: new RetainedList(list, false), from: 0 };
     // Known from the appends that made `list` (1 µs), or compared (~0.3 ms at 100,000 messages).
     if (previous.length > list.length || !lineage?.extends(list as readonly Message[], previous as readonly Message[])) {
       // A branch of the home's list (a fork's lists and its source's): the shared messages keep

@@ -20,8 +20,9 @@ export const indexedFromMessages = 1_024;
  * one did (a result for a call never made here is stored without walking 150,000 messages). Built once, on the first commit that
  * needs it; it follows a truncation the lineage knows of (a rewind to an earlier version, whose
  * history is a head of the current one) at the cost of the dropped ids, which is why a call id
- * is counted, not just held; a commit that otherwise removes or replaces messages leaves it behind
- * (the next commit builds it again: that commit is linear in the conversation, as the edit was).
+ * is counted, not just held; and a removal by id (`remove_messages`) at the cost of the removed ids
+ * (it was built again, ~28 ms at 100,000 messages on the next commit); a commit that otherwise
+ * replaces messages leaves it behind (the next commit builds it again: linear in the conversation, as the edit was).
  */
 export class MessageIdIndex {
   private constructor(
@@ -114,27 +115,44 @@ export class MessageIdIndex {
 
   /**
    * This index moved on to `next` when each segment of `next` extends its state's (the appended
-   * ids added) or is a head of it (the dropped ids removed), per `lineage`, for the store to keep
+   * ids added), is a head of it (the dropped ids removed) or extends it with some messages removed
+   * (`MessageListLineage.removed`: those ids removed, then the appended added), per `lineage`, for the store to keep
    * beside `next`; undefined otherwise. Costs the messages appended and dropped. The index then no
    * longer answers for the state it held before.
    */
   advancedTo(next: ConversationState, lineage: MessageListLineage): MessageIdIndex | undefined {
     if (next === this.current) return this;
+    const removals = new Map<StoredSegment, readonly number[]>();
     for (const segment of storedSegments) {
-      if (!lineage.extends(next[segment], this.current[segment]) && !lineage.extends(this.current[segment], next[segment])) return undefined;
+      if (lineage.extends(next[segment], this.current[segment]) || lineage.extends(this.current[segment], next[segment])) continue;
+      const removed = lineage.removalFrom(next[segment], this.current[segment]);
+      if (removed === undefined) return undefined;
+      removals.set(segment, removed);
     }
     const { own } = this;
     for (const segment of storedSegments) {
       const messages = next[segment];
       const was = this.current[segment];
-      for (let index = was.length; index < messages.length; index++) {
+      const removed = removals.get(segment);
+      // What `messages` shares with `was` before its appended messages.
+      let kept = was.length;
+      if (removed !== undefined) {
+        // A removal (then appends): the removed ids go first, so that one appended again is taken.
+        for (const position of removed) {
+          const message = was[position]!;
+          if (!own.added.delete(message.id)) own.removed.add(message.id);
+          countCalls(own.calls[segment], message, -1);
+        }
+        kept = was.length - removed.length;
+      }
+      for (let index = kept; index < messages.length; index++) {
         const id = messages[index]!.id;
         // An id dropped from the shared ids comes back by no longer being dropped.
         if (!own.removed.delete(id)) own.added.add(id);
         countCalls(own.calls[segment], messages[index]!, 1);
       }
       // Ids are unique in a conversation, so a dropped message's id is free again.
-      for (let index = messages.length; index < was.length; index++) {
+      for (let index = messages.length; removed === undefined && index < was.length; index++) {
         const id = was[index]!.id;
         if (!own.added.delete(id)) own.removed.add(id);
         countCalls(own.calls[segment], was[index]!, -1);

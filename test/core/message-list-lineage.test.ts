@@ -140,4 +140,28 @@ describe("MessageListLineage", () => {
     expect(lineage.sharedPrefix(source, source)).toBe(3);
     expect(lineage.sharedPrefix([message("x")], source)).toBe(0);
   });
+
+  it("knows a removal's list and the lists appended to it as that removal from its base, and what they share with it", () => {
+    const lineage = new MessageListLineage();
+    const base = Array.from({ length: 10 }, (_, index) => message(`m${index}`));
+    const kept = base.filter((_, index) => index !== 3 && index !== 7);
+    lineage.removed(base, kept, [3, 7]);
+    expect(lineage.removalFrom(kept, base)).toEqual([3, 7]);
+    expect(lineage.sharedPrefix(kept, base)).toBe(3);
+    expect(lineage.extends(kept, base)).toBe(false);
+    const appended = kept.concat(message("n0"));
+    lineage.appended(kept, appended);
+    expect(lineage.removalFrom(appended, base)).toEqual([3, 7]);
+    expect(lineage.extends(appended, kept)).toBe(true);
+    // Not from another list, nor for a head of the removal's list shorter than it.
+    expect(lineage.removalFrom(kept, base.slice())).toBeUndefined();
+    const head = kept.slice(0, 2);
+    lineage.truncated(kept, head);
+    expect(lineage.removalFrom(head, base)).toBeUndefined();
+    // Removing the last messages is a truncation.
+    const tail = base.slice(0, 8);
+    lineage.removed(base, tail, [8, 9]);
+    expect(lineage.extends(base, tail)).toBe(true);
+    expect(lineage.removalFrom(tail, base)).toBeUndefined();
+  });
 });

@@ -46,6 +46,28 @@ const sequences: [string, Delta[], RegExp][] = [
   ["a result for a call never made, through append_tool_result", [appendUser("u1", "go"), appendResult("never", "t0")], /append_tool_result: tool call "never" is not an open call of the last assistant message \(no tool round is open\)/],
 ];
 
+describe("remove_messages", () => {
+  const remove = (...ids: string[]) => delta({ case: "removeMessages", value: { $typeName: "contextd.v1.RemoveMessages", segment: Segment.HISTORY, ids } });
+
+  it("refuses a removal that would make a message standing alone join the round before it and break its rules; before, it was stored and every later append failed", () => {
+    // A TOOL message without a result, stored on its own after a user message (a framework's note).
+    const stored = apply([appendUser("u0", "go"), appendAssistantCalls("a1", "c1"), appendResult("c1", "t1"), appendUser("u1", "and"), append(message(Role.TOOL, "t2", "note"))]);
+    const refused = refusal(() => applyDeltas(stored, [remove("u1")], context()));
+    expect(refused.rawMessage).toBe('deltas[0].remove_messages: invalid tool round (tool_message_without_result) at history[3] (message "t2"): a TOOL message without a tool_result part');
+    const removed = applyDeltas(stored, [remove("u1", "t2"), appendUser("u2", "next")], context());
+    expect(removed.history.map((m) => m.id)).toEqual(["u0", "a1", "t1", "u2"]);
+  });
+
+  it("names the first id that is not there, and a round it would split with what else to remove", () => {
+    const stored = apply([appendUser("u0", "go"), appendAssistantCalls("a1", "c1", "c2"), appendResult("c1", "t1"), appendResult("c2", "t2"), appendUser("u1", "and")]);
+    expect(refusal(() => applyDeltas(stored, [remove("u1", "gone", "u0")], context())).rawMessage).toBe('deltas[0].remove_messages: ids[1]: no message "gone" in history');
+    expect(refusal(() => applyDeltas(stored, [remove("u1", "t2")], context())).rawMessage).toBe(
+      'deltas[0].remove_messages: removing "t2" would split the tool round at history[1]; also remove "a1", "t1" or none of them',
+    );
+    expect(applyDeltas(stored, [remove("t2", "a1", "t1")], context()).history.map((m) => m.id)).toEqual(["u0", "u1"]);
+  });
+});
+
 describe("commits store what frameworks produce; strict mode refuses it", () => {
   for (const [name, deltas, strictError] of sequences) {
     it(name, () => {

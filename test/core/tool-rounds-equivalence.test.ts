@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Role, type Message, type Part } from "#gen/contextd/v1/message_pb";
-import { analyzeToolRounds, assertValidExtension, assertValidToolRounds, type HistoryUnit, type ToolRoundAnalysis } from "../../src/core/model/tool-rounds.js";
+import { analyzeToolRounds, assertValidExtension, assertValidRemoval, assertValidToolRounds, pairingRules, unitsHolding, type HistoryUnit, type ToolRoundAnalysis, type ToolRoundCheck } from "../../src/core/model/tool-rounds.js";
+import { randomSource } from "../support/random-messages.js";
 import { call, message, result, text } from "./messages.js";
 
 /**
@@ -180,5 +181,101 @@ describe("assertValidExtension", () => {
     expect(() => assertValidExtension(invalidPrefix, [...invalidPrefix, message(Role.USER, "u1", "hi")], "history", { allowOpenTail: true })).toThrow(
       /tool_result_without_call\) at history\[0\]/,
     );
+  });
+});
+
+describe("unitsHolding", () => {
+  it("finds the units analyzeToolRounds splits a sequence into, for random positions of random sequences", () => {
+    // An LCG whose products stay exact in a double: consecutive draws of the one above are
+    // correlated enough that a unit and the next were removed together nearly always.
+    const random = randomSource(37);
+    for (let sample = 0; sample < 3_000; sample++) {
+      const messages = randomSequence(random);
+      const positions = messages.flatMap((_, index) => (random() < 0.3 ? [index] : []));
+      const expected = analyzeToolRounds(messages, { allowOpenTail: true }).units.filter((unit) => positions.some((position) => position >= unit.start && position < unit.end));
+      expect(unitsHolding(messages, positions).map(({ start, end }) => [start, end]), `sample ${sample}`).toEqual(expected.map(({ start, end }) => [start, end]));
+    }
+  });
+});
+
+/**
+ * Units as conversations store them under the lenient check too: plain messages, complete and
+ * incomplete rounds, and messages carrying results that stand alone (a TOOL message with results,
+ * one without, a USER message with a result), which join a round once what separates them goes.
+ */
+function randomStoredUnits(random: () => number): Message[] {
+  const messages: Message[] = [];
+  const units = 1 + Math.floor(random() * 10);
+  let calls = 0;
+  for (let unit = 0; unit < units; unit++) {
+    const roll = random();
+    const id = () => `m${messages.length}`;
+    if (roll < 0.2) messages.push(message(random() < 0.5 ? Role.USER : Role.ASSISTANT, id(), "plain"));
+    else if (roll < 0.35) {
+      // A round, a plain message and a message that would break the round's rules were it next to it.
+      messages.push(message(Role.ASSISTANT, id(), call(`k${calls}`)), message(Role.TOOL, id(), result(`k${calls++}`, "out")), message(Role.USER, id(), "plain"));
+      messages.push(random() < 0.5 ? message(Role.TOOL, id(), "note") : message(Role.USER, id(), result("k0", "out")));
+    }
+    else if (roll < 0.6) {
+      const ids = Array.from({ length: 1 + Math.floor(random() * 3) }, () => `k${calls++}`);
+      messages.push(message(Role.ASSISTANT, id(), ...ids.map((callId) => call(callId))));
+      const answered = random() < 0.7 ? ids : ids.slice(0, Math.floor(random() * ids.length));
+      for (const callId of answered) messages.push(message(Role.TOOL, id(), result(callId, "out")));
+    } else if (roll < 0.75) messages.push(message(Role.TOOL, id(), result(`k${Math.floor(random() * (calls + 1))}`, "out")));
+    else if (roll < 0.9) messages.push(message(Role.TOOL, id(), "note"));
+    else messages.push(message(Role.USER, id(), result(`k${Math.floor(random() * (calls + 1))}`, "out")));
+  }
+  return messages;
+}
+
+describe("assertValidRemoval", () => {
+  const checks: ToolRoundCheck[] = [{ allowOpenTail: true, tolerated: pairingRules }, { allowOpenTail: true }, { allowOpenTail: false }];
+
+  it("answers as the full check of what is left, for random whole units removed from random sequences that passed", () => {
+    // An LCG whose products stay exact in a double: consecutive draws of the one above are
+    // correlated enough that a unit and the next were removed together nearly always.
+    const random = randomSource(41);
+    let rejected = 0;
+    let accepted = 0;
+    for (let sample = 0; sample < 20_000; sample++) {
+      const check = checks[sample % checks.length]!;
+      const base = sample % 2 === 0 ? randomSequence(random) : randomStoredUnits(random);
+      if (thrownMessage(() => assertValidExtension([], base, "history", check)) !== undefined) continue;
+      const positions = analyzeToolRounds(base, check).units.flatMap((unit) => (random() < 0.35 ? Array.from({ length: unit.end - unit.start }, (_, k) => unit.start + k) : []));
+      const kept = base.filter((_, index) => !positions.includes(index));
+      const expected = thrownMessage(() => assertValidToolRounds(kept, "history", check));
+      expect(thrownMessage(() => assertValidRemoval(base, kept, positions, "history", check)), `sample ${sample}`).toBe(expected);
+      if (expected === undefined) accepted++;
+      else rejected++;
+    }
+    // Removals that join a result standing alone to a round before it are what fails.
+    expect(accepted).toBeGreaterThan(1_000);
+    expect(rejected).toBeGreaterThan(100);
+  });
+
+  it("lets an append to what is left check only what it appends: the same answers as the full check", () => {
+    // An LCG whose products stay exact in a double: consecutive draws of the one above are
+    // correlated enough that a unit and the next were removed together nearly always.
+    const random = randomSource(43);
+    let compared = 0;
+    for (let sample = 0; sample < 5_000; sample++) {
+      const allowOpenTail = random() < 0.5;
+      const callIds: string[] = [];
+      const base = randomValidSequence(random, allowOpenTail, callIds);
+      assertValidExtension([], base, "history", { allowOpenTail });
+      const positions = analyzeToolRounds(base, { allowOpenTail }).units.flatMap((unit) => (random() < 0.35 ? Array.from({ length: unit.end - unit.start }, (_, k) => unit.start + k) : []));
+      const kept = base.filter((_, index) => !positions.includes(index));
+      if (thrownMessage(() => assertValidRemoval(base, kept, positions, "history", { allowOpenTail })) !== undefined) continue;
+      const messages = [...kept, ...randomAddition(random, callIds)];
+      const expected = thrownMessage(() => assertValidToolRounds(messages, "history", { allowOpenTail }));
+      expect(thrownMessage(() => assertValidExtension(kept, messages, "history", { allowOpenTail })), `sample ${sample}`).toBe(expected);
+      compared++;
+    }
+    expect(compared).toBeGreaterThan(4_000);
+  });
+
+  it("checks all that is left when the sequence removed from was never checked", () => {
+    const unchecked = [message(Role.USER, "u0", "hi"), message(Role.TOOL, "t1", result("c1", "out")), message(Role.USER, "u2", "hi")];
+    expect(() => assertValidRemoval(unchecked, unchecked.slice(0, 2), [2], "history", { allowOpenTail: true })).toThrow(/tool_result_without_call\) at history\[1\]/);
   });
 });

@@ -88,6 +88,29 @@ describe("MessageIdIndex", () => {
     expect(index.lookupFor(index.state, lineage)!.has("h0")).toBe(true);
   });
 
+  it("follows a removal the lineage knows of, and the appends after it, at the cost of the removed ids: equal to an index built afresh", () => {
+    const lineage = new MessageListLineage();
+    const state = longState();
+    const index = MessageIdIndex.of(state)!;
+    // h3 and the round a0 (whose call c0 no other round makes) go; an append in the same batch takes h3's id again.
+    const positions = [0, 4];
+    const kept = state.history.filter((_, position) => !positions.includes(position));
+    lineage.removed(state.history, kept, positions);
+    const history = kept.concat(text("h3"), text("after"));
+    lineage.appended(kept, history);
+    const next = { ...state, history };
+    expect(index.advancedTo(next, lineage)).toBe(index);
+    const afresh = MessageIdIndex.ofAll(next);
+    for (const id of ["a0", "h3", "h2", "h4", "after", "m0", `h${indexedFromMessages - 1}`, "new"]) {
+      expect(index.lookupFor(next, lineage)!.has(id), id).toBe(afresh.lookupFor(next, lineage)!.has(id));
+    }
+    expect(index.lookupFor(next, lineage)!.has("a0")).toBe(false);
+    expect(index.toolCallLookupFor(next, "history", lineage)!.has("c0")).toBe(false);
+    // A list with the same messages, not known as that removal: not followed.
+    const fresh = MessageIdIndex.of(state)!;
+    expect(fresh.advancedTo({ ...state, history: [...kept] }, lineage)).toBeUndefined();
+  });
+
   it("shares its ids with a fork's index: each side's appends and truncations stay its own, equal to an index built afresh, through forks of forks past the merge depth", () => {
     const lineage = new MessageListLineage();
     let seed = 7;

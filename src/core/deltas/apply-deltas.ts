@@ -68,7 +68,7 @@ export function applyDelta(state: ConversationState, delta: Delta, context: Delt
     case "replaceSegment":
       return replaceSegment(state, operation.value, context);
     case "removeMessages":
-      return removeMessages(state, operation.value);
+      return removeMessages(state, operation.value, context);
     case "clearSegment":
       return clearSegment(state, operation.value);
     case "clearState":

@@ -29,6 +29,16 @@ interface Line {
   parent?: Line;
   /** The messages the lists of this line share with those of `parent`. */
   shared?: number;
+  /** For a line started by a removal (`removed`): what was removed from which list. */
+  removal?: Removal;
+}
+
+/** A removal a line started with: from the list of `fromLength` messages on `from`, the messages at `positions`, leaving `keptLength`. */
+interface Removal {
+  from: Line;
+  fromLength: number;
+  keptLength: number;
+  positions: readonly number[];
 }
 
 /** Lines a chain keeps above its newest (`sharedPrefix` walks them): rewinds and forks of a long-lived conversation each branch a line. */
@@ -64,6 +74,37 @@ export class MessageListLineage {
     let line = this.lines.get(base);
     if (line === undefined) this.lines.set(base, (line = { tipLength: base.length }));
     this.lines.set(prefix, line);
+  }
+
+  /**
+   * Records that `kept` is `base` without the messages at `positions` (ascending): `kept` starts a
+   * line branched off `base`'s after the first removed message (what `sharedPrefix` answers), and
+   * `removalFrom` tells it and the lists appended to it from `base` by those positions. A removal
+   * of `base`'s last messages is a truncation (`truncated`). What lets the indexes kept beside a
+   * state follow a removal at the cost of the removed messages.
+   */
+  removed(base: readonly Message[], kept: readonly Message[], positions: readonly number[]): void {
+    const first = positions[0];
+    if (first === undefined || (positions.at(-1) === base.length - 1 && positions.length === base.length - first)) {
+      this.truncated(base, kept);
+      return;
+    }
+    const from = this.lineOf(base) as Line;
+    const line: Line = { tipLength: kept.length, parent: from, shared: first, removal: { from, fromLength: base.length, keptLength: kept.length, positions } };
+    let above: Line = line;
+    for (let depth = 0; depth < maxLineDepth && above.parent !== undefined; depth++) above = above.parent;
+    above.parent = undefined;
+    this.lines.set(kept, line);
+  }
+
+  /**
+   * The positions removed from `base` when `list` is known to be `base` without them followed by
+   * zero or more messages (`removed`, then appends); undefined when not known.
+   */
+  removalFrom(list: readonly Message[], base: readonly Message[]): readonly number[] | undefined {
+    const removal = this.lines.get(list)?.removal;
+    if (removal === undefined || list.length < removal.keptLength) return undefined;
+    return this.lines.get(base) === removal.from && base.length === removal.fromLength ? removal.positions : undefined;
   }
 
   /**

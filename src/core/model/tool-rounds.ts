@@ -145,11 +145,12 @@ export function analyzeToolRounds(messages: readonly Message[], options: { allow
 }
 
 /**
- * `analyzeToolRounds` from the unit starting at `from`. Units and violations carry indices into
+ * `analyzeToolRounds` from the unit starting at `from`, through the unit starting at or before
+ * `until` that the scan reaches last (to the end by default). Units and violations carry indices into
  * `messages`; `unitIndex` counts from the first unit scanned. Call ids are unique per round, so
  * nothing before `from` can make a call after it a duplicate.
  */
-export function analyzeToolRoundsFrom(messages: readonly Message[], from: number, options: { allowOpenTail: boolean }): ToolRoundAnalysis {
+export function analyzeToolRoundsFrom(messages: readonly Message[], from: number, options: { allowOpenTail: boolean }, until = Number.POSITIVE_INFINITY): ToolRoundAnalysis {
   const units: HistoryUnit[] = [];
   const violations: ToolRoundViolation[] = [];
   let openRound: ToolRoundAnalysis["openRound"];
@@ -157,7 +158,7 @@ export function analyzeToolRoundsFrom(messages: readonly Message[], from: number
     violations.push({ rule, index, messageId: messages[index]!.id, detail, unitIndex: units.length });
 
   let index = from;
-  while (index < messages.length) {
+  while (index < messages.length && index <= until) {
     const message = messages[index]!;
     const hasCalls = hasPartOfKind(message, "toolCall");
     if (message.role !== Role.ASSISTANT && hasCalls) {
@@ -277,6 +278,73 @@ export function assertValidExtension(prefix: readonly Message[], messages: reado
   const violation = firstRefused(analyzeToolRoundsFrom(messages, from, check).violations, check);
   if (violation) throw toolRoundError(violation, fieldPath);
   valid.add(messages);
+}
+
+/**
+ * Checks `kept`, which is `base` without the messages at `positions` (ascending, whole units as
+ * `removeMessages` takes them), against `check`, and records it as passing. When `base` passed
+ * before, only the units around each place messages were taken from are analysed: the rest are
+ * the units they were, and what followed a gap may now continue the round before it (a TOOL
+ * message standing alone after a plain message joins the round before that message once it goes,
+ * and is then held to a round's rules). Otherwise all of `kept` is.
+ */
+export function assertValidRemoval(base: readonly Message[], kept: readonly Message[], positions: readonly number[], fieldPath: string, check: ToolRoundCheck): void {
+  const valid = validSequencesFor(check);
+  if (!valid.has(base)) {
+    assertValidToolRounds(kept, fieldPath, check);
+    valid.add(kept);
+    return;
+  }
+  // Every unit before `checkedTo` was analysed; no walk goes back past it.
+  let checkedTo = 0;
+  let previousGap = -1;
+  for (let index = 0; index < positions.length; index++) {
+    const gap = positions[index]! - index;
+    if (gap === previousGap || gap < checkedTo) continue;
+    previousGap = gap;
+    // From the unit before the gap, unless the last analysis ended at the gap (then it is a boundary).
+    let from = Math.max(gap - 1, checkedTo);
+    while (from > checkedTo && continuesRound(kept[from]!)) from--;
+    const analysis = analyzeToolRoundsFrom(kept, from, check, gap);
+    const violation = firstRefused(analysis.violations, check);
+    if (violation) throw toolRoundError(violation, fieldPath);
+    checkedTo = analysis.units.at(-1)?.end ?? from;
+  }
+  valid.add(kept);
+}
+
+/**
+ * The units of `messages` holding a message at one of `positions` (ascending), in order, each
+ * once: from each position back to where its unit starts (the nearest message that continues no
+ * round, which always starts one) and forward to the unit's end. Costs the units walked, never
+ * going back past the unit found before, not the whole sequence.
+ */
+export function unitsHolding(messages: readonly Message[], positions: readonly number[]): HistoryUnit[] {
+  const units: HistoryUnit[] = [];
+  let walkedTo = 0;
+  for (const position of positions) {
+    if (position < walkedTo) continue;
+    let start = position;
+    while (start > walkedTo && continuesRound(messages[start]!)) start--;
+    let unit = unitAt(messages, start);
+    while (unit.end <= position) unit = unitAt(messages, unit.end);
+    units.push(unit);
+    walkedTo = unit.end;
+  }
+  return units;
+}
+
+/** The unit starting at `start`: a round through the results that continue it, else the message alone (as `analyzeToolRoundsFrom` splits them). */
+function unitAt(messages: readonly Message[], start: number): HistoryUnit {
+  if (!opensToolRound(messages[start]!)) return { start, end: start + 1 };
+  let end = start + 1;
+  while (end < messages.length && continuesRound(messages[end]!)) end++;
+  return { start, end };
+}
+
+/** Whether `message` belongs to the round before it when one is open there: it carries results and opens no round. */
+function continuesRound(message: Message): boolean {
+  return carriesToolResults(message) && !opensToolRound(message);
 }
 
 /**

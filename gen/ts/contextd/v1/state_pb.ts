@@ -510,6 +510,12 @@ export const ReplaceSegmentSchema: GenMessage<ReplaceSegment> = /*@__PURE__*/
 /**
  * Remove messages by id. Unknown ids are INVALID_ARGUMENT. Removing part of a tool round is
  * INVALID_ARGUMENT; removing a whole round (the assistant message and all its results) is fine.
+ * What is left is held to the segment's tool-round rules where the removal joined messages: a
+ * TOOL message stored on its own after a plain message would continue the round before that
+ * message once it goes, and is then INVALID_ARGUMENT (`tool_message_without_result`,
+ * `tool_result_not_in_tool_message`) unless it is removed too. The cost is in the removed
+ * messages and, in the Redis and Postgres stores, the shorter side of the segment they leave
+ * (docs/stores.md, "A removal by id").
  *
  * @generated from message contextd.v1.RemoveMessages
  */

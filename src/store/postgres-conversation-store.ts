@@ -717,7 +717,7 @@ export class PostgresConversationStore extends EngineCommittedStore implements C
   private async write(conversationId: string, base: ConversationState, plan: CommitPlan, idempotencyKey: string, fingerprint: string, tail: CommitTail | undefined): Promise<CommitWrite> {
     const id = idBytes(conversationId);
     const write = tail ? this.copies.writeOfTail(tail, plan.state) : this.copies.writeOf(base, plan.state);
-    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a", maxRemovedIdsPerCommit);
+    const index = idIndexChanges(base, plan.state, this.lineage, tail ? "t" : this.staleIdIndexes.get(conversationId) === true ? "b" : "a");
     const utf8 = (texts: readonly string[]) => texts.map((text) => Buffer.from(text, "utf8"));
     // The index keeps a row per call made, where it is (migration 16): renames and removals follow the rows.
     const callIds = index.madeCalls.map((call) => Buffer.from(call.id, "utf8"));
@@ -831,16 +831,6 @@ function forkTailRows(tails: readonly ForkTail[]): { segments: number[]; message
   );
   return rows;
 }
-
-/**
- * The most index rows a commit removes by id; past it the commit writes its index whole (mode
- * "b"). Why: the commit functions delete them with `message_id = ANY(p_removed)`, which Postgres
- * checks by a linear search of the array for each of the storage's rows, as the array is a
- * parameter: a removal in the middle of 10,000 messages (5,000 rows rewritten, their ids removed
- * and added again) took 0.81 s, and of 100,000 outlasted the 30 s statement timeout
- * (bench/removal.ts); written whole, the index costs a row per message.
- */
-const maxRemovedIdsPerCommit = 1_000;
 
 /** A row of a listing. */
 interface ListedRow {

@@ -5,6 +5,7 @@ import { sharedIndexMigration } from "./postgres-shared-index-schema.js";
 import { sharedRowsMigration } from "./postgres-shared-rows-schema.js";
 import { sealedLinksMigration } from "./postgres-sealed-links-schema.js";
 import { forkTailsMigration } from "./postgres-fork-tails-schema.js";
+import { joinedIdsMigration } from "./postgres-joined-ids-schema.js";
 import { usageLedgerMigration } from "./postgres-usage-ledger-schema.js";
 
 /**
@@ -1251,6 +1252,7 @@ $$;
   sharedIndexMigration,
   sealedLinksMigration,
   forkTailsMigration,
+  joinedIdsMigration,
 ];
 
 /** The table recording which migrations were applied. */

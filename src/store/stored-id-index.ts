@@ -33,7 +33,7 @@ export interface IdIndexChanges {
 }
 
 /** The changes a commit from `base` to `next` makes to the stored index (see `IdIndexChanges`); `mode` "b" lists all of `next`. */
-export function idIndexChanges(base: ConversationState, next: ConversationState, lineage: MessageListLineage, mode: IdIndexChanges["mode"], maxRemovedIds = Number.POSITIVE_INFINITY): IdIndexChanges {
+export function idIndexChanges(base: ConversationState, next: ConversationState, lineage: MessageListLineage, mode: IdIndexChanges["mode"]): IdIndexChanges {
   if (mode === "b") return wholeIndex(next);
   const changes: IdIndexChanges = { mode, addedIds: [], removedIds: [], madeCalls: [], removedCalls: [] };
   const removedCalls = new Set<string>();
@@ -58,7 +58,7 @@ export function idIndexChanges(base: ConversationState, next: ConversationState,
   }
   changes.removedCalls = [...removedCalls];
   // Rewriting the index is cheaper than a change longer than it (a clear, a replaced history).
-  return mode === "a" && (changed > total || changes.removedIds.length > maxRemovedIds) ? wholeIndex(next) : changes;
+  return mode === "a" && changed > total ? wholeIndex(next) : changes;
 }
 
 /** The whole index of `state`. */

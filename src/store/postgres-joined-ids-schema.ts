@@ -13,7 +13,9 @@ import { maxLinks } from "./postgres-shared-rows-schema.js";
  *
  * The body is migration 16's but for the three lookups (the removed ids' delete, and the two
  * "is an added id held" checks of a commit planned on the stored tail); arguments and answers are
- * the same. Rolling upgrade: a sidecar of the previous release calls the same function with the
+ * the same. It repeats migration 16's text on purpose: Postgres replaces a function body whole,
+ * and a migration's SQL is what databases already ran, so none is built from another's text (an
+ * edit to shared text would make new databases differ from migrated ones, with nothing to tell). Rolling upgrade: a sidecar of the previous release calls the same function with the
  * same arguments and gets the same answers, sooner.
  */
 /** postgres-schema.ts's listenersLockKey, as a literal (that module lists this migration; the key never changes). */

@@ -228,6 +228,12 @@ function randomStoredUnits(random: () => number): Message[] {
   return messages;
 }
 
+/** About a third of `base`'s units (as `check` splits them) taken out whole: their positions, and what is left. */
+function randomUnitsRemoved(base: readonly Message[], check: ToolRoundCheck, random: () => number): { positions: number[]; kept: Message[] } {
+  const positions = analyzeToolRounds(base, check).units.flatMap((unit) => (random() < 0.35 ? Array.from({ length: unit.end - unit.start }, (_, k) => unit.start + k) : []));
+  return { positions, kept: base.filter((_, index) => !positions.includes(index)) };
+}
+
 describe("assertValidRemoval", () => {
   const checks: ToolRoundCheck[] = [{ allowOpenTail: true, tolerated: pairingRules }, { allowOpenTail: true }, { allowOpenTail: false }];
 
@@ -241,8 +247,7 @@ describe("assertValidRemoval", () => {
       const check = checks[sample % checks.length]!;
       const base = sample % 2 === 0 ? randomSequence(random) : randomStoredUnits(random);
       if (thrownMessage(() => assertValidExtension([], base, "history", check)) !== undefined) continue;
-      const positions = analyzeToolRounds(base, check).units.flatMap((unit) => (random() < 0.35 ? Array.from({ length: unit.end - unit.start }, (_, k) => unit.start + k) : []));
-      const kept = base.filter((_, index) => !positions.includes(index));
+      const { positions, kept } = randomUnitsRemoved(base, check, random);
       const expected = thrownMessage(() => assertValidToolRounds(kept, "history", check));
       expect(thrownMessage(() => assertValidRemoval(base, kept, positions, "history", check)), `sample ${sample}`).toBe(expected);
       if (expected === undefined) accepted++;
@@ -263,8 +268,7 @@ describe("assertValidRemoval", () => {
       const callIds: string[] = [];
       const base = randomValidSequence(random, allowOpenTail, callIds);
       assertValidExtension([], base, "history", { allowOpenTail });
-      const positions = analyzeToolRounds(base, { allowOpenTail }).units.flatMap((unit) => (random() < 0.35 ? Array.from({ length: unit.end - unit.start }, (_, k) => unit.start + k) : []));
-      const kept = base.filter((_, index) => !positions.includes(index));
+      const { positions, kept } = randomUnitsRemoved(base, { allowOpenTail }, random);
       if (thrownMessage(() => assertValidRemoval(base, kept, positions, "history", { allowOpenTail })) !== undefined) continue;
       const messages = [...kept, ...randomAddition(random, callIds)];
       const expected = thrownMessage(() => assertValidToolRounds(messages, "history", { allowOpenTail }));

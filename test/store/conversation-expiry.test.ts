@@ -110,16 +110,6 @@ describe("RedisConversationStore expiry", () => {
       await store.close();
     }
   });
-});
-
-describe("RedisConversationStore expiry index", () => {
-  let redis: RedisProcess;
-  beforeAll(async () => {
-    redis = await startRedis();
-  }, 30_000);
-  afterAll(async () => {
-    await redis?.stop();
-  });
 
   it("sweeps an expired conversation behind a full batch of due entries whose conversations live on: those take their keys' expiry, or leave", async () => {
     const keyPrefix = "stuck-test";
